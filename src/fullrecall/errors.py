@@ -1,0 +1,34 @@
+"""Errors fullrecall raises. Each names what went wrong and what was kept."""
+
+from __future__ import annotations
+
+
+class FullRecallError(Exception):
+    """Base class for every error fullrecall raises on purpose."""
+
+
+class ContextWindowOverflowError(FullRecallError):
+    """The window cannot be shrunk any further (or the manager does not shrink it).
+
+    Raised by ``reduce_context`` so that a caller's overflow-retry loop always ends.
+    """
+
+
+class MessageFormatError(FullRecallError, ValueError):
+    """A message does not match any supported shape; the text names its index and field."""
+
+
+class ArchiveError(FullRecallError):
+    """Writing to the archive failed; the messages were kept in the window."""
+
+
+class SummarizationError(FullRecallError):
+    """A summarizer failed; no message was removed."""
+
+
+class StoreError(FullRecallError):
+    """A store could not be reached or refused a write; nothing was acknowledged."""
+
+
+class EmbeddingError(FullRecallError):
+    """An embedder failed or returned vectors of the wrong shape."""

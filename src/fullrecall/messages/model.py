@@ -1,0 +1,107 @@
+"""One typed message model for every shape agents use.
+
+A :class:`Message` holds a role and a list of blocks. Blocks parsed from an
+application's dict keep that dict (``raw``), so a message that fullrecall did
+not change goes back exactly as it came, key order and unknown keys included.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any, Union
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True)
+class TextBlock:
+    text: str
+    raw: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ToolUseBlock:
+    """A tool call: ``id`` pairs it with its :class:`ToolResultBlock`."""
+
+    id: str
+    name: str
+    input: Any
+    raw: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ToolResultBlock:
+    """The answer to one tool call; ``content`` holds text and opaque blocks."""
+
+    tool_use_id: str
+    content: tuple["Block", ...]
+    status: str = "success"  # "success" or "error"
+    raw: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class OpaqueBlock:
+    """Anything fullrecall does not interpret (image, document, reasoning, ...), kept verbatim."""
+
+    kind: str
+    data: Any
+    raw: Any = field(default=None, compare=False, repr=False)
+
+
+Block = Union[TextBlock, ToolUseBlock, ToolResultBlock, OpaqueBlock]
+
+
+@dataclass
+class Message:
+    """A message in any shape, with what managers need to reason about it.
+
+    ``position`` is the message's place in the whole conversation (0-based, the
+    same in the window and in the archive); ``id`` is stable for that position.
+    """
+
+    role: str
+    content: list[Block]
+    id: str | None = None
+    position: int | None = None
+    timestamp: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    shape: str | None = None  # "converse", "openai" or "anthropic"
+    raw: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    changed: bool = field(default=False, compare=False)  # content differs from ``raw``
+
+    # -- what managers ask -----------------------------------------------------
+    @property
+    def tool_use_ids(self) -> list[str]:
+        return [b.id for b in self.content if isinstance(b, ToolUseBlock)]
+
+    @property
+    def tool_result_ids(self) -> list[str]:
+        return [b.tool_use_id for b in self.content if isinstance(b, ToolResultBlock)]
+
+    @property
+    def has_tool_result(self) -> bool:
+        return any(isinstance(b, ToolResultBlock) for b in self.content)
+
+    @property
+    def text(self) -> str:
+        """The message as plain text: what search indexes and summarizers read."""
+        return "\n".join(p for p in (_block_text(b) for b in self.content) if p)
+
+    def with_content(self, content: list[Block]) -> "Message":
+        """A copy with new content; rendered anew, keeping the message's other keys."""
+        return replace(self, content=content, changed=True)
+
+
+def _block_text(block: Block) -> str:
+    if isinstance(block, TextBlock):
+        return block.text
+    if isinstance(block, ToolUseBlock):
+        return f"[tool call {block.name} {json.dumps(block.input, ensure_ascii=False, sort_keys=True)}]"
+    if isinstance(block, ToolResultBlock):
+        inner = "\n".join(p for p in (_block_text(b) for b in block.content) if p)
+        flag = " error" if block.status == "error" else ""
+        return f"[tool result{flag}] {inner}".rstrip()
+    if block.kind == "json":
+        return json.dumps(block.data, ensure_ascii=False, sort_keys=True)
+    return f"[{block.kind}]"

@@ -1,0 +1,180 @@
+"""The one interface every backend implements (SQLite, PostgreSQL, Redis).
+
+Everything fullrecall persists goes through a :class:`Store`: archived messages
+(verbatim), their embeddings, summaries, window state and long-term records.
+Data is scoped by :class:`Scope` (tenant, user, agent, session). Writes need a
+session; reads and ``forget`` accept a partial scope (``None`` = any), so a
+search can span all sessions of one user.
+
+Contract shared by every backend (checked by ``tests/stores/conformance.py``):
+
+* ``append`` is atomic and idempotent on ``StoredMessage.id``: appending the
+  same id again changes nothing and returns its existing position.
+  Messages whose ``position`` is ``None`` get the next free positions of their
+  session, assigned atomically (two processes appending at once never collide).
+* A write returns only once it is durable (committed); a crash after return
+  loses nothing.
+* ``search_text`` ranks by a stemmed BM25-like score (higher is better) over
+  ``StoredMessage.text``; ``search_vectors`` by cosine similarity (higher is better).
+* ``forget`` really deletes (messages, vectors, summaries, state, records)
+  and returns per-kind counts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+DEFAULT_TENANT = "default"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Who a piece of memory belongs to. ``None`` in a read means "any"."""
+
+    tenant: str = DEFAULT_TENANT
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+
+    def require_session(self) -> "Scope":
+        if not self.session_id:
+            raise ValueError("this write needs a session: Scope(session_id=...) is missing")
+        return self
+
+
+@dataclass
+class StoredMessage:
+    """One archived message, verbatim.
+
+    ``data`` is the message exactly as the application gave it (its own shape);
+    ``text`` is what search indexes (it may add the speaker and date); the
+    application always gets ``data`` back, never ``text``.
+    """
+
+    id: str
+    role: str
+    text: str
+    data: dict[str, Any]
+    position: int | None = None
+    kind: str = "message"  # "message" or "summary"
+    created_at: float = field(default_factory=time.time)
+    archived_at: float = field(default_factory=time.time)
+    summary_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    # Filled in on read: which session the message belongs to.
+    session_id: str | None = None
+
+    def size_bytes(self) -> int:
+        """Bytes of text this message holds in the store (text + verbatim data)."""
+        return len(self.text.encode("utf-8")) + len(json.dumps(self.data, ensure_ascii=False).encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Restrictions on a search. Times are Unix seconds on ``created_at``."""
+
+    roles: tuple[str, ...] | None = None
+    kinds: tuple[str, ...] | None = None
+    since: float | None = None
+    until: float | None = None
+    exclude_ids: frozenset[str] | None = None
+
+
+@dataclass
+class Record:
+    """A long-term memory record (a fact, a preference, a procedure)."""
+
+    id: str
+    namespace: str  # e.g. "facts", "procedures"
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What fullrecall needs from a backend. See the module docstring for the contract."""
+
+    url: str
+
+    # -- archived messages -------------------------------------------------
+    def append(self, scope: Scope, messages: Sequence[StoredMessage]) -> list[int]:
+        """Write messages durably; return their positions (in input order)."""
+        ...
+
+    def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
+        """Messages by id, in conversation order; unknown ids are skipped."""
+        ...
+
+    def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
+        """Messages of one session with ``start <= position <= end``, in order."""
+        ...
+
+    def count(self, scope: Scope) -> int:
+        """How many messages the scope holds."""
+        ...
+
+    def delete(self, scope: Scope, ids: Iterable[str]) -> int:
+        """Delete messages (and their vectors) by id; return how many went."""
+        ...
+
+    # -- vectors -------------------------------------------------------------
+    def set_vectors(self, scope: Scope, ids: Sequence[str], vectors: np.ndarray, model: str) -> None:
+        """Store one float32 vector per message id, tagged with the embedding model."""
+        ...
+
+    def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """Stored vectors by id (ids without a vector are absent)."""
+        ...
+
+    def vector_model(self, scope: Scope) -> tuple[str, int] | None:
+        """(model, dimension) of the vectors stored for this scope, or None."""
+        ...
+
+    # -- search ----------------------------------------------------------------
+    def search_vectors(
+        self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
+    ) -> list[tuple[str, float]]:
+        """Top-k (id, cosine similarity), best first."""
+        ...
+
+    def search_text(
+        self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None
+    ) -> list[tuple[str, float]]:
+        """Top-k (id, score) for any of ``terms`` (plain words; the backend stems), best first."""
+        ...
+
+    # -- state and long-term records -----------------------------------------
+    def put_state(self, scope: Scope, key: str, value: dict[str, Any]) -> None:
+        """Save a JSON document (window state, a summary) under key."""
+        ...
+
+    def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
+        ...
+
+    def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
+        ...
+
+    def get_records(self, scope: Scope, namespace: str) -> list[Record]:
+        ...
+
+    def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
+        ...
+
+    # -- housekeeping ----------------------------------------------------------
+    def forget(self, scope: Scope) -> dict[str, int]:
+        """Delete everything of the scope; return counts per kind."""
+        ...
+
+    def stats(self, scope: Scope) -> dict[str, int]:
+        """At least ``message_count``, ``text_bytes``, ``vector_bytes``, ``index_bytes``."""
+        ...
+
+    def close(self) -> None:
+        ...
