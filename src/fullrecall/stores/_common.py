@@ -1,0 +1,301 @@
+"""Helpers every backend shares: validation, (de)serialisation, filters, exact vector search.
+
+Kept here so the three backends agree on the details that the conformance suite checks
+(what a bad vector is, how filters apply, how ties and ``k`` behave).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .base import Filters, Scope, StoredMessage
+
+MESSAGE_KINDS = ("message", "summary")
+
+# -- scopes ------------------------------------------------------------------
+
+
+def scope_fields(scope: Scope) -> dict[str, str | None]:
+    """The scope as column -> value; ``None`` means "any" in a read."""
+    return {
+        "tenant": scope.tenant,
+        "user_id": scope.user_id,
+        "agent_id": scope.agent_id,
+        "session_id": scope.session_id,
+    }
+
+
+def check_positive_k(k: int) -> int:
+    if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+        raise ValueError(f"k must be a non-negative integer, got {k!r}")
+    return k
+
+
+# -- messages ----------------------------------------------------------------
+
+
+def dump_json(value: Any, what: str) -> str:
+    """JSON text of ``value``; a clear ValueError if it is not JSON-serialisable."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+def check_messages(messages: Sequence[StoredMessage]) -> None:
+    """Reject what no backend could store faithfully, before anything is written."""
+    for i, m in enumerate(messages):
+        if not isinstance(m, StoredMessage):
+            raise ValueError(f"message {i} is a {type(m).__name__}, not a StoredMessage")
+        if not m.id or not isinstance(m.id, str):
+            raise ValueError(f"message {i} has no id")
+        if m.kind not in MESSAGE_KINDS:
+            raise ValueError(f"message {m.id!r} has kind {m.kind!r}; expected one of {MESSAGE_KINDS}")
+        if m.position is not None and (not isinstance(m.position, int) or m.position < 0):
+            raise ValueError(f"message {m.id!r} has position {m.position!r}; expected an int >= 0 or None")
+        if not isinstance(m.text, str):
+            raise ValueError(f"message {m.id!r}: text must be a str")
+
+
+def message_row(m: StoredMessage) -> dict[str, Any]:
+    """The flat, JSON-encoded form every backend writes."""
+    return {
+        "id": m.id,
+        "role": m.role,
+        "text": m.text,
+        "data": dump_json(m.data, f"message {m.id!r} data"),
+        "kind": m.kind,
+        "created_at": float(m.created_at),
+        "archived_at": float(m.archived_at),
+        "summary_id": m.summary_id,
+        "metadata": dump_json(m.metadata or {}, f"message {m.id!r} metadata"),
+    }
+
+
+def message_from_row(row: dict[str, Any], position: int, session_id: str | None) -> StoredMessage:
+    return StoredMessage(
+        id=row["id"],
+        role=row["role"],
+        text=row["text"],
+        data=json.loads(row["data"]),
+        position=int(position),
+        kind=row["kind"],
+        created_at=float(row["created_at"]),
+        archived_at=float(row["archived_at"]),
+        summary_id=row.get("summary_id") or None,
+        metadata=json.loads(row["metadata"]) if row.get("metadata") else {},
+        session_id=session_id,
+    )
+
+
+def row_bytes(text: str, data_json: str) -> int:
+    """Same measure as ``StoredMessage.size_bytes`` but on the stored JSON."""
+    return len(text.encode("utf-8")) + len(data_json.encode("utf-8"))
+
+
+# -- filters -----------------------------------------------------------------
+
+
+def filters_match(f: Filters | None, *, id: str, role: str, kind: str, created_at: float) -> bool:
+    """Python-side filter check (backends that cannot push filters into a query)."""
+    if f is None:
+        return True
+    if f.roles is not None and role not in f.roles:
+        return False
+    if f.kinds is not None and kind not in f.kinds:
+        return False
+    if f.since is not None and created_at < f.since:
+        return False
+    if f.until is not None and created_at > f.until:
+        return False
+    if f.exclude_ids and id in f.exclude_ids:
+        return False
+    return True
+
+
+# -- vectors -----------------------------------------------------------------
+
+
+def as_matrix(vectors: np.ndarray | Sequence[Sequence[float]], n: int) -> np.ndarray:
+    """``vectors`` as a C-contiguous float32 (n, dim) matrix, or a ValueError saying why not."""
+    arr = np.asarray(vectors, dtype=np.float32)
+    if arr.ndim == 1 and n == 1:
+        arr = arr.reshape(1, -1)
+    if arr.ndim != 2 or arr.shape[0] != n:
+        raise ValueError(f"expected {n} vectors as an (n, dim) array, got shape {arr.shape}")
+    if arr.shape[1] == 0:
+        raise ValueError("vectors have dimension 0")
+    if not np.isfinite(arr).all():
+        raise ValueError("vectors contain NaN or infinity")
+    return np.ascontiguousarray(arr)
+
+
+def as_query(vector: np.ndarray | Sequence[float]) -> np.ndarray:
+    q = np.asarray(vector, dtype=np.float32).reshape(-1)
+    if q.size == 0 or not np.isfinite(q).all():
+        raise ValueError("query vector is empty or contains NaN/infinity")
+    return q
+
+
+def normalize_rows(m: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (m / norms).astype(np.float32, copy=False)
+
+
+def check_model(model: str) -> str:
+    if not model or not isinstance(model, str):
+        raise ValueError("set_vectors needs the embedding model's name (model=...)")
+    return model
+
+
+def model_mismatch(stored: tuple[str, int], model: str, dim: int) -> ValueError:
+    return ValueError(
+        f"this scope holds vectors of model {stored[0]!r} (dim {stored[1]}); refusing {model!r} (dim {dim}): "
+        "re-embed everything with one model or use another store"
+    )
+
+
+def dim_mismatch(stored_dim: int, got: int) -> ValueError:
+    return ValueError(f"query vector has dimension {got} but the stored vectors have dimension {stored_dim}")
+
+
+@dataclass
+class VectorBlock:
+    """Vectors of one scope, normalised, with what filters need, for exact cosine search."""
+
+    ids: list[str]
+    matrix: np.ndarray  # (n, dim) float32, rows L2-normalised
+    roles: np.ndarray  # object array
+    kinds: np.ndarray
+    created: np.ndarray  # float64
+
+    @classmethod
+    def build(cls, rows: Iterable[tuple[str, bytes | np.ndarray, str, str, float]], dim: int) -> "VectorBlock":
+        rows = list(rows)
+        if not rows:
+            return cls([], np.zeros((0, dim), np.float32), np.array([], object), np.array([], object), np.array([]))
+        ids, vecs, roles, kinds, created = zip(*rows)
+        mat = np.empty((len(rows), dim), dtype=np.float32)
+        for i, v in enumerate(vecs):
+            mat[i] = np.frombuffer(v, dtype=np.float32) if isinstance(v, (bytes, bytearray, memoryview)) else v
+        return cls(
+            list(ids),
+            normalize_rows(mat),
+            np.array(roles, dtype=object),
+            np.array(kinds, dtype=object),
+            np.array(created, dtype=np.float64),
+        )
+
+    def extend(self, other: "VectorBlock") -> "VectorBlock":
+        """This block plus ``other``'s rows (for vectors added since it was built)."""
+        if not other.ids:
+            return self
+        return VectorBlock(
+            self.ids + other.ids,
+            np.concatenate([self.matrix, other.matrix]),
+            np.concatenate([self.roles, other.roles]),
+            np.concatenate([self.kinds, other.kinds]),
+            np.concatenate([self.created, other.created]),
+        )
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.matrix.nbytes) + 64 * len(self.ids)
+
+    def search(self, query: np.ndarray, k: int, filters: Filters | None) -> list[tuple[str, float]]:
+        if k == 0 or not self.ids:
+            return []
+        if query.shape[0] != self.matrix.shape[1]:
+            raise dim_mismatch(self.matrix.shape[1], query.shape[0])
+        q = query / (np.linalg.norm(query) or 1.0)
+        scores = self.matrix @ q
+        mask = self._mask(filters)
+        if mask is not None:
+            scores = np.where(mask, scores, -np.inf)
+        n_ok = int(mask.sum()) if mask is not None else len(self.ids)
+        k = min(k, n_ok)
+        if k == 0:
+            return []
+        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(self.ids[i], float(scores[i])) for i in top if scores[i] != -np.inf][:k]
+
+    def _mask(self, f: Filters | None) -> np.ndarray | None:
+        if f is None:
+            return None
+        mask = np.ones(len(self.ids), dtype=bool)
+        if f.roles is not None:
+            mask &= np.isin(self.roles, list(f.roles))
+        if f.kinds is not None:
+            mask &= np.isin(self.kinds, list(f.kinds))
+        if f.since is not None:
+            mask &= self.created >= f.since
+        if f.until is not None:
+            mask &= self.created <= f.until
+        if f.exclude_ids:
+            excluded = f.exclude_ids
+            mask &= np.fromiter((i not in excluded for i in self.ids), dtype=bool, count=len(self.ids))
+        return mask
+
+
+# -- lexical (for backends without a text index) --------------------------------
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class Tokenizer:
+    """Lower-cased word tokens, Snowball-stemmed when PyStemmer is installed (like FTS5's porter)."""
+
+    def __init__(self) -> None:
+        try:
+            import Stemmer  # type: ignore[import-not-found]
+
+            self._stem = Stemmer.Stemmer("english").stemWords
+        except ImportError:  # plain words still match exactly
+            self._stem = lambda words: words
+
+    def __call__(self, text: str) -> list[str]:
+        return self._stem(_WORD.findall(text.lower()))
+
+
+def bm25_scores(
+    docs: Sequence[list[str]], query_terms: Sequence[str], k1: float = 1.2, b: float = 0.75
+) -> np.ndarray:
+    """Okapi BM25 of each tokenised doc for the (already tokenised) query terms, OR semantics."""
+    n = len(docs)
+    scores = np.zeros(n, dtype=np.float64)
+    if n == 0 or not query_terms:
+        return scores
+    lengths = np.fromiter((len(d) for d in docs), dtype=np.float64, count=n)
+    avg = float(lengths.mean()) or 1.0
+    for term in dict.fromkeys(query_terms):
+        tf = np.fromiter((d.count(term) for d in docs), dtype=np.float64, count=n)
+        df = int((tf > 0).sum())
+        if df == 0:
+            continue
+        idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+        scores += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths / avg))
+    return scores
+
+
+def split_terms(terms: Sequence[str]) -> list[str]:
+    """Plain search terms, blanks dropped; a ValueError for a bare string (a common slip)."""
+    if isinstance(terms, str):
+        raise ValueError("terms must be a sequence of words, not one string")
+    return [t for t in (str(t).strip() for t in terms) if t]
+
+
+def json_loads(text: str | bytes) -> Any:
+    return json.loads(text)
+
+
+def record_scope(scope: Scope) -> tuple[str, str, str, str]:
+    """A record's scope columns; '' stands for "applies to every user/agent/session"."""
+    return (scope.tenant, scope.user_id or "", scope.agent_id or "", scope.session_id or "")
