@@ -1,0 +1,116 @@
+"""The base of every window manager: one place where removed messages are reported.
+
+Managers work on a plain list of message dicts in any supported shape and
+edit it in place (as Strands does with ``agent.messages``), returning it too.
+
+Every message that leaves the window goes through :meth:`ConversationManager._release`
+*before* the list is changed. Listeners (the archive) run there; if one
+fails, the list is left as it was and the error propagates, so a message is
+never gone from the window without being somewhere else first.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, MutableSequence, Sequence
+
+from ..errors import ArchiveError, ContextWindowOverflowError
+from ..messages.formats import parse_messages, render_message
+from ..messages.model import Message
+
+log = logging.getLogger("fullrecall.window")
+
+
+@dataclass
+class RemovedMessages:
+    """What a manager is about to take out of the window, and why.
+
+    ``messages`` are original conversation messages (verbatim, with positions);
+    ``reason`` is ``"trimmed"``, ``"summarized"``, ``"truncated"`` (the original
+    of a tool result that stays, shortened) or ``"fallback"``. ``summary`` is the
+    summary that covers them, ``replaced_summary`` an earlier summary that the
+    new one folds in (archived as a summary, never as user words).
+    """
+
+    messages: list[Message]
+    reason: str
+    shape: str
+    summary: Message | None = None
+    replaced_summary: Message | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+RemovalListener = Callable[[RemovedMessages], None]
+
+
+class ConversationManager:
+    """Keeps a conversation within its budget; subclasses pick the strategy.
+
+    ``apply_management(messages)`` runs after each turn; ``reduce_context(messages,
+    error)`` runs when the model reported an overflow and must shrink the window
+    or raise :class:`ContextWindowOverflowError`, so a retry loop always ends.
+    """
+
+    def __init__(self, *, on_remove: RemovalListener | None = None) -> None:
+        self.removed_message_count = 0
+        self._listeners: list[RemovalListener] = [on_remove] if on_remove else []
+
+    # -- the strategy ----------------------------------------------------------------
+    def apply_management(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
+        return messages
+
+    def reduce_context(
+        self, messages: MutableSequence[dict[str, Any]], error: BaseException | None = None
+    ) -> MutableSequence[dict[str, Any]]:
+        raise ContextWindowOverflowError(f"{type(self).__name__} does not reduce context") from error
+
+    # -- state -------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        """JSON-serializable state; ``restore_from_state`` takes it back."""
+        return {"__name__": type(self).__name__, "removed_message_count": self.removed_message_count}
+
+    def restore_from_state(self, state: dict[str, Any] | None) -> None:
+        if not state:
+            return
+        if state.get("__name__") not in (None, type(self).__name__):
+            raise ValueError(f"state belongs to {state.get('__name__')}, not {type(self).__name__}")
+        self.removed_message_count = int(state.get("removed_message_count", 0))
+
+    # -- reporting removals ------------------------------------------------------------
+    def add_removal_listener(self, listener: RemovalListener) -> None:
+        """Call ``listener`` with every :class:`RemovedMessages`, before the window changes."""
+        self._listeners.append(listener)
+
+    def _release(self, event: RemovedMessages) -> None:
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception as exc:
+                positions = [m.position for m in event.messages]
+                raise ArchiveError(
+                    f"could not archive {len(event.messages)} message(s) at positions {positions} "
+                    f"({type(exc).__name__}: {exc}); they stay in the window"
+                ) from exc
+
+    # -- shared helpers ----------------------------------------------------------------
+    def _pinned_count(self, raw: Sequence[dict[str, Any]]) -> int:
+        """A leading system message (chat-completions shape) is never trimmed."""
+        return 1 if raw and isinstance(raw[0], dict) and raw[0].get("role") in ("system", "developer") else 0
+
+    def _parse(self, raw: Sequence[dict[str, Any]], first_position: int) -> tuple[str, list[Message]]:
+        """Typed messages numbered from ``first_position``; ids are stable per position."""
+        shape, parsed = parse_messages(raw)
+        for offset, msg in enumerate(parsed):
+            msg.position = first_position + offset
+            msg.id = _message_id(msg)
+        return shape, parsed
+
+    @staticmethod
+    def _render(msg: Message, shape: str) -> dict[str, Any]:
+        return render_message(msg, shape)
+
+
+def _message_id(msg: Message) -> str:
+    meta_id = msg.metadata.get("id") if msg.metadata else None
+    return str(meta_id) if meta_id else f"m{msg.position}"

@@ -1,0 +1,268 @@
+"""Replace the oldest messages with a summary instead of dropping them.
+
+The summary is one message placed first (after a pinned system message), with
+role ``summary_role`` (user by default, as Strands does, so user-first
+providers accept it). The previous summary is folded into the next one. The
+summarized messages are reported (to the archive) before they leave.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, MutableSequence, Sequence
+
+from ..errors import ContextWindowOverflowError
+from ..messages.model import Message, TextBlock
+from ..tokens import default_token_counter
+from .base import ConversationManager, RemovalListener, RemovedMessages
+from .cuts import clean_cuts
+
+log = logging.getLogger("fullrecall.window")
+
+SummarizerLike = Any  # an object with .summarize(messages, previous_summary) or a callable
+SUMMARY_ROLES = ("user", "assistant", "system")
+FALLBACKS = (None, "sliding_window")
+
+
+class SummarizingConversationManager(ConversationManager):
+    """Summarizes the oldest ``summary_ratio`` of the window, keeping recent messages.
+
+    Triggers on overflow (``reduce_context``) and, proactively in
+    ``apply_management``, when the window passes ``max_context_tokens`` or
+    ``max_history_turns`` (user+assistant pairs, as seed 003 counts them).
+    On summarizer failure every message stays and the overflow error is raised,
+    unless ``fallback="sliding_window"`` drops (after archiving) what would have
+    been summarized.
+    """
+
+    def __init__(
+        self,
+        summary_ratio: float = 0.3,
+        preserve_recent_messages: int = 10,
+        summarizer: SummarizerLike | None = None,
+        summarization_system_prompt: str | None = None,
+        max_context_tokens: int | None = None,
+        max_history_turns: int | None = None,
+        *,
+        summary_role: str = "user",
+        fallback: str | None = None,
+        max_summary_tokens: int = 800,
+        token_counter: Any = None,
+        on_remove: RemovalListener | None = None,
+    ) -> None:
+        if summarizer is not None and summarization_system_prompt is not None:
+            raise ValueError("give either summarizer or summarization_system_prompt, not both")
+        if preserve_recent_messages < 0:
+            raise ValueError(f"preserve_recent_messages must be >= 0, got {preserve_recent_messages}")
+        if summary_role not in SUMMARY_ROLES:
+            raise ValueError(f"summary_role must be one of {SUMMARY_ROLES}, got {summary_role!r}")
+        if fallback not in FALLBACKS:
+            raise ValueError(f"fallback must be one of {FALLBACKS}, got {fallback!r}")
+        for name, value in (("max_context_tokens", max_context_tokens), ("max_history_turns", max_history_turns)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be a positive integer or None, got {value}")
+        if max_summary_tokens < 16:
+            raise ValueError(f"max_summary_tokens must be at least 16, got {max_summary_tokens}")
+        super().__init__(on_remove=on_remove)
+        self.summary_ratio = min(0.8, max(0.1, float(summary_ratio)))
+        self.preserve_recent_messages = preserve_recent_messages
+        self.summarization_system_prompt = summarization_system_prompt
+        self.max_context_tokens = max_context_tokens
+        self.max_history_turns = max_history_turns
+        self.summary_role = summary_role
+        self.fallback = fallback
+        self.max_summary_tokens = max_summary_tokens
+        self.token_counter = token_counter or default_token_counter()
+        self._summarizer = summarizer
+        self._summary_message: dict[str, Any] | None = None
+        self.last_error: BaseException | None = None
+
+    # -- the summarizer ------------------------------------------------------------------
+    @property
+    def summarizer(self) -> SummarizerLike:
+        """Built on first use, so an unused manager imports nothing heavy."""
+        if self._summarizer is None:
+            from .. import summarizers
+
+            if self.summarization_system_prompt is not None:
+                self._summarizer = summarizers.summarizer_from_prompt(self.summarization_system_prompt)
+            else:
+                self._summarizer = summarizers.ExtractiveSummarizer(max_summary_tokens=self.max_summary_tokens)
+        return self._summarizer
+
+    def _summarize(self, messages: list[Message], previous: str | None) -> str:
+        summarizer = self.summarizer
+        call: Callable[..., Any] = getattr(summarizer, "summarize", summarizer)
+        result = call(messages, previous)
+        text = result if isinstance(result, str) else getattr(result, "text", None)
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"summarizer returned no text ({type(result).__name__})")
+        return self._bound(text.strip())
+
+    def _bound(self, text: str) -> str:
+        """Keep the summary within ``max_summary_tokens``, cutting at a line end where possible."""
+        count = self.token_counter.count
+        if count(text) <= self.max_summary_tokens:
+            return text
+        lines, kept = text.splitlines(), []
+        for line in lines:
+            if count("\n".join(kept + [line])) > self.max_summary_tokens - 8:
+                break
+            kept.append(line)
+        if not kept:  # one huge line: cut by characters
+            lo, hi = 0, len(text)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if count(text[:mid]) <= self.max_summary_tokens - 8 else (lo, mid - 1)
+            kept = [text[:lo]]
+        return "\n".join(kept) + "\n[summary shortened to fit its token budget]"
+
+    # -- state -----------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        return {**super().get_state(), "summary_message": self._summary_message}
+
+    def restore_from_state(self, state: dict[str, Any] | None) -> None:
+        super().restore_from_state(state)
+        if state:
+            self._summary_message = state.get("summary_message")
+
+    @property
+    def summary_message(self) -> dict[str, Any] | None:
+        """The summary message now at the head of the window, if any."""
+        return self._summary_message
+
+    # -- triggers --------------------------------------------------------------------------
+    def apply_management(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
+        layout = self._layout(messages)
+        keep = self._proactive_keep(messages, layout)
+        if keep is None:
+            return messages
+        try:
+            self._summarize_head(messages, layout, keep_at_least=keep)
+        except ContextWindowOverflowError as exc:
+            self.last_error = exc
+            log.warning("proactive summarization skipped, every message kept: %s", exc)
+        return messages
+
+    def reduce_context(
+        self, messages: MutableSequence[dict[str, Any]], error: BaseException | None = None
+    ) -> MutableSequence[dict[str, Any]]:
+        layout = self._layout(messages)
+        originals = len(messages) - layout.start
+        count = max(1, int(originals * self.summary_ratio))
+        self._summarize_head(messages, layout, keep_at_least=originals - count, error=error)
+        return messages
+
+    def _proactive_keep(self, messages: Sequence[dict[str, Any]], layout: "_Layout") -> int | None:
+        """How many recent originals may stay, or None when no trigger fired."""
+        originals = len(messages) - layout.start
+        keeps = []
+        if self.max_history_turns is not None and originals > 2 * self.max_history_turns:
+            keeps.append(2 * self.max_history_turns)
+        if self.max_context_tokens is not None:
+            shape, parsed = self._parse(messages[layout.start :], layout.first_position(self))
+            sizes = [self.token_counter.count_message(m) for m in parsed]
+            total = sum(sizes) + sum(self.token_counter.count_message(m) for m in self._parse(messages[: layout.start], 0)[1])
+            if total > self.max_context_tokens:
+                budget = self.max_context_tokens - self.max_summary_tokens - (total - sum(sizes))
+                kept, used = 0, 0
+                for size in reversed(sizes):
+                    if used + size > budget:
+                        break
+                    used, kept = used + size, kept + 1
+                keeps.append(kept)
+        return min(keeps) if keeps else None
+
+    # -- the work --------------------------------------------------------------------------
+    def _layout(self, messages: Sequence[dict[str, Any]]) -> "_Layout":
+        pinned = self._pinned_count(messages)
+        has_summary = (
+            self._summary_message is not None and len(messages) > pinned and messages[pinned] == self._summary_message
+        )
+        return _Layout(pinned=pinned, has_summary=has_summary)
+
+    def _summarize_head(
+        self,
+        messages: MutableSequence[dict[str, Any]],
+        layout: "_Layout",
+        *,
+        keep_at_least: int,
+        error: BaseException | None = None,
+    ) -> None:
+        shape, body = self._parse(messages[layout.start :], layout.first_position(self))
+        if self.summary_role == "system" and shape != "openai":
+            raise ValueError(f"summary_role='system' needs chat-completions messages; these are {shape}")
+        limit = len(body) - max(self.preserve_recent_messages, 0)
+        target = min(len(body) - keep_at_least, limit)
+        cut = self._choose_cut(body, target, limit)
+        if cut is None:
+            raise ContextWindowOverflowError(
+                f"cannot summarize: {len(body)} message(s) in the window, {self.preserve_recent_messages} must be "
+                "preserved, and no earlier cut keeps every tool call with its result"
+            ) from error
+        head = body[:cut]
+        previous = self._previous_summary(messages, layout, shape)
+        try:
+            text = self._summarize(head, previous.text if previous else None)
+        except Exception as exc:
+            self.last_error = exc
+            if self.fallback == "sliding_window":
+                log.warning("summarizer failed (%s: %s); archiving and dropping %d messages instead", type(exc).__name__, exc, cut)
+                self._release(RemovedMessages(messages=head, reason="fallback", shape=shape, metadata={"error": repr(exc)}))
+                del messages[layout.start : layout.start + cut]
+                self.removed_message_count += cut
+                return
+            log.error("summarizer failed (%s: %s); every message kept", type(exc).__name__, exc)
+            if error is not None:
+                raise error from exc
+            raise ContextWindowOverflowError(f"summarization failed, every message kept: {type(exc).__name__}: {exc}") from exc
+        summary = Message(role=self.summary_role, content=[TextBlock(text)], id=f"summary-{head[-1].position}",
+                          position=None, metadata={"summary_of": [head[0].position, head[-1].position]}, shape=shape)
+        summary_raw = self._render(summary, shape)
+        self._release(RemovedMessages(messages=head, reason="summarized", shape=shape, summary=summary, replaced_summary=previous))
+        messages[layout.pinned : layout.start + cut] = [summary_raw]
+        self._summary_message = summary_raw
+        self.removed_message_count += cut
+
+    def _choose_cut(self, body: list[Message], target: int, limit: int) -> int | None:
+        """A clean cut near ``target`` within ``[1, limit]``; prefer one where roles alternate."""
+        if limit < 1:
+            return None
+        clean = clean_cuts(body)
+        target = max(1, min(target, limit))
+        forward = [c for c in range(target, limit + 1) if clean[c]]
+        backward = [c for c in range(target - 1, 0, -1) if clean[c]]
+        candidates = forward + backward
+        if not candidates:
+            return None
+        for c in candidates[:8]:  # a nearby cut after which the summary is not followed by its own role
+            if c < len(body) and body[c].role != self.summary_role and not body[c].has_tool_result:
+                return c
+        for c in candidates:
+            if c >= len(body) or not body[c].has_tool_result:
+                return c
+        return candidates[0]
+
+    def _previous_summary(self, messages: Sequence[dict[str, Any]], layout: "_Layout", shape: str) -> Message | None:
+        if not layout.has_summary:
+            return None
+        _, (previous,) = self._parse([messages[layout.pinned]], -1)
+        previous.id, previous.position = None, None
+        previous.metadata = {**previous.metadata, "kind": "summary"}
+        return previous
+
+
+class _Layout:
+    """Where the originals start: after a pinned system message and our summary."""
+
+    __slots__ = ("pinned", "has_summary")
+
+    def __init__(self, pinned: int, has_summary: bool) -> None:
+        self.pinned, self.has_summary = pinned, has_summary
+
+    @property
+    def start(self) -> int:
+        return self.pinned + int(self.has_summary)
+
+    def first_position(self, manager: ConversationManager) -> int:
+        return self.pinned + manager.removed_message_count
