@@ -1,0 +1,87 @@
+"""Throwaway local PostgreSQL (pgvector) and Redis servers for the tests and ``fullrecall bench store``.
+
+Both listen on loopback / a socket in a temporary directory only, and stop when the
+context exits: nothing is left running as a daemon.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from typing import Iterator
+
+REDIS_SERVER = os.environ.get("FULLRECALL_REDIS_SERVER", "redis-server")
+
+
+class ServerUnavailable(RuntimeError):
+    """The server could not be started here (binary or package missing)."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def redis_server(appendfsync: str = "everysec") -> Iterator[str]:
+    """A private ``redis-server`` (AOF on) on a free loopback port; yields its URL."""
+    binary = shutil.which(REDIS_SERVER)
+    if binary is None:
+        raise ServerUnavailable(f"{REDIS_SERVER!r} not found (Debian: apt-get install redis-server)")
+    workdir = tempfile.mkdtemp(prefix="fullrecall-redis-")
+    port = free_port()
+    cmd = [
+        binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir, "--save", "",
+        "--appendonly", "yes", "--appendfsync", appendfsync, "--daemonize", "no", "--loglevel", "warning",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_for_port(port, proc, "redis-server")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[str]:
+    """A private PostgreSQL with pgvector from the ``pgserver`` package; yields its URL."""
+    try:
+        import pgserver  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise ServerUnavailable("the 'pgserver' package is not installed (pip install pgserver)") from exc
+    workdir = tempfile.mkdtemp(prefix="fullrecall-pg-")
+    try:
+        server = pgserver.get_server(workdir, cleanup_mode="stop")
+    except Exception as exc:  # pgserver raises plain exceptions when initdb/pg_ctl fail
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise ServerUnavailable(f"pgserver could not start PostgreSQL: {exc}") from exc
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], name: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            raise ServerUnavailable(f"{name} exited with code {proc.returncode}: {err.strip()[:500]}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return
+        time.sleep(0.05)
+    proc.kill()
+    raise ServerUnavailable(f"{name} did not listen on port {port} within {timeout:.0f} s")

@@ -1,0 +1,402 @@
+"""The behaviour every Store must have, written once and run against every backend.
+
+``test_conformance.py`` runs :class:`StoreConformance` with the ``store``, ``store_url``
+and ``scope`` fixtures of ``conftest.py`` for SQLite, PostgreSQL and Redis. The worker
+functions at the bottom run in child processes (concurrency and crash tests).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import signal
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fullrecall.errors import StoreError
+from fullrecall.stores import Filters, Record, Scope, Store, StoredMessage, open_store
+
+DIM = 16
+
+
+def msg(i: int | str, text: str | None = None, *, role: str = "user", kind: str = "message", **kw: Any) -> StoredMessage:
+    return StoredMessage(
+        id=f"m{i}", role=role, text=text if text is not None else f"message number {i}",
+        data={"role": role, "content": [{"text": text or f"message number {i}"}], "n": i}, kind=kind, **kw,
+    )
+
+
+def unit(seed: int, dim: int = DIM) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=dim).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def ids(results: list[tuple[str, float]]) -> list[str]:
+    return [r[0] for r in results]
+
+
+class StoreConformance:
+    # -- messages ----------------------------------------------------------------
+
+    def test_append_get_range_count_delete(self, store: Store, scope: Scope) -> None:
+        assert store.append(scope, [msg(i) for i in range(5)]) == [0, 1, 2, 3, 4]
+        assert store.append(scope, [msg(5)]) == [5]
+        assert store.count(scope) == 6
+        got = store.get(scope, ["m3", "m1", "nope"])
+        assert [m.id for m in got] == ["m1", "m3"]  # conversation order, unknown skipped
+        assert got[0].position == 1 and got[0].session_id == scope.session_id
+        assert [m.position for m in store.range(scope, 2, 4)] == [2, 3, 4]
+        assert store.range(scope, 10, 20) == []
+        assert store.delete(scope, ["m2", "m4", "nope"]) == 2
+        assert store.count(scope) == 4
+        assert [m.id for m in store.range(scope, 0, 10)] == ["m0", "m1", "m3", "m5"]
+        assert store.append(scope, [msg(6)]) == [6]  # positions are never reused
+
+    def test_message_round_trips_verbatim(self, store: Store, scope: Scope) -> None:
+        data = {"z": 1, "a": [{"text": "naïve café 日本語 🎉"}, {"toolUse": {"input": {"x": None, "y": 1.5}}}], "b": True}
+        m = StoredMessage(id="v1", role="assistant", text="rendered text", data=data, kind="summary",
+                          created_at=1700000000.25, archived_at=1700000001.5, summary_id="sum-1",
+                          metadata={"tokens": 12})
+        store.append(scope, [m])
+        (back,) = store.get(scope, ["v1"])
+        assert back.data == data and list(back.data) == ["z", "a", "b"]  # key order kept
+        assert (back.role, back.text, back.kind, back.summary_id, back.metadata) == (
+            "assistant", "rendered text", "summary", "sum-1", {"tokens": 12})
+        assert (back.created_at, back.archived_at) == (1700000000.25, 1700000001.5)
+
+    def test_append_is_idempotent_on_id(self, store: Store, scope: Scope) -> None:
+        assert store.append(scope, [msg(0), msg(1)]) == [0, 1]
+        assert store.append(scope, [msg(1), msg(2), msg(0)]) == [1, 2, 0]
+        assert store.append(scope, [msg(3), msg(3)]) == [3, 3]
+        assert store.count(scope) == 4
+        changed = dataclasses.replace(msg(1), text="something else")
+        store.append(scope, [changed])
+        assert store.get(scope, ["m1"])[0].text == "message number 1"  # first write wins
+
+    def test_explicit_positions(self, store: Store, scope: Scope) -> None:
+        assert store.append(scope, [msg(0, position=10)]) == [10]
+        assert store.append(scope, [msg(1)]) == [11]  # continues after the highest
+        with pytest.raises(ValueError):
+            store.append(scope, [msg(2, position=10)])  # taken by another id
+        assert store.count(scope) == 2  # the refused write left nothing
+
+    def test_writes_need_a_session_and_valid_input(self, store: Store, scope: Scope) -> None:
+        with pytest.raises(ValueError, match="session"):
+            store.append(Scope(user_id="alice"), [msg(0)])
+        with pytest.raises(ValueError):
+            store.append(scope, [StoredMessage(id="bad", role="user", text="x", data={"f": object()})])
+        with pytest.raises(ValueError):
+            store.append(scope, [msg(0, kind="weird")])
+        assert store.count(scope) == 0
+
+    # -- search --------------------------------------------------------------------
+
+    def _corpus(self, store: Store, scope: Scope) -> None:
+        texts = [
+            "The invoice for the new server arrived today",
+            "Your booking reference is REF-48213, keep it safe",
+            "I went running in the park this morning",
+            "Please book a table for two at the Italian place",
+            "The weather forecast says heavy rain tomorrow",
+            "My reference number for the ticket is REF-99871",
+        ]
+        roles = ["user", "assistant", "user", "user", "assistant", "user"]
+        store.append(scope, [msg(i, t, role=r, created_at=1000.0 + i) for i, (t, r) in enumerate(zip(texts, roles))])
+
+    def test_search_text_finds_keyword_only_hit(self, store: Store, scope: Scope) -> None:
+        self._corpus(store, scope)
+        assert ids(store.search_text(scope, ["REF-48213"], 3))[0] == "m1"
+        assert ids(store.search_text(scope, ["48213"], 3)) == ["m1"]
+        assert "m2" in ids(store.search_text(scope, ["runs"], 3))  # stemmed: runs ~ running
+        hits = store.search_text(scope, ["weather", "invoice"], 10)
+        assert set(ids(hits)) == {"m0", "m4"}  # OR of terms
+        assert all(score > 0 for _, score in hits)
+        assert store.search_text(scope, ["zebra"], 5) == []
+        assert store.search_text(scope, ['"quoted" AND (x OR', "NEAR(", "*"], 5) == []  # no syntax errors
+        assert store.search_text(scope, [], 5) == []
+        assert store.search_text(scope, ["reference"], 1) != []
+        assert len(store.search_text(scope, ["reference"], 1)) == 1
+
+    def test_search_text_ranks_better_matches_first(self, store: Store, scope: Scope) -> None:
+        store.append(scope, [
+            msg("a", "apple banana cherry date elderberry fig grape"),
+            msg("b", "apple apple apple"),
+            msg("c", "nothing relevant here at all"),
+        ])
+        results = store.search_text(scope, ["apple", "banana"], 5)
+        assert set(ids(results)) == {"ma", "mb"}
+        scores = [s for _, s in results]
+        assert scores == sorted(scores, reverse=True)
+
+    def test_search_vectors(self, store: Store, scope: Scope) -> None:
+        store.append(scope, [msg(i) for i in range(20)])
+        vecs = np.stack([unit(i) for i in range(20)])
+        store.set_vectors(scope, [f"m{i}" for i in range(20)], vecs, "test-model")
+        assert store.vector_model(scope) == ("test-model", DIM)
+        hits = store.search_vectors(scope, vecs[7] * 3.0, 5)  # cosine: scale does not matter
+        assert hits[0][0] == "m7" and hits[0][1] == pytest.approx(1.0, abs=1e-4)
+        assert len(hits) == 5
+        expected = np.argsort(-(vecs @ vecs[7]))[:5]
+        assert ids(hits) == [f"m{i}" for i in expected]
+        got = store.get_vectors(scope, ["m3", "m99"])
+        assert list(got) == ["m3"] and np.allclose(got["m3"], vecs[3], atol=1e-6)
+        assert store.search_vectors(scope, vecs[0], 0) == []
+
+    def test_search_sees_other_instances_writes(self, store: Store, store_url: str, scope: Scope) -> None:
+        """Caches (vector matrices, text indexes) notice writes made through another connection/process."""
+        store.append(scope, [msg(i, f"alpha word{i}") for i in range(3)])
+        store.set_vectors(scope, ["m0", "m1", "m2"], np.stack([unit(i) for i in range(3)]), "m")
+        assert ids(store.search_vectors(scope, unit(0), 1)) == ["m0"]
+        assert len(store.search_text(scope, ["alpha"], 10)) == 3
+        other = open_store(store_url)
+        try:
+            other.append(scope, [msg(9, "alpha beta")])
+            other.set_vectors(scope, ["m9"], unit(9)[None], "m")
+            other.delete(scope, ["m0"])
+        finally:
+            other.close()
+        assert ids(store.search_vectors(scope, unit(9), 1)) == ["m9"]
+        assert "m0" not in ids(store.search_vectors(scope, unit(0), 10))
+        assert set(ids(store.search_text(scope, ["alpha"], 10))) == {"m1", "m2", "m9"}
+
+    def test_filters(self, store: Store, scope: Scope) -> None:
+        self._corpus(store, scope)
+        store.append(scope, [msg("s", "summary mentioning the invoice and the rain", kind="summary",
+                                 role="assistant", created_at=2000.0)])
+        all_ids = [f"m{i}" for i in range(6)] + ["ms"]
+        store.set_vectors(scope, all_ids, np.stack([unit(1)] * 7), "m")
+        cases = [
+            (Filters(roles=("user",)), {"m0", "m2", "m3", "m5"}),
+            (Filters(kinds=("summary",)), {"ms"}),
+            (Filters(since=1002.0, until=1004.0), {"m2", "m3", "m4"}),
+            (Filters(exclude_ids=frozenset({"m0", "m1"})), {"m2", "m3", "m4", "m5", "ms"}),
+            (Filters(roles=("assistant",), kinds=("message",)), {"m1", "m4"}),
+        ]
+        words = ["invoice", "reference", "running", "table", "weather", "rain", "summary"]
+        for f, expected in cases:
+            assert set(ids(store.search_vectors(scope, unit(1), 50, f))) == expected, f
+            text_hits = set(ids(store.search_text(scope, words, 50, f)))
+            assert text_hits and text_hits <= expected, f
+
+    # -- scopes ----------------------------------------------------------------------
+
+    def test_scope_isolation(self, store: Store) -> None:
+        tag = uuid.uuid4().hex[:6]
+        a1 = Scope(user_id=f"alice{tag}", session_id="one")
+        a2 = Scope(user_id=f"alice{tag}", session_id="two")
+        b1 = Scope(user_id=f"bob{tag}", session_id="one")  # same session id, other user
+        other_tenant = Scope(tenant=f"acme{tag}", user_id=f"alice{tag}", session_id="one")
+        for n, sc in enumerate((a1, a2, b1, other_tenant)):
+            store.append(sc, [msg(f"{n}", f"secret project falcon {n}")])
+            store.set_vectors(sc, [f"m{n}"], unit(0)[None], "m")
+        assert store.count(a1) == 1 and store.count(Scope(user_id=f"alice{tag}")) == 2
+        assert ids(store.search_text(a1, ["falcon"], 10)) == ["m0"]
+        assert set(ids(store.search_text(Scope(user_id=f"alice{tag}"), ["falcon"], 10))) == {"m0", "m1"}
+        assert ids(store.search_text(b1, ["falcon"], 10)) == ["m2"]
+        assert set(ids(store.search_vectors(Scope(user_id=f"alice{tag}"), unit(0), 10))) == {"m0", "m1"}
+        assert ids(store.search_vectors(other_tenant, unit(0), 10)) == ["m3"]
+        assert store.get(b1, ["m0", "m1"]) == []
+        assert store.delete(b1, ["m0"]) == 0 and store.count(a1) == 1
+        assert store.range(a2, 0, 10)[0].id == "m1"
+
+    # -- state and records -------------------------------------------------------------
+
+    def test_state_and_records(self, store: Store, scope: Scope) -> None:
+        assert store.get_state(scope, "window") is None
+        store.put_state(scope, "window", {"messages": [1, 2], "note": "é"})
+        store.put_state(scope, "window", {"messages": [3]})
+        assert store.get_state(scope, "window") == {"messages": [3]}
+        other = dataclasses.replace(scope, session_id=scope.session_id + "-other")
+        assert store.get_state(other, "window") is None
+
+        user = Scope(user_id=scope.user_id)
+        store.put_record(user, Record(id="r1", namespace="facts", text="likes tea", data={"c": 0.9}), unit(1))
+        store.put_record(scope, Record(id="r2", namespace="facts", text="session fact"))
+        store.put_record(user, Record(id="r3", namespace="procedures", text="always greet"))
+        in_session = {r.id: r for r in store.get_records(scope, "facts")}
+        assert set(in_session) == {"r1", "r2"}  # user-wide records apply in every session
+        assert in_session["r1"].data == {"c": 0.9} and in_session["r1"].text == "likes tea"
+        assert {r.id for r in store.get_records(other, "facts")} == {"r1"}
+        store.put_record(user, Record(id="r1", namespace="facts", text="likes green tea"))
+        assert [r.text for r in store.get_records(user, "facts") if r.id == "r1"] == ["likes green tea"]
+        assert store.delete_record(user, "facts", "r1") is True
+        assert store.delete_record(user, "facts", "r1") is False
+        assert store.get_records(Scope(user_id="somebody-else"), "facts") == []
+
+    # -- forget and stats ----------------------------------------------------------------
+
+    def test_forget_session_and_user(self, store: Store, scope: Scope) -> None:
+        user = Scope(user_id=scope.user_id)
+        s2 = dataclasses.replace(scope, session_id=scope.session_id + "-b")
+        bystander = Scope(user_id="carol", session_id=scope.session_id)
+        for sc in (scope, s2, bystander):
+            store.append(sc, [msg(0, "keep nothing of zanzibar"), msg(1, "summary zanzibar", kind="summary")])
+            store.set_vectors(sc, ["m0", "m1"], np.stack([unit(0), unit(1)]), "m")
+            store.put_state(sc, "window", {"x": 1})
+        store.put_record(user, Record(id="r", namespace="facts", text="zanzibar fact"))
+
+        counts = store.forget(scope)
+        assert counts["messages"] == 1 and counts["summaries"] == 1 and counts["vectors"] == 2
+        assert counts["state"] == 1 and counts.get("records", 0) == 0
+        assert store.count(scope) == 0 and store.get(scope, ["m0", "m1"]) == []
+        assert store.get_vectors(scope, ["m0"]) == {} and store.get_state(scope, "window") is None
+        assert store.search_text(scope, ["zanzibar"], 5) == []
+        assert store.count(s2) == 2
+
+        counts = store.forget(user)
+        assert counts["messages"] == 1 and counts["summaries"] == 1 and counts["records"] == 1
+        assert store.count(user) == 0 and store.get_records(user, "facts") == []
+        assert store.search_vectors(user, unit(0), 5) == [] and store.search_text(user, ["zanzibar"], 5) == []
+        assert store.count(bystander) == 2 and ids(store.search_text(bystander, ["zanzibar"], 5))
+        assert sum(store.forget(user).values()) == 0
+
+    def test_stats(self, store: Store, scope: Scope) -> None:
+        empty = store.stats(scope)
+        assert empty["message_count"] == 0 and empty["text_bytes"] == 0
+        messages = [msg(i, "x" * 100) for i in range(10)]
+        store.append(scope, messages)
+        store.set_vectors(scope, [m.id for m in messages], np.stack([unit(i) for i in range(10)]), "m")
+        stats = store.stats(scope)
+        for key in ("message_count", "text_bytes", "vector_bytes", "index_bytes"):
+            assert isinstance(stats[key], int) and stats[key] >= 0, key
+        assert stats["message_count"] == 10
+        assert stats["text_bytes"] >= 10 * 100 * 2  # text and the verbatim data both hold the 100 chars
+        assert stats["vector_bytes"] >= 10 * DIM * 4
+
+    # -- vector model checks -----------------------------------------------------------
+
+    def test_vector_dimension_and_model_mismatch(self, store: Store, scope: Scope) -> None:
+        store.append(scope, [msg(i) for i in range(3)])
+        assert store.vector_model(scope) is None
+        store.set_vectors(scope, ["m0"], unit(0)[None], "model-a")
+        with pytest.raises(ValueError, match="model"):
+            store.set_vectors(scope, ["m1"], unit(1, 32)[None], "model-a")  # other dimension
+        with pytest.raises(ValueError, match="model"):
+            store.set_vectors(scope, ["m1"], unit(1)[None], "model-b")  # same dimension, other model
+        with pytest.raises(ValueError):
+            store.set_vectors(scope, ["m1", "m2"], unit(1)[None], "model-a")  # 2 ids, 1 vector
+        with pytest.raises(ValueError):
+            store.set_vectors(scope, ["unknown"], unit(1)[None], "model-a")
+        with pytest.raises(ValueError, match="dimension"):
+            store.search_vectors(scope, unit(0, 32), 3)
+        assert store.vector_model(scope) == ("model-a", DIM)
+        assert list(store.get_vectors(scope, ["m0", "m1"])) == ["m0"]
+
+    def test_reopen_keeps_everything(self, store: Store, store_url: str, scope: Scope) -> None:
+        store.append(scope, [msg(i) for i in range(3)])
+        store.put_state(scope, "k", {"v": 1})
+        store.close()
+        again = open_store(store_url)
+        try:
+            assert again.count(scope) == 3 and again.get_state(scope, "k") == {"v": 1}
+            assert again.append(scope, [msg(3)]) == [3]
+        finally:
+            again.close()
+
+    # -- invariants (hypothesis) ------------------------------------------------------------
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(batches=st.lists(st.lists(st.integers(0, 12), max_size=5), min_size=1, max_size=6))
+    def test_positions_are_contiguous_and_ids_unique(self, store: Store, batches: list[list[int]]) -> None:
+        sc = Scope(user_id="hyp", session_id=uuid.uuid4().hex)
+        first_position: dict[str, int] = {}
+        for batch in batches:
+            positions = store.append(sc, [msg(i) for i in batch])
+            for i, p in zip(batch, positions):
+                assert first_position.setdefault(f"m{i}", p) == p  # same id, same position, always
+        stored = store.range(sc, 0, 10_000)
+        assert [m.position for m in stored] == list(range(len(first_position)))
+        assert sorted(m.id for m in stored) == sorted(first_position)
+        assert store.count(sc) == len(first_position)
+
+    # -- processes -------------------------------------------------------------------------
+
+    def test_two_processes_append_to_one_session(self, store: Store, store_url: str, scope: Scope) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        start = ctx.Event()
+        n = 60
+        workers = [ctx.Process(target=append_worker, args=(store_url, scope, f"w{w}", n, start)) for w in range(2)]
+        for p in workers:
+            p.start()
+        start.set()
+        for p in workers:
+            p.join(120)
+            assert p.exitcode == 0, f"worker exited with {p.exitcode}"
+        stored = store.range(scope, 0, 10**6)
+        assert sorted(m.id for m in stored) == sorted(f"w{w}-{i}" for w in range(2) for i in range(n))
+        assert [m.position for m in stored] == list(range(2 * n))  # unique and contiguous
+        for w in range(2):  # each writer's messages keep their own order
+            mine = [m for m in stored if m.id.startswith(f"w{w}-")]
+            assert [m.id for m in mine] == [f"w{w}-{i}" for i in range(n)]
+
+    def test_sigkill_mid_write_loses_nothing_acknowledged(self, store: Store, store_url: str, scope: Scope) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        reader, writer = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=ack_worker, args=(store_url, scope, writer))
+        p.start()
+        writer.close()
+        acked: list[str] = []
+        deadline = time.monotonic() + 60
+        while len(acked) < 40 and time.monotonic() < deadline:
+            if reader.poll(1):
+                acked.append(reader.recv())
+        os.kill(p.pid, signal.SIGKILL)  # while it is in the middle of more appends
+        p.join(10)
+        while reader.poll(0.2):
+            try:
+                acked.append(reader.recv())
+            except EOFError:
+                break
+        assert p.exitcode == -signal.SIGKILL and len(acked) >= 40
+        check = ctx.Process(target=reopen_worker, args=(store_url, scope, acked))
+        check.start()
+        check.join(60)
+        assert check.exitcode == 0, "a fresh process could not reopen the store or missed acknowledged messages"
+        present = {m.id for m in store.get(scope, acked)}
+        assert present == set(acked)
+        assert store.append(scope, [msg("after")])[0] >= len(acked)
+
+    # -- errors ------------------------------------------------------------------------------
+
+    def test_closed_store_refuses(self, store: Store, scope: Scope) -> None:
+        store.close()
+        with pytest.raises(StoreError):
+            store.append(scope, [msg(0)])
+
+
+# -- child-process workers (module level so "spawn" can import them) -------------------------
+
+
+def append_worker(url: str, scope: Scope, prefix: str, n: int, start: Any) -> None:
+    store = open_store(url)
+    start.wait(30)
+    for i in range(n):
+        store.append(scope, [StoredMessage(id=f"{prefix}-{i}", role="user", text=f"{prefix} {i}", data={"i": i})])
+    store.close()
+
+
+def ack_worker(url: str, scope: Scope, conn: Any) -> None:
+    store = open_store(url)
+    i = 0
+    while True:
+        batch = [StoredMessage(id=f"k{i}-{j}", role="user", text=f"crash test {i} {j}", data={"i": i}) for j in range(3)]
+        store.append(scope, batch)
+        for m in batch:
+            conn.send(m.id)  # acknowledged only after append returned
+        i += 1
+
+
+def reopen_worker(url: str, scope: Scope, acked: list[str]) -> None:
+    store = open_store(url)
+    missing = set(acked) - {m.id for m in store.get(scope, acked)}
+    store.append(scope, [StoredMessage(id=f"reopen-{uuid.uuid4().hex}", role="user", text="after crash", data={})])
+    store.close()
+    if missing:
+        raise SystemExit(f"missing acknowledged ids: {sorted(missing)[:5]}")
