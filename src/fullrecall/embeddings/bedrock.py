@@ -1,0 +1,100 @@
+"""Amazon Bedrock embeddings (Titan v1/v2, Cohere English v3) through boto3's ``invoke_model``.
+
+Titan embeds one text a request, so batches go out on a small thread pool;
+Cohere takes up to 96 texts a request and distinguishes documents from queries.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import EmbeddingError
+from .base import batched, empty, l2_normalize
+
+TITAN_V1 = "amazon.titan-embed-text-v1"
+TITAN_V2 = "amazon.titan-embed-text-v2:0"
+COHERE_EN_V3 = "cohere.embed-english-v3"
+MODELS = {TITAN_V1: 1536, TITAN_V2: 1024, COHERE_EN_V3: 1024}
+TITAN_V2_DIMENSIONS = (256, 512, 1024)
+COHERE_BATCH = 96
+
+
+class BedrockEmbedder:
+    """``bedrock:<model id>``; ``client`` may be given (tests pass a Stubber-wrapped one)."""
+
+    def __init__(
+        self,
+        model_id: str,
+        *,
+        aws_region: str | None = None,
+        embedding_dimensions: int | None = None,
+        client: Any = None,
+        max_workers: int = 8,
+    ) -> None:
+        if model_id not in MODELS:
+            raise ValueError(f"unsupported Bedrock embedding model {model_id!r}; supported: {sorted(MODELS)}")
+        if embedding_dimensions is not None:
+            if model_id != TITAN_V2:
+                if embedding_dimensions != MODELS[model_id]:
+                    raise ValueError(f"{model_id} has a fixed dimension of {MODELS[model_id]}")
+            elif embedding_dimensions not in TITAN_V2_DIMENSIONS:
+                raise ValueError(f"{TITAN_V2} supports dimensions {TITAN_V2_DIMENSIONS}, not {embedding_dimensions}")
+        self.model_id = model_id
+        self.dimension = int(embedding_dimensions or MODELS[model_id])
+        self.name = f"bedrock:{model_id}" + (f"@{self.dimension}" if model_id == TITAN_V2 else "")
+        self.max_workers = max_workers
+        if client is None:
+            try:
+                import boto3
+            except ImportError as exc:  # pragma: no cover
+                raise EmbeddingError("Bedrock embeddings need boto3: pip install 'fullrecall[bedrock]'") from exc
+            client = boto3.client("bedrock-runtime", region_name=aws_region) if aws_region else boto3.client("bedrock-runtime")
+        self._client = client
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._embed(list(texts), "search_document")
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Cohere embeds questions differently from documents; Titan does not."""
+        return self._embed(list(texts), "search_query")
+
+    def _embed(self, texts: list[str], input_type: str) -> np.ndarray:
+        if not texts:
+            return empty(self.dimension)
+        if self.model_id == COHERE_EN_V3:
+            rows: list[list[float]] = []
+            for chunk in batched(texts, COHERE_BATCH):
+                body = {"texts": list(chunk), "input_type": input_type, "truncate": "END"}
+                rows += self._invoke(body)["embeddings"]
+        elif len(texts) == 1 or self.max_workers <= 1:
+            rows = [self._titan(t) for t in texts]
+        else:
+            with ThreadPoolExecutor(max_workers=min(self.max_workers, len(texts))) as pool:
+                rows = list(pool.map(self._titan, texts))
+        vectors = np.asarray(rows, dtype=np.float32)
+        if vectors.shape != (len(texts), self.dimension):
+            raise EmbeddingError(f"{self.name} returned vectors of shape {vectors.shape}, expected ({len(texts)}, {self.dimension})")
+        return l2_normalize(vectors)
+
+    def _titan(self, text: str) -> list[float]:
+        body: dict[str, Any] = {"inputText": text}
+        if self.model_id == TITAN_V2:
+            body.update(dimensions=self.dimension, normalize=True)
+        return self._invoke(body)["embedding"]
+
+    def _invoke(self, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            response = self._client.invoke_model(
+                modelId=self.model_id, body=json.dumps(body), contentType="application/json", accept="application/json"
+            )
+            raw = response["body"].read()
+        except Exception as exc:  # botocore raises many kinds; keep the cause
+            raise EmbeddingError(f"Bedrock {self.model_id} embedding request failed: {exc}") from exc
+        return json.loads(raw)
+
+    def __repr__(self) -> str:
+        return f"BedrockEmbedder({self.name!r}, dimension={self.dimension})"

@@ -1,0 +1,88 @@
+"""Any OpenAI-compatible ``/v1/embeddings`` endpoint (OpenAI, vLLM, Ollama, LiteLLM, TEI...) over httpx.
+
+Configuration: ``base_url`` / ``api_key`` arguments, else the ``OPENAI_BASE_URL``
+and ``OPENAI_API_KEY`` environment variables (base URL default
+``https://api.openai.com/v1``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import EmbeddingError
+from .base import batched, empty, l2_normalize
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+class OpenAIEmbedder:
+    """``openai:<model>``; texts go out ``batch_size`` at a time, one request each."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        embedding_dimensions: int | None = None,
+        batch_size: int = 256,
+        timeout: float = 60.0,
+    ) -> None:
+        try:
+            import httpx
+        except ImportError as exc:  # pragma: no cover
+            raise EmbeddingError("OpenAI-compatible embeddings need httpx: pip install 'fullrecall[openai]'") from exc
+        self.model = model
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        self._dimensions_arg = embedding_dimensions
+        self._dimension = embedding_dimensions
+        self.batch_size = batch_size
+        self.name = f"openai:{model}" + (f"@{embedding_dimensions}" if embedding_dimensions else "")
+
+    @property
+    def dimension(self) -> int:
+        """Known from ``embedding_dimensions``, else learnt from one probe request."""
+        if self._dimension is None:
+            self._dimension = int(self._request(["dimension probe"]).shape[1])
+        return self._dimension
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return empty(self.dimension)
+        out = np.concatenate([self._request(list(chunk)) for chunk in batched(texts, self.batch_size)])
+        return l2_normalize(out)
+
+    def _request(self, texts: list[str]) -> np.ndarray:
+        payload: dict[str, Any] = {"model": self.model, "input": texts, "encoding_format": "float"}
+        if self._dimensions_arg:
+            payload["dimensions"] = self._dimensions_arg
+        try:
+            response = self._client.post("/embeddings", json=payload)
+        except Exception as exc:
+            raise EmbeddingError(f"embedding request to {self.base_url} failed: {exc}") from exc
+        if response.status_code != 200:
+            raise EmbeddingError(f"embedding request to {self.base_url} failed: HTTP {response.status_code}: {response.text[:300]}")
+        try:
+            data = sorted(response.json()["data"], key=lambda d: d["index"])
+            vectors = np.asarray([d["embedding"] for d in data], dtype=np.float32)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EmbeddingError(f"unexpected embeddings response from {self.base_url}: {response.text[:300]}") from exc
+        if vectors.ndim != 2 or vectors.shape[0] != len(texts):
+            raise EmbeddingError(f"{self.name} returned {vectors.shape[0]} vectors for {len(texts)} texts")
+        if self._dimension is not None and vectors.shape[1] != self._dimension:
+            raise EmbeddingError(f"{self.name} returned dimension {vectors.shape[1]}, expected {self._dimension}")
+        self._dimension = int(vectors.shape[1])
+        return vectors
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __repr__(self) -> str:
+        return f"OpenAIEmbedder({self.name!r}, base_url={self.base_url!r})"
