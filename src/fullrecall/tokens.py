@@ -84,19 +84,28 @@ def _dumps(value: Any) -> str:
 
 _MIXED = re.compile(r"[A-Za-z0-9]*(?:[A-Za-z][0-9]|[0-9][A-Za-z])[A-Za-z0-9]*")  # ids, hashes
 _WORD = re.compile(r"[A-Za-z]+")
+_CASE_CHANGE = re.compile(r"[a-z][A-Z]")  # camelCase splits into more tokens
 _DIGITS = re.compile(r"\d+")
+_SPACED = re.compile(r"(?<=\s)[\d\s]")  # a space before a digit or another space is a token of its own
 _PUNCT = re.compile(r"[!-/:-@\[-`{-~]")
 _NEWLINES = re.compile(r"\n+")
-_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+# Scripts BPE vocabularies cover well: about half a token per UTF-8 byte. Elsewhere
+# (rare scripts, emoji, symbols) tokenizers fall back to one token per byte.
+_COMMON_NON_ASCII = re.compile(
+    "[\u00a0-\u024f\u0370-\u052f\u0590-\u06ff\u0900-\u097f\u0e00-\u0e7f"
+    "\u3000-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef]+"
+)
+_OTHER_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 
 
 class EstimatingTokenCounter(_MessageCounting):
     """A conservative estimate for when no tokenizer is installed.
 
-    Words: one token per started 4 letters; digits: one per started 3; runs
+    Words: one token per started 5 letters; digits: one per started 3; runs
     mixing letters and digits (ids, hashes): three per 4 characters; each
     punctuation mark and newline run: one; non-ASCII: half a token per UTF-8
-    byte; plus one per text. On English prose it reads about 1.2x the exact cl100k count; it is
+    byte in well-covered scripts (Latin, Greek, Cyrillic, Hebrew, Arabic,
+    Devanagari, Thai, CJK, Hangul), one per byte elsewhere; plus one per text. On English prose it reads about 1.2x the exact cl100k count; it is
     meant to be safe (>= exact) for every script, for code and for JSON.
     """
 
@@ -111,10 +120,11 @@ class EstimatingTokenCounter(_MessageCounting):
             text = _MIXED.sub(" ", text)
         words = _WORD.findall(text)
         digits = _DIGITS.findall(text)
-        total += sum((len(w) + 3) // 4 for w in words)
-        total += sum((len(d) + 2) // 3 for d in digits)
+        total += sum((len(w) + 4) // 5 for w in words) + len(_CASE_CHANGE.findall(text))
+        total += sum((len(d) + 2) // 3 for d in digits) + len(_SPACED.findall(text))
         total += len(_PUNCT.findall(text)) + len(_NEWLINES.findall(text))
-        total += sum((len(run.encode("utf-8")) + 1) // 2 for run in _NON_ASCII.findall(text))
+        total += sum((len(run.encode("utf-8")) + 1) // 2 for run in _COMMON_NON_ASCII.findall(text))
+        total += sum(len(run.encode("utf-8")) for run in _OTHER_NON_ASCII.findall(_COMMON_NON_ASCII.sub("", text)))
         return total
 
 

@@ -22,6 +22,7 @@ log = logging.getLogger("fullrecall.window")
 SummarizerLike = Any  # an object with .summarize(messages, previous_summary) or a callable
 SUMMARY_ROLES = ("user", "assistant", "system")
 FALLBACKS = (None, "sliding_window")
+SHORTENED_NOTICE = "[summary shortened to fit its token budget]"
 
 
 class SummarizingConversationManager(ConversationManager):
@@ -104,18 +105,23 @@ class SummarizingConversationManager(ConversationManager):
         count = self.token_counter.count
         if count(text) <= self.max_summary_tokens:
             return text
-        lines, kept = text.splitlines(), []
-        for line in lines:
-            if count("\n".join(kept + [line])) > self.max_summary_tokens - 8:
+        budget = self.max_summary_tokens - count("\n" + SHORTENED_NOTICE)
+        kept: list[str] = []
+        used = 0
+        for line in text.splitlines():
+            cost = count(line) + 1  # the newline joining it
+            if used + cost > budget:
                 break
             kept.append(line)
-        if not kept:  # one huge line: cut by characters
+            used += cost
+        body = "\n".join(kept)
+        if not kept or count(body) > budget:  # one huge line, or a tokenizer that merges across lines
             lo, hi = 0, len(text)
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                lo, hi = (mid, hi) if count(text[:mid]) <= self.max_summary_tokens - 8 else (lo, mid - 1)
-            kept = [text[:lo]]
-        return "\n".join(kept) + "\n[summary shortened to fit its token budget]"
+                lo, hi = (mid, hi) if count(text[:mid]) <= budget else (lo, mid - 1)
+            body = text[:lo]
+        return f"{body}\n{SHORTENED_NOTICE}"
 
     # -- state -----------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Sets up everything fullrecall and its tests need on a fresh machine:
+# the redis-server binary (Debian), a virtual environment with every extra,
+# and the offline ONNX export of the default embedding model.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  else
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  fi
+fi
+
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+# The CPU build of torch first, so sentence-transformers does not pull a CUDA build.
+python -m pip install -q "torch==2.13.0"
+python -m pip install -q -e ".[all,test]"
+# Export the default embedding model to ONNX once (fast, offline recall path).
+python -m fullrecall.embeddings prepare >/dev/null 2>&1 || echo "note: ONNX export skipped (see 'python -m fullrecall.embeddings prepare')"

@@ -1,0 +1,98 @@
+"""The message model: shapes detected, parsed losslessly, bad input named precisely."""
+
+import json
+
+import pytest
+
+from fullrecall import MessageFormatError
+from fullrecall.messages import detect_shape, parse_messages, render_message, render_messages
+from fullrecall.messages.model import OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+
+CONVERSE = [
+    {"role": "user", "content": [{"text": "weather?"}, {"image": {"format": "png", "source": {"bytes": "..."}}}],
+     "metadata": {"usage": {"inputTokens": 3}}, "tracking_id": "t-1"},
+    {"role": "assistant", "content": [{"toolUse": {"toolUseId": "tu1", "name": "weather", "input": {"city": "Oslo"}}}]},
+    {"role": "user", "content": [{"toolResult": {"toolUseId": "tu1", "status": "error", "content": [{"text": "down"}, {"json": {"a": 1}}]}}]},
+]
+OPENAI = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": "data:..."}}], "name": "ann"},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "42"},
+]
+ANTHROPIC = [
+    {"role": "user", "content": "hello"},
+    {"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm", "signature": "s"},
+                                      {"type": "tool_use", "id": "toolu_1", "name": "calc", "input": {"e": "1+1"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "2", "is_error": False}]},
+]
+
+
+@pytest.mark.parametrize("messages,shape", [(CONVERSE, "converse"), (OPENAI, "openai"), (ANTHROPIC, "anthropic")])
+def test_detect_parse_render_round_trip(messages, shape):
+    assert detect_shape(messages) == shape
+    detected, parsed = parse_messages(messages)
+    assert detected == shape
+    assert render_messages(parsed, shape) == messages
+    for msg in parsed:
+        msg.changed = True  # force a fresh rendering: still the same dicts
+    assert json.loads(json.dumps(render_messages(parsed, shape))) == messages
+
+
+def test_typed_view_of_each_shape():
+    _, conv = parse_messages(CONVERSE)
+    assert isinstance(conv[0].content[1], OpaqueBlock) and conv[0].content[1].kind == "image"
+    assert conv[1].content[0] == ToolUseBlock("tu1", "weather", {"city": "Oslo"})
+    result = conv[2].content[0]
+    assert isinstance(result, ToolResultBlock) and result.status == "error" and result.content[0] == TextBlock("down")
+    assert conv[0].metadata == {"usage": {"inputTokens": 3}}
+    _, oa = parse_messages(OPENAI)
+    assert oa[2].tool_use_ids == ["c1"] and oa[2].content[0].input == {"x": 1}
+    assert oa[3].role == "tool" and oa[3].tool_result_ids == ["c1"]
+    _, an = parse_messages(ANTHROPIC)
+    assert an[1].tool_use_ids == ["toolu_1"] and an[2].tool_result_ids == ["toolu_1"]
+    assert "[tool call calc" in an[1].text and "2" in an[2].text
+
+
+def test_cross_shape_conversion_keeps_tool_pairs():
+    _, conv = parse_messages(CONVERSE)
+    as_openai = render_messages(conv, "openai")
+    _, back = parse_messages(as_openai)
+    assert back[1].tool_use_ids == ["tu1"] and back[2].tool_result_ids == ["tu1"]
+    as_anthropic = render_messages(conv, "anthropic")
+    assert as_anthropic[1]["content"][0] == {"type": "tool_use", "id": "tu1", "name": "weather", "input": {"city": "Oslo"}}
+
+
+def test_broken_tool_arguments_are_kept_as_given():
+    msg = {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}
+    _, (parsed,) = parse_messages([msg])
+    assert parsed.content[0].input == "{oops"
+    parsed.changed = True
+    assert render_message(parsed, "openai") == msg
+
+
+@pytest.mark.parametrize("messages,needle", [
+    ([{"content": "x"}], "message 0: 'role' is missing"),
+    ([{"role": "user", "content": "ok"}, {"role": "robot", "content": "x"}], "message 1: 'role' must be one of"),
+    ([{"role": "user", "content": [{"text": 5}]}], "message 0: 'content[0].text' must be a string"),
+    ([{"role": "user", "content": [{"text": b"bytes"}]}], "must be str, got bytes"),
+    ([{"role": "user", "content": "bad \udcff surrogate"}], "not valid UTF-8"),
+    ([{"role": "assistant", "content": [{"toolUse": {"name": "f"}}]}], "message 0: 'content[0].toolUse.toolUseId' is missing"),
+    ([{"role": "tool", "content": "x"}], "message 0: 'message.tool_call_id' is missing"),
+    ([{"role": "user", "content": [{"text": "a"}]}, {"role": "tool", "tool_call_id": "c", "content": "x"}], "message 1: its shape (openai) differs"),
+    (["not a dict"], "message 0: expected a dict"),
+    ([{"role": "user", "content": 7}], "message 0: 'content' must be"),
+])
+def test_malformed_messages_name_index_and_field(messages, needle):
+    with pytest.raises(MessageFormatError) as info:
+        parse_messages(messages)
+    assert needle in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_huge_message_is_refused_with_its_size(monkeypatch):
+    import fullrecall.messages.formats as formats
+
+    monkeypatch.setattr(formats, "MAX_MESSAGE_BYTES", 1000)
+    with pytest.raises(MessageFormatError, match=r"message 0: 'content' is 2,000 bytes, over the 1,000-byte limit"):
+        parse_messages([{"role": "user", "content": "x" * 2000}])

@@ -1,0 +1,83 @@
+"""Token counting: the estimate never undercounts; exact counters agree with the encodings."""
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fullrecall.messages import parse_messages
+from fullrecall.tokens import EstimatingTokenCounter, HuggingFaceTokenCounter, TiktokenCounter, default_token_counter
+
+SAMPLES = [
+    "我们今天讨论了数据结构和算法，特别是链表和哈希表的实现细节。",
+    "今日はデータ構造について話しました。ハッシュテーブルの実装はとても重要です。",
+    "Сегодня мы обсуждали структуры данных и алгоритмы сортировки.",
+    "def foo(x: int) -> dict[str, int]:\n    return {\"a\": x ** 2, 'b': [i for i in range(10)]}\n",
+    json.dumps({"toolUseId": "tooluse_abc123XYZ", "input": {"query": "weather in Paris", "days": [1, 2, 3]}}),
+    "Great job 🎉🎉🚀 see https://example.com/path?q=1&x=2 👍🏽 ❤️",
+    "sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "مرحبا بكم في هذا الاختبار للنصوص العربية",
+    "यह एक परीक्षण वाक्य है जो हिंदी में लिखा गया है",
+    "Bye!",
+]
+
+
+@pytest.fixture(scope="module")
+def exact():
+    return [TiktokenCounter("cl100k_base"), TiktokenCounter("o200k_base")]
+
+
+@pytest.mark.parametrize("text", SAMPLES)
+def test_estimate_is_safe_for_every_script_code_and_json(text, exact):
+    estimate = EstimatingTokenCounter().count(text)
+    assert estimate >= max(c.count(text) for c in exact)
+
+
+WORDS = ("the", "memory", "agent", "recall", "summary", "Paris", "Oslo", "getUserById", "max_context_tokens",
+         "HTTPServer", "kubectl", "naïve", "café", "données", "GPT-4o", "RTX", "citation", "[3]", "#42", "v2.1.0")
+words = st.sampled_from(WORDS) | st.integers(0, 10**12).map(str)
+prose = st.lists(words, min_size=1, max_size=30).map(" ".join)
+json_docs = st.recursive(words | st.integers() | st.booleans(), lambda inner: st.lists(inner, max_size=4)
+                         | st.dictionaries(st.sampled_from(WORDS), inner, max_size=4)).map(json.dumps)
+code = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(lambda ws: f"def {ws[0].replace('-', '_')}(x):\n    return {ws!r}\n")
+rare_text = st.text(alphabet=st.characters(min_codepoint=0x10000, max_codepoint=0x1FFFF, exclude_categories=("Cs", "Co", "Cn")), max_size=20)
+mixed_text = st.lists(st.sampled_from(SAMPLES) | prose | json_docs | code | rare_text, min_size=1, max_size=6).map("\n".join)
+
+
+@given(mixed_text)
+def test_estimate_never_undercounts_random_text(text):
+    exact = TiktokenCounter("cl100k_base")
+    assert EstimatingTokenCounter().count(text) >= exact.count(text)
+
+
+def test_estimate_is_not_wildly_high_on_english(exact):
+    text = "The quick brown fox jumps over the lazy dog while the committee discusses the quarterly budget. " * 5
+    assert EstimatingTokenCounter().count(text) <= 1.6 * exact[0].count(text)
+
+
+def test_message_counts_include_tool_blocks_and_are_cached():
+    counter = EstimatingTokenCounter()
+    msg = {"role": "assistant", "content": [{"toolUse": {"toolUseId": "t", "name": "search", "input": {"q": "word " * 200}}}]}
+    (parsed,) = parse_messages([msg])[1]
+    first = counter.count_message(parsed)
+    assert first > 200
+    (again,) = parse_messages([msg])[1]
+    counter.count = lambda text: 0  # a cache hit does not count again
+    assert counter.count_message(again) == first
+
+
+def test_hugging_face_tokenizer_json(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"hello": 0, "world": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    counter = default_token_counter(str(path))
+    assert isinstance(counter, HuggingFaceTokenCounter) and counter.count("hello world again") == 3
+
+
+def test_unknown_encoding_is_a_clear_error():
+    with pytest.raises(ValueError, match="no offline tokenizer for encoding 'nope'"):
+        TiktokenCounter("nope")

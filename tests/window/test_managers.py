@@ -1,0 +1,216 @@
+"""Edge cases of the window managers (those the Strands SDK handles, and those users hit)."""
+
+import pytest
+
+from fullrecall import (
+    ArchiveError,
+    ContextWindowOverflowError,
+    NullConversationManager,
+    SlidingWindowConversationManager,
+    SummarizingConversationManager,
+)
+
+
+def user(text):
+    return {"role": "user", "content": [{"text": text}]}
+
+
+def assistant(text):
+    return {"role": "assistant", "content": [{"text": text}]}
+
+
+def tool_call(tid, name="calc"):
+    return {"role": "assistant", "content": [{"toolUse": {"toolUseId": tid, "name": name, "input": {}}}]}
+
+
+def tool_result(tid, text="ok"):
+    return {"role": "user", "content": [{"toolResult": {"toolUseId": tid, "status": "success", "content": [{"text": text}]}}]}
+
+
+def chat(n):
+    return [m for i in range(n) for m in (user(f"q{i}"), assistant(f"a{i}"))]
+
+
+def test_null_manager_changes_nothing_and_reraises_on_overflow():
+    messages = chat(30)
+    manager = NullConversationManager()
+    assert manager.apply_management(messages) is messages and len(messages) == 60
+    with pytest.raises(ContextWindowOverflowError) as info:
+        manager.reduce_context(messages, RuntimeError("too long"))
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_sliding_window_keeps_last_messages_starting_with_user():
+    messages = chat(10)
+    removed = []
+    SlidingWindowConversationManager(window_size=5, on_remove=removed.append).apply_management(messages)
+    assert messages == chat(10)[16:]  # 5 would start with an assistant turn: the cut moves to the next user turn
+    assert [m.position for m in removed[0].messages] == list(range(16))
+
+
+def test_sliding_window_never_starts_with_an_orphaned_tool_result():
+    messages = [user("q"), tool_call("t1"), tool_result("t1"), tool_call("t2"), tool_result("t2"), assistant("done"), user("next"), assistant("ok")]
+    manager = SlidingWindowConversationManager(window_size=4)
+    manager.apply_management(messages)
+    assert messages[0] == user("next") and manager.removed_message_count == 6
+
+
+def test_sliding_window_raises_when_no_valid_cut_exists_and_keeps_everything():
+    messages = [user("q"), tool_call("t1"), tool_result("t1"), tool_call("t2"), tool_result("t2"), assistant("done")]
+    before = list(messages)
+    manager = SlidingWindowConversationManager(window_size=2, should_truncate_results=False)
+    with pytest.raises(ContextWindowOverflowError, match="starts a valid window"):
+        manager.reduce_context(messages, RuntimeError("overflow"))
+    assert messages == before and manager.removed_message_count == 0
+    manager.apply_management(messages)  # after a turn: over the size, but no valid cut: nothing lost
+    assert messages == before
+
+
+def test_overflow_shortens_oldest_big_tool_result_once_then_trims():
+    big = "HEAD" + "x" * 10_000 + "TAIL"
+    messages = [user("q"), tool_call("t1"), tool_result("t1", big), assistant("a"), user("q2"), tool_call("t2"), tool_result("t2", big), assistant("b")]
+    events = []
+    manager = SlidingWindowConversationManager(window_size=40, max_tool_result_chars=1000, on_remove=events.append)
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    text = messages[2]["content"][0]["toolResult"]["content"][0]["text"]
+    assert text.startswith("HEAD") and text.endswith("TAIL") and "fullrecall cut 9,008 characters" in text
+    assert events[0].reason == "truncated" and events[0].messages[0].raw["content"][0]["toolResult"]["content"][0]["text"] == big
+    assert messages[6]["content"][0]["toolResult"]["content"][0]["text"] == big  # only the oldest first
+    manager.reduce_context(messages, RuntimeError("overflow"))  # now the second one
+    manager.reduce_context(messages, RuntimeError("overflow"))  # nothing left to shorten: trims
+    assert manager.removed_message_count == 4 and messages[0] == user("q2")
+    assert [e.reason for e in events] == ["truncated", "truncated", "trimmed"]
+
+
+def test_images_in_tool_results_become_placeholders():
+    result = {"role": "user", "content": [{"toolResult": {"toolUseId": "t", "status": "success", "content": [{"image": {"format": "png", "source": {"bytes": "AAAA"}}}]}}]}
+    messages = [user("q"), tool_call("t"), result, assistant("a")]
+    SlidingWindowConversationManager().reduce_context(messages, RuntimeError("overflow"))
+    assert "image removed from the window by fullrecall" in messages[2]["content"][0]["toolResult"]["content"][0]["text"]
+
+
+def test_failed_archive_keeps_every_message():
+    def broken(event):
+        raise OSError("disk full")
+
+    messages = chat(10)
+    manager = SlidingWindowConversationManager(window_size=4, on_remove=broken)
+    with pytest.raises(ArchiveError, match="disk full.*stay in the window"):
+        manager.apply_management(messages)
+    assert messages == chat(10) and manager.removed_message_count == 0
+
+
+def test_summarizing_parameters_are_checked_and_clamped():
+    with pytest.raises(ValueError, match="either summarizer or summarization_system_prompt"):
+        SummarizingConversationManager(summarizer=lambda m, p: "s", summarization_system_prompt="x")
+    assert SummarizingConversationManager(summary_ratio=5).summary_ratio == 0.8
+    assert SummarizingConversationManager(summary_ratio=0).summary_ratio == 0.1
+    with pytest.raises(ValueError, match="summary_role"):
+        SummarizingConversationManager(summary_role="robot")
+    with pytest.raises(ValueError, match="fallback"):
+        SummarizingConversationManager(fallback="drop")
+
+
+def test_summary_replaces_oldest_and_folds_previous_summary():
+    seen = []
+
+    def summarizer(messages, previous):
+        seen.append(([m.position for m in messages], previous))
+        return f"S{len(seen)}"
+
+    events = []
+    messages = chat(10)
+    manager = SummarizingConversationManager(summarizer=summarizer, summary_ratio=0.5, preserve_recent_messages=4, on_remove=events.append)
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    assert messages[0] == {"role": "user", "content": [{"text": "S1"}]} and messages[1] == assistant("a5")
+    assert seen[0] == (list(range(11)), None) and manager.removed_message_count == 11
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    assert seen[1][1] == "S1" and messages[0]["content"][0]["text"] == "S2"
+    assert events[1].replaced_summary.text == "S1" and events[1].replaced_summary.position is None
+    assert manager.removed_message_count == sum(len(e.messages) for e in events)
+
+
+def test_summarizing_never_splits_tool_pairs():
+    messages = [user("q"), tool_call("t1"), tool_result("t1"), tool_call("t2"), tool_result("t2"), assistant("a")] + chat(3)
+    manager = SummarizingConversationManager(summarizer=lambda m, p: "S", summary_ratio=0.2, preserve_recent_messages=2)
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    assert manager.removed_message_count in (3, 5, 6)
+    assert not ("toolResult" in messages[1]["content"][0])
+
+
+def test_summarizing_raises_when_everything_is_preserved():
+    messages = chat(3)
+    manager = SummarizingConversationManager(summarizer=lambda m, p: "S", preserve_recent_messages=10)
+    with pytest.raises(ContextWindowOverflowError, match="must be preserved"):
+        manager.reduce_context(messages, RuntimeError("overflow"))
+    assert messages == chat(3)
+
+
+def test_summarizer_failure_keeps_messages_and_raises_original_error():
+    def failing(messages, previous):
+        raise TimeoutError("model timed out")
+
+    messages = chat(10)
+    overflow = RuntimeError("context overflow")
+    manager = SummarizingConversationManager(summarizer=failing, preserve_recent_messages=2)
+    with pytest.raises(RuntimeError) as info:
+        manager.reduce_context(messages, overflow)
+    assert info.value is overflow and isinstance(info.value.__cause__, TimeoutError)
+    assert messages == chat(10) and manager.removed_message_count == 0
+
+
+def test_summarizer_failure_with_sliding_window_fallback_archives_then_drops():
+    events = []
+    messages = chat(10)
+    manager = SummarizingConversationManager(summarizer=lambda m, p: "", preserve_recent_messages=2, fallback="sliding_window", on_remove=events.append)
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    assert events[0].reason == "fallback" and manager.removed_message_count == len(events[0].messages) > 0
+    assert messages == chat(10)[manager.removed_message_count:]
+
+
+def test_system_message_is_pinned_and_summary_role_system():
+    messages = [{"role": "system", "content": "rules"}] + [{"role": r, "content": f"{r}{i}"} for i in range(6) for r in ("user", "assistant")]
+    manager = SummarizingConversationManager(summarizer=lambda m, p: "S", max_history_turns=2, summary_role="system", preserve_recent_messages=0)
+    manager.apply_management(messages)
+    assert messages[0] == {"role": "system", "content": "rules"}
+    assert messages[1] == {"role": "system", "content": "S"}
+    assert len(messages) == 2 + 4  # the last two turns stay, as seed 003 keeps them
+
+
+def test_summary_role_system_needs_chat_completions_shape():
+    manager = SummarizingConversationManager(summarizer=lambda m, p: "S", summary_role="system", preserve_recent_messages=0)
+    with pytest.raises(ValueError, match="needs chat-completions"):
+        manager.reduce_context(chat(4), RuntimeError("overflow"))
+
+
+def test_proactive_token_budget_keeps_window_under_limit():
+    from fullrecall.messages import parse_messages
+    from fullrecall.tokens import EstimatingTokenCounter
+
+    counter = EstimatingTokenCounter()
+    messages = [m for i in range(40) for m in (user(f"question {i} " + "word " * 30), assistant("answer " * 30))]
+    manager = SummarizingConversationManager(summarizer=lambda m, p: "short summary", max_context_tokens=1500,
+                                             max_summary_tokens=50, preserve_recent_messages=2, token_counter=counter)
+    manager.apply_management(messages)
+    assert counter.count_messages(parse_messages(messages)[1]) <= 1500 and manager.removed_message_count > 0
+
+
+def test_long_summary_is_bounded():
+    messages = chat(10)
+    manager = SummarizingConversationManager(summarizer=lambda m, p: "\n".join(f"- fact {i}" for i in range(500)),
+                                             max_summary_tokens=100, preserve_recent_messages=2)
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    text = messages[0]["content"][0]["text"]
+    assert manager.token_counter.count(text) <= 100 and text.endswith("[summary shortened to fit its token budget]")
+
+
+def test_restored_manager_recognises_its_summary():
+    messages = chat(10)
+    manager = SummarizingConversationManager(summarizer=lambda m, p: f"S({p})", preserve_recent_messages=2)
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    clone = SummarizingConversationManager(summarizer=lambda m, p: f"S({p})", preserve_recent_messages=2)
+    clone.restore_from_state(manager.get_state())
+    clone.reduce_context(messages, RuntimeError("overflow"))
+    assert messages[0]["content"][0]["text"] == "S(S(None))"
+    with pytest.raises(ValueError, match="belongs to SlidingWindowConversationManager"):
+        clone.restore_from_state(SlidingWindowConversationManager().get_state())
