@@ -37,6 +37,64 @@ def check_positive_k(k: int) -> int:
     return k
 
 
+class Sql:
+    """SQL fragments shared by the SQL backends; only the placeholder style differs."""
+
+    def __init__(self, placeholder: str) -> None:
+        self.ph = placeholder  # "?" (sqlite3) or "%s" (psycopg)
+
+    def in_(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        if not values:
+            return "1 = 0", []
+        if self.ph == "%s":
+            return f"{column} = ANY(%s)", [list(values)]
+        return f"{column} IN ({','.join('?' * len(values))})", list(values)
+
+    def scope_where(self, scope: Scope, alias: str = "s") -> tuple[str, list[Any]]:
+        """Condition on the sessions table for a (partial) scope; stored '' stands for None."""
+        conds, params = [f"{alias}.tenant = {self.ph}"], [scope.tenant]
+        for col, value in (("user_id", scope.user_id), ("agent_id", scope.agent_id), ("session_id", scope.session_id)):
+            if value is not None:
+                conds.append(f"{alias}.{col} = {self.ph}")
+                params.append(value)
+        return " AND ".join(conds), params
+
+    def record_where(self, scope: Scope, exact: bool = False, alias: str = "r") -> tuple[str, list[Any]]:
+        """Records visible to a scope: one stored with an empty user/agent/session applies to all.
+
+        With ``exact`` (forget, stats): only records of the scope itself or a narrower one.
+        """
+        conds, params = [f"{alias}.tenant = {self.ph}"], [scope.tenant]
+        for col, value in (("user_id", scope.user_id), ("agent_id", scope.agent_id), ("session_id", scope.session_id)):
+            if value is not None:
+                conds.append(f"{alias}.{col} = {self.ph}" if exact else f"{alias}.{col} IN ({self.ph}, '')")
+                params.append(value)
+        return " AND ".join(conds), params
+
+    def filters(self, f: Filters | None, alias: str = "m") -> tuple[str, list[Any]]:
+        """`` AND ...`` conditions for search filters (empty when there are none)."""
+        if f is None:
+            return "", []
+        conds: list[str] = []
+        params: list[Any] = []
+        for column, values in (("role", f.roles), ("kind", f.kinds)):
+            if values is not None:
+                sql, p = self.in_(f"{alias}.{column}", list(values))
+                conds.append(sql)
+                params += p
+        if f.since is not None:
+            conds.append(f"{alias}.created_at >= {self.ph}")
+            params.append(f.since)
+        if f.until is not None:
+            conds.append(f"{alias}.created_at <= {self.ph}")
+            params.append(f.until)
+        if f.exclude_ids:
+            sql, p = self.in_(f"{alias}.id", sorted(f.exclude_ids))
+            conds.append(f"NOT ({sql})")
+            params += p
+        return "".join(f" AND {c}" for c in conds), params
+
+
 # -- messages ----------------------------------------------------------------
 
 
@@ -286,10 +344,10 @@ def bm25_scores(
 
 
 def split_terms(terms: Sequence[str]) -> list[str]:
-    """Plain search terms, blanks dropped; a ValueError for a bare string (a common slip)."""
+    """Search terms that hold at least one word character; a ValueError for a bare string (a common slip)."""
     if isinstance(terms, str):
         raise ValueError("terms must be a sequence of words, not one string")
-    return [t for t in (str(t).strip() for t in terms) if t]
+    return [t for t in (str(t).strip() for t in terms) if _WORD.search(t)]
 
 
 def json_loads(text: str | bytes) -> Any:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
 import sqlite3
 import threading
 import time
@@ -132,7 +131,7 @@ MIGRATIONS: dict[int, str] = {
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 _MAX_TOKEN_SESSIONS = 64  # above this many sessions, scope by user/tenant token + SQL filter
 _CHUNK = 500  # ids per IN (...) list
-_HAS_WORD = re.compile(r"\w", re.UNICODE)
+SQL = C.Sql("?")
 _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
 
 
@@ -157,7 +156,7 @@ def _token(prefix: str, *parts: str) -> str:
 
 def _fts_query(terms: Sequence[str]) -> str | None:
     """OR of the terms, each quoted as an FTS5 string (a term like REF-48213 becomes a phrase)."""
-    quoted = ['"' + t.replace('"', '""') + '"' for t in terms if _HAS_WORD.search(t)]
+    quoted = ['"' + t.replace('"', '""') + '"' for t in terms]
     return " OR ".join(quoted) if quoted else None
 
 
@@ -302,18 +301,8 @@ class SQLiteStore:
 
     # -- scopes ----------------------------------------------------------------
 
-    @staticmethod
-    def _scope_where(scope: Scope, alias: str = "s") -> tuple[str, list[Any]]:
-        """SQL condition on the sessions table for a (partial) scope."""
-        conds, params = [f"{alias}.tenant = ?"], [scope.tenant]
-        for col, value in (("user_id", scope.user_id), ("agent_id", scope.agent_id), ("session_id", scope.session_id)):
-            if value is not None:
-                conds.append(f"{alias}.{col} = ?")
-                params.append(value)
-        return " AND ".join(conds), params
-
     def _sids(self, conn: sqlite3.Connection, scope: Scope) -> list[int]:
-        where, params = self._scope_where(scope)
+        where, params = SQL.scope_where(scope)
         return [r[0] for r in conn.execute(f"SELECT sid FROM sessions s WHERE {where} ORDER BY sid", params)]
 
     @staticmethod
@@ -389,7 +378,7 @@ class SQLiteStore:
 
     def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
         ids = list(dict.fromkeys(ids))
-        where, params = self._scope_where(scope)
+        where, params = SQL.scope_where(scope)
         out: list[StoredMessage] = []
         with self._read() as conn:
             for chunk in _chunks(ids):
@@ -399,12 +388,12 @@ class SQLiteStore:
 
     def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
         scope.require_session()
-        where, params = self._scope_where(scope)
+        where, params = SQL.scope_where(scope)
         with self._read() as conn:
             return self._select_messages(conn, f"{where} AND m.position BETWEEN ? AND ?", [*params, start, end])
 
     def count(self, scope: Scope) -> int:
-        where, params = self._scope_where(scope)
+        where, params = SQL.scope_where(scope)
         with self._read() as conn:
             return conn.execute(
                 f"SELECT count(*) FROM messages m JOIN sessions s ON s.sid = m.sid WHERE {where}", params
@@ -412,7 +401,7 @@ class SQLiteStore:
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         ids = list(dict.fromkeys(ids))
-        where, params = self._scope_where(scope)
+        where, params = SQL.scope_where(scope)
         deleted = 0
         with self._write() as conn:
             sids = self._sids(conn, scope)
@@ -446,7 +435,7 @@ class SQLiteStore:
             return
         dim = int(mat.shape[1])
         with self._write() as conn:
-            where, params = self._scope_where(scope)
+            where, params = SQL.scope_where(scope)
             sess = conn.execute(f"SELECT * FROM sessions s WHERE {where}", params).fetchone()
             if sess is None:
                 raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first")
@@ -477,7 +466,7 @@ class SQLiteStore:
             self._bump_vectors(conn, [sess["sid"]], epoch=overwrote > 0 or len(set(ids)) < len(ids))
 
     def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
-        where, params = self._scope_where(scope)
+        where, params = SQL.scope_where(scope)
         out: dict[str, np.ndarray] = {}
         with self._read() as conn:
             for chunk in _chunks(list(dict.fromkeys(ids))):
@@ -490,7 +479,7 @@ class SQLiteStore:
         return out
 
     def vector_model(self, scope: Scope) -> tuple[str, int] | None:
-        where, params = self._scope_where(scope)
+        where, params = SQL.scope_where(scope)
         with self._read() as conn:
             models = conn.execute(
                 f"SELECT DISTINCT vec_model, vec_dim FROM sessions s WHERE {where} AND vec_model IS NOT NULL", params
@@ -576,9 +565,8 @@ class SQLiteStore:
         if text_query is None or k == 0:
             return []
         with self._read() as conn:
-            sessions = conn.execute(
-                f"SELECT sid, fts_scope FROM sessions s WHERE {self._scope_where(scope)[0]}", self._scope_where(scope)[1]
-            ).fetchall()
+            where, params = SQL.scope_where(scope)
+            sessions = conn.execute(f"SELECT sid, fts_scope FROM sessions s WHERE {where}", params).fetchall()
             if not sessions:
                 return []
             if len(sessions) <= _MAX_TOKEN_SESSIONS:
@@ -586,8 +574,7 @@ class SQLiteStore:
             else:  # many sessions: one user's or the tenant's token, sessions checked in SQL
                 scope_query = sessions[0]["fts_scope"].split()[1 if scope.user_id is not None else 2]
             match = f"scope : ({scope_query}) AND text : ({text_query})"
-            where, params = self._scope_where(scope)
-            conds, fparams = _filter_sql(filters)
+            conds, fparams = SQL.filters(filters)
             sql = (
                 "SELECT m.id, bm25(messages_fts, 1.0, 0.0) AS score FROM messages_fts"
                 " JOIN messages m ON m.rid = messages_fts.rowid"
@@ -613,7 +600,7 @@ class SQLiteStore:
 
     def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
         scope.require_session()
-        where, params = self._scope_where(scope)
+        where, params = SQL.scope_where(scope)
         with self._read() as conn:
             row = conn.execute(
                 f"SELECT t.value FROM state t JOIN sessions s ON s.sid = t.sid WHERE {where} AND t.key = ?"
@@ -634,7 +621,7 @@ class SQLiteStore:
             )
 
     def get_records(self, scope: Scope, namespace: str) -> list[Record]:
-        where, params = _record_where(scope)
+        where, params = SQL.record_where(scope)
         with self._read() as conn:
             rows = conn.execute(
                 f"SELECT * FROM records r WHERE {where} AND namespace = ? ORDER BY created_at, id", [*params, namespace]
@@ -646,7 +633,7 @@ class SQLiteStore:
         ]
 
     def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
-        where, params = _record_where(scope)
+        where, params = SQL.record_where(scope)
         with self._write() as conn:
             n = conn.execute(
                 f"DELETE FROM records WHERE rowid IN (SELECT rowid FROM records r WHERE {where} AND namespace = ? AND id = ?)",
@@ -657,8 +644,8 @@ class SQLiteStore:
     # -- housekeeping -------------------------------------------------------------------
 
     def forget(self, scope: Scope) -> dict[str, int]:
-        where, params = self._scope_where(scope)
-        rwhere, rparams = _record_where(scope, exact=True)
+        where, params = SQL.scope_where(scope)
+        rwhere, rparams = SQL.record_where(scope, exact=True)
         counts: dict[str, int] = {}
         with self._write() as conn:
             sids = self._sids(conn, scope)
@@ -678,8 +665,8 @@ class SQLiteStore:
         return counts
 
     def stats(self, scope: Scope) -> dict[str, int]:
-        where, params = self._scope_where(scope)
-        rwhere, rparams = _record_where(scope, exact=True)
+        where, params = SQL.scope_where(scope)
+        rwhere, rparams = SQL.record_where(scope, exact=True)
         with self._read() as conn:
             m = conn.execute(
                 "SELECT count(*), coalesce(sum(length(CAST(m.text AS BLOB)) + length(CAST(m.data AS BLOB))), 0),"
@@ -719,42 +706,6 @@ def _split_sql(script: str) -> list[str]:
     if buf.strip():
         raise ValueError(f"incomplete SQL in migration: {buf[:80]!r}")
     return out
-
-
-def _filter_sql(f: Filters | None, alias: str = "m") -> tuple[str, list[Any]]:
-    if f is None:
-        return "", []
-    conds: list[str] = []
-    params: list[Any] = []
-    if f.roles is not None:
-        conds.append(f"{alias}.role IN ({_qmarks(len(f.roles))})" if f.roles else "0")
-        params += list(f.roles)
-    if f.kinds is not None:
-        conds.append(f"{alias}.kind IN ({_qmarks(len(f.kinds))})" if f.kinds else "0")
-        params += list(f.kinds)
-    if f.since is not None:
-        conds.append(f"{alias}.created_at >= ?")
-        params.append(f.since)
-    if f.until is not None:
-        conds.append(f"{alias}.created_at <= ?")
-        params.append(f.until)
-    if f.exclude_ids:
-        conds.append(f"{alias}.id NOT IN ({_qmarks(len(f.exclude_ids))})")
-        params += list(f.exclude_ids)
-    return "".join(f" AND {c}" for c in conds), params
-
-
-def _record_where(scope: Scope, exact: bool = False) -> tuple[str, list[Any]]:
-    """Records visible to a scope: a record with an empty user/agent/session applies to all of them.
-
-    With ``exact`` (forget, stats) only records that belong to the scope or a narrower one.
-    """
-    conds, params = ["r.tenant = ?"], [scope.tenant]
-    for col, value in (("user_id", scope.user_id), ("agent_id", scope.agent_id), ("session_id", scope.session_id)):
-        if value is not None:
-            conds.append(f"r.{col} = ?" if exact else f"r.{col} IN (?, '')")
-            params.append(value)
-    return " AND ".join(conds), params
 
 
 def _fts_bytes(conn: sqlite3.Connection) -> int:

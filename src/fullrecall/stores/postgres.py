@@ -1,0 +1,619 @@
+"""PostgreSQL store (psycopg 3 + psycopg_pool + pgvector): many stateless processes, one database.
+
+Design, and why:
+
+* Everything lives in one schema (``?schema=fullrecall`` by default), created and migrated
+  automatically; ``schema_version`` records the applied migration, and migrations run
+  under an advisory lock so several processes can start at once.
+* **Positions** are assigned under a row lock on the session (``SELECT ... FOR UPDATE``),
+  so concurrent appenders of one conversation serialise, and only they do.
+* **Lexical search** is a stored ``tsvector`` (``english`` config, punctuation split like
+  FTS5's unicode61 so ``REF-48213`` is two tokens) with a GIN index, ranked by
+  ``ts_rank_cd``, in SQL.
+* **Vectors** go to one table per dimension (``vectors_384``: pgvector needs a fixed
+  dimension to index) with an HNSW cosine index. A scope holding at most
+  ``exact_limit`` vectors (default 20,000: one conversation, one user) is searched
+  exactly, which is both faster and exact there; larger scopes use HNSW
+  (``hnsw.ef_search`` = ``max(ef_search, k)``) and fall back to an exact scan when the
+  index returns fewer than ``k`` rows after filtering.
+* Works on any PostgreSQL >= 14 with the ``vector`` extension (>= 0.5 for HNSW),
+  managed services included; the extension is created if missing.
+
+URL: ``postgresql://user:pass@host:5432/db?schema=fullrecall&pool_max=8`` (the
+fullrecall options ``schema``, ``pool_min``, ``pool_max``, ``exact_limit``, ``ef_search``
+are removed before the URL goes to libpq).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+import time
+from typing import Any, Iterable, Iterator, Sequence
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import numpy as np
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ..errors import StoreError
+from . import _common as C
+from .base import Filters, Record, Scope, StoredMessage
+
+SCHEMA_VERSION = 1
+SQL = C.Sql("%s")
+_OWN_OPTIONS = ("schema", "pool_min", "pool_max", "exact_limit", "ef_search")
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_HNSW_MAX_DIM = 2000  # pgvector's limit for indexing the ``vector`` type
+_MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
+# Punctuation becomes a space before tokenising, in the index and in queries alike.
+_PUNCT_SQL = r"regexp_replace(text, '[^\w\s]+', ' ', 'g')"
+_PUNCT = re.compile(r"[^\w\s]+", re.UNICODE)
+
+MIGRATIONS: dict[int, str] = {
+    1: f"""
+    CREATE TABLE {{s}}.sessions (
+        sid BIGSERIAL PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        next_position BIGINT NOT NULL DEFAULT 0,
+        vec_model TEXT,
+        vec_dim INTEGER,
+        created_at DOUBLE PRECISION NOT NULL,
+        UNIQUE (tenant, user_id, agent_id, session_id)
+    );
+    CREATE INDEX sessions_by_user ON {{s}}.sessions (tenant, user_id);
+    CREATE INDEX sessions_by_session ON {{s}}.sessions (tenant, session_id);
+    CREATE TABLE {{s}}.messages (
+        rid BIGSERIAL PRIMARY KEY,
+        sid BIGINT NOT NULL REFERENCES {{s}}.sessions (sid) ON DELETE CASCADE,
+        id TEXT NOT NULL,
+        position BIGINT NOT NULL,
+        role TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        text TEXT NOT NULL,
+        data TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        archived_at DOUBLE PRECISION NOT NULL,
+        summary_id TEXT,
+        metadata TEXT NOT NULL,
+        tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('english'::regconfig, {_PUNCT_SQL})) STORED,
+        UNIQUE (sid, position),
+        UNIQUE (sid, id)
+    );
+    CREATE INDEX messages_by_id ON {{s}}.messages (id);
+    CREATE INDEX messages_tsv ON {{s}}.messages USING gin (tsv);
+    CREATE TABLE {{s}}.vector_tables (dim INTEGER PRIMARY KEY);
+    CREATE TABLE {{s}}.state (
+        sid BIGINT NOT NULL REFERENCES {{s}}.sessions (sid) ON DELETE CASCADE,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (sid, key)
+    );
+    CREATE TABLE {{s}}.records (
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        namespace TEXT NOT NULL,
+        id TEXT NOT NULL,
+        text TEXT NOT NULL,
+        data TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        vec vector,
+        PRIMARY KEY (tenant, user_id, agent_id, session_id, namespace, id)
+    );
+    """,
+}
+
+
+def split_url(url: str) -> tuple[str, dict[str, str]]:
+    """(libpq URL, fullrecall options) from a store URL."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"not a PostgreSQL URL: {url!r}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in query if k in _OWN_OPTIONS}
+    rest = urlencode([(k, v) for k, v in query if k not in _OWN_OPTIONS])
+    return urlunsplit(("postgresql", parts.netloc, parts.path, rest, parts.fragment)), own
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    """pgvector returns numpy arrays or ``Vector`` objects depending on its version and the protocol."""
+    return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
+
+
+def _ts_terms(terms: Sequence[str]) -> list[str]:
+    return [t for t in (_PUNCT.sub(" ", t).strip() for t in terms) if t]
+
+
+class PostgresStore:
+    """:class:`~fullrecall.stores.base.Store` on PostgreSQL + pgvector (see the module docstring)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = "fullrecall",
+        pool_min: int = 1,
+        pool_max: int = 8,
+        exact_limit: int = 20_000,
+        ef_search: int = 64,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        conninfo, opts = split_url(url)
+        self.url = url
+        self.schema = opts.get("schema", schema).lower()
+        if not _SCHEMA_NAME.match(self.schema):
+            raise ValueError(f"schema name {self.schema!r} must match {_SCHEMA_NAME.pattern}")
+        self._conninfo = conninfo
+        self._pool_sizes = (int(opts.get("pool_min", pool_min)), int(opts.get("pool_max", pool_max)))
+        self._exact_limit = int(opts.get("exact_limit", exact_limit))
+        self._ef_search = int(opts.get("ef_search", ef_search))
+        self._timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._pool_obj: ConnectionPool | None = None
+        self._pid = os.getpid()
+        self._closed = False
+        self._setup()
+        self._pool()
+
+    # -- connections -----------------------------------------------------------
+
+    def _setup(self) -> None:
+        """Create the extension and schema, and run pending migrations, once per process start."""
+        s = self.schema
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=int(self._timeout)) as conn:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(hashtext('fullrecall.migrate'))")
+                    try:
+                        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                    except psycopg.errors.InsufficientPrivilege as exc:
+                        raise StoreError(
+                            "the pgvector extension is missing and this role may not create it: "
+                            "run CREATE EXTENSION vector as a superuser"
+                        ) from exc
+                    conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+                    conn.execute(f"CREATE TABLE IF NOT EXISTS {s}.schema_version (version INTEGER NOT NULL)")
+                    current = conn.execute(f"SELECT coalesce(max(version), 0) FROM {s}.schema_version").fetchone()[0]
+                    if current > SCHEMA_VERSION:
+                        raise StoreError(
+                            f"schema {s} has version {current}, newer than this fullrecall ({SCHEMA_VERSION}): upgrade"
+                        )
+                    for version in range(current + 1, SCHEMA_VERSION + 1):
+                        conn.execute(MIGRATIONS[version].replace("{s}", s))
+                        conn.execute(f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (version,))
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"cannot reach PostgreSQL at {self._safe_url()}: {exc}") from exc
+
+    def _pool(self) -> ConnectionPool:
+        if self._closed:
+            raise StoreError(f"store {self._safe_url()} is closed")
+        if self._pool_obj is None or self._pid != os.getpid():
+            from pgvector.psycopg import register_vector
+
+            def configure(conn: psycopg.Connection) -> None:
+                register_vector(conn)
+
+            lo, hi = self._pool_sizes
+            self._pool_obj = ConnectionPool(
+                self._conninfo, min_size=lo, max_size=hi, configure=configure, open=True,
+                kwargs={"autocommit": True, "row_factory": dict_row}, timeout=self._timeout,
+                name=f"fullrecall-{self.schema}",
+            )
+            self._pid = os.getpid()
+        return self._pool_obj
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[psycopg.Connection]:
+        """One transaction; driver errors become StoreError (unreachable) or ValueError (refused input)."""
+        try:
+            with self._pool().connection() as conn, conn.transaction():
+                yield conn
+        except psycopg.errors.IntegrityError as exc:
+            raise ValueError(f"write refused by a constraint: {exc}") from exc
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreError(f"PostgreSQL at {self._safe_url()} failed, nothing was written: {exc}") from exc
+
+    def _safe_url(self) -> str:
+        parts = urlsplit(self._conninfo)
+        host = parts.netloc.rsplit("@", 1)[-1]
+        return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pool_obj is not None and self._pid == os.getpid():
+                self._pool_obj.close()
+            self._pool_obj = None
+            self._closed = True
+
+    def __enter__(self) -> "PostgresStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._safe_url()!r}, schema={self.schema!r})"
+
+    # -- sessions ----------------------------------------------------------------
+
+    def _sids(self, conn: psycopg.Connection, scope: Scope) -> list[int]:
+        where, params = SQL.scope_where(scope)
+        return [r["sid"] for r in conn.execute(f"SELECT sid FROM {self.schema}.sessions s WHERE {where}", params)]
+
+    def _lock_session(self, conn: psycopg.Connection, scope: Scope) -> dict[str, Any]:
+        """The session's row, created if new, locked until the transaction ends."""
+        scope.require_session()
+        key = (scope.tenant, scope.user_id or "", scope.agent_id or "", scope.session_id)
+        s = self.schema
+        conn.execute(
+            f"INSERT INTO {s}.sessions (tenant, user_id, agent_id, session_id, created_at)"
+            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (*key, time.time()),
+        )
+        return conn.execute(
+            f"SELECT * FROM {s}.sessions WHERE tenant = %s AND user_id = %s AND agent_id = %s AND session_id = %s"
+            " FOR UPDATE",
+            key,
+        ).fetchone()
+
+    # -- archived messages ---------------------------------------------------------
+
+    def append(self, scope: Scope, messages: Sequence[StoredMessage]) -> list[int]:
+        scope.require_session()
+        messages = list(messages)
+        C.check_messages(messages)
+        rows = [C.message_row(m) for m in messages]
+        if not messages:
+            return []
+        s = self.schema
+        with self._tx() as conn:
+            sess = self._lock_session(conn, scope)
+            sid, next_pos = sess["sid"], sess["next_position"]
+            known = {
+                r["id"]: r["position"]
+                for r in conn.execute(
+                    f"SELECT id, position FROM {s}.messages WHERE sid = %s AND id = ANY(%s)",
+                    (sid, list({m.id for m in messages})),
+                )
+            }
+            positions, new_rows = [], []
+            for m, row in zip(messages, rows):
+                if m.id not in known:
+                    pos = m.position if m.position is not None else next_pos
+                    next_pos = max(next_pos, pos + 1)
+                    known[m.id] = pos
+                    new_rows.append(
+                        (sid, row["id"], pos, row["role"], row["kind"], row["text"], row["data"], row["created_at"],
+                         row["archived_at"], row["summary_id"], row["metadata"])
+                    )
+                positions.append(known[m.id])
+            try:
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        f"INSERT INTO {s}.messages (sid, id, position, role, kind, text, data, created_at,"
+                        " archived_at, summary_id, metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                        new_rows,
+                    )
+            except psycopg.errors.UniqueViolation as exc:
+                raise ValueError(
+                    f"cannot append to session {scope.session_id!r}: an explicit position is already taken"
+                ) from exc
+            conn.execute(f"UPDATE {s}.sessions SET next_position = %s WHERE sid = %s", (next_pos, sid))
+        return positions
+
+    def _select_messages(self, conn: psycopg.Connection, where: str, params: Sequence[Any]) -> list[StoredMessage]:
+        s = self.schema
+        rows = conn.execute(
+            f"SELECT {_MSG_COLS}, m.position, s.session_id FROM {s}.messages m JOIN {s}.sessions s ON s.sid = m.sid"
+            f" WHERE {where} ORDER BY m.sid, m.position",
+            params,
+        )
+        return [C.message_from_row(r, r["position"], r["session_id"]) for r in rows]
+
+    def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
+        where, params = SQL.scope_where(scope)
+        with self._tx() as conn:
+            return self._select_messages(conn, f"{where} AND m.id = ANY(%s)", [*params, list(dict.fromkeys(ids))])
+
+    def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
+        scope.require_session()
+        where, params = SQL.scope_where(scope)
+        with self._tx() as conn:
+            return self._select_messages(conn, f"{where} AND m.position BETWEEN %s AND %s", [*params, start, end])
+
+    def count(self, scope: Scope) -> int:
+        where, params = SQL.scope_where(scope)
+        s = self.schema
+        with self._tx() as conn:
+            return conn.execute(
+                f"SELECT count(*) AS n FROM {s}.messages m JOIN {s}.sessions s ON s.sid = m.sid WHERE {where}", params
+            ).fetchone()["n"]
+
+    def delete(self, scope: Scope, ids: Iterable[str]) -> int:
+        where, params = SQL.scope_where(scope)
+        s = self.schema
+        with self._tx() as conn:
+            cur = conn.execute(  # vectors go with their message (ON DELETE CASCADE)
+                f"DELETE FROM {s}.messages WHERE id = ANY(%s) AND sid IN (SELECT sid FROM {s}.sessions s WHERE {where})",
+                [list(dict.fromkeys(ids)), *params],
+            )
+            return cur.rowcount
+
+    # -- vectors ---------------------------------------------------------------------
+
+    def _vector_table(self, conn: psycopg.Connection, dim: int) -> str:
+        """``vectors_{dim}``, created (with its HNSW index) the first time a dimension is seen."""
+        s, table = self.schema, f"vectors_{dim}"
+        exists = conn.execute(f"SELECT 1 FROM {s}.vector_tables WHERE dim = %s", (dim,)).fetchone()
+        if exists is None:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"fullrecall.{s}.vectors",))
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {s}.{table} ("
+                f" rid BIGINT PRIMARY KEY REFERENCES {s}.messages (rid) ON DELETE CASCADE,"
+                f" sid BIGINT NOT NULL, embedding vector({dim}) NOT NULL)"
+            )
+            conn.execute(f"CREATE INDEX IF NOT EXISTS {table}_by_session ON {s}.{table} (sid)")
+            if dim <= _HNSW_MAX_DIM:
+                conn.execute(
+                    f"CREATE INDEX IF NOT EXISTS {table}_hnsw ON {s}.{table}"
+                    " USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+                )
+            conn.execute(f"INSERT INTO {s}.vector_tables (dim) VALUES (%s) ON CONFLICT DO NOTHING", (dim,))
+        return f"{s}.{table}"
+
+    def _dims(self, conn: psycopg.Connection) -> list[int]:
+        return [r["dim"] for r in conn.execute(f"SELECT dim FROM {self.schema}.vector_tables ORDER BY dim")]
+
+    def set_vectors(self, scope: Scope, ids: Sequence[str], vectors: np.ndarray, model: str) -> None:
+        scope.require_session()
+        ids = list(ids)
+        C.check_model(model)
+        mat = C.as_matrix(vectors, len(ids))
+        if not ids:
+            return
+        dim = int(mat.shape[1])
+        s = self.schema
+        with self._tx() as conn:
+            where, params = SQL.scope_where(scope)
+            sess = conn.execute(f"SELECT * FROM {s}.sessions s WHERE {where} FOR UPDATE", params).fetchone()
+            if sess is None:
+                raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first")
+            if sess["vec_model"] is not None and (sess["vec_model"], sess["vec_dim"]) != (model, dim):
+                raise C.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
+            rids = {
+                r["id"]: r["rid"]
+                for r in conn.execute(
+                    f"SELECT id, rid FROM {s}.messages WHERE sid = %s AND id = ANY(%s)", (sess["sid"], ids)
+                )
+            }
+            missing = [i for i in ids if i not in rids]
+            if missing:
+                raise ValueError(f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}")
+            table = self._vector_table(conn, dim)
+            with conn.cursor() as cur:
+                cur.executemany(
+                    f"INSERT INTO {table} (rid, sid, embedding) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (rid) DO UPDATE SET embedding = EXCLUDED.embedding",
+                    [(rids[i], sess["sid"], mat[n]) for n, i in enumerate(ids)],
+                )
+            conn.execute(f"UPDATE {s}.sessions SET vec_model = %s, vec_dim = %s WHERE sid = %s", (model, dim, sess["sid"]))
+
+    def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        where, params = SQL.scope_where(scope)
+        s = self.schema
+        out: dict[str, np.ndarray] = {}
+        with self._tx() as conn:
+            for dim in self._dims(conn):
+                for r in conn.execute(
+                    f"SELECT m.id, v.embedding FROM {s}.vectors_{dim} v JOIN {s}.messages m ON m.rid = v.rid"
+                    f" JOIN {s}.sessions s ON s.sid = m.sid WHERE {where} AND m.id = ANY(%s)",
+                    [*params, list(ids)],
+                ):
+                    out[r["id"]] = _to_numpy(r["embedding"])
+        return out
+
+    def vector_model(self, scope: Scope) -> tuple[str, int] | None:
+        where, params = SQL.scope_where(scope)
+        with self._tx() as conn:
+            models = conn.execute(
+                f"SELECT DISTINCT vec_model, vec_dim FROM {self.schema}.sessions s WHERE {where} AND vec_model IS NOT NULL",
+                params,
+            ).fetchall()
+        if len(models) > 1:
+            raise ValueError(f"this scope mixes vectors of several models: {[tuple(m.values()) for m in models]}")
+        return (models[0]["vec_model"], int(models[0]["vec_dim"])) if models else None
+
+    # -- search ------------------------------------------------------------------------
+
+    def search_vectors(
+        self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
+    ) -> list[tuple[str, float]]:
+        C.check_positive_k(k)
+        query = C.as_query(vector)
+        s = self.schema
+        where, params = SQL.scope_where(scope)
+        with self._tx() as conn:
+            sessions = conn.execute(
+                f"SELECT sid, vec_dim FROM {s}.sessions s WHERE {where} AND vec_dim IS NOT NULL", params
+            ).fetchall()
+            dims = {r["vec_dim"] for r in sessions}
+            if not sessions or k == 0:
+                return []
+            if len(dims) > 1:
+                raise ValueError(f"this scope mixes vectors of dimensions {sorted(dims)}; search one session at a time")
+            dim = dims.pop()
+            if query.shape[0] != dim:
+                raise C.dim_mismatch(dim, query.shape[0])
+            sids = [r["sid"] for r in sessions]
+            table = f"{s}.vectors_{dim}"
+            fsql, fparams = SQL.filters(filters)
+            base = (
+                f"SELECT m.id, 1 - (v.embedding <=> %s) AS score FROM {table} v JOIN {s}.messages m ON m.rid = v.rid"
+                f" WHERE v.sid = ANY(%s){fsql}"
+            )
+            args = [query, sids, *fparams]
+            size = conn.execute(
+                f"SELECT count(*) AS n FROM (SELECT 1 FROM {table} WHERE sid = ANY(%s) LIMIT %s) x",
+                (sids, self._exact_limit + 1),
+            ).fetchone()["n"]
+            if size > self._exact_limit and dim <= _HNSW_MAX_DIM:
+                conn.execute(f"SET LOCAL hnsw.ef_search = {max(self._ef_search, k)}")
+                rows = conn.execute(f"{base} ORDER BY v.embedding <=> %s LIMIT %s", [*args, query, k]).fetchall()
+                if len(rows) == k:
+                    return [(r["id"], float(r["score"])) for r in rows]
+            conn.execute("SET LOCAL enable_indexscan = off")  # exact: never the approximate index
+            rows = conn.execute(f"{base} ORDER BY score DESC, m.rid LIMIT %s", [*args, k]).fetchall()
+        return [(r["id"], float(r["score"])) for r in rows]
+
+    def search_text(
+        self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None
+    ) -> list[tuple[str, float]]:
+        C.check_positive_k(k)
+        words = _ts_terms(C.split_terms(terms))
+        if not words or k == 0:
+            return []
+        s = self.schema
+        tsquery = " || ".join(["phraseto_tsquery('english', %s)"] * len(words))
+        where, params = SQL.scope_where(scope)
+        fsql, fparams = SQL.filters(filters)
+        with self._tx() as conn:
+            sids = self._sids(conn, scope)
+            if not sids:
+                return []
+            rows = conn.execute(
+                f"SELECT m.id, ts_rank_cd(m.tsv, q.q) AS score FROM {s}.messages m, (SELECT {tsquery} AS q) q"
+                f" WHERE m.tsv @@ q.q AND m.sid = ANY(%s){fsql} ORDER BY score DESC, m.rid LIMIT %s",
+                [*words, sids, *fparams, k],
+            ).fetchall()
+        return [(r["id"], float(r["score"])) for r in rows]
+
+    # -- state and long-term records ---------------------------------------------------------
+
+    def put_state(self, scope: Scope, key: str, value: dict[str, Any]) -> None:
+        doc = C.dump_json(value, f"state {key!r}")
+        with self._tx() as conn:
+            sid = self._lock_session(conn, scope)["sid"]
+            conn.execute(
+                f"INSERT INTO {self.schema}.state (sid, key, value, updated_at) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (sid, key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at",
+                (sid, key, doc, time.time()),
+            )
+
+    def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
+        scope.require_session()
+        where, params = SQL.scope_where(scope)
+        s = self.schema
+        with self._tx() as conn:
+            row = conn.execute(
+                f"SELECT t.value FROM {s}.state t JOIN {s}.sessions s ON s.sid = t.sid WHERE {where} AND t.key = %s"
+                " ORDER BY t.updated_at DESC LIMIT 1",
+                [*params, key],
+            ).fetchone()
+        return C.json_loads(row["value"]) if row else None
+
+    def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
+        data = C.dump_json(record.data, f"record {record.id!r} data")
+        vec = C.as_matrix(vector, 1)[0] if vector is not None else None
+        with self._tx() as conn:
+            conn.execute(
+                f"INSERT INTO {self.schema}.records (tenant, user_id, agent_id, session_id, namespace, id, text, data,"
+                " created_at, updated_at, vec) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (tenant, user_id, agent_id, session_id, namespace, id) DO UPDATE SET"
+                " text = EXCLUDED.text, data = EXCLUDED.data, updated_at = EXCLUDED.updated_at, vec = EXCLUDED.vec",
+                (*C.record_scope(scope), record.namespace, record.id, record.text, data,
+                 record.created_at, record.updated_at, vec),
+            )
+
+    def get_records(self, scope: Scope, namespace: str) -> list[Record]:
+        where, params = SQL.record_where(scope)
+        with self._tx() as conn:
+            rows = conn.execute(
+                f"SELECT * FROM {self.schema}.records r WHERE {where} AND namespace = %s ORDER BY created_at, id",
+                [*params, namespace],
+            ).fetchall()
+        return [
+            Record(id=r["id"], namespace=r["namespace"], text=r["text"], data=C.json_loads(r["data"]),
+                   created_at=r["created_at"], updated_at=r["updated_at"])
+            for r in rows
+        ]
+
+    def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
+        where, params = SQL.record_where(scope)
+        with self._tx() as conn:
+            cur = conn.execute(
+                f"DELETE FROM {self.schema}.records r WHERE {where} AND namespace = %s AND id = %s",
+                [*params, namespace, record_id],
+            )
+            return cur.rowcount > 0
+
+    # -- housekeeping ---------------------------------------------------------------------------
+
+    def forget(self, scope: Scope) -> dict[str, int]:
+        where, params = SQL.scope_where(scope)
+        rwhere, rparams = SQL.record_where(scope, exact=True)
+        s = self.schema
+        sub = f"SELECT sid FROM {s}.sessions s WHERE {where}"
+        with self._tx() as conn:
+            kinds = {
+                r["kind"]: r["n"]
+                for r in conn.execute(
+                    f"SELECT kind, count(*) AS n FROM {s}.messages WHERE sid IN ({sub}) GROUP BY kind", params
+                )
+            }
+            vectors = sum(
+                conn.execute(f"SELECT count(*) AS n FROM {s}.vectors_{d} WHERE sid IN ({sub})", params).fetchone()["n"]
+                for d in self._dims(conn)
+            )
+            state = conn.execute(f"SELECT count(*) AS n FROM {s}.state WHERE sid IN ({sub})", params).fetchone()["n"]
+            # Sessions cascade to messages (and so vectors) and state.
+            sessions = conn.execute(f"DELETE FROM {s}.sessions s WHERE {where}", params).rowcount
+            records = conn.execute(f"DELETE FROM {s}.records r WHERE {rwhere}", rparams).rowcount
+        return {
+            "messages": kinds.get("message", 0), "summaries": kinds.get("summary", 0), "vectors": vectors,
+            "state": state, "records": records, "sessions": sessions,
+        }
+
+    def stats(self, scope: Scope) -> dict[str, int]:
+        where, params = SQL.scope_where(scope)
+        rwhere, rparams = SQL.record_where(scope, exact=True)
+        s = self.schema
+        with self._tx() as conn:
+            m = conn.execute(
+                "SELECT count(*) AS n, coalesce(sum(octet_length(m.text) + octet_length(m.data)), 0) AS bytes,"
+                " count(*) FILTER (WHERE m.kind = 'summary') AS summaries"
+                f" FROM {s}.messages m JOIN {s}.sessions s ON s.sid = m.sid WHERE {where}",
+                params,
+            ).fetchone()
+            vec_count = vec_bytes = 0
+            index_bytes = conn.execute(f"SELECT pg_indexes_size('{s}.messages') AS b").fetchone()["b"]
+            for d in self._dims(conn):
+                n = conn.execute(
+                    f"SELECT count(*) AS n FROM {s}.vectors_{d} v JOIN {s}.sessions s ON s.sid = v.sid WHERE {where}",
+                    params,
+                ).fetchone()["n"]
+                vec_count, vec_bytes = vec_count + n, vec_bytes + n * d * 4
+                index_bytes += conn.execute(f"SELECT pg_indexes_size('{s}.vectors_{d}') AS b").fetchone()["b"]
+            total = conn.execute(f"SELECT count(*) AS n FROM {s}.messages").fetchone()["n"]
+            records = conn.execute(f"SELECT count(*) AS n FROM {s}.records r WHERE {rwhere}", rparams).fetchone()["n"]
+            sessions = conn.execute(f"SELECT count(*) AS n FROM {s}.sessions s WHERE {where}", params).fetchone()["n"]
+        return {
+            "message_count": int(m["n"]),
+            "summary_count": int(m["summaries"]),
+            "text_bytes": int(m["bytes"]),
+            "vector_count": vec_count,
+            "vector_bytes": vec_bytes,
+            # GIN + HNSW + btree pages, attributed to the scope by its share of all messages.
+            "index_bytes": int(index_bytes * m["n"] / total) if total else 0,
+            "record_count": int(records),
+            "session_count": int(sessions),
+        }
