@@ -1,0 +1,288 @@
+"""Retrieval quality and speed of SemanticSearch on LoCoMo-format conversations.
+
+Every turn is indexed through the public API as "speaker (session date): text"
+(picture turns with their caption); for each question with evidence, evidence
+recall@k and all-evidence-hit@k for k = 1, 5, 10, plain and with a context
+radius (the recall path: hits spread at least the radius apart, each returned
+with its neighbours, overlapping ranges merged). Categories 1-4 make the
+headline; category 5 (adversarial) is reported apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+KS = (1, 5, 10)
+HEADLINE_CATEGORIES = ("1", "2", "3", "4")
+_ID = re.compile(r"D\d+:\d+")
+
+
+def default_data_path() -> Path:
+    """``../shared/bench/locomo-dev.json`` beside the repository (found from here or the cwd)."""
+    here = Path(__file__).resolve()
+    for root in [Path.cwd(), *Path.cwd().parents, *here.parents]:
+        candidate = root.parent / "shared" / "bench" / "locomo-dev.json"
+        if (root / "pyproject.toml").exists() and candidate.exists():
+            return candidate
+    return Path.cwd().parent / "shared" / "bench" / "locomo-dev.json"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", type=Path, default=None, help="LoCoMo-format JSON (default: ../shared/bench/locomo-dev.json)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--embedding-model", default=None, help="embedding model (default: all-MiniLM-L6-v2, ONNX int8)")
+    parser.add_argument("--variant", choices=("int8", "fp32"), default=None, help="ONNX variant of the default model")
+    parser.add_argument("--reranker-model", default=None, help="optional cross-encoder (name or path)")
+    parser.add_argument("--fusion", choices=("weighted", "rrf"), default="weighted", help="rrf = the plain-hybrid baseline")
+    parser.add_argument("--lexical-weight", type=float, default=None)
+    parser.add_argument("--neighbour-weight", type=float, default=None)
+    parser.add_argument("--candidates", type=int, default=None)
+    parser.add_argument("--radius", type=int, default=2, help="context radius around each hit")
+    parser.add_argument("--no-spread", action="store_true", help="radius around the plain top-k instead of spread hits")
+    parser.add_argument("--scale", type=int, default=10_000, help="also time queries on an archive of this many messages (0: skip)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N conversations")
+
+
+# -- data --------------------------------------------------------------------------
+
+
+def conversation_turns(sample: dict[str, Any]) -> list[dict[str, Any]]:
+    """Turns in order with their speaker, session date and text (caption added to picture turns)."""
+    conv = sample["conversation"]
+    turns: list[dict[str, Any]] = []
+    n = 1
+    while f"session_{n}" in conv or f"session_{n}_date_time" in conv:
+        date = conv.get(f"session_{n}_date_time", "")
+        for t in conv.get(f"session_{n}") or []:
+            text = t.get("text", "")
+            if t.get("blip_caption"):
+                text = f"{text} [shares a photo: {t['blip_caption']}]"
+            turns.append({"id": t["dia_id"], "speaker": t.get("speaker", ""), "date": date, "text": text, "session": n})
+        n += 1
+    return turns
+
+
+def evidence_ids(raw: list[Any], known: set[str], counts: dict[str, int]) -> list[str]:
+    """Valid evidence ids: strings holding several ids are split, ids of no turn skipped (and counted)."""
+    out: list[str] = []
+    for item in raw:
+        found = _ID.findall(str(item))
+        if len(found) > 1:
+            counts["evidence_split"] += 1
+        if not found:
+            counts["evidence_skipped"] += 1
+        for e in found:
+            if e in known:
+                out.append(e)
+            else:
+                counts["evidence_skipped"] += 1
+    return list(dict.fromkeys(out))
+
+
+# -- measuring ---------------------------------------------------------------------
+
+
+class Tally:
+    """Recall and all-hit sums per k, plain and with radius."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.sums: dict[str, float] = {}
+
+    def add(self, name: str, value: float) -> None:
+        self.sums[name] = self.sums.get(name, 0.0) + value
+
+    def report(self) -> dict[str, Any]:
+        def avg(name: str) -> float:
+            return round(self.sums.get(name, 0.0) / self.n, 4) if self.n else 0.0
+
+        return {
+            "questions": self.n,
+            "recall": {str(k): avg(f"recall@{k}") for k in KS},
+            "all_hit": {str(k): avg(f"all@{k}") for k in KS},
+            "recall_radius": {str(k): avg(f"recall_r@{k}") for k in KS},
+            "all_hit_radius": {str(k): avg(f"all_r@{k}") for k in KS},
+            "radius_turns": {str(k): round(self.sums.get(f"turns@{k}", 0.0) / self.n, 1) if self.n else 0.0 for k in KS},
+        }
+
+
+def _merge(positions: list[int], radius: int) -> list[tuple[int, int]]:
+    """Ranges [p - r, p + r] in order, overlapping or touching ones merged."""
+    ranges: list[tuple[int, int]] = []
+    for p in sorted(positions):
+        lo, hi = max(0, p - radius), p + radius
+        if ranges and lo <= ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], max(ranges[-1][1], hi))
+        else:
+            ranges.append((lo, hi))
+    return ranges
+
+
+def recall_context(search: Any, question: str, k: int, radius: int, spread: bool) -> tuple[list[Any], list[Any], str]:
+    """The recall path: search, context ranges from the store, formatted text (what a hook injects)."""
+    hits = search.search(question, top_k=k, spread=radius if spread else 0)
+    ranges = _merge([h.position for h in hits], radius)
+    messages = [m for lo, hi in ranges for m in search.store.range(search.scope, lo, hi)]
+    text = "\n".join(f"[Message {m.position}, {m.role}]: {m.data.get('text', m.text)}" for m in messages)
+    return hits, messages, text
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))], 3)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..search import SemanticSearch
+    from ..stores.base import Scope
+
+    t_start = time.perf_counter()
+    data_path = args.data or default_data_path()
+    if not data_path.exists():
+        print(f"no LoCoMo data at {data_path}; pass --data", file=sys.stderr)
+        return 2
+    samples = json.loads(data_path.read_text())
+    if args.limit:
+        samples = samples[: args.limit]
+
+    from ..embeddings import load_embedder
+
+    t0 = time.perf_counter()
+    embedder = load_embedder(args.embedding_model, variant=args.variant or "int8")
+    load_s = time.perf_counter() - t0
+    options: dict[str, Any] = {"fusion": args.fusion}
+    for name in ("lexical_weight", "neighbour_weight", "candidates"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+
+    tallies: dict[str, Tally] = {}
+    counts = {"evidence_split": 0, "evidence_skipped": 0, "questions_without_evidence": 0}
+    index_s = 0.0
+    indexed = 0
+    latencies: list[float] = []
+    spread = not args.no_spread
+    for sample in samples:
+        turns = conversation_turns(sample)
+        scope = Scope(user_id=sample.get("sample_id"), session_id=sample.get("sample_id") or "conversation")
+        search = SemanticSearch(embedder, args.reranker_model, scope=scope, **options)
+        t0 = time.perf_counter()
+        search.add(
+            [t["text"] for t in turns],
+            ids=[t["id"] for t in turns],
+            metadata=[{"speaker": t["speaker"], "date": t["date"], "role": t["speaker"]} for t in turns],
+        )
+        index_s += time.perf_counter() - t0
+        indexed += len(turns)
+        position = {m.id: m.position for m in search.store.range(scope, 0, len(turns))}
+        for qa in sample.get("qa", []):
+            category = str(qa.get("category"))
+            evidence = evidence_ids(qa.get("evidence") or [], set(position), counts)
+            if not evidence:
+                counts["questions_without_evidence"] += 1
+                continue
+            wanted = {position[e] for e in evidence}
+            plain = search.search(qa["question"], top_k=max(KS))
+            t0 = time.perf_counter()
+            hits, _, _ = recall_context(search, qa["question"], max(KS), args.radius, spread)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            tally = tallies.setdefault(category, Tally())
+            tally.n += 1
+            for k in KS:
+                got = {h.position for h in plain[:k]}
+                found = len(wanted & got)
+                tally.add(f"recall@{k}", found / len(wanted))
+                tally.add(f"all@{k}", float(found == len(wanted)))
+                covered = {p for lo, hi in _merge([h.position for h in hits[:k]], args.radius) for p in range(lo, hi + 1)}
+                covered &= set(position.values())
+                found_r = len(wanted & covered)
+                tally.add(f"recall_r@{k}", found_r / len(wanted))
+                tally.add(f"all_r@{k}", float(found_r == len(wanted)))
+                tally.add(f"turns@{k}", len(covered))
+        search.close()
+
+    headline = Tally()
+    for cat in HEADLINE_CATEGORIES:
+        t = tallies.get(cat)
+        if t:
+            headline.n += t.n
+            for name, value in t.sums.items():
+                headline.add(name, value)
+    result: dict[str, Any] = headline.report()
+    result["by_category"] = {cat: tallies[cat].report() for cat in sorted(tallies)}
+    result["index_messages_per_s"] = round(indexed / index_s, 1) if index_s else 0.0
+    result["query_ms"] = {"p50": _pct(latencies, 0.5), "p95": _pct(latencies, 0.95), "archive_messages": round(indexed / max(1, len(samples)))}
+    if args.scale:
+        result["query_ms_at_scale"] = _scale_latency(embedder, samples, args, options)
+    result.update(counts)
+    result["radius"] = args.radius
+    result["spread"] = spread
+    result["embedder"] = embedder.name
+    result["embedder_load_s"] = round(load_s, 3)
+    result["options"] = options
+    result["data"] = str(data_path)
+    result["conversations"] = len(samples)
+    result["seconds"] = round(time.perf_counter() - t_start, 1)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        _print_table(result)
+    return 0
+
+
+def _scale_latency(embedder: Any, samples: list[dict[str, Any]], args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
+    """Query latency on one archive of ``args.scale`` messages (the turns repeated, vectors reused)."""
+    from ..search import SemanticSearch, index_text
+    from ..stores.base import Scope, StoredMessage
+
+    turns = [t for s in samples for t in conversation_turns(s)]
+    texts = [index_text(t["text"], speaker=t["speaker"], date=t["date"]) for t in turns]
+    vectors = embedder.embed(texts)
+    scope = Scope(session_id="scale")
+    search = SemanticSearch(embedder, None, scope=scope, **options)
+    n = 0
+    while n < args.scale:
+        take = min(len(turns), args.scale - n)
+        batch = [
+            StoredMessage(id=f"{n + i}", role=turns[i]["speaker"], text=texts[i], data={"text": turns[i]["text"]})
+            for i in range(take)
+        ]
+        search.store.append(scope, batch)
+        search.store.set_vectors(scope, [m.id for m in batch], vectors[:take], embedder.name)
+        n += take
+    questions = [qa["question"] for s in samples for qa in s.get("qa", []) if str(qa.get("category")) in HEADLINE_CATEGORIES]
+    for q in questions[:20]:  # warm caches (vector matrix, SQLite pages)
+        recall_context(search, q, max(KS), args.radius, not args.no_spread)
+    times = []
+    for q in questions:
+        t0 = time.perf_counter()
+        recall_context(search, q, max(KS), args.radius, not args.no_spread)
+        times.append((time.perf_counter() - t0) * 1000)
+    search.close()
+    return {"messages": n, "queries": len(times), "p50": _pct(times, 0.5), "p95": _pct(times, 0.95)}
+
+
+def _print_table(r: dict[str, Any]) -> None:
+    print(f"LoCoMo retrieval: {r['conversations']} conversations, {r['questions']} questions (categories 1-4), embedder {r['embedder']}")
+    print(f"{'':14} {'@1':>7} {'@5':>7} {'@10':>7}")
+    for label, key in (("recall", "recall"), ("all-hit", "all_hit"), (f"recall r={r['radius']}", "recall_radius"),
+                       (f"all-hit r={r['radius']}", "all_hit_radius"), ("turns r", "radius_turns")):
+        print(f"{label:14} " + " ".join(f"{r[key][str(k)]:>7}" for k in KS))
+    for cat, c in r["by_category"].items():
+        tag = " (adversarial, not in the headline)" if cat == "5" else ""
+        print(f"category {cat}: {c['questions']} questions, recall@10 {c['recall']['10']}, with radius {c['recall_radius']['10']}{tag}")
+    print(f"indexing: {r['index_messages_per_s']} messages/s; query (embed + search + radius + format): "
+          f"p50 {r['query_ms']['p50']} ms, p95 {r['query_ms']['p95']} ms")
+    if "query_ms_at_scale" in r:
+        s = r["query_ms_at_scale"]
+        print(f"at {s['messages']} messages: p50 {s['p50']} ms, p95 {s['p95']} ms")
+    print(f"evidence ids split {r['evidence_split']}, skipped {r['evidence_skipped']}; "
+          f"questions without evidence {r['questions_without_evidence']}")

@@ -1,0 +1,277 @@
+"""``SemanticSearch``: hybrid (dense + BM25) search over messages kept verbatim in a store.
+
+A search embeds the query (one thread, ~1-2 ms with the default ONNX int8
+MiniLM), takes the best ``candidates`` by cosine and by BM25 from the store,
+fuses them (see :mod:`fullrecall.search.fusion`), optionally reranks the best
+with a cross-encoder, and returns the stored messages with every score.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..stores.base import Filters, Scope, Store, StoredMessage
+from .fusion import LEXICAL_WEIGHT, NEIGHBOUR_WEIGHT, Candidate, fuse, rrf, spread_out
+from .terms import index_text, query_terms
+
+DEFAULT_TOP_K = 3
+DEFAULT_MIN_SCORE = -2.0  # on cross-encoder logits, as in the seed
+DEFAULT_SCOPE = Scope(session_id="default")
+
+
+@dataclass
+class SearchHit:
+    """One result: the message as stored, and why it was found.
+
+    ``scores`` holds ``dense`` (cosine, when the message was a dense candidate),
+    ``lexical`` (its BM25), ``fused`` (0-1, see fusion) and ``rerank`` (the
+    cross-encoder logit) when a reranker ran. ``score`` is ``rerank`` if present,
+    else ``fused``.
+    """
+
+    id: str
+    text: str
+    metadata: dict[str, Any]
+    score: float
+    scores: dict[str, float]
+    message: StoredMessage = field(repr=False)
+
+    @property
+    def position(self) -> int | None:
+        return self.message.position
+
+    @property
+    def session_id(self) -> str | None:
+        return self.message.session_id
+
+
+def _verbatim_text(m: StoredMessage) -> str:
+    """The exact text the caller gave (``data["text"]`` for plain texts), else the indexed text."""
+    text = m.data.get("text") if isinstance(m.data, dict) else None
+    return text if isinstance(text, str) else m.text
+
+
+class SemanticSearch:
+    """Index, search and delete texts or archived messages; persistence is the store's.
+
+    ``store`` is a :class:`~fullrecall.stores.base.Store`, a store URL, or None for
+    an in-memory SQLite store. ``scope`` says whose messages these are; writes
+    need its ``session_id`` (default ``Scope(session_id="default")``), searches
+    may use a partial scope to span sessions.
+
+    ``min_score`` applies to ``SearchHit.score``: the reranker's logit when a
+    reranker is set (default -2.0, as in the seed), else the fused score in
+    [0, 1] (``fusion="weighted"``; ``"rrf"`` is the plain baseline), which the default -2.0 never filters (the fused score is relative to
+    the best candidate, so it is not a calibrated relevance).
+    """
+
+    def __init__(
+        self,
+        embedding_model: Any = None,
+        reranker_model: Any = None,
+        store: Store | str | None = None,
+        scope: Scope | None = None,
+        *,
+        aws_region: str | None = None,
+        embedding_dimensions: int | None = None,
+        top_k: int = DEFAULT_TOP_K,
+        min_score: float = DEFAULT_MIN_SCORE,
+        candidates: int = 50,
+        lexical_weight: float = LEXICAL_WEIGHT,
+        neighbour_weight: float = NEIGHBOUR_WEIGHT,
+        rerank_depth: int = 20,
+        fusion: str = "weighted",
+    ) -> None:
+        from ..embeddings import load_embedder, load_reranker
+
+        self.embedder = load_embedder(embedding_model, aws_region=aws_region, embedding_dimensions=embedding_dimensions)
+        self.reranker = load_reranker(reranker_model) if reranker_model is None or isinstance(reranker_model, str) else reranker_model
+        if store is None or isinstance(store, str):
+            from ..stores import open_store
+
+            store = open_store(store or "sqlite:///:memory:")
+        self.store: Store = store
+        self.scope = scope or DEFAULT_SCOPE
+        self.top_k = top_k
+        self.min_score = min_score
+        self.candidates = candidates
+        self.lexical_weight = lexical_weight
+        self.neighbour_weight = neighbour_weight
+        self.rerank_depth = rerank_depth
+        if fusion not in ("weighted", "rrf"):
+            raise ValueError(f"fusion must be 'weighted' or 'rrf', not {fusion!r}")
+        self.fusion = fusion
+        self._checked_space = False
+
+    # -- writing -------------------------------------------------------------------
+
+    def add(
+        self,
+        texts: Sequence[str],
+        ids: Sequence[str] | None = None,
+        metadata: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[str]:
+        """Store and index ``texts``; return their ids (new UUIDs unless given).
+
+        Metadata keys with a meaning: ``speaker`` and ``date`` (a string) are put in
+        front of the indexed text ("speaker (date): text"); ``role`` (default
+        "user") and ``created_at`` (Unix seconds) are what filters see. The whole
+        dict comes back as ``SearchHit.metadata``.
+        """
+        texts = list(texts)
+        if ids is not None and len(ids) != len(texts):
+            raise ValueError(f"{len(ids)} ids for {len(texts)} texts")
+        if metadata is not None and len(metadata) != len(texts):
+            raise ValueError(f"{len(metadata)} metadata entries for {len(texts)} texts")
+        now = time.time()
+        messages = []
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise ValueError(f"text {i} is a {type(text).__name__}, not a str")
+            meta = dict(metadata[i]) if metadata is not None else {}
+            messages.append(
+                StoredMessage(
+                    id=str(ids[i]) if ids is not None else uuid.uuid4().hex,
+                    role=str(meta.get("role", "user")),
+                    text=index_text(text, speaker=meta.get("speaker"), date=meta.get("date")),
+                    data={"text": text},
+                    created_at=float(meta.get("created_at", now)),
+                    archived_at=now,
+                    metadata=meta,
+                )
+            )
+        return self.index(messages)
+
+    def index(self, messages: Sequence[StoredMessage], *, append: bool = True) -> list[str]:
+        """Make already-built messages searchable; return their ids.
+
+        ``append=True`` writes them to the store first (idempotent on id). Only
+        messages without a stored vector are embedded, all in one batched call:
+        a stored embedding is never recomputed.
+        """
+        messages = list(messages)
+        if not messages:
+            return []
+        scope = self.scope.require_session()
+        self._check_vector_space()
+        if append:
+            self.store.append(scope, messages)
+        ids = [m.id for m in messages]
+        have = self.store.get_vectors(scope, ids)
+        todo = [m for m in dict((m.id, m) for m in messages).values() if m.id not in have]
+        if todo:
+            vectors = self.embedder.embed([m.text for m in todo])
+            self.store.set_vectors(scope, [m.id for m in todo], vectors, self.embedder.name)
+        return ids
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Remove messages, their vectors and their index entries; return how many went."""
+        return self.store.delete(self.scope, list(ids))
+
+    def _check_vector_space(self) -> None:
+        """Refuse to mix vector spaces: a clear ValueError instead of meaningless cosines."""
+        if self._checked_space:
+            return
+        stored = self.store.vector_model(self.scope)
+        if stored is not None:
+            model, dim = stored
+            if dim != self.embedder.dimension:
+                raise ValueError(
+                    f"the store's index for this scope holds {dim}-dimensional vectors of {model!r}, but the "
+                    f"embedder {self.embedder.name!r} makes {self.embedder.dimension}-dimensional ones: use the same "
+                    "embedding model, or another store/scope"
+                )
+            if model != self.embedder.name:
+                raise ValueError(
+                    f"the store's index for this scope was built with {model!r}, not {self.embedder.name!r}: "
+                    "vectors of different models must not be mixed"
+                )
+        self._checked_space = True
+
+    # -- searching -----------------------------------------------------------------
+
+    def embed_query(self, query: str) -> np.ndarray:
+        embed = getattr(self.embedder, "embed_queries", None) or self.embedder.embed
+        return embed([query])[0]
+
+    def search(
+        self,
+        query: str,
+        top_k: int | None = None,
+        min_score: float | None = None,
+        filters: Filters | None = None,
+        *,
+        spread: int = 0,
+        scope: Scope | None = None,
+    ) -> list[SearchHit]:
+        """The ``top_k`` best messages for ``query``, best first, with their scores.
+
+        ``spread`` > 0 skips hits within that many positions of a better hit in
+        the same session (use the context radius when the caller adds neighbours).
+        """
+        k = self.top_k if top_k is None else top_k
+        threshold = self.min_score if min_score is None else min_score
+        scope = scope or self.scope
+        if k <= 0 or not query.strip():
+            return []
+        self._check_vector_space()
+        n = max(self.candidates, k)
+        dense_hits = self.store.search_vectors(scope, self.embed_query(query), n, filters)
+        terms = query_terms(query)
+        lexical_hits = self.store.search_text(scope, terms, n, filters) if terms else []
+        known = {m.id: m for m in self.store.get(scope, {i for i, _ in dense_hits} | {i for i, _ in lexical_hits})}
+        key_of = {i: (m.session_id or "", m.position if m.position is not None else -1) for i, m in known.items()}
+        dense = {key_of[i]: s for i, s in dense_hits if i in key_of}
+        lexical = {key_of[i]: s for i, s in lexical_hits if i in key_of}
+        ids = {key: i for i, key in key_of.items()}
+        if self.fusion == "rrf":
+            ranked = rrf(dense, lexical, ids)
+        else:
+            ranked = fuse(
+                dense, lexical, ids,
+                lexical_weight=self.lexical_weight, neighbour_weight=self.neighbour_weight,
+                unknown_neighbours=filters is None,
+            )
+        depth = max(k, self.rerank_depth) if self.reranker is not None else k
+        chosen = spread_out(ranked, depth, spread)
+        self._resolve(scope, chosen, known)
+        chosen = [c for c in chosen if c.id is not None]
+        hits = [self._hit(c, known[c.id]) for c in chosen]
+        if self.reranker is not None and hits:
+            logits = self.reranker.score(query, [h.message.text for h in hits])
+            for h, s in zip(hits, logits):
+                h.scores["rerank"] = float(s)
+                h.score = float(s)
+            hits.sort(key=lambda h: -h.score)
+        return [h for h in hits if h.score >= threshold][:k]
+
+    def _resolve(self, scope: Scope, chosen: list[Candidate], known: dict[str, StoredMessage]) -> None:
+        """Fetch the neighbours that won a place without having been fetched."""
+        for c in chosen:
+            if c.id is None:
+                session, pos = c.key
+                found = self.store.range(replace(scope, session_id=session), pos, pos)
+                if found:
+                    c.id = found[0].id
+                    known[c.id] = found[0]
+
+    @staticmethod
+    def _hit(c: Candidate, m: StoredMessage) -> SearchHit:
+        scores = {"lexical": c.lexical, "fused": c.fused}
+        if c.dense is not None:
+            scores["dense"] = c.dense
+        return SearchHit(id=m.id, text=_verbatim_text(m), metadata=dict(m.metadata), score=c.fused, scores=scores, message=m)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> "SemanticSearch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
