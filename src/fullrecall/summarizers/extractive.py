@@ -31,7 +31,7 @@ _FILLER = re.compile(
     r"sure|okay|ok|so|well|omg|hmm|totally|definitely|absolutely|congrats|wow+)\b[^.!?,]{0,20}[,!.]+\s*)+",
     re.IGNORECASE)
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*")
-_CAPS = re.compile(r"\b[A-Z][a-zA-Z'’&-]*(?:\s+(?:of|the|de|van|von)?\s*[A-Z][a-zA-Z'’&-]*)*")
+_CAPS = re.compile(r"\b[A-Z][\w'’&-]*(?:[ \t]+(?:of|the|de|van|von)?[ \t]*[A-Z][\w'’&-]*)*")
 _DIGITS = re.compile(r"(?<![\w])[$€£]?\d[\d,.:/-]*(?:\s?(?:%|am|pm|k|K|M))?")
 _TIME_WORDS = re.compile(
     r"\b(?:(?:last|next|this|past|coming)\s+(?:week(?:end)?|month|year|night|summer|winter|spring|fall|autumn|"
@@ -92,7 +92,7 @@ class ExtractiveSummarizer:
         max_summary_tokens: int = 800,
         *,
         target_ratio: float | None = 0.25,
-        min_summary_tokens: int = 48,
+        min_summary_tokens: int = 128,
         protected_patterns: Mapping[str, str | Pattern[str]] | Sequence[str | Pattern[str]] | None = None,
         exclusions: Exclusions | None = None,
         token_counter: Any = None,
@@ -219,7 +219,7 @@ class ExtractiveSummarizer:
             while words and words[0].casefold().strip("'’") in _COMMON:
                 words = words[1:]
             if words:
-                add(" ".join(words), 2.0)
+                add(" ".join(words).rstrip("-'’"), 2.0)
         content = [w for w in _WORD.findall(text) if w.casefold() not in _STOP and len(w) > 3 and w not in names]
         if len(content) < 2 and not any(w >= 3.0 for w in unit.items.values()):
             unit.items.clear()  # "That's great, Mel!", "How have you been?": nothing to summarize

@@ -1,0 +1,60 @@
+"""The one call an LLM summarizer needs: a system prompt and messages in, text out.
+
+Clients stay small on purpose: retries with backoff for transport failures
+live in each client (they know which errors are transient); judging the
+answer (empty, refusal, over-long, missing facts) lives in the summarizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ...errors import SummarizationError
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """``messages`` are ``{"role": "user"|"assistant", "content": str}`` dicts."""
+
+    system: str
+    messages: tuple[dict[str, str], ...]
+    max_tokens: int = 800
+    temperature: float = 0.3
+
+
+@dataclass(frozen=True)
+class ChatResponse:
+    """``finish_reason``: "stop", "length" (cut at max_tokens), "refusal" or "content_filter"."""
+
+    text: str
+    finish_reason: str = "stop"
+    model: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+class ChatModelError(SummarizationError):
+    """A chat model call failed; ``retryable`` says whether trying again may help."""
+
+    def __init__(self, message: str, *, retryable: bool = False, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A chat model: sync ``complete`` and async ``acomplete``; both raise :class:`ChatModelError`."""
+
+    name: str
+
+    def complete(self, request: ChatRequest) -> ChatResponse: ...
+
+    async def acomplete(self, request: ChatRequest) -> ChatResponse: ...
+
+
+def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | None = None) -> float:
+    """Exponential backoff (``base * 2**attempt``, capped), or the server's Retry-After when it gave one."""
+    if retry_after is not None and retry_after >= 0:
+        return min(retry_after, cap)
+    return min(cap, base * (2 ** attempt))

@@ -1,0 +1,177 @@
+"""Any OpenAI-compatible chat completions endpoint, over httpx.
+
+OpenAI, Azure OpenAI (its ``/openai/v1`` endpoint, or a deployment URL with
+``api_version``), Ollama, vLLM, llama.cpp's server and LM Studio all speak
+``POST {base_url}/chat/completions``. Environment variables (read by
+:meth:`OpenAIChatModel.from_env`): ``FULLRECALL_LLM_BASE_URL`` or
+``OPENAI_BASE_URL``; ``FULLRECALL_LLM_API_KEY`` or ``OPENAI_API_KEY``;
+``FULLRECALL_LLM_MODEL`` or ``OPENAI_MODEL``; ``FULLRECALL_LLM_TIMEOUT`` (seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from .base import ChatModelError, ChatRequest, ChatResponse, backoff_delay
+
+logger = logging.getLogger("fullrecall.summarizers")
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+class OpenAIChatModel:
+    """Chat completions client: timeout per request, retries with exponential backoff.
+
+    Retries cover timeouts, connection errors, 408/409/425/429 and 5xx (honouring
+    ``Retry-After``); other 4xx fail at once. ``api_key_header="api-key"`` and
+    ``api_version`` serve Azure deployment URLs.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str = DEFAULT_BASE_URL,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        api_key_header: str = "Authorization",
+        api_version: str | None = None,
+        headers: dict[str, str] | None = None,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.api_key_header = api_key_header
+        self.api_version = api_version
+        self.headers = dict(headers or {})
+        self.extra_body = dict(extra_body or {})
+        self.name = f"openai:{model}"
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> "OpenAIChatModel":
+        """Configure from ``FULLRECALL_LLM_*`` (first) or ``OPENAI_*`` variables."""
+        env = os.environ
+        model = overrides.pop("model", None) or env.get("FULLRECALL_LLM_MODEL") or env.get("OPENAI_MODEL")
+        if not model:
+            raise ChatModelError("no model configured: set FULLRECALL_LLM_MODEL (or OPENAI_MODEL)")
+        kwargs: dict[str, Any] = {
+            "base_url": env.get("FULLRECALL_LLM_BASE_URL") or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+            "api_key": env.get("FULLRECALL_LLM_API_KEY") or env.get("OPENAI_API_KEY"),
+        }
+        if env.get("FULLRECALL_LLM_TIMEOUT"):
+            kwargs["timeout"] = float(env["FULLRECALL_LLM_TIMEOUT"])
+        kwargs.update(overrides)
+        return cls(model, **kwargs)
+
+    # -- request -------------------------------------------------------------------
+    def _url(self) -> str:
+        url = f"{self.base_url}/chat/completions"
+        return f"{url}?api-version={self.api_version}" if self.api_version else url
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", **self.headers}
+        if self.api_key:
+            value = f"Bearer {self.api_key}" if self.api_key_header.lower() == "authorization" else self.api_key
+            headers[self.api_key_header] = value
+        return headers
+
+    def _body(self, request: ChatRequest) -> dict[str, Any]:
+        messages = [{"role": "system", "content": request.system}] if request.system else []
+        messages.extend({"role": m["role"], "content": m["content"]} for m in request.messages)
+        return {"model": self.model, "messages": messages, "max_tokens": request.max_tokens,
+                "temperature": request.temperature, **self.extra_body}
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        import httpx
+
+        body = self._body(request)
+        with httpx.Client(timeout=self.timeout) as client:
+            for attempt in range(self.max_retries + 1):
+                try:
+                    response = client.post(self._url(), json=body, headers=self._headers())
+                    return self._parse(response)
+                except (httpx.TimeoutException, httpx.TransportError) as exc:
+                    error = self._transport_error(exc)
+                except ChatModelError as exc:
+                    error = exc
+                if not error.retryable or attempt == self.max_retries:
+                    raise error
+                delay = backoff_delay(attempt, self.backoff, self.max_backoff, getattr(error, "retry_after", None))
+                logger.warning("%s: %s; retry %d/%d in %.2f s", self.name, error, attempt + 1, self.max_retries, delay)
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def acomplete(self, request: ChatRequest) -> ChatResponse:
+        import httpx
+
+        body = self._body(request)
+        async with httpx.AsyncClient(timeout=self.timeout) as client:
+            for attempt in range(self.max_retries + 1):
+                try:
+                    response = await client.post(self._url(), json=body, headers=self._headers())
+                    return self._parse(response)
+                except (httpx.TimeoutException, httpx.TransportError) as exc:
+                    error = self._transport_error(exc)
+                except ChatModelError as exc:
+                    error = exc
+                if not error.retryable or attempt == self.max_retries:
+                    raise error
+                delay = backoff_delay(attempt, self.backoff, self.max_backoff, getattr(error, "retry_after", None))
+                logger.warning("%s: %s; retry %d/%d in %.2f s", self.name, error, attempt + 1, self.max_retries, delay)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    # -- response ------------------------------------------------------------------
+    def _transport_error(self, exc: Exception) -> ChatModelError:
+        import httpx
+
+        kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "connection failed"
+        error = ChatModelError(f"{self.name} {kind} after {self.timeout:g} s: {type(exc).__name__}: {exc}"
+                               if kind == "timed out" else f"{self.name} {kind}: {type(exc).__name__}: {exc}",
+                               retryable=True)
+        error.__cause__ = exc
+        return error
+
+    def _parse(self, response: Any) -> ChatResponse:
+        status = response.status_code
+        if status >= 400:
+            detail = response.text[:300].strip()
+            error = ChatModelError(f"{self.name} answered HTTP {status}: {detail}", retryable=status in _RETRY_STATUS,
+                                   status=status)
+            retry_after = response.headers.get("retry-after")
+            try:
+                error.retry_after = float(retry_after) if retry_after else None  # type: ignore[attr-defined]
+            except ValueError:
+                error.retry_after = None  # type: ignore[attr-defined]
+            raise error
+        try:
+            data = response.json()
+            choice = data["choices"][0]
+            message = choice.get("message") or {}
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ChatModelError(f"{self.name} sent a malformed response ({type(exc).__name__}): "
+                                 f"{response.text[:200]!r}", retryable=True) from exc
+        refusal = message.get("refusal")
+        text = message.get("content")
+        if isinstance(text, list):  # content parts
+            text = "".join(p.get("text", "") for p in text if isinstance(p, dict))
+        finish = choice.get("finish_reason") or "stop"
+        if refusal:
+            return ChatResponse(text=str(refusal), finish_reason="refusal", model=data.get("model"))
+        if text is not None and not isinstance(text, str):
+            raise ChatModelError(f"{self.name} sent non-text content: {type(text).__name__}", retryable=True)
+        return ChatResponse(text=text or "", finish_reason=str(finish), model=data.get("model"),
+                            usage=dict(data.get("usage") or {}))

@@ -1,0 +1,83 @@
+"""A Strands ``Model`` (or the model of a Strands ``Agent``), called directly.
+
+The agent itself is never invoked: calling an agent from inside its own
+conversation manager would re-enter its lock, tools and history. Like Strands'
+own summarizer, this streams from ``agent.model`` with a system prompt and no
+tools. Temperature and max tokens are the Strands model's own configuration;
+the summarizer still checks the answer's length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from typing import Any
+
+from .base import ChatModelError, ChatRequest, ChatResponse, backoff_delay
+
+logger = logging.getLogger("fullrecall.summarizers")
+
+_STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
+         "guardrail_intervened": "content_filter", "content_filtered": "content_filter"}
+
+
+class StrandsChatModel:
+    """Wraps a ``strands.models.Model`` or an ``Agent`` (whose ``model`` and ``system_prompt`` it uses)."""
+
+    def __init__(self, model_or_agent: Any, *, max_retries: int = 2, backoff: float = 0.5,
+                 max_backoff: float = 8.0) -> None:
+        model = getattr(model_or_agent, "model", None)
+        if model is not None and hasattr(model, "stream"):
+            self.model = model
+            prompt = getattr(model_or_agent, "system_prompt", None)
+            self.system_prompt: str | None = prompt if isinstance(prompt, str) and prompt.strip() else None
+        elif hasattr(model_or_agent, "stream"):
+            self.model = model_or_agent
+            self.system_prompt = None
+        else:
+            raise TypeError(f"expected a Strands Model or Agent, got {type(model_or_agent).__name__}")
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.name = f"strands:{type(self.model).__name__}"
+
+    async def acomplete(self, request: ChatRequest) -> ChatResponse:
+        for attempt in range(self.max_retries + 1):
+            try:
+                return await self._once(request)
+            except ChatModelError as error:
+                if not error.retryable or attempt == self.max_retries:
+                    raise
+                delay = backoff_delay(attempt, self.backoff, self.max_backoff)
+                logger.warning("%s; retry %d/%d in %.2f s", error, attempt + 1, self.max_retries, delay)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.acomplete(request))
+        # called from inside an event loop (as Strands calls managers): run on a worker's own loop
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(asyncio.run, self.acomplete(request)).result()
+
+    async def _once(self, request: ChatRequest) -> ChatResponse:
+        messages = [{"role": m["role"], "content": [{"text": m["content"]}]} for m in request.messages]
+        parts: list[str] = []
+        stop = "end_turn"
+        try:
+            async for event in self.model.stream(messages, tool_specs=None, system_prompt=request.system):
+                delta = event.get("contentBlockDelta", {}).get("delta", {}) if isinstance(event, dict) else {}
+                if isinstance(delta.get("text"), str):
+                    parts.append(delta["text"])
+                if isinstance(event, dict) and "messageStop" in event:
+                    stop = str(event["messageStop"].get("stopReason") or stop)
+        except ChatModelError:
+            raise
+        except Exception as exc:  # the provider's own errors: throttling is worth a retry
+            name = type(exc).__name__
+            retryable = "Throttl" in name or isinstance(exc, (TimeoutError, ConnectionError))
+            raise ChatModelError(f"{self.name} failed: {name}: {exc}", retryable=retryable) from exc
+        return ChatResponse(text="".join(parts), finish_reason=_STOP.get(stop, stop), model=self.name)
