@@ -18,7 +18,7 @@ from ..messages.model import Message
 _MONTH = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|"
           r"Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)")
 _UNITS = (r"%|[KMGTP]i?B|[kKMG]?Hz|ms|µs|ns|sec|secs|seconds?|s|mins?|minutes?|h|hrs?|hours?|days?|weeks?|"
-          r"months?|years?|kg|g|mg|km|m|cm|mm|mi|miles?|ft|in|lbs?|W|kW|V|mAh|Wh|kWh|fps|px|dpi|Gbps|Mbps|"
+          r"months?|years?|kg|g|mg|km|m|cm|mm|mi|miles?|ft|inch(?:es)?|lbs?|W|kW|V|mAh|Wh|kWh|fps|px|dpi|Gbps|Mbps|"
           r"GB/s|MB/s|tokens?|USD|EUR|GBP|x|k|K|M|B|bn")
 
 #: The default protected patterns: what a summary must keep verbatim.
@@ -38,7 +38,8 @@ DEFAULT_PROTECTED: dict[str, str] = {
                   r"\b[\w-]+\.(?:py|js|ts|tsx|jsx|json|ya?ml|toml|md|txt|cfg|ini|sh|go|rs|java|kt|c|h|cc|cpp|hpp|"
                   r"rb|php|cs|sql|html|css|csv|lock|xml|ipynb|parquet)\b"),
     "product": (r"\b[A-Z][A-Za-z]*-\d[\w.]*\b|"  # GPT-4o, Llama-3.1
-                r"\b(?:[A-Z]{2,}|[A-Z][a-z]+[A-Z]\w*|i[A-Z][a-z]+)[ -]?\d{1,5}[A-Za-z]{0,3}\b"),  # RTX 4090, iPhone 15
+                r"\b(?:[A-Z]{2,}|[A-Z][a-z]+[A-Z]\w*|i[A-Z][a-z]+)[ -]?\d{1,5}[A-Za-z]{0,3}\b|"  # RTX 4090, iPhone 15
+                r"\b[A-Z]\d{2,5}[A-Za-z]{0,3}\b"),  # A100, H100
     "code": (r"`[^`\n]{1,80}`|\b[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*\(\)|"
              r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\b[a-z]+(?:[A-Z][a-z0-9]+)+\b|"
              r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\b|\b[a-z_]\w+(?:\.[a-z_]\w+)+\b"),

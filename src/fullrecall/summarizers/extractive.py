@@ -23,7 +23,7 @@ from .checks import CITATION, ExclusionPlan, Exclusions, compile_patterns, find_
 
 HEADER = "## Conversation Summary"
 TOOLS_HEADER = "## Tools Executed"
-WITHHELD = "* Some details were kept out of this summary at the user's request; the archive keeps them verbatim."
+WITHHELD = "* Some details were withheld at the user's request (kept verbatim in the archive)."
 
 _SPLIT = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
 _FILLER = re.compile(
@@ -188,7 +188,7 @@ class ExtractiveSummarizer:
         kept = []
         for unit in units:
             if plan.leaks(unit.text):
-                continue  # never write private text; dropping the sentence beats redacting it
+                unit.text = plan.redact(unit.text)[0]  # the rest of the sentence may still matter
             self._score(unit, names)
             line = self._line(unit)
             unit.cost = self.counter.count(line) + 1
@@ -240,11 +240,15 @@ class ExtractiveSummarizer:
         covered_items: set[str] = set()
         remaining = list(units)
         topic_cost = 14  # a topic line, paid for every four sentences
+        # citations are never traded for prose: room to list every uncovered one stays reserved
+        cite_cost = {k: self.counter.count(u.surface[k]) + 1 for u in units for k in u.items if CITATION.fullmatch(k)}
         while remaining and room > 0:
             best, best_score = None, 0.0
+            reserve = sum(c for k, c in cite_cost.items() if k not in covered_items)
             for unit in remaining:
                 gain = sum(w for k, w in unit.items.items() if k not in covered_items) + unit.bonus
-                if gain <= 0 or unit.cost > room:
+                freed = sum(c for k, c in cite_cost.items() if k in unit.items and k not in covered_items)
+                if gain <= 0 or unit.cost > room - reserve + freed:
                     continue
                 score = gain / (unit.cost + 8)  # each line has a fixed cost: prefer full sentences to fragments
                 if score > best_score:

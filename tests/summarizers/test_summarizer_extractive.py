@@ -1,0 +1,125 @@
+"""The offline summarizer: layout, facts kept, budget, exclusions, determinism."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fullrecall.messages import parse_messages
+from fullrecall.messages.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from fullrecall.summarizers import Exclusions, ExtractiveSummarizer, Summarizer
+from fullrecall.summarizers.extractive import HEADER, WITHHELD
+from fullrecall.tokens import default_token_counter
+
+
+def test_layout_facts_and_report(tech_conversation, citations):
+    summarizer = ExtractiveSummarizer()
+    assert isinstance(summarizer, Summarizer)
+    summary = summarizer.summarize(tech_conversation)
+    text = summary.text
+    assert text.startswith(HEADER)
+    assert re.search(r"^\* Topic 1: ", text, re.M)
+    for item in citations + ["RTX 4090", "Llama-3.1", "deploy/vllm.yaml"]:  # a quarter of the input: citations first
+        assert item in text, item
+    roomy = ExtractiveSummarizer(target_ratio=None).summarize(tech_conversation)  # only the 800-token cap
+    for item in ["tensor_parallel_size", "2024-05-03", "GPT-4o", "A100"]:
+        assert item in roomy.text, item
+    assert summary.method == "extractive"
+    assert summary.positions == tuple(range(len(tech_conversation)))
+    assert summary.token_count == default_token_counter().count(text)
+    assert summary.token_count < sum(len(m["content"]) for m in tech_conversation) / 4  # it did compress
+    assert not set(citations) & set(summary.report.missing)
+    assert roomy.report.missing == []
+
+
+def test_reference_number_from_the_demo_never_appears(tech_conversation):
+    summary = ExtractiveSummarizer().summarize(tech_conversation)
+    assert "700" not in summary.text
+    assert summary.report.excluded_messages == [0]
+    assert WITHHELD in summary.text
+
+
+def test_same_input_same_output(tech_conversation):
+    a = ExtractiveSummarizer().summarize(tech_conversation).text
+    b = ExtractiveSummarizer().summarize(tech_conversation).text
+    assert a == b
+
+
+def test_previous_summary_is_carried_forward():
+    previous = "## Conversation Summary\n* Topic 1: The user chose PostgreSQL 16 for the store [7]."
+    msgs = [{"role": "user", "content": "Now let's pick a cache. Redis 7.2 or Memcached?"},
+            {"role": "assistant", "content": "Redis 7.2 supports streams and persistence [8]."}]
+    text = ExtractiveSummarizer().summarize(msgs, previous_summary=previous).text
+    for item in ("PostgreSQL 16", "[7]", "Redis 7.2", "[8]"):
+        assert item in text
+
+
+def test_tool_runs_are_listed_with_their_results():
+    msgs = [
+        Message("user", [TextBlock("What's the weather in Lisbon?")], position=10),
+        Message("assistant", [ToolUseBlock("t1", "get_weather", {"city": "Lisbon"})], position=11),
+        Message("user", [ToolResultBlock("t1", (TextBlock("22 °C, sunny"),))], position=12),
+        Message("assistant", [TextBlock("It is 22 °C and sunny in Lisbon.")], position=13),
+    ]
+    summary = ExtractiveSummarizer().summarize(msgs)
+    assert "## Tools Executed" in summary.text
+    assert 'get_weather({"city": "Lisbon"}) → 22 °C, sunny' in summary.text
+    assert summary.positions == (10, 11, 12, 13)
+
+
+def test_private_by_pattern_by_message_and_by_metadata():
+    msgs = [
+        {"role": "user", "content": "My account is ACCT-99812 and my dog is called Biscuit."},
+        {"role": "assistant", "content": "Noted, ACCT-99812 is on file."},
+        {"role": "user", "content": "My locker code is 4471, it opens locker B12 in Building Nine.",
+         "metadata": {"private": True}},
+        {"role": "user", "content": "Also my badge id is QX-3318 for the Lisbon office."},
+    ]
+    _, parsed = parse_messages(msgs)
+    exclusions = Exclusions(patterns=[r"ACCT-\d+"], messages={3})
+    text = ExtractiveSummarizer(exclusions=exclusions).summarize(parsed).text
+    for secret in ("ACCT-99812", "4471", "B12", "QX-3318"):
+        assert secret not in text
+    assert "Biscuit" in text  # the rest of a sentence with a private pattern is kept
+    assert "[private]" in text
+
+
+def test_a_budget_smaller_than_the_header_still_holds():
+    msgs = [{"role": "user", "content": "The RTX 4090 has 24 GB [1]."}]
+    counter = default_token_counter()
+    for budget in (1, 3, 8, 20):
+        summary = ExtractiveSummarizer(budget, token_counter=counter).summarize(msgs)
+        assert counter.count(summary.text) <= budget
+
+
+_WORDS = st.sampled_from(["GPU", "Lisbon", "costs", "the", "RTX 4090", "[3]", "2024-05-03", "deploy/app.py",
+                          "we", "decided", "tensor_parallel_size", "$40", "12 GB", "Maria", "is", "fast", "?"])
+_SENTENCE = st.lists(_WORDS, min_size=1, max_size=14).map(lambda ws: " ".join(ws) + ".")
+_MESSAGE = st.lists(_SENTENCE, min_size=1, max_size=5).map(" ".join)
+
+
+@settings(max_examples=60)
+@given(texts=st.lists(_MESSAGE, min_size=1, max_size=12), budget=st.integers(min_value=1, max_value=300),
+       ratio=st.sampled_from([None, 0.25]))
+def test_never_over_max_summary_tokens(texts, budget, ratio):
+    counter = default_token_counter()
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(texts)]
+    summary = ExtractiveSummarizer(budget, target_ratio=ratio, token_counter=counter).summarize(msgs)
+    assert summary.token_count <= budget
+    assert counter.count(summary.text) <= budget
+    assert summary.positions == tuple(range(len(texts)))
+
+
+_SECRET = st.from_regex(r"SECRET-[0-9]{2,6}", fullmatch=True)
+
+
+@settings(max_examples=60)
+@given(texts=st.lists(st.tuples(_MESSAGE, st.one_of(st.none(), _SECRET)), min_size=1, max_size=10))
+def test_excluded_patterns_never_present(texts):
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant",
+             "content": text if secret is None else f"{text} The code is {secret}. {text}"}
+            for i, (text, secret) in enumerate(texts)]
+    summary = ExtractiveSummarizer(exclusions=Exclusions(patterns=[r"SECRET-\d+"])).summarize(msgs)
+    assert re.search(r"SECRET-\d+", summary.text) is None
