@@ -286,21 +286,28 @@ class VectorBlock:
         return [(self.ids[i], float(scores[i])) for i in top if scores[i] != -np.inf][:k]
 
     def _mask(self, f: Filters | None) -> np.ndarray | None:
-        if f is None:
-            return None
-        mask = np.ones(len(self.ids), dtype=bool)
-        if f.roles is not None:
-            mask &= np.isin(self.roles, list(f.roles))
-        if f.kinds is not None:
-            mask &= np.isin(self.kinds, list(f.kinds))
-        if f.since is not None:
-            mask &= self.created >= f.since
-        if f.until is not None:
-            mask &= self.created <= f.until
-        if f.exclude_ids:
-            excluded = f.exclude_ids
-            mask &= np.fromiter((i not in excluded for i in self.ids), dtype=bool, count=len(self.ids))
-        return mask
+        return filter_mask(f, self.ids, self.roles, self.kinds, self.created)
+
+
+def filter_mask(
+    f: Filters | None, ids: Sequence[str], roles: np.ndarray, kinds: np.ndarray, created: np.ndarray
+) -> np.ndarray | None:
+    """Boolean mask of the rows that pass ``f`` (None: no filter)."""
+    if f is None:
+        return None
+    mask = np.ones(len(ids), dtype=bool)
+    if f.roles is not None:
+        mask &= np.isin(roles, list(f.roles))
+    if f.kinds is not None:
+        mask &= np.isin(kinds, list(f.kinds))
+    if f.since is not None:
+        mask &= created >= f.since
+    if f.until is not None:
+        mask &= created <= f.until
+    if f.exclude_ids:
+        excluded = f.exclude_ids
+        mask &= np.fromiter((i not in excluded for i in ids), dtype=bool, count=len(ids))
+    return mask
 
 
 # -- lexical (for backends without a text index) --------------------------------
@@ -323,24 +330,68 @@ class Tokenizer:
         return self._stem(_WORD.findall(text.lower()))
 
 
-def bm25_scores(
-    docs: Sequence[list[str]], query_terms: Sequence[str], k1: float = 1.2, b: float = 0.75
-) -> np.ndarray:
-    """Okapi BM25 of each tokenised doc for the (already tokenised) query terms, OR semantics."""
-    n = len(docs)
-    scores = np.zeros(n, dtype=np.float64)
-    if n == 0 or not query_terms:
-        return scores
-    lengths = np.fromiter((len(d) for d in docs), dtype=np.float64, count=n)
-    avg = float(lengths.mean()) or 1.0
-    for term in dict.fromkeys(query_terms):
-        tf = np.fromiter((d.count(term) for d in docs), dtype=np.float64, count=n)
-        df = int((tf > 0).sum())
-        if df == 0:
-            continue
-        idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-        scores += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths / avg))
-    return scores
+@dataclass
+class LexicalIndex:
+    """An inverted index of one session's messages, for BM25 in process (Redis without a search module)."""
+
+    ids: list[str]
+    roles: np.ndarray
+    kinds: np.ndarray
+    created: np.ndarray
+    lengths: np.ndarray  # tokens per message
+    postings: dict[str, tuple[np.ndarray, np.ndarray]]  # term -> (row numbers, term frequencies)
+
+    @classmethod
+    def build(cls, rows: Sequence[tuple[str, str, str, float, list[str]]]) -> "LexicalIndex":
+        """``rows``: (id, role, kind, created_at, tokens)."""
+        counts: dict[str, dict[int, int]] = {}
+        for n, (_, _, _, _, tokens) in enumerate(rows):
+            for t in tokens:
+                doc = counts.setdefault(t, {})
+                doc[n] = doc.get(n, 0) + 1
+        postings = {
+            t: (np.fromiter(d.keys(), np.int64, len(d)), np.fromiter(d.values(), np.float64, len(d)))
+            for t, d in counts.items()
+        }
+        return cls(
+            [r[0] for r in rows],
+            np.array([r[1] for r in rows], dtype=object),
+            np.array([r[2] for r in rows], dtype=object),
+            np.array([r[3] for r in rows], dtype=np.float64),
+            np.array([len(r[4]) for r in rows], dtype=np.float64),
+            postings,
+        )
+
+
+def bm25_search(
+    indexes: Sequence[LexicalIndex], terms: Sequence[str], k: int, filters: Filters | None,
+    k1: float = 1.2, b: float = 0.75,
+) -> list[tuple[str, float]]:
+    """Okapi BM25 (OR of ``terms``, already tokenised) over several sessions with shared statistics."""
+    n_docs = sum(len(ix.ids) for ix in indexes)
+    if n_docs == 0 or not terms or k == 0:
+        return []
+    avg = float(sum(ix.lengths.sum() for ix in indexes)) / n_docs or 1.0
+    terms = list(dict.fromkeys(terms))
+    df = {t: sum(len(ix.postings[t][0]) for ix in indexes if t in ix.postings) for t in terms}
+    hits: list[tuple[float, str]] = []
+    for ix in indexes:
+        scores = np.zeros(len(ix.ids))
+        for t in terms:
+            if t not in ix.postings:
+                continue
+            rows, tf = ix.postings[t]
+            idf = math.log(1.0 + (n_docs - df[t] + 0.5) / (df[t] + 0.5))
+            scores[rows] += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * ix.lengths[rows] / avg))
+        mask = filter_mask(filters, ix.ids, ix.roles, ix.kinds, ix.created)
+        if mask is not None:
+            scores[~mask] = 0.0
+        found = np.flatnonzero(scores > 0)
+        if len(found) > k:
+            found = found[np.argpartition(-scores[found], k - 1)[:k]]
+        hits += [(float(scores[i]), ix.ids[i]) for i in found]
+    hits.sort(key=lambda h: (-h[0], h[1]))
+    return [(i, s) for s, i in hits[:k]]
 
 
 def split_terms(terms: Sequence[str]) -> list[str]:

@@ -1,0 +1,634 @@
+"""Redis store: the seed's per-session keys, done right (atomic, expiring, really deleted).
+
+Key layout (``P`` is the prefix, ``fullrecall`` by default, ``fullrecall:tenant:{t}`` for a
+tenant other than ``default``; user/agent/session values are %-quoted, ``*`` means none)::
+
+    P:user:{u}[:agent:{a}]:session:{s}:meta    hash  scope, next position, version, vector model, ttl
+    ...:session:{s}:msgs                       hash  message id -> message JSON (verbatim data)
+    ...:session:{s}:order                      zset  message id scored by position
+    ...:session:{s}:vecs                       hash  message id -> float32 bytes
+    ...:session:{s}:state                      hash  key -> JSON document
+    P:user:{u}:records:{namespace}             hash  long-term records of the user
+    P:user:{u}:record-namespaces, P:user:{u}:sessions, P:users, P:sessions:{s}   index sets
+
+* **Every key has a TTL** (default 210 days, as in the seed; ``ttl_seconds=`` per store,
+  :meth:`RedisStore.set_ttl` per session), refreshed on every write to the session. Index
+  sets only ever get their TTL extended, and members whose session expired are dropped
+  when met. Expired data is gone from the server, not hidden.
+* **Writes are Lua scripts**, so each is atomic: positions come from the session's counter
+  (``HINCRBY``-style, inside the script) and a retried append with the same ids is a no-op.
+* **Search runs in process**: numpy cosine over the session's vectors and Okapi BM25 over
+  its texts (stemmed with PyStemmer when installed), cached per session and reloaded when
+  the session's ``version`` changes (any process's write bumps it). Servers with a query
+  engine (RediSearch 2.4+, Redis 8) are detected (``search_module``) but not used yet.
+* **Durability** is the server's: run it with ``appendonly yes``; ``appendfsync everysec``
+  may lose the last second of acknowledged writes if the *server's machine* crashes,
+  ``appendfsync always`` loses nothing at a higher cost. A client crash loses nothing acknowledged.
+* Single-node Redis (or a primary); Redis Cluster is not supported (scripts touch index keys).
+
+URL: ``redis://[:password@]host:6379/0?prefix=fullrecall&ttl_seconds=18144000``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Sequence
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import numpy as np
+import redis as redis_lib
+
+from ..errors import StoreError
+from . import _common as C
+from .base import DEFAULT_TENANT, Filters, Record, Scope, StoredMessage
+
+DEFAULT_TTL_SECONDS = 210 * 24 * 3600
+_OWN_OPTIONS = ("prefix", "ttl_seconds", "ttl_days")
+_FAMILIES = ("meta", "msgs", "order", "vecs", "state")
+_NONE = "*"  # a missing user/agent in a key (quote() never yields a bare "*")
+
+# KEYS: 1 meta, 2 msgs, 3 order, 4 vecs, 5 state, 6 user's sessions, 7 users, 8 sessions with this id
+# ARGV: 1 default ttl, 2 session base key, 3 user segment, 4 tenant, 5 user, 6 agent, 7 session, 8.. per script
+_PRELUDE = """
+local function register()
+  if redis.call('EXISTS', KEYS[1]) == 0 then
+    redis.call('HSET', KEYS[1], 'tenant', ARGV[4], 'user_id', ARGV[5], 'agent_id', ARGV[6],
+               'session_id', ARGV[7], 'next', 0, 'version', 0)
+  end
+  redis.call('SADD', KEYS[6], ARGV[2])
+  redis.call('SADD', KEYS[7], ARGV[3])
+  redis.call('SADD', KEYS[8], ARGV[2])
+end
+local function refresh()
+  local ttl = tonumber(redis.call('HGET', KEYS[1], 'ttl') or ARGV[1])
+  for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ttl) end
+  for i = 6, 8 do
+    if redis.call('TTL', KEYS[i]) < ttl then redis.call('EXPIRE', KEYS[i], ttl) end
+  end
+end
+"""
+
+_APPEND = _PRELUDE + """
+register()
+local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
+local n = tonumber(ARGV[8])
+local out, seen, taken, new = {}, {}, {}, {}
+for i = 1, n do
+  local id, pos, body = ARGV[6 + 3 * i], ARGV[7 + 3 * i], ARGV[8 + 3 * i]
+  local p = seen[id] or redis.call('ZSCORE', KEYS[3], id)
+  if p then
+    out[i] = tonumber(p)
+  else
+    if pos == '' then
+      p = nxt
+    else
+      p = tonumber(pos)
+      if taken[p] or #redis.call('ZRANGEBYSCORE', KEYS[3], p, p, 'LIMIT', 0, 1) > 0 then
+        return redis.error_reply('fullrecall:position ' .. p)
+      end
+    end
+    if p + 1 > nxt then nxt = p + 1 end
+    seen[id], taken[p], out[i] = p, true, p
+    new[#new + 1] = {id, p, body}
+  end
+end
+for _, m in ipairs(new) do
+  redis.call('HSET', KEYS[2], m[1], m[3])
+  redis.call('ZADD', KEYS[3], m[2], m[1])
+end
+redis.call('HSET', KEYS[1], 'next', nxt)
+if #new > 0 then redis.call('HINCRBY', KEYS[1], 'version', 1) end
+refresh()
+return out
+"""
+
+_SET_VECTORS = _PRELUDE + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('fullrecall:nosession') end
+local model, dim, n = ARGV[8], ARGV[9], tonumber(ARGV[10])
+local cur = redis.call('HMGET', KEYS[1], 'vec_model', 'vec_dim')
+if cur[1] and (cur[1] ~= model or cur[2] ~= dim) then
+  return redis.error_reply('fullrecall:model ' .. cjson.encode({cur[1], tonumber(cur[2])}))
+end
+local missing = {}
+for i = 1, n do
+  if redis.call('HEXISTS', KEYS[2], ARGV[9 + 2 * i]) == 0 then missing[#missing + 1] = ARGV[9 + 2 * i] end
+end
+if #missing > 0 then return redis.error_reply('fullrecall:missing ' .. cjson.encode(missing)) end
+for i = 1, n do redis.call('HSET', KEYS[4], ARGV[9 + 2 * i], ARGV[10 + 2 * i]) end
+redis.call('HSET', KEYS[1], 'vec_model', model, 'vec_dim', dim)
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+refresh()
+return n
+"""
+
+_DELETE = _PRELUDE + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local gone = 0
+for i = 8, #ARGV do
+  gone = gone + redis.call('HDEL', KEYS[2], ARGV[i])
+  redis.call('ZREM', KEYS[3], ARGV[i])
+  redis.call('HDEL', KEYS[4], ARGV[i])
+end
+if gone > 0 then redis.call('HINCRBY', KEYS[1], 'version', 1) end
+refresh()
+return gone
+"""
+
+_PUT_STATE = _PRELUDE + """
+register()
+redis.call('HSET', KEYS[5], ARGV[8], ARGV[9])
+refresh()
+return 1
+"""
+
+_SET_TTL = _PRELUDE + """
+register()
+redis.call('HSET', KEYS[1], 'ttl', ARGV[8])
+for i = 1, 5 do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[8])) end
+refresh()
+return 1
+"""
+
+
+def _q(value: str | None) -> str:
+    return _NONE if value is None or value == "" else quote(value, safe="")
+
+
+@dataclass
+class _Session:
+    base: str
+    meta: dict[str, str]
+
+    @property
+    def session_id(self) -> str:
+        return self.meta["session_id"]
+
+    def key(self, family: str) -> str:
+        return f"{self.base}:{family}"
+
+
+@dataclass
+class _Cached:
+    version: str
+    lexical: C.LexicalIndex
+    vectors: C.VectorBlock | None
+
+
+def split_url(url: str) -> tuple[str, dict[str, str]]:
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss"):
+        raise ValueError(f"not a Redis URL: {url!r}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in query if k in _OWN_OPTIONS}
+    rest = urlencode([(k, v) for k, v in query if k not in _OWN_OPTIONS])
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), own
+
+
+class RedisStore:
+    """:class:`~fullrecall.stores.base.Store` on Redis (see the module docstring)."""
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        prefix: str = "fullrecall",
+        ttl_seconds: int = DEFAULT_TTL_SECONDS,
+        socket_timeout: float = 10.0,
+        cache_sessions: int = 10_000,
+    ) -> None:
+        conn_url, opts = split_url(url)
+        if "ttl_days" in opts:
+            ttl_seconds = int(float(opts["ttl_days"]) * 86400)
+        ttl_seconds = int(opts.get("ttl_seconds", ttl_seconds))
+        if ttl_seconds <= 0:
+            raise ValueError(f"ttl_seconds must be > 0 (every key expires), got {ttl_seconds}")
+        self.url = url
+        self.prefix = opts.get("prefix", prefix)
+        self.ttl_seconds = ttl_seconds
+        self._r = redis_lib.Redis.from_url(conn_url, socket_timeout=socket_timeout, socket_connect_timeout=5)
+        self._scripts = {
+            name: self._r.register_script(src)
+            for name, src in (("append", _APPEND), ("vectors", _SET_VECTORS), ("delete", _DELETE),
+                              ("state", _PUT_STATE), ("ttl", _SET_TTL))
+        }
+        self._cache: OrderedDict[str, _Cached] = OrderedDict()
+        self._cache_sessions = cache_sessions
+        self._lock = threading.Lock()
+        self._tokenize = C.Tokenizer()
+        self._closed = False
+        with self._errors("connect to"):
+            self._r.ping()
+        self.search_module = self._detect_search_module()
+
+    def _detect_search_module(self) -> bool:
+        """Whether the server has a query engine (RediSearch); reported, not used yet."""
+        try:
+            modules = self._r.module_list()
+        except redis_lib.RedisError:  # MODULE may be disabled or renamed on managed services
+            return False
+        return any(str(m.get(b"name", m.get("name", ""))).lower().find("search") >= 0 for m in modules)
+
+    @contextlib.contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        if self._closed:
+            raise StoreError(f"store {self.url} is closed")
+        try:
+            yield
+        except redis_lib.exceptions.ResponseError as exc:
+            raise _script_error(exc) from exc
+        except redis_lib.RedisError as exc:
+            raise StoreError(f"could not {action} Redis at {self._safe_url()}; nothing was acknowledged: {exc}") from exc
+
+    def _safe_url(self) -> str:
+        parts = urlsplit(self.url)
+        return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, "", ""))
+
+    def close(self) -> None:
+        self._closed = True
+        self._cache.clear()
+        self._r.close()
+
+    def __enter__(self) -> "RedisStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self._safe_url()!r}, prefix={self.prefix!r})"
+
+    # -- keys and sessions --------------------------------------------------------
+
+    def _p(self, scope: Scope) -> str:
+        return self.prefix if scope.tenant == DEFAULT_TENANT else f"{self.prefix}:tenant:{quote(scope.tenant, safe='')}"
+
+    def _base(self, scope: Scope) -> str:
+        agent = f":agent:{_q(scope.agent_id)}" if scope.agent_id else ""
+        return f"{self._p(scope)}:user:{_q(scope.user_id)}{agent}:session:{quote(scope.session_id or '', safe='')}"
+
+    def _run(self, name: str, scope: Scope, args: Sequence[Any]) -> Any:
+        """Run a write script on the session of ``scope`` (keys and scope args filled in)."""
+        scope.require_session()
+        p, base = self._p(scope), self._base(scope)
+        keys = [f"{base}:{f}" for f in _FAMILIES] + [
+            f"{p}:user:{_q(scope.user_id)}:sessions", f"{p}:users", f"{p}:sessions:{quote(scope.session_id, safe='')}"
+        ]
+        argv = [self.ttl_seconds, base, _q(scope.user_id), scope.tenant, scope.user_id or "", scope.agent_id or "",
+                scope.session_id, *args]
+        with self._errors("write to"):
+            return self._scripts[name](keys=keys, args=argv)
+
+    def _sessions(self, scope: Scope) -> list[_Session]:
+        """Live sessions matching a (partial) scope, from the index sets; expired members are dropped."""
+        p = self._p(scope)
+        with self._errors("read from"):
+            if scope.session_id is not None:
+                index_keys = [f"{p}:sessions:{quote(scope.session_id, safe='')}"]
+            elif scope.user_id is not None:
+                index_keys = [f"{p}:user:{_q(scope.user_id)}:sessions"]
+            else:
+                index_keys = [f"{p}:user:{u.decode()}:sessions" for u in self._r.smembers(f"{p}:users")]
+            pipe = self._r.pipeline(transaction=False)
+            for k in index_keys:
+                pipe.smembers(k)
+            candidates = sorted({(k, m.decode()) for k, ms in zip(index_keys, pipe.execute()) for m in ms}, key=lambda x: x[1])
+            pipe = self._r.pipeline(transaction=False)
+            for _, base in candidates:
+                pipe.hgetall(f"{base}:meta")
+            metas = pipe.execute()
+            out, stale = [], self._r.pipeline(transaction=False)
+            for (index_key, base), raw in zip(candidates, metas):
+                if not raw:
+                    stale.srem(index_key, base)
+                    continue
+                meta = {k.decode(): v.decode() for k, v in raw.items()}
+                if all(
+                    want is None or meta.get(field) == want
+                    for field, want in (("user_id", scope.user_id), ("agent_id", scope.agent_id),
+                                        ("session_id", scope.session_id))
+                ):
+                    out.append(_Session(base, meta))
+            if len(stale):
+                stale.execute()
+        return out
+
+    # -- archived messages ------------------------------------------------------------
+
+    def append(self, scope: Scope, messages: Sequence[StoredMessage]) -> list[int]:
+        scope.require_session()
+        messages = list(messages)
+        C.check_messages(messages)
+        if not messages:
+            return []
+        args: list[Any] = [len(messages)]
+        for m in messages:
+            args += [m.id, "" if m.position is None else m.position, json.dumps(C.message_row(m), ensure_ascii=False)]
+        return [int(p) for p in self._run("append", scope, args)]
+
+    def _read_messages(self, session: _Session, ids: list[str]) -> list[StoredMessage]:
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hmget(session.key("msgs"), ids)
+        pipe.zmscore(session.key("order"), ids)
+        bodies, positions = pipe.execute()
+        return [
+            C.message_from_row(json.loads(body), int(pos), session.session_id)
+            for body, pos in zip(bodies, positions)
+            if body is not None and pos is not None
+        ]
+
+    def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return []
+        out: list[StoredMessage] = []
+        with self._errors("read from"):
+            for session in self._sessions(scope):
+                out += sorted(self._read_messages(session, ids), key=lambda m: m.position or 0)
+        return out
+
+    def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
+        scope.require_session()
+        out: list[StoredMessage] = []
+        with self._errors("read from"):
+            for session in self._sessions(scope):
+                ids = [i.decode() for i in self._r.zrangebyscore(session.key("order"), start, end)]
+                out += sorted(self._read_messages(session, ids), key=lambda m: m.position or 0) if ids else []
+        return out
+
+    def count(self, scope: Scope) -> int:
+        sessions = self._sessions(scope)
+        with self._errors("read from"):
+            pipe = self._r.pipeline(transaction=False)
+            for s in sessions:
+                pipe.zcard(s.key("order"))
+            return int(sum(pipe.execute())) if sessions else 0
+
+    def delete(self, scope: Scope, ids: Iterable[str]) -> int:
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return 0
+        total = 0
+        for s in self._sessions(scope):
+            total += int(self._run("delete", _scope_of(s, scope.tenant), ids))
+        return total
+
+    # -- vectors ---------------------------------------------------------------------------
+
+    def set_vectors(self, scope: Scope, ids: Sequence[str], vectors: np.ndarray, model: str) -> None:
+        scope.require_session()
+        ids = list(ids)
+        C.check_model(model)
+        mat = C.as_matrix(vectors, len(ids))
+        if not ids:
+            return
+        args: list[Any] = [model, int(mat.shape[1]), len(ids)]
+        for i, row in zip(ids, mat):
+            args += [i, row.tobytes()]
+        try:
+            self._run("vectors", scope, args)
+        except _ScriptError as exc:
+            if exc.kind == "model":
+                stored = json.loads(exc.detail)
+                raise C.model_mismatch((stored[0], int(stored[1])), model, int(mat.shape[1])) from None
+            if exc.kind == "nosession":
+                raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first") from None
+            missing = json.loads(exc.detail) if exc.kind == "missing" else []
+            raise ValueError(
+                f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}"
+            ) from None
+
+    def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        ids = list(dict.fromkeys(ids))
+        out: dict[str, np.ndarray] = {}
+        if not ids:
+            return out
+        with self._errors("read from"):
+            for s in self._sessions(scope):
+                for i, blob in zip(ids, self._r.hmget(s.key("vecs"), ids)):
+                    if blob is not None:
+                        out[i] = np.frombuffer(blob, dtype=np.float32).copy()
+        return out
+
+    def vector_model(self, scope: Scope) -> tuple[str, int] | None:
+        models = {(s.meta["vec_model"], int(s.meta["vec_dim"])) for s in self._sessions(scope) if "vec_model" in s.meta}
+        if len(models) > 1:
+            raise ValueError(f"this scope mixes vectors of several models: {sorted(models)}")
+        return models.pop() if models else None
+
+    # -- search (in process) --------------------------------------------------------------------
+
+    def _cached(self, session: _Session) -> _Cached:
+        """The session's search structures, rebuilt only when its version moved."""
+        version = session.meta.get("version", "0")
+        with self._lock:
+            hit = self._cache.get(session.base)
+            if hit is not None and hit.version == version:
+                self._cache.move_to_end(session.base)
+                return hit
+        with self._errors("read from"):
+            pipe = self._r.pipeline(transaction=True)  # one snapshot of messages, vectors and version
+            pipe.hgetall(session.key("msgs"))
+            pipe.hgetall(session.key("vecs"))
+            pipe.hget(session.key("meta"), "version")
+            bodies, vecs, version_now = pipe.execute()
+        rows = [json.loads(b) for b in bodies.values()]
+        lexical = C.LexicalIndex.build(
+            [(r["id"], r["role"], r["kind"], r["created_at"], self._tokenize(r["text"])) for r in rows]
+        )
+        by_id = {r["id"]: r for r in rows}
+        vec_rows = [
+            (i, blob, by_id[i]["role"], by_id[i]["kind"], by_id[i]["created_at"])
+            for i, blob in ((k.decode(), v) for k, v in vecs.items())
+            if i in by_id
+        ]
+        dim = int(session.meta.get("vec_dim") or 0)
+        block = C.VectorBlock.build(vec_rows, dim) if vec_rows and dim else None
+        entry = _Cached((version_now or b"0").decode(), lexical, block)
+        with self._lock:
+            self._cache[session.base] = entry
+            self._cache.move_to_end(session.base)
+            while len(self._cache) > self._cache_sessions:
+                self._cache.popitem(last=False)
+        return entry
+
+    def search_vectors(
+        self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
+    ) -> list[tuple[str, float]]:
+        C.check_positive_k(k)
+        query = C.as_query(vector)
+        sessions = [s for s in self._sessions(scope) if s.meta.get("vec_dim")]
+        dims = {int(s.meta["vec_dim"]) for s in sessions}
+        if len(dims) > 1:
+            raise ValueError(f"this scope mixes vectors of dimensions {sorted(dims)}; search one session at a time")
+        if dims and query.shape[0] != next(iter(dims)):
+            raise C.dim_mismatch(next(iter(dims)), query.shape[0])
+        hits: list[tuple[str, float]] = []
+        for s in sessions:
+            block = self._cached(s).vectors
+            if block is not None:
+                hits += block.search(query, k, filters)
+        return sorted(hits, key=lambda h: -h[1])[:k]
+
+    def search_text(
+        self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None
+    ) -> list[tuple[str, float]]:
+        C.check_positive_k(k)
+        tokens = [t for term in C.split_terms(terms) for t in self._tokenize(term)]
+        if not tokens or k == 0:
+            return []
+        indexes = [self._cached(s).lexical for s in self._sessions(scope)]
+        return C.bm25_search(indexes, tokens, k, filters)
+
+    # -- state and long-term records ---------------------------------------------------------------
+
+    def put_state(self, scope: Scope, key: str, value: dict[str, Any]) -> None:
+        self._run("state", scope, [key, C.dump_json(value, f"state {key!r}")])
+
+    def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
+        scope.require_session()
+        with self._errors("read from"):
+            for s in self._sessions(scope):
+                doc = self._r.hget(s.key("state"), key)
+                if doc is not None:
+                    return C.json_loads(doc)
+        return None
+
+    def set_ttl(self, scope: Scope, seconds: int) -> None:
+        """Give one session its own TTL (seconds), applied now and on every later write."""
+        if int(seconds) <= 0:
+            raise ValueError(f"seconds must be > 0, got {seconds}")
+        self._run("ttl", scope, [int(seconds)])
+
+    def _records_key(self, scope: Scope, user_seg: str, namespace: str) -> str:
+        return f"{self._p(scope)}:user:{user_seg}:records:{quote(namespace, safe='')}"
+
+    def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
+        doc = {
+            "id": record.id, "namespace": record.namespace, "text": record.text,
+            "data": C.dump_json(record.data, f"record {record.id!r} data"),
+            "created_at": record.created_at, "updated_at": record.updated_at,
+            "agent_id": scope.agent_id or "", "session_id": scope.session_id or "",
+            "vector": C.as_matrix(vector, 1)[0].tolist() if vector is not None else None,
+        }
+        p, u = self._p(scope), _q(scope.user_id)
+        key = self._records_key(scope, u, record.namespace)
+        field = json.dumps([scope.agent_id or "", scope.session_id or "", record.id])
+        with self._errors("write to"):
+            pipe = self._r.pipeline(transaction=True)
+            pipe.hset(key, field, json.dumps(doc, ensure_ascii=False))
+            pipe.sadd(f"{p}:user:{u}:record-namespaces", record.namespace)
+            pipe.sadd(f"{p}:users", u)
+            for k in (key, f"{p}:user:{u}:record-namespaces", f"{p}:users"):
+                pipe.expire(k, self.ttl_seconds, gt=k.endswith(":users"))
+            pipe.execute()
+
+    def _record_fields(self, scope: Scope, namespace: str | None, exact: bool) -> list[tuple[str, str, dict[str, Any]]]:
+        """(hash key, field, record doc) visible to ``scope`` (or, with ``exact``, owned by it)."""
+        p = self._p(scope)
+        if scope.user_id is not None:
+            users = [_q(scope.user_id)] if exact else [_q(scope.user_id), _NONE]
+        else:
+            users = [u.decode() for u in self._r.smembers(f"{p}:users")]
+        out = []
+        for u in users:
+            namespaces = [namespace] if namespace is not None else [
+                n.decode() for n in self._r.smembers(f"{p}:user:{u}:record-namespaces")
+            ]
+            for ns in namespaces:
+                key = f"{p}:user:{u}:records:{quote(ns, safe='')}"
+                for field, raw in self._r.hgetall(key).items():
+                    doc = json.loads(raw)
+                    if all(
+                        want is None or doc[col] == want or (not exact and doc[col] == "")
+                        for col, want in (("agent_id", scope.agent_id), ("session_id", scope.session_id))
+                    ):
+                        out.append((key, field.decode(), doc))
+        return out
+
+    def get_records(self, scope: Scope, namespace: str) -> list[Record]:
+        with self._errors("read from"):
+            docs = [d for _, _, d in self._record_fields(scope, namespace, exact=False)]
+        docs.sort(key=lambda d: (d["created_at"], d["id"]))
+        return [
+            Record(id=d["id"], namespace=d["namespace"], text=d["text"], data=json.loads(d["data"]),
+                   created_at=d["created_at"], updated_at=d["updated_at"])
+            for d in docs
+        ]
+
+    def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
+        with self._errors("write to"):
+            hits = [(k, f) for k, f, d in self._record_fields(scope, namespace, exact=False) if d["id"] == record_id]
+            return sum(self._r.hdel(k, f) for k, f in hits) > 0
+
+    # -- housekeeping ------------------------------------------------------------------------------
+
+    def forget(self, scope: Scope) -> dict[str, int]:
+        sessions = self._sessions(scope)
+        counts = {"messages": 0, "summaries": 0, "vectors": 0, "state": 0, "records": 0, "sessions": len(sessions)}
+        with self._errors("delete from"):
+            for s in sessions:
+                pipe = self._r.pipeline(transaction=False)
+                pipe.hvals(s.key("msgs"))
+                pipe.hlen(s.key("vecs"))
+                pipe.hlen(s.key("state"))
+                bodies, n_vecs, n_state = pipe.execute()
+                for body in bodies:
+                    counts["summaries" if json.loads(body)["kind"] == "summary" else "messages"] += 1
+                counts["vectors"] += n_vecs
+                counts["state"] += n_state
+                p = self._p(scope)
+                pipe = self._r.pipeline(transaction=True)
+                pipe.unlink(*(s.key(f) for f in _FAMILIES))
+                pipe.srem(f"{p}:user:{_q(s.meta['user_id'])}:sessions", s.base)
+                pipe.srem(f"{p}:sessions:{quote(s.session_id, safe='')}", s.base)
+                pipe.execute()
+                self._cache.pop(s.base, None)
+            fields = self._record_fields(scope, None, exact=True)
+            for key, field, _ in fields:
+                counts["records"] += self._r.hdel(key, field)
+        return counts
+
+    def stats(self, scope: Scope) -> dict[str, int]:
+        sessions = self._sessions(scope)
+        out = {"message_count": 0, "summary_count": 0, "text_bytes": 0, "vector_count": 0, "vector_bytes": 0,
+               "index_bytes": 0, "record_count": 0, "session_count": len(sessions), "server_bytes": 0}
+        with self._errors("read from"):
+            for s in sessions:
+                for body in self._r.hvals(s.key("msgs")):
+                    row = json.loads(body)
+                    out["message_count"] += 1
+                    out["summary_count"] += row["kind"] == "summary"
+                    out["text_bytes"] += C.row_bytes(row["text"], row["data"])
+                n_vecs = self._r.hlen(s.key("vecs"))
+                out["vector_count"] += n_vecs
+                out["vector_bytes"] += n_vecs * int(s.meta.get("vec_dim") or 0) * 4
+                out["index_bytes"] += int(self._r.memory_usage(s.key("order"), samples=0) or 0)
+                out["server_bytes"] += sum(int(self._r.memory_usage(s.key(f), samples=0) or 0) for f in _FAMILIES)
+            out["record_count"] = len(self._record_fields(scope, None, exact=True))
+        return out
+
+
+def _scope_of(session: _Session, tenant: str) -> Scope:
+    m = session.meta
+    return Scope(tenant=tenant, user_id=m["user_id"] or None, agent_id=m["agent_id"] or None, session_id=m["session_id"])
+
+
+class _ScriptError(ValueError):
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind, self.detail = kind, detail
+
+
+def _script_error(exc: Exception) -> Exception:
+    """Our scripts' refusals as ValueError; any other server reply as StoreError."""
+    text = str(exc)
+    if text.startswith("fullrecall:"):
+        kind, _, detail = text[len("fullrecall:"):].partition(" ")
+        if kind == "position":
+            return ValueError(f"cannot append: position {detail} of the session is already taken")
+        return _ScriptError(kind, detail)
+    return StoreError(f"Redis refused the command: {text}")
