@@ -1,0 +1,98 @@
+"""Redis specifics: every key family expires, TTLs are per scope and refreshed on write."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Callable, Iterator
+
+import numpy as np
+import pytest
+import redis
+
+from fullrecall.errors import StoreError
+from fullrecall.stores import Record, Scope, StoredMessage, open_store
+from fullrecall.stores.redis import DEFAULT_TTL_SECONDS, RedisStore
+
+
+@pytest.fixture
+def redis_url(service_urls: dict[str, Callable[[], str]]) -> str:
+    return service_urls["redis"]()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"ttl{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def raw(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def _fill(store: RedisStore, scope: Scope) -> None:
+    store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"hello {i}", data={"i": i}) for i in range(3)])
+    store.set_vectors(scope, ["m0", "m1"], np.ones((2, 4), np.float32), "m")
+    store.put_state(scope, "window", {"x": 1})
+    store.put_record(Scope(user_id=scope.user_id), Record(id="r", namespace="facts", text="likes tea"))
+    store.put_record(Scope(), Record(id="t", namespace="facts", text="tenant-wide"))
+
+
+def _keys(raw: redis.Redis, prefix: str) -> list[bytes]:
+    return sorted(raw.scan_iter(match=f"{prefix}:*"))
+
+
+def test_every_key_family_has_the_default_ttl(redis_url: str, raw: redis.Redis, prefix: str) -> None:
+    store = open_store(f"{redis_url}?prefix={prefix}")
+    _fill(store, Scope(user_id="alice", agent_id="bot", session_id="s1"))
+    keys = _keys(raw, prefix)
+    families = {k.decode().rsplit(":", 1)[-1] for k in keys}
+    assert {"meta", "msgs", "order", "vecs", "state", "sessions", "users", "facts", "record-namespaces"} <= families
+    for k in keys:
+        ttl = raw.ttl(k)
+        assert DEFAULT_TTL_SECONDS - 60 < ttl <= DEFAULT_TTL_SECONDS, (k, ttl)
+    assert any(b":user:alice:agent:bot:session:s1:" in k for k in keys)  # the seed's layout
+    store.close()
+
+
+def test_short_ttl_really_deletes_everything(redis_url: str, raw: redis.Redis, prefix: str) -> None:
+    store = open_store(f"{redis_url}?prefix={prefix}&ttl_seconds=1")
+    scope = Scope(user_id="bob", session_id="s1")
+    _fill(store, scope)
+    assert store.count(scope) == 3 and store.search_text(scope, ["hello"], 5)
+    assert all(0 < raw.ttl(k) <= 1 for k in _keys(raw, prefix))
+    time.sleep(2.2)
+    assert _keys(raw, prefix) == []  # gone from the server, not hidden
+    assert store.count(scope) == 0
+    assert store.search_text(scope, ["hello"], 5) == [] and store.get_records(scope, "facts") == []
+    store.close()
+
+
+def test_ttl_per_session_and_refreshed_on_write(redis_url: str, raw: redis.Redis, prefix: str) -> None:
+    store = open_store(f"{redis_url}?prefix={prefix}", ttl_seconds=1000)
+    short, long_ = Scope(user_id="u", session_id="short"), Scope(user_id="u", session_id="long")
+    for sc in (short, long_):
+        store.append(sc, [StoredMessage(id="m0", role="user", text="x", data={})])
+    store.set_ttl(short, 50)
+    short_keys = [k for k in _keys(raw, prefix) if b":session:short:" in k]
+    assert short_keys and all(40 < raw.ttl(k) <= 50 for k in short_keys)
+    assert all(raw.ttl(k) > 900 for k in _keys(raw, prefix) if b":session:long:" in k)
+    assert raw.ttl(f"{prefix}:user:u:sessions") > 900  # index sets are never shortened
+    for k in short_keys:
+        raw.expire(k, 5)
+    store.append(short, [StoredMessage(id="m1", role="user", text="y", data={})])  # a write refreshes
+    assert all(40 < raw.ttl(k) <= 50 for k in short_keys)
+    with pytest.raises(ValueError):
+        store.set_ttl(short, 0)
+    with pytest.raises(ValueError):
+        RedisStore(f"{redis_url}?prefix={prefix}", ttl_seconds=0)
+    store.close()
+
+
+def test_unreachable_server_is_a_store_error() -> None:
+    from fullrecall.stores._servers import free_port
+
+    with pytest.raises(StoreError, match="Redis"):
+        open_store(f"redis://127.0.0.1:{free_port()}/0")

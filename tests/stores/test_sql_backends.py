@@ -1,0 +1,105 @@
+"""SQLite and PostgreSQL specifics: URLs, schema versions, large scopes, unreachable servers."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from typing import Callable
+
+import numpy as np
+import psycopg
+import pytest
+
+from fullrecall.errors import StoreError
+from fullrecall.stores import Filters, Scope, StoredMessage, open_store
+from fullrecall.stores._servers import free_port
+from fullrecall.stores.sqlite import SCHEMA_VERSION, SQLiteStore, parse_url
+
+
+def _msg(i: int, text: str) -> StoredMessage:
+    return StoredMessage(id=f"m{i}", role="user", text=text, data={"i": i})
+
+
+def test_sqlite_urls() -> None:
+    assert parse_url("sqlite:///rel/x.db") == ("rel/x.db", {})
+    assert parse_url("sqlite:////abs/x.db?synchronous=FULL") == ("/abs/x.db", {"synchronous": "FULL"})
+    assert parse_url("sqlite:///:memory:")[0] == ":memory:"
+    for bad in ("sqlite://host/x.db", "sqlite:///", "mysql:///x"):
+        with pytest.raises(ValueError):
+            parse_url(bad)
+    with pytest.raises(ValueError, match="scheme"):
+        open_store("mongodb://localhost/x")
+    with pytest.raises(ValueError, match="synchronous"):
+        SQLiteStore(":memory:", synchronous="SOMETIMES")
+
+
+def test_sqlite_memory_store_and_pragmas(tmp_path) -> None:
+    mem = open_store("sqlite:///:memory:")
+    mem.append(Scope(session_id="s"), [_msg(0, "hi")])
+    assert mem.count(Scope()) == 1
+    store = open_store(f"sqlite:///{tmp_path}/full.db?synchronous=FULL")
+    conn = store._conn()  # the pragmas that the durability notes promise
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION
+    store.close()
+
+
+def test_sqlite_refuses_a_newer_schema(tmp_path) -> None:
+    path = tmp_path / "future.db"
+    SQLiteStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION + 1,))
+    with pytest.raises(StoreError, match="newer"):
+        SQLiteStore(path)
+
+
+def test_sqlite_missing_directory_is_a_store_error(tmp_path) -> None:
+    with pytest.raises(StoreError, match="does not exist"):
+        open_store(f"sqlite:///{tmp_path}/no/such/dir/x.db")
+
+
+def test_sqlite_user_search_across_many_sessions(tmp_path) -> None:
+    """Over 64 sessions the FTS query scopes by the user token; results must stay exact."""
+    store = open_store(f"sqlite:///{tmp_path}/many.db")
+    for s in range(70):
+        store.append(Scope(user_id="u", session_id=f"s{s}"), [_msg(s, f"note {s} about kiwis")])
+    store.append(Scope(user_id="other", session_id="s0"), [_msg(999, "kiwis elsewhere")])
+    hits = store.search_text(Scope(user_id="u"), ["kiwi"], 100)
+    assert len(hits) == 70 and "m999" not in {i for i, _ in hits}
+    assert len(store.search_text(Scope(), ["kiwi"], 100)) == 71
+    store.close()
+
+
+def test_postgres_large_scope_uses_hnsw_and_stays_correct(service_urls: dict[str, Callable[[], str]]) -> None:
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    store = open_store(f"{url}{sep}schema=hnsw{uuid.uuid4().hex[:8]}&exact_limit=50")
+    scope = Scope(user_id="u", session_id="s")
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(300, 8)).astype(np.float32)
+    store.append(scope, [_msg(i, f"text {i}") for i in range(300)])
+    store.set_vectors(scope, [f"m{i}" for i in range(300)], vecs, "m")
+    hits = store.search_vectors(scope, vecs[42], 5)  # 300 > exact_limit: the HNSW path
+    assert hits[0][0] == "m42" and hits[0][1] == pytest.approx(1.0, abs=1e-4)
+    keep = list(range(0, 300, 30))  # filters leave 10 rows: the index finds too few, exact fallback
+    filtered = store.search_vectors(
+        scope, vecs[42], 5, Filters(exclude_ids=frozenset(f"m{i}" for i in range(300) if i not in keep))
+    )
+    unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    best = sorted(keep, key=lambda i: -float(unit[i] @ unit[42]))[:5]
+    assert [i for i, _ in filtered] == [f"m{i}" for i in best]
+    store.close()
+
+
+def test_postgres_unreachable_is_a_store_error() -> None:
+    with pytest.raises(StoreError, match="PostgreSQL"):
+        open_store(f"postgresql://nobody@127.0.0.1:{free_port()}/x?connect_timeout=2")
+
+
+def test_postgres_schema_name_is_validated(service_urls: dict[str, Callable[[], str]]) -> None:
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    with pytest.raises(ValueError, match="schema"):
+        open_store(f"{url}{sep}schema=x;drop")
+    assert psycopg  # the driver is importable wherever this test runs
