@@ -132,31 +132,31 @@ class LLMSummarizer:
     # -- entry points ----------------------------------------------------------------
     def summarize(self, messages: Sequence[Message], previous_summary: str | None = None) -> Summary:
         flow = self._flow(as_messages(messages), previous_summary)
-        request = next(flow)
-        while True:
-            answer: ChatResponse | BaseException
-            try:
-                answer = self.model.complete(request)
-            except Exception as exc:  # any failure of the model is an answer the flow judges
-                answer = exc
-            try:
+        try:
+            request = next(flow)
+            while True:
+                answer: ChatResponse | BaseException
+                try:
+                    answer = self.model.complete(request)
+                except Exception as exc:  # any failure of the model is an answer the flow judges
+                    answer = exc
                 request = flow.send(answer)
-            except StopIteration as done:
-                return done.value
+        except StopIteration as done:
+            return done.value
 
     async def asummarize(self, messages: Sequence[Message], previous_summary: str | None = None) -> Summary:
         flow = self._flow(as_messages(messages), previous_summary)
-        request = next(flow)
-        while True:
-            answer: ChatResponse | BaseException
-            try:
-                answer = await self.model.acomplete(request)
-            except Exception as exc:
-                answer = exc
-            try:
+        try:
+            request = next(flow)
+            while True:
+                answer: ChatResponse | BaseException
+                try:
+                    answer = await self.model.acomplete(request)
+                except Exception as exc:
+                    answer = exc
                 request = flow.send(answer)
-            except StopIteration as done:
-                return done.value
+        except StopIteration as done:
+            return done.value
 
     # -- the flow ----------------------------------------------------------------------
     def _flow(self, msgs: list[Message], previous_summary: str | None

@@ -1,0 +1,94 @@
+"""A real OpenAI-compatible chat completions server on a loopback port, scripted per test.
+
+Each test queues the replies the server gives, one per request, in order:
+good summaries, leaks, dropped citations, sleeps past the client's timeout,
+HTTP errors, malformed JSON, empty answers, refusals. The server records
+every request it received so tests can assert what the client sent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: bytes = b""
+    delay: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def completion(text: str | None, finish_reason: str = "stop", refusal: str | None = None) -> Reply:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if refusal is not None:
+        message["refusal"] = refusal
+    body = {"id": "chatcmpl-test", "object": "chat.completion", "model": "scripted",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}}
+    return Reply(body=json.dumps(body).encode())
+
+
+class ScriptedServer:
+    def __init__(self) -> None:
+        self.replies: list[Reply | Callable[[dict[str, Any]], Reply]] = []
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                if self.path.split("?")[0] != "/v1/chat/completions":
+                    self._send(Reply(status=404, body=b'{"error": "not found"}'))
+                    return
+                body = json.loads(raw)
+                with server.lock:
+                    server.requests.append(body)
+                    server.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    script = server.replies.pop(0) if server.replies else Reply(status=500, body=b"no reply scripted")
+                reply = script(body) if callable(script) else script
+                if reply.delay:
+                    time.sleep(reply.delay)
+                self._send(reply)
+
+            def _send(self, reply: Reply) -> None:
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(reply.body)))
+                    for k, v in reply.headers.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(reply.body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout tests)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def script(self, *replies: Reply | Callable[[dict[str, Any]], Reply]) -> None:
+        with self.lock:
+            self.replies = list(replies)
+            self.requests.clear()
+            self.headers.clear()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,258 @@
+"""LLMSummarizer against a real OpenAI-compatible server on a loopback port.
+
+Every scripted misbehaviour ends in a summary with every citation, no private
+item and every message covered, or in an error that keeps every message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+
+from fullrecall.errors import SummarizationError
+from fullrecall.summarizers import ChatModelError, LLMSummarizer, OpenAIChatModel, summarizer_from_prompt
+from fullrecall.summarizers.llm import DEFAULT_SYSTEM_PROMPT
+
+from summarizer_peers import Reply, completion
+
+SEED_002_PROMPT = """
+You are summarizing a technical conversation. Create a concise bullet-point summary that:
+- Focuses on code changes, architectural decisions, and technical solutions
+- Preserves specific function names, file paths, and configuration details
+- Omits conversational elements and focuses on actionable information
+- Uses technical terminology appropriate for software development
+
+Format as bullet points without conversational language.
+"""
+
+
+def client(server, **kw) -> OpenAIChatModel:
+    kw.setdefault("timeout", 2.0)
+    kw.setdefault("max_retries", 1)
+    kw.setdefault("backoff", 0.01)
+    return OpenAIChatModel("scripted-model", base_url=server.base_url, api_key="sk-test", **kw)
+
+
+def assert_safe(summary, conversation, citations):
+    """The three promises: every citation kept, the private number absent, every message covered."""
+    for c in citations:
+        assert c in summary.text, c
+    assert "700" not in summary.text
+    assert summary.positions == tuple(range(len(conversation)))
+
+
+def test_good_summary_passes_untouched(llm_server, tech_conversation, good_summary, citations):
+    llm_server.script(completion(good_summary))
+    summary = LLMSummarizer(client(llm_server)).summarize(tech_conversation)
+    assert summary.method == "llm"
+    assert summary.text.startswith(good_summary)
+    assert summary.report.missing == [] and not summary.report.reprompted and not summary.report.leaked
+    assert_safe(summary, tech_conversation, citations)
+    (body,), (headers,) = llm_server.requests, llm_server.headers
+    assert headers["authorization"] == "Bearer sk-test"
+    assert body["model"] == "scripted-model" and body["max_tokens"] == 800 and body["temperature"] == 0.3
+    assert body["messages"][0] == {"role": "system", "content": DEFAULT_SYSTEM_PROMPT}
+    prompt = body["messages"][1]["content"]
+    assert "700" not in prompt  # the model never sees the private number
+    assert "keep these items exactly as written: " in prompt and "[5]" in prompt
+
+
+def test_dropped_citation_is_asked_for_again(llm_server, tech_conversation, good_summary, citations):
+    dropped = good_summary.replace(" [4]", "")
+    llm_server.script(completion(dropped), completion(good_summary))
+    summary = LLMSummarizer(client(llm_server)).summarize(tech_conversation)
+    assert summary.report.missing == ["[4]"] and summary.report.reprompted and summary.report.appended == []
+    assert "Preserved details" not in summary.text
+    assert "[4]" in llm_server.requests[1]["messages"][-1]["content"]
+    assert_safe(summary, tech_conversation, citations)
+
+
+def test_citation_dropped_twice_is_appended(llm_server, tech_conversation, good_summary, citations):
+    dropped = good_summary.replace(" [4]", "").replace(" [1]", "").replace("GPT-4o", "a hosted model")
+    llm_server.script(completion(dropped), completion(dropped))
+    summary = LLMSummarizer(client(llm_server)).summarize(tech_conversation)
+    assert summary.report.appended == ["[1]", "[4]", "GPT-4o"]
+    assert summary.text.split("## Preserved details\n")[1].splitlines() == ["* [1]", "* [4]", "* GPT-4o"]
+    assert_safe(summary, tech_conversation, citations)
+
+
+def test_leaked_private_number_is_redacted(llm_server, tech_conversation, good_summary, citations, caplog):
+    leaky = good_summary + "\n* The shared reference number is 700."
+    llm_server.script(completion(leaky))
+    with caplog.at_level(logging.WARNING, logger="fullrecall.summarizers"):
+        summary = LLMSummarizer(client(llm_server)).summarize(tech_conversation)
+    assert summary.report.leaked == 1 and summary.report.redacted
+    assert "The shared reference number is [private]." in summary.text
+    assert "leaked 1 private item" in caplog.text
+    assert_safe(summary, tech_conversation, citations)
+
+
+def test_leak_in_the_reask_is_redacted_too(llm_server, tech_conversation, good_summary, citations):
+    llm_server.script(completion(good_summary.replace(" [3]", "")), completion(good_summary + " Ref 700."))
+    summary = LLMSummarizer(client(llm_server)).summarize(tech_conversation)
+    assert summary.report.reprompted and summary.report.redacted
+    assert_safe(summary, tech_conversation, citations)
+
+
+def test_timeout_falls_back_to_extractive(llm_server, tech_conversation, good_summary, citations, caplog):
+    llm_server.script(Reply(delay=1.0, body=b"{}"), Reply(delay=1.0, body=b"{}"))
+    model = client(llm_server, timeout=0.2, max_retries=1)
+    with caplog.at_level(logging.WARNING, logger="fullrecall.summarizers"):
+        summary = LLMSummarizer(model).summarize(tech_conversation)
+    assert summary.method == "extractive" and summary.report.fallback == "extractive"
+    assert len(llm_server.requests) == 2  # the client retried once, the summarizer did not repeat that
+    assert "timed out after 0.2 s" in summary.report.errors[0] and "ReadTimeout" in summary.report.errors[0]
+    assert "falling back to extractive" in caplog.text
+    assert_safe(summary, tech_conversation, citations)
+
+
+def test_http_500_is_retried_by_the_client_then_succeeds(llm_server, tech_conversation, good_summary, citations):
+    llm_server.script(Reply(status=500, body=b'{"error": "boom"}'), completion(good_summary))
+    summary = LLMSummarizer(client(llm_server)).summarize(tech_conversation)
+    assert summary.method == "llm" and len(llm_server.requests) == 2
+    assert_safe(summary, tech_conversation, citations)
+
+
+def test_http_429_honours_retry_after(llm_server, tech_conversation, good_summary):
+    llm_server.script(Reply(status=429, body=b'{"error": "slow down"}', headers={"Retry-After": "0"}),
+                      completion(good_summary))
+    summary = LLMSummarizer(client(llm_server, backoff=5.0)).summarize(tech_conversation)  # 5 s unless Retry-After
+    assert summary.method == "llm"
+
+
+@pytest.mark.parametrize("fallback", ["extractive", "truncation"])
+def test_persistent_500_falls_back(llm_server, tech_conversation, citations, fallback):
+    llm_server.script(*[Reply(status=500, body=b'{"error": "down"}')] * 2)
+    summary = LLMSummarizer(client(llm_server), fallback=fallback).summarize(tech_conversation)
+    assert summary.method == fallback
+    assert "HTTP 500" in summary.report.errors[0]
+    assert_safe(summary, tech_conversation, citations)  # truncation appends the citations it must keep
+    if fallback == "truncation":
+        assert "moved to the archive" in summary.text and summary.report.appended
+
+
+def test_fallback_raise_keeps_every_message(llm_server, tech_conversation):
+    llm_server.script(*[Reply(status=503, body=b"unavailable")] * 2)
+    with pytest.raises(SummarizationError, match="no message removed.*HTTP 503"):
+        LLMSummarizer(client(llm_server), fallback="raise").summarize(tech_conversation)
+
+
+def test_client_errors_are_not_retried(llm_server, tech_conversation, citations):
+    llm_server.script(Reply(status=401, body=b'{"error": "bad key"}'))
+    summary = LLMSummarizer(client(llm_server, max_retries=3)).summarize(tech_conversation)
+    assert len(llm_server.requests) == 1 and "HTTP 401" in summary.report.errors[0]
+    assert_safe(summary, tech_conversation, citations)
+
+
+@pytest.mark.parametrize("bad, cause", [
+    (Reply(body=b"{not json"), "malformed"),
+    (Reply(body=b'{"choices": []}'), "malformed"),
+    (completion(""), "empty answer"),
+    (completion("   \n "), "empty answer"),
+    (completion("I'm sorry, but I can't help with summarizing this conversation."), "refusal"),
+    (completion(None, refusal="I refuse."), "refused"),
+    (completion("{{{ ### ]]] 0x00 0x01 ;;; }}}"), "garbage"),
+    (completion("Lorem ipsum dolor sit amet consectetur adipiscing elit sed eiusmod tempor incididunt labore"),
+     "unrelated"),
+    (completion("* The user asked about GPUs " * 40, finish_reason="length"), "over-long"),
+    (completion("* The user asked about GPUs and RTX cards. " * 200), "over-long"),
+])
+def test_bad_answers_are_retried_then_fall_back(llm_server, tech_conversation, citations, bad, cause):
+    llm_server.script(*[bad] * 4)
+    model = client(llm_server, max_retries=1)
+    summary = LLMSummarizer(model, retries=1).summarize(tech_conversation)
+    assert summary.method == "extractive"
+    assert len(summary.report.errors) == 2 and all(cause in e for e in summary.report.errors), summary.report.errors
+    assert_safe(summary, tech_conversation, citations)
+
+
+def test_bad_answer_then_good_one(llm_server, tech_conversation, good_summary, citations):
+    llm_server.script(completion(""), completion(good_summary))
+    summary = LLMSummarizer(client(llm_server)).summarize(tech_conversation)
+    assert summary.method == "llm" and summary.report.attempts == 2 and summary.report.errors == ["empty answer"]
+    assert_safe(summary, tech_conversation, citations)
+
+
+def test_disabled_means_truncation_without_a_call(llm_server, tech_conversation, citations):
+    summary = LLMSummarizer(client(llm_server), enabled=False).summarize(tech_conversation)
+    assert llm_server.requests == [] and summary.method == "truncation"
+    assert_safe(summary, tech_conversation, citations)
+
+
+def test_settings_from_seed_003(llm_server, tech_conversation, good_summary):
+    settings = {"enabled": True, "max_summary_tokens": 500, "summary_temperature": 0.1}
+    llm_server.script(completion(good_summary))
+    LLMSummarizer(client(llm_server), **settings).summarize(tech_conversation)
+    body = llm_server.requests[0]
+    assert body["max_tokens"] == 500 and body["temperature"] == 0.1
+
+
+def test_previous_summary_is_sent_and_its_citations_kept(llm_server, tech_conversation, good_summary):
+    previous = "## Conversation Summary\n* Earlier the user compared PostgreSQL 16 and SQLite [9]."
+    llm_server.script(completion(good_summary), completion(good_summary))
+    summary = LLMSummarizer(client(llm_server)).summarize(tech_conversation, previous_summary=previous)
+    assert "<earlier_summary>" in llm_server.requests[0]["messages"][1]["content"]
+    assert "[9]" in summary.text and "PostgreSQL 16" in summary.text
+
+
+def test_async_path(llm_server, tech_conversation, good_summary, citations):
+    llm_server.script(completion(good_summary.replace(" [2]", "")), completion(good_summary))
+    summary = asyncio.run(LLMSummarizer(client(llm_server)).asummarize(tech_conversation))
+    assert summary.method == "llm" and summary.report.reprompted
+    assert_safe(summary, tech_conversation, citations)
+
+
+def test_async_timeout_falls_back(llm_server, tech_conversation, citations):
+    llm_server.script(Reply(delay=1.0, body=b"{}"))
+    summary = asyncio.run(LLMSummarizer(client(llm_server, timeout=0.2, max_retries=0)).asummarize(tech_conversation))
+    assert summary.method == "extractive" and "timed out" in summary.report.errors[0]
+    assert_safe(summary, tech_conversation, citations)
+
+
+def test_summarizer_from_prompt_uses_env_and_seed_002_prompt(llm_server, tech_conversation, good_summary,
+                                                             monkeypatch):
+    monkeypatch.setenv("FULLRECALL_LLM_BASE_URL", llm_server.base_url)
+    monkeypatch.setenv("FULLRECALL_LLM_API_KEY", "sk-env")
+    monkeypatch.setenv("FULLRECALL_LLM_MODEL", "env-model")
+    llm_server.script(completion(good_summary))
+    summarizer = summarizer_from_prompt(SEED_002_PROMPT)
+    summary = summarizer.summarize(tech_conversation)
+    body, headers = llm_server.requests[0], llm_server.headers[0]
+    assert body["model"] == "env-model" and headers["authorization"] == "Bearer sk-env"
+    assert body["messages"][0] == {"role": "system", "content": SEED_002_PROMPT}
+    assert summary.method == "llm"
+
+
+def test_openai_standard_env_vars(llm_server, monkeypatch):
+    for var in ("FULLRECALL_LLM_BASE_URL", "FULLRECALL_LLM_API_KEY", "FULLRECALL_LLM_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", llm_server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    monkeypatch.setenv("OPENAI_MODEL", "gpt-4o-mini")
+    model = OpenAIChatModel.from_env()
+    assert (model.base_url, model.api_key, model.model) == (llm_server.base_url, "sk-openai", "gpt-4o-mini")
+
+
+def test_no_model_configured_names_the_variables(monkeypatch):
+    for var in ("FULLRECALL_LLM_MODEL", "OPENAI_MODEL", "FULLRECALL_BEDROCK_MODEL_ID", "FULLRECALL_LLM_PROVIDER"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ChatModelError, match="FULLRECALL_LLM_MODEL.*FULLRECALL_BEDROCK_MODEL_ID"):
+        summarizer_from_prompt(SEED_002_PROMPT)
+    assert issubclass(ChatModelError, SummarizationError)
+
+
+def test_azure_style_key_header_and_api_version(llm_server, tech_conversation, good_summary):
+    llm_server.script(completion(good_summary))
+    model = client(llm_server, api_key_header="api-key", api_version="2024-10-21")
+    LLMSummarizer(model).summarize(tech_conversation)
+    assert llm_server.headers[0]["api-key"] == "sk-test" and "authorization" not in llm_server.headers[0]
+
+
+def test_report_serializes(llm_server, tech_conversation, good_summary):
+    llm_server.script(completion(good_summary + " 700"))
+    report = LLMSummarizer(client(llm_server)).summarize(tech_conversation).report.as_dict()
+    assert json.loads(json.dumps(report))["leaked"] == 1
+    assert "700" not in json.dumps(report)  # the report counts private items, never repeats them
