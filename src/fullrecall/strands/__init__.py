@@ -1,0 +1,20 @@
+"""fullrecall for Strands Agents: conversation managers, the enrichment hook, and the archive as a MemoryStore.
+
+Importing this module imports ``strands``; ``import fullrecall`` never does.
+"""
+
+from .hook import SemanticMemoryHook
+from .manager import (
+    ContextWindowOverflow,
+    SemanticSummarizingConversationManager,
+    SlidingWindowConversationManager,
+    SummarizingConversationManager,
+)
+from .memory_store import ArchiveMemoryStore
+from .summarizer import AgentModelSummarizer, SummarizationAgentSummarizer
+
+__all__ = [
+    "AgentModelSummarizer", "ArchiveMemoryStore", "ContextWindowOverflow", "SemanticMemoryHook",
+    "SemanticSummarizingConversationManager", "SlidingWindowConversationManager", "SummarizationAgentSummarizer",
+    "SummarizingConversationManager",
+]

@@ -1,0 +1,210 @@
+"""Strands ``ConversationManager`` subclasses over fullrecall's framework-neutral window managers.
+
+Each class is a real ``strands.agent.conversation_manager.ConversationManager``:
+``apply_management(agent)`` / ``reduce_context(agent, e)`` hand ``agent.messages``
+(edited in place) to the core manager, which archives what leaves before it
+leaves. ``removed_message_count`` is the core's count of original messages
+removed from the front (a summary is not counted), which is exactly the
+offset Strands' session managers use to reload the rest of the session, and
+``get_state()`` / ``restore_from_session()`` follow the SDK contract: the
+summary comes back as the message to prepend, the archive stays in its store.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Any
+
+from strands.agent.conversation_manager import ConversationManager as _StrandsConversationManager
+from strands.types.exceptions import ContextWindowOverflowException
+
+from .. import archive as _archive
+from .. import window as _window
+from ..errors import ArchiveError, ContextWindowOverflowError
+from .summarizer import AgentModelSummarizer, SummarizationAgentSummarizer
+
+log = logging.getLogger("fullrecall.strands")
+
+
+class ContextWindowOverflow(ContextWindowOverflowException, ContextWindowOverflowError):
+    """The window cannot shrink further: catchable as the SDK's overflow error and as fullrecall's."""
+
+
+class _Adapter(_StrandsConversationManager):
+    """Delegates to ``self.core`` (a :class:`fullrecall.window.ConversationManager`) with ``agent.messages``."""
+
+    core: _window.ConversationManager
+
+    def __init__(self, core: _window.ConversationManager, *, proactive_compression: Any = None) -> None:
+        object.__setattr__(self, "core", core)  # before the SDK base sets removed_message_count
+        self._agent_ref: weakref.ReferenceType[Any] | None = None
+        super().__init__(proactive_compression=proactive_compression)
+
+    # removed_message_count lives in the core, so both views always agree
+    @property  # type: ignore[override]
+    def removed_message_count(self) -> int:
+        return self.core.removed_message_count
+
+    @removed_message_count.setter
+    def removed_message_count(self, value: int) -> None:
+        self.core.removed_message_count = value
+
+    def _bind(self, agent: Any) -> None:
+        self._agent_ref = weakref.ref(agent)
+
+    def _current_agent(self) -> Any:
+        return self._agent_ref() if self._agent_ref is not None else None
+
+    # -- the SDK contract ------------------------------------------------------------------
+    def apply_management(self, agent: Any, **kwargs: Any) -> None:
+        """After each invocation: the core's proactive policy (window size, token or turn budget)."""
+        self._bind(agent)
+        try:
+            self.core.apply_management(agent.messages)
+        except ArchiveError as exc:  # nothing was removed; the next turn tries again
+            log.warning("%s", exc)
+
+    def reduce_context(self, agent: Any, e: Exception | None = None, **kwargs: Any) -> None:
+        """On overflow (``e`` set) shrink or raise :class:`ContextWindowOverflow`; proactive (``e`` None) is best effort."""
+        self._bind(agent)
+        try:
+            self.core.reduce_context(agent.messages, e)
+        except ContextWindowOverflowException:
+            if e is not None:
+                raise
+            log.info("proactive reduction skipped: the window could not shrink")
+        except (ContextWindowOverflowError, ArchiveError) as exc:
+            if e is None:
+                log.warning("proactive reduction skipped, every message kept: %s", exc)
+                return
+            raise ContextWindowOverflow(str(exc)) from exc
+
+    def get_state(self) -> dict[str, Any]:
+        return {**self.core.get_state(), "__name__": type(self).__name__}
+
+    def restore_from_session(self, state: dict[str, Any]) -> list[dict[str, Any]] | None:
+        if state.get("__name__") != type(self).__name__:
+            raise ValueError("Invalid conversation manager state.")
+        self.core.restore_from_state({**state, "__name__": type(self.core).__name__})
+        return None
+
+    def __getattr__(self, name: str) -> Any:  # settings and helpers of the core (window_size, summary_ratio, ...)
+        if name == "core":
+            raise AttributeError(name)
+        return getattr(self.core, name)
+
+
+class SlidingWindowConversationManager(_Adapter):
+    """Keeps the last ``window_size`` messages; on overflow shortens the oldest big tool result, then trims.
+
+    Trimmed messages go to ``on_remove`` (e.g. an :class:`fullrecall.archive.Archive`) before they leave.
+    """
+
+    def __init__(self, window_size: int = 40, should_truncate_results: bool = True, *,
+                 max_tool_result_chars: int = 4000, on_remove: Any = None, proactive_compression: Any = None) -> None:
+        core = _window.SlidingWindowConversationManager(window_size, should_truncate_results,
+                                                       max_tool_result_chars=max_tool_result_chars, on_remove=on_remove)
+        super().__init__(core, proactive_compression=proactive_compression)
+
+
+class _SummaryRestore:
+    """The SDK's summary contract: the summary is in the state and prepended on restore."""
+
+    core: Any
+
+    def restore_from_session(self, state: dict[str, Any]) -> list[dict[str, Any]] | None:
+        super().restore_from_session(state)  # type: ignore[misc]
+        summary = self.core.summary_message
+        return [summary] if summary else None
+
+    @property
+    def summary_message(self) -> dict[str, Any] | None:
+        return self.core.summary_message
+
+
+def _summarizer(owner: _Adapter, summarizer: Any, summarization_agent: Any, prompt: str | None,
+                llm_options: dict[str, Any] | None) -> Any:
+    given = [name for name, value in (("summarizer", summarizer), ("summarization_agent", summarization_agent)) if value is not None]
+    if len(given) > 1 or (given and prompt is not None):
+        raise ValueError("give at most one of summarizer, summarization_agent and summarization_system_prompt")
+    if summarizer is not None:
+        return summarizer
+    if summarization_agent is not None:
+        return SummarizationAgentSummarizer(summarization_agent, owner._current_agent)
+    return AgentModelSummarizer(owner._current_agent, prompt, **(llm_options or {}))
+
+
+class SummarizingConversationManager(_SummaryRestore, _Adapter):
+    """Summarizes the oldest ``summary_ratio`` of messages on overflow, keeping ``preserve_recent_messages``.
+
+    The summary is written by the agent's own model (``aux_model`` > ``model``),
+    called directly with ``summarization_system_prompt`` (fullrecall's checked
+    default when None), unless ``summarizer`` (an object with
+    ``.summarize(messages, previous_summary)`` or a callable) or a separate
+    ``summarization_agent`` is given. ``llm_options`` go to
+    :class:`fullrecall.summarizers.LLMSummarizer` (e.g. ``fallback="raise"``).
+    """
+
+    def __init__(self, summary_ratio: float = 0.3, preserve_recent_messages: int = 10,
+                 summarization_agent: Any = None, summarization_system_prompt: str | None = None, *,
+                 summarizer: Any = None, max_context_tokens: int | None = None, max_history_turns: int | None = None,
+                 llm_options: dict[str, Any] | None = None, proactive_compression: Any = None,
+                 **core_options: Any) -> None:
+        self._agent_ref = None
+        chosen = _summarizer(self, summarizer, summarization_agent, summarization_system_prompt, llm_options)
+        core = _window.SummarizingConversationManager(summary_ratio, preserve_recent_messages, chosen, None,
+                                                      max_context_tokens, max_history_turns, **core_options)
+        super().__init__(core, proactive_compression=proactive_compression)
+        self.summarization_agent = summarization_agent
+        self.summarization_system_prompt = summarization_system_prompt
+
+
+class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
+    """Seed 000's manager for Strands: summaries in the window, every removed message in a searchable archive.
+
+    Same parameters and defaults as :class:`fullrecall.archive.SemanticSummarizingConversationManager`;
+    the summary comes from the agent's own model unless ``summarizer`` or
+    ``summarization_agent`` is given. Give ``store="sqlite:///memory.db"`` and a
+    ``session_id`` to find the archive again from a new process.
+    """
+
+    core: _archive.SemanticSummarizingConversationManager
+
+    def __init__(self, summary_ratio: float = 0.3, preserve_recent_messages: int = 10, summarizer: Any = None,
+                 summarization_system_prompt: str | None = None, message_context_radius: int = 2,
+                 semantic_search_top_k: int = 3, semantic_search_min_score: float = -2.0,
+                 max_num_archived_messages: int | None = None, max_memory_archived_messages: int | None = None,
+                 embedding_model: Any = None, aws_region: str | None = None, embedding_dimensions: int | None = None,
+                 *, summarization_agent: Any = None, llm_options: dict[str, Any] | None = None,
+                 proactive_compression: Any = None, **core_options: Any) -> None:
+        self._agent_ref = None
+        chosen = _summarizer(self, summarizer, summarization_agent, summarization_system_prompt, llm_options)
+        core = _archive.SemanticSummarizingConversationManager(
+            summary_ratio, preserve_recent_messages, chosen, None, message_context_radius, semantic_search_top_k,
+            semantic_search_min_score, max_num_archived_messages, max_memory_archived_messages, embedding_model,
+            aws_region, embedding_dimensions, **core_options)
+        super().__init__(core, proactive_compression=proactive_compression)
+        self.summarization_agent = summarization_agent
+        self.summarization_system_prompt = summarization_system_prompt
+
+    @property
+    def archive(self) -> _archive.Archive:
+        return self.core.archive
+
+    def recall(self, query: str, **options: Any) -> _archive.Recall:
+        """Archived messages relevant to ``query`` with their neighbours, never repeating the window."""
+        return self.core.recall(query, **options)
+
+    def get_memory_usage_stats(self) -> dict[str, Any]:
+        return self.core.get_memory_usage_stats()
+
+    def get_memory_usage_summary(self) -> str:
+        return self.core.get_memory_usage_summary()
+
+    def restore_from_session(self, state: dict[str, Any]) -> list[dict[str, Any]] | None:
+        stored = state.get("session_id")
+        if stored is not None and stored != self.archive.scope.session_id:
+            log.warning("restoring state of archive session %r into a manager for session %r: recall reads %r",
+                        stored, self.archive.scope.session_id, self.archive.scope.session_id)
+        return super().restore_from_session(state)
