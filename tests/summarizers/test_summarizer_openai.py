@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fullrecall.errors import SummarizationError
-from fullrecall.summarizers import ChatModelError, LLMSummarizer, OpenAIChatModel, summarizer_from_prompt
+from fullrecall.summarizers import ChatModelError, Exclusions, LLMSummarizer, OpenAIChatModel, summarizer_from_prompt
 from fullrecall.summarizers.llm import DEFAULT_SYSTEM_PROMPT
 
 from summarizer_peers import Reply, completion
@@ -256,3 +259,28 @@ def test_report_serializes(llm_server, tech_conversation, good_summary):
     report = LLMSummarizer(client(llm_server)).summarize(tech_conversation).report.as_dict()
     assert json.loads(json.dumps(report))["leaked"] == 1
     assert "700" not in json.dumps(report)  # the report counts private items, never repeats them
+
+
+_FACT = st.sampled_from(["The RTX 4090 has 24 GB", "Llama-3.1 70B runs at 4-bit", "see deploy/vllm.yaml",
+                         "GPT-4o is cheaper", "we met on 2024-05-03", "the budget is $4,000"])
+
+
+@settings(max_examples=40)
+@given(turns=st.lists(st.tuples(_FACT, st.integers(1, 9), st.one_of(st.none(), st.from_regex(r"SECRET-[0-9]{2,5}",
+                                                                                            fullmatch=True))),
+                      min_size=1, max_size=8),
+       keep=st.lists(st.booleans(), min_size=8, max_size=8), echo_secrets=st.booleans())
+def test_no_scripted_answer_gets_a_leak_or_a_dropped_citation_past_the_checks(_server, turns, keep, echo_secrets):
+    """Whatever the model writes (any subset of the facts, with or without the secrets), the result holds."""
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant",
+             "content": f"{fact} [{n}]." + (f" My token is {secret}." if secret else "")}
+            for i, (fact, n, secret) in enumerate(turns)]
+    answer = "\n".join(f"* {m['content'] if echo_secrets else m['content'].split(' My token')[0]}"
+                       for m, k in zip(msgs, keep) if k) or "* The user and the assistant talked about hardware."
+    _server.script(completion(answer), completion(answer))
+    summarizer = LLMSummarizer(client(_server), exclusions=Exclusions(patterns=[r"SECRET-\d+"]))
+    summary = summarizer.summarize(msgs)
+    assert re.search(r"SECRET-\d+", summary.text) is None
+    for _, n, _ in turns:
+        assert f"[{n}]" in summary.text
+    assert summary.positions == tuple(range(len(msgs)))

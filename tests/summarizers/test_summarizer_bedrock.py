@@ -1,0 +1,99 @@
+"""LLMSummarizer over Bedrock Converse, through botocore's Stubber (the real client, no network)."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+from botocore.stub import ANY, Stubber
+
+from fullrecall.summarizers import BedrockChatModel, LLMSummarizer, chat_model_from_env
+from fullrecall.summarizers.llm import DEFAULT_SYSTEM_PROMPT
+
+
+def converse_reply(text: str, stop: str = "end_turn") -> dict:
+    return {"output": {"message": {"role": "assistant", "content": [{"text": text}]}}, "stopReason": stop,
+            "usage": {"inputTokens": 100, "outputTokens": 50, "totalTokens": 150}, "metrics": {"latencyMs": 12}}
+
+
+@pytest.fixture
+def bedrock():
+    client = boto3.client("bedrock-runtime", region_name="us-east-1", aws_access_key_id="test",
+                          aws_secret_access_key="test")
+    with Stubber(client) as stubber:
+        yield client, stubber
+        stubber.assert_no_pending_responses()
+
+
+def model(client, **kw) -> BedrockChatModel:
+    kw.setdefault("backoff", 0.01)
+    return BedrockChatModel("us.amazon.nova-lite-v1:0", client=client, **kw)
+
+
+def test_converse_request_and_good_summary(bedrock, tech_conversation, good_summary, citations):
+    client, stubber = bedrock
+    stubber.add_response("converse", converse_reply(good_summary), {
+        "modelId": "us.amazon.nova-lite-v1:0",
+        "messages": [{"role": "user", "content": [{"text": ANY}]}],
+        "system": [{"text": DEFAULT_SYSTEM_PROMPT}],
+        "inferenceConfig": {"maxTokens": 800, "temperature": 0.3},
+    })
+    summary = LLMSummarizer(model(client)).summarize(tech_conversation)
+    assert summary.method == "llm" and summary.text.startswith(good_summary)
+    assert all(c in summary.text for c in citations) and "700" not in summary.text
+
+
+def test_throttling_is_retried(bedrock, tech_conversation, good_summary):
+    client, stubber = bedrock
+    stubber.add_client_error("converse", service_error_code="ThrottlingException", http_status_code=429)
+    stubber.add_response("converse", converse_reply(good_summary))
+    summary = LLMSummarizer(model(client, max_retries=1)).summarize(tech_conversation)
+    assert summary.method == "llm"
+
+
+def test_validation_error_is_not_retried_and_falls_back(bedrock, tech_conversation, citations):
+    client, stubber = bedrock
+    stubber.add_client_error("converse", service_error_code="ValidationException",
+                             service_message="The model returned the following errors: bad input",
+                             http_status_code=400)
+    summary = LLMSummarizer(model(client, max_retries=3)).summarize(tech_conversation)
+    assert summary.method == "extractive" and "ValidationException" in summary.report.errors[0]
+    assert all(c in summary.text for c in citations) and "700" not in summary.text
+
+
+def test_max_tokens_stop_is_over_long(bedrock, tech_conversation, citations):
+    client, stubber = bedrock
+    for _ in range(2):
+        stubber.add_response("converse", converse_reply("* The user asked about GPUs", stop="max_tokens"))
+    summary = LLMSummarizer(model(client)).summarize(tech_conversation)
+    assert summary.method == "extractive" and all("over-long" in e for e in summary.report.errors)
+    assert all(c in summary.text for c in citations)
+
+
+def test_guardrail_is_a_refusal(bedrock, tech_conversation):
+    client, stubber = bedrock
+    for _ in range(2):
+        stubber.add_response("converse", converse_reply("Sorry, the model cannot answer.",
+                                                        stop="guardrail_intervened"))
+    summary = LLMSummarizer(model(client), fallback="truncation").summarize(tech_conversation)
+    assert summary.method == "truncation" and all("refused" in e for e in summary.report.errors)
+
+
+def test_leak_and_dropped_citation_are_repaired(bedrock, tech_conversation, good_summary, citations):
+    client, stubber = bedrock
+    bad = good_summary.replace(" [5]", "") + "\n* Reference number: 700."
+    stubber.add_response("converse", converse_reply(bad))
+    stubber.add_response("converse", converse_reply(bad))
+    summary = LLMSummarizer(model(client)).summarize(tech_conversation)
+    assert summary.report.redacted and summary.report.appended == ["[5]"]
+    assert all(c in summary.text for c in citations) and "700" not in summary.text
+
+
+def test_bedrock_from_env(monkeypatch):
+    monkeypatch.delenv("FULLRECALL_LLM_MODEL", raising=False)
+    monkeypatch.delenv("OPENAI_MODEL", raising=False)
+    monkeypatch.delenv("FULLRECALL_LLM_PROVIDER", raising=False)
+    monkeypatch.setenv("FULLRECALL_BEDROCK_MODEL_ID", "us.amazon.nova-pro-v1:0")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    chosen = chat_model_from_env()
+    assert isinstance(chosen, BedrockChatModel)
+    assert (chosen.model_id, chosen.region) == ("us.amazon.nova-pro-v1:0", "eu-west-1")

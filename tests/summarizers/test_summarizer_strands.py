@@ -1,0 +1,96 @@
+"""LLMSummarizer over a Strands Model (a scripted subclass, offline) and over a Strands Agent's model."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+strands = pytest.importorskip("strands")
+
+from strands import Agent  # noqa: E402
+from strands.models import Model  # noqa: E402
+from strands.types.exceptions import ModelThrottledException  # noqa: E402
+
+from fullrecall.summarizers import LLMSummarizer, StrandsChatModel  # noqa: E402
+
+
+class ScriptedModel(Model):
+    """A Strands Model that streams scripted replies (text, or an exception to raise) and records its calls."""
+
+    def __init__(self, *replies: str | Exception) -> None:
+        self.replies = list(replies)
+        self.calls: list[dict[str, Any]] = []
+
+    def update_config(self, **model_config: Any) -> None:
+        pass
+
+    def get_config(self) -> Any:
+        return {}
+
+    def structured_output(self, output_model, prompt, system_prompt=None, **kwargs):  # pragma: no cover
+        raise NotImplementedError
+
+    async def stream(self, messages, tool_specs=None, system_prompt=None, **kwargs):
+        self.calls.append({"messages": messages, "tool_specs": tool_specs, "system_prompt": system_prompt})
+        reply = self.replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        yield {"messageStart": {"role": "assistant"}}
+        yield {"contentBlockStart": {"start": {}}}
+        for i in range(0, len(reply), 40):
+            yield {"contentBlockDelta": {"delta": {"text": reply[i:i + 40]}}}
+        yield {"contentBlockStop": {}}
+        yield {"messageStop": {"stopReason": "end_turn"}}
+
+
+def test_model_is_streamed_directly(tech_conversation, good_summary, citations):
+    scripted = ScriptedModel(good_summary)
+    summary = LLMSummarizer(scripted).summarize(tech_conversation)
+    assert summary.method == "llm" and summary.text.startswith(good_summary)
+    (call,) = scripted.calls
+    assert call["tool_specs"] is None
+    assert call["messages"][0]["role"] == "user" and "700" not in call["messages"][0]["content"][0]["text"]
+
+
+def test_agent_model_is_used_and_agent_never_invoked(tech_conversation, good_summary, citations):
+    scripted = ScriptedModel(good_summary.replace(" [3]", ""), good_summary)
+    agent = Agent(model=scripted, system_prompt="Summarize for a GPU buyer; keep prices.", callback_handler=None)
+    summary = LLMSummarizer(agent).summarize(tech_conversation)
+    assert summary.report.reprompted and all(c in summary.text for c in citations)
+    assert agent.messages == []  # the agent's own conversation was never touched
+    assert scripted.calls[0]["system_prompt"] == "Summarize for a GPU buyer; keep prices."
+
+
+def test_throttling_is_retried_then_falls_back(tech_conversation, citations):
+    scripted = ScriptedModel(*[ModelThrottledException("slow down")] * 3)
+    summary = LLMSummarizer(StrandsChatModel(scripted, max_retries=2, backoff=0.01)).summarize(tech_conversation)
+    assert len(scripted.calls) == 3 and summary.method == "extractive"
+    assert "ModelThrottledException" in summary.report.errors[0]
+    assert all(c in summary.text for c in citations) and "700" not in summary.text
+
+
+def test_leak_is_redacted_on_the_async_path(tech_conversation, good_summary):
+    scripted = ScriptedModel(good_summary + "\n* Reference: 700")
+
+    async def inside_a_loop():
+        return await LLMSummarizer(scripted).asummarize(tech_conversation)
+
+    summary = asyncio.run(inside_a_loop())
+    assert summary.report.redacted and "700" not in summary.text
+
+
+def test_sync_call_from_inside_a_running_loop(tech_conversation, good_summary):
+    """Strands calls managers from its event loop: the sync path must not deadlock there."""
+    scripted = ScriptedModel(good_summary)
+
+    async def inside_a_loop():
+        return LLMSummarizer(scripted).summarize(tech_conversation)
+
+    assert asyncio.run(inside_a_loop()).method == "llm"
+
+
+def test_rejects_what_is_not_a_model():
+    with pytest.raises(TypeError, match="Strands Model or Agent"):
+        StrandsChatModel(object())
