@@ -313,22 +313,34 @@ class LLMSummarizer:
 
     def _finish(self, text: str, method: str, msgs: list[Message], plan: ExclusionPlan,
                 report: CheckReport) -> Summary:
-        """The last word, whatever produced ``text``: private text out, required items in."""
-        text = self._redact(text, plan, report)
-        if (plan.private_indexes or plan.terms) and WITHHELD not in text:
-            text = f"{text.rstrip()}\n{WITHHELD}"
-        still = missing_items(text, report.required)
-        if still:
-            if method != "llm" and not report.missing:
-                report.missing = list(still)
-            report.appended = list(still)
-            text = f"{text.rstrip()}\n\n{preserved_details(still)}"
-            text = self._redact(text, plan, report)  # an appended item can never be private; checked anyway
-        tokens = self.counter.count(text)
+        """The last word, whatever produced ``text``: private text out, required items in, within budget.
+
+        When the required items do not fit beside the body, lines of the body go
+        (from the end) before any required item does; a window manager that cuts
+        an over-long summary would otherwise cut the "Preserved details" first.
+        """
+        body = self._redact(text, plan, report).rstrip()
+        note = WITHHELD if (plan.private_indexes or plan.terms) and WITHHELD not in body else ""
+        first_missing = missing_items(body, report.required)
+        if method != "llm" and not report.missing:
+            report.missing = list(first_missing)
+        lines = body.split("\n")
+        while True:
+            body = "\n".join(lines).rstrip()
+            still = missing_items(f"{body}\n{note}", report.required)
+            text = "\n".join(p for p in (body, note) if p)
+            if still:
+                text = f"{text}\n\n{preserved_details(still)}"
+            tokens = self.counter.count(text)
+            if tokens <= self.max_summary_tokens or len(lines) <= 1:
+                break
+            lines.pop()
+        report.appended = list(still)
+        text = self._redact(text, plan, report)  # an appended item is never private; checked anyway
         report.over_budget = tokens > self.max_summary_tokens
         positions, ids = covered(msgs)
-        return Summary(text=text, positions=positions, message_ids=ids, token_count=tokens, method=method,
-                       report=report)
+        return Summary(text=text, positions=positions, message_ids=ids, token_count=self.counter.count(text),
+                       method=method, report=report)
 
 
 def _answer_problem(error: ChatModelError) -> bool:
