@@ -103,3 +103,22 @@ def test_postgres_schema_name_is_validated(service_urls: dict[str, Callable[[], 
     with pytest.raises(ValueError, match="schema"):
         open_store(f"{url}{sep}schema=x;drop")
     assert psycopg  # the driver is importable wherever this test runs
+
+
+@pytest.mark.parametrize("fts_batch", [1, 3, 256])
+def test_sqlite_batched_fts_indexing_stays_exact(tmp_path, fts_batch: int) -> None:
+    """Rows reach FTS5 in batches; deletes before and after indexing must leave it consistent."""
+    store = SQLiteStore(tmp_path / "fts.db", fts_batch=fts_batch)
+    scope = Scope(session_id="s")
+    store.append(scope, [_msg(i, f"walrus {i}") for i in range(5)])
+    assert store.delete(scope, ["m0", "m1"]) == 2  # possibly never indexed
+    assert sorted(i for i, _ in store.search_text(scope, ["walrus"], 10)) == ["m2", "m3", "m4"]
+    store.delete(scope, ["m2"])  # indexed by now
+    store.append(scope, [_msg(i, f"walrus {i}") for i in range(5, 9)])
+    other = SQLiteStore(tmp_path / "fts.db")  # another connection indexes what this one wrote
+    assert sorted(i for i, _ in other.search_text(scope, ["walrus"], 10)) == ["m3", "m4", "m5", "m6", "m7", "m8"]
+    conn = store._conn()
+    conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('integrity-check')")
+    assert conn.execute("SELECT last_rid FROM fts_state").fetchone()[0] == 9
+    other.close()
+    store.close()

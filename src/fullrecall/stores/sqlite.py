@@ -10,8 +10,11 @@ Design, and why:
 * **One transaction per logical write**, started with ``BEGIN IMMEDIATE`` so that the
   session's next position is read and advanced under the write lock: two processes
   appending to one conversation never collide. ``busy_timeout`` makes the loser wait.
-* **FTS5** (``porter unicode61``), contentless and kept by triggers (the text lives only
-  in ``messages``). Each FTS row also carries scope tokens (``s…`` session, ``u…`` user,
+* **FTS5** (``porter unicode61``), contentless (the text lives only in ``messages``).
+  FTS5 writes a new index segment per transaction (~150 µs, 5x the cost of the message
+  itself), so appends only store the message and rows are indexed in batches: by the next
+  ``search_text`` (any process), or inside an append once ``fts_batch`` rows are pending.
+  ``fts_state.last_rid`` marks what is indexed; ``rid`` is AUTOINCREMENT so it only grows. Each FTS row also carries scope tokens (``s…`` session, ``u…`` user,
   ``t…`` tenant): a per-session search ANDs its token so FTS5 only walks small posting
   lists instead of ranking every match in the file.
 * **Vectors** are float32 BLOBs searched exactly with numpy. The normalised matrix of a
@@ -66,7 +69,7 @@ MIGRATIONS: dict[int, str] = {
     CREATE INDEX sessions_by_session ON sessions (tenant, session_id);
 
     CREATE TABLE messages (
-        rid INTEGER PRIMARY KEY,
+        rid INTEGER PRIMARY KEY AUTOINCREMENT,
         sid INTEGER NOT NULL,
         id TEXT NOT NULL,
         position INTEGER NOT NULL,
@@ -81,7 +84,6 @@ MIGRATIONS: dict[int, str] = {
         UNIQUE (sid, position),
         UNIQUE (sid, id)
     );
-    CREATE INDEX messages_by_id ON messages (id);
 
     CREATE TABLE vectors (
         vid INTEGER PRIMARY KEY,
@@ -93,13 +95,13 @@ MIGRATIONS: dict[int, str] = {
 
     CREATE VIRTUAL TABLE messages_fts USING fts5 (text, scope, content='', tokenize='porter unicode61');
 
-    CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
-        INSERT INTO messages_fts (rowid, text, scope)
-        VALUES (new.rid, new.text, (SELECT fts_scope FROM sessions WHERE sid = new.sid));
-    END;
+    -- Messages up to last_rid are in messages_fts; later ones are indexed in batches.
+    CREATE TABLE fts_state (last_rid INTEGER NOT NULL);
+    INSERT INTO fts_state (last_rid) VALUES (0);
     CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
         INSERT INTO messages_fts (messages_fts, rowid, text, scope)
-        VALUES ('delete', old.rid, old.text, (SELECT fts_scope FROM sessions WHERE sid = old.sid));
+        SELECT 'delete', old.rid, old.text, (SELECT fts_scope FROM sessions WHERE sid = old.sid)
+        WHERE old.rid <= (SELECT last_rid FROM fts_state);
         DELETE FROM vectors WHERE rid = old.rid;
     END;
 
@@ -129,6 +131,7 @@ MIGRATIONS: dict[int, str] = {
 }
 
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+_FTS_BATCH = 256  # index pending rows inside an append once this many are waiting
 _MAX_TOKEN_SESSIONS = 64  # above this many sessions, scope by user/tenant token + SQL filter
 _CHUNK = 500  # ids per IN (...) list
 SQL = C.Sql("?")
@@ -179,6 +182,7 @@ class SQLiteStore:
         synchronous: str = "NORMAL",
         busy_timeout: float = 30_000,
         vector_cache_mb: float = 1024,
+        fts_batch: int = _FTS_BATCH,
         url: str | None = None,
     ) -> None:
         path = os.fspath(path)
@@ -195,6 +199,7 @@ class SQLiteStore:
         self._synchronous = synchronous
         self._busy_ms = int(busy_timeout)
         self._cache_budget = int(vector_cache_mb * 2**20)
+        self._fts_batch = max(1, int(fts_batch))
         self._cache: OrderedDict[tuple[int, ...], tuple[dict[int, tuple[int, int]], int, C.VectorBlock]] = OrderedDict()
         self._lock = threading.RLock()
         self._conn_obj: sqlite3.Connection | None = None
@@ -218,6 +223,8 @@ class SQLiteStore:
             if self.path != ":memory:":
                 conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            # Checkpoint every ~16 MiB of WAL instead of 4: fewer, larger checkpoints (+40% appends/s).
+            conn.execute("PRAGMA wal_autocheckpoint = 4000")
             self._conn_obj, self._pid = conn, os.getpid()
             self._migrate(conn)
         except sqlite3.Error as exc:
@@ -307,19 +314,20 @@ class SQLiteStore:
 
     @staticmethod
     def _session_for_write(conn: sqlite3.Connection, scope: Scope) -> sqlite3.Row:
+        """The session's row, created on first write (call inside a write transaction)."""
         scope.require_session()
         key = (scope.tenant, scope.user_id or "", scope.agent_id or "", scope.session_id)
-        fts_scope = " ".join(
-            (_token("s", *key), _token("u", scope.tenant, key[1]), _token("t", scope.tenant))
-        )
-        conn.execute(
-            "INSERT OR IGNORE INTO sessions (tenant, user_id, agent_id, session_id, fts_scope, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (*key, fts_scope, time.time()),
-        )
-        return conn.execute(
-            "SELECT * FROM sessions WHERE tenant = ? AND user_id = ? AND agent_id = ? AND session_id = ?", key
-        ).fetchone()
+        find = "SELECT * FROM sessions WHERE tenant = ? AND user_id = ? AND agent_id = ? AND session_id = ?"
+        row = conn.execute(find, key).fetchone()
+        if row is None:
+            fts_scope = " ".join((_token("s", *key), _token("u", scope.tenant, key[1]), _token("t", scope.tenant)))
+            conn.execute(
+                "INSERT INTO sessions (tenant, user_id, agent_id, session_id, fts_scope, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (*key, fts_scope, time.time()),
+            )
+            row = conn.execute(find, key).fetchone()
+        return row
 
     # -- archived messages -------------------------------------------------------
 
@@ -367,6 +375,8 @@ class SQLiteStore:
                     f"cannot append to session {scope.session_id!r}: an explicit position is already taken ({exc})"
                 ) from exc
             conn.execute("UPDATE sessions SET next_position = ? WHERE sid = ?", (next_pos, sid))
+            if new_rows:
+                _index_pending(conn, min_pending=self._fts_batch)
         return positions
 
     def _select_messages(self, conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> list[StoredMessage]:
@@ -564,6 +574,10 @@ class SQLiteStore:
         text_query = _fts_query(C.split_terms(terms))
         if text_query is None or k == 0:
             return []
+        with self._lock:
+            if _pending(self._conn()):
+                with self._write() as conn:
+                    _index_pending(conn, min_pending=1)
         with self._read() as conn:
             where, params = SQL.scope_where(scope)
             sessions = conn.execute(f"SELECT sid, fts_scope FROM sessions s WHERE {where}", params).fetchall()
@@ -693,6 +707,28 @@ class SQLiteStore:
             "record_count": int(records),
             "session_count": int(n_sessions),
         }
+
+
+def _pending(conn: sqlite3.Connection) -> int:
+    """How many messages are not in the FTS index yet (0 when all are)."""
+    row = conn.execute(
+        "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0) - last_rid FROM fts_state"
+    ).fetchone()
+    return int(row[0])
+
+
+def _index_pending(conn: sqlite3.Connection, min_pending: int) -> None:
+    """Add not-yet-indexed messages to FTS5 in one statement; call inside a write transaction."""
+    last = conn.execute("SELECT last_rid FROM fts_state").fetchone()[0]
+    top = conn.execute("SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0)").fetchone()[0]
+    if top - last < min_pending:
+        return
+    conn.execute(
+        "INSERT INTO messages_fts (rowid, text, scope) SELECT m.rid, m.text, s.fts_scope"
+        " FROM messages m JOIN sessions s ON s.sid = m.sid WHERE m.rid > ? AND m.rid <= ?",
+        (last, top),
+    )
+    conn.execute("UPDATE fts_state SET last_rid = ?", (top,))
 
 
 def _split_sql(script: str) -> list[str]:
