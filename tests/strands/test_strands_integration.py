@@ -1,0 +1,217 @@
+"""fullrecall.strands with a real strands.Agent, a scripted offline model and a FileSessionManager."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from strands import Agent, tool
+from strands.memory import MemoryManager
+from strands.session.file_session_manager import FileSessionManager
+from strands.types.exceptions import ContextWindowOverflowException
+from strands_scripted import AGENT_PROMPT, ScriptedModel
+
+from fullrecall.archive.recall import CONTEXT_START, ENRICHMENT_HEADER
+from fullrecall.strands import (
+    ArchiveMemoryStore,
+    SemanticMemoryHook,
+    SemanticSummarizingConversationManager,
+    SlidingWindowConversationManager,
+    SummarizingConversationManager,
+)
+
+SUMMARY = ("## Conversation Summary\n* The user and the assistant discussed arrays, linked lists, hash tables "
+           "and trees, how each structure is stored in memory.")
+TOPICS = ["arrays", "linked lists", "hash tables", "binary trees", "heaps", "graphs"]
+QUESTIONS = ["Our project codename is bluefalcon; please remember the codename for later."] + [
+    f"Tell me about {t} and how {t} are stored in memory, with their typical operations and costs." for t in TOPICS]
+ANSWERS = ["Understood: the project codename is bluefalcon. I will remember it."] + [
+    f"{t.capitalize()} are a data structure; the usual operations on {t} have well known costs in memory and time."
+    for t in TOPICS]
+LIMIT = 1400  # characters of message content the scripted model accepts before it overflows
+
+
+def texts(messages):
+    return [b["text"] for m in messages for b in m["content"] if "text" in b]
+
+
+def session_messages(root: Path, session_id: str) -> list[dict]:
+    files = sorted((root / f"session_{session_id}").rglob("message_*.json"), key=lambda p: int(p.stem.split("_")[1]))
+    return [json.loads(p.read_text())["message"] for p in files]
+
+
+def semantic_agent(tmp_path: Path, model: ScriptedModel, **hook_options) -> Agent:
+    manager = SemanticSummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2,
+                                                     store=f"sqlite:///{tmp_path / 'archive.db'}", session_id="s1")
+    return Agent(model=model, system_prompt=AGENT_PROMPT, conversation_manager=manager, callback_handler=None,
+                 hooks=[SemanticMemoryHook(max_context_length=400, **hook_options)],
+                 session_manager=FileSessionManager(session_id="s1", storage_dir=str(tmp_path / "sessions")))
+
+
+@pytest.fixture
+def talked(tmp_path):
+    """A conversation long enough to overflow twice, then a question about the archived codename."""
+    model = ScriptedModel(ANSWERS + ["The codename is bluefalcon."], summary_reply=SUMMARY, max_prompt_chars=LIMIT)
+    agent = semantic_agent(tmp_path, model)
+    for question in QUESTIONS:
+        agent(question)
+    agent("What was our project codename?")
+    return agent, model
+
+
+def test_overflow_summarizes_with_the_agents_model_called_directly(talked):
+    agent, model = talked
+    manager = agent.conversation_manager
+    assert any(c["overflow"] for c in model.calls), "the scripted model never overflowed"
+    side = model.side_calls
+    assert side, "no summary was asked for"
+    for call in side:  # a direct model call: summarization prompt, no tools, one request message
+        assert "summarizer" in call["system_prompt"] and call["tool_specs"] is None
+        assert [m["role"] for m in call["messages"]] == ["user"]
+    assert agent.messages[0]["content"][0]["text"].startswith(SUMMARY)
+    assert manager.summary_message is agent.messages[0]
+    # every original message is either still in the window or counted as removed (the summary is not)
+    assert manager.removed_message_count + len(agent.messages) - 1 == 2 * (len(QUESTIONS) + 1)
+    stats = manager.get_memory_usage_stats()
+    assert stats["message_count"] == manager.removed_message_count
+    assert stats["summary_count"] == len(side)
+    archived = manager.archive.get(0, manager.removed_message_count - 1)
+    assert [m.position for m in archived] == list(range(manager.removed_message_count))
+    assert texts([archived[0].data]) == [QUESTIONS[0]]  # verbatim, the user's words
+
+
+def test_enrichment_reaches_the_model_but_not_the_history_or_session(talked, tmp_path):
+    agent, model = talked
+    last_call = model.agent_calls[-1]
+    sent = texts(last_call["messages"][-1:])[0]
+    assert sent.startswith(ENRICHMENT_HEADER) and CONTEXT_START in sent
+    assert "bluefalcon" in sent and sent.endswith("What was our project codename?")
+    assert agent.messages[-2]["content"] == [{"text": "What was our project codename?"}]
+    assert not any(ENRICHMENT_HEADER in t for t in texts(agent.messages))
+    assert not any(ENRICHMENT_HEADER in t for t in texts(session_messages(tmp_path / "sessions", "s1")))
+    archived_texts = [t for m in agent.conversation_manager.archive.get(0, 10**6) for t in texts([m.data])]
+    assert not any(ENRICHMENT_HEADER in t for t in archived_texts)
+
+
+def test_restored_session_keeps_summary_count_and_archive(talked, tmp_path):
+    agent, _ = talked
+    before = agent.conversation_manager
+    model = ScriptedModel(["It is bluefalcon."], summary_reply=SUMMARY, max_prompt_chars=LIMIT)
+    again = semantic_agent(tmp_path, model)  # a new manager, store handle and session manager: as a new process
+    restored = again.conversation_manager
+    assert restored.removed_message_count == before.removed_message_count
+    assert again.messages[0]["content"] == agent.messages[0]["content"]
+    assert [m["content"] for m in again.messages] == [m["content"] for m in agent.messages]
+    assert restored.get_memory_usage_stats()["message_count"] == before.removed_message_count
+    assert "bluefalcon" in " ".join(m.text for m in restored.recall("project codename").messages)
+    again("Remind me of the project codename?")
+    sent = texts(model.agent_calls[-1]["messages"][-1:])[0]
+    assert sent.startswith(ENRICHMENT_HEADER) and "bluefalcon" in sent
+    assert again.messages[-2]["content"] == [{"text": "Remind me of the project codename?"}]
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up in the catalogue."""
+    return f"catalogue entry for {key}: shelf 7, row {len(key)}, reference XR-{len(key) * 111}"
+
+
+def test_tool_pairs_stay_whole_and_results_are_archived_verbatim(tmp_path):
+    replies = []
+    for i, topic in enumerate(TOPICS[:5]):
+        replies += [("tool", "lookup", {"key": topic}, f"use-{i}"), f"Found {topic} in the catalogue; it is on shelf 7."]
+    model = ScriptedModel(replies, summary_reply=SUMMARY + " The lookup tool found catalogue entries.",
+                          max_prompt_chars=LIMIT)
+    manager = SemanticSummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2)
+    agent = Agent(model=model, system_prompt=AGENT_PROMPT, tools=[lookup], conversation_manager=manager,
+                  callback_handler=None)
+    for topic in TOPICS[:5]:
+        agent(f"Please look up {topic} in the catalogue and tell me where the {topic} books are kept.")
+    assert manager.removed_message_count > 0
+    window = agent.messages[1:]  # after the summary
+    uses = [b["toolUse"]["toolUseId"] for m in window for b in m["content"] if "toolUse" in b]
+    results = [b["toolResult"]["toolUseId"] for m in window for b in m["content"] if "toolResult" in b]
+    assert uses == results
+    assert not any("toolResult" in b for b in window[0]["content"])
+    archived = manager.archive.get(0, manager.removed_message_count - 1)
+    tool_results = [b["toolResult"] for m in archived for b in m.data["content"] if "toolResult" in b]
+    assert tool_results and "catalogue entry for arrays: shelf 7" in tool_results[0]["content"][0]["text"]
+    assert len(archived) == manager.removed_message_count
+
+
+def test_sliding_window_trims_counts_and_restores(tmp_path):
+    sessions = str(tmp_path / "sessions")
+    manager = SlidingWindowConversationManager(window_size=4)
+    agent = Agent(model=ScriptedModel(ANSWERS), system_prompt=AGENT_PROMPT, conversation_manager=manager,
+                  callback_handler=None, session_manager=FileSessionManager(session_id="w", storage_dir=sessions))
+    for question in QUESTIONS[:4]:
+        agent(question)
+    assert len(agent.messages) == 4 and manager.removed_message_count == 4
+    assert texts(agent.messages[:1]) == [QUESTIONS[2]]
+    again = Agent(model=ScriptedModel(), system_prompt=AGENT_PROMPT, callback_handler=None,
+                  conversation_manager=SlidingWindowConversationManager(window_size=4),
+                  session_manager=FileSessionManager(session_id="w", storage_dir=sessions))
+    assert again.conversation_manager.removed_message_count == 4
+    assert [m["content"] for m in again.messages] == [m["content"] for m in agent.messages]
+
+
+def test_sliding_window_reduce_context_on_overflow(tmp_path):
+    model = ScriptedModel(ANSWERS, max_prompt_chars=LIMIT)
+    manager = SlidingWindowConversationManager(window_size=40)
+    agent = Agent(model=model, system_prompt=AGENT_PROMPT, conversation_manager=manager, callback_handler=None)
+    for question in QUESTIONS:
+        agent(question)
+    assert any(c["overflow"] for c in model.calls)
+    assert manager.removed_message_count + len(agent.messages) == 2 * len(QUESTIONS)
+    assert agent.messages[0]["role"] == "user"
+
+
+def test_summarization_agent_is_used_instead_of_the_main_model():
+    helper_model = ScriptedModel(summary_reply="unused")
+    helper_model.replies = [SUMMARY]
+    helper = Agent(model=helper_model, system_prompt=AGENT_PROMPT, callback_handler=None)
+    model = ScriptedModel(ANSWERS, max_prompt_chars=LIMIT)
+    manager = SummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2, summarization_agent=helper)
+    agent = Agent(model=model, system_prompt=AGENT_PROMPT, conversation_manager=manager, callback_handler=None)
+    for question in QUESTIONS:
+        agent(question)
+    assert manager.removed_message_count > 0 and not model.side_calls
+    assert helper_model.agent_calls and agent.messages[0]["content"][0]["text"].startswith(SUMMARY)
+    assert helper.messages == []  # its own history is left as it was
+
+
+def test_unsummarizable_overflow_raises_the_sdk_error():
+    model = ScriptedModel(ANSWERS, summary_reply=SUMMARY, max_prompt_chars=50)
+    agent = Agent(model=model, system_prompt=AGENT_PROMPT, callback_handler=None,
+                  conversation_manager=SummarizingConversationManager(preserve_recent_messages=2))
+    with pytest.raises(ContextWindowOverflowException):
+        agent(QUESTIONS[1])
+    assert agent.conversation_manager.removed_message_count == 0
+
+
+def test_state_of_another_manager_is_refused():
+    state = SlidingWindowConversationManager().get_state()
+    with pytest.raises(ValueError):
+        SummarizingConversationManager().restore_from_session(state)
+
+
+def test_archive_as_a_strands_memory_store(talked):
+    agent, _ = talked
+    store = ArchiveMemoryStore(agent.conversation_manager)
+    entries = asyncio.run(store.search("project codename"))
+    assert entries and "bluefalcon" in entries[0].content
+    assert entries[0].metadata["session_id"] == "s1" and entries[0].content.startswith("[Message 0, user]")
+    memory = MemoryManager(stores=[store], injection=False)
+    found = asyncio.run(memory.search("project codename"))
+    assert found[0].store_name == "fullrecall-archive" and "bluefalcon" in found[0].content
+
+
+def test_disabled_hook_leaves_the_model_input_alone(tmp_path):
+    model = ScriptedModel(ANSWERS + ["?"], summary_reply=SUMMARY, max_prompt_chars=LIMIT)
+    agent = semantic_agent(tmp_path, model, enabled=False)
+    for question in QUESTIONS + ["What was our project codename?"]:
+        agent(question)
+    assert agent.conversation_manager.removed_message_count > 0
+    assert not any(ENRICHMENT_HEADER in t for c in model.agent_calls for t in texts(c["messages"]))
