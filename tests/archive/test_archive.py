@@ -1,0 +1,213 @@
+"""The archive: nothing lost, exact recall with radius and merge, limits, the enrichment format."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fullrecall import ArchiveError
+from fullrecall.archive import (
+    Archive,
+    SemanticMemoryHook,
+    SemanticSummarizingConversationManager,
+    merge_ranges,
+    stored_as_message,
+)
+from fullrecall.archive.recall import CONTEXT_END, CONTEXT_START, ENRICHMENT_HEADER, QUESTION_PREFIX
+from fullrecall.stores import open_store
+
+
+def user(text):
+    return {"role": "user", "content": [{"text": text}]}
+
+
+def assistant(text):
+    return {"role": "assistant", "content": [{"text": text}]}
+
+
+TOPICS = ["arrays", "linked lists", "hash tables", "binary trees", "heaps", "graphs", "stacks", "queues", "tries", "sorting"]
+
+
+def conversation(reference="REF-48213"):
+    messages = [user(f"Our shared reference number is {reference}. Keep it out of any summary."), assistant("Understood.")]
+    for topic in TOPICS:
+        messages += [user(f"Tell me about {topic}"), assistant(f"{topic.capitalize()} are a classic data structure.")]
+    return messages
+
+
+def manager(**kw):
+    kw.setdefault("summarizer", lambda m, p: "summary")
+    kw.setdefault("preserve_recent_messages", 4)
+    return SemanticSummarizingConversationManager(**kw)
+
+
+@given(hits=st.lists(st.tuples(st.integers(0, 60), st.floats(0, 1)), max_size=8), radius=st.integers(0, 4),
+       before=st.none() | st.integers(0, 70))
+def test_ranges_are_merged_ordered_and_never_repeat_the_window(hits, radius, before):
+    ranges = merge_ranges(hits, radius, before=before)
+    covered = [p for r in ranges for p in range(r.start, r.end + 1)]
+    assert covered == sorted(set(covered)), "ranges overlap or are out of order"
+    for a, b in zip(ranges, ranges[1:]):
+        assert b.start > a.end + 1, "touching ranges must be merged"
+    expected = {p for pos, _ in hits for p in range(max(0, pos - radius), pos + radius + 1) if before is None or p < before}
+    assert set(covered) == expected
+
+
+def test_removed_messages_are_archived_verbatim_with_summary_link(tmp_path):
+    m = manager(store=f"sqlite:///{tmp_path}/a.db", session_id="s1")
+    messages = conversation()
+    original = list(messages)
+    m.reduce_context(messages, RuntimeError("overflow"))
+    archived = m.archive.get(0, 100)
+    assert [a.data for a in archived] == original[: m.removed_message_count]
+    assert all(a.summary_id == archived[0].summary_id is not None for a in archived)
+    assert stored_as_message(archived[0]).text == original[0]["content"][0]["text"]
+    # active + archive = everything, in order
+    assert [a.data for a in archived] + messages[1:] == original
+
+
+def test_reference_number_is_recalled_with_its_neighbours_and_not_from_the_window():
+    m = manager()
+    messages = conversation()
+    m.reduce_context(messages, RuntimeError("overflow"))
+    recall = m.recall("What was our shared reference number?")
+    texts = [a.text for a in recall.messages]
+    assert any("REF-48213" in t for t in texts)
+    assert recall.hits[0].position == 0 and {"dense", "lexical", "fused"} <= set(recall.hits[0].scores)
+    assert all(a.position < m.first_active_position for a in recall.messages)
+    assert recall.ranges[0].start == 0 and recall.ranges[0].end >= 2  # radius 2 around message 0
+
+
+def test_keyword_only_hit_is_findable():
+    m = manager(semantic_search_top_k=1)
+    messages = conversation()
+    m.reduce_context(messages, RuntimeError("overflow"))
+    hits = m.recall("REF-48213", radius=0).hits
+    assert hits and "REF-48213" in hits[0].message.data["content"][0]["text"]
+
+
+def test_enrichment_format_budget_and_history_untouched():
+    m = manager()
+    messages = conversation()
+    m.reduce_context(messages, RuntimeError("overflow"))
+    hook = SemanticMemoryHook(manager=m, max_context_length=300)
+    question = user("What was our shared reference number?")
+    history = messages + [question]
+    out = hook.enrich(history)
+    text = out[-1]["content"][0]["text"]
+    assert text.startswith(ENRICHMENT_HEADER + "\n" + CONTEXT_START + "\n[Message 0, user]: Our shared reference number is REF-48213")
+    assert text.endswith(CONTEXT_END + "\n" + QUESTION_PREFIX + "What was our shared reference number?")
+    context = text.split(CONTEXT_START + "\n", 1)[1].split("\n" + CONTEXT_END, 1)[0]
+    assert len(context) <= 300 and all(line.startswith("[Message ") for line in context.splitlines())
+    assert history[-1] is question and question["content"][0]["text"] == "What was our shared reference number?"
+    # tool results and assistant turns are never enriched; nor is anything when disabled
+    tool = {"role": "user", "content": [{"toolResult": {"toolUseId": "t", "status": "success", "content": [{"text": "reference number"}]}}]}
+    assert hook.enrich(messages + [tool])[-1] is tool
+    assert SemanticMemoryHook(enabled=False, manager=m).enrich(history)[-1] is question
+
+
+def test_enriched_user_message_is_archived_as_written():
+    m = manager(preserve_recent_messages=2)
+    messages = conversation()
+    m.reduce_context(messages, RuntimeError("overflow"))
+    messages.append(SemanticMemoryHook(manager=m).enrich(messages + [user("What was our shared reference number?")])[-1])
+    messages += [assistant("It is REF-48213."), user("thanks"), assistant("welcome")]
+    while any("Current question" in str(x) for x in messages):
+        m.reduce_context(messages, RuntimeError("overflow"))
+    archived = [a for a in m.archive.get(0, 1000) if a.role == "user"]
+    assert "What was our shared reference number?" in [a.data["content"][0]["text"] for a in archived]
+    assert not any(ENRICHMENT_HEADER in a.text for a in archived)
+
+
+def test_earlier_summaries_are_archived_as_summaries():
+    m = manager(summarizer=lambda msgs, prev: f"S{len(m.archive.summaries()) + 1}")
+    messages = conversation()
+    m.reduce_context(messages, RuntimeError("overflow"))
+    messages += conversation("REF-2")
+    m.reduce_context(messages, RuntimeError("overflow"))
+    summaries = m.archive.summaries()
+    assert [s["text"] for s in summaries] == ["S1", "S2"] and summaries[1]["folds"] == "S1"
+    assert not any(a.text.endswith("S1") for a in m.archive.get(0, 1000)), "a summary is not a user message"
+
+
+def test_store_failure_keeps_every_message_in_the_window():
+    store = open_store("sqlite:///:memory:")
+    m = manager(store=store)
+    store.close()
+    messages = conversation()
+    before = list(messages)
+    with pytest.raises(ArchiveError, match="stay in the window"):
+        m.reduce_context(messages, RuntimeError("overflow"))
+    assert messages == before and m.removed_message_count == 0
+
+
+class FlakyEmbedder:
+    """A real embedder that fails on demand (an embedding service going down)."""
+
+    def __init__(self, inner):
+        self.inner, self.fail = inner, True
+        self.name, self.dimension = inner.name, inner.dimension
+
+    def embed(self, texts):
+        if self.fail:
+            raise ConnectionError("embedding service unavailable")
+        return self.inner.embed(texts)
+
+
+def test_embedding_failure_keeps_messages_and_catches_up(caplog):
+    from fullrecall.embeddings import load_embedder
+
+    embedder = FlakyEmbedder(load_embedder())
+    m = manager(embedding_model=embedder, preserve_recent_messages=2)
+    messages = conversation()
+    m.reduce_context(messages, RuntimeError("overflow"))
+    assert m.removed_message_count > 0 and "could not embed" in caplog.text
+    stats = m.get_memory_usage_stats()
+    assert stats["message_count"] == m.removed_message_count and stats["unindexed_count"] == m.removed_message_count
+    embedder.fail = False
+    m.reduce_context(messages, RuntimeError("overflow"))
+    assert m.get_memory_usage_stats()["unindexed_count"] == 0
+    assert m.get_memory_usage_stats()["embedding_memory"] == m.removed_message_count * embedder.dimension * 4
+
+
+def test_count_and_memory_limits_evict_oldest_and_say_so():
+    m = manager(max_num_archived_messages=5, preserve_recent_messages=2)
+    messages = conversation()
+    m.reduce_context(messages, RuntimeError("overflow"))
+    m.reduce_context(messages, RuntimeError("overflow"))
+    stats = m.get_memory_usage_stats()
+    assert stats["message_count"] == 5 and stats["evicted_count"] == m.removed_message_count - 5
+    assert stats["oldest_position"] == m.removed_message_count - 5 and stats["newest_position"] == m.removed_message_count - 1
+    assert "evicted" in m.get_memory_usage_summary()
+    assert not m.recall("reference number REF-48213", radius=0).messages or all(
+        a.position >= stats["oldest_position"] for a in m.recall("reference number REF-48213").messages)
+
+    small = manager(max_memory_archived_messages=30_000, preserve_recent_messages=2)
+    messages = conversation() + conversation("REF-9")
+    small.reduce_context(messages, RuntimeError("overflow"))
+    assert small.get_memory_usage_stats()["total_memory"] <= 30_000
+    assert small.get_memory_usage_stats()["evicted_count"] > 0
+
+
+def test_archive_survives_a_restart(tmp_path):
+    url = f"sqlite:///{tmp_path}/memory.db"
+    first = manager(store=url, session_id="conv-1")
+    messages = conversation()
+    first.reduce_context(messages, RuntimeError("overflow"))
+    state = first.get_state()
+    second = manager(store=url, session_id="conv-1")
+    second.restore_from_state(state)
+    assert second.removed_message_count == first.removed_message_count
+    assert any("REF-48213" in a.text for a in second.recall("shared reference number").messages)
+    other = manager(store=url, session_id="conv-2")
+    assert other.recall("shared reference number").messages == []
+
+
+def test_bad_parameters_are_named():
+    with pytest.raises(ValueError, match="message_context_radius"):
+        manager(message_context_radius=-1)
+    with pytest.raises(ValueError, match="semantic_search_top_k"):
+        manager(semantic_search_top_k=0)
+    with pytest.raises(ValueError, match="max_num_archived_messages"):
+        Archive(max_num_archived_messages=0)
