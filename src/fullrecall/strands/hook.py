@@ -68,6 +68,9 @@ class SemanticMemoryHook(HookProvider):
 
         add(InvokeModelStage.Input, self._enrich_input)
         self._attached.add(agent)
+        if self._core_manager(agent) is None:
+            log.warning("SemanticMemoryHook: the agent's conversation_manager is not a "
+                        "SemanticSummarizingConversationManager and no manager= was given; nothing will be enriched")
 
     def _core_manager(self, agent: Any) -> _CoreSemanticManager | None:
         manager = self.manager if self.manager is not None else getattr(agent, "conversation_manager", None)
