@@ -215,3 +215,29 @@ def test_disabled_hook_leaves_the_model_input_alone(tmp_path):
         agent(question)
     assert agent.conversation_manager.removed_message_count > 0
     assert not any(ENRICHMENT_HEADER in t for c in model.agent_calls for t in texts(c["messages"]))
+
+
+def test_summary_comes_from_aux_model_with_the_given_prompt():
+    prompt = "You are a terse summarizer. Write bullet points about the conversation."
+    aux = ScriptedModel(summary_reply=SUMMARY)
+    model = ScriptedModel(ANSWERS, max_prompt_chars=LIMIT)
+    manager = SummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2,
+                                             summarization_system_prompt=prompt)
+    agent = Agent(model=model, aux_model=aux, system_prompt=AGENT_PROMPT, conversation_manager=manager,
+                  callback_handler=None)
+    for question in QUESTIONS:
+        agent(question)
+    assert manager.removed_message_count > 0 and not model.side_calls
+    assert aux.side_calls and all(c["system_prompt"] == prompt for c in aux.side_calls)
+    assert agent.messages[0]["content"][0]["text"].startswith(SUMMARY)
+
+
+def test_memory_manager_search_tool_answers_from_the_archive(talked):
+    agent, _ = talked
+    store = ArchiveMemoryStore(agent.conversation_manager.archive)  # a bare archive: everything archived
+    model = ScriptedModel([("tool", "search_memory", {"query": "project codename"}, "mem-1"), "It is bluefalcon."])
+    reader = Agent(model=model, system_prompt=AGENT_PROMPT, callback_handler=None,
+                   memory_manager=MemoryManager(stores=[store], injection=False))
+    reader("Search your memory: what was the project codename?")
+    result = next(b["toolResult"] for m in reader.messages for b in m["content"] if "toolResult" in b)
+    assert result["status"] == "success" and "bluefalcon" in json.dumps(result["content"])
