@@ -96,6 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--span-turns", type=int, default=None, help="windows of N turns instead of one span per session")
     parser.add_argument("--max-summary-tokens", type=int, default=800)
     parser.add_argument("--ratio", type=float, default=0.25, help="summary budget as a share of the span's tokens")
+    parser.add_argument("--min-summary-tokens", type=int, default=128, help="floor of a short span's budget")
     parser.add_argument("--limit", type=int, default=None, help="only the first N conversations")
     parser.add_argument("--show", type=int, default=0, help="print the first N summaries")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -112,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     data = json.loads(path.read_text())[: args.limit]
     counter = default_token_counter()
-    summarizer = ExtractiveSummarizer(args.max_summary_tokens, target_ratio=args.ratio, token_counter=counter)
+    summarizer = ExtractiveSummarizer(args.max_summary_tokens, target_ratio=args.ratio,
+                                      min_summary_tokens=args.min_summary_tokens, token_counter=counter)
     kinds = ("numbers", "dates", "entities", "citations")
     found = dict.fromkeys(kinds, 0)
     hit = dict.fromkeys(kinds, 0)
@@ -154,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
         "max_summary_tokens": args.max_summary_tokens, "ratio": args.ratio, "token_counter": counter.name,
         "kept": share, "found": found, "kept_numbers_dates_entities": pooled,
         "compression": tokens_in / max(1, tokens_out), "compression_median": statistics.median(ratios) if ratios else None,
-        "compression_min": min(ratios) if ratios else None, "seconds": elapsed,
+        "compression_min": min(ratios) if ratios else None, "spans_below_4x": sum(r < 4.0 for r in ratios),
+        "seconds": elapsed,
         "target_met": pooled >= 0.8 and all(share[k] is None or share[k] >= 0.8 for k in core)
         and tokens_in / max(1, tokens_out) >= 4.0,
     }
@@ -167,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {kind:<10} kept {'n/a' if s is None else f'{s:.1%}':>6}  ({hit[kind]}/{found[kind]})")
     print(f"  numbers+dates+entities kept {pooled:.1%}")
     print(f"  compression {result['compression']:.2f}x overall, median {result['compression_median']:.2f}x, "
-          f"min {result['compression_min']:.2f}x ({counter.name} tokens)")
+          f"min {result['compression_min']:.2f}x ({counter.name} tokens); "
+          f"{result['spans_below_4x']} spans below 4x")
     print(f"  target (>= 80% kept at >= 4x): {'met' if result['target_met'] else 'NOT met'}; {elapsed:.1f} s")
     return 0
