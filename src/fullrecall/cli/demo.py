@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     if args.embedding_test_only:
         return _embedding_test(args)
     from ..archive import SemanticMemoryHook, SemanticSummarizingConversationManager
+    from ..archive.recall import display_text
 
     rng = random.Random(args.seed)
     reference = rng.randint(100, 99999)
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"Search completed in {recall.elapsed_ms:.1f} ms ({len(recall.hits)} hits, {len(recall.messages)} messages with context radius {manager.message_context_radius})")
     for hit in recall.hits:
         scores = ", ".join(f"{k} {v:.3f}" for k, v in hit.scores.items())
-        print(f"   • [Message {hit.position}, {hit.message.role}] {hit.text[:70]!r}  ({scores})")
+        print(f"   • [Message {hit.position}, {hit.message.role}] {display_text(hit.message)[:60]!r}  ({scores})")
     print(f"   • Reference number {reference} retrievable: {'✅ YES' if found else '❌ NO'}")
 
     _title("Context automatically enriched by SemanticMemoryHook")
