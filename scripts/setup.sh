@@ -21,4 +21,4 @@ python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
 python -m pip install -q -e ".[all,test]"
 # Export the default embedding model to ONNX once (fast, offline recall path).
-python -m fullrecall.embeddings prepare >/dev/null 2>&1 || echo "note: ONNX export skipped (see 'python -m fullrecall.embeddings prepare')"
+python -m fullrecall.embeddings >/dev/null
