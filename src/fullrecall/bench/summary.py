@@ -7,9 +7,9 @@ the regexes the summarizer uses to choose sentences, and counts the share that
 appears in the summary, plus the compression (tokens in / tokens out).
 
 Scoring definitions (case-insensitive match in the summary, on word boundaries):
-- number: a digit run (``5``, ``3.5``, ``1,200``) not part of a date, or a
+- number: a digit run (``5``, ``3.5``, ``1,200``) not part of a date or citation, or a
   spelled-out number from two to twelve, twenty, thirty, ..., hundred, thousand, million;
-- date: a month name (with its day/year when written next to it), a weekday,
+- date: a capitalized month name (with its day/year when written next to it), a weekday,
   a year 1900-2099, or a relative time (yesterday, tomorrow, tonight,
   last/next/this week|weekend|month|year|<weekday>|<season>, "N days ago");
 - named entity: a maximal run of capitalized words whose first word is not the
@@ -28,12 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-_MONTHS = ("january|february|march|april|may|june|july|august|september|october|november|december|"
-           "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec")
-_DAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+# capitalized only: "may" and "march" are also verbs
+_MONTHS = ("(?-i:January|February|March|April|May|June|July|August|September|October|November|December|"
+           "Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)")
+_DAYS = "(?-i:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)"
 _DATE = re.compile(
-    rf"\b(?:\d{{1,2}}(?:st|nd|rd|th)?\s+(?:{_MONTHS})\b(?:,?\s+\d{{4}})?|(?:{_MONTHS})\b\.?(?:\s+\d{{1,2}}(?:st|nd|rd|th)?)?"
-    rf"(?:,?\s+\d{{4}})?|(?:{_DAYS})\b|(?:19|20)\d{{2}}\b|yesterday|tomorrow|tonight|"
+    rf"\b(?:\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTHS}\b(?:,?\s+\d{{4}})?|{_MONTHS}\b\.?(?:\s+\d{{1,2}}(?:st|nd|rd|th)?\b)?"
+    rf"(?:,?\s+\d{{4}})?|{_DAYS}\b|(?:19|20)\d{{2}}\b|yesterday|tomorrow|tonight|"
     rf"(?:last|next|this|past)\s+(?:week(?:end)?|month|year|night|summer|winter|spring|fall|autumn|{_DAYS})\b|"
     rf"(?:a|an|one|two|three|four|five|six|few|couple of|\d+)\s+(?:days?|weeks?|months?|years?)\s+ago\b)",
     re.IGNORECASE)
@@ -43,13 +44,13 @@ _NUMBER = re.compile(
 _CITATION = re.compile(r"\[\d+\]")
 _SENT_START = re.compile(r"(?:^|[.!?…]\s+|\n\s*|[\"“(]\s*)$")
 _CAP_RUN = re.compile(r"\b[A-Z][\w'’&-]*(?:[ \t]+[A-Z][\w'’&-]*)*")
-_NOT_NAMES = re.compile(rf"^(?:i|i'm|i’m|i've|i’ve|i'd|i’d|i'll|i’ll|{_MONTHS}|{_DAYS})$", re.IGNORECASE)
+_NOT_NAMES = re.compile(rf"^(?:(?i:i|i'm|i’m|i've|i’ve|i'd|i’d|i'll|i’ll)|{_MONTHS}|{_DAYS})$")
 
 
 def facts(text: str) -> dict[str, set[str]]:
     """The numbers, dates, named entities and citations of a text, by the scorer's definitions."""
     dates = {m.group(0) for m in _DATE.finditer(text)}
-    date_spans = [m.span() for m in _DATE.finditer(text)]
+    date_spans = [m.span() for m in _DATE.finditer(text)] + [m.span() for m in _CITATION.finditer(text)]
     numbers = {m.group(0) for m in _NUMBER.finditer(text)
                if not any(a <= m.start() < b for a, b in date_spans)}
     entities = set()
