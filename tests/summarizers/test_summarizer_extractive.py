@@ -123,3 +123,15 @@ def test_excluded_patterns_never_present(texts):
             for i, (text, secret) in enumerate(texts)]
     summary = ExtractiveSummarizer(exclusions=Exclusions(patterns=[r"SECRET-\d+"])).summarize(msgs)
     assert re.search(r"SECRET-\d+", summary.text) is None
+
+
+def test_a_private_value_stays_out_of_later_summaries_too():
+    """Round two no longer holds the request, only a reminder of the number: it must stay out anyway."""
+    summarizer = ExtractiveSummarizer()
+    first = [{"role": "user", "content": "My reference is 4412. Don't include it in any summary."},
+             {"role": "assistant", "content": "Understood, reference 4412 noted and kept out of summaries."}]
+    later = [{"role": "user", "content": "As a reminder, ref 4412 is for the Lisbon RTX 4090 order."},
+             {"role": "assistant", "content": "Noted: the Lisbon RTX 4090 order, reference 4412."}]
+    assert "4412" not in summarizer.summarize(first).text
+    text = summarizer.summarize(later).text
+    assert "4412" not in text and "RTX 4090" in text

@@ -165,11 +165,18 @@ class Exclusions:
     terms: Sequence[str] = ()
     predicate: Callable[[Message], bool] | None = None
     honor_requests: bool = True
+    learned: list[str] = field(default_factory=list, repr=False)
 
     def resolve(self, messages: Sequence[Message], previous_summary: str | None = None) -> "ExclusionPlan":
+        """Private messages and terms for this batch.
+
+        Terms found in private messages are remembered (``learned``): the next
+        batch no longer holds the request ("don't include 700 in any summary"),
+        yet a later "as a reminder, ref 700" must stay out as well.
+        """
         chosen = set(self.messages)
         private: list[int] = []
-        terms = list(self.terms)
+        terms = list(self.terms) + list(self.learned)
         for index, msg in enumerate(messages):
             text = msg.text
             meta = msg.metadata or {}
@@ -182,7 +189,10 @@ class Exclusions:
             )
             if flagged:
                 private.append(index)
-                terms.extend(private_values(text))
+                found = private_values(text)
+                terms.extend(found)
+                known = {t.casefold() for t in self.learned}
+                self.learned.extend(t for t in found if t.casefold() not in known and not known.add(t.casefold()))
         return ExclusionPlan(private_indexes=private, terms=_unique(t for t in terms if t.strip()),
                              patterns=[re.compile(p) if isinstance(p, str) else p for p in self.patterns])
 
