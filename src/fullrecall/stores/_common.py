@@ -136,6 +136,27 @@ def message_row(m: StoredMessage) -> dict[str, Any]:
     }
 
 
+def assign_positions(
+    messages: Sequence[StoredMessage], known: dict[str, int], next_position: int
+) -> tuple[list[int], list[tuple[StoredMessage, int]], int]:
+    """Positions for an append, given the ids the session already holds (id -> position).
+
+    Returns (position of each input message, the new messages with their positions, next free
+    position). An id seen before, in the session or earlier in the batch, keeps its position.
+    """
+    known = dict(known)
+    positions: list[int] = []
+    new: list[tuple[StoredMessage, int]] = []
+    for m in messages:
+        if m.id not in known:
+            pos = m.position if m.position is not None else next_position
+            next_position = max(next_position, pos + 1)
+            known[m.id] = pos
+            new.append((m, pos))
+        positions.append(known[m.id])
+    return positions, new, next_position
+
+
 def message_from_row(row: dict[str, Any], position: int, session_id: str | None) -> StoredMessage:
     return StoredMessage(
         id=row["id"],

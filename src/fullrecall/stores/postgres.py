@@ -251,19 +251,17 @@ class PostgresStore:
         return [r["sid"] for r in conn.execute(f"SELECT sid FROM {self.schema}.sessions s WHERE {where}", params)]
 
     def _lock_session(self, conn: psycopg.Connection, scope: Scope) -> dict[str, Any]:
-        """The session's row, created if new, locked until the transaction ends."""
+        """(sid, next_position) of the session, created if new; its row stays locked until commit.
+
+        The no-op upsert takes the row lock in the same round trip, so appenders of one
+        conversation take turns and nobody else waits.
+        """
         scope.require_session()
-        key = (scope.tenant, scope.user_id or "", scope.agent_id or "", scope.session_id)
-        s = self.schema
-        conn.execute(
-            f"INSERT INTO {s}.sessions (tenant, user_id, agent_id, session_id, created_at)"
-            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            (*key, time.time()),
-        )
         return conn.execute(
-            f"SELECT * FROM {s}.sessions WHERE tenant = %s AND user_id = %s AND agent_id = %s AND session_id = %s"
-            " FOR UPDATE",
-            key,
+            f"INSERT INTO {self.schema}.sessions AS t (tenant, user_id, agent_id, session_id, created_at)"
+            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (tenant, user_id, agent_id, session_id)"
+            " DO UPDATE SET next_position = t.next_position RETURNING sid, next_position",
+            (scope.tenant, scope.user_id or "", scope.agent_id or "", scope.session_id, time.time()),
         ).fetchone()
 
     # -- archived messages ---------------------------------------------------------
@@ -272,43 +270,35 @@ class PostgresStore:
         scope.require_session()
         messages = list(messages)
         C.check_messages(messages)
-        rows = [C.message_row(m) for m in messages]
         if not messages:
             return []
         s = self.schema
-        with self._tx() as conn:
+        with self._tx() as conn:  # 3 round trips: lock the session, look up ids, insert
             sess = self._lock_session(conn, scope)
-            sid, next_pos = sess["sid"], sess["next_position"]
             known = {
                 r["id"]: r["position"]
                 for r in conn.execute(
-                    f"SELECT id, position FROM {s}.messages WHERE sid = %s AND id = ANY(%s)",
-                    (sid, list({m.id for m in messages})),
+                    f"SELECT id, position FROM {s}.messages WHERE sid = %s AND id = ANY(%s)", (sess["sid"], list({m.id for m in messages}))
                 )
             }
-            positions, new_rows = [], []
-            for m, row in zip(messages, rows):
-                if m.id not in known:
-                    pos = m.position if m.position is not None else next_pos
-                    next_pos = max(next_pos, pos + 1)
-                    known[m.id] = pos
-                    new_rows.append(
-                        (sid, row["id"], pos, row["role"], row["kind"], row["text"], row["data"], row["created_at"],
-                         row["archived_at"], row["summary_id"], row["metadata"])
-                    )
-                positions.append(known[m.id])
+            positions, new, next_pos = C.assign_positions(messages, known, sess["next_position"])
+            if not new:
+                return positions
+            cols = ("id", "role", "kind", "text", "data", "created_at", "archived_at", "summary_id", "metadata")
+            rows = [C.message_row(m) for m, _ in new]
+            arrays = [[r[c] for r in rows] for c in cols]
             try:
-                with conn.cursor() as cur:
-                    cur.executemany(
-                        f"INSERT INTO {s}.messages (sid, id, position, role, kind, text, data, created_at,"
-                        " archived_at, summary_id, metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                        new_rows,
-                    )
+                conn.execute(
+                    f"WITH ins AS (INSERT INTO {s}.messages (sid, position, {', '.join(cols)})"
+                    " SELECT %s, * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],"
+                    " %s::text[], %s::float8[], %s::float8[], %s::text[], %s::text[]))"
+                    f" UPDATE {s}.sessions SET next_position = %s WHERE sid = %s",
+                    (sess["sid"], [p for _, p in new], *arrays, next_pos, sess["sid"]),
+                )
             except psycopg.errors.UniqueViolation as exc:
                 raise ValueError(
                     f"cannot append to session {scope.session_id!r}: an explicit position is already taken"
                 ) from exc
-            conn.execute(f"UPDATE {s}.sessions SET next_position = %s WHERE sid = %s", (next_pos, sid))
         return positions
 
     def _select_messages(self, conn: psycopg.Connection, where: str, params: Sequence[Any]) -> list[StoredMessage]:

@@ -335,7 +335,6 @@ class SQLiteStore:
         scope.require_session()
         messages = list(messages)
         C.check_messages(messages)
-        rows = [C.message_row(m) for m in messages]
         if not messages:
             return []
         with self._write() as conn:
@@ -350,20 +349,12 @@ class SQLiteStore:
                         (sid, *chunk),
                     ).fetchall()
                 )
-            positions: list[int] = []
-            new_rows: list[tuple[Any, ...]] = []
-            for m, row in zip(messages, rows):
-                if m.id in known:
-                    positions.append(known[m.id])
-                    continue
-                pos = m.position if m.position is not None else next_pos
-                next_pos = max(next_pos, pos + 1)
-                known[m.id] = pos
-                positions.append(pos)
-                new_rows.append(
-                    (sid, row["id"], pos, row["role"], row["kind"], row["text"], row["data"], row["created_at"],
-                     row["archived_at"], row["summary_id"], row["metadata"])
-                )
+            positions, new, next_pos = C.assign_positions(messages, known, next_pos)
+            new_rows = [
+                (sid, r["id"], pos, r["role"], r["kind"], r["text"], r["data"], r["created_at"], r["archived_at"],
+                 r["summary_id"], r["metadata"])
+                for r, pos in ((C.message_row(m), pos) for m, pos in new)
+            ]
             try:
                 conn.executemany(
                     "INSERT INTO messages (sid, id, position, role, kind, text, data, created_at, archived_at,"

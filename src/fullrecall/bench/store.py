@@ -1,0 +1,250 @@
+"""Store throughput and hybrid-search latency for SQLite, PostgreSQL and Redis.
+
+For each backend and layout (all messages in one conversation, or spread over many),
+the store grows through ``--sizes``; at each size it measures a hybrid query (one
+``search_text`` + one ``search_vectors`` on the queried conversation) and bytes stored
+per message. Append throughput is measured one message per call (the first 2,000) and
+in batches of 100 (the bulk load). Servers are started privately unless URLs are given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+DIM = 384
+SINGLE_APPENDS = 2_000
+BATCH = 100
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backends", default="sqlite,postgres,redis", help="comma-separated: sqlite,postgres,redis")
+    parser.add_argument("--sizes", default="1000,10000,100000", help="stored messages to measure at (add 1000000 for 1M)")
+    parser.add_argument("--layouts", default="one,many", help="one: one conversation; many: spread over conversations")
+    parser.add_argument("--conversations", type=int, default=10_000, help="conversations in the 'many' layout (at most size/10)")
+    parser.add_argument("--queries", type=int, default=50, help="hybrid queries per measurement")
+    parser.add_argument("--postgres-url", default=os.environ.get("FULLRECALL_TEST_POSTGRES_URL"))
+    parser.add_argument("--redis-url", default=os.environ.get("FULLRECALL_TEST_REDIS_URL"))
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+@dataclass
+class Row:
+    backend: str
+    layout: str
+    size: int
+    append_single_per_s: float | None
+    append_batch_per_s: float | None
+    first_query_ms: float
+    hybrid_p50_ms: float
+    hybrid_p95_ms: float
+    text_p50_ms: float
+    vector_p50_ms: float
+    bytes_per_message: float
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    sizes = sorted(int(s) for s in args.sizes.split(",") if s)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    layouts = [layout.strip() for layout in args.layouts.split(",") if layout.strip()]
+    unknown = set(backends) - {"sqlite", "postgres", "redis"} or set(layouts) - {"one", "many"}
+    if unknown:
+        raise SystemExit(f"unknown backend or layout: {sorted(unknown)}")
+    rng = np.random.default_rng(args.seed)
+    corpus = _Corpus(rng)
+    rows: list[Row] = []
+    with contextlib.ExitStack() as stack:
+        for backend in backends:
+            make_url = _url_factory(backend, args, stack)
+            for layout in layouts:
+                rows += _bench(backend, layout, make_url, sizes, args, corpus, rng)
+                if not args.json:
+                    print(f"  done: {backend} / {layout}", flush=True)
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+    else:
+        print(_table(rows))
+    return 0
+
+
+class _Corpus:
+    """Synthetic chat text: Zipf-distributed words plus the odd reference number."""
+
+    def __init__(self, rng: Any) -> None:
+        import numpy as np
+
+        syllables = ["ka", "lo", "mi", "ren", "to", "sa", "vi", "dor", "pel", "qu", "ang", "ex", "ul", "bri", "mon"]
+        words = {"".join(rng.choice(syllables, size=int(rng.integers(2, 4)))) for _ in range(20_000)}
+        self.words = sorted(words)[:5_000]
+        weights = 1.0 / np.arange(1, len(self.words) + 1) ** 1.1
+        self.p = weights / weights.sum()
+        self.rng = rng
+
+    def texts(self, n: int) -> list[str]:
+        lengths = self.rng.integers(8, 40, size=n)
+        picks = self.rng.choice(len(self.words), size=int(lengths.sum()), p=self.p)
+        out, at = [], 0
+        for i, length in enumerate(lengths):
+            text = " ".join(self.words[j] for j in picks[at : at + length])
+            at += length
+            out.append(text + (f" ref REF-{self.rng.integers(10_000, 99_999)}" if i % 50 == 0 else ""))
+        return out
+
+    def query(self) -> list[str]:
+        return [self.words[int(j)] for j in self.rng.integers(20, 2_000, size=3)]
+
+
+def _url_factory(backend: str, args: argparse.Namespace, stack: contextlib.ExitStack) -> Callable[[], str]:
+    """A function giving a fresh, empty store URL for the backend (starting its server once)."""
+    from ..stores._servers import postgres_server, redis_server
+
+    if backend == "sqlite":
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="fullrecall-bench-"))
+        return lambda: f"sqlite:///{tmp}/bench-{uuid.uuid4().hex[:8]}.db"
+    if backend == "postgres":
+        base = args.postgres_url or stack.enter_context(postgres_server())
+        sep = "&" if "?" in base else "?"
+        return lambda: f"{base}{sep}schema=bench_{uuid.uuid4().hex[:8]}"
+    base = args.redis_url or stack.enter_context(redis_server())
+    sep = "&" if "?" in base else "?"
+    return lambda: f"{base}{sep}prefix=bench{uuid.uuid4().hex[:8]}"
+
+
+def _bench(backend: str, layout: str, make_url: Callable[[], str], sizes: list[int], args: argparse.Namespace,
+           corpus: _Corpus, rng: Any) -> list[Row]:
+    import numpy as np
+
+    from ..stores import Scope, StoredMessage, open_store
+
+    url = make_url()
+    store = open_store(url)
+    n_conv = 1 if layout == "one" else max(1, min(args.conversations, sizes[-1] // 10))
+    scopes = [Scope(user_id=f"user{c % 100}", session_id=f"conv{c}") for c in range(n_conv)]
+    target = scopes[0]
+    rows: list[Row] = []
+    stored = 0
+    single_rate: float | None = None
+    batch_time = 0.0
+    batch_count = 0
+    embedded = 0
+
+    def messages(start: int, n: int) -> list[StoredMessage]:
+        return [StoredMessage(id=f"m{start + i}", role="user" if (start + i) % 2 else "assistant", text=t,
+                              data={"role": "user", "content": [{"text": t}]})
+                for i, t in enumerate(corpus.texts(n))]
+
+    def vectors(n: int) -> np.ndarray:
+        v = rng.normal(size=(n, DIM)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    try:
+        for size in sizes:
+            while stored < size:
+                # Conversations take turns in blocks of 10 messages, so each grows like a chat.
+                scope = scopes[(stored // 10) % n_conv]
+                if single_rate is None:
+                    batch = messages(stored, min(SINGLE_APPENDS, size) - stored)
+                    t0 = time.perf_counter()
+                    for n, m in enumerate(batch, start=stored):
+                        store.append(scopes[(n // 10) % n_conv], [m])
+                    single_rate = len(batch) / (time.perf_counter() - t0)
+                else:
+                    n = min(BATCH, size - stored) if layout == "one" else min(10 - stored % 10, size - stored)
+                    batch = messages(stored, n)
+                    t0 = time.perf_counter()
+                    store.append(scope, batch)
+                    batch_time += time.perf_counter() - t0
+                    batch_count += len(batch)
+                stored += len(batch)
+            embedded = _embed_missing(store, scopes, layout, embedded, stored, vectors)
+            rows.append(_measure(backend, layout, size, store, target, corpus, vectors, args.queries,
+                                 single_rate, batch_count / batch_time if batch_time else None))
+    finally:
+        with contextlib.suppress(Exception):
+            store.forget(Scope())
+        store.close()
+    return rows
+
+
+def _embed_missing(store: Any, scopes: list[Any], layout: str, done: int, stored: int,
+                   vectors: Callable[[int], Any]) -> int:
+    """Give messages ``done..stored`` a vector (not timed: embedding is not the store's job)."""
+    for start in range(done, stored, BATCH):
+        by_scope: dict[int, list[str]] = {}
+        for i in range(start, min(start + BATCH, stored)):
+            by_scope.setdefault(0 if layout == "one" else (i // 10) % len(scopes), []).append(f"m{i}")
+        for c, ids in by_scope.items():
+            store.set_vectors(scopes[c], ids, vectors(len(ids)), "bench-random-384")
+    return stored
+
+
+def _measure(backend: str, layout: str, size: int, store: Any, scope: Any, corpus: _Corpus,
+             vectors: Callable[[int], Any], n_queries: int, single: float | None, batch: float | None) -> Row:
+    import numpy as np
+
+    t0 = time.perf_counter()
+    store.search_text(scope, corpus.query(), 10)
+    store.search_vectors(scope, vectors(1)[0], 10)
+    first = (time.perf_counter() - t0) * 1000
+    text_ms, vec_ms = [], []
+    for _ in range(n_queries):
+        terms, q = corpus.query(), vectors(1)[0]
+        t1 = time.perf_counter()
+        store.search_text(scope, terms, 10)
+        t2 = time.perf_counter()
+        store.search_vectors(scope, q, 10)
+        t3 = time.perf_counter()
+        text_ms.append((t2 - t1) * 1000)
+        vec_ms.append((t3 - t2) * 1000)
+    hybrid = np.array(text_ms) + np.array(vec_ms)
+    return Row(
+        backend, layout, size, single, batch, round(first, 2),
+        round(float(np.percentile(hybrid, 50)), 2), round(float(np.percentile(hybrid, 95)), 2),
+        round(float(np.median(text_ms)), 2), round(float(np.median(vec_ms)), 2),
+        round(_bytes_stored(store) / size, 1),
+    )
+
+
+def _bytes_stored(store: Any) -> int:
+    """What the backend really holds: file + WAL, relation sizes, or Redis memory of the keys."""
+    name = type(store).__name__
+    if name == "SQLiteStore":
+        return sum(os.path.getsize(p) for p in (store.path, store.path + "-wal") if os.path.exists(p))
+    if name == "PostgresStore":
+        with store._tx() as conn:
+            return int(conn.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) AS b FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind IN ('r', 'm')",
+                (store.schema,),
+            ).fetchone()["b"])
+    from ..stores import Scope
+
+    return int(store.stats(Scope())["server_bytes"])
+
+
+def _table(rows: list[Row]) -> str:
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v:,.0f}"
+
+    head = ("| backend | layout | messages | append msg/s (1 per call) | append msg/s (batches) | first query ms"
+            " | hybrid p50 ms | hybrid p95 ms | text p50 ms | vector p50 ms | bytes/msg |")
+    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for r in rows:
+        lines.append(
+            f"| {r.backend} | {r.layout} | {r.size:,} | {fmt(r.append_single_per_s)} | {fmt(r.append_batch_per_s)}"
+            f" | {r.first_query_ms} | {r.hybrid_p50_ms} | {r.hybrid_p95_ms} | {r.text_p50_ms} | {r.vector_p50_ms}"
+            f" | {r.bytes_per_message:,.0f} |"
+        )
+    return "\n".join(lines)
+
+
