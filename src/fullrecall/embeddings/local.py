@@ -85,6 +85,8 @@ def pooling_mode(model_dir: Path) -> str | None:
     if not pooling_path.exists():
         return None
     cfg = json.loads(pooling_path.read_text())
+    if isinstance(cfg.get("pooling_mode"), str):  # sentence-transformers >= 6 writes one field
+        return {"mean": "mean", "cls": "cls"}.get(cfg["pooling_mode"])
     modes = [k for k, v in cfg.items() if k.startswith("pooling_mode") and v]
     if modes == ["pooling_mode_mean_tokens"]:
         return "mean"
@@ -94,7 +96,19 @@ def pooling_mode(model_dir: Path) -> str | None:
 
 
 def max_seq_length(model_dir: Path, default: int = 256) -> int:
+    """Tokens the model reads: sentence-transformers' setting (older or newer file), capped by the positions."""
+    limit = None
     cfg = model_dir / "sentence_bert_config.json"
     if cfg.exists():
-        return int(json.loads(cfg.read_text()).get("max_seq_length") or default)
-    return default
+        limit = json.loads(cfg.read_text()).get("max_seq_length")
+    tok_cfg = model_dir / "tokenizer_config.json"
+    if limit is None and tok_cfg.exists():
+        value = json.loads(tok_cfg.read_text()).get("model_max_length")
+        limit = value if isinstance(value, int) and value < 100_000 else None
+    limit = int(limit or default)
+    model_cfg = model_dir / "config.json"
+    if model_cfg.exists():
+        positions = json.loads(model_cfg.read_text()).get("max_position_embeddings")
+        if isinstance(positions, int) and positions > 0:
+            limit = min(limit, positions)
+    return limit

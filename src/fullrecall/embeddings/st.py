@@ -45,7 +45,8 @@ class SentenceTransformerEmbedder:
             ) from exc
         self._model = SentenceTransformer(_local_path(model, "embedding model"), device=device, local_files_only=True)
         self.name = model_key(model)
-        self.dimension = int(self._model.get_sentence_embedding_dimension() or 0)
+        get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        self.dimension = int(get_dim() or 0)
         self.batch_size = batch_size
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

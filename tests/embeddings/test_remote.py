@@ -1,0 +1,157 @@
+"""Bedrock (botocore Stubber) and OpenAI-compatible (a real HTTP server on loopback) embedders."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from fullrecall.embeddings import load_embedder
+from fullrecall.errors import EmbeddingError
+
+boto3 = pytest.importorskip("boto3")
+from botocore.response import StreamingBody  # noqa: E402
+from botocore.stub import ANY, Stubber  # noqa: E402
+
+
+def _client():
+    return boto3.client("bedrock-runtime", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="y")
+
+
+def _reply(payload: dict) -> dict:
+    raw = json.dumps(payload).encode()
+    return {"body": StreamingBody(io.BytesIO(raw), len(raw)), "contentType": "application/json"}
+
+
+def _expect(stubber: Stubber, model_id: str, request_body: dict | None, response: dict) -> None:
+    expected = {"modelId": model_id, "body": json.dumps(request_body) if request_body is not None else ANY,
+                "contentType": "application/json", "accept": "application/json"}
+    stubber.add_response("invoke_model", _reply(response), expected)
+
+
+def test_titan_v2_sends_dimensions_and_normalizes():
+    client = _client()
+    emb = load_embedder("bedrock:amazon.titan-embed-text-v2:0", embedding_dimensions=256, client=client)
+    assert emb.dimension == 256 and emb.name == "bedrock:amazon.titan-embed-text-v2:0@256"
+    with Stubber(client) as stub:
+        _expect(stub, "amazon.titan-embed-text-v2:0", {"inputText": "hello", "dimensions": 256, "normalize": True},
+                {"embedding": [3.0] + [0.0] * 255, "inputTextTokenCount": 1})
+        v = emb.embed(["hello"])
+        stub.assert_no_pending_responses()
+    assert v.shape == (1, 256) and v.dtype == np.float32 and v[0, 0] == pytest.approx(1.0)
+
+
+def test_titan_v1_embeds_each_text_in_order():
+    client = _client()
+    emb = load_embedder("bedrock:amazon.titan-embed-text-v1", client=client)
+    emb.max_workers = 1  # Stubber answers in order; the thread pool would reorder requests
+    with Stubber(client) as stub:
+        for i, text in enumerate(["a", "b", "c"]):
+            vec = [0.0] * 1536
+            vec[i] = 1.0
+            _expect(stub, "amazon.titan-embed-text-v1", {"inputText": text}, {"embedding": vec})
+        v = emb.embed(["a", "b", "c"])
+        stub.assert_no_pending_responses()
+    assert v.shape == (3, 1536) and np.argmax(v, axis=1).tolist() == [0, 1, 2]
+
+
+def test_cohere_batches_and_marks_queries():
+    client = _client()
+    emb = load_embedder("bedrock:cohere.embed-english-v3", aws_region="eu-west-1", client=client)
+    texts = [f"t{i}" for i in range(100)]  # 96 + 4: two requests
+    with Stubber(client) as stub:
+        _expect(stub, "cohere.embed-english-v3", {"texts": texts[:96], "input_type": "search_document", "truncate": "END"},
+                {"embeddings": [[1.0] * 1024] * 96, "id": "x", "response_type": "embeddings_floats"})
+        _expect(stub, "cohere.embed-english-v3", {"texts": texts[96:], "input_type": "search_document", "truncate": "END"},
+                {"embeddings": [[1.0] * 1024] * 4, "id": "y", "response_type": "embeddings_floats"})
+        _expect(stub, "cohere.embed-english-v3", {"texts": ["q?"], "input_type": "search_query", "truncate": "END"},
+                {"embeddings": [[2.0] * 1024], "id": "z", "response_type": "embeddings_floats"})
+        assert emb.embed(texts).shape == (100, 1024)
+        assert emb.embed_queries(["q?"]).shape == (1, 1024)
+        stub.assert_no_pending_responses()
+
+
+def test_bedrock_errors_are_clear():
+    with pytest.raises(ValueError, match="256, 512, 1024"):
+        load_embedder("bedrock:amazon.titan-embed-text-v2:0", embedding_dimensions=300, client=_client())
+    with pytest.raises(ValueError, match="unsupported"):
+        load_embedder("bedrock:amazon.nope", client=_client())
+    client = _client()
+    emb = load_embedder("bedrock:amazon.titan-embed-text-v1", client=client)
+    with Stubber(client) as stub:
+        stub.add_client_error("invoke_model", service_error_code="ThrottlingException", service_message="slow down")
+        with pytest.raises(EmbeddingError, match="slow down"):
+            emb.embed(["x"])
+
+
+# -- OpenAI-compatible -----------------------------------------------------------------
+
+
+class _Handler(BaseHTTPRequestHandler):
+    requests: list = []
+
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+        if body["model"] == "broken":
+            self.send_response(500)
+            self.end_headers()
+            self.wfile.write(b"model exploded")
+            return
+        dim = body.get("dimensions", 8)
+        data = [{"object": "embedding", "index": i, "embedding": [float(len(t))] + [1.0] * (dim - 1)}
+                for i, t in enumerate(body["input"])]
+        payload = json.dumps({"object": "list", "data": data[::-1], "model": body["model"]}).encode()  # out of order
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+
+@pytest.fixture()
+def server():
+    _Handler.requests = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_openai_compatible_batches_in_order(server, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", server)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    emb = load_embedder("openai:text-embedding-3-small")
+    emb.batch_size = 2
+    texts = ["a", "bb", "ccc", "dddd", "eeeee"]
+    v = emb.embed(texts)
+    assert emb.dimension == 8 and emb.name == "openai:text-embedding-3-small"
+    assert v.shape == (5, 8) and np.allclose(np.linalg.norm(v, axis=1), 1.0)
+    raw_first = np.array([len(t) for t in texts], dtype=np.float32) / np.sqrt(np.array([len(t) ** 2 + 7 for t in texts]))
+    assert np.allclose(v[:, 0], raw_first, atol=1e-6)  # each vector is its own text's, despite reordered replies
+    assert [len(r["body"]["input"]) for r in _Handler.requests] == [2, 2, 1]
+    assert {r["path"] for r in _Handler.requests} == {"/v1/embeddings"}
+    assert {r["auth"] for r in _Handler.requests} == {"Bearer sk-test"}
+
+
+def test_openai_arguments_and_dimensions(server):
+    emb = load_embedder("openai:m", embedding_dimensions=16, base_url=server, api_key="k2")
+    assert emb.dimension == 16 and emb.name == "openai:m@16"
+    assert emb.embed(["x"]).shape == (1, 16)
+    assert _Handler.requests[-1]["body"]["dimensions"] == 16 and _Handler.requests[-1]["auth"] == "Bearer k2"
+
+
+def test_openai_errors_are_clear(server):
+    with pytest.raises(EmbeddingError, match="HTTP 500: model exploded"):
+        load_embedder("openai:broken", base_url=server, api_key="k").embed(["x"])
+    with pytest.raises(EmbeddingError, match="failed"):
+        load_embedder("openai:m", base_url="http://127.0.0.1:9/v1", api_key="k").embed(["x"])
