@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fullrecall.messages import parse_messages
 from fullrecall.messages.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from fullrecall.summarizers import Exclusions, ExtractiveSummarizer, Summarizer
+from fullrecall.summarizers.checks import is_exclusion_request, private_values
 from fullrecall.summarizers.extractive import HEADER, WITHHELD
 from fullrecall.tokens import default_token_counter
 
@@ -135,3 +137,19 @@ def test_a_private_value_stays_out_of_later_summaries_too():
     assert "4412" not in summarizer.summarize(first).text
     text = summarizer.summarize(later).text
     assert "4412" not in text and "RTX 4090" in text
+
+
+@pytest.mark.parametrize("text, asks, values", [
+    ("Our shared reference number for this conversation is 700. Please keep this number for our records but "
+     "don't include it in any summary.", True, {"700"}),
+    ("Keep my phone number out of any summary: 555-0101.", True, {"555-0101"}),
+    ("Do not summarize this: the password is hunter2.", True, {"hunter2"}),
+    ('Please never put "Project Falcon" in the summaries.', True, {"Project Falcon"}),
+    ("The special word is pineapple. Don't mention it in the summary.", True, {"pineapple"}),
+    ("I never include dates in my summaries at work.", False, set()),
+    ("Can you summarize what we did so far?", False, set()),
+])
+def test_requests_to_keep_things_out_of_summaries(text, asks, values):
+    assert is_exclusion_request(text) is asks
+    if asks:
+        assert values <= set(private_values(text))

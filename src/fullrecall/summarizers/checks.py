@@ -95,7 +95,7 @@ def missing_items(text: str, items: Iterable[str]) -> list[str]:
 # -- exclusion -----------------------------------------------------------------
 
 _REQUEST = re.compile(
-    r"(?:\b(?:do not|don't|dont|never|please don't|not to|without)\s+(?:\w+\s+){0,4}?"
+    r"(?:(?:\b(?:do not|don't|dont|please don't|not to|without)|(?:^|[.!?]\s+|please\s+)never)\s+(?:\w+\s+){0,4}?"
     r"(?:include|put|mention|add|record|write|note|repeat|keep|store|save|list)\w*\b[^.?!\n]{0,80}?"
     r"\b(?:summar\w*|recaps?)\b)"
     r"|(?:\b(?:keep|leave)\s+(?:[\w']+\s+){0,5}?out of\s+(?:\w+\s+){0,3}?(?:summar\w*|recaps?)\b)"
