@@ -16,6 +16,7 @@ does better still.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 Key = tuple[str, int]  # (session id, position)
 
@@ -84,22 +85,26 @@ def rrf(dense: dict[Key, float], lexical: dict[Key, float], ids: dict[Key, str],
     return out
 
 
-def spread_out(ranked: list[Candidate], k: int, spread: int) -> list[Candidate]:
+def spread_out(
+    ranked: list[Candidate], k: int, spread: int, resolve: Callable[[Candidate], bool] | None = None
+) -> list[Candidate]:
     """The best ``k``, skipping any within ``spread`` positions of a better one in its session.
 
     With a context radius r, hits closer than r add little the radius does not
     already bring; ``spread=r`` spends the k hits on separate places instead.
+    ``resolve`` is called on placeholders (``id is None``) as they come up; it
+    fills in the id and returns False when no such message exists.
     """
-    if spread <= 0:
-        return ranked[:k]
     chosen: list[Candidate] = []
     taken: dict[str, list[int]] = {}
     for c in ranked:
+        if len(chosen) == k:
+            break
         session, pos = c.key
-        if any(abs(pos - p) <= spread for p in taken.get(session, ())):
+        if spread > 0 and any(abs(pos - p) <= spread for p in taken.get(session, ())):
+            continue
+        if c.id is None and (resolve is None or not resolve(c)):
             continue
         chosen.append(c)
         taken.setdefault(session, []).append(pos)
-        if len(chosen) == k:
-            break
     return chosen

@@ -238,9 +238,7 @@ class SemanticSearch:
                 unknown_neighbours=filters is None,
             )
         depth = max(k, self.rerank_depth) if self.reranker is not None else k
-        chosen = spread_out(ranked, depth, spread)
-        self._resolve(scope, chosen, known)
-        chosen = [c for c in chosen if c.id is not None]
+        chosen = spread_out(ranked, depth, spread, resolve=lambda c: self._resolve(scope, c, known))
         hits = [self._hit(c, known[c.id]) for c in chosen]
         if self.reranker is not None and hits:
             logits = self.reranker.score(query, [h.message.text for h in hits])
@@ -250,15 +248,15 @@ class SemanticSearch:
             hits.sort(key=lambda h: -h.score)
         return [h for h in hits if h.score >= threshold][:k]
 
-    def _resolve(self, scope: Scope, chosen: list[Candidate], known: dict[str, StoredMessage]) -> None:
-        """Fetch the neighbours that won a place without having been fetched."""
-        for c in chosen:
-            if c.id is None:
-                session, pos = c.key
-                found = self.store.range(replace(scope, session_id=session), pos, pos)
-                if found:
-                    c.id = found[0].id
-                    known[c.id] = found[0]
+    def _resolve(self, scope: Scope, c: Candidate, known: dict[str, StoredMessage]) -> bool:
+        """Fetch a neighbour that won a place without having been fetched; False if there is none."""
+        session, pos = c.key
+        found = self.store.range(replace(scope, session_id=session), pos, pos)
+        if not found:
+            return False
+        c.id = found[0].id
+        known[c.id] = found[0]
+        return True
 
     @staticmethod
     def _hit(c: Candidate, m: StoredMessage) -> SearchHit:

@@ -1,0 +1,147 @@
+"""SemanticSearch end to end on the real embedder and the real SQLite store."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from fullrecall.search import SearchHit, SemanticSearch
+from fullrecall.stores import Filters, Scope, StoredMessage, open_store
+
+DOCS = [
+    "Python decorators are functions that wrap other functions to modify their behaviour.",
+    "My favourite hiking trail is in the Dolomites, near Cortina.",
+    "Please keep the reference number REF-48213 out of any summary.",
+    "A hash table gives average constant-time lookups by hashing keys into buckets.",
+    "The binary search tree keeps keys ordered so in-order traversal yields them sorted.",
+    "I adopted a grey cat called Miso last spring.",
+]
+
+
+@pytest.fixture()
+def search(default_embedder):
+    with SemanticSearch(default_embedder) as s:
+        yield s
+
+
+def test_semantic_match_scores_and_verbatim_text(search):
+    ids = search.add(DOCS, metadata=[{"topic": i} for i in range(len(DOCS))])
+    assert len(ids) == len(set(ids)) == len(DOCS)
+    hits = search.search("Which pet did I get?", top_k=2)
+    assert isinstance(hits[0], SearchHit)
+    assert hits[0].text == DOCS[5] and hits[0].metadata == {"topic": 5} and hits[0].id == ids[5]
+    assert {"dense", "lexical", "fused"} <= set(hits[0].scores) and "rerank" not in hits[0].scores
+    assert hits[0].score == hits[0].scores["fused"] and 0 < hits[0].score <= 1
+    assert len(hits) == 2 and hits[0].score >= hits[1].score
+
+
+def test_keyword_only_hit_is_always_found(search):
+    filler = [f"Note {i}: we discussed data structures, trees, heaps and graphs at length." for i in range(200)]
+    search.add(filler + DOCS)
+    hits = search.search("48213", top_k=1)  # a bare number: no semantic content at all
+    assert hits[0].text == DOCS[2] and hits[0].scores["lexical"] > 0
+
+
+def test_speaker_and_date_are_indexed_but_not_returned(search):
+    search.add(["I will bring the cake.", "I will bring the cake."],
+               metadata=[{"speaker": "Ann", "date": "3 May 2023"}, {"speaker": "Bob", "date": "9 June 2023"}])
+    hits = search.search("What did Bob promise in June?", top_k=1)
+    assert hits[0].metadata["speaker"] == "Bob" and hits[0].text == "I will bring the cake."
+    assert hits[0].message.text == "Bob (9 June 2023): I will bring the cake."
+
+
+def test_delete_removes_from_both_indexes(search):
+    ids = search.add(DOCS)
+    assert search.delete([ids[2]]) == 1
+    assert all(h.id != ids[2] for h in search.search("REF-48213 reference number", top_k=6))
+    assert search.search("48213", top_k=3) == [] or all("48213" not in h.text for h in search.search("48213"))
+
+
+def test_filters_by_role_and_time(search):
+    now = time.time()
+    search.add(["the launch date is Friday", "the launch date moved to Monday"],
+               metadata=[{"role": "user", "created_at": now - 100}, {"role": "assistant", "created_at": now}])
+    assert [h.text for h in search.search("launch date", top_k=5, filters=Filters(roles=("assistant",)))] == [
+        "the launch date moved to Monday"]
+    assert [h.text for h in search.search("launch date", top_k=5, filters=Filters(until=now - 50))] == [
+        "the launch date is Friday"]
+
+
+def test_min_score_without_reranker_applies_to_fused(search):
+    search.add(DOCS)
+    assert len(search.search("cat", top_k=6)) == 6  # default -2.0 never filters fused scores in [0, 1]
+    assert all(h.score >= 0.5 for h in search.search("cat", top_k=6, min_score=0.5))
+
+
+def test_spread_keeps_hits_apart(search):
+    search.add([f"Chess opening number {i}: the Sicilian defence, move {i}." for i in range(30)])
+    hits = search.search("Sicilian defence chess opening", top_k=5, spread=2)
+    positions = sorted(h.position for h in hits)
+    assert len(hits) == 5 and all(b - a > 2 for a, b in zip(positions, positions[1:]))
+
+
+def test_persisted_index_reopens_without_re_embedding(tmp_path, counting):
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    with SemanticSearch(counting, store=url) as s:
+        s.add(DOCS, ids=[f"d{i}" for i in range(len(DOCS))])
+    assert len(counting.embedded) == len(DOCS)
+    counting.embedded.clear()
+    with SemanticSearch(counting, store=url) as s:
+        assert s.search("hash table lookups", top_k=1)[0].id == "d3"
+        s.add(DOCS[:2], ids=["d0", "d1"])  # already stored with vectors: not embedded again
+    assert counting.embedded == ["hash table lookups"]
+
+
+def test_index_stored_messages_embeds_only_missing(counting):
+    store = open_store("sqlite:///:memory:")
+    scope = Scope(user_id="u1", session_id="s1")
+    s = SemanticSearch(counting, store=store, scope=scope)
+    msgs = [StoredMessage(id=f"m{i}", role="user", text=f"user (1 May): {d}", data={"role": "user", "content": [{"text": d}]})
+            for i, d in enumerate(DOCS)]
+    store.append(scope, msgs[:3])  # the archive wrote some itself
+    assert s.index(msgs[:3], append=False) == ["m0", "m1", "m2"]
+    assert s.index(msgs) == [m.id for m in msgs]
+    assert len(counting.embedded) == len(DOCS)  # m0-m2 once, m3-m5 once
+    hit = s.search("grey cat", top_k=1)[0]
+    assert hit.id == "m5" and hit.message.data == msgs[5].data and hit.position == 5 and hit.session_id == "s1"
+    # a partial scope (the user's sessions) searches too
+    assert s.search("grey cat", top_k=1, scope=Scope(user_id="u1"))[0].id == "m5"
+
+
+def test_dimension_or_model_mismatch_is_a_clear_error(default_embedder):
+    store = open_store("sqlite:///:memory:")
+    SemanticSearch(default_embedder, store=store).add(["x"])
+
+    class Small:
+        name, dimension = "small", 8
+
+        def embed(self, texts):
+            return np.ones((len(texts), 8), np.float32) / np.sqrt(8)
+
+    with pytest.raises(ValueError, match="384-dimensional vectors"):
+        SemanticSearch(Small(), store=store).search("x")
+
+    class Renamed(Small):
+        name, dimension = "other-model", 384
+
+    with pytest.raises(ValueError, match="must not be mixed"):
+        SemanticSearch(Renamed(), store=store).add(["y"])
+
+
+def test_rejects_bad_input(search):
+    with pytest.raises(ValueError):
+        search.add(["a", "b"], ids=["1"])
+    with pytest.raises(ValueError):
+        search.add([{"not": "text"}])  # type: ignore[list-item]
+    assert search.search("   ") == [] and search.search("x", top_k=0) == []
+
+
+def test_cross_encoder_rerank_and_min_score_on_logits(default_embedder, tiny_cross_encoder):
+    s = SemanticSearch(default_embedder, reranker_model=str(tiny_cross_encoder))
+    s.add(DOCS)
+    hits = s.search("pet cat", top_k=3, min_score=-1e9)
+    assert len(hits) == 3 and all("rerank" in h.scores and h.score == h.scores["rerank"] for h in hits)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert s.search("pet cat", top_k=3, min_score=1e9) == []  # the threshold is on the logits

@@ -1,0 +1,63 @@
+"""Query terms and the fusion arithmetic (pure functions)."""
+
+from __future__ import annotations
+
+from fullrecall.search import index_text, query_terms
+from fullrecall.search.fusion import fuse, rrf, spread_out
+
+
+def test_query_terms_drop_question_words_keep_names_numbers_ids():
+    terms = query_terms("When did Caroline's friend mention REF-48213, order 7 and v2.3.1 in 2023? What's that?")
+    assert terms == ["caroline", "friend", "mention", "ref-48213", "order", "7", "v2.3.1", "2023"]
+    assert query_terms("what did I say?") == []
+    assert query_terms("don't won't isn't") == []
+    assert query_terms("a b c 9") == ["9"]
+
+
+def test_index_text_puts_speaker_and_date_first():
+    assert index_text("hi", speaker="Ann", date="8 May, 2023") == "Ann (8 May, 2023): hi"
+    assert index_text("hi", speaker="Ann") == "Ann: hi"
+    assert index_text("hi") == "hi"
+
+
+def test_lexical_scores_spread_to_neighbours():
+    s = "conv"
+    ids = {(s, i): f"m{i}" for i in range(6)}
+    # m2 matches the words; m3 (the reply) matches nothing but sits next to it.
+    ranked = fuse({(s, 5): 0.5, (s, 4): 0.4}, {(s, 2): 10.0}, ids, lexical_weight=0.6, neighbour_weight=0.3)
+    by_id = {c.id: c for c in ranked}
+    assert ranked[0].id == "m2" and by_id["m2"].fused == 0.6
+    assert by_id["m3"].fused == by_id["m1"].fused > 0  # neighbours of a keyword hit gain a little
+    assert by_id["m3"].lexical == 0.0  # its own BM25 is reported as it is
+    assert by_id["m5"].fused == 0.4 and by_id["m4"].fused == 0.0  # dense normalised to [0, 1]
+
+
+def test_unknown_neighbours_are_placeholders_unless_disallowed():
+    ranked = fuse({}, {("c", 7): 1.0}, {("c", 7): "x"})
+    assert {c.key for c in ranked} == {("c", 6), ("c", 7), ("c", 8)}
+    assert [c.id for c in ranked if c.key != ("c", 7)] == [None, None]
+    assert {c.key for c in fuse({}, {("c", 7): 1.0}, {("c", 7): "x"}, unknown_neighbours=False)} == {("c", 7)}
+    assert {c.key for c in fuse({}, {("c", 0): 1.0}, {("c", 0): "x"})} == {("c", 0), ("c", 1)}  # no position -1
+
+
+def test_spread_out_keeps_hits_apart_within_a_session():
+    dense = {("a", i): 1.0 - i / 100 for i in range(10)} | {("b", 0): 0.5}
+    ranked = fuse(dense, {}, {key: f"{key[0]}{key[1]}" for key in dense})
+    assert [c.key for c in spread_out(ranked, 4, 0)] == [("a", 0), ("a", 1), ("a", 2), ("a", 3)]
+    assert [c.key for c in spread_out(ranked, 4, 2)] == [("a", 0), ("a", 3), ("a", 6), ("a", 9)]
+    assert ("b", 0) in [c.key for c in spread_out(ranked, 5, 2)]
+
+
+def test_spread_out_skips_placeholders_that_do_not_exist():
+    ranked = fuse({("a", 0): 0.9, ("a", 5): 0.1}, {("a", 9): 1.0}, {("a", 0): "x", ("a", 5): "y", ("a", 9): "z"})
+    def resolve(c):  # position 10 does not exist, position 8 does
+        if c.key == ("a", 8):
+            c.id = "w"
+            return True
+        return False
+    assert [c.id for c in spread_out(ranked, 4, 0, resolve)] == ["z", "x", "w", "y"]
+
+
+def test_rrf_baseline():
+    ranked = rrf({("a", 1): 0.9, ("a", 2): 0.1}, {("a", 2): 5.0}, {})
+    assert ranked[0].key == ("a", 2)
