@@ -122,3 +122,16 @@ def test_sqlite_batched_fts_indexing_stays_exact(tmp_path, fts_batch: int) -> No
     assert conn.execute("SELECT last_rid FROM fts_state").fetchone()[0] == 9
     other.close()
     store.close()
+
+
+def test_sqlite_forget_leaves_no_trace_in_the_file(tmp_path) -> None:
+    store = SQLiteStore(tmp_path / "gone.db")
+    secret, keep = Scope(user_id="u", session_id="secret"), Scope(user_id="v", session_id="keep")
+    store.append(secret, [_msg(i, f"the code is quixoticmarmalade{i}") for i in range(50)])
+    store.append(keep, [_msg(i, f"ordinary words {i}") for i in range(50)])
+    store.search_text(secret, ["quixoticmarmalade1"], 5)  # make sure the text reached FTS5
+    store.forget(Scope(user_id="u"))
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("gone.db"))
+    assert b"quixoticmarmalade" not in raw and b"ordinary words" in raw
+    assert store.search_text(keep, ["ordinary"], 100) and store.search_text(Scope(), ["quixoticmarmalade1"], 5) == []
+    store.close()

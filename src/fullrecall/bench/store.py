@@ -219,6 +219,7 @@ def _bytes_stored(store: Any) -> int:
     """What the backend really holds: file + WAL, relation sizes, or Redis memory of the keys."""
     name = type(store).__name__
     if name == "SQLiteStore":
+        store._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")  # count pages once, not also in the WAL
         return sum(os.path.getsize(p) for p in (store.path, store.path + "-wal") if os.path.exists(p))
     if name == "PostgresStore":
         with store._tx() as conn:

@@ -278,7 +278,8 @@ class PostgresStore:
             known = {
                 r["id"]: r["position"]
                 for r in conn.execute(
-                    f"SELECT id, position FROM {s}.messages WHERE sid = %s AND id = ANY(%s)", (sess["sid"], list({m.id for m in messages}))
+                    f"SELECT id, position FROM {s}.messages WHERE sid = %s AND id = ANY(%s)",
+                    (sess["sid"], list({m.id for m in messages})),
                 )
             }
             positions, new, next_pos = C.assign_positions(messages, known, sess["next_position"])
