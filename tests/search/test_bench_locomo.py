@@ -1,0 +1,74 @@
+"""``fullrecall bench locomo`` on a small LoCoMo-format file written here (malformed evidence included)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from fullrecall.bench import locomo
+
+SAMPLE = {
+    "sample_id": "conv-test",
+    "conversation": {
+        "speaker_a": "Ann",
+        "speaker_b": "Bob",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            {"speaker": "Ann", "dia_id": "D1:1", "text": "Hi Bob! I just adopted a puppy named Biscuit."},
+            {"speaker": "Bob", "dia_id": "D1:2", "text": "Congrats! What breed is Biscuit?"},
+            {"speaker": "Ann", "dia_id": "D1:3", "text": "A beagle. Here is a photo.", "img_url": ["x"],
+             "blip_caption": "a photo of a small dog on a couch", "query": "beagle"},
+            {"speaker": "Bob", "dia_id": "D1:4", "text": "I'm training for the Boston marathon next spring."},
+        ],
+        "session_2_date_time": "10:00 am on 20 June, 2023",
+        "session_2": [
+            {"speaker": "Ann", "dia_id": "D2:1", "text": "Biscuit chewed my running shoes yesterday."},
+            {"speaker": "Bob", "dia_id": "D2:2", "text": "My order number for the new shoes is 77-1234."},
+            {"speaker": "Ann", "dia_id": "D2:3", "text": "I started a pottery class on Tuesdays."},
+        ],
+    },
+    "qa": [
+        {"question": "What is the name of Ann's puppy?", "answer": "Biscuit", "evidence": ["D1:1"], "category": 4},
+        {"question": "Which marathon is Bob training for?", "answer": "Boston", "evidence": ["D1:4"], "category": 4},
+        {"question": "What did the dog chew?", "answer": "shoes", "evidence": ["D2:1 D1:1"], "category": 1},
+        {"question": "What was Bob's order number?", "answer": "77-1234", "evidence": ["D2:2", "D9:9"], "category": 2},
+        {"question": "What class did Ann start?", "answer": "pottery", "evidence": ["D2:3"], "category": 3},
+        {"question": "What is Bob's cat called?", "adversarial_answer": "Tom", "evidence": ["D1:1"], "category": 5},
+        {"question": "Unanswerable", "answer": "x", "evidence": [], "category": 4},
+    ],
+}
+
+
+def _run(tmp_path, capsys, *extra):
+    data = tmp_path / "locomo.json"
+    data.write_text(json.dumps([SAMPLE]))
+    parser = argparse.ArgumentParser()
+    locomo.add_arguments(parser)
+    assert locomo.run(parser.parse_args(["--data", str(data), "--json", *extra])) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_report(tmp_path, capsys):
+    r = _run(tmp_path, capsys, "--scale", "50")
+    assert r["questions"] == 5  # categories 1-4 with evidence
+    assert set(r["recall"]) == set(r["recall_radius"]) == set(r["all_hit"]) == {"1", "5", "10"}
+    assert r["recall"]["10"] == 1.0 and r["recall_radius"]["10"] == 1.0  # 7 turns: everything is in the top 10
+    assert r["by_category"]["5"]["questions"] == 1 and "5" in r["by_category"]  # reported apart
+    assert sum(c["questions"] for k, c in r["by_category"].items() if k != "5") == 5
+    assert r["evidence_split"] == 1 and r["evidence_skipped"] == 1 and r["questions_without_evidence"] == 1
+    assert r["index_messages_per_s"] > 0 and r["query_ms"]["p50"] > 0
+    assert r["query_ms_at_scale"]["messages"] == 50
+    assert r["radius_turns"]["10"] <= 7
+
+
+def test_table_output_and_turn_text(tmp_path, capsys):
+    data = tmp_path / "locomo.json"
+    data.write_text(json.dumps([SAMPLE]))
+    parser = argparse.ArgumentParser()
+    locomo.add_arguments(parser)
+    assert locomo.run(parser.parse_args(["--data", str(data), "--scale", "0", "--fusion", "rrf"])) == 0
+    assert "recall" in capsys.readouterr().out
+    turns = locomo.conversation_turns(SAMPLE)
+    assert turns[2]["text"] == "A beagle. Here is a photo. [shares a photo: a photo of a small dog on a couch]"
+    assert turns[4]["date"] == "10:00 am on 20 June, 2023"
+    assert locomo.run(parser.parse_args(["--data", str(tmp_path / "missing.json")])) == 2
