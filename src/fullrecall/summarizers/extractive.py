@@ -71,6 +71,7 @@ class _Unit:
     items: dict[str, float] = field(default_factory=dict)  # normalized fact -> weight
     surface: dict[str, str] = field(default_factory=dict)  # normalized fact -> text as written
     bonus: float = 0.0
+    words: frozenset[str] = frozenset()  # content words: topics count too, weakly
     tool: bool = False
     cost: int = 0
 
@@ -86,6 +87,7 @@ class ExtractiveSummarizer:
     """
 
     name = "extractive"
+    word_weight = 0.25  # a new content word is worth an eighth of a named fact: topics, not just names
 
     def __init__(
         self,
@@ -200,6 +202,8 @@ class ExtractiveSummarizer:
 
         def add(surface: str, weight: float) -> None:
             key = " ".join(surface.split()).casefold().strip(".,;:!?'\"")
+            if len(key) == 1 and key.isalpha():
+                return  # the "O" of O(1), a stray initial: no fact
             if key and key not in _STOP and weight > unit.items.get(key, 0.0):
                 unit.items[key] = weight
                 unit.surface.setdefault(key, surface.strip().strip(".,;:!?'\""))
@@ -225,7 +229,9 @@ class ExtractiveSummarizer:
             unit.items.clear()  # "That's great, Mel!", "How have you been?": nothing to summarize
             unit.bonus = 0.0
             return
-        unit.bonus += min(1.0, 0.1 * len(content))  # substance beyond the named facts
+        unit.words = frozenset(w.casefold() for w in content)
+        if not unit.items and unit.text.endswith("?"):
+            unit.bonus = 0.0  # a question naming nothing is worth less than its answer
 
     def _line(self, unit: _Unit) -> str:
         if unit.tool or unit.speaker is None:
@@ -238,6 +244,7 @@ class ExtractiveSummarizer:
         room = budget - fixed
         chosen: list[_Unit] = []
         covered_items: set[str] = set()
+        covered_words: set[str] = set()
         remaining = list(units)
         topic_cost = 14  # a topic line, paid for every four sentences
         # citations are never traded for prose: room to list every uncovered one stays reserved
@@ -246,7 +253,8 @@ class ExtractiveSummarizer:
             best, best_score = None, 0.0
             reserve = sum(c for k, c in cite_cost.items() if k not in covered_items)
             for unit in remaining:
-                gain = sum(w for k, w in unit.items.items() if k not in covered_items) + unit.bonus
+                gain = (sum(w for k, w in unit.items.items() if k not in covered_items) + unit.bonus
+                        + self.word_weight * len(unit.words - covered_words))
                 freed = sum(c for k, c in cite_cost.items() if k in unit.items and k not in covered_items)
                 if gain <= 0 or unit.cost > room - reserve + freed:
                     continue
@@ -261,6 +269,7 @@ class ExtractiveSummarizer:
                 continue
             chosen.append(best)
             covered_items.update(best.items)
+            covered_words.update(best.words)
             room -= best.cost + extra
         chosen.sort(key=lambda u: u.index)
         details = self._details(units, covered_items)
