@@ -153,3 +153,14 @@ def test_requests_to_keep_things_out_of_summaries(text, asks, values):
     assert is_exclusion_request(text) is asks
     if asks:
         assert values <= set(private_values(text))
+
+
+def test_summarizing_twice_carries_facts_not_layout():
+    summarizer = ExtractiveSummarizer(target_ratio=None)
+    first = summarizer.summarize([{"role": "user", "content": "Maria moved to Lisbon on 2024-05-03 for the RTX 4090 lab."}])
+    second = summarizer.summarize([{"role": "user", "content": "Now she runs Llama-3.1 70B there [4]."}],
+                                  previous_summary=first.text)
+    for item in ("Maria", "Lisbon", "2024-05-03", "RTX 4090", "Llama-3.1", "[4]"):
+        assert item in second.text
+    assert second.text.count("## Conversation Summary") == 1
+    assert "Topic 1: " in second.text and "- Topic 1:" not in second.text

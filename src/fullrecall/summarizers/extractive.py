@@ -30,6 +30,7 @@ _FILLER = re.compile(
     r"^(?:(?:hey|hi|hello|wow|whoa|oh|ah|aw+|yeah|yes|yep|haha|lol|thanks|thank you|great|cool|awesome|nice|"
     r"sure|okay|ok|so|well|omg|hmm|totally|definitely|absolutely|congrats|wow+)\b[^.!?,]{0,20}[,!.]+\s*)+",
     re.IGNORECASE)
+_TOPIC_LINE = re.compile(r"^Topic \d+: [a-z ,'-]{0,60}(?: \(earlier summary\))?$")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*")
 _CAPS = re.compile(r"\b[A-Z][\w'’&-]*(?:[ \t]+(?:of|the|de|van|von)?[ \t]*[A-Z][\w'’&-]*)*")
 _DIGITS = re.compile(r"(?<![\w])[$€£]?\d[\d,.:/-]*(?:\s?(?:%|am|pm|k|K|M))?")
@@ -163,8 +164,8 @@ class ExtractiveSummarizer:
         if previous_summary:
             for line in previous_summary.splitlines():
                 line = line.strip().lstrip("*-• ").strip()
-                if not line or line.startswith("#") or line == WITHHELD.lstrip("* "):
-                    continue
+                if not line or line.startswith("#") or line == WITHHELD.lstrip("* ") or _TOPIC_LINE.match(line):
+                    continue  # headings and topic labels are layout, not facts
                 units.append(_Unit(len(units), -1, None, line))
         results = _tool_results(msgs)
         for mi, msg in enumerate(msgs):
