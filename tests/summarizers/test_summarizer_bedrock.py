@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import boto3
 import pytest
-from botocore.stub import ANY, Stubber
 
-from fullrecall.summarizers import BedrockChatModel, LLMSummarizer, chat_model_from_env
-from fullrecall.summarizers.llm import DEFAULT_SYSTEM_PROMPT
+boto3 = pytest.importorskip("boto3")
+
+from botocore.stub import ANY, Stubber  # noqa: E402
+
+from fullrecall.summarizers import BedrockChatModel  # noqa: E402, LLMSummarizer, chat_model_from_env
+from fullrecall.summarizers.llm import DEFAULT_SYSTEM_PROMPT  # noqa: E402
 
 
 def converse_reply(text: str, stop: str = "end_turn") -> dict:

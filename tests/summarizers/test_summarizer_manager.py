@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest.importorskip("httpx")
+
 from fullrecall.summarizers import ExtractiveSummarizer, LLMSummarizer, OpenAIChatModel
 from fullrecall.window import SummarizingConversationManager
 from summarizer_peers import Reply, completion

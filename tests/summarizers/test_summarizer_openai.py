@@ -12,6 +12,8 @@ import logging
 import re
 
 import pytest
+
+pytest.importorskip("httpx")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
