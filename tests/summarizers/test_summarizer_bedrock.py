@@ -8,7 +8,7 @@ boto3 = pytest.importorskip("boto3")
 
 from botocore.stub import ANY, Stubber  # noqa: E402
 
-from fullrecall.summarizers import BedrockChatModel  # noqa: E402, LLMSummarizer, chat_model_from_env
+from fullrecall.summarizers import BedrockChatModel, LLMSummarizer, chat_model_from_env  # noqa: E402
 from fullrecall.summarizers.llm import DEFAULT_SYSTEM_PROMPT  # noqa: E402
 
 
