@@ -273,25 +273,35 @@ class ExtractiveSummarizer:
             covered_words.update(best.words)
             room -= best.cost + extra
         chosen.sort(key=lambda u: u.index)
+        first = _first_indexes(units)
         details = self._details(units, covered_items)
         while True:
-            text = self._render(chosen, details, units, withheld)
-            if self.counter.count(text) <= budget:
+            text = self._render(chosen, details, units, withheld, first)
+            over = self.counter.count(text) - budget
+            if over <= 0:
                 break
-            if details:
-                details.pop()
+            if details:  # drop as many details as the overflow needs, not one per render
+                freed = 0
+                while details and freed < over:
+                    freed += self.counter.count(f"; {details.pop()[1]}")
             elif chosen:
                 chosen.remove(min(chosen, key=lambda u: (sum(u.items.values()) + u.bonus, -u.index)))
             else:
                 break
-        # fill what the budget still allows with more key details
+        # fill what the budget still allows with more key details: each costs its own
+        # tokens plus a separator, so no re-rendering per candidate (that was quadratic)
         now = {k for u in chosen for k in u.items} | {k for k, _ in details}
-        extra = self._details(units, now)
-        for item in extra:
-            trial = self._render(chosen, details + [item], units, withheld)
-            if self.counter.count(trial) <= budget:
+        used = self.counter.count(self._render(chosen, details, units, withheld, first))
+        for item in self._details(units, now):
+            cost = self.counter.count(f"; {item[1]}") + (0 if details else self.counter.count("* Key details: ") + 1)
+            if used + cost <= budget:
                 details.append(item)
-        return self._render(chosen, details, units, withheld)
+                used += cost
+        text = self._render(chosen, details, units, withheld, first)
+        while details and self.counter.count(text) > budget:  # a tokenizer that is not additive
+            details.pop()
+            text = self._render(chosen, details, units, withheld, first)
+        return text
 
     def _details(self, units: list[_Unit], covered_items: set[str]) -> list[tuple[str, str]]:
         weights: dict[str, float] = {}
@@ -308,7 +318,7 @@ class ExtractiveSummarizer:
         return [(k, surface[k]) for k in order]
 
     def _render(self, chosen: list[_Unit], details: list[tuple[str, str]], units: list[_Unit],
-                withheld: bool) -> str:
+                withheld: bool, first: dict[str, int]) -> str:
         lines = [HEADER]
         talk = [u for u in chosen if not u.tool]
         tools = [u for u in chosen if u.tool]
@@ -318,7 +328,7 @@ class ExtractiveSummarizer:
             lines.append(f"* Topic {number}: {label}{where}")
             lines.extend(self._line(u) for u in group)
         if details:
-            shown = sorted(details, key=lambda d: _first_index(d[0], units))
+            shown = sorted(details, key=lambda d: first.get(d[0], 0))
             lines.append("* Key details: " + "; ".join(s for _, s in shown))
         if withheld:
             lines.append(WITHHELD)
@@ -415,8 +425,13 @@ def _label(group: list[_Unit], units: list[_Unit]) -> str:
     return ", ".join(top) if top else "conversation"
 
 
-def _first_index(key: str, units: list[_Unit]) -> int:
-    return next((u.index for u in units if key in u.items), 0)
+def _first_indexes(units: list[_Unit]) -> dict[str, int]:
+    """Where each key detail first appears, so details are listed in conversation order."""
+    first: dict[str, int] = {}
+    for unit in units:
+        for key in unit.items:
+            first.setdefault(key, unit.index)
+    return first
 
 
 def _ident(msg: Message) -> int | str:

@@ -86,7 +86,8 @@ class SummarizingConversationManager(ConversationManager):
             from .. import summarizers
 
             if self.summarization_system_prompt is not None:
-                self._summarizer = summarizers.summarizer_from_prompt(self.summarization_system_prompt)
+                self._summarizer = summarizers.summarizer_from_prompt(
+                    self.summarization_system_prompt, max_summary_tokens=self.max_summary_tokens)
             else:
                 self._summarizer = summarizers.ExtractiveSummarizer(max_summary_tokens=self.max_summary_tokens)
         return self._summarizer
