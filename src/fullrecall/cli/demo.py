@@ -45,11 +45,10 @@ def run(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     reference = rng.randint(100, 99999)
     model = _chat_model()
-    summarizer = None
-    if model is not None:
-        from ..summarizers import LLMSummarizer
+    from ..summarizers import ExtractiveSummarizer, LLMSummarizer
 
-        summarizer = LLMSummarizer(model)
+    # offline: a fuller extractive summary than the default (25% of the input), to show its layout
+    summarizer = LLMSummarizer(model) if model is not None else ExtractiveSummarizer(target_ratio=None, max_summary_tokens=300)
     _title("fullrecall demo: summarize the window, recall the archive verbatim")
     print(f"assistant: {'LLM ' + type(model).__name__ if model else 'scripted answers (no LLM configured)'}; "
           f"summaries: {'LLM, checked' if model else 'extractive (offline)'}; embeddings: {args.embedding_model or 'all-MiniLM-L6-v2 (local)'}")
