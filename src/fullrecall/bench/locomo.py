@@ -129,9 +129,23 @@ def recall_context(search: Any, question: str, k: int, radius: int, spread: bool
     """The recall path: search, context ranges from the store, formatted text (what a hook injects)."""
     hits = search.search(question, top_k=k, spread=radius if spread else 0)
     ranges = _merge([h.position for h in hits], radius)
-    messages = [m for lo, hi in ranges for m in search.store.range(search.scope, lo, hi)]
+    messages = []
+    for lo, hi in _spans(ranges):
+        wanted = {p for a, b in ranges if a <= hi and b >= lo for p in range(max(a, lo), min(b, hi) + 1)}
+        messages += [m for m in search.store.range(search.scope, lo, hi) if m.position in wanted]
     text = "\n".join(f"[Message {m.position}, {m.role}]: {m.data.get('text', m.text)}" for m in messages)
     return hits, messages, text
+
+
+def _spans(ranges: list[tuple[int, int]], gap: int = 16) -> list[tuple[int, int]]:
+    """Ranges less than ``gap`` apart read in one store call (fewer round trips, a few extra rows)."""
+    spans: list[tuple[int, int]] = []
+    for lo, hi in ranges:
+        if spans and lo - spans[-1][1] <= gap:
+            spans[-1] = (spans[-1][0], hi)
+        else:
+            spans.append((lo, hi))
+    return spans
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -169,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
     index_s = 0.0
     indexed = 0
     latencies: list[float] = []
+    per_conversation: dict[str, Tally] = {}
     spread = not args.no_spread
     for sample in samples:
         turns = conversation_turns(sample)
@@ -196,6 +211,9 @@ def run(args: argparse.Namespace) -> int:
             latencies.append((time.perf_counter() - t0) * 1000)
             tally = tallies.setdefault(category, Tally())
             tally.n += 1
+            conv_tally = per_conversation.setdefault(str(sample.get("sample_id")), Tally())
+            if category in HEADLINE_CATEGORIES:
+                conv_tally.n += 1
             for k in KS:
                 got = {h.position for h in plain[:k]}
                 found = len(wanted & got)
@@ -207,6 +225,9 @@ def run(args: argparse.Namespace) -> int:
                 tally.add(f"recall_r@{k}", found_r / len(wanted))
                 tally.add(f"all_r@{k}", float(found_r == len(wanted)))
                 tally.add(f"turns@{k}", len(covered))
+                if category in HEADLINE_CATEGORIES and k == 10:
+                    conv_tally.add("recall@10", found / len(wanted))
+                    conv_tally.add("recall_r@10", found_r / len(wanted))
         search.close()
 
     headline = Tally()
@@ -218,6 +239,10 @@ def run(args: argparse.Namespace) -> int:
                 headline.add(name, value)
     result: dict[str, Any] = headline.report()
     result["by_category"] = {cat: tallies[cat].report() for cat in sorted(tallies)}
+    result["by_conversation"] = {
+        cid: {"questions": t.n, "recall@10": t.report()["recall"]["10"], "recall_radius@10": t.report()["recall_radius"]["10"]}
+        for cid, t in per_conversation.items()
+    }
     result["index_messages_per_s"] = round(indexed / index_s, 1) if index_s else 0.0
     result["query_ms"] = {"p50": _pct(latencies, 0.5), "p95": _pct(latencies, 0.95), "archive_messages": round(indexed / max(1, len(samples)))}
     if args.scale:
