@@ -125,7 +125,15 @@ def export(model: str, variant: str = DEFAULT_VARIANT, *, force: bool = False) -
         if variant == "int8":
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
-            quantize_dynamic(str(fp32), str(tmp / "model.onnx"), weight_type=QuantType.QInt8, per_channel=True)
+            import logging
+
+            root = logging.getLogger()
+            level = root.level
+            root.setLevel(logging.ERROR)  # quantize_dynamic logs advice about pre-processing on the root logger
+            try:
+                quantize_dynamic(str(fp32), str(tmp / "model.onnx"), weight_type=QuantType.QInt8, per_channel=True)
+            finally:
+                root.setLevel(level)
             fp32.unlink()
         else:
             fp32.rename(tmp / "model.onnx")
