@@ -320,11 +320,15 @@ class StoreConformance:
 
     def test_two_processes_append_to_one_session(self, store: Store, store_url: str, scope: Scope) -> None:
         ctx = multiprocessing.get_context("spawn")
-        start = ctx.Event()
-        n = 60
-        workers = [ctx.Process(target=append_worker, args=(store_url, scope, f"w{w}", n, start)) for w in range(2)]
+        ready, start = ctx.Semaphore(0), ctx.Event()
+        n = 100
+        workers = [
+            ctx.Process(target=append_worker, args=(store_url, scope, f"w{w}", n, ready, start)) for w in range(2)
+        ]
         for p in workers:
             p.start()
+        for _ in workers:  # both have imported and opened the store: now they race
+            assert ready.acquire(timeout=60), "a worker did not start"
         start.set()
         for p in workers:
             p.join(120)
@@ -332,6 +336,8 @@ class StoreConformance:
         stored = store.range(scope, 0, 10**6)
         assert sorted(m.id for m in stored) == sorted(f"w{w}-{i}" for w in range(2) for i in range(n))
         assert [m.position for m in stored] == list(range(2 * n))  # unique and contiguous
+        writers = "".join(m.id[1] for m in stored)
+        assert sum(a != b for a, b in zip(writers, writers[1:])) >= 2, "the writers never overlapped"
         for w in range(2):  # each writer's messages keep their own order
             mine = [m for m in stored if m.id.startswith(f"w{w}-")]
             assert [m.id for m in mine] == [f"w{w}-{i}" for i in range(n)]
@@ -374,11 +380,13 @@ class StoreConformance:
 # -- child-process workers (module level so "spawn" can import them) -------------------------
 
 
-def append_worker(url: str, scope: Scope, prefix: str, n: int, start: Any) -> None:
+def append_worker(url: str, scope: Scope, prefix: str, n: int, ready: Any, start: Any) -> None:
     store = open_store(url)
+    ready.release()
     start.wait(30)
     for i in range(n):
         store.append(scope, [StoredMessage(id=f"{prefix}-{i}", role="user", text=f"{prefix} {i}", data={"i": i})])
+        time.sleep(0.001 * (i % 3))  # like agents between turns; a tight loop would starve SQLite's busy waiter
     store.close()
 
 

@@ -80,6 +80,10 @@ def test_postgres_large_scope_uses_hnsw_and_stays_correct(service_urls: dict[str
     vecs = rng.normal(size=(300, 8)).astype(np.float32)
     store.append(scope, [_msg(i, f"text {i}") for i in range(300)])
     store.set_vectors(scope, [f"m{i}" for i in range(300)], vecs, "m")
+    with psycopg.connect(url) as conn:  # crossing hnsw_min_rows (= exact_limit) built the index
+        assert conn.execute(
+            "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)", (f"{store.schema}.vectors_8_hnsw",)
+        ).fetchone() == (True,)
     hits = store.search_vectors(scope, vecs[42], 5)  # 300 > exact_limit: the HNSW path
     assert hits[0][0] == "m42" and hits[0][1] == pytest.approx(1.0, abs=1e-4)
     keep = list(range(0, 300, 30))  # filters leave 10 rows: the index finds too few, exact fallback
@@ -89,6 +93,22 @@ def test_postgres_large_scope_uses_hnsw_and_stays_correct(service_urls: dict[str
     unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
     best = sorted(keep, key=lambda i: -float(unit[i] @ unit[42]))[:5]
     assert [i for i, _ in filtered] == [f"m{i}" for i in best]
+    store.close()
+
+
+def test_postgres_bulk_load_builds_the_index_on_demand(service_urls: dict[str, Callable[[], str]]) -> None:
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    store = open_store(f"{url}{sep}schema=bulk{uuid.uuid4().hex[:8]}&hnsw_min_rows=1000000")
+    scope = Scope(session_id="s")
+    store.append(scope, [_msg(i, "x") for i in range(20)])
+    store.set_vectors(scope, [f"m{i}" for i in range(20)], np.eye(20, 4, dtype=np.float32) + 0.1, "m")
+    index = f"{store.schema}.vectors_4_hnsw"
+    with psycopg.connect(url, autocommit=True) as conn:
+        exists = "SELECT count(*) FROM pg_index WHERE indexrelid = to_regclass(%s)"
+        assert conn.execute(exists, (index,)).fetchone() == (0,)  # below hnsw_min_rows: no index yet
+        assert store.build_indexes() == [4]
+        assert conn.execute(exists, (index,)).fetchone() == (1,)
     store.close()
 
 

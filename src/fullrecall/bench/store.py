@@ -1,10 +1,12 @@
 """Store throughput and hybrid-search latency for SQLite, PostgreSQL and Redis.
 
-For each backend and layout (all messages in one conversation, or spread over many),
-the store grows through ``--sizes``; at each size it measures a hybrid query (one
+For each backend, layout (all messages in one conversation, or spread over many) and
+size, a fresh store is loaded (vectors are random 384-d unit vectors), then it measures a hybrid query (one
 ``search_text`` + one ``search_vectors`` on the queried conversation) and bytes stored
 per message. Append throughput is measured one message per call (the first 2,000) and
-in batches of 100 (the bulk load). Servers are started privately unless URLs are given.
+in batches (100 per call in one conversation, 10 per conversation otherwise). PostgreSQL
+builds its HNSW index once after the load (timed separately). Servers are started
+privately unless URLs are given.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import tempfile
 import time
 import uuid
@@ -43,6 +46,7 @@ class Row:
     size: int
     append_single_per_s: float | None
     append_batch_per_s: float | None
+    index_build_s: float
     first_query_ms: float
     hybrid_p50_ms: float
     hybrid_p95_ms: float
@@ -60,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     unknown = set(backends) - {"sqlite", "postgres", "redis"} or set(layouts) - {"one", "many"}
     if unknown:
         raise SystemExit(f"unknown backend or layout: {sorted(unknown)}")
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so the servers we started get stopped
     rng = np.random.default_rng(args.seed)
     corpus = _Corpus(rng)
     rows: list[Row] = []
@@ -75,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(_table(rows))
     return 0
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 class _Corpus:
@@ -122,74 +131,70 @@ def _url_factory(backend: str, args: argparse.Namespace, stack: contextlib.ExitS
 
 def _bench(backend: str, layout: str, make_url: Callable[[], str], sizes: list[int], args: argparse.Namespace,
            corpus: _Corpus, rng: Any) -> list[Row]:
+    """One fresh store per size: load it, give every message a vector, measure."""
     import numpy as np
 
     from ..stores import Scope, StoredMessage, open_store
-
-    url = make_url()
-    store = open_store(url)
-    n_conv = 1 if layout == "one" else max(1, min(args.conversations, sizes[-1] // 10))
-    scopes = [Scope(user_id=f"user{c % 100}", session_id=f"conv{c}") for c in range(n_conv)]
-    target = scopes[0]
-    rows: list[Row] = []
-    stored = 0
-    single_rate: float | None = None
-    batch_time = 0.0
-    batch_count = 0
-    embedded = 0
-
-    def messages(start: int, n: int) -> list[StoredMessage]:
-        return [StoredMessage(id=f"m{start + i}", role="user" if (start + i) % 2 else "assistant", text=t,
-                              data={"role": "user", "content": [{"text": t}]})
-                for i, t in enumerate(corpus.texts(n))]
 
     def vectors(n: int) -> np.ndarray:
         v = rng.normal(size=(n, DIM)).astype(np.float32)
         return v / np.linalg.norm(v, axis=1, keepdims=True)
 
-    try:
-        for size in sizes:
-            while stored < size:
-                # Conversations take turns in blocks of 10 messages, so each grows like a chat.
-                scope = scopes[(stored // 10) % n_conv]
-                if single_rate is None:
-                    batch = messages(stored, min(SINGLE_APPENDS, size) - stored)
-                    t0 = time.perf_counter()
-                    for n, m in enumerate(batch, start=stored):
-                        store.append(scopes[(n // 10) % n_conv], [m])
-                    single_rate = len(batch) / (time.perf_counter() - t0)
-                else:
-                    n = min(BATCH, size - stored) if layout == "one" else min(10 - stored % 10, size - stored)
-                    batch = messages(stored, n)
-                    t0 = time.perf_counter()
-                    store.append(scope, batch)
-                    batch_time += time.perf_counter() - t0
-                    batch_count += len(batch)
-                stored += len(batch)
-            embedded = _embed_missing(store, scopes, layout, embedded, stored, vectors)
-            rows.append(_measure(backend, layout, size, store, target, corpus, vectors, args.queries,
-                                 single_rate, batch_count / batch_time if batch_time else None))
-    finally:
-        with contextlib.suppress(Exception):
-            store.forget(Scope())
-        store.close()
+    rows = []
+    for size in sizes:
+        # Bulk loads into PostgreSQL build the HNSW index once at the end (see build_indexes).
+        url = make_url()
+        store = open_store(url + ("&hnsw_min_rows=1000000000" if backend == "postgres" else ""))
+        n_conv = 1 if layout == "one" else max(1, min(args.conversations, size // 10))
+        scopes = [Scope(user_id=f"user{c % 100}", session_id=f"conv{c}") for c in range(n_conv)]
+
+        def scope_of(n: int) -> Any:  # conversations take turns in blocks of 10 messages, like chats
+            return scopes[(n // 10) % n_conv]
+
+        try:
+            msgs = [StoredMessage(id=f"m{i}", role="user" if i % 2 else "assistant", text=t,
+                                  data={"role": "user", "content": [{"text": t}]})
+                    for i, t in enumerate(corpus.texts(size))]
+            n_single = min(SINGLE_APPENDS, size)
+            t0 = time.perf_counter()
+            for i in range(n_single):
+                store.append(scope_of(i), [msgs[i]])
+            single = n_single / (time.perf_counter() - t0)
+            step = BATCH if layout == "one" else 10
+            t0 = time.perf_counter()
+            for start in range(n_single, size, step):
+                store.append(scope_of(start), msgs[start : start + step])
+            batch = (size - n_single) / (time.perf_counter() - t0) if size > n_single else None
+            for start in range(0, size, step):  # not timed: embedding is not the store's job
+                ids = [m.id for m in msgs[start : start + step]]
+                store.set_vectors(scope_of(start), ids, vectors(len(ids)), "bench-random-384")
+            t0 = time.perf_counter()
+            if layout == "one" and hasattr(store, "build_indexes"):
+                store.build_indexes()
+            index_s = time.perf_counter() - t0
+            rows.append(_measure(backend, layout, size, store, scopes[0], corpus, vectors, args.queries,
+                                 single, batch, index_s))
+        finally:
+            _drop(store)
     return rows
 
 
-def _embed_missing(store: Any, scopes: list[Any], layout: str, done: int, stored: int,
-                   vectors: Callable[[int], Any]) -> int:
-    """Give messages ``done..stored`` a vector (not timed: embedding is not the store's job)."""
-    for start in range(done, stored, BATCH):
-        by_scope: dict[int, list[str]] = {}
-        for i in range(start, min(start + BATCH, stored)):
-            by_scope.setdefault(0 if layout == "one" else (i // 10) % len(scopes), []).append(f"m{i}")
-        for c, ids in by_scope.items():
-            store.set_vectors(scopes[c], ids, vectors(len(ids)), "bench-random-384")
-    return stored
+def _drop(store: Any) -> None:
+    """Remove what the benchmark wrote (a PostgreSQL schema, Redis keys; SQLite files go with their folder)."""
+    from ..stores import Scope
+
+    with contextlib.suppress(Exception):
+        if type(store).__name__ == "PostgresStore":
+            with store._tx() as conn:
+                conn.execute(f"DROP SCHEMA {store.schema} CASCADE")
+        else:
+            store.forget(Scope())
+    store.close()
 
 
 def _measure(backend: str, layout: str, size: int, store: Any, scope: Any, corpus: _Corpus,
-             vectors: Callable[[int], Any], n_queries: int, single: float | None, batch: float | None) -> Row:
+             vectors: Callable[[int], Any], n_queries: int, single: float, batch: float | None,
+             index_s: float) -> Row:
     import numpy as np
 
     t0 = time.perf_counter()
@@ -208,7 +213,7 @@ def _measure(backend: str, layout: str, size: int, store: Any, scope: Any, corpu
         vec_ms.append((t3 - t2) * 1000)
     hybrid = np.array(text_ms) + np.array(vec_ms)
     return Row(
-        backend, layout, size, single, batch, round(first, 2),
+        backend, layout, size, single, batch, round(index_s, 1), round(first, 2),
         round(float(np.percentile(hybrid, 50)), 2), round(float(np.percentile(hybrid, 95)), 2),
         round(float(np.median(text_ms)), 2), round(float(np.median(vec_ms)), 2),
         round(_bytes_stored(store) / size, 1),
@@ -237,13 +242,14 @@ def _table(rows: list[Row]) -> str:
     def fmt(v: float | None) -> str:
         return "-" if v is None else f"{v:,.0f}"
 
-    head = ("| backend | layout | messages | append msg/s (1 per call) | append msg/s (batches) | first query ms"
+    head = ("| backend | layout | messages | append msg/s (1 per call) | append msg/s (batches) | index build s"
+            " | first query ms"
             " | hybrid p50 ms | hybrid p95 ms | text p50 ms | vector p50 ms | bytes/msg |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
         lines.append(
             f"| {r.backend} | {r.layout} | {r.size:,} | {fmt(r.append_single_per_s)} | {fmt(r.append_batch_per_s)}"
-            f" | {r.first_query_ms} | {r.hybrid_p50_ms} | {r.hybrid_p95_ms} | {r.text_p50_ms} | {r.vector_p50_ms}"
+            f" | {r.index_build_s} | {r.first_query_ms} | {r.hybrid_p50_ms} | {r.hybrid_p95_ms} | {r.text_p50_ms} | {r.vector_p50_ms}"
             f" | {r.bytes_per_message:,.0f} |"
         )
     return "\n".join(lines)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -71,7 +72,23 @@ def postgres_server() -> Iterator[str]:
         yield server.get_uri()
     finally:
         server.cleanup()
+        _stop_postmaster(workdir)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _stop_postmaster(pgdata: str) -> None:
+    """Make sure the postmaster of ``pgdata`` is gone (pgserver may keep it for another handle)."""
+    try:
+        with open(os.path.join(pgdata, "postmaster.pid")) as f:
+            pid = int(f.readline().strip())
+    except (OSError, ValueError):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGINT)  # PostgreSQL's "fast" shutdown
+        for _ in range(100):
+            os.kill(pid, 0)
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
 
 
 def _wait_for_port(port: int, proc: subprocess.Popen[bytes], name: str, timeout: float = 20.0) -> None:

@@ -11,7 +11,10 @@ Design, and why:
   FTS5's unicode61 so ``REF-48213`` is two tokens) with a GIN index, ranked by
   ``ts_rank_cd``, in SQL.
 * **Vectors** go to one table per dimension (``vectors_384``: pgvector needs a fixed
-  dimension to index) with an HNSW cosine index. A scope holding at most
+  dimension to index) with an HNSW cosine index, built (``CREATE INDEX CONCURRENTLY``,
+  writes go on) once the table holds ``hnsw_min_rows`` vectors (default: ``exact_limit``;
+  below that every search is exact anyway), or on demand by :meth:`PostgresStore.build_indexes`
+  (bulk loads: building once is far faster than inserting into the graph). A scope holding at most
   ``exact_limit`` vectors (default 20,000: one conversation, one user) is searched
   exactly, which is both faster and exact there; larger scopes use HNSW
   (``hnsw.ef_search`` = ``max(ef_search, k)``) and fall back to an exact scan when the
@@ -20,8 +23,8 @@ Design, and why:
   managed services included; the extension is created if missing.
 
 URL: ``postgresql://user:pass@host:5432/db?schema=fullrecall&pool_max=8`` (the
-fullrecall options ``schema``, ``pool_min``, ``pool_max``, ``exact_limit``, ``ef_search``
-are removed before the URL goes to libpq).
+fullrecall options ``schema``, ``pool_min``, ``pool_max``, ``exact_limit``, ``ef_search``,
+``hnsw_min_rows`` are removed before the URL goes to libpq).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from .base import Filters, Record, Scope, StoredMessage
 
 SCHEMA_VERSION = 1
 SQL = C.Sql("%s")
-_OWN_OPTIONS = ("schema", "pool_min", "pool_max", "exact_limit", "ef_search")
+_OWN_OPTIONS = ("schema", "pool_min", "pool_max", "exact_limit", "ef_search", "hnsw_min_rows")
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _HNSW_MAX_DIM = 2000  # pgvector's limit for indexing the ``vector`` type
 _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
@@ -146,6 +149,7 @@ class PostgresStore:
         pool_max: int = 8,
         exact_limit: int = 20_000,
         ef_search: int = 64,
+        hnsw_min_rows: int | None = None,
         connect_timeout: float = 10.0,
     ) -> None:
         conninfo, opts = split_url(url)
@@ -157,6 +161,8 @@ class PostgresStore:
         self._pool_sizes = (int(opts.get("pool_min", pool_min)), int(opts.get("pool_max", pool_max)))
         self._exact_limit = int(opts.get("exact_limit", exact_limit))
         self._ef_search = int(opts.get("ef_search", ef_search))
+        self._hnsw_min_rows = int(opts.get("hnsw_min_rows", hnsw_min_rows or self._exact_limit))
+        self._indexed: set[int] = set()  # dimensions whose HNSW index is known to be built
         self._timeout = connect_timeout
         self._lock = threading.Lock()
         self._pool_obj: ConnectionPool | None = None
@@ -343,7 +349,7 @@ class PostgresStore:
     # -- vectors ---------------------------------------------------------------------
 
     def _vector_table(self, conn: psycopg.Connection, dim: int) -> str:
-        """``vectors_{dim}``, created (with its HNSW index) the first time a dimension is seen."""
+        """``vectors_{dim}``, created the first time a dimension is seen (its HNSW index comes later)."""
         s, table = self.schema, f"vectors_{dim}"
         exists = conn.execute(f"SELECT 1 FROM {s}.vector_tables WHERE dim = %s", (dim,)).fetchone()
         if exists is None:
@@ -354,13 +360,56 @@ class PostgresStore:
                 f" sid BIGINT NOT NULL, embedding vector({dim}) NOT NULL)"
             )
             conn.execute(f"CREATE INDEX IF NOT EXISTS {table}_by_session ON {s}.{table} (sid)")
-            if dim <= _HNSW_MAX_DIM:
-                conn.execute(
-                    f"CREATE INDEX IF NOT EXISTS {table}_hnsw ON {s}.{table}"
-                    " USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
-                )
             conn.execute(f"INSERT INTO {s}.vector_tables (dim) VALUES (%s) ON CONFLICT DO NOTHING", (dim,))
         return f"{s}.{table}"
+
+    def build_indexes(self) -> list[int]:
+        """Build the missing HNSW indexes now, whatever the table sizes; return their dimensions."""
+        with self._tx() as conn:
+            dims = self._dims(conn)
+        return [d for d in dims if self._build_index(d, min_rows=0)]
+
+    def _build_index(self, dim: int, min_rows: int) -> bool:
+        """Create ``vectors_{dim}``'s HNSW index once it holds ``min_rows``; True if it exists now."""
+        if dim in self._indexed:
+            return True
+        if dim > _HNSW_MAX_DIM:
+            return False
+        s, table = self.schema, f"vectors_{dim}"
+        try:
+            with self._pool().connection() as conn:  # autocommit: CONCURRENTLY cannot run in a transaction
+                if self._index_state(conn, table) == "valid":
+                    self._indexed.add(dim)
+                    return True
+                n = conn.execute(
+                    f"SELECT count(*) AS n FROM (SELECT 1 FROM {s}.{table} LIMIT %s) x", (max(min_rows, 1),)
+                ).fetchone()["n"]
+                if n < min_rows or not conn.execute(
+                    "SELECT pg_try_advisory_lock(hashtext(%s)) AS ok", (f"fullrecall.{s}.{table}.hnsw",)
+                ).fetchone()["ok"]:
+                    return False  # too small yet, or another process is building it
+                try:
+                    if self._index_state(conn, table) == "invalid":  # an interrupted build leaves one behind
+                        conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {s}.{table}_hnsw")
+                    conn.execute("SET maintenance_work_mem = '512MB'")
+                    conn.execute(
+                        f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {table}_hnsw ON {s}.{table}"
+                        " USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+                    )
+                    conn.execute("RESET maintenance_work_mem")
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (f"fullrecall.{s}.{table}.hnsw",))
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreError(f"PostgreSQL at {self._safe_url()} failed while building an index: {exc}") from exc
+        self._indexed.add(dim)
+        return True
+
+    def _index_state(self, conn: psycopg.Connection, table: str) -> str | None:
+        row = conn.execute(
+            "SELECT i.indisvalid AS ok FROM pg_index i WHERE i.indexrelid = to_regclass(%s)",
+            (f"{self.schema}.{table}_hnsw",),
+        ).fetchone()
+        return None if row is None else ("valid" if row["ok"] else "invalid")
 
     def _dims(self, conn: psycopg.Connection) -> list[int]:
         return [r["dim"] for r in conn.execute(f"SELECT dim FROM {self.schema}.vector_tables ORDER BY dim")]
@@ -397,7 +446,10 @@ class PostgresStore:
                     " ON CONFLICT (rid) DO UPDATE SET embedding = EXCLUDED.embedding",
                     [(rids[i], sess["sid"], mat[n]) for n, i in enumerate(ids)],
                 )
-            conn.execute(f"UPDATE {s}.sessions SET vec_model = %s, vec_dim = %s WHERE sid = %s", (model, dim, sess["sid"]))
+            conn.execute(
+                f"UPDATE {s}.sessions SET vec_model = %s, vec_dim = %s WHERE sid = %s", (model, dim, sess["sid"])
+            )
+        self._build_index(dim, min_rows=self._hnsw_min_rows)
 
     def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
         where, params = SQL.scope_where(scope)
