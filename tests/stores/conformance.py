@@ -26,10 +26,16 @@ from fullrecall.stores import Filters, Record, Scope, Store, StoredMessage, open
 DIM = 16
 
 
-def msg(i: int | str, text: str | None = None, *, role: str = "user", kind: str = "message", **kw: Any) -> StoredMessage:
+def msg(
+    i: int | str, text: str | None = None, *, role: str = "user", kind: str = "message", **kw: Any
+) -> StoredMessage:
     return StoredMessage(
-        id=f"m{i}", role=role, text=text if text is not None else f"message number {i}",
-        data={"role": role, "content": [{"text": text or f"message number {i}"}], "n": i}, kind=kind, **kw,
+        id=f"m{i}",
+        role=role,
+        text=text if text is not None else f"message number {i}",
+        data={"role": role, "content": [{"text": text or f"message number {i}"}], "n": i},
+        kind=kind,
+        **kw,
     )
 
 
@@ -60,15 +66,32 @@ class StoreConformance:
         assert store.append(scope, [msg(6)]) == [6]  # positions are never reused
 
     def test_message_round_trips_verbatim(self, store: Store, scope: Scope) -> None:
-        data = {"z": 1, "a": [{"text": "naïve café 日本語 🎉"}, {"toolUse": {"input": {"x": None, "y": 1.5}}}], "b": True}
-        m = StoredMessage(id="v1", role="assistant", text="rendered text", data=data, kind="summary",
-                          created_at=1700000000.25, archived_at=1700000001.5, summary_id="sum-1",
-                          metadata={"tokens": 12})
+        data = {
+            "z": 1,
+            "a": [{"text": "naïve café 日本語 🎉"}, {"toolUse": {"input": {"x": None, "y": 1.5}}}],
+            "b": True,
+        }
+        m = StoredMessage(
+            id="v1",
+            role="assistant",
+            text="rendered text",
+            data=data,
+            kind="summary",
+            created_at=1700000000.25,
+            archived_at=1700000001.5,
+            summary_id="sum-1",
+            metadata={"tokens": 12},
+        )
         store.append(scope, [m])
         (back,) = store.get(scope, ["v1"])
         assert back.data == data and list(back.data) == ["z", "a", "b"]  # key order kept
         assert (back.role, back.text, back.kind, back.summary_id, back.metadata) == (
-            "assistant", "rendered text", "summary", "sum-1", {"tokens": 12})
+            "assistant",
+            "rendered text",
+            "summary",
+            "sum-1",
+            {"tokens": 12},
+        )
         assert (back.created_at, back.archived_at) == (1700000000.25, 1700000001.5)
 
     def test_append_is_idempotent_on_id(self, store: Store, scope: Scope) -> None:
@@ -125,11 +148,14 @@ class StoreConformance:
         assert len(store.search_text(scope, ["reference"], 1)) == 1
 
     def test_search_text_ranks_better_matches_first(self, store: Store, scope: Scope) -> None:
-        store.append(scope, [
-            msg("a", "apple banana cherry date elderberry fig grape"),
-            msg("b", "apple apple apple"),
-            msg("c", "nothing relevant here at all"),
-        ])
+        store.append(
+            scope,
+            [
+                msg("a", "apple banana cherry date elderberry fig grape"),
+                msg("b", "apple apple apple"),
+                msg("c", "nothing relevant here at all"),
+            ],
+        )
         results = store.search_text(scope, ["apple", "banana"], 5)
         assert set(ids(results)) == {"ma", "mb"}
         scores = [s for _, s in results]
@@ -168,8 +194,18 @@ class StoreConformance:
 
     def test_filters(self, store: Store, scope: Scope) -> None:
         self._corpus(store, scope)
-        store.append(scope, [msg("s", "summary mentioning the invoice and the rain", kind="summary",
-                                 role="assistant", created_at=2000.0)])
+        store.append(
+            scope,
+            [
+                msg(
+                    "s",
+                    "summary mentioning the invoice and the rain",
+                    kind="summary",
+                    role="assistant",
+                    created_at=2000.0,
+                )
+            ],
+        )
         all_ids = [f"m{i}" for i in range(6)] + ["ms"]
         store.set_vectors(scope, all_ids, np.stack([unit(1)] * 7), "m")
         cases = [
@@ -394,7 +430,9 @@ def ack_worker(url: str, scope: Scope, conn: Any) -> None:
     store = open_store(url)
     i = 0
     while True:
-        batch = [StoredMessage(id=f"k{i}-{j}", role="user", text=f"crash test {i} {j}", data={"i": i}) for j in range(3)]
+        batch = [
+            StoredMessage(id=f"k{i}-{j}", role="user", text=f"crash test {i} {j}", data={"i": i}) for j in range(3)
+        ]
         store.append(scope, batch)
         for m in batch:
             conn.send(m.id)  # acknowledged only after append returned

@@ -82,7 +82,8 @@ def test_postgres_large_scope_uses_hnsw_and_stays_correct(service_urls: dict[str
     store.set_vectors(scope, [f"m{i}" for i in range(300)], vecs, "m")
     with psycopg.connect(url) as conn:  # crossing hnsw_min_rows (= exact_limit) built the index
         assert conn.execute(
-            "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)", (f"{store.schema}.vectors_8_hnsw",)
+            "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)",
+            (f"{store.schema}.vectors_8_hnsw",),
         ).fetchone() == (True,)
     hits = store.search_vectors(scope, vecs[42], 5)  # 300 > exact_limit: the HNSW path
     assert hits[0][0] == "m42" and hits[0][1] == pytest.approx(1.0, abs=1e-4)

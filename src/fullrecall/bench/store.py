@@ -29,9 +29,13 @@ BATCH = 100
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backends", default="sqlite,postgres,redis", help="comma-separated: sqlite,postgres,redis")
-    parser.add_argument("--sizes", default="1000,10000,100000", help="stored messages to measure at (add 1000000 for 1M)")
+    parser.add_argument(
+        "--sizes", default="1000,10000,100000", help="stored messages to measure at (add 1000000 for 1M)"
+    )
     parser.add_argument("--layouts", default="one,many", help="one: one conversation; many: spread over conversations")
-    parser.add_argument("--conversations", type=int, default=10_000, help="conversations in the 'many' layout (at most size/10)")
+    parser.add_argument(
+        "--conversations", type=int, default=10_000, help="conversations in the 'many' layout (at most size/10)"
+    )
     parser.add_argument("--queries", type=int, default=50, help="hybrid queries per measurement")
     parser.add_argument("--postgres-url", default=os.environ.get("FULLRECALL_TEST_POSTGRES_URL"))
     parser.add_argument("--redis-url", default=os.environ.get("FULLRECALL_TEST_REDIS_URL"))
@@ -129,8 +133,15 @@ def _url_factory(backend: str, args: argparse.Namespace, stack: contextlib.ExitS
     return lambda: f"{base}{sep}prefix=bench{uuid.uuid4().hex[:8]}"
 
 
-def _bench(backend: str, layout: str, make_url: Callable[[], str], sizes: list[int], args: argparse.Namespace,
-           corpus: _Corpus, rng: Any) -> list[Row]:
+def _bench(
+    backend: str,
+    layout: str,
+    make_url: Callable[[], str],
+    sizes: list[int],
+    args: argparse.Namespace,
+    corpus: _Corpus,
+    rng: Any,
+) -> list[Row]:
     """One fresh store per size: load it, give every message a vector, measure."""
     import numpy as np
 
@@ -152,9 +163,15 @@ def _bench(backend: str, layout: str, make_url: Callable[[], str], sizes: list[i
             return scopes[(n // 10) % n_conv]
 
         try:
-            msgs = [StoredMessage(id=f"m{i}", role="user" if i % 2 else "assistant", text=t,
-                                  data={"role": "user", "content": [{"text": t}]})
-                    for i, t in enumerate(corpus.texts(size))]
+            msgs = [
+                StoredMessage(
+                    id=f"m{i}",
+                    role="user" if i % 2 else "assistant",
+                    text=t,
+                    data={"role": "user", "content": [{"text": t}]},
+                )
+                for i, t in enumerate(corpus.texts(size))
+            ]
             n_single = min(SINGLE_APPENDS, size)
             t0 = time.perf_counter()
             for i in range(n_single):
@@ -172,8 +189,9 @@ def _bench(backend: str, layout: str, make_url: Callable[[], str], sizes: list[i
             if layout == "one" and hasattr(store, "build_indexes"):
                 store.build_indexes()
             index_s = time.perf_counter() - t0
-            rows.append(_measure(backend, layout, size, store, scopes[0], corpus, vectors, args.queries,
-                                 single, batch, index_s))
+            rows.append(
+                _measure(backend, layout, size, store, scopes[0], corpus, vectors, args.queries, single, batch, index_s)
+            )
         finally:
             _drop(store)
     return rows
@@ -192,9 +210,19 @@ def _drop(store: Any) -> None:
     store.close()
 
 
-def _measure(backend: str, layout: str, size: int, store: Any, scope: Any, corpus: _Corpus,
-             vectors: Callable[[int], Any], n_queries: int, single: float, batch: float | None,
-             index_s: float) -> Row:
+def _measure(
+    backend: str,
+    layout: str,
+    size: int,
+    store: Any,
+    scope: Any,
+    corpus: _Corpus,
+    vectors: Callable[[int], Any],
+    n_queries: int,
+    single: float,
+    batch: float | None,
+    index_s: float,
+) -> Row:
     import numpy as np
 
     t0 = time.perf_counter()
@@ -213,9 +241,17 @@ def _measure(backend: str, layout: str, size: int, store: Any, scope: Any, corpu
         vec_ms.append((t3 - t2) * 1000)
     hybrid = np.array(text_ms) + np.array(vec_ms)
     return Row(
-        backend, layout, size, single, batch, round(index_s, 1), round(first, 2),
-        round(float(np.percentile(hybrid, 50)), 2), round(float(np.percentile(hybrid, 95)), 2),
-        round(float(np.median(text_ms)), 2), round(float(np.median(vec_ms)), 2),
+        backend,
+        layout,
+        size,
+        single,
+        batch,
+        round(index_s, 1),
+        round(first, 2),
+        round(float(np.percentile(hybrid, 50)), 2),
+        round(float(np.percentile(hybrid, 95)), 2),
+        round(float(np.median(text_ms)), 2),
+        round(float(np.median(vec_ms)), 2),
         round(_bytes_stored(store) / size, 1),
     )
 
@@ -228,11 +264,13 @@ def _bytes_stored(store: Any) -> int:
         return sum(os.path.getsize(p) for p in (store.path, store.path + "-wal") if os.path.exists(p))
     if name == "PostgresStore":
         with store._tx() as conn:
-            return int(conn.execute(
-                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) AS b FROM pg_class c"
-                " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind IN ('r', 'm')",
-                (store.schema,),
-            ).fetchone()["b"])
+            return int(
+                conn.execute(
+                    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) AS b FROM pg_class c"
+                    " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind IN ('r', 'm')",
+                    (store.schema,),
+                ).fetchone()["b"]
+            )
     from ..stores import Scope
 
     return int(store.stats(Scope())["server_bytes"])
@@ -242,16 +280,17 @@ def _table(rows: list[Row]) -> str:
     def fmt(v: float | None) -> str:
         return "-" if v is None else f"{v:,.0f}"
 
-    head = ("| backend | layout | messages | append msg/s (1 per call) | append msg/s (batches) | index build s"
-            " | first query ms"
-            " | hybrid p50 ms | hybrid p95 ms | text p50 ms | vector p50 ms | bytes/msg |")
+    head = (
+        "| backend | layout | messages | append msg/s (1 per call) | append msg/s (batches) | index build s"
+        " | first query ms"
+        " | hybrid p50 ms | hybrid p95 ms | text p50 ms | vector p50 ms | bytes/msg |"
+    )
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
         lines.append(
             f"| {r.backend} | {r.layout} | {r.size:,} | {fmt(r.append_single_per_s)} | {fmt(r.append_batch_per_s)}"
-            f" | {r.index_build_s} | {r.first_query_ms} | {r.hybrid_p50_ms} | {r.hybrid_p95_ms} | {r.text_p50_ms} | {r.vector_p50_ms}"
+            f" | {r.index_build_s} | {r.first_query_ms} | {r.hybrid_p50_ms} | {r.hybrid_p95_ms}"
+            f" | {r.text_p50_ms} | {r.vector_p50_ms}"
             f" | {r.bytes_per_message:,.0f} |"
         )
     return "\n".join(lines)
-
-

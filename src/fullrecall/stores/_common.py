@@ -385,8 +385,12 @@ class LexicalIndex:
 
 
 def bm25_search(
-    indexes: Sequence[LexicalIndex], terms: Sequence[str], k: int, filters: Filters | None,
-    k1: float = 1.2, b: float = 0.75,
+    indexes: Sequence[LexicalIndex],
+    terms: Sequence[str],
+    k: int,
+    filters: Filters | None,
+    k1: float = 1.2,
+    b: float = 0.75,
 ) -> list[tuple[str, float]]:
     """Okapi BM25 (OR of ``terms``, already tokenised) over several sessions with shared statistics."""
     n_docs = sum(len(ix.ids) for ix in indexes)

@@ -38,8 +38,23 @@ def redis_server(appendfsync: str = "everysec") -> Iterator[str]:
     workdir = tempfile.mkdtemp(prefix="fullrecall-redis-")
     port = free_port()
     cmd = [
-        binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", workdir, "--save", "",
-        "--appendonly", "yes", "--appendfsync", appendfsync, "--daemonize", "no", "--loglevel", "warning",
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        workdir,
+        "--save",
+        "",
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        appendfsync,
+        "--daemonize",
+        "no",
+        "--loglevel",
+        "warning",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -211,8 +211,13 @@ class PostgresStore:
 
             lo, hi = self._pool_sizes
             self._pool_obj = ConnectionPool(
-                self._conninfo, min_size=lo, max_size=hi, configure=configure, open=True,
-                kwargs={"autocommit": True, "row_factory": dict_row}, timeout=self._timeout,
+                self._conninfo,
+                min_size=lo,
+                max_size=hi,
+                configure=configure,
+                open=True,
+                kwargs={"autocommit": True, "row_factory": dict_row},
+                timeout=self._timeout,
                 name=f"fullrecall-{self.schema}",
             )
             self._pid = os.getpid()
@@ -341,7 +346,8 @@ class PostgresStore:
         s = self.schema
         with self._tx() as conn:
             cur = conn.execute(  # vectors go with their message (ON DELETE CASCADE)
-                f"DELETE FROM {s}.messages WHERE id = ANY(%s) AND sid IN (SELECT sid FROM {s}.sessions s WHERE {where})",
+                f"DELETE FROM {s}.messages WHERE id = ANY(%s)"
+                f" AND sid IN (SELECT sid FROM {s}.sessions s WHERE {where})",
                 [list(dict.fromkeys(ids)), *params],
             )
             return cur.rowcount
@@ -384,9 +390,12 @@ class PostgresStore:
                 n = conn.execute(
                     f"SELECT count(*) AS n FROM (SELECT 1 FROM {s}.{table} LIMIT %s) x", (max(min_rows, 1),)
                 ).fetchone()["n"]
-                if n < min_rows or not conn.execute(
-                    "SELECT pg_try_advisory_lock(hashtext(%s)) AS ok", (f"fullrecall.{s}.{table}.hnsw",)
-                ).fetchone()["ok"]:
+                if (
+                    n < min_rows
+                    or not conn.execute(
+                        "SELECT pg_try_advisory_lock(hashtext(%s)) AS ok", (f"fullrecall.{s}.{table}.hnsw",)
+                    ).fetchone()["ok"]
+                ):
                     return False  # too small yet, or another process is building it
                 try:
                     if self._index_state(conn, table) == "invalid":  # an interrupted build leaves one behind
@@ -438,7 +447,9 @@ class PostgresStore:
             }
             missing = [i for i in ids if i not in rids]
             if missing:
-                raise ValueError(f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}")
+                raise ValueError(
+                    f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}"
+                )
             table = self._vector_table(conn, dim)
             with conn.cursor() as cur:
                 cur.executemany(
@@ -469,7 +480,8 @@ class PostgresStore:
         where, params = SQL.scope_where(scope)
         with self._tx() as conn:
             models = conn.execute(
-                f"SELECT DISTINCT vec_model, vec_dim FROM {self.schema}.sessions s WHERE {where} AND vec_model IS NOT NULL",
+                f"SELECT DISTINCT vec_model, vec_dim FROM {self.schema}.sessions s"
+                f" WHERE {where} AND vec_model IS NOT NULL",
                 params,
             ).fetchall()
         if len(models) > 1:
@@ -573,8 +585,16 @@ class PostgresStore:
                 " created_at, updated_at, vec) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (tenant, user_id, agent_id, session_id, namespace, id) DO UPDATE SET"
                 " text = EXCLUDED.text, data = EXCLUDED.data, updated_at = EXCLUDED.updated_at, vec = EXCLUDED.vec",
-                (*C.record_scope(scope), record.namespace, record.id, record.text, data,
-                 record.created_at, record.updated_at, vec),
+                (
+                    *C.record_scope(scope),
+                    record.namespace,
+                    record.id,
+                    record.text,
+                    data,
+                    record.created_at,
+                    record.updated_at,
+                    vec,
+                ),
             )
 
     def get_records(self, scope: Scope, namespace: str) -> list[Record]:
@@ -585,8 +605,14 @@ class PostgresStore:
                 [*params, namespace],
             ).fetchall()
         return [
-            Record(id=r["id"], namespace=r["namespace"], text=r["text"], data=C.json_loads(r["data"]),
-                   created_at=r["created_at"], updated_at=r["updated_at"])
+            Record(
+                id=r["id"],
+                namespace=r["namespace"],
+                text=r["text"],
+                data=C.json_loads(r["data"]),
+                created_at=r["created_at"],
+                updated_at=r["updated_at"],
+            )
             for r in rows
         ]
 
@@ -622,8 +648,12 @@ class PostgresStore:
             sessions = conn.execute(f"DELETE FROM {s}.sessions s WHERE {where}", params).rowcount
             records = conn.execute(f"DELETE FROM {s}.records r WHERE {rwhere}", rparams).rowcount
         return {
-            "messages": kinds.get("message", 0), "summaries": kinds.get("summary", 0), "vectors": vectors,
-            "state": state, "records": records, "sessions": sessions,
+            "messages": kinds.get("message", 0),
+            "summaries": kinds.get("summary", 0),
+            "vectors": vectors,
+            "state": state,
+            "records": records,
+            "sessions": sessions,
         }
 
     def stats(self, scope: Scope) -> dict[str, int]:

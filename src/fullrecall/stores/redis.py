@@ -72,7 +72,9 @@ local function refresh()
 end
 """
 
-_APPEND = _PRELUDE + """
+_APPEND = (
+    _PRELUDE
+    + """
 register()
 local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
 local n = tonumber(ARGV[8])
@@ -105,8 +107,11 @@ if #new > 0 then redis.call('HINCRBY', KEYS[1], 'version', 1) end
 refresh()
 return out
 """
+)
 
-_SET_VECTORS = _PRELUDE + """
+_SET_VECTORS = (
+    _PRELUDE
+    + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('fullrecall:nosession') end
 local model, dim, n = ARGV[8], ARGV[9], tonumber(ARGV[10])
 local cur = redis.call('HMGET', KEYS[1], 'vec_model', 'vec_dim')
@@ -124,8 +129,11 @@ redis.call('HINCRBY', KEYS[1], 'version', 1)
 refresh()
 return n
 """
+)
 
-_DELETE = _PRELUDE + """
+_DELETE = (
+    _PRELUDE
+    + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local gone = 0
 for i = 8, #ARGV do
@@ -137,21 +145,28 @@ if gone > 0 then redis.call('HINCRBY', KEYS[1], 'version', 1) end
 refresh()
 return gone
 """
+)
 
-_PUT_STATE = _PRELUDE + """
+_PUT_STATE = (
+    _PRELUDE
+    + """
 register()
 redis.call('HSET', KEYS[5], ARGV[8], ARGV[9])
 refresh()
 return 1
 """
+)
 
-_SET_TTL = _PRELUDE + """
+_SET_TTL = (
+    _PRELUDE
+    + """
 register()
 redis.call('HSET', KEYS[1], 'ttl', ARGV[8])
 for i = 1, 5 do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[8])) end
 refresh()
 return 1
 """
+)
 
 
 def _q(value: str | None) -> str:
@@ -212,8 +227,13 @@ class RedisStore:
         self._r = redis_lib.Redis.from_url(conn_url, socket_timeout=socket_timeout, socket_connect_timeout=5)
         self._scripts = {
             name: self._r.register_script(src)
-            for name, src in (("append", _APPEND), ("vectors", _SET_VECTORS), ("delete", _DELETE),
-                              ("state", _PUT_STATE), ("ttl", _SET_TTL))
+            for name, src in (
+                ("append", _APPEND),
+                ("vectors", _SET_VECTORS),
+                ("delete", _DELETE),
+                ("state", _PUT_STATE),
+                ("ttl", _SET_TTL),
+            )
         }
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._cache_sessions = cache_sessions
@@ -241,7 +261,9 @@ class RedisStore:
         except redis_lib.exceptions.ResponseError as exc:
             raise _script_error(exc) from exc
         except redis_lib.RedisError as exc:
-            raise StoreError(f"could not {action} Redis at {self._safe_url()}; nothing was acknowledged: {exc}") from exc
+            raise StoreError(
+                f"could not {action} Redis at {self._safe_url()}; nothing was acknowledged: {exc}"
+            ) from exc
 
     def _safe_url(self) -> str:
         parts = urlsplit(self.url)
@@ -275,10 +297,20 @@ class RedisStore:
         scope.require_session()
         p, base = self._p(scope), self._base(scope)
         keys = [f"{base}:{f}" for f in _FAMILIES] + [
-            f"{p}:user:{_q(scope.user_id)}:sessions", f"{p}:users", f"{p}:sessions:{quote(scope.session_id, safe='')}"
+            f"{p}:user:{_q(scope.user_id)}:sessions",
+            f"{p}:users",
+            f"{p}:sessions:{quote(scope.session_id, safe='')}",
         ]
-        argv = [self.ttl_seconds, base, _q(scope.user_id), scope.tenant, scope.user_id or "", scope.agent_id or "",
-                scope.session_id, *args]
+        argv = [
+            self.ttl_seconds,
+            base,
+            _q(scope.user_id),
+            scope.tenant,
+            scope.user_id or "",
+            scope.agent_id or "",
+            scope.session_id,
+            *args,
+        ]
         with self._errors("write to"):
             return self._scripts[name](keys=keys, args=argv)
 
@@ -295,7 +327,9 @@ class RedisStore:
             pipe = self._r.pipeline(transaction=False)
             for k in index_keys:
                 pipe.smembers(k)
-            candidates = sorted({(k, m.decode()) for k, ms in zip(index_keys, pipe.execute()) for m in ms}, key=lambda x: x[1])
+            candidates = sorted(
+                {(k, m.decode()) for k, ms in zip(index_keys, pipe.execute()) for m in ms}, key=lambda x: x[1]
+            )
             pipe = self._r.pipeline(transaction=False)
             for _, base in candidates:
                 pipe.hgetall(f"{base}:meta")
@@ -308,8 +342,11 @@ class RedisStore:
                 meta = {k.decode(): v.decode() for k, v in raw.items()}
                 if all(
                     want is None or meta.get(field) == want
-                    for field, want in (("user_id", scope.user_id), ("agent_id", scope.agent_id),
-                                        ("session_id", scope.session_id))
+                    for field, want in (
+                        ("user_id", scope.user_id),
+                        ("agent_id", scope.agent_id),
+                        ("session_id", scope.session_id),
+                    )
                 ):
                     out.append(_Session(base, meta))
             if len(stale):
@@ -395,7 +432,9 @@ class RedisStore:
                 stored = json.loads(exc.detail)
                 raise C.model_mismatch((stored[0], int(stored[1])), model, int(mat.shape[1])) from None
             if exc.kind == "nosession":
-                raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first") from None
+                raise ValueError(
+                    f"set_vectors: session {scope.session_id!r} has no messages; append them first"
+                ) from None
             missing = json.loads(exc.detail) if exc.kind == "missing" else []
             raise ValueError(
                 f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}"
@@ -508,10 +547,14 @@ class RedisStore:
 
     def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
         doc = {
-            "id": record.id, "namespace": record.namespace, "text": record.text,
+            "id": record.id,
+            "namespace": record.namespace,
+            "text": record.text,
             "data": C.dump_json(record.data, f"record {record.id!r} data"),
-            "created_at": record.created_at, "updated_at": record.updated_at,
-            "agent_id": scope.agent_id or "", "session_id": scope.session_id or "",
+            "created_at": record.created_at,
+            "updated_at": record.updated_at,
+            "agent_id": scope.agent_id or "",
+            "session_id": scope.session_id or "",
             "vector": C.as_matrix(vector, 1)[0].tolist() if vector is not None else None,
         }
         p, u = self._p(scope), _q(scope.user_id)
@@ -535,9 +578,11 @@ class RedisStore:
             users = [u.decode() for u in self._r.smembers(f"{p}:users")]
         out = []
         for u in users:
-            namespaces = [namespace] if namespace is not None else [
-                n.decode() for n in self._r.smembers(f"{p}:user:{u}:record-namespaces")
-            ]
+            namespaces = (
+                [namespace]
+                if namespace is not None
+                else [n.decode() for n in self._r.smembers(f"{p}:user:{u}:record-namespaces")]
+            )
             for ns in namespaces:
                 key = f"{p}:user:{u}:records:{quote(ns, safe='')}"
                 for field, raw in self._r.hgetall(key).items():
@@ -554,8 +599,14 @@ class RedisStore:
             docs = [d for _, _, d in self._record_fields(scope, namespace, exact=False)]
         docs.sort(key=lambda d: (d["created_at"], d["id"]))
         return [
-            Record(id=d["id"], namespace=d["namespace"], text=d["text"], data=json.loads(d["data"]),
-                   created_at=d["created_at"], updated_at=d["updated_at"])
+            Record(
+                id=d["id"],
+                namespace=d["namespace"],
+                text=d["text"],
+                data=json.loads(d["data"]),
+                created_at=d["created_at"],
+                updated_at=d["updated_at"],
+            )
             for d in docs
         ]
 
@@ -594,8 +645,17 @@ class RedisStore:
 
     def stats(self, scope: Scope) -> dict[str, int]:
         sessions = self._sessions(scope)
-        out = {"message_count": 0, "summary_count": 0, "text_bytes": 0, "vector_count": 0, "vector_bytes": 0,
-               "index_bytes": 0, "record_count": 0, "session_count": len(sessions), "server_bytes": 0}
+        out = {
+            "message_count": 0,
+            "summary_count": 0,
+            "text_bytes": 0,
+            "vector_count": 0,
+            "vector_bytes": 0,
+            "index_bytes": 0,
+            "record_count": 0,
+            "session_count": len(sessions),
+            "server_bytes": 0,
+        }
         with self._errors("read from"):
             for s in sessions:
                 for body in self._r.hvals(s.key("msgs")):
@@ -614,7 +674,9 @@ class RedisStore:
 
 def _scope_of(session: _Session, tenant: str) -> Scope:
     m = session.meta
-    return Scope(tenant=tenant, user_id=m["user_id"] or None, agent_id=m["agent_id"] or None, session_id=m["session_id"])
+    return Scope(
+        tenant=tenant, user_id=m["user_id"] or None, agent_id=m["agent_id"] or None, session_id=m["session_id"]
+    )
 
 
 class _ScriptError(ValueError):
@@ -627,7 +689,7 @@ def _script_error(exc: Exception) -> Exception:
     """Our scripts' refusals as ValueError; any other server reply as StoreError."""
     text = str(exc)
     if text.startswith("fullrecall:"):
-        kind, _, detail = text[len("fullrecall:"):].partition(" ")
+        kind, _, detail = text[len("fullrecall:") :].partition(" ")
         if kind == "position":
             return ValueError(f"cannot append: position {detail} of the session is already taken")
         return _ScriptError(kind, detail)

@@ -252,7 +252,8 @@ class SQLiteStore:
             current = row[0] or 0
             if current > SCHEMA_VERSION:
                 raise StoreError(
-                    f"{self.path!r} has schema version {current}, newer than this fullrecall ({SCHEMA_VERSION}); upgrade fullrecall"
+                    f"{self.path!r} has schema version {current}, newer than this fullrecall"
+                    f" ({SCHEMA_VERSION}); upgrade fullrecall"
                 )
             for version in range(current + 1, SCHEMA_VERSION + 1):
                 for stmt in _split_sql(MIGRATIONS[version]):
@@ -355,8 +356,19 @@ class SQLiteStore:
                 )
             positions, new, next_pos = C.assign_positions(messages, known, next_pos)
             new_rows = [
-                (sid, r["id"], pos, r["role"], r["kind"], r["text"], r["data"], r["created_at"], r["archived_at"],
-                 r["summary_id"], r["metadata"])
+                (
+                    sid,
+                    r["id"],
+                    pos,
+                    r["role"],
+                    r["kind"],
+                    r["text"],
+                    r["data"],
+                    r["created_at"],
+                    r["archived_at"],
+                    r["summary_id"],
+                    r["metadata"],
+                )
                 for r, pos in ((C.message_row(m), pos) for m, pos in new)
             ]
             try:
@@ -456,7 +468,9 @@ class SQLiteStore:
                 )
             missing = [i for i in ids if i not in rids]
             if missing:
-                raise ValueError(f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}")
+                raise ValueError(
+                    f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}"
+                )
             overwrote = sum(
                 conn.execute(f"DELETE FROM vectors WHERE rid IN ({_qmarks(len(c))})", c).rowcount
                 for c in _chunks(list(rids.values()))
@@ -465,9 +479,7 @@ class SQLiteStore:
                 "INSERT OR REPLACE INTO vectors (rid, sid, vec) VALUES (?, ?, ?)",
                 [(rids[i], sess["sid"], mat[n].tobytes()) for n, i in enumerate(ids)],
             )
-            conn.execute(
-                "UPDATE sessions SET vec_model = ?, vec_dim = ? WHERE sid = ?", (model, dim, sess["sid"])
-            )
+            conn.execute("UPDATE sessions SET vec_model = ?, vec_dim = ? WHERE sid = ?", (model, dim, sess["sid"]))
             self._bump_vectors(conn, [sess["sid"]], epoch=overwrote > 0 or len(set(ids)) < len(ids))
 
     def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
@@ -476,7 +488,8 @@ class SQLiteStore:
         with self._read() as conn:
             for chunk in _chunks(list(dict.fromkeys(ids))):
                 for r in conn.execute(
-                    "SELECT m.id, v.vec FROM vectors v JOIN messages m ON m.rid = v.rid JOIN sessions s ON s.sid = m.sid"
+                    "SELECT m.id, v.vec FROM vectors v JOIN messages m ON m.rid = v.rid"
+                    " JOIN sessions s ON s.sid = m.sid"
                     f" WHERE {where} AND m.id IN ({_qmarks(len(chunk))})",
                     [*params, *chunk],
                 ):
@@ -530,12 +543,15 @@ class SQLiteStore:
         self._remember(key, versions, max_vid, block)
         return block
 
-    def _load_vectors(self, conn: sqlite3.Connection, sids: list[int], dim: int, after: int) -> tuple[C.VectorBlock, int]:
+    def _load_vectors(
+        self, conn: sqlite3.Connection, sids: list[int], dim: int, after: int
+    ) -> tuple[C.VectorBlock, int]:
         rows: list[tuple[str, bytes, str, str, float]] = []
         max_vid = after
         for chunk in _chunks(sids):
             for r in conn.execute(
-                "SELECT v.vid, m.id, v.vec, m.role, m.kind, m.created_at FROM vectors v JOIN messages m ON m.rid = v.rid"
+                "SELECT v.vid, m.id, v.vec, m.role, m.kind, m.created_at"
+                " FROM vectors v JOIN messages m ON m.rid = v.rid"
                 f" WHERE v.sid IN ({_qmarks(len(chunk))}) AND v.vid > ?",
                 (*chunk, after),
             ):
@@ -543,7 +559,9 @@ class SQLiteStore:
                 rows.append((r[1], r[2], r[3], r[4], r[5]))
         return C.VectorBlock.build(rows, dim), max_vid
 
-    def _remember(self, key: tuple[int, ...], versions: dict[int, tuple[int, int]], max_vid: int, block: C.VectorBlock) -> None:
+    def _remember(
+        self, key: tuple[int, ...], versions: dict[int, tuple[int, int]], max_vid: int, block: C.VectorBlock
+    ) -> None:
         self._cache[key] = (versions, max_vid, block)
         self._cache.move_to_end(key)
         total = sum(b.nbytes for _, _, b in self._cache.values())
@@ -625,8 +643,16 @@ class SQLiteStore:
             conn.execute(
                 "INSERT OR REPLACE INTO records (tenant, user_id, agent_id, session_id, namespace, id, text, data,"
                 " created_at, updated_at, vec) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*C.record_scope(scope), record.namespace, record.id, record.text, data,
-                 record.created_at, record.updated_at, blob),
+                (
+                    *C.record_scope(scope),
+                    record.namespace,
+                    record.id,
+                    record.text,
+                    data,
+                    record.created_at,
+                    record.updated_at,
+                    blob,
+                ),
             )
 
     def get_records(self, scope: Scope, namespace: str) -> list[Record]:
@@ -636,8 +662,14 @@ class SQLiteStore:
                 f"SELECT * FROM records r WHERE {where} AND namespace = ? ORDER BY created_at, id", [*params, namespace]
             ).fetchall()
         return [
-            Record(id=r["id"], namespace=r["namespace"], text=r["text"], data=C.json_loads(r["data"]),
-                   created_at=r["created_at"], updated_at=r["updated_at"])
+            Record(
+                id=r["id"],
+                namespace=r["namespace"],
+                text=r["text"],
+                data=C.json_loads(r["data"]),
+                created_at=r["created_at"],
+                updated_at=r["updated_at"],
+            )
             for r in rows
         ]
 
@@ -645,7 +677,8 @@ class SQLiteStore:
         where, params = SQL.record_where(scope)
         with self._write() as conn:
             n = conn.execute(
-                f"DELETE FROM records WHERE rowid IN (SELECT rowid FROM records r WHERE {where} AND namespace = ? AND id = ?)",
+                "DELETE FROM records WHERE rowid IN"
+                f" (SELECT rowid FROM records r WHERE {where} AND namespace = ? AND id = ?)",
                 [*params, namespace, record_id],
             ).rowcount
         return n > 0
@@ -691,7 +724,8 @@ class SQLiteStore:
                 params,
             ).fetchone()
             v = conn.execute(
-                f"SELECT count(*), coalesce(sum(length(v.vec)), 0) FROM vectors v JOIN sessions s ON s.sid = v.sid WHERE {where}",
+                "SELECT count(*), coalesce(sum(length(v.vec)), 0)"
+                f" FROM vectors v JOIN sessions s ON s.sid = v.sid WHERE {where}",
                 params,
             ).fetchone()
             total_msgs = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
@@ -748,9 +782,7 @@ def _split_sql(script: str) -> list[str]:
 
 def _fts_bytes(conn: sqlite3.Connection) -> int:
     try:
-        row = conn.execute(
-            "SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name LIKE 'messages_fts%'"
-        ).fetchone()
+        row = conn.execute("SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name LIKE 'messages_fts%'").fetchone()
         return int(row[0])
     except sqlite3.OperationalError:  # SQLite built without dbstat: count the index blobs
         return int(conn.execute("SELECT coalesce(sum(length(block)), 0) FROM messages_fts_data").fetchone()[0])
