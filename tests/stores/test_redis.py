@@ -96,3 +96,17 @@ def test_unreachable_server_is_a_store_error() -> None:
 
     with pytest.raises(StoreError, match="Redis"):
         open_store(f"redis://127.0.0.1:{free_port()}/0")
+
+
+def test_forget_leaves_no_key_of_the_user(redis_url: str, raw: redis.Redis, prefix: str) -> None:
+    store = open_store(f"{redis_url}?prefix={prefix}")
+    _fill(store, Scope(user_id="alice", agent_id="bot", session_id="s1"))
+    _fill(store, Scope(user_id="alice", session_id="s2"))
+    _fill(store, Scope(user_id="carol", session_id="s1"))
+    counts = store.forget(Scope(user_id="alice"))
+    assert counts["messages"] == 6 and counts["records"] == 1 and counts["sessions"] == 2
+    left = [k.decode() for k in _keys(raw, prefix)]
+    assert left and not [k for k in left if "alice" in k]
+    assert b"alice" not in b"".join(raw.smembers(f"{prefix}:users"))
+    assert store.count(Scope(user_id="carol")) == 3
+    store.close()

@@ -641,7 +641,25 @@ class RedisStore:
             fields = self._record_fields(scope, None, exact=True)
             for key, field, _ in fields:
                 counts["records"] += self._r.hdel(key, field)
+            users = {_q(s.meta["user_id"]) for s in sessions} | {
+                k.split(":user:", 1)[1].split(":", 1)[0] for k, _, _ in fields
+            }
+            self._drop_empty_users(self._p(scope), users)
         return counts
+
+    def _drop_empty_users(self, p: str, users: Iterable[str]) -> None:
+        """Remove a user's index entries once nothing of theirs is left (no name lingers)."""
+        for u in users:
+            namespaces = [n.decode() for n in self._r.smembers(f"{p}:user:{u}:record-namespaces")]
+            pipe = self._r.pipeline(transaction=False)
+            pipe.exists(f"{p}:user:{u}:sessions")
+            for ns in namespaces:
+                pipe.exists(f"{p}:user:{u}:records:{quote(ns, safe='')}")
+            if not any(pipe.execute()):
+                pipe = self._r.pipeline(transaction=True)
+                pipe.unlink(f"{p}:user:{u}:record-namespaces")
+                pipe.srem(f"{p}:users", u)
+                pipe.execute()
 
     def stats(self, scope: Scope) -> dict[str, int]:
         sessions = self._sessions(scope)
