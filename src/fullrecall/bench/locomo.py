@@ -47,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--radius", type=int, default=2, help="context radius around each hit")
     parser.add_argument("--no-spread", action="store_true", help="radius around the plain top-k instead of spread hits")
     parser.add_argument("--scale", type=int, default=10_000, help="also time queries on an archive of this many messages (0: skip)")
+    parser.add_argument("--busy-core", action="store_true", help="keep one core busy with another process while timing queries")
     parser.add_argument("--limit", type=int, default=None, help="only the first N conversations")
 
 
@@ -156,9 +157,6 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..search import SemanticSearch
-    from ..stores.base import Scope
-
     t_start = time.perf_counter()
     data_path = args.data or default_data_path()
     if not data_path.exists():
@@ -173,11 +171,31 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     embedder = load_embedder(args.embedding_model, variant=args.variant or "int8")
     load_s = time.perf_counter() - t0
+
+    busy = _busy_process() if args.busy_core else None
+    try:
+        return _run(args, samples, data_path, embedder, load_s, t_start)
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+
+
+def _busy_process():  # type: ignore[no-untyped-def]
+    """Another process spinning on one core, as a busy machine has."""
+    import subprocess
+
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def _run(args: argparse.Namespace, samples: list[Any], data_path: Path, embedder: Any, load_s: float, t_start: float) -> int:
+    from ..search import SemanticSearch
+    from ..stores.base import Scope
+
     options: dict[str, Any] = {"fusion": args.fusion}
     for name in ("lexical_weight", "neighbour_weight", "candidates"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
-
     tallies: dict[str, Tally] = {}
     counts = {"evidence_split": 0, "evidence_skipped": 0, "questions_without_evidence": 0}
     index_s = 0.0
@@ -248,6 +266,7 @@ def run(args: argparse.Namespace) -> int:
     if args.scale:
         result["query_ms_at_scale"] = _scale_latency(embedder, samples, args, options)
     result.update(counts)
+    result["busy_core"] = bool(args.busy_core)
     result["radius"] = args.radius
     result["spread"] = spread
     result["embedder"] = embedder.name

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
@@ -91,6 +92,7 @@ class SemanticSearch:
 
         self.embedder = load_embedder(embedding_model, aws_region=aws_region, embedding_dimensions=embedding_dimensions)
         self.reranker = load_reranker(reranker_model) if reranker_model is None or isinstance(reranker_model, str) else reranker_model
+        self._owns_store = store is None or isinstance(store, str)
         if store is None or isinstance(store, str):
             from ..stores import open_store
 
@@ -107,6 +109,9 @@ class SemanticSearch:
             raise ValueError(f"fusion must be 'weighted' or 'rrf', not {fusion!r}")
         self.fusion = fusion
         self._checked_space = False
+        self._pool: ThreadPoolExecutor | None = None
+        self._keys: dict[str, tuple[str, int]] = {}  # id -> (session, position)
+        self._ids: dict[tuple[str, int], str] = {}  # (session, position) -> id
 
     # -- writing -------------------------------------------------------------------
 
@@ -160,7 +165,8 @@ class SemanticSearch:
         scope = self.scope.require_session()
         self._check_vector_space()
         if append:
-            self.store.append(scope, messages)
+            positions = self.store.append(scope, messages)
+            self._remember([replace(m, position=p, session_id=scope.session_id) for m, p in zip(messages, positions)])
         ids = [m.id for m in messages]
         have = self.store.get_vectors(scope, ids)
         todo = [m for m in dict((m.id, m) for m in messages).values() if m.id not in have]
@@ -171,7 +177,9 @@ class SemanticSearch:
 
     def delete(self, ids: Sequence[str]) -> int:
         """Remove messages, their vectors and their index entries; return how many went."""
-        return self.store.delete(self.scope, list(ids))
+        ids = list(ids)
+        self._forget(ids)
+        return self.store.delete(self.scope, ids)
 
     def _check_vector_space(self) -> None:
         """Refuse to mix vector spaces: a clear ValueError instead of meaningless cosines."""
@@ -221,14 +229,20 @@ class SemanticSearch:
             return []
         self._check_vector_space()
         n = max(self.candidates, k)
-        dense_hits = self.store.search_vectors(scope, self.embed_query(query), n, filters)
         terms = query_terms(query)
-        lexical_hits = self.store.search_text(scope, terms, n, filters) if terms else []
-        known = {m.id: m for m in self.store.get(scope, {i for i, _ in dense_hits} | {i for i, _ in lexical_hits})}
-        key_of = {i: (m.session_id or "", m.position if m.position is not None else -1) for i, m in known.items()}
-        dense = {key_of[i]: s for i, s in dense_hits if i in key_of}
-        lexical = {key_of[i]: s for i, s in lexical_hits if i in key_of}
-        ids = {key: i for i, key in key_of.items()}
+        # The lexical search runs on a helper thread while the query is embedded (both release the GIL).
+        lexical_job = self._lexical_pool().submit(self.store.search_text, scope, terms, n, filters) if terms else None
+        try:
+            dense_hits = self.store.search_vectors(scope, self.embed_query(query), n, filters)
+        finally:
+            lexical_hits = lexical_job.result() if lexical_job is not None else []
+        unplaced = [i for i in dict.fromkeys(i for i, _ in dense_hits + lexical_hits) if i not in self._keys]
+        if unplaced:
+            self._remember(self.store.get(scope, unplaced))
+        keys = self._keys
+        dense = {keys[i]: s for i, s in dense_hits if i in keys}
+        lexical = {keys[i]: s for i, s in lexical_hits if i in keys}
+        ids = {keys[i]: i for i, _ in dense_hits + lexical_hits if i in keys}
         if self.fusion == "rrf":
             ranked = rrf(dense, lexical, ids)
         else:
@@ -238,8 +252,9 @@ class SemanticSearch:
                 unknown_neighbours=filters is None,
             )
         depth = max(k, self.rerank_depth) if self.reranker is not None else k
-        chosen = spread_out(ranked, depth, spread, resolve=lambda c: self._resolve(scope, c, known))
-        hits = [self._hit(c, known[c.id]) for c in chosen]
+        chosen = spread_out(ranked, depth, spread, resolve=lambda c: self._resolve(scope, c))
+        found = {m.id: m for m in self.store.get(scope, [c.id for c in chosen])}
+        hits = [self._hit(c, found[c.id]) for c in chosen if c.id in found]  # a cached neighbour may be gone
         if self.reranker is not None and hits:
             logits = self.reranker.score(query, [h.message.text for h in hits])
             for h, s in zip(hits, logits):
@@ -248,14 +263,41 @@ class SemanticSearch:
             hits.sort(key=lambda h: -h.score)
         return [h for h in hits if h.score >= threshold][:k]
 
-    def _resolve(self, scope: Scope, c: Candidate, known: dict[str, StoredMessage]) -> bool:
-        """Fetch a neighbour that won a place without having been fetched; False if there is none."""
+    def _lexical_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="fullrecall-search")
+        return self._pool
+
+    def _remember(self, messages: Sequence[StoredMessage]) -> None:
+        """Cache where messages sit (session, position): a stored message never moves.
+
+        Candidates then need no store round trip to be placed, and a neighbour of
+        a keyword hit is found by its position without one either.
+        """
+        for m in messages:
+            if m.position is not None:
+                key = (m.session_id or "", m.position)
+                self._keys[m.id] = key
+                self._ids[key] = m.id
+
+    def _forget(self, ids: Sequence[str]) -> None:
+        for i in ids:
+            key = self._keys.pop(i, None)
+            if key is not None and self._ids.get(key) == i:
+                del self._ids[key]
+
+    def _resolve(self, scope: Scope, c: Candidate) -> bool:
+        """Find the id of a neighbour that won a place; False if there is no such message."""
+        cached = self._ids.get(c.key)
+        if cached is not None:
+            c.id = cached
+            return True
         session, pos = c.key
         found = self.store.range(replace(scope, session_id=session), pos, pos)
         if not found:
             return False
+        self._remember(found)
         c.id = found[0].id
-        known[c.id] = found[0]
         return True
 
     @staticmethod
@@ -266,7 +308,11 @@ class SemanticSearch:
         return SearchHit(id=m.id, text=_verbatim_text(m), metadata=dict(m.metadata), score=c.fused, scores=scores, message=m)
 
     def close(self) -> None:
-        self.store.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        if self._owns_store:  # a store the caller passed in is the caller's to close
+            self.store.close()
 
     def __enter__(self) -> "SemanticSearch":
         return self
