@@ -145,3 +145,19 @@ def test_cross_encoder_rerank_and_min_score_on_logits(default_embedder, tiny_cro
     assert len(hits) == 3 and all("rerank" in h.scores and h.score == h.scores["rerank"] for h in hits)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert s.search("pet cat", top_k=3, min_score=1e9) == []  # the threshold is on the logits
+
+
+def test_filters_hold_for_neighbours_found_through_a_keyword_hit(search):
+    now = time.time()
+    texts = ["Did you book the flights to Lisbon?", "Yes, done this morning.", "Great, thanks!", "Unrelated chatter."] * 3
+    roles = ["user", "assistant", "user", "assistant"] * 3
+    ids = search.add(texts, metadata=[{"role": r, "created_at": now} for r in roles])
+    hits = search.search("Lisbon flights booked", top_k=12, filters=Filters(roles=("assistant",), exclude_ids=frozenset(ids[:4])))
+    assert hits and all(h.message.role == "assistant" and h.id not in ids[:4] for h in hits)
+
+
+def test_a_store_passed_in_stays_open(default_embedder):
+    store = open_store("sqlite:///:memory:")
+    with SemanticSearch(default_embedder, store=store) as s:
+        s.add(["kept"])
+    assert store.count(Scope(session_id="default")) == 1

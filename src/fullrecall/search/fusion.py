@@ -46,7 +46,7 @@ def fuse(
     """All candidates, best first. ``ids`` maps the keys that are known to message ids.
 
     With ``unknown_neighbours=False`` lexical scores spread only to keys in ``ids``
-    (used when filters apply, since an unfetched neighbour may not pass them).
+    (for a caller that cannot look neighbours up).
     """
     smoothed: dict[Key, float] = {}
     for (session, pos), score in lexical.items():

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..stores._common import filters_match
 from ..stores.base import Filters, Scope, Store, StoredMessage
 from .fusion import LEXICAL_WEIGHT, NEIGHBOUR_WEIGHT, Candidate, fuse, rrf, spread_out
 from .terms import index_text, query_terms
@@ -249,10 +250,9 @@ class SemanticSearch:
             ranked = fuse(
                 dense, lexical, ids,
                 lexical_weight=self.lexical_weight, neighbour_weight=self.neighbour_weight,
-                unknown_neighbours=filters is None,
             )
         depth = max(k, self.rerank_depth) if self.reranker is not None else k
-        chosen = spread_out(ranked, depth, spread, resolve=lambda c: self._resolve(scope, c))
+        chosen = spread_out(ranked, depth, spread, resolve=lambda c: self._resolve(scope, c, filters))
         found = {m.id: m for m in self.store.get(scope, [c.id for c in chosen])}
         hits = [self._hit(c, found[c.id]) for c in chosen if c.id in found]  # a cached neighbour may be gone
         if self.reranker is not None and hits:
@@ -286,18 +286,21 @@ class SemanticSearch:
             if key is not None and self._ids.get(key) == i:
                 del self._ids[key]
 
-    def _resolve(self, scope: Scope, c: Candidate) -> bool:
-        """Find the id of a neighbour that won a place; False if there is no such message."""
+    def _resolve(self, scope: Scope, c: Candidate, filters: Filters | None) -> bool:
+        """Find the neighbour that won a place; False if there is none, or it does not pass the filters."""
         cached = self._ids.get(c.key)
-        if cached is not None:
+        if cached is not None and filters is None:
             c.id = cached
             return True
         session, pos = c.key
         found = self.store.range(replace(scope, session_id=session), pos, pos)
         if not found:
             return False
+        m = found[0]
         self._remember(found)
-        c.id = found[0].id
+        if filters is not None and not filters_match(filters, id=m.id, role=m.role, kind=m.kind, created_at=m.created_at):
+            return False
+        c.id = m.id
         return True
 
     @staticmethod
