@@ -105,6 +105,7 @@ def test_index_stored_messages_embeds_only_missing(counting):
     assert s.index(msgs) == [m.id for m in msgs]
     assert len(counting.embedded) == len(DOCS)  # m0-m2 once, m3-m5 once
     hit = s.search("grey cat", top_k=1)[0]
+    assert hit.text == DOCS[5]  # the message's own words, not the indexed "user (1 May): ..."
     assert hit.id == "m5" and hit.message.data == msgs[5].data and hit.position == 5 and hit.session_id == "s1"
     # a partial scope (the user's sessions) searches too
     assert s.search("grey cat", top_k=1, scope=Scope(user_id="u1"))[0].id == "m5"

@@ -53,9 +53,21 @@ class SearchHit:
 
 
 def _verbatim_text(m: StoredMessage) -> str:
-    """The exact text the caller gave (``data["text"]`` for plain texts), else the indexed text."""
-    text = m.data.get("text") if isinstance(m.data, dict) else None
-    return text if isinstance(text, str) else m.text
+    """The message's own words: ``data["text"]`` (plain texts), else its content's text blocks.
+
+    Falls back to the indexed text only for a message with no text of its own.
+    """
+    data = m.data if isinstance(m.data, dict) else {}
+    if isinstance(data.get("text"), str):
+        return data["text"]
+    content = data.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str)]
+        if parts:
+            return "\n".join(parts)
+    return m.text
 
 
 class SemanticSearch:
@@ -68,8 +80,9 @@ class SemanticSearch:
 
     ``min_score`` applies to ``SearchHit.score``: the reranker's logit when a
     reranker is set (default -2.0, as in the seed), else the fused score in
-    [0, 1] (``fusion="weighted"``; ``"rrf"`` is the plain baseline), which the default -2.0 never filters (the fused score is relative to
-    the best candidate, so it is not a calibrated relevance).
+    [0, 1], which the default -2.0 never filters (the fused score is relative
+    to the best candidate of the query, not a calibrated relevance).
+    ``fusion="rrf"`` (plain reciprocal rank fusion) is kept as the baseline.
     """
 
     def __init__(
