@@ -41,6 +41,11 @@ _EXPORTS = {
     "SlidingWindowConversationManager": "fullrecall.window",
     "SummarizingConversationManager": "fullrecall.window",
     "RemovedMessages": "fullrecall.window",
+    # durable conversation memory and recall
+    "ConversationMemory": "fullrecall.memory",
+    "SemanticSummarizingConversationManager": "fullrecall.archive",
+    "SemanticMemoryHook": "fullrecall.archive",
+    "Archive": "fullrecall.archive",
     # stores
     "Store": "fullrecall.stores",
     "Scope": "fullrecall.stores",

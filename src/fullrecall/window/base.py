@@ -28,7 +28,7 @@ class RemovedMessages:
 
     ``messages`` are original conversation messages (verbatim, with positions);
     ``reason`` is ``"trimmed"``, ``"summarized"``, ``"truncated"`` (the original
-    of a tool result that stays, shortened) or ``"fallback"``. ``summary`` is the
+    of a tool result that stays, shortened), ``"fallback"`` or ``"cleared"``. ``summary`` is the
     summary that covers them, ``replaced_summary`` an earlier summary that the
     new one folds in (archived as a summary, never as user words).
     """
@@ -64,6 +64,21 @@ class ConversationManager:
         self, messages: MutableSequence[dict[str, Any]], error: BaseException | None = None
     ) -> MutableSequence[dict[str, Any]]:
         raise ContextWindowOverflowError(f"{type(self).__name__} does not reduce context") from error
+
+    def clear(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
+        """Empty the window (a pinned system message stays); every message is reported first."""
+        pinned = self._pinned_count(messages)
+        start = self._window_start(messages)
+        shape, body = self._parse(messages[start:], pinned + self.removed_message_count)
+        if body:
+            self._release(RemovedMessages(messages=body, reason="cleared", shape=shape))
+        del messages[pinned:]
+        self.removed_message_count += len(body)
+        return messages
+
+    def _window_start(self, messages: Sequence[dict[str, Any]]) -> int:
+        """Index of the first original message (after what the manager pins or adds)."""
+        return self._pinned_count(messages)
 
     # -- state -------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:

@@ -180,6 +180,14 @@ class SummarizingConversationManager(ConversationManager):
                 keeps.append(kept)
         return min(keeps) if keeps else None
 
+    def clear(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
+        super().clear(messages)
+        self._summary_message = None
+        return messages
+
+    def _window_start(self, messages: Sequence[dict[str, Any]]) -> int:
+        return self._layout(messages).start
+
     # -- the work --------------------------------------------------------------------------
     def _layout(self, messages: Sequence[dict[str, Any]]) -> "_Layout":
         pinned = self._pinned_count(messages)

@@ -1,0 +1,45 @@
+"""ConversationMemory: the chat loop's durable memory."""
+
+import pytest
+
+from fullrecall import ConversationMemory, MessageFormatError
+
+
+def make(url="sqlite:///:memory:", **kw):
+    kw.setdefault("summarizer", lambda m, p: "summary")
+    return ConversationMemory(url, "s1", max_history_turns=3, preserve_recent_messages=2, **kw)
+
+
+def test_resumes_window_and_archive_after_restart(tmp_path):
+    url = f"sqlite:///{tmp_path}/m.db"
+    memory = make(url)
+    memory.add({"role": "user", "content": "My locker code is 3141."})
+    memory.add({"role": "assistant", "content": "Noted."})
+    for i in range(6):
+        memory.add([{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}])
+    again = make(url)
+    assert again.messages == memory.messages and again.manager.removed_message_count == memory.manager.removed_message_count
+    again.add({"role": "user", "content": "What is my locker code?"})
+    enriched = again.model_input()[-1]["content"]
+    assert "3141" in enriched and again.messages[-1]["content"] == "What is my locker code?"
+
+
+def test_clear_archives_the_window_and_forget_deletes():
+    memory = make()
+    memory.add([{"role": "system", "content": "rules"}, {"role": "user", "content": "REF-77 is mine"}, {"role": "assistant", "content": "ok"}])
+    memory.clear()
+    assert memory.messages == [{"role": "system", "content": "rules"}]
+    assert memory.manager.get_memory_usage_stats()["message_count"] == 2
+    assert any("REF-77" in m.text for m in memory.recall("REF-77").messages)
+    counts = memory.forget()
+    assert counts.get("messages", 0) == 2 and memory.messages == []
+
+
+def test_bad_message_is_refused_before_anything_is_stored():
+    memory = make()
+    memory.add({"role": "user", "content": "hi"})
+    with pytest.raises(MessageFormatError, match="message 0: 'role' is missing"):
+        memory.add({"content": "no role"})
+    with pytest.raises(MessageFormatError, match="message 0: 'content' must be a list"):
+        memory.add({"role": "user", "content": [{"text": "converse shape"}]})
+    assert memory.messages == [{"role": "user", "content": "hi"}]
