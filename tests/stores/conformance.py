@@ -52,6 +52,7 @@ class StoreConformance:
     # -- messages ----------------------------------------------------------------
 
     def test_append_get_range_count_delete(self, store: Store, scope: Scope) -> None:
+        assert isinstance(store, Store)  # the runtime-checkable protocol: every method is there
         assert store.append(scope, [msg(i) for i in range(5)]) == [0, 1, 2, 3, 4]
         assert store.append(scope, [msg(5)]) == [5]
         assert store.count(scope) == 6

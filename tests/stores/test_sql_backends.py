@@ -74,13 +74,13 @@ def test_sqlite_user_search_across_many_sessions(tmp_path) -> None:
 def test_postgres_large_scope_uses_hnsw_and_stays_correct(service_urls: dict[str, Callable[[], str]]) -> None:
     url = service_urls["postgres"]()
     sep = "&" if "?" in url else "?"
-    store = open_store(f"{url}{sep}schema=hnsw{uuid.uuid4().hex[:8]}&exact_limit=50")
+    store = open_store(f"{url}{sep}schema=hnsw{uuid.uuid4().hex[:8]}&exact_limit=50&hnsw_min_rows=100")
     scope = Scope(user_id="u", session_id="s")
     rng = np.random.default_rng(0)
     vecs = rng.normal(size=(300, 8)).astype(np.float32)
     store.append(scope, [_msg(i, f"text {i}") for i in range(300)])
     store.set_vectors(scope, [f"m{i}" for i in range(300)], vecs, "m")
-    with psycopg.connect(url) as conn:  # crossing hnsw_min_rows (= exact_limit) built the index
+    with psycopg.connect(url) as conn:  # crossing hnsw_min_rows built the index
         assert conn.execute(
             "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)",
             (f"{store.schema}.vectors_8_hnsw",),
@@ -155,4 +155,18 @@ def test_sqlite_forget_leaves_no_trace_in_the_file(tmp_path) -> None:
     raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("gone.db"))
     assert b"quixoticmarmalade" not in raw and b"ordinary words" in raw
     assert store.search_text(keep, ["ordinary"], 100) and store.search_text(Scope(), ["quixoticmarmalade1"], 5) == []
+    store.close()
+
+
+def test_sqlite_text_search_of_a_large_scope_never_leaks_or_starves(tmp_path) -> None:
+    """A scope holding most of the file is searched without its token, then filtered: still exact."""
+    store = SQLiteStore(tmp_path / "share.db")
+    mine, other = Scope(session_id="mine"), Scope(session_id="other")
+    filler = " ".join(f"w{i}" for i in range(30))
+    store.append(mine, [_msg(i, f"apple {filler}") for i in range(60)])  # low BM25: long texts
+    store.append(other, [_msg(100 + i, "apple apple") for i in range(50)])  # better matches, other scope
+    for k in (5, 10, 60):
+        hits = store.search_text(mine, ["apple"], k)
+        assert len(hits) == k and all(int(i[1:]) < 100 for i, _ in hits)
+    assert len(store.search_text(Scope(), ["apple"], 200)) == 110
     store.close()

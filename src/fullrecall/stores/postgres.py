@@ -12,13 +12,13 @@ Design, and why:
   ``ts_rank_cd``, in SQL.
 * **Vectors** go to one table per dimension (``vectors_384``: pgvector needs a fixed
   dimension to index) with an HNSW cosine index, built (``CREATE INDEX CONCURRENTLY``,
-  writes go on) once the table holds ``hnsw_min_rows`` vectors (default: ``exact_limit``;
-  below that every search is exact anyway), or on demand by :meth:`PostgresStore.build_indexes`
-  (bulk loads: building once is far faster than inserting into the graph). A scope holding at most
-  ``exact_limit`` vectors (default 20,000: one conversation, one user) is searched
-  exactly, which is both faster and exact there; larger scopes use HNSW
-  (``hnsw.ef_search`` = ``max(ef_search, k)``) and fall back to an exact scan when the
-  index returns fewer than ``k`` rows after filtering.
+  writes go on) once the table holds ``hnsw_min_rows`` vectors (default 5,000), or on
+  demand by :meth:`PostgresStore.build_indexes` (bulk loads: building once is far faster
+  than inserting into the graph). The index serves scopes over ``exact_limit`` vectors
+  (default 20,000) or holding most of the table, with ``hnsw.ef_search`` raised as the
+  scope's share of the table shrinks; smaller scopes (one conversation among many) are
+  searched exactly, and an approximate search that filters leave short of ``k`` rows
+  falls back to an exact one.
 * Works on any PostgreSQL >= 14 with the ``vector`` extension (>= 0.5 for HNSW),
   managed services included; the extension is created if missing.
 
@@ -51,6 +51,9 @@ SQL = C.Sql("%s")
 _OWN_OPTIONS = ("schema", "pool_min", "pool_max", "exact_limit", "ef_search", "hnsw_min_rows")
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _HNSW_MAX_DIM = 2000  # pgvector's limit for indexing the ``vector`` type
+_EXACT_ALWAYS = 2_000  # scopes this small are searched exactly (a few ms)
+_MAX_EF = 1_000
+_HNSW_MIN_ROWS = 5_000  # build the index once the table holds this many vectors
 _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
 # Punctuation becomes a space before tokenising, in the index and in queries alike.
 _PUNCT_SQL = r"regexp_replace(text, '[^\w\s]+', ' ', 'g')"
@@ -161,7 +164,7 @@ class PostgresStore:
         self._pool_sizes = (int(opts.get("pool_min", pool_min)), int(opts.get("pool_max", pool_max)))
         self._exact_limit = int(opts.get("exact_limit", exact_limit))
         self._ef_search = int(opts.get("ef_search", ef_search))
-        self._hnsw_min_rows = int(opts.get("hnsw_min_rows", hnsw_min_rows or self._exact_limit))
+        self._hnsw_min_rows = int(opts.get("hnsw_min_rows", hnsw_min_rows or _HNSW_MIN_ROWS))
         self._indexed: set[int] = set()  # dimensions whose HNSW index is known to be built
         self._timeout = connect_timeout
         self._lock = threading.Lock()
@@ -521,14 +524,36 @@ class PostgresStore:
                 f"SELECT count(*) AS n FROM (SELECT 1 FROM {table} WHERE sid = ANY(%s) LIMIT %s) x",
                 (sids, self._exact_limit + 1),
             ).fetchone()["n"]
-            if size > self._exact_limit and dim <= _HNSW_MAX_DIM:
-                conn.execute(f"SET LOCAL hnsw.ef_search = {max(self._ef_search, k)}")
+            ef = self._hnsw_ef(conn, dim, size, k)
+            if ef:
+                conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
                 rows = conn.execute(f"{base} ORDER BY v.embedding <=> %s LIMIT %s", [*args, query, k]).fetchall()
                 if len(rows) == k:
                     return [(r["id"], float(r["score"])) for r in rows]
-            conn.execute("SET LOCAL enable_indexscan = off")  # exact: never the approximate index
+            # Exact: ordering by the score expression never uses the approximate index.
             rows = conn.execute(f"{base} ORDER BY score DESC, m.rid LIMIT %s", [*args, k]).fetchall()
         return [(r["id"], float(r["score"])) for r in rows]
+
+    def _hnsw_ef(self, conn: psycopg.Connection, dim: int, scope_size: int, k: int) -> int | None:
+        """``hnsw.ef_search`` for an approximate search of this scope, or None to search exactly.
+
+        The index walks the whole table and the scope filter applies after it, so it pays when
+        the scope is big (over ``exact_limit``) or most of the table; ef grows as the scope's
+        share shrinks, so that about 2k of the candidates belong to the scope.
+        """
+        if scope_size < min(_EXACT_ALWAYS, self._exact_limit) or dim > _HNSW_MAX_DIM:
+            return None
+        if dim not in self._indexed and self._index_state(conn, f"vectors_{dim}") != "valid":
+            return None
+        self._indexed.add(dim)
+        rows = conn.execute(
+            "SELECT greatest(reltuples, 1)::bigint AS n FROM pg_class WHERE oid = to_regclass(%s)",
+            (f"{self.schema}.vectors_{dim}",),
+        ).fetchone()["n"]
+        rows = max(rows, scope_size)
+        if scope_size <= self._exact_limit and scope_size < rows / 2:
+            return None
+        return int(min(_MAX_EF, max(self._ef_search, k, 2 * k * rows / scope_size)))
 
     def search_text(
         self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None

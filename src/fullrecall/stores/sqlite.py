@@ -591,27 +591,48 @@ class SQLiteStore:
             if _pending(self._conn()):
                 with self._write() as conn:
                     _index_pending(conn, min_pending=1)
+        where, params = SQL.scope_where(scope)
+        in_scope = f"m.sid IN (SELECT sid FROM sessions s WHERE {where})"
+        conds, fparams = SQL.filters(filters)
         with self._read() as conn:
-            where, params = SQL.scope_where(scope)
-            sessions = conn.execute(f"SELECT sid, fts_scope FROM sessions s WHERE {where}", params).fetchall()
+            sessions = conn.execute(
+                f"SELECT sid, fts_scope, next_position FROM sessions s WHERE {where}", params
+            ).fetchall()
             if not sessions:
                 return []
+            # Scope tokens narrow FTS5's work when the scope is a small part of the file, and
+            # cost an intersection with a huge posting list when it is most of it.
+            share = sum(r["next_position"] for r in sessions) / max(1, _top_rid(conn))
+            if filters is None and share >= 0.5:
+                limit = int(2 * k / share) + 10  # over-fetch, then keep the scope's rows
+                rows = self._fts(conn, f"text : ({text_query})", limit, in_scope, params)
+                if len(rows) >= k:
+                    return rows[:k]
             if len(sessions) <= _MAX_TOKEN_SESSIONS:
-                scope_query = " OR ".join(r["fts_scope"].split()[0] for r in sessions)
+                token, exact = " OR ".join(r["fts_scope"].split()[0] for r in sessions), True
             else:  # many sessions: one user's or the tenant's token, sessions checked in SQL
-                scope_query = sessions[0]["fts_scope"].split()[1 if scope.user_id is not None else 2]
-            match = f"scope : ({scope_query}) AND text : ({text_query})"
-            conds, fparams = SQL.filters(filters)
-            sql = (
-                "SELECT m.id, bm25(messages_fts, 1.0, 0.0) AS score FROM messages_fts"
-                " JOIN messages m ON m.rid = messages_fts.rowid"
-                f" WHERE messages_fts MATCH ? AND m.sid IN (SELECT sid FROM sessions s WHERE {where}){conds}"
-                " ORDER BY score LIMIT ?"
-            )
-            try:
-                rows = conn.execute(sql, [match, *params, *fparams, k]).fetchall()
-            except sqlite3.OperationalError as exc:  # should not happen: every term is quoted
-                raise ValueError(f"search_text could not parse terms {list(terms)!r}: {exc}") from exc
+                token = sessions[0]["fts_scope"].split()[1 if scope.user_id is not None else 2]
+                exact = scope.agent_id is None and scope.session_id is None
+            match = f"scope : ({token}) AND text : ({text_query})"
+            # Without filters the scope token selects exactly the scope: FTS5 can stop at k.
+            limit = k if filters is None and exact else None
+            return self._fts(conn, match, limit, in_scope + conds, [*params, *fparams], k)
+
+    @staticmethod
+    def _fts(
+        conn: sqlite3.Connection, match: str, limit: int | None, where: str, params: Sequence[Any], k: int | None = None
+    ) -> list[tuple[str, float]]:
+        """Best FTS5 matches (``limit`` of them before ``where`` applies, all if None), best first."""
+        inner = "SELECT rowid, bm25(messages_fts, 1.0, 0.0) AS score FROM messages_fts WHERE messages_fts MATCH ?"
+        sql = (
+            f"SELECT m.id, f.score FROM ({inner} ORDER BY score{' LIMIT ?' if limit else ''}) f"
+            f" JOIN messages m ON m.rid = f.rowid WHERE {where} ORDER BY f.score, m.rid{' LIMIT ?' if k else ''}"
+        )
+        args = [match, *([limit] if limit else []), *params, *([k] if k else [])]
+        try:
+            rows = conn.execute(sql, args).fetchall()
+        except sqlite3.OperationalError as exc:  # should not happen: every term is quoted
+            raise ValueError(f"search_text could not run FTS5 query {match!r}: {exc}") from exc
         return [(r[0], -float(r[1])) for r in rows]
 
     # -- state and long-term records -------------------------------------------------
@@ -745,18 +766,20 @@ class SQLiteStore:
         }
 
 
+def _top_rid(conn: sqlite3.Connection) -> int:
+    """The highest message rid ever assigned (AUTOINCREMENT keeps it), a cheap size estimate."""
+    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
+    return int(row[0]) if row else 0
+
+
 def _pending(conn: sqlite3.Connection) -> int:
     """How many messages are not in the FTS index yet (0 when all are)."""
-    row = conn.execute(
-        "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0) - last_rid FROM fts_state"
-    ).fetchone()
-    return int(row[0])
+    return _top_rid(conn) - int(conn.execute("SELECT last_rid FROM fts_state").fetchone()[0])
 
 
 def _index_pending(conn: sqlite3.Connection, min_pending: int) -> None:
     """Add not-yet-indexed messages to FTS5 in one statement; call inside a write transaction."""
-    last = conn.execute("SELECT last_rid FROM fts_state").fetchone()[0]
-    top = conn.execute("SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0)").fetchone()[0]
+    last, top = conn.execute("SELECT last_rid FROM fts_state").fetchone()[0], _top_rid(conn)
     if top - last < min_pending:
         return
     conn.execute(
