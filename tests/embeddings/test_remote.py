@@ -14,8 +14,9 @@ from fullrecall.embeddings import load_embedder
 from fullrecall.errors import EmbeddingError
 
 boto3 = pytest.importorskip("boto3")
-from botocore.response import StreamingBody  # noqa: E402
-from botocore.stub import ANY, Stubber  # noqa: E402
+StreamingBody = pytest.importorskip("botocore.response").StreamingBody
+stub_module = pytest.importorskip("botocore.stub")
+ANY, Stubber = stub_module.ANY, stub_module.Stubber
 
 
 def _client():
@@ -94,7 +95,7 @@ def test_bedrock_errors_are_clear():
 class _Handler(BaseHTTPRequestHandler):
     requests: list = []
 
-    def do_POST(self):  # noqa: N802 - http.server's naming
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
         if body["model"] == "broken":

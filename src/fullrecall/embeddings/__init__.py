@@ -23,14 +23,14 @@ from .base import Embedder, l2_normalize
 from .local import DEFAULT_MODEL, cache_dir
 
 __all__ = [
-    "Embedder",
     "DEFAULT_MODEL",
     "DEFAULT_VARIANT",
+    "Embedder",
+    "cache_dir",
+    "l2_normalize",
     "load_embedder",
     "load_reranker",
     "prepare",
-    "cache_dir",
-    "l2_normalize",
 ]
 
 DEFAULT_VARIANT = "int8"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol, Sequence, TypeVar, runtime_checkable
+from collections.abc import Iterator, Sequence
+from typing import Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 

@@ -7,8 +7,9 @@ Cohere takes up to 96 texts a request and distinguishes documents from queries.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

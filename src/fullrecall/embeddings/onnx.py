@@ -16,8 +16,8 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -123,9 +123,9 @@ def export(model: str, variant: str = DEFAULT_VARIANT, *, force: bool = False) -
                 dynamic_axes=axes, opset_version=17, dynamo=False,
             )
         if variant == "int8":
-            from onnxruntime.quantization import QuantType, quantize_dynamic
-
             import logging
+
+            from onnxruntime.quantization import QuantType, quantize_dynamic
 
             root = logging.getLogger()
             level = root.level

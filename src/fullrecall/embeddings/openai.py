@@ -8,7 +8,8 @@ and ``OPENAI_API_KEY`` environment variables (base URL default
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

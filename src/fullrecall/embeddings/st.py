@@ -7,7 +7,7 @@ ONNX exporter does not cover, and for rerankers.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -7,13 +7,13 @@ from .semantic import DEFAULT_MIN_SCORE, DEFAULT_TOP_K, SearchHit, SemanticSearc
 from .terms import STOPWORDS, index_text, query_terms
 
 __all__ = [
-    "SemanticSearch",
-    "SearchHit",
-    "query_terms",
-    "index_text",
-    "STOPWORDS",
     "DEFAULT_MIN_SCORE",
     "DEFAULT_TOP_K",
     "LEXICAL_WEIGHT",
     "NEIGHBOUR_WEIGHT",
+    "STOPWORDS",
+    "SearchHit",
+    "SemanticSearch",
+    "index_text",
+    "query_terms",
 ]

@@ -15,8 +15,8 @@ does better still.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 Key = tuple[str, int]  # (session id, position)
 

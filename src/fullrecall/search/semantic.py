@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -330,7 +331,7 @@ class SemanticSearch:
         if self._owns_store:  # a store the caller passed in is the caller's to close
             self.store.close()
 
-    def __enter__(self) -> "SemanticSearch":
+    def __enter__(self) -> SemanticSearch:
         return self
 
     def __exit__(self, *exc: object) -> None:
