@@ -182,6 +182,8 @@ class SemanticSearch:
         if append:
             positions = self.store.append(scope, messages)
             self._remember([replace(m, position=p, session_id=scope.session_id) for m, p in zip(messages, positions)])
+        else:  # already in the store, at the positions they carry
+            self._remember([replace(m, session_id=scope.session_id) for m in messages if m.position is not None])
         ids = [m.id for m in messages]
         have = self.store.get_vectors(scope, ids)
         todo = [m for m in dict((m.id, m) for m in messages).values() if m.id not in have]
@@ -307,11 +309,12 @@ class SemanticSearch:
             c.id = cached
             return True
         session, pos = c.key
-        found = self.store.range(replace(scope, session_id=session), pos, pos)
+        around = self.store.range(replace(scope, session_id=session), max(0, pos - 1), pos + 1)
+        self._remember(around)  # the other side of the same keyword hit is often next
+        found = [m for m in around if m.position == pos]
         if not found:
             return False
         m = found[0]
-        self._remember(found)
         if filters is not None and not filters_match(filters, id=m.id, role=m.role, kind=m.kind, created_at=m.created_at):
             return False
         c.id = m.id
