@@ -50,6 +50,14 @@ def test_onnx_matches_sentence_transformers(shipped_dir):
     assert (int8.embed(TEXTS) * reference).sum(1).min() > 0.95
 
 
+def test_shipped_model_through_sentence_transformers_is_the_fp32_space(shipped_dir):
+    st = load_embedder(str(shipped_dir), backend="sentence-transformers")
+    fp32 = load_embedder(variant="fp32")
+    assert type(st).__name__ == "SentenceTransformerEmbedder"
+    assert st.name == fp32.name == "all-MiniLM-L6-v2" and st.dimension == 384  # their vectors may share an index
+    assert (st.embed(TEXTS) * fp32.embed(TEXTS)).sum(1).min() > 0.9999
+
+
 def test_prepare_is_idempotent_and_records_the_variant():
     directory = prepare(variant="int8")
     assert prepare(variant="int8") == directory
