@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from fullrecall.search import index_text, query_terms
 from fullrecall.search.fusion import fuse, rrf, spread_out
 
@@ -26,10 +28,10 @@ def test_lexical_scores_spread_to_neighbours():
     # m2 matches the words; m3 (the reply) matches nothing but sits next to it.
     ranked = fuse({(s, 5): 0.5, (s, 4): 0.4}, {(s, 2): 10.0}, ids, lexical_weight=0.6, neighbour_weight=0.3)
     by_id = {c.id: c for c in ranked}
-    assert ranked[0].id == "m2" and by_id["m2"].fused == 0.6
-    assert by_id["m3"].fused == by_id["m1"].fused > 0  # neighbours of a keyword hit gain a little
+    assert ranked[0].id == "m2" and by_id["m2"].fused == pytest.approx(0.6)
+    assert by_id["m3"].fused == pytest.approx(by_id["m1"].fused) and by_id["m1"].fused > 0  # neighbours of a keyword hit gain a little
     assert by_id["m3"].lexical == 0.0  # its own BM25 is reported as it is
-    assert by_id["m5"].fused == 0.4 and by_id["m4"].fused == 0.0  # dense normalised to [0, 1]
+    assert by_id["m5"].fused == pytest.approx(0.4) and by_id["m4"].fused == 0.0  # dense normalised to [0, 1]
 
 
 def test_unknown_neighbours_are_placeholders_unless_disallowed():

@@ -16,7 +16,7 @@ does better still.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 Key = tuple[str, int]  # (session id, position)
 
@@ -31,7 +31,6 @@ class Candidate:
     dense: float | None = None  # cosine similarity, when among the dense candidates
     lexical: float = 0.0  # BM25 of the message itself
     fused: float = 0.0
-    parts: dict[str, float] = field(default_factory=dict)
 
 
 def fuse(
@@ -55,21 +54,18 @@ def fuse(
             for near in ((session, pos - 1), (session, pos + 1)):
                 if near[1] >= 0 and (unknown_neighbours or near in ids):
                     smoothed[near] = smoothed.get(near, 0.0) + neighbour_weight * score
-    top_lex = max(smoothed.values(), default=0.0)
+    lex_scale = 1.0 / max(smoothed.values()) if smoothed and max(smoothed.values()) > 0 else 0.0
+    floor, dense_scale = 0.0, 0.0
     if dense:
         best, floor = max(dense.values()), min(dense.values())
-        span = best - floor
-    keys = set(dense) | set(smoothed)
+        dense_scale = 1.0 / (best - floor) if best > floor else 0.0
+    w_lex, w_dense = lexical_weight, 1.0 - lexical_weight
     out: list[Candidate] = []
-    for key in keys:
-        c = Candidate(key=key, id=ids.get(key), dense=dense.get(key), lexical=lexical.get(key, 0.0))
-        d = 0.0
-        if c.dense is not None:
-            d = (c.dense - floor) / span if span > 0 else 1.0
-        lx = smoothed.get(key, 0.0) / top_lex if top_lex > 0 else 0.0
-        c.fused = lexical_weight * lx + (1.0 - lexical_weight) * d
-        c.parts = {"dense_norm": d, "lexical_norm": lx}
-        out.append(c)
+    for key in dense.keys() | smoothed.keys():
+        cos = dense.get(key)
+        d = 0.0 if cos is None else ((cos - floor) * dense_scale if dense_scale else 1.0)
+        fused = w_lex * smoothed.get(key, 0.0) * lex_scale + w_dense * d
+        out.append(Candidate(key, ids.get(key), cos, lexical.get(key, 0.0), fused))
     out.sort(key=lambda c: (-c.fused, c.key))
     return out
 
