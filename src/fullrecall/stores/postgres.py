@@ -409,6 +409,7 @@ class PostgresStore:
                         " USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
                     )
                     conn.execute("RESET maintenance_work_mem")
+                    conn.execute(f"ANALYZE {s}.{table}")  # fresh row estimates for the planner
                 finally:
                     conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (f"fullrecall.{s}.{table}.hnsw",))
         except (psycopg.OperationalError, PoolTimeout) as exc:
@@ -515,9 +516,11 @@ class PostgresStore:
             sids = [r["sid"] for r in sessions]
             table = f"{s}.vectors_{dim}"
             fsql, fparams = SQL.filters(filters)
+            # In the approximate query ``sid + 0`` hides the session index from the planner, which
+            # would otherwise fetch the scope's rows and sort them rather than walk the HNSW graph.
             base = (
                 f"SELECT m.id, 1 - (v.embedding <=> %s) AS score FROM {table} v JOIN {s}.messages m ON m.rid = v.rid"
-                f" WHERE v.sid = ANY(%s){fsql}"
+                f" WHERE v.sid{{}} = ANY(%s){fsql}"
             )
             args = [query, sids, *fparams]
             size = conn.execute(
@@ -527,11 +530,12 @@ class PostgresStore:
             ef = self._hnsw_ef(conn, dim, size, k)
             if ef:
                 conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
-                rows = conn.execute(f"{base} ORDER BY v.embedding <=> %s LIMIT %s", [*args, query, k]).fetchall()
+                approx = base.format(" + 0") + " ORDER BY v.embedding <=> %s LIMIT %s"
+                rows = conn.execute(approx, [*args, query, k]).fetchall()
                 if len(rows) == k:
                     return [(r["id"], float(r["score"])) for r in rows]
             # Exact: ordering by the score expression never uses the approximate index.
-            rows = conn.execute(f"{base} ORDER BY score DESC, m.rid LIMIT %s", [*args, k]).fetchall()
+            rows = conn.execute(base.format("") + " ORDER BY score DESC, m.rid LIMIT %s", [*args, k]).fetchall()
         return [(r["id"], float(r["score"])) for r in rows]
 
     def _hnsw_ef(self, conn: psycopg.Connection, dim: int, scope_size: int, k: int) -> int | None:
