@@ -12,7 +12,6 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -152,7 +151,6 @@ class SemanticSearch:
             raise ValueError(f"fusion must be 'weighted' or 'rrf', not {fusion!r}")
         self.fusion = fusion
         self._checked_space = False
-        self._pool: ThreadPoolExecutor | None = None
         self._keys: dict[str, tuple[str, int]] = {}  # id -> (session, position)
         self._ids: dict[tuple[str, int], str] = {}  # (session, position) -> id
 
@@ -274,15 +272,11 @@ class SemanticSearch:
             return []
         self._check_vector_space()
         n = max(self.candidates, k)
+        vector = self.embed_query(query)
+        with _one_blas_thread():
+            dense_hits = self.store.search_vectors(scope, vector, n, filters)
         terms = query_terms(query)
-        # The lexical search runs on a helper thread while the query is embedded (both release the GIL).
-        lexical_job = self._lexical_pool().submit(self.store.search_text, scope, terms, n, filters) if terms else None
-        try:
-            vector = self.embed_query(query)
-            with _one_blas_thread():
-                dense_hits = self.store.search_vectors(scope, vector, n, filters)
-        finally:
-            lexical_hits = lexical_job.result() if lexical_job is not None else []
+        lexical_hits = self.store.search_text(scope, terms, n, filters) if terms else []
         unplaced = [i for i in dict.fromkeys(i for i, _ in dense_hits + lexical_hits) if i not in self._keys]
         if unplaced:
             self._remember(self.store.get(scope, unplaced))
@@ -308,11 +302,6 @@ class SemanticSearch:
                 h.score = float(s)
             hits.sort(key=lambda h: -h.score)
         return [h for h in hits if h.score >= threshold][:k]
-
-    def _lexical_pool(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="fullrecall-search")
-        return self._pool
 
     def _remember(self, messages: Sequence[StoredMessage]) -> None:
         """Cache where messages sit (session, position): a stored message never moves.
@@ -358,9 +347,6 @@ class SemanticSearch:
         return SearchHit(id=m.id, text=_verbatim_text(m), metadata=dict(m.metadata), score=c.fused, scores=scores, message=m)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
         if self._owns_store:  # a store the caller passed in is the caller's to close
             self.store.close()
 
