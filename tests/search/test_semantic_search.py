@@ -162,3 +162,15 @@ def test_a_store_passed_in_stays_open(default_embedder):
     with SemanticSearch(default_embedder, store=store) as s:
         s.add(["kept"])
     assert store.count(Scope(session_id="default")) == 1
+
+
+def test_messages_at_reads_positions_in_order(default_embedder, counting):
+    store = open_store("sqlite:///:memory:")
+    scope = Scope(session_id="s")
+    SemanticSearch(counting, store=store, scope=scope).add([f"turn {i}" for i in range(20)], ids=[f"t{i}" for i in range(20)])
+    fresh = SemanticSearch(default_embedder, store=store, scope=scope)  # another process: no positions cached
+    for s in (fresh, fresh):  # the second call reads what the first one cached
+        got = s.messages_at([5, 3, 4, 17, 99, -1])
+        assert [m.position for m in got] == [3, 4, 5, 17] and [m.id for m in got] == ["t3", "t4", "t5", "t17"]
+    fresh.delete(["t4"])
+    assert [m.id for m in fresh.messages_at([3, 4, 5])] == ["t3", "t5"]

@@ -129,23 +129,9 @@ def recall_context(search: Any, question: str, k: int, radius: int, spread: bool
     """The recall path: search, context ranges from the store, formatted text (what a hook injects)."""
     hits = search.search(question, top_k=k, spread=radius if spread else 0)
     ranges = _merge([h.position for h in hits], radius)
-    messages = []
-    for lo, hi in _spans(ranges):
-        wanted = {p for a, b in ranges if a <= hi and b >= lo for p in range(max(a, lo), min(b, hi) + 1)}
-        messages += [m for m in search.store.range(search.scope, lo, hi) if m.position in wanted]
+    messages = search.messages_at([p for lo, hi in ranges for p in range(lo, hi + 1)])
     text = "\n".join(f"[Message {m.position}, {m.role}]: {m.data.get('text', m.text)}" for m in messages)
     return hits, messages, text
-
-
-def _spans(ranges: list[tuple[int, int]], gap: int = 16) -> list[tuple[int, int]]:
-    """Ranges less than ``gap`` apart read in one store call (fewer round trips, a few extra rows)."""
-    spans: list[tuple[int, int]] = []
-    for lo, hi in ranges:
-        if spans and lo - spans[-1][1] <= gap:
-            spans[-1] = (spans[-1][0], hi)
-        else:
-            spans.append((lo, hi))
-    return spans
 
 
 def _pct(values: list[float], q: float) -> float:

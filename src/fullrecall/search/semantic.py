@@ -71,6 +71,17 @@ def _verbatim_text(m: StoredMessage) -> str:
     return m.text
 
 
+def _runs(positions: list[int]) -> list[tuple[int, int]]:
+    """Sorted positions as inclusive runs of consecutive numbers: [1, 2, 3, 7] -> [(1, 3), (7, 7)]."""
+    runs: list[tuple[int, int]] = []
+    for p in positions:
+        if runs and p == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], p)
+        else:
+            runs.append((p, p))
+    return runs
+
+
 _blas_controller: Any = None
 
 
@@ -302,6 +313,25 @@ class SemanticSearch:
                 h.score = float(s)
             hits.sort(key=lambda h: -h.score)
         return [h for h in hits if h.score >= threshold][:k]
+
+    def messages_at(self, positions: Sequence[int], session_id: str | None = None) -> list[StoredMessage]:
+        """Archived messages at these positions of one session (default: the scope's), in order.
+
+        For a context radius: positions this process has seen (indexed or found
+        before) are read in one ``get`` by id, the others by position ranges.
+        Positions with no message (deleted, or past the end) are skipped.
+        """
+        session = session_id if session_id is not None else self.scope.session_id
+        scope = replace(self.scope, session_id=session)
+        wanted = sorted(set(p for p in positions if p >= 0))
+        known = {p: self._ids[(session or "", p)] for p in wanted if (session or "", p) in self._ids}
+        found = {m.position: m for m in self.store.get(scope, list(known.values()))} if known else {}
+        missing = [p for p in wanted if p not in found]
+        for lo, hi in _runs(missing):
+            fetched = self.store.range(scope, lo, hi)
+            self._remember(fetched)
+            found.update((m.position, m) for m in fetched)
+        return [found[p] for p in wanted if p in found]
 
     def _remember(self, messages: Sequence[StoredMessage]) -> None:
         """Cache where messages sit (session, position): a stored message never moves.
