@@ -268,7 +268,11 @@ def _run(args: argparse.Namespace, samples: list[Any], data_path: Path, embedder
 
 
 def _scale_latency(embedder: Any, samples: list[dict[str, Any]], args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
-    """Query latency on one archive of ``args.scale`` messages (the turns repeated, vectors reused)."""
+    """Query latency on one archive of ``args.scale`` messages (the turns repeated, vectors reused).
+
+    The archive is written by this process, as an agent's archive is by the manager
+    that recalls from it (a fresh process starts with no positions cached: see docs).
+    """
     from ..search import SemanticSearch, index_text
     from ..stores.base import Scope, StoredMessage
 
@@ -281,11 +285,13 @@ def _scale_latency(embedder: Any, samples: list[dict[str, Any]], args: argparse.
     while n < args.scale:
         take = min(len(turns), args.scale - n)
         batch = [
-            StoredMessage(id=f"{n + i}", role=turns[i]["speaker"], text=texts[i], data={"text": turns[i]["text"]})
+            StoredMessage(id=f"{n + i}", role=turns[i]["speaker"], text=texts[i], data={"text": turns[i]["text"]},
+                          position=n + i)
             for i in range(take)
         ]
         search.store.append(scope, batch)
         search.store.set_vectors(scope, [m.id for m in batch], vectors[:take], embedder.name)
+        search.index(batch, append=False)  # as the archive does; the vectors are there, so nothing is embedded
         n += take
     questions = [qa["question"] for s in samples for qa in s.get("qa", []) if str(qa.get("category")) in HEADLINE_CATEGORIES]
     for q in questions[:20]:  # warm caches (vector matrix, SQLite pages)
