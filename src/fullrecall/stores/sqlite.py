@@ -728,10 +728,11 @@ class SQLiteStore:
             if counts["messages"] or counts["summaries"]:
                 # FTS5 keeps deleted terms in old segments until they merge: merge now.
                 conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
-        for key in [k for k in self._cache if set(k) & set(sids)]:
-            del self._cache[key]
-        with self._lock, contextlib.suppress(sqlite3.Error):  # best effort: readers may pin old pages
-            self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")  # drop old page images from the WAL
+        with self._lock:
+            for key in [k for k in self._cache if set(k) & set(sids)]:
+                del self._cache[key]
+            with contextlib.suppress(sqlite3.Error):  # best effort: readers may pin old pages
+                self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")  # drop old page images from the WAL
         return counts
 
     def stats(self, scope: Scope) -> dict[str, int]:
