@@ -353,6 +353,42 @@ class StoreConformance:
         assert sorted(m.id for m in stored) == sorted(first_position)
         assert store.count(sc) == len(first_position)
 
+    @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(
+        rows=st.lists(
+            st.tuples(
+                st.sampled_from(["user", "assistant"]), st.sampled_from(["message", "summary"]), st.integers(0, 9)
+            ),
+            min_size=1,
+            max_size=15,
+        ),
+        roles=st.none() | st.sampled_from([("user",), ("assistant",), ("user", "assistant")]),
+        kinds=st.none() | st.sampled_from([("message",), ("summary",)]),
+        since=st.none() | st.integers(0, 9),
+        excluded=st.sets(st.integers(0, 14), max_size=4),
+    )
+    def test_search_results_always_respect_scope_and_filters(
+        self, store: Store, rows: list[tuple[str, str, int]], roles: Any, kinds: Any, since: Any, excluded: set[int]
+    ) -> None:
+        sc = Scope(user_id="prop", session_id=uuid.uuid4().hex)
+        other = Scope(user_id="prop-other", session_id=sc.session_id)  # same words, other user
+        messages = [msg(n, f"pelican {n}", role=r, kind=kd, created_at=float(t)) for n, (r, kd, t) in enumerate(rows)]
+        for target in (sc, other):
+            store.append(target, messages)
+            store.set_vectors(target, [m.id for m in messages], np.stack([unit(n) for n in range(len(rows))]), "m")
+        f = Filters(roles=roles, kinds=kinds, since=since, exclude_ids=frozenset(f"m{i}" for i in excluded) or None)
+        allowed = {
+            m.id
+            for m in messages
+            if (roles is None or m.role in roles)
+            and (kinds is None or m.kind in kinds)
+            and (since is None or m.created_at >= since)
+            and m.id not in (f.exclude_ids or ())
+        }
+        assert set(ids(store.search_vectors(sc, unit(0), 100, f))) == allowed  # k >= n: exactly the allowed
+        assert set(ids(store.search_text(sc, ["pelican"], 100, f))) == allowed
+        assert len(store.search_text(Scope(user_id="prop"), ["pelican"], 1000, f)) >= len(allowed)
+
     # -- processes -------------------------------------------------------------------------
 
     def test_two_processes_append_to_one_session(self, store: Store, store_url: str, scope: Scope) -> None:
