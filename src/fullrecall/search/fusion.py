@@ -9,7 +9,7 @@ does better still.
 * dense: ``(cos - floor) / (best - floor)``, clipped at 0, where ``floor`` is the
   worst cosine among the dense candidates: 1 for the best, 0 at the cut-off.
 * lexical: BM25 plus ``neighbour_weight`` x the BM25 of the turns just before and
-  after (same session), divided by the best such score: in [0, 1].
+  after (same session), divided by the best such score (at least ``LEXICAL_FLOOR``): in [0, 1].
 * fused: ``lexical_weight * lexical + (1 - lexical_weight) * dense``, in [0, 1].
 """
 
@@ -22,6 +22,7 @@ Key = tuple[str, int]  # (session id, position)
 
 LEXICAL_WEIGHT = 0.6
 NEIGHBOUR_WEIGHT = 0.3
+LEXICAL_FLOOR = 1.0  # BM25 units; one match of a word found in 1 of 100 messages scores ~4
 
 
 @dataclass
@@ -54,7 +55,9 @@ def fuse(
             for near in ((session, pos - 1), (session, pos + 1)):
                 if near[1] >= 0 and (unknown_neighbours or near in ids):
                     smoothed[near] = smoothed.get(near, 0.0) + neighbour_weight * score
-    lex_scale = 1.0 / max(smoothed.values()) if smoothed and max(smoothed.values()) > 0 else 0.0
+    # Divide by the best score, but never by less than LEXICAL_FLOOR: in a handful of messages BM25's IDF
+    # is ~0 for every word, and scaling such noise up to 1.0 would outvote the dense signal.
+    lex_scale = 1.0 / max(max(smoothed.values(), default=0.0), LEXICAL_FLOOR)
     floor, dense_scale = 0.0, 0.0
     if dense:
         best, floor = max(dense.values()), min(dense.values())
