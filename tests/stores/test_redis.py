@@ -110,3 +110,11 @@ def test_forget_leaves_no_key_of_the_user(redis_url: str, raw: redis.Redis, pref
     assert b"alice" not in b"".join(raw.smembers(f"{prefix}:users"))
     assert store.count(Scope(user_id="carol")) == 3
     store.close()
+
+
+def test_records_alone_get_ttls_too(redis_url: str, raw: redis.Redis, prefix: str) -> None:
+    store = open_store(f"{redis_url}?prefix={prefix}&ttl_seconds=500")
+    store.put_record(Scope(user_id="dora"), Record(id="r", namespace="facts", text="first write of this tenant"))
+    keys = _keys(raw, prefix)
+    assert len(keys) == 3 and all(400 < raw.ttl(k) <= 500 for k in keys), [(k, raw.ttl(k)) for k in keys]
+    store.close()

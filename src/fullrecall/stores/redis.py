@@ -24,7 +24,8 @@ tenant other than ``default``; user/agent/session values are %-quoted, ``*`` mea
 * **Durability** is the server's: run it with ``appendonly yes``; ``appendfsync everysec``
   may lose the last second of acknowledged writes if the *server's machine* crashes,
   ``appendfsync always`` loses nothing at a higher cost. A client crash loses nothing acknowledged.
-* Single-node Redis (or a primary); Redis Cluster is not supported (scripts touch index keys).
+* Redis >= 7.0 (``EXPIRE ... NX|GT``), single node or a primary; Redis Cluster is not
+  supported (scripts touch index keys in other hash slots).
 
 URL: ``redis://[:password@]host:6379/0?prefix=fullrecall&ttl_seconds=18144000``.
 """
@@ -565,8 +566,10 @@ class RedisStore:
             pipe.hset(key, field, json.dumps(doc, ensure_ascii=False))
             pipe.sadd(f"{p}:user:{u}:record-namespaces", record.namespace)
             pipe.sadd(f"{p}:users", u)
-            for k in (key, f"{p}:user:{u}:record-namespaces", f"{p}:users"):
-                pipe.expire(k, self.ttl_seconds, gt=k.endswith(":users"))
+            pipe.expire(key, self.ttl_seconds)
+            pipe.expire(f"{p}:user:{u}:record-namespaces", self.ttl_seconds)
+            pipe.expire(f"{p}:users", self.ttl_seconds, nx=True)  # a new set gets one,
+            pipe.expire(f"{p}:users", self.ttl_seconds, gt=True)  # an index set is never shortened
             pipe.execute()
 
     def _record_fields(self, scope: Scope, namespace: str | None, exact: bool) -> list[tuple[str, str, dict[str, Any]]]:
