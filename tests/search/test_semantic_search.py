@@ -174,3 +174,11 @@ def test_messages_at_reads_positions_in_order(default_embedder, counting):
         assert [m.position for m in got] == [3, 4, 5, 17] and [m.id for m in got] == ["t3", "t4", "t5", "t17"]
     fresh.delete(["t4"])
     assert [m.id for m in fresh.messages_at([3, 4, 5])] == ["t3", "t5"]
+
+
+def test_tiny_archive_is_ranked_by_meaning_when_bm25_has_nothing_to_say(search):
+    # Two messages, both from Ann: every word's IDF is ~0, so the dense signal must decide.
+    search.add(["I adopted a grey cat called Miso.", "My order number is REF-48213."],
+               metadata=[{"speaker": "Ann"}, {"speaker": "Ann"}])
+    assert search.search("Which pet did Ann get?", top_k=1)[0].text == "I adopted a grey cat called Miso."
+    assert search.search("What was the order reference?", top_k=1)[0].text == "My order number is REF-48213."
