@@ -20,7 +20,8 @@ tenant other than ``default``; user/agent/session values are %-quoted, ``*`` mea
 * **Search runs in process**: numpy cosine over the session's vectors and Okapi BM25 over
   its texts (stemmed with PyStemmer when installed), cached per session and reloaded when
   the session's ``version`` changes (any process's write bumps it). Servers with a query
-  engine (RediSearch 2.4+, Redis 8) are detected (``search_module``) but not used yet.
+  engine with vector search (RediSearch >= 2.4, Redis 8) are detected (``search_module``)
+  but not used yet; older RediSearch (Debian's ``redis-redisearch`` is 1.2) has no vectors.
 * **Durability** is the server's: run it with ``appendonly yes``; ``appendfsync everysec``
   may lose the last second of acknowledged writes if the *server's machine* crashes,
   ``appendfsync always`` loses nothing at a higher cost. A client crash loses nothing acknowledged.
@@ -246,12 +247,18 @@ class RedisStore:
         self.search_module = self._detect_search_module()
 
     def _detect_search_module(self) -> bool:
-        """Whether the server has a query engine (RediSearch); reported, not used yet."""
+        """Whether the server has a query engine with vector search (RediSearch >= 2.4); not used yet."""
         try:
             modules = self._r.module_list()
         except redis_lib.RedisError:  # MODULE may be disabled or renamed on managed services
             return False
-        return any(str(m.get(b"name", m.get("name", ""))).lower().find("search") >= 0 for m in modules)
+        for m in modules:
+            fields = {(k.decode() if isinstance(k, bytes) else k): v for k, v in m.items()}
+            name = fields.get("name", b"")
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            if name.lower() == "search" and int(fields.get("ver", 0)) >= 20400:
+                return True
+        return False
 
     @contextlib.contextmanager
     def _errors(self, action: str) -> Iterator[None]:
