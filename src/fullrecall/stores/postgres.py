@@ -5,8 +5,9 @@ Design, and why:
 * Everything lives in one schema (``?schema=fullrecall`` by default), created and migrated
   automatically; ``schema_version`` records the applied migration, and migrations run
   under an advisory lock so several processes can start at once.
-* **Positions** are assigned under a row lock on the session (``SELECT ... FOR UPDATE``),
-  so concurrent appenders of one conversation serialise, and only they do.
+* **Positions** are assigned under a row lock on the session (a no-op upsert of its row,
+  which also creates it), so concurrent appenders of one conversation take turns, and
+  only they do. An append is 3 round trips and one commit.
 * **Lexical search** is a stored ``tsvector`` (``english`` config, punctuation split like
   FTS5's unicode61 so ``REF-48213`` is two tokens) with a GIN index, ranked by
   ``ts_rank_cd``, in SQL.

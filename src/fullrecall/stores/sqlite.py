@@ -28,7 +28,7 @@ Design, and why:
 
 URL forms (SQLAlchemy's convention): ``sqlite:///relative/path.db``,
 ``sqlite:////absolute/path.db``, ``sqlite:///:memory:``; query options
-``synchronous``, ``busy_timeout`` (ms), ``vector_cache_mb``.
+``synchronous``, ``busy_timeout`` (ms), ``vector_cache_mb``, ``fts_batch``.
 """
 
 from __future__ import annotations
@@ -194,6 +194,7 @@ class SQLiteStore:
             synchronous = opts.get("synchronous", synchronous)
             busy_timeout = float(opts.get("busy_timeout", busy_timeout))
             vector_cache_mb = float(opts.get("vector_cache_mb", vector_cache_mb))
+            fts_batch = int(opts.get("fts_batch", fts_batch))
         synchronous = str(synchronous).upper()
         if synchronous not in _SYNC_MODES:
             raise ValueError(f"synchronous must be one of {_SYNC_MODES}, got {synchronous!r}")
