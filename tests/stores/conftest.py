@@ -16,7 +16,12 @@ from typing import Callable, Iterator
 import pytest
 
 from fullrecall.stores import Scope, Store, open_store
-from fullrecall.stores._servers import ServerUnavailable, postgres_server, redis_server
+from fullrecall.stores._servers import (
+    ServerUnavailable,
+    drop_namespace,
+    postgres_server,
+    redis_server,
+)
 
 BACKENDS = ("sqlite", "postgres", "redis")
 ENV_URLS = {"postgres": "FULLRECALL_TEST_POSTGRES_URL", "redis": "FULLRECALL_TEST_REDIS_URL"}
@@ -60,15 +65,15 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def store_url(backend: str, service_urls: dict[str, Callable[[], str]], tmp_path) -> str:
-    """A URL whose data no other test sees (own file, own schema or own key prefix)."""
-    tag = uuid.uuid4().hex[:10]
+def store_url(backend: str, service_urls: dict[str, Callable[[], str]], tmp_path) -> Iterator[str]:
+    """A URL whose data no other test sees (own file, own schema or own key prefix), removed afterwards."""
     if backend == "sqlite":
-        return f"sqlite:///{tmp_path / 'memory.db'}"
-    base = service_urls[backend]()
+        yield f"sqlite:///{tmp_path / 'memory.db'}"
+        return
+    base, name = service_urls[backend](), f"t{uuid.uuid4().hex[:10]}"
     sep = "&" if "?" in base else "?"
-    option = "schema" if backend == "postgres" else "prefix"
-    return f"{base}{sep}{option}=t{tag}"
+    yield f"{base}{sep}{'schema' if backend == 'postgres' else 'prefix'}={name}"
+    drop_namespace(backend, base, name)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import redis
 
 from fullrecall.errors import StoreError
 from fullrecall.stores import Record, Scope, StoredMessage, open_store
+from fullrecall.stores._servers import drop_namespace
 from fullrecall.stores.redis import DEFAULT_TTL_SECONDS, RedisStore
 
 
@@ -21,8 +22,10 @@ def redis_url(service_urls: dict[str, Callable[[], str]]) -> str:
 
 
 @pytest.fixture
-def prefix() -> str:
-    return f"ttl{uuid.uuid4().hex[:8]}"
+def prefix(redis_url: str) -> Iterator[str]:
+    name = f"ttl{uuid.uuid4().hex[:8]}"
+    yield name
+    drop_namespace("redis", redis_url, name)
 
 
 @pytest.fixture

@@ -117,3 +117,36 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], name: str, timeout:
         time.sleep(0.05)
     proc.kill()
     raise ServerUnavailable(f"{name} did not listen on port {port} within {timeout:.0f} s")
+
+
+def drop_namespace(backend: str, base_url: str, name: str) -> None:
+    """Remove a PostgreSQL schema or the Redis keys under a prefix (leave a shared server as it was)."""
+    if backend == "postgres":
+        import psycopg
+
+        from .postgres import split_url
+
+        with psycopg.connect(split_url(base_url)[0], autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+    elif backend == "redis":
+        import redis
+
+        client = redis.Redis.from_url(base_url)
+        try:
+            for batch in _batched(client.scan_iter(match=f"{name}:*", count=1000), 1000):
+                client.unlink(*batch)
+        finally:
+            client.close()
+    else:
+        raise ValueError(f"no namespaces for backend {backend!r}")
+
+
+def _batched(items: Iterator[bytes], n: int) -> Iterator[list[bytes]]:
+    batch: list[bytes] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == n:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
