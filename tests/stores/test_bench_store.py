@@ -1,0 +1,21 @@
+"""``fullrecall bench store`` runs end to end (tiny sizes) and reports every column."""
+
+from __future__ import annotations
+
+import json
+
+from fullrecall.cli.main import main
+
+
+def test_bench_store_sqlite_json(capsys) -> None:
+    assert main(["bench", "store", "--backends", "sqlite", "--sizes", "300,600", "--queries", "3", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["layout"], r["size"]) for r in rows] == [("one", 300), ("one", 600), ("many", 300), ("many", 600)]
+    for r in rows:
+        assert r["append_single_per_s"] > 0 and r["hybrid_p50_ms"] > 0 and r["bytes_per_message"] > 1536
+
+
+def test_bench_store_markdown_table(capsys) -> None:
+    assert main(["bench", "store", "--backends", "sqlite", "--layouts", "many", "--sizes", "200", "--queries", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| sqlite | many | 200 |" in out and "hybrid p50 ms" in out
