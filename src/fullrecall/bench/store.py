@@ -127,7 +127,7 @@ def _url_factory(backend: str, args: argparse.Namespace, stack: contextlib.ExitS
     if backend == "postgres":
         base = args.postgres_url or stack.enter_context(postgres_server())
         sep = "&" if "?" in base else "?"
-        return lambda: f"{base}{sep}schema=bench_{uuid.uuid4().hex[:8]}"
+        return lambda: f"{base}{sep}schema=bench_{uuid.uuid4().hex[:8]}&index_build_memory=4GB"
     base = args.redis_url or stack.enter_context(redis_server())
     sep = "&" if "?" in base else "?"
     return lambda: f"{base}{sep}prefix=bench{uuid.uuid4().hex[:8]}"
