@@ -1,79 +1,13 @@
-"""Real servers for the store tests, started once per test session.
-
-PostgreSQL with pgvector comes from the ``pgserver`` package, Redis from Debian's
-``redis-server``; ``FULLRECALL_TEST_POSTGRES_URL`` / ``FULLRECALL_TEST_REDIS_URL`` point
-the tests at servers of your own instead. A server that cannot be had skips its
-backend's tests, except under ``CI=true``, where it fails them: CI skips no backend.
-"""
+"""Store fixtures; the servers behind them (``service_urls``, ``store_url``) are in tests/conftest.py."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import uuid
-from typing import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from fullrecall.stores import Scope, Store, open_store
-from fullrecall.stores._servers import (
-    ServerUnavailable,
-    drop_namespace,
-    postgres_server,
-    redis_server,
-)
-
-BACKENDS = ("sqlite", "postgres", "redis")
-ENV_URLS = {"postgres": "FULLRECALL_TEST_POSTGRES_URL", "redis": "FULLRECALL_TEST_REDIS_URL"}
-
-
-def _unavailable(backend: str, why: str) -> None:
-    message = f"{backend} server unavailable ({why}); set {ENV_URLS[backend]} to use your own server"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message + " [CI=true: failing instead of skipping]")
-    pytest.skip(message)
-
-
-@pytest.fixture(scope="session")
-def service_urls() -> Iterator[dict[str, Callable[[], str]]]:
-    """backend -> a function returning its server URL (servers start on first use)."""
-    with contextlib.ExitStack() as stack:
-        started: dict[str, str | Exception] = {}
-        starters = {"postgres": postgres_server, "redis": redis_server}
-
-        def getter(backend: str) -> Callable[[], str]:
-            def get() -> str:
-                if backend not in started:
-                    url = os.environ.get(ENV_URLS[backend])
-                    try:
-                        started[backend] = url or stack.enter_context(starters[backend]())
-                    except ServerUnavailable as exc:
-                        started[backend] = exc
-                value = started[backend]
-                if isinstance(value, Exception):
-                    _unavailable(backend, str(value))
-                return value  # type: ignore[return-value]
-
-            return get
-
-        yield {b: getter(b) for b in ENV_URLS}
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-@pytest.fixture
-def store_url(backend: str, service_urls: dict[str, Callable[[], str]], tmp_path) -> Iterator[str]:
-    """A URL whose data no other test sees (own file, own schema or own key prefix), removed afterwards."""
-    if backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'memory.db'}"
-        return
-    base, name = service_urls[backend](), f"t{uuid.uuid4().hex[:10]}"
-    sep = "&" if "?" in base else "?"
-    yield f"{base}{sep}{'schema' if backend == 'postgres' else 'prefix'}={name}"
-    drop_namespace(backend, base, name)
 
 
 @pytest.fixture
@@ -85,4 +19,6 @@ def store(store_url: str) -> Iterator[Store]:
 
 @pytest.fixture
 def scope() -> Scope:
-    return Scope(user_id="alice", agent_id="helper", session_id=f"s-{uuid.uuid4().hex[:8]}")
+    return Scope(
+        user_id="alice", agent_id="helper", session_id=f"s-{uuid.uuid4().hex[:8]}"
+    )
