@@ -150,9 +150,13 @@ def export(model: str, variant: str = DEFAULT_VARIANT, *, force: bool = False) -
             "inputs": names,
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-        if out.exists():
+        if force and out.exists():
             shutil.rmtree(out)
-        os.replace(tmp, out)
+        try:
+            os.replace(tmp, out)  # atomic: a reader sees the old export or the whole new one
+        except OSError:
+            if not (out / "meta.json").exists():  # not another process's finished export: a real error
+                raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
