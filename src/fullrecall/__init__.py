@@ -46,6 +46,11 @@ _EXPORTS = {
     "SemanticSummarizingConversationManager": "fullrecall.archive",
     "SemanticMemoryHook": "fullrecall.archive",
     "Archive": "fullrecall.archive",
+    # search and embeddings
+    "SemanticSearch": "fullrecall.search",
+    "SearchHit": "fullrecall.search",
+    "Embedder": "fullrecall.embeddings",
+    "load_embedder": "fullrecall.embeddings",
     # stores
     "Store": "fullrecall.stores",
     "Scope": "fullrecall.stores",
