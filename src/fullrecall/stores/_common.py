@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .base import Filters, Scope, StoredMessage
+from .base import Filters, Record, Scope, StoredMessage
 
 MESSAGE_KINDS = ("message", "summary")
 
@@ -170,6 +170,18 @@ def message_from_row(row: dict[str, Any], position: int, session_id: str | None)
         summary_id=row.get("summary_id") or None,
         metadata=json.loads(row["metadata"]) if row.get("metadata") else {},
         session_id=session_id,
+    )
+
+
+def record_from_row(row: Any) -> Record:
+    """A long-term record from a stored row or hash (``data`` as JSON text)."""
+    return Record(
+        id=row["id"],
+        namespace=row["namespace"],
+        text=row["text"],
+        data=json.loads(row["data"]),
+        created_at=float(row["created_at"]),
+        updated_at=float(row["updated_at"]),
     )
 
 

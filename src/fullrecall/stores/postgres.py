@@ -639,17 +639,7 @@ class PostgresStore:
                 f"SELECT * FROM {self.schema}.records r WHERE {where} AND namespace = %s ORDER BY created_at, id",
                 [*params, namespace],
             ).fetchall()
-        return [
-            Record(
-                id=r["id"],
-                namespace=r["namespace"],
-                text=r["text"],
-                data=C.json_loads(r["data"]),
-                created_at=r["created_at"],
-                updated_at=r["updated_at"],
-            )
-            for r in rows
-        ]
+        return [C.record_from_row(r) for r in rows]
 
     def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
         where, params = SQL.record_where(scope)

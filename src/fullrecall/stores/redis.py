@@ -608,17 +608,7 @@ class RedisStore:
         with self._errors("read from"):
             docs = [d for _, _, d in self._record_fields(scope, namespace, exact=False)]
         docs.sort(key=lambda d: (d["created_at"], d["id"]))
-        return [
-            Record(
-                id=d["id"],
-                namespace=d["namespace"],
-                text=d["text"],
-                data=json.loads(d["data"]),
-                created_at=d["created_at"],
-                updated_at=d["updated_at"],
-            )
-            for d in docs
-        ]
+        return [C.record_from_row(d) for d in docs]
 
     def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
         with self._errors("write to"):
