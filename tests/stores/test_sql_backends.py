@@ -170,3 +170,16 @@ def test_sqlite_text_search_of_a_large_scope_never_leaks_or_starves(tmp_path) ->
         assert len(hits) == k and all(int(i[1:]) < 100 for i, _ in hits)
     assert len(store.search_text(Scope(), ["apple"], 200)) == 110
     store.close()
+
+
+def test_sqlite_words_in_most_rows_do_not_change_the_ranking(tmp_path) -> None:
+    """A speaker's name in every row weighs nothing in BM25: the rare word decides, and the common one alone still finds."""
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    scope = Scope(session_id="s")
+    texts = [f"Caroline (8 May): message number {i} about the weather" for i in range(99)]
+    texts.insert(40, "Caroline (8 May): I signed up for a pottery class")
+    store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=t, data={"t": t}) for i, t in enumerate(texts)])
+    hits = store.search_text(scope, ["caroline", "pottery"], 5)
+    assert hits[0][0] == "m40" and len(hits) == 1  # only the row with the weighable word matches
+    assert len(store.search_text(scope, ["caroline"], 5)) == 5  # every word common: all kept
+    store.close()

@@ -205,6 +205,7 @@ class SQLiteStore:
         self._cache_budget = int(vector_cache_mb * 2**20)
         self._fts_batch = max(1, int(fts_batch))
         self._cache: OrderedDict[tuple[int, ...], tuple[dict[int, tuple[int, int]], int, C.VectorBlock]] = OrderedDict()
+        self._df: dict[str, tuple[int, int]] = {}  # word -> (rows when counted, rows matching it)
         self._lock = threading.RLock()
         self._conn_obj: sqlite3.Connection | None = None
         self._pid = os.getpid()
@@ -585,13 +586,15 @@ class SQLiteStore:
         self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None
     ) -> list[tuple[str, float]]:
         C.check_positive_k(k)
-        text_query = _fts_query(C.split_terms(terms))
-        if text_query is None or k == 0:
+        words = C.split_terms(terms)
+        if not words or k == 0:
             return []
         with self._lock:
             if _pending(self._conn()):
                 with self._write() as conn:
                     _index_pending(conn, min_pending=1)
+        with self._read() as conn:
+            text_query = _fts_query(self._weighable(conn, words))
         where, params = SQL.scope_where(scope)
         in_scope = f"m.sid IN (SELECT sid FROM sessions s WHERE {where})"
         conds, fparams = SQL.filters(filters)
@@ -618,6 +621,28 @@ class SQLiteStore:
             # Without filters the scope token selects exactly the scope: FTS5 can stop at k.
             limit = k if filters is None and exact else None
             return self._fts(conn, match, limit, in_scope + conds, [*params, *fparams], k)
+
+    def _weighable(self, conn: sqlite3.Connection, words: Sequence[str]) -> Sequence[str]:
+        """The words BM25 can weigh: FTS5 gives a word found in half the rows or more an IDF of
+        1e-6, so such a word (a speaker's name in every message) changes no ranking, yet makes
+        bm25() read the size of every row it matches. Dropping it keeps the ranking and the time
+        small; if every word is that common, all stay. Counts are cached until the next write."""
+        rows = _top_rid(conn)
+        if rows < 64:
+            return words
+        kept = []
+        for word in words:
+            cached = self._df.get(word)
+            if cached is None or cached[0] != rows:
+                df = conn.execute(
+                    "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?", [f"text : ({_fts_query([word])})"]
+                ).fetchone()[0]
+                cached = self._df[word] = (rows, df)
+                if len(self._df) > 4096:
+                    self._df.clear()
+            if 2 * cached[1] < rows:
+                kept.append(word)
+        return kept or words
 
     @staticmethod
     def _fts(
