@@ -211,3 +211,14 @@ def test_bad_parameters_are_named():
         manager(semantic_search_top_k=0)
     with pytest.raises(ValueError, match="max_num_archived_messages"):
         Archive(max_num_archived_messages=0)
+
+
+def test_recall_failure_sends_the_message_unenriched_and_says_so(caplog):
+    m = manager()
+    messages = conversation()
+    m.reduce_context(messages, RuntimeError("overflow"))
+    m.archive.store.close()  # the store goes away
+    question = user("What was our shared reference number?")
+    hook = SemanticMemoryHook(manager=m)
+    out = hook.enrich(messages + [question])
+    assert out[-1] is question and "recall failed" in caplog.text and hook.last_error is not None

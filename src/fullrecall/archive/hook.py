@@ -35,13 +35,20 @@ class SemanticMemoryHook:
         self.include_metadata = include_metadata
         self.manager = manager
         self.last_recall = None
+        self.last_error: BaseException | None = None
 
     def enrich_text(self, question: str, manager: SemanticSummarizingConversationManager | None = None) -> str | None:
         """The enriched text for ``question``, or None when nothing relevant is archived."""
         manager = manager or self.manager
         if not self.enabled or manager is None or not question.strip() or question.startswith(ENRICHMENT_HEADER):
             return None
-        recall = manager.recall(question)
+        try:
+            recall = manager.recall(question)
+        except Exception as exc:  # noqa: BLE001 - recall is an extra: the turn goes on without it
+            self.last_error = exc
+            log.warning("recall failed (%s: %s); the message goes to the model without recalled context",
+                        type(exc).__name__, exc)
+            return None
         self.last_recall = recall
         return format_enrichment(question, recall.ranges, max_context_length=self.max_context_length,
                                  include_metadata=self.include_metadata)
