@@ -199,9 +199,6 @@ class Archive:
         started = time.perf_counter()
         if self.store.count(self.scope) == 0:
             return Recall(query)
-        if before is not None:
-            exclude = Filters(roles=filters.roles, kinds=filters.kinds, since=filters.since, until=filters.until) if filters else None
-            filters = exclude
         hits = self.search_engine.search(query, top_k=top_k, min_score=min_score, filters=filters, spread=radius)
         if before is not None:
             hits = [h for h in hits if h.position is not None and h.position < before]
