@@ -107,11 +107,7 @@ class OpenAIChatModel:
                     error = self._transport_error(exc)
                 except ChatModelError as exc:
                     error = exc
-                if not error.retryable or attempt == self.max_retries:
-                    raise error
-                delay = backoff_delay(attempt, self.backoff, self.max_backoff, getattr(error, "retry_after", None))
-                logger.warning("%s: %s; retry %d/%d in %.2f s", self.name, error, attempt + 1, self.max_retries, delay)
-                time.sleep(delay)
+                time.sleep(self._next_delay(error, attempt))
         raise AssertionError("unreachable")
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
@@ -127,12 +123,16 @@ class OpenAIChatModel:
                     error = self._transport_error(exc)
                 except ChatModelError as exc:
                     error = exc
-                if not error.retryable or attempt == self.max_retries:
-                    raise error
-                delay = backoff_delay(attempt, self.backoff, self.max_backoff, getattr(error, "retry_after", None))
-                logger.warning("%s: %s; retry %d/%d in %.2f s", self.name, error, attempt + 1, self.max_retries, delay)
-                await asyncio.sleep(delay)
+                await asyncio.sleep(self._next_delay(error, attempt))
         raise AssertionError("unreachable")
+
+    def _next_delay(self, error: ChatModelError, attempt: int) -> float:
+        """Seconds to wait before the next try; raises ``error`` when it is final."""
+        if not error.retryable or attempt == self.max_retries:
+            raise error
+        delay = backoff_delay(attempt, self.backoff, self.max_backoff, getattr(error, "retry_after", None))
+        logger.warning("%s: %s; retry %d/%d in %.2f s", self.name, error, attempt + 1, self.max_retries, delay)
+        return delay
 
     # -- response ------------------------------------------------------------------
     def _transport_error(self, exc: Exception) -> ChatModelError:
