@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -171,6 +172,18 @@ def message_from_row(row: dict[str, Any], position: int, session_id: str | None)
         metadata=json.loads(row["metadata"]) if row.get("metadata") else {},
         session_id=session_id,
     )
+
+
+def split_url(url: str, schemes: Sequence[str], own_options: Sequence[str], scheme: str | None = None
+              ) -> tuple[str, dict[str, str]]:
+    """(the client's URL, fullrecall's own options) from a store URL: our options leave the query string."""
+    parts = urlsplit(url)
+    if parts.scheme not in schemes:
+        raise ValueError(f"not a {' or '.join(schemes)} URL: {url!r}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in query if k in own_options}
+    rest = urlencode([(k, v) for k, v in query if k not in own_options])
+    return urlunsplit((scheme or parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), own
 
 
 def record_from_row(row: Any) -> Record:

@@ -36,7 +36,7 @@ import re
 import threading
 import time
 from typing import Any, Iterable, Iterator, Sequence
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import psycopg
@@ -123,13 +123,7 @@ MIGRATIONS: dict[int, str] = {
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
     """(libpq URL, fullrecall options) from a store URL."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise ValueError(f"not a PostgreSQL URL: {url!r}")
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    own = {k: v for k, v in query if k in _OWN_OPTIONS}
-    rest = urlencode([(k, v) for k, v in query if k not in _OWN_OPTIONS])
-    return urlunsplit(("postgresql", parts.netloc, parts.path, rest, parts.fragment)), own
+    return C.split_url(url, ("postgresql", "postgres"), _OWN_OPTIONS, scheme="postgresql")
 
 
 def _to_numpy(value: Any) -> np.ndarray:

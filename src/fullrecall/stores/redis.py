@@ -39,7 +39,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import numpy as np
 import redis as redis_lib
@@ -196,13 +196,7 @@ class _Cached:
 
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
-    parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss"):
-        raise ValueError(f"not a Redis URL: {url!r}")
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    own = {k: v for k, v in query if k in _OWN_OPTIONS}
-    rest = urlencode([(k, v) for k, v in query if k not in _OWN_OPTIONS])
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), own
+    return C.split_url(url, ("redis", "rediss"), _OWN_OPTIONS)
 
 
 class RedisStore:
