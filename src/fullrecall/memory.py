@@ -76,8 +76,10 @@ class ConversationMemory:
         self.apply_management()
 
     def apply_management(self) -> None:
+        before = (len(self._messages), self.manager.removed_message_count)
         self.manager.apply_management(self._messages)
-        self._save()
+        if (len(self._messages), self.manager.removed_message_count) != before:  # saved already by add()
+            self._save()
 
     def reduce_context(self, error: BaseException | None = None) -> None:
         """Shrink after a context overflow (raises ``ContextWindowOverflowError`` if it cannot)."""

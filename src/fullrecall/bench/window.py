@@ -51,7 +51,12 @@ def import_time(runs: int = 5) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import NullConversationManager, SlidingWindowConversationManager, SummarizingConversationManager
+    from .. import (
+        ContextWindowOverflowError,
+        NullConversationManager,
+        SlidingWindowConversationManager,
+        SummarizingConversationManager,
+    )
     from ..summarizers import ExtractiveSummarizer
 
     full = conversation(args.messages)
@@ -83,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             make().reduce_context(big, RuntimeError("overflow"))
             reduce_ms = (time.perf_counter() - t0) * 1000
-        except Exception:  # noqa: BLE001 - the null manager refuses by design
+        except ContextWindowOverflowError:  # the null manager refuses by design
             reduce_ms = None
         per_turn.sort()
         results["managers"][name] = {
