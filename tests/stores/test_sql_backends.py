@@ -113,6 +113,38 @@ def test_postgres_bulk_load_builds_the_index_on_demand(service_urls: dict[str, C
     store.close()
 
 
+def test_postgres_pruned_lexical_search_ranks_like_every_row_ranked(
+    service_urls: dict[str, Callable[[], str]],
+) -> None:
+    """With the column statistics in place, common words only score candidates (see _topk),
+    yet the top k is what ranking every matching row gives."""
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    schema = f"lex{uuid.uuid4().hex[:8]}"
+    pruned = open_store(f"{url}{sep}schema={schema}&lexical_budget=0")
+    everything = open_store(f"{url}{sep}schema={schema}&lexical_budget=1000000000")
+    rng = np.random.default_rng(3)
+    words = [f"w{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(60)]
+    weights = 1.0 / np.arange(1, 61) ** 1.1
+    texts = [" ".join(rng.choice(words, size=int(rng.integers(2, 12)), p=weights / weights.sum())) for _ in range(1500)]
+    scope = Scope(user_id="u", session_id="s")
+    pruned.append(scope, [_msg(i, t) for i, t in enumerate(texts)])
+    pruned.build_indexes()  # ANALYZE: the statistics that tell common words from rare ones
+    with pruned._tx() as conn:
+        assert len(pruned._lexeme_shares(conn)) >= 30  # the query words are known: pruning is on
+    plans: list[tuple[int, int]] = []
+    for _ in range(25):
+        query = list(rng.choice(words[:30], size=3, replace=False))
+        got, want = pruned.search_text(scope, query, 8), everything.search_text(scope, query, 8)
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-4)
+        tied = {round(s, 3) for _, s in want[-1:]}  # rows tied at the cut may swap places
+        assert {i for i, s in got if round(s, 3) not in tied} == {i for i, s in want if round(s, 3) not in tied}
+        plans.append((len(got), len(want)))
+    assert all(g == w for g, w in plans)
+    pruned.close()
+    everything.close()
+
+
 def test_postgres_unreachable_is_a_store_error() -> None:
     with pytest.raises(StoreError, match="PostgreSQL"):
         open_store(f"postgresql://nobody@127.0.0.1:{free_port()}/x?connect_timeout=2")

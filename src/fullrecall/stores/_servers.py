@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import time
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
 REDIS_SERVER = os.environ.get("FULLRECALL_REDIS_SERVER", "redis-server")
 
@@ -71,8 +72,12 @@ def redis_server(appendfsync: str = "everysec") -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def postgres_server() -> Iterator[str]:
-    """A private PostgreSQL with pgvector from the ``pgserver`` package; yields its URL."""
+def postgres_server(settings: Mapping[str, str] | None = None) -> Iterator[str]:
+    """A private PostgreSQL with pgvector from the ``pgserver`` package; yields its URL.
+
+    ``settings`` (``{"shared_buffers": "4GB"}``) are written with ``ALTER SYSTEM`` and the
+    server is restarted once to apply them.
+    """
     try:
         import pgserver  # type: ignore[import-not-found]
     except ImportError as exc:
@@ -80,7 +85,10 @@ def postgres_server() -> Iterator[str]:
     workdir = tempfile.mkdtemp(prefix="fullrecall-pg-")
     try:
         server = pgserver.get_server(workdir, cleanup_mode="stop")
+        if settings:
+            _apply_settings(server, settings)
     except Exception as exc:  # pgserver raises plain exceptions when initdb/pg_ctl fail
+        _stop_postmaster(workdir)
         shutil.rmtree(workdir, ignore_errors=True)
         raise ServerUnavailable(f"pgserver could not start PostgreSQL: {exc}") from exc
     try:
@@ -89,6 +97,21 @@ def postgres_server() -> Iterator[str]:
         server.cleanup()
         _stop_postmaster(workdir)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _apply_settings(server: Any, settings: Mapping[str, str]) -> None:
+    """``ALTER SYSTEM`` each setting, then restart the postmaster (same socket and options)."""
+    import psycopg
+    from pgserver._commands import pg_ctl  # type: ignore[import-not-found]
+    from pgserver.utils import PostmasterInfo  # type: ignore[import-not-found]
+
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        for name, value in settings.items():
+            if not re.fullmatch(r"[a-z_.]+", name):
+                raise ValueError(f"not a PostgreSQL setting name: {name!r}")
+            conn.execute(f"ALTER SYSTEM SET {name} = '{str(value).replace(chr(39), '')}'")
+    pg_ctl(["-w", "-l", str(server.log), "restart"], pgdata=server.pgdata, user=server.system_user, timeout=120)
+    server._postmaster_info = PostmasterInfo.read_from_pgdata(server.pgdata)  # the new postmaster's pid
 
 
 def _stop_postmaster(pgdata: str) -> None:

@@ -45,16 +45,23 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import StoreError
 from . import _common as C
+from . import _topk
 from .base import Filters, Record, Scope, StoredMessage
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SQL = C.Sql("%s")
-_OWN_OPTIONS = ("schema", "pool_min", "pool_max", "exact_limit", "ef_search", "hnsw_min_rows", "index_build_memory")
+_OWN_OPTIONS = (
+    "schema", "pool_min", "pool_max", "exact_limit", "ef_search", "hnsw_min_rows", "index_build_memory",
+    "lexical_budget", "candidate_cap",
+)
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _HNSW_MAX_DIM = 2000  # pgvector's limit for indexing the ``vector`` type
 _EXACT_ALWAYS = 2_000  # scopes this small are searched exactly (a few ms)
 _MAX_EF = 1_000
 _HNSW_MIN_ROWS = 5_000  # build the index once the table holds this many vectors
+_LEXICAL_BUDGET = 2_000  # a word expected in more rows than this only scores candidates (see _topk)
+_CANDIDATE_CAP = 20_000  # most rows one lexical search ranks (only a query of very common words reaches it)
+_STATS_TTL = 60.0  # seconds the column statistics are cached
 _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
 # Punctuation becomes a space before tokenising, in the index and in queries alike.
 _PUNCT_SQL = r"regexp_replace(text, '[^\w\s]+', ' ', 'g')"
@@ -118,6 +125,11 @@ MIGRATIONS: dict[int, str] = {
         PRIMARY KEY (tenant, user_id, agent_id, session_id, namespace, id)
     );
     """,
+    # the words ever archived per conversation: BM25's mean row length without a scan
+    2: """
+    ALTER TABLE {s}.sessions ADD COLUMN lexemes BIGINT NOT NULL DEFAULT 0;
+    UPDATE {s}.sessions s SET lexemes = (SELECT coalesce(sum(length(m.tsv)), 0) FROM {s}.messages m WHERE m.sid = s.sid);
+    """,
 }
 
 
@@ -149,6 +161,8 @@ class PostgresStore:
         ef_search: int = 64,
         hnsw_min_rows: int | None = None,
         index_build_memory: str = "1GB",
+        lexical_budget: int = _LEXICAL_BUDGET,
+        candidate_cap: int = _CANDIDATE_CAP,
         connect_timeout: float = 10.0,
     ) -> None:
         conninfo, opts = split_url(url)
@@ -165,6 +179,10 @@ class PostgresStore:
         self._index_build_memory = str(opts.get("index_build_memory", index_build_memory))
         if not re.fullmatch(r"\d+\s*(kB|MB|GB)", self._index_build_memory):
             raise ValueError(f"index_build_memory must look like '512MB' or '4GB', got {self._index_build_memory!r}")
+        self._lexical_budget = int(opts.get("lexical_budget", lexical_budget))
+        self._candidate_cap = int(opts.get("candidate_cap", candidate_cap))
+        self._shares: tuple[float, dict[str, float]] | None = None  # (when, lexeme -> share of rows)
+        self._table_rows: dict[int, tuple[float, int]] = {}  # dim -> (when, rows in vectors_{dim})
         self._indexed: set[int] = set()  # dimensions whose HNSW index is known to be built
         self._timeout = connect_timeout
         self._lock = threading.Lock()
@@ -306,8 +324,9 @@ class PostgresStore:
                 conn.execute(
                     f"WITH ins AS (INSERT INTO {s}.messages (sid, position, {', '.join(cols)})"
                     " SELECT %s, * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],"
-                    " %s::text[], %s::float8[], %s::float8[], %s::text[], %s::text[]))"
-                    f" UPDATE {s}.sessions SET next_position = %s WHERE sid = %s",
+                    " %s::text[], %s::float8[], %s::float8[], %s::text[], %s::text[]) RETURNING length(tsv) AS n)"
+                    f" UPDATE {s}.sessions SET next_position = %s,"
+                    " lexemes = lexemes + (SELECT coalesce(sum(n), 0) FROM ins) WHERE sid = %s",
                     (sess["sid"], [p for _, p in new], *arrays, next_pos, sess["sid"]),
                 )
             except psycopg.errors.UniqueViolation as exc:
@@ -373,9 +392,12 @@ class PostgresStore:
         return f"{s}.{table}"
 
     def build_indexes(self) -> list[int]:
-        """Build the missing HNSW indexes now, whatever the table sizes; return their dimensions."""
+        """After a bulk load: build the missing HNSW indexes now, whatever the table sizes, and
+        refresh the statistics lexical search plans with; return the indexed dimensions."""
         with self._tx() as conn:
             dims = self._dims(conn)
+            conn.execute(f"ANALYZE {self.schema}.messages")
+        self._shares = None
         return [d for d in dims if self._build_index(d, min_rows=0)]
 
     def _build_index(self, dim: int, min_rows: int) -> bool:
@@ -503,7 +525,8 @@ class PostgresStore:
         where, params = SQL.scope_where(scope)
         with self._tx() as conn:
             sessions = conn.execute(
-                f"SELECT sid, vec_dim FROM {s}.sessions s WHERE {where} AND vec_dim IS NOT NULL", params
+                f"SELECT sid, vec_dim, next_position FROM {s}.sessions s WHERE {where} AND vec_dim IS NOT NULL",
+                params,
             ).fetchall()
             dims = {r["vec_dim"] for r in sessions}
             if not sessions or k == 0:
@@ -523,10 +546,7 @@ class PostgresStore:
                 f" WHERE v.sid{{}} = ANY(%s){fsql}"
             )
             args = [query, sids, *fparams]
-            size = conn.execute(
-                f"SELECT count(*) AS n FROM (SELECT 1 FROM {table} WHERE sid = ANY(%s) LIMIT %s) x",
-                (sids, self._exact_limit + 1),
-            ).fetchone()["n"]
+            size = sum(r["next_position"] for r in sessions)  # messages ever appended: at least the vectors
             ef = self._hnsw_ef(conn, dim, size, k)
             if ef:
                 conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
@@ -550,11 +570,14 @@ class PostgresStore:
         if dim not in self._indexed and self._index_state(conn, f"vectors_{dim}") != "valid":
             return None
         self._indexed.add(dim)
-        rows = conn.execute(
-            "SELECT greatest(reltuples, 1)::bigint AS n FROM pg_class WHERE oid = to_regclass(%s)",
-            (f"{self.schema}.vectors_{dim}",),
-        ).fetchone()["n"]
-        rows = max(rows, scope_size)
+        cached = self._table_rows.get(dim)
+        if cached is None or time.monotonic() - cached[0] > _STATS_TTL:
+            n = conn.execute(
+                "SELECT greatest(reltuples, 1)::bigint AS n FROM pg_class WHERE oid = to_regclass(%s)",
+                (f"{self.schema}.vectors_{dim}",),
+            ).fetchone()["n"]
+            cached = self._table_rows[dim] = (time.monotonic(), int(n))
+        rows = max(cached[1], scope_size)
         if scope_size <= self._exact_limit and scope_size < rows / 2:
             return None
         return int(min(_MAX_EF, max(self._ef_search, k, 2 * k * rows / scope_size)))
@@ -562,24 +585,54 @@ class PostgresStore:
     def search_text(
         self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None
     ) -> list[tuple[str, float]]:
+        """BM25 (binary term frequency) in SQL, with MaxScore pruning so that a common word
+        costs no more than a rare one (see :mod:`._topk`)."""
         C.check_positive_k(k)
         words = _ts_terms(C.split_terms(terms))
         if not words or k == 0:
             return []
-        s = self.schema
-        tsquery = " || ".join(["phraseto_tsquery('english', %s)"] * len(words))
         where, params = SQL.scope_where(scope)
-        fsql, fparams = SQL.filters(filters)
         with self._tx() as conn:
-            sids = self._sids(conn, scope)
-            if not sids:
-                return []
-            rows = conn.execute(
-                f"SELECT m.id, ts_rank_cd(m.tsv, q.q) AS score FROM {s}.messages m, (SELECT {tsquery} AS q) q"
-                f" WHERE m.tsv @@ q.q AND m.sid = ANY(%s){fsql} ORDER BY score DESC, m.rid LIMIT %s",
-                [*words, sids, *fparams, k],
+            sessions = conn.execute(
+                f"SELECT sid, next_position, lexemes FROM {self.schema}.sessions s WHERE {where}", params
             ).fetchall()
-        return [(r["id"], float(r["score"])) for r in rows]
+            queries = self._word_queries(conn, words) if sessions else []
+            if not queries:
+                return []
+            n = max(1, sum(r["next_position"] for r in sessions))
+            mean_length = max(1.0, sum(r["lexemes"] for r in sessions) / n)
+            return _Lexical(self, conn, [r["sid"] for r in sessions], n, mean_length, queries, filters).top(k)
+
+    def _word_queries(self, conn: psycopg.Connection, words: Sequence[str]) -> list[tuple[str, float | None]]:
+        """(tsquery text, share of rows holding it or None if not among the frequent words) per word."""
+        rows = conn.execute(
+            "SELECT phraseto_tsquery('english', w)::text AS q,"
+            " array(SELECT lexeme FROM unnest(to_tsvector('english', w))) AS lexemes"
+            " FROM unnest(%s::text[]) WITH ORDINALITY AS t(w, i) ORDER BY i",
+            (list(words),),
+        ).fetchall()
+        shares = self._lexeme_shares(conn)
+        out: dict[str, float | None] = {}
+        for r in rows:
+            if r["q"] and r["q"] not in out:  # a stop word gives an empty query
+                known = [shares.get(lexeme) for lexeme in r["lexemes"]]
+                out[r["q"]] = min(known) if known and None not in known else None  # type: ignore[type-var]
+        return list(out.items())
+
+    def _lexeme_shares(self, conn: psycopg.Connection) -> dict[str, float]:
+        """The frequent words of the ``tsv`` column and the share of rows holding each, from
+        PostgreSQL's own statistics (ANALYZE, kept fresh by autovacuum); cached for a minute."""
+        cached = self._shares
+        if cached is not None and time.monotonic() - cached[0] < _STATS_TTL:
+            return cached[1]
+        row = conn.execute(
+            "SELECT most_common_elems::text::text[] AS elems, most_common_elem_freqs AS freqs FROM pg_stats"
+            " WHERE schemaname = %s AND tablename = 'messages' AND attname = 'tsv'",
+            (self.schema,),
+        ).fetchone()
+        shares = dict(zip(row["elems"], row["freqs"])) if row and row["elems"] else {}
+        self._shares = (time.monotonic(), shares)
+        return shares
 
     # -- state and long-term records ---------------------------------------------------------
 
@@ -709,3 +762,74 @@ class PostgresStore:
             "record_count": int(records),
             "session_count": int(sessions),
         }
+
+
+class _Lexical:
+    """One lexical search: the candidate queries of :mod:`._topk`'s plan, run in SQL."""
+
+    def __init__(
+        self,
+        store: PostgresStore,
+        conn: psycopg.Connection,
+        sids: list[int],
+        n: int,
+        mean_length: float,
+        queries: list[tuple[str, float | None]],
+        filters: Filters | None,
+    ) -> None:
+        self.store, self.conn, self.sids, self.n, self.mean_length = store, conn, sids, n, mean_length
+        self.queries = [q for q, _ in queries]
+        self.share = {i: f for i, (_, f) in enumerate(queries) if f is not None}
+        est = [None if f is None else f * n for _, f in queries]
+        self.rare, common = _topk.split_rare(est, store._lexical_budget)
+        self.idf = {i: _topk.idf(self.share[i] * n, n) for i in common}
+        self.fsql, self.fparams = SQL.filters(filters)
+
+    def top(self, k: int) -> list[tuple[str, float]]:
+        store = self.store
+        hits = _topk.top_k(
+            k,
+            self.rare,
+            self.idf,
+            self.share,
+            self.n,
+            store._lexical_budget,
+            store._candidate_cap,
+            lambda sets, capped, exclude: self._ranked(sets, k, capped, exclude),
+        )
+        return [(i, s) for i, _, s in hits]
+
+    def _tsquery(self, sets: list[tuple[int, ...]]) -> str:
+        return " | ".join("(" + " & ".join(f"({self.queries[i]})" for i in s) + ")" for s in sets)
+
+    def _ranked(
+        self, sets: list[tuple[int, ...]], k: int, capped: bool, exclude: list[tuple[int, ...]]
+    ) -> list[tuple[str, int, float]]:
+        """Top ``k`` (id, rid, score) among rows matching an AND of ``sets`` and none of ``exclude``.
+
+        A rare word's document frequency is counted here, among candidates that hold every
+        row holding it; a common word's comes from the column statistics.
+        """
+        s, nq, n = self.store.schema, len(self.queries), self.n
+        hit_cols = ", ".join(f"(m.tsv @@ %s::tsquery)::int AS h{i}" for i in range(nq))
+        df_cols = ", ".join(f"sum(h{i}) AS df{i}" for i in range(nq))
+        weights = " + ".join(
+            f"h{i} * {self.idf[i]!r}" if i in self.idf else f"h{i} * ln(1 + ({n} - st.df{i} + 0.5) / (st.df{i} + 0.5))"
+            for i in range(nq)
+        )
+        k1, b = _topk.K1, _topk.B
+        norm = f"{k1 + 1!r} / (1 + {k1!r} * (1 - {b!r} + {b!r} * c.dl / {self.mean_length!r}))"
+        excluded = " AND NOT m.tsv @@ %s::tsquery" if exclude else ""
+        sql = (
+            f"WITH c AS MATERIALIZED (SELECT m.rid, m.id, length(m.tsv) AS dl, {hit_cols} FROM {s}.messages m"
+            f" WHERE m.tsv @@ %s::tsquery AND m.sid = ANY(%s){excluded}{self.fsql}{' LIMIT %s' if capped else ''}),"
+            f" st AS (SELECT {df_cols} FROM c)"
+            f" SELECT c.id, c.rid, ({weights}) * {norm} AS score FROM c, st ORDER BY score DESC, c.rid LIMIT %s"
+        )
+        args: list[Any] = [*self.queries, self._tsquery(sets), self.sids]
+        if exclude:
+            args.append(self._tsquery(exclude))
+        args += self.fparams
+        if capped:
+            args.append(self.store._candidate_cap)
+        return [(r["id"], r["rid"], float(r["score"])) for r in self.conn.execute(sql, [*args, k])]
