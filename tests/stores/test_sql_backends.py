@@ -136,6 +136,7 @@ def test_postgres_pruned_lexical_search_ranks_like_every_row_ranked(
     for _ in range(25):
         query = list(rng.choice(words[:30], size=3, replace=False))
         got, want = pruned.search_text(scope, query, 8), everything.search_text(scope, query, 8)
+        assert len({i for i, _ in got}) == len(got)  # each row once
         assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-4)
         tied = {round(s, 3) for _, s in want[-1:]}  # rows tied at the cut may swap places
         assert {i for i, s in got if round(s, 3) not in tied} == {i for i, s in want if round(s, 3) not in tied}

@@ -229,6 +229,8 @@ class PostgresStore:
 
             def configure(conn: psycopg.Connection) -> None:
                 register_vector(conn)
+                # JIT compiles a query the planner thinks costly in ~50-100 ms; ours take a few ms
+                conn.execute("SET jit = off")
 
             lo, hi = self._pool_sizes
             self._pool_obj = ConnectionPool(
@@ -811,19 +813,20 @@ class _Lexical:
         row holding it; a common word's comes from the column statistics.
         """
         s, nq, n = self.store.schema, len(self.queries), self.n
-        hit_cols = ", ".join(f"(m.tsv @@ %s::tsquery)::int AS h{i}" for i in range(nq))
-        df_cols = ", ".join(f"sum(h{i}) AS df{i}" for i in range(nq))
-        weights = " + ".join(
-            f"h{i} * {self.idf[i]!r}" if i in self.idf else f"h{i} * ln(1 + ({n} - st.df{i} + 0.5) / (st.df{i} + 0.5))"
+        # float8 throughout: numeric arithmetic would cost more than fetching the rows
+        hit_cols = ", ".join(f"(m.tsv @@ %s::tsquery)::int::float8 AS h{i}" for i in range(nq))
+        weight_cols = ", ".join(
+            f"{self.idf[i]!r}::float8 AS w{i}" if i in self.idf else f"ln(1 + ({n} - sum(h{i}) + 0.5) / (sum(h{i}) + 0.5)) AS w{i}"
             for i in range(nq)
         )
+        weights = " + ".join(f"h{i} * w{i}" for i in range(nq))
         k1, b = _topk.K1, _topk.B
-        norm = f"{k1 + 1!r} / (1 + {k1!r} * (1 - {b!r} + {b!r} * c.dl / {self.mean_length!r}))"
+        norm = f"{k1 + 1!r} / (1 + {k1!r} * (1 - {b!r} + {b!r} * c.dl / {self.mean_length!r}::float8))"
         excluded = " AND NOT m.tsv @@ %s::tsquery" if exclude else ""
         sql = (
-            f"WITH c AS MATERIALIZED (SELECT m.rid, m.id, length(m.tsv) AS dl, {hit_cols} FROM {s}.messages m"
+            f"WITH c AS MATERIALIZED (SELECT m.rid, m.id, length(m.tsv)::float8 AS dl, {hit_cols} FROM {s}.messages m"
             f" WHERE m.tsv @@ %s::tsquery AND m.sid = ANY(%s){excluded}{self.fsql}{' LIMIT %s' if capped else ''}),"
-            f" st AS (SELECT {df_cols} FROM c)"
+            f" st AS (SELECT count(*) AS candidates, {weight_cols} FROM c)"  # one row, always
             f" SELECT c.id, c.rid, ({weights}) * {norm} AS score FROM c, st ORDER BY score DESC, c.rid LIMIT %s"
         )
         args: list[Any] = [*self.queries, self._tsquery(sets), self.sids]
