@@ -169,6 +169,31 @@ def test_embedding_failure_keeps_messages_and_catches_up(caplog, default_embedde
     assert m.get_memory_usage_stats()["embedding_memory"] == m.removed_message_count * embedder.dimension * 4
 
 
+def test_a_new_process_embeds_what_an_earlier_one_could_not(tmp_path, default_embedder):
+    from dataclasses import replace
+
+    from fullrecall.messages import parse_messages
+    from fullrecall.stores import Scope
+    from fullrecall.window import RemovedMessages
+
+    def removed(texts, start):
+        _, msgs = parse_messages([user(t) for t in texts])
+        batch = [replace(m, position=start + i) for i, m in enumerate(msgs)]
+        return RemovedMessages(batch, reason="trimmed", shape="converse")
+
+    url, scope = f"sqlite:///{tmp_path}/a.db", Scope(session_id="s")
+    flaky = FlakyEmbedder(default_embedder)
+    first = Archive(url, scope, embedding_model=flaky)
+    first.write(removed([f"the invoice number is {i}" for i in range(3)], 0))
+    assert first.store.get_vectors(scope, ["m0", "m1", "m2"]) == {}  # kept, not embedded
+    first.store.close()
+    # A restart: a new Archive on the same file, embedder working again, one more message.
+    second = Archive(url, scope, embedding_model=default_embedder)
+    second.write(removed(["and the due date is Friday"], 3))
+    assert set(second.store.get_vectors(scope, ["m0", "m1", "m2", "m3"])) == {"m0", "m1", "m2", "m3"}
+    assert second.store.get_state(scope, "archive")["unembedded"] == []
+
+
 def test_count_and_memory_limits_evict_oldest_and_say_so():
     m = manager(max_num_archived_messages=5, preserve_recent_messages=2)
     messages = conversation()

@@ -73,7 +73,8 @@ class Archive:
         self._search_args = dict(embedding_model=embedding_model, reranker_model=reranker_model, aws_region=aws_region,
                                  embedding_dimensions=embedding_dimensions, **search_options)
         self._search = None
-        self._unindexed: list[StoredMessage] = []
+        self._unindexed: list[StoredMessage] = []  # archived, but not embedded yet
+        self._waiting: list[str] | None = None  # their ids as the store has them (None: not read yet)
         self.last_evicted: list[int] = []
 
     # -- search engine, built on first use so constructing an Archive is instant -------------
@@ -143,7 +144,16 @@ class Archive:
         return (self.store.get_state(self.scope, "summaries") or {"items": []})["items"]
 
     def _index(self, records: list[StoredMessage]) -> None:
-        pending = self._unindexed + records
+        """Embed ``records`` and any that an earlier write (in any process) failed to embed.
+
+        The ids still waiting are kept in the store's ``archive`` state, so a process that
+        starts after a failure catches up on its first write.
+        """
+        if self._waiting is None:  # first write of this process: what did earlier ones leave?
+            ids = self._state().get("unembedded") or []
+            self._waiting = ids
+            self._unindexed = self.store.get(self.scope, ids) if ids else []
+        pending = list({m.id: m for m in self._unindexed + records}.values())
         try:
             self.search_engine.index(pending, append=False)
             self._unindexed = []
@@ -151,6 +161,12 @@ class Archive:
             self._unindexed = pending
             log.warning("archived %d message(s) but could not embed them (%s: %s); they are kept, found by "
                         "keyword search, and embedded on the next write", len(pending), type(exc).__name__, exc)
+        waiting = [m.id for m in self._unindexed]
+        if waiting != self._waiting:
+            state = self._state()
+            state["unembedded"] = waiting
+            self.store.put_state(self.scope, "archive", state)
+            self._waiting = waiting
 
     # -- limits ---------------------------------------------------------------------------------
     def _enforce_limits(self) -> None:
