@@ -9,8 +9,9 @@ Design, and why:
   which also creates it), so concurrent appenders of one conversation take turns, and
   only they do. An append is 3 round trips and one commit.
 * **Lexical search** is a stored ``tsvector`` (``english`` config, punctuation split like
-  FTS5's unicode61 so ``REF-48213`` is two tokens) with a GIN index, ranked by
-  ``ts_rank_cd``, in SQL.
+  FTS5's unicode61 so ``REF-48213`` is two tokens) with a GIN index, ranked in SQL by
+  BM25 (binary term frequency), planned from the column's statistics so that a common
+  word costs no more than a rare one (:mod:`._topk`).
 * **Vectors** go to one table per dimension (``vectors_384``: pgvector needs a fixed
   dimension to index) with an HNSW cosine index, built (``CREATE INDEX CONCURRENTLY``,
   writes go on) once the table holds ``hnsw_min_rows`` vectors (default 5,000), or on
@@ -25,7 +26,8 @@ Design, and why:
 
 URL: ``postgresql://user:pass@host:5432/db?schema=fullrecall&pool_max=8`` (the
 fullrecall options ``schema``, ``pool_min``, ``pool_max``, ``exact_limit``, ``ef_search``,
-``hnsw_min_rows`` are removed before the URL goes to libpq).
+``hnsw_min_rows``, ``index_build_memory``, ``lexical_budget``, ``candidate_cap`` are removed
+before the URL goes to libpq).
 """
 
 from __future__ import annotations
