@@ -216,3 +216,14 @@ def test_sqlite_words_in_most_rows_do_not_change_the_ranking(tmp_path) -> None:
     assert hits[0][0] == "m40" and len(hits) == 1  # only the row with the weighable word matches
     assert len(store.search_text(scope, ["caroline"], 5)) == 5  # every word common: all kept
     store.close()
+
+
+def test_throwaway_postgres_applies_settings() -> None:
+    """The bench's server gets its settings through ALTER SYSTEM and one restart."""
+    from fullrecall.stores._servers import postgres_server
+
+    with postgres_server({"work_mem": "7MB", "jit": "off"}) as url, psycopg.connect(url) as conn:
+        assert conn.execute("SHOW work_mem").fetchone() == ("7MB",)
+        assert conn.execute("SHOW jit").fetchone() == ("off",)
+    with pytest.raises(ValueError, match="setting names"), postgres_server({"work_mem; DROP": "1"}):
+        pass

@@ -78,6 +78,9 @@ def postgres_server(settings: Mapping[str, str] | None = None) -> Iterator[str]:
     ``settings`` (``{"shared_buffers": "4GB"}``) are written with ``ALTER SYSTEM`` and the
     server is restarted once to apply them.
     """
+    bad = [name for name in settings or {} if not re.fullmatch(r"[a-z_.]+", name)]
+    if bad:
+        raise ValueError(f"not PostgreSQL setting names: {bad}")
     try:
         import pgserver  # type: ignore[import-not-found]
     except ImportError as exc:
@@ -107,8 +110,6 @@ def _apply_settings(server: Any, settings: Mapping[str, str]) -> None:
 
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
         for name, value in settings.items():
-            if not re.fullmatch(r"[a-z_.]+", name):
-                raise ValueError(f"not a PostgreSQL setting name: {name!r}")
             conn.execute(f"ALTER SYSTEM SET {name} = '{str(value).replace(chr(39), '')}'")
     pg_ctl(["-w", "-l", str(server.log), "restart"], pgdata=server.pgdata, user=server.system_user, timeout=120)
     server._postmaster_info = PostmasterInfo.read_from_pgdata(server.pgdata)  # the new postmaster's pid

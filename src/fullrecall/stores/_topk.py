@@ -13,8 +13,9 @@ is MaxScore pruning (Turtle and Flood, 1995) planned over boolean queries:
    OR of ANDs, which the index intersects cheaply.
 
 Scores are BM25 with binary term frequency (a chat message rarely repeats a search word):
-``sum(idf(word) for word in row) * norm(row length)``. The only approximation left is a
-candidate set over ``cap`` rows (a query made only of very common words), cut at ``cap``.
+``sum(idf(word) for word in row) * norm(row length)``. Two approximations are left: a
+candidate set expected over ``cap`` rows (a query made only of very common words) is cut
+at ``cap``, and beyond ``MAX_COMMON`` common words the lowest-weighted only score.
 """
 
 from __future__ import annotations
