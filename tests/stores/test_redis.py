@@ -121,3 +121,28 @@ def test_records_alone_get_ttls_too(redis_url: str, raw: redis.Redis, prefix: st
     keys = _keys(raw, prefix)
     assert len(keys) == 3 and all(400 < raw.ttl(k) <= 500 for k in keys), [(k, raw.ttl(k)) for k in keys]
     store.close()
+
+
+def test_a_large_conversation_is_read_in_pages_with_the_same_results(
+    redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over _SCAN_ABOVE messages the search cache is filled by HSCAN pages, not one huge reply."""
+    from fullrecall.stores import redis as redis_store
+
+    scope = Scope(user_id="u", session_id="big")
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(120, 8)).astype(np.float32)
+    writer = open_store(f"{redis_url}?prefix={prefix}")
+    writer.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"note {i} kiwi{i % 7}", data={}) for i in range(120)])
+    writer.set_vectors(scope, [f"m{i}" for i in range(120)], vecs, "m")
+    whole = (writer.search_vectors(scope, vecs[5], 5), writer.search_text(scope, ["kiwi3"], 20))
+    monkeypatch.setattr(redis_store, "_SCAN_ABOVE", 50)
+    monkeypatch.setattr(redis_store, "_SCAN_PAGE", 16)
+    paged_store = open_store(f"{redis_url}?prefix={prefix}")
+    scans = []
+    real_scan = paged_store._r.hscan_iter
+    monkeypatch.setattr(paged_store._r, "hscan_iter", lambda *a, **kw: scans.append(a[0]) or real_scan(*a, **kw))
+    paged = (paged_store.search_vectors(scope, vecs[5], 5), paged_store.search_text(scope, ["kiwi3"], 20))
+    assert scans and paged == whole and paged[0][0][0] == "m5" and len(paged[1]) == 17
+    writer.close()
+    paged_store.close()

@@ -51,6 +51,8 @@ from .base import DEFAULT_TENANT, Filters, Record, Scope, StoredMessage
 DEFAULT_TTL_SECONDS = 210 * 24 * 3600
 _OWN_OPTIONS = ("prefix", "ttl_seconds", "ttl_days")
 _FAMILIES = ("meta", "msgs", "order", "vecs", "state")
+_SCAN_ABOVE = 20_000  # sessions with more messages are read for search in pages
+_SCAN_PAGE = 2_000
 _NONE = "*"  # a missing user/agent in a key (quote() never yields a bare "*")
 
 # KEYS: 1 meta, 2 msgs, 3 order, 4 vecs, 5 state, 6 user's sessions, 7 users, 8 sessions with this id
@@ -471,11 +473,7 @@ class RedisStore:
                 self._cache.move_to_end(session.base)
                 return hit
         with self._errors("read from"):
-            pipe = self._r.pipeline(transaction=True)  # one snapshot of messages, vectors and version
-            pipe.hgetall(session.key("msgs"))
-            pipe.hgetall(session.key("vecs"))
-            pipe.hget(session.key("meta"), "version")
-            bodies, vecs, version_now = pipe.execute()
+            bodies, vecs, version_now = self._snapshot(session)
         rows = [json.loads(b) for b in bodies.values()]
         lexical = C.LexicalIndex.build(
             [(r["id"], r["role"], r["kind"], r["created_at"], self._tokenize(r["text"])) for r in rows]
@@ -495,6 +493,28 @@ class RedisStore:
             while len(self._cache) > self._cache_sessions:
                 self._cache.popitem(last=False)
         return entry
+
+    def _snapshot(self, session: _Session) -> tuple[dict[bytes, bytes], dict[bytes, bytes], bytes | None]:
+        """(messages, vectors, version) of one session, as of one moment.
+
+        A small session comes in one MULTI. A large one would be one reply of gigabytes (a
+        million messages time out the socket), so it is read in HSCAN pages and accepted
+        when the version did not move meanwhile (every write moves it).
+        """
+        msgs, vecs, meta = session.key("msgs"), session.key("vecs"), session.key("meta")
+        if int(session.meta.get("next") or 0) > _SCAN_ABOVE:
+            for _ in range(5):
+                before = self._r.hget(meta, "version")
+                bodies = dict(self._r.hscan_iter(msgs, count=_SCAN_PAGE))
+                vectors = dict(self._r.hscan_iter(vecs, count=_SCAN_PAGE))
+                if self._r.hget(meta, "version") == before:
+                    return bodies, vectors, before
+        pipe = self._r.pipeline(transaction=True)  # small, or writers kept moving it
+        pipe.hgetall(msgs)
+        pipe.hgetall(vecs)
+        pipe.hget(meta, "version")
+        bodies, vectors, version = pipe.execute()
+        return bodies, vectors, version
 
     def search_vectors(
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
