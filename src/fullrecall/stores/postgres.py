@@ -282,10 +282,6 @@ class PostgresStore:
 
     # -- sessions ----------------------------------------------------------------
 
-    def _sids(self, conn: psycopg.Connection, scope: Scope) -> list[int]:
-        where, params = SQL.scope_where(scope)
-        return [r["sid"] for r in conn.execute(f"SELECT sid FROM {self.schema}.sessions s WHERE {where}", params)]
-
     def _lock_session(self, conn: psycopg.Connection, scope: Scope) -> dict[str, Any]:
         """(sid, next_position) of the session, created if new; its row stays locked until commit.
 
