@@ -132,7 +132,6 @@ def test_postgres_pruned_lexical_search_ranks_like_every_row_ranked(
     pruned.build_indexes()  # ANALYZE: the statistics that tell common words from rare ones
     with pruned._tx() as conn:
         assert len(pruned._lexeme_shares(conn)) >= 30  # the query words are known: pruning is on
-    plans: list[tuple[int, int]] = []
     for _ in range(25):
         query = list(rng.choice(words[:30], size=3, replace=False))
         got, want = pruned.search_text(scope, query, 8), everything.search_text(scope, query, 8)
@@ -140,8 +139,6 @@ def test_postgres_pruned_lexical_search_ranks_like_every_row_ranked(
         assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-4)
         tied = {round(s, 3) for _, s in want[-1:]}  # rows tied at the cut may swap places
         assert {i for i, s in got if round(s, 3) not in tied} == {i for i, s in want if round(s, 3) not in tied}
-        plans.append((len(got), len(want)))
-    assert all(g == w for g, w in plans)
     pruned.close()
     everything.close()
 

@@ -782,19 +782,18 @@ class _Lexical:
         self.share = {i: f for i, (_, f) in enumerate(queries) if f is not None}
         est = [None if f is None else f * n for _, f in queries]
         self.rare, common = _topk.split_rare(est, store._lexical_budget)
-        self.idf = {i: _topk.idf(self.share[i] * n, n) for i in common}
+        self.common_idf = {i: _topk.idf(self.share[i] * n, n) for i in common}  # rare: counted in SQL
         self.fsql, self.fparams = SQL.filters(filters)
 
     def top(self, k: int) -> list[tuple[str, float]]:
-        store = self.store
         hits = _topk.top_k(
             k,
             self.rare,
-            self.idf,
+            self.common_idf,
             self.share,
             self.n,
-            store._lexical_budget,
-            store._candidate_cap,
+            self.store._lexical_budget,
+            self.store._candidate_cap,
             lambda sets, capped, exclude: self._ranked(sets, k, capped, exclude),
         )
         return [(i, s) for i, _, s in hits]
@@ -814,7 +813,7 @@ class _Lexical:
         # float8 throughout: numeric arithmetic would cost more than fetching the rows
         hit_cols = ", ".join(f"(m.tsv @@ %s::tsquery)::int::float8 AS h{i}" for i in range(nq))
         weight_cols = ", ".join(
-            f"{self.idf[i]!r}::float8 AS w{i}" if i in self.idf else f"ln(1 + ({n} - sum(h{i}) + 0.5) / (sum(h{i}) + 0.5)) AS w{i}"
+            f"{self.common_idf[i]!r}::float8 AS w{i}" if i in self.common_idf else f"ln(1 + ({n} - sum(h{i}) + 0.5) / (sum(h{i}) + 0.5)) AS w{i}"
             for i in range(nq)
         )
         weights = " + ".join(f"h{i} * w{i}" for i in range(nq))
