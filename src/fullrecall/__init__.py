@@ -42,7 +42,7 @@ _EXPORTS = {
     "SummarizingConversationManager": "fullrecall.window",
     "RemovedMessages": "fullrecall.window",
     # durable conversation memory and recall
-    "ConversationMemory": "fullrecall.memory",
+    "ConversationMemory": "fullrecall.memory.conversation",
     "SemanticSummarizingConversationManager": "fullrecall.archive",
     "SemanticMemoryHook": "fullrecall.archive",
     "Archive": "fullrecall.archive",

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .messages.formats import parse_messages
-from .stores.base import Scope, Store
+from ..messages.formats import parse_messages
+from ..stores.base import Scope, Store
 
 _WINDOW_KEY = "window"
 
@@ -41,8 +41,8 @@ class ConversationMemory:
         hook: Any = None,
         **manager_options: Any,
     ) -> None:
-        from .archive import SemanticMemoryHook, SemanticSummarizingConversationManager
-        from .stores import open_store
+        from ..archive import SemanticMemoryHook, SemanticSummarizingConversationManager
+        from ..stores import open_store
 
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self.scope = Scope(user_id=user_id, agent_id=agent_id, session_id=session_id)
