@@ -182,3 +182,26 @@ def test_tiny_archive_is_ranked_by_meaning_when_bm25_has_nothing_to_say(search):
                metadata=[{"speaker": "Ann"}, {"speaker": "Ann"}])
     assert search.search("Which pet did Ann get?", top_k=1)[0].text == "I adopted a grey cat called Miso."
     assert search.search("What was the order reference?", top_k=1)[0].text == "My order number is REF-48213."
+
+
+def test_search_across_sessions_finds_each_message_although_ids_repeat(default_embedder, store_url):
+    """Every session numbers its messages m0, m1, ...: a search over all of one user's sessions
+    must still return the message that matched, from its own session, on every backend."""
+    store = open_store(store_url)
+    texts = {
+        "monday": ["We planned the garden beds.", "Tomatoes go by the fence."],
+        "tuesday": ["My passport number is X1234567.", "The flight leaves at nine."],
+    }
+    for session, docs in texts.items():
+        SemanticSearch(default_embedder, store=store, scope=Scope(user_id="alice", session_id=session)).add(
+            docs, ids=["m0", "m1"])
+    SemanticSearch(default_embedder, store=store, scope=Scope(user_id="bob", session_id="tuesday")).add(
+        ["Bob's passport number is B7654321."], ids=["m0"])
+    everything = SemanticSearch(default_embedder, store=store, scope=Scope(user_id="alice"))
+    for query, want in (("What is my passport number?", ("tuesday", texts["tuesday"][0])),
+                        ("Where do the tomatoes go?", ("monday", texts["monday"][1]))):
+        hits = everything.search(query, top_k=4)
+        assert (hits[0].session_id, hits[0].text) == want, [(h.session_id, h.text) for h in hits]
+        assert all("B7654321" not in h.text for h in hits)  # bob's message never reaches alice
+        assert len({(h.session_id, h.id) for h in hits}) == len(hits)
+    store.close()

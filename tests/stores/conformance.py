@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fullrecall.errors import StoreError
-from fullrecall.stores import Filters, Record, Scope, Store, StoredMessage, open_store
+from fullrecall.stores import ANY, Filters, Record, Scope, Store, StoredMessage, open_store
 
 DIM = 16
 
@@ -141,7 +141,7 @@ class StoreConformance:
         assert "m2" in ids(store.search_text(scope, ["runs"], 3))  # stemmed: runs ~ running
         hits = store.search_text(scope, ["weather", "invoice"], 10)
         assert set(ids(hits)) == {"m0", "m4"}  # OR of terms
-        assert all(score > 0 for _, score in hits)
+        assert all(h.score > 0 for h in hits)
         assert store.search_text(scope, ["zebra"], 5) == []
         assert store.search_text(scope, ['"quoted" AND (x OR', "NEAR(", "*"], 5) == []  # no syntax errors
         assert store.search_text(scope, [], 5) == []
@@ -159,7 +159,7 @@ class StoreConformance:
         )
         results = store.search_text(scope, ["apple", "banana"], 5)
         assert set(ids(results)) == {"ma", "mb"}
-        scores = [s for _, s in results]
+        scores = [h.score for h in results]
         assert scores == sorted(scores, reverse=True)
 
     def test_search_vectors(self, store: Store, scope: Scope) -> None:
@@ -243,6 +243,64 @@ class StoreConformance:
         assert store.delete(b1, ["m0"]) == 0 and store.count(a1) == 1
         assert store.range(a2, 0, 10)[0].id == "m1"
 
+    def test_unset_owner_is_the_default_owner_on_reads_and_writes(self, store: Store) -> None:
+        """An unset user or agent means the default owner everywhere; "everyone" is ANY, and only reads take it."""
+        tag = uuid.uuid4().hex[:6]
+        session = f"default-{tag}"
+        alice, bob = Scope(user_id=f"alice{tag}", session_id=session), Scope(user_id=f"bob{tag}", session_id=session)
+        helper = Scope(user_id=f"alice{tag}", agent_id="helper", session_id=session)
+        nobody = Scope(session_id=session)  # no user, no agent: the default owner
+        for n, sc in enumerate((alice, bob, helper)):
+            store.append(sc, [msg(n, f"secret pelican {n}")])
+            store.set_vectors(sc, [f"m{n}"], unit(n)[None], "m")
+            store.put_state(sc, "window", {"owner": n})
+            store.put_record(sc, Record(id=f"r{n}", namespace="facts", text=f"fact {n}"))
+        for sc in (nobody, Scope(user_id="", agent_id="", session_id=session)):
+            assert store.count(sc) == 0 and store.get(sc, ["m0", "m1", "m2"]) == []
+            assert store.get_state(sc, "window") is None and store.get_records(sc, "facts") == []
+            assert store.search_text(sc, ["pelican"], 10) == [] and store.search_vectors(sc, unit(0), 10) == []
+        # Alice without an agent is not alice's helper agent, and the other way round.
+        alice_user = Scope(user_id=f"alice{tag}")
+        assert ids(store.search_text(alice_user, ["pelican"], 10)) == ["m0"]
+        assert ids(store.search_text(Scope(user_id=f"alice{tag}", agent_id=ANY), ["pelican"], 10)) in (["m0", "m2"], ["m2", "m0"])
+        assert store.get_state(helper, "window") == {"owner": 2} and store.get_state(alice, "window") == {"owner": 0}
+        # The default owner's writes and forget touch nobody else.
+        store.append(nobody, [msg(9, "the default owner's pelican")])
+        assert store.forget(nobody)["messages"] == 1
+        assert store.count(alice) == store.count(bob) == store.count(helper) == 1
+        # An administrator names everyone explicitly.
+        assert store.count(Scope.everyone()) >= 3
+        assert set(ids(store.search_text(Scope(user_id=ANY, agent_id=ANY, session_id=session), ["pelican"], 10))) == {
+            "m0", "m1", "m2"}
+        with pytest.raises(ValueError, match="ANY"):
+            store.append(Scope(user_id=ANY, session_id=session), [msg(5)])
+        with pytest.raises(ValueError, match="ANY"):
+            store.put_record(Scope(user_id=f"bob{tag}", agent_id=ANY), Record(id="x", namespace="facts", text="x"))
+        assert store.forget(Scope(user_id=f"bob{tag}"))["messages"] == 1
+        assert store.count(alice) == store.count(helper) == 1
+
+    def test_keys_tell_repeated_ids_apart_across_sessions(self, store: Store) -> None:
+        """Ids repeat in every session; a search over several sessions names each hit by its store-global key."""
+        tag = uuid.uuid4().hex[:6]
+        one, two = Scope(user_id=f"ann{tag}", session_id="one"), Scope(user_id=f"ann{tag}", session_id="two")
+        store.append(one, [msg(i, f"session one talks about apples {i}") for i in range(3)])
+        store.append(two, [msg(i, f"session two talks about {'walruses' if i == 0 else 'pears'} {i}") for i in range(3)])
+        store.set_vectors(one, ["m0", "m1", "m2"], np.stack([unit(i) for i in range(3)]), "m")
+        store.set_vectors(two, ["m0", "m1", "m2"], np.stack([unit(10 + i) for i in range(3)]), "m")
+        user = Scope(user_id=f"ann{tag}")
+        (hit,) = store.search_text(user, ["walruses"], 5)
+        assert hit.id == "m0"
+        (found,) = store.get_keys(user, [hit.key])
+        assert found.session_id == "two" and "walruses" in found.text and found.key == hit.key
+        dense = store.search_vectors(user, unit(10), 1)[0]
+        assert dense.key == hit.key and dense.id == "m0"
+        both = store.get(user, ["m0"])  # by id: one per session, in one order on every backend
+        assert [m.session_id for m in both] == ["one", "two"] and len({m.key for m in both}) == 2
+        assert store.get_keys(one, [hit.key]) == []  # a key outside the scope names nothing
+        assert store.get_keys(Scope(user_id=f"eve{tag}"), [hit.key]) == []
+        assert store.get_keys(user, ["", "no-such-key", "#", "99999999999999999999", hit.key + "x"]) == []
+        assert {m.key for m in store.range(two, 0, 2)} == {m.key for m in store.get_keys(user, [m.key for m in store.range(two, 0, 2)])}
+
     # -- state and records -------------------------------------------------------------
 
     def test_state_and_records(self, store: Store, scope: Scope) -> None:
@@ -253,7 +311,7 @@ class StoreConformance:
         other = dataclasses.replace(scope, session_id=scope.session_id + "-other")
         assert store.get_state(other, "window") is None
 
-        user = Scope(user_id=scope.user_id)
+        user = Scope(user_id=scope.user_id, agent_id=scope.agent_id)  # the owner, in no session
         store.put_record(user, Record(id="r1", namespace="facts", text="likes tea", data={"c": 0.9}), unit(1))
         store.put_record(scope, Record(id="r2", namespace="facts", text="session fact"))
         store.put_record(user, Record(id="r3", namespace="procedures", text="always greet"))
@@ -266,18 +324,22 @@ class StoreConformance:
         assert store.delete_record(user, "facts", "r1") is True
         assert store.delete_record(user, "facts", "r1") is False
         assert store.get_records(Scope(user_id="somebody-else"), "facts") == []
+        other_agent = dataclasses.replace(scope, agent_id="another-agent")
+        assert store.get_records(other_agent, "facts") == []  # records belong to one user *and* agent
+        assert store.get_records(Scope(user_id=scope.user_id), "facts") == []  # the default agent is an owner too
+        assert {r.id for r in store.get_records(Scope(user_id=scope.user_id, agent_id=ANY), "facts")} == {"r2"}  # ANY: every agent, every session
 
     # -- forget and stats ----------------------------------------------------------------
 
     def test_forget_session_and_user(self, store: Store, scope: Scope) -> None:
-        user = Scope(user_id=scope.user_id)
+        user = Scope(user_id=scope.user_id, agent_id=ANY)  # every agent's memory of this user
         s2 = dataclasses.replace(scope, session_id=scope.session_id + "-b")
         bystander = Scope(user_id="carol", session_id=scope.session_id)
         for sc in (scope, s2, bystander):
             store.append(sc, [msg(0, "keep nothing of zanzibar"), msg(1, "summary zanzibar", kind="summary")])
             store.set_vectors(sc, ["m0", "m1"], np.stack([unit(0), unit(1)]), "m")
             store.put_state(sc, "window", {"x": 1})
-        store.put_record(user, Record(id="r", namespace="facts", text="zanzibar fact"))
+        store.put_record(dataclasses.replace(user, agent_id=scope.agent_id), Record(id="r", namespace="facts", text="zanzibar fact"))
 
         counts = store.forget(scope)
         assert counts["messages"] == 1 and counts["summaries"] == 1 and counts["vectors"] == 2

@@ -66,8 +66,9 @@ def test_sqlite_user_search_across_many_sessions(tmp_path) -> None:
         store.append(Scope(user_id="u", session_id=f"s{s}"), [_msg(s, f"note {s} about kiwis")])
     store.append(Scope(user_id="other", session_id="s0"), [_msg(999, "kiwis elsewhere")])
     hits = store.search_text(Scope(user_id="u"), ["kiwi"], 100)
-    assert len(hits) == 70 and "m999" not in {i for i, _ in hits}
-    assert len(store.search_text(Scope(), ["kiwi"], 100)) == 71
+    assert len(hits) == 70 and "m999" not in {h.id for h in hits}
+    assert len(store.search_text(Scope.everyone(), ["kiwi"], 100)) == 71
+    assert store.search_text(Scope(), ["kiwi"], 100) == []  # the default owner has none
     store.close()
 
 
@@ -93,7 +94,7 @@ def test_postgres_large_scope_uses_hnsw_and_stays_correct(service_urls: dict[str
     )
     unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
     best = sorted(keep, key=lambda i: -float(unit[i] @ unit[42]))[:5]
-    assert [i for i, _ in filtered] == [f"m{i}" for i in best]
+    assert [h.id for h in filtered] == [f"m{i}" for i in best]
     store.close()
 
 
@@ -135,10 +136,10 @@ def test_postgres_pruned_lexical_search_ranks_like_every_row_ranked(
     for _ in range(25):
         query = list(rng.choice(words[:30], size=3, replace=False))
         got, want = pruned.search_text(scope, query, 8), everything.search_text(scope, query, 8)
-        assert len({i for i, _ in got}) == len(got)  # each row once
-        assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-4)
-        tied = {round(s, 3) for _, s in want[-1:]}  # rows tied at the cut may swap places
-        assert {i for i, s in got if round(s, 3) not in tied} == {i for i, s in want if round(s, 3) not in tied}
+        assert len({h.key for h in got}) == len(got)  # each row once
+        assert [h.score for h in got] == pytest.approx([h.score for h in want], rel=1e-4)
+        tied = {round(h.score, 3) for h in want[-1:]}  # rows tied at the cut may swap places
+        assert {h.id for h in got if round(h.score, 3) not in tied} == {h.id for h in want if round(h.score, 3) not in tied}
     pruned.close()
     everything.close()
 
@@ -163,11 +164,11 @@ def test_sqlite_batched_fts_indexing_stays_exact(tmp_path, fts_batch: int) -> No
     scope = Scope(session_id="s")
     store.append(scope, [_msg(i, f"walrus {i}") for i in range(5)])
     assert store.delete(scope, ["m0", "m1"]) == 2  # possibly never indexed
-    assert sorted(i for i, _ in store.search_text(scope, ["walrus"], 10)) == ["m2", "m3", "m4"]
+    assert sorted(h.id for h in store.search_text(scope, ["walrus"], 10)) == ["m2", "m3", "m4"]
     store.delete(scope, ["m2"])  # indexed by now
     store.append(scope, [_msg(i, f"walrus {i}") for i in range(5, 9)])
     other = SQLiteStore(tmp_path / "fts.db")  # another connection indexes what this one wrote
-    assert sorted(i for i, _ in other.search_text(scope, ["walrus"], 10)) == ["m3", "m4", "m5", "m6", "m7", "m8"]
+    assert sorted(h.id for h in other.search_text(scope, ["walrus"], 10)) == ["m3", "m4", "m5", "m6", "m7", "m8"]
     conn = store._conn()
     conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('integrity-check')")
     assert conn.execute("SELECT last_rid FROM fts_state").fetchone()[0] == 9
@@ -197,7 +198,7 @@ def test_sqlite_text_search_of_a_large_scope_never_leaks_or_starves(tmp_path) ->
     store.append(other, [_msg(100 + i, "apple apple") for i in range(50)])  # better matches, other scope
     for k in (5, 10, 60):
         hits = store.search_text(mine, ["apple"], k)
-        assert len(hits) == k and all(int(i[1:]) < 100 for i, _ in hits)
+        assert len(hits) == k and all(int(h.id[1:]) < 100 for h in hits)
     assert len(store.search_text(Scope(), ["apple"], 200)) == 110
     store.close()
 

@@ -219,7 +219,7 @@ def _drop(store: Any) -> None:
             with store._tx() as conn:
                 conn.execute(f"DROP SCHEMA {store.schema} CASCADE")
         else:
-            store.forget(Scope())
+            store.forget(Scope.everyone())
     store.close()
 
 
@@ -286,7 +286,7 @@ def _bytes_stored(store: Any) -> int:
             )
     from ..stores import Scope
 
-    return int(store.stats(Scope())["server_bytes"])
+    return int(store.stats(Scope.everyone())["server_bytes"])
 
 
 def _table(rows: list[Row]) -> str:

@@ -9,6 +9,7 @@ with a cross-encoder, and returns the stored messages with every score.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -109,6 +110,49 @@ def _one_blas_thread() -> Iterator[None]:
         yield
 
 
+def _owner(m: StoredMessage) -> str:
+    """The session a stored message belongs to, as one string (owner and session; unique in a tenant)."""
+    return json.dumps([m.user_id or "", m.agent_id or "", m.session_id or ""], ensure_ascii=False)
+
+
+def _owner_scope(scope: Scope, owner: str) -> Scope:
+    user, agent, session = json.loads(owner)
+    return Scope(tenant=scope.tenant, user_id=user, agent_id=agent, session_id=session)
+
+
+class _Places:
+    """Where stored messages sit: store key -> (session, position), and back; bounded.
+
+    A key names one message for good and a message never moves, so an entry is never
+    wrong while its message exists; a deleted one is simply not found when fetched.
+    Only places are kept here, never text: every hit is read from the store.
+    """
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self.limit = limit
+        self._place: dict[str, tuple[str, int]] = {}
+        self._key: dict[tuple[str, int], str] = {}
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._place
+
+    def __getitem__(self, key: str) -> tuple[str, int]:
+        return self._place[key]
+
+    def key_at(self, place: tuple[str, int]) -> str | None:
+        return self._key.get(place)
+
+    def learn(self, messages: Sequence[StoredMessage]) -> None:
+        if len(self._place) + len(messages) > self.limit:
+            self._place.clear()
+            self._key.clear()
+        for m in messages:
+            if m.position is not None and m.key is not None:
+                place = (_owner(m), m.position)
+                self._place[m.key] = place
+                self._key[place] = m.key
+
+
 class SemanticSearch:
     """Index, search and delete texts or archived messages; persistence is the store's.
 
@@ -162,8 +206,7 @@ class SemanticSearch:
             raise ValueError(f"fusion must be 'weighted' or 'rrf', not {fusion!r}")
         self.fusion = fusion
         self._checked_space = False
-        self._keys: dict[str, tuple[str, int]] = {}  # id -> (session, position)
-        self._ids: dict[tuple[str, int], str] = {}  # (session, position) -> id
+        self._places = _Places()
 
     # -- writing -------------------------------------------------------------------
 
@@ -217,10 +260,7 @@ class SemanticSearch:
         scope = self.scope.require_session()
         self._check_vector_space()
         if append:
-            positions = self.store.append(scope, messages)
-            self._remember([replace(m, position=p, session_id=scope.session_id) for m, p in zip(messages, positions)])
-        else:  # already in the store, at the positions they carry
-            self._remember([replace(m, session_id=scope.session_id) for m in messages if m.position is not None])
+            self.store.append(scope, messages)
         ids = [m.id for m in messages]
         have = self.store.get_vectors(scope, ids)
         todo = [m for m in dict((m.id, m) for m in messages).values() if m.id not in have]
@@ -231,9 +271,7 @@ class SemanticSearch:
 
     def delete(self, ids: Sequence[str]) -> int:
         """Remove messages, their vectors and their index entries; return how many went."""
-        ids = list(ids)
-        self._forget(ids)
-        return self.store.delete(self.scope, ids)
+        return self.store.delete(self.scope, list(ids))
 
     def _check_vector_space(self) -> None:
         """Refuse to mix vector spaces: a clear ValueError instead of meaningless cosines."""
@@ -288,24 +326,24 @@ class SemanticSearch:
             dense_hits = self.store.search_vectors(scope, vector, n, filters)
         terms = query_terms(query)
         lexical_hits = self.store.search_text(scope, terms, n, filters) if terms else []
-        unplaced = [i for i in dict.fromkeys(i for i, _ in dense_hits + lexical_hits) if i not in self._keys]
+        places = self._places
+        unplaced = [h.key for h in dense_hits + lexical_hits if h.key not in places]
         if unplaced:
-            self._remember(self.store.get(scope, unplaced))
-        keys = self._keys
-        dense = {keys[i]: s for i, s in dense_hits if i in keys}
-        lexical = {keys[i]: s for i, s in lexical_hits if i in keys}
-        ids = {keys[i]: i for i, _ in dense_hits + lexical_hits if i in keys}
+            places.learn(self.store.get_keys(scope, list(dict.fromkeys(unplaced))))
+        dense = {places[h.key]: h.score for h in dense_hits if h.key in places}
+        lexical = {places[h.key]: h.score for h in lexical_hits if h.key in places}
+        keys = {places[h.key]: h.key for h in dense_hits + lexical_hits if h.key in places}
         if self.fusion == "rrf":
-            ranked = rrf(dense, lexical, ids)
+            ranked = rrf(dense, lexical, keys)
         else:
             ranked = fuse(
-                dense, lexical, ids,
+                dense, lexical, keys,
                 lexical_weight=self.lexical_weight, neighbour_weight=self.neighbour_weight,
             )
         depth = max(k, self.rerank_depth) if self.reranker is not None else k
         chosen = spread_out(ranked, depth, spread, resolve=lambda c: self._resolve(scope, c, filters))
-        found = {m.id: m for m in self.store.get(scope, [c.id for c in chosen])}
-        hits = [self._hit(c, found[c.id]) for c in chosen if c.id in found]  # a cached neighbour may be gone
+        found = {m.key: m for m in self.store.get_keys(scope, [c.id for c in chosen if c.id is not None])}
+        hits = [self._hit(c, found[c.id]) for c in chosen if c.id in found]  # a neighbour may be gone by now
         if self.reranker is not None and hits:
             logits = self.reranker.score(query, [h.message.text for h in hits])
             for h, s in zip(hits, logits):
@@ -315,58 +353,33 @@ class SemanticSearch:
         return [h for h in hits if h.score >= threshold][:k]
 
     def messages_at(self, positions: Sequence[int], session_id: str | None = None) -> list[StoredMessage]:
-        """Archived messages at these positions of one session (default: the scope's), in order.
+        """Archived messages at these positions of one session of the owner (default: the scope's), in order.
 
-        For a context radius: positions this process has seen (indexed or found
-        before) are read in one ``get`` by id, the others by position ranges.
-        Positions with no message (deleted, or past the end) are skipped.
+        Positions with no message (deleted, or past the end) are skipped; runs of consecutive
+        positions are read as one range each.
         """
-        session = session_id if session_id is not None else self.scope.session_id
-        scope = replace(self.scope, session_id=session)
-        wanted = sorted(set(p for p in positions if p >= 0))
-        known = {p: self._ids[(session or "", p)] for p in wanted if (session or "", p) in self._ids}
-        found = {m.position: m for m in self.store.get(scope, list(known.values()))} if known else {}
-        missing = [p for p in wanted if p not in found]
-        for lo, hi in _runs(missing):
-            fetched = self.store.range(scope, lo, hi)
-            self._remember(fetched)
-            found.update((m.position, m) for m in fetched)
-        return [found[p] for p in wanted if p in found]
-
-    def _remember(self, messages: Sequence[StoredMessage]) -> None:
-        """Cache where messages sit (session, position): a stored message never moves.
-
-        Candidates then need no store round trip to be placed, and a neighbour of
-        a keyword hit is found by its position without one either.
-        """
-        for m in messages:
-            if m.position is not None:
-                key = (m.session_id or "", m.position)
-                self._keys[m.id] = key
-                self._ids[key] = m.id
-
-    def _forget(self, ids: Sequence[str]) -> None:
-        for i in ids:
-            key = self._keys.pop(i, None)
-            if key is not None and self._ids.get(key) == i:
-                del self._ids[key]
+        scope = replace(self.scope, session_id=session_id if session_id is not None else self.scope.session_id)
+        found: list[StoredMessage] = []
+        for lo, hi in _runs(sorted(set(p for p in positions if p >= 0))):
+            found += self.store.range(scope, lo, hi)
+        return found
 
     def _resolve(self, scope: Scope, c: Candidate, filters: Filters | None) -> bool:
         """Find the neighbour that won a place; False if there is none, or it does not pass the filters."""
-        cached = self._ids.get(c.key)
+        cached = self._places.key_at(c.key)
         if cached is not None and filters is None:
             c.id = cached
             return True
-        session, pos = c.key
-        around = self.store.range(replace(scope, session_id=session), max(0, pos - 1), pos + 1)
-        self._remember(around)  # the other side of the same keyword hit is often next
+        owner, pos = c.key
+        around = self.store.range(_owner_scope(scope, owner), max(0, pos - 1), pos + 1)
+        self._places.learn(around)  # the other side of the same keyword hit is often next
         found = [m for m in around if m.position == pos]
         if not found:
             return False
         m = found[0]
         if filters is not None and not filters_match(filters, id=m.id, role=m.role, kind=m.kind, created_at=m.created_at):
             return False
-        c.id = m.id
+        c.id = m.key
         return True
 
     @staticmethod

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .base import Filters, Record, Scope, StoredMessage
+from .base import ANY, Filters, Hit, Record, Scope, StoredMessage
 
 MESSAGE_KINDS = ("message", "summary")
 
@@ -23,13 +23,17 @@ MESSAGE_KINDS = ("message", "summary")
 
 
 def scope_fields(scope: Scope) -> dict[str, str | None]:
-    """The scope as column -> value; ``None`` means "any" in a read."""
+    """The scope as column -> stored value; ``None`` means "any" (ANY, or no session) in a read."""
     return {
         "tenant": scope.tenant,
-        "user_id": scope.user_id,
-        "agent_id": scope.agent_id,
-        "session_id": scope.session_id,
+        "user_id": _stored(scope.user_id),
+        "agent_id": _stored(scope.agent_id),
+        "session_id": _stored(scope.session_id),
     }
+
+
+def _stored(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def check_positive_k(k: int) -> int:
@@ -52,24 +56,29 @@ class Sql:
         return f"{column} IN ({','.join('?' * len(values))})", list(values)
 
     def scope_where(self, scope: Scope, alias: str = "s") -> tuple[str, list[Any]]:
-        """Condition on the sessions table for a (partial) scope; stored '' stands for None."""
+        """Condition on the sessions table for a scope: unset user/agent is the stored '' (ANY: no condition)."""
         conds, params = [f"{alias}.tenant = {self.ph}"], [scope.tenant]
-        for col, value in (("user_id", scope.user_id), ("agent_id", scope.agent_id), ("session_id", scope.session_id)):
-            if value is not None:
+        for col, value in scope_fields(scope).items():
+            if col != "tenant" and value is not None:
                 conds.append(f"{alias}.{col} = {self.ph}")
                 params.append(value)
         return " AND ".join(conds), params
 
     def record_where(self, scope: Scope, exact: bool = False, alias: str = "r") -> tuple[str, list[Any]]:
-        """Records visible to a scope: one stored with an empty user/agent/session applies to all.
+        """Records of a scope's owner (user and agent exactly, unless ANY).
 
-        With ``exact`` (forget, stats): only records of the scope itself or a narrower one.
+        A record stored without a session applies to every session of its owner; with
+        ``exact`` (forget, stats) a session scope matches only its own records.
         """
         conds, params = [f"{alias}.tenant = {self.ph}"], [scope.tenant]
-        for col, value in (("user_id", scope.user_id), ("agent_id", scope.agent_id), ("session_id", scope.session_id)):
-            if value is not None:
-                conds.append(f"{alias}.{col} = {self.ph}" if exact else f"{alias}.{col} IN ({self.ph}, '')")
-                params.append(value)
+        for col, value in scope_fields(scope).items():
+            if col == "tenant" or value is None:
+                continue
+            if col == "session_id" and not exact:
+                conds.append(f"{alias}.{col} IN ({self.ph}, '')")
+            else:
+                conds.append(f"{alias}.{col} = {self.ph}")
+            params.append(value)
         return " AND ".join(conds), params
 
     def filters(self, f: Filters | None, alias: str = "m") -> tuple[str, list[Any]]:
@@ -158,7 +167,11 @@ def assign_positions(
     return positions, new, next_position
 
 
-def message_from_row(row: dict[str, Any], position: int, session_id: str | None) -> StoredMessage:
+def message_from_row(
+    row: dict[str, Any], position: int, session_id: str | None, *, user_id: str | None = None,
+    agent_id: str | None = None, key: str | None = None,
+) -> StoredMessage:
+    """A stored message from its row, with where it lives (owner, session, store-global key)."""
     return StoredMessage(
         id=row["id"],
         role=row["role"],
@@ -171,7 +184,20 @@ def message_from_row(row: dict[str, Any], position: int, session_id: str | None)
         summary_id=row.get("summary_id") or None,
         metadata=json.loads(row["metadata"]) if row.get("metadata") else {},
         session_id=session_id,
+        user_id=user_id,
+        agent_id=agent_id,
+        key=key,
     )
+
+
+def in_conversation_order(messages: list[StoredMessage]) -> list[StoredMessage]:
+    """Messages of one or several sessions in one order on every backend: by owner, session, then position."""
+    return sorted(messages, key=lambda m: (m.user_id or "", m.agent_id or "", m.session_id or "", m.position or 0))
+
+
+def int_keys(keys: Iterable[str]) -> list[int]:
+    """The integer keys (row ids) among ``keys``; anything else names no row of a SQL store."""
+    return list(dict.fromkeys(int(k) for k in keys if isinstance(k, str) and k.isdigit() and len(k) < 19))
 
 
 def split_url(url: str, schemes: Sequence[str], own_options: Sequence[str], scheme: str | None = None
@@ -275,22 +301,28 @@ class VectorBlock:
     """Vectors of one scope, normalised, with what filters need, for exact cosine search."""
 
     ids: list[str]
+    keys: list[str]  # store-global message keys, parallel to ids
     matrix: np.ndarray  # (n, dim) float32, rows L2-normalised
     roles: np.ndarray  # object array
     kinds: np.ndarray
     created: np.ndarray  # float64
 
     @classmethod
-    def build(cls, rows: Iterable[tuple[str, bytes | np.ndarray, str, str, float]], dim: int) -> "VectorBlock":
+    def build(
+        cls, rows: Iterable[tuple[str, str, bytes | np.ndarray, str, str, float]], dim: int
+    ) -> "VectorBlock":
+        """``rows``: (id, key, vector, role, kind, created_at)."""
         rows = list(rows)
         if not rows:
-            return cls([], np.zeros((0, dim), np.float32), np.array([], object), np.array([], object), np.array([]))
-        ids, vecs, roles, kinds, created = zip(*rows)
+            return cls([], [], np.zeros((0, dim), np.float32), np.array([], object), np.array([], object),
+                       np.array([]))
+        ids, keys, vecs, roles, kinds, created = zip(*rows)
         mat = np.empty((len(rows), dim), dtype=np.float32)
         for i, v in enumerate(vecs):
             mat[i] = np.frombuffer(v, dtype=np.float32) if isinstance(v, (bytes, bytearray, memoryview)) else v
         return cls(
             list(ids),
+            list(keys),
             normalize_rows(mat),
             np.array(roles, dtype=object),
             np.array(kinds, dtype=object),
@@ -303,6 +335,7 @@ class VectorBlock:
             return self
         return VectorBlock(
             self.ids + other.ids,
+            self.keys + other.keys,
             np.concatenate([self.matrix, other.matrix]),
             np.concatenate([self.roles, other.roles]),
             np.concatenate([self.kinds, other.kinds]),
@@ -313,7 +346,7 @@ class VectorBlock:
     def nbytes(self) -> int:
         return int(self.matrix.nbytes) + 64 * len(self.ids)
 
-    def search(self, query: np.ndarray, k: int, filters: Filters | None) -> list[tuple[str, float]]:
+    def search(self, query: np.ndarray, k: int, filters: Filters | None) -> list[Hit]:
         if k == 0 or not self.ids:
             return []
         if query.shape[0] != self.matrix.shape[1]:
@@ -329,7 +362,7 @@ class VectorBlock:
             return []
         top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
         top = top[np.argsort(-scores[top], kind="stable")]
-        return [(self.ids[i], float(scores[i])) for i in top if scores[i] != -np.inf][:k]
+        return [Hit(self.ids[i], float(scores[i]), self.keys[i]) for i in top if scores[i] != -np.inf][:k]
 
     def _mask(self, f: Filters | None) -> np.ndarray | None:
         return filter_mask(f, self.ids, self.roles, self.kinds, self.created)
@@ -381,6 +414,7 @@ class LexicalIndex:
     """An inverted index of one session's messages, for BM25 in process (Redis without a search module)."""
 
     ids: list[str]
+    keys: list[str]  # store-global message keys, parallel to ids
     roles: np.ndarray
     kinds: np.ndarray
     created: np.ndarray
@@ -388,10 +422,10 @@ class LexicalIndex:
     postings: dict[str, tuple[np.ndarray, np.ndarray]]  # term -> (row numbers, term frequencies)
 
     @classmethod
-    def build(cls, rows: Sequence[tuple[str, str, str, float, list[str]]]) -> "LexicalIndex":
-        """``rows``: (id, role, kind, created_at, tokens)."""
+    def build(cls, rows: Sequence[tuple[str, str, str, str, float, list[str]]]) -> "LexicalIndex":
+        """``rows``: (id, key, role, kind, created_at, tokens)."""
         counts: dict[str, dict[int, int]] = {}
-        for n, (_, _, _, _, tokens) in enumerate(rows):
+        for n, (_, _, _, _, _, tokens) in enumerate(rows):
             for t in tokens:
                 doc = counts.setdefault(t, {})
                 doc[n] = doc.get(n, 0) + 1
@@ -401,10 +435,11 @@ class LexicalIndex:
         }
         return cls(
             [r[0] for r in rows],
-            np.array([r[1] for r in rows], dtype=object),
+            [r[1] for r in rows],
             np.array([r[2] for r in rows], dtype=object),
-            np.array([r[3] for r in rows], dtype=np.float64),
-            np.array([len(r[4]) for r in rows], dtype=np.float64),
+            np.array([r[3] for r in rows], dtype=object),
+            np.array([r[4] for r in rows], dtype=np.float64),
+            np.array([len(r[5]) for r in rows], dtype=np.float64),
             postings,
         )
 
@@ -416,7 +451,7 @@ def bm25_search(
     filters: Filters | None,
     k1: float = 1.2,
     b: float = 0.75,
-) -> list[tuple[str, float]]:
+) -> list[Hit]:
     """Okapi BM25 (OR of ``terms``, already tokenised) over several sessions with shared statistics."""
     n_docs = sum(len(ix.ids) for ix in indexes)
     if n_docs == 0 or not terms or k == 0:
@@ -424,7 +459,7 @@ def bm25_search(
     avg = float(sum(ix.lengths.sum() for ix in indexes)) / n_docs or 1.0
     terms = list(dict.fromkeys(terms))
     df = {t: sum(len(ix.postings[t][0]) for ix in indexes if t in ix.postings) for t in terms}
-    hits: list[tuple[float, str]] = []
+    hits: list[tuple[float, str, str]] = []
     for ix in indexes:
         scores = np.zeros(len(ix.ids))
         for t in terms:
@@ -439,9 +474,9 @@ def bm25_search(
         found = np.flatnonzero(scores > 0)
         if len(found) > k:
             found = found[np.argpartition(-scores[found], k - 1)[:k]]
-        hits += [(float(scores[i]), ix.ids[i]) for i in found]
-    hits.sort(key=lambda h: (-h[0], h[1]))
-    return [(i, s) for s, i in hits[:k]]
+        hits += [(float(scores[i]), ix.ids[i], ix.keys[i]) for i in found]
+    hits.sort(key=lambda h: (-h[0], h[2]))
+    return [Hit(i, s, key) for s, i, key in hits[:k]]
 
 
 def split_terms(terms: Sequence[str]) -> list[str]:
@@ -456,5 +491,7 @@ def json_loads(text: str | bytes) -> Any:
 
 
 def record_scope(scope: Scope) -> tuple[str, str, str, str]:
-    """A record's scope columns; '' stands for "applies to every user/agent/session"."""
-    return (scope.tenant, scope.user_id or "", scope.agent_id or "", scope.session_id or "")
+    """A record's scope columns: its owner, and '' for a record that applies to every session."""
+    if scope.user_id is ANY or scope.agent_id is ANY:
+        raise ValueError("a record needs one owner: ANY is only for reads and forget")
+    return (scope.tenant, str(scope.user_id), str(scope.agent_id), scope.session or "")

@@ -2,9 +2,11 @@
 
 Everything fullrecall persists goes through a :class:`Store`: archived messages
 (verbatim), their embeddings, summaries, window state and long-term records.
-Data is scoped by :class:`Scope` (tenant, user, agent, session). Writes need a
-session; reads and ``forget`` accept a partial scope (``None`` = any), so a
-search can span all sessions of one user.
+Data is scoped by :class:`Scope` (tenant, user, agent, session). An unset user
+or agent is the default owner ``""``, the same on reads and writes; "any user"
+or "any agent" is the explicit :data:`ANY` (an administrator's read or
+``forget``). Writes need a session; a read or ``forget`` without one spans the
+owner's sessions, so a search can cover all sessions of one user.
 
 Contract shared by every backend (checked by ``tests/stores/conformance.py``):
 
@@ -25,26 +27,73 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Final, Iterable, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 DEFAULT_TENANT = "default"
 
 
+class AnyOwner:
+    """The type of :data:`ANY`: "every user" or "every agent" in a read or ``forget``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ANY"
+
+    def __reduce__(self) -> str:  # unpickles to the one ANY (scopes cross process boundaries)
+        return "ANY"
+
+
+ANY: Final = AnyOwner()
+"""``Scope(user_id=ANY)``: every user of the tenant; ``agent_id=ANY``: every agent. Never valid in a write."""
+
+
 @dataclass(frozen=True)
 class Scope:
-    """Who a piece of memory belongs to. ``None`` in a read means "any"."""
+    """Who a piece of memory belongs to.
+
+    ``user_id`` and ``agent_id`` left unset (``None`` or ``""``) mean the default owner,
+    in reads and writes alike; :data:`ANY` means every user (or agent) and is only
+    accepted by reads and ``forget``. ``session_id`` unset in a read or ``forget`` means
+    every session of the owner; writes need one.
+    """
 
     tenant: str = DEFAULT_TENANT
-    user_id: str | None = None
-    agent_id: str | None = None
-    session_id: str | None = None
+    user_id: str | AnyOwner | None = None
+    agent_id: str | AnyOwner | None = None
+    session_id: str | AnyOwner | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("user_id", "agent_id"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, "")
+        if self.session_id is ANY:
+            object.__setattr__(self, "session_id", None)
+
+    @classmethod
+    def everyone(cls, tenant: str = DEFAULT_TENANT) -> "Scope":
+        """Every user, agent and session of ``tenant``: for an administrator's read or ``forget``."""
+        return cls(tenant=tenant, user_id=ANY, agent_id=ANY)
+
+    @property
+    def session(self) -> str | None:
+        """``session_id`` typed for a single-session use (``None`` when unset)."""
+        return self.session_id if isinstance(self.session_id, str) else None
 
     def require_session(self) -> "Scope":
+        """This scope, if it names one owner and one session (what a write or a range read needs)."""
+        if self.user_id is ANY or self.agent_id is ANY:
+            raise ValueError("this write needs one owner: ANY is only for reads and forget")
         if not self.session_id:
             raise ValueError("this write needs a session: Scope(session_id=...) is missing")
         return self
+
+    def owner(self) -> tuple[str, str, str]:
+        """(user_id, agent_id, session_id) of a one-session scope, as stored."""
+        self.require_session()
+        return (str(self.user_id), str(self.agent_id), str(self.session_id))
 
 
 @dataclass
@@ -66,8 +115,11 @@ class StoredMessage:
     archived_at: float = field(default_factory=time.time)
     summary_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
-    # Filled in on read: which session the message belongs to.
+    # Filled in on read: whose session the message belongs to, and its store-global key.
     session_id: str | None = None
+    user_id: str | None = None
+    agent_id: str | None = None
+    key: str | None = None
 
     def size_bytes(self) -> int:
         """Bytes of text this message holds in the store (text + verbatim data)."""
@@ -97,6 +149,19 @@ class Record:
     updated_at: float = field(default_factory=time.time)
 
 
+class Hit(NamedTuple):
+    """One search result: the message id, its score, and its store-global ``key``.
+
+    Ids are unique within a session only; ``key`` is unique in the whole store (and
+    never reused), so a search over many sessions tells its hits apart by ``key`` and
+    fetches them with :meth:`Store.get_keys`.
+    """
+
+    id: str
+    score: float
+    key: str
+
+
 @runtime_checkable
 class Store(Protocol):
     """What fullrecall needs from a backend. See the module docstring for the contract."""
@@ -110,6 +175,10 @@ class Store(Protocol):
 
     def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
         """Messages by id, in conversation order; unknown ids are skipped."""
+        ...
+
+    def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
+        """Messages by store-global key (from a :class:`Hit` or a read), within ``scope``; unknown skipped."""
         ...
 
     def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
@@ -140,14 +209,14 @@ class Store(Protocol):
     # -- search ----------------------------------------------------------------
     def search_vectors(
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
-    ) -> list[tuple[str, float]]:
-        """Top-k (id, cosine similarity), best first."""
+    ) -> list[Hit]:
+        """Top-k (id, cosine similarity, key), best first."""
         ...
 
     def search_text(
         self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None
-    ) -> list[tuple[str, float]]:
-        """Top-k (id, score) for any of ``terms`` (plain words; the backend stems), best first."""
+    ) -> list[Hit]:
+        """Top-k (id, score, key) for any of ``terms`` (plain words; the backend stems), best first."""
         ...
 
     # -- state and long-term records -----------------------------------------

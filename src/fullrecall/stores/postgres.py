@@ -48,7 +48,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ..errors import StoreError
 from . import _common as C
 from . import _topk
-from .base import Filters, Record, Scope, StoredMessage
+from .base import Filters, Hit, Record, Scope, StoredMessage
 
 SCHEMA_VERSION = 2
 SQL = C.Sql("%s")
@@ -338,16 +338,27 @@ class PostgresStore:
     def _select_messages(self, conn: psycopg.Connection, where: str, params: Sequence[Any]) -> list[StoredMessage]:
         s = self.schema
         rows = conn.execute(
-            f"SELECT {_MSG_COLS}, m.position, s.session_id FROM {s}.messages m JOIN {s}.sessions s ON s.sid = m.sid"
-            f" WHERE {where} ORDER BY m.sid, m.position",
+            f"SELECT {_MSG_COLS}, m.rid, m.position, s.session_id, s.user_id, s.agent_id"
+            f" FROM {s}.messages m JOIN {s}.sessions s ON s.sid = m.sid WHERE {where} ORDER BY m.sid, m.position",
             params,
         )
-        return [C.message_from_row(r, r["position"], r["session_id"]) for r in rows]
+        return [
+            C.message_from_row(r, r["position"], r["session_id"], user_id=r["user_id"], agent_id=r["agent_id"],
+                               key=str(r["rid"]))
+            for r in rows
+        ]
 
     def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
         where, params = SQL.scope_where(scope)
         with self._tx() as conn:
-            return self._select_messages(conn, f"{where} AND m.id = ANY(%s)", [*params, list(dict.fromkeys(ids))])
+            found = self._select_messages(conn, f"{where} AND m.id = ANY(%s)", [*params, list(dict.fromkeys(ids))])
+        return C.in_conversation_order(found)
+
+    def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
+        where, params = SQL.scope_where(scope)
+        with self._tx() as conn:
+            found = self._select_messages(conn, f"{where} AND m.rid = ANY(%s)", [*params, C.int_keys(keys)])
+        return C.in_conversation_order(found)
 
     def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
         scope.require_session()
@@ -518,7 +529,7 @@ class PostgresStore:
 
     def search_vectors(
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
-    ) -> list[tuple[str, float]]:
+    ) -> list[Hit]:
         C.check_positive_k(k)
         query = C.as_query(vector)
         s = self.schema
@@ -542,7 +553,7 @@ class PostgresStore:
             # In the approximate query ``sid + 0`` hides the session index from the planner, which
             # would otherwise fetch the scope's rows and sort them rather than walk the HNSW graph.
             base = (
-                f"SELECT m.id, 1 - (v.embedding <=> %s) AS score FROM {table} v JOIN {s}.messages m ON m.rid = v.rid"
+                f"SELECT m.id, m.rid, 1 - (v.embedding <=> %s) AS score FROM {table} v JOIN {s}.messages m ON m.rid = v.rid"
                 f" WHERE v.sid{{}} = ANY(%s){fsql}"
             )
             args = [query, sids, *fparams]
@@ -553,10 +564,10 @@ class PostgresStore:
                 approx = base.format(" + 0") + " ORDER BY v.embedding <=> %s LIMIT %s"
                 rows = conn.execute(approx, [*args, query, k]).fetchall()
                 if len(rows) == k:
-                    return [(r["id"], float(r["score"])) for r in rows]
+                    return [Hit(r["id"], float(r["score"]), str(r["rid"])) for r in rows]
             # Exact: ordering by the score expression never uses the approximate index.
             rows = conn.execute(base.format("") + " ORDER BY score DESC, m.rid LIMIT %s", [*args, k]).fetchall()
-        return [(r["id"], float(r["score"])) for r in rows]
+        return [Hit(r["id"], float(r["score"]), str(r["rid"])) for r in rows]
 
     def _hnsw_ef(self, conn: psycopg.Connection, dim: int, scope_size: int, k: int) -> int | None:
         """``hnsw.ef_search`` for an approximate search of this scope, or None to search exactly.
@@ -584,7 +595,7 @@ class PostgresStore:
 
     def search_text(
         self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None
-    ) -> list[tuple[str, float]]:
+    ) -> list[Hit]:
         """BM25 (binary term frequency) in SQL, with MaxScore pruning so that a common word
         costs no more than a rare one (see :mod:`._topk`)."""
         C.check_positive_k(k)
@@ -785,7 +796,7 @@ class _Lexical:
         self.common_idf = {i: _topk.idf(self.share[i] * n, n) for i in common}  # rare: counted in SQL
         self.fsql, self.fparams = SQL.filters(filters)
 
-    def top(self, k: int) -> list[tuple[str, float]]:
+    def top(self, k: int) -> list[Hit]:
         hits = _topk.top_k(
             k,
             self.rare,
@@ -796,7 +807,7 @@ class _Lexical:
             self.store._candidate_cap,
             lambda sets, capped, exclude: self._ranked(sets, k, capped, exclude),
         )
-        return [(i, s) for i, _, s in hits]
+        return [Hit(i, s, str(rid)) for i, rid, s in hits]
 
     def _tsquery(self, sets: list[tuple[int, ...]]) -> str:
         return " | ".join("(" + " & ".join(f"({self.queries[i]})" for i in s) + ")" for s in sets)

@@ -46,7 +46,7 @@ import redis as redis_lib
 
 from ..errors import StoreError
 from . import _common as C
-from .base import DEFAULT_TENANT, Filters, Record, Scope, StoredMessage
+from .base import DEFAULT_TENANT, Filters, Hit, Record, Scope, StoredMessage
 
 DEFAULT_TTL_SECONDS = 210 * 24 * 3600
 _OWN_OPTIONS = ("prefix", "ttl_seconds", "ttl_days")
@@ -54,6 +54,7 @@ _FAMILIES = ("meta", "msgs", "order", "vecs", "state")
 _SCAN_ABOVE = 20_000  # sessions with more messages are read for search in pages
 _SCAN_PAGE = 2_000
 _NONE = "*"  # a missing user/agent in a key (quote() never yields a bare "*")
+_KEY_SEP = "#"  # session base + "#" + message id: a store-global message key (quote() escapes "#")
 
 # KEYS: 1 meta, 2 msgs, 3 order, 4 vecs, 5 state, 6 user's sessions, 7 users, 8 sessions with this id
 # ARGV: 1 default ttl, 2 session base key, 3 user segment, 4 tenant, 5 user, 6 agent, 7 session, 8.. per script
@@ -293,28 +294,20 @@ class RedisStore:
         return self.prefix if scope.tenant == DEFAULT_TENANT else f"{self.prefix}:tenant:{quote(scope.tenant, safe='')}"
 
     def _base(self, scope: Scope) -> str:
-        agent = f":agent:{_q(scope.agent_id)}" if scope.agent_id else ""
-        return f"{self._p(scope)}:user:{_q(scope.user_id)}{agent}:session:{quote(scope.session_id or '', safe='')}"
+        user, agent, session = scope.owner()
+        agent_seg = f":agent:{_q(agent)}" if agent else ""
+        return f"{self._p(scope)}:user:{_q(user)}{agent_seg}:session:{quote(session, safe='')}"
 
     def _run(self, name: str, scope: Scope, args: Sequence[Any]) -> Any:
         """Run a write script on the session of ``scope`` (keys and scope args filled in)."""
-        scope.require_session()
+        user, agent, session = scope.owner()
         p, base = self._p(scope), self._base(scope)
         keys = [f"{base}:{f}" for f in _FAMILIES] + [
-            f"{p}:user:{_q(scope.user_id)}:sessions",
+            f"{p}:user:{_q(user)}:sessions",
             f"{p}:users",
-            f"{p}:sessions:{quote(scope.session_id, safe='')}",
+            f"{p}:sessions:{quote(session, safe='')}",
         ]
-        argv = [
-            self.ttl_seconds,
-            base,
-            _q(scope.user_id),
-            scope.tenant,
-            scope.user_id or "",
-            scope.agent_id or "",
-            scope.session_id,
-            *args,
-        ]
+        argv = [self.ttl_seconds, base, _q(user), scope.tenant, user, agent, session, *args]
         with self._errors("write to"):
             return self._scripts[name](keys=keys, args=argv)
 
@@ -322,9 +315,9 @@ class RedisStore:
         """Live sessions matching a (partial) scope, from the index sets; expired members are dropped."""
         p = self._p(scope)
         with self._errors("read from"):
-            if scope.session_id is not None:
-                index_keys = [f"{p}:sessions:{quote(scope.session_id, safe='')}"]
-            elif scope.user_id is not None:
+            if scope.session is not None:
+                index_keys = [f"{p}:sessions:{quote(scope.session, safe='')}"]
+            elif isinstance(scope.user_id, str):
                 index_keys = [f"{p}:user:{_q(scope.user_id)}:sessions"]
             else:
                 index_keys = [f"{p}:user:{u.decode()}:sessions" for u in self._r.smembers(f"{p}:users")]
@@ -346,11 +339,8 @@ class RedisStore:
                 meta = {k.decode(): v.decode() for k, v in raw.items()}
                 if all(
                     want is None or meta.get(field) == want
-                    for field, want in (
-                        ("user_id", scope.user_id),
-                        ("agent_id", scope.agent_id),
-                        ("session_id", scope.session_id),
-                    )
+                    for field, want in C.scope_fields(scope).items()
+                    if field != "tenant"
                 ):
                     out.append(_Session(base, meta))
             if len(stale):
@@ -375,9 +365,11 @@ class RedisStore:
         pipe.hmget(session.key("msgs"), ids)
         pipe.zmscore(session.key("order"), ids)
         bodies, positions = pipe.execute()
+        meta = session.meta
         return [
-            C.message_from_row(json.loads(body), int(pos), session.session_id)
-            for body, pos in zip(bodies, positions)
+            C.message_from_row(json.loads(body), int(pos), session.session_id, user_id=meta.get("user_id", ""),
+                               agent_id=meta.get("agent_id", ""), key=_key(session.base, i))
+            for i, body, pos in zip(ids, bodies, positions)
             if body is not None and pos is not None
         ]
 
@@ -388,8 +380,23 @@ class RedisStore:
         out: list[StoredMessage] = []
         with self._errors("read from"):
             for session in self._sessions(scope):
-                out += sorted(self._read_messages(session, ids), key=lambda m: m.position or 0)
-        return out
+                out += self._read_messages(session, ids)
+        return C.in_conversation_order(out)
+
+    def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
+        wanted: dict[str, list[str]] = {}
+        for k in keys:
+            base, sep, i = k.partition(_KEY_SEP) if isinstance(k, str) else ("", "", "")
+            if sep:
+                wanted.setdefault(base, []).append(i)
+        if not wanted:
+            return []
+        out: list[StoredMessage] = []
+        with self._errors("read from"):
+            for session in self._sessions(scope):  # only sessions of the scope are read
+                if session.base in wanted:
+                    out += self._read_messages(session, list(dict.fromkeys(wanted[session.base])))
+        return C.in_conversation_order(out)
 
     def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
         scope.require_session()
@@ -475,12 +482,14 @@ class RedisStore:
         with self._errors("read from"):
             bodies, vecs, version_now = self._snapshot(session)
         rows = [json.loads(b) for b in bodies.values()]
+        base = session.base
         lexical = C.LexicalIndex.build(
-            [(r["id"], r["role"], r["kind"], r["created_at"], self._tokenize(r["text"])) for r in rows]
+            [(r["id"], _key(base, r["id"]), r["role"], r["kind"], r["created_at"], self._tokenize(r["text"]))
+             for r in rows]
         )
         by_id = {r["id"]: r for r in rows}
         vec_rows = [
-            (i, blob, by_id[i]["role"], by_id[i]["kind"], by_id[i]["created_at"])
+            (i, _key(base, i), blob, by_id[i]["role"], by_id[i]["kind"], by_id[i]["created_at"])
             for i, blob in ((k.decode(), v) for k, v in vecs.items())
             if i in by_id
         ]
@@ -518,7 +527,7 @@ class RedisStore:
 
     def search_vectors(
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
-    ) -> list[tuple[str, float]]:
+    ) -> list[Hit]:
         C.check_positive_k(k)
         query = C.as_query(vector)
         sessions = [s for s in self._sessions(scope) if s.meta.get("vec_dim")]
@@ -527,16 +536,16 @@ class RedisStore:
             raise ValueError(f"this scope mixes vectors of dimensions {sorted(dims)}; search one session at a time")
         if dims and query.shape[0] != next(iter(dims)):
             raise C.dim_mismatch(next(iter(dims)), query.shape[0])
-        hits: list[tuple[str, float]] = []
+        hits: list[Hit] = []
         for s in sessions:
             block = self._cached(s).vectors
             if block is not None:
                 hits += block.search(query, k, filters)
-        return sorted(hits, key=lambda h: -h[1])[:k]
+        return sorted(hits, key=lambda h: (-h.score, h.key))[:k]
 
     def search_text(
         self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None
-    ) -> list[tuple[str, float]]:
+    ) -> list[Hit]:
         C.check_positive_k(k)
         tokens = [t for term in C.split_terms(terms) for t in self._tokenize(term)]
         if not tokens or k == 0:
@@ -568,6 +577,7 @@ class RedisStore:
         return f"{self._p(scope)}:user:{user_seg}:records:{quote(namespace, safe='')}"
 
     def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
+        _, user, agent, session = C.record_scope(scope)
         doc = {
             "id": record.id,
             "namespace": record.namespace,
@@ -575,13 +585,13 @@ class RedisStore:
             "data": C.dump_json(record.data, f"record {record.id!r} data"),
             "created_at": record.created_at,
             "updated_at": record.updated_at,
-            "agent_id": scope.agent_id or "",
-            "session_id": scope.session_id or "",
+            "agent_id": agent,
+            "session_id": session,
             "vector": C.as_matrix(vector, 1)[0].tolist() if vector is not None else None,
         }
-        p, u = self._p(scope), _q(scope.user_id)
+        p, u = self._p(scope), _q(user)
         key = self._records_key(scope, u, record.namespace)
-        field = json.dumps([scope.agent_id or "", scope.session_id or "", record.id])
+        field = json.dumps([agent, session, record.id])
         with self._errors("write to"):
             pipe = self._r.pipeline(transaction=True)
             pipe.hset(key, field, json.dumps(doc, ensure_ascii=False))
@@ -596,8 +606,8 @@ class RedisStore:
     def _record_fields(self, scope: Scope, namespace: str | None, exact: bool) -> list[tuple[str, str, dict[str, Any]]]:
         """(hash key, field, record doc) visible to ``scope`` (or, with ``exact``, owned by it)."""
         p = self._p(scope)
-        if scope.user_id is not None:
-            users = [_q(scope.user_id)] if exact else [_q(scope.user_id), _NONE]
+        if isinstance(scope.user_id, str):
+            users = [_q(scope.user_id)]
         else:
             users = [u.decode() for u in self._r.smembers(f"{p}:users")]
         out = []
@@ -611,9 +621,9 @@ class RedisStore:
                 key = f"{p}:user:{u}:records:{quote(ns, safe='')}"
                 for field, raw in self._r.hgetall(key).items():
                     doc = json.loads(raw)
-                    if all(
-                        want is None or doc[col] == want or (not exact and doc[col] == "")
-                        for col, want in (("agent_id", scope.agent_id), ("session_id", scope.session_id))
+                    agent, session = C.scope_fields(scope)["agent_id"], scope.session
+                    if (agent is None or doc["agent_id"] == agent) and (
+                        session is None or doc["session_id"] == session or (not exact and doc["session_id"] == "")
                     ):
                         out.append((key, field.decode(), doc))
         return out
@@ -706,9 +716,12 @@ class RedisStore:
 
 def _scope_of(session: _Session, tenant: str) -> Scope:
     m = session.meta
-    return Scope(
-        tenant=tenant, user_id=m["user_id"] or None, agent_id=m["agent_id"] or None, session_id=m["session_id"]
-    )
+    return Scope(tenant=tenant, user_id=m["user_id"], agent_id=m["agent_id"], session_id=m["session_id"])
+
+
+def _key(base: str, message_id: str) -> str:
+    """A message's store-global key: its session's key base (quoted, so free of the separator) and its id."""
+    return f"{base}{_KEY_SEP}{message_id}"
 
 
 class _ScriptError(ValueError):

@@ -47,7 +47,7 @@ import numpy as np
 
 from ..errors import StoreError
 from . import _common as C
-from .base import Filters, Record, Scope, StoredMessage
+from .base import ANY, Filters, Hit, Record, Scope, StoredMessage
 
 SCHEMA_VERSION = 1
 
@@ -390,10 +390,14 @@ class SQLiteStore:
 
     def _select_messages(self, conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> list[StoredMessage]:
         sql = (
-            f"SELECT {_MSG_COLS}, m.position, s.session_id FROM messages m JOIN sessions s ON s.sid = m.sid"
-            f" WHERE {where} ORDER BY m.sid, m.position"
+            f"SELECT {_MSG_COLS}, m.rid, m.position, s.session_id, s.user_id, s.agent_id"
+            f" FROM messages m JOIN sessions s ON s.sid = m.sid WHERE {where} ORDER BY m.sid, m.position"
         )
-        return [C.message_from_row(dict(r), r["position"], r["session_id"]) for r in conn.execute(sql, params)]
+        return [
+            C.message_from_row(dict(r), r["position"], r["session_id"], user_id=r["user_id"], agent_id=r["agent_id"],
+                               key=str(r["rid"]))
+            for r in conn.execute(sql, params)
+        ]
 
     def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
         ids = list(dict.fromkeys(ids))
@@ -402,8 +406,16 @@ class SQLiteStore:
         with self._read() as conn:
             for chunk in _chunks(ids):
                 out += self._select_messages(conn, f"{where} AND m.id IN ({_qmarks(len(chunk))})", [*params, *chunk])
-        out.sort(key=lambda m: (m.session_id or "", m.position or 0))
-        return out
+        return C.in_conversation_order(out)
+
+    def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
+        rids = C.int_keys(keys)
+        where, params = SQL.scope_where(scope)
+        out: list[StoredMessage] = []
+        with self._read() as conn:
+            for chunk in _chunks(rids):
+                out += self._select_messages(conn, f"{where} AND m.rid IN ({_qmarks(len(chunk))})", [*params, *chunk])
+        return C.in_conversation_order(out)
 
     def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
         scope.require_session()
@@ -548,17 +560,17 @@ class SQLiteStore:
     def _load_vectors(
         self, conn: sqlite3.Connection, sids: list[int], dim: int, after: int
     ) -> tuple[C.VectorBlock, int]:
-        rows: list[tuple[str, bytes, str, str, float]] = []
+        rows: list[tuple[str, str, bytes, str, str, float]] = []
         max_vid = after
         for chunk in _chunks(sids):
             for r in conn.execute(
-                "SELECT v.vid, m.id, v.vec, m.role, m.kind, m.created_at"
+                "SELECT v.vid, m.id, m.rid, v.vec, m.role, m.kind, m.created_at"
                 " FROM vectors v JOIN messages m ON m.rid = v.rid"
                 f" WHERE v.sid IN ({_qmarks(len(chunk))}) AND v.vid > ?",
                 (*chunk, after),
             ):
                 max_vid = max(max_vid, r[0])
-                rows.append((r[1], r[2], r[3], r[4], r[5]))
+                rows.append((r[1], str(r[2]), r[3], r[4], r[5], r[6]))
         return C.VectorBlock.build(rows, dim), max_vid
 
     def _remember(
@@ -575,7 +587,7 @@ class SQLiteStore:
 
     def search_vectors(
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
-    ) -> list[tuple[str, float]]:
+    ) -> list[Hit]:
         C.check_positive_k(k)
         query = C.as_query(vector)
         with self._read() as conn:
@@ -584,7 +596,7 @@ class SQLiteStore:
 
     def search_text(
         self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None
-    ) -> list[tuple[str, float]]:
+    ) -> list[Hit]:
         C.check_positive_k(k)
         words = C.split_terms(terms)
         if not words or k == 0:
@@ -615,8 +627,8 @@ class SQLiteStore:
             if len(sessions) <= _MAX_TOKEN_SESSIONS:
                 token, exact = " OR ".join(r["fts_scope"].split()[0] for r in sessions), True
             else:  # many sessions: one user's or the tenant's token, sessions checked in SQL
-                token = sessions[0]["fts_scope"].split()[1 if scope.user_id is not None else 2]
-                exact = scope.agent_id is None and scope.session_id is None
+                token = sessions[0]["fts_scope"].split()[1 if scope.user_id is not ANY else 2]
+                exact = scope.agent_id is ANY and scope.session_id is None
             match = f"scope : ({token}) AND text : ({text_query})"
             # Without filters the scope token selects exactly the scope: FTS5 can stop at k.
             limit = k if filters is None and exact else None
@@ -647,11 +659,11 @@ class SQLiteStore:
     @staticmethod
     def _fts(
         conn: sqlite3.Connection, match: str, limit: int | None, where: str, params: Sequence[Any], k: int | None = None
-    ) -> list[tuple[str, float]]:
+    ) -> list[Hit]:
         """Best FTS5 matches (``limit`` of them before ``where`` applies, all if None), best first."""
         inner = "SELECT rowid, bm25(messages_fts, 1.0, 0.0) AS score FROM messages_fts WHERE messages_fts MATCH ?"
         sql = (
-            f"SELECT m.id, f.score FROM ({inner} ORDER BY score{' LIMIT ?' if limit else ''}) f"
+            f"SELECT m.id, f.score, m.rid FROM ({inner} ORDER BY score{' LIMIT ?' if limit else ''}) f"
             f" JOIN messages m ON m.rid = f.rowid WHERE {where} ORDER BY f.score, m.rid{' LIMIT ?' if k else ''}"
         )
         args = [match, *([limit] if limit else []), *params, *([k] if k else [])]
@@ -659,7 +671,7 @@ class SQLiteStore:
             rows = conn.execute(sql, args).fetchall()
         except sqlite3.OperationalError as exc:  # should not happen: every term is quoted
             raise ValueError(f"search_text could not run FTS5 query {match!r}: {exc}") from exc
-        return [(r[0], -float(r[1])) for r in rows]
+        return [Hit(r[0], -float(r[1]), str(r[2])) for r in rows]
 
     # -- state and long-term records -------------------------------------------------
 
