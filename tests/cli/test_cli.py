@@ -23,3 +23,15 @@ def test_bench_window_reports_every_manager(capsys):
     assert result["messages"] == 400 and result["import_s"] < 1
     sliding = result["managers"]["sliding_window(40)"]
     assert sliding["final_window"] <= 40 and sliding["removed"] + sliding["final_window"] == 400
+
+
+def test_python_dash_m_is_the_fullrecall_command():
+    import subprocess
+    import sys
+
+    for argv in (["--help"], ["bench", "--help"]):
+        module = subprocess.run([sys.executable, "-m", "fullrecall", *argv], capture_output=True, text=True, timeout=60)
+        assert module.returncode == 0 and "usage: fullrecall" in module.stdout, module.stderr
+    wrong = subprocess.run([sys.executable, "-m", "fullrecall", "no-such-command"], capture_output=True, text=True,
+                           timeout=60)
+    assert wrong.returncode == 2 and "invalid choice" in wrong.stderr
