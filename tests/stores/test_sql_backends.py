@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 import uuid
 from typing import Callable
 
@@ -81,6 +82,7 @@ def test_postgres_large_scope_uses_hnsw_and_stays_correct(service_urls: dict[str
     vecs = rng.normal(size=(300, 8)).astype(np.float32)
     store.append(scope, [_msg(i, f"text {i}") for i in range(300)])
     store.set_vectors(scope, [f"m{i}" for i in range(300)], vecs, "m")
+    assert store.wait_for_indexes(timeout=120)
     with psycopg.connect(url) as conn:  # crossing hnsw_min_rows built the index
         assert conn.execute(
             "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)",
@@ -96,6 +98,55 @@ def test_postgres_large_scope_uses_hnsw_and_stays_correct(service_urls: dict[str
     best = sorted(keep, key=lambda i: -float(unit[i] @ unit[42]))[:5]
     assert [h.id for h in filtered] == [f"m{i}" for i in best]
     store.close()
+
+
+def test_postgres_index_build_never_blocks_the_writer(service_urls: dict[str, Callable[[], str]]) -> None:
+    """The write that crosses hnsw_min_rows returns at once; the HNSW index is built beside it."""
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    store = open_store(f"{url}{sep}schema=bg{uuid.uuid4().hex[:8]}&exact_limit=10&hnsw_min_rows=100")
+    scope = Scope(user_id="u", session_id="s")
+    vecs = np.random.default_rng(1).normal(size=(200, 8)).astype(np.float32)
+    store.append(scope, [_msg(i, f"text {i}") for i in range(200)])
+    store.set_vectors(scope, [f"m{i}" for i in range(10)], vecs[:10], "m")  # creates vectors_8, too small to index
+    index_exists = "SELECT count(*) FROM pg_index WHERE indexrelid = to_regclass(%s) AND indisvalid"
+    with psycopg.connect(url) as blocker:  # holds off any index build on the table; inserts still go through
+        blocker.execute(f"LOCK TABLE {store.schema}.vectors_8 IN SHARE UPDATE EXCLUSIVE MODE")
+        writer = threading.Thread(target=store.set_vectors, args=(scope, [f"m{i}" for i in range(10, 200)],
+                                                                  vecs[10:], "m"))
+        writer.start()
+        writer.join(20)
+        assert not writer.is_alive()  # returned although the build is waiting
+        assert store.search_vectors(scope, vecs[150], 1)[0].id == "m150"  # exact search serves meanwhile
+        assert not store.wait_for_indexes(timeout=0.2)  # the build is still waiting for the lock
+        with psycopg.connect(url) as conn:
+            assert conn.execute(index_exists, (f"{store.schema}.vectors_8_hnsw",)).fetchone() == (0,)
+    assert store.wait_for_indexes(timeout=120)
+    with psycopg.connect(url) as conn:
+        assert conn.execute(index_exists, (f"{store.schema}.vectors_8_hnsw",)).fetchone() == (1,)
+    assert store.search_vectors(scope, vecs[150], 1)[0].id == "m150"
+    store.close()
+
+
+def test_postgres_bm25_statistics_follow_deletes(service_urls: dict[str, Callable[[], str]]) -> None:
+    """After most messages are deleted, lexical scores are those of a store that only ever held the rest."""
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    churned = open_store(f"{url}{sep}schema=churn{uuid.uuid4().hex[:8]}")
+    fresh = open_store(f"{url}{sep}schema=fresh{uuid.uuid4().hex[:8]}")
+    scope = Scope(user_id="u", session_id="s")
+    rng = np.random.default_rng(5)
+    words = ["otter", "heron", "badger", "lynx", "marten", "stoat", "vole", "shrew"]
+    texts = [" ".join(rng.choice(words, size=int(rng.integers(1, 9)))) for _ in range(120)]
+    churned.append(scope, [_msg(i, t) for i, t in enumerate(texts)])
+    assert churned.delete(scope, [f"m{i}" for i in range(100)]) == 100
+    fresh.append(scope, [_msg(i, texts[i]) for i in range(100, 120)])
+    for query in (["otter"], ["heron", "vole"], words):
+        got, want = churned.search_text(scope, query, 20), fresh.search_text(scope, query, 20)
+        assert [h.id for h in got] == [h.id for h in want]
+        assert [h.score for h in got] == pytest.approx([h.score for h in want], rel=1e-6)
+    churned.close()
+    fresh.close()
 
 
 def test_postgres_bulk_load_builds_the_index_on_demand(service_urls: dict[str, Callable[[], str]]) -> None:

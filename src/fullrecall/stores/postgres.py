@@ -13,10 +13,11 @@ Design, and why:
   BM25 (binary term frequency), planned from the column's statistics so that a common
   word costs no more than a rare one (:mod:`._topk`).
 * **Vectors** go to one table per dimension (``vectors_384``: pgvector needs a fixed
-  dimension to index) with an HNSW cosine index, built (``CREATE INDEX CONCURRENTLY``,
-  writes go on) once the table holds ``hnsw_min_rows`` vectors (default 5,000), or on
-  demand by :meth:`PostgresStore.build_indexes` (bulk loads: building once is far faster
-  than inserting into the graph). The index serves scopes over ``exact_limit`` vectors
+  dimension to index) with an HNSW cosine index, built in a background thread on its own
+  connection (``CREATE INDEX CONCURRENTLY``: writes go on, and no writer waits for it) once
+  the table holds ``hnsw_min_rows`` vectors (default 5,000), or on demand by
+  :meth:`PostgresStore.build_indexes` (bulk loads: building once is far faster than
+  inserting into the graph); :meth:`PostgresStore.wait_for_indexes` waits for a build. The index serves scopes over ``exact_limit`` vectors
   (default 20,000) or holding most of the table, with ``hnsw.ef_search`` raised as the
   scope's share of the table shrinks; smaller scopes (one conversation among many) are
   searched exactly, and an approximate search that filters leave short of ``k`` rows
@@ -33,6 +34,7 @@ before the URL goes to libpq).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import threading
@@ -50,13 +52,15 @@ from . import _common as C
 from . import _topk
 from .base import Filters, Hit, Record, Scope, StoredMessage
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SQL = C.Sql("%s")
 _OWN_OPTIONS = (
     "schema", "pool_min", "pool_max", "exact_limit", "ef_search", "hnsw_min_rows", "index_build_memory",
     "lexical_budget", "candidate_cap",
 )
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+log = logging.getLogger("fullrecall.stores.postgres")
+
 _HNSW_MAX_DIM = 2000  # pgvector's limit for indexing the ``vector`` type
 _EXACT_ALWAYS = 2_000  # scopes this small are searched exactly (a few ms)
 _MAX_EF = 1_000
@@ -132,6 +136,14 @@ MIGRATIONS: dict[int, str] = {
     ALTER TABLE {s}.sessions ADD COLUMN lexemes BIGINT NOT NULL DEFAULT 0;
     UPDATE {s}.sessions s SET lexemes = (SELECT coalesce(sum(length(m.tsv)), 0) FROM {s}.messages m WHERE m.sid = s.sid);
     """,
+    # the messages a conversation holds now (BM25's document count, kept exact under deletes), and
+    # its word count recounted: until now deletes never lowered it
+    3: """
+    ALTER TABLE {s}.sessions ADD COLUMN message_count BIGINT NOT NULL DEFAULT 0;
+    UPDATE {s}.sessions s SET
+        message_count = (SELECT count(*) FROM {s}.messages m WHERE m.sid = s.sid),
+        lexemes = (SELECT coalesce(sum(length(m.tsv)), 0) FROM {s}.messages m WHERE m.sid = s.sid);
+    """,
 }
 
 
@@ -186,6 +198,9 @@ class PostgresStore:
         self._shares: tuple[float, dict[str, float]] | None = None  # (when, lexeme -> share of rows)
         self._table_rows: dict[int, tuple[float, int]] = {}  # dim -> (when, rows in vectors_{dim})
         self._indexed: set[int] = set()  # dimensions whose HNSW index is known to be built
+        self._builds: dict[int, threading.Thread] = {}  # dim -> its background index build
+        self._unchecked: dict[int, int] = {}  # dim -> vectors written since its size was last checked
+        self._build_conns: set[psycopg.Connection] = set()  # cancelled by close()
         self._timeout = connect_timeout
         self._lock = threading.Lock()
         self._pool_obj: ConnectionPool | None = None
@@ -265,7 +280,11 @@ class PostgresStore:
         return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
     def close(self) -> None:
+        """Close the pool; a background index build still running is cancelled (the next one redoes it)."""
         with self._lock:
+            for conn in list(self._build_conns):
+                with contextlib.suppress(psycopg.Error):
+                    conn.cancel()
             if self._pool_obj is not None and self._pid == os.getpid():
                 self._pool_obj.close()
             self._pool_obj = None
@@ -325,9 +344,9 @@ class PostgresStore:
                     f"WITH ins AS (INSERT INTO {s}.messages (sid, position, {', '.join(cols)})"
                     " SELECT %s, * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],"
                     " %s::text[], %s::float8[], %s::float8[], %s::text[], %s::text[]) RETURNING length(tsv) AS n)"
-                    f" UPDATE {s}.sessions SET next_position = %s,"
+                    f" UPDATE {s}.sessions SET next_position = %s, message_count = message_count + %s,"
                     " lexemes = lexemes + (SELECT coalesce(sum(n), 0) FROM ins) WHERE sid = %s",
-                    (sess["sid"], [p for _, p in new], *arrays, next_pos, sess["sid"]),
+                    (sess["sid"], [p for _, p in new], *arrays, next_pos, len(new), sess["sid"]),
                 )
             except psycopg.errors.UniqueViolation as exc:
                 raise ValueError(
@@ -377,13 +396,17 @@ class PostgresStore:
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         where, params = SQL.scope_where(scope)
         s = self.schema
-        with self._tx() as conn:
-            cur = conn.execute(  # vectors go with their message (ON DELETE CASCADE)
-                f"DELETE FROM {s}.messages WHERE id = ANY(%s)"
-                f" AND sid IN (SELECT sid FROM {s}.sessions s WHERE {where})",
+        with self._tx() as conn:  # vectors go with their message (ON DELETE CASCADE)
+            row = conn.execute(  # the session's counts (BM25's statistics) go down in the same statement
+                f"WITH del AS (DELETE FROM {s}.messages WHERE id = ANY(%s)"
+                f" AND sid IN (SELECT sid FROM {s}.sessions s WHERE {where}) RETURNING sid, length(tsv) AS n),"
+                " per AS (SELECT sid, count(*) AS c, coalesce(sum(n), 0) AS n FROM del GROUP BY sid),"
+                f" upd AS (UPDATE {s}.sessions t SET message_count = t.message_count - per.c,"
+                " lexemes = t.lexemes - per.n FROM per WHERE t.sid = per.sid RETURNING 1)"
+                " SELECT coalesce(sum(c), 0)::bigint AS deleted FROM per",
                 [list(dict.fromkeys(ids)), *params],
-            )
-            return cur.rowcount
+            ).fetchone()
+            return int(row["deleted"])
 
     # -- vectors ---------------------------------------------------------------------
 
@@ -409,7 +432,42 @@ class PostgresStore:
             dims = self._dims(conn)
             conn.execute(f"ANALYZE {self.schema}.messages")
         self._shares = None
+        self.wait_for_indexes()
         return [d for d in dims if self._build_index(d, min_rows=0)]
+
+    def wait_for_indexes(self, timeout: float | None = None) -> bool:
+        """Wait for background index builds to finish; True if none is running any more."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in list(self._builds.values()):
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._builds.values())
+
+    def _schedule_index(self, dim: int, written: int) -> None:
+        """After ``written`` vectors of ``dim``: check the table's size in the background now and then,
+        and build its HNSW index there once it is big enough. A writer never waits for either."""
+        if dim in self._indexed or dim > _HNSW_MAX_DIM:
+            return
+        with self._lock:
+            self._unchecked[dim] = self._unchecked.get(dim, 0) + written
+            running = self._builds.get(dim)
+            first = running is None
+            if (running is not None and running.is_alive()) or self._closed or (
+                not first and self._unchecked[dim] < max(1, self._hnsw_min_rows // 10)
+            ):
+                return
+            self._unchecked[dim] = 0
+            thread = threading.Thread(target=self._build_quietly, args=(dim,), name=f"fullrecall-hnsw-{dim}",
+                                      daemon=True)
+            self._builds[dim] = thread
+            thread.start()
+
+    def _build_quietly(self, dim: int) -> None:
+        try:
+            self._build_index(dim, self._hnsw_min_rows)
+        except Exception as exc:  # noqa: BLE001 - a background build: exact search serves until the next try
+            if not self._closed:
+                log.warning("building the HNSW index of %s.vectors_%d failed (%s); searches stay exact until a "
+                            "later write retries", self.schema, dim, exc)
 
     def _build_index(self, dim: int, min_rows: int) -> bool:
         """Create ``vectors_{dim}``'s HNSW index once it holds ``min_rows``; True if it exists now."""
@@ -418,33 +476,37 @@ class PostgresStore:
         if dim > _HNSW_MAX_DIM:
             return False
         s, table = self.schema, f"vectors_{dim}"
+        lock = f"fullrecall.{s}.{table}.hnsw"
         try:
-            with self._pool().connection() as conn:  # autocommit: CONCURRENTLY cannot run in a transaction
+            with self._pool().connection() as conn:
                 if self._index_state(conn, table) == "valid":
                     self._indexed.add(dim)
                     return True
                 n = conn.execute(
                     f"SELECT count(*) AS n FROM (SELECT 1 FROM {s}.{table} LIMIT %s) x", (max(min_rows, 1),)
                 ).fetchone()["n"]
-                if (
-                    n < min_rows
-                    or not conn.execute(
-                        "SELECT pg_try_advisory_lock(hashtext(%s)) AS ok", (f"fullrecall.{s}.{table}.hnsw",)
-                    ).fetchone()["ok"]
-                ):
-                    return False  # too small yet, or another process is building it
+            if n < min_rows:
+                return False
+            # Its own connection (autocommit: CONCURRENTLY cannot run in a transaction), so a build of
+            # minutes holds no pooled connection; close() cancels it.
+            with psycopg.connect(self._conninfo, autocommit=True, row_factory=dict_row,
+                                 connect_timeout=int(self._timeout)) as conn:
+                self._build_conns.add(conn)
                 try:
+                    if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s)) AS ok", (lock,)).fetchone()["ok"]:
+                        return False  # another process is building it
                     if self._index_state(conn, table) == "invalid":  # an interrupted build leaves one behind
                         conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {s}.{table}_hnsw")
+                    # Session settings of a connection used for this build alone, closed right after.
                     conn.execute(f"SET maintenance_work_mem = '{self._index_build_memory}'")
+                    conn.execute("SET jit = off")
                     conn.execute(
                         f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {table}_hnsw ON {s}.{table}"
                         " USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
                     )
-                    conn.execute("RESET maintenance_work_mem")
                     conn.execute(f"ANALYZE {s}.{table}")  # fresh row estimates for the planner
                 finally:
-                    conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (f"fullrecall.{s}.{table}.hnsw",))
+                    self._build_conns.discard(conn)
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise StoreError(f"PostgreSQL at {self._safe_url()} failed while building an index: {exc}") from exc
         self._indexed.add(dim)
@@ -497,7 +559,7 @@ class PostgresStore:
             conn.execute(
                 f"UPDATE {s}.sessions SET vec_model = %s, vec_dim = %s WHERE sid = %s", (model, dim, sess["sid"])
             )
-        self._build_index(dim, min_rows=self._hnsw_min_rows)
+        self._schedule_index(dim, len(ids))
 
     def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
         where, params = SQL.scope_where(scope)
@@ -605,12 +667,12 @@ class PostgresStore:
         where, params = SQL.scope_where(scope)
         with self._tx() as conn:
             sessions = conn.execute(
-                f"SELECT sid, next_position, lexemes FROM {self.schema}.sessions s WHERE {where}", params
+                f"SELECT sid, message_count, lexemes FROM {self.schema}.sessions s WHERE {where}", params
             ).fetchall()
             queries = self._word_queries(conn, words) if sessions else []
             if not queries:
                 return []
-            n = max(1, sum(r["next_position"] for r in sessions))
+            n = max(1, sum(r["message_count"] for r in sessions))
             mean_length = max(1.0, sum(r["lexemes"] for r in sessions) / n)
             return _Lexical(self, conn, [r["sid"] for r in sessions], n, mean_length, queries, filters).top(k)
 
