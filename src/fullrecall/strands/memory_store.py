@@ -9,6 +9,7 @@ store is read-only: the conversation manager is what writes the archive.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from strands.memory import MemoryEntry, MemoryStore, SearchOptions
@@ -44,7 +45,7 @@ class ArchiveMemoryStore(MemoryStore):
         limit = (options or {}).get("max_search_results") or self.max_search_results
         if limit is not None and limit < 1:
             raise ValueError("max_search_results must be >= 1")
-        recall = self._recall(query, limit)
+        recall = await asyncio.to_thread(self._recall, query, limit)  # store and embedder work: off the event loop
         ranges = sorted(recall.ranges, key=lambda r: -r.best_score)
         entries = [self._entry(r) for r in ranges]
         return entries[:limit] if limit is not None else entries

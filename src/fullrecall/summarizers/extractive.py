@@ -10,6 +10,8 @@ and never exceeds its token budget. Same input, same output.
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 import math
 import re
@@ -120,7 +122,8 @@ class ExtractiveSummarizer:
         return self.summarize_with_plan(msgs, previous_summary, plan)
 
     async def asummarize(self, messages: Sequence[Message], previous_summary: str | None = None) -> Summary:
-        return self.summarize(messages, previous_summary)
+        """:meth:`summarize` in a worker thread: thousands of messages take a second, the event loop runs on."""
+        return await asyncio.to_thread(self.summarize, messages, previous_summary)
 
     def budget_for(self, messages: Sequence[Message], previous_summary: str | None = None) -> int:
         """Token budget for this span: the cap, shrunk by ``target_ratio`` for short spans."""

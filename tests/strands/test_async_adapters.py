@@ -1,0 +1,54 @@
+"""Async entry points never run store, embedding or summarizing work on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fullrecall.archive import SemanticSummarizingConversationManager
+from fullrecall.messages.formats import parse_messages
+from fullrecall.strands import ArchiveMemoryStore
+from fullrecall.summarizers import ExtractiveSummarizer
+
+
+async def _ticks_during(awaitable) -> tuple[object, int]:
+    """Run ``awaitable`` beside a 1 ms heartbeat; how often the heartbeat ran meanwhile."""
+    ticks = 0
+    done = asyncio.Event()
+
+    async def heartbeat() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            await asyncio.sleep(0.001)
+            ticks += 1
+
+    beat = asyncio.create_task(heartbeat())
+    await asyncio.sleep(0)  # let the heartbeat start
+    start = ticks
+    try:
+        result = await awaitable
+    finally:
+        done.set()
+        await beat
+    return result, ticks - start
+
+
+def test_archive_memory_store_search_leaves_the_event_loop_free(default_embedder):
+    manager = SemanticSummarizingConversationManager(summarizer=lambda m, p: "summary", max_history_turns=2,
+                                                     preserve_recent_messages=2, embedding_model=default_embedder)
+    messages = []
+    for i in range(30):
+        messages += [{"role": "user", "content": f"Note {i}: the locker code is {1000 + i}."},
+                     {"role": "assistant", "content": f"Noted {i}."}]
+        manager.apply_management(messages)
+    store = ArchiveMemoryStore(manager.archive)
+    entries, ticks = asyncio.run(_ticks_during(store.search("What is the locker code of note 3?")))
+    assert entries and any("1003" in e.content for e in entries)
+    assert ticks >= 2  # the loop kept running while the archive searched
+
+
+def test_extractive_asummarize_leaves_the_event_loop_free():
+    _, msgs = parse_messages([{"role": "user" if i % 2 == 0 else "assistant",
+                               "content": f"Message {i} mentions invoice INV-{i:05d} and the Dolomites trip."}
+                              for i in range(3000)])
+    summary, ticks = asyncio.run(_ticks_during(ExtractiveSummarizer().asummarize(msgs)))
+    assert summary.text and ticks >= 2
