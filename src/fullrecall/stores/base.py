@@ -41,6 +41,11 @@ class Scope:
     agent_id: str | None = None
     session_id: str | None = None
 
+    def __post_init__(self) -> None:
+        from ._validate import check_scope
+
+        check_scope(self)  # ids are identifiers: no NUL, no lone surrogate, bounded (InvalidInput)
+
     def require_session(self) -> "Scope":
         if not self.session_id:
             raise ValueError("this write needs a session: Scope(session_id=...) is missing")
