@@ -108,7 +108,7 @@ def state_json(key: str, value: Any) -> str:
     V.check_id(key, "state key")
     if not isinstance(value, dict):
         raise V.InvalidInput(f"state {key!r} must be a dict, got {type(value).__name__}")
-    return V.check_json(value, f"state {key!r}")
+    return V.check_json(value, f"state {key!r}", limit=V.MAX_DOCUMENT_BYTES)
 
 
 def record_json(record: Record) -> str:

@@ -9,7 +9,7 @@
   lone surrogates (``user_id``/``agent_id`` may also be ``""`` or ``None``).
 * **JSON values** (``data``, ``metadata``, state documents, record data, whole messages): ``dict``
   with ``str`` keys, ``list``/``tuple``, ``str``, ``int``, finite ``float``, ``bool`` and ``None``,
-  nested at most :data:`MAX_DEPTH` levels.
+  nested at most :data:`MAX_DEPTH` levels; a state document at most :data:`MAX_DOCUMENT_BYTES`.
 
 A violation raises :class:`~fullrecall.errors.InvalidInput` (a ``ValueError``) naming the message
 index and the field, e.g. ``message 2: 'metadata.score' is NaN; JSON has no NaN or infinity``.
@@ -26,6 +26,7 @@ from .base import Record, Scope, StoredMessage
 
 MAX_MESSAGE_BYTES = 32 * 2**20  # one message as the application gives it, serialised as JSON
 MAX_FIELD_BYTES = 64 * 2**20  # one stored text, data or metadata field (room for the rendered message)
+MAX_DOCUMENT_BYTES = 256 * 2**20  # one state document (a window of several large messages)
 MAX_ID_BYTES = 256  # six of them fit in one PostgreSQL index entry (2,704 bytes)
 MAX_DEPTH = 64  # nesting of JSON values
 INDEXED_CHARS = 65_536  # the prefix of a text that lexical search indexes (PostgreSQL's tsvector is 1 MB at most)
@@ -110,7 +111,7 @@ def _at(where: str, path: str) -> str:
         path = head[: max(head.rfind("["), head.rfind("."), 1)] + "..."
     if where.endswith("'"):
         return where[:-1] + path + "'"
-    return f"{where} '{path.lstrip('.')}'"
+    return f"{where}: '{path.lstrip('.')}'"
 
 
 def _surrogate_path(value: Any) -> str:
