@@ -100,7 +100,7 @@ class Sql:
 
 def dump_json(value: Any, what: str) -> str:
     """JSON text of ``value``; :class:`~fullrecall.errors.InvalidInput` naming ``what`` if it is not JSON."""
-    return V.check_json(value, what)
+    return V.check_json(value, what, tuples=True)
 
 
 def state_json(key: str, value: Any) -> str:
@@ -108,7 +108,7 @@ def state_json(key: str, value: Any) -> str:
     V.check_id(key, "state key")
     if not isinstance(value, dict):
         raise V.InvalidInput(f"state {key!r} must be a dict, got {type(value).__name__}")
-    return V.check_json(value, f"state {key!r}", limit=V.MAX_DOCUMENT_BYTES)
+    return V.check_json(value, f"state {key!r}", limit=V.MAX_DOCUMENT_BYTES, tuples=True)
 
 
 def record_json(record: Record) -> str:

@@ -8,7 +8,7 @@
   record ids and namespaces): a ``str`` of 1 to :data:`MAX_ID_BYTES` UTF-8 bytes without NUL or
   lone surrogates (``user_id``/``agent_id`` may also be ``""`` or ``None``).
 * **JSON values** (``data``, ``metadata``, state documents, record data, whole messages): ``dict``
-  with ``str`` keys, ``list``/``tuple``, ``str``, ``int``, finite ``float``, ``bool`` and ``None``,
+  with ``str`` keys, ``list`` (not ``tuple``: it would come back as a list), ``str``, ``int``, finite ``float``, ``bool`` and ``None``,
   nested at most :data:`MAX_DEPTH` levels; a state document at most :data:`MAX_DOCUMENT_BYTES`.
 
 A violation raises :class:`~fullrecall.errors.InvalidInput` (a ``ValueError``) naming the message
@@ -66,12 +66,14 @@ def check_id(value: Any, where: str, *, empty: bool = False) -> str:
     return value
 
 
-def check_json(value: Any, where: str, *, limit: int = MAX_FIELD_BYTES) -> str:
+def check_json(value: Any, where: str, *, limit: int = MAX_FIELD_BYTES, tuples: bool = False) -> str:
     """``value`` as compact JSON text, or InvalidInput naming the first offending path under ``where``.
 
     The shape is checked first without recursion (so a value nested 5,000 levels deep is a clear
     error, not a RecursionError); strings are checked for lone surrogates on the encoded text.
+    A tuple would come back as a list, so it is refused unless ``tuples`` (fullrecall's own documents).
     """
+    arrays = (list, tuple) if tuples else list
     stack: list[tuple[Any, str, int]] = [(value, "", 0)]
     while stack:
         v, path, depth = stack.pop()
@@ -88,8 +90,10 @@ def check_json(value: Any, where: str, *, limit: int = MAX_FIELD_BYTES) -> str:
                     raise InvalidInput(f"{_at(where, path)} has a key {key!r} of type {type(key).__name__}; "
                                        "JSON keys are strings")
                 stack.append((item, f"{path}.{key}", depth + 1))
-        elif isinstance(v, (list, tuple)):
+        elif isinstance(v, arrays):
             stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(v))
+        elif isinstance(v, tuple):
+            raise InvalidInput(f"{_at(where, path)} is a tuple; use a list (JSON gives arrays back as lists)")
         else:
             raise InvalidInput(f"{_at(where, path)} is a {type(v).__name__}, not a JSON value")
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
