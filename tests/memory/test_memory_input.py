@@ -49,7 +49,8 @@ BAD = [
      "message 1: 'metadata.when' is a date, not a JSON value"),
     ({"role": "user", "content": "x", "extra": {1: "int key"}},
      "message 1: 'extra' has a key 1 of type int; JSON keys are strings"),
-    ({"role": "user", "content": "bad \ud800"}, "message 1: 'content' is not valid UTF-8 (unpaired surrogate at character 4)"),
+    ({"role": "user", "content": "bad \ud800"},
+     "message 1: 'content' is not valid UTF-8 (unpaired surrogate at character 4)"),
     ({"role": "user", "content": "x" * (MAX_MESSAGE_BYTES + 1)},
      "message 1: 'content' is 33,554,433 bytes, over the 33,554,432-byte limit for one message"),
     ({"role": "assistant", "content": None, "tool_calls": [

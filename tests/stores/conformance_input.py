@@ -113,7 +113,8 @@ class InputConformance:
         assert store.append(scope, [good(0)]) == [0]  # the session is not stuck
 
     def test_text_over_the_limit_is_refused(self, store: Store, scope: Scope) -> None:
-        with pytest.raises(InvalidInput, match=r"^message 0: 'text' is 67,108,865 bytes, over the 67,108,864-byte limit"):
+        over = r"^message 0: 'text' is 67,108,865 bytes, over the 67,108,864-byte limit"
+        with pytest.raises(InvalidInput, match=over):
             store.append(scope, [good(0, "x" * (MAX_FIELD_BYTES + 1))])
         assert store.count(scope) == 0
 

@@ -7,12 +7,15 @@
 * **Identifiers** (tenant, user, agent and session ids, message ids, roles, summary ids, state keys,
   record ids and namespaces): a ``str`` of 1 to :data:`MAX_ID_BYTES` UTF-8 bytes without NUL or
   lone surrogates (``user_id``/``agent_id`` may also be ``""`` or ``None``).
-* **JSON values** (``data``, ``metadata``, state documents, record data, whole messages): ``dict``
-  with ``str`` keys, ``list`` (not ``tuple``: it would come back as a list), ``str``, ``int``, finite ``float``, ``bool`` and ``None``,
-  nested at most :data:`MAX_DEPTH` levels; a state document at most :data:`MAX_DOCUMENT_BYTES`.
+* **JSON values** (``data``, ``metadata``, record data, whole messages): ``dict`` with ``str`` keys,
+  ``list``, ``str``, ``int``, finite ``float``, ``bool`` and ``None``, nested at most :data:`MAX_DEPTH`
+  levels. A ``tuple`` is refused (it would come back as a list), except in fullrecall's own state
+  documents, which may be :data:`MAX_DOCUMENT_BYTES` long.
+* **Search** indexes the first :data:`INDEXED_CHARS` characters of a text, on every backend; the
+  whole text is kept and returned.
 
 A violation raises :class:`~fullrecall.errors.InvalidInput` (a ``ValueError``) naming the message
-index and the field, e.g. ``message 2: 'metadata.score' is NaN; JSON has no NaN or infinity``.
+index and the field, e.g. ``message 2: 'metadata.score' is nan; JSON has no NaN or infinity``.
 """
 
 from __future__ import annotations

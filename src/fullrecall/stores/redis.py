@@ -479,7 +479,8 @@ class RedisStore:
             bodies, vecs, version_now = self._snapshot(session)
         rows = [json.loads(b) for b in bodies.values()]
         lexical = C.LexicalIndex.build(
-            [(r["id"], r["role"], r["kind"], r["created_at"], self._tokenize(V.indexed_prefix(r["text"]))) for r in rows]
+            [(r["id"], r["role"], r["kind"], r["created_at"], self._tokenize(V.indexed_prefix(r["text"])))
+             for r in rows]
         )
         by_id = {r["id"]: r for r in rows}
         vec_rows = [
