@@ -17,6 +17,7 @@ _EXPORTS = {
     "FullRecallError": "fullrecall.errors",
     "ContextWindowOverflowError": "fullrecall.errors",
     "MessageFormatError": "fullrecall.errors",
+    "InvalidInput": "fullrecall.errors",
     "ArchiveError": "fullrecall.errors",
     "SummarizationError": "fullrecall.errors",
     "StoreError": "fullrecall.errors",

@@ -14,7 +14,11 @@ class ContextWindowOverflowError(FullRecallError):
     """
 
 
-class MessageFormatError(FullRecallError, ValueError):
+class InvalidInput(FullRecallError, ValueError):
+    """Input no backend would store faithfully; the text names the message index and field. Nothing was written."""
+
+
+class MessageFormatError(InvalidInput):
     """A message does not match any supported shape; the text names its index and field."""
 
 

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conformance_input import InputConformance
 from fullrecall.errors import StoreError
 from fullrecall.stores import ANY, Filters, Record, Scope, Store, StoredMessage, open_store
 
@@ -48,7 +49,7 @@ def ids(results: list[tuple[str, float]]) -> list[str]:
     return [r[0] for r in results]
 
 
-class StoreConformance:
+class StoreConformance(InputConformance):
     # -- messages ----------------------------------------------------------------
 
     def test_append_get_range_count_delete(self, store: Store, scope: Scope) -> None:

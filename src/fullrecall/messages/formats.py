@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Sequence
 
-from ..errors import MessageFormatError
+from ..errors import InvalidInput, MessageFormatError
+from ..stores._validate import MAX_MESSAGE_BYTES, check_json
 from .model import Block, Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
 
 SHAPES = ("converse", "openai", "anthropic")
-MAX_MESSAGE_BYTES = 32 * 1024 * 1024  # larger messages are refused with a clear error
 
 _OPENAI_ROLES = {"system", "developer", "user", "assistant", "tool"}
 _OPENAI_PART_TYPES = {"image_url", "input_audio", "refusal", "file"}
@@ -81,8 +81,11 @@ def parse_messages(messages: Sequence[Any], shape: str | None = None) -> tuple[s
             raise MessageFormatError(f"message {index}: expected a dict, got {type(msg).__name__}")
         try:
             out.append(parse(msg))
+            check_json(msg, f"message {index}", limit=MAX_MESSAGE_BYTES)  # stored as JSON: nothing else fits
         except _FieldError as exc:
             raise MessageFormatError(f"message {index}: {exc}") from None
+        except InvalidInput as exc:
+            raise MessageFormatError(str(exc)) from None
     return shape, out
 
 
@@ -118,6 +121,8 @@ def _role(msg: dict[str, Any], allowed: Iterable[str]) -> str:
     role = msg.get("role")
     if role is None:
         raise _FieldError("'role' is missing")
+    if not isinstance(role, str):
+        raise _FieldError(f"'role' must be a string, got {type(role).__name__}")
     if role not in allowed:
         raise _FieldError(f"'role' must be one of {sorted(allowed)}, got {role!r}")
     return role

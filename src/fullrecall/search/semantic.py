@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InvalidInput
+from ..stores import _validate as V
 from ..stores._common import filters_match
 from ..stores.base import Filters, Scope, Store, StoredMessage
 from .fusion import LEXICAL_WEIGHT, NEIGHBOUR_WEIGHT, Candidate, fuse, rrf, spread_out
@@ -225,22 +227,27 @@ class SemanticSearch:
         """
         texts = list(texts)
         if ids is not None and len(ids) != len(texts):
-            raise ValueError(f"{len(ids)} ids for {len(texts)} texts")
+            raise InvalidInput(f"{len(ids)} ids for {len(texts)} texts")
         if metadata is not None and len(metadata) != len(texts):
-            raise ValueError(f"{len(metadata)} metadata entries for {len(texts)} texts")
+            raise InvalidInput(f"{len(metadata)} metadata entries for {len(texts)} texts")
         now = time.time()
         messages = []
         for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise ValueError(f"text {i} is a {type(text).__name__}, not a str")
-            meta = dict(metadata[i]) if metadata is not None else {}
+            V.check_text(text, f"message {i}: 'text'")
+            meta = metadata[i] if metadata is not None else {}
+            if not isinstance(meta, Mapping):
+                raise InvalidInput(f"message {i}: 'metadata' must be a dict, got {type(meta).__name__}")
+            meta = dict(meta)
+            for key in ("speaker", "date"):
+                if meta.get(key) is not None:
+                    V.check_text(meta[key], f"message {i}: 'metadata.{key}'")
             messages.append(
                 StoredMessage(
                     id=str(ids[i]) if ids is not None else uuid.uuid4().hex,
-                    role=str(meta.get("role", "user")),
+                    role=V.check_id(meta.get("role", "user"), f"message {i}: 'metadata.role'"),
                     text=index_text(text, speaker=meta.get("speaker"), date=meta.get("date")),
                     data={"text": text},
-                    created_at=float(meta.get("created_at", now)),
+                    created_at=V.check_time(meta.get("created_at", now), f"message {i}: 'metadata.created_at'"),
                     archived_at=now,
                     metadata=meta,
                 )

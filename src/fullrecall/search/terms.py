@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from ..stores._validate import indexed_prefix
+
 # An identifier keeps its inner '-', '_', '.', '/' or ':' (REF-48213, v2.3.1, a/b); a word its apostrophe.
 _TOKEN = re.compile(r"\w+(?:[-_./:]\w+)*|\w+", re.UNICODE)
 
@@ -55,15 +57,16 @@ def query_terms(text: str, *, max_terms: int = 32) -> list[str]:
 
 
 def index_text(text: str, *, speaker: str | None = None, date: str | None = None) -> str:
-    """The text search indexes for a message: ``"speaker (date): text"``.
+    """The text search indexes for a message: ``"speaker (date): text"``, at most ``INDEXED_CHARS`` long.
 
     Speaker and date matter for recall ("what did Anna say in May?"); the
-    message itself is returned verbatim, never this text.
+    message itself is returned verbatim, never this text. A huge message is
+    indexed (and embedded) by its beginning, as every store indexes text.
     """
     if speaker and date:
-        return f"{speaker} ({date}): {text}"
-    if speaker:
-        return f"{speaker}: {text}"
-    if date:
-        return f"({date}): {text}"
-    return text
+        text = f"{speaker} ({date}): {text}"
+    elif speaker:
+        text = f"{speaker}: {text}"
+    elif date:
+        text = f"({date}): {text}"
+    return indexed_prefix(text)

@@ -15,9 +15,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from . import _validate as V
 from .base import ANY, Filters, Hit, Record, Scope, StoredMessage
-
-MESSAGE_KINDS = ("message", "summary")
 
 # -- scopes ------------------------------------------------------------------
 
@@ -109,41 +108,46 @@ class Sql:
 
 
 def dump_json(value: Any, what: str) -> str:
-    """JSON text of ``value``; a clear ValueError if it is not JSON-serialisable."""
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what} is not JSON-serialisable: {exc}") from exc
+    """JSON text of ``value``; :class:`~fullrecall.errors.InvalidInput` naming ``what`` if it is not JSON."""
+    return V.check_json(value, what, tuples=True)
+
+
+def state_json(key: str, value: Any) -> str:
+    """A state document as JSON text, its key an identifier; InvalidInput naming the key otherwise."""
+    V.check_id(key, "state key")
+    if not isinstance(value, dict):
+        raise V.InvalidInput(f"state {key!r} must be a dict, got {type(value).__name__}")
+    return V.check_json(value, f"state {key!r}", limit=V.MAX_DOCUMENT_BYTES, tuples=True)
+
+
+def record_json(record: Record) -> str:
+    """A long-term record's ``data`` as JSON text, once the whole record is checked (see :mod:`._validate`)."""
+    V.check_record(record)
+    return _dumps(record.data)
 
 
 def check_messages(messages: Sequence[StoredMessage]) -> None:
-    """Reject what no backend could store faithfully, before anything is written."""
-    for i, m in enumerate(messages):
-        if not isinstance(m, StoredMessage):
-            raise ValueError(f"message {i} is a {type(m).__name__}, not a StoredMessage")
-        if not m.id or not isinstance(m.id, str):
-            raise ValueError(f"message {i} has no id")
-        if m.kind not in MESSAGE_KINDS:
-            raise ValueError(f"message {m.id!r} has kind {m.kind!r}; expected one of {MESSAGE_KINDS}")
-        if m.position is not None and (not isinstance(m.position, int) or m.position < 0):
-            raise ValueError(f"message {m.id!r} has position {m.position!r}; expected an int >= 0 or None")
-        if not isinstance(m.text, str):
-            raise ValueError(f"message {m.id!r}: text must be a str")
+    """Reject what no backend could store faithfully, before anything is written (see :mod:`._validate`)."""
+    V.check_messages(messages)
 
 
 def message_row(m: StoredMessage) -> dict[str, Any]:
-    """The flat, JSON-encoded form every backend writes."""
+    """The flat, JSON-encoded form every backend writes (of a message ``check_messages`` accepted)."""
     return {
         "id": m.id,
         "role": m.role,
         "text": m.text,
-        "data": dump_json(m.data, f"message {m.id!r} data"),
+        "data": _dumps(m.data),
         "kind": m.kind,
         "created_at": float(m.created_at),
         "archived_at": float(m.archived_at),
         "summary_id": m.summary_id,
-        "metadata": dump_json(m.metadata or {}, f"message {m.id!r} metadata"),
+        "metadata": _dumps(m.metadata or {}),
     }
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def assign_positions(

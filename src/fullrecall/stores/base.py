@@ -66,11 +66,14 @@ class Scope:
     session_id: str | AnyOwner | None = None
 
     def __post_init__(self) -> None:
+        from ._validate import check_scope
+
         for name in ("user_id", "agent_id"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, "")
         if self.session_id is ANY:
             object.__setattr__(self, "session_id", None)
+        check_scope(self)  # ids are identifiers: no NUL, no lone surrogate, bounded (InvalidInput)
 
     @classmethod
     def everyone(cls, tenant: str = DEFAULT_TENANT) -> "Scope":

@@ -47,12 +47,13 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..errors import StoreError
+from ..errors import InvalidInput, StoreError
 from . import _common as C
 from . import _topk
+from . import _validate as V
 from .base import Filters, Hit, Record, Scope, StoredMessage
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SQL = C.Sql("%s")
 _OWN_OPTIONS = (
     "schema", "pool_min", "pool_max", "exact_limit", "ef_search", "hnsw_min_rows", "index_build_memory",
@@ -72,6 +73,12 @@ _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, 
 # Punctuation becomes a space before tokenising, in the index and in queries alike.
 _PUNCT_SQL = r"regexp_replace(text, '[^\w\s]+', ' ', 'g')"
 _PUNCT = re.compile(r"[^\w\s]+", re.UNICODE)
+# What lexical search indexes of a message: its first INDEXED_CHARS characters, punctuation as spaces.
+_INDEXED_SQL = rf"regexp_replace(left(text, {V.INDEXED_CHARS}), '[^\w\s]+', ' ', 'g')"
+# PostgreSQL's text cannot hold NUL: a text holding one is stored escaped behind this mark (see _pg_text).
+_MARK = "\ufdd0"
+_ESCAPES = {"\x00": _MARK + " ", _MARK: _MARK + _MARK}
+_UNESCAPE = re.compile(_MARK + "(.)", re.DOTALL)
 
 MIGRATIONS: dict[int, str] = {
     1: f"""
@@ -144,6 +151,14 @@ MIGRATIONS: dict[int, str] = {
         message_count = (SELECT count(*) FROM {s}.messages m WHERE m.sid = s.sid),
         lexemes = (SELECT coalesce(sum(length(m.tsv)), 0) FROM {s}.messages m WHERE m.sid = s.sid);
     """,
+    # index a bounded prefix: a tsvector holds 1 MB at most, and a message may hold 64 MiB of text
+    4: f"""
+    ALTER TABLE {{s}}.messages DROP COLUMN tsv;
+    ALTER TABLE {{s}}.messages ADD COLUMN tsv TSVECTOR
+        GENERATED ALWAYS AS (to_tsvector('english'::regconfig, {_INDEXED_SQL})) STORED;
+    CREATE INDEX messages_tsv ON {{s}}.messages USING gin (tsv);
+    UPDATE {{s}}.sessions s SET lexemes = (SELECT coalesce(sum(length(m.tsv)), 0) FROM {{s}}.messages m WHERE m.sid = s.sid);
+    """,
 }
 
 
@@ -155,6 +170,24 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
 def _to_numpy(value: Any) -> np.ndarray:
     """pgvector returns numpy arrays or ``Vector`` objects depending on its version and the protocol."""
     return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
+
+
+def _pg_text(text: str) -> str:
+    """``text`` as PostgreSQL can store it: verbatim, unless it holds NUL (or starts with the mark).
+
+    Then it is the mark followed by the text with NUL as mark + space and the mark doubled, so
+    that the text reads back exactly and NUL still separates words for the tsvector.
+    """
+    if "\x00" not in text and not text.startswith(_MARK):
+        return text
+    return _MARK + re.sub(f"[\x00{_MARK}]", lambda m: _ESCAPES[m.group()], text)
+
+
+def _py_text(stored: str) -> str:
+    """The text :func:`_pg_text` stored."""
+    if not stored.startswith(_MARK):
+        return stored
+    return _UNESCAPE.sub(lambda m: _MARK if m.group(1) == _MARK else "\x00", stored[1:])
 
 
 def _ts_terms(terms: Sequence[str]) -> list[str]:
@@ -271,6 +304,10 @@ class PostgresStore:
                 yield conn
         except psycopg.errors.IntegrityError as exc:
             raise ValueError(f"write refused by a constraint: {exc}") from exc
+        except psycopg.DataError as exc:  # input the rule of _validate let through; never expected
+            raise InvalidInput(f"PostgreSQL refused a value, nothing was written: {exc}") from exc
+        except UnicodeEncodeError as exc:  # a lone surrogate in an argument the rule does not check
+            raise V.not_unicode(exc) from exc
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise StoreError(f"PostgreSQL at {self._safe_url()} failed, nothing was written: {exc}") from exc
 
@@ -338,6 +375,8 @@ class PostgresStore:
                 return positions
             cols = ("id", "role", "kind", "text", "data", "created_at", "archived_at", "summary_id", "metadata")
             rows = [C.message_row(m) for m, _ in new]
+            for r in rows:
+                r["text"] = _pg_text(r["text"])
             arrays = [[r[c] for r in rows] for c in cols]
             try:
                 conn.execute(
@@ -362,8 +401,8 @@ class PostgresStore:
             params,
         )
         return [
-            C.message_from_row(r, r["position"], r["session_id"], user_id=r["user_id"], agent_id=r["agent_id"],
-                               key=str(r["rid"]))
+            C.message_from_row({**r, "text": _py_text(r["text"])}, r["position"], r["session_id"],
+                               user_id=r["user_id"], agent_id=r["agent_id"], key=str(r["rid"]))
             for r in rows
         ]
 
@@ -710,7 +749,7 @@ class PostgresStore:
     # -- state and long-term records ---------------------------------------------------------
 
     def put_state(self, scope: Scope, key: str, value: dict[str, Any]) -> None:
-        doc = C.dump_json(value, f"state {key!r}")
+        doc = C.state_json(key, value)
         with self._tx() as conn:
             sid = self._lock_session(conn, scope)["sid"]
             conn.execute(
@@ -732,7 +771,7 @@ class PostgresStore:
         return C.json_loads(row["value"]) if row else None
 
     def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
-        data = C.dump_json(record.data, f"record {record.id!r} data")
+        data = C.record_json(record)
         vec = C.as_matrix(vector, 1)[0] if vector is not None else None
         with self._tx() as conn:
             conn.execute(
@@ -744,7 +783,7 @@ class PostgresStore:
                     *C.record_scope(scope),
                     record.namespace,
                     record.id,
-                    record.text,
+                    _pg_text(record.text),
                     data,
                     record.created_at,
                     record.updated_at,
@@ -759,7 +798,7 @@ class PostgresStore:
                 f"SELECT * FROM {self.schema}.records r WHERE {where} AND namespace = %s ORDER BY created_at, id",
                 [*params, namespace],
             ).fetchall()
-        return [C.record_from_row(r) for r in rows]
+        return [C.record_from_row({**r, "text": _py_text(r["text"])}) for r in rows]
 
     def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
         where, params = SQL.record_where(scope)

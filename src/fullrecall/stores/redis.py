@@ -46,6 +46,7 @@ import redis as redis_lib
 
 from ..errors import StoreError
 from . import _common as C
+from . import _validate as V
 from .base import DEFAULT_TENANT, Filters, Hit, Record, Scope, StoredMessage
 
 DEFAULT_TTL_SECONDS = 210 * 24 * 3600
@@ -265,6 +266,8 @@ class RedisStore:
             yield
         except redis_lib.exceptions.ResponseError as exc:
             raise _script_error(exc) from exc
+        except UnicodeEncodeError as exc:  # a lone surrogate in an argument the rule does not check
+            raise V.not_unicode(exc) from exc
         except redis_lib.RedisError as exc:
             raise StoreError(
                 f"could not {action} Redis at {self._safe_url()}; nothing was acknowledged: {exc}"
@@ -484,7 +487,8 @@ class RedisStore:
         rows = [json.loads(b) for b in bodies.values()]
         base = session.base
         lexical = C.LexicalIndex.build(
-            [(r["id"], _key(base, r["id"]), r["role"], r["kind"], r["created_at"], self._tokenize(r["text"]))
+            [(r["id"], _key(base, r["id"]), r["role"], r["kind"], r["created_at"],
+              self._tokenize(V.indexed_prefix(r["text"])))
              for r in rows]
         )
         by_id = {r["id"]: r for r in rows}
@@ -556,7 +560,7 @@ class RedisStore:
     # -- state and long-term records ---------------------------------------------------------------
 
     def put_state(self, scope: Scope, key: str, value: dict[str, Any]) -> None:
-        self._run("state", scope, [key, C.dump_json(value, f"state {key!r}")])
+        self._run("state", scope, [key, C.state_json(key, value)])
 
     def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
         scope.require_session()
@@ -582,7 +586,7 @@ class RedisStore:
             "id": record.id,
             "namespace": record.namespace,
             "text": record.text,
-            "data": C.dump_json(record.data, f"record {record.id!r} data"),
+            "data": C.record_json(record),
             "created_at": record.created_at,
             "updated_at": record.updated_at,
             "agent_id": agent,

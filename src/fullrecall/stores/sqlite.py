@@ -47,9 +47,22 @@ import numpy as np
 
 from ..errors import StoreError
 from . import _common as C
+from . import _validate as V
 from .base import ANY, Filters, Hit, Record, Scope, StoredMessage
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+
+def _indexed(column: str) -> str:
+    """What FTS5 indexes of a text column: its first INDEXED_CHARS characters.
+
+    SQLite's string functions stop at a NUL, so a text whose NUL comes before that many
+    characters (``length`` counts up to the NUL) is given to FTS5 whole, which reads past it.
+    """
+    n = V.INDEXED_CHARS
+    return f"CASE WHEN length({column}) > {n} THEN substr({column}, 1, {n}) ELSE {column} END"
+
+
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -130,6 +143,23 @@ MIGRATIONS: dict[int, str] = {
         vec BLOB,
         PRIMARY KEY (tenant, user_id, agent_id, session_id, namespace, id)
     );
+    """,
+    # Lexical search indexes the first INDEXED_CHARS characters of a text, as on every backend:
+    # re-index the longer texts already indexed, and delete with the same prefix.
+    2: f"""
+    INSERT INTO messages_fts (messages_fts, rowid, text, scope)
+    SELECT 'delete', m.rid, m.text, s.fts_scope FROM messages m JOIN sessions s ON s.sid = m.sid
+    WHERE length(m.text) > {V.INDEXED_CHARS} AND m.rid <= (SELECT last_rid FROM fts_state);
+    INSERT INTO messages_fts (rowid, text, scope)
+    SELECT m.rid, {_indexed("m.text")}, s.fts_scope FROM messages m JOIN sessions s ON s.sid = m.sid
+    WHERE length(m.text) > {V.INDEXED_CHARS} AND m.rid <= (SELECT last_rid FROM fts_state);
+    DROP TRIGGER messages_fts_delete;
+    CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+        INSERT INTO messages_fts (messages_fts, rowid, text, scope)
+        SELECT 'delete', old.rid, {_indexed("old.text")}, (SELECT fts_scope FROM sessions WHERE sid = old.sid)
+        WHERE old.rid <= (SELECT last_rid FROM fts_state);
+        DELETE FROM vectors WHERE rid = old.rid;
+    END;
     """,
 }
 
@@ -285,6 +315,8 @@ class SQLiteStore:
                 raise ValueError(f"write refused by a constraint: {exc}") from exc
             except sqlite3.Error as exc:
                 raise StoreError(f"SQLite write to {self.path!r} failed, nothing was written: {exc}") from exc
+            except UnicodeEncodeError as exc:  # a lone surrogate in an argument the rule does not check
+                raise V.not_unicode(exc) from exc
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -295,6 +327,8 @@ class SQLiteStore:
                     yield conn
             except sqlite3.Error as exc:
                 raise StoreError(f"SQLite read from {self.path!r} failed: {exc}") from exc
+            except UnicodeEncodeError as exc:
+                raise V.not_unicode(exc) from exc
 
     def close(self) -> None:
         with self._lock:
@@ -676,7 +710,7 @@ class SQLiteStore:
     # -- state and long-term records -------------------------------------------------
 
     def put_state(self, scope: Scope, key: str, value: dict[str, Any]) -> None:
-        doc = C.dump_json(value, f"state {key!r}")
+        doc = C.state_json(key, value)
         with self._write() as conn:
             sid = self._session_for_write(conn, scope)["sid"]
             conn.execute(
@@ -696,7 +730,7 @@ class SQLiteStore:
         return C.json_loads(row[0]) if row else None
 
     def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
-        data = C.dump_json(record.data, f"record {record.id!r} data")
+        data = C.record_json(record)
         blob = C.as_matrix(vector, 1)[0].tobytes() if vector is not None else None
         with self._write() as conn:
             conn.execute(
@@ -812,7 +846,7 @@ def _index_pending(conn: sqlite3.Connection, min_pending: int) -> None:
     if top - last < min_pending:
         return
     conn.execute(
-        "INSERT INTO messages_fts (rowid, text, scope) SELECT m.rid, m.text, s.fts_scope"
+        f"INSERT INTO messages_fts (rowid, text, scope) SELECT m.rid, {_indexed('m.text')}, s.fts_scope"
         " FROM messages m JOIN sessions s ON s.sid = m.sid WHERE m.rid > ? AND m.rid <= ?",
         (last, top),
     )

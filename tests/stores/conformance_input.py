@@ -1,0 +1,148 @@
+"""What every Store accepts and refuses (the rule of ``fullrecall.stores._validate``), on every backend.
+
+Mixed into :class:`conformance.StoreConformance`, so it runs on SQLite, PostgreSQL and Redis. Refusals
+are compared by their exact text: the same input gets the same error everywhere, and writes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import pytest
+
+from fullrecall.errors import InvalidInput
+from fullrecall.stores import Record, Scope, Store, StoredMessage
+from fullrecall.stores._validate import INDEXED_CHARS, MAX_FIELD_BYTES
+
+_MARK = "\ufdd0"  # the character PostgreSQL's NUL escaping uses: must round-trip too
+
+
+def good(i: int | str, text: str = "plain words", **kw: Any) -> StoredMessage:
+    return StoredMessage(id=f"m{i}", role="user", text=text, data={"content": text}, **kw)
+
+
+def _deep(levels: int) -> Any:
+    v: Any = "bottom"
+    for _ in range(levels):
+        v = [v]
+    return v
+
+
+# (field changes of message 1 of a batch, the error every backend gives)
+BAD_MESSAGES: list[tuple[dict[str, Any], str]] = [
+    ({"role": None}, "message 1: 'role' must be a str, got NoneType"),
+    ({"role": ["user"]}, "message 1: 'role' must be a str, got list"),
+    ({"role": ""}, "message 1: 'role' must not be empty"),
+    ({"id": "m\x00x"}, "message 1: 'id' contains a NUL character (not allowed in identifiers)"),
+    ({"id": "é" * 129}, "message 1: 'id' is 258 bytes long; identifiers are at most 256 bytes"),
+    ({"id": 7}, "message 1: 'id' must be a str, got int"),
+    ({"text": b"bytes"}, "message 1: 'text' must be a str, got bytes"),
+    ({"text": "lone \ud800 surrogate"}, "message 1: 'text' is not valid Unicode (a lone surrogate at character 5)"),
+    ({"data": {"x": [1, float("nan")]}}, "message 1: 'data.x[1]' is nan; JSON has no NaN or infinity"),
+    ({"data": {"x": {"\udcff": 1}}}, "message 1: 'data.x.\udcff' is not valid Unicode (a lone surrogate)"),
+    ({"data": {"deep": _deep(5000)}}, "message 1: 'data.deep" + "[0]" * 18 + "...' is nested more than 64 levels deep"),
+    ({"data": {"when": {1, 2}}}, "message 1: 'data.when' is a set, not a JSON value"),
+    ({"data": ["not", "an", "object"]}, "message 1: 'data' must be a dict (a JSON object), got list"),
+    ({"metadata": {"score": math.inf}}, "message 1: 'metadata.score' is inf; JSON has no NaN or infinity"),
+    ({"metadata": {3: "x"}}, "message 1: 'metadata' has a key 3 of type int; JSON keys are strings"),
+    ({"metadata": {"f": object()}}, "message 1: 'metadata.f' is a object, not a JSON value"),
+    ({"kind": "weird"}, "message 1: 'kind' is 'weird'; expected one of ('message', 'summary')"),
+    ({"position": -1}, "message 1: 'position' is -1; expected an int >= 0 or None"),
+    ({"position": True}, "message 1: 'position' is True; expected an int >= 0 or None"),
+    ({"created_at": math.nan}, "message 1: 'created_at' is nan; expected a finite number of Unix seconds"),
+    ({"archived_at": "yesterday"}, "message 1: 'archived_at' is 'yesterday'; expected a finite number of Unix seconds"),
+    ({"summary_id": ""}, "message 1: 'summary_id' must not be empty"),
+]
+
+
+class InputConformance:
+    # -- accepted: stored and returned exactly -----------------------------------------------
+
+    def test_nul_and_odd_text_round_trip_verbatim(self, store: Store, scope: Scope) -> None:
+        texts = ["alpha\x00beta", "\x00", "", _MARK + " gamma", _MARK + "\x00" + _MARK * 2 + " x\x00",
+                 "tab\tnew\nline\r\x01\x7f\u2028 end", "emoji 🎉 and 日本語 and e\u0301"]
+        batch = [
+            StoredMessage(id=f"m{i}", role="user", text=t, data={"content": t, "k\x00": [t]}, metadata={"t": t})
+            for i, t in enumerate(texts)
+        ]
+        assert store.append(scope, batch) == list(range(len(texts)))
+        back = store.range(scope, 0, 100)
+        assert [(m.id, m.text, m.data, m.metadata) for m in back] == [(m.id, m.text, m.data, m.metadata) for m in batch]
+        assert [h.id for h in store.search_text(scope, ["beta"], 5)] == ["m0"]  # NUL separates words
+        assert [h.id for h in store.search_text(scope, ["gamma"], 5)] == ["m3"]
+        # the conversation goes on (PostgreSQL used to refuse every later write of the session)
+        for i in range(30):
+            assert store.append(scope, [good(100 + i)]) == [len(texts) + i]
+        assert store.count(scope) == len(texts) + 30
+
+    def test_huge_text_is_kept_verbatim_and_its_prefix_indexed(self, store: Store, scope: Scope) -> None:
+        # 4 MiB of distinct words: PostgreSQL's tsvector of all of it would pass its 1 MB limit
+        words = [f"w{n:07d}" for n in range(4 * 2**20 // 9)]
+        text = " ".join(words)
+        early, late = words[10], words[len(words) // 2]
+        assert text.index(late) > INDEXED_CHARS
+        assert store.append(scope, [good(0, text), good(1, "after the big one")]) == [0, 1]
+        (back,) = store.get(scope, ["m0"])
+        assert back.text == text and back.data == {"content": text}
+        assert [h.id for h in store.search_text(scope, [early], 5)] == ["m0"]
+        assert store.search_text(scope, [late], 5) == []  # past the indexed prefix, on every backend
+        assert store.delete(scope, ["m0"]) == 1
+        assert store.search_text(scope, [early], 5) == []
+        assert store.append(scope, [good(2)]) == [2]
+
+    def test_records_and_state_keep_nul(self, store: Store, scope: Scope) -> None:
+        store.put_record(scope, Record(id="r1", namespace="facts", text="likes\x00tea " + _MARK, data={"v": "\x00"}))
+        (rec,) = store.get_records(scope, "facts")
+        assert (rec.text, rec.data) == ("likes\x00tea " + _MARK, {"v": "\x00"})
+        store.put_state(scope, "window", {"messages": [{"content": "a\x00b"}]})
+        assert store.get_state(scope, "window") == {"messages": [{"content": "a\x00b"}]}
+
+    # -- refused: the same error everywhere, nothing written -----------------------------------
+
+    @pytest.mark.parametrize("change,error", BAD_MESSAGES, ids=[e.split(": ", 1)[1][:40] for _, e in BAD_MESSAGES])
+    def test_bad_message_refused_identically_and_nothing_written(
+        self, store: Store, scope: Scope, change: dict[str, Any], error: str
+    ) -> None:
+        bad = dataclasses.replace(good(1), **change)
+        with pytest.raises(InvalidInput) as info:
+            store.append(scope, [good(0), bad, good(2)])
+        assert str(info.value) == error
+        assert store.count(scope) == 0 and store.get(scope, ["m0", "m2"]) == []
+        assert store.append(scope, [good(0)]) == [0]  # the session is not stuck
+
+    def test_text_over_the_limit_is_refused(self, store: Store, scope: Scope) -> None:
+        over = r"^message 0: 'text' is 67,108,865 bytes, over the 67,108,864-byte limit"
+        with pytest.raises(InvalidInput, match=over):
+            store.append(scope, [good(0, "x" * (MAX_FIELD_BYTES + 1))])
+        assert store.count(scope) == 0
+
+    def test_bad_ids_and_documents_refused_identically(self, store: Store, scope: Scope) -> None:
+        for kwargs, error in [
+            ({"user_id": "al\x00ice"}, "scope 'user_id' contains a NUL character (not allowed in identifiers)"),
+            ({"session_id": "s\ud800"}, "scope 'session_id' is not valid Unicode (a lone surrogate at character 1)"),
+            ({"tenant": ""}, "scope 'tenant' must not be empty"),
+            ({"agent_id": 5}, "scope 'agent_id' must be a str or None, got int"),
+        ]:
+            with pytest.raises(InvalidInput) as info:
+                Scope(**{"session_id": "s", **kwargs})
+            assert str(info.value) == error
+        with pytest.raises(InvalidInput, match=r"^state 'w' must be a dict, got float"):
+            store.put_state(scope, "w", math.nan)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput, match=r"^state 'w.x\[0\]' is nan; JSON has no NaN"):
+            store.put_state(scope, "w", {"x": [math.nan]})
+        with pytest.raises(InvalidInput, match=r"^state key contains a NUL"):
+            store.put_state(scope, "w\x00", {})
+        with pytest.raises(InvalidInput, match=r"^record 'r': 'data.v' is nan"):
+            store.put_record(scope, Record(id="r", namespace="facts", text="t", data={"v": math.nan}))
+        with pytest.raises(InvalidInput, match=r"^record 'r': 'namespace' contains a NUL"):
+            store.put_record(scope, Record(id="r", namespace="f\x00", text="t"))
+        assert store.get_state(scope, "w") is None and store.get_records(scope, "facts") == []
+        # a lone surrogate in a read argument: a clear error (or nothing found), never UnicodeEncodeError
+        for call in (lambda: store.get(scope, ["\ud800"]), lambda: store.search_text(scope, ["x\ud800"], 3),
+                     lambda: store.delete(scope, ["\ud800"]), lambda: store.get_state(scope, "\ud800")):
+            try:
+                assert not call()
+            except InvalidInput:
+                pass

@@ -1,0 +1,71 @@
+"""Stores written before the input rule: migrated so that lexical search indexes the same bounded prefix."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Callable
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fullrecall.stores import Scope, StoredMessage, open_store
+from fullrecall.stores import postgres as pg
+from fullrecall.stores import sqlite as sq
+from fullrecall.stores._validate import INDEXED_CHARS
+
+EARLY, LATE = "earlyzebrafinch", "latequixoticmarmalade"
+LONG = f"{EARLY} " + "filler " * (INDEXED_CHARS // 7) + LATE
+
+
+def _msg(i: int, text: str) -> StoredMessage:
+    return StoredMessage(id=f"m{i}", role="user", text=text, data={"i": i})
+
+
+def test_sqlite_v1_file_is_reindexed_and_deletes_leave_no_trace(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, scope = tmp_path / "old.db", Scope(session_id="s")
+    with monkeypatch.context() as old:  # a file as version 1 wrote it: whole texts in FTS5
+        old.setattr(sq, "SCHEMA_VERSION", 1)
+        old.setattr(sq, "_indexed", lambda column: column)
+        store = sq.SQLiteStore(path)
+        store.append(scope, [_msg(0, LONG), _msg(1, "short one")])
+        assert [h.id for h in store.search_text(scope, [LATE], 5)] == ["m0"]
+        store.close()
+    store = sq.SQLiteStore(path)  # migrates to version 2
+    assert store.search_text(scope, [LATE], 5) == []
+    assert [h.id for h in store.search_text(scope, [EARLY], 5)] == ["m0"]
+    assert store.get(scope, ["m0"])[0].text == LONG
+    store.forget(scope)
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("old.db"))
+    assert LATE.encode() not in raw and EARLY.encode() not in raw  # FTS5 deleted exactly what it held
+    store.close()
+
+
+def test_postgres_v3_schema_migrates_to_prefix_index(
+    service_urls: dict[str, Callable[[], str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = service_urls["postgres"]()
+    url = f"{url}{'&' if '?' in url else '?'}schema=mig{uuid.uuid4().hex[:8]}"
+    scope = Scope(session_id="s")
+    with monkeypatch.context() as old:
+        old.setattr(pg, "SCHEMA_VERSION", 3)
+        store = open_store(url)
+        store.append(scope, [_msg(0, "an early word: " + EARLY), _msg(1, "plain")])
+        store.close()
+    store = open_store(url)
+    try:
+        assert [h.id for h in store.search_text(scope, [EARLY], 5)] == ["m0"]
+        store.append(scope, [_msg(2, LONG)])  # 1 MB tsvector limit no longer in reach
+        assert {h.id for h in store.search_text(scope, [EARLY], 5)} == {"m0", "m2"}
+        assert store.search_text(scope, [LATE], 5) == []
+    finally:
+        store.close()
+
+
+@given(st.text(alphabet=st.sampled_from(["a", " ", "\x00", "\ufdd0", "é", "\n"]), max_size=30))
+def test_postgres_text_escaping_round_trips(text: str) -> None:
+    stored = pg._pg_text(text)
+    assert "\x00" not in stored
+    assert pg._py_text(stored) == text
+    if "\x00" not in text and not text.startswith("\ufdd0"):
+        assert stored == text  # the usual text is stored as it is
