@@ -24,6 +24,7 @@ from fullrecall.errors import StoreError
 from fullrecall.stores import Filters, Record, Scope, Store, StoredMessage, open_store
 
 DIM = 16
+FORGET_COUNTS = ("messages", "summaries", "vectors", "state", "records", "sessions")
 
 
 def msg(
@@ -292,7 +293,46 @@ class StoreConformance:
         assert store.count(user) == 0 and store.get_records(user, "facts") == []
         assert store.search_vectors(user, unit(0), 5) == [] and store.search_text(user, ["zanzibar"], 5) == []
         assert store.count(bystander) == 2 and ids(store.search_text(bystander, ["zanzibar"], 5))
-        assert sum(store.forget(user).values()) == 0
+        assert store.forget(user) == {**dict.fromkeys(FORGET_COUNTS, 0), "remaining": []}
+
+    def test_forget_answers_the_same_on_every_backend(self, store: Store, scope: Scope) -> None:
+        store.append(scope, [msg(0, "one"), msg(1, "two", kind="summary")])
+        store.set_vectors(scope, ["m0"], unit(0)[None], "m")
+        result = store.forget(Scope(user_id=scope.user_id))
+        assert list(result) == [*FORGET_COUNTS, "remaining"]
+        assert [result[k] for k in FORGET_COUNTS] == [1, 1, 1, 0, 0, 1]
+        assert isinstance(result["remaining"], list)
+        for entry in result["remaining"]:  # each place a copy may remain: named, with what removes it
+            assert set(entry) == {"where", "what", "until"} and all(isinstance(v, str) and v for v in entry.values())
+
+    def test_no_cache_answers_for_forgotten_data(self, store: Store, store_url: str, scope: Scope) -> None:
+        """A second store object caches Alice's conversation; after she is forgotten, neither Bob's new
+        conversation (SQLite reuses the row id) nor a new one under her very keys (Redis counts its
+        version from 0 again) is answered from that cache."""
+        other = open_store(store_url)
+        bob = dataclasses.replace(scope, user_id="bob")
+
+        def fill(sc: Scope, prefix: str) -> list[str]:
+            names = [f"{prefix}{i}" for i in range(3)]
+            store.append(sc, [msg(n, f"walrus tale {n}") for n in names])
+            store.set_vectors(sc, [f"m{n}" for n in names], np.stack([unit(i) for i in range(3)]), "m")
+            return sorted(f"m{n}" for n in names)
+
+        try:
+            alices = fill(scope, "a")
+            assert sorted(ids(other.search_text(scope, ["walrus"], 5))) == alices
+            assert sorted(ids(other.search_vectors(scope, unit(0), 5))) == alices
+            store.forget(Scope(user_id=scope.user_id))
+            bobs = fill(bob, "b")
+            assert sorted(ids(other.search_vectors(bob, unit(0), 5))) == bobs
+            assert sorted(ids(other.search_text(bob, ["walrus"], 5))) == bobs
+            assert sorted(ids(other.search_vectors(scope, unit(0), 5))) == []
+            store.forget(Scope(user_id="bob"))
+            again = fill(scope, "c")
+            assert sorted(ids(other.search_text(scope, ["walrus"], 5))) == again
+            assert sorted(ids(other.search_vectors(scope, unit(0), 5))) == again
+        finally:
+            other.close()
 
     def test_stats(self, store: Store, scope: Scope) -> None:
         empty = store.stats(scope)

@@ -47,6 +47,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import StoreError
 from . import _common as C
+from . import _forget as F
 from . import _topk
 from .base import Filters, Record, Scope, StoredMessage
 
@@ -64,6 +65,7 @@ _HNSW_MIN_ROWS = 5_000  # build the index once the table holds this many vectors
 _LEXICAL_BUDGET = 2_000  # a word expected in more rows than this only scores candidates (see _topk)
 _CANDIDATE_CAP = 20_000  # most rows one lexical search ranks (only a query of very common words reaches it)
 _STATS_TTL = 60.0  # seconds the column statistics are cached
+_SCRUB_LOCK_WAIT = "2s"  # forget's VACUUM gives up on a table lock after this
 _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
 # Punctuation becomes a space before tokenising, in the index and in queries alike.
 _PUNCT_SQL = r"regexp_replace(text, '[^\w\s]+', ' ', 'g')"
@@ -699,7 +701,7 @@ class PostgresStore:
 
     # -- housekeeping ---------------------------------------------------------------------------
 
-    def forget(self, scope: Scope) -> dict[str, int]:
+    def forget(self, scope: Scope) -> dict[str, Any]:
         where, params = SQL.scope_where(scope)
         rwhere, rparams = SQL.record_where(scope, exact=True)
         s = self.schema
@@ -711,15 +713,17 @@ class PostgresStore:
                     f"SELECT kind, count(*) AS n FROM {s}.messages WHERE sid IN ({sub}) GROUP BY kind", params
                 )
             }
+            dims = self._dims(conn)
             vectors = sum(
                 conn.execute(f"SELECT count(*) AS n FROM {s}.vectors_{d} WHERE sid IN ({sub})", params).fetchone()["n"]
-                for d in self._dims(conn)
+                for d in dims
             )
             state = conn.execute(f"SELECT count(*) AS n FROM {s}.state WHERE sid IN ({sub})", params).fetchone()["n"]
             # Sessions cascade to messages (and so vectors) and state.
             sessions = conn.execute(f"DELETE FROM {s}.sessions s WHERE {where}", params).rowcount
             records = conn.execute(f"DELETE FROM {s}.records r WHERE {rwhere}", rparams).rowcount
-        return {
+            xid = conn.execute("SELECT txid_current() AS x").fetchone()["x"]
+        counts = {
             "messages": kinds.get("message", 0),
             "summaries": kinds.get("summary", 0),
             "vectors": vectors,
@@ -727,6 +731,63 @@ class PostgresStore:
             "records": records,
             "sessions": sessions,
         }
+        self._shares = None  # word statistics of the forgotten rows: read them again
+        left = self._scrub([f"{s}.{t}" for t in ("messages", "sessions", "state", "records")] + [
+            f"{s}.vectors_{d}" for d in dims
+        ], xid) if any(counts.values()) else []
+        return F.result(counts, left)
+
+    def _scrub(self, tables: list[str], xid: int) -> list[F.Remaining]:
+        """VACUUM (ANALYZE) the tables that held forgotten rows: dead tuples are pruned and index
+        entries removed, and ``pg_stats`` forgets their words and ids. What PostgreSQL cannot
+        remove is returned as ``remaining`` entries."""
+        names = ", ".join(tables)
+        left = [
+            F.remaining(
+                where=f"PostgreSQL data files of {names} (heap, TOAST, indexes)",
+                what="bytes of the forgotten rows in space VACUUM freed but does not overwrite, and their"
+                f" words as keys of the GIN index {self.schema}.messages_tsv",
+                until=f"new rows reuse the space; VACUUM FULL {names} rewrites the files (exclusive lock, time"
+                f" proportional to the tables) and REINDEX INDEX CONCURRENTLY {self.schema}.messages_tsv the keys",
+            ),
+            F.remaining(
+                where="PostgreSQL WAL (pg_wal), and any WAL archive, replica and backup",
+                what="the forgotten rows as written, and page images holding them",
+                until="the server recycles the WAL segments after later checkpoints; archives and backups"
+                " keep them until their retention ends",
+            ),
+        ]
+        with self._pool().connection() as conn:  # autocommit: VACUUM cannot run in a transaction
+            # A transaction whose snapshot predates the forget still sees the rows: VACUUM keeps them.
+            readers = conn.execute(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+                " AND backend_type = 'client backend' AND backend_xmin IS NOT NULL"
+                " AND age(backend_xmin) >= age(mod(%s, 4294967296)::text::xid)",
+                [xid],
+            ).fetchone()["n"]
+            try:
+                conn.execute(f"SET lock_timeout = '{_SCRUB_LOCK_WAIT}'")
+                conn.execute(f"VACUUM (ANALYZE) {names}")
+                vacuumed = True
+            except psycopg.errors.LockNotAvailable:  # another VACUUM or index build holds a table
+                vacuumed = False
+            finally:
+                conn.execute("RESET lock_timeout")
+        if readers or not vacuumed:
+            why = (
+                f"{readers} other transaction(s) began before the forget and may still read them"
+                if readers
+                else f"VACUUM waited {_SCRUB_LOCK_WAIT} for a lock held by another maintenance command"
+            )
+            left.insert(
+                0,
+                F.remaining(
+                    where=names,
+                    what=f"the forgotten rows, whole, as dead tuples ({why}); pg_stats may still list their words",
+                    until=f"autovacuum, or VACUUM (ANALYZE) {names} once those end (forget again does it)",
+                ),
+            )
+        return left
 
     def stats(self, scope: Scope) -> dict[str, int]:
         where, params = SQL.scope_where(scope)

@@ -46,6 +46,7 @@ import redis as redis_lib
 
 from ..errors import StoreError
 from . import _common as C
+from . import _forget as F
 from .base import DEFAULT_TENANT, Filters, Record, Scope, StoredMessage
 
 DEFAULT_TTL_SECONDS = 210 * 24 * 3600
@@ -54,6 +55,7 @@ _FAMILIES = ("meta", "msgs", "order", "vecs", "state")
 _SCAN_ABOVE = 20_000  # sessions with more messages are read for search in pages
 _SCAN_PAGE = 2_000
 _NONE = "*"  # a missing user/agent in a key (quote() never yields a bare "*")
+_SCRUB_WAIT, _SCRUB_POLLS = 2.0, 100  # forget waits this long (s) for the AOF rewrite it starts
 
 # KEYS: 1 meta, 2 msgs, 3 order, 4 vecs, 5 state, 6 user's sessions, 7 users, 8 sessions with this id
 # ARGV: 1 default ttl, 2 session base key, 3 user segment, 4 tenant, 5 user, 6 agent, 7 session, 8.. per script
@@ -61,7 +63,7 @@ _PRELUDE = """
 local function register()
   if redis.call('EXISTS', KEYS[1]) == 0 then
     redis.call('HSET', KEYS[1], 'tenant', ARGV[4], 'user_id', ARGV[5], 'agent_id', ARGV[6],
-               'session_id', ARGV[7], 'next', 0, 'version', 0)
+               'session_id', ARGV[7], 'next', 0, 'version', 0, 'born', table.concat(redis.call('TIME'), '.'))
   end
   redis.call('SADD', KEYS[6], ARGV[2])
   redis.call('SADD', KEYS[7], ARGV[3])
@@ -465,8 +467,13 @@ class RedisStore:
     # -- search (in process) --------------------------------------------------------------------
 
     def _cached(self, session: _Session) -> _Cached:
-        """The session's search structures, rebuilt only when its version moved."""
-        version = session.meta.get("version", "0")
+        """The session's search structures, rebuilt only when its version moved.
+
+        A conversation forgotten and begun again under the same keys counts its version from 0
+        again: the version is qualified by the server time its meta was created (``born``), so
+        a process never answers from the forgotten conversation's cache."""
+        born = session.meta.get("born", "")
+        version = f"{born}/{session.meta.get('version', '0')}"
         with self._lock:
             hit = self._cache.get(session.base)
             if hit is not None and hit.version == version:
@@ -486,7 +493,7 @@ class RedisStore:
         ]
         dim = int(session.meta.get("vec_dim") or 0)
         block = C.VectorBlock.build(vec_rows, dim) if vec_rows and dim else None
-        entry = _Cached((version_now or b"0").decode(), lexical, block)
+        entry = _Cached(f"{born}/{(version_now or b'0').decode()}", lexical, block)
         with self._lock:
             self._cache[session.base] = entry
             self._cache.move_to_end(session.base)
@@ -631,7 +638,7 @@ class RedisStore:
 
     # -- housekeeping ------------------------------------------------------------------------------
 
-    def forget(self, scope: Scope) -> dict[str, int]:
+    def forget(self, scope: Scope) -> dict[str, Any]:
         sessions = self._sessions(scope)
         counts = {"messages": 0, "summaries": 0, "vectors": 0, "state": 0, "records": 0, "sessions": len(sessions)}
         with self._errors("delete from"):
@@ -651,7 +658,8 @@ class RedisStore:
                 pipe.srem(f"{p}:user:{_q(s.meta['user_id'])}:sessions", s.base)
                 pipe.srem(f"{p}:sessions:{quote(s.session_id, safe='')}", s.base)
                 pipe.execute()
-                self._cache.pop(s.base, None)
+                with self._lock:
+                    self._cache.pop(s.base, None)
             fields = self._record_fields(scope, None, exact=True)
             for key, field, _ in fields:
                 counts["records"] += self._r.hdel(key, field)
@@ -659,7 +667,59 @@ class RedisStore:
                 k.split(":user:", 1)[1].split(":", 1)[0] for k, _, _ in fields
             }
             self._drop_empty_users(self._p(scope), users)
-        return counts
+        return F.result(counts, self._scrub() if any(counts.values()) else [])
+
+    def _scrub(self) -> list[F.Remaining]:
+        """Rewrite the server's AOF (and RDB snapshot, if it takes them) so that its files hold no
+        forgotten key; wait for that a bounded time. What is left is returned as ``remaining``."""
+        try:
+            info = self._r.info("persistence")
+            schedule = self._r.config_get("save").get("save", "")
+        except redis_lib.RedisError:  # INFO or CONFIG disabled (managed services): say what may remain
+            return [
+                F.remaining(
+                    where="the Redis server's AOF and RDB files",
+                    what="the commands and snapshots that wrote the forgotten keys",
+                    until="the server's next AOF rewrite (BGREWRITEAOF) and snapshot (BGSAVE)",
+                )
+            ]
+        jobs = []  # (INFO counter to reach, what starts it, where, what the files hold)
+        if info.get("aof_enabled"):
+            target = int(info.get("aof_rewrites", 0)) + 1 + int(info.get("aof_rewrite_in_progress", 0))
+            jobs.append((("aof_rewrites", target), self._r.bgrewriteaof, "AOF (appendonlydir)", "BGREWRITEAOF"))
+        if schedule:
+            target = int(info.get("rdb_saves", 0)) + 1 + int(info.get("rdb_bgsave_in_progress", 0))
+            jobs.append((("rdb_saves", target), lambda: self._r.bgsave(schedule=True), "RDB snapshot", "BGSAVE"))
+        left = []
+        for (counter, target), start, where, command in jobs:
+            try:
+                start()
+                started = True
+            except redis_lib.RedisError:  # the command is disabled: the server's own schedule will do it
+                started = False
+
+            def done(counter: str = counter, target: int = target) -> bool:
+                now = self._r.info("persistence")
+                return int(now.get(counter, 0)) >= target and not now.get("aof_rewrite_scheduled")
+
+            if not (started and F.retry(done, _SCRUB_POLLS, _SCRUB_WAIT / _SCRUB_POLLS)):
+                left.append(
+                    F.remaining(
+                        where=f"the Redis server's {where}",
+                        what="the forgotten keys as they were written",
+                        until=f"the {command} forget started finishes"
+                        if started
+                        else f"the server's next {command} (forget could not start one)",
+                    )
+                )
+        replicas = int(self._r.info("replication").get("connected_slaves", 0))
+        if replicas:
+            left.append(F.remaining(
+                where=f"{replicas} replica(s) of the Redis server",
+                what="their own AOF and RDB files",
+                until="each replica's next AOF rewrite and snapshot",
+            ))
+        return left
 
     def _drop_empty_users(self, p: str, users: Iterable[str]) -> None:
         """Remove a user's index entries once nothing of theirs is left (no name lingers)."""
