@@ -56,6 +56,7 @@ _SCAN_ABOVE = 20_000  # sessions with more messages are read for search in pages
 _SCAN_PAGE = 2_000
 _NONE = "*"  # a missing user/agent in a key (quote() never yields a bare "*")
 _SCRUB_WAIT, _SCRUB_POLLS = 2.0, 100  # forget waits this long (s) for the AOF rewrite it starts
+_PERSISTING = ("aof_rewrite_in_progress", "aof_rewrite_scheduled", "rdb_bgsave_in_progress")
 
 # KEYS: 1 meta, 2 msgs, 3 order, 4 vecs, 5 state, 6 user's sessions, 7 users, 8 sessions with this id
 # ARGV: 1 default ttl, 2 session base key, 3 user segment, 4 tenant, 5 user, 6 agent, 7 session, 8.. per script
@@ -683,7 +684,7 @@ class RedisStore:
                     until="the server's next AOF rewrite (BGREWRITEAOF) and snapshot (BGSAVE)",
                 )
             ]
-        jobs = []  # (INFO counter to reach, what starts it, where, what the files hold)
+        jobs = []  # ((INFO counter of started jobs, value to reach), what starts it, where, command)
         if info.get("aof_enabled"):
             target = int(info.get("aof_rewrites", 0)) + 1 + int(info.get("aof_rewrite_in_progress", 0))
             jobs.append((("aof_rewrites", target), self._r.bgrewriteaof, "AOF (appendonlydir)", "BGREWRITEAOF"))
@@ -698,9 +699,9 @@ class RedisStore:
             except redis_lib.RedisError:  # the command is disabled: the server's own schedule will do it
                 started = False
 
-            def done(counter: str = counter, target: int = target) -> bool:
+            def done(counter: str = counter, target: int = target) -> bool:  # started, and none running
                 now = self._r.info("persistence")
-                return int(now.get(counter, 0)) >= target and not now.get("aof_rewrite_scheduled")
+                return int(now.get(counter, 0)) >= target and not any(now.get(f) for f in _PERSISTING)
 
             if not (started and F.retry(done, _SCRUB_POLLS, _SCRUB_WAIT / _SCRUB_POLLS)):
                 left.append(
