@@ -102,6 +102,22 @@ def test_sqlite_delete_leaves_no_word_in_the_file(tmp_path: Path) -> None:
     store.close()
 
 
+def test_semantic_search_delete_leaves_no_word_in_the_file(tmp_path: Path, default_embedder) -> None:
+    from fullrecall.search import SemanticSearch
+
+    path = tmp_path / "s.db"
+    with SemanticSearch(default_embedder, store=SQLiteStore(path), scope=KEPT) as search:
+        kept = search.add([f"ordinary words about the weather {i}" for i in range(10)])
+        gone = search.add([f"the vault code is {SECRET}{i}" for i in range(3)])
+        assert {h.id for h in search.search(f"{SECRET}1", top_k=3)} & set(gone)
+        assert search.delete(gone) == 3
+        assert not {h.id for h in search.search(f"{SECRET}1", top_k=13)} & set(gone)
+        raw = _file_bytes(path)
+        assert SECRET.encode() not in raw and b"ordinary words" in raw
+        assert search.store.count(KEPT) == len(kept)
+        search.store.close()
+
+
 # -- PostgreSQL --------------------------------------------------------------------------------------
 
 

@@ -230,10 +230,16 @@ class SemanticSearch:
         return ids
 
     def delete(self, ids: Sequence[str]) -> int:
-        """Remove messages, their vectors and their index entries; return how many went."""
+        """Remove messages, their vectors and their index entries; return how many went.
+
+        The store deletes for real (SQLite merges its full-text segments and checkpoints the
+        WAL, so the file keeps none of their words); this object's cache of where they sat
+        is dropped once the store has deleted them.
+        """
         ids = list(ids)
+        deleted = self.store.delete(self.scope, ids)
         self._forget(ids)
-        return self.store.delete(self.scope, ids)
+        return deleted
 
     def _check_vector_space(self) -> None:
         """Refuse to mix vector spaces: a clear ValueError instead of meaningless cosines."""
