@@ -298,7 +298,7 @@ class StoreConformance:
     def test_forget_answers_the_same_on_every_backend(self, store: Store, scope: Scope) -> None:
         store.append(scope, [msg(0, "one"), msg(1, "two", kind="summary")])
         store.set_vectors(scope, ["m0"], unit(0)[None], "m")
-        result = store.forget(Scope(user_id=scope.user_id))
+        result = store.forget(Scope(user_id=scope.user_id, agent_id=scope.agent_id))
         assert list(result) == [*FORGET_COUNTS, "remaining"]
         assert [result[k] for k in FORGET_COUNTS] == [1, 1, 1, 0, 0, 1]
         assert isinstance(result["remaining"], list)
@@ -322,12 +322,12 @@ class StoreConformance:
             alices = fill(scope, "a")
             assert sorted(ids(other.search_text(scope, ["walrus"], 5))) == alices
             assert sorted(ids(other.search_vectors(scope, unit(0), 5))) == alices
-            store.forget(Scope(user_id=scope.user_id))
+            store.forget(Scope(user_id=scope.user_id, agent_id=scope.agent_id))
             bobs = fill(bob, "b")
             assert sorted(ids(other.search_vectors(bob, unit(0), 5))) == bobs
             assert sorted(ids(other.search_text(bob, ["walrus"], 5))) == bobs
             assert sorted(ids(other.search_vectors(scope, unit(0), 5))) == []
-            store.forget(Scope(user_id="bob"))
+            store.forget(Scope(user_id="bob", agent_id=scope.agent_id))
             again = fill(scope, "c")
             assert sorted(ids(other.search_text(scope, ["walrus"], 5))) == again
             assert sorted(ids(other.search_vectors(scope, unit(0), 5))) == again

@@ -71,7 +71,7 @@ def test_sqlite_forget_with_a_reader_in_another_process(tmp_path: Path) -> None:
         assert result["messages"] == 300 and result["sessions"] == 1
         [left] = result["remaining"]
         assert f"{path}-wal" in left["where"] and str(path) in left["where"]
-        assert store.search_text(Scope(), [f"{SECRET}1"], 5) == []
+        assert store.search_text(GONE, [SECRET], 5) == [] and store.count(GONE) == 0
 
         reader.stdin.write("\n")
         reader.stdin.flush()
@@ -203,3 +203,27 @@ def test_redis_forget_rewrites_the_aof(redis_base: tuple[str, str, redis.Redis])
     assert SECRET.encode() not in b"".join(p.read_bytes() for p in folder.iterdir())  # (the RDB base compresses)
     assert store.count(KEPT) == 10 and len(store.search_text(KEPT, ["ordinary"], 20)) == 10
     store.close()
+
+
+def test_redis_forget_rewrites_the_rdb_snapshot_too(redis_base: tuple[str, str, redis.Redis]) -> None:
+    """A server that takes RDB snapshots gets a fresh one: the old dump kept the forgotten keys."""
+    url, _, raw = redis_base
+    dump = Path(raw.config_get("dir")["dir"]) / raw.config_get("dbfilename")["dbfilename"]
+    if not dump.parent.is_dir():
+        pytest.skip(f"the Redis server's folder {dump.parent} is not on this machine")
+    saved = raw.config_get("save")["save"], raw.config_get("rdbcompression")["rdbcompression"]
+    raw.config_set("save", "3600 1")
+    raw.config_set("rdbcompression", "no")  # so that the words can be found in the dump
+    try:
+        store = open_store(url)
+        store.append(GONE, _msgs("s", f"the code is {SECRET}", 10))
+        raw.save()
+        assert SECRET.encode() in dump.read_bytes()
+        result = store.forget(Scope(user_id="zoltan"))
+        assert result["remaining"] == []
+        assert SECRET.encode() not in dump.read_bytes()
+        store.close()
+    finally:
+        raw.config_set("save", saved[0])
+        raw.config_set("rdbcompression", saved[1])
+        dump.unlink(missing_ok=True)

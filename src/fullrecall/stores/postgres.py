@@ -745,10 +745,12 @@ class PostgresStore:
         left = [
             F.remaining(
                 where=f"PostgreSQL data files of {names} (heap, TOAST, indexes)",
-                what="bytes of the forgotten rows in space VACUUM freed but does not overwrite, and their"
-                f" words as keys of the GIN index {self.schema}.messages_tsv",
-                until=f"new rows reuse the space; VACUUM FULL {names} rewrites the files (exclusive lock, time"
-                f" proportional to the tables) and REINDEX INDEX CONCURRENTLY {self.schema}.messages_tsv the keys",
+                what="bytes of the forgotten rows in space VACUUM freed but does not overwrite; index entries"
+                " of them if VACUUM skipped index cleanup (it does when they fill under 2% of the pages);"
+                f" their words as keys of the GIN index {self.schema}.messages_tsv",
+                until=f"new rows reuse the space and a later VACUUM cleans the indexes; VACUUM FULL {names}"
+                " rewrites the files (an exclusive lock, time proportional to the tables) and REINDEX INDEX"
+                f" CONCURRENTLY {self.schema}.messages_tsv the keys",
             ),
             F.remaining(
                 where="PostgreSQL WAL (pg_wal), and any WAL archive, replica and backup",

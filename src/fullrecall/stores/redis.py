@@ -55,7 +55,7 @@ _FAMILIES = ("meta", "msgs", "order", "vecs", "state")
 _SCAN_ABOVE = 20_000  # sessions with more messages are read for search in pages
 _SCAN_PAGE = 2_000
 _NONE = "*"  # a missing user/agent in a key (quote() never yields a bare "*")
-_SCRUB_WAIT, _SCRUB_POLLS = 2.0, 100  # forget waits this long (s) for the AOF rewrite it starts
+_SCRUB_WAIT, _SCRUB_POLLS = 2.0, 100  # forget waits this long (s) for each AOF rewrite / RDB save it starts
 _PERSISTING = ("aof_rewrite_in_progress", "aof_rewrite_scheduled", "rdb_bgsave_in_progress")
 
 # KEYS: 1 meta, 2 msgs, 3 order, 4 vecs, 5 state, 6 user's sessions, 7 users, 8 sessions with this id
@@ -674,16 +674,22 @@ class RedisStore:
         """Rewrite the server's AOF (and RDB snapshot, if it takes them) so that its files hold no
         forgotten key; wait for that a bounded time. What is left is returned as ``remaining``."""
         try:
-            info = self._r.info("persistence")
-            schedule = self._r.config_get("save").get("save", "")
-        except redis_lib.RedisError:  # INFO or CONFIG disabled (managed services): say what may remain
+            return self._persist_again()
+        except redis_lib.RedisError:  # INFO disabled (managed services), or the server went away
             return [
                 F.remaining(
-                    where="the Redis server's AOF and RDB files",
-                    what="the commands and snapshots that wrote the forgotten keys",
+                    where="the Redis server's AOF and RDB files, and its replicas'",
+                    what="the forgotten keys as they were written",
                     until="the server's next AOF rewrite (BGREWRITEAOF) and snapshot (BGSAVE)",
                 )
             ]
+
+    def _persist_again(self) -> list[F.Remaining]:
+        info = self._r.info("persistence")
+        try:
+            schedule: str | None = self._r.config_get("save").get("save", "")
+        except redis_lib.RedisError:  # CONFIG disabled: whether it takes snapshots is unknown
+            schedule = None
         jobs = []  # ((INFO counter of started jobs, value to reach), what starts it, where, command)
         if info.get("aof_enabled"):
             target = int(info.get("aof_rewrites", 0)) + 1 + int(info.get("aof_rewrite_in_progress", 0))
@@ -692,6 +698,14 @@ class RedisStore:
             target = int(info.get("rdb_saves", 0)) + 1 + int(info.get("rdb_bgsave_in_progress", 0))
             jobs.append((("rdb_saves", target), lambda: self._r.bgsave(schedule=True), "RDB snapshot", "BGSAVE"))
         left = []
+        if schedule is None:
+            left.append(
+                F.remaining(
+                    where="the Redis server's RDB snapshot, if it takes them",
+                    what="the forgotten keys, as of the last snapshot",
+                    until="the server's next snapshot (BGSAVE)",
+                )
+            )
         for (counter, target), start, where, command in jobs:
             try:
                 start()
@@ -715,11 +729,13 @@ class RedisStore:
                 )
         replicas = int(self._r.info("replication").get("connected_slaves", 0))
         if replicas:
-            left.append(F.remaining(
-                where=f"{replicas} replica(s) of the Redis server",
-                what="their own AOF and RDB files",
-                until="each replica's next AOF rewrite and snapshot",
-            ))
+            left.append(
+                F.remaining(
+                    where=f"{replicas} replica(s) of the Redis server",
+                    what="the forgotten keys in their own AOF and RDB files",
+                    until="each replica's next AOF rewrite and snapshot",
+                )
+            )
         return left
 
     def _drop_empty_users(self, p: str, users: Iterable[str]) -> None:

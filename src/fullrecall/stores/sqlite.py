@@ -790,8 +790,8 @@ class SQLiteStore:
     def _wal_remaining(self) -> F.Remaining:
         return F.remaining(
             where=f"{self.path}-wal and {self.path}",
-            what="old page images of the forgotten rows, kept for another connection's read transaction"
-            " that began before the forget",
+            what="old page images of the forgotten rows: another connection's transaction (a reader whose"
+            " snapshot predates the forget, or a long write) kept the WAL from being checkpointed",
             until="that transaction ends and the WAL is checkpointed: this store retries after each of its"
             " later writes and on close; PRAGMA wal_checkpoint(TRUNCATE), or the last connection's close, also does",
         )
