@@ -41,7 +41,10 @@ conn.close()
 
 
 def _msgs(prefix: str, text: str, n: int) -> list[StoredMessage]:
-    return [StoredMessage(id=f"{prefix}{i}", role="user", text=f"{text} {i}", data={"text": f"{text} {i}"}) for i in range(n)]
+    return [
+        StoredMessage(id=f"{prefix}{i}", role="user", text=f"{text} {i}", data={"text": f"{text} {i}"})
+        for i in range(n)
+    ]
 
 
 def _file_bytes(path: Path) -> bytes:
@@ -173,6 +176,21 @@ def test_postgres_forget_names_rows_an_older_snapshot_still_sees(pg: tuple[str, 
         reader.rollback()
     assert result["messages"] == 10
     assert "dead tuples" in result["remaining"][0]["what"] and "1 other transaction" in result["remaining"][0]["what"]
+    store.close()
+
+
+def test_postgres_forget_does_not_wait_long_for_a_table_lock(pg: tuple[str, str]) -> None:
+    url, schema = pg
+    store = open_store(url)
+    store.append(GONE, _msgs("s", f"the code is {SECRET}", 10))
+    with psycopg.connect(store._conninfo) as other:  # type: ignore[attr-defined]
+        other.execute(f"LOCK TABLE {schema}.records IN SHARE UPDATE EXCLUSIVE MODE")  # as a VACUUM would
+        started = time.monotonic()
+        result = store.forget(Scope(user_id="zoltan"))
+        assert time.monotonic() - started < 10
+        other.rollback()
+    assert result["messages"] == 10 and store.count(GONE) == 0
+    assert "waited 2s for a lock" in result["remaining"][0]["what"]
     store.close()
 
 

@@ -10,7 +10,8 @@ files and the server hold no trace.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, TypedDict
+from collections.abc import Callable
+from typing import Any, TypedDict
 
 COUNT_KEYS = ("messages", "summaries", "vectors", "state", "records", "sessions")
 

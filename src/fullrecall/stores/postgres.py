@@ -732,10 +732,8 @@ class PostgresStore:
             "sessions": sessions,
         }
         self._shares = None  # word statistics of the forgotten rows: read them again
-        left = self._scrub([f"{s}.{t}" for t in ("messages", "sessions", "state", "records")] + [
-            f"{s}.vectors_{d}" for d in dims
-        ], xid) if any(counts.values()) else []
-        return F.result(counts, left)
+        tables = [f"{s}.{t}" for t in ("messages", "sessions", "state", "records")] + [f"{s}.vectors_{d}" for d in dims]
+        return F.result(counts, self._scrub(tables, xid) if any(counts.values()) else [])
 
     def _scrub(self, tables: list[str], xid: int) -> list[F.Remaining]:
         """VACUUM (ANALYZE) the tables that held forgotten rows: dead tuples are pruned and index
@@ -759,34 +757,34 @@ class PostgresStore:
                 " keep them until their retention ends",
             ),
         ]
-        with self._pool().connection() as conn:  # autocommit: VACUUM cannot run in a transaction
-            # A transaction whose snapshot predates the forget still sees the rows: VACUUM keeps them.
-            readers = conn.execute(
-                "SELECT count(*) AS n FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
-                " AND backend_type = 'client backend' AND backend_xmin IS NOT NULL"
-                " AND age(backend_xmin) >= age(mod(%s, 4294967296)::text::xid)",
-                [xid],
-            ).fetchone()["n"]
-            try:
+        why = ""
+        try:
+            with self._pool().connection() as conn:  # autocommit: VACUUM cannot run in a transaction
+                # A transaction whose snapshot predates the forget still sees the rows: VACUUM keeps them.
+                readers = conn.execute(
+                    "SELECT count(*) AS n FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+                    " AND backend_type = 'client backend' AND backend_xmin IS NOT NULL"
+                    " AND age(backend_xmin) >= age(mod(%s, 4294967296)::text::xid)",
+                    [xid],
+                ).fetchone()["n"]
+                if readers:
+                    why = f"{readers} other transaction(s) began before the forget and may still read them"
                 conn.execute(f"SET lock_timeout = '{_SCRUB_LOCK_WAIT}'")
-                conn.execute(f"VACUUM (ANALYZE) {names}")
-                vacuumed = True
-            except psycopg.errors.LockNotAvailable:  # another VACUUM or index build holds a table
-                vacuumed = False
-            finally:
-                conn.execute("RESET lock_timeout")
-        if readers or not vacuumed:
-            why = (
-                f"{readers} other transaction(s) began before the forget and may still read them"
-                if readers
-                else f"VACUUM waited {_SCRUB_LOCK_WAIT} for a lock held by another maintenance command"
-            )
+                try:
+                    conn.execute(f"VACUUM (ANALYZE) {names}")
+                finally:
+                    conn.execute("RESET lock_timeout")
+        except psycopg.errors.LockNotAvailable:  # another VACUUM or index build holds a table
+            why = f"VACUUM waited {_SCRUB_LOCK_WAIT} for a lock held by another maintenance command"
+        except (psycopg.Error, PoolTimeout) as exc:  # the rows are deleted: say what is left, do not raise
+            why = f"VACUUM failed: {exc}"
+        if why:
             left.insert(
                 0,
                 F.remaining(
                     where=names,
                     what=f"the forgotten rows, whole, as dead tuples ({why}); pg_stats may still list their words",
-                    until=f"autovacuum, or VACUUM (ANALYZE) {names} once those end (forget again does it)",
+                    until=f"autovacuum, or VACUUM (ANALYZE) {names} once that is over (forget again does it)",
                 ),
             )
         return left
