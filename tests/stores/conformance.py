@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fullrecall.errors import StoreError
@@ -392,6 +392,34 @@ class StoreConformance:
         assert [m.position for m in stored] == list(range(len(first_position)))
         assert sorted(m.id for m in stored) == sorted(first_position)
         assert store.count(sc) == len(first_position)
+
+    @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(steps=st.lists(st.tuples(st.sampled_from(["ann", "bob"]), st.booleans()), min_size=1, max_size=6))
+    @example(steps=[("ann", False), ("ann", True), ("ann", False)])  # same keys, same counters, new rows
+    def test_a_second_store_never_finds_forgotten_messages(
+        self, store: Store, store_url: str, steps: list[tuple[str, bool]]
+    ) -> None:
+        """Writes and forgets, each user under the same keys every time; a second store object,
+        whose caches saw every state, finds exactly the live messages of each user."""
+        tenant = f"t{uuid.uuid4().hex[:8]}"
+        scopes = {u: Scope(tenant=tenant, user_id=u, agent_id="a", session_id="s") for u in ("ann", "bob")}
+        live: dict[str, set[str]] = {u: set() for u in scopes}
+        other = open_store(store_url)
+        try:
+            for n, (user, forget) in enumerate(steps):
+                if forget:
+                    store.forget(Scope(tenant=tenant, user_id=user, agent_id="a"))
+                    live[user].clear()
+                else:
+                    batch = [msg(f"{n}-{i}", f"walrus {user} {n}") for i in range(3)]
+                    store.append(scopes[user], batch)
+                    store.set_vectors(scopes[user], [m.id for m in batch], np.stack([unit(i) for i in range(3)]), "m")
+                    live[user] |= {m.id for m in batch}
+                for u, sc in scopes.items():
+                    assert set(ids(other.search_text(sc, ["walrus"], 50))) == live[u]
+                    assert set(ids(other.search_vectors(sc, unit(0), 50))) == live[u]
+        finally:
+            other.close()
 
     @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(
