@@ -21,6 +21,9 @@ Design, and why:
   scope's share of the table shrinks; smaller scopes (one conversation among many) are
   searched exactly, and an approximate search that filters leave short of ``k`` rows
   falls back to an exact one.
+* **forget** deletes, then runs ``VACUUM (ANALYZE)`` on the tables it deleted from: dead
+  tuples are pruned and ``pg_stats`` no longer lists the forgotten words and user ids.
+  PostgreSQL does not zero freed space, keeps GIN keys and WAL segments: ``remaining`` says so.
 * Works on any PostgreSQL >= 14 with the ``vector`` extension (>= 0.5 for HNSW),
   managed services included; the extension is created if missing.
 

@@ -3,7 +3,7 @@
 Key layout (``P`` is the prefix, ``fullrecall`` by default, ``fullrecall:tenant:{t}`` for a
 tenant other than ``default``; user/agent/session values are %-quoted, ``*`` means none)::
 
-    P:user:{u}[:agent:{a}]:session:{s}:meta    hash  scope, next position, version, vector model, ttl
+    P:user:{u}[:agent:{a}]:session:{s}:meta    hash  scope, next position, version, born, vector model, ttl
     ...:session:{s}:msgs                       hash  message id -> message JSON (verbatim data)
     ...:session:{s}:order                      zset  message id scored by position
     ...:session:{s}:vecs                       hash  message id -> float32 bytes
@@ -25,6 +25,11 @@ tenant other than ``default``; user/agent/session values are %-quoted, ``*`` mea
 * **Durability** is the server's: run it with ``appendonly yes``; ``appendfsync everysec``
   may lose the last second of acknowledged writes if the *server's machine* crashes,
   ``appendfsync always`` loses nothing at a higher cost. A client crash loses nothing acknowledged.
+* **forget** UNLINKs the keys, then has the server rewrite its AOF (and its RDB snapshot when
+  it takes them), waiting up to 2 s each; what is still on disk is returned under
+  ``remaining``. Each session's meta records its creation (``born``, server time), which
+  qualifies its version in every process's cache: a conversation forgotten and begun again
+  under the same keys is never answered from a cache of the old one.
 * Redis >= 7.0 (``EXPIRE ... NX|GT``), single node or a primary; Redis Cluster is not
   supported (scripts touch index keys in other hash slots).
 
