@@ -162,6 +162,39 @@ def test_postgres_statistics_forget_the_words_and_users(pg: tuple[str, str]) -> 
     store.close()
 
 
+def _database_files(conn: psycopg.Connection) -> bytes:
+    """Every file of the current database, as on disk after a checkpoint (needs a local superuser)."""
+    try:
+        conn.execute("CHECKPOINT")
+        folder = Path(conn.execute("SHOW data_directory").fetchone()[0])
+    except psycopg.Error as exc:
+        pytest.skip(f"cannot read the server's files: {exc}")
+    oid = conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()[0]
+    if not (folder / "base" / str(oid)).is_dir():
+        pytest.skip(f"the server's data directory {folder} is not on this machine")
+    return b"".join(f.read_bytes() for f in (folder / "base" / str(oid)).iterdir() if f.is_file())
+
+
+def test_postgres_forget_vacuum_full_leaves_no_row_in_the_files(pg: tuple[str, str]) -> None:
+    """With forget_vacuum=full the tables and indexes are rewritten: their files keep no forgotten word."""
+    url, _ = pg
+    secret = f"zq{uuid.uuid4().hex[:12]}"  # letters and digits: stored as is in text and tsvector
+    store = open_store(f"{url}&forget_vacuum=full")
+    store.append(GONE, _msgs("s", f"the code is {secret}", 20))
+    store.append(KEPT, _msgs("k", "ordinary words", 20))
+    with psycopg.connect(store._conninfo, autocommit=True) as conn:  # type: ignore[attr-defined]
+        assert secret.encode() in _database_files(conn)
+        result = store.forget(Scope(user_id="zoltan"))
+        assert secret.encode() not in _database_files(conn)
+    assert result["messages"] == 20 and [e["where"] for e in result["remaining"]] == [
+        "PostgreSQL WAL (pg_wal), and any WAL archive, replica and backup"
+    ]
+    assert store.count(KEPT) == 20 and len(store.search_text(KEPT, ["ordinary"], 50)) == 20
+    store.close()
+    with pytest.raises(ValueError, match="forget_vacuum"):
+        open_store(f"{url}&forget_vacuum=sometimes")
+
+
 def test_postgres_forget_names_rows_an_older_snapshot_still_sees(pg: tuple[str, str]) -> None:
     url, schema = pg
     store = open_store(url)

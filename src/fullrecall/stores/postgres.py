@@ -29,7 +29,7 @@ Design, and why:
 
 URL: ``postgresql://user:pass@host:5432/db?schema=fullrecall&pool_max=8`` (the
 fullrecall options ``schema``, ``pool_min``, ``pool_max``, ``exact_limit``, ``ef_search``,
-``hnsw_min_rows``, ``index_build_memory``, ``lexical_budget``, ``candidate_cap`` are removed
+``hnsw_min_rows``, ``index_build_memory``, ``lexical_budget``, ``candidate_cap``, ``forget_vacuum`` are removed
 before the URL goes to libpq).
 """
 
@@ -58,7 +58,7 @@ SCHEMA_VERSION = 2
 SQL = C.Sql("%s")
 _OWN_OPTIONS = (
     "schema", "pool_min", "pool_max", "exact_limit", "ef_search", "hnsw_min_rows", "index_build_memory",
-    "lexical_budget", "candidate_cap",
+    "lexical_budget", "candidate_cap", "forget_vacuum",
 )
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _HNSW_MAX_DIM = 2000  # pgvector's limit for indexing the ``vector`` type
@@ -170,6 +170,7 @@ class PostgresStore:
         index_build_memory: str = "1GB",
         lexical_budget: int = _LEXICAL_BUDGET,
         candidate_cap: int = _CANDIDATE_CAP,
+        forget_vacuum: str = "plain",
         connect_timeout: float = 10.0,
     ) -> None:
         conninfo, opts = split_url(url)
@@ -188,6 +189,9 @@ class PostgresStore:
             raise ValueError(f"index_build_memory must look like '512MB' or '4GB', got {self._index_build_memory!r}")
         self._lexical_budget = int(opts.get("lexical_budget", lexical_budget))
         self._candidate_cap = int(opts.get("candidate_cap", candidate_cap))
+        self._forget_vacuum = str(opts.get("forget_vacuum", forget_vacuum)).lower()
+        if self._forget_vacuum not in ("plain", "full"):
+            raise ValueError(f"forget_vacuum must be 'plain' or 'full', got {self._forget_vacuum!r}")
         self._shares: tuple[float, dict[str, float]] | None = None  # (when, lexeme -> share of rows)
         self._table_rows: dict[int, tuple[float, int]] = {}  # dim -> (when, rows in vectors_{dim})
         self._indexed: set[int] = set()  # dimensions whose HNSW index is known to be built
@@ -740,26 +744,31 @@ class PostgresStore:
 
     def _scrub(self, tables: list[str], xid: int) -> list[F.Remaining]:
         """VACUUM (ANALYZE) the tables that held forgotten rows: dead tuples are pruned and index
-        entries removed, and ``pg_stats`` forgets their words and ids. What PostgreSQL cannot
+        entries removed, and ``pg_stats`` forgets their words and ids. With ``forget_vacuum=full``,
+        VACUUM FULL rewrites the tables and their indexes into new files. What PostgreSQL cannot
         remove is returned as ``remaining`` entries."""
-        names = ", ".join(tables)
+        names, full = ", ".join(tables), self._forget_vacuum == "full"
         left = [
-            F.remaining(
-                where=f"PostgreSQL data files of {names} (heap, TOAST, indexes)",
-                what="bytes of the forgotten rows in space VACUUM freed but does not overwrite; index entries"
-                " of them if VACUUM skipped index cleanup (it does when they fill under 2% of the pages);"
-                f" their words as keys of the GIN index {self.schema}.messages_tsv",
-                until=f"new rows reuse the space and a later VACUUM cleans the indexes; VACUUM FULL {names}"
-                " rewrites the files (an exclusive lock, time proportional to the tables) and REINDEX INDEX"
-                f" CONCURRENTLY {self.schema}.messages_tsv the keys",
-            ),
             F.remaining(
                 where="PostgreSQL WAL (pg_wal), and any WAL archive, replica and backup",
                 what="the forgotten rows as written, and page images holding them",
                 until="the server recycles the WAL segments after later checkpoints; archives and backups"
                 " keep them until their retention ends",
-            ),
+            )
         ]
+        if not full:
+            left.insert(
+                0,
+                F.remaining(
+                    where=f"PostgreSQL data files of {names} (heap, TOAST, indexes)",
+                    what="bytes of the forgotten rows in space VACUUM freed but does not overwrite; index entries"
+                    " of them if VACUUM skipped index cleanup (it does when they fill under 2% of the pages);"
+                    f" their words as keys of the GIN index {self.schema}.messages_tsv",
+                    until="new rows reuse the space and a later VACUUM cleans the indexes; VACUUM FULL (the"
+                    " store option forget_vacuum=full) rewrites the files under an exclusive lock, in time"
+                    " proportional to the tables",
+                ),
+            )
         why = ""
         try:
             with self._pool().connection() as conn:  # autocommit: VACUUM cannot run in a transaction
@@ -774,11 +783,11 @@ class PostgresStore:
                     why = f"{readers} other transaction(s) began before the forget and may still read them"
                 conn.execute(f"SET lock_timeout = '{_SCRUB_LOCK_WAIT}'")
                 try:
-                    conn.execute(f"VACUUM (ANALYZE) {names}")
+                    conn.execute(f"VACUUM ({'FULL, ' if full else ''}ANALYZE) {names}")
                 finally:
                     conn.execute("RESET lock_timeout")
-        except psycopg.errors.LockNotAvailable:  # another VACUUM or index build holds a table
-            why = f"VACUUM waited {_SCRUB_LOCK_WAIT} for a lock held by another maintenance command"
+        except psycopg.errors.LockNotAvailable:  # another VACUUM, an index build (FULL: any open transaction)
+            why = f"VACUUM waited {_SCRUB_LOCK_WAIT} for a lock another session holds on them"
         except (psycopg.Error, PoolTimeout) as exc:  # the rows are deleted: say what is left, do not raise
             why = f"VACUUM failed: {exc}"
         if why:
