@@ -1,7 +1,7 @@
 """What ``forget`` costs: forget one user's 100-message conversation in a store of N messages.
 
-Usage: ``python scripts/forget_cost.py [N] [sqlite,postgres,redis]`` (default 100000, all
-three). Every message has a 384-d vector; PostgreSQL gets its HNSW index built after the load.
+Usage: ``python scripts/forget_cost.py [N] [sqlite,postgres,redis,postgres-full]`` (default
+100000 and the first three; ``postgres-full`` opens PostgreSQL with ``forget_vacuum=full``). Every message has a 384-d vector; PostgreSQL gets its HNSW index built after the load.
 SQLite goes to a temporary file, PostgreSQL and Redis to throwaway servers
 (``fullrecall.stores._servers``). Prints three forgets per backend and what each reported as
 remaining.
@@ -60,8 +60,9 @@ def main() -> None:
             if backend == "sqlite":
                 url = f"sqlite:///{stack.enter_context(tempfile.TemporaryDirectory())}/forget.db"
                 store = open_store(url)
-            elif backend == "postgres":
-                store = open_store(stack.enter_context(postgres_server()), hnsw_min_rows=10**9)
+            elif backend in ("postgres", "postgres-full"):  # postgres-full: forget_vacuum=full
+                vacuum = "full" if backend == "postgres-full" else "plain"
+                store = open_store(stack.enter_context(postgres_server()), hnsw_min_rows=10**9, forget_vacuum=vacuum)
             else:
                 store = open_store(stack.enter_context(redis_server()))
             for seconds, remaining in measure(store, n):

@@ -24,10 +24,6 @@ class Remaining(TypedDict):
     until: str  # what removes it, and when
 
 
-def remaining(where: str, what: str, until: str) -> Remaining:
-    return Remaining(where=where, what=what, until=until)
-
-
 def result(counts: dict[str, int], left: list[Remaining]) -> dict[str, Any]:
     """``forget``'s answer: every count of :data:`COUNT_KEYS` (0 when absent) and ``remaining``."""
     out: dict[str, Any] = {key: int(counts.get(key, 0)) for key in COUNT_KEYS}

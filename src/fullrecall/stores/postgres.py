@@ -749,7 +749,7 @@ class PostgresStore:
         remove is returned as ``remaining`` entries."""
         names, full = ", ".join(tables), self._forget_vacuum == "full"
         left = [
-            F.remaining(
+            F.Remaining(
                 where="PostgreSQL WAL (pg_wal), and any WAL archive, replica and backup",
                 what="the forgotten rows as written, and page images holding them",
                 until="the server recycles the WAL segments after later checkpoints; archives and backups"
@@ -759,7 +759,7 @@ class PostgresStore:
         if not full:
             left.insert(
                 0,
-                F.remaining(
+                F.Remaining(
                     where=f"PostgreSQL data files of {names} (heap, TOAST, indexes)",
                     what="bytes of the forgotten rows in space VACUUM freed but does not overwrite; index entries"
                     " of them if VACUUM skipped index cleanup (it does when they fill under 2% of the pages);"
@@ -793,7 +793,7 @@ class PostgresStore:
         if why:
             left.insert(
                 0,
-                F.remaining(
+                F.Remaining(
                     where=names,
                     what=f"the forgotten rows, whole, as dead tuples ({why}); pg_stats may still list their words",
                     until=f"autovacuum, or VACUUM (ANALYZE) {names} once that is over (forget again does it)",

@@ -682,7 +682,7 @@ class RedisStore:
             return self._persist_again()
         except redis_lib.RedisError:  # INFO disabled (managed services), or the server went away
             return [
-                F.remaining(
+                F.Remaining(
                     where="the Redis server's AOF and RDB files, and its replicas'",
                     what="the forgotten keys as they were written",
                     until="the server's next AOF rewrite (BGREWRITEAOF) and snapshot (BGSAVE)",
@@ -705,7 +705,7 @@ class RedisStore:
         left = []
         if schedule is None:
             left.append(
-                F.remaining(
+                F.Remaining(
                     where="the Redis server's RDB snapshot, if it takes them",
                     what="the forgotten keys, as of the last snapshot",
                     until="the server's next snapshot (BGSAVE)",
@@ -724,7 +724,7 @@ class RedisStore:
 
             if not (started and F.retry(done, _SCRUB_POLLS, _SCRUB_WAIT / _SCRUB_POLLS)):
                 left.append(
-                    F.remaining(
+                    F.Remaining(
                         where=f"the Redis server's {where}",
                         what="the forgotten keys as they were written",
                         until=f"the {command} forget started finishes"
@@ -735,7 +735,7 @@ class RedisStore:
         replicas = int(self._r.info("replication").get("connected_slaves", 0))
         if replicas:
             left.append(
-                F.remaining(
+                F.Remaining(
                     where=f"{replicas} replica(s) of the Redis server",
                     what="the forgotten keys in their own AOF and RDB files",
                     until="each replica's next AOF rewrite and snapshot",

@@ -788,7 +788,7 @@ class SQLiteStore:
         return done
 
     def _wal_remaining(self) -> F.Remaining:
-        return F.remaining(
+        return F.Remaining(
             where=f"{self.path}-wal and {self.path}",
             what="old page images of the forgotten rows: another connection's transaction (a reader whose"
             " snapshot predates the forget, or a long write) kept the WAL from being checkpointed",
