@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conformance_input import InputConformance
@@ -25,6 +25,7 @@ from fullrecall.errors import StoreError
 from fullrecall.stores import ANY, Filters, Record, Scope, Store, StoredMessage, open_store
 
 DIM = 16
+FORGET_COUNTS = ("messages", "summaries", "vectors", "state", "records", "sessions")
 
 
 def msg(
@@ -301,6 +302,12 @@ class StoreConformance(InputConformance):
         assert store.get_keys(Scope(user_id=f"eve{tag}"), [hit.key]) == []
         assert store.get_keys(user, ["", "no-such-key", "#", "99999999999999999999", hit.key + "x"]) == []
         assert {m.key for m in store.range(two, 0, 2)} == {m.key for m in store.get_keys(user, [m.key for m in store.range(two, 0, 2)])}
+        # A key is never reused: the same conversation forgotten and begun again is another one.
+        store.forget(two)
+        store.append(two, [msg(0, "a new conversation about walruses")])
+        assert store.get_keys(user, [hit.key]) == []
+        (again,) = store.search_text(user, ["walruses"], 5)
+        assert again.key != hit.key and store.get_keys(user, [again.key])[0].text == "a new conversation about walruses"
 
     # -- state and records -------------------------------------------------------------
 
@@ -355,7 +362,46 @@ class StoreConformance(InputConformance):
         assert store.count(user) == 0 and store.get_records(user, "facts") == []
         assert store.search_vectors(user, unit(0), 5) == [] and store.search_text(user, ["zanzibar"], 5) == []
         assert store.count(bystander) == 2 and ids(store.search_text(bystander, ["zanzibar"], 5))
-        assert sum(store.forget(user).values()) == 0
+        assert store.forget(user) == {**dict.fromkeys(FORGET_COUNTS, 0), "remaining": []}
+
+    def test_forget_answers_the_same_on_every_backend(self, store: Store, scope: Scope) -> None:
+        store.append(scope, [msg(0, "one"), msg(1, "two", kind="summary")])
+        store.set_vectors(scope, ["m0"], unit(0)[None], "m")
+        result = store.forget(Scope(user_id=scope.user_id, agent_id=scope.agent_id))
+        assert list(result) == [*FORGET_COUNTS, "remaining"]
+        assert [result[k] for k in FORGET_COUNTS] == [1, 1, 1, 0, 0, 1]
+        assert isinstance(result["remaining"], list)
+        for entry in result["remaining"]:  # each place a copy may remain: named, with what removes it
+            assert set(entry) == {"where", "what", "until"} and all(isinstance(v, str) and v for v in entry.values())
+
+    def test_no_cache_answers_for_forgotten_data(self, store: Store, store_url: str, scope: Scope) -> None:
+        """A second store object caches Alice's conversation; after she is forgotten, neither Bob's new
+        conversation (SQLite reuses the row id) nor a new one under her very keys (Redis counts its
+        version from 0 again) is answered from that cache."""
+        other = open_store(store_url)
+        bob = dataclasses.replace(scope, user_id="bob")
+
+        def fill(sc: Scope, prefix: str) -> list[str]:
+            names = [f"{prefix}{i}" for i in range(3)]
+            store.append(sc, [msg(n, f"walrus tale {n}") for n in names])
+            store.set_vectors(sc, [f"m{n}" for n in names], np.stack([unit(i) for i in range(3)]), "m")
+            return sorted(f"m{n}" for n in names)
+
+        try:
+            alices = fill(scope, "a")
+            assert sorted(ids(other.search_text(scope, ["walrus"], 5))) == alices
+            assert sorted(ids(other.search_vectors(scope, unit(0), 5))) == alices
+            store.forget(Scope(user_id=scope.user_id, agent_id=scope.agent_id))
+            bobs = fill(bob, "b")
+            assert sorted(ids(other.search_vectors(bob, unit(0), 5))) == bobs
+            assert sorted(ids(other.search_text(bob, ["walrus"], 5))) == bobs
+            assert sorted(ids(other.search_vectors(scope, unit(0), 5))) == []
+            store.forget(Scope(user_id="bob", agent_id=scope.agent_id))
+            again = fill(scope, "c")
+            assert sorted(ids(other.search_text(scope, ["walrus"], 5))) == again
+            assert sorted(ids(other.search_vectors(scope, unit(0), 5))) == again
+        finally:
+            other.close()
 
     def test_stats(self, store: Store, scope: Scope) -> None:
         empty = store.stats(scope)
@@ -415,6 +461,34 @@ class StoreConformance(InputConformance):
         assert [m.position for m in stored] == list(range(len(first_position)))
         assert sorted(m.id for m in stored) == sorted(first_position)
         assert store.count(sc) == len(first_position)
+
+    @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(steps=st.lists(st.tuples(st.sampled_from(["ann", "bob"]), st.booleans()), min_size=1, max_size=6))
+    @example(steps=[("ann", False), ("ann", True), ("ann", False)])  # same keys, same counters, new rows
+    def test_a_second_store_never_finds_forgotten_messages(
+        self, store: Store, store_url: str, steps: list[tuple[str, bool]]
+    ) -> None:
+        """Writes and forgets, each user under the same keys every time; a second store object,
+        whose caches saw every state, finds exactly the live messages of each user."""
+        tenant = f"t{uuid.uuid4().hex[:8]}"
+        scopes = {u: Scope(tenant=tenant, user_id=u, agent_id="a", session_id="s") for u in ("ann", "bob")}
+        live: dict[str, set[str]] = {u: set() for u in scopes}
+        other = open_store(store_url)
+        try:
+            for n, (user, forget) in enumerate(steps):
+                if forget:
+                    store.forget(Scope(tenant=tenant, user_id=user, agent_id="a"))
+                    live[user].clear()
+                else:
+                    batch = [msg(f"{n}-{i}", f"walrus {user} {n}") for i in range(3)]
+                    store.append(scopes[user], batch)
+                    store.set_vectors(scopes[user], [m.id for m in batch], np.stack([unit(i) for i in range(3)]), "m")
+                    live[user] |= {m.id for m in batch}
+                for u, sc in scopes.items():
+                    assert set(ids(other.search_text(sc, ["walrus"], 50))) == live[u]
+                    assert set(ids(other.search_vectors(sc, unit(0), 50))) == live[u]
+        finally:
+            other.close()
 
     @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(

@@ -277,7 +277,12 @@ class SemanticSearch:
         return ids
 
     def delete(self, ids: Sequence[str]) -> int:
-        """Remove messages, their vectors and their index entries; return how many went."""
+        """Remove messages, their vectors and their index entries; return how many went.
+
+        The store deletes for real (SQLite merges its full-text segments and checkpoints the
+        WAL, so the file keeps none of their words). Nothing of them is cached here: hits are
+        placed by store-global keys, which are never reused, and always read from the store.
+        """
         return self.store.delete(self.scope, list(ids))
 
     def _check_vector_space(self) -> None:

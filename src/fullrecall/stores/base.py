@@ -18,8 +18,10 @@ Contract shared by every backend (checked by ``tests/stores/conformance.py``):
   loses nothing.
 * ``search_text`` ranks by a stemmed BM25-like score (higher is better) over
   ``StoredMessage.text``; ``search_vectors`` by cosine similarity (higher is better).
-* ``forget`` really deletes (messages, vectors, summaries, state, records)
-  and returns per-kind counts.
+* ``forget`` really deletes (messages, vectors, summaries, state, records),
+  scrubs what the backend allows (files, indexes, statistics, logs), and returns
+  per-kind counts plus ``"remaining"``: where a copy may still be, what, and until
+  when (empty when nothing remains; see :mod:`fullrecall.stores._forget`).
 """
 
 from __future__ import annotations
@@ -240,8 +242,10 @@ class Store(Protocol):
         ...
 
     # -- housekeeping ----------------------------------------------------------
-    def forget(self, scope: Scope) -> dict[str, int]:
-        """Delete everything of the scope; return counts per kind."""
+    def forget(self, scope: Scope) -> dict[str, Any]:
+        """Delete everything of the scope; return counts per kind (``messages``, ``summaries``,
+        ``vectors``, ``state``, ``records``, ``sessions``) and ``remaining``, a list of
+        ``{"where", "what", "until"}`` for each place that may still hold a copy."""
         ...
 
     def stats(self, scope: Scope) -> dict[str, int]:

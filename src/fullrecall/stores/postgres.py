@@ -22,12 +22,15 @@ Design, and why:
   scope's share of the table shrinks; smaller scopes (one conversation among many) are
   searched exactly, and an approximate search that filters leave short of ``k`` rows
   falls back to an exact one.
+* **forget** deletes, then runs ``VACUUM (ANALYZE)`` on the tables it deleted from: dead
+  tuples are pruned and ``pg_stats`` no longer lists the forgotten words and user ids.
+  PostgreSQL does not zero freed space, keeps GIN keys and WAL segments: ``remaining`` says so.
 * Works on any PostgreSQL >= 14 with the ``vector`` extension (>= 0.5 for HNSW),
   managed services included; the extension is created if missing.
 
 URL: ``postgresql://user:pass@host:5432/db?schema=fullrecall&pool_max=8`` (the
 fullrecall options ``schema``, ``pool_min``, ``pool_max``, ``exact_limit``, ``ef_search``,
-``hnsw_min_rows``, ``index_build_memory``, ``lexical_budget``, ``candidate_cap`` are removed
+``hnsw_min_rows``, ``index_build_memory``, ``lexical_budget``, ``candidate_cap``, ``forget_vacuum`` are removed
 before the URL goes to libpq).
 """
 
@@ -49,6 +52,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import InvalidInput, StoreError
 from . import _common as C
+from . import _forget as F
 from . import _topk
 from . import _validate as V
 from .base import Filters, Hit, Record, Scope, StoredMessage
@@ -57,7 +61,7 @@ SCHEMA_VERSION = 4
 SQL = C.Sql("%s")
 _OWN_OPTIONS = (
     "schema", "pool_min", "pool_max", "exact_limit", "ef_search", "hnsw_min_rows", "index_build_memory",
-    "lexical_budget", "candidate_cap",
+    "lexical_budget", "candidate_cap", "forget_vacuum",
 )
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 log = logging.getLogger("fullrecall.stores.postgres")
@@ -69,6 +73,7 @@ _HNSW_MIN_ROWS = 5_000  # build the index once the table holds this many vectors
 _LEXICAL_BUDGET = 2_000  # a word expected in more rows than this only scores candidates (see _topk)
 _CANDIDATE_CAP = 20_000  # most rows one lexical search ranks (only a query of very common words reaches it)
 _STATS_TTL = 60.0  # seconds the column statistics are cached
+_SCRUB_LOCK_WAIT = "2s"  # forget's VACUUM gives up on a table lock after this
 _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
 # Punctuation becomes a space before tokenising, in the index and in queries alike.
 _PUNCT_SQL = r"regexp_replace(text, '[^\w\s]+', ' ', 'g')"
@@ -210,6 +215,7 @@ class PostgresStore:
         index_build_memory: str = "1GB",
         lexical_budget: int = _LEXICAL_BUDGET,
         candidate_cap: int = _CANDIDATE_CAP,
+        forget_vacuum: str = "plain",
         connect_timeout: float = 10.0,
     ) -> None:
         conninfo, opts = split_url(url)
@@ -228,6 +234,9 @@ class PostgresStore:
             raise ValueError(f"index_build_memory must look like '512MB' or '4GB', got {self._index_build_memory!r}")
         self._lexical_budget = int(opts.get("lexical_budget", lexical_budget))
         self._candidate_cap = int(opts.get("candidate_cap", candidate_cap))
+        self._forget_vacuum = str(opts.get("forget_vacuum", forget_vacuum)).lower()
+        if self._forget_vacuum not in ("plain", "full"):
+            raise ValueError(f"forget_vacuum must be 'plain' or 'full', got {self._forget_vacuum!r}")
         self._shares: tuple[float, dict[str, float]] | None = None  # (when, lexeme -> share of rows)
         self._table_rows: dict[int, tuple[float, int]] = {}  # dim -> (when, rows in vectors_{dim})
         self._indexed: set[int] = set()  # dimensions whose HNSW index is known to be built
@@ -811,7 +820,7 @@ class PostgresStore:
 
     # -- housekeeping ---------------------------------------------------------------------------
 
-    def forget(self, scope: Scope) -> dict[str, int]:
+    def forget(self, scope: Scope) -> dict[str, Any]:
         where, params = SQL.scope_where(scope)
         rwhere, rparams = SQL.record_where(scope, exact=True)
         s = self.schema
@@ -823,15 +832,17 @@ class PostgresStore:
                     f"SELECT kind, count(*) AS n FROM {s}.messages WHERE sid IN ({sub}) GROUP BY kind", params
                 )
             }
+            dims = self._dims(conn)
             vectors = sum(
                 conn.execute(f"SELECT count(*) AS n FROM {s}.vectors_{d} WHERE sid IN ({sub})", params).fetchone()["n"]
-                for d in self._dims(conn)
+                for d in dims
             )
             state = conn.execute(f"SELECT count(*) AS n FROM {s}.state WHERE sid IN ({sub})", params).fetchone()["n"]
             # Sessions cascade to messages (and so vectors) and state.
             sessions = conn.execute(f"DELETE FROM {s}.sessions s WHERE {where}", params).rowcount
             records = conn.execute(f"DELETE FROM {s}.records r WHERE {rwhere}", rparams).rowcount
-        return {
+            xid = conn.execute("SELECT txid_current() AS x").fetchone()["x"]
+        counts = {
             "messages": kinds.get("message", 0),
             "summaries": kinds.get("summary", 0),
             "vectors": vectors,
@@ -839,6 +850,68 @@ class PostgresStore:
             "records": records,
             "sessions": sessions,
         }
+        self._shares = None  # word statistics of the forgotten rows: read them again
+        tables = [f"{s}.{t}" for t in ("messages", "sessions", "state", "records")] + [f"{s}.vectors_{d}" for d in dims]
+        return F.result(counts, self._scrub(tables, xid) if any(counts.values()) else [])
+
+    def _scrub(self, tables: list[str], xid: int) -> list[F.Remaining]:
+        """VACUUM (ANALYZE) the tables that held forgotten rows: dead tuples are pruned and index
+        entries removed, and ``pg_stats`` forgets their words and ids. With ``forget_vacuum=full``,
+        VACUUM FULL rewrites the tables and their indexes into new files. What PostgreSQL cannot
+        remove is returned as ``remaining`` entries."""
+        names, full = ", ".join(tables), self._forget_vacuum == "full"
+        left = [
+            F.Remaining(
+                where="PostgreSQL WAL (pg_wal), and any WAL archive, replica and backup",
+                what="the forgotten rows as written, and page images holding them",
+                until="the server recycles the WAL segments after later checkpoints; archives and backups"
+                " keep them until their retention ends",
+            )
+        ]
+        if not full:
+            left.insert(
+                0,
+                F.Remaining(
+                    where=f"PostgreSQL data files of {names} (heap, TOAST, indexes)",
+                    what="bytes of the forgotten rows in space VACUUM freed but does not overwrite; index entries"
+                    " of them if VACUUM skipped index cleanup (it does when they fill under 2% of the pages);"
+                    f" their words as keys of the GIN index {self.schema}.messages_tsv",
+                    until="new rows reuse the space and a later VACUUM cleans the indexes; VACUUM FULL (the"
+                    " store option forget_vacuum=full) rewrites the files under an exclusive lock, in time"
+                    " proportional to the tables",
+                ),
+            )
+        why = ""
+        try:
+            with self._pool().connection() as conn:  # autocommit: VACUUM cannot run in a transaction
+                # A transaction whose snapshot predates the forget still sees the rows: VACUUM keeps them.
+                readers = conn.execute(
+                    "SELECT count(*) AS n FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+                    " AND backend_type = 'client backend' AND backend_xmin IS NOT NULL"
+                    " AND age(backend_xmin) >= age(mod(%s, 4294967296)::text::xid)",
+                    [xid],
+                ).fetchone()["n"]
+                if readers:
+                    why = f"{readers} other transaction(s) began before the forget and may still read them"
+                conn.execute(f"SET lock_timeout = '{_SCRUB_LOCK_WAIT}'")
+                try:
+                    conn.execute(f"VACUUM ({'FULL, ' if full else ''}ANALYZE) {names}")
+                finally:
+                    conn.execute("RESET lock_timeout")
+        except psycopg.errors.LockNotAvailable:  # another VACUUM, an index build (FULL: any open transaction)
+            why = f"VACUUM waited {_SCRUB_LOCK_WAIT} for a lock another session holds on them"
+        except (psycopg.Error, PoolTimeout) as exc:  # the rows are deleted: say what is left, do not raise
+            why = f"VACUUM failed: {exc}"
+        if why:
+            left.insert(
+                0,
+                F.Remaining(
+                    where=names,
+                    what=f"the forgotten rows, whole, as dead tuples ({why}); pg_stats may still list their words",
+                    until=f"autovacuum, or VACUUM (ANALYZE) {names} once that is over (forget again does it)",
+                ),
+            )
+        return left
 
     def stats(self, scope: Scope) -> dict[str, int]:
         where, params = SQL.scope_where(scope)

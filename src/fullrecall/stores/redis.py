@@ -3,7 +3,7 @@
 Key layout (``P`` is the prefix, ``fullrecall`` by default, ``fullrecall:tenant:{t}`` for a
 tenant other than ``default``; user/agent/session values are %-quoted, ``*`` means none)::
 
-    P:user:{u}[:agent:{a}]:session:{s}:meta    hash  scope, next position, version, vector model, ttl
+    P:user:{u}[:agent:{a}]:session:{s}:meta    hash  scope, next position, version, born, vector model, ttl
     ...:session:{s}:msgs                       hash  message id -> message JSON (verbatim data)
     ...:session:{s}:order                      zset  message id scored by position
     ...:session:{s}:vecs                       hash  message id -> float32 bytes
@@ -25,6 +25,11 @@ tenant other than ``default``; user/agent/session values are %-quoted, ``*`` mea
 * **Durability** is the server's: run it with ``appendonly yes``; ``appendfsync everysec``
   may lose the last second of acknowledged writes if the *server's machine* crashes,
   ``appendfsync always`` loses nothing at a higher cost. A client crash loses nothing acknowledged.
+* **forget** UNLINKs the keys, then has the server rewrite its AOF (and its RDB snapshot when
+  it takes them), waiting up to 2 s each; what is still on disk is returned under
+  ``remaining``. Each session's meta records its creation (``born``, server time), which
+  qualifies its version in every process's cache: a conversation forgotten and begun again
+  under the same keys is never answered from a cache of the old one.
 * Redis >= 7.0 (``EXPIRE ... NX|GT``), single node or a primary; Redis Cluster is not
   supported (scripts touch index keys in other hash slots).
 
@@ -46,6 +51,7 @@ import redis as redis_lib
 
 from ..errors import StoreError
 from . import _common as C
+from . import _forget as F
 from . import _validate as V
 from .base import DEFAULT_TENANT, Filters, Hit, Record, Scope, StoredMessage
 
@@ -55,7 +61,9 @@ _FAMILIES = ("meta", "msgs", "order", "vecs", "state")
 _SCAN_ABOVE = 20_000  # sessions with more messages are read for search in pages
 _SCAN_PAGE = 2_000
 _NONE = "*"  # a missing user/agent in a key (quote() never yields a bare "*")
-_KEY_SEP = "#"  # session base + "#" + message id: a store-global message key (quote() escapes "#")
+_KEY_SEP = "#"  # a store-global message key: session base # session birth # message id (quote() escapes "#")
+_SCRUB_WAIT, _SCRUB_POLLS = 2.0, 100  # forget waits this long (s) for each AOF rewrite / RDB save it starts
+_PERSISTING = ("aof_rewrite_in_progress", "aof_rewrite_scheduled", "rdb_bgsave_in_progress")
 
 # KEYS: 1 meta, 2 msgs, 3 order, 4 vecs, 5 state, 6 user's sessions, 7 users, 8 sessions with this id
 # ARGV: 1 default ttl, 2 session base key, 3 user segment, 4 tenant, 5 user, 6 agent, 7 session, 8.. per script
@@ -63,7 +71,7 @@ _PRELUDE = """
 local function register()
   if redis.call('EXISTS', KEYS[1]) == 0 then
     redis.call('HSET', KEYS[1], 'tenant', ARGV[4], 'user_id', ARGV[5], 'agent_id', ARGV[6],
-               'session_id', ARGV[7], 'next', 0, 'version', 0)
+               'session_id', ARGV[7], 'next', 0, 'version', 0, 'born', table.concat(redis.call('TIME'), '.'))
   end
   redis.call('SADD', KEYS[6], ARGV[2])
   redis.call('SADD', KEYS[7], ARGV[3])
@@ -371,7 +379,7 @@ class RedisStore:
         meta = session.meta
         return [
             C.message_from_row(json.loads(body), int(pos), session.session_id, user_id=meta.get("user_id", ""),
-                               agent_id=meta.get("agent_id", ""), key=_key(session.base, i))
+                               agent_id=meta.get("agent_id", ""), key=_key(session, i))
             for i, body, pos in zip(ids, bodies, positions)
             if body is not None and pos is not None
         ]
@@ -387,18 +395,19 @@ class RedisStore:
         return C.in_conversation_order(out)
 
     def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
-        wanted: dict[str, list[str]] = {}
+        wanted: dict[tuple[str, str], list[str]] = {}
         for k in keys:
-            base, sep, i = k.partition(_KEY_SEP) if isinstance(k, str) else ("", "", "")
-            if sep:
-                wanted.setdefault(base, []).append(i)
+            parts = k.split(_KEY_SEP, 2) if isinstance(k, str) else []
+            if len(parts) == 3:
+                wanted.setdefault((parts[0], parts[1]), []).append(parts[2])
         if not wanted:
             return []
         out: list[StoredMessage] = []
         with self._errors("read from"):
-            for session in self._sessions(scope):  # only sessions of the scope are read
-                if session.base in wanted:
-                    out += self._read_messages(session, list(dict.fromkeys(wanted[session.base])))
+            for session in self._sessions(scope):  # only sessions of the scope, as they are now, are read
+                ids = wanted.get((session.base, session.meta.get("born", "")))
+                if ids:
+                    out += self._read_messages(session, list(dict.fromkeys(ids)))
         return C.in_conversation_order(out)
 
     def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
@@ -475,8 +484,13 @@ class RedisStore:
     # -- search (in process) --------------------------------------------------------------------
 
     def _cached(self, session: _Session) -> _Cached:
-        """The session's search structures, rebuilt only when its version moved."""
-        version = session.meta.get("version", "0")
+        """The session's search structures, rebuilt only when its version moved.
+
+        A conversation forgotten and begun again under the same keys counts its version from 0
+        again: the version is qualified by the server time its meta was created (``born``), so
+        a process never answers from the forgotten conversation's cache."""
+        born = session.meta.get("born", "")
+        version = f"{born}/{session.meta.get('version', '0')}"
         with self._lock:
             hit = self._cache.get(session.base)
             if hit is not None and hit.version == version:
@@ -485,21 +499,20 @@ class RedisStore:
         with self._errors("read from"):
             bodies, vecs, version_now = self._snapshot(session)
         rows = [json.loads(b) for b in bodies.values()]
-        base = session.base
         lexical = C.LexicalIndex.build(
-            [(r["id"], _key(base, r["id"]), r["role"], r["kind"], r["created_at"],
+            [(r["id"], _key(session, r["id"]), r["role"], r["kind"], r["created_at"],
               self._tokenize(V.indexed_prefix(r["text"])))
              for r in rows]
         )
         by_id = {r["id"]: r for r in rows}
         vec_rows = [
-            (i, _key(base, i), blob, by_id[i]["role"], by_id[i]["kind"], by_id[i]["created_at"])
+            (i, _key(session, i), blob, by_id[i]["role"], by_id[i]["kind"], by_id[i]["created_at"])
             for i, blob in ((k.decode(), v) for k, v in vecs.items())
             if i in by_id
         ]
         dim = int(session.meta.get("vec_dim") or 0)
         block = C.VectorBlock.build(vec_rows, dim) if vec_rows and dim else None
-        entry = _Cached((version_now or b"0").decode(), lexical, block)
+        entry = _Cached(f"{born}/{(version_now or b'0').decode()}", lexical, block)
         with self._lock:
             self._cache[session.base] = entry
             self._cache.move_to_end(session.base)
@@ -645,7 +658,7 @@ class RedisStore:
 
     # -- housekeeping ------------------------------------------------------------------------------
 
-    def forget(self, scope: Scope) -> dict[str, int]:
+    def forget(self, scope: Scope) -> dict[str, Any]:
         sessions = self._sessions(scope)
         counts = {"messages": 0, "summaries": 0, "vectors": 0, "state": 0, "records": 0, "sessions": len(sessions)}
         with self._errors("delete from"):
@@ -665,7 +678,8 @@ class RedisStore:
                 pipe.srem(f"{p}:user:{_q(s.meta['user_id'])}:sessions", s.base)
                 pipe.srem(f"{p}:sessions:{quote(s.session_id, safe='')}", s.base)
                 pipe.execute()
-                self._cache.pop(s.base, None)
+                with self._lock:
+                    self._cache.pop(s.base, None)
             fields = self._record_fields(scope, None, exact=True)
             for key, field, _ in fields:
                 counts["records"] += self._r.hdel(key, field)
@@ -673,7 +687,75 @@ class RedisStore:
                 k.split(":user:", 1)[1].split(":", 1)[0] for k, _, _ in fields
             }
             self._drop_empty_users(self._p(scope), users)
-        return counts
+        return F.result(counts, self._scrub() if any(counts.values()) else [])
+
+    def _scrub(self) -> list[F.Remaining]:
+        """Rewrite the server's AOF (and RDB snapshot, if it takes them) so that its files hold no
+        forgotten key; wait for that a bounded time. What is left is returned as ``remaining``."""
+        try:
+            return self._persist_again()
+        except redis_lib.RedisError:  # INFO disabled (managed services), or the server went away
+            return [
+                F.Remaining(
+                    where="the Redis server's AOF and RDB files, and its replicas'",
+                    what="the forgotten keys as they were written",
+                    until="the server's next AOF rewrite (BGREWRITEAOF) and snapshot (BGSAVE)",
+                )
+            ]
+
+    def _persist_again(self) -> list[F.Remaining]:
+        info = self._r.info("persistence")
+        try:
+            schedule: str | None = self._r.config_get("save").get("save", "")
+        except redis_lib.RedisError:  # CONFIG disabled: whether it takes snapshots is unknown
+            schedule = None
+        jobs = []  # ((INFO counter of started jobs, value to reach), what starts it, where, command)
+        if info.get("aof_enabled"):
+            target = int(info.get("aof_rewrites", 0)) + 1 + int(info.get("aof_rewrite_in_progress", 0))
+            jobs.append((("aof_rewrites", target), self._r.bgrewriteaof, "AOF (appendonlydir)", "BGREWRITEAOF"))
+        if schedule:
+            target = int(info.get("rdb_saves", 0)) + 1 + int(info.get("rdb_bgsave_in_progress", 0))
+            jobs.append((("rdb_saves", target), lambda: self._r.bgsave(schedule=True), "RDB snapshot", "BGSAVE"))
+        left = []
+        if schedule is None:
+            left.append(
+                F.Remaining(
+                    where="the Redis server's RDB snapshot, if it takes them",
+                    what="the forgotten keys, as of the last snapshot",
+                    until="the server's next snapshot (BGSAVE)",
+                )
+            )
+        for (counter, target), start, where, command in jobs:
+            try:
+                start()
+                started = True
+            except redis_lib.RedisError:  # the command is disabled: the server's own schedule will do it
+                started = False
+
+            def done(counter: str = counter, target: int = target) -> bool:  # started, and none running
+                now = self._r.info("persistence")
+                return int(now.get(counter, 0)) >= target and not any(now.get(f) for f in _PERSISTING)
+
+            if not (started and F.retry(done, _SCRUB_POLLS, _SCRUB_WAIT / _SCRUB_POLLS)):
+                left.append(
+                    F.Remaining(
+                        where=f"the Redis server's {where}",
+                        what="the forgotten keys as they were written",
+                        until=f"the {command} forget started finishes"
+                        if started
+                        else f"the server's next {command} (forget could not start one)",
+                    )
+                )
+        replicas = int(self._r.info("replication").get("connected_slaves", 0))
+        if replicas:
+            left.append(
+                F.Remaining(
+                    where=f"{replicas} replica(s) of the Redis server",
+                    what="the forgotten keys in their own AOF and RDB files",
+                    until="each replica's next AOF rewrite and snapshot",
+                )
+            )
+        return left
 
     def _drop_empty_users(self, p: str, users: Iterable[str]) -> None:
         """Remove a user's index entries once nothing of theirs is left (no name lingers)."""
@@ -723,9 +805,11 @@ def _scope_of(session: _Session, tenant: str) -> Scope:
     return Scope(tenant=tenant, user_id=m["user_id"], agent_id=m["agent_id"], session_id=m["session_id"])
 
 
-def _key(base: str, message_id: str) -> str:
-    """A message's store-global key: its session's key base (quoted, so free of the separator) and its id."""
-    return f"{base}{_KEY_SEP}{message_id}"
+def _key(session: _Session, message_id: str) -> str:
+    """A message's store-global key: its session's key base (quoted, so free of the separator), the
+    session's birth (a conversation forgotten and begun again under the same keys is another one),
+    and its id."""
+    return _KEY_SEP.join((session.base, session.meta.get("born", ""), message_id))
 
 
 class _ScriptError(ValueError):

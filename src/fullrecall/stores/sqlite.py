@@ -22,8 +22,12 @@ Design, and why:
   scope is cached in process; each session row carries ``vec_version`` (any vector
   change) and ``vec_epoch`` (a deletion or overwrite), so every process notices other
   processes' writes with one small query, and pure additions are loaded incrementally.
-* **Deletion is real**: ``secure_delete`` zeroes freed pages, ``forget`` merges the FTS5
-  segments (dropping deleted terms) and truncates the WAL, so the file holds no trace.
+* **Deletion is real**: ``secure_delete`` zeroes freed pages; ``forget`` and ``delete`` merge
+  the FTS5 segments (dropping deleted terms) and checkpoint the WAL into the file and truncate
+  it, so the file holds no trace. A reader whose transaction began before the deletion pins
+  the old pages: the checkpoint waits for it a bounded time, then ``forget`` reports the WAL
+  and the file under ``"remaining"`` and every later write of this store object retries the
+  checkpoint (without waiting) until one succeeds.
 * **Schema migrations** are numbered; ``schema_version`` records the applied one.
 
 URL forms (SQLAlchemy's convention): ``sqlite:///relative/path.db``,
@@ -47,6 +51,7 @@ import numpy as np
 
 from ..errors import StoreError
 from . import _common as C
+from . import _forget as F
 from . import _validate as V
 from .base import ANY, Filters, Hit, Record, Scope, StoredMessage
 
@@ -61,7 +66,6 @@ def _indexed(column: str) -> str:
     """
     n = V.INDEXED_CHARS
     return f"CASE WHEN length({column}) > {n} THEN substr({column}, 1, {n}) ELSE {column} END"
-
 
 
 MIGRATIONS: dict[int, str] = {
@@ -167,6 +171,7 @@ _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 _FTS_BATCH = 256  # index pending rows inside an append once this many are waiting
 _MAX_TOKEN_SESSIONS = 64  # above this many sessions, scope by user/tenant token + SQL filter
 _CHUNK = 500  # ids per IN (...) list
+_SCRUB_TRIES, _SCRUB_WAIT_MS, _SCRUB_PAUSE = 4, 200, 0.05  # forget's checkpoint: at most ~1 s for readers
 SQL = C.Sql("?")
 _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
 
@@ -234,12 +239,13 @@ class SQLiteStore:
         self._busy_ms = int(busy_timeout)
         self._cache_budget = int(vector_cache_mb * 2**20)
         self._fts_batch = max(1, int(fts_batch))
-        self._cache: OrderedDict[tuple[int, ...], tuple[dict[int, tuple[int, int]], int, C.VectorBlock]] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, ...], tuple[dict[int, tuple[int, Any]], int, C.VectorBlock]] = OrderedDict()
         self._df: dict[str, tuple[int, int]] = {}  # word -> (rows when counted, rows matching it)
         self._lock = threading.RLock()
         self._conn_obj: sqlite3.Connection | None = None
         self._pid = os.getpid()
         self._closed = False
+        self._scrub_pending = False  # deleted page images may still be in the WAL
         self._connect()
 
     # -- connection & transactions ---------------------------------------------
@@ -317,6 +323,8 @@ class SQLiteStore:
                 raise StoreError(f"SQLite write to {self.path!r} failed, nothing was written: {exc}") from exc
             except UnicodeEncodeError as exc:  # a lone surrogate in an argument the rule does not check
                 raise V.not_unicode(exc) from exc
+            if self._scrub_pending:  # a reader kept deleted pages in the WAL: try again, without waiting
+                self._checkpoint(tries=1, wait_ms=0)
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -333,6 +341,8 @@ class SQLiteStore:
     def close(self) -> None:
         with self._lock:
             if self._conn_obj is not None and self._pid == os.getpid():
+                if self._scrub_pending and not self._closed:
+                    self._checkpoint(tries=1, wait_ms=0)
                 self._conn_obj.close()
             self._conn_obj = None
             self._cache.clear()
@@ -478,6 +488,11 @@ class SQLiteStore:
                 ).rowcount
             if deleted:
                 self._bump_vectors(conn, sids, epoch=True)
+                _merge_fts(conn)
+        if deleted:
+            with self._lock:
+                self._df.clear()
+                self._checkpoint(tries=1, wait_ms=0)  # a reader in the way: later writes retry
         return deleted
 
     # -- vectors -------------------------------------------------------------------
@@ -556,12 +571,15 @@ class SQLiteStore:
 
     def _vector_block(self, conn: sqlite3.Connection, sids: list[int]) -> C.VectorBlock | None:
         """The scope's normalised vectors, from the cache when no process changed them."""
+        # A session's sid is reused once forget deletes the newest session, and the new session's
+        # counters start again from 0: its identity (owner, name, creation time) is part of the
+        # version, so a block cached for a forgotten session never answers for its successor.
         state = {
-            r[0]: (r[1], r[2], r[3])
+            r[0]: (r[1], (r[2], tuple(r[4:])), r[3])
             for chunk in _chunks(sids)
             for r in conn.execute(
-                f"SELECT sid, vec_version, vec_epoch, vec_dim FROM sessions WHERE sid IN ({_qmarks(len(chunk))})"
-                " AND vec_dim IS NOT NULL",
+                "SELECT sid, vec_version, vec_epoch, vec_dim, created_at, tenant, user_id, agent_id, session_id"
+                f" FROM sessions WHERE sid IN ({_qmarks(len(chunk))}) AND vec_dim IS NOT NULL",
                 chunk,
             )
         }
@@ -572,7 +590,7 @@ class SQLiteStore:
             raise ValueError(f"this scope mixes vectors of dimensions {sorted(dims)}; search one session at a time")
         dim = dims.pop()
         key = tuple(sids)
-        versions = {sid: (v, e) for sid, (v, e, _) in state.items()}
+        versions = {sid: (v, e) for sid, (v, e, _) in state.items()}  # e: (epoch, identity)
         cached = self._cache.get(key)
         if cached is not None:
             old_versions, max_vid, block = cached
@@ -608,7 +626,7 @@ class SQLiteStore:
         return C.VectorBlock.build(rows, dim), max_vid
 
     def _remember(
-        self, key: tuple[int, ...], versions: dict[int, tuple[int, int]], max_vid: int, block: C.VectorBlock
+        self, key: tuple[int, ...], versions: dict[int, tuple[int, Any]], max_vid: int, block: C.VectorBlock
     ) -> None:
         self._cache[key] = (versions, max_vid, block)
         self._cache.move_to_end(key)
@@ -768,7 +786,7 @@ class SQLiteStore:
 
     # -- housekeeping -------------------------------------------------------------------
 
-    def forget(self, scope: Scope) -> dict[str, int]:
+    def forget(self, scope: Scope) -> dict[str, Any]:
         where, params = SQL.scope_where(scope)
         rwhere, rparams = SQL.record_where(scope, exact=True)
         counts: dict[str, int] = {}
@@ -788,14 +806,40 @@ class SQLiteStore:
             ).rowcount
             counts["sessions"] = conn.execute(f"DELETE FROM sessions WHERE sid IN ({sub})", params).rowcount
             if counts["messages"] or counts["summaries"]:
-                # FTS5 keeps deleted terms in old segments until they merge: merge now.
-                conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
+                _merge_fts(conn)
         with self._lock:
             for key in [k for k in self._cache if set(k) & set(sids)]:
                 del self._cache[key]
-            with contextlib.suppress(sqlite3.Error):  # best effort: readers may pin old pages
-                self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)")  # drop old page images from the WAL
-        return counts
+            self._df.clear()
+            clean = self._checkpoint(tries=_SCRUB_TRIES, wait_ms=_SCRUB_WAIT_MS)
+        return F.result(counts, [] if clean else [self._wal_remaining()])
+
+    def _checkpoint(self, tries: int, wait_ms: int) -> bool:
+        """Copy the WAL into the file and truncate it, so no old page image is left; False while
+        another connection's read transaction pins them (waits at most ``tries * wait_ms``)."""
+        if self.path == ":memory:":
+            return True
+        conn = self._conn()
+        conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+        try:
+            done = F.retry(
+                lambda: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0, tries, _SCRUB_PAUSE
+            )
+        except sqlite3.Error:
+            done = False
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+        self._scrub_pending = not done
+        return done
+
+    def _wal_remaining(self) -> F.Remaining:
+        return F.Remaining(
+            where=f"{self.path}-wal and {self.path}",
+            what="old page images of the forgotten rows: another connection's transaction (a reader whose"
+            " snapshot predates the forget, or a long write) kept the WAL from being checkpointed",
+            until="that transaction ends and the WAL is checkpointed: this store retries after each of its"
+            " later writes and on close; PRAGMA wal_checkpoint(TRUNCATE), or the last connection's close, also does",
+        )
 
     def stats(self, scope: Scope) -> dict[str, int]:
         where, params = SQL.scope_where(scope)
@@ -851,6 +895,12 @@ def _index_pending(conn: sqlite3.Connection, min_pending: int) -> None:
         (last, top),
     )
     conn.execute("UPDATE fts_state SET last_rid = ?", (top,))
+
+
+def _merge_fts(conn: sqlite3.Connection) -> None:
+    """Merge every FTS5 segment into one: deleted rows' terms (and their delete markers) are dropped,
+    and secure_delete zeroes the freed pages. Costs ~0.15 s per 100,000 indexed messages."""
+    conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
 
 
 def _split_sql(script: str) -> list[str]:
