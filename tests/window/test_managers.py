@@ -66,7 +66,7 @@ def test_sliding_window_raises_when_no_valid_cut_exists_and_keeps_everything():
     assert messages == before
 
 
-def test_overflow_shortens_oldest_big_tool_result_once_then_trims():
+def test_overflow_shortens_the_oldest_tool_result_then_trims_as_the_sdk_does():
     big = "HEAD" + "x" * 10_000 + "TAIL"
     messages = [user("q"), tool_call("t1"), tool_result("t1", big), assistant("a"), user("q2"), tool_call("t2"), tool_result("t2", big), assistant("b")]
     events = []
@@ -76,10 +76,21 @@ def test_overflow_shortens_oldest_big_tool_result_once_then_trims():
     assert text.startswith("HEAD") and text.endswith("TAIL") and "fullrecall cut 9,008 characters" in text
     assert events[0].reason == "truncated" and events[0].messages[0].raw["content"][0]["toolResult"]["content"][0]["text"] == big
     assert messages[6]["content"][0]["toolResult"]["content"][0]["text"] == big  # only the oldest first
-    manager.reduce_context(messages, RuntimeError("overflow"))  # now the second one
-    manager.reduce_context(messages, RuntimeError("overflow"))  # nothing left to shorten: trims
+    manager.reduce_context(messages, RuntimeError("overflow"))  # the oldest is already short: trims
     assert manager.removed_message_count == 4 and messages[0] == user("q2")
-    assert [e.reason for e in events] == ["truncated", "truncated", "trimmed"]
+    manager.reduce_context(messages, RuntimeError("overflow"))  # now the next one is the oldest
+    assert "fullrecall cut" in messages[2]["content"][0]["toolResult"]["content"][0]["text"]
+    assert [e.reason for e in events] == ["truncated", "trimmed", "truncated"]
+    assert [m.position for m in events[2].messages] == [6]
+
+
+def test_tool_results_over_the_sdks_threshold_are_shortened_by_default():
+    text = "A" * 250 + "B" * 250
+    messages = [user("q"), tool_call("t1"), tool_result("t1", text), assistant("a")]
+    SlidingWindowConversationManager().reduce_context(messages, RuntimeError("overflow"))
+    short = messages[2]["content"][0]["toolResult"]["content"][0]["text"]
+    assert short.startswith("A" * 200 + "\n[... fullrecall cut 100 characters") and short.endswith("\n" + "B" * 200)
+    assert len(messages) == 4
 
 
 def test_images_in_tool_results_become_placeholders():

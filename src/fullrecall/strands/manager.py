@@ -13,10 +13,12 @@ summary comes back as the message to prepend, the archive stays in its store.
 from __future__ import annotations
 
 import logging
+import uuid
 import weakref
 from typing import Any
 
 from strands.agent.conversation_manager import ConversationManager as _StrandsConversationManager
+from strands.hooks import BeforeModelCallEvent, HookRegistry
 from strands.types.exceptions import ContextWindowOverflowException
 
 from .. import archive as _archive
@@ -95,23 +97,87 @@ class _Adapter(_StrandsConversationManager):
         return getattr(self.core, name)
 
 
-class SlidingWindowConversationManager(_Adapter):
-    """Keeps the last ``window_size`` messages; on overflow shortens the oldest big tool result, then trims.
+class NullConversationManager(_Adapter):
+    """Leaves the history alone; on overflow re-raises the model's error, as the SDK's does."""
 
-    Trimmed messages go to ``on_remove`` (e.g. an :class:`fullrecall.archive.Archive`) before they leave.
+    def __init__(self) -> None:
+        super().__init__(_window.NullConversationManager())
+
+    def reduce_context(self, agent: Any, e: Exception | None = None, **kwargs: Any) -> None:
+        if e is not None:
+            raise e
+
+
+class SlidingWindowConversationManager(_Adapter):
+    """The SDK's sliding window, with every removed message archived first.
+
+    Same parameters and window as ``strands``' ``SlidingWindowConversationManager``:
+    ``window_size`` (0 keeps only pinned messages), ``should_truncate_results``,
+    ``per_turn`` (manage before every model call, or every N calls, inside one
+    invocation), ``pin_first`` and ``proactive_compression``. On overflow the
+    oldest tool result over ``max_tool_result_chars`` (the SDK's 400) is
+    shortened first; ``truncation_notice="sdk"`` writes the SDK's notice instead
+    of fullrecall's (which says the original is in the archive). Trimmed and
+    shortened originals go to ``on_remove`` (e.g. an :class:`fullrecall.archive.Archive`).
     """
 
-    def __init__(self, window_size: int = 40, should_truncate_results: bool = True, *,
-                 max_tool_result_chars: int = 4000, on_remove: Any = None, proactive_compression: Any = None) -> None:
-        core = _window.SlidingWindowConversationManager(window_size, should_truncate_results,
-                                                       max_tool_result_chars=max_tool_result_chars, on_remove=on_remove)
+    def __init__(self, window_size: int = 40, should_truncate_results: bool = True, *, per_turn: bool | int = False,
+                 pin_first: int | None = None, max_tool_result_chars: int = 400, truncation_notice: str = "fullrecall",
+                 on_remove: Any = None, proactive_compression: Any = None) -> None:
+        if not isinstance(per_turn, bool) and (not isinstance(per_turn, int) or per_turn <= 0):
+            raise ValueError(f"per_turn must be a positive integer, True, or False, got {per_turn}")
+        core = _window.SlidingWindowConversationManager(
+            window_size, should_truncate_results, pin_first=pin_first, max_tool_result_chars=max_tool_result_chars,
+            truncation_notice=truncation_notice, on_remove=on_remove)
         super().__init__(core, proactive_compression=proactive_compression)
+        self.per_turn = per_turn
+        self._model_call_count = 0
+
+    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        super().register_hooks(registry, **kwargs)
+        registry.add_callback(BeforeModelCallEvent, self._on_before_model_call)
+
+    def _on_before_model_call(self, event: BeforeModelCallEvent) -> None:
+        """``per_turn``: manage the window before every model call, or every N calls."""
+        if self.per_turn is False:
+            return
+        self._model_call_count += 1
+        if self.per_turn is True or self._model_call_count % self.per_turn == 0:
+            self.apply_management(event.agent)
+
+    def get_state(self) -> dict[str, Any]:
+        return {**super().get_state(), "model_call_count": self._model_call_count}
+
+    def restore_from_session(self, state: dict[str, Any]) -> list[dict[str, Any]] | None:
+        result = super().restore_from_session(state)
+        self._model_call_count = int(state.get("model_call_count", 0))
+        return result
 
 
 class _SummaryRestore:
-    """The SDK's summary contract: the summary is in the state and prepended on restore."""
+    """The SDK's summary contract: the summary is in the state and prepended on restore.
+
+    The summary message carries a durable ``tracking_id``, as the SDK's does.
+    """
 
     core: Any
+
+    def reduce_context(self, agent: Any, e: Exception | None = None, **kwargs: Any) -> None:
+        try:
+            super().reduce_context(agent, e, **kwargs)  # type: ignore[misc]
+        finally:
+            self._track_summary()
+
+    def apply_management(self, agent: Any, **kwargs: Any) -> None:
+        try:
+            super().apply_management(agent, **kwargs)  # type: ignore[misc]
+        finally:
+            self._track_summary()
+
+    def _track_summary(self) -> None:
+        summary = self.core.summary_message
+        if summary is not None and not summary.get("tracking_id"):
+            summary["tracking_id"] = str(uuid.uuid4())
 
     def restore_from_session(self, state: dict[str, Any]) -> list[dict[str, Any]] | None:
         super().restore_from_session(state)  # type: ignore[misc]
@@ -144,17 +210,24 @@ class SummarizingConversationManager(_SummaryRestore, _Adapter):
     ``.summarize(messages, previous_summary)`` or a callable) or a separate
     ``summarization_agent`` is given. ``llm_options`` go to
     :class:`fullrecall.summarizers.LLMSummarizer` (e.g. ``fallback="raise"``).
+
+    The window is the SDK's: the same messages are summarized (``summary_ratio``
+    of the window, summary and pinned messages counted, ``pin_first`` and pinned
+    messages kept before the summary), except that ``preserve_recent_messages``
+    is never summarized even when a tool run crosses it.
     """
 
     def __init__(self, summary_ratio: float = 0.3, preserve_recent_messages: int = 10,
                  summarization_agent: Any = None, summarization_system_prompt: str | None = None, *,
-                 summarizer: Any = None, max_context_tokens: int | None = None, max_history_turns: int | None = None,
-                 llm_options: dict[str, Any] | None = None, proactive_compression: Any = None,
+                 pin_first: int | None = None, summarizer: Any = None, max_context_tokens: int | None = None,
+                 max_history_turns: int | None = None, llm_options: dict[str, Any] | None = None,
+                 proactive_compression: Any = None, prefer_alternating_roles: bool = False,
                  **core_options: Any) -> None:
         self._agent_ref = None
         chosen = _summarizer(self, summarizer, summarization_agent, summarization_system_prompt, llm_options)
-        core = _window.SummarizingConversationManager(summary_ratio, preserve_recent_messages, chosen, None,
-                                                      max_context_tokens, max_history_turns, **core_options)
+        core = _window.SummarizingConversationManager(
+            summary_ratio, preserve_recent_messages, chosen, None, max_context_tokens, max_history_turns,
+            pin_first=pin_first, prefer_alternating_roles=prefer_alternating_roles, **core_options)
         super().__init__(core, proactive_compression=proactive_compression)
         self.summarization_agent = summarization_agent
         self.summarization_system_prompt = summarization_system_prompt
