@@ -24,7 +24,7 @@ from strands.types.exceptions import ContextWindowOverflowException
 from .. import archive as _archive
 from .. import window as _window
 from ..errors import ArchiveError, ContextWindowOverflowError
-from .summarizer import AgentModelSummarizer, SummarizationAgentSummarizer
+from .summarizer import AgentModelSummarizer, ModelReplySummarizer, SummarizationAgentSummarizer
 
 log = logging.getLogger("fullrecall.strands")
 
@@ -190,7 +190,7 @@ class _SummaryRestore:
 
 
 def _summarizer(owner: _Adapter, summarizer: Any, summarization_agent: Any, prompt: str | None,
-                llm_options: dict[str, Any] | None) -> Any:
+                llm_options: dict[str, Any] | None, checked_summary: bool = True) -> Any:
     given = [name for name, value in (("summarizer", summarizer), ("summarization_agent", summarization_agent)) if value is not None]
     if len(given) > 1 or (given and prompt is not None):
         raise ValueError("give at most one of summarizer, summarization_agent and summarization_system_prompt")
@@ -198,6 +198,10 @@ def _summarizer(owner: _Adapter, summarizer: Any, summarization_agent: Any, prom
         return summarizer
     if summarization_agent is not None:
         return SummarizationAgentSummarizer(summarization_agent, owner._current_agent)
+    if not checked_summary:
+        if llm_options:
+            raise ValueError("llm_options configure the checked summary; with checked_summary=False give none")
+        return ModelReplySummarizer(owner._current_agent, prompt)
     return AgentModelSummarizer(owner._current_agent, prompt, **(llm_options or {}))
 
 
@@ -210,6 +214,9 @@ class SummarizingConversationManager(_SummaryRestore, _Adapter):
     ``.summarize(messages, previous_summary)`` or a callable) or a separate
     ``summarization_agent`` is given. ``llm_options`` go to
     :class:`fullrecall.summarizers.LLMSummarizer` (e.g. ``fallback="raise"``).
+    ``checked_summary=False`` writes the summary as the SDK does: the SDK's
+    prompt, the model's reply taken as it is, no extractive fallback (a failed
+    call raises), no length bound.
 
     The window is the SDK's: the same messages are summarized (``summary_ratio``
     of the window, summary and pinned messages counted, ``pin_first`` and pinned
@@ -222,9 +229,12 @@ class SummarizingConversationManager(_SummaryRestore, _Adapter):
                  pin_first: int | None = None, summarizer: Any = None, max_context_tokens: int | None = None,
                  max_history_turns: int | None = None, llm_options: dict[str, Any] | None = None,
                  proactive_compression: Any = None, prefer_alternating_roles: bool = False,
-                 **core_options: Any) -> None:
+                 checked_summary: bool = True, **core_options: Any) -> None:
         self._agent_ref = None
-        chosen = _summarizer(self, summarizer, summarization_agent, summarization_system_prompt, llm_options)
+        chosen = _summarizer(self, summarizer, summarization_agent, summarization_system_prompt, llm_options,
+                             checked_summary)
+        if not checked_summary:
+            core_options.setdefault("max_summary_tokens", 1_000_000)
         core = _window.SummarizingConversationManager(
             summary_ratio, preserve_recent_messages, chosen, None, max_context_tokens, max_history_turns,
             pin_first=pin_first, prefer_alternating_roles=prefer_alternating_roles, **core_options)
