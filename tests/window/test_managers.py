@@ -225,3 +225,75 @@ def test_restored_manager_recognises_its_summary():
     assert messages[0]["content"][0]["text"] == "S(S(None))"
     with pytest.raises(ValueError, match="belongs to SlidingWindowConversationManager"):
         clone.restore_from_state(SlidingWindowConversationManager().get_state())
+
+
+def reused_id_turns(turns):
+    """Abstract turns of a local model that numbers its tool calls from call_0 every time."""
+    out = []
+    for t in range(turns):
+        out += [("ask", f"question {t}"), ("calls", [("call_0", "search", {"q": t})]), ("results", [("call_0", f"r{t}")]),
+                ("calls", [("call_1", "read", {"q": t})]), ("results", [("call_1", f"s{t}")]), ("answer", f"answer {t}")]
+    return out
+
+
+@pytest.mark.parametrize("shape", ["converse", "openai", "anthropic"])
+def test_reused_tool_call_ids_do_not_stall_either_manager(shape):
+    from conversations import render
+
+    from fullrecall.messages import parse_messages
+
+    original = render(reused_id_turns(20), shape)
+    assert len(original) == 120
+    messages, removed = list(original), []
+    SlidingWindowConversationManager(window_size=8, on_remove=removed.append).apply_management(messages)
+    assert 0 < len(messages) <= 8 and messages == original[-len(messages):]
+    _, parsed = parse_messages(messages)
+    assert parsed[0].role == "user" and not parsed[0].has_tool_result
+    assert [m.position for e in removed for m in e.messages] == list(range(120 - len(messages)))
+
+    messages = list(original)
+    manager = SummarizingConversationManager(summarizer=lambda m, p: "S", preserve_recent_messages=8)
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    assert manager.removed_message_count > 0 and messages[1:] == original[manager.removed_message_count:]
+    _, parsed = parse_messages(messages[1:])
+    assert not parsed[0].has_tool_result
+
+
+def test_sliding_window_fallback_of_a_failed_summary_starts_with_a_user_turn():
+    def failing(messages, previous):
+        raise TimeoutError("model timed out")
+
+    events = []
+    messages = chat(20)
+    manager = SummarizingConversationManager(summarizer=failing, preserve_recent_messages=4, fallback="sliding_window",
+                                             on_remove=events.append)
+    for _ in range(3):
+        manager.reduce_context(messages, RuntimeError("overflow"))
+        assert messages[0]["role"] == "user" and messages == chat(20)[manager.removed_message_count:]
+        assert len(messages) >= 4
+    assert [m.position for e in events for m in e.messages] == list(range(manager.removed_message_count))
+    assert {e.reason for e in events} == {"fallback"}
+
+
+def test_pinned_messages_survive_trimming_summarizing_and_clearing():
+    from strands.agent.conversation_manager.compression.pin_message import pin_message
+
+    for manager in (SlidingWindowConversationManager(window_size=4, pin_first=1),
+                    SummarizingConversationManager(summarizer=lambda m, p: "S", summary_ratio=0.5, preserve_recent_messages=2,
+                                                   pin_first=1)):
+        messages = chat(8)
+        pin_message(messages, 5)
+        manager.reduce_context(messages, RuntimeError("overflow"))
+        assert messages[0]["content"] == chat(8)[0]["content"] and messages[1]["content"] == chat(8)[5]["content"]
+        manager.clear(messages)
+        assert [m["content"] for m in messages] == [chat(8)[0]["content"], chat(8)[5]["content"]]
+        assert manager.removed_message_count == 14
+
+
+def test_window_size_zero_removes_every_unpinned_message():
+    messages, events = chat(5), []
+    manager = SlidingWindowConversationManager(window_size=0, on_remove=events.append)
+    manager.apply_management(messages)
+    assert messages == [] and [m.position for m in events[0].messages] == list(range(10))
+    with pytest.raises(ValueError, match="non-negative"):
+        SlidingWindowConversationManager(window_size=-1)

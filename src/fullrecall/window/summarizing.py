@@ -159,6 +159,9 @@ class SummarizingConversationManager(ConversationManager):
         keep = self._proactive_keep(messages, layout)
         if keep is None:
             return messages
+        if self._apply_pin_first(messages):
+            layout = self._layout(messages)
+            keep = min(keep, len(messages) - layout.start)
         try:
             self._summarize_head(messages, layout, target=len(messages) - layout.start - keep)
         except ContextWindowOverflowError as exc:
@@ -169,11 +172,20 @@ class SummarizingConversationManager(ConversationManager):
     def reduce_context(
         self, messages: MutableSequence[dict[str, Any]], error: BaseException | None = None
     ) -> MutableSequence[dict[str, Any]]:
+        self._apply_pin_first(messages)
         layout = self._layout(messages)
         window = len(messages) - layout.pinned
         count = min(max(1, int(window * self.summary_ratio)), window - self.preserve_recent_messages)
         self._summarize_head(messages, layout, target=count - (layout.start - layout.pinned), error=error)
         return messages
+
+    def _apply_pin_first(self, messages: MutableSequence[dict[str, Any]]) -> bool:
+        """Pin the first ``pin_first`` messages at the first reduction, as the SDK does; True when it did now."""
+        if not self.pin_first or self._pin_first_applied:
+            return False
+        pin_first(messages[self._pinned_count(messages) :], self.pin_first)
+        self._pin_first_applied = True
+        return True
 
     def _proactive_keep(self, messages: Sequence[dict[str, Any]], layout: "_Layout") -> int | None:
         """How many recent originals may stay, or None when no trigger fired."""
@@ -228,10 +240,6 @@ class SummarizingConversationManager(ConversationManager):
         target: int,
         error: BaseException | None = None,
     ) -> None:
-        if self.pin_first and not self._pin_first_applied:
-            pin_first(messages[layout.pinned :], self.pin_first)
-            self._pin_first_applied = True
-            layout = self._layout(messages)
         tail = messages[layout.start :]
         shape, body = self._parse(tail, layout.first_position(self))
         if self.summary_role == "system" and shape != "openai":
