@@ -12,18 +12,20 @@ summary comes back as the message to prepend, the archive stays in its store.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 import weakref
 from typing import Any
 
 from strands.agent.conversation_manager import ConversationManager as _StrandsConversationManager
-from strands.hooks import BeforeModelCallEvent, HookRegistry
+from strands.hooks import AgentInitializedEvent, BeforeModelCallEvent, HookRegistry
 from strands.types.exceptions import ContextWindowOverflowException
 
 from .. import archive as _archive
 from .. import window as _window
 from ..errors import ArchiveError, ContextWindowOverflowError
+from ..window.base import RemovedMessages
 from .summarizer import AgentModelSummarizer, ModelReplySummarizer, SummarizationAgentSummarizer
 
 log = logging.getLogger("fullrecall.strands")
@@ -248,8 +250,14 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
 
     Same parameters and defaults as :class:`fullrecall.archive.SemanticSummarizingConversationManager`;
     the summary comes from the agent's own model unless ``summarizer`` or
-    ``summarization_agent`` is given. Give ``store="sqlite:///memory.db"`` and a
-    ``session_id`` to find the archive again from a new process.
+    ``summarization_agent`` is given.
+
+    The archive follows the agent's session: when the agent has a session
+    manager and no ``session_id`` was given, the archive takes the session's id;
+    when no ``store`` was given either (the archive is in memory), a restored
+    agent's archive is rebuilt from the session's own message log, which holds
+    every message the manager removed. Without a session manager and a store,
+    the archive lives in memory, for this process only.
     """
 
     core: _archive.SemanticSummarizingConversationManager
@@ -270,10 +278,37 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
         super().__init__(core, proactive_compression=proactive_compression)
         self.summarization_agent = summarization_agent
         self.summarization_system_prompt = summarization_system_prompt
+        self._store_given = core_options.get("store") is not None
+        self._session_id_given = "session_id" in core_options
 
     @property
     def archive(self) -> _archive.Archive:
         return self.core.archive
+
+    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        super().register_hooks(registry, **kwargs)
+        registry.add_callback(AgentInitializedEvent, self._follow_session)
+
+    def _follow_session(self, event: AgentInitializedEvent) -> None:
+        """After the session manager restored the agent: the archive takes the session's id (and content)."""
+        session = getattr(event.agent, "_session_manager", None)
+        session_id = getattr(session, "session_id", None)
+        if session is None or not session_id or self._session_id_given:
+            return
+        archive = self.core.archive
+        archive.scope = dataclasses.replace(archive.scope, session_id=session_id)
+        if self._store_given or not self.removed_message_count or archive.store.count(archive.scope):
+            return
+        repository = getattr(session, "session_repository", None)
+        if repository is None:
+            log.warning("session manager %s has no message log to read; the archive of session %r starts empty",
+                        type(session).__name__, session_id)
+            return
+        records = repository.list_messages(session_id, event.agent.agent_id, offset=0, limit=self.removed_message_count)
+        shape, removed = self.core._parse([record.to_message() for record in records], 0)
+        if removed:
+            archive.write(RemovedMessages(messages=removed, reason="restored", shape=shape))
+            log.info("archive of session %r rebuilt from its message log: %d message(s)", session_id, len(removed))
 
     def recall(self, query: str, **options: Any) -> _archive.Recall:
         """Archived messages relevant to ``query`` with their neighbours, never repeating the window."""
@@ -287,7 +322,7 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
 
     def restore_from_session(self, state: dict[str, Any]) -> list[dict[str, Any]] | None:
         stored = state.get("session_id")
-        if stored is not None and stored != self.archive.scope.session_id:
+        if self._session_id_given and stored is not None and stored != self.archive.scope.session_id:
             log.warning("restoring state of archive session %r into a manager for session %r: recall reads %r",
                         stored, self.archive.scope.session_id, self.archive.scope.session_id)
         return super().restore_from_session(state)
