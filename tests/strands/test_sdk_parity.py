@@ -356,7 +356,7 @@ def test_proactive_compression_summarizes_before_the_model_call():
         scripted.update_config(context_window_limit=15)
         return scripted
 
-    options = dict(summary_ratio=0.5, preserve_recent_messages=2, proactive_compression={"compression_threshold": 0.5})
+    options = {"summary_ratio": 0.5, "preserve_recent_messages": 2, "proactive_compression": {"compression_threshold": 0.5}}
     pair = Pair(SdkSummarizing(**options), fr.SummarizingConversationManager(**options, checked_summary=False), model=model)
     for i in range(8):
         pair.sdk(f"question {i} about the records we keep")

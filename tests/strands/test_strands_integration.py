@@ -274,3 +274,20 @@ def test_without_a_session_manager_the_archive_is_in_memory_under_the_given_id()
     manager = SemanticSummarizingConversationManager(session_id="mine")
     Agent(model=ScriptedModel(), conversation_manager=manager, callback_handler=None)
     assert manager.archive.scope.session_id == "mine" and manager.archive.store.count(manager.archive.scope) == 0
+
+
+def test_an_object_that_merely_has_a_model_is_not_taken_for_an_agent():
+    from fullrecall.summarizers.chat_models.strands import StrandsChatModel
+
+    class Holder:
+        model = ScriptedModel()
+
+    with pytest.raises(TypeError, match="Strands Model or Agent"):
+        StrandsChatModel(Holder())
+    model = ScriptedModel()
+    model.model = ScriptedModel()  # a Model with a ``.model`` of its own is still that Model
+    assert StrandsChatModel(model).model is model
+    agent = Agent(model=model, system_prompt=AGENT_PROMPT, callback_handler=None)
+    assert StrandsChatModel(agent).model is model and StrandsChatModel(agent).system_prompt == AGENT_PROMPT
+    with pytest.raises(TypeError, match="must be a strands Agent"):
+        SummarizingConversationManager(summarization_agent=Holder())

@@ -328,7 +328,7 @@ class SummarizingConversationManager(ConversationManager):
 class _Layout:
     """Where the originals start: after a system message, pinned messages at the front, and our summary."""
 
-    __slots__ = ("pinned", "front", "has_summary")
+    __slots__ = ("front", "has_summary", "pinned")
 
     def __init__(self, pinned: int, front: int, has_summary: bool) -> None:
         self.pinned, self.front, self.has_summary = pinned, front, has_summary
