@@ -297,3 +297,17 @@ def test_window_size_zero_removes_every_unpinned_message():
     assert messages == [] and [m.position for m in events[0].messages] == list(range(10))
     with pytest.raises(ValueError, match="non-negative"):
         SlidingWindowConversationManager(window_size=-1)
+
+
+def test_recall_reaches_the_newest_archived_message_when_a_message_is_pinned():
+    from fullrecall.archive import SemanticSummarizingConversationManager
+
+    messages = chat(10)
+    messages[9] = assistant("The vault code is 4417.")
+    manager = SemanticSummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2,
+                                                     summarizer=lambda m, p: "S", pin_first=1, prefer_alternating_roles=False)
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    assert messages[0]["content"] == user("q0")["content"] and messages[2] == user("q5")
+    assert manager.removed_message_count == 9
+    assert manager.first_active_position == 10
+    assert 9 in [m.position for m in manager.recall("vault code", radius=0).messages]

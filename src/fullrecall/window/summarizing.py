@@ -85,6 +85,7 @@ class SummarizingConversationManager(ConversationManager):
         self.pin_first = max(0, pin_first) if pin_first is not None else None
         self.prefer_alternating_roles = prefer_alternating_roles
         self._pin_first_applied = False
+        self._front_seen = 0  # pinned originals before the summary, as last seen
         self.max_summary_tokens = max_summary_tokens
         self.token_counter = token_counter or default_token_counter()
         self._summarizer = summarizer
@@ -228,6 +229,7 @@ class SummarizingConversationManager(ConversationManager):
     def _layout(self, messages: Sequence[dict[str, Any]]) -> "_Layout":
         pinned = self._pinned_count(messages)
         front = leading_pinned(messages, pinned)
+        self._front_seen = front
         at = pinned + front
         has_summary = self._summary_message is not None and len(messages) > at and messages[at] == self._summary_message
         return _Layout(pinned=pinned, front=front, has_summary=has_summary)
@@ -272,6 +274,7 @@ class SummarizingConversationManager(ConversationManager):
         self._release(RemovedMessages(messages=head, reason="summarized", shape=shape, summary=summary, replaced_summary=previous))
         at = layout.pinned + layout.front
         messages[at : layout.start + cut] = [tail[i] for i in kept] + [summary_raw]
+        self._front_seen = layout.front + len(kept)
         self._summary_message = summary_raw
         self.removed_message_count += len(head)
 
