@@ -241,3 +241,53 @@ def test_memory_manager_search_tool_answers_from_the_archive(talked):
     reader("Search your memory: what was the project codename?")
     result = next(b["toolResult"] for m in reader.messages for b in m["content"] if "toolResult" in b)
     assert result["status"] == "success" and "bluefalcon" in json.dumps(result["content"])
+
+
+def test_without_a_store_the_archive_follows_the_session_into_a_new_process(tmp_path):
+    def agent(model):
+        return Agent(model=model, system_prompt=AGENT_PROMPT, callback_handler=None,
+                     conversation_manager=SemanticSummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2),
+                     hooks=[SemanticMemoryHook(max_context_length=400)],
+                     session_manager=FileSessionManager(session_id="u7", storage_dir=str(tmp_path / "sessions")))
+
+    first = agent(ScriptedModel(ANSWERS, summary_reply=SUMMARY, max_prompt_chars=LIMIT))
+    for question in QUESTIONS:
+        first(question)
+    before = first.conversation_manager
+    assert before.archive.scope.session_id == "u7" and before.removed_message_count > 0
+
+    model = ScriptedModel(["It is bluefalcon."], summary_reply=SUMMARY, max_prompt_chars=LIMIT)
+    again = agent(model)  # a new manager with a new in-memory archive, as in a new process
+    restored = again.conversation_manager
+    assert restored.archive.scope.session_id == "u7"
+    assert restored.removed_message_count == before.removed_message_count
+    assert [m["content"] for m in again.messages] == [m["content"] for m in first.messages]
+    last = before.removed_message_count - 1
+    assert [m.data["content"] for m in restored.archive.get(0, last)] == [m.data["content"] for m in before.archive.get(0, last)]
+    assert "bluefalcon" in " ".join(m.text for m in restored.recall("project codename").messages)
+    again("Remind me of the project codename?")
+    sent = texts(model.agent_calls[-1]["messages"][-1:])[0]
+    assert sent.startswith(ENRICHMENT_HEADER) and "bluefalcon" in sent
+
+
+def test_without_a_session_manager_the_archive_is_in_memory_under_the_given_id():
+    manager = SemanticSummarizingConversationManager(session_id="mine")
+    Agent(model=ScriptedModel(), conversation_manager=manager, callback_handler=None)
+    assert manager.archive.scope.session_id == "mine" and manager.archive.store.count(manager.archive.scope) == 0
+
+
+def test_an_object_that_merely_has_a_model_is_not_taken_for_an_agent():
+    from fullrecall.summarizers.chat_models.strands import StrandsChatModel
+
+    class Holder:
+        model = ScriptedModel()
+
+    with pytest.raises(TypeError, match="Strands Model or Agent"):
+        StrandsChatModel(Holder())
+    model = ScriptedModel()
+    model.model = ScriptedModel()  # a Model with a ``.model`` of its own is still that Model
+    assert StrandsChatModel(model).model is model
+    agent = Agent(model=model, system_prompt=AGENT_PROMPT, callback_handler=None)
+    assert StrandsChatModel(agent).model is model and StrandsChatModel(agent).system_prompt == AGENT_PROMPT
+    with pytest.raises(TypeError, match="must be a strands Agent"):
+        SummarizingConversationManager(summarization_agent=Holder())

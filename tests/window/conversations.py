@@ -16,15 +16,19 @@ texts = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)
 
 @st.composite
 def turns(draw, max_turns: int = 14):
-    """Abstract turns: ("ask", text), ("calls", [(id, name, input)]), ("results", [(id, text)]), ("answer", text)."""
+    """Abstract turns: ("ask", text), ("calls", [(id, name, input)]), ("results", [(id, text)]), ("answer", text).
+
+    Tool ids are unique, or (as local models send them) restart at ``call_0`` in every round.
+    """
     out, counter = [], 0
+    reuse_ids = draw(st.booleans())
     for _ in range(draw(st.integers(1, max_turns))):
         out.append(("ask", draw(texts)))
         for _ in range(draw(st.integers(0, 2))):
             calls = []
-            for _ in range(draw(st.integers(1, 3))):
+            for k in range(draw(st.integers(1, 3))):
                 counter += 1
-                calls.append((f"call_{counter}", draw(st.sampled_from(["search", "calc", "read"])), {"q": draw(texts)}))
+                calls.append((f"call_{k if reuse_ids else counter}", draw(st.sampled_from(["search", "calc", "read"])), {"q": draw(texts)}))
             out.append(("calls", calls))
             out.append(("results", [(cid, draw(texts) * draw(st.sampled_from([1, 1, 200]))) for cid, _, _ in calls]))
         out.append(("answer", draw(texts)))

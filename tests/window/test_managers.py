@@ -66,7 +66,7 @@ def test_sliding_window_raises_when_no_valid_cut_exists_and_keeps_everything():
     assert messages == before
 
 
-def test_overflow_shortens_oldest_big_tool_result_once_then_trims():
+def test_overflow_shortens_the_oldest_tool_result_then_trims_as_the_sdk_does():
     big = "HEAD" + "x" * 10_000 + "TAIL"
     messages = [user("q"), tool_call("t1"), tool_result("t1", big), assistant("a"), user("q2"), tool_call("t2"), tool_result("t2", big), assistant("b")]
     events = []
@@ -76,10 +76,21 @@ def test_overflow_shortens_oldest_big_tool_result_once_then_trims():
     assert text.startswith("HEAD") and text.endswith("TAIL") and "fullrecall cut 9,008 characters" in text
     assert events[0].reason == "truncated" and events[0].messages[0].raw["content"][0]["toolResult"]["content"][0]["text"] == big
     assert messages[6]["content"][0]["toolResult"]["content"][0]["text"] == big  # only the oldest first
-    manager.reduce_context(messages, RuntimeError("overflow"))  # now the second one
-    manager.reduce_context(messages, RuntimeError("overflow"))  # nothing left to shorten: trims
+    manager.reduce_context(messages, RuntimeError("overflow"))  # the oldest is already short: trims
     assert manager.removed_message_count == 4 and messages[0] == user("q2")
-    assert [e.reason for e in events] == ["truncated", "truncated", "trimmed"]
+    manager.reduce_context(messages, RuntimeError("overflow"))  # now the next one is the oldest
+    assert "fullrecall cut" in messages[2]["content"][0]["toolResult"]["content"][0]["text"]
+    assert [e.reason for e in events] == ["truncated", "trimmed", "truncated"]
+    assert [m.position for m in events[2].messages] == [6]
+
+
+def test_tool_results_over_the_sdks_threshold_are_shortened_by_default():
+    text = "A" * 250 + "B" * 250
+    messages = [user("q"), tool_call("t1"), tool_result("t1", text), assistant("a")]
+    SlidingWindowConversationManager().reduce_context(messages, RuntimeError("overflow"))
+    short = messages[2]["content"][0]["toolResult"]["content"][0]["text"]
+    assert short.startswith("A" * 200 + "\n[... fullrecall cut 100 characters") and short.endswith("\n" + "B" * 200)
+    assert len(messages) == 4
 
 
 def test_images_in_tool_results_become_placeholders():
@@ -214,3 +225,89 @@ def test_restored_manager_recognises_its_summary():
     assert messages[0]["content"][0]["text"] == "S(S(None))"
     with pytest.raises(ValueError, match="belongs to SlidingWindowConversationManager"):
         clone.restore_from_state(SlidingWindowConversationManager().get_state())
+
+
+def reused_id_turns(turns):
+    """Abstract turns of a local model that numbers its tool calls from call_0 every time."""
+    out = []
+    for t in range(turns):
+        out += [("ask", f"question {t}"), ("calls", [("call_0", "search", {"q": t})]), ("results", [("call_0", f"r{t}")]),
+                ("calls", [("call_1", "read", {"q": t})]), ("results", [("call_1", f"s{t}")]), ("answer", f"answer {t}")]
+    return out
+
+
+@pytest.mark.parametrize("shape", ["converse", "openai", "anthropic"])
+def test_reused_tool_call_ids_do_not_stall_either_manager(shape):
+    from conversations import render
+
+    from fullrecall.messages import parse_messages
+
+    original = render(reused_id_turns(20), shape)
+    assert len(original) == 120
+    messages, removed = list(original), []
+    SlidingWindowConversationManager(window_size=8, on_remove=removed.append).apply_management(messages)
+    assert 0 < len(messages) <= 8 and messages == original[-len(messages):]
+    _, parsed = parse_messages(messages)
+    assert parsed[0].role == "user" and not parsed[0].has_tool_result
+    assert [m.position for e in removed for m in e.messages] == list(range(120 - len(messages)))
+
+    messages = list(original)
+    manager = SummarizingConversationManager(summarizer=lambda m, p: "S", preserve_recent_messages=8)
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    assert manager.removed_message_count > 0 and messages[1:] == original[manager.removed_message_count:]
+    _, parsed = parse_messages(messages[1:])
+    assert not parsed[0].has_tool_result
+
+
+def test_sliding_window_fallback_of_a_failed_summary_starts_with_a_user_turn():
+    def failing(messages, previous):
+        raise TimeoutError("model timed out")
+
+    events = []
+    messages = chat(20)
+    manager = SummarizingConversationManager(summarizer=failing, preserve_recent_messages=4, fallback="sliding_window",
+                                             on_remove=events.append)
+    for _ in range(3):
+        manager.reduce_context(messages, RuntimeError("overflow"))
+        assert messages[0]["role"] == "user" and messages == chat(20)[manager.removed_message_count:]
+        assert len(messages) >= 4
+    assert [m.position for e in events for m in e.messages] == list(range(manager.removed_message_count))
+    assert {e.reason for e in events} == {"fallback"}
+
+
+def test_pinned_messages_survive_trimming_summarizing_and_clearing():
+    from strands.agent.conversation_manager.compression.pin_message import pin_message
+
+    for manager in (SlidingWindowConversationManager(window_size=4, pin_first=1),
+                    SummarizingConversationManager(summarizer=lambda m, p: "S", summary_ratio=0.5, preserve_recent_messages=2,
+                                                   pin_first=1)):
+        messages = chat(8)
+        pin_message(messages, 5)
+        manager.reduce_context(messages, RuntimeError("overflow"))
+        assert messages[0]["content"] == chat(8)[0]["content"] and messages[1]["content"] == chat(8)[5]["content"]
+        manager.clear(messages)
+        assert [m["content"] for m in messages] == [chat(8)[0]["content"], chat(8)[5]["content"]]
+        assert manager.removed_message_count == 14
+
+
+def test_window_size_zero_removes_every_unpinned_message():
+    messages, events = chat(5), []
+    manager = SlidingWindowConversationManager(window_size=0, on_remove=events.append)
+    manager.apply_management(messages)
+    assert messages == [] and [m.position for m in events[0].messages] == list(range(10))
+    with pytest.raises(ValueError, match="non-negative"):
+        SlidingWindowConversationManager(window_size=-1)
+
+
+def test_recall_reaches_the_newest_archived_message_when_a_message_is_pinned():
+    from fullrecall.archive import SemanticSummarizingConversationManager
+
+    messages = chat(10)
+    messages[9] = assistant("The vault code is 4417.")
+    manager = SemanticSummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2,
+                                                     summarizer=lambda m, p: "S", pin_first=1, prefer_alternating_roles=False)
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    assert messages[0]["content"] == user("q0")["content"] and messages[2] == user("q5")
+    assert manager.removed_message_count == 9
+    assert manager.first_active_position == 10
+    assert 9 in [m.position for m in manager.recall("vault code", radius=0).messages]

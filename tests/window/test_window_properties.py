@@ -113,16 +113,24 @@ def test_invariants(manager_name, conv, overflow_every, system):
         if msg is not full[p]:
             assert archive.by_position[p] is full[p], "only a truncated message may differ, and its original is archived"
 
-    # no tool pair split inside the window
+    # no tool pair split inside the window (a result answers the nearest open call with its id)
     _, parsed = parse_messages(window) if window else ("openai", [])
-    uses = {tid for m in parsed for tid in m.tool_use_ids}
-    results = {tid for m in parsed for tid in m.tool_result_ids}
-    assert results <= uses, "an orphaned tool result is in the window"
-    assert uses <= results | set(parsed[-1].tool_use_ids if parsed else []), "a tool call lost its result"
+    open_calls: dict[str, int] = {}
+    for msg in parsed:
+        for tid in msg.tool_result_ids:
+            assert open_calls.get(tid), "an orphaned tool result is in the window"
+            open_calls[tid] -= 1
+        for tid in msg.tool_use_ids:
+            open_calls[tid] = open_calls.get(tid, 0) + 1
+    waiting = sum(open_calls.values())
+    assert waiting == 0 or waiting <= len(parsed[-1].tool_use_ids), "a tool call lost its result"
 
-    # a trimmed window starts with a user turn that holds no tool result
+    # a trimmed window starts with a user turn that holds no tool result, or (a tool loop) a call and its results
     if manager_name == "sliding" and manager.removed_message_count:
-        assert parsed[start].role == "user" and not parsed[start].has_tool_result
+        head = parsed[start]
+        user_turn = head.role == "user" and not head.has_tool_result
+        tool_pair = bool(head.tool_use_ids) and start + 1 < len(parsed) and parsed[start + 1].has_tool_result
+        assert user_turn or tool_pair
 
     # state round trip through JSON
     clone = MANAGERS[manager_name](None)

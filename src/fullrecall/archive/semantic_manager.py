@@ -72,8 +72,8 @@ class SemanticSummarizingConversationManager(SummarizingConversationManager):
 
     @property
     def first_active_position(self) -> int:
-        """The position of the oldest original message still in the window."""
-        return self._pinned_seen + self.removed_message_count
+        """The position of the oldest original message still in the window (after pinned ones)."""
+        return self._pinned_seen + self.removed_message_count + self._front_seen
 
     def recall(self, query: str, *, top_k: int | None = None, min_score: float | None = None,
                radius: int | None = None) -> Recall:

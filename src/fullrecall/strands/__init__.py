@@ -6,6 +6,7 @@ Importing this module imports ``strands``; ``import fullrecall`` never does.
 from .hook import SemanticMemoryHook
 from .manager import (
     ContextWindowOverflow,
+    NullConversationManager,
     SemanticSummarizingConversationManager,
     SlidingWindowConversationManager,
     SummarizingConversationManager,
@@ -14,7 +15,7 @@ from .memory_store import ArchiveMemoryStore
 from .summarizer import AgentModelSummarizer, SummarizationAgentSummarizer
 
 __all__ = [
-    "AgentModelSummarizer", "ArchiveMemoryStore", "ContextWindowOverflow", "SemanticMemoryHook",
+    "AgentModelSummarizer", "ArchiveMemoryStore", "ContextWindowOverflow", "NullConversationManager", "SemanticMemoryHook",
     "SemanticSummarizingConversationManager", "SlidingWindowConversationManager", "SummarizationAgentSummarizer",
     "SummarizingConversationManager",
 ]

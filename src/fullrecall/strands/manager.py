@@ -12,17 +12,21 @@ summary comes back as the message to prepend, the archive stays in its store.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import uuid
 import weakref
 from typing import Any
 
 from strands.agent.conversation_manager import ConversationManager as _StrandsConversationManager
+from strands.hooks import AgentInitializedEvent, BeforeModelCallEvent, HookRegistry
 from strands.types.exceptions import ContextWindowOverflowException
 
 from .. import archive as _archive
 from .. import window as _window
 from ..errors import ArchiveError, ContextWindowOverflowError
-from .summarizer import AgentModelSummarizer, SummarizationAgentSummarizer
+from ..window.base import RemovedMessages
+from .summarizer import AgentModelSummarizer, ModelReplySummarizer, SummarizationAgentSummarizer
 
 log = logging.getLogger("fullrecall.strands")
 
@@ -95,23 +99,87 @@ class _Adapter(_StrandsConversationManager):
         return getattr(self.core, name)
 
 
-class SlidingWindowConversationManager(_Adapter):
-    """Keeps the last ``window_size`` messages; on overflow shortens the oldest big tool result, then trims.
+class NullConversationManager(_Adapter):
+    """Leaves the history alone; on overflow re-raises the model's error, as the SDK's does."""
 
-    Trimmed messages go to ``on_remove`` (e.g. an :class:`fullrecall.archive.Archive`) before they leave.
+    def __init__(self) -> None:
+        super().__init__(_window.NullConversationManager())
+
+    def reduce_context(self, agent: Any, e: Exception | None = None, **kwargs: Any) -> None:
+        if e is not None:
+            raise e
+
+
+class SlidingWindowConversationManager(_Adapter):
+    """The SDK's sliding window, with every removed message archived first.
+
+    Same parameters and window as ``strands``' ``SlidingWindowConversationManager``:
+    ``window_size`` (0 keeps only pinned messages), ``should_truncate_results``,
+    ``per_turn`` (manage before every model call, or every N calls, inside one
+    invocation), ``pin_first`` and ``proactive_compression``. On overflow the
+    oldest tool result over ``max_tool_result_chars`` (the SDK's 400) is
+    shortened first; ``truncation_notice="sdk"`` writes the SDK's notice instead
+    of fullrecall's (which says the original is in the archive). Trimmed and
+    shortened originals go to ``on_remove`` (e.g. an :class:`fullrecall.archive.Archive`).
     """
 
-    def __init__(self, window_size: int = 40, should_truncate_results: bool = True, *,
-                 max_tool_result_chars: int = 4000, on_remove: Any = None, proactive_compression: Any = None) -> None:
-        core = _window.SlidingWindowConversationManager(window_size, should_truncate_results,
-                                                       max_tool_result_chars=max_tool_result_chars, on_remove=on_remove)
+    def __init__(self, window_size: int = 40, should_truncate_results: bool = True, *, per_turn: bool | int = False,
+                 pin_first: int | None = None, max_tool_result_chars: int = 400, truncation_notice: str = "fullrecall",
+                 on_remove: Any = None, proactive_compression: Any = None) -> None:
+        if not isinstance(per_turn, bool) and (not isinstance(per_turn, int) or per_turn <= 0):
+            raise ValueError(f"per_turn must be a positive integer, True, or False, got {per_turn}")
+        core = _window.SlidingWindowConversationManager(
+            window_size, should_truncate_results, pin_first=pin_first, max_tool_result_chars=max_tool_result_chars,
+            truncation_notice=truncation_notice, on_remove=on_remove)
         super().__init__(core, proactive_compression=proactive_compression)
+        self.per_turn = per_turn
+        self._model_call_count = 0
+
+    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        super().register_hooks(registry, **kwargs)
+        registry.add_callback(BeforeModelCallEvent, self._on_before_model_call)
+
+    def _on_before_model_call(self, event: BeforeModelCallEvent) -> None:
+        """``per_turn``: manage the window before every model call, or every N calls."""
+        if self.per_turn is False:
+            return
+        self._model_call_count += 1
+        if self.per_turn is True or self._model_call_count % self.per_turn == 0:
+            self.apply_management(event.agent)
+
+    def get_state(self) -> dict[str, Any]:
+        return {**super().get_state(), "model_call_count": self._model_call_count}
+
+    def restore_from_session(self, state: dict[str, Any]) -> list[dict[str, Any]] | None:
+        result = super().restore_from_session(state)
+        self._model_call_count = int(state.get("model_call_count", 0))
+        return result
 
 
 class _SummaryRestore:
-    """The SDK's summary contract: the summary is in the state and prepended on restore."""
+    """The SDK's summary contract: the summary is in the state and prepended on restore.
+
+    The summary message carries a durable ``tracking_id``, as the SDK's does.
+    """
 
     core: Any
+
+    def reduce_context(self, agent: Any, e: Exception | None = None, **kwargs: Any) -> None:
+        try:
+            super().reduce_context(agent, e, **kwargs)  # type: ignore[misc]
+        finally:
+            self._track_summary()
+
+    def apply_management(self, agent: Any, **kwargs: Any) -> None:
+        try:
+            super().apply_management(agent, **kwargs)  # type: ignore[misc]
+        finally:
+            self._track_summary()
+
+    def _track_summary(self) -> None:
+        summary = self.core.summary_message
+        if summary is not None and not summary.get("tracking_id"):
+            summary["tracking_id"] = str(uuid.uuid4())
 
     def restore_from_session(self, state: dict[str, Any]) -> list[dict[str, Any]] | None:
         super().restore_from_session(state)  # type: ignore[misc]
@@ -124,7 +192,7 @@ class _SummaryRestore:
 
 
 def _summarizer(owner: _Adapter, summarizer: Any, summarization_agent: Any, prompt: str | None,
-                llm_options: dict[str, Any] | None) -> Any:
+                llm_options: dict[str, Any] | None, checked_summary: bool = True) -> Any:
     given = [name for name, value in (("summarizer", summarizer), ("summarization_agent", summarization_agent)) if value is not None]
     if len(given) > 1 or (given and prompt is not None):
         raise ValueError("give at most one of summarizer, summarization_agent and summarization_system_prompt")
@@ -132,6 +200,10 @@ def _summarizer(owner: _Adapter, summarizer: Any, summarization_agent: Any, prom
         return summarizer
     if summarization_agent is not None:
         return SummarizationAgentSummarizer(summarization_agent, owner._current_agent)
+    if not checked_summary:
+        if llm_options:
+            raise ValueError("llm_options configure the checked summary; with checked_summary=False give none")
+        return ModelReplySummarizer(owner._current_agent, prompt)
     return AgentModelSummarizer(owner._current_agent, prompt, **(llm_options or {}))
 
 
@@ -144,17 +216,30 @@ class SummarizingConversationManager(_SummaryRestore, _Adapter):
     ``.summarize(messages, previous_summary)`` or a callable) or a separate
     ``summarization_agent`` is given. ``llm_options`` go to
     :class:`fullrecall.summarizers.LLMSummarizer` (e.g. ``fallback="raise"``).
+    ``checked_summary=False`` writes the summary as the SDK does: the SDK's
+    prompt, the model's reply taken as it is, no extractive fallback (a failed
+    call raises), no length bound.
+
+    The window is the SDK's: the same messages are summarized (``summary_ratio``
+    of the window, summary and pinned messages counted, ``pin_first`` and pinned
+    messages kept before the summary), except that ``preserve_recent_messages``
+    is never summarized even when a tool run crosses it.
     """
 
     def __init__(self, summary_ratio: float = 0.3, preserve_recent_messages: int = 10,
                  summarization_agent: Any = None, summarization_system_prompt: str | None = None, *,
-                 summarizer: Any = None, max_context_tokens: int | None = None, max_history_turns: int | None = None,
-                 llm_options: dict[str, Any] | None = None, proactive_compression: Any = None,
-                 **core_options: Any) -> None:
+                 pin_first: int | None = None, summarizer: Any = None, max_context_tokens: int | None = None,
+                 max_history_turns: int | None = None, llm_options: dict[str, Any] | None = None,
+                 proactive_compression: Any = None, prefer_alternating_roles: bool = False,
+                 checked_summary: bool = True, **core_options: Any) -> None:
         self._agent_ref = None
-        chosen = _summarizer(self, summarizer, summarization_agent, summarization_system_prompt, llm_options)
-        core = _window.SummarizingConversationManager(summary_ratio, preserve_recent_messages, chosen, None,
-                                                      max_context_tokens, max_history_turns, **core_options)
+        chosen = _summarizer(self, summarizer, summarization_agent, summarization_system_prompt, llm_options,
+                             checked_summary)
+        if not checked_summary:
+            core_options.setdefault("max_summary_tokens", 1_000_000)
+        core = _window.SummarizingConversationManager(
+            summary_ratio, preserve_recent_messages, chosen, None, max_context_tokens, max_history_turns,
+            pin_first=pin_first, prefer_alternating_roles=prefer_alternating_roles, **core_options)
         super().__init__(core, proactive_compression=proactive_compression)
         self.summarization_agent = summarization_agent
         self.summarization_system_prompt = summarization_system_prompt
@@ -165,8 +250,14 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
 
     Same parameters and defaults as :class:`fullrecall.archive.SemanticSummarizingConversationManager`;
     the summary comes from the agent's own model unless ``summarizer`` or
-    ``summarization_agent`` is given. Give ``store="sqlite:///memory.db"`` and a
-    ``session_id`` to find the archive again from a new process.
+    ``summarization_agent`` is given.
+
+    The archive follows the agent's session: when the agent has a session
+    manager and no ``session_id`` was given, the archive takes the session's id;
+    when no ``store`` was given either (the archive is in memory), a restored
+    agent's archive is rebuilt from the session's own message log, which holds
+    every message the manager removed. Without a session manager and a store,
+    the archive lives in memory, for this process only.
     """
 
     core: _archive.SemanticSummarizingConversationManager
@@ -187,10 +278,37 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
         super().__init__(core, proactive_compression=proactive_compression)
         self.summarization_agent = summarization_agent
         self.summarization_system_prompt = summarization_system_prompt
+        self._store_given = core_options.get("store") is not None
+        self._session_id_given = "session_id" in core_options
 
     @property
     def archive(self) -> _archive.Archive:
         return self.core.archive
+
+    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        super().register_hooks(registry, **kwargs)
+        registry.add_callback(AgentInitializedEvent, self._follow_session)
+
+    def _follow_session(self, event: AgentInitializedEvent) -> None:
+        """After the session manager restored the agent: the archive takes the session's id (and content)."""
+        session = getattr(event.agent, "_session_manager", None)
+        session_id = getattr(session, "session_id", None)
+        if session is None or not session_id or self._session_id_given:
+            return
+        archive = self.core.archive
+        archive.scope = dataclasses.replace(archive.scope, session_id=session_id)
+        if self._store_given or not self.removed_message_count or archive.store.count(archive.scope):
+            return
+        repository = getattr(session, "session_repository", None)
+        if repository is None:
+            log.warning("session manager %s has no message log to read; the archive of session %r starts empty",
+                        type(session).__name__, session_id)
+            return
+        records = repository.list_messages(session_id, event.agent.agent_id, offset=0, limit=self.removed_message_count)
+        shape, removed = self.core._parse([record.to_message() for record in records], 0)
+        if removed:
+            archive.write(RemovedMessages(messages=removed, reason="restored", shape=shape))
+            log.info("archive of session %r rebuilt from its message log: %d message(s)", session_id, len(removed))
 
     def recall(self, query: str, **options: Any) -> _archive.Recall:
         """Archived messages relevant to ``query`` with their neighbours, never repeating the window."""
@@ -204,7 +322,7 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
 
     def restore_from_session(self, state: dict[str, Any]) -> list[dict[str, Any]] | None:
         stored = state.get("session_id")
-        if stored is not None and stored != self.archive.scope.session_id:
+        if self._session_id_given and stored is not None and stored != self.archive.scope.session_id:
             log.warning("restoring state of archive session %r into a manager for session %r: recall reads %r",
                         stored, self.archive.scope.session_id, self.archive.scope.session_id)
         return super().restore_from_session(state)

@@ -28,7 +28,8 @@ class RemovedMessages:
 
     ``messages`` are original conversation messages (verbatim, with positions);
     ``reason`` is ``"trimmed"``, ``"summarized"``, ``"truncated"`` (the original
-    of a tool result that stays, shortened), ``"fallback"`` or ``"cleared"``. ``summary`` is the
+    of a tool result that stays, shortened), ``"fallback"``, ``"cleared"`` or ``"restored"`` (an
+    archive rebuilt from a session's message log). ``summary`` is the
     summary that covers them, ``replaced_summary`` an earlier summary that the
     new one folds in (archived as a summary, never as user words).
     """

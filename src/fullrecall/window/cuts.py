@@ -3,7 +3,13 @@
 A cut at ``c`` keeps ``messages[c:]``. It is *clean* when no tool use before
 ``c`` has its result at or after ``c``; it is a valid *window start* when it is
 clean and ``messages[c]`` is a user turn that holds no tool result (so
-user-first providers accept the window and no result is orphaned).
+user-first providers accept the window and no result is orphaned). A *tool-pair
+start* is the fallback for windows made of tool turns: a clean cut at a tool
+call whose results open the next message.
+
+Pairs are matched by position and id together: a result answers the nearest
+earlier call with its id that is still unanswered, so ids reused in one
+conversation (local models often send ``"call_0"`` every time) pair correctly.
 """
 
 from __future__ import annotations
@@ -13,21 +19,28 @@ from typing import Sequence
 from ..messages.model import Message
 
 
+def tool_pairs(messages: Sequence[Message]) -> list[tuple[int, int]]:
+    """``(use_index, result_index)`` for every answered tool call, matched by id and position."""
+    open_uses: dict[str, list[int]] = {}
+    pairs: list[tuple[int, int]] = []
+    for i, msg in enumerate(messages):
+        for tool_id in msg.tool_result_ids:
+            waiting = open_uses.get(tool_id)
+            if waiting:
+                pairs.append((waiting.pop(), i))
+        for tool_id in msg.tool_use_ids:
+            open_uses.setdefault(tool_id, []).append(i)
+    return pairs
+
+
 def clean_cuts(messages: Sequence[Message]) -> list[bool]:
     """``out[c]`` is True when cutting before ``messages[c]`` splits no tool pair (``c`` in 0..n)."""
     n = len(messages)
-    used_at: dict[str, int] = {}
-    for i, msg in enumerate(messages):
-        for tool_id in msg.tool_use_ids:
-            used_at.setdefault(tool_id, i)
-    # difference array: a pair (u, r) forbids every cut in (u, r]
-    delta = [0] * (n + 2)
-    for r, msg in enumerate(messages):
-        for tool_id in msg.tool_result_ids:
-            u = used_at.get(tool_id)
-            if u is not None and u < r:
-                delta[u + 1] += 1
-                delta[r + 1] -= 1
+    delta = [0] * (n + 2)  # difference array: a pair (u, r) forbids every cut in (u, r]
+    for u, r in tool_pairs(messages):
+        if u < r:
+            delta[u + 1] += 1
+            delta[r + 1] -= 1
     out, open_pairs = [], 0
     for c in range(n + 1):
         open_pairs += delta[c]
@@ -36,13 +49,16 @@ def clean_cuts(messages: Sequence[Message]) -> list[bool]:
 
 
 def is_window_start(messages: Sequence[Message], c: int, clean: Sequence[bool]) -> bool:
+    """A clean cut before a user turn that holds no tool result."""
     if c >= len(messages) or not clean[c]:
         return False
     first = messages[c]
     return first.role == "user" and not first.has_tool_result
 
 
-def unanswered_tool_uses(messages: Sequence[Message]) -> set[str]:
-    """Tool use ids with no result anywhere in ``messages``."""
-    answered = {tid for m in messages for tid in m.tool_result_ids}
-    return {tid for m in messages for tid in m.tool_use_ids if tid not in answered}
+def is_tool_pair_start(messages: Sequence[Message], c: int, clean: Sequence[bool]) -> bool:
+    """A clean cut before a tool call whose results open the next message (a user or tool turn)."""
+    if c + 1 >= len(messages) or not clean[c] or not messages[c].tool_use_ids:
+        return False
+    return messages[c + 1].role in ("user", "tool") and messages[c + 1].has_tool_result
+

@@ -1,4 +1,14 @@
-"""Keep the most recent messages; on overflow shorten big tool results first."""
+"""Keep the most recent messages; on overflow shorten the oldest tool result first.
+
+The rules are the Strands SDK's ``SlidingWindowConversationManager``'s, so the
+same conversation leaves the same window: the window counts every message
+(pinned ones too, not a leading system message); it starts with a user turn
+that holds no tool result, or, when no such turn is left (a tool loop), with a
+tool call whose results follow; pinned messages stay; ``window_size=0`` keeps
+only the pinned ones. fullrecall adds that no cut splits a tool call from its
+result (pairs matched by id and position) and that everything removed is
+reported (archived) before it leaves.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +17,29 @@ from typing import Any, MutableSequence
 from ..errors import ContextWindowOverflowError
 from ..messages.model import Block, Message, OpaqueBlock, TextBlock, ToolResultBlock
 from .base import ConversationManager, RemovalListener, RemovedMessages, log
-from .cuts import clean_cuts, is_window_start
+from .cuts import clean_cuts, is_tool_pair_start, is_window_start
+from .pins import is_pinned, leading_pinned, pin_first
 
+TRUNCATION_NOTICES = ("fullrecall", "sdk")
 TRUNCATION_NOTICE = "[... fullrecall cut {cut:,} characters of this tool result here; the full result is in the archive ...]"
 _NOTICE_PREFIX = "[... fullrecall cut "
 MEDIA_PLACEHOLDER = "[{kind} removed from the window by fullrecall; the original is in the archive]"
+SDK_TRUNCATION = "{head}...\n\n... [truncated: {cut} chars removed] ...\n\n...{tail}"
+_SDK_MARKER = "... [truncated:"
+MEDIA_KINDS = ("image", "image_url", "document", "video", "file")
 
 
 class SlidingWindowConversationManager(ConversationManager):
-    """Keeps the last ``window_size`` messages (a leading system message is not counted).
+    """Keeps the last ``window_size`` messages, trimming the oldest ones that are not pinned.
 
-    The kept window always starts with a user turn that holds no tool result
-    and splits no tool call from its result. On overflow (``reduce_context``
-    with an error) it first shortens the oldest oversized tool result, keeping
-    its head and tail, then trims; when no valid cut exists it raises.
+    On overflow (``reduce_context`` with an error) the oldest message holding
+    tool results is first shortened when one of its results is over
+    ``max_tool_result_chars`` (400, the SDK's threshold; the first and last
+    half stay) or holds media; otherwise the window is trimmed. When no valid
+    cut exists it raises. ``truncation_notice="fullrecall"`` (the default) says
+    in the shortened result that the original is in the archive and replaces
+    documents and files too; ``"sdk"`` writes the SDK's own notice and image
+    placeholder. ``pin_first`` pins the first messages at the first reduction.
     """
 
     def __init__(
@@ -28,96 +47,153 @@ class SlidingWindowConversationManager(ConversationManager):
         window_size: int = 40,
         should_truncate_results: bool = True,
         *,
-        max_tool_result_chars: int = 4000,
+        pin_first: int | None = None,
+        max_tool_result_chars: int = 400,
+        truncation_notice: str = "fullrecall",
         on_remove: RemovalListener | None = None,
     ) -> None:
-        if window_size < 1:
-            raise ValueError(f"window_size must be at least 1, got {window_size}")
-        if max_tool_result_chars < 200:
-            raise ValueError(f"max_tool_result_chars must be at least 200, got {max_tool_result_chars}")
+        if isinstance(window_size, bool) or window_size < 0:
+            raise ValueError(f"window_size must be a non-negative integer, got {window_size}")
+        if max_tool_result_chars < 2:
+            raise ValueError(f"max_tool_result_chars must be at least 2, got {max_tool_result_chars}")
+        if truncation_notice not in TRUNCATION_NOTICES:
+            raise ValueError(f"truncation_notice must be one of {TRUNCATION_NOTICES}, got {truncation_notice!r}")
         super().__init__(on_remove=on_remove)
         self.window_size = window_size
         self.should_truncate_results = should_truncate_results
+        self.pin_first = max(0, pin_first) if pin_first is not None else None
         self.max_tool_result_chars = max_tool_result_chars
+        self.truncation_notice = truncation_notice
+        self._pin_first_applied = False
 
     def get_state(self) -> dict[str, Any]:
-        return {**super().get_state(), "window_size": self.window_size}
+        return {**super().get_state(), "window_size": self.window_size, "pin_first_applied": self._pin_first_applied}
+
+    def restore_from_state(self, state: dict[str, Any] | None) -> None:
+        super().restore_from_state(state)
+        if state:
+            self._pin_first_applied = bool(state.get("pin_first_applied", False))
 
     def apply_management(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
-        pinned = self._pinned_count(messages)
-        if len(messages) - pinned <= self.window_size:
+        if len(messages) - self._pinned_count(messages) <= self.window_size:
             return messages
-        shape, body = self._parse(messages[pinned:], pinned + self.removed_message_count)
-        cut = self._first_window_start(body, len(body) - self.window_size)
-        if cut is None:
-            log.warning("window holds %d messages, over %d, but no cut keeps tool pairs whole and starts "
-                        "with a user turn; keeping all of them for now", len(body), self.window_size)
-            return messages
-        self._trim(messages, pinned, body, cut, shape)
-        return messages
+        return self._reduce(messages, None)
 
     def reduce_context(
         self, messages: MutableSequence[dict[str, Any]], error: BaseException | None = None
     ) -> MutableSequence[dict[str, Any]]:
-        pinned = self._pinned_count(messages)
-        shape, body = self._parse(messages[pinned:], pinned + self.removed_message_count)
-        if error is not None and self.should_truncate_results and self._truncate_oldest_result(messages, pinned, body, shape):
-            return messages
-        target = 2 if len(body) <= self.window_size else len(body) - self.window_size
-        cut = self._first_window_start(body, target)
-        if cut is None:
-            raise ContextWindowOverflowError(
-                f"cannot trim the window: none of the {len(body)} messages from index {target} on starts a valid "
-                "window (a user turn without a tool result, with no tool call split from its result)"
-            ) from error
-        self._trim(messages, pinned, body, cut, shape)
-        return messages
+        return self._reduce(messages, error)
 
-    # -- trimming ------------------------------------------------------------------------
+    # -- the work --------------------------------------------------------------------------
+    def _reduce(self, messages: MutableSequence[dict[str, Any]], error: BaseException | None) -> MutableSequence[dict[str, Any]]:
+        system = self._pinned_count(messages)
+        if self.pin_first and not self._pin_first_applied:
+            pin_first(messages[system:], self.pin_first)
+            self._pin_first_applied = True
+        window = messages[system:]
+        # every message before the first unpinned one is either removed or pinned at the front
+        shape, body = self._parse(window, system + self.removed_message_count)
+        if self.window_size == 0:
+            return self._remove(messages, system, body, len(body), shape, error, reason="trimmed")
+        if error is not None and self.should_truncate_results and self._truncate_oldest_result(messages, system, body, shape):
+            return messages
+        start = 2 if len(body) <= self.window_size else len(body) - self.window_size
+        cut = self._cut(body, start)
+        if cut is None:
+            if error is not None:
+                raise ContextWindowOverflowError(
+                    f"cannot trim the window: none of the {len(body)} messages from index {start} on starts a valid "
+                    "window (a user turn without a tool result, or a tool call followed by its results, with no "
+                    "tool call split from its result)") from error
+            log.warning("window holds %d messages, over %d, but no valid cut keeps tool pairs whole; keeping all "
+                        "of them for now", len(body), self.window_size)
+            return messages
+        return self._remove(messages, system, body, cut, shape, error, reason="trimmed")
+
     @staticmethod
-    def _first_window_start(body: list[Message], target: int) -> int | None:
+    def _cut(body: list[Message], start: int) -> int | None:
+        """The first window start at or after ``start``; else the first tool-pair start (a tool loop)."""
         clean = clean_cuts(body)
-        for cut in range(max(1, target), len(body)):
-            if is_window_start(body, cut, clean):
-                return cut
+        start = max(1, start)
+        for test in (is_window_start, is_tool_pair_start):
+            for cut in range(start, len(body)):
+                if test(body, cut, clean):
+                    return cut
         return None
 
-    def _trim(self, messages: MutableSequence[dict[str, Any]], pinned: int, body: list[Message], cut: int, shape: str) -> None:
-        self._release(RemovedMessages(messages=body[:cut], reason="trimmed", shape=shape))
-        del messages[pinned : pinned + cut]
-        self.removed_message_count += cut
+    def _remove(self, messages: MutableSequence[dict[str, Any]], system: int, body: list[Message], cut: int,
+                shape: str, error: BaseException | None, *, reason: str) -> MutableSequence[dict[str, Any]]:
+        """Archive, then delete, the messages before ``cut`` that are not pinned."""
+        window = messages[system:]
+        doomed = [i for i in range(cut) if not is_pinned(window, i)]
+        if not doomed:
+            if error is not None:
+                raise ContextWindowOverflowError("cannot trim the window: every message in the trim range is pinned") from error
+            log.warning("every message in the trim range is pinned; the window keeps %d messages", len(body))
+            return messages
+        self._release(RemovedMessages(messages=[body[i] for i in doomed], reason=reason, shape=shape))
+        for i in reversed(doomed):
+            del messages[system + i]
+        self.removed_message_count += len(doomed)
+        return messages
+
+    def _window_start(self, messages: Any) -> int:
+        return self._pinned_count(messages) + leading_pinned(messages, self._pinned_count(messages))
+
+    def clear(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
+        """Empty the window but for the pinned messages; every other message is reported first."""
+        system = self._pinned_count(messages)
+        shape, body = self._parse(messages[system:], system + self.removed_message_count)
+        if body:
+            self._remove(messages, system, body, len(body), shape, None, reason="cleared")
+        return messages
 
     # -- tool result truncation --------------------------------------------------------------
-    def _truncate_oldest_result(self, messages: MutableSequence[dict[str, Any]], pinned: int, body: list[Message], shape: str) -> bool:
-        for index, msg in enumerate(body):
-            if not msg.has_tool_result:
-                continue
-            content = [self._shorten(b) if isinstance(b, ToolResultBlock) else b for b in msg.content]
-            if content == msg.content:
-                continue
-            self._release(RemovedMessages(messages=[msg], reason="truncated", shape=shape))
-            messages[pinned + index] = self._render(msg.with_content(content), shape)
-            return True
-        return False
+    def _truncate_oldest_result(self, messages: MutableSequence[dict[str, Any]], system: int, body: list[Message], shape: str) -> bool:
+        """Shorten the oldest unpinned message with tool results, as the SDK does; False when nothing changed."""
+        window = messages[system:]
+        index = next((i for i, m in enumerate(body) if m.has_tool_result and not is_pinned(window, i)), None)
+        if index is None:
+            return False
+        msg = body[index]
+        content = [self._shorten(b) if isinstance(b, ToolResultBlock) else b for b in msg.content]
+        if content == msg.content:
+            return False
+        self._release(RemovedMessages(messages=[msg], reason="truncated", shape=shape))
+        messages[system + index] = self._render(msg.with_content(content), shape)
+        return True
 
     def _shorten(self, result: ToolResultBlock) -> ToolResultBlock:
         parts: list[Block] = []
         for part in result.content:
             if isinstance(part, TextBlock):
                 parts.append(self._shorten_text(part))
-            elif isinstance(part, OpaqueBlock) and part.kind in ("image", "image_url", "document", "video", "file"):
-                parts.append(TextBlock(MEDIA_PLACEHOLDER.format(kind=part.kind)))
+            elif isinstance(part, OpaqueBlock) and self._is_media(part):
+                parts.append(TextBlock(self._media_placeholder(part)))
             else:
                 parts.append(part)
         if parts == list(result.content):
             return result
         return ToolResultBlock(result.tool_use_id, tuple(parts), result.status)
 
+    def _is_media(self, part: OpaqueBlock) -> bool:
+        return part.kind == "image" if self.truncation_notice == "sdk" else part.kind in MEDIA_KINDS
+
+    def _media_placeholder(self, part: OpaqueBlock) -> str:
+        if self.truncation_notice == "fullrecall":
+            return MEDIA_PLACEHOLDER.format(kind=part.kind)
+        data = part.data if isinstance(part.data, dict) else {}
+        source = data.get("source") if isinstance(data.get("source"), dict) else {}
+        raw = source.get("bytes") or b""
+        return f"[image: {data.get('format', 'unknown')}, {len(raw)} bytes]"
+
     def _shorten_text(self, part: TextBlock) -> TextBlock:
         text = part.text
-        if len(text) <= self.max_tool_result_chars or _NOTICE_PREFIX in text:
+        if len(text) <= self.max_tool_result_chars or _NOTICE_PREFIX in text or _SDK_MARKER in text:
             return part
-        head = self.max_tool_result_chars * 3 // 4
-        tail = self.max_tool_result_chars // 4
+        head = self.max_tool_result_chars // 2
+        tail = self.max_tool_result_chars - head
         cut = len(text) - head - tail
+        if self.truncation_notice == "sdk":
+            return TextBlock(SDK_TRUNCATION.format(head=text[:head], cut=cut, tail=text[-tail:]))
         return TextBlock(f"{text[:head]}\n{TRUNCATION_NOTICE.format(cut=cut)}\n{text[-tail:]}")

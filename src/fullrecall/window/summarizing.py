@@ -15,7 +15,8 @@ from ..errors import ContextWindowOverflowError
 from ..messages.model import Message, TextBlock
 from ..tokens import default_token_counter
 from .base import ConversationManager, RemovalListener, RemovedMessages
-from .cuts import clean_cuts
+from .cuts import clean_cuts, is_tool_pair_start, is_window_start
+from .pins import is_pinned, leading_pinned, pin_first
 
 log = logging.getLogger("fullrecall.window")
 
@@ -33,7 +34,14 @@ class SummarizingConversationManager(ConversationManager):
     ``max_history_turns`` (user+assistant pairs, as seed 003 counts them).
     On summarizer failure every message stays and the overflow error is raised,
     unless ``fallback="sliding_window"`` drops (after archiving) what would have
-    been summarized.
+    been summarized, cutting where a sliding window would (before a user turn).
+
+    On overflow it summarizes ``int(len(window) * summary_ratio)`` messages (the
+    summary and pinned messages count, as in the Strands SDK), moving the cut
+    forward past tool results, never into the ``preserve_recent_messages``.
+    Pinned messages (``pin_first``, or the SDK's pin flag) are kept, before the
+    summary. ``prefer_alternating_roles`` moves the cut a little so that the
+    summary is not followed by a message of its own role; the SDK does not.
     """
 
     def __init__(
@@ -47,6 +55,8 @@ class SummarizingConversationManager(ConversationManager):
         *,
         summary_role: str = "user",
         fallback: str | None = None,
+        pin_first: int | None = None,
+        prefer_alternating_roles: bool = True,
         max_summary_tokens: int = 800,
         token_counter: Any = None,
         on_remove: RemovalListener | None = None,
@@ -72,6 +82,10 @@ class SummarizingConversationManager(ConversationManager):
         self.max_history_turns = max_history_turns
         self.summary_role = summary_role
         self.fallback = fallback
+        self.pin_first = max(0, pin_first) if pin_first is not None else None
+        self.prefer_alternating_roles = prefer_alternating_roles
+        self._pin_first_applied = False
+        self._front_seen = 0  # pinned originals before the summary, as last seen
         self.max_summary_tokens = max_summary_tokens
         self.token_counter = token_counter or default_token_counter()
         self._summarizer = summarizer
@@ -126,12 +140,14 @@ class SummarizingConversationManager(ConversationManager):
 
     # -- state -----------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
-        return {**super().get_state(), "summary_message": self._summary_message}
+        return {**super().get_state(), "summary_message": self._summary_message,
+                "pin_first_applied": self._pin_first_applied}
 
     def restore_from_state(self, state: dict[str, Any] | None) -> None:
         super().restore_from_state(state)
         if state:
             self._summary_message = state.get("summary_message")
+            self._pin_first_applied = bool(state.get("pin_first_applied", False))
 
     @property
     def summary_message(self) -> dict[str, Any] | None:
@@ -144,8 +160,11 @@ class SummarizingConversationManager(ConversationManager):
         keep = self._proactive_keep(messages, layout)
         if keep is None:
             return messages
+        if self._apply_pin_first(messages):
+            layout = self._layout(messages)
+            keep = min(keep, len(messages) - layout.start)
         try:
-            self._summarize_head(messages, layout, keep_at_least=keep)
+            self._summarize_head(messages, layout, target=len(messages) - layout.start - keep)
         except ContextWindowOverflowError as exc:
             self.last_error = exc
             log.warning("proactive summarization skipped, every message kept: %s", exc)
@@ -154,11 +173,20 @@ class SummarizingConversationManager(ConversationManager):
     def reduce_context(
         self, messages: MutableSequence[dict[str, Any]], error: BaseException | None = None
     ) -> MutableSequence[dict[str, Any]]:
+        self._apply_pin_first(messages)
         layout = self._layout(messages)
-        originals = len(messages) - layout.start
-        count = max(1, int(originals * self.summary_ratio))
-        self._summarize_head(messages, layout, keep_at_least=originals - count, error=error)
+        window = len(messages) - layout.pinned
+        count = min(max(1, int(window * self.summary_ratio)), window - self.preserve_recent_messages)
+        self._summarize_head(messages, layout, target=count - (layout.start - layout.pinned), error=error)
         return messages
+
+    def _apply_pin_first(self, messages: MutableSequence[dict[str, Any]]) -> bool:
+        """Pin the first ``pin_first`` messages at the first reduction, as the SDK does; True when it did now."""
+        if not self.pin_first or self._pin_first_applied:
+            return False
+        pin_first(messages[self._pinned_count(messages) :], self.pin_first)
+        self._pin_first_applied = True
+        return True
 
     def _proactive_keep(self, messages: Sequence[dict[str, Any]], layout: "_Layout") -> int | None:
         """How many recent originals may stay, or None when no trigger fired."""
@@ -181,7 +209,16 @@ class SummarizingConversationManager(ConversationManager):
         return min(keeps) if keeps else None
 
     def clear(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
-        super().clear(messages)
+        """Empty the window but for pinned messages; the summary goes, every original is reported first."""
+        layout = self._layout(messages)
+        tail = messages[layout.start :]
+        shape, body = self._parse(tail, layout.first_position(self))
+        doomed = [i for i in range(len(tail)) if not is_pinned(tail, i)]
+        if doomed:
+            self._release(RemovedMessages(messages=[body[i] for i in doomed], reason="cleared", shape=shape))
+        keep = messages[: layout.pinned + layout.front] + [m for i, m in enumerate(tail) if i not in doomed]
+        messages[:] = keep
+        self.removed_message_count += len(doomed)
         self._summary_message = None
         return messages
 
@@ -191,41 +228,41 @@ class SummarizingConversationManager(ConversationManager):
     # -- the work --------------------------------------------------------------------------
     def _layout(self, messages: Sequence[dict[str, Any]]) -> "_Layout":
         pinned = self._pinned_count(messages)
-        has_summary = (
-            self._summary_message is not None and len(messages) > pinned and messages[pinned] == self._summary_message
-        )
-        return _Layout(pinned=pinned, has_summary=has_summary)
+        front = leading_pinned(messages, pinned)
+        self._front_seen = front
+        at = pinned + front
+        has_summary = self._summary_message is not None and len(messages) > at and messages[at] == self._summary_message
+        return _Layout(pinned=pinned, front=front, has_summary=has_summary)
 
     def _summarize_head(
         self,
         messages: MutableSequence[dict[str, Any]],
         layout: "_Layout",
         *,
-        keep_at_least: int,
+        target: int,
         error: BaseException | None = None,
     ) -> None:
-        shape, body = self._parse(messages[layout.start :], layout.first_position(self))
+        tail = messages[layout.start :]
+        shape, body = self._parse(tail, layout.first_position(self))
         if self.summary_role == "system" and shape != "openai":
             raise ValueError(f"summary_role='system' needs chat-completions messages; these are {shape}")
         limit = len(body) - max(self.preserve_recent_messages, 0)
-        target = min(len(body) - keep_at_least, limit)
-        cut = self._choose_cut(body, target, limit)
+        cut = self._choose_cut(body, min(target, limit), limit)
         if cut is None:
             raise ContextWindowOverflowError(
                 f"cannot summarize: {len(body)} message(s) in the window, {self.preserve_recent_messages} must be "
                 "preserved, and no earlier cut keeps every tool call with its result"
             ) from error
-        head = body[:cut]
+        kept = [i for i in range(cut) if is_pinned(tail, i)]
+        head = [body[i] for i in range(cut) if i not in kept]
+        if not head:
+            raise ContextWindowOverflowError("cannot summarize: every message in the summarize range is pinned") from error
         previous = self._previous_summary(messages, layout, shape)
         try:
             text = self._summarize(head, previous.text if previous else None)
         except Exception as exc:
             self.last_error = exc
-            if self.fallback == "sliding_window":
-                log.warning("summarizer failed (%s: %s); archiving and dropping %d messages instead", type(exc).__name__, exc, cut)
-                self._release(RemovedMessages(messages=head, reason="fallback", shape=shape, metadata={"error": repr(exc)}))
-                del messages[layout.start : layout.start + cut]
-                self.removed_message_count += cut
+            if self.fallback == "sliding_window" and self._drop_instead(messages, layout, body, cut, shape, exc):
                 return
             log.error("summarizer failed (%s: %s); every message kept", type(exc).__name__, exc)
             if error is not None:
@@ -235,9 +272,33 @@ class SummarizingConversationManager(ConversationManager):
                           position=None, metadata={"summary_of": [head[0].position, head[-1].position]}, shape=shape)
         summary_raw = self._render(summary, shape)
         self._release(RemovedMessages(messages=head, reason="summarized", shape=shape, summary=summary, replaced_summary=previous))
-        messages[layout.pinned : layout.start + cut] = [summary_raw]
+        at = layout.pinned + layout.front
+        messages[at : layout.start + cut] = [tail[i] for i in kept] + [summary_raw]
+        self._front_seen = layout.front + len(kept)
         self._summary_message = summary_raw
-        self.removed_message_count += cut
+        self.removed_message_count += len(head)
+
+    def _drop_instead(self, messages: MutableSequence[dict[str, Any]], layout: "_Layout", body: list[Message],
+                      cut: int, shape: str, exc: BaseException) -> bool:
+        """The sliding-window fallback: drop the oldest messages, cutting where a sliding window may start."""
+        limit = len(body) - max(self.preserve_recent_messages, 0)
+        clean = clean_cuts(body)
+        order = [*range(cut, 0, -1), *range(cut + 1, limit + 1)]  # nearest cut that drops no more than asked first
+        chosen = next((c for test in (is_window_start, is_tool_pair_start) for c in order if test(body, c, clean)), None)
+        if chosen is None:
+            return False
+        tail = messages[layout.start :]
+        doomed = [i for i in range(chosen) if not is_pinned(tail, i)]
+        if not doomed:
+            return False
+        log.warning("summarizer failed (%s: %s); archiving and dropping %d messages instead", type(exc).__name__, exc,
+                    len(doomed))
+        self._release(RemovedMessages(messages=[body[i] for i in doomed], reason="fallback", shape=shape,
+                                      metadata={"error": repr(exc)}))
+        for i in reversed(doomed):
+            del messages[layout.start + i]
+        self.removed_message_count += len(doomed)
+        return True
 
     def _choose_cut(self, body: list[Message], target: int, limit: int) -> int | None:
         """A clean cut near ``target`` within ``[1, limit]``; prefer one where roles alternate."""
@@ -250,7 +311,7 @@ class SummarizingConversationManager(ConversationManager):
         candidates = forward + backward
         if not candidates:
             return None
-        for c in candidates[:8]:  # a nearby cut after which the summary is not followed by its own role
+        for c in candidates[:8] if self.prefer_alternating_roles else ():  # the summary not followed by its role
             if c < len(body) and body[c].role != self.summary_role and not body[c].has_tool_result:
                 return c
         for c in candidates:
@@ -268,16 +329,17 @@ class SummarizingConversationManager(ConversationManager):
 
 
 class _Layout:
-    """Where the originals start: after a pinned system message and our summary."""
+    """Where the originals start: after a system message, pinned messages at the front, and our summary."""
 
-    __slots__ = ("pinned", "has_summary")
+    __slots__ = ("front", "has_summary", "pinned")
 
-    def __init__(self, pinned: int, has_summary: bool) -> None:
-        self.pinned, self.has_summary = pinned, has_summary
+    def __init__(self, pinned: int, front: int, has_summary: bool) -> None:
+        self.pinned, self.front, self.has_summary = pinned, front, has_summary
 
     @property
     def start(self) -> int:
-        return self.pinned + int(self.has_summary)
+        return self.pinned + self.front + int(self.has_summary)
 
     def first_position(self, manager: ConversationManager) -> int:
-        return self.pinned + manager.removed_message_count
+        """Every message before the first unpinned original is either removed or pinned at the front."""
+        return self.pinned + manager.removed_message_count + self.front

@@ -28,13 +28,13 @@ class StrandsChatModel:
     def __init__(self, model_or_agent: Any, *, max_retries: int = 2, backoff: float = 0.5,
                  max_backoff: float = 8.0) -> None:
         model = getattr(model_or_agent, "model", None)
-        if model is not None and hasattr(model, "stream"):
+        if hasattr(model_or_agent, "stream"):  # a Model, even one with a ``.model`` attribute of its own
+            self.model = model_or_agent
+            self.system_prompt: str | None = None
+        elif _is_agent(model_or_agent) and hasattr(model, "stream"):
             self.model = model
             prompt = getattr(model_or_agent, "system_prompt", None)
-            self.system_prompt: str | None = prompt if isinstance(prompt, str) and prompt.strip() else None
-        elif hasattr(model_or_agent, "stream"):
-            self.model = model_or_agent
-            self.system_prompt = None
+            self.system_prompt = prompt if isinstance(prompt, str) and prompt.strip() else None
         else:
             raise TypeError(f"expected a Strands Model or Agent, got {type(model_or_agent).__name__}")
         self.max_retries = max_retries
@@ -81,3 +81,12 @@ class StrandsChatModel:
             retryable = "Throttl" in name or isinstance(exc, (TimeoutError, ConnectionError))
             raise ChatModelError(f"{self.name} failed: {name}: {exc}", retryable=retryable) from exc
         return ChatResponse(text="".join(parts), finish_reason=_STOP.get(stop, stop), model=self.name)
+
+
+def _is_agent(value: Any) -> bool:
+    """A Strands ``Agent`` (not any object that merely has a ``.model``)."""
+    try:
+        from strands import Agent
+    except ImportError:  # pragma: no cover - strands not installed: nothing is an Agent
+        return False
+    return isinstance(value, Agent)

@@ -1,0 +1,72 @@
+"""Pinned messages: kept through trimming and summarization, as Strands pins them.
+
+A message is pinned when its ``metadata.custom.pinned`` is True (the flag the
+Strands SDK's pin API sets), or when it is the tool call or tool result next to
+a pinned partner with the same tool id, so a pinned pair is never split.
+"""
+
+from __future__ import annotations
+
+from typing import Any, MutableSequence, Sequence
+
+
+def _flagged(message: Any) -> bool:
+    metadata = message.get("metadata") if isinstance(message, dict) else None
+    custom = metadata.get("custom") if isinstance(metadata, dict) else None
+    return isinstance(custom, dict) and custom.get("pinned") is True
+
+
+def _tool_ids(message: Any) -> set[str]:
+    """Tool ids a raw message calls or answers, in any supported shape."""
+    ids: set[str] = set()
+    if not isinstance(message, dict):
+        return ids
+    for call in message.get("tool_calls") or ():  # chat completions
+        if isinstance(call, dict) and call.get("id"):
+            ids.add(str(call["id"]))
+    if message.get("tool_call_id"):
+        ids.add(str(message["tool_call_id"]))
+    content = message.get("content")
+    for block in content if isinstance(content, list) else ():
+        if not isinstance(block, dict):
+            continue
+        inner = block.get("toolUse") or block.get("toolResult")  # converse
+        if isinstance(inner, dict) and inner.get("toolUseId"):
+            ids.add(str(inner["toolUseId"]))
+        for key in ("id", "tool_use_id"):  # anthropic tool_use / tool_result
+            if block.get("type") in ("tool_use", "tool_result") and block.get(key):
+                ids.add(str(block[key]))
+    return ids
+
+
+def is_pinned(messages: Sequence[Any], index: int) -> bool:
+    """True when ``messages[index]`` is pinned, or is the tool partner next to a pinned message."""
+    if _flagged(messages[index]):
+        return True
+    ids = _tool_ids(messages[index])
+    if not ids:
+        return False
+    for near in (index - 1, index + 1):
+        if 0 <= near < len(messages) and _flagged(messages[near]) and ids & _tool_ids(messages[near]):
+            return True
+    return False
+
+
+def pin(message: dict[str, Any]) -> None:
+    """Pin one raw message in place (``metadata.custom.pinned = True``)."""
+    metadata = message.setdefault("metadata", {})
+    metadata.setdefault("custom", {})["pinned"] = True
+
+
+def pin_first(messages: MutableSequence[dict[str, Any]], count: int) -> None:
+    """Pin the first ``count`` messages in place."""
+    for message in list(messages)[:count]:
+        pin(message)
+
+
+def leading_pinned(messages: Sequence[Any], start: int = 0) -> int:
+    """How many messages from ``start`` on are pinned, in one run."""
+    end = start
+    while end < len(messages) and is_pinned(messages, end):
+        end += 1
+    return end - start
