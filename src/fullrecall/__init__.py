@@ -21,6 +21,7 @@ _EXPORTS = {
     "SummarizationError": "fullrecall.errors",
     "StoreError": "fullrecall.errors",
     "EmbeddingError": "fullrecall.errors",
+    "MemoryInputError": "fullrecall.errors",
     # messages
     "Message": "fullrecall.messages",
     "TextBlock": "fullrecall.messages",
@@ -43,6 +44,8 @@ _EXPORTS = {
     "RemovedMessages": "fullrecall.window",
     # durable conversation memory and recall
     "ConversationMemory": "fullrecall.memory.conversation",
+    # long-term memory
+    "ProceduralMemory": "fullrecall.memory.procedural",
     "SemanticSummarizingConversationManager": "fullrecall.archive",
     "SemanticMemoryHook": "fullrecall.archive",
     "Archive": "fullrecall.archive",
