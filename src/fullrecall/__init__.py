@@ -46,6 +46,8 @@ _EXPORTS = {
     "ConversationMemory": "fullrecall.memory.conversation",
     # long-term memory
     "ProceduralMemory": "fullrecall.memory.procedural",
+    "FactMemory": "fullrecall.memory.facts",
+    "Fact": "fullrecall.memory.facts",
     "SemanticSummarizingConversationManager": "fullrecall.archive",
     "SemanticMemoryHook": "fullrecall.archive",
     "Archive": "fullrecall.archive",

@@ -98,10 +98,11 @@ class RecordBook:
     def all(self) -> list[Record]:
         """The owner's live records (oldest first); expired ones are deleted on the way."""
         now = self.clock()
-        live = []
+        live, seen = [], set()
         for r in self.store.get_records(self.scope, self.namespace):
-            if r.data.get(_OWNER) != self._owner:
+            if r.data.get(_OWNER) != self._owner or r.id in seen:  # the Redis store lists a default owner's twice
                 continue
+            seen.add(r.id)
             expires = r.data.get(EXPIRES_AT)
             if expires is not None and float(expires) <= now:
                 self.delete(r.id)
