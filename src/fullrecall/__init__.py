@@ -48,6 +48,8 @@ _EXPORTS = {
     "ProceduralMemory": "fullrecall.memory.procedural",
     "FactMemory": "fullrecall.memory.facts",
     "Fact": "fullrecall.memory.facts",
+    "PersistentMemory": "fullrecall.memory.persistent",
+    "MemoryHit": "fullrecall.memory.persistent",
     "SemanticSummarizingConversationManager": "fullrecall.archive",
     "SemanticMemoryHook": "fullrecall.archive",
     "Archive": "fullrecall.archive",

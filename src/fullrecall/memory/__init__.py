@@ -2,6 +2,7 @@
 
 from .conversation import ConversationMemory
 from .facts import Fact, FactMemory
+from .persistent import MemoryHit, PersistentMemory
 from .procedural import ProceduralMemory
 
-__all__ = ["ConversationMemory", "Fact", "FactMemory", "ProceduralMemory"]
+__all__ = ["ConversationMemory", "Fact", "FactMemory", "MemoryHit", "PersistentMemory", "ProceduralMemory"]

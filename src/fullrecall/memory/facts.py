@@ -270,6 +270,12 @@ class FactMemory:
             checked.append((source, attr if isinstance(attr, str) and attr.strip() else None, value, text))
         return checked
 
+    def restore(self, facts: Sequence[Fact]) -> None:
+        """Write facts exactly as given (ids, intervals, sources kept: an import), embedded in one batch."""
+        facts = list(facts)
+        for fact, vector in zip(facts, self.book.embed([f.text for f in facts]) if facts else []):
+            self._put(fact, vector=vector)
+
     def forget(self, fact_id: str) -> bool:
         """Delete one fact (for good); True if it existed."""
         return self.book.delete(fact_id)
