@@ -50,6 +50,7 @@ _EXPORTS = {
     "Fact": "fullrecall.memory.facts",
     "PersistentMemory": "fullrecall.memory.persistent",
     "MemoryHit": "fullrecall.memory.persistent",
+    "MemoryTools": "fullrecall.memory.tools",
     "SemanticSummarizingConversationManager": "fullrecall.archive",
     "SemanticMemoryHook": "fullrecall.archive",
     "Archive": "fullrecall.archive",

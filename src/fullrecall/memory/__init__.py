@@ -4,5 +4,6 @@ from .conversation import ConversationMemory
 from .facts import Fact, FactMemory
 from .persistent import MemoryHit, PersistentMemory
 from .procedural import ProceduralMemory
+from .tools import MemoryTools
 
-__all__ = ["ConversationMemory", "Fact", "FactMemory", "MemoryHit", "PersistentMemory", "ProceduralMemory"]
+__all__ = ["ConversationMemory", "Fact", "FactMemory", "MemoryHit", "MemoryTools", "PersistentMemory", "ProceduralMemory"]

@@ -221,18 +221,28 @@ class PersistentMemory:
         self._note_session()
         return self.facts.remember(fact, **details)
 
-    def expand(self, memory_id: str) -> list[StoredMessage]:
-        """The exact archived messages behind a hit: the message itself, or a fact's source messages."""
-        found = self.messages(ids=[memory_id])
+    def expand(self, memory_id: str, session_id: str | None = None) -> list[StoredMessage]:
+        """The exact archived messages behind an id, in order: a message itself, a fact's source
+        messages, or the messages a summary covers (a window manager's, in the same store and scope).
+
+        ``session_id`` narrows the look-up to one session (message ids may repeat across sessions).
+        """
+        found = self.store.get(replace(self.owner, session_id=session_id), [memory_id])
         if found:
             return found
         fact = self.facts.get(memory_id)
-        if fact is None:
-            return []
-        by_session: dict[str, list[str]] = {}
-        for source in fact.sources:
-            by_session.setdefault(source.get("session_id") or self.session_id, []).append(source["id"])
-        return [m for s, ids in by_session.items() for m in self.store.get(replace(self.owner, session_id=s), ids)]
+        if fact is not None:
+            by_session: dict[str, list[str]] = {}
+            for source in fact.sources:
+                by_session.setdefault(source.get("session_id") or self.session_id, []).append(source["id"])
+            return [m for s, ids in by_session.items() for m in self.store.get(replace(self.owner, session_id=s), ids)]
+        for s in [session_id] if session_id is not None else self.sessions():
+            scope = replace(self.owner, session_id=s)
+            for summary in (self.store.get_state(scope, "summaries") or {}).get("items", []):
+                if summary.get("id") == memory_id:
+                    start, end = summary["covers"]
+                    return self.store.range(scope, start, end)
+        return []
 
     # -- listing, clearing, export -------------------------------------------------------------
     def sessions(self) -> list[str]:
