@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from fullrecall.memory.facts import extract_facts
 from fullrecall.stores import open_store
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
-from summarizer_peers import ScriptedServer, completion  # noqa: E402
+from summarizer_peers import ScriptedServer, completion
 
 T0 = 1_700_000_000.0
 
@@ -171,7 +172,7 @@ def test_intervals_of_one_attribute_never_overlap_and_one_is_current(default_emb
     for attribute in {a for a, _, _ in statements}:
         history = memory.history(attribute=attribute)
         assert len(memory.current(attribute=attribute)) == 1
-        for before, after in zip(history, history[1:]):
+        for before, after in itertools.pairwise(history):
             assert before.valid_to is not None and before.valid_to <= after.valid_from
         _, _, latest = max((t, i, v) for i, (a, v, t) in enumerate(statements) if a == attribute)
         assert memory.current(attribute=attribute)[0].value == latest  # the value stated as valid last

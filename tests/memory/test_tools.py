@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from fullrecall import ConversationMemory, MemoryTools, PersistentMemory, ProceduralMemory
+from fullrecall import (
+    ConversationMemory,
+    MemoryTools,
+    PersistentMemory,
+    ProceduralMemory,
+)
 from fullrecall.stores import Scope, open_store
 
 

@@ -6,4 +6,6 @@ from .persistent import MemoryHit, PersistentMemory
 from .procedural import ProceduralMemory
 from .tools import MemoryTools
 
-__all__ = ["ConversationMemory", "Fact", "FactMemory", "MemoryHit", "MemoryTools", "PersistentMemory", "ProceduralMemory"]
+__all__ = [
+    "ConversationMemory", "Fact", "FactMemory", "MemoryHit", "MemoryTools", "PersistentMemory", "ProceduralMemory",
+]

@@ -76,13 +76,13 @@ def normalize(text: str) -> str:
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
 _END = r"\s*[.!?]*\s*$"
 _RULES: list[tuple[re.Pattern[str], str | None]] = [
-    (re.compile(r"^my (?P<attr>[a-z][\w' -]{0,40}?) (?:is|are) (?P<value>.+?)" + _END, re.I), None),
-    (re.compile(r"^i live in (?P<value>.+?)" + _END, re.I), "lives in"),
-    (re.compile(r"^i work (?:at|for) (?P<value>.+?)" + _END, re.I), "works at"),
-    (re.compile(r"^i(?: am|'m) (?P<value>\d{1,3}) years old" + _END, re.I), "age"),
-    (re.compile(r"^i (?:really )?(?:like|love|prefer|enjoy) (?P<value>.+?)" + _END, re.I), ""),
+    (re.compile(r"^my (?P<attr>[a-z][\w' -]{0,40}?) (?:is|are) (?P<value>.+?)" + _END, re.IGNORECASE), None),
+    (re.compile(r"^i live in (?P<value>.+?)" + _END, re.IGNORECASE), "lives in"),
+    (re.compile(r"^i work (?:at|for) (?P<value>.+?)" + _END, re.IGNORECASE), "works at"),
+    (re.compile(r"^i(?: am|'m) (?P<value>\d{1,3}) years old" + _END, re.IGNORECASE), "age"),
+    (re.compile(r"^i (?:really )?(?:like|love|prefer|enjoy) (?P<value>.+?)" + _END, re.IGNORECASE), ""),
 ]
-_REMEMBER = re.compile(r"^(?:please )?remember(?: that)?,? (?P<inner>.+)$", re.I)
+_REMEMBER = re.compile(r"^(?:please )?remember(?: that)?,? (?P<inner>.+)$", re.IGNORECASE)
 
 
 def extract_facts(text: str) -> list[tuple[str | None, str | None, str]]:
@@ -284,7 +284,9 @@ class FactMemory:
     def get(self, fact_id: str) -> Fact | None:
         return next((f for f in self._all() if f.id == fact_id), None)
 
-    def current(self, subject: str | None = None, attribute: str | None = None, *, at: float | None = None) -> list[Fact]:
+    def current(
+        self, subject: str | None = None, attribute: str | None = None, *, at: float | None = None
+    ) -> list[Fact]:
         """Facts that hold now (or at time ``at``), oldest first."""
         return [
             f for f in self._select(subject, attribute)
@@ -305,9 +307,10 @@ class FactMemory:
         return [_from_record(r) for r in self.book.all()]
 
     def _select(self, subject: str | None, attribute: str | None) -> list[Fact]:
+        subject, attribute = (subject or "").lower() or None, (attribute or "").lower() or None
         return [
             f for f in self._all()
-            if (subject is None or f.subject == subject.lower()) and (attribute is None or f.attribute == attribute.lower())
+            if (subject is None or f.subject == subject) and (attribute is None or f.attribute == attribute)
         ]
 
     def _duplicate_of(self, fact: Fact, current: list[Fact], records: dict[str, Record]) -> Fact | None:
@@ -317,7 +320,8 @@ class FactMemory:
                 continue
             if normalize(f.text) == key:
                 return f
-            if fact.attribute and f.attribute == fact.attribute and normalize(f.value or "") == normalize(fact.value or ""):
+            same_value = normalize(f.value or "") == normalize(fact.value or "")
+            if fact.attribute and f.attribute == fact.attribute and same_value:
                 return f
         if fact.attribute:
             return None

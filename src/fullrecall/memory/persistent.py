@@ -21,11 +21,12 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC
 from pathlib import Path
 from typing import IO, Any
 
 from ..errors import MemoryInputError, MessageFormatError
-from ..stores.base import DEFAULT_TENANT, Record, Scope, Store, StoredMessage
+from ..stores.base import DEFAULT_TENANT, Record, Store, StoredMessage
 from ._records import RecordBook, owner_scope
 from .facts import Fact, FactMemory
 
@@ -102,9 +103,9 @@ class PersistentMemory:
         """Archive a turn verbatim, with embeddings; return the stored message ids.
 
         A message's time is its ``timestamp`` (or ``created_at``) key when it has one (Unix
-        seconds or ISO 8601), else now. System messages, ``None`` and messages with empty content are skipped. ``metadata``
-        (e.g. ``{"turn": 3}``) is kept with every message; other keywords (MassGen's
-        ``memory_type``, ``infer``) are accepted and ignored. A malformed message raises
+        seconds or ISO 8601), else now. System messages, ``None`` and messages with empty content
+        are skipped. ``metadata`` (e.g. ``{"turn": 3}``) is kept with every message; other
+        keywords (MassGen's ``memory_type``, ``infer``) are accepted and ignored. A malformed message raises
         :class:`~fullrecall.errors.MessageFormatError` naming it, before anything is written.
         """
         return self.record_sync(messages, metadata)
@@ -376,7 +377,9 @@ def _one_of(name: str, value: str | None, alias: str, alias_value: str | None) -
 
 
 def _is_empty(content: Any) -> bool:
-    return content is None or (isinstance(content, (str, list)) and not (content.strip() if isinstance(content, str) else content))
+    if isinstance(content, str):
+        return not content.strip()
+    return content is None or (isinstance(content, list) and not content)
 
 
 def _conversation(messages: Any) -> list[tuple[dict[str, Any], Any, str]]:
@@ -409,7 +412,7 @@ def _conversation(messages: Any) -> list[tuple[dict[str, Any], Any, str]]:
 
 def _message_time(msg: dict[str, Any]) -> float | None:
     """A message's own time: its ``timestamp`` or ``created_at`` key, Unix seconds or ISO 8601."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     for key in ("timestamp", "created_at"):
         value = msg.get(key)
@@ -420,7 +423,7 @@ def _message_time(msg: dict[str, Any]) -> float | None:
                 when = datetime.fromisoformat(value)
             except ValueError:
                 raise MessageFormatError(f"{key!r} must be Unix seconds or ISO 8601, not {value!r}") from None
-            return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+            return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
     return None
 
 
@@ -490,4 +493,4 @@ def _parse_line(n: int, line: str) -> tuple[str, Any]:
         archived_at=float(doc["archived_at"]), metadata=dict(doc.get("metadata") or {}), kind="message"))
 
 
-__all__ = ["PersistentMemory", "MemoryHit"]
+__all__ = ["MemoryHit", "PersistentMemory"]

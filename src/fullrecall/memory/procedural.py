@@ -226,7 +226,8 @@ def _check_pattern(query: Any, tools_used: Any, success_score: Any, execution_ti
     if isinstance(tools_used, str) or not isinstance(tools_used, Sequence) or not all(
             isinstance(t, str) and t for t in tools_used):
         raise MemoryInputError(f"pattern {query!r}: 'tools_used' must be a list of tool names, not {tools_used!r}")
-    for name, value, upper in (("success_score", success_score, 1.0), ("execution_time_ms", execution_time_ms, math.inf)):
+    checks = (("success_score", success_score, 1.0), ("execution_time_ms", execution_time_ms, math.inf))
+    for name, value, upper in checks:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= upper:
             bound = "in [0, 1]" if upper == 1.0 else ">= 0"
             raise MemoryInputError(f"pattern {query!r}: {name!r} must be a number {bound}, not {value!r}")

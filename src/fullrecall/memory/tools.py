@@ -30,8 +30,8 @@ _STRING = {"type": "string"}
 
 _SPECS: dict[str, tuple[str, dict[str, Any], list[str]]] = {
     "search_memory": (
-        "Search long-term memory (facts about the user and past conversation messages, across sessions). "
-        "Returns hits with an id, kind, text and score; pass an id to expand for the exact messages.",
+        ("Search long-term memory (facts about the user and past conversation messages, across sessions). "
+         "Returns hits with an id, kind, text and score; pass an id to expand for the exact messages."),
         {"query": {**_STRING, "description": "what to look for"},
          "limit": {"type": "integer", "description": "how many hits of each kind (default 5)", "minimum": 1}},
         ["query"],
@@ -43,8 +43,8 @@ _SPECS: dict[str, tuple[str, dict[str, Any], list[str]]] = {
         ["id"],
     ),
     "remember": (
-        "Keep a durable fact about the user, e.g. 'My city is Lyon'. A newer value of the same attribute "
-        "replaces the current one (the old one stays in history).",
+        ("Keep a durable fact about the user, e.g. 'My city is Lyon'. A newer value of the same attribute "
+         "replaces the current one (the old one stays in history)."),
         {"fact": {**_STRING, "description": "the fact, as one short sentence"}},
         ["fact"],
     ),
@@ -78,7 +78,7 @@ class MemoryTools:
             for h in hits
         ]}
 
-    def expand(self, id: str, session_id: str | None = None) -> dict[str, Any]:  # noqa: A002 - the tool's word
+    def expand(self, id: str, session_id: str | None = None) -> dict[str, Any]:
         messages = self.memory.expand(id, session_id=session_id)
         if not messages:
             return {"error": f"nothing in memory has the id {id!r}"}
@@ -89,7 +89,7 @@ class MemoryTools:
         return {"id": stored.id, "text": stored.text, "attribute": stored.attribute, "value": stored.value,
                 "mentions": stored.mentions}
 
-    def forget(self, id: str) -> dict[str, Any]:  # noqa: A002
+    def forget(self, id: str) -> dict[str, Any]:
         counts = self.memory.clear(ids=[id])
         if self.procedural is not None and self.procedural.delete_pattern(id):
             counts["patterns"] = 1
@@ -153,7 +153,8 @@ class MemoryTools:
             if function.get("name") not in self.names:
                 continue
             result = self.call(function["name"], function.get("arguments"))
-            replies.append({"role": "tool", "tool_call_id": call.get("id"), "content": json.dumps(result, ensure_ascii=False)})
+            content = json.dumps(result, ensure_ascii=False)
+            replies.append({"role": "tool", "tool_call_id": call.get("id"), "content": content})
         return replies
 
     # -- Strands ------------------------------------------------------------------------------
@@ -169,13 +170,13 @@ class MemoryTools:
         def search_memory(query: str, limit: int = 0) -> str:
             return self._json("search_memory", {"query": query, **({"limit": limit} if limit else {})})
 
-        def expand(id: str, session_id: str = "") -> str:  # noqa: A002
+        def expand(id: str, session_id: str = "") -> str:
             return self._json("expand", {"id": id, **({"session_id": session_id} if session_id else {})})
 
         def remember(fact: str) -> str:
             return self._json("remember", {"fact": fact})
 
-        def forget(id: str) -> str:  # noqa: A002
+        def forget(id: str) -> str:
             return self._json("forget", {"id": id})
 
         def recall_patterns(task: str) -> str:
