@@ -95,6 +95,8 @@ def test_no_memory_crosses_users_on_any_backend(store_url, default_embedder):
         assert "DEFAULT-000" not in run(alice.retrieve("passport number", limit=10))
         alice_id = alice.messages()[0].id
         assert bob.expand(alice_id) == [] and bob.clear(ids=[alice_id]) == {"messages": 0, "facts": 0}
+        default_fact = nobody.facts.history()[0].id
+        assert bob.clear(ids=[default_fact])["facts"] == 0 and nobody.facts.get(default_fact) is not None
         assert [m.id for m in alice.expand(alice_id)] == [alice_id]
         assert bob.stats()["message_count"] == 1 and bob.stats()["fact_count"] == 1
     finally:

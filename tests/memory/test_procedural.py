@@ -118,6 +118,8 @@ def test_ttl_and_owner_isolation_on_every_backend(store_url, default_embedder):
         clock.now += 100 * DAY
         young = alice.store_pattern("What workouts did I do?", ["search_workouts"], 0.9, 900)
         default_owner.store_pattern("Analyze my weight trends", ["global_tool"], 0.9, 900)
+        shared = default_owner.store_pattern("Analyze my weight trends", WEIGHT_TOOLS, 0.9, 900)
+        assert shared != old and not alice.delete_pattern(shared)  # same task and tools, another owner's
         assert bob.patterns() == [] and bob.retrieve_patterns("weight trends") == []
         assert [p["tools_used"] for p in alice.retrieve_patterns("weight trends")] == [WEIGHT_TOOLS]
 
@@ -126,6 +128,7 @@ def test_ttl_and_owner_isolation_on_every_backend(store_url, default_embedder):
         clock.now += 2
         assert {p["id"] for p in alice.patterns()} == {young}
         assert old not in {r.id for r in store.get_records(alice.book.scope, "procedures")}  # purged, not hidden
+        assert shared in {p["id"] for p in default_owner.patterns()}  # the default owner's twin is untouched
         # storing again renews the expiry
         alice.store_pattern("What workouts did I do?", ["search_workouts"], 0.9, 900)
         clock.now += 200 * DAY

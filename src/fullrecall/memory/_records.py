@@ -18,6 +18,7 @@ protocol, identically on every backend:
 from __future__ import annotations
 
 import base64
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -92,7 +93,20 @@ class RecordBook:
         return record
 
     def delete(self, record_id: str) -> bool:
+        """Delete one of the owner's records; an id the owner does not hold deletes nothing."""
+        if not any(r.id == record_id and r.data.get(_OWNER) == self._owner
+                   for r in self.store.get_records(self.scope, self.namespace)):
+            return False
+        return self._delete(record_id)
+
+    def _delete(self, record_id: str) -> bool:
+        # A store shows the default owner's records to every user (and deletes them too): record ids
+        # are unique per owner (uuids, or hashes that include the owner), so this deletes only ours.
         return self.store.delete_record(self.scope, self.namespace, record_id)
+
+    def owned_id(self, *parts: str) -> str:
+        """A stable record id for ``parts``, different for every owner."""
+        return hashlib.sha256("\x00".join([*self._owner, self.namespace, *parts]).encode()).hexdigest()[:24]
 
     # -- reading -----------------------------------------------------------------------------
     def all(self) -> list[Record]:
@@ -105,7 +119,7 @@ class RecordBook:
             seen.add(r.id)
             expires = r.data.get(EXPIRES_AT)
             if expires is not None and float(expires) <= now:
-                self.delete(r.id)
+                self._delete(r.id)
                 continue
             live.append(r)
         return live

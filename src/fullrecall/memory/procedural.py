@@ -14,7 +14,6 @@ Nothing here calls an LLM; similarity uses the local embedder.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 import time
@@ -120,7 +119,7 @@ class ProceduralMemory:
             return None
         signature = task_signature(query)
         steps = [str(t) for t in tools_used]
-        pattern_id = "p" + hashlib.sha256(f"{signature}\x00{steps!r}".encode()).hexdigest()[:24]
+        pattern_id = "p" + self.book.owned_id(signature, *steps)
         now = self.clock()
         old = self.book.get(pattern_id)
         if old is None:
