@@ -65,6 +65,20 @@ def test_record_skips_system_none_and_empty_and_never_fails_on_metadata_none(def
     assert [m.metadata.get("turn") for m in mem.messages()] == [None, 2]
 
 
+def test_a_retried_turn_is_stored_once(default_embedder):
+    mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s")
+    turn = [{"role": "user", "content": "My city is Oslo."}, {"role": "assistant", "content": "ok"}]
+    first = run(mem.record(turn, metadata={"turn": 1}))
+    assert run(mem.record(turn, metadata={"turn": 1})) == first
+    run(mem.record([{"role": "user", "content": "ok"}], metadata={"turn": 2}))  # same words, another turn
+    with_ids = [{"role": "user", "content": "ok", "id": "msg_1"}]
+    assert run(mem.record(with_ids)) == run(mem.record(with_ids))
+    run(mem.record([{"role": "user", "content": "new words"}], metadata={"turn": 1}))  # a reused number keeps them
+    assert len(mem.messages()) == 5 and [f.mentions for f in mem.facts.history()] == [1]
+    other = memory(mem.store, default_embedder, user_id="u", session_id="s2")  # the same turn number elsewhere
+    assert set(run(other.record(turn, metadata={"turn": 1}))).isdisjoint(first)
+
+
 def test_a_bad_message_is_named_and_nothing_is_written(default_embedder):
     mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s")
     with pytest.raises(MessageFormatError, match="message 2: 'role' is missing"):

@@ -16,6 +16,7 @@ instance unless ``session_id`` is given); reads span all the owner's sessions.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -105,7 +106,11 @@ class PersistentMemory:
         A message's time is its ``timestamp`` (or ``created_at``) key when it has one (Unix
         seconds or ISO 8601), else now. System messages, ``None`` and messages with empty content
         are skipped. ``metadata`` (e.g. ``{"turn": 3}``) is kept with every message; other
-        keywords (MassGen's ``memory_type``, ``infer``) are accepted and ignored. A malformed message raises
+        keywords (MassGen's ``memory_type``, ``infer``) are accepted and ignored.
+
+        Retries store once when the caller says which turn this is: a message's own ``id``
+        key, or ``metadata["turn"]`` with the message's place in the turn and its content, make
+        its stored id. A malformed message raises
         :class:`~fullrecall.errors.MessageFormatError` naming it, before anything is written.
         """
         return self.record_sync(messages, metadata)
@@ -166,19 +171,34 @@ class PersistentMemory:
             return []
         now = time.time()
         stored = []
-        for msg, parsed, shape in kept:
+        for i, (msg, parsed, shape) in enumerate(kept):
             created = _message_time(msg) or now
             stored.append(StoredMessage(
-                id=uuid.uuid4().hex, role=parsed.role,
+                id=self._message_id(msg, i, metadata), role=parsed.role,
                 text=_index_text(parsed.text, parsed.role, created), data=msg,
                 created_at=created, archived_at=now, metadata={**(metadata or {}), "shape": shape},
             ))
         self._note_session()
+        known = {m.id for m in self.store.get(self._search.scope, [m.id for m in stored])}
         ids = self._search.index(stored)
         if self.extract_facts:
-            sources = [{"session_id": self.session_id, "id": m.id} for m in stored]
-            self.facts.learn([msg for msg, _, _ in kept], sources, stated_at=now)
+            # a retry learns nothing twice
+            new = [(msg, m) for (msg, _, _), m in zip(kept, stored) if m.id not in known]
+            sources = [{"session_id": self.session_id, "id": m.id} for _, m in new]
+            self.facts.learn([msg for msg, _ in new], sources, stated_at=now)
         return ids
+
+    def _message_id(self, msg: dict[str, Any], index: int, metadata: dict[str, Any] | None) -> str:
+        """A message's id: derived from its own ``id`` key, or from ``metadata["turn"]``, its place in
+        the turn and its content, so that recording the same turn again stores nothing twice; else a new uuid."""
+        if isinstance(msg.get("id"), str) and msg["id"]:
+            key: list[Any] = ["id", msg["id"]]
+        elif metadata and metadata.get("turn") is not None:  # the words too: a reused turn number loses nothing
+            key = ["turn", metadata["turn"], index, msg]
+        else:
+            return uuid.uuid4().hex
+        parts = [self.tenant, self.user_id, self.agent_id, self.session_id, *key]
+        return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
 
     def search(
         self,
