@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import sys
 from pathlib import Path
 
@@ -176,3 +177,26 @@ def test_intervals_of_one_attribute_never_overlap_and_one_is_current(default_emb
             assert before.valid_to is not None and before.valid_to <= after.valid_from
         _, _, latest = max((t, i, v) for i, (a, v, t) in enumerate(statements) if a == attribute)
         assert memory.current(attribute=attribute)[0].value == latest  # the value stated as valid last
+
+
+def test_concurrent_writers_of_one_attribute_leave_one_current_fact(tmp_path, default_embedder):
+    url = f"sqlite:///{tmp_path / 'facts.db'}"
+    open_store(url).close()
+    barrier = threading.Barrier(4)
+
+    def write(city: str) -> None:
+        store = open_store(url)
+        memory = FactMemory(store, user_id="u", embedder=default_embedder)
+        barrier.wait()
+        memory.remember(f"My city is {city}")
+        store.close()
+
+    threads = [threading.Thread(target=write, args=(c,)) for c in ("Oslo", "Rome", "Kyiv", "Lima")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    memory = FactMemory(url, user_id="u", embedder=default_embedder)
+    history = memory.history(attribute="city")
+    assert sorted(f.value for f in history) == ["Kyiv", "Lima", "Oslo", "Rome"]  # every writer landed
+    assert len(memory.current(attribute="city")) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import threading
 import sys
 import time
 from pathlib import Path
@@ -199,3 +200,28 @@ def test_names_may_be_given_either_way_but_must_agree(default_embedder):
     assert memory("sqlite:///:memory:", default_embedder, user_name="u", agent_id="a").owner.user_id == "u"
     with pytest.raises(MemoryInputError, match="user_id='u' and user_name='v' disagree"):
         memory("sqlite:///:memory:", default_embedder, user_id="u", user_name="v")
+
+
+def test_concurrent_writers_all_land(tmp_path, default_embedder):
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    open_store(url).close()
+    barrier = threading.Barrier(4)
+
+    def write(w: int) -> None:
+        mem = memory(open_store(url), default_embedder, user_id="u", agent_id="a", session_id="shared")
+        barrier.wait()
+        for turn in range(5):
+            mem.record_sync([{"role": "user", "content": f"writer {w} turn {turn}"},
+                             {"role": "assistant", "content": f"reply {w}.{turn}"}], {"turn": f"{w}-{turn}"})
+        mem.close()
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    reader = memory(url, default_embedder, user_id="u", agent_id="a")
+    stored = reader.messages(session_id="shared")
+    assert len(stored) == 40 and sorted(m.position for m in stored) == list(range(40))
+    assert reader.sessions() == ["shared"]
+    assert "writer 3 turn 4" in run(reader.retrieve("writer 3 turn 4", limit=3))

@@ -223,7 +223,26 @@ class FactMemory:
             if old.valid_at(fact.valid_from):
                 old.valid_to, old.superseded_by = fact.valid_from, fact.id
                 self._put(old, base=records[old.id])
+        if fact.attribute and fact.is_current:
+            self._settle(fact.subject, fact.attribute)
         return fact
+
+    def _settle(self, subject: str, attribute: str) -> None:
+        """Leave one current fact per subject and attribute, even after concurrent writers.
+
+        Each writer re-reads after its own write, so the later of two racing writers sees
+        both facts and closes the one that started earlier (ties: stated earlier, then by id).
+        """
+        records = {r.id: r for r in self.book.all()}
+        current = [f for f in map(_from_record, records.values())
+                   if f.is_current and f.subject == subject and f.attribute == attribute]
+        if len(current) < 2:
+            return
+        winner = max(current, key=lambda f: (f.valid_from, f.stated_at, f.id))
+        for f in current:
+            if f.id != winner.id:
+                f.valid_to, f.superseded_by = winner.valid_from, winner.id
+                self._put(f, base=records[f.id])
 
     def learn(
         self, messages: Sequence[dict[str, Any]], sources: Sequence[dict[str, str]] | None = None,
