@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 import sys
+import threading
 from pathlib import Path
 
 import pytest

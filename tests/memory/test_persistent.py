@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import threading
 import sys
+import threading
 import time
 from pathlib import Path
 
