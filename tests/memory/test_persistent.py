@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fullrecall import MemoryInputError, MessageFormatError, PersistentMemory
 from fullrecall.stores import open_store
@@ -225,3 +227,20 @@ def test_concurrent_writers_all_land(tmp_path, default_embedder):
     assert len(stored) == 40 and sorted(m.position for m in stored) == list(range(40))
     assert reader.sessions() == ["shared"]
     assert "writer 3 turn 4" in run(reader.retrieve("writer 3 turn 4", limit=3))
+
+
+@settings(max_examples=15)
+@given(st.lists(st.tuples(st.sampled_from(["alice", "bob", ""]), st.integers(100, 999)), min_size=1, max_size=6,
+                unique_by=lambda t: t[1]))
+def test_whatever_is_recorded_only_its_owner_finds_it(default_embedder, notes):
+    store = open_store("sqlite:///:memory:")
+    owners = {u: memory(store, default_embedder, user_id=u or None, agent_id="a", session_id="s") for u in
+              ("alice", "bob", "")}
+    for user, code in notes:
+        run(owners[user].record([{"role": "user", "content": f"My code word is zx{code}."}]))
+    for user, mem in owners.items():
+        mine = {f"zx{c}" for u, c in notes if u == user}
+        for _, code in notes:
+            found = run(mem.retrieve(f"code word zx{code}", limit=10)) + json.dumps(mem.stats())
+            assert {w for w in (f"zx{c}" for _, c in notes) if w in found} <= mine
+    store.close()
