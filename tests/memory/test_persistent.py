@@ -210,12 +210,13 @@ def test_concurrent_writers_all_land(tmp_path, default_embedder):
     barrier = threading.Barrier(4)
 
     def write(w: int) -> None:
-        mem = memory(open_store(url), default_embedder, user_id="u", agent_id="a", session_id="shared")
+        store = open_store(url)
+        mem = memory(store, default_embedder, user_id="u", agent_id="a", session_id="shared")
         barrier.wait()
         for turn in range(5):
             mem.record_sync([{"role": "user", "content": f"writer {w} turn {turn}"},
                              {"role": "assistant", "content": f"reply {w}.{turn}"}], {"turn": f"{w}-{turn}"})
-        mem.close()
+        store.close()
 
     threads = [threading.Thread(target=write, args=(w,)) for w in range(4)]
     for t in threads:

@@ -158,6 +158,7 @@ class FactMemory:
         duplicate_similarity: float = DEFAULT_DUPLICATE_SIMILARITY,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        self._owns_store = isinstance(store, str)
         if isinstance(store, str):
             from ..stores import open_store
 
@@ -359,6 +360,12 @@ class FactMemory:
         record = Record(id=record_id, namespace=NAMESPACE, text=text, data=data,
                         created_at=fact.stated_at, updated_at=self.clock())
         self.book.put(record, vector)
+
+
+    def close(self) -> None:
+        """Close the store if this memory opened it (a store passed in is the caller's to close)."""
+        if self._owns_store:
+            self.store.close()
 
 
 def _from_record(record: Record) -> Fact:

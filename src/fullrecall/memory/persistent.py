@@ -21,7 +21,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC
 from pathlib import Path
 from typing import IO, Any
@@ -35,11 +35,16 @@ DEFAULT_STORE = "sqlite:///fullrecall_memory.db"
 _SESSIONS = "sessions"
 _EVERYTHING = 2**62  # a position past any session's end
 MIN_FACT_SIMILARITY = 0.3
+MAX_QUERIES = 3
 
 
 @dataclass
 class MemoryHit:
-    """One thing recalled: an archived message (``kind="message"``) or a fact (``kind="fact"``)."""
+    """One thing recalled: an archived message (``kind="message"``) or a fact (``kind="fact"``).
+
+    ``score`` is the cosine similarity for a fact and the fused hybrid score (0-1, relative to
+    the query's best candidate, see :mod:`fullrecall.search.fusion`) for a message.
+    """
 
     kind: str
     id: str
@@ -52,7 +57,7 @@ class MemoryHit:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items()}
+        return asdict(self)
 
 
 class PersistentMemory:
@@ -84,6 +89,7 @@ class PersistentMemory:
         self.user_id = _one_of("user_id", user_id, "user_name", user_name) or ""
         self.agent_id = _one_of("agent_id", agent_id, "agent_name", agent_name) or ""
         self.session_id = _one_of("session_id", session_id, "session_name", session_name) or f"s-{uuid.uuid4().hex}"
+        self._owns_store = isinstance(store, str)
         if isinstance(store, str):
             from ..stores import open_store
 
@@ -212,9 +218,10 @@ class PersistentMemory:
         """The structured variant of :meth:`retrieve`: current facts first, then messages, with scores.
 
         ``agent_id`` reads another agent's memory of the same user; ``turn`` keeps only
-        messages recorded with that ``metadata["turn"]``.
+        messages recorded with that ``metadata["turn"]``. Given messages, each of the last
+        ``MAX_QUERIES`` non-system ones is a query.
         """
-        queries = _queries(query_or_messages)
+        queries = _queries(query_or_messages)[-MAX_QUERIES:]
         if not queries or limit <= 0:
             return []
         agent = self.agent_id if agent_id is None else agent_id
@@ -369,7 +376,9 @@ class PersistentMemory:
         }
 
     def close(self) -> None:
-        self.store.close()
+        """Close the store if this memory opened it (a store passed in is the caller's to close)."""
+        if self._owns_store:
+            self.store.close()
 
     def _searcher(self, session_id: str) -> Any:
         from ..search import SemanticSearch

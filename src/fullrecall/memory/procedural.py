@@ -86,6 +86,7 @@ class ProceduralMemory:
         default_tools: Sequence[str] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
+        self._owns_store = isinstance(store, str)
         if isinstance(store, str):
             from ..stores import open_store
 
@@ -217,6 +218,12 @@ class ProceduralMemory:
 
     def delete_pattern(self, pattern_id: str) -> bool:
         return self.book.delete(pattern_id)
+
+
+    def close(self) -> None:
+        """Close the store if this memory opened it (a store passed in is the caller's to close)."""
+        if self._owns_store:
+            self.store.close()
 
 
 def _check_pattern(query: Any, tools_used: Any, success_score: Any, execution_time_ms: Any) -> None:
