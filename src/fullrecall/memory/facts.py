@@ -361,7 +361,6 @@ class FactMemory:
                         created_at=fact.stated_at, updated_at=self.clock())
         self.book.put(record, vector)
 
-
     def close(self) -> None:
         """Close the store if this memory opened it (a store passed in is the caller's to close)."""
         if self._owns_store:

@@ -219,7 +219,6 @@ class ProceduralMemory:
     def delete_pattern(self, pattern_id: str) -> bool:
         return self.book.delete(pattern_id)
 
-
     def close(self) -> None:
         """Close the store if this memory opened it (a store passed in is the caller's to close)."""
         if self._owns_store:
