@@ -66,6 +66,9 @@ def test_record_skips_system_none_and_empty_and_never_fails_on_metadata_none(def
     assert run(mem.record([])) == [] and run(mem.record(None)) == []
     run(mem.record({"role": "user", "content": "a single message"}, metadata={"turn": 2}))
     assert [m.metadata.get("turn") for m in mem.messages()] == [None, 2]
+    mixed = [{"role": "user", "content": "My boat is Ariel."}, {"role": "user", "content": [{"text": "converse"}]}]
+    run(mem.record(mixed))  # one turn, two shapes: each message is read in its own
+    assert [m.data for m in mem.messages()][-2:] == mixed and mem.facts.current(attribute="boat")[0].value == "Ariel"
 
 
 def test_a_retried_turn_is_stored_once(default_embedder):

@@ -254,11 +254,17 @@ class FactMemory:
         With a ``chat_model``: the extraction prompt, each answer checked against its source
         message; otherwise the rules of :func:`extract_facts` on user messages. Returns the facts stored.
         """
-        from ..messages.formats import parse_messages
+        from ..errors import MessageFormatError
+        from ..messages.formats import detect_shape, parse_message
 
         if sources is not None and len(sources) != len(messages):
             raise MemoryInputError(f"{len(sources)} sources for {len(messages)} messages")
-        parsed = parse_messages(list(messages))[1] if messages else []
+        parsed = []
+        for i, m in enumerate(messages):  # each in its own shape: a turn may mix them
+            try:
+                parsed.append(parse_message(m, detect_shape([m])))
+            except MessageFormatError as exc:
+                raise MessageFormatError(f"message {i}: {str(exc).removeprefix('message 0: ')}") from None
         refs = list(sources) if sources is not None else [None] * len(parsed)
         if self.chat_model is not None:
             found = self._llm_facts([(m.role, m.text) for m in parsed])
