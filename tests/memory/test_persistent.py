@@ -18,7 +18,7 @@ from fullrecall import MemoryInputError, MessageFormatError, PersistentMemory
 from fullrecall.stores import open_store
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
-from summarizer_peers import ScriptedServer
+from summarizer_peers import Reply, ScriptedServer, completion
 
 run = asyncio.run
 
@@ -54,6 +54,26 @@ def test_memory_survives_a_restart_and_spans_sessions_without_any_llm(tmp_path, 
     finally:
         server.close()
     assert server.requests == []
+
+
+def test_a_configured_chat_model_extracts_facts_and_its_failure_loses_no_words(default_embedder, caplog):
+    from fullrecall.summarizers.chat_models.openai import OpenAIChatModel
+
+    server = ScriptedServer()
+    try:
+        model = OpenAIChatModel("scripted", base_url=server.base_url, api_key="k", max_retries=0)
+        mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s", chat_model=model)
+        answer = [{"source": 0, "attribute": "team", "value": "the Owls", "text": "The user supports the Owls."}]
+        server.script(completion(json.dumps(answer)), Reply(status=500, body=b"down"))
+        run(mem.record([{"role": "user", "content": "Go the Owls! Best team ever."}]))
+        run(mem.record([{"role": "user", "content": "I moved to Quito."}]))
+        assert [(f.text, f.origin) for f in mem.facts.history()] == [("The user supports the Owls.", "llm")]
+        assert len(mem.messages()) == 2 and "could not extract facts" in caplog.text
+        assert len(server.requests) == 2
+        run(mem.retrieve("which team?"))
+        assert len(server.requests) == 2  # retrieving never calls the model
+    finally:
+        server.close()
 
 
 def test_record_skips_system_none_and_empty_and_never_fails_on_metadata_none(default_embedder):

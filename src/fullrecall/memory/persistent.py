@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -26,10 +27,12 @@ from datetime import UTC
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import MemoryInputError, MessageFormatError
+from ..errors import MemoryInputError, MessageFormatError, SummarizationError
 from ..stores.base import DEFAULT_TENANT, Record, Store, StoredMessage
 from ._records import RecordBook, owner_scope
 from .facts import Fact, FactMemory
+
+log = logging.getLogger("fullrecall.memory")
 
 DEFAULT_STORE = "sqlite:///fullrecall_memory.db"
 _SESSIONS = "sessions"
@@ -191,7 +194,10 @@ class PersistentMemory:
             # a retry learns nothing twice
             new = [(msg, m) for (msg, _, _), m in zip(kept, stored) if m.id not in known]
             sources = [{"session_id": self.session_id, "id": m.id} for _, m in new]
-            self.facts.learn([msg for msg, _ in new], sources, stated_at=now)
+            try:
+                self.facts.learn([msg for msg, _ in new], sources, stated_at=now)
+            except SummarizationError as exc:  # the chat model failed: the words are kept, only facts are missed
+                log.warning("recorded %d message(s) but could not extract facts from them (%s)", len(new), exc)
         return ids
 
     def _message_id(self, msg: dict[str, Any], index: int, metadata: dict[str, Any] | None) -> str:
