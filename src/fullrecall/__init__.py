@@ -22,6 +22,7 @@ _EXPORTS = {
     "SummarizationError": "fullrecall.errors",
     "StoreError": "fullrecall.errors",
     "EmbeddingError": "fullrecall.errors",
+    "MemoryInputError": "fullrecall.errors",
     # messages
     "Message": "fullrecall.messages",
     "TextBlock": "fullrecall.messages",
@@ -44,6 +45,13 @@ _EXPORTS = {
     "RemovedMessages": "fullrecall.window",
     # durable conversation memory and recall
     "ConversationMemory": "fullrecall.memory.conversation",
+    # long-term memory
+    "ProceduralMemory": "fullrecall.memory.procedural",
+    "FactMemory": "fullrecall.memory.facts",
+    "Fact": "fullrecall.memory.facts",
+    "PersistentMemory": "fullrecall.memory.persistent",
+    "MemoryHit": "fullrecall.memory.persistent",
+    "MemoryTools": "fullrecall.memory.tools",
     "SemanticSummarizingConversationManager": "fullrecall.archive",
     "SemanticMemoryHook": "fullrecall.archive",
     "Archive": "fullrecall.archive",

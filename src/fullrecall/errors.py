@@ -36,3 +36,10 @@ class StoreError(FullRecallError):
 
 class EmbeddingError(FullRecallError):
     """An embedder failed or returned vectors of the wrong shape."""
+
+
+class MemoryInputError(FullRecallError, ValueError):
+    """Bad input to long-term memory (a fact, a pattern, an import line); the text names the item and field.
+
+    Nothing was written.
+    """

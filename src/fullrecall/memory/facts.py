@@ -1,0 +1,385 @@
+"""Facts with validity intervals: what is true about a user now, and what was true before.
+
+A :class:`Fact` is a statement ("My city is Lyon") with, when known, its subject ("user"),
+attribute ("city") and value ("Lyon"), and three times: when it was stated (``stated_at``),
+when it became valid (``valid_from``) and when it stopped being valid (``valid_to``, None
+while it holds). It links to the archived messages it came from (``sources``).
+
+:class:`FactMemory` keeps them in any store:
+
+* a newer fact about the same subject and attribute **supersedes** the older one: the old
+  one gets ``valid_to`` and ``superseded_by`` and stays (``history()`` and ``current(at=...)``
+  see it; ``current()`` does not);
+* a fact that repeats a current one (same normalized text; for facts without an attribute,
+  also a cosine similarity of at least ``duplicate_similarity``; for attribute facts, the same
+  value) is **merged** into it: its sources are added and ``mentions`` counts up;
+* without an LLM, facts come from :meth:`FactMemory.remember` and from the rules of
+  :func:`extract_facts` (user messages only); with a ``chat_model``, from an extraction prompt
+  whose every answer is checked against the source message (its value must be found there
+  verbatim) before it is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import MemoryInputError
+from ..stores.base import DEFAULT_TENANT, Record, Store
+from ._records import RecordBook, owner_scope, public_data
+
+NAMESPACE = "facts"
+DEFAULT_DUPLICATE_SIMILARITY = 0.92
+USER = "user"
+
+
+@dataclass
+class Fact:
+    """One fact and its validity interval (Unix seconds). ``sources``: ``{"session_id", "id"}`` of messages."""
+
+    id: str
+    text: str
+    subject: str = USER
+    attribute: str | None = None
+    value: str | None = None
+    stated_at: float = field(default_factory=time.time)
+    valid_from: float = field(default_factory=time.time)
+    valid_to: float | None = None
+    superseded_by: str | None = None
+    sources: list[dict[str, str]] = field(default_factory=list)
+    origin: str = "explicit"  # "explicit", "rule" or "llm"
+    mentions: int = 1
+
+    @property
+    def is_current(self) -> bool:
+        return self.valid_to is None
+
+    def valid_at(self, when: float) -> bool:
+        return self.valid_from <= when and (self.valid_to is None or when < self.valid_to)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def normalize(text: str) -> str:
+    """Lower case, words only, single spaces: how duplicates are recognized."""
+    return " ".join(re.findall(r"\w+", text.lower()))
+
+
+# -- rules: facts without an LLM ----------------------------------------------------------------
+
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
+_END = r"\s*[.!?]*\s*$"
+_RULES: list[tuple[re.Pattern[str], str | None]] = [
+    (re.compile(r"^my (?P<attr>[a-z][\w' -]{0,40}?) (?:is|are) (?P<value>.+?)" + _END, re.IGNORECASE), None),
+    (re.compile(r"^i live in (?P<value>.+?)" + _END, re.IGNORECASE), "lives in"),
+    (re.compile(r"^i work (?:at|for) (?P<value>.+?)" + _END, re.IGNORECASE), "works at"),
+    (re.compile(r"^i(?: am|'m) (?P<value>\d{1,3}) years old" + _END, re.IGNORECASE), "age"),
+    (re.compile(r"^i (?:really )?(?:like|love|prefer|enjoy) (?P<value>.+?)" + _END, re.IGNORECASE), ""),
+]
+_REMEMBER = re.compile(r"^(?:please )?remember(?: that)?,? (?P<inner>.+)$", re.IGNORECASE)
+
+
+def extract_facts(text: str) -> list[tuple[str | None, str | None, str]]:
+    """Facts a user's message states, by simple rules: ``(attribute, value, sentence)`` per fact.
+
+    Per sentence, in order: "my <attribute> is/are <value>" (attribute facts: a new value
+    supersedes the old one); "I live in <value>" ("lives in"); "I work at/for <value>"
+    ("works at"); "I am <n> years old" ("age"); "I like/love/prefer/enjoy <value>" (no
+    attribute: several can hold at once). "Remember (that) ..." applies the rules to the rest,
+    and is kept as a fact of its own when none matches.
+    """
+    found: list[tuple[str | None, str | None, str]] = []
+    for m in _SENTENCE.finditer(text):
+        sentence = m.group(0).strip()
+        if not sentence:
+            continue
+        remember = _REMEMBER.match(sentence)
+        inner = remember.group("inner").strip() if remember else sentence
+        fact = _match_rule(inner)
+        if fact is not None:
+            found.append(fact)
+        elif remember:
+            found.append((None, None, inner))
+    return found
+
+
+def _match_rule(sentence: str) -> tuple[str | None, str | None, str] | None:
+    for pattern, attribute in _RULES:
+        m = pattern.match(sentence)
+        if m:
+            attr = (m.group("attr").strip().lower() if attribute is None else attribute) or None
+            return attr, m.group("value").strip(), sentence
+    return None
+
+
+# -- LLM extraction ---------------------------------------------------------------------------
+
+EXTRACTION_PROMPT = """You extract durable facts about the user from a conversation.
+Each message is numbered [i]. Answer ONLY with a JSON array; each element is an object:
+{"source": i, "subject": "user", "attribute": "a short attribute name or null", "value": "...", "text": "..."}
+"source" is the number of the message that states the fact. "value" must be copied verbatim from that message.
+"text" is the fact as one short sentence. Give attribute only for single-valued attributes (city, employer, name);
+use null for things several of which can hold (likes, hobbies). Answer [] if there is no durable fact."""
+
+
+def _parse_extraction(answer: str) -> list[dict[str, Any]]:
+    start, end = answer.find("["), answer.rfind("]")
+    if start < 0 or end < start:
+        return []
+    try:
+        items = json.loads(answer[start:end + 1])
+    except json.JSONDecodeError:
+        return []
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+
+class FactMemory:
+    """One owner's facts (user and agent) in any store; see the module docstring.
+
+    ``clock`` (Unix seconds) is for tests; ``chat_model`` (any
+    :class:`~fullrecall.summarizers.chat_models.base.ChatModel`) enables LLM extraction in :meth:`learn`.
+    """
+
+    def __init__(
+        self,
+        store: Store | str = "sqlite:///:memory:",
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        tenant: str = DEFAULT_TENANT,
+        embedder: Any = None,
+        chat_model: Any = None,
+        duplicate_similarity: float = DEFAULT_DUPLICATE_SIMILARITY,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._owns_store = isinstance(store, str)
+        if isinstance(store, str):
+            from ..stores import open_store
+
+            store = open_store(store)
+        self.store: Store = store
+        self.book = RecordBook(store, owner_scope(tenant, user_id, agent_id), NAMESPACE, embedder=embedder, clock=clock)
+        self.chat_model = chat_model
+        self.duplicate_similarity = duplicate_similarity
+        self.clock = clock
+
+    # -- writing -----------------------------------------------------------------------------
+    def remember(
+        self,
+        text: str,
+        *,
+        subject: str | None = None,
+        attribute: str | None = None,
+        value: str | None = None,
+        valid_from: float | None = None,
+        stated_at: float | None = None,
+        sources: Iterable[dict[str, str]] = (),
+        origin: str = "explicit",
+    ) -> Fact:
+        """Store a fact (or merge it into the current one it repeats); return the stored fact.
+
+        Without ``attribute``, the rules of :func:`extract_facts` may find one in ``text``
+        ("My city is Lyon" -> city = Lyon). ``valid_from`` defaults to ``stated_at`` (now).
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise MemoryInputError(f"fact: 'text' must be a non-empty string, not {text!r}")
+        for name, v in (("subject", subject), ("attribute", attribute), ("value", value)):
+            if v is not None and not isinstance(v, str):
+                raise MemoryInputError(f"fact {text!r}: {name!r} must be a string, not {v!r}")
+        sources = [_check_source(text, s) for s in sources]
+        text = text.strip()
+        if attribute is None and value is None:
+            rule = _match_rule(text)
+            if rule is not None:
+                attribute, value, _ = rule
+        now = self.clock()
+        stated = now if stated_at is None else float(stated_at)
+        fact = Fact(
+            id=uuid.uuid4().hex, text=text, subject=(subject or USER).strip().lower(),
+            attribute=attribute.strip().lower() if attribute else None, value=value.strip() if value else None,
+            stated_at=stated, valid_from=stated if valid_from is None else float(valid_from),
+            sources=sources, origin=origin,
+        )
+        records = {r.id: r for r in self.book.all()}
+        facts = [_from_record(r) for r in records.values()]
+        same = self._duplicate_of(fact, [f for f in facts if f.is_current], records)
+        if same is not None:
+            same.mentions += 1
+            same.sources += [s for s in fact.sources if s not in same.sources]
+            self._put(same, base=records[same.id])
+            return same
+        rivals = [f for f in facts if fact.attribute and f.subject == fact.subject and f.attribute == fact.attribute]
+        later = [f for f in rivals if f.valid_from > fact.valid_from]
+        if later:  # told late about an older value: it held until the next known one
+            nxt = min(later, key=lambda f: f.valid_from)
+            fact.valid_to, fact.superseded_by = nxt.valid_from, nxt.id
+        self._put(fact, vector=self.book.embed([fact.text])[0])  # durable before any old fact is closed
+        for old in rivals:
+            if old.valid_at(fact.valid_from):
+                old.valid_to, old.superseded_by = fact.valid_from, fact.id
+                self._put(old, base=records[old.id])
+        if fact.attribute and fact.is_current:
+            self._settle(fact.subject, fact.attribute)
+        return fact
+
+    def _settle(self, subject: str, attribute: str) -> None:
+        """Leave one current fact per subject and attribute, even after concurrent writers.
+
+        Each writer re-reads after its own write, so the later of two racing writers sees
+        both facts and closes the one that started earlier (ties: stated earlier, then by id).
+        """
+        records = {r.id: r for r in self.book.all()}
+        current = [f for f in map(_from_record, records.values())
+                   if f.is_current and f.subject == subject and f.attribute == attribute]
+        if len(current) < 2:
+            return
+        winner = max(current, key=lambda f: (f.valid_from, f.stated_at, f.id))
+        for f in current:
+            if f.id != winner.id:
+                f.valid_to, f.superseded_by = winner.valid_from, winner.id
+                self._put(f, base=records[f.id])
+
+    def learn(
+        self, messages: Sequence[dict[str, Any]], sources: Sequence[dict[str, str]] | None = None,
+        *, stated_at: float | None = None,
+    ) -> list[Fact]:
+        """Facts from conversation messages (app-shaped dicts), each linked to its message in ``sources``.
+
+        With a ``chat_model``: the extraction prompt, each answer checked against its source
+        message; otherwise the rules of :func:`extract_facts` on user messages. Returns the facts stored.
+        """
+        from ..errors import MessageFormatError
+        from ..messages.formats import detect_shape, parse_message
+
+        if sources is not None and len(sources) != len(messages):
+            raise MemoryInputError(f"{len(sources)} sources for {len(messages)} messages")
+        parsed = []
+        for i, m in enumerate(messages):  # each in its own shape: a turn may mix them
+            try:
+                parsed.append(parse_message(m, detect_shape([m])))
+            except MessageFormatError as exc:
+                raise MessageFormatError(f"message {i}: {str(exc).removeprefix('message 0: ')}") from None
+        refs = list(sources) if sources is not None else [None] * len(parsed)
+        if self.chat_model is not None:
+            found = self._llm_facts([(m.role, m.text) for m in parsed])
+            origin = "llm"
+        else:
+            found = [(i, attr, value, text) for i, m in enumerate(parsed) if m.role == "user"
+                     for attr, value, text in extract_facts(m.text)]
+            origin = "rule"
+        return [
+            self.remember(text, attribute=attr or None, value=value or text, stated_at=stated_at,
+                          sources=[refs[i]] if refs[i] else [], origin=origin)
+            for i, attr, value, text in found
+        ]
+
+    def _llm_facts(self, transcript: list[tuple[str, str]]) -> list[tuple[int, str | None, str | None, str]]:
+        from ..summarizers.chat_models.base import ChatRequest
+
+        numbered = "\n".join(f"[{i}] {role}: {text}" for i, (role, text) in enumerate(transcript))
+        answer = self.chat_model.complete(ChatRequest(
+            system=EXTRACTION_PROMPT, messages=({"role": "user", "content": numbered},), temperature=0.0))
+        checked = []
+        for item in _parse_extraction(answer.text):
+            source, value, text, attr = item.get("source"), item.get("value"), item.get("text"), item.get("attribute")
+            if not (isinstance(source, int) and 0 <= source < len(transcript) and isinstance(value, str)
+                    and value.strip() and isinstance(text, str) and text.strip()):
+                continue
+            if normalize(value) not in normalize(transcript[source][1]):
+                continue  # not said there: an invention, dropped
+            checked.append((source, attr if isinstance(attr, str) and attr.strip() else None, value, text))
+        return checked
+
+    def restore(self, facts: Sequence[Fact]) -> None:
+        """Write facts exactly as given (ids, intervals, sources kept: an import), embedded in one batch."""
+        facts = list(facts)
+        for fact, vector in zip(facts, self.book.embed([f.text for f in facts]) if facts else []):
+            self._put(fact, vector=vector)
+
+    def forget(self, fact_id: str) -> bool:
+        """Delete one fact (for good); True if it existed."""
+        return self.book.delete(fact_id)
+
+    # -- reading -----------------------------------------------------------------------------
+    def get(self, fact_id: str) -> Fact | None:
+        return next((f for f in self._all() if f.id == fact_id), None)
+
+    def current(
+        self, subject: str | None = None, attribute: str | None = None, *, at: float | None = None
+    ) -> list[Fact]:
+        """Facts that hold now (or at time ``at``), oldest first."""
+        return [
+            f for f in self._select(subject, attribute)
+            if (f.is_current if at is None else f.valid_at(at))
+        ]
+
+    def history(self, subject: str | None = None, attribute: str | None = None) -> list[Fact]:
+        """Every fact, superseded ones included, by ``valid_from``."""
+        return sorted(self._select(subject, attribute), key=lambda f: (f.valid_from, f.stated_at))
+
+    def search(self, query: str, limit: int = 5, *, include_history: bool = False) -> list[tuple[Fact, float]]:
+        """The facts most similar to ``query`` (current ones only unless ``include_history``), with cosines."""
+        records = [r for r in self.book.all() if include_history or r.data.get("valid_to") is None]
+        return [(_from_record(r), s) for r, s in self.book.similar(query, records, limit)]
+
+    # -- internals ---------------------------------------------------------------------------
+    def _all(self) -> list[Fact]:
+        return [_from_record(r) for r in self.book.all()]
+
+    def _select(self, subject: str | None, attribute: str | None) -> list[Fact]:
+        subject, attribute = (subject or "").lower() or None, (attribute or "").lower() or None
+        return [
+            f for f in self._all()
+            if (subject is None or f.subject == subject) and (attribute is None or f.attribute == attribute)
+        ]
+
+    def _duplicate_of(self, fact: Fact, current: list[Fact], records: dict[str, Record]) -> Fact | None:
+        key = normalize(fact.text)
+        for f in current:
+            if f.subject != fact.subject:
+                continue
+            if normalize(f.text) == key:
+                return f
+            same_value = normalize(f.value or "") == normalize(fact.value or "")
+            if fact.attribute and f.attribute == fact.attribute and same_value:
+                return f
+        if fact.attribute:
+            return None
+        loose = {f.id: f for f in current if f.subject == fact.subject and f.attribute is None}
+        best = self.book.similar(fact.text, [records[i] for i in loose], 1)
+        if best and best[0][1] >= self.duplicate_similarity:
+            return loose[best[0][0].id]
+        return None
+
+    def _put(self, fact: Fact, *, vector: Any = None, base: Record | None = None) -> None:
+        """Write a fact; ``base`` is its stored record when rewriting it (its vector is kept)."""
+        data = fact.to_dict()
+        record_id, text = data.pop("id"), data.pop("text")
+        if base is not None:
+            data = {**base.data, **data}
+        record = Record(id=record_id, namespace=NAMESPACE, text=text, data=data,
+                        created_at=fact.stated_at, updated_at=self.clock())
+        self.book.put(record, vector)
+
+    def close(self) -> None:
+        """Close the store if this memory opened it (a store passed in is the caller's to close)."""
+        if self._owns_store:
+            self.store.close()
+
+
+def _from_record(record: Record) -> Fact:
+    data = public_data(record)
+    known = {k: data[k] for k in Fact.__dataclass_fields__ if k in data}
+    return Fact(id=record.id, text=record.text, **known)
+
+
+def _check_source(text: str, source: Any) -> dict[str, str]:
+    if not isinstance(source, dict) or not isinstance(source.get("id"), str):
+        raise MemoryInputError(f"fact {text!r}: each source must be a dict with a message 'id', not {source!r}")
+    return {k: str(v) for k, v in source.items() if v is not None}

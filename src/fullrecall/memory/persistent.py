@@ -1,0 +1,531 @@
+"""``PersistentMemory``: one user's and one agent's long-term memory, across sessions and restarts.
+
+The API keeps MassGen's names and return shapes (``record``, ``retrieve``,
+``save_to_memory``, ``recall_from_memory``; ``agent_name``/``user_name``/``session_name``
+accepted), but nothing is summarized away and no LLM is needed: every recorded turn is
+archived verbatim with its embedding (one batched call per ``record``) and found again by
+hybrid search (:class:`~fullrecall.search.SemanticSearch`); facts stated by the user are kept
+with validity intervals (:class:`~fullrecall.memory.facts.FactMemory`, by rules unless a
+``chat_model`` is given).
+
+Scoping: everything is written under the owner's exact scope (tenant, user, agent; an unset
+user or agent is the default owner ``""``) and every read filters on it in the store, so one
+user's memory never reaches another's. Writes go to this instance's session (a new one per
+instance unless ``session_id`` is given); reads span all the owner's sessions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import MemoryInputError, MessageFormatError, SummarizationError
+from ..stores.base import DEFAULT_TENANT, Record, Store, StoredMessage
+from ._records import RecordBook, owner_scope
+from .facts import Fact, FactMemory
+
+log = logging.getLogger("fullrecall.memory")
+
+DEFAULT_STORE = "sqlite:///fullrecall_memory.db"
+_SESSIONS = "sessions"
+_EVERYTHING = 2**62  # a position past any session's end
+MIN_FACT_SIMILARITY = 0.3
+MAX_QUERIES = 3
+
+
+@dataclass
+class MemoryHit:
+    """One thing recalled: an archived message (``kind="message"``) or a fact (``kind="fact"``).
+
+    ``score`` is the cosine similarity for a fact and the fused hybrid score (0-1, relative to
+    the query's best candidate, see :mod:`fullrecall.search.fusion`) for a message.
+    """
+
+    kind: str
+    id: str
+    text: str
+    score: float
+    agent_id: str = ""
+    session_id: str | None = None
+    role: str | None = None
+    created_at: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class PersistentMemory:
+    """Long-term memory of one user and agent (see the module docstring).
+
+    ``store`` is a :class:`~fullrecall.stores.base.Store` or URL (default: a SQLite file in the
+    working directory); ``embedder`` an :class:`~fullrecall.embeddings.Embedder` or model name
+    (default: the local MiniLM); ``extract_facts`` keeps user-stated facts (rules; the
+    ``chat_model``'s checked extraction when one is given).
+    """
+
+    def __init__(
+        self,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        store: Store | str = DEFAULT_STORE,
+        *,
+        agent_name: str | None = None,
+        user_name: str | None = None,
+        session_name: str | None = None,
+        tenant: str = DEFAULT_TENANT,
+        embedder: Any = None,
+        extract_facts: bool = True,
+        chat_model: Any = None,
+    ) -> None:
+        from ..embeddings import load_embedder
+
+        self.user_id = _one_of("user_id", user_id, "user_name", user_name) or ""
+        self.agent_id = _one_of("agent_id", agent_id, "agent_name", agent_name) or ""
+        self.session_id = _one_of("session_id", session_id, "session_name", session_name) or f"s-{uuid.uuid4().hex}"
+        self._owns_store = isinstance(store, str)
+        if isinstance(store, str):
+            from ..stores import open_store
+
+            store = open_store(store)
+        self.store: Store = store
+        self.tenant = tenant
+        self.owner = owner_scope(tenant, self.user_id, self.agent_id)
+        self.embedder = load_embedder(embedder)
+        self._search = self._searcher(self.session_id)
+        self.facts = FactMemory(store, user_id=self.user_id, agent_id=self.agent_id, tenant=tenant,
+                                embedder=self.embedder, chat_model=chat_model)
+        self.extract_facts = extract_facts
+        self._sessions = RecordBook(store, self.owner, _SESSIONS)
+        self._session_known = False
+
+    # -- MassGen's interface -------------------------------------------------------------------
+    async def record(self, messages: Any, metadata: dict[str, Any] | None = None, **kw: Any) -> list[str]:
+        """Archive a turn verbatim, with embeddings; return the stored message ids.
+
+        A message's time is its ``timestamp`` (or ``created_at``) key when it has one (Unix
+        seconds or ISO 8601), else now. System messages, ``None`` and messages with empty content
+        are skipped. ``metadata`` (e.g. ``{"turn": 3}``) is kept with every message; other
+        keywords (MassGen's ``memory_type``, ``infer``) are accepted and ignored.
+
+        Retries store once when the caller says which turn this is: a message's own ``id``
+        key, or ``metadata["turn"]`` with the message's place in the turn and its content, make
+        its stored id. A malformed message raises
+        :class:`~fullrecall.errors.MessageFormatError` naming it, before anything is written.
+        """
+        return self.record_sync(messages, metadata)
+
+    async def retrieve(
+        self,
+        query_or_messages: str | dict[str, Any] | Sequence[dict[str, Any]],
+        limit: int = 5,
+        previous_winners: Sequence[dict[str, Any]] | None = None,
+        **kw: Any,
+    ) -> str:
+        """Context ready to inject: the current facts and archived messages most relevant to the query.
+
+        ``previous_winners`` (``[{"agent_id": "b", "turn": 1}, ...]``, MassGen's shape) adds
+        what those agents recorded for the same user (in that turn, when given), each line
+        marked ``[From b Turn 1]``. Returns "" when nothing is found.
+        """
+        lines = [_line(h) for h in self.search(query_or_messages, limit)]
+        for winner in previous_winners or ():
+            agent, turn = str(winner.get("agent_id") or ""), winner.get("turn")
+            if not agent or agent == self.agent_id:
+                continue
+            tag = f"[From {agent} Turn {turn}] " if turn is not None else f"[From {agent}] "
+            lines += [tag + _line(h) for h in self.search(query_or_messages, limit, agent_id=agent, turn=turn)]
+        return "\n".join(lines)
+
+    async def save_to_memory(self, thinking: str, content: str | Sequence[str], **kw: Any) -> dict[str, Any]:
+        """Agent tool: keep each item of ``content`` as a fact; ``{"success", "message", "memory_ids"}``."""
+        items = [content] if isinstance(content, str) else list(content)
+        try:
+            if not items:
+                raise MemoryInputError("save_to_memory: 'content' is empty")
+            for i, item in enumerate(items):
+                if not isinstance(item, str) or not item.strip():
+                    raise MemoryInputError(f"save_to_memory: content item {i} must be a non-empty string, not {item!r}")
+            ids = [self.remember(item).id for item in items]
+        except MemoryInputError as exc:
+            return {"success": False, "message": str(exc), "memory_ids": []}
+        return {"success": True, "message": f"Successfully saved {len(ids)} items to memory", "memory_ids": ids}
+
+    async def recall_from_memory(self, keywords: str | Sequence[str], limit: int = 5, **kw: Any) -> dict[str, Any]:
+        """Agent tool: memories for each keyword (up to ``limit`` each); ``{"success", "memories", "count"}``."""
+        words = [keywords] if isinstance(keywords, str) else [str(k) for k in keywords]
+        seen: dict[str, str] = {}
+        for word in words:
+            for hit in self.search(word, limit):
+                seen.setdefault(hit.id, hit.text)
+        memories = list(seen.values())
+        return {"success": True, "memories": memories, "count": len(memories)}
+
+    # -- the same, synchronous and structured ------------------------------------------------
+    def record_sync(self, messages: Any, metadata: dict[str, Any] | None = None) -> list[str]:
+        """What :meth:`record` does, for synchronous callers."""
+        if metadata is not None and not isinstance(metadata, dict):
+            raise MemoryInputError(f"record: 'metadata' must be a dict or None, not {type(metadata).__name__}")
+        kept = _conversation(messages)
+        if not kept:
+            return []
+        now = time.time()
+        stored = []
+        for i, (msg, parsed, shape) in enumerate(kept):
+            created = _message_time(msg) or now
+            stored.append(StoredMessage(
+                id=self._message_id(msg, i, metadata), role=parsed.role,
+                text=_index_text(parsed.text, parsed.role, created), data=msg,
+                created_at=created, archived_at=now, metadata={**(metadata or {}), "shape": shape},
+            ))
+        self._note_session()
+        known = {m.id for m in self.store.get(self._search.scope, [m.id for m in stored])}
+        ids = self._search.index(stored)
+        if self.extract_facts:
+            # a retry learns nothing twice
+            new = [(msg, m) for (msg, _, _), m in zip(kept, stored) if m.id not in known]
+            sources = [{"session_id": self.session_id, "id": m.id} for _, m in new]
+            try:
+                self.facts.learn([msg for msg, _ in new], sources, stated_at=now)
+            except SummarizationError as exc:  # the chat model failed: the words are kept, only facts are missed
+                log.warning("recorded %d message(s) but could not extract facts from them (%s)", len(new), exc)
+        return ids
+
+    def _message_id(self, msg: dict[str, Any], index: int, metadata: dict[str, Any] | None) -> str:
+        """A message's id: derived from its own ``id`` key, or from ``metadata["turn"]``, its place in
+        the turn and its content, so that recording the same turn again stores nothing twice; else a new uuid."""
+        if isinstance(msg.get("id"), str) and msg["id"]:
+            key: list[Any] = ["id", msg["id"]]
+        elif metadata and metadata.get("turn") is not None:  # the words too: a reused turn number loses nothing
+            key = ["turn", metadata["turn"], index, msg]
+        else:
+            return uuid.uuid4().hex
+        parts = [self.tenant, self.user_id, self.agent_id, self.session_id, *key]
+        return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
+
+    def search(
+        self,
+        query_or_messages: str | dict[str, Any] | Sequence[dict[str, Any]],
+        limit: int = 5,
+        *,
+        agent_id: str | None = None,
+        turn: Any = None,
+        kinds: tuple[str, ...] = ("fact", "message"),
+    ) -> list[MemoryHit]:
+        """The structured variant of :meth:`retrieve`: current facts first, then messages, with scores.
+
+        ``agent_id`` reads another agent's memory of the same user; ``turn`` keeps only
+        messages recorded with that ``metadata["turn"]``. Given messages, each of the last
+        ``MAX_QUERIES`` non-system ones is a query.
+        """
+        queries = _queries(query_or_messages)[-MAX_QUERIES:]
+        if not queries or limit <= 0:
+            return []
+        agent = self.agent_id if agent_id is None else agent_id
+        hits: dict[str, MemoryHit] = {}
+        facts = self.facts if agent == self.agent_id else FactMemory(
+            self.store, user_id=self.user_id, agent_id=agent, tenant=self.tenant, embedder=self.embedder)
+        scope = owner_scope(self.tenant, self.user_id, agent)
+        for query in queries:
+            if "fact" in kinds and turn is None:
+                for fact, score in facts.search(query, limit):
+                    if score >= MIN_FACT_SIMILARITY:
+                        _keep_best(hits, _fact_hit(fact, score, agent))
+            if "message" in kinds:
+                depth = limit * 4 if turn is not None else limit
+                for h in self._search.search(query, top_k=depth, scope=scope):
+                    if turn is None or h.metadata.get("turn") == turn:
+                        _keep_best(hits, MemoryHit(
+                            "message", h.id, h.text, h.score, agent, h.session_id, h.message.role,
+                            h.message.created_at, h.metadata))
+        found = sorted(hits.values(), key=lambda h: (h.kind != "fact", -h.score))
+        return [h for h in found if h.kind == "fact"][:limit] + [h for h in found if h.kind == "message"][:limit]
+
+    def remember(self, fact: str, **details: Any) -> Fact:
+        """Keep a fact stated outright (see :meth:`FactMemory.remember` for ``details``)."""
+        self._note_session()
+        return self.facts.remember(fact, **details)
+
+    def expand(self, memory_id: str, session_id: str | None = None) -> list[StoredMessage]:
+        """The exact archived messages behind an id, in order: a message itself, a fact's source
+        messages, or the messages a summary covers (a window manager's, in the same store and scope).
+
+        ``session_id`` narrows the look-up to one session (message ids may repeat across sessions).
+        """
+        found = self.store.get(replace(self.owner, session_id=session_id), [memory_id])
+        if found:
+            return found
+        fact = self.facts.get(memory_id)
+        if fact is not None:
+            by_session: dict[str, list[str]] = {}
+            for source in fact.sources:
+                by_session.setdefault(source.get("session_id") or self.session_id, []).append(source["id"])
+            return [m for s, ids in by_session.items() for m in self.store.get(replace(self.owner, session_id=s), ids)]
+        for s in [session_id] if session_id is not None else self.sessions():
+            scope = replace(self.owner, session_id=s)
+            for summary in (self.store.get_state(scope, "summaries") or {}).get("items", []):
+                if summary.get("id") == memory_id:
+                    start, end = summary["covers"]
+                    return self.store.range(scope, start, end)
+        return []
+
+    # -- listing, clearing, export -------------------------------------------------------------
+    def sessions(self) -> list[str]:
+        """The owner's sessions that hold memory, oldest first."""
+        return [r.id for r in self._sessions.all()]
+
+    def messages(
+        self, *, roles: Iterable[str] | None = None, since: float | None = None, until: float | None = None,
+        session_id: str | None = None, ids: Iterable[str] | None = None,
+    ) -> list[StoredMessage]:
+        """Archived messages matching every given criterion (times on ``created_at``, ``until`` exclusive)."""
+        wanted = set(ids) if ids is not None else None
+        role_set = set(roles) if roles is not None else None
+        sessions = [session_id] if session_id is not None else self.sessions()
+        out = []
+        for s in sessions:
+            scope = replace(self.owner, session_id=s)
+            batch = self.store.get(scope, wanted) if wanted is not None else self.store.range(scope, 0, _EVERYTHING)
+            out += [
+                replace(m, session_id=s) for m in batch
+                if (role_set is None or m.role in role_set) and (since is None or m.created_at >= since)
+                and (until is None or m.created_at < until)
+            ]
+        return out
+
+    def clear(
+        self, *, roles: Iterable[str] | None = None, since: float | None = None, until: float | None = None,
+        session_id: str | None = None, ids: Iterable[str] | None = None,
+    ) -> dict[str, int]:
+        """Delete the archived messages matching every given criterion (and facts among ``ids``).
+
+        With no criterion at all, everything of this owner goes (messages, vectors, facts,
+        sessions). Returns per-kind counts.
+        """
+        if roles is None and since is None and until is None and session_id is None and ids is None:
+            return self.store.forget(self.owner)
+        ids = list(ids) if ids is not None else None
+        counts = {"messages": 0, "facts": 0}
+        by_session: dict[str, list[str]] = {}
+        for m in self.messages(roles=roles, since=since, until=until, session_id=session_id, ids=ids):
+            by_session.setdefault(m.session_id or "", []).append(m.id)
+        for s, gone in by_session.items():
+            counts["messages"] += self.store.delete(replace(self.owner, session_id=s), gone)
+        if ids is not None and roles is None and since is None and until is None and session_id is None:
+            counts["facts"] = sum(1 for i in ids if self.facts.forget(i))
+        return counts
+
+    def export_jsonl(self, target: str | Path | IO[str]) -> int:
+        """Write every message and fact of this owner as JSON lines; return how many lines."""
+        lines = [json.dumps({"kind": "message", **_message_doc(m)}, ensure_ascii=False) for m in self.messages()]
+        lines += [json.dumps({"kind": "fact", **f.to_dict()}, ensure_ascii=False) for f in self.facts.history()]
+        text = "".join(line + "\n" for line in lines)
+        if isinstance(target, (str, Path)):
+            Path(target).write_text(text, encoding="utf-8")
+        else:
+            target.write(text)
+        return len(lines)
+
+    def import_jsonl(self, source: str | Path | IO[str]) -> dict[str, int]:
+        """Read lines written by :meth:`export_jsonl` into this owner's memory (idempotent on ids).
+
+        Every line is checked before anything is written; a bad one raises
+        :class:`~fullrecall.errors.MemoryInputError` naming its line number and field.
+        """
+        text = Path(source).read_text(encoding="utf-8") if isinstance(source, (str, Path)) else source.read()
+        messages: dict[str, list[StoredMessage]] = {}
+        facts: list[Fact] = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            kind, item = _parse_line(n, line)
+            if kind == "message":
+                session, message = item
+                messages.setdefault(session, []).append(message)
+            else:
+                facts.append(item)
+        for session, batch in messages.items():
+            self._note_session(session)
+            self._searcher(session).index([replace(m, position=None) for m in batch])
+        if facts:
+            self._note_session()
+            self.facts.restore(facts)
+        return {"messages": sum(len(b) for b in messages.values()), "facts": len(facts)}
+
+    def stats(self) -> dict[str, Any]:
+        """Usage: messages (total and by role), sessions, facts (total and current), bytes, time span."""
+        store_stats = self.store.stats(self.owner)
+        msgs = self.messages()
+        by_role: dict[str, int] = {}
+        for m in msgs:
+            by_role[m.role] = by_role.get(m.role, 0) + 1
+        facts = self.facts.history()
+        return {
+            "message_count": len(msgs),
+            "messages_by_role": by_role,
+            "session_count": len(self.sessions()),
+            "fact_count": len(facts),
+            "current_fact_count": sum(1 for f in facts if f.is_current),
+            "text_bytes": int(store_stats.get("text_bytes", 0)),
+            "vector_bytes": int(store_stats.get("vector_bytes", 0)),
+            "oldest": min((m.created_at for m in msgs), default=None),
+            "newest": max((m.created_at for m in msgs), default=None),
+        }
+
+    def close(self) -> None:
+        """Close the store if this memory opened it (a store passed in is the caller's to close)."""
+        if self._owns_store:
+            self.store.close()
+
+    def _searcher(self, session_id: str) -> Any:
+        from ..search import SemanticSearch
+
+        return SemanticSearch(self.embedder, store=self.store, scope=replace(self.owner, session_id=session_id))
+
+    def _note_session(self, session_id: str | None = None) -> None:
+        session = session_id or self.session_id
+        if session == self.session_id and self._session_known:
+            return
+        if self._sessions.get(session) is None:
+            self._sessions.put(Record(id=session, namespace=_SESSIONS, text=session))
+        self._session_known = self._session_known or session == self.session_id
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+def _one_of(name: str, value: str | None, alias: str, alias_value: str | None) -> str | None:
+    if value is not None and alias_value is not None and value != alias_value:
+        raise MemoryInputError(f"PersistentMemory: {name}={value!r} and {alias}={alias_value!r} disagree")
+    chosen = value if value is not None else alias_value
+    if chosen is not None and not isinstance(chosen, str):
+        raise MemoryInputError(f"PersistentMemory: {name} must be a string, not {type(chosen).__name__}")
+    return chosen
+
+
+def _is_empty(content: Any) -> bool:
+    if isinstance(content, str):
+        return not content.strip()
+    return content is None or (isinstance(content, list) and not content)
+
+
+def _conversation(messages: Any) -> list[tuple[dict[str, Any], Any, str]]:
+    """(message, parsed, shape) for each message worth keeping; the first malformed one raises."""
+    from ..messages.formats import detect_shape, parse_message
+
+    if messages is None:
+        return []
+    items = [messages] if isinstance(messages, dict) else messages
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise MessageFormatError(f"messages must be a list of dicts, got {type(messages).__name__}")
+    kept = []
+    for i, msg in enumerate(items):
+        if msg is None:
+            continue
+        if not isinstance(msg, dict):
+            raise MessageFormatError(f"message {i}: expected a dict, got {type(msg).__name__}")
+        if msg.get("role") == "system" or _is_empty(msg.get("content")):
+            continue
+        try:
+            shape = detect_shape([msg])
+            parsed = parse_message(msg, shape)
+            _message_time(msg)
+        except MessageFormatError as exc:
+            raise MessageFormatError(f"message {i}: {str(exc).removeprefix('message 0: ')}") from None
+        if parsed.text.strip():
+            kept.append((msg, parsed, shape))
+    return kept
+
+
+def _message_time(msg: dict[str, Any]) -> float | None:
+    """A message's own time: its ``timestamp`` or ``created_at`` key, Unix seconds or ISO 8601."""
+    from datetime import datetime
+
+    for key in ("timestamp", "created_at"):
+        value = msg.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                when = datetime.fromisoformat(value)
+            except ValueError:
+                raise MessageFormatError(f"{key!r} must be Unix seconds or ISO 8601, not {value!r}") from None
+            return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+    return None
+
+
+def _queries(query: Any) -> list[str]:
+    if isinstance(query, str):
+        return [query] if query.strip() else []
+    if isinstance(query, dict):
+        query = [query]
+    try:
+        return [parsed.text for _, parsed, _ in _conversation(query) if parsed.role != "system"]
+    except MessageFormatError:  # a loose shape: take the contents as they are (MassGen does)
+        return [str(m["content"]) for m in query if isinstance(m, dict) and not _is_empty(m.get("content"))]
+
+
+def _index_text(text: str, role: str, created: float) -> str:
+    from ..search.terms import index_text
+
+    return index_text(text, speaker=role, date=time.strftime("%Y-%m-%d", time.gmtime(created)))
+
+
+def _keep_best(hits: dict[str, MemoryHit], hit: MemoryHit) -> None:
+    if hit.id not in hits or hits[hit.id].score < hit.score:
+        hits[hit.id] = hit
+
+
+def _fact_hit(fact: Fact, score: float, agent: str) -> MemoryHit:
+    return MemoryHit("fact", fact.id, fact.text, score, agent, None, None, fact.stated_at,
+                     {"valid_from": fact.valid_from, "sources": fact.sources})
+
+
+def _line(hit: MemoryHit) -> str:
+    if hit.kind == "fact":
+        return f"[fact] {hit.text}"
+    date = time.strftime("%Y-%m-%d", time.gmtime(hit.created_at or 0))
+    return f"[{date} {hit.role}] {hit.text}"
+
+
+def _message_doc(m: StoredMessage) -> dict[str, Any]:
+    return {"session_id": m.session_id, "id": m.id, "role": m.role, "text": m.text, "data": m.data,
+            "created_at": m.created_at, "archived_at": m.archived_at, "metadata": m.metadata}
+
+
+def _parse_line(n: int, line: str) -> tuple[str, Any]:
+    try:
+        doc = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise MemoryInputError(f"line {n}: not JSON ({exc.msg})") from None
+    if not isinstance(doc, dict) or doc.get("kind") not in ("message", "fact"):
+        raise MemoryInputError(f"line {n}: 'kind' must be \"message\" or \"fact\"")
+    strings = ("session_id", "id", "role", "text") if doc["kind"] == "message" else ("id", "text")
+    for key in strings:
+        if not isinstance(doc.get(key), str) or not doc[key]:
+            raise MemoryInputError(f"line {n}: {key!r} must be a non-empty string")
+    if doc["kind"] == "fact":
+        fields = {k: doc[k] for k in Fact.__dataclass_fields__ if k in doc}
+        try:
+            return "fact", Fact(**fields)
+        except TypeError as exc:
+            raise MemoryInputError(f"line {n}: {exc}") from None
+    if not isinstance(doc.get("data"), dict):
+        raise MemoryInputError(f"line {n}: 'data' must be an object (the message as recorded)")
+    for key in ("created_at", "archived_at"):
+        if not isinstance(doc.get(key), (int, float)):
+            raise MemoryInputError(f"line {n}: {key!r} must be a number")
+    return "message", (doc["session_id"], StoredMessage(
+        id=doc["id"], role=doc["role"], text=doc["text"], data=doc["data"], created_at=float(doc["created_at"]),
+        archived_at=float(doc["archived_at"]), metadata=dict(doc.get("metadata") or {}), kind="message"))
+
+
+__all__ = ["MemoryHit", "PersistentMemory"]

@@ -1,0 +1,222 @@
+"""Memory tools an agent can call: search, expand, remember, forget, recall patterns.
+
+:class:`MemoryTools` wraps a :class:`~fullrecall.memory.persistent.PersistentMemory` (and,
+optionally, a :class:`~fullrecall.memory.procedural.ProceduralMemory`) as five tools:
+
+* ``search_memory(query, limit=5)``: facts and archived messages, with ids and scores;
+* ``expand(id, session_id=None)``: the exact archived messages behind a hit, a fact or a summary;
+* ``remember(fact)``: keep a fact (a newer value of the same attribute supersedes the old one);
+* ``forget(id)``: delete a message, a fact or a pattern;
+* ``recall_patterns(task)``: tool sequences that solved similar tasks, and a suggested plan.
+
+They are offered as OpenAI-style tool schemas (:meth:`MemoryTools.schemas`) with a
+dispatcher for any agent loop (:meth:`MemoryTools.call`, :meth:`MemoryTools.handle`), and as
+Strands ``@tool`` functions (:meth:`MemoryTools.strands_tools`). Every tool returns a JSON
+object; bad arguments give ``{"error": ...}`` (the model can correct itself) instead of raising.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..stores.base import StoredMessage
+from .persistent import PersistentMemory
+from .procedural import ProceduralMemory
+
+_STRING = {"type": "string"}
+
+_SPECS: dict[str, tuple[str, dict[str, Any], list[str]]] = {
+    "search_memory": (
+        ("Search long-term memory (facts about the user and past conversation messages, across sessions). "
+         "Returns hits with an id, kind, text and score; pass an id to expand for the exact messages."),
+        {"query": {**_STRING, "description": "what to look for"},
+         "limit": {"type": "integer", "description": "how many hits of each kind (default 5)", "minimum": 1}},
+        ["query"],
+    ),
+    "expand": (
+        "Show the exact archived messages behind a search hit, a fact (the messages it came from) or a summary.",
+        {"id": {**_STRING, "description": "an id from search_memory"},
+         "session_id": {**_STRING, "description": "the hit's session_id, when it has one"}},
+        ["id"],
+    ),
+    "remember": (
+        ("Keep a durable fact about the user, e.g. 'My city is Lyon'. A newer value of the same attribute "
+         "replaces the current one (the old one stays in history)."),
+        {"fact": {**_STRING, "description": "the fact, as one short sentence"}},
+        ["fact"],
+    ),
+    "forget": (
+        "Delete a message, fact or pattern from memory for good, by its id.",
+        {"id": {**_STRING, "description": "the id to delete"}},
+        ["id"],
+    ),
+    "recall_patterns": (
+        "Find tool sequences that solved similar tasks before, with a suggested plan and its confidence.",
+        {"task": {**_STRING, "description": "the task at hand"}},
+        ["task"],
+    ),
+}
+
+
+class MemoryTools:
+    """The memory tools of one :class:`PersistentMemory` (and optional :class:`ProceduralMemory`)."""
+
+    def __init__(self, memory: PersistentMemory, procedural: ProceduralMemory | None = None, *, limit: int = 5) -> None:
+        self.memory = memory
+        self.procedural = procedural
+        self.limit = limit
+
+    # -- the tools -----------------------------------------------------------------------------
+    def search_memory(self, query: str, limit: int | None = None) -> dict[str, Any]:
+        hits = self.memory.search(query, limit or self.limit)
+        return {"results": [
+            {"id": h.id, "kind": h.kind, "text": h.text, "score": round(h.score, 4), "session_id": h.session_id,
+             "role": h.role, "date": _date(h.created_at)}
+            for h in hits
+        ]}
+
+    def expand(self, id: str, session_id: str | None = None) -> dict[str, Any]:
+        messages = self.memory.expand(id, session_id=session_id)
+        if not messages:
+            return {"error": f"nothing in memory has the id {id!r}"}
+        return {"id": id, "messages": [_message(m) for m in messages]}
+
+    def remember(self, fact: str) -> dict[str, Any]:
+        stored = self.memory.remember(fact)
+        return {"id": stored.id, "text": stored.text, "attribute": stored.attribute, "value": stored.value,
+                "mentions": stored.mentions}
+
+    def forget(self, id: str) -> dict[str, Any]:
+        counts = self.memory.clear(ids=[id])
+        if self.procedural is not None and self.procedural.delete_pattern(id):
+            counts["patterns"] = 1
+        deleted = sum(counts.values())
+        return {"deleted": deleted, **counts} if deleted else {"error": f"nothing in memory has the id {id!r}"}
+
+    def recall_patterns(self, task: str) -> dict[str, Any]:
+        if self.procedural is None:
+            return {"error": "no procedural memory is configured"}
+        patterns = self.procedural.retrieve_patterns(task)
+        return {
+            "patterns": [{k: p[k] for k in ("id", "query", "tools_used", "success_score", "success_count",
+                                            "similarity")} for p in patterns],
+            "plan": self.procedural.plan_tool_sequence(task, patterns),
+        }
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n in _SPECS if n != "recall_patterns" or self.procedural is not None]
+
+    # -- OpenAI-style tools -------------------------------------------------------------------
+    def schemas(self) -> list[dict[str, Any]]:
+        """The tools as OpenAI chat-completions ``tools`` entries."""
+        return [
+            {"type": "function", "function": {
+                "name": name, "description": _SPECS[name][0],
+                "parameters": {"type": "object", "properties": _SPECS[name][1], "required": _SPECS[name][2],
+                               "additionalProperties": False},
+            }}
+            for name in self.names
+        ]
+
+    def call(self, name: str, arguments: str | dict[str, Any] | None = None) -> dict[str, Any]:
+        """Run one tool by name with its arguments (a JSON string or a dict); the tool's JSON object."""
+        if name not in self.names:
+            return {"error": f"unknown tool {name!r}; the memory tools are {self.names}"}
+        try:
+            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments or {})
+        except (json.JSONDecodeError, TypeError, ValueError) as exc:
+            return {"error": f"{name}: arguments must be a JSON object ({exc})"}
+        if not isinstance(args, dict):
+            return {"error": f"{name}: arguments must be a JSON object"}
+        _, props, required = _SPECS[name]
+        problem = _check_args(name, args, props, required)
+        if problem:
+            return {"error": problem}
+        try:
+            return getattr(self, name)(**args)
+        except ValueError as exc:  # fullrecall's bad-input errors: the model may fix its call
+            return {"error": f"{name}: {exc}"}
+
+    def handle(self, tool_calls: Sequence[Any]) -> list[dict[str, Any]]:
+        """Answer an assistant message's ``tool_calls`` (OpenAI shape): one ``role: "tool"`` message each.
+
+        Calls to other tools are left out, for the loop's other dispatchers.
+        """
+        replies = []
+        for call in tool_calls:
+            call = call if isinstance(call, dict) else _as_dict(call)
+            function = call.get("function") or {}
+            if function.get("name") not in self.names:
+                continue
+            result = self.call(function["name"], function.get("arguments"))
+            content = json.dumps(result, ensure_ascii=False)
+            replies.append({"role": "tool", "tool_call_id": call.get("id"), "content": content})
+        return replies
+
+    # -- Strands ------------------------------------------------------------------------------
+    def strands_tools(self) -> list[Any]:
+        """The tools as Strands ``@tool`` functions (``Agent(tools=memory_tools.strands_tools())``)."""
+        from strands import tool
+
+        def spec(name: str, run: Callable[..., dict[str, Any]]) -> Any:
+            description, props, required = _SPECS[name]
+            schema = {"type": "object", "properties": props, "required": required}
+            return tool(name=name, description=description, inputSchema={"json": schema})(run)
+
+        def search_memory(query: str, limit: int = 0) -> str:
+            return self._json("search_memory", {"query": query, **({"limit": limit} if limit else {})})
+
+        def expand(id: str, session_id: str = "") -> str:
+            return self._json("expand", {"id": id, **({"session_id": session_id} if session_id else {})})
+
+        def remember(fact: str) -> str:
+            return self._json("remember", {"fact": fact})
+
+        def forget(id: str) -> str:
+            return self._json("forget", {"id": id})
+
+        def recall_patterns(task: str) -> str:
+            return self._json("recall_patterns", {"task": task})
+
+        runs = {"search_memory": search_memory, "expand": expand, "remember": remember, "forget": forget,
+                "recall_patterns": recall_patterns}
+        return [spec(name, runs[name]) for name in self.names]
+
+    def _json(self, name: str, args: dict[str, Any]) -> str:
+        return json.dumps(self.call(name, args), ensure_ascii=False)
+
+
+def _check_args(name: str, args: dict[str, Any], props: dict[str, Any], required: list[str]) -> str | None:
+    for key in required:
+        if key not in args:
+            return f"{name}: {key!r} is missing"
+    for key, value in args.items():
+        if key not in props:
+            return f"{name}: unknown argument {key!r}; expected {sorted(props)}"
+        kind = props[key]["type"]
+        if value is None and key not in required:
+            continue
+        if kind == "string" and (not isinstance(value, str) or (key in required and not value.strip())):
+            return f"{name}: {key!r} must be a non-empty string"
+        if kind == "integer" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            return f"{name}: {key!r} must be a positive integer"
+    return None
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    """An SDK object (e.g. openai's ChatCompletionMessageToolCall) as a dict."""
+    dump = getattr(obj, "model_dump", None)
+    return dump() if callable(dump) else dict(obj)
+
+
+def _date(ts: float | None) -> str | None:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts)) if ts else None
+
+
+def _message(m: StoredMessage) -> dict[str, Any]:
+    return {"id": m.id, "session_id": m.session_id, "position": m.position, "role": m.role,
+            "date": _date(m.created_at), "message": m.data}

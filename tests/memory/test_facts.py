@@ -1,0 +1,202 @@
+"""FactMemory: validity intervals, supersession with history, merging duplicates, rules and checked LLM extraction."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fullrecall import FactMemory, MemoryInputError
+from fullrecall.memory.facts import extract_facts
+from fullrecall.stores import open_store
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
+from summarizer_peers import ScriptedServer, completion
+
+T0 = 1_700_000_000.0
+
+
+class Clock:
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def facts(default_embedder):
+    return FactMemory(embedder=default_embedder, user_id="alice", clock=Clock())
+
+
+def test_newer_value_supersedes_and_history_keeps_the_old_on_every_backend(store_url, default_embedder):
+    clock = Clock()
+    store = open_store(store_url)
+    try:
+        alice = FactMemory(store, user_id="alice", agent_id="a", embedder=default_embedder, clock=clock)
+        bob = FactMemory(store, user_id="bob", agent_id="a", embedder=default_embedder, clock=clock)
+        default_owner = FactMemory(store, embedder=default_embedder, clock=clock)
+        paris = alice.remember("My city is Paris", sources=[{"session_id": "s1", "id": "m1"}])
+        clock.now += 100
+        lyon = alice.remember("My city is Lyon.")
+        default_owner.remember("My city is Oslo")
+        bob.remember("I like chess")
+
+        assert [f.value for f in alice.current(attribute="city")] == ["Lyon"]
+        assert [(f.value, f.valid_from, f.valid_to) for f in alice.history(attribute="city")] == [
+            ("Paris", T0, T0 + 100), ("Lyon", T0 + 100, None)]
+        old = alice.get(paris.id)
+        assert old.superseded_by == lyon.id and old.sources == [{"session_id": "s1", "id": "m1"}]
+        assert [f.value for f in alice.current(at=T0 + 50)] == ["Paris"]
+        assert [f.text for f, _ in alice.search("which city?")] == ["My city is Lyon."]
+        assert {f.text for f, _ in alice.search("which city?", include_history=True)} == {
+            "My city is Lyon.", "My city is Paris"}
+        # no leak: bob and the default owner see only their own facts, and alice none of theirs
+        assert [f.text for f in bob.history()] == ["I like chess"]
+        assert [f.value for f in default_owner.history()] == ["Oslo"]
+        assert {f.value for f in alice.history()} == {"Paris", "Lyon"}
+        assert bob.search("which city?") == [(bob.current()[0], pytest.approx(bob.search("which city?")[0][1]))]
+
+        again = FactMemory(open_store(store_url), user_id="alice", agent_id="a", embedder=default_embedder)
+        assert [f.value for f in again.current(attribute="city")] == ["Lyon"]  # survives a new store object
+        again.store.close()
+    finally:
+        store.close()
+
+
+def test_an_older_value_told_late_does_not_replace_the_current_one(facts):
+    lyon = facts.remember("My city is Lyon", valid_from=T0)
+    paris = facts.remember("My city is Paris", valid_from=T0 - 1000)
+    assert [f.id for f in facts.current(attribute="city")] == [lyon.id]
+    assert (facts.get(paris.id).valid_to, facts.get(paris.id).superseded_by) == (T0, lyon.id)
+    nice = facts.remember("My city is Nice", valid_from=T0 - 500)  # between the two: cuts Paris short
+    assert [(f.value, f.valid_from, f.valid_to) for f in facts.history(attribute="city")] == [
+        ("Paris", T0 - 1000, T0 - 500), ("Nice", T0 - 500, T0), ("Lyon", T0, None)]
+    assert facts.get(nice.id).superseded_by == lyon.id
+
+
+def test_duplicates_merge_by_normalized_text_and_similarity(facts):
+    first = facts.remember("I love hiking in the mountains.", sources=[{"session_id": "s1", "id": "m1"}])
+    same = facts.remember("i love hiking in the MOUNTAINS", sources=[{"session_id": "s2", "id": "m9"}])
+    close = facts.remember("I love hiking in the mountains!!  ")
+    similar = facts.remember("I love going hiking in the mountains.")
+    other = facts.remember("I love Italian food")
+    assert first.id == same.id == close.id == similar.id != other.id
+    merged = facts.get(first.id)
+    assert merged.mentions == 4 and merged.sources == [{"session_id": "s1", "id": "m1"}, {"session_id": "s2", "id": "m9"}]
+    assert len(facts.history()) == 2
+    assert facts.remember("My city is Lyon").id == facts.remember("my city is lyon").id
+
+
+def test_rules_find_documented_facts_in_user_words():
+    text = ("Hi! My name is Ada Lovelace. I live in London. I work for the Analytical Engine Company. "
+            "I'm 36 years old. I really like mathematics. Remember that my favourite colour is green. "
+            "Remember to buy milk. What is the weather?")
+    assert extract_facts(text) == [
+        ("name", "Ada Lovelace", "My name is Ada Lovelace."),
+        ("lives in", "London", "I live in London."),
+        ("works at", "the Analytical Engine Company", "I work for the Analytical Engine Company."),
+        ("age", "36", "I'm 36 years old."),
+        (None, "mathematics", "I really like mathematics."),
+        ("favourite colour", "green", "my favourite colour is green."),
+        (None, None, "to buy milk."),
+    ]
+
+
+def test_learn_links_each_fact_to_its_message_and_reads_only_user_words(facts):
+    messages = [
+        {"role": "system", "content": "You are helpful. My name is System."},
+        {"role": "user", "content": "Remember that I like Python."},
+        {"role": "assistant", "content": "My name is Claude and I live in the cloud."},
+        {"role": "user", "content": [{"type": "text", "text": "My employer is ACME."}]},
+    ]
+    sources = [{"session_id": "s1", "id": f"m{i}"} for i in range(4)]
+    learned = facts.learn(messages, sources)
+    assert [(f.text, f.attribute, f.value, f.sources, f.origin) for f in learned] == [
+        ("I like Python.", None, "Python", [sources[1]], "rule"),
+        ("My employer is ACME.", "employer", "ACME", [sources[3]], "rule"),
+    ]
+
+
+def test_llm_extraction_stores_only_facts_found_in_their_source(default_embedder):
+    server = ScriptedServer()
+    try:
+        from fullrecall.summarizers.chat_models.openai import OpenAIChatModel
+
+        answer = [
+            {"source": 0, "subject": "user", "attribute": "pet", "value": "a cat named Miso", "text": "The user has a cat named Miso."},
+            {"source": 0, "subject": "user", "attribute": "city", "value": "Berlin", "text": "The user lives in Berlin."},
+            {"source": 7, "subject": "user", "attribute": None, "value": "tea", "text": "The user likes tea."},
+            {"source": 1, "subject": "user", "attribute": None, "value": "jazz", "text": "The user enjoys jazz."},
+        ]
+        server.script(completion("Here you go:\n" + json.dumps(answer)))
+        model = OpenAIChatModel("scripted", base_url=server.base_url, api_key="k", max_retries=0)
+        memory = FactMemory(embedder=default_embedder, user_id="u", chat_model=model)
+        learned = memory.learn([
+            {"role": "user", "content": "We adopted a cat named Miso last week."},
+            {"role": "assistant", "content": "Lovely! Want some jazz playlists for her?"},
+        ], [{"session_id": "s", "id": "a"}, {"session_id": "s", "id": "b"}])
+        assert [(f.text, f.attribute, f.value, f.origin, f.sources) for f in learned] == [
+            ("The user has a cat named Miso.", "pet", "a cat named Miso", "llm", [{"session_id": "s", "id": "a"}]),
+            ("The user enjoys jazz.", None, "jazz", "llm", [{"session_id": "s", "id": "b"}]),
+        ]
+        (request,) = server.requests
+        assert "[0] user: We adopted a cat named Miso last week." in request["messages"][-1]["content"]
+    finally:
+        server.close()
+
+
+def test_bad_fact_is_refused_and_nothing_is_written(facts):
+    with pytest.raises(MemoryInputError, match="fact: 'text' must be a non-empty string"):
+        facts.remember("   ")
+    with pytest.raises(MemoryInputError, match="'attribute' must be a string"):
+        facts.remember("x", attribute=3)
+    with pytest.raises(MemoryInputError, match="each source must be a dict with a message 'id'"):
+        facts.remember("x", sources=["m1"])
+    assert facts.history() == []
+
+
+@settings(max_examples=25)
+@given(st.lists(st.tuples(st.sampled_from(["city", "job"]), st.sampled_from(["a", "b", "c"]),
+                          st.integers(0, 50)), min_size=1, max_size=8))
+def test_intervals_of_one_attribute_never_overlap_and_one_is_current(default_embedder, statements):
+    statements = sorted(statements, key=lambda s: s[2])  # told in time order (a late one: test above)
+    memory = FactMemory(embedder=default_embedder, user_id="u")
+    for attribute, value, t in statements:
+        memory.remember(f"My {attribute} is {value}", valid_from=T0 + t)
+    for attribute in {a for a, _, _ in statements}:
+        history = memory.history(attribute=attribute)
+        assert len(memory.current(attribute=attribute)) == 1
+        for before, after in itertools.pairwise(history):
+            assert before.valid_to is not None and before.valid_to <= after.valid_from
+        _, _, latest = max((t, i, v) for i, (a, v, t) in enumerate(statements) if a == attribute)
+        assert memory.current(attribute=attribute)[0].value == latest  # the value stated as valid last
+
+
+def test_concurrent_writers_of_one_attribute_leave_one_current_fact(tmp_path, default_embedder):
+    url = f"sqlite:///{tmp_path / 'facts.db'}"
+    open_store(url).close()
+    barrier = threading.Barrier(4)
+
+    def write(city: str) -> None:
+        store = open_store(url)
+        memory = FactMemory(store, user_id="u", embedder=default_embedder)
+        barrier.wait()
+        memory.remember(f"My city is {city}")
+        store.close()
+
+    threads = [threading.Thread(target=write, args=(c,)) for c in ("Oslo", "Rome", "Kyiv", "Lima")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    memory = FactMemory(url, user_id="u", embedder=default_embedder)
+    history = memory.history(attribute="city")
+    assert sorted(f.value for f in history) == ["Kyiv", "Lima", "Oslo", "Rome"]  # every writer landed
+    assert len(memory.current(attribute="city")) == 1

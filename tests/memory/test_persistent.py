@@ -1,0 +1,270 @@
+"""PersistentMemory: MassGen's interface over a verbatim, scoped, cross-session memory."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fullrecall import MemoryInputError, MessageFormatError, PersistentMemory
+from fullrecall.stores import open_store
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
+from summarizer_peers import Reply, ScriptedServer, completion
+
+run = asyncio.run
+
+
+def memory(store, embedder, **kw):
+    return PersistentMemory(store=store, embedder=embedder, **kw)
+
+
+def test_memory_survives_a_restart_and_spans_sessions_without_any_llm(tmp_path, default_embedder, monkeypatch):
+    server = ScriptedServer()  # an LLM endpoint the environment points at: it must never be called
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "k")
+    monkeypatch.setenv("FULLRECALL_LLM_MODEL", "scripted")
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    try:
+        first = memory(url, default_embedder, user_id="u1", agent_id="assistant", session_id="monday")
+        run(first.record([
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "Remember that I like Python. My locker code is 4417."},
+            {"role": "assistant", "content": "Noted: Python, and locker 4417."},
+        ]))
+        first.close()
+
+        later = memory(url, default_embedder, user_name="u1", agent_name="assistant")  # a new process, a new session
+        assert later.session_id != "monday"
+        context = run(later.retrieve([{"role": "user", "content": "What is my locker code?"}]))
+        assert "4417" in context and "You are a helpful assistant" not in context
+        assert "[fact] I like Python." in run(later.retrieve("which programming language do I like?"))
+        hits = later.search("locker code")
+        assert {h.session_id for h in hits if h.kind == "message"} == {"monday"}
+        assert all(h.score >= 0 for h in hits)
+        later.close()
+    finally:
+        server.close()
+    assert server.requests == []
+
+
+def test_a_configured_chat_model_extracts_facts_and_its_failure_loses_no_words(default_embedder, caplog):
+    from fullrecall.summarizers.chat_models.openai import OpenAIChatModel
+
+    server = ScriptedServer()
+    try:
+        model = OpenAIChatModel("scripted", base_url=server.base_url, api_key="k", max_retries=0)
+        mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s", chat_model=model)
+        answer = [{"source": 0, "attribute": "team", "value": "the Owls", "text": "The user supports the Owls."}]
+        server.script(completion(json.dumps(answer)), Reply(status=500, body=b"down"))
+        run(mem.record([{"role": "user", "content": "Go the Owls! Best team ever."}]))
+        run(mem.record([{"role": "user", "content": "I moved to Quito."}]))
+        assert [(f.text, f.origin) for f in mem.facts.history()] == [("The user supports the Owls.", "llm")]
+        assert len(mem.messages()) == 2 and "could not extract facts" in caplog.text
+        assert len(server.requests) == 2
+        run(mem.retrieve("which team?"))
+        assert len(server.requests) == 2  # retrieving never calls the model
+    finally:
+        server.close()
+
+
+def test_record_skips_system_none_and_empty_and_never_fails_on_metadata_none(default_embedder):
+    mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s")
+    ids = run(mem.record([
+        None, {"role": "system", "content": "rules"}, {"role": "user", "content": "   "},
+        {"role": "assistant", "content": None}, {"role": "user", "content": "the blue door"},
+    ], metadata=None, memory_type="semantic", infer=True))
+    assert len(ids) == 1 and [m.data for m in mem.messages()] == [{"role": "user", "content": "the blue door"}]
+    assert run(mem.record([])) == [] and run(mem.record(None)) == []
+    run(mem.record({"role": "user", "content": "a single message"}, metadata={"turn": 2}))
+    assert [m.metadata.get("turn") for m in mem.messages()] == [None, 2]
+    mixed = [{"role": "user", "content": "My boat is Ariel."}, {"role": "user", "content": [{"text": "converse"}]}]
+    run(mem.record(mixed))  # one turn, two shapes: each message is read in its own
+    assert [m.data for m in mem.messages()][-2:] == mixed and mem.facts.current(attribute="boat")[0].value == "Ariel"
+
+
+def test_a_retried_turn_is_stored_once(default_embedder):
+    mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s")
+    turn = [{"role": "user", "content": "My city is Oslo."}, {"role": "assistant", "content": "ok"}]
+    first = run(mem.record(turn, metadata={"turn": 1}))
+    assert run(mem.record(turn, metadata={"turn": 1})) == first
+    run(mem.record([{"role": "user", "content": "ok"}], metadata={"turn": 2}))  # same words, another turn
+    with_ids = [{"role": "user", "content": "ok", "id": "msg_1"}]
+    assert run(mem.record(with_ids)) == run(mem.record(with_ids))
+    run(mem.record([{"role": "user", "content": "new words"}], metadata={"turn": 1}))  # a reused number keeps them
+    assert len(mem.messages()) == 5 and [f.mentions for f in mem.facts.history()] == [1]
+    other = memory(mem.store, default_embedder, user_id="u", session_id="s2")  # the same turn number elsewhere
+    assert set(run(other.record(turn, metadata={"turn": 1}))).isdisjoint(first)
+
+
+def test_a_bad_message_is_named_and_nothing_is_written(default_embedder):
+    mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s")
+    with pytest.raises(MessageFormatError, match="message 2: 'role' is missing"):
+        run(mem.record([{"role": "user", "content": "fine"}, {"role": "system", "content": "x"}, {"content": "no role"}]))
+    with pytest.raises(MessageFormatError, match="message 1: 'timestamp' must be Unix seconds or ISO 8601"):
+        run(mem.record([{"role": "user", "content": "fine"}, {"role": "user", "content": "x", "timestamp": "soon"}]))
+    with pytest.raises(MemoryInputError, match="'metadata' must be a dict"):
+        run(mem.record([{"role": "user", "content": "fine"}], metadata=["turn"]))
+    assert mem.messages() == [] and mem.facts.history() == [] and mem.stats()["message_count"] == 0
+
+
+def test_no_memory_crosses_users_on_any_backend(store_url, default_embedder):
+    store = open_store(store_url)
+    try:
+        alice = memory(store, default_embedder, user_id="alice", agent_id="a", session_id="s1")
+        bob = memory(store, default_embedder, user_id="bob", agent_id="a", session_id="s1")  # same session name
+        nobody = memory(store, default_embedder, agent_id="a", session_id="s1")  # the default owner
+        run(alice.record([{"role": "user", "content": "My passport number is X9-ALICE-771."}]))
+        run(nobody.record([{"role": "user", "content": "My passport number is DEFAULT-000."}]))
+        run(bob.record([{"role": "user", "content": "I enjoy sailing."}]))
+        run(alice.save_to_memory("secret", ["Alice's vault PIN is 8080"]))
+
+        for query in ("passport number", "vault PIN", "X9-ALICE-771"):
+            bob_sees = run(bob.retrieve(query, limit=10)) + json.dumps(run(bob.recall_from_memory([query], 10)))
+            assert "ALICE" not in bob_sees and "8080" not in bob_sees and "DEFAULT" not in bob_sees
+            assert "ALICE" not in run(nobody.retrieve(query, limit=10))
+        assert "X9-ALICE-771" in run(alice.retrieve("passport number"))
+        assert "DEFAULT-000" not in run(alice.retrieve("passport number", limit=10))
+        alice_id = alice.messages()[0].id
+        assert bob.expand(alice_id) == [] and bob.clear(ids=[alice_id]) == {"messages": 0, "facts": 0}
+        default_fact = nobody.facts.history()[0].id
+        assert bob.clear(ids=[default_fact])["facts"] == 0 and nobody.facts.get(default_fact) is not None
+        assert [m.id for m in alice.expand(alice_id)] == [alice_id]
+        assert bob.stats()["message_count"] == 1 and bob.stats()["fact_count"] == 1
+    finally:
+        store.close()
+
+
+def test_previous_winners_memories_are_marked_and_turn_filtered(default_embedder):
+    store = open_store("sqlite:///:memory:")
+    a = memory(store, default_embedder, user_id="u", agent_id="agent_a", session_id="s")
+    b = memory(store, default_embedder, user_id="u", agent_id="agent_b", session_id="s")
+    run(b.record([{"role": "assistant", "content": "The answer is 42 because of the towel."}], metadata={"turn": 1}))
+    run(b.record([{"role": "assistant", "content": "The answer is 41 because of the spoon."}], metadata={"turn": 2}))
+    assert run(a.retrieve("what is the answer?")) == ""
+    context = run(a.retrieve("what is the answer?", previous_winners=[{"agent_id": "agent_b", "turn": 1},
+                                                                    {"agent_id": "agent_a", "turn": 1}]))
+    assert context.startswith("[From agent_b Turn 1]") and "towel" in context and "spoon" not in context
+
+
+def test_save_and_recall_keep_massgen_shapes(default_embedder):
+    mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s")
+    saved = run(mem.save_to_memory("user told me their birthday", ["User's birthday is March 15", "User owns a red bike"]))
+    assert saved["success"] is True and len(saved["memory_ids"]) == 2 and "2 items" in saved["message"]
+    recalled = run(mem.recall_from_memory(["birthday", "bicycle"], limit=1))
+    assert recalled == {"success": True, "memories": ["User's birthday is March 15", "User owns a red bike"], "count": 2}
+    bad = run(mem.save_to_memory("x", ["ok", ""]))
+    assert bad["success"] is False and "content item 1" in bad["message"] and bad["memory_ids"] == []
+    assert len(mem.facts.history()) == 2
+
+
+def test_selective_clearing_by_role_time_session_and_id(default_embedder):
+    store = open_store("sqlite:///:memory:")
+    one = memory(store, default_embedder, user_id="u", session_id="one")
+    two = memory(store, default_embedder, user_id="u", session_id="two")
+    old = {"role": "user", "content": "old question", "timestamp": "2020-01-01T00:00:00Z"}
+    run(one.record([old, {"role": "assistant", "content": "old answer"}]))
+    run(two.record([{"role": "user", "content": "new question"}, {"role": "assistant", "content": "new answer"}]))
+    texts = lambda: sorted(m.data["content"] for m in one.messages())
+    assert len(texts()) == 4 and one.sessions() == ["one", "two"]
+
+    assert one.clear(roles=["assistant"], session_id="two") == {"messages": 1, "facts": 0}
+    assert texts() == ["new question", "old answer", "old question"]
+    before_2021 = time.mktime((2021, 1, 1, 0, 0, 0, 0, 0, 0))
+    assert [m.data["content"] for m in one.messages(until=before_2021)] == ["old question"]
+    assert [m.data["content"] for m in one.messages(since=before_2021, roles=["user"])] == ["new question"]
+    assert one.clear(until=before_2021)["messages"] == 1
+    fact = one.remember("My car is a Volvo")
+    target = [m.id for m in one.messages() if m.data["content"] == "new question"]
+    assert one.clear(ids=target + [fact.id]) == {"messages": 1, "facts": 1}
+    assert one.facts.history() == [] and "new question" not in texts()
+    assert one.clear()["messages"] >= 1 and one.messages() == [] and two.stats()["session_count"] == 0
+
+
+def test_export_then_import_into_another_store_keeps_everything(tmp_path, default_embedder):
+    src = memory("sqlite:///:memory:", default_embedder, user_id="u", agent_id="a", session_id="s1")
+    run(src.record([{"role": "user", "content": "My city is Paris. The wifi password is tulip-88."}]))
+    src.remember("My city is Lyon")
+    path = tmp_path / "memory.jsonl"
+    assert src.export_jsonl(path) == 3
+    dst = memory(f"sqlite:///{tmp_path / 'other.db'}", default_embedder, user_id="u", agent_id="a")
+    assert dst.import_jsonl(path) == {"messages": 1, "facts": 2}
+    assert dst.import_jsonl(path) == {"messages": 1, "facts": 2}  # idempotent
+    assert [(m.id, m.data) for m in dst.messages()] == [(m.id, m.data) for m in src.messages()]
+    assert [(f.id, f.value, f.valid_to) for f in dst.facts.history()] == [
+        (f.id, f.value, f.valid_to) for f in src.facts.history()]
+    assert "tulip-88" in run(dst.retrieve("wifi password"))
+    assert [f.value for f in dst.facts.current(attribute="city")] == ["Lyon"]
+
+    bad = io.StringIO(path.read_text() + '{"kind": "message", "id": "x"}\n')
+    fresh = memory("sqlite:///:memory:", default_embedder, user_id="u")
+    with pytest.raises(MemoryInputError, match="line 4: 'session_id' must be a non-empty string"):
+        fresh.import_jsonl(bad)
+    assert fresh.messages() == [] and fresh.facts.history() == []
+
+
+def test_stats_count_what_is_kept(default_embedder):
+    mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s")
+    run(mem.record([{"role": "user", "content": "My dog is Rex."}, {"role": "assistant", "content": "Nice!"}]))
+    run(mem.record([{"role": "user", "content": "My dog is Max now."}]))
+    stats = mem.stats()
+    assert stats["message_count"] == 3 and stats["messages_by_role"] == {"user": 2, "assistant": 1}
+    assert stats["session_count"] == 1 and (stats["fact_count"], stats["current_fact_count"]) == (2, 1)
+    assert stats["text_bytes"] > 0 and stats["vector_bytes"] > 0 and stats["oldest"] <= stats["newest"]
+
+
+def test_names_may_be_given_either_way_but_must_agree(default_embedder):
+    assert memory("sqlite:///:memory:", default_embedder, user_name="u", agent_id="a").owner.user_id == "u"
+    with pytest.raises(MemoryInputError, match="user_id='u' and user_name='v' disagree"):
+        memory("sqlite:///:memory:", default_embedder, user_id="u", user_name="v")
+
+
+def test_concurrent_writers_all_land(tmp_path, default_embedder):
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    open_store(url).close()
+    barrier = threading.Barrier(4)
+
+    def write(w: int) -> None:
+        store = open_store(url)
+        mem = memory(store, default_embedder, user_id="u", agent_id="a", session_id="shared")
+        barrier.wait()
+        for turn in range(5):
+            mem.record_sync([{"role": "user", "content": f"writer {w} turn {turn}"},
+                             {"role": "assistant", "content": f"reply {w}.{turn}"}], {"turn": f"{w}-{turn}"})
+        store.close()
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    reader = memory(url, default_embedder, user_id="u", agent_id="a")
+    stored = reader.messages(session_id="shared")
+    assert len(stored) == 40 and sorted(m.position for m in stored) == list(range(40))
+    assert reader.sessions() == ["shared"]
+    assert "writer 3 turn 4" in run(reader.retrieve("writer 3 turn 4", limit=3))
+
+
+@settings(max_examples=15)
+@given(st.lists(st.tuples(st.sampled_from(["alice", "bob", ""]), st.integers(100, 999)), min_size=1, max_size=6,
+                unique_by=lambda t: t[1]))
+def test_whatever_is_recorded_only_its_owner_finds_it(default_embedder, notes):
+    store = open_store("sqlite:///:memory:")
+    owners = {u: memory(store, default_embedder, user_id=u or None, agent_id="a", session_id="s") for u in
+              ("alice", "bob", "")}
+    for user, code in notes:
+        run(owners[user].record([{"role": "user", "content": f"My code word is zx{code}."}]))
+    for user, mem in owners.items():
+        mine = {f"zx{c}" for u, c in notes if u == user}
+        for _, code in notes:
+            found = run(mem.retrieve(f"code word zx{code}", limit=10)) + json.dumps(mem.stats())
+            assert {w for w in (f"zx{c}" for _, c in notes) if w in found} <= mine
+    store.close()

@@ -1,0 +1,137 @@
+"""ProceduralMemory: learned tool patterns, their threshold, similarity, plans, scores and expiry."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fullrecall import MemoryInputError, ProceduralMemory
+from fullrecall.stores import open_store
+
+WEIGHT_TOOLS = ["search_health_records_by_metric", "aggregate_metrics", "calculate_weight_trends_tool"]
+DAY = 86400.0
+
+
+class Clock:
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def memory(default_embedder):
+    return ProceduralMemory(embedder=default_embedder, user_id="alice", agent_id="coach")
+
+
+def test_threshold_keeps_exactly_point_seven_and_drops_below(memory):
+    assert memory.store_pattern("analyze my weight trends", WEIGHT_TOOLS, 0.69, 900) is None
+    assert memory.store_pattern("how did I sleep this week", ["sleep_stats"], 0.6999999, 900) is None
+    kept = memory.store_pattern("show my workout history", ["search_workouts"], 0.7, 900)
+    assert kept is not None
+    assert [p["query"] for p in memory.patterns()] == ["show my workout history"]
+
+
+def test_threshold_is_configurable(default_embedder):
+    strict = ProceduralMemory(embedder=default_embedder, min_success_score=0.9)
+    assert strict.store_pattern("analyze my weight trends", WEIGHT_TOOLS, 0.85, 900) is None
+    assert strict.store_pattern("analyze my weight trends", WEIGHT_TOOLS, 0.9, 900) is not None
+
+
+def test_similar_task_gets_the_stored_tool_order_and_unrelated_task_the_fallback(memory):
+    memory.store_pattern("Analyze my weight trends over time", WEIGHT_TOOLS, 0.95, 1250)
+    memory.store_pattern("What workouts did I do last week?", ["search_workouts", "summarize"], 0.8, 700)
+    patterns = memory.retrieve_patterns("how has my body weight changed?", top_k=3)
+    assert patterns[0]["tools_used"] == WEIGHT_TOOLS
+    assert patterns == sorted(patterns, key=lambda p: -p["similarity"])
+    plan = memory.plan_tool_sequence("how has my body weight changed?", patterns[:1])
+    assert plan["suggested_tools"] == WEIGHT_TOOLS and plan["confidence"] == pytest.approx(0.95)
+    assert "weight" in plan["reasoning"]
+
+    fallback = memory.plan_tool_sequence("translate this poem into French", [])
+    assert fallback["suggested_tools"] == [] and fallback["confidence"] < 0.7
+    assert memory.retrieve_patterns("translate this poem into French") == []
+    assert memory.plan_tool_sequence("translate this poem into French")["confidence"] == fallback["confidence"]
+
+
+def test_plan_prefers_the_most_successful_pattern(memory):
+    plan = memory.plan_tool_sequence("q", [
+        {"tools_used": ["a"], "success_score": 0.75, "success_count": 9},
+        {"tools_used": ["b", "c"], "success_score": 0.9, "success_count": 1},
+    ])
+    assert plan["suggested_tools"] == ["b", "c"] and plan["alternatives"] == [["a"]]
+
+
+def test_same_task_and_tools_update_one_pattern(memory):
+    first = memory.store_pattern("Analyze my weight trends", WEIGHT_TOOLS, 0.8, 1000)
+    again = memory.store_pattern("analyze my weight   trends!", WEIGHT_TOOLS, 1.0, 2000)
+    other = memory.store_pattern("Analyze my weight trends", WEIGHT_TOOLS[:1], 0.8, 1000)
+    assert first == again != other
+    (merged,) = [p for p in memory.patterns() if p["id"] == first]
+    assert merged["success_count"] == 2
+    assert merged["avg_execution_time_ms"] == pytest.approx(1500)
+    assert merged["success_score"] == pytest.approx(0.9)
+
+
+def test_clean_fast_run_scores_high_and_a_tool_error_lowers_it(memory):
+    clean = memory.evaluate_workflow(WEIGHT_TOOLS, [{"status": "success"}] * 3, True, 1200)
+    failed = memory.evaluate_workflow(WEIGHT_TOOLS, [{"status": "success"}, {"error": "timeout"}, "ok"], True, 1200)
+    assert clean >= 0.7 and failed < clean
+    assert memory.evaluate_workflow(["one"], [RuntimeError("boom")], "answer", 100) < 0.7
+    assert memory.evaluate_workflow([], [], "answer", 100) < 0.7  # no tool: nothing to learn
+    assert memory.evaluate_workflow(WEIGHT_TOOLS, ["ok"] * 3, "", 100) < clean
+    assert memory.evaluate_workflow(WEIGHT_TOOLS, ["ok"] * 3, True, 60_000) < clean
+
+
+results = st.lists(st.sampled_from(["ok", {"status": "success"}, {"status": "error"}, "Error: x", {"success": False}]),
+                   max_size=6)
+
+
+@given(results=results, response=st.booleans(), ms=st.floats(0, 1e6))
+def test_score_is_in_unit_interval_and_an_added_error_never_raises_it(default_embedder, results, response, ms):
+    memory = ProceduralMemory(embedder=default_embedder)
+    score = memory.evaluate_workflow(["t"], results, response, ms)
+    assert 0.0 <= score <= 1.0
+    assert memory.evaluate_workflow(["t"], results + [{"status": "error"}], response, ms) <= score
+
+
+def test_bad_pattern_is_refused_naming_the_field(memory):
+    with pytest.raises(MemoryInputError, match="'success_score' must be a number in \\[0, 1\\]"):
+        memory.store_pattern("q", ["t"], 1.5, 10)
+    with pytest.raises(MemoryInputError, match="'tools_used' must be a list"):
+        memory.store_pattern("q", "t", 0.9, 10)
+    with pytest.raises(MemoryInputError, match="'query'"):
+        memory.store_pattern("  ", ["t"], 0.9, 10)
+    assert memory.patterns() == []
+
+
+def test_ttl_and_owner_isolation_on_every_backend(store_url, default_embedder):
+    clock = Clock()
+    store = open_store(store_url)
+    try:
+        alice = ProceduralMemory(store, user_id="alice", agent_id="coach", embedder=default_embedder, clock=clock)
+        bob = ProceduralMemory(store, user_id="bob", agent_id="coach", embedder=default_embedder, clock=clock)
+        default_owner = ProceduralMemory(store, embedder=default_embedder, clock=clock)
+        old = alice.store_pattern("Analyze my weight trends", WEIGHT_TOOLS, 0.9, 900)
+        clock.now += 100 * DAY
+        young = alice.store_pattern("What workouts did I do?", ["search_workouts"], 0.9, 900)
+        default_owner.store_pattern("Analyze my weight trends", ["global_tool"], 0.9, 900)
+        shared = default_owner.store_pattern("Analyze my weight trends", WEIGHT_TOOLS, 0.9, 900)
+        assert shared != old and not alice.delete_pattern(shared)  # same task and tools, another owner's
+        assert bob.patterns() == [] and bob.retrieve_patterns("weight trends") == []
+        assert [p["tools_used"] for p in alice.retrieve_patterns("weight trends")] == [WEIGHT_TOOLS]
+
+        clock.now += 110 * DAY - 1  # the first pattern is 210 days old minus a second: still there
+        assert {p["id"] for p in alice.patterns()} == {old, young}
+        clock.now += 2
+        assert {p["id"] for p in alice.patterns()} == {young}
+        assert old not in {r.id for r in store.get_records(alice.book.scope, "procedures")}  # purged, not hidden
+        assert shared in {p["id"] for p in default_owner.patterns()}  # the default owner's twin is untouched
+        # storing again renews the expiry
+        alice.store_pattern("What workouts did I do?", ["search_workouts"], 0.9, 900)
+        clock.now += 200 * DAY
+        assert {p["id"] for p in alice.patterns()} == {young}
+    finally:
+        store.close()

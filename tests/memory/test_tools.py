@@ -1,0 +1,131 @@
+"""MemoryTools: the agent's memory tools, as OpenAI-style schemas with a dispatcher and as Strands tools."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from fullrecall import (
+    ConversationMemory,
+    MemoryTools,
+    PersistentMemory,
+    ProceduralMemory,
+)
+from fullrecall.stores import Scope, open_store
+
+
+@pytest.fixture
+def tools(default_embedder):
+    store = open_store("sqlite:///:memory:")
+    memory = PersistentMemory("u", "a", "s1", store=store, embedder=default_embedder)
+    procedural = ProceduralMemory(store, user_id="u", agent_id="a", embedder=default_embedder)
+    procedural.store_pattern("Analyze my weight trends over time", ["search_records", "aggregate", "trend"], 0.9, 900)
+    asyncio.run(memory.record([{"role": "user", "content": "My locker code is 4417."},
+                               {"role": "assistant", "content": "Noted, locker code 4417."}]))
+    return MemoryTools(memory, procedural)
+
+
+def tool_call(name, args, i=0):
+    return {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def test_schemas_are_openai_function_tools(tools, default_embedder):
+    schemas = tools.schemas()
+    assert [s["function"]["name"] for s in schemas] == ["search_memory", "expand", "remember", "forget", "recall_patterns"]
+    for s in schemas:
+        params = s["function"]["parameters"]
+        assert s["type"] == "function" and params["type"] == "object" and set(params["required"]) <= set(params["properties"])
+        assert s["function"]["description"]
+    without = MemoryTools(tools.memory)  # no procedural memory: no pattern tool
+    assert "recall_patterns" not in [s["function"]["name"] for s in without.schemas()]
+
+
+def test_search_expand_remember_forget_through_the_dispatcher(tools):
+    (reply,) = tools.handle([tool_call("search_memory", {"query": "locker code"})])
+    assert reply["role"] == "tool" and reply["tool_call_id"] == "call_0"
+    results = json.loads(reply["content"])["results"]
+    fact = next(r for r in results if r["kind"] == "fact")
+    message = next(r for r in results if r["kind"] == "message" and r["role"] == "user")
+    assert fact["text"] == "My locker code is 4417." and message["session_id"] == "s1"
+
+    expanded = tools.call("expand", {"id": fact["id"]})  # a fact expands to the message it came from, verbatim
+    assert [m["message"] for m in expanded["messages"]] == [{"role": "user", "content": "My locker code is 4417."}]
+    assert tools.call("expand", json.dumps({"id": message["id"], "session_id": "s1"}))["messages"][0]["id"] == message["id"]
+
+    new = tools.call("remember", {"fact": "My locker code is 9001"})
+    assert (new["attribute"], new["value"]) == ("locker code", "9001")
+    current = [f.value for f in tools.memory.facts.current(attribute="locker code")]
+    assert current == ["9001"] and len(tools.memory.facts.history(attribute="locker code")) == 2
+
+    assert tools.call("forget", {"id": message["id"]}) == {"deleted": 1, "messages": 1, "facts": 0}
+    after = tools.call("search_memory", {"query": "locker code", "limit": 5})["results"]
+    assert message["id"] not in [r["id"] for r in after]
+    assert "error" in tools.call("forget", {"id": message["id"]})
+
+
+def test_recall_patterns_suggests_the_stored_order(tools):
+    found = tools.call("recall_patterns", {"task": "how has my weight changed?"})
+    assert found["plan"]["suggested_tools"] == ["search_records", "aggregate", "trend"]
+    assert found["patterns"][0]["success_score"] == pytest.approx(0.9)
+    unrelated = tools.call("recall_patterns", {"task": "write a limerick about cheese"})
+    assert unrelated["patterns"] == [] and unrelated["plan"]["confidence"] < found["plan"]["confidence"]
+    assert tools.call("forget", {"id": found["patterns"][0]["id"]})["patterns"] == 1
+
+
+@pytest.mark.parametrize("name, args, error", [
+    ("search_memory", {}, "'query' is missing"),
+    ("search_memory", {"query": 3}, "'query' must be a non-empty string"),
+    ("search_memory", {"query": "x", "limit": 0}, "'limit' must be a positive integer"),
+    ("search_memory", {"query": "x", "deep": True}, "unknown argument 'deep'"),
+    ("remember", "{not json", "arguments must be a JSON object"),
+    ("remember", "[1, 2]", "arguments must be a JSON object"),
+    ("remember", {"fact": "  "}, "'fact' must be a non-empty string"),
+    ("drop_tables", {}, "unknown tool 'drop_tables'"),
+])
+def test_bad_calls_answer_an_error_the_model_can_read(tools, name, args, error):
+    assert error in tools.call(name, args)["error"]
+    assert tools.memory.stats()["fact_count"] == 1  # nothing was written
+
+
+def test_handle_leaves_other_tools_calls_alone(tools):
+    replies = tools.handle([tool_call("get_weather", {"city": "Lyon"}, 0), tool_call("remember", {"fact": "I like tea"}, 1)])
+    assert [r["tool_call_id"] for r in replies] == ["call_1"]
+
+
+def test_expand_a_summary_gives_the_messages_it_covers(default_embedder):
+    store = open_store("sqlite:///:memory:")
+    chat = ConversationMemory(store, "chat", user_id="u", agent_id="a", summarizer=lambda m, p: "summary",
+                              max_history_turns=2, preserve_recent_messages=2, embedding_model=default_embedder)
+    for i in range(5):
+        chat.add([{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}])
+    summary = store.get_state(Scope(user_id="u", agent_id="a", session_id="chat"), "summaries")["items"][0]
+    tools = MemoryTools(PersistentMemory("u", "a", store=store, embedder=default_embedder))
+    expanded = tools.call("expand", {"id": summary["id"], "session_id": "chat"})
+    start, end = summary["covers"]
+    assert [m["position"] for m in expanded["messages"]] == list(range(start, end + 1))
+    assert expanded["messages"][0]["message"] == {"role": "user", "content": "question 0"}
+
+
+def test_a_strands_agent_calls_the_memory_tools(tools):
+    pytest.importorskip("strands")
+    from strands import Agent
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "strands"))
+    from strands_scripted import AGENT_PROMPT, ScriptedModel
+
+    model = ScriptedModel([("tool", "remember", {"fact": "My city is Lyon"}),
+                           ("tool", "search_memory", {"query": "which city do I live in?"}),
+                           "You live in Lyon."])
+    agent = Agent(model=model, system_prompt=AGENT_PROMPT, tools=tools.strands_tools(), callback_handler=None)
+    agent("Remember my city is Lyon, then tell me where I live.")
+    assert [f.value for f in tools.memory.facts.current(attribute="city")] == ["Lyon"]
+    specs = {s["name"] for s in model.agent_calls[0]["tool_specs"]}
+    assert specs == {"search_memory", "expand", "remember", "forget", "recall_patterns"}
+    last = model.agent_calls[-1]["messages"][-1]
+    (result,) = [b["toolResult"] for b in last["content"] if "toolResult" in b]
+    assert result["status"] == "success"
+    assert json.loads(result["content"][0]["text"])["results"][0]["text"] == "My city is Lyon"
