@@ -30,7 +30,8 @@ class HashEmbedder:
 
 
 def open_memory(url):
-    return ConversationMemory(url, "shared", user_id="ann", agent_id="bot", summarizer=lambda m, p: f"summary of {len(m)}",
+    return ConversationMemory(url, "shared", user_id="ann", agent_id="bot",
+                              summarizer=lambda m, p: f"summary of {len(m)}",
                               max_history_turns=3, preserve_recent_messages=2, embedding_model=HashEmbedder())
 
 

@@ -41,7 +41,8 @@ def test_a_retried_add_stores_nothing_new(store_url):
         memory.add({"role": "assistant" if i % 2 == 0 else "user", "content": f"turn {i}", "id": f"t{i}"})
     assert memory.manager.removed_message_count > 0
     retry = make(store_url)
-    retry.add([{"role": "user", "content": "pay 10 to Bob", "id": "req-1"}, {"role": "assistant", "content": "done", "id": 7}])
+    retry.add([{"role": "user", "content": "pay 10 to Bob", "id": "req-1"},
+               {"role": "assistant", "content": "done", "id": 7}])
     retry.add({"role": "assistant", "content": "done", "id": 7})
     assert contents(retry) == ["pay 10 to Bob"] + [f"turn {i}" for i in range(6)] + ["done"]
     assert retry.store.count(retry.scope) == 8
@@ -55,7 +56,8 @@ def test_a_bad_id_is_refused_naming_the_message_and_nothing_is_written(store_url
     memory = make(store_url)
     for bad in (None, "", " ", 1.5, True, ["x"]):
         with pytest.raises(MessageFormatError, match=r"message 1: 'id' must be a non-empty string or an integer"):
-            memory.add([{"role": "user", "content": "fine", "id": "a"}, {"role": "assistant", "content": "x", "id": bad}])
+            memory.add([{"role": "user", "content": "fine", "id": "a"},
+                        {"role": "assistant", "content": "x", "id": bad}])
     assert memory.store.count(memory.scope) == 0 and memory.messages == []
 
 

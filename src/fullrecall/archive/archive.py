@@ -252,7 +252,8 @@ class Archive:
         count = self._archived_count()
         newest = state.get("newest")
         first = state["evicted_through"]
-        oldest = self.store.range(self.scope, first, min(newest, first + 64))[:1] if count and newest is not None else []
+        oldest = self.store.range(self.scope, first, min(newest, first + 64))[:1] if count and newest is not None \
+            else []
         return {
             "message_count": count,
             "total_memory": _total_bytes(stats),
