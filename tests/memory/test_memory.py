@@ -43,3 +43,44 @@ def test_bad_message_is_refused_before_anything_is_stored():
     with pytest.raises(MessageFormatError, match="message 0: 'content' must be a list"):
         memory.add({"role": "user", "content": [{"text": "converse shape"}]})
     assert memory.messages == [{"role": "user", "content": "hi"}]
+
+
+def test_a_shortened_tool_result_stays_shortened_and_the_original_stays_stored(store_url):
+    from fullrecall.window import SlidingWindowConversationManager
+
+    def memory():
+        return ConversationMemory(store_url, "s1", user_id="ann",
+                                  manager=SlidingWindowConversationManager(window_size=10, max_tool_result_chars=200))
+
+    big = "x" * 1000 + " TAIL-42"
+    first = memory()
+    first.add([
+        {"role": "system", "content": "rules"},
+        {"role": "user", "content": "look it up"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": big},
+        {"role": "assistant", "content": "done"},
+    ])
+    first.reduce_context(RuntimeError("overflow"))
+    shortened = first.messages[3]["content"]
+    assert len(shortened) < 400 and "fullrecall cut" in shortened and shortened.endswith("TAIL-42")
+    again = memory()  # a new process sees the window as the manager left it, the log keeps the original
+    assert again.messages == first.messages and len(again.messages) == 5
+    assert again.store.range(again.scope, 3, 3)[0].data["content"] == big
+    again.add({"role": "user", "content": "thanks"})
+    assert again.messages[3]["content"] == shortened and again.messages[-1] == {"role": "user", "content": "thanks"}
+
+
+def test_archive_limits_never_evict_the_window_or_the_system_message(store_url):
+    memory = make(store_url, max_num_archived_messages=3)
+    memory.add({"role": "system", "content": "rules"})
+    for i in range(10):
+        memory.add([{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}])
+    stats = memory.manager.get_memory_usage_stats()
+    removed = memory.manager.removed_message_count
+    assert stats["message_count"] == 3 and stats["evicted_count"] == removed - 3
+    assert memory.messages[0] == {"role": "system", "content": "rules"}
+    window = memory.messages[2:]  # after the system message and the summary
+    assert window == [{"role": r, "content": f"{'question' if r == 'user' else 'answer'} {i}"}
+                      for i in range(10) for r in ("user", "assistant")][removed:]
