@@ -107,7 +107,8 @@ class Archive:
             records = [message_record(m, event.shape, reason=event.reason, summary_id=summary_id)
                        for m in event.messages]
             self.store.append(self.scope, records)  # raises: the manager keeps the messages
-        self._note_archived([m.position for m in records if m.position is not None])
+        if not (self.logged and event.reason == "truncated"):  # a shortened original is still in the window
+            self._note_archived([m.position for m in records if m.position is not None])
         if event.summary is not None:
             self._save_summary(event)
         self._index(records)
