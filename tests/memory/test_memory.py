@@ -84,3 +84,30 @@ def test_archive_limits_never_evict_the_window_or_the_system_message(store_url):
     window = memory.messages[2:]  # after the system message and the summary
     assert window == [{"role": r, "content": f"{'question' if r == 'user' else 'answer'} {i}"}
                       for i in range(10) for r in ("user", "assistant")][removed:]
+
+
+def test_a_window_saved_whole_by_an_earlier_version_joins_the_log(store_url):
+    from fullrecall.archive import SemanticSummarizingConversationManager
+    from fullrecall.stores import Scope, open_store
+
+    # what ConversationMemory used to do: the manager on a list, the whole list saved as state
+    store = open_store(store_url)
+    manager = SemanticSummarizingConversationManager(store=store, session_id="s1", summarizer=lambda m, p: "summary",
+                                                     max_history_turns=3, preserve_recent_messages=2)
+    added = [{"role": "system", "content": "rules"}]
+    window = list(added)
+    for i in range(9):
+        added.append({"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}"})
+        window.append(added[-1])
+        manager.apply_management(window)
+    assert manager.removed_message_count > 0
+    store.put_state(Scope(session_id="s1"), "window", {"messages": window, "manager": manager.get_state()})
+    store.close()
+
+    memory = make(store_url)
+    assert memory.messages == window
+    archived = memory.manager.archive.get(1, memory.manager.first_active_position - 1)
+    assert [m.data for m in archived] + window[2:] == added[1:]
+    assert [m.data for m in memory.store.range(memory.scope, 0, 10**9)] == added  # the log holds everything once
+    memory.add({"role": "assistant", "content": "message 9"})
+    assert memory.messages[-1] == {"role": "assistant", "content": "message 9"} and len(make(store_url).messages) > 2

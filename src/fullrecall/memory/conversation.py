@@ -141,6 +141,8 @@ class ConversationMemory:
         """Rebuild the window from the store: state first, then the log from the window's start on."""
         state = self.store.get_state(self.scope, _WINDOW_KEY) or {}
         self.manager.restore_from_state(state.get("manager") or self._fresh_state)
+        if "messages" in state:
+            state = self._upgrade(state)
         self._version = int(state.get("version", 0))
         head = self.store.range(self.scope, 0, 0)
         pinned = [head[0].data] if head and head[0].data.get("role") in _PINNED_ROLES else []
@@ -151,6 +153,27 @@ class ConversationMemory:
         summary = getattr(self.manager, "summary_message", None)
         self._messages = pinned + ([summary] if summary is not None else []) + [
             replaced.get(str(row.position), row.data) for row in self._rows]
+
+    def _upgrade(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A window saved whole (by fullrecall before the log was the truth): its messages join the log.
+
+        The system message goes to position 0 and the originals after what was archived, with the ids
+        the archive gave by position, so processes that upgrade at once append each message once.
+        """
+        saved = state["messages"]
+        pinned = 1 if saved and saved[0].get("role") in _PINNED_ROLES else 0
+        summary = getattr(self.manager, "summary_message", None)
+        skip = pinned + int(summary is not None and len(saved) > pinned and saved[pinned] == summary)
+        start = pinned + self.manager.removed_message_count
+        raws, positions = saved[:pinned] + saved[skip:], [0] * pinned + list(range(start, start + len(saved) - skip))
+        if raws:
+            shape, parsed = parse_messages(raws)
+            for msg, position in zip(parsed, positions):
+                msg.position, msg.id = position, f"m{position}"
+            self.store.append(self.scope, [message_record(m, shape, data=raw) for m, raw in zip(parsed, raws)])
+        upgraded = {"manager": state.get("manager"), "replaced": {}, "version": int(state.get("version", 0)) + 1}
+        self.store.put_state(self.scope, _WINDOW_KEY, upgraded)
+        return upgraded
 
     def _manage(self, operation) -> None:
         """Run a manager operation on the window; save the state if the window changed."""
