@@ -111,3 +111,17 @@ def test_a_window_saved_whole_by_an_earlier_version_joins_the_log(store_url):
     assert [m.data for m in memory.store.range(memory.scope, 0, 10**9)] == added  # the log holds everything once
     memory.add({"role": "assistant", "content": "message 9"})
     assert memory.messages[-1] == {"role": "assistant", "content": "message 9"} and len(make(store_url).messages) > 2
+
+
+def test_a_failing_removal_listener_does_not_fail_an_add_that_was_stored(store_url, caplog):
+    memory = make(store_url)
+
+    def broken(event):
+        raise ConnectionError("audit log down")
+
+    memory.manager.add_removal_listener(broken)
+    for i in range(8):
+        memory.add({"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}"})
+    assert memory.manager.removed_message_count == 0 and "could not be managed" in caplog.text
+    assert [m["content"] for m in memory.messages] == [f"message {i}" for i in range(8)]
+    assert memory.store.count(memory.scope) == 8

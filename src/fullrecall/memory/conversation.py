@@ -23,13 +23,16 @@ conversation deleted by ``forget()`` (this object's or an administrator's
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any, Iterable
 
 from ..archive.archive import END, message_record
-from ..errors import MessageFormatError
+from ..errors import ArchiveError, MessageFormatError
 from ..messages.formats import parse_messages
 from ..stores.base import Scope, Store, StoredMessage
+
+log = logging.getLogger("fullrecall.memory")
 
 _WINDOW_KEY = "window"
 _PINNED_ROLES = ("system", "developer")
@@ -86,7 +89,9 @@ class ConversationMemory:
     def add(self, messages: dict[str, Any] | Iterable[dict[str, Any]]) -> None:
         """Record one message or several durably (one atomic append), then let the manager keep the window in budget.
 
-        A message whose ``"id"`` the conversation already holds is not stored again.
+        A message whose ``"id"`` the conversation already holds is not stored again. Once the
+        append returns the messages are kept: if managing the window then fails (a removal
+        listener raised), that is logged, the window stays as it is, and the next call tries again.
         """
         new = [messages] if isinstance(messages, dict) else list(messages)
         if not new:
@@ -101,7 +106,10 @@ class ConversationMemory:
             records.append(message_record(msg, shape, data=raw))
         self.store.append(self.scope, records)  # durable, positioned and deduplicated by the store
         self._sync()
-        self._manage(self.manager.apply_management)
+        try:
+            self._manage(self.manager.apply_management)
+        except ArchiveError as exc:  # the messages are stored: a failed trim must not look like a failed add
+            log.warning("messages stored, but the window could not be managed (it stays as it is): %s", exc)
 
     def apply_management(self) -> None:
         """Let the manager trim or summarize the window now."""
@@ -118,7 +126,8 @@ class ConversationMemory:
         self._sync()
         return self.hook.enrich(self._messages)
 
-    def recall(self, query: str):
+    def recall(self, query: str) -> Any:
+        """The archived messages relevant to ``query`` (a :class:`~fullrecall.archive.Recall`), never the window."""
         self._sync()
         return self.manager.recall(query)
 
