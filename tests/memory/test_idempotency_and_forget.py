@@ -18,8 +18,8 @@ from concurrent_worker import HashEmbedder  # noqa: E402
 
 def make(url, **kw):
     kw.setdefault("summarizer", lambda msgs, prev: f"summary: {prev or ''} " + " | ".join(m.text for m in msgs))
-    return ConversationMemory(url, "s1", user_id="ann", max_history_turns=2, preserve_recent_messages=2,
-                              embedding_model=HashEmbedder(), **kw)
+    kw.setdefault("preserve_recent_messages", 2)
+    return ConversationMemory(url, "s1", user_id="ann", max_history_turns=2, embedding_model=HashEmbedder(), **kw)
 
 
 def contents(memory):
@@ -134,3 +134,49 @@ def test_an_administrators_forget_is_not_undone_by_a_live_memory(store_url):
     assert secrets_left(store_url, memory.scope, memory) == []
     assert contents(memory) == ["hello again", "hi"] and memory.store.count(memory.scope) == 2
     assert memory.manager.get_memory_usage_stats()["summary_count"] == 0
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["add", "add", "add", "clear", "reduce", "forget", "reopen"]), st.integers(0, 1),
+                         st.lists(st.sampled_from(["a", "b", "c", "d", None, None]), min_size=1, max_size=3)),
+               min_size=1, max_size=25)
+
+
+@given(ops=OPS)
+def test_two_live_objects_always_show_the_whole_conversation_once(ops):
+    """Any interleaving of adds (retried ids included), clears, overflows, forgets and reopens by two objects:
+    both see exactly the messages added since the last forget, once each, in the order they were added."""
+    from fullrecall import ContextWindowOverflowError
+
+    store = open_store("sqlite:///:memory:")
+    objects = [make(store, summarizer=lambda msgs, prev: "s", preserve_recent_messages=1) for _ in range(2)]
+    expected: list[str] = []
+    n = 0
+    for op, who, keys in ops:
+        memory = objects[who]
+        if op == "add":
+            batch = []
+            for key in keys:
+                n += 1
+                message = {"role": "user" if n % 2 else "assistant", "content": f"{key or 'anon'}-{n}"}
+                batch.append(message if key is None else {**message, "id": key})
+            memory.add(batch)
+            known = {e.split("-")[0] for e in expected}
+            for message in batch:
+                if "id" not in message or message["id"] not in known:
+                    expected.append(message["content"])
+                    known.add(message.get("id"))
+        elif op == "clear":
+            memory.clear()
+            assert memory.messages == []
+        elif op == "reduce":
+            try:
+                memory.reduce_context(RuntimeError("overflow"))
+            except ContextWindowOverflowError:
+                pass
+        elif op == "forget":
+            memory.forget()
+            expected = []
+        else:
+            objects[who] = make(store, summarizer=lambda msgs, prev: "s", preserve_recent_messages=1)
+        for each in objects:
+            assert contents(each) == expected
