@@ -13,7 +13,7 @@ import pytest
 from fullrecall import ConversationMemory
 
 sys.path.insert(0, str(Path(__file__).parent))
-from concurrent_worker import HashEmbedder, open_memory  # noqa: E402
+from concurrent_worker import HashEmbedder, open_memory
 
 WORKER = Path(__file__).with_name("concurrent_worker.py")
 WORKERS, COUNT = 4, 24

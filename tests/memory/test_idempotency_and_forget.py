@@ -13,7 +13,7 @@ from fullrecall import ConversationMemory, MessageFormatError
 from fullrecall.stores import Scope, open_store
 
 sys.path.insert(0, str(Path(__file__).parent))
-from concurrent_worker import HashEmbedder  # noqa: E402
+from concurrent_worker import HashEmbedder
 
 
 def make(url, **kw):

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..archive.archive import END, message_record
 from ..errors import ArchiveError, MessageFormatError
