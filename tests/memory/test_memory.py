@@ -6,8 +6,8 @@ from fullrecall import ConversationMemory, MessageFormatError
 
 
 def make(url="sqlite:///:memory:", **kw):
-    kw.setdefault("summarizer", lambda m, p: "summary")
-    return ConversationMemory(url, "s1", max_history_turns=3, preserve_recent_messages=2, **kw)
+    kw = {"summarizer": lambda m, p: "summary", "max_history_turns": 3, "preserve_recent_messages": 2, **kw}
+    return ConversationMemory(url, "s1", **kw)
 
 
 def test_resumes_window_and_archive_after_restart(tmp_path):
@@ -125,3 +125,20 @@ def test_a_failing_removal_listener_does_not_fail_an_add_that_was_stored(store_u
     assert memory.manager.removed_message_count == 0 and "could not be managed" in caplog.text
     assert [m["content"] for m in memory.messages] == [f"message {i}" for i in range(8)]
     assert memory.store.count(memory.scope) == 8
+
+
+def test_a_window_full_of_keyword_matches_does_not_hide_the_archived_one(store_url):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from concurrent_worker import HashEmbedder
+
+    memory = make(store_url, max_history_turns=30, preserve_recent_messages=60, semantic_search_top_k=1,
+                  message_context_radius=0, embedding_model=HashEmbedder())
+    memory.add([{"role": "user", "content": "Invoice ZX-9917 is paid."}, {"role": "assistant", "content": "Noted."}])
+    memory.add([{"role": ("user", "assistant")[i % 2], "content": f"filler {i} about invoices"} for i in range(70)])
+    memory.add([{"role": ("user", "assistant")[i % 2], "content": f"ZX-9917 ZX-9917 item {i}"} for i in range(60)])
+    assert 2 < memory.manager.first_active_position <= 72  # the invoice archived, the 60 matches in the window
+    (hit,) = memory.recall("ZX-9917").hits
+    assert hit.message.data["content"] == "Invoice ZX-9917 is paid." and hit.scores["lexical"] > 0
