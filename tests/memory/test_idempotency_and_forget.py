@@ -93,7 +93,7 @@ def secrets_left(url, scope, memory):
         window = store.get_state(scope, "window") or {}
     finally:
         store.close()
-    found = [t for t in texts if "4711" in t] + [h for h, _ in hits]
+    found = [t for t in texts if "4711" in t] + [str(hit[0]) for hit in hits]
     found += ["summaries"] if "4711" in str(summaries) else []
     found += ["window state"] if "4711" in str(window) else []
     found += ["window"] if "4711" in str(memory.messages) else []
