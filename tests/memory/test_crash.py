@@ -38,8 +38,8 @@ def acked(ack: Path) -> list[int]:
 def everything(url) -> list[str]:
     """The conversation as a restarted process sees it: archived messages before the window, then the window.
 
-    After a kill between the archive write and the window save, the saved window still holds messages
-    the archive has too (same positions): the window's positions win, so they count once.
+    Both come from the store's log (the window is derived from it), so a kill between the log append and
+    the window state save can neither lose a message nor show one twice.
     """
     memory = ConversationMemory(url, "crash", summarizer=lambda m, p: "s", max_history_turns=3, preserve_recent_messages=2)
     first_active = memory.manager.first_active_position
@@ -89,7 +89,6 @@ def test_sigkill_mid_summarization_loses_nothing(store_url, tmp_path):
     check(url, ack)
     memory = ConversationMemory(url, "crash", summarizer=lambda m, p: "s", max_history_turns=3, preserve_recent_messages=2)
     assert memory.manager.removed_message_count > 0
-    # the archive may run ahead of the saved window (killed between the two writes), never behind,
-    # and holds each position once
+    # the store's log holds every position once, at least up to the window's start
     positions = [m.position for m in memory.manager.archive.get(0, 10**9)]
     assert positions == list(range(len(positions))) and len(positions) >= memory.manager.removed_message_count

@@ -4,13 +4,18 @@
 messages to the store *first* (if that fails, the manager keeps them in the
 window), then embeds them; an embedding failure only delays searchability
 (the text is stored, lexical search finds it, and the vectors are retried).
+
+With ``logged=True`` (how :class:`~fullrecall.memory.ConversationMemory` uses it)
+every message is in the store from the moment it was added, so archiving a
+removed message is only indexing it: ``write`` appends nothing, and a position
+missing from the store was forgotten, not lost (it is never written back).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..messages.formats import parse_message, render_message
@@ -21,6 +26,8 @@ from ..window.base import RemovedMessages
 from .recall import RecalledRange, merge_ranges, original_question
 
 log = logging.getLogger("fullrecall.archive")
+
+END = 2**53  # past any position: ``range(scope, start, END)`` reads to the end of a conversation
 
 
 @dataclass
@@ -56,6 +63,7 @@ class Archive:
         embedding_dimensions: int | None = None,
         max_num_archived_messages: int | None = None,
         max_memory_archived_messages: int | None = None,
+        logged: bool = False,
         **search_options: Any,
     ) -> None:
         for name, value in (("max_num_archived_messages", max_num_archived_messages),
@@ -72,9 +80,8 @@ class Archive:
         self.max_memory_archived_messages = max_memory_archived_messages
         self._search_args = dict(embedding_model=embedding_model, reranker_model=reranker_model, aws_region=aws_region,
                                  embedding_dimensions=embedding_dimensions, **search_options)
+        self.logged = logged
         self._search = None
-        self._unindexed: list[StoredMessage] = []  # archived, but not embedded yet
-        self._waiting: list[str] | None = None  # their ids as the store has them (None: not read yet)
         self.last_evicted: list[int] = []
 
     # -- search engine, built on first use so constructing an Archive is instant -------------
@@ -89,10 +96,19 @@ class Archive:
     # -- writing ------------------------------------------------------------------------------
     def write(self, event: RemovedMessages) -> None:
         """Commit ``event.messages`` (and the summary covering them), then index them."""
-        summary_id = event.summary.id if event.summary is not None else None
-        records = [self._record(m, event, summary_id) for m in event.messages]
-        self.store.append(self.scope, records)  # raises: the manager keeps the messages
-        self._note_newest(max(m.position for m in records if m.position is not None) if records else None)
+        if self.logged:
+            wanted = {m.position for m in event.messages if m.position is not None}
+            records = [m for m in self.store.range(self.scope, min(wanted), max(wanted)) if m.position in wanted] \
+                if wanted else []
+            if not records:  # forgotten since they were read: write nothing back, not even the summary
+                return
+        else:
+            summary_id = event.summary.id if event.summary is not None else None
+            records = [message_record(m, event.shape, reason=event.reason, summary_id=summary_id)
+                       for m in event.messages]
+            self.store.append(self.scope, records)  # raises: the manager keeps the messages
+        if not (self.logged and event.reason == "truncated"):  # a shortened original is still in the window
+            self._note_archived([m.position for m in records if m.position is not None])
         if event.summary is not None:
             self._save_summary(event)
         self._index(records)
@@ -100,32 +116,21 @@ class Archive:
 
     __call__ = write
 
-    def _record(self, msg: Message, event: RemovedMessages, summary_id: str | None) -> StoredMessage:
-        msg = _as_written(msg)
-        text = msg.text
-        now = time.time()
-        created = msg.timestamp or now
-        date = time.strftime("%Y-%m-%d", time.gmtime(created))
-        return StoredMessage(
-            id=msg.id or f"m{msg.position}",
-            role=msg.role,
-            text=index_text(text, speaker=msg.role, date=date),
-            data=render_message(msg, event.shape),
-            position=msg.position,
-            kind="message",
-            created_at=created,
-            archived_at=now,
-            summary_id=summary_id,
-            metadata={"shape": event.shape, "reason": event.reason},
-        )
-
     def _state(self) -> dict[str, Any]:
         return self.store.get_state(self.scope, "archive") or {"evicted_count": 0, "evicted_through": 0, "newest": None}
 
-    def _note_newest(self, position: int | None) -> None:
+    def _note_archived(self, positions: list[int]) -> None:
+        """Remember the newest archived position (and, on the first write, the oldest: nothing before it
+        was archived, so eviction never takes a message that did not leave the window, a pinned system one)."""
+        if not positions:
+            return
         state = self._state()
-        if position is not None and (state.get("newest") is None or position > state["newest"]):
-            state["newest"] = position
+        changed = False
+        if state.get("newest") is None:
+            state["evicted_through"], changed = max(state["evicted_through"], min(positions)), True
+        if state.get("newest") is None or max(positions) > state["newest"]:
+            state["newest"], changed = max(positions), True
+        if changed:
             self.store.put_state(self.scope, "archive", state)
 
     def _save_summary(self, event: RemovedMessages) -> None:
@@ -147,32 +152,29 @@ class Archive:
         """Embed ``records`` and any that an earlier write (in any process) failed to embed.
 
         The ids still waiting are kept in the store's ``archive`` state, so a process that
-        starts after a failure catches up on its first write.
+        starts after a failure catches up on its first write; a waiting message that was
+        forgotten meanwhile is simply gone (it is read back from the store, never from memory).
         """
-        if self._waiting is None:  # first write of this process: what did earlier ones leave?
-            ids = self._state().get("unembedded") or []
-            self._waiting = ids
-            self._unindexed = self.store.get(self.scope, ids) if ids else []
-        pending = list({m.id: m for m in self._unindexed + records}.values())
+        waiting_before = self._state().get("unembedded") or []
+        earlier = self.store.get(self.scope, waiting_before) if waiting_before else []
+        pending = list({m.id: m for m in earlier + records}.values())
         try:
             self.search_engine.index(pending, append=False)
-            self._unindexed = []
+            waiting: list[str] = []
         except Exception as exc:  # noqa: BLE001 - the text is committed; only vectors are late
-            self._unindexed = pending
+            waiting = [m.id for m in pending]
             log.warning("archived %d message(s) but could not embed them (%s: %s); they are kept, found by "
                         "keyword search, and embedded on the next write", len(pending), type(exc).__name__, exc)
-        waiting = [m.id for m in self._unindexed]
-        if waiting != self._waiting:
+        if waiting != waiting_before:
             state = self._state()
             state["unembedded"] = waiting
             self.store.put_state(self.scope, "archive", state)
-            self._waiting = waiting
 
     # -- limits ---------------------------------------------------------------------------------
     def _enforce_limits(self) -> None:
         self.last_evicted = []
         if self.max_num_archived_messages is not None:
-            excess = self.store.count(self.scope) - self.max_num_archived_messages
+            excess = self._archived_count() - self.max_num_archived_messages
             if excess > 0:
                 self._evict_oldest(excess)
         if self.max_memory_archived_messages is not None:
@@ -182,27 +184,39 @@ class Archive:
                 if total <= self.max_memory_archived_messages or not stats["message_count"]:
                     break
                 per_message = total / stats["message_count"]
-                self._evict_oldest(max(1, int((total - self.max_memory_archived_messages) / per_message) + 1))
+                if not self._evict_oldest(max(1, int((total - self.max_memory_archived_messages) / per_message) + 1)):
+                    break
         if self.last_evicted:
             log.info("archive limits evicted %d oldest message(s), positions %d-%d",
                      len(self.last_evicted), self.last_evicted[0], self.last_evicted[-1])
 
-    def _evict_oldest(self, n: int) -> None:
+    def _archived_count(self) -> int:
+        """Stored messages that left the window (a logged conversation stores its window, and a pinned
+        system message, too: those before the oldest archived position and after the newest are not counted)."""
+        count = self.store.count(self.scope)
         state = self._state()
-        start, victims = state["evicted_through"], []
-        while len(victims) < n:
-            chunk = self.store.range(self.scope, start, start + max(64, n))
-            if not chunk:
-                break
+        newest, oldest = state.get("newest"), state["evicted_through"]
+        if not count or newest is None:
+            return 0 if self.logged else count
+        before = len(self.store.range(self.scope, 0, oldest - 1)) if oldest > 0 else 0
+        return count - before - len(self.store.range(self.scope, newest + 1, END))
+
+    def _evict_oldest(self, n: int) -> int:
+        """Delete the ``n`` oldest archived messages (never one still in the window); how many went."""
+        state = self._state()
+        start, newest, victims = state["evicted_through"], state.get("newest"), []
+        while len(victims) < n and newest is not None and start <= newest:
+            chunk = self.store.range(self.scope, start, min(newest, start + max(64, n)))
             victims.extend(chunk[: n - len(victims)])
-            start = chunk[-1].position + 1
+            start = (chunk[-1].position + 1) if chunk else start + max(64, n)
         if not victims:
-            return
+            return 0
         self.store.delete(self.scope, [m.id for m in victims])
         state["evicted_count"] += len(victims)
         state["evicted_through"] = victims[-1].position + 1
         self.store.put_state(self.scope, "archive", state)
         self.last_evicted.extend(m.position for m in victims)
+        return len(victims)
 
     # -- reading -----------------------------------------------------------------------------
     def recall(self, query: str, *, top_k: int = 3, min_score: float | None = None, radius: int = 2,
@@ -215,6 +229,11 @@ class Archive:
         started = time.perf_counter()
         if self.store.count(self.scope) == 0:
             return Recall(query)
+        if before is not None:  # a logged conversation's window is stored too: keep it out of the candidates
+            window = frozenset(m.id for m in self.store.range(self.scope, before, END))
+            if window:
+                filters = filters or Filters()
+                filters = replace(filters, exclude_ids=(filters.exclude_ids or frozenset()) | window)
         hits = self.search_engine.search(query, top_k=top_k, min_score=min_score, filters=filters, spread=radius)
         if before is not None:
             hits = [h for h in hits if h.position is not None and h.position < before]
@@ -231,9 +250,11 @@ class Archive:
     def get_memory_usage_stats(self) -> dict[str, Any]:
         stats = self.store.stats(self.scope)
         state = self._state()
-        count = stats["message_count"]
+        count = self._archived_count()
         newest = state.get("newest")
-        oldest = self.store.range(self.scope, state["evicted_through"], newest)[:1] if count and newest is not None else []
+        first = state["evicted_through"]
+        oldest = self.store.range(self.scope, first, min(newest, first + 64))[:1] if count and newest is not None \
+            else []
         return {
             "message_count": count,
             "total_memory": _total_bytes(stats),
@@ -243,7 +264,7 @@ class Archive:
             "evicted_count": state["evicted_count"],
             "oldest_position": oldest[0].position if oldest else None,
             "newest_position": newest if count else None,
-            "unindexed_count": len(self._unindexed),
+            "unindexed_count": len(state.get("unembedded") or []),
             "summary_count": len(self.summaries()),
             "max_num_archived_messages": self.max_num_archived_messages,
             "max_memory_archived_messages": self.max_memory_archived_messages,
@@ -264,6 +285,27 @@ class Archive:
             + (f"; limits: {', '.join(limits)}" if limits else "; no limits")
             + (f"; {s['unindexed_count']} waiting for embeddings" if s["unindexed_count"] else "")
         )
+
+
+def message_record(msg: Message, shape: str, *, data: dict[str, Any] | None = None, reason: str | None = None,
+                   summary_id: str | None = None) -> StoredMessage:
+    """``msg`` as the store keeps it: verbatim ``data`` (rendered in ``shape`` unless given), indexed text."""
+    msg = _as_written(msg)
+    now = time.time()
+    created = msg.timestamp or now
+    date = time.strftime("%Y-%m-%d", time.gmtime(created))
+    return StoredMessage(
+        id=msg.id or f"m{msg.position}",
+        role=msg.role,
+        text=index_text(msg.text, speaker=msg.role, date=date),
+        data=render_message(msg, shape) if data is None else data,
+        position=msg.position,
+        kind="message",
+        created_at=created,
+        archived_at=now,
+        summary_id=summary_id,
+        metadata={"shape": shape, "reason": reason},
+    )
 
 
 def _total_bytes(stats: dict[str, int]) -> int:

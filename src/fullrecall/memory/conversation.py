@@ -1,23 +1,42 @@
-"""A conversation that survives restarts: its window and its archive in one store.
+"""A conversation that survives restarts and concurrent writers: its message log is the truth.
 
-Window managers work on a list the application holds; when the process dies,
-that list is gone. :class:`ConversationMemory` keeps the list in the store
-too: every added message is committed before ``add`` returns, and every
-change the manager makes is saved after the archive has the removed messages.
-A process killed at any point (mid-write, mid-summarization) loses nothing
-that was acknowledged; a new process with the same store and session resumes
-where it stopped, and a summarization that was cut short simply runs again
-(archive writes are idempotent per message, so nothing is archived twice).
+Every added message is appended to the store before ``add`` returns, in one
+atomic, idempotent append (the store assigns its position, so writers in any
+number of processes each land, in one order). The window is not saved whole:
+it is *derived* from the log, as
+
+    the pinned system message (position 0, if it is one) + the manager's summary
+    + every message from the first position still in the window on.
+
+The state document holds only what is small and bounded: the manager's state
+(how many messages left the window, the current summary) and any message the
+manager replaced in the window (a shortened tool result), plus a version.
+Archiving a removed message is indexing it, since its text is stored already.
+
+So nothing acknowledged is lost: not by a crash (mid-write or mid-summarization),
+not by a concurrent writer, not by two writers managing the window at once
+(the state is one consistent document; the one that went further wins, and the
+log holds every message whichever wins). Every read starts from the store, so a
+conversation deleted by ``forget()`` (this object's or an administrator's
+``store.forget``) stays deleted: nothing held in memory is written back.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import logging
+import uuid
+from collections.abc import Iterable
+from typing import Any
 
+from ..archive.archive import END, message_record
+from ..errors import ArchiveError, MessageFormatError
 from ..messages.formats import parse_messages
-from ..stores.base import Scope, Store
+from ..stores.base import Scope, Store, StoredMessage
+
+log = logging.getLogger("fullrecall.memory")
 
 _WINDOW_KEY = "window"
+_PINNED_ROLES = ("system", "developer")
 
 
 class ConversationMemory:
@@ -26,7 +45,9 @@ class ConversationMemory:
     ``add`` records messages; ``messages`` is the active window; ``model_input()``
     is the window with recalled context added to the newest user message;
     ``clear()`` empties the window after archiving it (nothing is deleted:
-    ``forget()`` does that). Extra keyword arguments configure the default
+    ``forget()`` does that). A message's own ``"id"`` field is its idempotency
+    key: adding a message whose id the conversation already holds stores nothing
+    new (a retried ``add`` is safe). Extra keyword arguments configure the default
     :class:`~fullrecall.archive.SemanticSummarizingConversationManager`.
     """
 
@@ -45,69 +66,165 @@ class ConversationMemory:
         from ..stores import open_store
 
         self.store: Store = open_store(store) if isinstance(store, str) else store
-        self.scope = Scope(user_id=user_id, agent_id=agent_id, session_id=session_id)
+        self.scope = Scope(user_id=user_id, agent_id=agent_id, session_id=session_id).require_session()
         self.manager = manager or SemanticSummarizingConversationManager(
             store=self.store, session_id=session_id, user_id=user_id, agent_id=agent_id, **manager_options)
+        archive = getattr(self.manager, "archive", None)
+        if archive is not None:
+            archive.logged = True  # the log holds every message already: archiving is indexing
         self.hook = hook or SemanticMemoryHook(manager=self.manager)
-        saved = self.store.get_state(self.scope, _WINDOW_KEY) or {}
-        self._messages: list[dict[str, Any]] = list(saved.get("messages", []))
-        self.manager.restore_from_state(saved.get("manager"))
+        self._fresh_state = self.manager.get_state()  # what the manager starts from (and returns to after forget)
+        self._messages: list[dict[str, Any]] = []
+        self._rows: list[StoredMessage] = []  # the window's originals as stored
+        self._pinned = 0
+        self._version = 0
+        self._sync()
 
     # -- the window ---------------------------------------------------------------------------
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """The active window (a copy: change it through ``add`` and the managers)."""
+        """The active window as the store has it now (a copy: change it through ``add`` and the managers)."""
+        self._sync()
         return list(self._messages)
 
     def add(self, messages: dict[str, Any] | Iterable[dict[str, Any]]) -> None:
-        """Record one message or several, durably, then let the manager keep the window in budget."""
+        """Record one message or several durably (one atomic append), then let the manager keep the window in budget.
+
+        A message whose ``"id"`` the conversation already holds is not stored again. Once the
+        append returns the messages are kept: if managing the window then fails (a removal
+        listener raised), that is logged, the window stays as it is, and the next call tries again.
+        """
         new = [messages] if isinstance(messages, dict) else list(messages)
         if not new:
             return
-        parse_messages(new)  # a clear error naming the message and field, before anything is stored
+        shape, parsed = parse_messages(new)  # a clear error naming the message and field, before anything is stored
+        self._sync()
         if self._messages:
             parse_messages(self._messages + new)  # one shape per conversation (indices count the window)
-        self._messages.extend(new)
+        records = []
+        for index, (raw, msg) in enumerate(zip(new, parsed)):
+            msg.id = _message_id(raw, index)
+            records.append(message_record(msg, shape, data=raw))
+        self.store.append(self.scope, records)  # durable, positioned and deduplicated by the store
+        self._sync()
         try:
-            self._save()
-        except Exception:
-            del self._messages[-len(new):]
-            raise
-        self.apply_management()
+            self._manage(self.manager.apply_management)
+        except ArchiveError as exc:  # the messages are stored: a failed trim must not look like a failed add
+            log.warning("messages stored, but the window could not be managed (it stays as it is): %s", exc)
 
     def apply_management(self) -> None:
-        before = (len(self._messages), self.manager.removed_message_count)
-        self.manager.apply_management(self._messages)
-        if (len(self._messages), self.manager.removed_message_count) != before:  # saved already by add()
-            self._save()
+        """Let the manager trim or summarize the window now."""
+        self._sync()
+        self._manage(self.manager.apply_management)
 
     def reduce_context(self, error: BaseException | None = None) -> None:
         """Shrink after a context overflow (raises ``ContextWindowOverflowError`` if it cannot)."""
-        try:
-            self.manager.reduce_context(self._messages, error)
-        finally:
-            self._save()
+        self._sync()
+        self._manage(lambda window: self.manager.reduce_context(window, error))
 
     def model_input(self) -> list[dict[str, Any]]:
         """What to send the model: the window, the newest user message enriched with recalled context."""
+        self._sync()
         return self.hook.enrich(self._messages)
 
-    def recall(self, query: str):
+    def recall(self, query: str) -> Any:
+        """The archived messages relevant to ``query`` (a :class:`~fullrecall.archive.Recall`), never the window."""
+        self._sync()
         return self.manager.recall(query)
 
     def clear(self) -> None:
         """Empty the window; every message in it goes to the archive first (a pinned system message stays)."""
-        self.manager.clear(self._messages)
-        self._save()
+        self._sync()
+        self._manage(self.manager.clear)
 
     def forget(self) -> dict[str, int]:
         """Delete this conversation everywhere (window, archive, vectors, summaries); per-kind counts."""
-        self._messages = []
-        return self.store.forget(self.scope)
-
-    def _save(self) -> None:
-        self.store.put_state(self.scope, _WINDOW_KEY, {"messages": self._messages, "manager": self.manager.get_state()})
+        counts = self.store.forget(self.scope)
+        self._sync()
+        return counts
 
     def __len__(self) -> int:
-        return len(self._messages)
+        return len(self.messages)
 
+    # -- the log and the state ------------------------------------------------------------------
+    def _sync(self) -> None:
+        """Rebuild the window from the store: state first, then the log from the window's start on."""
+        state = self.store.get_state(self.scope, _WINDOW_KEY) or {}
+        self.manager.restore_from_state(state.get("manager") or self._fresh_state)
+        if "messages" in state:
+            state = self._upgrade(state)
+        self._version = int(state.get("version", 0))
+        head = self.store.range(self.scope, 0, 0)
+        pinned = [head[0].data] if head and head[0].data.get("role") in _PINNED_ROLES else []
+        self._pinned = len(pinned)
+        start = self._pinned + self.manager.removed_message_count
+        self._rows = self.store.range(self.scope, start, END)
+        replaced = state.get("replaced") or {}
+        summary = getattr(self.manager, "summary_message", None)
+        self._messages = pinned + ([summary] if summary is not None else []) + [
+            replaced.get(str(row.position), row.data) for row in self._rows]
+
+    def _upgrade(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A window saved whole (by fullrecall before the log was the truth): its messages join the log.
+
+        The system message goes to position 0 and the originals after what was archived, with the ids
+        the archive gave by position, so processes that upgrade at once append each message once.
+        """
+        saved = state["messages"]
+        pinned = 1 if saved and saved[0].get("role") in _PINNED_ROLES else 0
+        summary = getattr(self.manager, "summary_message", None)
+        skip = pinned + int(summary is not None and len(saved) > pinned and saved[pinned] == summary)
+        start = pinned + self.manager.removed_message_count
+        raws, positions = saved[:pinned] + saved[skip:], [0] * pinned + list(range(start, start + len(saved) - skip))
+        if raws:
+            shape, parsed = parse_messages(raws)
+            for msg, position in zip(parsed, positions):
+                msg.position, msg.id = position, f"m{position}"
+            self.store.append(self.scope, [message_record(m, shape, data=raw) for m, raw in zip(parsed, raws)])
+        upgraded = {"manager": state.get("manager"), "replaced": {}, "version": int(state.get("version", 0)) + 1}
+        self.store.put_state(self.scope, _WINDOW_KEY, upgraded)
+        return upgraded
+
+    def _manage(self, operation) -> None:
+        """Run a manager operation on the window; save the state if the window changed."""
+        before = list(self._messages)
+        removed_before = self.manager.removed_message_count
+        try:
+            operation(self._messages)
+        finally:
+            if self._messages != before or self.manager.removed_message_count != removed_before:
+                self._save()
+
+    def _save(self) -> None:
+        """Save the manager's state, unless the store moved on meanwhile.
+
+        Re-read first: if the conversation was forgotten, nothing is written back; if another
+        writer saved a state that got as far as ours (or further), its state stands. Either way
+        every message is in the log, so no choice loses one.
+        """
+        current = self.store.get_state(self.scope, _WINDOW_KEY) or {}
+        removed = self.manager.removed_message_count
+        version = int(current.get("version", 0))
+        theirs = int((current.get("manager") or {}).get("removed_message_count", 0))
+        forgotten = (self._version and not current) or self.store.count(self.scope) == 0
+        if forgotten or (version != self._version and theirs >= removed):
+            self._sync()
+            return
+        start = self._pinned + removed
+        kept = [row for row in self._rows if row.position is not None and row.position >= start]
+        body = self._messages[len(self._messages) - len(kept):] if kept else []
+        replaced = {str(row.position): raw for row, raw in zip(kept, body) if raw != row.data}
+        self._version = max(version, self._version) + 1
+        self.store.put_state(self.scope, _WINDOW_KEY,
+                             {"manager": self.manager.get_state(), "replaced": replaced, "version": self._version})
+        self._sync()
+
+
+def _message_id(raw: dict[str, Any], index: int) -> str:
+    """The message's own ``"id"`` (its idempotency key), or a fresh unique one."""
+    if "id" not in raw:
+        return uuid.uuid4().hex
+    value = raw["id"]
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
+        raise MessageFormatError(f"message {index}: 'id' must be a non-empty string or an integer, got {value!r}")
+    return str(value)
