@@ -1,12 +1,17 @@
-"""A real, deterministic LangChain embedder and a hand-moved clock for the LangGraph integration tests."""
+"""A deterministic LangChain embedder, a scripted chat model and a hand-moved clock for the LangGraph tests."""
 
 from __future__ import annotations
 
 import math
 import zlib
 from collections import Counter
+from typing import Any
 
 from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import Field
 
 
 class CharEmbeddings(Embeddings):
@@ -47,3 +52,31 @@ class Clock:
 
     def advance(self, minutes: float) -> None:
         self.now += minutes * 60
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A real LangChain chat model that answers from a script and records every list of messages it gets.
+
+    A reply is a string (a text answer) or an ``AIMessage`` (e.g. with tool calls); past the script it says "OK."
+    """
+
+    replies: list[Any] = Field(default_factory=list)
+    calls: list[list[BaseMessage]] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        self.calls.append(list(messages))
+        reply = self.replies.pop(0) if self.replies else "OK."
+        message = reply.model_copy() if isinstance(reply, AIMessage) else AIMessage(content=reply)
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> "ScriptedChatModel":
+        return self
+
+
+def tool_call(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
+    return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": call_id, "type": "tool_call"}])

@@ -1,0 +1,207 @@
+"""Window management and recall for LangGraph and LangChain agents.
+
+:class:`FullrecallWindow` keeps, per LangGraph thread, a durable
+:class:`~fullrecall.memory.ConversationMemory` (window + verbatim archive in one
+fullrecall store) and turns the graph's message list into what the model
+should see: the window (oldest turns summarized or dropped, after being
+archived) with the newest user message enriched by recalled archived turns.
+
+* ``create_react_agent(..., pre_model_hook=window.pre_model_hook)``: returns
+  ``llm_input_messages``, so the saved state keeps every message; with
+  ``trim_state=True`` it also returns ``messages`` as
+  ``[RemoveMessage(REMOVE_ALL_MESSAGES), *window]``, so the state itself is
+  the window (never the enriched text).
+* ``create_agent(..., middleware=[window.middleware()])``: a ``wrap_model_call``
+  that changes only what the model sees (plus, with ``trim_state=True``, a
+  ``before_model`` that trims the state).
+
+Messages are converted to the OpenAI shape for the managers and back; a
+message the managers left unchanged goes to the model as the very LangChain
+object it was. Each message is added to the memory once: the memory's newest
+message carries its LangChain id (also its archive id), and only messages
+after it are new. The thread is ``config["configurable"]["thread_id"]``
+(``"default"`` without one); the owner is ``user_id`` (or the config's
+``user_id``) and ``agent_id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+from typing import Any, Callable, Sequence
+
+from langchain_core.messages import (
+    AnyMessage,
+    BaseMessage,
+    RemoveMessage,
+    convert_to_messages,
+    convert_to_openai_messages,
+)
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+from ..memory.conversation import ConversationMemory
+from ..stores import open_store
+from ..stores.base import Scope, Store
+
+__all__ = ["FullrecallWindow"]
+
+_MARK = "langgraph_id"  # metadata key: the LangChain id of the message a window dict came from
+
+ManagerFactory = Callable[[Scope], Any]
+
+
+class FullrecallWindow:
+    """What the model sees, kept in budget with full recall, for any number of LangGraph threads.
+
+    ``store``: a fullrecall Store or URL (window, archive and vectors live there).
+    ``manager``: a function ``Scope -> ConversationManager`` for your own manager;
+    by default a :class:`~fullrecall.archive.SemanticSummarizingConversationManager`
+    built with ``manager_options`` (e.g. ``max_history_turns=20``,
+    ``preserve_recent_messages=8``, ``summarizer=...``, ``embedding_model=...``).
+    ``recall``: enrich the newest user message with archived context (needs a
+    semantic manager). ``trim_state``: also replace the graph's messages with the
+    window (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        store: Store | str = "sqlite:///:memory:",
+        *,
+        manager: ManagerFactory | None = None,
+        recall: bool = True,
+        trim_state: bool = False,
+        user_id: str | None = None,
+        agent_id: str = "",
+        hook_options: dict[str, Any] | None = None,
+        **manager_options: Any,
+    ) -> None:
+        self.store: Store = open_store(store) if isinstance(store, str) else store
+        self.recall = recall
+        self.trim_state = trim_state
+        self.user_id = user_id
+        self.agent_id = agent_id
+        self.hook_options = dict(hook_options or {})
+        self._factory = manager
+        self._manager_options = manager_options
+        self._locks: dict[Scope, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    # -- the core: LangChain messages in, window and model input out -----------------------------------
+
+    def scope(self, config: dict[str, Any] | None = None) -> Scope:
+        """The fullrecall scope of the thread a run config names."""
+        configurable = (config or {}).get("configurable") or {}
+        user = self.user_id if self.user_id is not None else str(configurable.get("user_id") or "")
+        thread = str(configurable.get("thread_id") or "default")
+        return Scope(user_id=user, agent_id=self.agent_id, session_id=thread)
+
+    def memory(self, scope: Scope) -> ConversationMemory:
+        """The thread's memory as the store has it now (a fresh object: other processes' writes are seen)."""
+        from ..archive import SemanticMemoryHook, SemanticSummarizingConversationManager
+
+        if self._factory is not None:
+            manager = self._factory(scope)
+        else:
+            manager = SemanticSummarizingConversationManager(
+                store=self.store, session_id=scope.session_id or "default", user_id=scope.user_id,
+                agent_id=scope.agent_id, **self._manager_options)
+        semantic = isinstance(manager, SemanticSummarizingConversationManager)
+        hook = SemanticMemoryHook(enabled=self.recall and semantic, manager=manager if semantic else None,
+                                  **self.hook_options)
+        return ConversationMemory(self.store, scope.session_id or "default", user_id=scope.user_id,
+                                  agent_id=scope.agent_id, manager=manager, hook=hook)
+
+    def view(
+        self, messages: Sequence[AnyMessage], config: dict[str, Any] | None = None
+    ) -> tuple[list[BaseMessage], list[BaseMessage]]:
+        """(window, model input) for the graph's ``messages``; new messages are recorded durably first."""
+        scope = self.scope(config)
+        with self._lock(scope):
+            memory = self.memory(scope)
+            new = _unseen(memory.messages, messages, memory.manager.removed_message_count)
+            if new:
+                memory.add([_to_dict(m) for m in new])
+            originals = {m.id: m for m in messages if m.id}
+            return _to_langchain(memory.messages, originals), _to_langchain(memory.model_input(), originals)
+
+    def _lock(self, scope: Scope) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(scope, threading.Lock())
+
+    # -- LangGraph: create_react_agent(pre_model_hook=...) ------------------------------------------------
+
+    def pre_model_hook(self, state: Any) -> dict[str, Any]:
+        """For ``create_react_agent``: ``llm_input_messages`` (and, with ``trim_state``, ``messages``)."""
+        from langgraph.config import get_config
+
+        messages = state["messages"] if isinstance(state, dict) else state.messages
+        window, model_input = self.view(messages, get_config())
+        update: dict[str, Any] = {"llm_input_messages": model_input}
+        if self.trim_state:
+            update["messages"] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *window]
+        return update
+
+    # -- LangChain: create_agent(middleware=[...]) --------------------------------------------------------
+
+    def middleware(self) -> Any:
+        """An ``AgentMiddleware`` for ``langchain.agents.create_agent`` doing what ``pre_model_hook`` does."""
+        from ._langchain_middleware import FullrecallMiddleware
+
+        return FullrecallMiddleware(self)
+
+    async def aview(
+        self, messages: Sequence[AnyMessage], config: dict[str, Any] | None = None
+    ) -> tuple[list[BaseMessage], list[BaseMessage]]:
+        return await asyncio.to_thread(self.view, messages, config)
+
+
+# -- conversions -----------------------------------------------------------------------------------------------
+
+
+def _to_dict(message: BaseMessage) -> dict[str, Any]:
+    """The OpenAI-shape dict of a LangChain message, marked with its id (the archive's id for it too)."""
+    (out,) = convert_to_openai_messages([message])
+    if message.id:
+        out["metadata"] = {"id": message.id, _MARK: message.id}
+    return out
+
+
+def _mark(d: dict[str, Any]) -> str | None:
+    meta = d.get("metadata")
+    return meta.get(_MARK) if isinstance(meta, dict) else None
+
+
+def _unseen(window: list[dict[str, Any]], messages: Sequence[AnyMessage], removed: int) -> list[AnyMessage]:
+    """The graph messages the memory has not recorded: those after the newest one it has."""
+    marks = [m for m in (_mark(d) for d in window) if m]
+    if not marks and not removed:
+        return list(messages)  # a new thread
+    ids = [m.id for m in messages]
+    if marks and marks[-1] in ids:
+        return list(messages[len(ids) - ids[::-1].index(marks[-1]) :])
+    known = set(marks)
+    return [m for m in messages if m.id not in known]  # the graph's state was rewritten by someone else
+
+
+def _to_langchain(window: list[dict[str, Any]], originals: dict[str, AnyMessage]) -> list[BaseMessage]:
+    """LangChain messages for window dicts: the original object where the dict is unchanged."""
+    out: list[BaseMessage] = []
+    for d in window:
+        mark = _mark(d)
+        original = originals.get(mark) if mark else None
+        body = {k: v for k, v in d.items() if k != "metadata"}
+        if original is not None and convert_to_openai_messages([original])[0] == body:
+            out.append(original)
+            continue
+        (message,) = convert_to_messages([body])
+        message.id = mark or _summary_id(d)
+        out.append(message)
+    return out
+
+
+def _summary_id(d: dict[str, Any]) -> str:
+    """A stable id for a message the managers made (a summary): a digest of its content."""
+    digest = hashlib.sha256(json.dumps(d, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+    return f"fullrecall-{d.get('role', 'message')}-{digest[:20]}"
