@@ -178,7 +178,8 @@ def test_list_namespaces_match_conditions(ns_store: FullrecallStore) -> None:
     assert ns_store.list_namespaces(suffix=("public",)) == sorted(n for n in NAMESPACES if n[-1] == "public")
     assert ns_store.list_namespaces(prefix=("test",), suffix=("private",)) == [
         ("test", "documents", "private"), ("test", "images", "private")]
-    assert ns_store.list_namespaces(prefix=("*", "documents")) == sorted(n for n in NAMESPACES if n[1:2] == ("documents",))
+    documents = sorted(n for n in NAMESPACES if n[1:2] == ("documents",))
+    assert ns_store.list_namespaces(prefix=("*", "documents")) == documents
     assert ns_store.list_namespaces(suffix=("*", "public")) == sorted(n for n in NAMESPACES if n[-1] == "public")
     assert ns_store.list_namespaces(prefix=("test", "documents", "public", "deeper")) == []
     both = ns_store.batch([ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("prod",)),

@@ -7,11 +7,10 @@ import time
 
 import numpy as np
 import pytest
-from lg_helpers import CharEmbeddings, Clock
 from langgraph.store.base import PutOp, SearchOp
+from lg_helpers import CharEmbeddings, Clock
 
 from fullrecall.errors import EmbeddingError
-from fullrecall.integrations.langgraph_store import FullrecallStore
 
 # -- vector search ---------------------------------------------------------------------------------------
 
@@ -22,7 +21,8 @@ def cosine(a: list[float], b: list[float]) -> float:
 
 
 def test_query_ranks_by_cosine_with_the_configured_fields(make_store, char_embeddings: CharEmbeddings) -> None:
-    store = make_store(index={"dims": char_embeddings.dims, "embed": char_embeddings, "fields": ["key0", "key1", "key3"]})
+    fields = ["key0", "key1", "key3"]
+    store = make_store(index={"dims": char_embeddings.dims, "embed": char_embeddings, "fields": fields})
     store.put(("test",), "doc1", {"key1": "xxx", "key2": "yyy", "key3": "zzz"})  # no key0: skipped, no error
     store.put(("test",), "doc2", {"key0": "uuu", "key1": "vvv", "key2": "www", "key3": "xxx"})
 

@@ -36,7 +36,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 from langgraph.store.base import (
@@ -87,7 +87,11 @@ class _Embeddings:
             self._fullrecall: Embedder | None = load_embedder(embed)
             self._langchain = None
             self.name = self._fullrecall.name
-            self.dims = dims or self._fullrecall.dimension
+            if dims and dims != self._fullrecall.dimension:
+                raise ValueError(
+                    f'index "dims" is {dims}, but {self.name} makes {self._fullrecall.dimension}-dimensional vectors'
+                )
+            self.dims = self._fullrecall.dimension
         else:
             self._fullrecall = None
             self._langchain = ensure_embeddings(embed)
@@ -232,6 +236,7 @@ class FullrecallStore(BaseStore):
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store: Store = open_store(store) if isinstance(store, str) else store
+        self._owns_store = isinstance(store, str)
         self.scope = Scope(tenant=tenant, user_id=user_id, agent_id=agent_id, session_id="")
         self.index_config: IndexConfig | None = dict(index) if index else None  # type: ignore[assignment]
         self.ttl_config: TTLConfig | None = dict(ttl) if ttl else None  # type: ignore[assignment]
@@ -347,7 +352,9 @@ class FullrecallStore(BaseStore):
 
     # -- execution, in op order ----------------------------------------------------------------------
 
-    def _run(self, ops: list[Op], vectors: dict[int, dict[str, tuple[str, str]]], queries: dict[str, np.ndarray]) -> list[Result]:
+    def _run(
+        self, ops: list[Op], vectors: dict[int, dict[str, tuple[str, str]]], queries: dict[str, np.ndarray]
+    ) -> list[Result]:
         batch = _Batch()
         results: list[Result] = []
         puts = [op for op in ops if isinstance(op, PutOp) and op.value is not None]
@@ -544,9 +551,10 @@ class FullrecallStore(BaseStore):
         return stopped
 
     def close(self) -> None:
-        """Stop the sweeper and close the underlying store."""
+        """Stop the sweeper; close the underlying store if this object opened it (from a URL)."""
         self.stop_ttl_sweeper()
-        self.store.close()
+        if self._owns_store:
+            self.store.close()
 
     def __enter__(self) -> "FullrecallStore":
         return self
@@ -556,7 +564,8 @@ class FullrecallStore(BaseStore):
 
 
 def _stamps(record: Record) -> tuple[datetime, datetime]:
-    return datetime.fromtimestamp(record.created_at, timezone.utc), datetime.fromtimestamp(record.updated_at, timezone.utc)
+    return (datetime.fromtimestamp(record.created_at, timezone.utc),
+            datetime.fromtimestamp(record.updated_at, timezone.utc))
 
 
 def _item(namespace: tuple[str, ...], record: Record) -> Item:
