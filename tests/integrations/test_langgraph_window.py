@@ -174,6 +174,12 @@ def test_view_records_each_message_once_and_reuses_unchanged_objects(make_window
     assert [m.id for m in more] == ["h1", "a1", "h2", "a2"]
     assert window.scope(config) == Scope(user_id="", agent_id="", session_id="once")
 
+    bare = [HumanMessage("no id"), AIMessage("none here either"), HumanMessage("no id")]  # as a caller may pass
+    config = {"configurable": {"thread_id": "bare"}}
+    window.view(bare, config)
+    seen, _ = window.view([*bare, AIMessage("and a reply")], config)
+    assert [m.content for m in seen] == ["no id", "none here either", "no id", "and a reply"]
+
 
 def test_a_plain_sliding_window_without_recall(store) -> None:
     from fullrecall import SlidingWindowConversationManager

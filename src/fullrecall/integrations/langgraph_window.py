@@ -120,10 +120,11 @@ class FullrecallWindow:
         scope = self.scope(config)
         with self._lock(scope):
             memory = self.memory(scope)
-            new = _unseen(memory.messages, messages, memory.manager.removed_message_count)
+            ids = [_message_id(m, i) for i, m in enumerate(messages)]
+            new = _unseen(memory.messages, ids, memory.manager.removed_message_count)
             if new:
-                memory.add([_to_dict(m) for m in new])
-            originals = {m.id: m for m in messages if m.id}
+                memory.add([_to_dict(messages[i], ids[i]) for i in new])
+            originals = dict(zip(ids, messages))
             return _to_langchain(memory.messages, originals), _to_langchain(memory.model_input(), originals)
 
     def _lock(self, scope: Scope) -> threading.Lock:
@@ -160,11 +161,18 @@ class FullrecallWindow:
 # -- conversions -----------------------------------------------------------------------------------------------
 
 
-def _to_dict(message: BaseMessage) -> dict[str, Any]:
+def _message_id(message: BaseMessage, index: int) -> str:
+    """The message's id; one derived from its place and content when it has none (add_messages gives ids)."""
+    if message.id:
+        return message.id
+    (body,) = convert_to_openai_messages([message])
+    return f"fullrecall-{index}-{_digest(body)}"
+
+
+def _to_dict(message: BaseMessage, message_id: str) -> dict[str, Any]:
     """The OpenAI-shape dict of a LangChain message, marked with its id (the archive's id for it too)."""
     (out,) = convert_to_openai_messages([message])
-    if message.id:
-        out["metadata"] = {"id": message.id, _MARK: message.id}
+    out["metadata"] = {"id": message_id, _MARK: message_id}
     return out
 
 
@@ -173,16 +181,15 @@ def _mark(d: dict[str, Any]) -> str | None:
     return meta.get(_MARK) if isinstance(meta, dict) else None
 
 
-def _unseen(window: list[dict[str, Any]], messages: Sequence[AnyMessage], removed: int) -> list[AnyMessage]:
-    """The graph messages the memory has not recorded: those after the newest one it has."""
+def _unseen(window: list[dict[str, Any]], ids: list[str], removed: int) -> list[int]:
+    """Indices of the graph messages the memory has not recorded: those after the newest one it has."""
     marks = [m for m in (_mark(d) for d in window) if m]
     if not marks and not removed:
-        return list(messages)  # a new thread
-    ids = [m.id for m in messages]
+        return list(range(len(ids)))  # a new thread
     if marks and marks[-1] in ids:
-        return list(messages[len(ids) - ids[::-1].index(marks[-1]) :])
+        return list(range(len(ids) - ids[::-1].index(marks[-1]), len(ids)))
     known = set(marks)
-    return [m for m in messages if m.id not in known]  # the graph's state was rewritten by someone else
+    return [i for i, m in enumerate(ids) if m not in known]  # the graph's state was rewritten by someone else
 
 
 def _to_langchain(window: list[dict[str, Any]], originals: dict[str, AnyMessage]) -> list[BaseMessage]:
@@ -201,7 +208,10 @@ def _to_langchain(window: list[dict[str, Any]], originals: dict[str, AnyMessage]
     return out
 
 
+def _digest(d: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(d, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()[:20]
+
+
 def _summary_id(d: dict[str, Any]) -> str:
     """A stable id for a message the managers made (a summary): a digest of its content."""
-    digest = hashlib.sha256(json.dumps(d, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
-    return f"fullrecall-{d.get('role', 'message')}-{digest[:20]}"
+    return f"fullrecall-{d.get('role', 'message')}-{_digest(d)}"
