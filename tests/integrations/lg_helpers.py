@@ -8,6 +8,7 @@ from collections import Counter
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
+from langchain_core.exceptions import ContextOverflowError
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -58,10 +59,14 @@ class ScriptedChatModel(BaseChatModel):
     """A real LangChain chat model that answers from a script and records every list of messages it gets.
 
     A reply is a string (a text answer) or an ``AIMessage`` (e.g. with tool calls); past the script it says "OK."
+    A call whose messages hold more than ``max_prompt_chars`` characters raises ``ContextOverflowError``, as a
+    provider would (and is recorded in ``overflows``).
     """
 
     replies: list[Any] = Field(default_factory=list)
     calls: list[list[BaseMessage]] = Field(default_factory=list)
+    max_prompt_chars: int | None = None
+    overflows: int = 0
 
     @property
     def _llm_type(self) -> str:
@@ -69,6 +74,9 @@ class ScriptedChatModel(BaseChatModel):
 
     def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
                   **kwargs: Any) -> ChatResult:
+        if self.max_prompt_chars is not None and sum(len(str(m.content)) for m in messages) > self.max_prompt_chars:
+            self.overflows += 1
+            raise ContextOverflowError(f"scripted: the prompt is over {self.max_prompt_chars} characters")
         self.calls.append(list(messages))
         reply = self.replies.pop(0) if self.replies else "OK."
         message = reply.model_copy() if isinstance(reply, AIMessage) else AIMessage(content=reply)

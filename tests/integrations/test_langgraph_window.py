@@ -190,3 +190,39 @@ def test_a_plain_sliding_window_without_recall(store) -> None:
     state = converse(agent, {"configurable": {"thread_id": "slide"}}, [f"question {n}" for n in range(6)])
     assert len(state) == 12
     assert [m.content for m in model.calls[-1]] == ["question 4", "reply 4", "question 5"]
+
+
+def test_create_agent_shrinks_the_window_when_the_model_overflows(make_window, store) -> None:
+    from langchain.agents import create_agent
+
+    from fullrecall.errors import ContextWindowOverflowError
+
+    model = ScriptedChatModel(replies=script(), max_prompt_chars=600)
+    window = make_window(max_history_turns=None, preserve_recent_messages=2,  # no proactive trigger: only overflow
+                         summarizer=lambda messages, previous: f"Earlier: {len(messages)} messages on data structures.",
+                         hook_options={"max_context_length": 200})
+    agent = create_agent(model, [lookup], middleware=[window.middleware()], checkpointer=InMemorySaver())
+    state = converse(agent, {"configurable": {"thread_id": "overflow", "user_id": "di"}}, [SECRET, *FILLER, QUESTION])
+    assert model.overflows > 0
+    assert all(sum(len(str(m.content)) for m in call) <= 600 for call in model.calls)
+    check_full_recall(model, state, store, Scope(user_id="di", agent_id="", session_id="overflow"))
+
+    tiny = ScriptedChatModel(replies=["never"], max_prompt_chars=5)  # nothing fits: the loop ends with an error
+    agent = create_agent(tiny, [], middleware=[make_window().middleware()], checkpointer=InMemorySaver())
+    with pytest.raises(ContextWindowOverflowError):
+        agent.invoke({"messages": [HumanMessage("far too long for this model")]}, {"configurable": {"thread_id": "x"}})
+
+
+def test_when_nothing_else_fits_the_model_gets_the_window_without_recall(make_window) -> None:
+    from langchain.agents import create_agent
+
+    model = ScriptedChatModel(replies=script(), max_prompt_chars=450)
+    window = make_window(max_history_turns=None, preserve_recent_messages=2,
+                         summarizer=lambda messages, previous: f"Earlier: {len(messages)} messages on data structures.",
+                         hook_options={"max_context_length": 200})
+    agent = create_agent(model, [lookup], middleware=[window.middleware()], checkpointer=InMemorySaver())
+    state = converse(agent, {"configurable": {"thread_id": "plain"}}, [SECRET, *FILLER])
+    assert len([m for m in state if isinstance(m, HumanMessage)]) == len(FILLER) + 1
+    assert model.overflows > 0
+    assert HEADER not in model.calls[-1][-1].content  # the enriched question did not fit; the plain one did
+    assert model.calls[-1][-1].content == FILLER[-1]

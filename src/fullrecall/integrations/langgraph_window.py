@@ -85,7 +85,7 @@ class FullrecallWindow:
         self.hook_options = dict(hook_options or {})
         self._factory = manager
         self._manager_options = manager_options
-        self._locks: dict[Scope, threading.Lock] = {}
+        self._locks: dict[Scope, threading.RLock] = {}
         self._locks_guard = threading.Lock()
 
     # -- the core: LangChain messages in, window and model input out -----------------------------------
@@ -127,9 +127,23 @@ class FullrecallWindow:
             originals = dict(zip(ids, messages))
             return _to_langchain(memory.messages, originals), _to_langchain(memory.model_input(), originals)
 
-    def _lock(self, scope: Scope) -> threading.Lock:
+    def reduce(
+        self, messages: Sequence[AnyMessage], config: dict[str, Any] | None, error: BaseException | None = None
+    ) -> tuple[list[BaseMessage], list[BaseMessage]]:
+        """After a context overflow: shrink the thread's window (summarize or trim), then ``view`` it again.
+
+        Raises :class:`~fullrecall.errors.ContextWindowOverflowError` when the window cannot shrink any further,
+        so an overflow-retry loop always ends.
+        """
+        scope = self.scope(config)
+        with self._lock(scope):
+            self.view(messages, config)  # records anything new first
+            self.memory(scope).reduce_context(error)
+        return self.view(messages, config)
+
+    def _lock(self, scope: Scope) -> threading.RLock:
         with self._locks_guard:
-            return self._locks.setdefault(scope, threading.Lock())
+            return self._locks.setdefault(scope, threading.RLock())
 
     # -- LangGraph: create_react_agent(pre_model_hook=...) ------------------------------------------------
 
