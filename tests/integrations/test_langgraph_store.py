@@ -274,3 +274,15 @@ def test_owners_do_not_see_each_others_items(make_store) -> None:
     assert [i.value for i in bob.search(("memories",))] == [{"who": "bob"}]
     bob.delete(("memories",), "k")
     assert ann.list_namespaces() == [("memories",)] and bob.list_namespaces() == []
+
+
+def test_a_prefix_reaches_its_own_namespaces_and_their_children_only(lg_store: FullrecallStore) -> None:
+    for namespace in [("m", "u7"), ("m", "u70"), ("m", "u7", "x"), ("m2", "u7"), ("u7",)]:
+        lg_store.put(namespace, "k", {"ns": list(namespace)})
+    assert sorted(i.namespace for i in lg_store.search(("m", "u7"))) == [("m", "u7"), ("m", "u7", "x")]
+    assert lg_store.list_namespaces(prefix=("m", "u7")) == [("m", "u7"), ("m", "u7", "x")]
+    assert lg_store.list_namespaces(prefix=("m", "*", "x")) == [("m", "u7", "x")]
+    assert lg_store.list_namespaces(prefix=("*", "u7")) == [("m", "u7"), ("m", "u7", "x"), ("m2", "u7")]
+    lg_store.delete(("m", "u7"), "k")
+    assert lg_store.list_namespaces(prefix=("m", "u7")) == [("m", "u7", "x")]
+    assert len(lg_store.search(())) == 4

@@ -6,10 +6,11 @@ the public :class:`~fullrecall.stores.Store` records API only:
 
 * an item is one record: namespace ``"langgraph:" + ".".join(labels)``, id = the
   item's key, ``data`` = ``{"value", "vectors", "model", "ttl", "expires_at"}``;
-* the namespaces in use are records of the namespace ``"langgraph"`` (written
-  before and after each item write, so neither a crash nor a concurrent delete
-  leaves an item unlisted), which is how ``list_namespaces`` and prefix search
-  find them;
+* the namespaces in use are indexed by prefix: namespace ``("a", "b")`` is a
+  record in each of ``"langgraph-index:"``, ``"langgraph-index:a"`` and
+  ``"langgraph-index:a.b"``, so a search or a listing under a prefix reads only
+  the namespaces under it. They are written before and after each item write,
+  so neither a crash nor a concurrent delete leaves an item unlisted;
 * semantic search follows LangGraph's ``index={"dims", "embed", "fields"}``;
   ``embed`` defaults to fullrecall's embedder (MiniLM, ONNX), a string names a
   fullrecall embedder (``"openai:..."``, ``"bedrock:..."``, a local model), and a
@@ -64,10 +65,10 @@ from ..errors import EmbeddingError, FullRecallError
 from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Scope, Store
 
-__all__ = ["FullrecallStore", "ItemError", "ITEM_PREFIX", "INDEX_NAMESPACE"]
+__all__ = ["INDEX_PREFIX", "ITEM_PREFIX", "FullrecallStore", "ItemError"]
 
 ITEM_PREFIX = "langgraph:"  # record namespace of an item = ITEM_PREFIX + ".".join(labels)
-INDEX_NAMESPACE = "langgraph"  # one record per namespace in use (id = ".".join(labels))
+INDEX_PREFIX = "langgraph-index:"  # + ".".join(prefix): one record per namespace in use under that prefix
 log = logging.getLogger("fullrecall.integrations")
 _OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
 
@@ -205,7 +206,7 @@ class _Batch:
     """What one batch has read: each namespace's records once, kept up to date by the batch's own writes."""
 
     namespaces: dict[str, dict[str, Record]] = field(default_factory=dict)
-    index: list[tuple[str, ...]] | None = None
+    index: dict[tuple[str, ...], list[tuple[str, ...]]] = field(default_factory=dict)  # prefix -> namespaces
     emptied: set[str] = field(default_factory=set)
 
 
@@ -437,9 +438,7 @@ class FullrecallStore(BaseStore):
         prefix = tuple(op.namespace_prefix)
         now = self._clock()
         found: list[tuple[tuple[str, ...], Record]] = []
-        for namespace in self._namespaces(batch):
-            if namespace[: len(prefix)] != prefix:
-                continue
+        for namespace in self._namespaces(batch, prefix):
             for record in self._records(batch, ITEM_PREFIX + ".".join(namespace)).values():
                 if not self._expired(record, now) and all(
                     _matches(record.data["value"].get(k), w) for k, w in (op.filter or {}).items()
@@ -463,8 +462,14 @@ class FullrecallStore(BaseStore):
         return [_search_item(ns, r, score) for (ns, r), score in zip(found[page], ranked[page])]
 
     def _list(self, batch: _Batch, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        prefix: tuple[str, ...] = ()
+        for condition in op.match_conditions or ():
+            if condition.match_type == "prefix":  # its labels up to the first wildcard narrow what is read
+                literal = tuple(condition.path)
+                literal = literal[: literal.index("*")] if "*" in literal else literal
+                prefix = literal if len(literal) > len(prefix) else prefix
         namespaces = [
-            ns for ns in self._namespaces(batch) if all(_path_matches(ns, c) for c in op.match_conditions or ())
+            ns for ns in self._namespaces(batch, prefix) if all(_path_matches(ns, c) for c in op.match_conditions or ())
         ]
         if self.ttl_config and self.ttl_config.get("omit_expired", True):
             now = self._clock()
@@ -479,26 +484,32 @@ class FullrecallStore(BaseStore):
 
     # -- the namespace index ---------------------------------------------------------------------------
 
-    def _namespaces(self, batch: _Batch) -> list[tuple[str, ...]]:
-        """The namespaces holding items (as the batch has changed them)."""
-        if batch.index is None:
-            batch.index = [tuple(r.data["namespace"]) for r in self.store.get_records(self.scope, INDEX_NAMESPACE)]
-        written = [tuple(n.removeprefix(ITEM_PREFIX).split(".")) for n, rs in batch.namespaces.items() if rs]
-        gone = {tuple(n.removeprefix(ITEM_PREFIX).split(".")) for n, rs in batch.namespaces.items() if not rs}
-        return sorted((set(batch.index) - gone) | set(written))
+    def _namespaces(self, batch: _Batch, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+        """The namespaces under ``prefix`` holding items (as the batch has changed them), read from its bucket."""
+        if prefix not in batch.index:
+            bucket = self.store.get_records(self.scope, INDEX_PREFIX + ".".join(prefix))
+            batch.index[prefix] = [tuple(r.data["namespace"]) for r in bucket]
+        held = {tuple(n.removeprefix(ITEM_PREFIX).split(".")): bool(rs) for n, rs in batch.namespaces.items()}
+        found = {ns for ns in batch.index[prefix] if held.get(ns, True)}
+        found |= {ns for ns, has in held.items() if has and ns[: len(prefix)] == prefix}
+        return sorted(found)
 
     def _register(self, namespace: tuple[str, ...]) -> None:
+        """List the namespace in the bucket of each of its prefixes (the empty one included)."""
         joined = ".".join(namespace)
-        self.store.put_record(
-            self.scope, Record(id=joined, namespace=INDEX_NAMESPACE, text=joined, data={"namespace": list(namespace)})
-        )
+        for depth in range(len(namespace) + 1):
+            bucket = INDEX_PREFIX + ".".join(namespace[:depth])
+            self.store.put_record(
+                self.scope, Record(id=joined, namespace=bucket, text=joined, data={"namespace": list(namespace)})
+            )
 
     def _unregister(self, name: str) -> None:
         """Unlist an emptied namespace, then list it again if a concurrent put filled it meanwhile."""
-        joined = name.removeprefix(ITEM_PREFIX)
-        self.store.delete_record(self.scope, INDEX_NAMESPACE, joined)
+        namespace = tuple(name.removeprefix(ITEM_PREFIX).split("."))
+        for depth in range(len(namespace) + 1):
+            self.store.delete_record(self.scope, INDEX_PREFIX + ".".join(namespace[:depth]), ".".join(namespace))
         if self.store.get_records(self.scope, name):
-            self._register(tuple(joined.split(".")))
+            self._register(namespace)
 
     # -- TTL ---------------------------------------------------------------------------------------------
 
