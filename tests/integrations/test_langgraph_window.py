@@ -111,8 +111,8 @@ def test_the_model_sees_the_window_and_the_state_keeps_every_message(make_window
     check_full_recall(model, state, store, Scope(user_id="ann", agent_id="", session_id="t1"))
     assert state[-1].content == "Your locker code is 3141."
 
-    again = FullrecallWindow(store, max_history_turns=3, preserve_recent_messages=2,
-                             embedding_model=window._manager_options["embedding_model"])  # a restarted process
+    again = FullrecallWindow(store, max_history_turns=3, preserve_recent_messages=2)  # a restarted process
+    assert again.embedder.name == window.embedder.name and again.embedder is again.embedder  # loaded once
     view, _ = again.view(state, config)  # records the final answer, which no model call has seen yet
     assert view[-1].content == "Your locker code is 3141."
     before = store.count(Scope(user_id="ann", agent_id="", session_id="t1"))

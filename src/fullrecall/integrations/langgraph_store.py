@@ -65,9 +65,10 @@ from ..errors import EmbeddingError, FullRecallError
 from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Scope, Store
 
-__all__ = ["INDEX_PREFIX", "ITEM_PREFIX", "FullrecallStore", "ItemError"]
+__all__ = ["INDEX_PREFIX", "ITEM_PREFIX", "STORE_SESSION", "FullrecallStore", "ItemError"]
 
 ITEM_PREFIX = "langgraph:"  # record namespace of an item = ITEM_PREFIX + ".".join(labels)
+STORE_SESSION = "langgraph-store"  # the fullrecall session every item is written under (items span threads)
 INDEX_PREFIX = "langgraph-index:"  # + ".".join(prefix): one record per namespace in use under that prefix
 log = logging.getLogger("fullrecall.integrations")
 _OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
@@ -238,7 +239,7 @@ class FullrecallStore(BaseStore):
     ) -> None:
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self._owns_store = isinstance(store, str)
-        self.scope = Scope(tenant=tenant, user_id=user_id, agent_id=agent_id, session_id="")
+        self.scope = Scope(tenant=tenant, user_id=user_id, agent_id=agent_id, session_id=STORE_SESSION)
         self.index_config: IndexConfig | None = dict(index) if index else None  # type: ignore[assignment]
         self.ttl_config: TTLConfig | None = dict(ttl) if ttl else None  # type: ignore[assignment]
         self._clock = clock

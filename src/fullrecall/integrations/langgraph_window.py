@@ -85,6 +85,7 @@ class FullrecallWindow:
         self.hook_options = dict(hook_options or {})
         self._factory = manager
         self._manager_options = manager_options
+        self._models_loaded = False
         self._locks: dict[Scope, threading.RLock] = {}
         self._locks_guard = threading.Lock()
 
@@ -106,12 +107,34 @@ class FullrecallWindow:
         else:
             manager = SemanticSummarizingConversationManager(
                 store=self.store, session_id=scope.session_id or "default", user_id=scope.user_id,
-                agent_id=scope.agent_id, **self._manager_options)
+                agent_id=scope.agent_id, **self._options())
         semantic = isinstance(manager, SemanticSummarizingConversationManager)
         hook = SemanticMemoryHook(enabled=self.recall and semantic, manager=manager if semantic else None,
                                   **self.hook_options)
         return ConversationMemory(self.store, scope.session_id or "default", user_id=scope.user_id,
                                   agent_id=scope.agent_id, manager=manager, hook=hook)
+
+    def _options(self) -> dict[str, Any]:
+        """The default manager's options, its embedder (and reranker) loaded once, not at every model call."""
+        with self._locks_guard:
+            if not self._models_loaded:
+                from ..embeddings import load_embedder, load_reranker
+
+                options = self._manager_options
+                model = options.get("embedding_model")
+                if model is None or isinstance(model, str):
+                    options["embedding_model"] = load_embedder(
+                        model, aws_region=options.get("aws_region"),
+                        embedding_dimensions=options.get("embedding_dimensions"))
+                if isinstance(options.get("reranker_model"), str):
+                    options["reranker_model"] = load_reranker(options["reranker_model"])
+                self._models_loaded = True
+            return self._manager_options
+
+    @property
+    def embedder(self) -> Any:
+        """The embedder the default manager archives and recalls with (loaded on first use)."""
+        return self._options()["embedding_model"]
 
     def view(
         self, messages: Sequence[AnyMessage], config: dict[str, Any] | None = None
