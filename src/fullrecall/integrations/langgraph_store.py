@@ -383,18 +383,23 @@ class FullrecallStore(BaseStore):
             batch.namespaces[name] = {r.id: r for r in self.store.get_records(self.scope, name)}
         return batch.namespaces[name]
 
-    def _expired(self, record: Record, now: float) -> bool:
+    @staticmethod
+    def _past(record: Record, now: float) -> bool:
         expires = record.data.get("expires_at")
-        omit = (self.ttl_config or {}).get("omit_expired", True)
-        return omit and expires is not None and expires <= now
+        return expires is not None and expires <= now
 
-    def _refresh(self, batch: _Batch, records: Iterable[Record], wanted: bool) -> None:
+    def _expired(self, record: Record, now: float) -> bool:
+        """Expired, and to be hidden (``omit_expired``, on by default)."""
+        return (self.ttl_config or {}).get("omit_expired", True) and self._past(record, now)
+
+    def _refresh(self, records: Iterable[Record], wanted: bool) -> None:
+        """Push back the expiry of live items that were read (an expired one is never brought back)."""
         if not wanted:
             return
         now = self._clock()
         for record in records:
             ttl = record.data.get("ttl")
-            if ttl is not None and not self._expired(record, now):
+            if ttl is not None and not self._past(record, now):
                 record.data["expires_at"] = now + ttl * 60
                 self.store.put_record(self.scope, record)
 
@@ -402,7 +407,7 @@ class FullrecallStore(BaseStore):
         record = self._records(batch, ITEM_PREFIX + ".".join(op.namespace)).get(op.key)
         if record is None or self._expired(record, self._clock()):
             return None
-        self._refresh(batch, [record], op.refresh_ttl)
+        self._refresh([record], op.refresh_ttl)
         return _item(op.namespace, record)
 
     def _put(self, batch: _Batch, op: PutOp, indexed: dict[str, tuple[str, str]]) -> None:
@@ -410,11 +415,10 @@ class FullrecallStore(BaseStore):
         records = self._records(batch, name)
         existing = records.get(op.key)
         if op.value is None:
-            if existing is not None:
-                self.store.delete_record(self.scope, name, op.key)
-                del records[op.key]
-                if not records:
-                    batch.emptied.add(name)
+            self.store.delete_record(self.scope, name, op.key)  # even if unseen: another writer may have made it
+            records.pop(op.key, None)
+            if not records:
+                batch.emptied.add(name)
             return
         now = self._clock()
         record = Record(
@@ -459,7 +463,7 @@ class FullrecallStore(BaseStore):
         else:
             ranked = [None] * len(found)
         page = slice(op.offset, op.offset + op.limit)
-        self._refresh(batch, [r for _, r in found[page]], op.refresh_ttl)
+        self._refresh([r for _, r in found[page]], op.refresh_ttl)
         return [_search_item(ns, r, score) for (ns, r), score in zip(found[page], ranked[page])]
 
     def _list(self, batch: _Batch, op: ListNamespacesOp) -> list[tuple[str, ...]]:
@@ -522,8 +526,7 @@ class FullrecallStore(BaseStore):
             name = ITEM_PREFIX + ".".join(namespace)
             records = self._records(batch, name)
             for key, record in list(records.items()):
-                expires = record.data.get("expires_at")
-                if expires is not None and expires <= now and self.store.delete_record(self.scope, name, key):
+                if self._past(record, now) and self.store.delete_record(self.scope, name, key):
                     swept += 1
                     del records[key]
             if not records:
