@@ -109,29 +109,29 @@ def docs_store(lg_store: FullrecallStore) -> FullrecallStore:
     return lg_store
 
 
-@pytest.mark.parametrize(
-    ("filter", "expected"),
-    [
-        ({"author": "Alice"}, {"doc1", "img1"}),
-        ({"author": {"$eq": "Bob"}}, {"doc2"}),
-        ({"author": {"$ne": "Alice"}}, {"doc2"}),
-        ({"score": {"$gt": 3.5}}, {"doc1"}),
-        ({"score": {"$gte": 3.5}}, {"doc1", "img1"}),
-        ({"score": {"$lt": 3.5}}, {"doc2"}),
-        ({"score": {"$lte": 3.5}}, {"doc2", "img1"}),
-        ({"score": {"$gt": 3.0, "$lt": 4.0}}, {"img1"}),
-        ({"author": "Alice", "score": {"$gte": 4}}, {"doc1"}),
-        ({"meta": {"lang": "en"}}, {"doc1", "img1"}),
-        ({"tags": ["a", "b"]}, {"doc1"}),
-        ({"tags": ["b"]}, {"doc2"}),
-        ({"missing": {"$gt": 0}}, set()),
-        ({"title": {"$gt": "Image"}}, {"doc2"}),  # strings order as strings
-        ({"author": {"$gt": 3}}, set()),  # values that do not order never match a range
-        ({"author": "Nobody"}, set()),
-    ],
-)
-def test_search_filters(docs_store: FullrecallStore, filter: dict, expected: set[str]) -> None:
-    assert {i.key for i in docs_store.search(("test",), filter=filter)} == expected
+FILTERS = [
+    ({"author": "Alice"}, {"doc1", "img1"}),
+    ({"author": {"$eq": "Bob"}}, {"doc2"}),
+    ({"author": {"$ne": "Alice"}}, {"doc2"}),
+    ({"score": {"$gt": 3.5}}, {"doc1"}),
+    ({"score": {"$gte": 3.5}}, {"doc1", "img1"}),
+    ({"score": {"$lt": 3.5}}, {"doc2"}),
+    ({"score": {"$lte": 3.5}}, {"doc2", "img1"}),
+    ({"score": {"$gt": 3.0, "$lt": 4.0}}, {"img1"}),
+    ({"author": "Alice", "score": {"$gte": 4}}, {"doc1"}),
+    ({"meta": {"lang": "en"}}, {"doc1", "img1"}),
+    ({"tags": ["a", "b"]}, {"doc1"}),
+    ({"tags": ["b"]}, {"doc2"}),
+    ({"missing": {"$gt": 0}}, set()),
+    ({"title": {"$gt": "Image"}}, {"doc2"}),  # strings order as strings
+    ({"author": {"$gt": 3}}, set()),  # values that do not order never match a range
+    ({"author": "Nobody"}, set()),
+]
+
+
+def test_search_filters(docs_store: FullrecallStore) -> None:
+    for filter, expected in FILTERS:
+        assert {i.key for i in docs_store.search(("test",), filter=filter)} == expected, filter
 
 
 def test_search_scopes_by_namespace_prefix(docs_store: FullrecallStore) -> None:
@@ -235,35 +235,33 @@ def test_odd_keys_and_labels_round_trip(lg_store: FullrecallStore) -> None:
     assert lg_store.get(("odd", "keys"), "") is None and lg_store.get(("odd", "keys"), " ") is not None
 
 
-@pytest.mark.parametrize(
-    ("op", "error", "words"),
-    [
-        (PutOp(("a.b",), "k", {"x": 1}), InvalidNamespaceError, "periods"),
-        (PutOp(("a", ""), "k", {"x": 1}), InvalidNamespaceError, "empty"),
-        (PutOp((), "k", {"x": 1}), InvalidNamespaceError, "empty"),
-        (PutOp(("langgraph", "x"), "k", {"x": 1}), InvalidNamespaceError, "reserved"),
-        (PutOp(("a", 3), "k", {"x": 1}), InvalidNamespaceError, "strings"),  # type: ignore[arg-type]
-        (PutOp(("a",), "k\x00", {"x": 1}), ItemError, "NUL"),
-        (PutOp(("a",), 7, {"x": 1}), ItemError, "key must be a string"),  # type: ignore[arg-type]
-        (PutOp(("a",), "k", {"x": object()}), ItemError, "not JSON-serialisable"),
-        (PutOp(("a",), "k", {"x": math.nan}), ItemError, "not JSON-serialisable"),
-        (PutOp(("a",), "k", ["not", "a", "mapping"]), ItemError, "mapping"),  # type: ignore[arg-type]
-        (PutOp(("a",), "k", {"x": 1}, ttl=-1), ItemError, "ttl"),
-        (SearchOp(("a",), filter={"x": {"$regex": "y"}}), ItemError, "$regex"),
-        (SearchOp(("a",), limit=-1), ItemError, "limit"),
-        (SearchOp(("a.b",)), InvalidNamespaceError, "periods"),
-        (ListNamespacesOp(offset=-2), ItemError, "offset"),
-        (ListNamespacesOp(match_conditions=(MatchCondition("infix", ("a",)),)), ItemError, "match type"),
-        (GetOp(("a.b",), "k"), InvalidNamespaceError, "periods"),
-    ],
-)
-def test_a_bad_op_is_refused_and_nothing_of_its_batch_is_written(
-    lg_store: FullrecallStore, op: object, error: type[Exception], words: str
-) -> None:
-    with pytest.raises(error, match=words.replace("$", r"\$")):
-        lg_store.batch([PutOp(("good",), "first", {"x": 1}), op])  # type: ignore[list-item]
-    assert lg_store.get(("good",), "first") is None
-    assert lg_store.list_namespaces() == []
+BAD_OPS = [
+    (PutOp(("a.b",), "k", {"x": 1}), InvalidNamespaceError, "periods"),
+    (PutOp(("a", ""), "k", {"x": 1}), InvalidNamespaceError, "empty"),
+    (PutOp((), "k", {"x": 1}), InvalidNamespaceError, "empty"),
+    (PutOp(("langgraph", "x"), "k", {"x": 1}), InvalidNamespaceError, "reserved"),
+    (PutOp(("a", 3), "k", {"x": 1}), InvalidNamespaceError, "strings"),  # type: ignore[arg-type]
+    (PutOp(("a",), "k\x00", {"x": 1}), ItemError, "NUL"),
+    (PutOp(("a",), 7, {"x": 1}), ItemError, "key must be a string"),  # type: ignore[arg-type]
+    (PutOp(("a",), "k", {"x": object()}), ItemError, "not JSON-serialisable"),
+    (PutOp(("a",), "k", {"x": math.nan}), ItemError, "not JSON-serialisable"),
+    (PutOp(("a",), "k", ["not", "a", "mapping"]), ItemError, "mapping"),  # type: ignore[arg-type]
+    (PutOp(("a",), "k", {"x": 1}, ttl=-1), ItemError, "ttl"),
+    (SearchOp(("a",), filter={"x": {"$regex": "y"}}), ItemError, "$regex"),
+    (SearchOp(("a",), limit=-1), ItemError, "limit"),
+    (SearchOp(("a.b",)), InvalidNamespaceError, "periods"),
+    (ListNamespacesOp(offset=-2), ItemError, "offset"),
+    (ListNamespacesOp(match_conditions=(MatchCondition("infix", ("a",)),)), ItemError, "match type"),
+    (GetOp(("a.b",), "k"), InvalidNamespaceError, "periods"),
+]
+
+
+def test_a_bad_op_is_refused_and_nothing_of_its_batch_is_written(lg_store: FullrecallStore) -> None:
+    for op, error, words in BAD_OPS:
+        with pytest.raises(error, match=words.replace("$", r"\$")):
+            lg_store.batch([PutOp(("good",), "first", {"x": 1}), op])
+        assert lg_store.get(("good",), "first") is None, op
+        assert lg_store.list_namespaces() == [], op
 
 
 def test_owners_do_not_see_each_others_items(make_store) -> None:
