@@ -1,0 +1,254 @@
+"""Window management and recall for LangGraph and LangChain agents.
+
+:class:`FullrecallWindow` keeps, per LangGraph thread, a durable
+:class:`~fullrecall.memory.ConversationMemory` (window + verbatim archive in one
+fullrecall store) and turns the graph's message list into what the model
+should see: the window (oldest turns summarized or dropped, after being
+archived) with the newest user message enriched by recalled archived turns.
+
+* ``create_react_agent(..., pre_model_hook=window.pre_model_hook)``: returns
+  ``llm_input_messages``, so the saved state keeps every message; with
+  ``trim_state=True`` it also returns ``messages`` as
+  ``[RemoveMessage(REMOVE_ALL_MESSAGES), *window]``, so the state itself is
+  the window (never the enriched text).
+* ``create_agent(..., middleware=[window.middleware()])``: a ``wrap_model_call``
+  that changes only what the model sees (plus, with ``trim_state=True``, a
+  ``before_model`` that trims the state).
+
+Messages are converted to the OpenAI shape for the managers and back; a
+message the managers left unchanged goes to the model as the very LangChain
+object it was. Each message is added to the memory once: the memory's newest
+message carries its LangChain id (also its archive id), and only messages
+after it are new. The thread is ``config["configurable"]["thread_id"]``
+(``"default"`` without one); the owner is ``user_id`` (or the config's
+``user_id``) and ``agent_id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+from typing import Any, Callable, Sequence
+
+from langchain_core.messages import (
+    AnyMessage,
+    BaseMessage,
+    RemoveMessage,
+    convert_to_messages,
+    convert_to_openai_messages,
+)
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+from ..memory.conversation import ConversationMemory
+from ..stores import open_store
+from ..stores.base import Scope, Store
+
+__all__ = ["FullrecallWindow"]
+
+_MARK = "langgraph_id"  # metadata key: the LangChain id of the message a window dict came from
+
+ManagerFactory = Callable[[Scope], Any]
+
+
+class FullrecallWindow:
+    """What the model sees, kept in budget with full recall, for any number of LangGraph threads.
+
+    ``store``: a fullrecall Store or URL (window, archive and vectors live there).
+    ``manager``: a function ``Scope -> ConversationManager`` for your own manager;
+    by default a :class:`~fullrecall.archive.SemanticSummarizingConversationManager`
+    built with ``manager_options`` (e.g. ``max_history_turns=20``,
+    ``preserve_recent_messages=8``, ``summarizer=...``, ``embedding_model=...``).
+    ``recall``: enrich the newest user message with archived context (needs a
+    semantic manager). ``trim_state``: also replace the graph's messages with the
+    window (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        store: Store | str = "sqlite:///:memory:",
+        *,
+        manager: ManagerFactory | None = None,
+        recall: bool = True,
+        trim_state: bool = False,
+        user_id: str | None = None,
+        agent_id: str = "",
+        hook_options: dict[str, Any] | None = None,
+        **manager_options: Any,
+    ) -> None:
+        self.store: Store = open_store(store) if isinstance(store, str) else store
+        self.recall = recall
+        self.trim_state = trim_state
+        self.user_id = user_id
+        self.agent_id = agent_id
+        self.hook_options = dict(hook_options or {})
+        self._factory = manager
+        self._manager_options = manager_options
+        self._models_loaded = False
+        self._locks: dict[Scope, threading.RLock] = {}
+        self._locks_guard = threading.Lock()
+
+    # -- the core: LangChain messages in, window and model input out -----------------------------------
+
+    def scope(self, config: dict[str, Any] | None = None) -> Scope:
+        """The fullrecall scope of the thread a run config names."""
+        configurable = (config or {}).get("configurable") or {}
+        user = self.user_id if self.user_id is not None else str(configurable.get("user_id") or "")
+        thread = str(configurable.get("thread_id") or "default")
+        return Scope(user_id=user, agent_id=self.agent_id, session_id=thread)
+
+    def memory(self, scope: Scope) -> ConversationMemory:
+        """The thread's memory as the store has it now (a fresh object: other processes' writes are seen)."""
+        from ..archive import SemanticMemoryHook, SemanticSummarizingConversationManager
+
+        if self._factory is not None:
+            manager = self._factory(scope)
+        else:
+            manager = SemanticSummarizingConversationManager(
+                store=self.store, session_id=scope.session_id or "default", user_id=scope.user_id,
+                agent_id=scope.agent_id, **self._options())
+        semantic = isinstance(manager, SemanticSummarizingConversationManager)
+        hook = SemanticMemoryHook(enabled=self.recall and semantic, manager=manager if semantic else None,
+                                  **self.hook_options)
+        return ConversationMemory(self.store, scope.session_id or "default", user_id=scope.user_id,
+                                  agent_id=scope.agent_id, manager=manager, hook=hook)
+
+    def _options(self) -> dict[str, Any]:
+        """The default manager's options, its embedder (and reranker) loaded once, not at every model call."""
+        with self._locks_guard:
+            if not self._models_loaded:
+                from ..embeddings import load_embedder, load_reranker
+
+                options = self._manager_options
+                model = options.get("embedding_model")
+                if model is None or isinstance(model, str):
+                    options["embedding_model"] = load_embedder(
+                        model, aws_region=options.get("aws_region"),
+                        embedding_dimensions=options.get("embedding_dimensions"))
+                if isinstance(options.get("reranker_model"), str):
+                    options["reranker_model"] = load_reranker(options["reranker_model"])
+                self._models_loaded = True
+            return self._manager_options
+
+    @property
+    def embedder(self) -> Any:
+        """The embedder the default manager archives and recalls with (loaded on first use)."""
+        return self._options()["embedding_model"]
+
+    def view(
+        self, messages: Sequence[AnyMessage], config: dict[str, Any] | None = None
+    ) -> tuple[list[BaseMessage], list[BaseMessage]]:
+        """(window, model input) for the graph's ``messages``; new messages are recorded durably first."""
+        scope = self.scope(config)
+        with self._lock(scope):
+            memory = self.memory(scope)
+            ids = [_message_id(m, i) for i, m in enumerate(messages)]
+            new = _unseen(memory.messages, ids, memory.manager.removed_message_count)
+            if new:
+                memory.add([_to_dict(messages[i], ids[i]) for i in new])
+            originals = dict(zip(ids, messages))
+            return _to_langchain(memory.messages, originals), _to_langchain(memory.model_input(), originals)
+
+    def reduce(
+        self, messages: Sequence[AnyMessage], config: dict[str, Any] | None, error: BaseException | None = None
+    ) -> tuple[list[BaseMessage], list[BaseMessage]]:
+        """After a context overflow: shrink the thread's window (summarize or trim), then ``view`` it again.
+
+        Raises :class:`~fullrecall.errors.ContextWindowOverflowError` when the window cannot shrink any further,
+        so an overflow-retry loop always ends.
+        """
+        scope = self.scope(config)
+        with self._lock(scope):
+            self.view(messages, config)  # records anything new first
+            self.memory(scope).reduce_context(error)
+        return self.view(messages, config)
+
+    def _lock(self, scope: Scope) -> threading.RLock:
+        with self._locks_guard:
+            return self._locks.setdefault(scope, threading.RLock())
+
+    # -- LangGraph: create_react_agent(pre_model_hook=...) ------------------------------------------------
+
+    def pre_model_hook(self, state: Any) -> dict[str, Any]:
+        """For ``create_react_agent``: ``llm_input_messages`` (and, with ``trim_state``, ``messages``)."""
+        from langgraph.config import get_config
+
+        messages = state["messages"] if isinstance(state, dict) else state.messages
+        window, model_input = self.view(messages, get_config())
+        update: dict[str, Any] = {"llm_input_messages": model_input}
+        if self.trim_state:
+            update["messages"] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *window]
+        return update
+
+    # -- LangChain: create_agent(middleware=[...]) --------------------------------------------------------
+
+    def middleware(self) -> Any:
+        """An ``AgentMiddleware`` for ``langchain.agents.create_agent`` doing what ``pre_model_hook`` does."""
+        from ._langchain_middleware import FullrecallMiddleware
+
+        return FullrecallMiddleware(self)
+
+    async def aview(
+        self, messages: Sequence[AnyMessage], config: dict[str, Any] | None = None
+    ) -> tuple[list[BaseMessage], list[BaseMessage]]:
+        return await asyncio.to_thread(self.view, messages, config)
+
+
+# -- conversions -----------------------------------------------------------------------------------------------
+
+
+def _message_id(message: BaseMessage, index: int) -> str:
+    """The message's id; one derived from its place and content when it has none (add_messages gives ids)."""
+    if message.id:
+        return message.id
+    (body,) = convert_to_openai_messages([message])
+    return f"fullrecall-{index}-{_digest(body)}"
+
+
+def _to_dict(message: BaseMessage, message_id: str) -> dict[str, Any]:
+    """The OpenAI-shape dict of a LangChain message, marked with its id (the archive's id for it too)."""
+    (out,) = convert_to_openai_messages([message])
+    out["metadata"] = {"id": message_id, _MARK: message_id}
+    return out
+
+
+def _mark(d: dict[str, Any]) -> str | None:
+    meta = d.get("metadata")
+    return meta.get(_MARK) if isinstance(meta, dict) else None
+
+
+def _unseen(window: list[dict[str, Any]], ids: list[str], removed: int) -> list[int]:
+    """Indices of the graph messages the memory has not recorded: those after the newest one it has."""
+    marks = [m for m in (_mark(d) for d in window) if m]
+    if not marks and not removed:
+        return list(range(len(ids)))  # a new thread
+    if marks and marks[-1] in ids:
+        return list(range(len(ids) - ids[::-1].index(marks[-1]), len(ids)))
+    known = set(marks)
+    return [i for i, m in enumerate(ids) if m not in known]  # the graph's state was rewritten by someone else
+
+
+def _to_langchain(window: list[dict[str, Any]], originals: dict[str, AnyMessage]) -> list[BaseMessage]:
+    """LangChain messages for window dicts: the original object where the dict is unchanged."""
+    out: list[BaseMessage] = []
+    for d in window:
+        mark = _mark(d)
+        original = originals.get(mark) if mark else None
+        body = {k: v for k, v in d.items() if k != "metadata"}
+        if original is not None and convert_to_openai_messages([original])[0] == body:
+            out.append(original)
+            continue
+        (message,) = convert_to_messages([body])
+        message.id = mark or _summary_id(d)
+        out.append(message)
+    return out
+
+
+def _digest(d: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(d, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()[:20]
+
+
+def _summary_id(d: dict[str, Any]) -> str:
+    """A stable id for a message the managers made (a summary): a digest of its content."""
+    return f"fullrecall-{d.get('role', 'message')}-{_digest(d)}"

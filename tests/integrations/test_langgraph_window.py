@@ -1,0 +1,228 @@
+"""FullrecallWindow in real compiled LangGraph / LangChain agents with a scripted chat model, on every backend."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from lg_helpers import ScriptedChatModel, tool_call
+
+from fullrecall.integrations.langgraph_window import FullrecallWindow
+from fullrecall.stores import Scope, open_store
+
+HEADER = "---Previous Context---"
+SECRET = "My locker code is 3141, please keep it in mind."
+FILLER = [
+    "How does a hash table handle collisions?",
+    "What is the time complexity of a binary heap insert?",
+    "Explain how a trie stores words.",
+    "When is a linked list better than an array?",
+    "What is a balanced binary search tree?",
+    "How does a skip list find an element?",
+]
+QUESTION = "What is my locker code?"
+
+
+@tool
+def lookup(topic: str) -> str:
+    """Look a data-structures topic up in the handbook."""
+    return f"Handbook entry on {topic}: see chapter 7."
+
+
+def script() -> list:
+    """Replies for: the secret, a tool round trip, the fillers, the question."""
+    return ["Noted, I will keep it in mind.", tool_call("lookup", {"topic": "hash tables"}, "call-1"),
+            "Hash tables resolve collisions by chaining or open addressing."] + [
+            f"Answer {n}: it depends on the data." for n in range(len(FILLER) - 1)] + ["Your locker code is 3141."]
+
+
+@pytest.fixture
+def store(store_url: str):
+    s = open_store(store_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def make_window(store, default_embedder):
+    def make(**options) -> FullrecallWindow:
+        options.setdefault("max_history_turns", 3)
+        options.setdefault("preserve_recent_messages", 2)
+        return FullrecallWindow(store, embedding_model=default_embedder, **options)
+
+    return make
+
+
+def converse(agent, config: dict, questions: list[str]) -> list:
+    state = None
+    for question in questions:
+        state = agent.invoke({"messages": [HumanMessage(question)]}, config)
+    return state["messages"]
+
+
+def react_agent(model: ScriptedChatModel, window: FullrecallWindow):
+    from langgraph.prebuilt import create_react_agent
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # create_react_agent is deprecated in LangGraph 1.x, and still used
+        return create_react_agent(model, [lookup], pre_model_hook=window.pre_model_hook, checkpointer=InMemorySaver())
+
+
+def middleware_agent(model: ScriptedChatModel, window: FullrecallWindow):
+    from langchain.agents import create_agent
+
+    return create_agent(model, [lookup], middleware=[window.middleware()], checkpointer=InMemorySaver())
+
+
+def texts(messages: list) -> list[str]:
+    return [m.text if hasattr(m, "text") and not callable(m.text) else str(m.content) for m in messages]
+
+
+def check_full_recall(model: ScriptedChatModel, state: list, store, scope: Scope) -> None:
+    """The state keeps every message, verbatim; the model saw a bounded window, the question enriched."""
+    humans = [m.content for m in state if isinstance(m, HumanMessage)]
+    assert humans == [SECRET, *FILLER, QUESTION]
+    assert not any(HEADER in str(m.content) for m in state)
+    assert any(isinstance(m, ToolMessage) and "chapter 7" in m.content for m in state)
+    last = model.calls[-1]
+    assert len(last) < len(state)
+    assert SECRET not in [m.content for m in last]  # the secret's turn left the window...
+    asked = last[-1]
+    assert isinstance(asked, HumanMessage) and HEADER in asked.content and "3141" in asked.content  # ...and came back
+    assert asked.content.endswith(QUESTION)
+    assert store.count(scope) > 0  # the archive holds what left the window
+    for call in model.calls:  # every tool call the model saw came with its result, and every result with its call
+        called = {c["id"] for m in call if isinstance(m, AIMessage) for c in m.tool_calls}
+        answered = {m.tool_call_id for m in call if isinstance(m, ToolMessage)}
+        assert answered <= called
+
+
+@pytest.mark.parametrize("build", [react_agent, middleware_agent], ids=["create_react_agent", "create_agent"])
+def test_the_model_sees_the_window_and_the_state_keeps_every_message(make_window, store, build) -> None:
+    model = ScriptedChatModel(replies=script())
+    window = make_window()
+    agent = build(model, window)
+    config = {"configurable": {"thread_id": "t1", "user_id": "ann"}}
+    state = converse(agent, config, [SECRET, *FILLER, QUESTION])
+    check_full_recall(model, state, store, Scope(user_id="ann", agent_id="", session_id="t1"))
+    assert state[-1].content == "Your locker code is 3141."
+
+    again = FullrecallWindow(store, max_history_turns=3, preserve_recent_messages=2)  # a restarted process
+    assert again.embedder.name == window.embedder.name and again.embedder is again.embedder  # loaded once
+    view, _ = again.view(state, config)  # records the final answer, which no model call has seen yet
+    assert view[-1].content == "Your locker code is 3141."
+    before = store.count(Scope(user_id="ann", agent_id="", session_id="t1"))
+    first, _ = window.view(state, config)
+    assert [(m.id, m.content) for m in view] == [(m.id, m.content) for m in first]
+    assert store.count(Scope(user_id="ann", agent_id="", session_id="t1")) == before  # nothing recorded twice
+
+    other = {"configurable": {"thread_id": "t2", "user_id": "ann"}}
+    converse(agent, other, [QUESTION])
+    assert "3141" not in model.calls[-1][-1].content  # another thread recalls nothing of this one
+
+
+@pytest.mark.parametrize("build", [react_agent, middleware_agent], ids=["create_react_agent", "create_agent"])
+def test_trim_state_makes_the_state_the_window(make_window, store, build) -> None:
+    model = ScriptedChatModel(replies=script())
+    agent = build(model, make_window(trim_state=True))
+    config = {"configurable": {"thread_id": "trim", "user_id": "bob"}}
+    sizes = []
+    for question in [SECRET, *FILLER]:
+        state = agent.invoke({"messages": [HumanMessage(question)]}, config)["messages"]
+        sizes.append(len(state))
+        assert not any(HEADER in str(m.content) for m in state)
+        assert len({m.id for m in state}) == len(state)
+    assert max(sizes) <= 12 and sizes[-1] < 2 * (len(FILLER) + 1)  # bounded, while the conversation grew
+    assert SECRET not in [m.content for m in state]
+    state = agent.invoke({"messages": [HumanMessage(QUESTION)]}, config)["messages"]
+    asked = model.calls[-1][-1]
+    assert HEADER in asked.content and "3141" in asked.content
+    assert state[-1].content == "Your locker code is 3141." and QUESTION in [m.content for m in state]
+
+
+def test_async_agent_with_middleware(make_window, store) -> None:
+    from langchain.agents import create_agent
+
+    model = ScriptedChatModel(replies=script())
+    agent = create_agent(model, [lookup], middleware=[make_window().middleware()], checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "async", "user_id": "cy"}}
+
+    async def run() -> list:
+        state = None
+        for question in [SECRET, *FILLER, QUESTION]:
+            state = await agent.ainvoke({"messages": [HumanMessage(question)]}, config)
+        return state["messages"]
+
+    state = asyncio.run(run())
+    check_full_recall(model, state, store, Scope(user_id="cy", agent_id="", session_id="async"))
+
+
+def test_view_records_each_message_once_and_reuses_unchanged_objects(make_window, store) -> None:
+    window = make_window(max_history_turns=50)
+    config = {"configurable": {"thread_id": "once"}}
+    messages = [HumanMessage("hello", id="h1"), AIMessage("hi there", id="a1"), HumanMessage("bye", id="h2")]
+    first, model_input = window.view(messages, config)
+    assert all(a is b for a, b in zip(first, messages)) and len(first) == 3
+    assert model_input[:2] == messages[:2]
+    again, _ = window.view(messages, config)  # a retried model call: nothing is added twice
+    assert [m.id for m in again] == ["h1", "a1", "h2"]
+    more, _ = window.view([*messages, AIMessage("ciao", id="a2")], config)
+    assert [m.id for m in more] == ["h1", "a1", "h2", "a2"]
+    assert window.scope(config) == Scope(user_id="", agent_id="", session_id="once")
+
+    bare = [HumanMessage("no id"), AIMessage("none here either"), HumanMessage("no id")]  # as a caller may pass
+    config = {"configurable": {"thread_id": "bare"}}
+    window.view(bare, config)
+    seen, _ = window.view([*bare, AIMessage("and a reply")], config)
+    assert [m.content for m in seen] == ["no id", "none here either", "no id", "and a reply"]
+
+
+def test_a_plain_sliding_window_without_recall(store) -> None:
+    from fullrecall import SlidingWindowConversationManager
+
+    window = FullrecallWindow(store, manager=lambda scope: SlidingWindowConversationManager(window_size=4))
+    model = ScriptedChatModel(replies=[f"reply {n}" for n in range(6)])
+    agent = react_agent(model, window)
+    state = converse(agent, {"configurable": {"thread_id": "slide"}}, [f"question {n}" for n in range(6)])
+    assert len(state) == 12
+    assert [m.content for m in model.calls[-1]] == ["question 4", "reply 4", "question 5"]
+
+
+def test_create_agent_shrinks_the_window_when_the_model_overflows(make_window, store) -> None:
+    from langchain.agents import create_agent
+
+    from fullrecall.errors import ContextWindowOverflowError
+
+    model = ScriptedChatModel(replies=script(), max_prompt_chars=600)
+    window = make_window(max_history_turns=None, preserve_recent_messages=2,  # no proactive trigger: only overflow
+                         summarizer=lambda messages, previous: f"Earlier: {len(messages)} messages on data structures.",
+                         hook_options={"max_context_length": 200})
+    agent = create_agent(model, [lookup], middleware=[window.middleware()], checkpointer=InMemorySaver())
+    state = converse(agent, {"configurable": {"thread_id": "overflow", "user_id": "di"}}, [SECRET, *FILLER, QUESTION])
+    assert model.overflows > 0
+    assert all(sum(len(str(m.content)) for m in call) <= 600 for call in model.calls)
+    check_full_recall(model, state, store, Scope(user_id="di", agent_id="", session_id="overflow"))
+
+    tiny = ScriptedChatModel(replies=["never"], max_prompt_chars=5)  # nothing fits: the loop ends with an error
+    agent = create_agent(tiny, [], middleware=[make_window().middleware()], checkpointer=InMemorySaver())
+    with pytest.raises(ContextWindowOverflowError):
+        agent.invoke({"messages": [HumanMessage("far too long for this model")]}, {"configurable": {"thread_id": "x"}})
+
+
+def test_when_nothing_else_fits_the_model_gets_the_window_without_recall(make_window) -> None:
+    from langchain.agents import create_agent
+
+    model = ScriptedChatModel(replies=script(), max_prompt_chars=450)
+    window = make_window(max_history_turns=None, preserve_recent_messages=2,
+                         summarizer=lambda messages, previous: f"Earlier: {len(messages)} messages on data structures.",
+                         hook_options={"max_context_length": 200})
+    agent = create_agent(model, [lookup], middleware=[window.middleware()], checkpointer=InMemorySaver())
+    state = converse(agent, {"configurable": {"thread_id": "plain"}}, [SECRET, *FILLER])
+    assert len([m for m in state if isinstance(m, HumanMessage)]) == len(FILLER) + 1
+    assert model.overflows > 0
+    assert HEADER not in model.calls[-1][-1].content  # the enriched question did not fit; the plain one did
+    assert model.calls[-1][-1].content == FILLER[-1]
