@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import logging
 import threading
@@ -380,7 +381,7 @@ class FullrecallStore(BaseStore):
 
     def _records(self, batch: _Batch, name: str) -> dict[str, Record]:
         if name not in batch.namespaces:
-            batch.namespaces[name] = {r.id: r for r in self.store.get_records(self.scope, name)}
+            batch.namespaces[name] = {_item_key(r): r for r in self.store.get_records(self.scope, name)}
         return batch.namespaces[name]
 
     @staticmethod
@@ -415,17 +416,19 @@ class FullrecallStore(BaseStore):
         records = self._records(batch, name)
         existing = records.get(op.key)
         if op.value is None:
-            self.store.delete_record(self.scope, name, op.key)  # even if unseen: another writer may have made it
+            # even if unseen here: another writer may have made it
+            self.store.delete_record(self.scope, name, _record_id(op.key))
             records.pop(op.key, None)
             if not records:
                 batch.emptied.add(name)
             return
         now = self._clock()
         record = Record(
-            id=op.key,
+            id=_record_id(op.key),
             namespace=name,
             text="\n".join(text for text, _ in indexed.values()).replace("\x00", ""),
             data={
+                "key": op.key,
                 "value": dict(op.value),
                 "vectors": {label: vector for label, (_, vector) in indexed.items()},
                 "model": self.embeddings.name if indexed and self.embeddings else None,
@@ -526,7 +529,7 @@ class FullrecallStore(BaseStore):
             name = ITEM_PREFIX + ".".join(namespace)
             records = self._records(batch, name)
             for key, record in list(records.items()):
-                if self._past(record, now) and self.store.delete_record(self.scope, name, key):
+                if self._past(record, now) and self.store.delete_record(self.scope, name, record.id):
                     swept += 1
                     del records[key]
             if not records:
@@ -578,6 +581,19 @@ class FullrecallStore(BaseStore):
         self.close()
 
 
+def _record_id(key: str) -> str:
+    """The record id of an item key. LangGraph allows any key, empty or long; a record id is a
+    non-empty identifier of at most 256 bytes, so a long key is named by its hash (the key itself
+    is kept in the record's data)."""
+    if len(key.encode("utf-8")) <= 200:
+        return "k" + key
+    return "h" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _item_key(record: Record) -> str:
+    return record.data.get("key", record.id[1:])
+
+
 def _stamps(record: Record) -> tuple[datetime, datetime]:
     return (datetime.fromtimestamp(record.created_at, timezone.utc),
             datetime.fromtimestamp(record.updated_at, timezone.utc))
@@ -585,9 +601,10 @@ def _stamps(record: Record) -> tuple[datetime, datetime]:
 
 def _item(namespace: tuple[str, ...], record: Record) -> Item:
     created, updated = _stamps(record)
-    return Item(value=record.data["value"], key=record.id, namespace=namespace, created_at=created, updated_at=updated)
+    return Item(value=record.data["value"], key=_item_key(record), namespace=namespace, created_at=created,
+                updated_at=updated)
 
 
 def _search_item(namespace: tuple[str, ...], record: Record, score: float | None) -> SearchItem:
     created, updated = _stamps(record)
-    return SearchItem(namespace, record.id, record.data["value"], created, updated, score)
+    return SearchItem(namespace, _item_key(record), record.data["value"], created, updated, score)
