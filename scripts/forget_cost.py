@@ -1,7 +1,8 @@
 """What ``forget`` costs: forget one user's 100-message conversation in a store of N messages.
 
 Usage: ``python scripts/forget_cost.py [N] [sqlite,postgres,redis,postgres-full]`` (default
-100000 and the first three; ``postgres-full`` opens PostgreSQL with ``forget_vacuum=full``). Every message has a 384-d vector; PostgreSQL gets its HNSW index built after the load.
+100000 and the first three; ``postgres-full`` opens PostgreSQL with ``forget_vacuum=full``).
+Every message has a 384-d vector; PostgreSQL gets its HNSW index built after the load.
 SQLite goes to a temporary file, PostgreSQL and Redis to throwaway servers
 (``fullrecall.stores._servers``). Prints three forgets per backend and what each reported as
 remaining.

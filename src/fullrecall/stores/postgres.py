@@ -851,15 +851,23 @@ class PostgresStore:
             "sessions": sessions,
         }
         self._shares = None  # word statistics of the forgotten rows: read them again
-        tables = [f"{s}.{t}" for t in ("messages", "sessions", "state", "records")] + [f"{s}.vectors_{d}" for d in dims]
-        return F.result(counts, self._scrub(tables, xid) if any(counts.values()) else [])
+        tables = [f"{s}.{t}" for t in ("messages", "sessions", "state", "records")]
+        vector_tables = [f"{s}.vectors_{d}" for d in dims]
+        return F.result(counts, self._scrub(tables, vector_tables, xid) if any(counts.values()) else [])
 
-    def _scrub(self, tables: list[str], xid: int) -> list[F.Remaining]:
+    def _scrub(self, tables: list[str], vector_tables: list[str], xid: int) -> list[F.Remaining]:
         """VACUUM (ANALYZE) the tables that held forgotten rows: dead tuples are pruned and index
-        entries removed, and ``pg_stats`` forgets their words and ids. With ``forget_vacuum=full``,
-        VACUUM FULL rewrites the tables and their indexes into new files. What PostgreSQL cannot
-        remove is returned as ``remaining`` entries."""
-        names, full = ", ".join(tables), self._forget_vacuum == "full"
+        entries removed, and ``pg_stats`` forgets their words and ids. The vector tables skip index
+        cleanup: pgvector repairs the HNSW graph around every dead entry, minutes for a few thousand
+        (autovacuum does it in the background). With ``forget_vacuum=full``, VACUUM FULL rewrites
+        all of them and their indexes into new files. What PostgreSQL cannot remove is returned
+        as ``remaining`` entries."""
+        names, full = ", ".join(tables + vector_tables), self._forget_vacuum == "full"
+        if full or not vector_tables:
+            statements = [f"VACUUM ({'FULL, ' if full else ''}ANALYZE) {names}"]
+        else:
+            statements = [f"VACUUM (ANALYZE) {', '.join(tables)}"]
+            statements.append(f"VACUUM (ANALYZE, INDEX_CLEANUP OFF) {', '.join(vector_tables)}")
         left = [
             F.Remaining(
                 where="PostgreSQL WAL (pg_wal), and any WAL archive, replica and backup",
@@ -873,12 +881,13 @@ class PostgresStore:
                 0,
                 F.Remaining(
                     where=f"PostgreSQL data files of {names} (heap, TOAST, indexes)",
-                    what="bytes of the forgotten rows in space VACUUM freed but does not overwrite; index entries"
-                    " of them if VACUUM skipped index cleanup (it does when they fill under 2% of the pages);"
+                    what="bytes of the forgotten rows in space VACUUM freed but does not overwrite; their"
+                    " entries, vectors included, in the HNSW indexes (forget skips their cleanup) and in the"
+                    " others if VACUUM skipped index cleanup (it does when they fill under 2% of the pages);"
                     f" their words as keys of the GIN index {self.schema}.messages_tsv",
-                    until="new rows reuse the space and a later VACUUM cleans the indexes; VACUUM FULL (the"
-                    " store option forget_vacuum=full) rewrites the files under an exclusive lock, in time"
-                    " proportional to the tables",
+                    until="new rows reuse the space and autovacuum cleans the indexes; VACUUM FULL (the store"
+                    " option forget_vacuum=full) rewrites the files under an exclusive lock, in time"
+                    " proportional to the tables and their indexes",
                 ),
             )
         why = ""
@@ -895,7 +904,8 @@ class PostgresStore:
                     why = f"{readers} other transaction(s) began before the forget and may still read them"
                 conn.execute(f"SET lock_timeout = '{_SCRUB_LOCK_WAIT}'")
                 try:
-                    conn.execute(f"VACUUM ({'FULL, ' if full else ''}ANALYZE) {names}")
+                    for statement in statements:
+                        conn.execute(statement)
                 finally:
                     conn.execute("RESET lock_timeout")
         except psycopg.errors.LockNotAvailable:  # another VACUUM, an index build (FULL: any open transaction)
