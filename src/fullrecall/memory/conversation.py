@@ -137,7 +137,7 @@ class ConversationMemory:
         self._sync()
         self._manage(self.manager.clear)
 
-    def forget(self) -> dict[str, int]:
+    def forget(self) -> dict[str, Any]:
         """Delete this conversation everywhere (window, archive, vectors, summaries); per-kind counts."""
         counts = self.store.forget(self.scope)
         self._sync()

@@ -97,11 +97,16 @@ def _block_text(block: Block) -> str:
     if isinstance(block, TextBlock):
         return block.text
     if isinstance(block, ToolUseBlock):
-        return f"[tool call {block.name} {json.dumps(block.input, ensure_ascii=False, sort_keys=True)}]"
+        return f"[tool call {block.name} {json.dumps(block.input, ensure_ascii=False, sort_keys=True, default=_opaque)}]"
     if isinstance(block, ToolResultBlock):
         inner = "\n".join(p for p in (_block_text(b) for b in block.content) if p)
         flag = " error" if block.status == "error" else ""
         return f"[tool result{flag}] {inner}".rstrip()
     if block.kind == "json":
-        return json.dumps(block.data, ensure_ascii=False, sort_keys=True)
+        return json.dumps(block.data, ensure_ascii=False, sort_keys=True, default=_opaque)
     return f"[{block.kind}]"
+
+
+def _opaque(value: object) -> str:
+    """What a tool input that JSON cannot hold (bytes of an image) reads as in text."""
+    return f"<{len(value)} bytes>" if isinstance(value, (bytes, bytearray)) else f"<{type(value).__name__}>"

@@ -147,7 +147,7 @@ def message_row(m: StoredMessage) -> dict[str, Any]:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return V.dumps(value)
 
 
 def assign_positions(
@@ -180,13 +180,13 @@ def message_from_row(
         id=row["id"],
         role=row["role"],
         text=row["text"],
-        data=json.loads(row["data"]),
+        data=V.loads(row["data"]),
         position=int(position),
         kind=row["kind"],
         created_at=float(row["created_at"]),
         archived_at=float(row["archived_at"]),
         summary_id=row.get("summary_id") or None,
-        metadata=json.loads(row["metadata"]) if row.get("metadata") else {},
+        metadata=V.loads(row["metadata"]) if row.get("metadata") else {},
         session_id=session_id,
         user_id=user_id,
         agent_id=agent_id,
@@ -222,7 +222,7 @@ def record_from_row(row: Any) -> Record:
         id=row["id"],
         namespace=row["namespace"],
         text=row["text"],
-        data=json.loads(row["data"]),
+        data=V.loads(row["data"]),
         created_at=float(row["created_at"]),
         updated_at=float(row["updated_at"]),
     )
@@ -491,7 +491,7 @@ def split_terms(terms: Sequence[str]) -> list[str]:
 
 
 def json_loads(text: str | bytes) -> Any:
-    return json.loads(text)
+    return V.loads(text)
 
 
 def record_scope(scope: Scope) -> tuple[str, str, str, str]:

@@ -20,6 +20,7 @@ index and the field, e.g. ``message 2: 'metadata.score' is nan; JSON has no NaN 
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from typing import Any, Sequence
@@ -35,7 +36,30 @@ MAX_DEPTH = 64  # nesting of JSON values
 INDEXED_CHARS = 65_536  # the prefix of a text that lexical search indexes (PostgreSQL's tsvector is 1 MB at most)
 MESSAGE_KINDS = ("message", "summary")
 
-_SCALARS = (str, int, float, bool, type(None))
+_SCALARS = (str, int, float, bool, type(None), bytes)
+_BYTES_KEY = "__bytes_encoded__"  # the marker Strands sessions use for bytes in JSON, so both read each other
+
+
+def _encode_bytes(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {_BYTES_KEY: True, "data": base64.b64encode(value).decode("ascii")}
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+def _decode_bytes(obj: dict[str, Any]) -> Any:
+    if obj.get(_BYTES_KEY) is True and len(obj) == 2 and isinstance(obj.get("data"), str):
+        return base64.b64decode(obj["data"])
+    return obj
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON of a value :func:`check_json` accepted; bytes (an image in a tool result) as base64."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_encode_bytes)
+
+
+def loads(text: str | bytes) -> Any:
+    """JSON written by :func:`dumps`, bytes restored."""
+    return json.loads(text, object_hook=_decode_bytes)
 
 
 def _utf8_size(value: str, where: str) -> int:
@@ -99,7 +123,7 @@ def check_json(value: Any, where: str, *, limit: int = MAX_FIELD_BYTES, tuples: 
             raise InvalidInput(f"{_at(where, path)} is a tuple; use a list (JSON gives arrays back as lists)")
         else:
             raise InvalidInput(f"{_at(where, path)} is a {type(v).__name__}, not a JSON value")
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = dumps(value)
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:

@@ -26,7 +26,6 @@ Contract shared by every backend (checked by ``tests/stores/conformance.py``):
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Final, Iterable, NamedTuple, Protocol, Sequence, runtime_checkable
@@ -128,7 +127,9 @@ class StoredMessage:
 
     def size_bytes(self) -> int:
         """Bytes of text this message holds in the store (text + verbatim data)."""
-        return len(self.text.encode("utf-8")) + len(json.dumps(self.data, ensure_ascii=False).encode("utf-8"))
+        from ._validate import dumps
+
+        return len(self.text.encode("utf-8")) + len(dumps(self.data).encode("utf-8"))
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ class ExtractiveSummarizer:
             speaker = _speaker(msg)
             for block in msg.content:
                 if isinstance(block, ToolUseBlock):
-                    args = json.dumps(block.input, ensure_ascii=False, sort_keys=True)
+                    args = json.dumps(block.input, ensure_ascii=False, sort_keys=True, default=_opaque)
                     result = results.get(block.id, "")
                     line = f"{block.name}({_clip(args, 120)})" + (f" → {_clip(result, 200)}" if result else "")
                     units.append(_Unit(len(units), mi, None, line, tool=True, bonus=2.0))
@@ -439,3 +439,8 @@ def _first_indexes(units: list[_Unit]) -> dict[str, int]:
 
 def _ident(msg: Message) -> int | str:
     return msg.position if msg.position is not None else (msg.id or -1)
+
+
+def _opaque(value: object) -> str:
+    """What a tool input that JSON cannot hold (bytes of an image) reads as in text."""
+    return f"<{len(value)} bytes>" if isinstance(value, (bytes, bytearray)) else f"<{type(value).__name__}>"
