@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conformance_input import InputConformance
-from fullrecall.errors import StoreError
+from fullrecall.errors import InvalidInput, StoreError
 from fullrecall.stores import ANY, Filters, Record, Scope, Store, StoredMessage, open_store
 
 DIM = 16
@@ -280,6 +280,16 @@ class StoreConformance(InputConformance):
             store.put_record(Scope(user_id=f"bob{tag}", agent_id=ANY), Record(id="x", namespace="facts", text="x"))
         assert store.forget(Scope(user_id=f"bob{tag}"))["messages"] == 1
         assert store.count(alice) == store.count(helper) == 1
+
+    def test_reads_refuse_bad_ids_the_same_on_every_backend(self, store: Store, scope: Scope) -> None:
+        store.append(scope, [msg(0)])
+        for bad, why in (("m\x00", "NUL"), ("", "empty")):
+            for read in (lambda: store.get(scope, ["m0", bad]), lambda: store.delete(scope, [bad]),
+                         lambda: store.get_vectors(scope, [bad])):
+                with pytest.raises(InvalidInput, match=f"id 1|id 0") as caught:
+                    read()
+                assert why.lower() in str(caught.value).lower() or "must not be empty" in str(caught.value)
+        assert store.count(scope) == 1 and [m.id for m in store.get(scope, ["m0", "m0"])] == ["m0"]
 
     def test_keys_tell_repeated_ids_apart_across_sessions(self, store: Store) -> None:
         """Ids repeat in every session; a search over several sessions names each hit by its store-global key."""

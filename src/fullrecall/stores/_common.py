@@ -194,6 +194,17 @@ def message_from_row(
     )
 
 
+def read_ids(ids: Iterable[str]) -> list[str]:
+    """Message ids a read or delete names, each once; InvalidInput naming the first that is no identifier
+    (the same on every backend: a NUL is refused, not silently unmatched)."""
+    if isinstance(ids, str):
+        raise V.InvalidInput("ids must be a sequence of message ids, not one string")
+    out = list(dict.fromkeys(ids))
+    for n, i in enumerate(out):
+        V.check_id(i, f"id {n}")
+    return out
+
+
 def in_conversation_order(messages: list[StoredMessage]) -> list[StoredMessage]:
     """Messages of one or several sessions in one order on every backend: by owner, session, then position."""
     return sorted(messages, key=lambda m: (m.user_id or "", m.agent_id or "", m.session_id or "", m.position or 0))

@@ -418,7 +418,7 @@ class PostgresStore:
     def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
         where, params = SQL.scope_where(scope)
         with self._tx() as conn:
-            found = self._select_messages(conn, f"{where} AND m.id = ANY(%s)", [*params, list(dict.fromkeys(ids))])
+            found = self._select_messages(conn, f"{where} AND m.id = ANY(%s)", [*params, C.read_ids(ids)])
         return C.in_conversation_order(found)
 
     def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
@@ -452,7 +452,7 @@ class PostgresStore:
                 f" upd AS (UPDATE {s}.sessions t SET message_count = t.message_count - per.c,"
                 " lexemes = t.lexemes - per.n FROM per WHERE t.sid = per.sid RETURNING 1)"
                 " SELECT coalesce(sum(c), 0)::bigint AS deleted FROM per",
-                [list(dict.fromkeys(ids)), *params],
+                [C.read_ids(ids), *params],
             ).fetchone()
             return int(row["deleted"])
 
@@ -610,6 +610,7 @@ class PostgresStore:
         self._schedule_index(dim, len(ids))
 
     def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        ids = C.read_ids(ids)
         where, params = SQL.scope_where(scope)
         s = self.schema
         out: dict[str, np.ndarray] = {}

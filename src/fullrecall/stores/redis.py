@@ -385,7 +385,7 @@ class RedisStore:
         ]
 
     def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
-        ids = list(dict.fromkeys(ids))
+        ids = C.read_ids(ids)
         if not ids:
             return []
         out: list[StoredMessage] = []
@@ -428,7 +428,7 @@ class RedisStore:
             return int(sum(pipe.execute())) if sessions else 0
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
-        ids = list(dict.fromkeys(ids))
+        ids = C.read_ids(ids)
         if not ids:
             return 0
         total = 0
@@ -464,7 +464,7 @@ class RedisStore:
             ) from None
 
     def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
-        ids = list(dict.fromkeys(ids))
+        ids = C.read_ids(ids)
         out: dict[str, np.ndarray] = {}
         if not ids:
             return out

@@ -444,7 +444,7 @@ class SQLiteStore:
         ]
 
     def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
-        ids = list(dict.fromkeys(ids))
+        ids = C.read_ids(ids)
         where, params = SQL.scope_where(scope)
         out: list[StoredMessage] = []
         with self._read() as conn:
@@ -475,7 +475,7 @@ class SQLiteStore:
             ).fetchone()[0]
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
-        ids = list(dict.fromkeys(ids))
+        ids = C.read_ids(ids)
         where, params = SQL.scope_where(scope)
         deleted = 0
         with self._write() as conn:
@@ -546,10 +546,11 @@ class SQLiteStore:
             self._bump_vectors(conn, [sess["sid"]], epoch=overwrote > 0 or len(set(ids)) < len(ids))
 
     def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        ids = C.read_ids(ids)
         where, params = SQL.scope_where(scope)
         out: dict[str, np.ndarray] = {}
         with self._read() as conn:
-            for chunk in _chunks(list(dict.fromkeys(ids))):
+            for chunk in _chunks(ids):
                 for r in conn.execute(
                     "SELECT m.id, v.vec FROM vectors v JOIN messages m ON m.rid = v.rid"
                     " JOIN sessions s ON s.sid = m.sid"
