@@ -18,7 +18,8 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..messages.formats import parse_message, render_message
 from ..messages.model import Message, TextBlock
