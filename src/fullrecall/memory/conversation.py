@@ -221,7 +221,7 @@ class ConversationMemory:
         self._version = max(version, self._version) + 1
         self.store.put_state(self.scope, _WINDOW_KEY,
                              {"manager": self.manager.get_state(), "replaced": replaced, "version": self._version})
-        self._sync()
+        # the window is as the manager left it; the next operation reads the store again anyway
 
 
 def _message_id(raw: dict[str, Any], index: int) -> str:
