@@ -48,8 +48,8 @@ def test_concurrent_processes_lose_nothing(store_url, tmp_path, mode):
     texts = conversation(memory)
     assert_all_kept_once_in_order(texts, WORKERS, COUNT)
     # the window was managed along the way, and window + archive is the store's log, position by position
-    assert memory.manager.removed_message_count > 0 and len(memory.manager.archive.get(0, 10**9)) == WORKERS * COUNT
-    assert [m.data["content"] for m in memory.manager.archive.get(0, 10**9)] == texts
+    log = memory.store.range(memory.scope, 0, 10**9)
+    assert memory.manager.removed_message_count > 0 and [m.data["content"] for m in log] == texts
 
 
 def test_two_objects_interleaving_lose_nothing(store_url):

@@ -142,3 +142,18 @@ def test_a_window_full_of_keyword_matches_does_not_hide_the_archived_one(store_u
     assert 2 < memory.manager.first_active_position <= 72  # the invoice archived, the 60 matches in the window
     (hit,) = memory.recall("ZX-9917").hits
     assert hit.message.data["content"] == "Invoice ZX-9917 is paid." and hit.scores["lexical"] > 0
+
+
+def test_the_archive_holds_what_left_the_window_never_the_window_or_the_system_message(store_url):
+    memory = make(store_url, message_context_radius=3)
+    memory.add({"role": "system", "content": "You answer questions about lockers."})
+    for i in range(6):
+        memory.add([{"role": "user", "content": f"locker question {i}"}, {"role": "assistant", "content": f"answer {i}"}])
+    first = memory.manager.first_active_position
+    archived = memory.manager.archive.get(0, 10**9)
+    assert [m.position for m in archived] == list(range(1, first))
+    window = memory.messages
+    assert window[0]["role"] == "system" and window[1] == memory.manager.summary_message
+    assert [m.data for m in archived] + window[2:] == [m.data for m in memory.store.range(memory.scope, 1, 10**9)]
+    recalled = memory.recall("lockers locker questions").messages
+    assert recalled and all(1 <= m.position < first for m in recalled)

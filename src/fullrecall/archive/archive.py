@@ -5,16 +5,19 @@ messages to the store *first* (if that fails, the manager keeps them in the
 window), then embeds them; an embedding failure only delays searchability
 (the text is stored, lexical search finds it, and the vectors are retried).
 
-With ``logged=True`` (how :class:`~fullrecall.memory.ConversationMemory` uses it)
-every message is in the store from the moment it was added, so archiving a
-removed message is only indexing it: ``write`` appends nothing, and a position
-missing from the store was forgotten, not lost (it is never written back).
+When ``archived_span`` is set (:class:`~fullrecall.memory.ConversationMemory` sets
+it) every message is in the store from the moment it was added, and
+``archived_span()`` says which positions ``[first, end)`` have left the window.
+Archiving a removed message is then only indexing it: ``write`` appends nothing,
+and a position missing from the store was forgotten, not lost (it is never
+written back); ``get`` and ``recall`` return only archived positions.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -63,7 +66,7 @@ class Archive:
         embedding_dimensions: int | None = None,
         max_num_archived_messages: int | None = None,
         max_memory_archived_messages: int | None = None,
-        logged: bool = False,
+        archived_span: Callable[[], tuple[int, int]] | None = None,
         **search_options: Any,
     ) -> None:
         for name, value in (("max_num_archived_messages", max_num_archived_messages),
@@ -80,9 +83,14 @@ class Archive:
         self.max_memory_archived_messages = max_memory_archived_messages
         self._search_args = dict(embedding_model=embedding_model, reranker_model=reranker_model, aws_region=aws_region,
                                  embedding_dimensions=embedding_dimensions, **search_options)
-        self.logged = logged
+        self.archived_span = archived_span
         self._search = None
         self.last_evicted: list[int] = []
+
+    @property
+    def logged(self) -> bool:
+        """True when the store holds the whole conversation, window included (see the module docstring)."""
+        return self.archived_span is not None
 
     # -- search engine, built on first use so constructing an Archive is instant -------------
     @property
@@ -229,23 +237,32 @@ class Archive:
         started = time.perf_counter()
         if self.store.count(self.scope) == 0:
             return Recall(query)
-        if before is not None:  # a logged conversation's window is stored too: keep it out of the candidates
-            window = frozenset(m.id for m in self.store.range(self.scope, before, END))
-            if window:
+        first = 0
+        if self.archived_span is not None:
+            first, end = self.archived_span()
+            before = end if before is None else min(before, end)
+        if before is not None:  # a logged conversation's window (and pinned message) is stored too: not candidates
+            unarchived = self.store.range(self.scope, before, END) + (self.store.range(self.scope, 0, first - 1)
+                                                                      if first > 0 else [])
+            if unarchived:
                 filters = filters or Filters()
-                filters = replace(filters, exclude_ids=(filters.exclude_ids or frozenset()) | window)
+                exclude = (filters.exclude_ids or frozenset()) | {m.id for m in unarchived}
+                filters = replace(filters, exclude_ids=frozenset(exclude))
         hits = self.search_engine.search(query, top_k=top_k, min_score=min_score, filters=filters, spread=radius)
         if before is not None:
-            hits = [h for h in hits if h.position is not None and h.position < before]
+            hits = [h for h in hits if h.position is not None and first <= h.position < before]
         ranges = merge_ranges([(h.position, h.score) for h in hits if h.position is not None], radius, before=before)
         for r in ranges:
-            r.messages = self.store.range(self.scope, r.start, r.end)
+            r.messages = self.store.range(self.scope, max(r.start, first), r.end)
         ranges = [r for r in ranges if r.messages]
         return Recall(query, ranges, hits, (time.perf_counter() - started) * 1000)
 
     def get(self, start: int, end: int) -> list[StoredMessage]:
         """Archived messages with positions in ``[start, end]``, verbatim."""
-        return self.store.range(self.scope, start, end)
+        if self.archived_span is not None:
+            first, stop = self.archived_span()
+            start, end = max(start, first), min(end, stop - 1)
+        return self.store.range(self.scope, start, end) if start <= end else []
 
     def get_memory_usage_stats(self) -> dict[str, Any]:
         stats = self.store.stats(self.scope)

@@ -71,7 +71,7 @@ class ConversationMemory:
             store=self.store, session_id=session_id, user_id=user_id, agent_id=agent_id, **manager_options)
         archive = getattr(self.manager, "archive", None)
         if archive is not None:
-            archive.logged = True  # the log holds every message already: archiving is indexing
+            archive.archived_span = self._archived_span  # the log holds every message: archiving is indexing
         self.hook = hook or SemanticMemoryHook(manager=self.manager)
         self._fresh_state = self.manager.get_state()  # what the manager starts from (and returns to after forget)
         self._messages: list[dict[str, Any]] = []
@@ -147,6 +147,10 @@ class ConversationMemory:
         return len(self.messages)
 
     # -- the log and the state ------------------------------------------------------------------
+    def _archived_span(self) -> tuple[int, int]:
+        """Positions ``[first, end)`` that have left the window (as of the last read of the store)."""
+        return self._pinned, self._pinned + self.manager.removed_message_count
+
     def _sync(self) -> None:
         """Rebuild the window from the store: state first, then the log from the window's start on."""
         state = self.store.get_state(self.scope, _WINDOW_KEY) or {}
@@ -217,7 +221,7 @@ class ConversationMemory:
         self._version = max(version, self._version) + 1
         self.store.put_state(self.scope, _WINDOW_KEY,
                              {"manager": self.manager.get_state(), "replaced": replaced, "version": self._version})
-        self._sync()
+        # the window is as the manager left it; the next operation reads the store again anyway
 
 
 def _message_id(raw: dict[str, Any], index: int) -> str:
