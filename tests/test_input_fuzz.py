@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

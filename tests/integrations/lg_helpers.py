@@ -82,7 +82,7 @@ class ScriptedChatModel(BaseChatModel):
         message = reply.model_copy() if isinstance(reply, AIMessage) else AIMessage(content=reply)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
-    def bind_tools(self, tools: Any, **kwargs: Any) -> "ScriptedChatModel":
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:
         return self
 
 

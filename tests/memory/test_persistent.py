@@ -173,7 +173,9 @@ def test_selective_clearing_by_role_time_session_and_id(default_embedder):
     old = {"role": "user", "content": "old question", "timestamp": "2020-01-01T00:00:00Z"}
     run(one.record([old, {"role": "assistant", "content": "old answer"}]))
     run(two.record([{"role": "user", "content": "new question"}, {"role": "assistant", "content": "new answer"}]))
-    texts = lambda: sorted(m.data["content"] for m in one.messages())
+    def texts() -> list[str]:
+        return sorted(m.data["content"] for m in one.messages())
+
     assert len(texts()) == 4 and one.sessions() == ["one", "two"]
 
     assert one.clear(roles=["assistant"], session_id="two") == {"messages": 1, "facts": 0}

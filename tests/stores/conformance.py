@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conformance_input import InputConformance
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conformance_input import InputConformance
 from fullrecall.errors import InvalidInput, StoreError
 from fullrecall.stores import ANY, Filters, Record, Scope, Store, StoredMessage, open_store
 
@@ -284,9 +284,9 @@ class StoreConformance(InputConformance):
     def test_reads_refuse_bad_ids_the_same_on_every_backend(self, store: Store, scope: Scope) -> None:
         store.append(scope, [msg(0)])
         for bad, why in (("m\x00", "NUL"), ("", "empty")):
-            for read in (lambda: store.get(scope, ["m0", bad]), lambda: store.delete(scope, [bad]),
-                         lambda: store.get_vectors(scope, [bad])):
-                with pytest.raises(InvalidInput, match=f"id 1|id 0") as caught:
+            for read in (lambda bad=bad: store.get(scope, ["m0", bad]), lambda bad=bad: store.delete(scope, [bad]),
+                         lambda bad=bad: store.get_vectors(scope, [bad])):
+                with pytest.raises(InvalidInput, match="id 1|id 0") as caught:
                     read()
                 assert why.lower() in str(caught.value).lower() or "must not be empty" in str(caught.value)
         assert store.count(scope) == 1 and [m.id for m in store.get(scope, ["m0", "m0"])] == ["m0"]

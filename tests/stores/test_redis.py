@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest

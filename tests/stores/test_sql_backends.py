@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import psycopg

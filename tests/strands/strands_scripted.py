@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from strands.models.model import Model
 from strands.types.exceptions import ContextWindowOverflowException

@@ -13,7 +13,6 @@ import copy
 
 import pytest
 from pydantic import BaseModel
-from strands import Agent, tool
 from strands.agent.conversation_manager import NullConversationManager as SdkNull
 from strands.agent.conversation_manager import SlidingWindowConversationManager as SdkSliding
 from strands.agent.conversation_manager import SummarizingConversationManager as SdkSummarizing
@@ -24,6 +23,7 @@ from strands_scripted import AGENT_PROMPT, ScriptedModel
 
 import fullrecall.strands as fr
 from fullrecall.archive import Archive
+from strands import Agent, tool
 
 SUMMARY = "## Conversation Summary\n* The user looked up several records with the lookup tool."
 OVERFLOW = ContextWindowOverflowException("scripted: prompt is too long")

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from strands import Agent, tool
 from strands.memory import MemoryManager
 from strands.session.file_session_manager import FileSessionManager
 from strands.types.exceptions import ContextWindowOverflowException
@@ -21,6 +20,7 @@ from fullrecall.strands import (
     SlidingWindowConversationManager,
     SummarizingConversationManager,
 )
+from strands import Agent, tool
 
 SUMMARY = ("## Conversation Summary\n* The user and the assistant discussed arrays, linked lists, hash tables "
            "and trees, how each structure is stored in memory.")

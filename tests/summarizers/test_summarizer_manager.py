@@ -6,9 +6,10 @@ import pytest
 
 pytest.importorskip("httpx")
 
+from summarizer_peers import Reply, completion
+
 from fullrecall.summarizers import ExtractiveSummarizer, LLMSummarizer, OpenAIChatModel
 from fullrecall.window import SummarizingConversationManager
-from summarizer_peers import Reply, completion
 
 TOPICS = ["data structures", "arrays", "linked lists", "stacks", "queues", "hash tables", "trees", "graphs",
           "sorting algorithms"]

@@ -16,12 +16,11 @@ import pytest
 pytest.importorskip("httpx")
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from summarizer_peers import Reply, completion
 
 from fullrecall.errors import SummarizationError
 from fullrecall.summarizers import ChatModelError, Exclusions, LLMSummarizer, OpenAIChatModel, summarizer_from_prompt
 from fullrecall.summarizers.llm import DEFAULT_SYSTEM_PROMPT
-
-from summarizer_peers import Reply, completion
 
 SEED_002_PROMPT = """
 You are summarizing a technical conversation. Create a concise bullet-point summary that:

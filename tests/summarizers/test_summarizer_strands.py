@@ -9,11 +9,11 @@ import pytest
 
 strands = pytest.importorskip("strands")
 
-from strands import Agent  # noqa: E402
 from strands.models import Model  # noqa: E402
 from strands.types.exceptions import ModelThrottledException  # noqa: E402
 
 from fullrecall.summarizers import LLMSummarizer, StrandsChatModel  # noqa: E402
+from strands import Agent  # noqa: E402
 
 
 class ScriptedModel(Model):

@@ -146,7 +146,7 @@ def test_summarizing_never_splits_tool_pairs():
     manager = SummarizingConversationManager(summarizer=lambda m, p: "S", summary_ratio=0.2, preserve_recent_messages=2)
     manager.reduce_context(messages, RuntimeError("overflow"))
     assert manager.removed_message_count in (3, 5, 6)
-    assert not ("toolResult" in messages[1]["content"][0])
+    assert "toolResult" not in messages[1]["content"][0]
 
 
 def test_summarizing_raises_when_everything_is_preserved():

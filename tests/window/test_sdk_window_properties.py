@@ -65,8 +65,8 @@ def test_sliding_window_leaves_the_sdks_window(conversation, pins, window_size, 
             sdk_exc = outcome(lambda: sdk.apply_management(theirs))
             our_exc = outcome(lambda: ours.apply_management(mine))
         else:
-            sdk_exc = outcome(lambda: sdk.reduce_context(theirs, error))
-            our_exc = outcome(lambda: ours.reduce_context(mine, error))
+            sdk_exc = outcome(lambda error=error: sdk.reduce_context(theirs, error))
+            our_exc = outcome(lambda error=error: ours.reduce_context(mine, error))
         assert mine == theirs.messages
         assert ours.removed_message_count == sdk.removed_message_count
         if sdk_exc is not None:

@@ -129,7 +129,8 @@ class Archive:
 
     def _note_archived(self, positions: list[int]) -> None:
         """Remember the newest archived position (and, on the first write, the oldest: nothing before it
-        was archived, so eviction never takes a message that did not leave the window, a pinned system one)."""
+        was archived, so eviction never takes a message that did not leave the window, a pinned system one).
+        """
         if not positions:
             return
         state = self._state()
@@ -200,7 +201,8 @@ class Archive:
 
     def _archived_count(self) -> int:
         """Stored messages that left the window (a logged conversation stores its window, and a pinned
-        system message, too: those before the oldest archived position and after the newest are not counted)."""
+        system message, too: those before the oldest archived position and after the newest are not counted).
+        """
         count = self.store.count(self.scope)
         state = self._state()
         newest, oldest = state.get("newest"), state["evicted_through"]

@@ -19,8 +19,9 @@ import signal
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 DIM = 384
 SINGLE_APPENDS = 2_000
@@ -135,7 +136,8 @@ def _url_factory(backend: str, args: argparse.Namespace, stack: contextlib.ExitS
 
 def server_settings() -> dict[str, str]:
     """The bench's own PostgreSQL gets what any server holding this much data is given:
-    a quarter of RAM for ``shared_buffers`` (PostgreSQL's advice; its default is 128 MB)."""
+    a quarter of RAM for ``shared_buffers`` (PostgreSQL's advice; its default is 128 MB).
+    """
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     buffers_gb = max(1, min(8, ram // 4 // 2**30))
     return {
@@ -172,8 +174,8 @@ def _bench(
         n_conv = 1 if layout == "one" else max(1, min(args.conversations, size // 10))
         scopes = [Scope(user_id=f"user{c % 100}", session_id=f"conv{c}") for c in range(n_conv)]
 
-        def scope_of(n: int) -> Any:  # conversations take turns in blocks of 10 messages, like chats
-            return scopes[(n // 10) % n_conv]
+        def scope_of(n: int, scopes: list[Scope] = scopes, n_conv: int = n_conv) -> Any:
+            return scopes[(n // 10) % n_conv]  # conversations take turns in blocks of 10 messages, like chats
 
         try:
             msgs = [

@@ -31,7 +31,8 @@ def conversation(n: int) -> list[dict]:
         if turn % 3 == 0:
             tid = f"tool-{turn}"
             out.append({"role": "assistant", "content": [{"toolUse": {"toolUseId": tid, "name": "lookup", "input": {"item": turn}}}]})
-            out.append({"role": "user", "content": [{"toolResult": {"toolUseId": tid, "status": "success", "content": [{"text": f"item {turn}: " + "data " * 40}]}}]})
+            result = {"toolUseId": tid, "status": "success", "content": [{"text": f"item {turn}: " + "data " * 40}]}
+            out.append({"role": "user", "content": [{"toolResult": result}]})
         out.append({"role": "assistant", "content": [{"text": f"Item {turn * 7} is discussed in section {turn % 12}, page {turn % 90}."}]})
         turn += 1
     return out[:n]

@@ -6,7 +6,8 @@ Kept apart so that ``pre_model_hook`` users need only ``langgraph``, not ``langc
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.exceptions import ContextOverflowError
@@ -30,7 +31,7 @@ class FullrecallMiddleware(AgentMiddleware):
     With the window's ``trim_state``, ``before_model`` also replaces the state's messages with the window.
     """
 
-    def __init__(self, window: "FullrecallWindow") -> None:
+    def __init__(self, window: FullrecallWindow) -> None:
         super().__init__()
         self.window = window
 

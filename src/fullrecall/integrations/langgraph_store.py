@@ -36,9 +36,10 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 from langgraph.store.base import (
@@ -347,7 +348,7 @@ class FullrecallStore(BaseStore):
     def _vectors_by_op(
         texts: list[tuple[int, str, str]], vectors: np.ndarray | None
     ) -> dict[int, dict[str, tuple[str, str]]]:
-        """op index -> path label -> (text, encoded vector)."""
+        """Op index -> path label -> (text, encoded vector)."""
         out: dict[int, dict[str, tuple[str, str]]] = {}
         for (i, label, text), vector in zip(texts, vectors if vectors is not None else []):
             out.setdefault(i, {})[label] = (text, _encode(vector))
@@ -574,7 +575,7 @@ class FullrecallStore(BaseStore):
         if self._owns_store:
             self.store.close()
 
-    def __enter__(self) -> "FullrecallStore":
+    def __enter__(self) -> FullrecallStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -584,7 +585,8 @@ class FullrecallStore(BaseStore):
 def _record_id(key: str) -> str:
     """The record id of an item key. LangGraph allows any key, empty or long; a record id is a
     non-empty identifier of at most 256 bytes, so a long key is named by its hash (the key itself
-    is kept in the record's data)."""
+    is kept in the record's data).
+    """
     if len(key.encode("utf-8")) <= 200:
         return "k" + key
     return "h" + hashlib.sha256(key.encode("utf-8")).hexdigest()
@@ -595,8 +597,8 @@ def _item_key(record: Record) -> str:
 
 
 def _stamps(record: Record) -> tuple[datetime, datetime]:
-    return (datetime.fromtimestamp(record.created_at, timezone.utc),
-            datetime.fromtimestamp(record.updated_at, timezone.utc))
+    return (datetime.fromtimestamp(record.created_at, UTC),
+            datetime.fromtimestamp(record.updated_at, UTC))
 
 
 def _item(namespace: tuple[str, ...], record: Record) -> Item:

@@ -30,7 +30,8 @@ import asyncio
 import hashlib
 import json
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from langchain_core.messages import (
     AnyMessage,

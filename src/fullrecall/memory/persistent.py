@@ -202,7 +202,8 @@ class PersistentMemory:
 
     def _message_id(self, msg: dict[str, Any], index: int, metadata: dict[str, Any] | None) -> str:
         """A message's id: derived from its own ``id`` key, or from ``metadata["turn"]``, its place in
-        the turn and its content, so that recording the same turn again stores nothing twice; else a new uuid."""
+        the turn and its content, so that recording the same turn again stores nothing twice; else a new uuid.
+        """
         if isinstance(msg.get("id"), str) and msg["id"]:
             key: list[Any] = ["id", msg["id"]]
         elif metadata and metadata.get("turn") is not None:  # the words too: a reused turn number loses nothing

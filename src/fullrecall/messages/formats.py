@@ -14,7 +14,8 @@ An unchanged message renders to the very dict it came from.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..errors import InvalidInput, MessageFormatError
 from ..stores._validate import MAX_MESSAGE_BYTES, check_json

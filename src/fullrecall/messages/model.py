@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any, Union
+from typing import Any
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -35,7 +35,7 @@ class ToolResultBlock:
     """The answer to one tool call; ``content`` holds text and opaque blocks."""
 
     tool_use_id: str
-    content: tuple["Block", ...]
+    content: tuple[Block, ...]
     status: str = "success"  # "success" or "error"
     raw: Any = field(default=None, compare=False, repr=False)
 
@@ -49,7 +49,7 @@ class OpaqueBlock:
     raw: Any = field(default=None, compare=False, repr=False)
 
 
-Block = Union[TextBlock, ToolUseBlock, ToolResultBlock, OpaqueBlock]
+Block = TextBlock | ToolUseBlock | ToolResultBlock | OpaqueBlock
 
 
 @dataclass
@@ -88,7 +88,7 @@ class Message:
         """The message as plain text: what search indexes and summarizers read."""
         return "\n".join(p for p in (_block_text(b) for b in self.content) if p)
 
-    def with_content(self, content: list[Block]) -> "Message":
+    def with_content(self, content: list[Block]) -> Message:
         """A copy with new content; rendered anew, keeping the message's other keys."""
         return replace(self, content=content, changed=True)
 

@@ -6,12 +6,12 @@ Kept here so the three backends agree on the details that the conformance suite 
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
@@ -196,7 +196,8 @@ def message_from_row(
 
 def read_ids(ids: Iterable[str]) -> list[str]:
     """Message ids a read or delete names, each once; InvalidInput naming the first that is no identifier
-    (the same on every backend: a NUL is refused, not silently unmatched)."""
+    (the same on every backend: a NUL is refused, not silently unmatched).
+    """
     if isinstance(ids, str):
         raise V.InvalidInput("ids must be a sequence of message ids, not one string")
     out = list(dict.fromkeys(ids))
@@ -325,7 +326,7 @@ class VectorBlock:
     @classmethod
     def build(
         cls, rows: Iterable[tuple[str, str, bytes | np.ndarray, str, str, float]], dim: int
-    ) -> "VectorBlock":
+    ) -> VectorBlock:
         """``rows``: (id, key, vector, role, kind, created_at)."""
         rows = list(rows)
         if not rows:
@@ -344,7 +345,7 @@ class VectorBlock:
             np.array(created, dtype=np.float64),
         )
 
-    def extend(self, other: "VectorBlock") -> "VectorBlock":
+    def extend(self, other: VectorBlock) -> VectorBlock:
         """This block plus ``other``'s rows (for vectors added since it was built)."""
         if not other.ids:
             return self
@@ -437,7 +438,7 @@ class LexicalIndex:
     postings: dict[str, tuple[np.ndarray, np.ndarray]]  # term -> (row numbers, term frequencies)
 
     @classmethod
-    def build(cls, rows: Sequence[tuple[str, str, str, str, float, list[str]]]) -> "LexicalIndex":
+    def build(cls, rows: Sequence[tuple[str, str, str, str, float, list[str]]]) -> LexicalIndex:
         """``rows``: (id, key, role, kind, created_at, tokens)."""
         counts: dict[str, dict[int, int]] = {}
         for n, (_, _, _, _, _, tokens) in enumerate(rows):

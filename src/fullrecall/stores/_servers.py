@@ -15,7 +15,8 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 REDIS_SERVER = os.environ.get("FULLRECALL_REDIS_SERVER", "redis-server")
 

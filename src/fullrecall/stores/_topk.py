@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 Hit = tuple[str, int, float]  # (message id, tie-break order, score)
 # ranked(sets, capped, exclude): the top k hits among rows matching an AND in ``sets`` and
@@ -81,7 +81,8 @@ def top_k(
     ranked: Ranked,
 ) -> list[Hit]:
     """The plan: rare words and (when few rows hold them all) the common words together
-    first, then the sets of common words that could still beat the k-th score."""
+    first, then the sets of common words that could still beat the k-th score.
+    """
     common = tuple(sorted(common_idf))
     first = [(i,) for i in rare]
     if common and (not first or expected_rows([common], share, n) <= budget):

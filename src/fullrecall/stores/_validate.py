@@ -23,7 +23,8 @@ from __future__ import annotations
 import base64
 import json
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..errors import InvalidInput
 from .base import Record, Scope, StoredMessage

@@ -27,8 +27,9 @@ Contract shared by every backend (checked by ``tests/stores/conformance.py``):
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Iterable, NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -77,7 +78,7 @@ class Scope:
         check_scope(self)  # ids are identifiers: no NUL, no lone surrogate, bounded (InvalidInput)
 
     @classmethod
-    def everyone(cls, tenant: str = DEFAULT_TENANT) -> "Scope":
+    def everyone(cls, tenant: str = DEFAULT_TENANT) -> Scope:
         """Every user, agent and session of ``tenant``: for an administrator's read or ``forget``."""
         return cls(tenant=tenant, user_id=ANY, agent_id=ANY)
 
@@ -86,7 +87,7 @@ class Scope:
         """``session_id`` typed for a single-session use (``None`` when unset)."""
         return self.session_id if isinstance(self.session_id, str) else None
 
-    def require_session(self) -> "Scope":
+    def require_session(self) -> Scope:
         """This scope, if it names one owner and one session (what a write or a range read needs)."""
         if self.user_id is ANY or self.agent_id is ANY:
             raise ValueError("this write needs one owner: ANY is only for reads and forget")
@@ -246,7 +247,8 @@ class Store(Protocol):
     def forget(self, scope: Scope) -> dict[str, Any]:
         """Delete everything of the scope; return counts per kind (``messages``, ``summaries``,
         ``vectors``, ``state``, ``records``, ``sessions``) and ``remaining``, a list of
-        ``{"where", "what", "until"}`` for each place that may still hold a copy."""
+        ``{"where", "what", "until"}`` for each place that may still hold a copy.
+        """
         ...
 
     def stats(self, scope: Scope) -> dict[str, int]:

@@ -42,7 +42,8 @@ import os
 import re
 import threading
 import time
-from typing import Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -173,7 +174,7 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
 
 
 def _to_numpy(value: Any) -> np.ndarray:
-    """pgvector returns numpy arrays or ``Vector`` objects depending on its version and the protocol."""
+    """Pgvector returns numpy arrays or ``Vector`` objects depending on its version and the protocol."""
     return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
 
 
@@ -336,7 +337,7 @@ class PostgresStore:
             self._pool_obj = None
             self._closed = True
 
-    def __enter__(self) -> "PostgresStore":
+    def __enter__(self) -> PostgresStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -475,7 +476,8 @@ class PostgresStore:
 
     def build_indexes(self) -> list[int]:
         """After a bulk load: build the missing HNSW indexes now, whatever the table sizes, and
-        refresh the statistics lexical search plans with; return the indexed dimensions."""
+        refresh the statistics lexical search plans with; return the indexed dimensions.
+        """
         with self._tx() as conn:
             dims = self._dims(conn)
             conn.execute(f"ANALYZE {self.schema}.messages")
@@ -492,7 +494,8 @@ class PostgresStore:
 
     def _schedule_index(self, dim: int, written: int) -> None:
         """After ``written`` vectors of ``dim``: check the table's size in the background now and then,
-        and build its HNSW index there once it is big enough. A writer never waits for either."""
+        and build its HNSW index there once it is big enough. A writer never waits for either.
+        """
         if dim in self._indexed or dim > _HNSW_MAX_DIM:
             return
         with self._lock:
@@ -708,7 +711,8 @@ class PostgresStore:
         self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None
     ) -> list[Hit]:
         """BM25 (binary term frequency) in SQL, with MaxScore pruning so that a common word
-        costs no more than a rare one (see :mod:`._topk`)."""
+        costs no more than a rare one (see :mod:`._topk`).
+        """
         C.check_positive_k(k)
         words = _ts_terms(C.split_terms(terms))
         if not words or k == 0:
@@ -743,7 +747,8 @@ class PostgresStore:
 
     def _lexeme_shares(self, conn: psycopg.Connection) -> dict[str, float]:
         """The frequent words of the ``tsv`` column and the share of rows holding each, from
-        PostgreSQL's own statistics (ANALYZE, kept fresh by autovacuum); cached for a minute."""
+        PostgreSQL's own statistics (ANALYZE, kept fresh by autovacuum); cached for a minute.
+        """
         cached = self._shares
         if cached is not None and time.monotonic() - cached[0] < _STATS_TTL:
             return cached[1]
@@ -862,7 +867,8 @@ class PostgresStore:
         cleanup: pgvector repairs the HNSW graph around every dead entry, minutes for a few thousand
         (autovacuum does it in the background). With ``forget_vacuum=full``, VACUUM FULL rewrites
         all of them and their indexes into new files. What PostgreSQL cannot remove is returned
-        as ``remaining`` entries."""
+        as ``remaining`` entries.
+        """
         names, full = ", ".join(tables + vector_tables), self._forget_vacuum == "full"
         if full or not vector_tables:
             statements = [f"VACUUM ({'FULL, ' if full else ''}ANALYZE) {names}"]

@@ -42,8 +42,9 @@ import contextlib
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import numpy as np
@@ -290,7 +291,7 @@ class RedisStore:
         self._cache.clear()
         self._r.close()
 
-    def __enter__(self) -> "RedisStore":
+    def __enter__(self) -> RedisStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -488,7 +489,8 @@ class RedisStore:
 
         A conversation forgotten and begun again under the same keys counts its version from 0
         again: the version is qualified by the server time its meta was created (``born``), so
-        a process never answers from the forgotten conversation's cache."""
+        a process never answers from the forgotten conversation's cache.
+        """
         born = session.meta.get("born", "")
         version = f"{born}/{session.meta.get('version', '0')}"
         with self._lock:
@@ -691,7 +693,8 @@ class RedisStore:
 
     def _scrub(self) -> list[F.Remaining]:
         """Rewrite the server's AOF (and RDB snapshot, if it takes them) so that its files hold no
-        forgotten key; wait for that a bounded time. What is left is returned as ``remaining``."""
+        forgotten key; wait for that a bounded time. What is left is returned as ``remaining``.
+        """
         try:
             return self._persist_again()
         except redis_lib.RedisError:  # INFO disabled (managed services), or the server went away
@@ -808,7 +811,8 @@ def _scope_of(session: _Session, tenant: str) -> Scope:
 def _key(session: _Session, message_id: str) -> str:
     """A message's store-global key: its session's key base (quoted, so free of the separator), the
     session's birth (a conversation forgotten and begun again under the same keys is another one),
-    and its id."""
+    and its id.
+    """
     return _KEY_SEP.join((session.base, session.meta.get("born", ""), message_id))
 
 

@@ -44,7 +44,8 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import numpy as np
@@ -348,7 +349,7 @@ class SQLiteStore:
             self._cache.clear()
             self._closed = True
 
-    def __enter__(self) -> "SQLiteStore":
+    def __enter__(self) -> SQLiteStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -691,7 +692,8 @@ class SQLiteStore:
         """The words BM25 can weigh: FTS5 gives a word found in half the rows or more an IDF of
         1e-6, so such a word (a speaker's name in every message) changes no ranking, yet makes
         bm25() read the size of every row it matches. Dropping it keeps the ranking and the time
-        small; if every word is that common, all stay. Counts are cached until the next write."""
+        small; if every word is that common, all stay. Counts are cached until the next write.
+        """
         rows = _top_rid(conn)
         if rows < 64:
             return words
@@ -817,7 +819,8 @@ class SQLiteStore:
 
     def _checkpoint(self, tries: int, wait_ms: int) -> bool:
         """Copy the WAL into the file and truncate it, so no old page image is left; False while
-        another connection's read transaction pins them (waits at most ``tries * wait_ms``)."""
+        another connection's read transaction pins them (waits at most ``tries * wait_ms``).
+        """
         if self.path == ":memory:":
             return True
         conn = self._conn()
@@ -900,7 +903,8 @@ def _index_pending(conn: sqlite3.Connection, min_pending: int) -> None:
 
 def _merge_fts(conn: sqlite3.Connection) -> None:
     """Merge every FTS5 segment into one: deleted rows' terms (and their delete markers) are dropped,
-    and secure_delete zeroes the freed pages. Costs ~0.15 s per 100,000 indexed messages."""
+    and secure_delete zeroes the freed pages. Costs ~0.15 s per 100,000 indexed messages.
+    """
     conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from typing import Any, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from ..messages.formats import render_message
 from ..messages.model import Message

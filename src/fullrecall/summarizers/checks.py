@@ -10,8 +10,9 @@ them; the summarizers repair what fails (re-ask, append, redact).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Iterable, Mapping, Pattern, Sequence
+from re import Pattern
 
 from ..messages.model import Message
 
@@ -167,7 +168,7 @@ class Exclusions:
     honor_requests: bool = True
     learned: list[str] = field(default_factory=list, repr=False)
 
-    def resolve(self, messages: Sequence[Message], previous_summary: str | None = None) -> "ExclusionPlan":
+    def resolve(self, messages: Sequence[Message], previous_summary: str | None = None) -> ExclusionPlan:
         """Private messages and terms for this batch.
 
         Terms found in private messages are remembered (``learned``): the next

@@ -11,13 +11,14 @@ and never exceeds its token budget. Same input, same output.
 from __future__ import annotations
 
 import asyncio
-
 import json
 import math
 import re
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Pattern, Sequence
+from re import Pattern
+from typing import Any
 
 from ..messages.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from .base import CheckReport, Summary, as_messages, covered

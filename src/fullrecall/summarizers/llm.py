@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Generator, Mapping, Pattern, Sequence
+from collections.abc import Generator, Mapping, Sequence
+from re import Pattern
+from typing import Any
 
 from ..errors import SummarizationError
 from ..messages.model import Message

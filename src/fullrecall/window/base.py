@@ -12,8 +12,9 @@ never gone from the window without being somewhere else first.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, MutableSequence, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, MutableSequence, Sequence
+from typing import Any
 
 from ..errors import ArchiveError, ContextWindowOverflowError
 from ..messages.formats import parse_messages, render_message

@@ -14,7 +14,7 @@ conversation (local models often send ``"call_0"`` every time) pair correctly.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..messages.model import Message
 

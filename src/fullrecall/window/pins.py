@@ -7,7 +7,8 @@ a pinned partner with the same tool id, so a pinned pair is never split.
 
 from __future__ import annotations
 
-from typing import Any, MutableSequence, Sequence
+from collections.abc import MutableSequence, Sequence
+from typing import Any
 
 
 def _flagged(message: Any) -> bool:

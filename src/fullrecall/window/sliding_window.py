@@ -12,7 +12,8 @@ reported (archived) before it leaves.
 
 from __future__ import annotations
 
-from typing import Any, MutableSequence
+from collections.abc import MutableSequence
+from typing import Any
 
 from ..errors import ContextWindowOverflowError
 from ..messages.model import Block, Message, OpaqueBlock, TextBlock, ToolResultBlock

@@ -9,7 +9,8 @@ summarized messages are reported (to the archive) before they leave.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, MutableSequence, Sequence
+from collections.abc import Callable, MutableSequence, Sequence
+from typing import Any
 
 from ..errors import ContextWindowOverflowError
 from ..messages.model import Message, TextBlock
@@ -188,7 +189,7 @@ class SummarizingConversationManager(ConversationManager):
         self._pin_first_applied = True
         return True
 
-    def _proactive_keep(self, messages: Sequence[dict[str, Any]], layout: "_Layout") -> int | None:
+    def _proactive_keep(self, messages: Sequence[dict[str, Any]], layout: _Layout) -> int | None:
         """How many recent originals may stay, or None when no trigger fired."""
         originals = len(messages) - layout.start
         keeps = []
@@ -226,7 +227,7 @@ class SummarizingConversationManager(ConversationManager):
         return self._layout(messages).start
 
     # -- the work --------------------------------------------------------------------------
-    def _layout(self, messages: Sequence[dict[str, Any]]) -> "_Layout":
+    def _layout(self, messages: Sequence[dict[str, Any]]) -> _Layout:
         pinned = self._pinned_count(messages)
         front = leading_pinned(messages, pinned)
         self._front_seen = front
@@ -237,7 +238,7 @@ class SummarizingConversationManager(ConversationManager):
     def _summarize_head(
         self,
         messages: MutableSequence[dict[str, Any]],
-        layout: "_Layout",
+        layout: _Layout,
         *,
         target: int,
         error: BaseException | None = None,
@@ -278,7 +279,7 @@ class SummarizingConversationManager(ConversationManager):
         self._summary_message = summary_raw
         self.removed_message_count += len(head)
 
-    def _drop_instead(self, messages: MutableSequence[dict[str, Any]], layout: "_Layout", body: list[Message],
+    def _drop_instead(self, messages: MutableSequence[dict[str, Any]], layout: _Layout, body: list[Message],
                       cut: int, shape: str, exc: BaseException) -> bool:
         """The sliding-window fallback: drop the oldest messages, cutting where a sliding window may start."""
         limit = len(body) - max(self.preserve_recent_messages, 0)
@@ -319,7 +320,7 @@ class SummarizingConversationManager(ConversationManager):
                 return c
         return candidates[0]
 
-    def _previous_summary(self, messages: Sequence[dict[str, Any]], layout: "_Layout", shape: str) -> Message | None:
+    def _previous_summary(self, messages: Sequence[dict[str, Any]], layout: _Layout, shape: str) -> Message | None:
         if not layout.has_summary:
             return None
         _, (previous,) = self._parse([messages[layout.pinned]], -1)

@@ -53,7 +53,7 @@ class BedrockChatModel:
         self.name = f"bedrock:{model_id}"
 
     @classmethod
-    def from_env(cls, **overrides: Any) -> "BedrockChatModel":
+    def from_env(cls, **overrides: Any) -> BedrockChatModel:
         model_id = overrides.pop("model_id", None) or os.environ.get("FULLRECALL_BEDROCK_MODEL_ID") or DEFAULT_MODEL_ID
         return cls(model_id, **overrides)
 

@@ -61,7 +61,7 @@ class OpenAIChatModel:
         self.name = f"openai:{model}"
 
     @classmethod
-    def from_env(cls, **overrides: Any) -> "OpenAIChatModel":
+    def from_env(cls, **overrides: Any) -> OpenAIChatModel:
         """Configure from ``FULLRECALL_LLM_*`` (first) or ``OPENAI_*`` variables."""
         env = os.environ
         model = overrides.pop("model", None) or env.get("FULLRECALL_LLM_MODEL") or env.get("OPENAI_MODEL")
