@@ -19,6 +19,8 @@ BENCHES = {
 
 COMMANDS = {
     "demo": "fullrecall.cli.demo",
+    "serve": "fullrecall.service.cli",
+    "keys": "fullrecall.service.keys_cli",
 }
 
 
