@@ -38,14 +38,14 @@ UNAUTHENTICATED = ("/healthz", "/readyz")
 class Service:
     """What the routes share: the store, keys, the conversation backend, the indexer, limits and metrics."""
 
-    def __init__(self, settings: Settings, store: Any = None) -> None:
+    def __init__(self, settings: Settings, store: Any = None, embedder: Any = None) -> None:
         from ..stores import open_store
 
         self.settings = settings
         self.store = store if store is not None else open_store(settings.store)
         self.metrics = Metrics()
         self.keys = KeyStore(self.store, cache_seconds=settings.key_cache_seconds)
-        self.indexer = Indexer(self.store, settings.embedding_model, on_indexed=self.metrics.observe_indexed)
+        self.indexer = Indexer(self.store, embedder or settings.embedding_model, on_indexed=self.metrics.observe_indexed)
         self.conversations = Conversations(self.store, self.indexer, window_messages=settings.window_messages)
         self.limiter = RateLimiter(settings.rate_limit, settings.burst)
 
@@ -132,10 +132,12 @@ class _TooLarge(Exception):
     pass
 
 
-def create_app(settings: Settings | None = None, *, store: Any = None) -> FastAPI:
-    """The API over ``settings.store`` (or an open ``store``); the store is closed when the app shuts down."""
+def create_app(settings: Settings | None = None, *, store: Any = None, embedder: Any = None) -> FastAPI:
+    """The API over ``settings.store`` (or an open ``store``); the store is closed when the app shuts down.
+
+    ``embedder`` (an :class:`~fullrecall.embeddings.Embedder`) replaces ``settings.embedding_model``."""
     settings = settings or Settings.load()
-    service = Service(settings, store)
+    service = Service(settings, store, embedder)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
