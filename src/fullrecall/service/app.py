@@ -111,25 +111,32 @@ class BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             return await _error(413, "too_large", f"the request body is {int(declared):,} bytes, over the "
                                 f"{self.limit:,}-byte limit", "body")(scope, receive, send)
-        seen = 0
-
-        async def limited() -> dict:
-            nonlocal seen
+        chunks, seen, more = [], 0, True
+        while more:  # read the body here, so an oversized one is refused before any route parses it
             message = await receive()
+            if message["type"] != "http.request":
+                return await self.app(scope, _replay([], message), send)
             seen += len(message.get("body", b""))
             if seen > self.limit:
-                raise _TooLarge()
-            return message
-
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await _error(413, "too_large", f"the request body is over the {self.limit:,}-byte limit", "body")(
-                scope, receive, send)
+                return await _error(413, "too_large", f"the request body is over the {self.limit:,}-byte limit",
+                                    "body")(scope, receive, send)
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        await self.app(scope, _replay(chunks, None, receive), send)
 
 
-class _TooLarge(Exception):
-    pass
+def _replay(chunks: list[bytes], first: dict | None, receive: Any = None):
+    """An ASGI ``receive`` that gives the buffered body once, then waits on the real one (disconnects)."""
+    pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}] if first is None else [first]
+
+    async def replay() -> dict:
+        if pending:
+            return pending.pop()
+        return await receive() if receive is not None else {"type": "http.disconnect"}
+
+    return replay
+
+
 
 
 def create_app(settings: Settings | None = None, *, store: Any = None, embedder: Any = None) -> FastAPI:
@@ -159,11 +166,12 @@ def _errors(app: FastAPI) -> None:
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         loc = [str(x) for x in first.get("loc", ())]
-        field = ".".join(loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc) or None
-        message = first.get("msg", "invalid request")
+        inner = loc[1:] if len(loc) > 1 and loc[0] in ("body", "query", "path", "header") else loc
+        field = ".".join(inner) or None
+        message = f"{field}: {first.get('msg', 'invalid')}"
         if first.get("type") == "json_invalid":
             message, field = "the body is not valid JSON (UTF-8)", "body"
-        return _error(422, "invalid", f"{field or 'request'}: {message}", field)
+        return _error(422, "invalid", message, field)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
