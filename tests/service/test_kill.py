@@ -2,46 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from fullrecall.service.auth import KeyStore
+from fullrecall.service.process import free_port, start_server
 from fullrecall.stores import Scope, open_store
 
 httpx = pytest.importorskip("httpx")
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(store_url: str, port: int) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "FULLRECALL_STORE": store_url, "FULLRECALL_PORT": str(port), "FULLRECALL_RATE_LIMIT": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "fullrecall", "serve", "--log-level", "warning"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-        if proc.poll() is not None:
-            raise RuntimeError(proc.stderr.read().decode())
-    proc.kill()
-    raise RuntimeError("the server did not start")
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
@@ -49,7 +20,7 @@ def test_acknowledged_writes_survive_sigkill(store_url):
     store = open_store(store_url)
     key, _ = KeyStore(store).create("tenant-a")
     port = free_port()
-    proc = start_server(store_url, port)
+    proc, _ = start_server(store_url, port, rate_limit="0")
     acked: list[tuple[str, str]] = []
     stop = threading.Event()
 
@@ -82,7 +53,7 @@ def test_acknowledged_writes_survive_sigkill(store_url):
         found = {m.id for m in store.get(Scope(tenant="tenant-a", session_id=conv), list(want))}
         assert want <= found, f"{len(want - found)} acknowledged message(s) lost in {conv}"
     # a restarted server serves them, and a retry of an acknowledged write stores nothing twice
-    proc = start_server(store_url, port)
+    proc, _ = start_server(store_url, port)
     try:
         conv, mid = acked[-1]
         r = httpx.post(f"http://127.0.0.1:{port}/v1/conversations/{conv}/messages", headers={

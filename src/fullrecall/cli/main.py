@@ -15,6 +15,7 @@ BENCHES = {
     "summary": "fullrecall.bench.summary",
     "locomo": "fullrecall.bench.locomo",
     "store": "fullrecall.bench.store",
+    "serve": "fullrecall.bench.serve",
 }
 
 COMMANDS = {
