@@ -112,7 +112,10 @@ async def _drive(url: str, keys: list[str], args) -> dict[str, Any]:
 
 
 def _library_baseline(store_url: str, args) -> dict[str, Any]:
-    """The same append and search in-process: the service's own code on the store, no HTTP."""
+    """The same appends and searches in-process (the service's own code on the store, no HTTP), by as many
+    concurrent threads as there were clients, so both sides queue for the store alike."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from ..service.conversations import Conversations
     from ..service.indexer import Indexer
     from ..stores import Scope, open_store
@@ -120,21 +123,25 @@ def _library_baseline(store_url: str, args) -> dict[str, Any]:
     store = open_store(store_url)
     indexer = Indexer(store)
     conv = Conversations(store, indexer)
-    appends, searches = [], []
-    scope = Scope(tenant="baseline", session_id="b")
-    words = []
-    for i in range(max(50, args.messages)):
-        word = _word(2, 0, i)
-        started = time.perf_counter()
-        conv.append(scope, [{"role": "user", "content": f"baseline note {word} about item {i}", "id": f"b{i}"}])
-        appends.append(time.perf_counter() - started)
-        words.append(word)
-    indexer.flush()
-    rng = random.Random(args.seed)
-    for _ in range(max(20, args.searches)):
-        started = time.perf_counter()
-        conv.search(Scope(tenant="baseline"), f"note {rng.choice(words)}", 5, 0, None)
-        searches.append(time.perf_counter() - started)
+    appends: list[float] = []
+    searches: list[float] = []
+
+    def client(n: int) -> None:
+        rng, words = random.Random(args.seed + n), []
+        for i in range(args.messages):
+            word = _word(2, n, i)
+            started = time.perf_counter()
+            conv.append(Scope(tenant="baseline", session_id=f"b{n}-{i % args.conversations}"),
+                        [{"role": "user", "content": f"baseline note {word} about item {i}", "id": f"b{n}-{i}"}])
+            appends.append(time.perf_counter() - started)
+            words.append(word)
+            if args.searches and i % max(1, args.messages // args.searches) == args.messages // args.searches - 1:
+                started = time.perf_counter()
+                conv.search(Scope(tenant="baseline"), f"note {rng.choice(words)}", 5, 0, None)
+                searches.append(time.perf_counter() - started)
+
+    with ThreadPoolExecutor(args.clients) as pool:
+        list(pool.map(client, range(args.clients)))
     indexer.close()
     store.close()
     return {"append_ms": _pct(appends), "search_ms": _pct(searches)}

@@ -87,6 +87,14 @@ class KeyStore:
                 return True
         return False
 
+    def cached(self, key: str) -> Principal | None:
+        """The principal of a recently verified valid key, without touching the store (else None)."""
+        with self._lock:
+            found = self._cache.get(key)
+        if found is not None and found[1] is not None and time.monotonic() - found[0] < self.cache_seconds:
+            return found[1]
+        return None
+
     def verify(self, key: str) -> Principal | None:
         """The key's principal, or None for a malformed, unknown or revoked key."""
         now = time.monotonic()
