@@ -96,7 +96,7 @@ async def _drive(url: str, keys: list[str], args) -> dict[str, Any]:
         for tenant, key in enumerate(keys):
             r = await http.post("/v1/export", json={}, headers={"Authorization": f"Bearer {key}"})
             r.raise_for_status()
-            ids = [json.loads(line)["id"] for line in r.text.splitlines() if line]
+            ids = [json.loads(line)["id"] for line in r.text.split("\n") if line]
             duplicated += len(ids) - len(set(ids))
             lost += len(acked[tenant] - set(ids))
             crossed += [i for i in ids if not i.startswith(f"t{tenant}-")]

@@ -102,14 +102,29 @@ class Conversations:
         self._registered: set[tuple] = set()
 
     # -- writing ------------------------------------------------------------------------------
-    def append(self, scope: Scope, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Commit ``messages`` (all or none); their ids and positions, once durable."""
+    def append(self, scope: Scope, messages: list[dict[str, Any]], ids: list[str | None] | None = None
+               ) -> list[dict[str, Any]]:
+        """Commit ``messages`` (all or none); their ids and positions, once durable.
+
+        A message's id is ``ids[i]`` if given, else its own ``"id"``, else a new one."""
+        records = self.prepare(scope, messages, ids)
+        self._register(scope)
+        positions = self.store.append(scope, records)  # durable when it returns
+        for record, position in zip(records, positions):
+            record.position = position
+        self.indexer.submit(scope, records, records[0].created_at)
+        return [{"id": r.id, "position": p} for r, p in zip(records, positions)]
+
+    def prepare(self, scope: Scope, messages: list[dict[str, Any]], ids: list[str | None] | None = None
+                ) -> list[StoredMessage]:
+        """The records ``append`` would write; raises ``MessageFormatError`` (naming message and field) instead."""
         scope = scope.require_session()
         if not isinstance(messages, list) or not messages:
             raise MessageFormatError("messages must be a non-empty list")
         check_text(messages, "messages")
         shape, parsed = parse_messages(messages)
-        ids = [self._id(raw, i) for i, raw in enumerate(messages)]
+        given = ids or [None] * len(messages)
+        ids = [self._id(raw if mid is None else {"id": mid}, i) for i, (raw, mid) in enumerate(zip(messages, given))]
         recent = self._tail(scope, self.window_messages)
         known = {m.id for m in recent}
         self._check_tool_pairs(parsed, recent, known, ids)
@@ -120,12 +135,7 @@ class Conversations:
                           created_at=now, archived_at=now, metadata={"shape": shape})
             for mid, msg, raw in zip(ids, parsed, messages)
         ]
-        self._register(scope)
-        positions = self.store.append(scope, records)  # durable when it returns
-        for record, position in zip(records, positions):
-            record.position = position
-        self.indexer.submit(scope, records, now)
-        return [{"id": r.id, "position": p} for r, p in zip(records, positions)]
+        return records
 
     def _register(self, scope: Scope) -> None:
         """Record the conversation in its owner's list once (idempotent), so export can find it."""
@@ -294,24 +304,26 @@ class Conversations:
 
     def import_lines(self, scope: Scope, lines: Iterable[dict[str, Any]]) -> dict[str, int]:
         """Append exported messages to the caller's own conversations (idempotent on ids)."""
-        by_conversation: dict[str, list[dict[str, Any]]] = {}
+        by_conversation: dict[str, tuple[list[dict[str, Any]], list[str | None]]] = {}
         for n, line in enumerate(lines):
             if not isinstance(line, dict):
                 raise MessageFormatError(f"line {n + 1}: expected a JSON object")
-            conv, msg = line.get("conversation_id"), line.get("message")
-            if not isinstance(conv, str) or not conv:
+            conv, msg, mid = line.get("conversation_id"), line.get("message"), line.get("id")
+            if not isinstance(conv, str) or not conv or len(conv) > MAX_ID_LENGTH or "\x00" in conv:
                 raise MessageFormatError(f"line {n + 1}: 'conversation_id' must be a non-empty string")
             if not isinstance(msg, dict):
                 raise MessageFormatError(f"line {n + 1}: 'message' must be an object")
-            if line.get("id") is not None:
-                msg = {**msg, "id": line["id"]} if "id" not in msg else msg
-            by_conversation.setdefault(conv, []).append(msg)
-        for conv, msgs in by_conversation.items():  # validate everything before writing anything
-            check_text(msgs, f"conversation {conv!r} messages")
-            parse_messages(msgs)
+            msgs, ids = by_conversation.setdefault(conv, ([], []))
+            msgs.append(msg)
+            ids.append(mid)
+        for conv, (msgs, ids) in by_conversation.items():  # validate everything before writing anything
+            try:
+                self.prepare(replace(scope, session_id=conv), msgs, ids)
+            except MessageFormatError as exc:
+                raise MessageFormatError(f"conversation {conv!r}: {exc}") from None
         written = 0
-        for conv, msgs in by_conversation.items():
-            written += len(self.append(replace(scope, session_id=conv), msgs))
+        for conv, (msgs, ids) in by_conversation.items():
+            written += len(self.append(replace(scope, session_id=conv), msgs, ids))
         return {"conversations": len(by_conversation), "messages": written}
 
 
