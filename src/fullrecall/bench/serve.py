@@ -37,7 +37,7 @@ def _pct(values: list[float]) -> dict[str, float | None]:
     s = sorted(values)
     if not s:
         return {"p50": None, "p95": None, "p99": None}
-    pick = lambda q: round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 2)  # noqa: E731
+    pick = lambda q: round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 2)
     return {"p50": pick(0.5), "p95": pick(0.95), "p99": pick(0.99)}
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class Settings:
     metrics_tenant: str = "admin"  # keys of this tenant may read /metrics (it names every tenant)
 
     @classmethod
-    def load(cls, path: str | None = None, env: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
+    def load(cls, path: str | None = None, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Defaults < file (``path`` or ``$FULLRECALL_CONFIG``, TOML, a ``[serve]`` table or top level) < env < overrides."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}

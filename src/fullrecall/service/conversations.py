@@ -17,8 +17,9 @@ import base64
 import json
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Protocol
 
 from ..archive.recall import format_enrichment, merge_ranges
 from ..errors import MessageFormatError

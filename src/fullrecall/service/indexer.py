@@ -15,7 +15,8 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -140,5 +141,5 @@ class Indexer:
         values = sorted(self.delays)
         if not values:
             return {"p50_ms": None, "p95_ms": None, "samples": 0}
-        pick = lambda q: values[min(len(values) - 1, int(q * len(values)))] * 1000  # noqa: E731
+        pick = lambda q: values[min(len(values) - 1, int(q * len(values)))] * 1000
         return {"p50_ms": round(pick(0.5), 2), "p95_ms": round(pick(0.95), 2), "samples": len(values)}
