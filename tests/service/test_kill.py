@@ -65,3 +65,26 @@ def test_acknowledged_writes_survive_sigkill(store_url):
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
         store.close()
+
+
+def test_graceful_shutdown_finishes_writes_and_embeddings(tmp_path):
+    store_url = f"sqlite:///{tmp_path / 'g.db'}"
+    store = open_store(store_url)
+    key, _ = KeyStore(store).create("tenant-a")
+    proc, url = start_server(store_url, rate_limit="0")
+    acked: list[str] = []
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as c:
+        for i in range(30):
+            r = c.post("/v1/conversations/g/messages", json={"messages": [{"role": "user", "content": f"m {i}",
+                                                                            "id": f"g{i}"}]})
+            assert r.status_code == 201
+            acked.append(f"g{i}")
+        batch = [{"role": "user", "content": f"batch message {i} " * 20, "id": f"b{i}"} for i in range(400)]
+        assert c.post("/v1/conversations/g/messages", json={"messages": batch}).status_code == 201
+        acked += [m["id"] for m in batch]  # embedding 400 messages takes a while: SIGTERM comes first
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after its graceful shutdown
+    scope = Scope(tenant="tenant-a", session_id="g")
+    assert {m.id for m in store.get(scope, acked)} == set(acked)
+    assert set(store.get_vectors(scope, acked)) == set(acked)  # the queue was drained before exit
+    store.close()
