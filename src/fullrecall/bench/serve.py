@@ -61,21 +61,34 @@ async def _client(http, key: str, tenant: int, n: int, args, acked: dict, append
         body = {"messages": [{"role": "user", "content": f"tenant {tenant} note {word} about item {i}", "id": mid}]}
         for attempt in range(2 if i % 5 == 0 else 1):  # a retry must store nothing twice
             started = time.perf_counter()
-            r = await http.post(f"/v1/conversations/{conv}/messages", json=body, headers=headers)
+            r = await _send(http, f"/v1/conversations/{conv}/messages", body, headers)
             if attempt == 0:
                 appends.append(time.perf_counter() - started)
-            r.raise_for_status()
         acked[tenant].add(mid)
         mine.append(word)
         if args.searches and i % max(1, args.messages // args.searches) == args.messages // args.searches - 1:
             word = rng.choice(mine)
             started = time.perf_counter()
-            r = await http.post("/v1/search", json={"query": f"note {word}", "top_k": 5}, headers=headers)
+            r = await _send(http, "/v1/search", {"query": f"note {word}", "top_k": 5}, headers)
             searches.append(time.perf_counter() - started)
-            r.raise_for_status()
             for hit in r.json()["hits"]:
                 if not hit["id"].startswith(f"t{tenant}-"):
                     crossed.append(hit["id"])
+
+
+async def _send(http, url: str, body: dict, headers: dict):
+    """POST, retrying a request whose answer was lost on the way (what the message ids are for)."""
+    import httpx
+
+    for attempt in range(3):
+        try:
+            r = await http.post(url, json=body, headers=headers)
+            r.raise_for_status()
+            return r
+        except httpx.TransportError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def _drive(url: str, keys: list[str], args) -> dict[str, Any]:

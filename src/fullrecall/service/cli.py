@@ -28,12 +28,13 @@ def run(args: argparse.Namespace) -> int:
 
         os.environ.update({"FULLRECALL_STORE": settings.store})
         uvicorn.run("fullrecall.service.cli:app_from_env", factory=True, host=settings.host, port=settings.port,
-                    workers=settings.workers, log_level=args.log_level, timeout_graceful_shutdown=30)
+                    workers=settings.workers, log_level=args.log_level, timeout_graceful_shutdown=30,
+                    timeout_keep_alive=settings.keep_alive_seconds)
         return 0
     from .app import create_app
 
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
-                timeout_graceful_shutdown=30)
+                timeout_graceful_shutdown=30, timeout_keep_alive=settings.keep_alive_seconds)
     return 0
 
 

@@ -23,6 +23,7 @@ class Settings:
     embedding_model: str | None = None  # default: the shipped MiniLM (ONNX)
     key_cache_seconds: float = 5.0  # a revoked key stops working within this time
     workers: int = 1
+    keep_alive_seconds: int = 30  # idle keep-alive connections are closed after this
     metrics_tenant: str = "admin"  # keys of this tenant may read /metrics (it names every tenant)
 
     @classmethod
