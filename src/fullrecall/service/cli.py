@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     if settings.workers > 1:  # each worker builds its own app from the environment
         import os
 
-        os.environ.update({"FULLRECALL_STORE": settings.store})
+        os.environ.update({"FULLRECALL_STORE": settings.store, **({"FULLRECALL_CONFIG": args.config} if args.config else {})})
         uvicorn.run("fullrecall.service.cli:app_from_env", factory=True, host=settings.host, port=settings.port,
                     workers=settings.workers, log_level=args.log_level, timeout_graceful_shutdown=30,
                     timeout_keep_alive=settings.keep_alive_seconds)
