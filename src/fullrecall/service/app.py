@@ -48,10 +48,32 @@ class Service:
         self.indexer = Indexer(self.store, embedder or settings.embedding_model, on_indexed=self.metrics.observe_indexed)
         self.conversations = Conversations(self.store, self.indexer, window_messages=settings.window_messages)
         self.limiter = RateLimiter(settings.rate_limit, settings.burst)
+        # CPU-bound searches get few threads of their own, so they never starve writes or the event loop
+        self.writes = Lane("fullrecall-write", 8)
+        self.searches = Lane("fullrecall-search", settings.search_threads)
 
     def close(self) -> None:
+        self.writes.close()
+        self.searches.close()
         self.indexer.close()
         self.store.close()
+
+
+class Lane:
+    """A small thread pool for one kind of blocking work, awaited from the event loop."""
+
+    def __init__(self, name: str, threads: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix=name)
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)  # in-flight work finishes
 
 
 # -- request and response bodies (what the OpenAPI schema publishes) --------------------------------------
@@ -292,11 +314,11 @@ def _routes(app: FastAPI, service: Service) -> None:
         return JSONResponse({"status": "ready", "embedding_queue": service.indexer.pending})
 
     @app.post("/v1/conversations/{conversation_id}/messages", status_code=201, tags=["conversations"])
-    def append(conversation_id: str, body: AppendBody, p: Principal = Key, user_id: str | None = User,
+    async def append(conversation_id: str, body: AppendBody, p: Principal = Key, user_id: str | None = User,
                agent_id: str | None = Agent) -> dict:
         """Append messages; returns their ids and positions once they are durable."""
         s = scope(p, user_id, agent_id, conversation_id)
-        written = conv.append(s, body.messages)
+        written = await service.writes.run(conv.append, s, body.messages)
         service.metrics.messages.labels(p.tenant).inc(len(written))
         return {"conversation_id": conversation_id, "messages": written}
 
@@ -337,7 +359,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         return {"conversation_id": conversation_id, "deleted": conv.forget(scope(p, user_id, agent_id, conversation_id))}
 
     @app.post("/v1/search", tags=["search"])
-    def search(body: SearchBody, p: Principal = Key) -> dict:
+    async def search(body: SearchBody, p: Principal = Key) -> dict:
         """Hybrid search over the caller's messages: every hit with its scores and its range."""
         if "\x00" in body.query:
             _nul("query")
@@ -345,7 +367,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         f = body.filters
         filters = Filters(roles=tuple(f.roles) if f.roles else None, since=f.since, until=f.until) if f else None
         started = time.perf_counter()
-        hits = conv.search(s, body.query, body.top_k, body.radius, filters)
+        hits = await service.searches.run(conv.search, s, body.query, body.top_k, body.radius, filters)
         service.metrics.recalls.labels(p.tenant, "search").inc()
         return {"hits": hits, "elapsed_ms": round((time.perf_counter() - started) * 1000, 3)}
 

@@ -19,6 +19,7 @@ class Settings:
     rate_limit: float = 200.0  # requests a second per key (0: no limit)
     burst: int = 400  # requests a key may make at once
     max_body_bytes: int = 8 * 1024 * 1024
+    search_threads: int = 2  # searches embed the query and rank: CPU work, run this many at once
     window_messages: int = 50  # the active window: the newest messages of a conversation
     embedding_model: str | None = None  # default: the shipped MiniLM (ONNX)
     key_cache_seconds: float = 5.0  # a revoked key stops working within this time

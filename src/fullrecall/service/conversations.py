@@ -126,9 +126,9 @@ class Conversations:
         shape, parsed = parse_messages(messages)
         given = ids or [None] * len(messages)
         ids = [self._id(raw if mid is None else {"id": mid}, i) for i, (raw, mid) in enumerate(zip(messages, given))]
-        recent = self._tail(scope, self.window_messages)
-        known = {m.id for m in recent}
-        self._check_tool_pairs(parsed, recent, known, ids)
+        if any(m.has_tool_result for m in parsed):  # only then is the conversation's tail needed
+            recent = self._tail(scope, self.window_messages)
+            self._check_tool_pairs(parsed, recent, {m.id for m in recent}, ids)
         now = time.time()
         date = time.strftime("%Y-%m-%d", time.gmtime(now))
         records = [
