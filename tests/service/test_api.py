@@ -120,3 +120,22 @@ def test_forget_stats_and_metrics(make_api):
     assert 'tenant="tenant-a"' in text and "fullrecall_searchable_delay_seconds_count" in text
     assert api.client.get("/healthz").json() == {"status": "ok"}
     assert api.client.get("/readyz").status_code == 200
+
+
+def test_embeddings_lost_in_a_crash_are_caught_up(store_url, default_embedder):
+    from fullrecall.service.conversations import Conversations
+    from fullrecall.service.indexer import Indexer
+    from fullrecall.stores import open_store
+
+    store = open_store(store_url)
+    scope = Scope(tenant="t", session_id="c")
+    dead = Indexer(store, default_embedder)
+    dead.close()  # its queue is never processed again: like a process killed after the commit
+    lost = Conversations(store, dead).append(scope, [{"role": "user", "content": f"m{i}"} for i in range(5)])
+    assert store.get_vectors(scope, [m["id"] for m in lost]) == {}
+    indexer = Indexer(store, default_embedder)  # the next process
+    Conversations(store, indexer).append(scope, [{"role": "user", "content": "one more"}])
+    assert indexer.flush()
+    assert set(store.get_vectors(scope, [m["id"] for m in lost])) == {m["id"] for m in lost}
+    indexer.close()
+    store.close()

@@ -4,9 +4,9 @@ A request returns once its messages are committed; :meth:`Indexer.submit` queues
 one background thread embeds whatever is queued in one batched call and stores the vectors
 (keyword search finds a message at once; vector search once it is embedded). The time from
 commit to stored vector is the *searchable delay*, kept for ``/v1/stats`` and ``/metrics``.
-A message whose embedding was lost (a crash between commit and embedding, an embedder
-error) is caught up with by the next write to its conversation, which checks the
-conversation's recent messages for missing vectors. :meth:`close` drains the queue.
+A message whose embedding was lost (a crash between commit and embedding) is caught up
+with by the first write to its conversation in the next process, which checks the
+conversation's recent messages for missing vectors; a failed batch is retried once. :meth:`close` drains the queue.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class Indexer:
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
+        self._caught_up: set[Scope] = set()
         self._thread = threading.Thread(target=self._run, name="fullrecall-indexer", daemon=True)
         self._thread.start()
 
@@ -97,8 +98,14 @@ class Indexer:
                     taken += len(item[1])
                 self._busy = True
             try:
-                self._embed(work)
-            except Exception as exc:  # noqa: BLE001 - the text is committed; the next write catches up
+                try:
+                    self._embed(work)
+                except Exception:  # noqa: BLE001 - once more (a store hiccup, a busy embedder)
+                    time.sleep(0.5)
+                    self._embed(work)
+            except Exception as exc:  # noqa: BLE001 - the text is committed; keyword search finds it
+                with self._cond:
+                    self._caught_up.difference_update(s for s, _, _ in work)  # the next write checks again
                 log.warning("could not embed %d message(s) (%s: %s); keyword search finds them, and the next write "
                             "to their conversation embeds them", taken, type(exc).__name__, exc)
             finally:
@@ -114,14 +121,18 @@ class Indexer:
             committed[scope] = min(at, committed.get(scope, at))
         todo: list[tuple[Scope, StoredMessage]] = []
         for scope, messages in groups.items():
-            positions = [m.position for m in messages if m.position is not None]
-            recent = self.store.range(scope, max(0, min(positions) - CATCH_UP), max(positions)) if positions else []
+            recent: list[StoredMessage] = []
+            if scope not in self._caught_up:  # once per conversation and process: what did a crash leave?
+                positions = [m.position for m in messages if m.position is not None]
+                recent = self.store.range(scope, max(0, min(positions) - CATCH_UP), max(positions)) if positions else []
+                if len(self._caught_up) > 100_000:
+                    self._caught_up.clear()
+                self._caught_up.add(scope)
             candidates = {m.id: m for m in recent + messages}
             have = self.store.get_vectors(scope, list(candidates))
             todo += [(scope, m) for mid, m in candidates.items() if mid not in have]
         if todo:
             vectors = np.asarray(self.embedder.embed([m.text for _, m in todo]), dtype=np.float32)
-            start = 0
             for scope in groups:
                 mine = [i for i, (s, _) in enumerate(todo) if s == scope]
                 if mine:
@@ -129,7 +140,6 @@ class Indexer:
                         self.store.set_vectors(scope, [todo[i][1].id for i in mine], vectors[mine], self.embedder.name)
                     except Exception as exc:  # noqa: BLE001 - e.g. the conversation was forgotten meanwhile
                         log.info("vectors for %s not stored (%s: %s)", scope.session_id, type(exc).__name__, exc)
-                start += len(mine)
         now = time.time()
         delays = [now - committed[s] for s in groups]
         self.delays.extend(delays)
