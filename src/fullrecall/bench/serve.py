@@ -27,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--messages", type=int, default=20, help="appends per client")
     parser.add_argument("--searches", type=int, default=5, help="searches per client")
     parser.add_argument("--conversations", type=int, default=2, help="conversations per client")
+    parser.add_argument("--servers", type=int, default=1, help="server processes sharing the store (clients alternate)")
     parser.add_argument("--backend", default="sqlite", choices=["sqlite", "postgres"])
     parser.add_argument("--store", help="a store URL to use instead of a fresh one (its data is kept)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -91,7 +92,7 @@ async def _send(http, url: str, body: dict, headers: dict):
     raise AssertionError("unreachable")
 
 
-async def _drive(url: str, keys: list[str], args) -> dict[str, Any]:
+async def _drive(urls: list[str], keys: list[str], args) -> dict[str, Any]:
     import httpx
 
     acked: dict[int, set[str]] = {0: set(), 1: set()}
@@ -99,10 +100,14 @@ async def _drive(url: str, keys: list[str], args) -> dict[str, Any]:
     searches: list[float] = []
     crossed: list[str] = []
     limits = httpx.Limits(max_connections=args.clients, max_keepalive_connections=args.clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as http:
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(httpx.AsyncClient(base_url=u, limits=limits, timeout=120))
+                   for u in urls]
+        http = clients[0]
         started = time.perf_counter()
-        await asyncio.gather(*(
-            _client(http, keys[n % 2], n % 2, n, args, acked, appends, searches, crossed, random.Random(args.seed + n))
+        await asyncio.gather(*(  # client n talks to server n % servers: writes of one tenant land on every server
+            _client(clients[n % len(clients)], keys[n % 2], n % 2, n, args, acked, appends, searches, crossed,
+                    random.Random(args.seed + n))
             for n in range(args.clients)))
         elapsed = time.perf_counter() - started
         lost, duplicated = 0, 0
@@ -177,8 +182,8 @@ def run(args: argparse.Namespace) -> int:
         store = open_store(url)
         keys = [KeyStore(store).create(f"bench-{t}")[0] for t in (0, 1)]
         store.close()
-        _, base = stack.enter_context(running_server(url, rate_limit="0"))
-        result = asyncio.run(_drive(base, keys, args))
+        bases = [stack.enter_context(running_server(url, rate_limit="0"))[1] for _ in range(max(1, args.servers))]
+        result = asyncio.run(_drive(bases, keys, args))
         result["library"] = _library_baseline(url, args)
     lib = result["library"]
     result["ratios"] = {
@@ -186,14 +191,14 @@ def run(args: argparse.Namespace) -> int:
         "search_p50_http_over_library": round(result["search_ms"]["p50"] / lib["search_ms"]["p50"], 2)
         if result["search_ms"]["p50"] else None,
     }
-    result.update(backend=args.backend, clients=args.clients)
+    result.update(backend=args.backend, clients=args.clients, servers=args.servers)
     ok = result["lost"] == 0 and result["duplicated"] == 0 and result["cross_tenant"] == 0
     result["ok"] = ok
     if args.json:
         print(json.dumps(result))
     else:
         r = result
-        print(f"fullrecall bench serve: {args.backend}, {args.clients} clients, {r['appends']} appends, "
+        print(f"fullrecall bench serve: {args.backend}, {args.servers} server(s), {args.clients} clients, {r['appends']} appends, "
               f"{r['searches']} searches in {r['elapsed_s']} s")
         print(f"append ms  p50 {r['append_ms']['p50']}  p95 {r['append_ms']['p95']}  p99 {r['append_ms']['p99']}  "
               f"(library p50 {lib['append_ms']['p50']}; ratio {r['ratios']['append_p50_http_over_library']})")
