@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ CATCH_UP = 64  # recent positions checked for a missing vector on every write
 class Indexer:
     """One background thread that embeds committed messages in batches."""
 
-    def __init__(self, store: Store, embedder: Any = None, *, batch: int = 256,
+    def __init__(self, store: Store, embedder: Any = None, *, batch: int = 256, io_threads: int = 4,
                  on_indexed: Callable[[list[float]], None] | None = None) -> None:
         from ..embeddings import load_embedder
 
@@ -44,6 +45,7 @@ class Indexer:
         self._busy = False
         self._closed = False
         self._caught_up: set[Scope] = set()
+        self._io = ThreadPoolExecutor(io_threads, thread_name_prefix="fullrecall-index-io")
         self._thread = threading.Thread(target=self._run, name="fullrecall-indexer", daemon=True)
         self._thread.start()
 
@@ -82,6 +84,7 @@ class Indexer:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(timeout)
+        self._io.shutdown(wait=True)
 
     # -- the thread -------------------------------------------------------------------------
     def _run(self) -> None:
@@ -119,27 +122,37 @@ class Indexer:
         for scope, messages, at in work:
             groups.setdefault(scope, []).extend(messages)
             committed[scope] = min(at, committed.get(scope, at))
-        todo: list[tuple[Scope, StoredMessage]] = []
-        for scope, messages in groups.items():
-            recent: list[StoredMessage] = []
+
+        def missing(scope: Scope) -> list[StoredMessage]:
+            messages, recent = groups[scope], []
             if scope not in self._caught_up:  # once per conversation and process: what did a crash leave?
                 positions = [m.position for m in messages if m.position is not None]
                 recent = self.store.range(scope, max(0, min(positions) - CATCH_UP), max(positions)) if positions else []
-                if len(self._caught_up) > 100_000:
-                    self._caught_up.clear()
-                self._caught_up.add(scope)
             candidates = {m.id: m for m in recent + messages}
             have = self.store.get_vectors(scope, list(candidates))
-            todo += [(scope, m) for mid, m in candidates.items() if mid not in have]
-        if todo:
-            vectors = np.asarray(self.embedder.embed([m.text for _, m in todo]), dtype=np.float32)
-            for scope in groups:
-                mine = [i for i, (s, _) in enumerate(todo) if s == scope]
-                if mine:
+            return [m for mid, m in candidates.items() if mid not in have]
+
+        todo = dict(zip(groups, self._io.map(missing, groups)))  # round trips to the store side by side
+        if len(self._caught_up) > 100_000:
+            self._caught_up.clear()
+        self._caught_up.update(groups)
+        texts = [m.text for ms in todo.values() for m in ms]
+        if texts:
+            vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+            slices, start = {}, 0
+            for scope, ms in todo.items():
+                slices[scope] = (start, start + len(ms))
+                start += len(ms)
+
+            def store(scope: Scope) -> None:
+                lo, hi = slices[scope]
+                if hi > lo:
                     try:
-                        self.store.set_vectors(scope, [todo[i][1].id for i in mine], vectors[mine], self.embedder.name)
+                        self.store.set_vectors(scope, [m.id for m in todo[scope]], vectors[lo:hi], self.embedder.name)
                     except Exception as exc:  # noqa: BLE001 - e.g. the conversation was forgotten meanwhile
                         log.info("vectors for %s not stored (%s: %s)", scope.session_id, type(exc).__name__, exc)
+
+            list(self._io.map(store, todo))
         now = time.time()
         delays = [now - committed[s] for s in groups]
         self.delays.extend(delays)
