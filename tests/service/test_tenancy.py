@@ -127,7 +127,7 @@ def test_revoked_and_reserved(api):
     h = api.headers(key)
     assert api.client.get("/v1/stats", headers=h).status_code == 200
     assert [k["id"] for k in api.service.keys.list("tenant-c")] == [p.key_id]
-    assert key not in json.dumps(api.service.keys.list()) and key.split("_")[2] not in str(api.store.get_records(
+    assert key not in json.dumps(api.service.keys.list()) and key.split("_", 2)[2] not in str(api.store.get_records(
         Scope(tenant="__keys__"), "api-keys"))
     assert api.service.keys.revoke(p.key_id)
     assert api.client.get("/v1/stats", headers=h).status_code == 401
