@@ -15,10 +15,13 @@ BENCHES = {
     "summary": "fullrecall.bench.summary",
     "locomo": "fullrecall.bench.locomo",
     "store": "fullrecall.bench.store",
+    "serve": "fullrecall.bench.serve",
 }
 
 COMMANDS = {
     "demo": "fullrecall.cli.demo",
+    "serve": "fullrecall.service.cli",
+    "keys": "fullrecall.service.keys_cli",
 }
 
 

@@ -1,0 +1,443 @@
+"""The HTTP API (FastAPI): ``create_app(settings)``; ``fullrecall serve`` runs it under uvicorn.
+
+Every route but ``/healthz`` and ``/readyz`` needs ``Authorization: Bearer <key>``; the
+key's tenant goes into every storage scope (see :mod:`.tenancy`). Errors are JSON
+``{"error": {"type", "message", "field"}}`` with a 4xx status; an unexpected failure
+is a 500 with no traceback. The OpenAPI schema is at ``/openapi.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Body, Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import FullRecallError, MessageFormatError, StoreError
+from ..stores.base import ANY, Filters, Scope
+from .auth import KeyStore, Principal
+from .config import Settings
+from .conversations import Conversations, NotFound
+from .indexer import Indexer
+from .limits import RateLimiter
+from .metrics import Metrics
+from .tenancy import Forbidden, scope_for
+
+log = logging.getLogger("fullrecall.service")
+
+UNAUTHENTICATED = ("/healthz", "/readyz")
+
+
+class Service:
+    """What the routes share: the store, keys, the conversation backend, the indexer, limits and metrics."""
+
+    def __init__(self, settings: Settings, store: Any = None, embedder: Any = None) -> None:
+        from ..stores import open_store
+
+        self.settings = settings
+        self.store = store if store is not None else open_store(settings.store)
+        self.metrics = Metrics()
+        self.keys = KeyStore(self.store, cache_seconds=settings.key_cache_seconds)
+        self.indexer = Indexer(self.store, embedder or settings.embedding_model, on_indexed=self.metrics.observe_indexed)
+        self.conversations = Conversations(self.store, self.indexer, window_messages=settings.window_messages)
+        self.limiter = RateLimiter(settings.rate_limit, settings.burst)
+        # CPU-bound searches get few threads of their own, so they never starve writes or the event loop
+        self.writes = Lane("fullrecall-write", 8)
+        self.searches = Lane("fullrecall-search", settings.search_threads)
+
+    def close(self) -> None:
+        self.writes.close()
+        self.searches.close()
+        self.indexer.close()
+        self.store.close()
+
+
+class Lane:
+    """A small thread pool for one kind of blocking work, awaited from the event loop."""
+
+    def __init__(self, name: str, threads: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix=name)
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)  # in-flight work finishes
+
+
+# -- request and response bodies (what the OpenAPI schema publishes) --------------------------------------
+class AppendBody(BaseModel):
+    """One message or several, in any supported shape (Converse, OpenAI, Anthropic); a message's ``id`` makes a retry
+    idempotent."""
+
+    model_config = ConfigDict(extra="forbid")
+    messages: list[dict[str, Any]] = Field(min_length=1, max_length=10_000)
+
+
+class SearchScope(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    user_id: str | None = None
+    agent_id: str | None = None
+    conversation_id: str | None = None
+
+
+class SearchFilters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    roles: list[str] | None = None
+    since: float | None = None
+    until: float | None = None
+
+
+class SearchBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1, max_length=10_000)
+    scope: SearchScope = SearchScope()
+    top_k: int = Field(5, ge=1, le=100)
+    radius: int = Field(0, ge=0, le=20)
+    filters: SearchFilters | None = None
+
+
+class ExportBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    user_id: str | None = None
+    agent_id: str | None = None
+    conversation_id: str | None = None
+
+
+EVERYTHING = Body(ExportBody())  # an empty body exports every conversation of the default owner
+
+
+def _error(status: int, kind: str, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"type": kind, "message": message, "field": field}}, status_code=status,
+                        headers=headers)
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes gets 413 before the route sees it."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return await _error(413, "too_large", f"the request body is {int(declared):,} bytes, over the "
+                                f"{self.limit:,}-byte limit", "body")(scope, receive, send)
+        chunks, seen, more = [], 0, True
+        while more:  # read the body here, so an oversized one is refused before any route parses it
+            message = await receive()
+            if message["type"] != "http.request":
+                return await self.app(scope, _replay([], message), send)
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                return await _error(413, "too_large", f"the request body is over the {self.limit:,}-byte limit",
+                                    "body")(scope, receive, send)
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        await self.app(scope, _replay(chunks, None, receive), send)
+
+
+def _replay(chunks: list[bytes], first: dict | None, receive: Any = None):
+    """An ASGI ``receive`` that gives the buffered body once, then waits on the real one (disconnects)."""
+    pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}] if first is None else [first]
+
+    async def replay() -> dict:
+        if pending:
+            return pending.pop()
+        return await receive() if receive is not None else {"type": "http.disconnect"}
+
+    return replay
+
+
+
+
+def create_app(settings: Settings | None = None, *, store: Any = None, embedder: Any = None) -> FastAPI:
+    """The API over ``settings.store`` (or an open ``store``); the store is closed when the app shuts down.
+
+    ``embedder`` (an :class:`~fullrecall.embeddings.Embedder`) replaces ``settings.embedding_model``."""
+    settings = settings or Settings.load()
+    service = Service(settings, store, embedder)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        service.close()  # uvicorn has finished in-flight requests; the indexer drains its queue
+
+    app = FastAPI(title="fullrecall", version="1", lifespan=lifespan,
+                  description="Memory for LLM agents that never loses a word.")
+    app.state.service = service
+    _errors(app)
+    _routes(app, service)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(Measure, metrics=service.metrics)
+    return app
+
+
+def _errors(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = [str(x) for x in first.get("loc", ())]
+        inner = loc[1:] if len(loc) > 1 and loc[0] in ("body", "query", "path", "header") else loc
+        field = ".".join(inner) or None
+        message = f"{field}: {first.get('msg', 'invalid')}"
+        if first.get("type") == "json_invalid":
+            message, field = "the body is not valid JSON (UTF-8)", "body"
+        return _error(422, "invalid", message, field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = str(exc.detail)
+        if exc.status_code == 400 and "parsing the body" in detail:
+            detail = "the body is not valid JSON in UTF-8"
+        kinds = {404: "not_found", 405: "method_not_allowed"}
+        return _error(exc.status_code, kinds.get(exc.status_code, "invalid"), detail,
+                      "body" if exc.status_code == 400 else None)
+
+    @app.exception_handler(MessageFormatError)
+    async def bad_message(request: Request, exc: MessageFormatError) -> JSONResponse:
+        return _error(422, "invalid_message", str(exc), "messages")
+
+    @app.exception_handler(NotFound)
+    async def not_found(request: Request, exc: NotFound) -> JSONResponse:
+        return _error(404, "not_found", str(exc))
+
+    @app.exception_handler(Forbidden)
+    async def forbidden(request: Request, exc: Forbidden) -> JSONResponse:
+        return _error(403, "forbidden", str(exc))
+
+    @app.exception_handler(ValueError)
+    async def bad_value(request: Request, exc: ValueError) -> JSONResponse:
+        return _error(422, "invalid", str(exc))
+
+    @app.exception_handler(StoreError)
+    async def store_down(request: Request, exc: StoreError) -> JSONResponse:
+        return _error(503, "unavailable", f"the store refused or could not be reached; nothing was acknowledged: {exc}")
+
+    @app.exception_handler(FullRecallError)
+    async def other(request: Request, exc: FullRecallError) -> JSONResponse:
+        return _error(500, type(exc).__name__, str(exc))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return _error(500, "internal", "internal error (logged on the server)")
+
+
+class Measure:
+    """ASGI middleware: every response counted and timed in the metrics, labelled by tenant and route template."""
+
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started, status = time.perf_counter(), 500
+        scope.setdefault("state", {})["tenant"] = ""
+
+        async def sending(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = scope.get("route")
+            self.metrics.request(scope["state"].get("tenant", ""), getattr(route, "path", "unmatched"),
+                                 scope["method"], status, time.perf_counter() - started)
+
+
+def _routes(app: FastAPI, service: Service) -> None:
+    conv = service.conversations
+
+    async def principal(request: Request) -> Principal:
+        header = request.headers.get("authorization", "")
+        scheme, _, key = header.partition(" ")
+        key = key.strip()
+        found = None
+        if scheme.lower() == "bearer" and key:  # a cached key costs nothing; a new one is read off the event loop
+            found = service.keys.cached(key)
+            if found is None:
+                from starlette.concurrency import run_in_threadpool
+
+                found = await run_in_threadpool(service.keys.verify, key)
+        if found is None:
+            raise _Unauthorized()
+        request.scope["state"]["tenant"] = found.tenant
+        if not service.limiter.allow(found.key_id):
+            raise _Limited(service.limiter.retry_after(found.key_id))
+        return found
+
+    @app.exception_handler(_Unauthorized)
+    async def unauthorized(request: Request, exc: Exception) -> JSONResponse:
+        return _error(401, "unauthorized", "a valid 'Authorization: Bearer <key>' header is required", "Authorization",
+                      headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(_Limited)
+    async def limited(request: Request, exc: _Limited) -> JSONResponse:
+        return _error(429, "rate_limited", "too many requests for this key", None,
+                      headers={"Retry-After": str(max(1, round(exc.retry_after)))})
+
+    Key = Depends(principal)
+    User = Query(None, max_length=200, description="the user the conversation belongs to (default owner if unset)")
+    Agent = Query(None, max_length=200, description="the agent the conversation belongs to (default owner if unset)")
+
+    def scope(p: Principal, user_id: str | None, agent_id: str | None, conversation_id: str | None = None) -> Scope:
+        return scope_for(p, user_id=user_id, agent_id=agent_id, conversation_id=conversation_id)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    def readyz() -> JSONResponse:
+        try:
+            service.store.count(Scope(tenant="__keys__", session_id="__ready__"))
+        except Exception as exc:  # noqa: BLE001 - any failure means not ready
+            return _error(503, "unavailable", f"the store is not reachable: {type(exc).__name__}")
+        return JSONResponse({"status": "ready", "embedding_queue": service.indexer.pending})
+
+    @app.post("/v1/conversations/{conversation_id}/messages", status_code=201, tags=["conversations"])
+    async def append(conversation_id: str, body: AppendBody, p: Principal = Key, user_id: str | None = User,
+               agent_id: str | None = Agent) -> dict:
+        """Append messages; returns their ids and positions once they are durable."""
+        s = scope(p, user_id, agent_id, conversation_id)
+        written = await service.writes.run(conv.append, s, body.messages)
+        service.metrics.messages.labels(p.tenant).inc(len(written))
+        return {"conversation_id": conversation_id, "messages": written}
+
+    @app.get("/v1/conversations/{conversation_id}/messages", tags=["conversations"])
+    def window(conversation_id: str, p: Principal = Key, user_id: str | None = User, agent_id: str | None = Agent
+               ) -> dict:
+        """The active window (the newest messages), verbatim."""
+        return {"conversation_id": conversation_id, "messages": conv.window(scope(p, user_id, agent_id, conversation_id))}
+
+    @app.get("/v1/conversations/{conversation_id}/context", tags=["conversations"])
+    def context(conversation_id: str, p: Principal = Key, user_id: str | None = User, agent_id: str | None = Agent,
+                max_tokens: int | None = Query(None, ge=1, le=10_000_000), query: str | None = Query(None, max_length=10_000)
+                ) -> dict:
+        """What to send a model: the window within ``max_tokens``, recalled context added to the newest user message."""
+        if query is not None and "\x00" in query:
+            _nul("query")
+        out = conv.context(scope(p, user_id, agent_id, conversation_id), max_tokens, query)
+        service.metrics.recalls.labels(p.tenant, "context").inc()
+        return {"conversation_id": conversation_id, **out}
+
+    @app.get("/v1/conversations/{conversation_id}/summaries", tags=["conversations"])
+    def summaries(conversation_id: str, p: Principal = Key, user_id: str | None = User, agent_id: str | None = Agent
+                  ) -> dict:
+        """Summaries of the conversation, oldest first; expand one with ``/v1/summaries/{id}/messages``."""
+        items = conv.summaries(scope(p, user_id, agent_id, conversation_id))
+        service.metrics.summaries.labels(p.tenant).inc(len(items))
+        return {"conversation_id": conversation_id, "summaries": items}
+
+    @app.get("/v1/summaries/{summary_id}/messages", tags=["conversations"])
+    def expand(summary_id: str, p: Principal = Key, user_id: str | None = User, agent_id: str | None = Agent) -> dict:
+        """The archived messages a summary covers, verbatim."""
+        return {"summary_id": summary_id, "messages": conv.summary_messages(scope(p, user_id, agent_id), summary_id)}
+
+    @app.delete("/v1/conversations/{conversation_id}", tags=["conversations"])
+    def forget(conversation_id: str, p: Principal = Key, user_id: str | None = User, agent_id: str | None = Agent
+               ) -> dict:
+        """Delete the conversation everywhere; counts per kind."""
+        return {"conversation_id": conversation_id, "deleted": conv.forget(scope(p, user_id, agent_id, conversation_id))}
+
+    @app.post("/v1/search", tags=["search"])
+    async def search(body: SearchBody, p: Principal = Key) -> dict:
+        """Hybrid search over the caller's messages: every hit with its scores and its range."""
+        if "\x00" in body.query:
+            _nul("query")
+        s = scope(p, body.scope.user_id, body.scope.agent_id, body.scope.conversation_id)
+        f = body.filters
+        filters = Filters(roles=tuple(f.roles) if f.roles else None, since=f.since, until=f.until) if f else None
+        started = time.perf_counter()
+        hits = await service.searches.run(conv.search, s, body.query, body.top_k, body.radius, filters)
+        service.metrics.recalls.labels(p.tenant, "search").inc()
+        return {"hits": hits, "elapsed_ms": round((time.perf_counter() - started) * 1000, 3)}
+
+    @app.get("/v1/stats", tags=["admin"])
+    def stats(p: Principal = Key, user_id: str | None = User, agent_id: str | None = Agent,
+              conversation_id: str | None = Query(None, max_length=200),
+              everyone: bool = Query(False, description="the whole tenant (a key not limited to users or agents)")
+              ) -> dict:
+        """Sizes of the caller's data, the embedding queue and the searchable delay."""
+        if everyone:
+            if p.users is not None or p.agents is not None:
+                raise Forbidden("a key limited to some users or agents cannot read the whole tenant's stats")
+            s = Scope(tenant=p.tenant, user_id=ANY, agent_id=ANY)
+        else:
+            s = scope(p, user_id, agent_id, conversation_id)
+        return {"tenant": p.tenant, "store": service.store.stats(s), "embedding_queue": service.indexer.pending,
+                "searchable_delay": service.indexer.delay_percentiles()}
+
+    @app.post("/v1/export", tags=["admin"], response_class=StreamingResponse,
+              responses={200: {"content": {"application/x-ndjson": {}}}})
+    def export(body: ExportBody = EVERYTHING, p: Principal = Key) -> StreamingResponse:
+        """The caller's messages as JSON Lines (one conversation, or every conversation of the owner)."""
+        s = scope(p, body.user_id, body.agent_id, body.conversation_id)
+        if body.conversation_id is not None and not service.store.count(s):
+            raise NotFound(f"conversation {body.conversation_id!r} not found")
+        lines = (json.dumps(line, ensure_ascii=False) + "\n" for line in conv.export(s))
+        return StreamingResponse(lines, media_type="application/x-ndjson")
+
+    @app.post("/v1/import", tags=["admin"], openapi_extra={
+        "requestBody": {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}, "required": True}})
+    async def import_(request: Request, p: Principal = Key, user_id: str | None = User,
+                      agent_id: str | None = Agent) -> dict:
+        """Append exported JSON Lines to the caller's conversations (idempotent on ids; all validated first)."""
+        raw = await request.body()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"the body is not valid UTF-8 (byte {exc.start})") from None
+        lines = []
+        for n, line in enumerate(text.split("\n")):  # not splitlines(): U+0085 and U+2028 live in JSON strings
+            if line.strip():
+                try:
+                    lines.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise MessageFormatError(f"line {n + 1}: not valid JSON ({exc.msg})") from None
+        s = scope(p, user_id, agent_id)
+        from starlette.concurrency import run_in_threadpool
+
+        return await run_in_threadpool(conv.import_lines, s, lines)
+
+    @app.get("/metrics", tags=["admin"])
+    def metrics(p: Principal = Key) -> Response:
+        """Prometheus metrics of this process (requests, latencies, errors, recalls, searchable delay) per tenant.
+
+        Only keys of the operators' tenant (``metrics_tenant``, default ``admin``) may read them: they name tenants."""
+        if p.tenant != service.settings.metrics_tenant:
+            raise NotFound("not found")
+        service.metrics.pending.set(service.indexer.pending)
+        body, content_type = service.metrics.render()
+        return Response(body, media_type=content_type)
+
+
+def _nul(field: str) -> None:
+    raise ValueError(f"'{field}' holds a NUL character")
+
+
+class _Unauthorized(Exception):
+    pass
+
+
+class _Limited(Exception):
+    def __init__(self, retry_after: float) -> None:
+        self.retry_after = retry_after

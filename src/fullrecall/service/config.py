@@ -1,0 +1,61 @@
+"""Service settings: defaults, then a TOML file, then ``FULLRECALL_*`` environment variables, then flags."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything ``fullrecall serve`` can be told; each field is also ``FULLRECALL_<NAME>`` in the environment."""
+
+    store: str = "sqlite:///fullrecall.db"
+    host: str = "127.0.0.1"
+    port: int = 8080
+    rate_limit: float = 200.0  # requests a second per key (0: no limit)
+    burst: int = 400  # requests a key may make at once
+    max_body_bytes: int = 8 * 1024 * 1024
+    search_threads: int = 2  # searches embed the query and rank: CPU work, run this many at once
+    window_messages: int = 50  # the active window: the newest messages of a conversation
+    embedding_model: str | None = None  # default: the shipped MiniLM (ONNX)
+    key_cache_seconds: float = 5.0  # a revoked key stops working within this time
+    workers: int = 1
+    keep_alive_seconds: int = 30  # idle keep-alive connections are closed after this
+    metrics_tenant: str = "admin"  # keys of this tenant may read /metrics (it names every tenant)
+
+    @classmethod
+    def load(cls, path: str | None = None, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Defaults < file (``path`` or ``$FULLRECALL_CONFIG``, TOML, a ``[serve]`` table or top level) < env < overrides."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        path = path or env.get("FULLRECALL_CONFIG")
+        if path:
+            with open(path, "rb") as f:
+                doc = tomllib.load(f)
+            values.update(doc.get("serve", doc))
+        for f in fields(cls):
+            name = f"FULLRECALL_{f.name.upper()}"
+            if name in env:
+                values[f.name] = env[name]
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        unknown = set(values) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown setting(s) {sorted(unknown)}; known: {[f.name for f in fields(cls)]}")
+        settings = cls()
+        for f in fields(cls):
+            if f.name in values:
+                settings = replace(settings, **{f.name: _convert(f.name, values[f.name], getattr(cls(), f.name))})
+        return settings
+
+
+def _convert(name: str, value: Any, default: Any) -> Any:
+    if default is None or value is None:
+        return value
+    try:
+        return type(default)(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"setting {name!r}: expected {type(default).__name__}, got {value!r}") from None

@@ -1,0 +1,339 @@
+"""What the service does with conversations, behind one small interface.
+
+:class:`Conversations` is the service's view of a store: every appended message is
+committed to the store (positions assigned atomically, idempotent on the message's
+``"id"``) before the request is answered, then handed to the :class:`~.indexer.Indexer`
+to be embedded in batches. The active window is the newest messages of the
+conversation; ``context`` trims it to a token budget and adds recalled context from
+older messages to the newest user message, exactly as the library's hook does.
+
+Everything takes a :class:`~fullrecall.stores.Scope` whose tenant comes from the API
+key (see :mod:`.tenancy`), so nothing here can reach another tenant's data.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from typing import Any, Protocol
+
+from ..archive.recall import format_enrichment, merge_ranges
+from ..errors import MessageFormatError
+from ..messages.formats import parse_messages, render_message
+from ..messages.model import TextBlock
+from ..search.terms import index_text
+from ..stores.base import Filters, Record, Scope, Store, StoredMessage
+from ..window.cuts import clean_cuts
+
+MAX_ID_LENGTH = 200
+CONVERSATIONS = "conversations"  # record namespace: one record per conversation of an owner (export lists them)
+_END = 2**62
+
+
+class NotFound(LookupError):
+    """The conversation, summary or message does not exist in the caller's scope."""
+
+
+class ConversationBackend(Protocol):
+    """The operations the HTTP routes call; long-term memory adds its own beside it."""
+
+    def append(self, scope: Scope, messages: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
+    def window(self, scope: Scope) -> list[dict[str, Any]]: ...
+    def context(self, scope: Scope, max_tokens: int | None, query: str | None) -> dict[str, Any]: ...
+    def summaries(self, scope: Scope) -> list[dict[str, Any]]: ...
+    def summary_messages(self, scope: Scope, summary_id: str) -> list[dict[str, Any]]: ...
+    def forget(self, scope: Scope) -> dict[str, int]: ...
+    def search(self, scope: Scope, query: str, top_k: int, radius: int, filters: Filters | None
+               ) -> list[dict[str, Any]]: ...
+
+
+def check_text(value: Any, where: str) -> None:
+    """Refuse NUL characters anywhere in a JSON value (no backend stores them alike)."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise MessageFormatError(f"{where} holds a NUL character (\\u0000), which cannot be stored")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            check_text(k, f"{where} key")
+            check_text(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            check_text(v, f"{where}[{i}]")
+
+
+def summary_token(scope: Scope, summary_id: str) -> str:
+    """An opaque, URL-safe summary id naming the conversation it belongs to."""
+    raw = json.dumps([scope.user_id, scope.agent_id, scope.session_id, summary_id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def parse_summary_token(token: str) -> tuple[str, str, str, str]:
+    try:
+        user, agent, session, sid = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        if not all(isinstance(x, str) for x in (user, agent, session, sid)):
+            raise ValueError
+        return user, agent, session, sid
+    except Exception:  # noqa: BLE001 - any malformed token is simply not a summary of the caller's
+        raise NotFound(f"summary {token!r} not found") from None
+
+
+def message_out(m: StoredMessage) -> dict[str, Any]:
+    """A stored message as the API returns it."""
+    return {"id": m.id, "position": m.position, "role": m.role, "kind": m.kind, "created_at": m.created_at,
+            "conversation_id": m.session_id, "user_id": m.user_id or None, "agent_id": m.agent_id or None,
+            "message": m.data}
+
+
+class Conversations:
+    """:class:`ConversationBackend` on a :class:`~fullrecall.stores.Store`."""
+
+    def __init__(self, store: Store, indexer: Any, *, window_messages: int = 50, max_context_length: int = 2000,
+                 search_options: dict[str, Any] | None = None) -> None:
+        if window_messages < 1:
+            raise ValueError(f"window_messages must be positive, got {window_messages}")
+        self.store = store
+        self.indexer = indexer
+        self.window_messages = window_messages
+        self.max_context_length = max_context_length
+        self.search_options = search_options or {}
+        self._registered: set[tuple] = set()
+
+    # -- writing ------------------------------------------------------------------------------
+    def append(self, scope: Scope, messages: list[dict[str, Any]], ids: list[str | None] | None = None
+               ) -> list[dict[str, Any]]:
+        """Commit ``messages`` (all or none); their ids and positions, once durable.
+
+        A message's id is ``ids[i]`` if given, else its own ``"id"``, else a new one."""
+        records = self.prepare(scope, messages, ids)
+        self._register(scope)
+        positions = self.store.append(scope, records)  # durable when it returns
+        for record, position in zip(records, positions):
+            record.position = position
+        self.indexer.submit(scope, records, records[0].created_at)
+        return [{"id": r.id, "position": p} for r, p in zip(records, positions)]
+
+    def prepare(self, scope: Scope, messages: list[dict[str, Any]], ids: list[str | None] | None = None
+                ) -> list[StoredMessage]:
+        """The records ``append`` would write; raises ``MessageFormatError`` (naming message and field) instead."""
+        scope = scope.require_session()
+        if not isinstance(messages, list) or not messages:
+            raise MessageFormatError("messages must be a non-empty list")
+        check_text(messages, "messages")
+        shape, parsed = parse_messages(messages)
+        given = ids or [None] * len(messages)
+        ids = [self._id(raw if mid is None else {"id": mid}, i) for i, (raw, mid) in enumerate(zip(messages, given))]
+        if any(m.has_tool_result for m in parsed):  # only then is the conversation's tail needed
+            recent = self._tail(scope, self.window_messages)
+            self._check_tool_pairs(parsed, recent, {m.id for m in recent}, ids)
+        now = time.time()
+        date = time.strftime("%Y-%m-%d", time.gmtime(now))
+        records = [
+            StoredMessage(id=mid, role=msg.role, text=index_text(msg.text, speaker=msg.role, date=date), data=raw,
+                          created_at=now, archived_at=now, metadata={"shape": shape})
+            for mid, msg, raw in zip(ids, parsed, messages)
+        ]
+        return records
+
+    def _register(self, scope: Scope) -> None:
+        """Record the conversation in its owner's list once (idempotent), so export can find it."""
+        key = (scope.tenant, scope.user_id, scope.agent_id, scope.session_id)
+        if key not in self._registered:
+            self.store.put_record(replace(scope, session_id=None), Record(id=str(scope.session_id), namespace=CONVERSATIONS,
+                                                                          text=str(scope.session_id)))
+            self._registered.add(key)
+
+    @staticmethod
+    def _id(raw: dict[str, Any], index: int) -> str:
+        mid = raw.get("id")
+        if mid is None:
+            return uuid.uuid4().hex
+        if not isinstance(mid, str) or not mid or len(mid) > MAX_ID_LENGTH:
+            raise MessageFormatError(f"message {index}: 'id' must be a non-empty string of at most "
+                                     f"{MAX_ID_LENGTH} characters")
+        return mid
+
+    @staticmethod
+    def _check_tool_pairs(parsed, recent: list[StoredMessage], known: set[str], ids: list[str]) -> None:
+        """A tool result must answer a tool call of this batch or of the conversation's recent messages."""
+        calls: set[str] = set()
+        for m in recent:
+            calls.update(_tool_use_ids(m))
+        for index, (msg, mid) in enumerate(zip(parsed, ids)):
+            if mid in known:  # a retry of a stored message: it was checked when first written
+                continue
+            for tool_id in msg.tool_result_ids:
+                if tool_id not in calls:
+                    raise MessageFormatError(f"message {index}: tool result {tool_id!r} answers no tool call "
+                                             "of this conversation")
+            calls.update(msg.tool_use_ids)
+
+    # -- reading ------------------------------------------------------------------------------
+    def _tail(self, scope: Scope, n: int) -> list[StoredMessage]:
+        count = self.store.count(scope)
+        if not count:
+            return []
+        return self.store.range(scope, max(0, count - n), _END)[-n:]
+
+    def _require(self, scope: Scope) -> None:
+        if not self.store.count(scope):
+            raise NotFound(f"conversation {scope.session_id!r} not found")
+
+    def _window_records(self, scope: Scope) -> list[StoredMessage]:
+        self._require(scope)
+        tail = self._tail(scope, self.window_messages)
+        parsed = [_parse(m) for m in tail]
+        clean = clean_cuts(parsed)
+        start = next((c for c in range(len(tail)) if clean[c]), 0)
+        return tail[start:]
+
+    def window(self, scope: Scope) -> list[dict[str, Any]]:
+        """The active window: the newest messages, never starting inside a tool call and its result."""
+        return [message_out(m) for m in self._window_records(scope)]
+
+    def context(self, scope: Scope, max_tokens: int | None, query: str | None) -> dict[str, Any]:
+        """The window within ``max_tokens``, the newest user message enriched with recalled context."""
+        from ..tokens import default_token_counter
+
+        records = self._window_records(scope)
+        parsed = [_parse(m) for m in records]
+        if max_tokens is not None:
+            counter = default_token_counter()
+            sizes = [counter.count_message(p) for p in parsed]
+            clean = clean_cuts(parsed)
+            start, used = len(records), 0
+            for c in range(len(records) - 1, -1, -1):
+                used += sizes[c]
+                if used > max_tokens:
+                    break
+                if clean[c]:
+                    start = c
+            records, parsed = records[start:], parsed[start:]
+        messages = [m.data for m in records]
+        recalled: list[dict[str, Any]] = []
+        first = records[0].position if records else None
+        last_user = next((i for i in range(len(parsed) - 1, -1, -1)
+                          if parsed[i].role == "user" and not parsed[i].has_tool_result), None)
+        question = query if query is not None else (parsed[last_user].text if last_user is not None else "")
+        if question.strip() and first:
+            hits = self._searcher(scope).search(question, top_k=3, spread=2)
+            ranges = merge_ranges([(h.position, h.score) for h in hits if h.position is not None and h.position < first],
+                                  2, before=first)
+            for r in ranges:
+                r.messages = self.store.range(scope, r.start, r.end)
+            ranges = [r for r in ranges if r.messages]
+            recalled = [message_out(m) for r in ranges for m in r.messages]
+            if last_user is not None:
+                msg = parsed[last_user]
+                index = next((i for i, b in enumerate(msg.content) if isinstance(b, TextBlock)), None)
+                enriched = format_enrichment(msg.content[index].text, ranges, max_context_length=self.max_context_length
+                                             ) if index is not None else None
+                if enriched is not None:
+                    content = list(msg.content)
+                    content[index] = TextBlock(enriched)
+                    messages[last_user] = render_message(msg.with_content(content), records[last_user].metadata["shape"])
+        return {"messages": messages, "recalled": recalled, "first_position": first}
+
+    def summaries(self, scope: Scope) -> list[dict[str, Any]]:
+        """Summaries made of the conversation (by a summarizing manager on the same store), oldest first."""
+        self._require(scope)
+        items = (self.store.get_state(scope, "summaries") or {"items": []})["items"]
+        return [{**s, "id": summary_token(scope, s["id"]), "summary_id": s["id"]} for s in items]
+
+    def summary_messages(self, scope: Scope, summary_id: str) -> list[dict[str, Any]]:
+        """The archived messages a summary covers, verbatim (``NotFound`` outside the caller's tenant)."""
+        user, agent, session, sid = parse_summary_token(summary_id)
+        if (user, agent) != (scope.user_id, scope.agent_id):
+            raise NotFound(f"summary {summary_id!r} not found")
+        own = replace(scope, session_id=session)
+        items = (self.store.get_state(own, "summaries") or {"items": []})["items"]
+        found = next((s for s in items if s["id"] == sid), None)
+        if found is None:
+            raise NotFound(f"summary {summary_id!r} not found")
+        start, end = found["covers"]
+        return [message_out(m) for m in self.store.range(own, start, end)]
+
+    def forget(self, scope: Scope) -> dict[str, int]:
+        self._require(scope)
+        counts = self.store.forget(scope)
+        self.store.delete_record(replace(scope, session_id=None), CONVERSATIONS, str(scope.session_id))
+        self._registered.discard((scope.tenant, scope.user_id, scope.agent_id, scope.session_id))
+        return counts
+
+    # -- search -------------------------------------------------------------------------------
+    def _searcher(self, scope: Scope):
+        return self.indexer.searcher(scope, **self.search_options)
+
+    def search(self, scope: Scope, query: str, top_k: int, radius: int, filters: Filters | None
+               ) -> list[dict[str, Any]]:
+        """The best ``top_k`` messages in ``scope`` with every score and ``radius`` neighbours each."""
+        hits = self._searcher(scope).search(query, top_k=top_k, min_score=-1e9, filters=filters, spread=radius)
+        out = []
+        for h in hits:
+            m = h.message
+            own = replace(scope, session_id=m.session_id, user_id=m.user_id, agent_id=m.agent_id)
+            lo, hi = max(0, (m.position or 0) - radius), (m.position or 0) + radius
+            around = self.store.range(own, lo, hi) if radius else [m]
+            out.append({**message_out(m), "score": h.score, "scores": h.scores,
+                        "range": {"start": around[0].position if around else m.position,
+                                  "end": around[-1].position if around else m.position,
+                                  "messages": [message_out(x) for x in around]}})
+        return out
+
+    # -- export and import ----------------------------------------------------------------------
+    def export(self, scope: Scope) -> Iterator[dict[str, Any]]:
+        """Every message of ``scope`` (one conversation or all the owner's), one JSON object each."""
+        sessions = [scope.session_id] if scope.session_id else self._sessions(scope)
+        for session in sessions:
+            own = replace(scope, session_id=session)
+            start = 0
+            while True:
+                chunk = self.store.range(own, start, start + 999)
+                for m in chunk:
+                    yield {"conversation_id": session, "user_id": m.user_id or None, "agent_id": m.agent_id or None,
+                           "id": m.id, "position": m.position, "role": m.role, "created_at": m.created_at,
+                           "message": m.data}
+                if not chunk:
+                    break
+                start = chunk[-1].position + 1
+
+    def _sessions(self, scope: Scope) -> list[str]:
+        return [r.id for r in self.store.get_records(replace(scope, session_id=None), CONVERSATIONS)]
+
+    def import_lines(self, scope: Scope, lines: Iterable[dict[str, Any]]) -> dict[str, int]:
+        """Append exported messages to the caller's own conversations (idempotent on ids)."""
+        by_conversation: dict[str, tuple[list[dict[str, Any]], list[str | None]]] = {}
+        for n, line in enumerate(lines):
+            if not isinstance(line, dict):
+                raise MessageFormatError(f"line {n + 1}: expected a JSON object")
+            conv, msg, mid = line.get("conversation_id"), line.get("message"), line.get("id")
+            if not isinstance(conv, str) or not conv or len(conv) > MAX_ID_LENGTH or "\x00" in conv:
+                raise MessageFormatError(f"line {n + 1}: 'conversation_id' must be a non-empty string")
+            if not isinstance(msg, dict):
+                raise MessageFormatError(f"line {n + 1}: 'message' must be an object")
+            msgs, ids = by_conversation.setdefault(conv, ([], []))
+            msgs.append(msg)
+            ids.append(mid)
+        for conv, (msgs, ids) in by_conversation.items():  # validate everything before writing anything
+            try:
+                self.prepare(replace(scope, session_id=conv), msgs, ids)
+            except MessageFormatError as exc:
+                raise MessageFormatError(f"conversation {conv!r}: {exc}") from None
+        written = 0
+        for conv, (msgs, ids) in by_conversation.items():
+            written += len(self.append(replace(scope, session_id=conv), msgs, ids))
+        return {"conversations": len(by_conversation), "messages": written}
+
+
+def _parse(m: StoredMessage):
+    return parse_messages([m.data], m.metadata.get("shape"))[1][0]
+
+
+def _tool_use_ids(m: StoredMessage) -> list[str]:
+    try:
+        return _parse(m).tool_use_ids
+    except Exception:  # noqa: BLE001 - a message of another shape has none we can pair with
+        return []

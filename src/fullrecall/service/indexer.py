@@ -1,0 +1,168 @@
+"""Embedding after the write: committed messages are embedded in batches, off the request path.
+
+A request returns once its messages are committed; :meth:`Indexer.submit` queues them, and
+one background thread embeds whatever is queued in one batched call and stores the vectors
+(keyword search finds a message at once; vector search once it is embedded). The time from
+commit to stored vector is the *searchable delay*, kept for ``/v1/stats`` and ``/metrics``.
+A message whose embedding was lost (a crash between commit and embedding) is caught up
+with by the first write to its conversation in the next process, which checks the
+conversation's recent messages for missing vectors; a failed batch is retried once. :meth:`close` drains the queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from ..stores.base import Scope, Store, StoredMessage
+
+log = logging.getLogger("fullrecall.service")
+
+CATCH_UP = 64  # recent positions checked for a missing vector on every write
+
+
+class Indexer:
+    """One background thread that embeds committed messages in batches."""
+
+    def __init__(self, store: Store, embedder: Any = None, *, batch: int = 256, io_threads: int = 4,
+                 on_indexed: Callable[[list[float]], None] | None = None) -> None:
+        from ..embeddings import load_embedder
+
+        self.store = store
+        self.embedder = load_embedder(embedder) if embedder is None or isinstance(embedder, str) else embedder
+        self.batch = batch
+        self.on_indexed = on_indexed
+        self.delays: deque[float] = deque(maxlen=10_000)  # seconds from commit to stored vector
+        self._queue: list[tuple[Scope, list[StoredMessage], float]] = []
+        self._cond = threading.Condition()
+        self._busy = False
+        self._closed = False
+        self._caught_up: set[Scope] = set()
+        self._io = ThreadPoolExecutor(io_threads, thread_name_prefix="fullrecall-index-io")
+        self._thread = threading.Thread(target=self._run, name="fullrecall-indexer", daemon=True)
+        self._thread.start()
+
+    # -- the request side -------------------------------------------------------------------
+    def submit(self, scope: Scope, messages: list[StoredMessage], committed_at: float) -> None:
+        with self._cond:
+            self._queue.append((scope, messages, committed_at))
+            self._cond.notify()
+
+    @property
+    def pending(self) -> int:
+        with self._cond:
+            return sum(len(m) for _, m, _ in self._queue)
+
+    def searcher(self, scope: Scope, **options: Any):
+        """A :class:`~fullrecall.search.SemanticSearch` over ``scope`` with the shared embedder."""
+        from ..search import SemanticSearch
+
+        return SemanticSearch(embedding_model=self.embedder, store=self.store, scope=scope, **options)
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until everything queued so far is embedded; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._queue or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Embed what is queued, then stop the thread."""
+        self.flush(timeout)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        self._io.shutdown(wait=True)
+
+    # -- the thread -------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if self._closed and not self._queue:
+                    return
+                work, taken = [], 0
+                while self._queue and taken < self.batch:
+                    item = self._queue.pop(0)
+                    work.append(item)
+                    taken += len(item[1])
+                self._busy = True
+            try:
+                try:
+                    self._embed(work)
+                except Exception:  # noqa: BLE001 - once more (a store hiccup, a busy embedder)
+                    time.sleep(0.5)
+                    self._embed(work)
+            except Exception as exc:  # noqa: BLE001 - the text is committed; keyword search finds it
+                with self._cond:
+                    self._caught_up.difference_update(s for s, _, _ in work)  # the next write checks again
+                log.warning("could not embed %d message(s) (%s: %s); keyword search finds them, and the next write "
+                            "to their conversation embeds them", taken, type(exc).__name__, exc)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _embed(self, work: list[tuple[Scope, list[StoredMessage], float]]) -> None:
+        groups: dict[Scope, list[StoredMessage]] = {}
+        committed: dict[Scope, float] = {}
+        for scope, messages, at in work:
+            groups.setdefault(scope, []).extend(messages)
+            committed[scope] = min(at, committed.get(scope, at))
+
+        def missing(scope: Scope) -> list[StoredMessage]:
+            messages, recent = groups[scope], []
+            if scope not in self._caught_up:  # once per conversation and process: what did a crash leave?
+                positions = [m.position for m in messages if m.position is not None]
+                recent = self.store.range(scope, max(0, min(positions) - CATCH_UP), max(positions)) if positions else []
+            candidates = {m.id: m for m in recent + messages}
+            have = self.store.get_vectors(scope, list(candidates))
+            return [m for mid, m in candidates.items() if mid not in have]
+
+        todo = dict(zip(groups, self._io.map(missing, groups)))  # round trips to the store side by side
+        if len(self._caught_up) > 100_000:
+            self._caught_up.clear()
+        self._caught_up.update(groups)
+        texts = [m.text for ms in todo.values() for m in ms]
+        if texts:
+            vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+            slices, start = {}, 0
+            for scope, ms in todo.items():
+                slices[scope] = (start, start + len(ms))
+                start += len(ms)
+
+            def store(scope: Scope) -> None:
+                lo, hi = slices[scope]
+                if hi > lo:
+                    try:
+                        self.store.set_vectors(scope, [m.id for m in todo[scope]], vectors[lo:hi], self.embedder.name)
+                    except Exception as exc:  # noqa: BLE001 - e.g. the conversation was forgotten meanwhile
+                        log.info("vectors for %s not stored (%s: %s)", scope.session_id, type(exc).__name__, exc)
+
+            list(self._io.map(store, todo))
+        now = time.time()
+        delays = [now - committed[s] for s in groups]
+        self.delays.extend(delays)
+        if self.on_indexed is not None:
+            self.on_indexed(delays)
+
+    def delay_percentiles(self) -> dict[str, float | None]:
+        """p50 and p95 of the searchable delay, in milliseconds, over the last 10,000 batches' groups."""
+        values = sorted(self.delays)
+        if not values:
+            return {"p50_ms": None, "p95_ms": None, "samples": 0}
+        pick = lambda q: values[min(len(values) - 1, int(q * len(values)))] * 1000
+        return {"p50_ms": round(pick(0.5), 2), "p95_ms": round(pick(0.95), 2), "samples": len(values)}

@@ -1,0 +1,39 @@
+"""From a key and a request to a storage scope: the tenant always comes from the key.
+
+Clients name the user, agent and conversation; the tenant is never theirs to choose, so
+every scope the service builds carries the key's tenant and no route can reach another
+tenant's data. A key limited to some users or agents refuses the others (403) and must
+name one of its users when it is limited.
+"""
+
+from __future__ import annotations
+
+from ..stores.base import Scope
+from .auth import Principal
+
+MAX_NAME = 200
+
+
+class Forbidden(PermissionError):
+    """The key may not act for this user or agent."""
+
+
+def check_name(value: str | None, field: str) -> str | None:
+    """A user, agent or conversation id: a non-empty string of at most 200 characters, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME or "\x00" in value:
+        raise ValueError(f"'{field}' must be a non-empty string of at most {MAX_NAME} characters without NUL")
+    return value
+
+
+def scope_for(principal: Principal, *, user_id: str | None = None, agent_id: str | None = None,
+              conversation_id: str | None = None) -> Scope:
+    """The scope a request of ``principal`` may touch: its own tenant, an allowed owner."""
+    check_name(user_id, "user_id")
+    check_name(agent_id, "agent_id")
+    check_name(conversation_id, "conversation_id")
+    for field, value, allowed in (("user_id", user_id, principal.users), ("agent_id", agent_id, principal.agents)):
+        if allowed is not None and value not in allowed:
+            raise Forbidden(f"this key may not act for {field} {value!r}; it is limited to {list(allowed)}")
+    return Scope(tenant=principal.tenant, user_id=user_id, agent_id=agent_id, session_id=conversation_id)

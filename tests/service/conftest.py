@@ -1,0 +1,55 @@
+"""The service under test: a real app over a real store of each backend, driven over ASGI (httpx)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+
+class Api:
+    """A running app, the keys of two tenants, and a client."""
+
+    def __init__(self, app, client) -> None:
+        self.app, self.client = app, client
+        self.service = app.state.service
+        self.store = self.service.store
+        self.key_a, _ = self.service.keys.create("tenant-a")
+        self.key_b, _ = self.service.keys.create("tenant-b")
+
+    def headers(self, key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"}
+
+    @property
+    def a(self) -> dict[str, str]:
+        return self.headers(self.key_a)
+
+    @property
+    def b(self) -> dict[str, str]:
+        return self.headers(self.key_b)
+
+
+@pytest.fixture
+def make_api(store_url, default_embedder):
+    from fastapi.testclient import TestClient
+
+    from fullrecall.service.app import create_app
+    from fullrecall.service.config import Settings
+
+    opened = []
+
+    def make(**settings) -> Api:
+        app = create_app(Settings(store=store_url, **settings), embedder=default_embedder)
+        client = TestClient(app, raise_server_exceptions=False)
+        client.__enter__()
+        opened.append(client)
+        return Api(app, client)
+
+    yield make
+    for client in opened:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def api(make_api) -> Api:
+    return make_api()

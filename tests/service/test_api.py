@@ -1,0 +1,141 @@
+"""The conversation, search, export/import, stats, metrics and limit routes, through HTTP, on every backend."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fullrecall.stores import Scope
+
+
+def _append(api, conv, messages, key=None, **params):
+    r = api.client.post(f"/v1/conversations/{conv}/messages", json={"messages": messages}, params=params,
+                        headers=api.headers(key or api.key_a))
+    assert r.status_code == 201, r.text
+    return r.json()["messages"]
+
+
+def test_append_is_durable_idempotent_and_ordered(api):
+    first = _append(api, "c", [{"role": "user", "content": "hi", "id": "u1"}, {"role": "assistant", "content": "hello"}])
+    assert [m["position"] for m in first] == [0, 1] and first[0]["id"] == "u1"
+    again = _append(api, "c", [{"role": "user", "content": "hi (retried)", "id": "u1"}])
+    assert again == [{"id": "u1", "position": 0}]
+    stored = api.store.get(Scope(tenant="tenant-a", session_id="c"), ["u1", first[1]["id"]])
+    assert [m.data["content"] for m in stored] == ["hi", "hello"]  # durable when acknowledged; first write wins
+    window = api.client.get("/v1/conversations/c/messages", headers=api.a).json()["messages"]
+    assert [m["message"] for m in window] == [{"role": "user", "content": "hi", "id": "u1"},
+                                              {"role": "assistant", "content": "hello"}]
+
+
+def test_concurrent_appends_all_land(api):
+    def writer(n):
+        for i in range(10):
+            _append(api, "shared", [{"role": "user", "content": f"w{n} m{i}", "id": f"w{n}-{i}"}])
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    exported = api.client.post("/v1/export", json={"conversation_id": "shared"}, headers=api.a).text.split("\n")
+    rows = [json.loads(x) for x in exported if x]
+    assert sorted(r["id"] for r in rows) == sorted(f"w{n}-{i}" for n in range(4) for i in range(10))
+    assert [r["position"] for r in rows] == list(range(40))
+
+
+def test_window_context_and_recall(make_api):
+    api = make_api(window_messages=4)
+    old = [{"role": "user", "content": "my locker code is 4471 at the gym"}, {"role": "assistant", "content": "noted"}]
+    filler = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"talk about weather number {i}"}
+              for i in range(6)]
+    _append(api, "c", old + filler + [{"role": "user", "content": "what is my locker code?"}])
+    api.service.indexer.flush()
+    window = api.client.get("/v1/conversations/c/messages", headers=api.a).json()["messages"]
+    assert [m["position"] for m in window] == [5, 6, 7, 8]
+    ctx = api.client.get("/v1/conversations/c/context", headers=api.a).json()
+    assert ctx["first_position"] == 5
+    assert 0 in [m["position"] for m in ctx["recalled"]]
+    last = ctx["messages"][-1]["content"]
+    assert "4471" in last and last.endswith("what is my locker code?")
+    small = api.client.get("/v1/conversations/c/context", params={"max_tokens": 20, "query": "weather"},
+                           headers=api.a).json()
+    assert 0 < len(small["messages"]) < 4
+    assert api.client.get("/v1/conversations/c/summaries", headers=api.a).json()["summaries"] == []
+
+
+def test_search_scores_ranges_and_filters(api):
+    _append(api, "c1", [{"role": "user", "content": "the invoice REF-48213 is overdue"},
+                        {"role": "assistant", "content": "I will chase it"}, {"role": "user", "content": "thanks"}])
+    _append(api, "c2", [{"role": "user", "content": "book a table for two"}], user_id="bob")
+    api.service.indexer.flush()
+    r = api.client.post("/v1/search", json={"query": "invoice REF-48213", "top_k": 2, "radius": 1}, headers=api.a)
+    hits = r.json()["hits"]
+    assert hits[0]["conversation_id"] == "c1" and hits[0]["position"] == 0
+    assert {"dense", "lexical", "fused"} <= set(hits[0]["scores"])
+    assert hits[0]["range"]["start"] == 0 and hits[0]["range"]["end"] == 1
+    assert all(h["user_id"] is None for h in hits)  # bob's conversation is not the default owner's
+    bob = api.client.post("/v1/search", json={"query": "table", "scope": {"user_id": "bob"}}, headers=api.a).json()
+    assert [h["conversation_id"] for h in bob["hits"]] == ["c2"]
+    only = api.client.post("/v1/search", json={"query": "invoice chase", "filters": {"roles": ["assistant"]}},
+                           headers=api.a).json()["hits"]
+    assert only and all(h["role"] == "assistant" for h in only)
+
+
+@settings(max_examples=10, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=30),
+                      min_size=1, max_size=5))
+def test_export_import_round_trip(api, texts):
+    conv = f"c-{uuid.uuid4().hex}"  # the app is shared by the examples; each its own conversation
+    msgs = [{"role": "user", "content": t} for t in texts]
+    _append(api, conv, msgs)
+    exported = api.client.post("/v1/export", json={"conversation_id": conv}, headers=api.a).text
+    r = api.client.post("/v1/import", content=exported.encode(), headers={**api.b, "content-type": "application/x-ndjson"})
+    assert r.json() == {"conversations": 1, "messages": len(texts)}
+    again = api.client.post("/v1/import", content=exported.encode(), headers=api.b)  # idempotent
+    assert again.status_code == 200
+    back = [json.loads(x) for x in api.client.post("/v1/export", json={"conversation_id": conv}, headers=api.b
+                                                   ).text.split("\n") if x]
+    assert [b["message"] for b in back] == msgs
+
+
+def test_forget_stats_and_metrics(make_api):
+    api = make_api(rate_limit=5, burst=5)
+    admin, _ = api.service.keys.create("admin")
+    _append(api, "c", [{"role": "user", "content": "one"}, {"role": "user", "content": "two"}])
+    api.service.indexer.flush()
+    stats = api.client.get("/v1/stats", headers=api.a).json()
+    assert stats["store"]["message_count"] == 2 and stats["embedding_queue"] == 0
+    assert stats["searchable_delay"]["samples"] >= 1
+    deleted = api.client.delete("/v1/conversations/c", headers=api.a).json()["deleted"]
+    assert deleted["messages"] == 2 and deleted["vectors"] == 2
+    assert api.client.get("/v1/conversations/c/messages", headers=api.a).status_code == 404
+    codes = [api.client.get("/v1/stats", headers=api.a).status_code for _ in range(8)]
+    assert 429 in codes
+    text = api.client.get("/metrics", headers=api.headers(admin)).text
+    assert 'fullrecall_requests_total{method="POST",route="/v1/conversations/{conversation_id}/messages"' in text
+    assert 'tenant="tenant-a"' in text and "fullrecall_searchable_delay_seconds_count" in text
+    assert api.client.get("/healthz").json() == {"status": "ok"}
+    assert api.client.get("/readyz").status_code == 200
+
+
+def test_embeddings_lost_in_a_crash_are_caught_up(store_url, default_embedder):
+    from fullrecall.service.conversations import Conversations
+    from fullrecall.service.indexer import Indexer
+    from fullrecall.stores import open_store
+
+    store = open_store(store_url)
+    scope = Scope(tenant="t", session_id="c")
+    dead = Indexer(store, default_embedder)
+    dead.close()  # its queue is never processed again: like a process killed after the commit
+    lost = Conversations(store, dead).append(scope, [{"role": "user", "content": f"m{i}"} for i in range(5)])
+    assert store.get_vectors(scope, [m["id"] for m in lost]) == {}
+    indexer = Indexer(store, default_embedder)  # the next process
+    Conversations(store, indexer).append(scope, [{"role": "user", "content": "one more"}])
+    assert indexer.flush()
+    assert set(store.get_vectors(scope, [m["id"] for m in lost])) == {m["id"] for m in lost}
+    indexer.close()
+    store.close()

@@ -1,0 +1,95 @@
+"""Bad input on every route: a 4xx with a JSON error naming the field, never a 500, nothing partially written."""
+
+from __future__ import annotations
+
+import pytest
+
+from fullrecall.stores import Scope
+
+GOOD = {"role": "user", "content": "fine"}
+SCOPE = Scope(tenant="tenant-a", session_id="c")
+
+BAD_APPENDS = [
+    ({}, "messages"),  # missing field
+    ({"messages": []}, "messages"),
+    ({"messages": "hello"}, "messages"),  # wrong type
+    ({"messages": [GOOD, 7]}, "messages"),
+    ({"messages": [GOOD, {"content": "no role"}]}, "message 1"),
+    ({"messages": [GOOD, {"role": "user", "content": 5}]}, "message 1"),
+    ({"messages": [GOOD, {"role": "user", "content": "nul \u0000 here"}]}, "NUL"),
+    ({"messages": [GOOD, {"role": "tool", "tool_call_id": "t9", "content": "orphan result"}]}, "t9"),
+    ({"messages": [GOOD, {"role": "user", "content": "x", "id": 5}]}, "'id'"),
+    ({"messages": [GOOD], "extra": 1}, "extra"),
+]
+
+
+def _error(r, status_range=(400, 499)) -> dict:
+    assert status_range[0] <= r.status_code <= status_range[1], (r.status_code, r.text)
+    body = r.json()["error"]
+    assert body["message"] and body["type"]
+    return body
+
+
+@pytest.mark.parametrize("body, names", BAD_APPENDS)
+def test_bad_appends_write_nothing(api, body, names):
+    r = api.client.post("/v1/conversations/c/messages", json=body, headers=api.a)
+    error = _error(r)
+    assert names in error["message"] or names == error["field"], error
+    assert api.store.count(SCOPE) == 0
+
+
+def test_bad_bytes_and_sizes(make_api):
+    api = make_api(max_body_bytes=4096)
+    url = "/v1/conversations/c/messages"
+    h = {**api.a, "content-type": "application/json"}
+    for raw in (b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', b'{"messages": [', b"\x00\x01", b""):
+        assert _error(api.client.post(url, content=raw, headers=h))["field"] in ("body", "messages")
+    huge = {"messages": [{"role": "user", "content": "x" * 10_000}]}
+    assert _error(api.client.post(url, json=huge, headers=api.a))["type"] == "too_large"
+
+    def chunks():  # no Content-Length: the limit is counted as the body arrives
+        for _ in range(10):
+            yield b"x" * 1000
+
+    assert api.client.post(url, content=chunks(), headers=h).status_code == 413
+    assert api.store.count(SCOPE) == 0
+    # a valid append still works afterwards, and the tool pair across requests is accepted
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "t1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    assert api.client.post(url, json={"messages": [GOOD, call]}, headers=api.a).status_code == 201
+    result = {"role": "tool", "tool_call_id": "t1", "content": "42"}
+    assert api.client.post(url, json={"messages": [result]}, headers=api.a).status_code == 201
+    assert api.store.count(SCOPE) == 3
+
+
+def test_every_other_route(api):
+    assert api.client.post("/v1/conversations/c/messages", json={"messages": [GOOD]}, headers=api.a).status_code == 201
+    h = api.a
+    cases = [
+        ("GET", "/v1/conversations/c/context", {"params": {"max_tokens": "lots"}}, "max_tokens"),
+        ("GET", "/v1/conversations/c/context", {"params": {"max_tokens": 0}}, "max_tokens"),
+        ("GET", "/v1/conversations/c/context", {"params": {"query": "a\x00b"}}, "query"),
+        ("GET", "/v1/conversations/c/messages", {"params": {"user_id": "x" * 500}}, "user_id"),
+        ("GET", "/v1/conversations/a%00b/messages", {}, "conversation_id"),
+        ("GET", "/v1/summaries/not-a-summary/messages", {}, None),
+        ("POST", "/v1/search", {"json": {}}, "query"),
+        ("POST", "/v1/search", {"json": {"query": ""}}, "query"),
+        ("POST", "/v1/search", {"json": {"query": "x", "top_k": "many"}}, "top_k"),
+        ("POST", "/v1/search", {"json": {"query": "x", "top_k": 0}}, "top_k"),
+        ("POST", "/v1/search", {"json": {"query": "x", "scope": {"tenant": "tenant-b"}}}, "scope.tenant"),
+        ("POST", "/v1/search", {"json": {"query": "x", "filters": {"roles": "user"}}}, "filters.roles"),
+        ("POST", "/v1/search", {"json": {"query": "x\x00"}}, "query"),
+        ("POST", "/v1/export", {"json": {"conversation_id": 3}}, "conversation_id"),
+        ("POST", "/v1/import", {"content": b"\xff\xfe"}, None),
+        ("POST", "/v1/import", {"content": b'{"conversation_id": "d"}\nnot json'}, None),
+        ("POST", "/v1/import", {"content": b'{"conversation_id": "d", "message": {"role": "user", "content": "ok"}}\n'
+                                           b'{"conversation_id": "e", "message": {"role": "tool", "content": "x"}}'},
+         None),
+        ("GET", "/v1/stats", {"params": {"everyone": "perhaps"}}, "everyone"),
+    ]
+    for method, url, kwargs, field in cases:
+        error = _error(api.client.request(method, url, headers=h, **kwargs))
+        if field:
+            assert field == error["field"] or field in error["message"], (url, kwargs, error)
+    assert api.store.count(Scope(tenant="tenant-a", session_id="d")) == 0  # the import wrote nothing
+    assert api.store.count(SCOPE) == 1

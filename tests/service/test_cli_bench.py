@@ -1,0 +1,56 @@
+"""``fullrecall keys`` and ``fullrecall bench serve`` (a small configuration of the shipped load test)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fullrecall.cli.main import main
+from fullrecall.service.auth import KeyStore
+from fullrecall.stores import open_store
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def test_keys_create_list_revoke(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    assert main(["keys", "create", "--tenant", "acme", "--users", "u1,u2", "--store", url]) == 0
+    key = capsys.readouterr().out.strip().splitlines()[-1]  # the key alone on the last line
+    store = open_store(url)
+    principal = KeyStore(store).verify(key)
+    assert principal.tenant == "acme" and principal.users == ("u1", "u2") and principal.agents is None
+    assert main(["keys", "create", "--tenant", "acme", "--store", url, "--json"]) == 0
+    created = json.loads(capsys.readouterr().out)
+    assert set(created) >= {"key", "tenant", "id"} and KeyStore(store).verify(created["key"]).key_id == created["id"]
+    assert main(["keys", "list", "--store", url, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert len(listed) == 2 and key not in json.dumps(listed)
+    assert main(["keys", "revoke", created["id"], "--store", url]) == 0
+    assert KeyStore(store).verify(created["key"]) is None
+    assert main(["keys", "create", "--tenant", "__keys__", "--store", url]) == 2
+    store.close()
+
+
+def test_keys_create_from_the_environment(tmp_path):
+    env = {**os.environ, "PYTHONPATH": SRC, "FULLRECALL_STORE": f"sqlite:///{tmp_path / 'e.db'}"}
+    out = subprocess.run([sys.executable, "-m", "fullrecall", "keys", "create", "--tenant", "t"], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1].startswith("fr_")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend, servers", [("sqlite", 1), ("postgres", 2)])
+def test_bench_serve_small(store_url, servers, capsys):
+    """Two server processes share one PostgreSQL: every count still checks out."""
+    code = main(["bench", "serve", "--store", store_url, "--servers", str(servers), "--clients", "6", "--messages", "6",
+                 "--searches", "2", "--json"])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and result["ok"]
+    assert (result["lost"], result["duplicated"], result["cross_tenant"]) == (0, 0, 0)
+    assert result["appends"] == 36 and result["searches"] == 12
+    assert result["append_ms"]["p50"] > 0 and result["searchable_delay_ms"]["p95_ms"] is not None

@@ -1,0 +1,135 @@
+"""No key reaches another tenant's data: a matrix over every route of the OpenAPI schema.
+
+For every route, a key of tenant B uses tenant A's conversation, summary and message ids.
+A route that names an id answers 404 (never 403: ids are not confirmed); a route that
+writes under a client-chosen id writes into B's own tenant and leaves A untouched; a
+tenant-wide route (search, stats, export, import) sees only B's data. A route added later
+that this table does not classify fails the test, so it gets a tenant check before it ships.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fullrecall.stores import Scope
+
+SECRET = "zanzibar quokka hovercraft"  # words only tenant A's conversation holds
+
+# (method, path) -> how the matrix checks it
+ID_ROUTES = {
+    ("GET", "/v1/conversations/{conversation_id}/messages"),
+    ("GET", "/v1/conversations/{conversation_id}/context"),
+    ("GET", "/v1/conversations/{conversation_id}/summaries"),
+    ("DELETE", "/v1/conversations/{conversation_id}"),
+    ("GET", "/v1/summaries/{summary_id}/messages"),
+}
+WRITE_UNDER_ID = {("POST", "/v1/conversations/{conversation_id}/messages")}
+TENANT_WIDE = {("POST", "/v1/search"), ("GET", "/v1/stats"), ("POST", "/v1/export"), ("POST", "/v1/import"),
+               ("GET", "/metrics")}
+PUBLIC = {("GET", "/healthz"), ("GET", "/readyz")}
+
+
+def _routes(api) -> set[tuple[str, str]]:
+    schema = api.client.get("/openapi.json").json()
+    return {(method.upper(), path) for path, ops in schema["paths"].items() for method in ops}
+
+
+def _seed_a(api) -> dict[str, str]:
+    """Tenant A's conversation (with a summary), as a client of A sees it."""
+    msgs = [{"role": "user", "content": f"remember {SECRET}", "id": "a-0"},
+            {"role": "assistant", "content": "I will remember it", "id": "a-1"},
+            {"role": "user", "content": "thanks", "id": "a-2"}]
+    r = api.client.post("/v1/conversations/conv-a/messages", json={"messages": msgs}, headers=api.a)
+    assert r.status_code == 201, r.text
+    # a summarizing manager on the same store records its summaries like this (Archive._save_summary)
+    scope = Scope(tenant="tenant-a", session_id="conv-a")
+    api.store.put_state(scope, "summaries", {"items": [
+        {"id": "summary-1", "text": "they talked", "covers": [0, 1], "folds": None, "created_at": 0.0}]})
+    api.service.indexer.flush()
+    summaries = api.client.get("/v1/conversations/conv-a/summaries", headers=api.a).json()["summaries"]
+    assert len(summaries) == 1
+    expanded = api.client.get(f"/v1/summaries/{summaries[0]['id']}/messages", headers=api.a).json()["messages"]
+    assert [m["id"] for m in expanded] == ["a-0", "a-1"]
+    return {"conversation_id": "conv-a", "summary_id": summaries[0]["id"], "message_id": "a-0"}
+
+
+def _a_unchanged(api, before: dict) -> None:
+    assert api.client.get("/v1/conversations/conv-a/messages", headers=api.a).json() == before
+    assert api.store.count(Scope(tenant="tenant-a", session_id="conv-a")) == 3
+
+
+def test_every_route_keeps_tenants_apart(api):
+    routes = _routes(api)
+    unclassified = routes - ID_ROUTES - WRITE_UNDER_ID - TENANT_WIDE - PUBLIC
+    assert not unclassified, f"routes without a tenant check in this matrix: {sorted(unclassified)}"
+    ids = _seed_a(api)
+    before = api.client.get("/v1/conversations/conv-a/messages", headers=api.a).json()
+    for method, path in sorted(routes - PUBLIC):
+        # without a key, or with a wrong one: 401
+        url = path.format(**ids)
+        assert api.client.request(method, url).status_code == 401, (method, path)
+        assert api.client.request(method, url, headers=api.headers("fr_nope_nope")).status_code == 401
+        if (method, path) in ID_ROUTES:
+            for owner in ({}, {"user_id": "u1"}):  # whoever B claims to act for
+                r = api.client.request(method, url, params={**owner, "query": SECRET} if "context" in path else owner,
+                                       headers=api.b)
+                assert r.status_code == 404, (method, path, r.status_code, r.text)
+                assert SECRET not in r.text
+    # writing under A's conversation id lands in B's tenant and changes nothing of A's
+    r = api.client.post("/v1/conversations/conv-a/messages", json={"messages": [
+        {"role": "user", "content": "b writes here", "id": "a-0"}]}, headers=api.b)
+    assert r.status_code == 201 and r.json()["messages"] == [{"id": "a-0", "position": 0}]
+    b_window = api.client.get("/v1/conversations/conv-a/messages", headers=api.b).json()["messages"]
+    assert [m["message"]["content"] for m in b_window] == ["b writes here"]
+    _a_unchanged(api, before)
+    # tenant-wide routes see only B's data
+    api.service.indexer.flush()
+    for query in (SECRET, "remember", "thanks"):
+        hits = api.client.post("/v1/search", json={"query": query, "top_k": 50}, headers=api.b).json()["hits"]
+        assert all(h["message"]["content"] == "b writes here" for h in hits), hits
+    stats = api.client.get("/v1/stats", headers=api.b).json()
+    assert stats["tenant"] == "tenant-b" and stats["store"]["message_count"] == 1
+    assert api.client.get("/v1/stats", params={"everyone": True}, headers=api.b).json()["store"]["message_count"] == 1
+    exported = api.client.post("/v1/export", json={}, headers=api.b).text
+    assert SECRET not in exported and len(exported.strip().split("\n")) == 1
+    assert api.client.post("/v1/export", json={"conversation_id": "conv-x"}, headers=api.b).status_code == 404
+    line = json.dumps({"conversation_id": "conv-a", "id": "a-9", "message": {"role": "user", "content": "imported"}})
+    r = api.client.post("/v1/import", content=line, headers={**api.b, "content-type": "application/x-ndjson"})
+    assert r.status_code == 200 and r.json()["messages"] == 1
+    _a_unchanged(api, before)
+    assert api.client.get("/metrics", headers=api.b).status_code == 404  # it names every tenant
+    # and A, deleting its conversation, deletes nothing of B's
+    assert api.client.delete("/v1/conversations/conv-a", headers=api.a).json()["deleted"]["messages"] == 3
+    assert len(api.client.get("/v1/conversations/conv-a/messages", headers=api.b).json()["messages"]) == 2
+
+
+def test_a_key_limited_to_users_acts_for_them_only(api):
+    key, _ = api.service.keys.create("tenant-a", users=["alice"])
+    h = api.headers(key)
+    msg = {"messages": [{"role": "user", "content": "hello"}]}
+    assert api.client.post("/v1/conversations/c/messages", params={"user_id": "alice"}, json=msg, headers=h
+                           ).status_code == 201
+    for params in ({"user_id": "bob"}, {}):
+        r = api.client.post("/v1/conversations/c/messages", params=params, json=msg, headers=h)
+        assert r.status_code == 403 and r.json()["error"]["type"] == "forbidden"
+        assert api.client.get("/v1/conversations/c/messages", params=params, headers=h).status_code == 403
+    assert api.client.post("/v1/search", json={"query": "hello", "scope": {"user_id": "bob"}}, headers=h
+                           ).status_code == 403
+    assert api.client.get("/v1/stats", params={"everyone": True}, headers=h).status_code == 403
+    # the conversation is alice's: her default-owner twin does not exist
+    assert api.client.get("/v1/conversations/c/messages", headers=api.a).status_code == 404
+
+
+def test_revoked_and_reserved(api):
+    key, p = api.service.keys.create("tenant-c")
+    h = api.headers(key)
+    assert api.client.get("/v1/stats", headers=h).status_code == 200
+    assert [k["id"] for k in api.service.keys.list("tenant-c")] == [p.key_id]
+    assert key not in json.dumps(api.service.keys.list()) and key.split("_", 2)[2] not in str(api.store.get_records(
+        Scope(tenant="__keys__"), "api-keys"))
+    assert api.service.keys.revoke(p.key_id)
+    assert api.client.get("/v1/stats", headers=h).status_code == 401
+    with pytest.raises(ValueError, match="tenant"):
+        api.service.keys.create("__keys__")
