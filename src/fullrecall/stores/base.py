@@ -65,7 +65,7 @@ class Scope:
     tenant: str = DEFAULT_TENANT
     user_id: str | AnyOwner | None = None
     agent_id: str | AnyOwner | None = None
-    session_id: str | AnyOwner | None = None
+    session_id: str | None = None  # ANY is accepted too, and means the same as None
 
     def __post_init__(self) -> None:
         from ._validate import check_scope
