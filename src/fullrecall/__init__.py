@@ -7,7 +7,7 @@ and pulls in no optional dependency.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
@@ -63,8 +63,56 @@ _EXPORTS = {
     # stores
     "Store": "fullrecall.stores",
     "Scope": "fullrecall.stores",
+    "ANY": "fullrecall.stores",
+    "Hit": "fullrecall.stores",
+    "StoredMessage": "fullrecall.stores",
     "open_store": "fullrecall.stores",
 }
+
+if TYPE_CHECKING:  # editors and type checkers see every lazy export (tests/test_exports.py keeps this in step)
+    from .archive import Archive, SemanticMemoryHook, SemanticSummarizingConversationManager
+    from .embeddings import Embedder, load_embedder
+    from .errors import (
+        ArchiveError,
+        ContextWindowOverflowError,
+        EmbeddingError,
+        FullRecallError,
+        InvalidInput,
+        MemoryInputError,
+        MessageFormatError,
+        StoreError,
+        SummarizationError,
+    )
+    from .memory.conversation import ConversationMemory
+    from .memory.facts import Fact, FactMemory
+    from .memory.persistent import MemoryHit, PersistentMemory
+    from .memory.procedural import ProceduralMemory
+    from .memory.tools import MemoryTools
+    from .messages import (
+        Message,
+        OpaqueBlock,
+        TextBlock,
+        ToolResultBlock,
+        ToolUseBlock,
+        parse_messages,
+        render_messages,
+    )
+    from .search import SearchHit, SemanticSearch
+    from .stores import ANY, Hit, Scope, Store, StoredMessage, open_store
+    from .tokens import (
+        EstimatingTokenCounter,
+        HuggingFaceTokenCounter,
+        TiktokenCounter,
+        TokenCounter,
+        default_token_counter,
+    )
+    from .window import (
+        ConversationManager,
+        NullConversationManager,
+        RemovedMessages,
+        SlidingWindowConversationManager,
+        SummarizingConversationManager,
+    )
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
