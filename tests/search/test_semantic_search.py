@@ -182,3 +182,20 @@ def test_tiny_archive_is_ranked_by_meaning_when_bm25_has_nothing_to_say(search):
                metadata=[{"speaker": "Ann"}, {"speaker": "Ann"}])
     assert search.search("Which pet did Ann get?", top_k=1)[0].text == "I adopted a grey cat called Miso."
     assert search.search("What was the order reference?", top_k=1)[0].text == "My order number is REF-48213."
+
+
+def test_question_facets_prefer_the_named_speaker_and_dated_turns(default_embedder):
+    texts = ["I finally went hiking in the Dolomites.", "I finally went hiking in the Dolomites.",
+             "We went hiking in the Dolomites last August.", "The Dolomites are lovely for hiking."]
+    meta = [{"speaker": "Ann"}, {"speaker": "Bob"}, {"speaker": "Cy"}, {"speaker": "Cy"}]
+    with SemanticSearch(default_embedder) as s:
+        s.add(texts, ids=["ann", "bob", "dated", "plain"], metadata=meta)
+        for name in ("Ann", "Bob"):
+            hits = s.search(f"Did {name} go hiking in the Dolomites?", top_k=2)
+            assert hits[0].id == name.lower() and hits[0].scores["boost"] == s.speaker_boost
+            assert "boost" not in hits[1].scores
+        when = s.search("When did Cy go hiking in the Dolomites?", top_k=4)
+        assert when[0].id == "dated" and when[0].scores["boost"] == s.speaker_boost + s.date_boost
+    with SemanticSearch(default_embedder, speaker_boost=0, date_boost=0) as plain:
+        plain.add(texts, ids=["ann", "bob", "dated", "plain"], metadata=meta)
+        assert all("boost" not in h.scores for h in plain.search("When did Cy go hiking?", top_k=4))

@@ -92,6 +92,7 @@ class SemanticMemoryHook:
                 radius=manager.message_context_radius, radius_hits=self.radius_hits,
                 pair_questions=self.pair_questions, before=manager.first_active_position,
                 min_score=manager.semantic_search_min_score,
+                spread=manager.message_context_radius if self.radius_hits else 0,
             )
         except Exception as exc:  # noqa: BLE001 - recall is an extra: the turn goes on without it
             self.last_error = exc

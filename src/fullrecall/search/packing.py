@@ -37,13 +37,18 @@ class Packed:
         return [m.position for m in self.messages if m.position is not None]
 
 
-def is_question(message: StoredMessage | None) -> bool:
-    """A turn that asks something: its own words end with (or hold) a question mark."""
-    if message is None:
-        return False
+SHORT_REPLY = 80  # characters: a reply this short means little without the question it answers
+
+
+def own_text(message: StoredMessage) -> str:
+    """The message's own words (``data["text"]`` when there, else the indexed text)."""
     text = message.data.get("text") if isinstance(message.data, dict) else None
-    text = text if isinstance(text, str) else message.text
-    return "?" in text.rstrip()[-160:]
+    return text if isinstance(text, str) else message.text
+
+
+def is_question(message: StoredMessage | None) -> bool:
+    """A turn that asks something: a question mark in its last sentence or so."""
+    return message is not None and "?" in own_text(message).rstrip()[-160:]
 
 
 def paying_neighbours(hit: StoredMessage, around: Mapping[int, StoredMessage]) -> list[StoredMessage]:
@@ -53,7 +58,7 @@ def paying_neighbours(hit: StoredMessage, around: Mapping[int, StoredMessage]) -
         return []
     out = []
     before, after = around.get(p - 1), around.get(p + 1)
-    if before is not None and before.role != hit.role and is_question(before):
+    if before is not None and before.role != hit.role and is_question(before) and len(own_text(hit)) <= SHORT_REPLY:
         out.append(before)
     if after is not None and after.role != hit.role and is_question(hit):
         out.append(after)
@@ -110,10 +115,9 @@ def pack(
     for i, hit in enumerate(hits):
         if hit.position is None:
             continue
-        if hit.position not in chosen:
-            if not take(hit):
-                continue
-            hit_positions.append(hit.position)
+        if hit.position not in chosen and not take(hit):
+            continue
+        hit_positions.append(hit.position)
         extra = paying_neighbours(hit, around) if pair_questions else []
         if i < radius_hits and radius > 0:
             near = sorted(

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..stores._common import filters_match
 from ..stores.base import Filters, Scope, Store, StoredMessage
+from .facets import DATE_BOOST, SPEAKER_BOOST, boost, query_facets
 from .fusion import LEXICAL_WEIGHT, NEIGHBOUR_WEIGHT, Candidate, fuse, rrf, spread_out
 from .terms import index_text, query_terms
 
@@ -140,6 +141,9 @@ class SemanticSearch:
         neighbour_weight: float = NEIGHBOUR_WEIGHT,
         rerank_depth: int = 20,
         fusion: str = "weighted",
+        speaker_boost: float = SPEAKER_BOOST,
+        date_boost: float = DATE_BOOST,
+        facet_depth: int = 30,
     ) -> None:
         from ..embeddings import load_embedder, load_reranker
 
@@ -161,6 +165,9 @@ class SemanticSearch:
         if fusion not in ("weighted", "rrf"):
             raise ValueError(f"fusion must be 'weighted' or 'rrf', not {fusion!r}")
         self.fusion = fusion
+        self.speaker_boost = speaker_boost
+        self.date_boost = date_boost
+        self.facet_depth = facet_depth
         self._checked_space = False
         self._keys: dict[str, tuple[str, int]] = {}  # id -> (session, position)
         self._ids: dict[tuple[str, int], str] = {}  # (session, position) -> id
@@ -302,6 +309,7 @@ class SemanticSearch:
                 dense, lexical, ids,
                 lexical_weight=self.lexical_weight, neighbour_weight=self.neighbour_weight,
             )
+        ranked = self._apply_facets(query, ranked, scope)
         depth = max(k, self.rerank_depth) if self.reranker is not None else k
         chosen = spread_out(ranked, depth, spread, resolve=lambda c: self._resolve(scope, c, filters))
         found = {m.id: m for m in self.store.get(scope, [c.id for c in chosen])}
@@ -313,6 +321,21 @@ class SemanticSearch:
                 h.score = float(s)
             hits.sort(key=lambda h: -h.score)
         return [h for h in hits if h.score >= threshold][:k]
+
+    def _apply_facets(self, query: str, ranked: list[Candidate], scope: Scope) -> list[Candidate]:
+        """Add the question's facet boosts (speaker, date: see :mod:`.facets`) to the best ``facet_depth``."""
+        facets = query_facets(query)
+        if not facets or self.facet_depth <= 0 or not (self.speaker_boost or self.date_boost):
+            return ranked
+        head = [c for c in ranked[: self.facet_depth] if c.id is not None]
+        found = {m.id: m for m in self.store.get(scope, [c.id for c in head])}
+        for c in head:
+            m = found.get(c.id)
+            if m is not None:
+                c.boost = boost(facets, m, _verbatim_text(m), speaker_boost=self.speaker_boost,
+                                date_boost=self.date_boost)
+                c.fused += c.boost
+        return sorted(ranked, key=lambda c: (-c.fused, c.key))
 
     def messages_at(self, positions: Sequence[int], session_id: str | None = None) -> list[StoredMessage]:
         """Archived messages at these positions of one session (default: the scope's), in order.
@@ -374,6 +397,8 @@ class SemanticSearch:
         scores = {"lexical": c.lexical, "fused": c.fused}
         if c.dense is not None:
             scores["dense"] = c.dense
+        if c.boost:
+            scores["boost"] = c.boost
         return SearchHit(id=m.id, text=_verbatim_text(m), metadata=dict(m.metadata), score=c.fused, scores=scores, message=m)
 
     def close(self) -> None:
