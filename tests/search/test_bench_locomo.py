@@ -58,6 +58,7 @@ def test_json_report(tmp_path, capsys):
     assert r["evidence_split"] == 1 and r["evidence_skipped"] == 1 and r["questions_without_evidence"] == 1
     assert r["index_messages_per_s"] > 0 and r["query_ms"]["p50"] > 0
     assert r["query_ms_at_scale"]["messages"] == 50
+    assert r["query_ms_at_scale"]["hook_500_p50"] > 0 and r["query_ms_at_scale"]["embed_p50"] > 0
     assert r["radius_turns"]["10"] <= 7
     # what reaches the model: 7 short turns fit in every budget but the smallest
     budgets = {"250", "500", "1000", "2000"}

@@ -354,13 +354,28 @@ def _scale_latency(embedder: Any, samples: list[dict[str, Any]], args: argparse.
     questions = [qa["question"] for s in samples for qa in s.get("qa", []) if str(qa.get("category")) in HEADLINE_CATEGORIES]
     for q in questions[:20]:  # warm caches (vector matrix, SQLite pages)
         recall_context(search, q, max(KS), args.radius, not args.no_spread)
-    times = []
+    from ..archive.recall import format_context, packed_recall
+
+    delivery = Delivery(args)
+    times, packed_times, embed_times = [], [], []
     for q in questions:
         t0 = time.perf_counter()
         recall_context(search, q, max(KS), args.radius, not args.no_spread)
-        times.append((time.perf_counter() - t0) * 1000)
+        t1 = time.perf_counter()
+        _, packed = packed_recall(search, q, (500,), lambda m: delivery.tokens(m)[1:], depth=500 // 20 + 2,
+                                  radius=args.radius, radius_hits=args.radius_hits,
+                                  pair_questions=not args.no_pair_questions)
+        format_context(q, packed.messages)
+        t2 = time.perf_counter()
+        search.embed_query(q)
+        t3 = time.perf_counter()
+        times.append((t1 - t0) * 1000)
+        packed_times.append((t2 - t1) * 1000)
+        embed_times.append((t3 - t2) * 1000)
     search.close()
-    return {"messages": n, "queries": len(times), "p50": _pct(times, 0.5), "p95": _pct(times, 0.95)}
+    return {"messages": n, "queries": len(times), "p50": _pct(times, 0.5), "p95": _pct(times, 0.95),
+            "hook_500_p50": _pct(packed_times, 0.5), "hook_500_p95": _pct(packed_times, 0.95),
+            "embed_p50": _pct(embed_times, 0.5)}
 
 
 def _print_table(r: dict[str, Any]) -> None:
@@ -382,6 +397,8 @@ def _print_table(r: dict[str, Any]) -> None:
           f"p50 {r['query_ms']['p50']} ms, p95 {r['query_ms']['p95']} ms")
     if "query_ms_at_scale" in r:
         s = r["query_ms_at_scale"]
-        print(f"at {s['messages']} messages: p50 {s['p50']} ms, p95 {s['p95']} ms")
+        print(f"at {s['messages']} messages: p50 {s['p50']} ms, p95 {s['p95']} ms; the hook at 500 tokens "
+              f"(search + pack + format) p50 {s['hook_500_p50']} ms, p95 {s['hook_500_p95']} ms; "
+              f"embedding the question alone p50 {s['embed_p50']} ms")
     print(f"evidence ids split {r['evidence_split']}, skipped {r['evidence_skipped']}; "
           f"questions without evidence {r['questions_without_evidence']}")
