@@ -172,13 +172,20 @@ class Delivery:
             hits = search.search(question, top_k=3, spread=self.radius)
             options = {"radius": self.radius, "radius_hits": 3, "pair_questions": False}
         else:
-            hits = search.search(question, top_k=max(BUDGETS) // 20 + 2)
             options = {"radius": self.radius, "radius_hits": self.radius_hits, "pair_questions": self.pair_questions}
+        searched: dict[int, list[Any]] = {}
+
+        def hits_for(depth: int) -> list[Any]:  # the search the hook runs (the candidate pool grows with depth)
+            if self.seed:
+                return hits
+            if depth not in searched:
+                searched[depth] = search.search(question, top_k=depth)
+            return searched[depth]
+
         for b in BUDGETS:
-            depth = len(hits) if self.seed else b // 20 + 2  # as SemanticMemoryHook.hit_depth
-            out[f"tokens@{b}"] = pack_hits(search, hits[:depth], (b,), lambda m: self.tokens(m)[1:], **options)
+            out[f"tokens@{b}"] = pack_hits(search, hits_for(b // 20 + 2), (b,), lambda m: self.tokens(m)[1:], **options)
         for t in TURNS:
-            out[f"turns@{t}"] = pack_hits(search, hits if self.seed else hits[:t], (t,), self.turns, **options)
+            out[f"turns@{t}"] = pack_hits(search, hits_for(t), (t,), self.turns, **options)
         return out
 
 
