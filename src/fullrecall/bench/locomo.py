@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lexical-weight", type=float, default=None)
     parser.add_argument("--neighbour-weight", type=float, default=None)
     parser.add_argument("--candidates", type=int, default=None)
-    parser.add_argument("--speaker-boost", type=float, default=None, help="boost for turns of a person the question names")
+    parser.add_argument("--speaker-boost", type=float, default=None, help="boost for turns of a person named")
     parser.add_argument("--date-boost", type=float, default=None, help="boost for dated turns on 'when' questions")
     parser.add_argument("--facet-depth", type=int, default=None, help="how many of the best candidates facets rescore")
     parser.add_argument("--radius", type=int, default=2, help="context radius around each hit")
