@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from ..stores.base import StoredMessage
+from .terms import STOPWORDS
 
 SPEAKER_BOOST = 0.1
 DATE_BOOST = 0.1
@@ -39,7 +40,7 @@ DATE_WORDS = re.compile(
 class Facets:
     """What the question says about whom and when."""
 
-    names: frozenset[str] = frozenset()  # lower-cased capitalised words, possessives stripped
+    names: frozenset[str] = frozenset()  # lower-cased capitalised words (not stopwords), possessives stripped
     wants_date: bool = False
 
     def __bool__(self) -> bool:
@@ -51,7 +52,7 @@ def query_facets(question: str) -> Facets:
     names = set()
     for word in _NAME.findall(question):
         word = re.sub(r"['\u2019]s$", "", word).lower()
-        if len(word) > 1:
+        if len(word) > 1 and word not in STOPWORDS:  # "What", "When" open a question, they name nobody
             names.add(word)
     return Facets(frozenset(names), bool(_WHEN.search(question)))
 
