@@ -58,7 +58,31 @@ def test_json_report(tmp_path, capsys):
     assert r["evidence_split"] == 1 and r["evidence_skipped"] == 1 and r["questions_without_evidence"] == 1
     assert r["index_messages_per_s"] > 0 and r["query_ms"]["p50"] > 0
     assert r["query_ms_at_scale"]["messages"] == 50
+    assert r["query_ms_at_scale"]["hook_500_p50"] > 0 and r["query_ms_at_scale"]["embed_p50"] > 0
     assert r["radius_turns"]["10"] <= 7
+    # what reaches the model: 7 short turns fit in every budget but the smallest
+    budgets = {"250", "500", "1000", "2000"}
+    for part in (r, *r["by_category"].values()):
+        assert set(part["delivered_recall"]) == set(part["delivered_tokens"]) == budgets
+        assert set(part["recall_at_turns"]) == {"10", "25", "50"}
+        assert all(0 < part["delivered_tokens"][b] <= int(b) for b in budgets)
+    assert r["delivered_recall"]["2000"] == r["recall_at_turns"]["10"] == 1.0
+    assert r["packing"] == {"mode": "budget", "radius_hits": 0, "pair_questions": True, "tokenizer": "estimate"}
+
+
+def test_delivered_recall_of_the_seed_hook_and_a_tight_budget(tmp_path, capsys):
+    seed = _run(tmp_path, capsys, "--scale", "0", "--packing", "seed")
+    assert seed["packing"]["mode"] == "seed"
+    # top 3 hits with radius 2 cover at most 7 turns here: the whole conversation
+    assert seed["delivered_recall"]["2000"] == 1.0 and seed["delivered_tokens"]["2000"] < 2000
+    budget = _run(tmp_path, capsys, "--scale", "0", "--no-pair-questions")
+    assert budget["packing"]["pair_questions"] is False
+    assert budget["delivered_tokens"]["250"] <= 250
+
+
+def test_delivered_recall_with_a_cross_encoder(tmp_path, capsys, tiny_cross_encoder):
+    r = _run(tmp_path, capsys, "--scale", "0", "--reranker-model", str(tiny_cross_encoder))
+    assert r["delivered_recall"]["2000"] == 1.0 and r["query_ms"]["p50"] > 0
 
 
 def test_table_output_and_turn_text(tmp_path, capsys):

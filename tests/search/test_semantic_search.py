@@ -205,3 +205,20 @@ def test_search_across_sessions_finds_each_message_although_ids_repeat(default_e
         assert all("B7654321" not in h.text for h in hits)  # bob's message never reaches alice
         assert len({(h.session_id, h.id) for h in hits}) == len(hits)
     store.close()
+
+
+def test_question_facets_prefer_the_named_speaker_and_dated_turns(default_embedder):
+    texts = ["I finally went hiking in the Dolomites.", "I finally went hiking in the Dolomites.",
+             "We went hiking in the Dolomites last August.", "The Dolomites are lovely for hiking."]
+    meta = [{"speaker": "Ann"}, {"speaker": "Bob"}, {"speaker": "Cy"}, {"speaker": "Cy"}]
+    with SemanticSearch(default_embedder) as s:
+        s.add(texts, ids=["ann", "bob", "dated", "plain"], metadata=meta)
+        for name in ("Ann", "Bob"):
+            hits = s.search(f"Did {name} go hiking in the Dolomites?", top_k=2)
+            assert hits[0].id == name.lower() and hits[0].scores["boost"] == s.speaker_boost
+            assert "boost" not in hits[1].scores
+        when = s.search("When did Cy go hiking in the Dolomites?", top_k=4)
+        assert when[0].id == "dated" and when[0].scores["boost"] == s.speaker_boost + s.date_boost
+    with SemanticSearch(default_embedder, speaker_boost=0, date_boost=0) as plain:
+        plain.add(texts, ids=["ann", "bob", "dated", "plain"], metadata=meta)
+        assert all("boost" not in h.scores for h in plain.search("When did Cy go hiking?", top_k=4))

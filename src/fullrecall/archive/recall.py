@@ -1,9 +1,12 @@
-"""Turning search hits into recalled context: radius, overlap merge, enrichment text."""
+"""Turning search hits into recalled context: radius, overlap merge, budget packing, enrichment text."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from ..search.packing import Packed, neighbour_positions, pack
 from ..stores.base import StoredMessage
 
 ENRICHMENT_HEADER = "Based on our previous conversation, these earlier exchanges may be relevant:"
@@ -74,6 +77,74 @@ def format_enrichment(question: str, ranges: list[RecalledRange], *, max_context
         return None
     body = "\n".join(line for _, line in sorted(chosen))
     return f"{ENRICHMENT_HEADER}\n{CONTEXT_START}\n{body}\n{CONTEXT_END}\n{QUESTION_PREFIX}{question}"
+
+
+def format_context(question: str, messages: Sequence[StoredMessage], *, include_metadata: bool = True) -> str | None:
+    """The enrichment text for already-chosen messages (conversation order); None when there are none."""
+    lines = [line for line in (_line(m, include_metadata) for m in messages) if line]
+    if not lines:
+        return None
+    body = "\n".join(lines)
+    return f"{ENRICHMENT_HEADER}\n{CONTEXT_START}\n{body}\n{CONTEXT_END}\n{QUESTION_PREFIX}{question}"
+
+
+def line_cost(counter: Any | None, include_metadata: bool = True):  # type: ignore[no-untyped-def]
+    """A packing cost for messages as the enrichment shows them: (characters, tokens) of the line and its newline.
+
+    ``counter`` is a :class:`~fullrecall.tokens.TokenCounter`; None counts characters only (tokens 0).
+    """
+    cache: dict[tuple[str | None, int | None], tuple[int, int]] = {}
+
+    def cost(m: StoredMessage) -> tuple[int, int]:
+        key = (m.session_id, m.position)
+        if key not in cache or m.position is None:
+            line = _line(m, include_metadata)
+            cache[key] = (len(line) + 1, (counter.count(line) + 1) if counter is not None else 0)
+        return cache[key]
+
+    return cost
+
+
+def packed_recall(search: Any, question: str, budget: Sequence[int], cost: Any, *, depth: int, radius: int = 0,
+                  radius_hits: int = 0, pair_questions: bool = True, before: int | None = None,
+                  min_score: float | None = None, spread: int = 0) -> tuple[list[Any], Packed]:
+    """Search (``depth`` hits, only those before ``before``), then :func:`pack_hits`."""
+    hits = search.search(question, top_k=depth, min_score=min_score, spread=spread)
+    if before is not None:
+        hits = [h for h in hits if h.position is not None and h.position < before]
+    return hits, pack_hits(search, hits, budget, cost, radius=radius, radius_hits=radius_hits,
+                           pair_questions=pair_questions, before=before)
+
+
+def pack_hits(search: Any, hits: Sequence[Any], budget: Sequence[int], cost: Any, *, radius: int = 0,
+              radius_hits: int = 0, pair_questions: bool = True, before: int | None = None) -> Packed:
+    """Fetch the neighbours packing may use (one read through ``search.messages_at``), pack within ``budget``.
+
+    ``search`` is a :class:`~fullrecall.search.SemanticSearch`, ``hits`` its search hits, best first.
+    """
+    messages = [h.message for h in hits]
+    positions = neighbour_positions(messages, radius=radius, radius_hits=radius_hits)
+    known = {m.position for m in messages}
+    fetched = search.messages_at([p for p in positions if p not in known and (before is None or p < before)])
+    around = {m.position: m for m in [*fetched, *messages] if m.position is not None}
+    return pack(messages, budget, cost, around=around, before=before, radius=radius, radius_hits=radius_hits,
+                pair_questions=pair_questions)
+
+
+def as_ranges(packed: Packed) -> list[RecalledRange]:
+    """Packed messages as runs of consecutive positions (each with the hits it holds)."""
+    ranges: list[RecalledRange] = []
+    hits = set(packed.hit_positions)
+    for m in packed.messages:
+        p = m.position if m.position is not None else -1
+        if not ranges or p != ranges[-1].end + 1:
+            ranges.append(RecalledRange(p, p))
+        r = ranges[-1]
+        r.end = p
+        r.messages.append(m)
+        if p in hits:
+            r.hit_positions.append(p)
+    return ranges
 
 
 def _distance(r: RecalledRange, index: int) -> int:

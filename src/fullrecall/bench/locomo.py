@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 KS = (1, 5, 10)
+BUDGETS = (250, 500, 1000, 2000)  # tokens of recalled context handed to the model
+TURNS = (10, 25, 50)  # dialogue turns handed to the model
 HEADLINE_CATEGORIES = ("1", "2", "3", "4")
 _ID = re.compile(r"D\d+:\d+")
 
@@ -43,11 +45,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lexical-weight", type=float, default=None)
     parser.add_argument("--neighbour-weight", type=float, default=None)
     parser.add_argument("--candidates", type=int, default=None)
+    parser.add_argument("--speaker-boost", type=float, default=None, help="boost for turns of a person named")
+    parser.add_argument("--date-boost", type=float, default=None, help="boost for dated turns on 'when' questions")
+    parser.add_argument("--facet-depth", type=int, default=None, help="how many of the best candidates facets rescore")
     parser.add_argument("--radius", type=int, default=2, help="context radius around each hit")
     parser.add_argument("--no-spread", action="store_true", help="radius around the plain top-k instead of spread hits")
     parser.add_argument("--scale", type=int, default=10_000, help="also time queries on an archive of this many messages (0: skip)")
     parser.add_argument("--busy-core", action="store_true", help="keep one core busy with another process while timing queries")
     parser.add_argument("--limit", type=int, default=None, help="only the first N conversations")
+    parser.add_argument("--packing", choices=("budget", "seed"), default="budget",
+                        help="delivered recall: the hook's budget packing, or the seed's top 3 hits with radius 2")
+    parser.add_argument("--radius-hits", type=int, default=0, help="packing: hits that get their radius neighbours")
+    parser.add_argument("--no-pair-questions", action="store_true", help="packing: no question/answer neighbours")
+    parser.add_argument("--tokenizer", default=None, help="token counter for budgets (default: the hook's estimate)")
 
 
 # -- data --------------------------------------------------------------------------
@@ -110,6 +120,10 @@ class Tally:
             "recall_radius": {str(k): avg(f"recall_r@{k}") for k in KS},
             "all_hit_radius": {str(k): avg(f"all_r@{k}") for k in KS},
             "radius_turns": {str(k): round(self.sums.get(f"turns@{k}", 0.0) / self.n, 1) if self.n else 0.0 for k in KS},
+            "delivered_recall": {str(b): avg(f"delivered@{b}") for b in BUDGETS},
+            "delivered_tokens": {str(b): round(self.sums.get(f"tokens@{b}", 0.0) / self.n, 1) if self.n else 0.0
+                                 for b in BUDGETS},
+            "recall_at_turns": {str(t): avg(f"turns_recall@{t}") for t in TURNS},
         }
 
 
@@ -132,6 +146,47 @@ def recall_context(search: Any, question: str, k: int, radius: int, spread: bool
     messages = search.messages_at([p for lo, hi in ranges for p in range(lo, hi + 1)])
     text = "\n".join(f"[Message {m.position}, {m.role}]: {m.data.get('text', m.text)}" for m in messages)
     return hits, messages, text
+
+
+class Delivery:
+    """What the hook hands the model for a question, at each budget (the hook's own packing code)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from ..archive.recall import line_cost
+        from ..tokens import default_token_counter
+
+        self.counter = default_token_counter(args.tokenizer)
+        self.tokens = line_cost(self.counter)
+        self.turns = lambda m: (1,)
+        self.seed = args.packing == "seed"
+        self.radius = args.radius
+        self.radius_hits = args.radius_hits
+        self.pair_questions = not args.no_pair_questions
+
+    def packings(self, search: Any, question: str) -> dict[str, Any]:
+        """``"tokens@B"`` and ``"turns@T"``: the packed positions and what they cost."""
+        from ..archive.recall import pack_hits
+
+        out: dict[str, Any] = {}
+        if self.seed:  # the seed's hook: top 3 hits spread apart, radius 2 around each, cut at the budget
+            hits = search.search(question, top_k=3, spread=self.radius)
+            options = {"radius": self.radius, "radius_hits": 3, "pair_questions": False}
+        else:
+            options = {"radius": self.radius, "radius_hits": self.radius_hits, "pair_questions": self.pair_questions}
+        searched: dict[int, list[Any]] = {}
+
+        def hits_for(depth: int) -> list[Any]:  # the search the hook runs (the candidate pool grows with depth)
+            if self.seed:
+                return hits
+            if depth not in searched:
+                searched[depth] = search.search(question, top_k=depth)
+            return searched[depth]
+
+        for b in BUDGETS:
+            out[f"tokens@{b}"] = pack_hits(search, hits_for(b // 20 + 2), (b,), lambda m: self.tokens(m)[1:], **options)
+        for t in TURNS:
+            out[f"turns@{t}"] = pack_hits(search, hits_for(t), (t,), self.turns, **options)
+        return out
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -178,7 +233,7 @@ def _run(args: argparse.Namespace, samples: list[Any], data_path: Path, embedder
     from ..stores.base import Scope
 
     options: dict[str, Any] = {"fusion": args.fusion}
-    for name in ("lexical_weight", "neighbour_weight", "candidates"):
+    for name in ("lexical_weight", "neighbour_weight", "candidates", "speaker_boost", "date_boost", "facet_depth"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
     tallies: dict[str, Tally] = {}
@@ -188,6 +243,7 @@ def _run(args: argparse.Namespace, samples: list[Any], data_path: Path, embedder
     latencies: list[float] = []
     per_conversation: dict[str, Tally] = {}
     spread = not args.no_spread
+    delivery = Delivery(args)
     for sample in samples:
         turns = conversation_turns(sample)
         scope = Scope(user_id=sample.get("sample_id"), session_id=sample.get("sample_id") or "conversation")
@@ -214,6 +270,13 @@ def _run(args: argparse.Namespace, samples: list[Any], data_path: Path, embedder
             latencies.append((time.perf_counter() - t0) * 1000)
             tally = tallies.setdefault(category, Tally())
             tally.n += 1
+            for name, packed in delivery.packings(search, qa["question"]).items():
+                found_d = len(wanted & set(packed.positions)) / len(wanted)
+                if name.startswith("tokens@"):
+                    tally.add(f"delivered@{name[7:]}", found_d)
+                    tally.add(name, packed.spent[0])
+                else:
+                    tally.add(f"turns_recall@{name[6:]}", found_d)
             conv_tally = per_conversation.setdefault(str(sample.get("sample_id")), Tally())
             if category in HEADLINE_CATEGORIES:
                 conv_tally.n += 1
@@ -252,6 +315,8 @@ def _run(args: argparse.Namespace, samples: list[Any], data_path: Path, embedder
         result["query_ms_at_scale"] = _scale_latency(embedder, samples, args, options)
     result.update(counts)
     result["busy_core"] = bool(args.busy_core)
+    result["packing"] = {"mode": args.packing, "radius_hits": args.radius_hits,
+                         "pair_questions": not args.no_pair_questions, "tokenizer": delivery.counter.name}
     result["radius"] = args.radius
     result["spread"] = spread
     result["embedder"] = embedder.name
@@ -296,13 +361,28 @@ def _scale_latency(embedder: Any, samples: list[dict[str, Any]], args: argparse.
     questions = [qa["question"] for s in samples for qa in s.get("qa", []) if str(qa.get("category")) in HEADLINE_CATEGORIES]
     for q in questions[:20]:  # warm caches (vector matrix, SQLite pages)
         recall_context(search, q, max(KS), args.radius, not args.no_spread)
-    times = []
+    from ..archive.recall import format_context, packed_recall
+
+    delivery = Delivery(args)
+    times, packed_times, embed_times = [], [], []
     for q in questions:
         t0 = time.perf_counter()
         recall_context(search, q, max(KS), args.radius, not args.no_spread)
-        times.append((time.perf_counter() - t0) * 1000)
+        t1 = time.perf_counter()
+        _, packed = packed_recall(search, q, (500,), lambda m: delivery.tokens(m)[1:], depth=500 // 20 + 2,
+                                  radius=args.radius, radius_hits=args.radius_hits,
+                                  pair_questions=not args.no_pair_questions)
+        format_context(q, packed.messages)
+        t2 = time.perf_counter()
+        search.embed_query(q)
+        t3 = time.perf_counter()
+        times.append((t1 - t0) * 1000)
+        packed_times.append((t2 - t1) * 1000)
+        embed_times.append((t3 - t2) * 1000)
     search.close()
-    return {"messages": n, "queries": len(times), "p50": _pct(times, 0.5), "p95": _pct(times, 0.95)}
+    return {"messages": n, "queries": len(times), "p50": _pct(times, 0.5), "p95": _pct(times, 0.95),
+            "hook_500_p50": _pct(packed_times, 0.5), "hook_500_p95": _pct(packed_times, 0.95),
+            "embed_p50": _pct(embed_times, 0.5)}
 
 
 def _print_table(r: dict[str, Any]) -> None:
@@ -311,13 +391,21 @@ def _print_table(r: dict[str, Any]) -> None:
     for label, key in (("recall", "recall"), ("all-hit", "all_hit"), (f"recall r={r['radius']}", "recall_radius"),
                        (f"all-hit r={r['radius']}", "all_hit_radius"), ("turns r", "radius_turns")):
         print(f"{label:14} " + " ".join(f"{r[key][str(k)]:>7}" for k in KS))
+    print("delivered recall (tokens spent): " + ", ".join(
+        f"{b}: {r['delivered_recall'][str(b)]} ({r['delivered_tokens'][str(b)]})" for b in BUDGETS)
+        + f"; tokenizer {r['packing']['tokenizer']}, packing {r['packing']['mode']}")
+    print("recall at turns handed over: " + ", ".join(f"{t}: {r['recall_at_turns'][str(t)]}" for t in TURNS))
     for cat, c in r["by_category"].items():
         tag = " (adversarial, not in the headline)" if cat == "5" else ""
-        print(f"category {cat}: {c['questions']} questions, recall@10 {c['recall']['10']}, with radius {c['recall_radius']['10']}{tag}")
+        print(f"category {cat}: {c['questions']} questions, recall@10 {c['recall']['10']}, with radius "
+              f"{c['recall_radius']['10']}, delivered@500 {c['delivered_recall']['500']}, "
+              f"@1000 {c['delivered_recall']['1000']}{tag}")
     print(f"indexing: {r['index_messages_per_s']} messages/s; query (embed + search + radius + format): "
           f"p50 {r['query_ms']['p50']} ms, p95 {r['query_ms']['p95']} ms")
     if "query_ms_at_scale" in r:
         s = r["query_ms_at_scale"]
-        print(f"at {s['messages']} messages: p50 {s['p50']} ms, p95 {s['p95']} ms")
+        print(f"at {s['messages']} messages: p50 {s['p50']} ms, p95 {s['p95']} ms; the hook at 500 tokens "
+              f"(search + pack + format) p50 {s['hook_500_p50']} ms, p95 {s['hook_500_p95']} ms; "
+              f"embedding the question alone p50 {s['embed_p50']} ms")
     print(f"evidence ids split {r['evidence_split']}, skipped {r['evidence_skipped']}; "
           f"questions without evidence {r['questions_without_evidence']}")

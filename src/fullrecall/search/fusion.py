@@ -32,6 +32,7 @@ class Candidate:
     dense: float | None = None  # cosine similarity, when among the dense candidates
     lexical: float = 0.0  # BM25 of the message itself
     fused: float = 0.0
+    boost: float = 0.0  # added by query facets (speaker, date), already in ``fused``
 
 
 def fuse(

@@ -22,6 +22,7 @@ from ..errors import InvalidInput
 from ..stores import _validate as V
 from ..stores._common import filters_match
 from ..stores.base import Filters, Scope, Store, StoredMessage
+from .facets import DATE_BOOST, SPEAKER_BOOST, boost, query_facets
 from .fusion import LEXICAL_WEIGHT, NEIGHBOUR_WEIGHT, Candidate, fuse, rrf, spread_out
 from .terms import index_text, query_terms
 
@@ -186,6 +187,9 @@ class SemanticSearch:
         neighbour_weight: float = NEIGHBOUR_WEIGHT,
         rerank_depth: int = 20,
         fusion: str = "weighted",
+        speaker_boost: float = SPEAKER_BOOST,
+        date_boost: float = DATE_BOOST,
+        facet_depth: int = 30,
     ) -> None:
         from ..embeddings import load_embedder, load_reranker
 
@@ -207,6 +211,9 @@ class SemanticSearch:
         if fusion not in ("weighted", "rrf"):
             raise ValueError(f"fusion must be 'weighted' or 'rrf', not {fusion!r}")
         self.fusion = fusion
+        self.speaker_boost = speaker_boost
+        self.date_boost = date_boost
+        self.facet_depth = facet_depth
         self._checked_space = False
         self._places = _Places()
 
@@ -352,9 +359,12 @@ class SemanticSearch:
                 dense, lexical, keys,
                 lexical_weight=self.lexical_weight, neighbour_weight=self.neighbour_weight,
             )
+        found: dict[str | None, StoredMessage] = {}  # store key -> message read for this query
+        ranked = self._apply_facets(query, ranked, scope, found)
         depth = max(k, self.rerank_depth) if self.reranker is not None else k
         chosen = spread_out(ranked, depth, spread, resolve=lambda c: self._resolve(scope, c, filters))
-        found = {m.key: m for m in self.store.get_keys(scope, [c.id for c in chosen if c.id is not None])}
+        unread = [c.id for c in chosen if c.id is not None and c.id not in found]
+        found.update((m.key, m) for m in (self.store.get_keys(scope, unread) if unread else []))
         hits = [self._hit(c, found[c.id]) for c in chosen if c.id in found]  # a neighbour may be gone by now
         if self.reranker is not None and hits:
             logits = self.reranker.score(query, [h.message.text for h in hits])
@@ -363,6 +373,23 @@ class SemanticSearch:
                 h.score = float(s)
             hits.sort(key=lambda h: -h.score)
         return [h for h in hits if h.score >= threshold][:k]
+
+    def _apply_facets(self, query: str, ranked: list[Candidate], scope: Scope,
+                      found: dict[str | None, StoredMessage]) -> list[Candidate]:
+        """Add the question's facet boosts (speaker, date: see :mod:`.facets`) to the best ``facet_depth``;
+        the messages read for it are left in ``found`` (by store key) for the hits."""
+        facets = query_facets(query)
+        if not facets or self.facet_depth <= 0 or not (self.speaker_boost or self.date_boost):
+            return ranked
+        head = [c for c in ranked[: self.facet_depth] if c.id is not None]
+        found.update((m.key, m) for m in self.store.get_keys(scope, [c.id for c in head if c.id is not None]))
+        for c in head:
+            m = found.get(c.id)
+            if m is not None:
+                c.boost = boost(facets, m, _verbatim_text(m), speaker_boost=self.speaker_boost,
+                                date_boost=self.date_boost)
+                c.fused += c.boost
+        return sorted(ranked, key=lambda c: (-c.fused, c.key))
 
     def messages_at(self, positions: Sequence[int], session_id: str | None = None) -> list[StoredMessage]:
         """Archived messages at these positions of one session of the owner (default: the scope's), in order.
@@ -399,6 +426,8 @@ class SemanticSearch:
         scores = {"lexical": c.lexical, "fused": c.fused}
         if c.dense is not None:
             scores["dense"] = c.dense
+        if c.boost:
+            scores["boost"] = c.boost
         return SearchHit(id=m.id, text=_verbatim_text(m), metadata=dict(m.metadata), score=c.fused, scores=scores, message=m)
 
     def close(self) -> None:
