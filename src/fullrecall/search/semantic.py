@@ -377,7 +377,8 @@ class SemanticSearch:
     def _apply_facets(self, query: str, ranked: list[Candidate], scope: Scope,
                       found: dict[str | None, StoredMessage]) -> list[Candidate]:
         """Add the question's facet boosts (speaker, date: see :mod:`.facets`) to the best ``facet_depth``;
-        the messages read for it are left in ``found`` (by store key) for the hits."""
+        the messages read for it are left in ``found`` (by store key) for the hits.
+        """
         facets = query_facets(query)
         if not facets or self.facet_depth <= 0 or not (self.speaker_boost or self.date_boost):
             return ranked
