@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from fullrecall.archive import SemanticSummarizingConversationManager
 from fullrecall.messages.formats import parse_messages
@@ -32,18 +33,44 @@ async def _ticks_during(awaitable) -> tuple[object, int]:
     return result, ticks - start
 
 
+class _ThreadNoting:
+    """The real embedder, noting which threads it runs on."""
+
+    def __init__(self, embedder) -> None:
+        self._embedder, self.threads = embedder, set()
+
+    def __getattr__(self, name):
+        return getattr(self._embedder, name)
+
+    def embed(self, texts):
+        self.threads.add(threading.get_ident())
+        return self._embedder.embed(texts)
+
+    def embed_queries(self, texts):
+        self.threads.add(threading.get_ident())
+        return getattr(self._embedder, "embed_queries", self._embedder.embed)(texts)
+
+
 def test_archive_memory_store_search_leaves_the_event_loop_free(default_embedder):
+    embedder = _ThreadNoting(default_embedder)
     manager = SemanticSummarizingConversationManager(summarizer=lambda m, p: "summary", max_history_turns=2,
-                                                     preserve_recent_messages=2, embedding_model=default_embedder)
+                                                     preserve_recent_messages=2, embedding_model=embedder)
     messages = []
     for i in range(30):
         messages += [{"role": "user", "content": f"Note {i}: the locker code is {1000 + i}."},
                      {"role": "assistant", "content": f"Noted {i}."}]
         manager.apply_management(messages)
     store = ArchiveMemoryStore(manager.archive)
-    entries, ticks = asyncio.run(_ticks_during(store.search("What is the locker code of note 3?")))
+    embedder.threads.clear()
+
+    async def search():
+        loop_thread = threading.get_ident()
+        entries = await store.search("What is the locker code of note 3?")
+        return entries, loop_thread
+
+    entries, loop_thread = asyncio.run(search())
     assert entries and any("1003" in e.content for e in entries)
-    assert ticks >= 2  # the loop kept running while the archive searched
+    assert embedder.threads and loop_thread not in embedder.threads  # the query was embedded off the loop
 
 
 def test_extractive_asummarize_leaves_the_event_loop_free():
