@@ -216,7 +216,8 @@ def test_create_agent_shrinks_the_window_when_the_model_overflows(make_window, s
 def test_when_nothing_else_fits_the_model_gets_the_window_without_recall(make_window) -> None:
     from langchain.agents import create_agent
 
-    model = ScriptedChatModel(replies=script(), max_prompt_chars=450)
+    # the recalled context (its budget 200 characters, with its header about 370) never fits 400 characters
+    model = ScriptedChatModel(replies=script(), max_prompt_chars=400)
     window = make_window(max_history_turns=None, preserve_recent_messages=2,
                          summarizer=lambda messages, previous: f"Earlier: {len(messages)} messages on data structures.",
                          hook_options={"max_context_length": 200})
