@@ -716,7 +716,8 @@ class RedisStore:
             schedule: str | None = self._r.config_get("save").get("save", "")
         except redis_lib.RedisError:  # CONFIG disabled: whether it takes snapshots is unknown
             schedule = None
-        jobs: list[tuple[tuple[str, int], Callable[[], object], str, str]] = []  # ((INFO counter of started jobs, value to reach), what starts it, where, command)
+        # ((INFO counter of started jobs, value to reach), what starts it, where, command)
+        jobs: list[tuple[tuple[str, int], Callable[[], object], str, str]] = []
         if info.get("aof_enabled"):
             target = int(info.get("aof_rewrites", 0)) + 1 + int(info.get("aof_rewrite_in_progress", 0))
             jobs.append((("aof_rewrites", target), self._r.bgrewriteaof, "AOF (appendonlydir)", "BGREWRITEAOF"))

@@ -46,7 +46,7 @@ class _Adapter(_StrandsConversationManager):
         super().__init__(proactive_compression=proactive_compression)
 
     # removed_message_count lives in the core, so both views always agree
-    @property  # type: ignore[override]
+    @property
     def removed_message_count(self) -> int:
         return self.core.removed_message_count
 
