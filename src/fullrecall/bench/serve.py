@@ -38,7 +38,10 @@ def _pct(values: list[float]) -> dict[str, float | None]:
     s = sorted(values)
     if not s:
         return {"p50": None, "p95": None, "p99": None}
-    pick = lambda q: round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 2)
+
+    def pick(q: float) -> float:
+        return round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 2)
+
     return {"p50": pick(0.5), "p95": pick(0.95), "p99": pick(0.99)}
 
 
@@ -131,7 +134,8 @@ async def _drive(urls: list[str], keys: list[str], args) -> dict[str, Any]:
 
 def _library_baseline(store_url: str, args) -> dict[str, Any]:
     """The same appends and searches in-process (the service's own code on the store, no HTTP), by as many
-    concurrent threads as there were clients, so both sides queue for the store alike."""
+    concurrent threads as there were clients, so both sides queue for the store alike.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     from ..service.conversations import Conversations

@@ -84,7 +84,9 @@ class Keys:
         try:
             keys = KeyStore(store)
             if args.action == "create":
-                split = lambda v: [x.strip() for x in v.split(",") if x.strip()] if v else None
+                def split(v: str | None) -> list[str] | None:
+                    return [x.strip() for x in v.split(",") if x.strip()] if v else None
+
                 try:
                     key, p = keys.create(args.tenant, split(args.users), split(args.agents), args.name)
                 except ValueError as exc:

@@ -164,5 +164,8 @@ class Indexer:
         values = sorted(self.delays)
         if not values:
             return {"p50_ms": None, "p95_ms": None, "samples": 0}
-        pick = lambda q: values[min(len(values) - 1, int(q * len(values)))] * 1000
+
+        def pick(q: float) -> float:
+            return values[min(len(values) - 1, int(q * len(values)))] * 1000
+
         return {"p50_ms": round(pick(0.5), 2), "p95_ms": round(pick(0.95), 2), "samples": len(values)}
