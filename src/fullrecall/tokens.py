@@ -85,6 +85,7 @@ def _dumps(value: Any) -> str:
 _MIXED = re.compile(r"[A-Za-z0-9]*(?:[A-Za-z][0-9]|[0-9][A-Za-z])[A-Za-z0-9]*")  # ids, hashes
 _WORD = re.compile(r"[A-Za-z]+")
 _CASE_CHANGE = re.compile(r"[a-z][A-Z]")  # camelCase splits into more tokens
+_ACRONYM = re.compile(r"(?<![A-Za-z])[A-Z]{3,}(?![a-z])")  # "RTX", "NASA": rare pieces, often two tokens
 _LINE_START_WORD = re.compile(r"(?<=\n)[A-Za-z]{3,}")  # no leading space: rarer pieces ("\nBye" is 3 tokens)
 _DIGITS = re.compile(r"\d+")
 _SPACED = re.compile(r"(?<=\s)[\d\s]")  # a space before a digit or another space is a token of its own
@@ -122,7 +123,7 @@ class EstimatingTokenCounter(_MessageCounting):
         words = _WORD.findall(text)
         digits = _DIGITS.findall(text)
         total += sum((len(w) + 4) // 5 for w in words) + len(_CASE_CHANGE.findall(text))
-        total += len(_LINE_START_WORD.findall(text))
+        total += len(_LINE_START_WORD.findall(text)) + len(_ACRONYM.findall(text))
         total += sum((len(d) + 2) // 3 for d in digits) + len(_SPACED.findall(text))
         total += len(_PUNCT.findall(text)) + len(_NEWLINES.findall(text))
         total += sum((len(run.encode("utf-8")) + 1) // 2 for run in _COMMON_NON_ASCII.findall(text))

@@ -143,10 +143,12 @@ class Archive:
             self.store.put_state(self.scope, "archive", state)
 
     def _save_summary(self, event: RemovedMessages) -> None:
+        summary = event.summary
+        assert summary is not None  # called only for an event that carries a summary
         summaries = (self.store.get_state(self.scope, "summaries") or {"items": []})["items"]
         summaries.append({
-            "id": event.summary.id,
-            "text": event.summary.text,
+            "id": summary.id,
+            "text": summary.text,
             "covers": [event.messages[0].position, event.messages[-1].position],
             "folds": event.replaced_summary.text if event.replaced_summary is not None else None,
             "created_at": time.time(),
@@ -214,18 +216,19 @@ class Archive:
     def _evict_oldest(self, n: int) -> int:
         """Delete the ``n`` oldest archived messages (never one still in the window); how many went."""
         state = self._state()
-        start, newest, victims = state["evicted_through"], state.get("newest"), []
+        start, newest = state["evicted_through"], state.get("newest")
+        victims: list[StoredMessage] = []
         while len(victims) < n and newest is not None and start <= newest:
             chunk = self.store.range(self.scope, start, min(newest, start + max(64, n)))
             victims.extend(chunk[: n - len(victims)])
-            start = (chunk[-1].position + 1) if chunk else start + max(64, n)
+            start = (_position(chunk[-1]) + 1) if chunk else start + max(64, n)
         if not victims:
             return 0
         self.store.delete(self.scope, [m.id for m in victims])
         state["evicted_count"] += len(victims)
-        state["evicted_through"] = victims[-1].position + 1
+        state["evicted_through"] = _position(victims[-1]) + 1
         self.store.put_state(self.scope, "archive", state)
-        self.last_evicted.extend(m.position for m in victims)
+        self.last_evicted.extend(_position(m) for m in victims)
         return len(victims)
 
     # -- reading -----------------------------------------------------------------------------
@@ -349,3 +352,9 @@ def _as_written(msg: Message) -> Message:
 def stored_as_message(stored: StoredMessage) -> Message:
     """The archived message back in the typed model."""
     return parse_message(stored.data, stored.metadata.get("shape", "openai"))
+
+
+def _position(message: StoredMessage) -> int:
+    """The position of a message read from the store (a store always sets it)."""
+    assert message.position is not None
+    return message.position

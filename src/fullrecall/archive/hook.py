@@ -14,6 +14,7 @@ from typing import Any
 
 from ..messages.formats import parse_messages, render_message
 from ..messages.model import TextBlock
+from ..search.packing import Packed
 from .archive import Recall
 from .recall import ENRICHMENT_HEADER, as_ranges, format_context, line_cost, packed_recall
 from .semantic_manager import SemanticSummarizingConversationManager
@@ -61,8 +62,8 @@ class SemanticMemoryHook:
             token_counter = default_token_counter()
         self.token_counter = token_counter
         self._cost = line_cost(token_counter, include_metadata)
-        self.last_recall = None
-        self.last_packed = None
+        self.last_recall: Recall | None = None
+        self.last_packed: Packed | None = None
         self.last_error: BaseException | None = None
 
     @property
@@ -116,7 +117,9 @@ class SemanticMemoryHook:
         index = next((i for i, b in enumerate(last.content) if isinstance(b, TextBlock)), None)
         if index is None:
             return out
-        enriched = self.enrich_text(last.content[index].text, manager)
+        block = last.content[index]
+        assert isinstance(block, TextBlock)
+        enriched = self.enrich_text(block.text, manager)
         if enriched is None:
             return out
         content = list(last.content)

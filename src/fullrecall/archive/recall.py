@@ -88,7 +88,7 @@ def format_context(question: str, messages: Sequence[StoredMessage], *, include_
     return f"{ENRICHMENT_HEADER}\n{CONTEXT_START}\n{body}\n{CONTEXT_END}\n{QUESTION_PREFIX}{question}"
 
 
-def line_cost(counter: Any | None, include_metadata: bool = True):  # type: ignore[no-untyped-def]
+def line_cost(counter: Any | None, include_metadata: bool = True):
     """A packing cost for messages as the enrichment shows them: (characters, tokens) of the line and its newline.
 
     ``counter`` is a :class:`~fullrecall.tokens.TokenCounter`; None counts characters only (tokens 0).

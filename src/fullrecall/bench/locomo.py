@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
             busy.wait()
 
 
-def _busy_process():  # type: ignore[no-untyped-def]
+def _busy_process():
     """Another process spinning on one core, as a busy machine has."""
     import subprocess
 

@@ -38,6 +38,7 @@ def _pct(values: list[float]) -> dict[str, float | None]:
     s = sorted(values)
     if not s:
         return {"p50": None, "p95": None, "p99": None}
+
     def pick(q: float) -> float:
         return round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 2)
 

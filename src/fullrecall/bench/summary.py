@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         "compression": tokens_in / max(1, tokens_out), "compression_median": statistics.median(ratios) if ratios else None,
         "compression_min": min(ratios) if ratios else None, "spans_below_4x": sum(r < 4.0 for r in ratios),
         "seconds": elapsed,
-        "target_met": pooled >= 0.8 and all(share[k] is None or share[k] >= 0.8 for k in core)
+        "target_met": pooled >= 0.8 and all((s := share[k]) is None or s >= 0.8 for k in core)
         and tokens_in / max(1, tokens_out) >= 4.0,
     }
     if args.json:

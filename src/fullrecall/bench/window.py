@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         "summarizing(tokens=8000, extractive)": lambda: SummarizingConversationManager(
             summarizer=ExtractiveSummarizer(), max_context_tokens=8000),
     }
-    results = {"messages": len(full), "import_s": round(import_time(), 3), "managers": {}}
+    results: dict[str, Any] = {"messages": len(full), "import_s": round(import_time(), 3), "managers": {}}
     for name, make in managers.items():
         manager = make()
         window: list[dict] = []

@@ -16,11 +16,14 @@ Heavy libraries are imported only when a backend is loaded.
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import EmbeddingError
 from .base import Embedder, l2_normalize
 from .local import DEFAULT_MODEL, cache_dir
+
+if TYPE_CHECKING:
+    from .st import CrossEncoderReranker
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -110,7 +113,7 @@ def load_embedder(
     )
 
 
-def load_reranker(reranker_model: str | None):  # type: ignore[no-untyped-def]
+def load_reranker(reranker_model: str | None) -> CrossEncoderReranker | None:
     """A cross-encoder reranker by name or local path (sentence-transformers), or None."""
     if not reranker_model:
         return None

@@ -20,7 +20,11 @@ class Embedder(Protocol):
     """
 
     name: str
-    dimension: int
+
+    @property
+    def dimension(self) -> int:
+        """Length of each vector (read-only: an embedder may learn it on first use)."""
+        ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Return an array of shape ``(len(texts), dimension)``, float32, unit rows."""

@@ -35,7 +35,8 @@ def model_key(model: str) -> str:
         return DEFAULT_MODEL
     path = Path(model).expanduser()
     if path.is_dir():
-        if shipped_model_dir() is not None and path.resolve() == shipped_model_dir().resolve():
+        shipped = shipped_model_dir()
+        if shipped is not None and path.resolve() == shipped.resolve():
             return DEFAULT_MODEL
         return path.resolve().name
     return model.removeprefix("sentence-transformers/")

@@ -18,11 +18,15 @@ import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .base import batched, empty, l2_normalize
 from .local import cache_dir, max_seq_length, model_key, pooling_mode, resolve_model_dir
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 VARIANTS = ("int8", "fp32")
 EXPORT_FORMAT = 1  # bump when the exported graph changes, so old exports are not reused
@@ -100,7 +104,7 @@ def export(model: str, variant: str = DEFAULT_VARIANT, *, force: bool = False) -
                 super().__init__()
                 self.inner = inner
 
-            def forward(self, input_ids, attention_mask, token_type_ids=None):  # type: ignore[no-untyped-def]
+            def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> Any:
                 kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
                 if token_type_ids is not None:
                     kwargs["token_type_ids"] = token_type_ids
@@ -208,7 +212,7 @@ class OnnxEmbedder:
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         self._session = ort.InferenceSession(str(self.directory / "model.onnx"), opts, providers=["CPUExecutionProvider"])
-        self._pool = None
+        self._pool: ThreadPoolExecutor | None = None
         tok = Tokenizer.from_file(str(self.directory / "tokenizer.json"))
         tok.enable_truncation(max_length=int(meta.get("max_seq_length") or 256))
         pad_id = tok.token_to_id("[PAD]")

@@ -52,7 +52,7 @@ class FullrecallMiddleware(AgentMiddleware):
         window, model_input = self.window.view(request.messages, config)
         while True:
             try:
-                return handler(request.override(messages=model_input))
+                return handler(request.override(messages=model_input))  # type: ignore[arg-type]  # BaseMessage, not its AnyMessage union
             except ContextOverflowError as error:
                 try:
                     window, model_input = self.window.reduce(request.messages, config, error)
@@ -66,7 +66,7 @@ class FullrecallMiddleware(AgentMiddleware):
         window, model_input = await self.window.aview(request.messages, config)
         while True:
             try:
-                return await handler(request.override(messages=model_input))
+                return await handler(request.override(messages=model_input))  # type: ignore[arg-type]  # BaseMessage, not its AnyMessage union
             except ContextOverflowError as error:
                 try:
                     window, model_input = await asyncio.to_thread(self.window.reduce, request.messages, config, error)

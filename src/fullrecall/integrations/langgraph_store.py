@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from langgraph.store.base import (
@@ -66,6 +66,9 @@ from ..embeddings import Embedder, l2_normalize, load_embedder
 from ..errors import EmbeddingError, FullRecallError
 from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Scope, Store
+
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
 
 __all__ = ["INDEX_PREFIX", "ITEM_PREFIX", "STORE_SESSION", "FullrecallStore", "ItemError"]
 
@@ -104,6 +107,12 @@ class _Embeddings:
                 raise ValueError('index={"embed": ...} with a LangChain embedder needs "dims"')
             self.dims = dims
 
+    @property
+    def _lc(self) -> Embeddings:
+        """The LangChain embedder (set whenever no fullrecall one is)."""
+        assert self._langchain is not None
+        return self._langchain
+
     def _rows(self, vectors: Any, n: int) -> np.ndarray:
         rows = np.asarray(vectors, dtype=np.float32).reshape(n, -1) if n else np.zeros((0, self.dims), np.float32)
         if rows.shape != (n, self.dims):
@@ -115,22 +124,22 @@ class _Embeddings:
             return self._rows([], 0)
         if self._fullrecall is not None:
             return self._rows(self._fullrecall.embed(texts), len(texts))
-        return self._rows(self._langchain.embed_documents(texts), len(texts))
+        return self._rows(self._lc.embed_documents(texts), len(texts))
 
     def query(self, text: str) -> np.ndarray:
         if self._fullrecall is not None:
             return self._rows(self._fullrecall.embed([text]), 1)[0]
-        return self._rows([self._langchain.embed_query(text)], 1)[0]
+        return self._rows([self._lc.embed_query(text)], 1)[0]
 
     async def adocuments(self, texts: list[str]) -> np.ndarray:
         if not texts or self._fullrecall is not None:
             return await asyncio.to_thread(self.documents, texts)
-        return self._rows(await self._langchain.aembed_documents(texts), len(texts))
+        return self._rows(await self._lc.aembed_documents(texts), len(texts))
 
     async def aquery(self, text: str) -> np.ndarray:
         if self._fullrecall is not None:
             return await asyncio.to_thread(self.query, text)
-        return self._rows([await self._langchain.aembed_query(text)], 1)[0]
+        return self._rows([await self._lc.aembed_query(text)], 1)[0]
 
 
 def _encode(vector: np.ndarray) -> str:

@@ -30,7 +30,7 @@ import asyncio
 import hashlib
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import (
@@ -92,7 +92,7 @@ class FullrecallWindow:
 
     # -- the core: LangChain messages in, window and model input out -----------------------------------
 
-    def scope(self, config: dict[str, Any] | None = None) -> Scope:
+    def scope(self, config: Mapping[str, Any] | None = None) -> Scope:
         """The fullrecall scope of the thread a run config names."""
         configurable = (config or {}).get("configurable") or {}
         user = self.user_id if self.user_id is not None else str(configurable.get("user_id") or "")
@@ -103,17 +103,20 @@ class FullrecallWindow:
         """The thread's memory as the store has it now (a fresh object: other processes' writes are seen)."""
         from ..archive import SemanticMemoryHook, SemanticSummarizingConversationManager
 
+        user, agent = scope.user_id, scope.agent_id
+        if not isinstance(user, str) or not isinstance(agent, str):
+            raise ValueError("a thread's memory belongs to one owner: ANY is only for reads")
         if self._factory is not None:
             manager = self._factory(scope)
         else:
             manager = SemanticSummarizingConversationManager(
-                store=self.store, session_id=scope.session_id or "default", user_id=scope.user_id,
-                agent_id=scope.agent_id, **self._options())
+                store=self.store, session_id=scope.session_id or "default", user_id=user,
+                agent_id=agent, **self._options())
         semantic = isinstance(manager, SemanticSummarizingConversationManager)
         hook = SemanticMemoryHook(enabled=self.recall and semantic, manager=manager if semantic else None,
                                   **self.hook_options)
-        return ConversationMemory(self.store, scope.session_id or "default", user_id=scope.user_id,
-                                  agent_id=scope.agent_id, manager=manager, hook=hook)
+        return ConversationMemory(self.store, scope.session_id or "default", user_id=user,
+                                  agent_id=agent, manager=manager, hook=hook)
 
     def _options(self) -> dict[str, Any]:
         """The default manager's options, its embedder (and reranker) loaded once, not at every model call."""
@@ -138,7 +141,7 @@ class FullrecallWindow:
         return self._options()["embedding_model"]
 
     def view(
-        self, messages: Sequence[AnyMessage], config: dict[str, Any] | None = None
+        self, messages: Sequence[AnyMessage], config: Mapping[str, Any] | None = None
     ) -> tuple[list[BaseMessage], list[BaseMessage]]:
         """(window, model input) for the graph's ``messages``; new messages are recorded durably first."""
         scope = self.scope(config)
@@ -152,7 +155,7 @@ class FullrecallWindow:
             return _to_langchain(memory.messages, originals), _to_langchain(memory.model_input(), originals)
 
     def reduce(
-        self, messages: Sequence[AnyMessage], config: dict[str, Any] | None, error: BaseException | None = None
+        self, messages: Sequence[AnyMessage], config: Mapping[str, Any] | None, error: BaseException | None = None
     ) -> tuple[list[BaseMessage], list[BaseMessage]]:
         """After a context overflow: shrink the thread's window (summarize or trim), then ``view`` it again.
 
@@ -191,7 +194,7 @@ class FullrecallWindow:
         return FullrecallMiddleware(self)
 
     async def aview(
-        self, messages: Sequence[AnyMessage], config: dict[str, Any] | None = None
+        self, messages: Sequence[AnyMessage], config: Mapping[str, Any] | None = None
     ) -> tuple[list[BaseMessage], list[BaseMessage]]:
         return await asyncio.to_thread(self.view, messages, config)
 

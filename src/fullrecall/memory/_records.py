@@ -73,7 +73,10 @@ class RecordBook:
 
     @property
     def _owner(self) -> list[str]:
-        return [self.scope.tenant, self.scope.user_id or "", self.scope.agent_id or ""]
+        user, agent = self.scope.user_id or "", self.scope.agent_id or ""
+        if not isinstance(user, str) or not isinstance(agent, str):
+            raise ValueError("a record book belongs to one owner: ANY is not one (use owner_scope)")
+        return [self.scope.tenant, user, agent]
 
     # -- writing -----------------------------------------------------------------------------
     def embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -185,7 +185,7 @@ class ConversationMemory:
             for msg, position in zip(parsed, positions):
                 msg.position, msg.id = position, f"m{position}"
             self.store.append(self.scope, [message_record(m, shape, data=raw) for m, raw in zip(parsed, raws)])
-        upgraded = {"manager": state.get("manager"), "replaced": {}, "version": int(state.get("version", 0)) + 1}
+        upgraded: dict[str, Any] = {"manager": state.get("manager"), "replaced": {}, "version": int(state.get("version", 0)) + 1}
         self.store.put_state(self.scope, _WINDOW_KEY, upgraded)
         return upgraded
 

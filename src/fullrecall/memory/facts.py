@@ -275,7 +275,7 @@ class FactMemory:
             origin = "rule"
         return [
             self.remember(text, attribute=attr or None, value=value or text, stated_at=stated_at,
-                          sources=[refs[i]] if refs[i] else [], origin=origin)
+                          sources=[ref] if (ref := refs[i]) else [], origin=origin)
             for i, attr, value, text in found
         ]
 
@@ -285,7 +285,7 @@ class FactMemory:
         numbered = "\n".join(f"[{i}] {role}: {text}" for i, (role, text) in enumerate(transcript))
         answer = self.chat_model.complete(ChatRequest(
             system=EXTRACTION_PROMPT, messages=({"role": "user", "content": numbered},), temperature=0.0))
-        checked = []
+        checked: list[tuple[int, str | None, str | None, str]] = []
         for item in _parse_extraction(answer.text):
             source, value, text, attr = item.get("source"), item.get("value"), item.get("text"), item.get("attribute")
             if not (isinstance(source, int) and 0 <= source < len(transcript) and isinstance(value, str)

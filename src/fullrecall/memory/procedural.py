@@ -124,7 +124,7 @@ class ProceduralMemory:
         now = self.clock()
         old = self.book.get(pattern_id)
         if old is None:
-            data = {
+            data: dict[str, Any] = {
                 "query": query, "query_type": query_type, "signature": signature, "tools_used": steps,
                 "success_score": float(success_score), "success_count": 1,
                 "avg_execution_time_ms": float(execution_time_ms), "last_used": now,

@@ -162,7 +162,7 @@ class MemoryTools:
         """The tools as Strands ``@tool`` functions (``Agent(tools=memory_tools.strands_tools())``)."""
         from strands import tool
 
-        def spec(name: str, run: Callable[..., dict[str, Any]]) -> Any:
+        def spec(name: str, run: Callable[..., str]) -> Any:
             description, props, required = _SPECS[name]
             schema = {"type": "object", "properties": props, "required": required}
             return tool(name=name, description=description, inputSchema={"json": schema})(run)
@@ -182,7 +182,7 @@ class MemoryTools:
         def recall_patterns(task: str) -> str:
             return self._json("recall_patterns", {"task": task})
 
-        runs = {"search_memory": search_memory, "expand": expand, "remember": remember, "forget": forget,
+        runs: dict[str, Callable[..., str]] = {"search_memory": search_memory, "expand": expand, "remember": remember, "forget": forget,
                 "recall_patterns": recall_patterns}
         return [spec(name, runs[name]) for name in self.names]
 

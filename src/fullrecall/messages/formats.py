@@ -280,7 +280,7 @@ def _render_openai(msg: Message) -> dict[str, Any]:
     return rendered
 
 
-def _openai_content(blocks: list[Block], original: Any) -> Any:
+def _openai_content(blocks: Sequence[Block], original: Any) -> Any:
     if not blocks:
         return None if original is None else ("" if isinstance(original, str) else [])
     if all(isinstance(b, TextBlock) for b in blocks) and (isinstance(original, str) or original is None):

@@ -113,16 +113,17 @@ def pack(
         return True
 
     for i, hit in enumerate(hits):
-        if hit.position is None:
+        at = hit.position
+        if at is None:
             continue
-        if hit.position not in chosen and not take(hit):
+        if at not in chosen and not take(hit):
             continue
-        hit_positions.append(hit.position)
+        hit_positions.append(at)
         extra = paying_neighbours(hit, around) if pair_questions else []
         if i < radius_hits and radius > 0:
             near = sorted(
-                (p for p in range(hit.position - radius, hit.position + radius + 1) if p != hit.position),
-                key=lambda p: (abs(p - hit.position), p),
+                (p for p in range(at - radius, at + radius + 1) if p != at),
+                key=lambda p: (abs(p - at), p),
             )
             extra += [around[p] for p in near if p in around]
         for m in extra:

@@ -34,8 +34,8 @@ class Settings:
         values: dict[str, Any] = {}
         path = path or env.get("FULLRECALL_CONFIG")
         if path:
-            with open(path, "rb") as f:
-                doc = tomllib.load(f)
+            with open(path, "rb") as fh:
+                doc = tomllib.load(fh)
             values.update(doc.get("serve", doc))
         for f in fields(cls):
             name = f"FULLRECALL_{f.name.upper()}"

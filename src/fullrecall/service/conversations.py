@@ -126,16 +126,16 @@ class Conversations:
         check_text(messages, "messages")
         shape, parsed = parse_messages(messages)
         given = ids or [None] * len(messages)
-        ids = [self._id(raw if mid is None else {"id": mid}, i) for i, (raw, mid) in enumerate(zip(messages, given))]
+        mids = [self._id(raw if mid is None else {"id": mid}, i) for i, (raw, mid) in enumerate(zip(messages, given))]
         if any(m.has_tool_result for m in parsed):  # only then is the conversation's tail needed
             recent = self._tail(scope, self.window_messages)
-            self._check_tool_pairs(parsed, recent, {m.id for m in recent}, ids)
+            self._check_tool_pairs(parsed, recent, {m.id for m in recent}, mids)
         now = time.time()
         date = time.strftime("%Y-%m-%d", time.gmtime(now))
         records = [
             StoredMessage(id=mid, role=msg.role, text=index_text(msg.text, speaker=msg.role, date=date), data=raw,
                           created_at=now, archived_at=now, metadata={"shape": shape})
-            for mid, msg, raw in zip(ids, parsed, messages)
+            for mid, msg, raw in zip(mids, parsed, messages)
         ]
         return records
 
@@ -232,7 +232,7 @@ class Conversations:
                 index = next((i for i, b in enumerate(msg.content) if isinstance(b, TextBlock)), None)
                 enriched = format_enrichment(msg.content[index].text, ranges, max_context_length=self.max_context_length
                                              ) if index is not None else None
-                if enriched is not None:
+                if enriched is not None and index is not None:
                     content = list(msg.content)
                     content[index] = TextBlock(enriched)
                     messages[last_user] = render_message(msg.with_content(content), records[last_user].metadata["shape"])
@@ -299,7 +299,9 @@ class Conversations:
                            "message": m.data}
                 if not chunk:
                     break
-                start = chunk[-1].position + 1
+                last = chunk[-1].position
+                assert last is not None  # messages read from a store carry their position
+                start = last + 1
 
     def _sessions(self, scope: Scope) -> list[str]:
         return [r.id for r in self.store.get_records(replace(scope, session_id=None), CONVERSATIONS)]

@@ -164,6 +164,7 @@ class Indexer:
         values = sorted(self.delays)
         if not values:
             return {"p50_ms": None, "p95_ms": None, "samples": 0}
+
         def pick(q: float) -> float:
             return values[min(len(values) - 1, int(q * len(values)))] * 1000
 

@@ -30,6 +30,7 @@ def start_server(store_url: str, port: int | None = None, **settings: str) -> tu
            **{f"FULLRECALL_{k.upper()}": str(v) for k, v in settings.items()}}
     proc = subprocess.Popen([sys.executable, "-m", "fullrecall", "serve", "--log-level", "warning"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None  # stderr=PIPE
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -45,9 +46,9 @@ def start_server(store_url: str, port: int | None = None, **settings: str) -> tu
 
 
 @contextlib.contextmanager
-def running_server(store_url: str, **settings: str) -> Iterator[tuple[subprocess.Popen, str]]:
+def running_server(store_url: str, port: int | None = None, **settings: str) -> Iterator[tuple[subprocess.Popen, str]]:
     """A server for the block; stopped gracefully (SIGTERM) afterwards."""
-    proc, url = start_server(store_url, **settings)
+    proc, url = start_server(store_url, port, **settings)
     try:
         yield proc, url
     finally:

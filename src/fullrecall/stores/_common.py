@@ -415,7 +415,7 @@ class Tokenizer:
 
     def __init__(self) -> None:
         try:
-            import Stemmer  # type: ignore[import-not-found]
+            import Stemmer
 
             self._stem = Stemmer.Stemmer("english").stemWords
         except ImportError:  # plain words still match exactly

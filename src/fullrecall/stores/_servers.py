@@ -83,7 +83,7 @@ def postgres_server(settings: Mapping[str, str] | None = None) -> Iterator[str]:
     if bad:
         raise ValueError(f"not PostgreSQL setting names: {bad}")
     try:
-        import pgserver  # type: ignore[import-not-found]
+        import pgserver
     except ImportError as exc:
         raise ServerUnavailable("the 'pgserver' package is not installed (pip install pgserver)") from exc
     workdir = tempfile.mkdtemp(prefix="fullrecall-pg-")
@@ -106,8 +106,8 @@ def postgres_server(settings: Mapping[str, str] | None = None) -> Iterator[str]:
 def _apply_settings(server: Any, settings: Mapping[str, str]) -> None:
     """``ALTER SYSTEM`` each setting, then restart the postmaster (same socket and options)."""
     import psycopg
-    from pgserver._commands import pg_ctl  # type: ignore[import-not-found]
-    from pgserver.utils import PostmasterInfo  # type: ignore[import-not-found]
+    from pgserver._commands import pg_ctl  # type: ignore[attr-defined]  # made at import by create_command_function
+    from pgserver.utils import PostmasterInfo
 
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
         for name, value in settings.items():

@@ -84,7 +84,7 @@ def top_k(
     first, then the sets of common words that could still beat the k-th score.
     """
     common = tuple(sorted(common_idf))
-    first = [(i,) for i in rare]
+    first: list[tuple[int, ...]] = [(i,) for i in rare]
     if common and (not first or expected_rows([common], share, n) <= budget):
         first.append(common)  # rows holding every common word: the best a common-only row can do
     capped = not rare and expected_rows(first, share, n) > cap

@@ -241,7 +241,7 @@ def check_record(record: Any) -> None:
     check_time(record.updated_at, f"{where}: 'updated_at'")
 
 
-def not_unicode(exc: UnicodeError) -> InvalidInput:
+def not_unicode(exc: UnicodeEncodeError | UnicodeDecodeError) -> InvalidInput:
     """What a backend raises when a driver meets a lone surrogate the checks above do not cover."""
     return InvalidInput(f"a string given is not valid Unicode ({exc.reason} at character {exc.start}); "
                         "nothing was written")

@@ -58,6 +58,9 @@ from . import _topk
 from . import _validate as V
 from .base import Filters, Hit, Record, Scope, StoredMessage
 
+Conn = psycopg.Connection[dict[str, Any]]
+"""A connection of ours: rows come as dicts (``row_factory=dict_row``)."""
+
 SCHEMA_VERSION = 4
 SQL = C.Sql("%s")
 _OWN_OPTIONS = (
@@ -243,10 +246,10 @@ class PostgresStore:
         self._indexed: set[int] = set()  # dimensions whose HNSW index is known to be built
         self._builds: dict[int, threading.Thread] = {}  # dim -> its background index build
         self._unchecked: dict[int, int] = {}  # dim -> vectors written since its size was last checked
-        self._build_conns: set[psycopg.Connection] = set()  # cancelled by close()
+        self._build_conns: set[Conn] = set()  # cancelled by close()
         self._timeout = connect_timeout
         self._lock = threading.Lock()
-        self._pool_obj: ConnectionPool | None = None
+        self._pool_obj: ConnectionPool[Conn] | None = None
         self._pid = os.getpid()
         self._closed = False
         self._setup()
@@ -281,13 +284,13 @@ class PostgresStore:
         except psycopg.OperationalError as exc:
             raise StoreError(f"cannot reach PostgreSQL at {self._safe_url()}: {exc}") from exc
 
-    def _pool(self) -> ConnectionPool:
+    def _pool(self) -> ConnectionPool[Conn]:
         if self._closed:
             raise StoreError(f"store {self._safe_url()} is closed")
         if self._pool_obj is None or self._pid != os.getpid():
             from pgvector.psycopg import register_vector
 
-            def configure(conn: psycopg.Connection) -> None:
+            def configure(conn: Conn) -> None:
                 register_vector(conn)
                 # JIT compiles a query the planner thinks costly in ~50-100 ms; ours take a few ms
                 conn.execute("SET jit = off")
@@ -307,7 +310,7 @@ class PostgresStore:
         return self._pool_obj
 
     @contextlib.contextmanager
-    def _tx(self) -> Iterator[psycopg.Connection]:
+    def _tx(self) -> Iterator[Conn]:
         """One transaction; driver errors become StoreError (unreachable) or ValueError (refused input)."""
         try:
             with self._pool().connection() as conn, conn.transaction():
@@ -348,19 +351,21 @@ class PostgresStore:
 
     # -- sessions ----------------------------------------------------------------
 
-    def _lock_session(self, conn: psycopg.Connection, scope: Scope) -> dict[str, Any]:
+    def _lock_session(self, conn: Conn, scope: Scope) -> dict[str, Any]:
         """(sid, next_position) of the session, created if new; its row stays locked until commit.
 
         The no-op upsert takes the row lock in the same round trip, so appenders of one
         conversation take turns and nobody else waits.
         """
         scope.require_session()
-        return conn.execute(
+        row = conn.execute(
             f"INSERT INTO {self.schema}.sessions AS t (tenant, user_id, agent_id, session_id, created_at)"
             " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (tenant, user_id, agent_id, session_id)"
             " DO UPDATE SET next_position = t.next_position RETURNING sid, next_position",
             (scope.tenant, scope.user_id or "", scope.agent_id or "", scope.session_id, time.time()),
         ).fetchone()
+        assert row is not None  # an upsert with RETURNING always yields its row
+        return row
 
     # -- archived messages ---------------------------------------------------------
 
@@ -403,7 +408,7 @@ class PostgresStore:
                 ) from exc
         return positions
 
-    def _select_messages(self, conn: psycopg.Connection, where: str, params: Sequence[Any]) -> list[StoredMessage]:
+    def _select_messages(self, conn: Conn, where: str, params: Sequence[Any]) -> list[StoredMessage]:
         s = self.schema
         rows = conn.execute(
             f"SELECT {_MSG_COLS}, m.rid, m.position, s.session_id, s.user_id, s.agent_id"
@@ -459,7 +464,7 @@ class PostgresStore:
 
     # -- vectors ---------------------------------------------------------------------
 
-    def _vector_table(self, conn: psycopg.Connection, dim: int) -> str:
+    def _vector_table(self, conn: Conn, dim: int) -> str:
         """``vectors_{dim}``, created the first time a dimension is seen (its HNSW index comes later)."""
         s, table = self.schema, f"vectors_{dim}"
         exists = conn.execute(f"SELECT 1 FROM {s}.vector_tables WHERE dim = %s", (dim,)).fetchone()
@@ -563,14 +568,14 @@ class PostgresStore:
         self._indexed.add(dim)
         return True
 
-    def _index_state(self, conn: psycopg.Connection, table: str) -> str | None:
+    def _index_state(self, conn: Conn, table: str) -> str | None:
         row = conn.execute(
             "SELECT i.indisvalid AS ok FROM pg_index i WHERE i.indexrelid = to_regclass(%s)",
             (f"{self.schema}.{table}_hnsw",),
         ).fetchone()
         return None if row is None else ("valid" if row["ok"] else "invalid")
 
-    def _dims(self, conn: psycopg.Connection) -> list[int]:
+    def _dims(self, conn: Conn) -> list[int]:
         return [r["dim"] for r in conn.execute(f"SELECT dim FROM {self.schema}.vector_tables ORDER BY dim")]
 
     def set_vectors(self, scope: Scope, ids: Sequence[str], vectors: np.ndarray, model: str) -> None:
@@ -683,7 +688,7 @@ class PostgresStore:
             rows = conn.execute(base.format("") + " ORDER BY score DESC, m.rid LIMIT %s", [*args, k]).fetchall()
         return [Hit(r["id"], float(r["score"]), str(r["rid"])) for r in rows]
 
-    def _hnsw_ef(self, conn: psycopg.Connection, dim: int, scope_size: int, k: int) -> int | None:
+    def _hnsw_ef(self, conn: Conn, dim: int, scope_size: int, k: int) -> int | None:
         """``hnsw.ef_search`` for an approximate search of this scope, or None to search exactly.
 
         The index walks the whole table and the scope filter applies after it, so it pays when
@@ -729,7 +734,7 @@ class PostgresStore:
             mean_length = max(1.0, sum(r["lexemes"] for r in sessions) / n)
             return _Lexical(self, conn, [r["sid"] for r in sessions], n, mean_length, queries, filters).top(k)
 
-    def _word_queries(self, conn: psycopg.Connection, words: Sequence[str]) -> list[tuple[str, float | None]]:
+    def _word_queries(self, conn: Conn, words: Sequence[str]) -> list[tuple[str, float | None]]:
         """(tsquery text, share of rows holding it or None if not among the frequent words) per word."""
         rows = conn.execute(
             "SELECT phraseto_tsquery('english', w)::text AS q,"
@@ -745,7 +750,7 @@ class PostgresStore:
                 out[r["q"]] = min(known) if known and None not in known else None  # type: ignore[type-var]
         return list(out.items())
 
-    def _lexeme_shares(self, conn: psycopg.Connection) -> dict[str, float]:
+    def _lexeme_shares(self, conn: Conn) -> dict[str, float]:
         """The frequent words of the ``tsv`` column and the share of rows holding each, from
         PostgreSQL's own statistics (ANALYZE, kept fresh by autovacuum); cached for a minute.
         """
@@ -972,7 +977,7 @@ class _Lexical:
     def __init__(
         self,
         store: PostgresStore,
-        conn: psycopg.Connection,
+        conn: Conn,
         sids: list[int],
         n: int,
         mean_length: float,

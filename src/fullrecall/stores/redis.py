@@ -42,9 +42,9 @@ import contextlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import numpy as np
@@ -332,7 +332,7 @@ class RedisStore:
             elif isinstance(scope.user_id, str):
                 index_keys = [f"{p}:user:{_q(scope.user_id)}:sessions"]
             else:
-                index_keys = [f"{p}:user:{u.decode()}:sessions" for u in self._r.smembers(f"{p}:users")]
+                index_keys = [f"{p}:user:{u}:sessions" for u in self._members(f"{p}:users")]
             pipe = self._r.pipeline(transaction=False)
             for k in index_keys:
                 pipe.smembers(k)
@@ -416,7 +416,7 @@ class RedisStore:
         out: list[StoredMessage] = []
         with self._errors("read from"):
             for session in self._sessions(scope):
-                ids = [i.decode() for i in self._r.zrangebyscore(session.key("order"), start, end)]
+                ids = [i.decode() for i in cast("list[bytes]", self._r.zrangebyscore(session.key("order"), start, end))]
                 out += sorted(self._read_messages(session, ids), key=lambda m: m.position or 0) if ids else []
         return out
 
@@ -471,7 +471,7 @@ class RedisStore:
             return out
         with self._errors("read from"):
             for s in self._sessions(scope):
-                for i, blob in zip(ids, self._r.hmget(s.key("vecs"), ids)):
+                for i, blob in zip(ids, cast("list[bytes | None]", self._r.hmget(s.key("vecs"), ids))):
                     if blob is not None:
                         out[i] = np.frombuffer(blob, dtype=np.float32).copy()
         return out
@@ -532,7 +532,7 @@ class RedisStore:
         msgs, vecs, meta = session.key("msgs"), session.key("vecs"), session.key("meta")
         if int(session.meta.get("next") or 0) > _SCAN_ABOVE:
             for _ in range(5):
-                before = self._r.hget(meta, "version")
+                before = cast("bytes | None", self._r.hget(meta, "version"))
                 bodies = dict(self._r.hscan_iter(msgs, count=_SCAN_PAGE))
                 vectors = dict(self._r.hscan_iter(vecs, count=_SCAN_PAGE))
                 if self._r.hget(meta, "version") == before:
@@ -622,23 +622,27 @@ class RedisStore:
             pipe.expire(f"{p}:users", self.ttl_seconds, gt=True)  # an index set is never shortened
             pipe.execute()
 
+    def _members(self, key: str) -> list[str]:
+        """The members of the set at ``key``, decoded (the client returns bytes: no decode_responses)."""
+        return [m.decode() for m in cast("set[bytes]", self._r.smembers(key))]
+
     def _record_fields(self, scope: Scope, namespace: str | None, exact: bool) -> list[tuple[str, str, dict[str, Any]]]:
         """(hash key, field, record doc) visible to ``scope`` (or, with ``exact``, owned by it)."""
         p = self._p(scope)
         if isinstance(scope.user_id, str):
             users = [_q(scope.user_id)]
         else:
-            users = [u.decode() for u in self._r.smembers(f"{p}:users")]
+            users = self._members(f"{p}:users")
         out = []
         for u in users:
             namespaces = (
                 [namespace]
                 if namespace is not None
-                else [n.decode() for n in self._r.smembers(f"{p}:user:{u}:record-namespaces")]
+                else self._members(f"{p}:user:{u}:record-namespaces")
             )
             for ns in namespaces:
                 key = f"{p}:user:{u}:records:{quote(ns, safe='')}"
-                for field, raw in self._r.hgetall(key).items():
+                for field, raw in cast("dict[bytes, bytes]", self._r.hgetall(key)).items():
                     doc = json.loads(raw)
                     agent, session = C.scope_fields(scope)["agent_id"], scope.session
                     if (agent is None or doc["agent_id"] == agent) and (
@@ -712,7 +716,8 @@ class RedisStore:
             schedule: str | None = self._r.config_get("save").get("save", "")
         except redis_lib.RedisError:  # CONFIG disabled: whether it takes snapshots is unknown
             schedule = None
-        jobs = []  # ((INFO counter of started jobs, value to reach), what starts it, where, command)
+        # ((INFO counter of started jobs, value to reach), what starts it, where, command)
+        jobs: list[tuple[tuple[str, int], Callable[[], object], str, str]] = []
         if info.get("aof_enabled"):
             target = int(info.get("aof_rewrites", 0)) + 1 + int(info.get("aof_rewrite_in_progress", 0))
             jobs.append((("aof_rewrites", target), self._r.bgrewriteaof, "AOF (appendonlydir)", "BGREWRITEAOF"))
@@ -763,7 +768,7 @@ class RedisStore:
     def _drop_empty_users(self, p: str, users: Iterable[str]) -> None:
         """Remove a user's index entries once nothing of theirs is left (no name lingers)."""
         for u in users:
-            namespaces = [n.decode() for n in self._r.smembers(f"{p}:user:{u}:record-namespaces")]
+            namespaces = self._members(f"{p}:user:{u}:record-namespaces")
             pipe = self._r.pipeline(transaction=False)
             pipe.exists(f"{p}:user:{u}:sessions")
             for ns in namespaces:

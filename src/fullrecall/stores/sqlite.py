@@ -368,7 +368,7 @@ class SQLiteStore:
     def _session_for_write(conn: sqlite3.Connection, scope: Scope) -> sqlite3.Row:
         """The session's row, created on first write (call inside a write transaction)."""
         scope.require_session()
-        key = (scope.tenant, scope.user_id or "", scope.agent_id or "", scope.session_id)
+        key = (scope.tenant, *scope.owner())
         find = "SELECT * FROM sessions WHERE tenant = ? AND user_id = ? AND agent_id = ? AND session_id = ?"
         row = conn.execute(find, key).fetchone()
         if row is None:
@@ -674,7 +674,7 @@ class SQLiteStore:
             # cost an intersection with a huge posting list when it is most of it.
             share = sum(r["next_position"] for r in sessions) / max(1, _top_rid(conn))
             if filters is None and share >= 0.5:
-                limit = int(2 * k / share) + 10  # over-fetch, then keep the scope's rows
+                limit: int | None = int(2 * k / share) + 10  # over-fetch, then keep the scope's rows
                 rows = self._fts(conn, f"text : ({text_query})", limit, in_scope, params)
                 if len(rows) >= k:
                     return rows[:k]

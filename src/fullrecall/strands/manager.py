@@ -46,7 +46,7 @@ class _Adapter(_StrandsConversationManager):
         super().__init__(proactive_compression=proactive_compression)
 
     # removed_message_count lives in the core, so both views always agree
-    @property  # type: ignore[override]
+    @property
     def removed_message_count(self) -> int:
         return self.core.removed_message_count
 
@@ -87,7 +87,9 @@ class _Adapter(_StrandsConversationManager):
     def get_state(self) -> dict[str, Any]:
         return {**self.core.get_state(), "__name__": type(self).__name__}
 
-    def restore_from_session(self, state: dict[str, Any]) -> list[dict[str, Any]] | None:
+    def restore_from_session(  # type: ignore[override]  # strands' Message TypedDict; ours are plain dicts
+        self, state: dict[str, Any]
+    ) -> list[dict[str, Any]] | None:
         if state.get("__name__") != type(self).__name__:
             raise ValueError("Invalid conversation manager state.")
         self.core.restore_from_state({**state, "__name__": type(self.core).__name__})
@@ -150,7 +152,9 @@ class SlidingWindowConversationManager(_Adapter):
     def get_state(self) -> dict[str, Any]:
         return {**super().get_state(), "model_call_count": self._model_call_count}
 
-    def restore_from_session(self, state: dict[str, Any]) -> list[dict[str, Any]] | None:
+    def restore_from_session(  # type: ignore[override]  # strands' Message TypedDict; ours are plain dicts
+        self, state: dict[str, Any]
+    ) -> list[dict[str, Any]] | None:
         result = super().restore_from_session(state)
         self._model_call_count = int(state.get("model_call_count", 0))
         return result
@@ -207,7 +211,7 @@ def _summarizer(owner: _Adapter, summarizer: Any, summarization_agent: Any, prom
     return AgentModelSummarizer(owner._current_agent, prompt, **(llm_options or {}))
 
 
-class SummarizingConversationManager(_SummaryRestore, _Adapter):
+class SummarizingConversationManager(_SummaryRestore, _Adapter):  # type: ignore[misc]  # same override as above
     """Summarizes the oldest ``summary_ratio`` of messages on overflow, keeping ``preserve_recent_messages``.
 
     The summary is written by the agent's own model (``aux_model`` > ``model``),
@@ -320,7 +324,9 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
     def get_memory_usage_summary(self) -> str:
         return self.core.get_memory_usage_summary()
 
-    def restore_from_session(self, state: dict[str, Any]) -> list[dict[str, Any]] | None:
+    def restore_from_session(  # type: ignore[override]  # strands' Message TypedDict; ours are plain dicts
+        self, state: dict[str, Any]
+    ) -> list[dict[str, Any]] | None:
         stored = state.get("session_id")
         if self._session_id_given and stored is not None and stored != self.archive.scope.session_id:
             log.warning("restoring state of archive session %r into a manager for session %r: recall reads %r",

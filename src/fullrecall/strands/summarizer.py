@@ -139,7 +139,7 @@ class SummarizationAgentSummarizer:
                 agent._default_structured_output_model = None
             if not agent.tool_names:
                 agent.tool_registry = _noop_registry()
-            agent.messages = request + [_converse(m) for m in messages]
+            agent.messages = request + [_converse(m) for m in messages]  # type: ignore[assignment]  # strands' Message TypedDict
             result = agent(self.PROMPT)
         finally:
             agent.system_prompt, agent.messages, agent.tool_registry = saved[:3]

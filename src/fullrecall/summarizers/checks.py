@@ -144,7 +144,12 @@ def private_values(text: str) -> list[str]:
             if word.lower() not in _SKIP_VALUES:
                 values.append(word)
     seen: set[str] = set()
-    return [v for v in values if not (v.casefold() in seen or seen.add(v.casefold()))]
+    unique = []
+    for v in values:
+        if v.casefold() not in seen:
+            seen.add(v.casefold())
+            unique.append(v)
+    return unique
 
 
 @dataclass
@@ -193,7 +198,10 @@ class Exclusions:
                 found = private_values(text)
                 terms.extend(found)
                 known = {t.casefold() for t in self.learned}
-                self.learned.extend(t for t in found if t.casefold() not in known and not known.add(t.casefold()))
+                for t in found:
+                    if t.casefold() not in known:
+                        known.add(t.casefold())
+                        self.learned.append(t)
         return ExclusionPlan(private_indexes=private, terms=_unique(t for t in terms if t.strip()),
                              patterns=[re.compile(p) if isinstance(p, str) else p for p in self.patterns])
 

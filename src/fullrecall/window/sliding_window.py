@@ -184,7 +184,9 @@ class SlidingWindowConversationManager(ConversationManager):
         if self.truncation_notice == "fullrecall":
             return MEDIA_PLACEHOLDER.format(kind=part.kind)
         data = part.data if isinstance(part.data, dict) else {}
-        source = data.get("source") if isinstance(data.get("source"), dict) else {}
+        source = data.get("source")
+        if not isinstance(source, dict):
+            source = {}
         raw = source.get("bytes") or b""
         return f"[image: {data.get('format', 'unknown')}, {len(raw)} bytes]"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, MutableSequence, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ContextWindowOverflowError
 from ..messages.model import Message, TextBlock
@@ -109,7 +109,7 @@ class SummarizingConversationManager(ConversationManager):
 
     def _summarize(self, messages: list[Message], previous: str | None) -> str:
         summarizer = self.summarizer
-        call: Callable[..., Any] = getattr(summarizer, "summarize", summarizer)
+        call = cast("Callable[..., Any]", getattr(summarizer, "summarize", summarizer))
         result = call(messages, previous)
         text = result if isinstance(result, str) else getattr(result, "text", None)
         if not isinstance(text, str) or not text.strip():
@@ -217,7 +217,7 @@ class SummarizingConversationManager(ConversationManager):
         doomed = [i for i in range(len(tail)) if not is_pinned(tail, i)]
         if doomed:
             self._release(RemovedMessages(messages=[body[i] for i in doomed], reason="cleared", shape=shape))
-        keep = messages[: layout.pinned + layout.front] + [m for i, m in enumerate(tail) if i not in doomed]
+        keep = [*messages[: layout.pinned + layout.front], *(m for i, m in enumerate(tail) if i not in doomed)]
         messages[:] = keep
         self.removed_message_count += len(doomed)
         self._summary_message = None
