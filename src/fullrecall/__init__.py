@@ -45,6 +45,7 @@ _EXPORTS = {
     "RemovedMessages": "fullrecall.window",
     # durable conversation memory and recall
     "ConversationMemory": "fullrecall.memory.conversation",
+    "SyncConversationMemory": "fullrecall.memory.conversation",
     # long-term memory
     "ProceduralMemory": "fullrecall.memory.procedural",
     "FactMemory": "fullrecall.memory.facts",
