@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fullrecall import SyncConversationMemory, InvalidInput
+from fullrecall import InvalidInput, SyncConversationMemory
 from fullrecall.search import SemanticSearch
 from fullrecall.stores import Scope, Store, StoredMessage, open_store
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fullrecall import SyncConversationMemory, MessageFormatError
+from fullrecall import MessageFormatError, SyncConversationMemory
 from fullrecall.stores import Scope, open_store
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fullrecall import SyncConversationMemory, MessageFormatError
+from fullrecall import MessageFormatError, SyncConversationMemory
 
 
 def make(url="sqlite:///:memory:", **kw):

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from fullrecall import SyncConversationMemory, InvalidInput, MessageFormatError
+from fullrecall import InvalidInput, MessageFormatError, SyncConversationMemory
 from fullrecall.stores import open_store
 from fullrecall.stores._validate import MAX_MESSAGE_BYTES
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from fullrecall import (
-    SyncConversationMemory,
     MemoryTools,
     PersistentMemory,
     ProceduralMemory,
+    SyncConversationMemory,
 )
 from fullrecall.stores import Scope, open_store
 

@@ -8,7 +8,8 @@ so enriched text never leaks into what is stored or archived.
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..messages.formats import parse_messages, render_message
 from ..messages.model import TextBlock
