@@ -8,8 +8,7 @@ so enriched text never leaks into what is stored or archived.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, Sequence
 
 from ..messages.formats import parse_messages, render_message
 from ..messages.model import TextBlock

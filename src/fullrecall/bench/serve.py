@@ -131,8 +131,7 @@ async def _drive(urls: list[str], keys: list[str], args) -> dict[str, Any]:
 
 def _library_baseline(store_url: str, args) -> dict[str, Any]:
     """The same appends and searches in-process (the service's own code on the store, no HTTP), by as many
-    concurrent threads as there were clients, so both sides queue for the store alike.
-    """
+    concurrent threads as there were clients, so both sides queue for the store alike."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ..service.conversations import Conversations

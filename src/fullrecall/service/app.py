@@ -79,8 +79,7 @@ class Lane:
 # -- request and response bodies (what the OpenAPI schema publishes) --------------------------------------
 class AppendBody(BaseModel):
     """One message or several, in any supported shape (Converse, OpenAI, Anthropic); a message's ``id`` makes a retry
-    idempotent.
-    """
+    idempotent."""
 
     model_config = ConfigDict(extra="forbid")
     messages: list[dict[str, Any]] = Field(min_length=1, max_length=10_000)
@@ -168,8 +167,7 @@ def _replay(chunks: list[bytes], first: dict | None, receive: Any = None):
 def create_app(settings: Settings | None = None, *, store: Any = None, embedder: Any = None) -> FastAPI:
     """The API over ``settings.store`` (or an open ``store``); the store is closed when the app shuts down.
 
-    ``embedder`` (an :class:`~fullrecall.embeddings.Embedder`) replaces ``settings.embedding_model``.
-    """
+    ``embedder`` (an :class:`~fullrecall.embeddings.Embedder`) replaces ``settings.embedding_model``."""
     settings = settings or Settings.load()
     service = Service(settings, store, embedder)
 
@@ -424,8 +422,7 @@ def _routes(app: FastAPI, service: Service) -> None:
     def metrics(p: Principal = Key) -> Response:
         """Prometheus metrics of this process (requests, latencies, errors, recalls, searchable delay) per tenant.
 
-        Only keys of the operators' tenant (``metrics_tenant``, default ``admin``) may read them: they name tenants.
-        """
+        Only keys of the operators' tenant (``metrics_tenant``, default ``admin``) may read them: they name tenants."""
         if p.tenant != service.settings.metrics_tenant:
             raise NotFound("not found")
         service.metrics.pending.set(service.indexer.pending)

@@ -107,8 +107,7 @@ class Conversations:
                ) -> list[dict[str, Any]]:
         """Commit ``messages`` (all or none); their ids and positions, once durable.
 
-        A message's id is ``ids[i]`` if given, else its own ``"id"``, else a new one.
-        """
+        A message's id is ``ids[i]`` if given, else its own ``"id"``, else a new one."""
         records = self.prepare(scope, messages, ids)
         self._register(scope)
         positions = self.store.append(scope, records)  # durable when it returns
