@@ -165,7 +165,7 @@ class SyncConversationMemory:
             return
         rows = self._window_rows()
         kept = [m for i, m in enumerate(self._messages) if i not in doomed]
-        self._rebuild(kept, [rows[i] for i in sorted(doomed) if rows[i] is not None])
+        self._rebuild(kept, [row for i in sorted(doomed) if (row := rows[i]) is not None])
 
     def truncate_to_size(self, max_messages: int) -> None:
         """Keep the newest ``max_messages`` in the window; the older ones leave it for the archive (recallable)."""
@@ -247,7 +247,7 @@ class SyncConversationMemory:
             for msg, position in zip(parsed, positions):
                 msg.position, msg.id = position, f"m{position}"
             self.store.append(self.scope, [message_record(m, shape, data=raw) for m, raw in zip(parsed, raws)])
-        upgraded = {"manager": state.get("manager"), "replaced": {}, "version": int(state.get("version", 0)) + 1}
+        upgraded: dict[str, Any] = {"manager": state.get("manager"), "replaced": {}, "version": int(state.get("version", 0)) + 1}
         self.store.put_state(self.scope, _WINDOW_KEY, upgraded)
         return upgraded
 
