@@ -162,6 +162,17 @@ def test_the_loop_is_not_blocked():
     assert isinstance(memory.sync, SyncConversationMemory)
 
 
+def test_concurrent_tasks_on_one_object_all_land(store_url):
+    memory = make(store_url, uuid.uuid4().hex, max_history_turns=4)
+
+    async def main():
+        await asyncio.gather(*(memory.add(turn(i)) for i in range(12)))
+
+    run(main())
+    stored = memory.store.range(memory.scope, 0, 10**9)
+    assert sorted(m.data["content"] for m in stored) == sorted(c for i in range(12) for c in contents(turn(i)))
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.one_of(st.tuples(st.just("add"), st.integers(0, 3)), st.tuples(st.just("delete"), st.integers(0, 9)),
                           st.tuples(st.just("truncate"), st.integers(0, 6)), st.tuples(st.just("clear"), st.just(0))),

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -335,9 +336,15 @@ class ConversationMemory:
         self.sync = SyncConversationMemory(store, session_id, user_id=user_id, agent_id=agent_id, manager=manager,
                                            hook=hook, **manager_options)
         self.store, self.scope = self.sync.store, self.sync.scope
+        self._lock = threading.Lock()  # one operation at a time on the twin, whichever thread runs it
 
     async def _run(self, function: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.to_thread(function, *args)
+        """``function(*args)`` in a worker thread, under this object's lock."""
+        def locked() -> Any:
+            with self._lock:
+                return function(*args)
+
+        return await asyncio.to_thread(locked)
 
     # -- MassGen's MemoryBase --------------------------------------------------------------------
     async def add(self, messages: dict[str, Any] | Sequence[dict[str, Any]] | None,
@@ -422,7 +429,8 @@ class ConversationMemory:
 
     def state_dict(self) -> dict[str, Any]:
         """``{"messages": the window}`` (MassGen's shape)."""
-        return {"messages": [dict(m) for m in self.sync.messages]}
+        with self._lock:
+            return {"messages": [dict(m) for m in self.sync.messages]}
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> None:
         """Make the window ``state_dict["messages"]`` (what was there goes to the archive, as ``clear``).
@@ -435,8 +443,9 @@ class ConversationMemory:
         for index, message in enumerate(messages):
             message.setdefault("id", f"msg_{uuid.uuid4().hex[:12]}")
             _message_id(message, index)
-        self.sync.clear()
-        self.sync._rebuild(messages)
+        with self._lock:
+            self.sync.clear()
+            self.sync._rebuild(messages)
 
     # -- what fullrecall adds -------------------------------------------------------------------
     async def model_input(self) -> list[dict[str, Any]]:
