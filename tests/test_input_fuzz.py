@@ -1,6 +1,6 @@
 """Fuzzing the public entry points with message shapes, text and metadata of every kind.
 
-Whatever goes in, ``Store.append`` (every backend), ``ConversationMemory.add`` and ``SemanticSearch.add``
+Whatever goes in, ``Store.append`` (every backend), ``SyncConversationMemory.add`` and ``SemanticSearch.add``
 either store it (and give it back exactly) or raise ``InvalidInput`` (a ``ValueError``) having written
 nothing: never a raw exception, never part of a batch.
 """
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fullrecall import ConversationMemory, InvalidInput
+from fullrecall import InvalidInput, SyncConversationMemory
 from fullrecall.search import SemanticSearch
 from fullrecall.stores import Scope, Store, StoredMessage, open_store
 
@@ -152,7 +152,7 @@ class TestConversationMemoryFuzz:
     ) -> None:
         store = _store("sqlite:///:memory:")
         session = uuid.uuid4().hex
-        memory = ConversationMemory(store, session, summarizer=lambda m, p: SUMMARY, max_history_turns=2,
+        memory = SyncConversationMemory(store, session, summarizer=lambda m, p: SUMMARY, max_history_turns=2,
                                     preserve_recent_messages=1, embedding_model=default_embedder)
         accepted: list[dict[str, Any]] = []
         for batch in batches:
@@ -166,7 +166,7 @@ class TestConversationMemoryFuzz:
         archived = [m.data for m in memory.manager.archive.get(0, 10_000) if not _is_summary(m.data)]
         window = memory.messages
         assert archived + [m for m in window if not _is_summary(m)] == accepted  # all, once, in order, verbatim
-        again = ConversationMemory(store, session, summarizer=lambda m, p: SUMMARY, max_history_turns=2,
+        again = SyncConversationMemory(store, session, summarizer=lambda m, p: SUMMARY, max_history_turns=2,
                                    preserve_recent_messages=1, embedding_model=default_embedder)
         assert again.messages == window  # and durable
 

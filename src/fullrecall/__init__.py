@@ -45,6 +45,7 @@ _EXPORTS = {
     "RemovedMessages": "fullrecall.window",
     # durable conversation memory and recall
     "ConversationMemory": "fullrecall.memory.conversation",
+    "SyncConversationMemory": "fullrecall.memory.conversation",
     # long-term memory
     "ProceduralMemory": "fullrecall.memory.procedural",
     "FactMemory": "fullrecall.memory.facts",
@@ -83,7 +84,7 @@ if TYPE_CHECKING:  # editors and type checkers see every lazy export (tests/test
         StoreError,
         SummarizationError,
     )
-    from .memory.conversation import ConversationMemory
+    from .memory.conversation import ConversationMemory, SyncConversationMemory
     from .memory.facts import Fact, FactMemory
     from .memory.persistent import MemoryHit, PersistentMemory
     from .memory.procedural import ProceduralMemory

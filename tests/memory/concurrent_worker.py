@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from fullrecall import ConversationMemory
+from fullrecall import SyncConversationMemory
 
 
 class HashEmbedder:
@@ -30,7 +30,7 @@ class HashEmbedder:
 
 
 def open_memory(url):
-    return ConversationMemory(url, "shared", user_id="ann", agent_id="bot",
+    return SyncConversationMemory(url, "shared", user_id="ann", agent_id="bot",
                               summarizer=lambda m, p: f"summary of {len(m)}",
                               max_history_turns=3, preserve_recent_messages=2, embedding_model=HashEmbedder())
 

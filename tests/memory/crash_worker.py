@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from fullrecall import ConversationMemory
+from fullrecall import SyncConversationMemory
 
 
 def slow_summarizer(marker):
@@ -22,7 +22,7 @@ def slow_summarizer(marker):
 def main():
     url, ack = sys.argv[1], sys.argv[2]
     summarizer = slow_summarizer(sys.argv[4]) if len(sys.argv) > 3 else (lambda m, p: f"summary of {len(m)}")
-    memory = ConversationMemory(url, "crash", summarizer=summarizer, max_history_turns=3, preserve_recent_messages=2,
+    memory = SyncConversationMemory(url, "crash", summarizer=summarizer, max_history_turns=3, preserve_recent_messages=2,
                                 embedding_model=os.environ.get("CRASH_EMBEDDER") or None)
     window = [m for m in memory.messages if m["content"].startswith("message ")]
     start = memory.manager.first_active_position + len(window)  # the next number to write

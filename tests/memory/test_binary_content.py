@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fullrecall import ConversationMemory
+from fullrecall import SyncConversationMemory
 from fullrecall.stores import Scope, StoredMessage, open_store
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
@@ -20,7 +20,7 @@ def _tool_loop(i: int) -> list[dict]:
 
 def test_image_bytes_are_archived_and_come_back_verbatim(store_url):
     store = open_store(store_url)
-    memory = ConversationMemory(store, "shots", user_id="ann", summarizer=lambda m, p: "summary",
+    memory = SyncConversationMemory(store, "shots", user_id="ann", summarizer=lambda m, p: "summary",
                                 max_history_turns=2, preserve_recent_messages=2)
     sent = []
     for i in range(4):

@@ -1,4 +1,4 @@
-"""Concurrent writers on one conversation, through ConversationMemory, on every backend: every message kept once."""
+"""Concurrent writers on one conversation, through SyncConversationMemory, on every backend: every message kept once."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fullrecall import ConversationMemory
+from fullrecall import SyncConversationMemory
 
 sys.path.insert(0, str(Path(__file__).parent))
 from concurrent_worker import HashEmbedder, open_memory
@@ -19,7 +19,7 @@ WORKER = Path(__file__).with_name("concurrent_worker.py")
 WORKERS, COUNT = 4, 24
 
 
-def conversation(memory: ConversationMemory) -> list[str]:
+def conversation(memory: SyncConversationMemory) -> list[str]:
     """The whole conversation as the API shows it: the archive before the window, then the window's originals."""
     window = memory.messages
     summary = memory.manager.summary_message
@@ -53,7 +53,7 @@ def test_concurrent_processes_lose_nothing(store_url, tmp_path, mode):
 
 
 def test_two_objects_interleaving_lose_nothing(store_url):
-    a, b = (ConversationMemory(store_url, "s", user_id="ann", summarizer=lambda m, p: "summary", max_history_turns=2,
+    a, b = (SyncConversationMemory(store_url, "s", user_id="ann", summarizer=lambda m, p: "summary", max_history_turns=2,
                                preserve_recent_messages=2, embedding_model=HashEmbedder()) for _ in range(2))
     for i in range(10):
         for w, memory in enumerate((a, b)):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fullrecall import ConversationMemory
+from fullrecall import SyncConversationMemory
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 
@@ -41,7 +41,7 @@ def everything(url) -> list[str]:
     Both come from the store's log (the window is derived from it), so a kill between the log append and
     the window state save can neither lose a message nor show one twice.
     """
-    memory = ConversationMemory(url, "crash", summarizer=lambda m, p: "s", max_history_turns=3, preserve_recent_messages=2)
+    memory = SyncConversationMemory(url, "crash", summarizer=lambda m, p: "s", max_history_turns=3, preserve_recent_messages=2)
     first_active = memory.manager.first_active_position
     archived = [m.data["content"] for m in memory.manager.archive.get(0, first_active - 1)]
     window = [m["content"] for m in memory.messages if m["content"].startswith("message ")]
@@ -87,7 +87,7 @@ def test_sigkill_mid_summarization_loses_nothing(store_url, tmp_path):
     worker.send_signal(signal.SIGKILL)
     worker.wait()
     check(url, ack)
-    memory = ConversationMemory(url, "crash", summarizer=lambda m, p: "s", max_history_turns=3, preserve_recent_messages=2)
+    memory = SyncConversationMemory(url, "crash", summarizer=lambda m, p: "s", max_history_turns=3, preserve_recent_messages=2)
     assert memory.manager.removed_message_count > 0
     # the store's log holds every position once, at least up to the window's start
     positions = [m.position for m in memory.manager.archive.get(0, 10**9)]

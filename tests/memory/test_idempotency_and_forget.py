@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fullrecall import ConversationMemory, MessageFormatError
+from fullrecall import MessageFormatError, SyncConversationMemory
 from fullrecall.stores import Scope, open_store
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -19,7 +19,7 @@ from concurrent_worker import HashEmbedder
 def make(url, **kw):
     kw.setdefault("summarizer", lambda msgs, prev: f"summary: {prev or ''} " + " | ".join(m.text for m in msgs))
     kw.setdefault("preserve_recent_messages", 2)
-    return ConversationMemory(url, "s1", user_id="ann", max_history_turns=2, embedding_model=HashEmbedder(), **kw)
+    return SyncConversationMemory(url, "s1", user_id="ann", max_history_turns=2, embedding_model=HashEmbedder(), **kw)
 
 
 def contents(memory):

@@ -1,13 +1,13 @@
-"""ConversationMemory: the chat loop's durable memory."""
+"""SyncConversationMemory: the chat loop's durable memory."""
 
 import pytest
 
-from fullrecall import ConversationMemory, MessageFormatError
+from fullrecall import MessageFormatError, SyncConversationMemory
 
 
 def make(url="sqlite:///:memory:", **kw):
     kw = {"summarizer": lambda m, p: "summary", "max_history_turns": 3, "preserve_recent_messages": 2, **kw}
-    return ConversationMemory(url, "s1", **kw)
+    return SyncConversationMemory(url, "s1", **kw)
 
 
 def test_resumes_window_and_archive_after_restart(tmp_path):
@@ -49,7 +49,7 @@ def test_a_shortened_tool_result_stays_shortened_and_the_original_stays_stored(s
     from fullrecall.window import SlidingWindowConversationManager
 
     def memory():
-        return ConversationMemory(store_url, "s1", user_id="ann",
+        return SyncConversationMemory(store_url, "s1", user_id="ann",
                                   manager=SlidingWindowConversationManager(window_size=10, max_tool_result_chars=200))
 
     big = "x" * 1000 + " TAIL-42"
@@ -90,7 +90,7 @@ def test_a_window_saved_whole_by_an_earlier_version_joins_the_log(store_url):
     from fullrecall.archive import SemanticSummarizingConversationManager
     from fullrecall.stores import Scope, open_store
 
-    # what ConversationMemory used to do: the manager on a list, the whole list saved as state
+    # what SyncConversationMemory used to do: the manager on a list, the whole list saved as state
     store = open_store(store_url)
     manager = SemanticSummarizingConversationManager(store=store, session_id="s1", summarizer=lambda m, p: "summary",
                                                      max_history_turns=3, preserve_recent_messages=2)

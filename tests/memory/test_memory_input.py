@@ -1,4 +1,4 @@
-"""What ConversationMemory.add accepts, on every backend: odd and huge text kept verbatim, bad input refused
+"""What SyncConversationMemory.add accepts, on every backend: odd and huge text kept verbatim, bad input refused
 with an error naming the message and field, and nothing of a refused batch stored."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import uuid
 
 import pytest
 
-from fullrecall import ConversationMemory, InvalidInput, MessageFormatError
+from fullrecall import InvalidInput, MessageFormatError, SyncConversationMemory
 from fullrecall.stores import open_store
 from fullrecall.stores._validate import MAX_MESSAGE_BYTES
 
 
 def make(url, embedder, session=None):
-    return ConversationMemory(url, session or uuid.uuid4().hex, summarizer=lambda m, p: "summary", max_history_turns=3,
+    return SyncConversationMemory(url, session or uuid.uuid4().hex, summarizer=lambda m, p: "summary", max_history_turns=3,
                               preserve_recent_messages=2, embedding_model=embedder)
 
 

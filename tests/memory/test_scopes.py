@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from fullrecall import ConversationMemory
+from fullrecall import SyncConversationMemory
 from fullrecall.stores import ANY, Scope, open_store
 
 
 def _memory(store, user=None, agent=None):
-    return ConversationMemory(store, "default", user_id=user, agent_id=agent, summarizer=lambda m, p: "summary",
+    return SyncConversationMemory(store, "default", user_id=user, agent_id=agent, summarizer=lambda m, p: "summary",
                               max_history_turns=2, preserve_recent_messages=2)
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from fullrecall import (
-    ConversationMemory,
     MemoryTools,
     PersistentMemory,
     ProceduralMemory,
+    SyncConversationMemory,
 )
 from fullrecall.stores import Scope, open_store
 
@@ -98,7 +98,7 @@ def test_handle_leaves_other_tools_calls_alone(tools):
 
 def test_expand_a_summary_gives_the_messages_it_covers(default_embedder):
     store = open_store("sqlite:///:memory:")
-    chat = ConversationMemory(store, "chat", user_id="u", agent_id="a", summarizer=lambda m, p: "summary",
+    chat = SyncConversationMemory(store, "chat", user_id="u", agent_id="a", summarizer=lambda m, p: "summary",
                               max_history_turns=2, preserve_recent_messages=2, embedding_model=default_embedder)
     for i in range(5):
         chat.add([{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}])

@@ -5,7 +5,7 @@ messages to the store *first* (if that fails, the manager keeps them in the
 window), then embeds them; an embedding failure only delays searchability
 (the text is stored, lexical search finds it, and the vectors are retried).
 
-When ``archived_span`` is set (:class:`~fullrecall.memory.ConversationMemory` sets
+When ``archived_span`` is set (:class:`~fullrecall.memory.SyncConversationMemory` sets
 it) every message is in the store from the moment it was added, and
 ``archived_span()`` says which positions ``[first, end)`` have left the window.
 Archiving a removed message is then only indexing it: ``write`` appends nothing,

@@ -1,7 +1,7 @@
 """Window management and recall for LangGraph and LangChain agents.
 
 :class:`FullrecallWindow` keeps, per LangGraph thread, a durable
-:class:`~fullrecall.memory.ConversationMemory` (window + verbatim archive in one
+:class:`~fullrecall.memory.SyncConversationMemory` (window + verbatim archive in one
 fullrecall store) and turns the graph's message list into what the model
 should see: the window (oldest turns summarized or dropped, after being
 archived) with the newest user message enriched by recalled archived turns.
@@ -42,7 +42,7 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-from ..memory.conversation import ConversationMemory
+from ..memory.conversation import SyncConversationMemory
 from ..stores import open_store
 from ..stores.base import Scope, Store
 
@@ -99,7 +99,7 @@ class FullrecallWindow:
         thread = str(configurable.get("thread_id") or "default")
         return Scope(user_id=user, agent_id=self.agent_id, session_id=thread)
 
-    def memory(self, scope: Scope) -> ConversationMemory:
+    def memory(self, scope: Scope) -> SyncConversationMemory:
         """The thread's memory as the store has it now (a fresh object: other processes' writes are seen)."""
         from ..archive import SemanticMemoryHook, SemanticSummarizingConversationManager
 
@@ -115,8 +115,8 @@ class FullrecallWindow:
         semantic = isinstance(manager, SemanticSummarizingConversationManager)
         hook = SemanticMemoryHook(enabled=self.recall and semantic, manager=manager if semantic else None,
                                   **self.hook_options)
-        return ConversationMemory(self.store, scope.session_id or "default", user_id=user,
-                                  agent_id=agent, manager=manager, hook=hook)
+        return SyncConversationMemory(self.store, scope.session_id or "default", user_id=user,
+                                      agent_id=agent, manager=manager, hook=hook)
 
     def _options(self) -> dict[str, Any]:
         """The default manager's options, its embedder (and reranker) loaded once, not at every model call."""

@@ -1,5 +1,9 @@
 """A conversation that survives restarts and concurrent writers: its message log is the truth.
 
+Two faces of one design: :class:`ConversationMemory` speaks MassGen's memory API as
+coroutines (store and embedding work run in a worker thread, never on the event loop);
+:class:`SyncConversationMemory` is its synchronous twin, which does the work.
+
 Every added message is appended to the store before ``add`` returns, in one
 atomic, idempotent append (the store assigns its position, so writers in any
 number of processes each land, in one order). The window is not saved whole:
@@ -23,13 +27,15 @@ conversation deleted by ``forget()`` (this object's or an administrator's
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..archive.archive import END, message_record
-from ..errors import ArchiveError, MessageFormatError
+from ..errors import ArchiveError, InvalidInput, MessageFormatError
 from ..messages.formats import parse_messages
 from ..stores.base import Scope, Store, StoredMessage
 
@@ -39,8 +45,8 @@ _WINDOW_KEY = "window"
 _PINNED_ROLES = ("system", "developer")
 
 
-class ConversationMemory:
-    """The chat loop's memory (seed 001's ``ConversationMemory``), durable and with full recall.
+class SyncConversationMemory:
+    """The chat loop's memory, synchronous: durable and with full recall (the twin of :class:`ConversationMemory`).
 
     ``add`` records messages; ``messages`` is the active window; ``model_input()``
     is the window with recalled context added to the newest user message;
@@ -75,6 +81,7 @@ class ConversationMemory:
         self.hook = hook or SemanticMemoryHook(manager=self.manager)
         self._fresh_state = self.manager.get_state()  # what the manager starts from (and returns to after forget)
         self._messages: list[dict[str, Any]] = []
+        self._head: StoredMessage | None = None  # the pinned row at position 0
         self._rows: list[StoredMessage] = []  # the window's originals as stored
         self._pinned = 0
         self._version = 0
@@ -94,7 +101,10 @@ class ConversationMemory:
         append returns the messages are kept: if managing the window then fails (a removal
         listener raised), that is logged, the window stays as it is, and the next call tries again.
         """
-        new = [messages] if isinstance(messages, dict) else list(messages)
+        self._append([messages] if isinstance(messages, dict) else list(messages))
+
+    def _append(self, new: list[dict[str, Any]], keys: Sequence[str | None] | None = None) -> None:
+        """What ``add`` does; ``keys[i]``, when given, is message i's idempotency key instead of its ``"id"``."""
         if not new:
             return
         shape, parsed = parse_messages(new)  # a clear error naming the message and field, before anything is stored
@@ -104,6 +114,8 @@ class ConversationMemory:
         records = []
         for index, (raw, msg) in enumerate(zip(new, parsed)):
             msg.id = _message_id(raw, index)
+            if keys is not None and keys[index]:
+                msg.id = keys[index]
             records.append(message_record(msg, shape, data=raw))
         self.store.append(self.scope, records)  # durable, positioned and deduplicated by the store
         self._sync()
@@ -137,6 +149,33 @@ class ConversationMemory:
         self._sync()
         self._manage(self.manager.clear)
 
+    def delete(self, index: int | Iterable[int]) -> None:
+        """Delete the window's messages at ``index`` (one or several) for good: text, vectors and all.
+
+        A bad index raises ``IndexError`` and nothing changes. The rest of the window stays, in
+        order: it is cleared into the archive and what remains is added back (see :meth:`_rebuild`).
+        Deleting the summary drops it (what it summarized stays in the archive).
+        """
+        self._sync()
+        wanted = [index] if isinstance(index, int) else list(index)
+        bad = [i for i in wanted if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self._messages)]
+        if bad:
+            raise IndexError(f"delete: no message at {bad} (the window holds {len(self._messages)})")
+        doomed = set(wanted)
+        if not doomed:
+            return
+        rows = self._window_rows()
+        kept = [m for i, m in enumerate(self._messages) if i not in doomed]
+        self._rebuild(kept, [row for i in sorted(doomed) if (row := rows[i]) is not None])
+
+    def truncate_to_size(self, max_messages: int) -> None:
+        """Keep the newest ``max_messages`` in the window; the older ones leave it for the archive (recallable)."""
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 0:
+            raise InvalidInput(f"truncate_to_size: 'max_messages' must be an integer >= 0, got {max_messages!r}")
+        self._sync()
+        if len(self._messages) > max_messages:
+            self._rebuild(self._messages[len(self._messages) - max_messages:] if max_messages else [])
+
     def forget(self) -> dict[str, Any]:
         """Delete this conversation everywhere (window, archive, vectors, summaries); per-kind counts."""
         counts = self.store.forget(self.scope)
@@ -147,6 +186,29 @@ class ConversationMemory:
         return len(self.messages)
 
     # -- the log and the state ------------------------------------------------------------------
+    def _window_rows(self) -> list[StoredMessage | None]:
+        """The stored row behind each window message (None for the summary)."""
+        summary = getattr(self.manager, "summary_message", None)
+        return ([self._head] if self._pinned else []) + ([None] if summary is not None else []) + list(self._rows)
+
+    def _rebuild(self, kept: list[dict[str, Any]], doomed: Sequence[StoredMessage] = ()) -> None:
+        """Make the window ``kept`` (in order), deleting the ``doomed`` rows from the store.
+
+        The log only grows and the window is always a suffix of it, so: clear the window into the
+        archive, delete the doomed rows, and append the kept messages still missing as new log
+        entries (their own ``"id"`` unchanged, a fresh key each). A crash half-way loses nothing:
+        every kept message is in the archive, at worst not yet back in the window.
+        """
+        self._manage(self.manager.clear)
+        if doomed:
+            self.store.delete(self.scope, [row.id for row in doomed])
+            if self._head is not None and any(row.id == self._head.id for row in doomed):
+                self.manager.removed_message_count += 1  # position 0 is no longer pinned: it counts as gone
+                self._save()
+            self._sync()
+        missing = _without(kept, self._messages)
+        self._append(missing, [f"{raw.get('id', 'm')}@{uuid.uuid4().hex}" for raw in missing])
+
     def _archived_span(self) -> tuple[int, int]:
         """Positions ``[first, end)`` that have left the window (as of the last read of the store)."""
         return self._pinned, self._pinned + self.manager.removed_message_count
@@ -161,6 +223,7 @@ class ConversationMemory:
         head = self.store.range(self.scope, 0, 0)
         pinned = [head[0].data] if head and head[0].data.get("role") in _PINNED_ROLES else []
         self._pinned = len(pinned)
+        self._head = head[0] if pinned else None
         start = self._pinned + self.manager.removed_message_count
         self._rows = self.store.range(self.scope, start, END)
         replaced = state.get("replaced") or {}
@@ -189,7 +252,7 @@ class ConversationMemory:
         self.store.put_state(self.scope, _WINDOW_KEY, upgraded)
         return upgraded
 
-    def _manage(self, operation) -> None:
+    def _manage(self, operation: Callable[[list[dict[str, Any]]], Any]) -> None:
         """Run a manager operation on the window; save the state if the window changed."""
         before = list(self._messages)
         removed_before = self.manager.removed_message_count
@@ -232,3 +295,185 @@ def _message_id(raw: dict[str, Any], index: int) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
         raise MessageFormatError(f"message {index}: 'id' must be a non-empty string or an integer, got {value!r}")
     return str(value)
+
+
+def _without(kept: list[dict[str, Any]], present: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``kept`` less one equal message for each message ``present`` already (order kept)."""
+    left = list(present)
+    out = []
+    for message in kept:
+        if message in left:
+            left.remove(message)
+        else:
+            out.append(message)
+    return out
+
+
+class ConversationMemory:
+    """The chat loop's memory with MassGen's API, as coroutines: durable and with full recall.
+
+    ``await add(messages)`` records a dict or a list (an ``"id"`` is added to a copy of a message
+    that has none; a message whose id the window holds is skipped unless ``allow_duplicates``),
+    ``await get_messages(limit)`` is the active window (copies), ``clear`` empties the window into
+    the archive, ``delete`` removes messages for good, ``truncate_to_size`` moves the oldest out of
+    the window into the archive, ``retrieve``/``recall`` search what left the window. Construction
+    and ``state_dict``/``load_state_dict`` are plain calls. The work is done by a
+    :class:`SyncConversationMemory` (``.sync``) in a worker thread, so the event loop never blocks;
+    the arguments are the same as its.
+    """
+
+    def __init__(
+        self,
+        store: Store | str = "sqlite:///:memory:",
+        session_id: str = "default",
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        manager: Any = None,
+        hook: Any = None,
+        **manager_options: Any,
+    ) -> None:
+        self.sync = SyncConversationMemory(store, session_id, user_id=user_id, agent_id=agent_id, manager=manager,
+                                           hook=hook, **manager_options)
+        self.store, self.scope = self.sync.store, self.sync.scope
+        self._lock = threading.Lock()  # one operation at a time on the twin, whichever thread runs it
+
+    async def _run(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)`` in a worker thread, under this object's lock."""
+        def locked() -> Any:
+            with self._lock:
+                return function(*args)
+
+        return await asyncio.to_thread(locked)
+
+    # -- MassGen's MemoryBase --------------------------------------------------------------------
+    async def add(self, messages: dict[str, Any] | Sequence[dict[str, Any]] | None,
+                  allow_duplicates: bool = False) -> None:
+        """Record one message or several, durably, then let the manager keep the window in budget.
+
+        A message without ``"id"`` gets one (on a copy). One whose id the window holds already
+        is skipped (a retried ``add`` stores once) unless ``allow_duplicates``. A message that
+        left the window (``clear``, ``truncate_to_size``, the manager) and is added again comes
+        back into the window, as a new log entry: so MassGen's compressor, ``clear()`` then
+        ``add(kept)``, leaves exactly ``kept``.
+        """
+        if messages is None:
+            return
+        batch = [messages] if isinstance(messages, dict) else messages
+        if not isinstance(batch, (list, tuple)):
+            raise InvalidInput(f"add: messages must be a dict or a list of dicts, got {type(messages).__name__}")
+        for index, message in enumerate(batch):
+            if not isinstance(message, dict):
+                raise InvalidInput(f"message {index}: must be a dict, got {type(message).__name__}")
+        await self._run(self._add, [dict(m) for m in batch], allow_duplicates)
+
+    def _add(self, batch: list[dict[str, Any]], allow_duplicates: bool) -> None:
+        for index, message in enumerate(batch):
+            message.setdefault("id", f"msg_{uuid.uuid4().hex[:12]}")
+            _message_id(message, index)  # a bad id is refused before anything is stored
+        window = {str(m["id"]) for m in self.sync.messages if "id" in m}
+        if not allow_duplicates:
+            batch = [m for m in batch if str(m["id"]) not in window]
+        ids = [str(m["id"]) for m in batch]
+        logged = {row.id for row in self.store.get(self.scope, ids)} if ids else set()
+        start = self.sync._pinned + self.sync.manager.removed_message_count
+        keys: list[str | None] = []
+        seen: set[str] = set()
+        for key in ids:
+            if key in window or key in seen:  # allowed duplicates: a fresh key each
+                keys.append(f"{key}@{uuid.uuid4().hex}")
+            elif key in logged:  # back into the window after leaving it; a retry finds it there
+                keys.append(f"{key}@{start}")
+            else:
+                keys.append(None)
+            seen.add(key)
+        self.sync._append(batch, keys)
+
+    async def get_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The active window (copies); a positive ``limit`` keeps the most recent ``limit``."""
+        messages = await self._run(lambda: self.sync.messages)
+        return [dict(m) for m in (messages[-limit:] if limit is not None and limit > 0 else messages)]
+
+    async def get_messages_by_role(self, role: str) -> list[dict[str, Any]]:
+        """The window's messages of ``role`` (copies)."""
+        return [m for m in await self.get_messages() if m.get("role") == role]
+
+    async def get_last_message(self) -> dict[str, Any] | None:
+        """The newest message of the window (a copy), or None when it is empty."""
+        messages = await self.get_messages(limit=1)
+        return messages[0] if messages else None
+
+    async def delete(self, index: int | Iterable[int]) -> None:
+        """Delete the window's messages at ``index`` for good (``IndexError`` when one does not exist)."""
+        await self._run(self.sync.delete, index)
+
+    async def truncate_to_size(self, max_messages: int) -> None:
+        """Keep the newest ``max_messages`` in the window; the older leave it for the archive (recallable)."""
+        await self._run(self.sync.truncate_to_size, max_messages)
+
+    async def clear(self) -> None:
+        """Empty the window into the archive (a pinned system message stays; nothing is deleted)."""
+        await self._run(self.sync.clear)
+
+    async def size(self) -> int:
+        """How many messages the window holds."""
+        return len(await self.get_messages())
+
+    async def retrieve(self, query: str | dict[str, Any] | Sequence[dict[str, Any]], limit: int | None = None,
+                       **kwargs: Any) -> list[dict[str, Any]]:
+        """Archived messages relevant to ``query`` (text, or messages whose text is joined), best first."""
+        text = query if isinstance(query, str) else _text_of([query] if isinstance(query, dict) else list(query))
+        found = await self.recall(text)
+        messages = [dict(m.data) for m in found.messages]
+        return messages[:limit] if limit is not None and limit > 0 else messages
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"messages": the window}`` (MassGen's shape)."""
+        with self._lock:
+            return {"messages": [dict(m) for m in self.sync.messages]}
+
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> None:
+        """Make the window ``state_dict["messages"]`` (what was there goes to the archive, as ``clear``).
+
+        Raises ``ValueError`` when ``messages`` is missing and ``strict``; non-dict entries are skipped.
+        """
+        if strict and "messages" not in state_dict:
+            raise InvalidInput("load_state_dict: the state has no 'messages' (strict=True)")
+        messages = [dict(m) for m in state_dict.get("messages") or [] if isinstance(m, dict)]
+        for index, message in enumerate(messages):
+            message.setdefault("id", f"msg_{uuid.uuid4().hex[:12]}")
+            _message_id(message, index)
+        with self._lock:
+            self.sync.clear()
+            self.sync._rebuild(messages)
+
+    # -- what fullrecall adds -------------------------------------------------------------------
+    async def model_input(self) -> list[dict[str, Any]]:
+        """What to send the model: the window, the newest user message enriched with recalled context."""
+        return await self._run(self.sync.model_input)
+
+    async def recall(self, query: str) -> Any:
+        """The archived messages relevant to ``query`` (a :class:`~fullrecall.archive.Recall`)."""
+        return await self._run(self.sync.recall, query)
+
+    async def forget(self) -> dict[str, Any]:
+        """Delete this conversation everywhere (window, archive, vectors, summaries); per-kind counts."""
+        return await self._run(self.sync.forget)
+
+    async def apply_management(self) -> None:
+        """Let the manager trim or summarize the window now."""
+        await self._run(self.sync.apply_management)
+
+    async def reduce_context(self, error: BaseException | None = None) -> None:
+        """Shrink after a context overflow (raises ``ContextWindowOverflowError`` if it cannot)."""
+        await self._run(self.sync.reduce_context, error)
+
+    @property
+    def manager(self) -> Any:
+        """The window manager."""
+        return self.sync.manager
+
+
+def _text_of(messages: list[dict[str, Any]]) -> str:
+    """The plain text of messages, joined (for a query given as messages)."""
+    return "\n".join(m.text for m in parse_messages(messages)[1] if m.text)

@@ -1,0 +1,120 @@
+"""fullrecall's memories as MassGen's agents use them: the contract of MassGen's ``MemoryBase`` and
+``PersistentMemoryBase``, and its calling conventions (the chat loop, the context compressor).
+
+MassGen itself is not needed: the agent and the compressor below call the memories exactly as
+MassGen's ``chat_agent`` and context compressor do. ``test_massgen_base_classes_agree`` also checks
+against MassGen's own base classes, and runs only where the ``massgen`` package is installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import uuid
+from typing import Any
+
+import pytest
+
+from fullrecall.massgen import ConversationMemory, PersistentMemory, memories
+
+run = asyncio.run
+
+# MassGen's MemoryBase: coroutines, and two plain methods; PersistentMemoryBase: coroutines.
+MEMORY_BASE_ASYNC = ("add", "delete", "retrieve", "size", "clear", "get_messages")
+MEMORY_BASE_SYNC = ("state_dict", "load_state_dict")
+PERSISTENT_BASE_ASYNC = ("record", "retrieve", "save_to_memory", "recall_from_memory")
+
+
+class Agent:
+    """A chat loop that uses its memories the way MassGen's ``SingleAgent.chat`` does."""
+
+    def __init__(self, conversation_memory: Any = None, persistent_memory: Any = None) -> None:
+        self.conversation_memory, self.persistent_memory = conversation_memory, persistent_memory
+        self.seen_context: list[str] = []
+
+    async def chat(self, messages: list[dict[str, Any]], clear_history: bool = False, reset_chat: bool = False,
+                   answer: str = "ok") -> None:
+        if self.conversation_memory and (clear_history or reset_chat):
+            await self.conversation_memory.clear()
+        if self.persistent_memory:
+            self.seen_context.append(await self.persistent_memory.retrieve(
+                messages, limit=5, previous_winners=[{"agent_id": "agent_b", "turn": 1}]))
+        reply = [*messages, {"role": "assistant", "content": answer}]
+        if self.conversation_memory:
+            await self.conversation_memory.add(reply)
+        if self.persistent_memory:
+            await self.persistent_memory.record(reply, metadata={"turn": 2})
+
+    async def reset(self) -> None:
+        if self.conversation_memory:
+            await self.conversation_memory.clear()
+
+
+async def compress(memory: Any, keep_recent: int) -> None:
+    """What MassGen's context compressor does: keep the system message and the recent ones."""
+    messages = await memory.get_messages()
+    kept = [m for m in messages if m.get("role") == "system"] + [m for m in messages if m.get("role") != "system"][
+        -keep_recent:]
+    await memory.clear()
+    await memory.add(kept)
+
+
+def test_the_api_has_massgen_shapes():
+    for cls, coroutines in ((ConversationMemory, MEMORY_BASE_ASYNC), (PersistentMemory, PERSISTENT_BASE_ASYNC)):
+        for name in coroutines:
+            assert inspect.iscoroutinefunction(getattr(cls, name)), f"{cls.__name__}.{name}"
+    for name in MEMORY_BASE_SYNC:
+        assert callable(getattr(ConversationMemory, name))
+        assert not inspect.iscoroutinefunction(getattr(ConversationMemory, name))
+    for name in ("get_last_message", "get_messages_by_role", "truncate_to_size"):
+        assert inspect.iscoroutinefunction(getattr(ConversationMemory, name))
+
+
+def test_an_agent_chats_across_a_restart(tmp_path, default_embedder):
+    url = f"sqlite:///{tmp_path / 'massgen.db'}"
+    options = {"persistent_options": {"embedder": default_embedder}}
+    conversation, persistent = memories(url, user_id="ann", agent_id="agent_a", session_id="task", **options)
+    agent = Agent(conversation, persistent)
+    run(agent.chat([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "My locker code is 4417."}]))
+    run(agent.chat([{"role": "user", "content": "What's the weather?"}], answer="sunny"))
+    assert [m["content"] for m in run(conversation.get_messages())] == [
+        "Be brief.", "My locker code is 4417.", "ok", "What's the weather?", "sunny"]
+
+    conversation, persistent = memories(url, user_id="ann", agent_id="agent_a", session_id="task", **options)
+    agent = Agent(conversation, persistent)
+    assert run(conversation.size()) == 5  # the conversation survived the restart
+    run(agent.chat([{"role": "user", "content": "What is my locker code?"}], clear_history=True))
+    assert "4417" in agent.seen_context[-1]  # long-term memory found it
+    assert any("4417" in m["content"] for m in run(conversation.retrieve("locker code")))  # and the archive has it
+    assert [m["content"] for m in run(conversation.get_messages())] == [
+        "Be brief.", "What is my locker code?", "ok"]  # clear_history kept only the pinned system message
+
+    other, _ = memories(url, user_id="bob", agent_id="agent_a", session_id="task", **options)
+    assert run(other.get_messages()) == [] and run(other.retrieve("locker code")) == []  # nothing leaks
+
+
+def test_the_compressor_clear_then_add_keeps_what_it_kept(store_url):
+    conversation = ConversationMemory(store_url, uuid.uuid4().hex, user_id="ann", summarizer=lambda m, p: "summary",
+                                      max_history_turns=100)
+    agent = Agent(conversation)
+    run(agent.chat([{"role": "system", "content": "rules"}, {"role": "user", "content": "q0"}], answer="a0"))
+    for i in range(1, 5):
+        run(agent.chat([{"role": "user", "content": f"q{i}"}], answer=f"a{i}"))
+    run(compress(conversation, keep_recent=2))
+    assert [m["content"] for m in run(conversation.get_messages())] == ["rules", "q4", "a4"]
+    run(agent.chat([{"role": "user", "content": "q5"}], answer="a5"))
+    assert [m["content"] for m in run(conversation.get_messages())] == ["rules", "q4", "a4", "q5", "a5"]
+    assert "q1" in [m["content"] for m in run(conversation.retrieve("q1"))]  # compressed away, still recallable
+    run(agent.reset())
+    assert run(conversation.size()) == 1  # the pinned system message stays (see docs/memory.md)
+
+
+def test_massgen_base_classes_agree():
+    """Runs only where MassGen is installed (it is not a dependency of fullrecall)."""
+    base = pytest.importorskip("massgen.memory._base", reason="the massgen package is not installed")
+    for cls, ours in ((base.MemoryBase, ConversationMemory), (base.PersistentMemoryBase, PersistentMemory)):
+        for name, member in inspect.getmembers(cls, inspect.isfunction):
+            if name.startswith("_"):
+                continue
+            assert hasattr(ours, name), f"{ours.__name__} lacks {name}"
+            assert inspect.iscoroutinefunction(getattr(ours, name)) == inspect.iscoroutinefunction(member), name

@@ -1,0 +1,202 @@
+"""ConversationMemory: MassGen's memory API as coroutines, on the durable log, on every backend."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fullrecall import ConversationMemory, InvalidInput, SyncConversationMemory
+
+sys.path.insert(0, str(Path(__file__).parent))
+from concurrent_worker import HashEmbedder
+
+run = asyncio.run
+
+
+def make(url: str = "sqlite:///:memory:", session: str = "s1", **kw) -> ConversationMemory:
+    kw = {"summarizer": lambda m, p: "summary", "max_history_turns": 50, "preserve_recent_messages": 2,
+          "embedding_model": HashEmbedder(), **kw}
+    return ConversationMemory(url, session, user_id="ann", **kw)
+
+
+def turn(i: int) -> list[dict]:
+    return [{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}]
+
+
+def contents(messages: list[dict]) -> list[str]:
+    return [m["content"] for m in messages]
+
+
+def test_add_get_and_ids(store_url):
+    memory = make(store_url, uuid.uuid4().hex)
+    mine = {"role": "user", "content": "hello"}
+    run(memory.add(mine))
+    run(memory.add(turn(1)))
+    run(memory.add(None))
+    messages = run(memory.get_messages())
+    assert contents(messages) == ["hello", "question 1", "answer 1"]
+    assert "id" not in mine and all(m["id"] for m in messages) and len({m["id"] for m in messages}) == 3
+    messages[0]["content"] = "changed"  # copies
+    assert run(memory.get_messages())[0]["content"] == "hello"
+    assert contents(run(memory.get_messages(limit=2))) == ["question 1", "answer 1"]
+    assert contents(run(memory.get_messages(limit=0))) == ["hello", "question 1", "answer 1"]
+    assert contents(run(memory.get_messages_by_role("user"))) == ["hello", "question 1"]
+    assert run(memory.get_last_message())["content"] == "answer 1"
+    assert run(memory.size()) == 3
+
+
+def test_duplicates_are_skipped_unless_allowed_and_a_restart_keeps_everything(store_url):
+    session = uuid.uuid4().hex
+    memory = make(store_url, session)
+    run(memory.add({"id": "a", "role": "user", "content": "first"}))
+    run(memory.add({"id": "a", "role": "user", "content": "first"}))  # a retry stores once
+    assert contents(run(memory.get_messages())) == ["first"]
+    run(memory.add({"id": "a", "role": "user", "content": "first"}, allow_duplicates=True))
+    assert contents(run(memory.get_messages())) == ["first", "first"]
+    again = make(store_url, session)
+    assert run(again.get_messages()) == run(memory.get_messages())
+
+
+def test_empty_memory():
+    memory = make()
+    assert run(memory.get_last_message()) is None and run(memory.size()) == 0 and run(memory.get_messages()) == []
+    assert run(memory.retrieve("anything")) == []
+
+
+def test_delete_removes_for_good_and_bad_index_changes_nothing(store_url):
+    memory = make(store_url, uuid.uuid4().hex)
+    run(memory.add([{"role": "system", "content": "rules"}, *turn(1), {"role": "user", "content": "SECRET-9 is mine"},
+                    *turn(2)]))
+    with pytest.raises(IndexError):
+        run(memory.delete(9))
+    with pytest.raises(IndexError):
+        run(memory.delete([1, -1]))
+    assert run(memory.size()) == 6
+    run(memory.delete(3))
+    assert contents(run(memory.get_messages())) == ["rules", "question 1", "answer 1", "question 2", "answer 2"]
+    assert not any("SECRET-9" in m.text for m in run(memory.recall("SECRET-9")).messages)
+    run(memory.delete([0, 4]))
+    assert contents(run(memory.get_messages())) == ["question 1", "answer 1", "question 2"]
+    run(memory.add({"role": "assistant", "content": "later"}))
+    assert contents(run(memory.get_messages())) == ["question 1", "answer 1", "question 2", "later"]
+    assert contents(run(make(store_url, memory.scope.session_id).get_messages())) == contents(
+        run(memory.get_messages()))
+
+
+def test_truncate_keeps_the_newest_and_the_rest_stays_recallable(store_url):
+    memory = make(store_url, uuid.uuid4().hex)
+    run(memory.add([{"role": "user", "content": "my locker code is 4417"}, {"role": "assistant", "content": "ok"},
+                    *turn(1), *turn(2)]))
+    run(memory.truncate_to_size(10))
+    assert run(memory.size()) == 6
+    run(memory.truncate_to_size(3))
+    assert contents(run(memory.get_messages())) == ["answer 1", "question 2", "answer 2"]
+    assert any("4417" in m["content"] for m in run(memory.retrieve("locker code 4417")))
+    run(memory.truncate_to_size(0))
+    assert run(memory.size()) == 0
+    with pytest.raises(InvalidInput):
+        run(memory.truncate_to_size(-1))
+
+
+def test_clear_then_add_kept_leaves_exactly_kept(store_url):
+    """MassGen's context compressor: clear() then add(the messages it keeps)."""
+    memory = make(store_url, uuid.uuid4().hex)
+    run(memory.add([{"role": "system", "content": "rules"}, *turn(1), *turn(2), *turn(3)]))
+    messages = run(memory.get_messages())
+    kept = [messages[0], *messages[-2:]]
+    run(memory.clear())
+    run(memory.add(kept))
+    assert run(memory.get_messages()) == kept
+    run(memory.add(kept))  # a retried add stores once
+    assert run(memory.get_messages()) == kept
+    assert any("answer 1" in m["content"] for m in run(memory.retrieve("answer 1")))
+
+
+def test_state_dict_round_trip_and_strict():
+    memory = make()
+    run(memory.add(turn(1)))
+    state = memory.state_dict()
+    assert contents(state["messages"]) == ["question 1", "answer 1"]
+    other = make(session="s2")
+    run(other.add(turn(9)))
+    other.load_state_dict(state)
+    assert run(other.get_messages()) == state["messages"]
+    with pytest.raises(ValueError, match="messages"):
+        other.load_state_dict({})
+    other.load_state_dict({}, strict=False)
+    assert run(other.get_messages()) == []
+
+
+def test_the_window_is_managed_and_model_input_recalls():
+    memory = make(max_history_turns=3)
+    run(memory.add([{"role": "user", "content": "My locker code is 3141."}, {"role": "assistant", "content": "Noted."}]))
+    for i in range(6):
+        run(memory.add(turn(i)))
+    assert memory.manager.removed_message_count > 0
+    run(memory.add({"role": "user", "content": "What is my locker code?"}))
+    assert "3141" in run(memory.model_input())[-1]["content"]
+    assert run(memory.forget())["messages"] > 0 and run(memory.size()) == 0
+
+
+def test_the_loop_is_not_blocked():
+    """Store work runs in a worker thread: another task advances while add runs."""
+    memory = make()
+    ticks = []
+
+    async def ticker():
+        for _ in range(5):
+            ticks.append(1)
+            await asyncio.sleep(0)
+
+    async def main():
+        await asyncio.gather(memory.add([m for i in range(20) for m in turn(i)]), ticker())
+
+    run(main())
+    assert len(ticks) == 5 and run(memory.size()) == 40
+    assert isinstance(memory.sync, SyncConversationMemory)
+
+
+def test_concurrent_tasks_on_one_object_all_land(store_url):
+    memory = make(store_url, uuid.uuid4().hex, max_history_turns=4)
+
+    async def main():
+        await asyncio.gather(*(memory.add(turn(i)) for i in range(12)))
+
+    run(main())
+    stored = memory.store.range(memory.scope, 0, 10**9)
+    assert sorted(m.data["content"] for m in stored) == sorted(c for i in range(12) for c in contents(turn(i)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("add"), st.integers(0, 3)), st.tuples(st.just("delete"), st.integers(0, 9)),
+                          st.tuples(st.just("truncate"), st.integers(0, 6)), st.tuples(st.just("clear"), st.just(0))),
+                max_size=12))
+def test_behaves_like_a_list(operations):
+    """Whatever the sequence, get_messages() is what MassGen's in-memory list would hold."""
+    memory, model, n = make(session=uuid.uuid4().hex), [], 0
+    for op, arg in operations:
+        if op == "add":
+            new = [{"role": "user" if (n + k) % 2 == 0 else "assistant", "content": f"m{n + k}"} for k in range(arg)]
+            n += arg
+            run(memory.add(new))
+            model += [m["content"] for m in new]
+        elif op == "delete":
+            if arg < len(model):
+                run(memory.delete(arg))
+                del model[arg]
+            else:
+                with pytest.raises(IndexError):
+                    run(memory.delete(arg))
+        elif op == "truncate":
+            run(memory.truncate_to_size(arg))
+            model = model[len(model) - arg:] if arg < len(model) else model
+        else:
+            run(memory.clear())
+            model = []
+        assert contents(run(memory.get_messages())) == model
