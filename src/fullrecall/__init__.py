@@ -52,6 +52,7 @@ _EXPORTS = {
     "PersistentMemory": "fullrecall.memory.persistent",
     "MemoryHit": "fullrecall.memory.persistent",
     "MemoryTools": "fullrecall.memory.tools",
+    "MemoryAgent": "fullrecall.memory.agent",
     "SemanticSummarizingConversationManager": "fullrecall.archive",
     "SemanticMemoryHook": "fullrecall.archive",
     "Archive": "fullrecall.archive",
