@@ -195,7 +195,7 @@ class MemoryAgent:
             with self._guard("retrieve procedures"):
                 plan = self.procedural.plan_tool_sequence(text)
                 if plan["pattern_id"] is not None:
-                    blocks.append(f"Tools that solved similar tasks, in order: {', '.join(plan['suggested_tools'])} "
+                    blocks.append(f"Tools that solved similar tasks:\n- in order: {', '.join(plan['suggested_tools'])} "
                                   f"({plan['reasoning']})")
         if blocks:
             self._counts["recalls"] += 1
