@@ -64,7 +64,8 @@ class MemoryAgent:
     The memories default to ones built on ``store`` for ``user_id``/``agent_id`` in ``session_id``
     (a new session unless given); pass ``memory``, ``conversation`` or ``procedural`` to use your own.
     ``memory_model`` (optional) is the chat model the memory itself may use: fact extraction and
-    window summaries; its calls are counted.
+    window summaries; its calls are counted. ``window_options`` configure the conversation's
+    :class:`~fullrecall.archive.SemanticSummarizingConversationManager` (e.g. ``{"max_history_turns": 10}``).
     """
 
     def __init__(
@@ -85,6 +86,7 @@ class MemoryAgent:
         max_tokens: int = 1024,
         temperature: float = 0.3,
         errors: str = "log",
+        window_options: dict[str, Any] | None = None,
     ) -> None:
         if errors not in ERROR_MODES:
             raise ValueError(f"errors must be one of {ERROR_MODES}, got {errors!r}")
@@ -105,7 +107,7 @@ class MemoryAgent:
         # the window's log lives beside long-term memory, under its own agent id: the same words are not found twice
         self._conversation_options: dict[str, Any] = {
             "user_id": self.memory.user_id, "agent_id": f"{self.memory.agent_id}{WINDOW_SUFFIX}",
-            "embedding_model": self.embedder,
+            "embedding_model": self.embedder, **(window_options or {}),
         }
         if self.memory_model is not None:
             from ..summarizers.llm import LLMSummarizer
@@ -162,16 +164,16 @@ class MemoryAgent:
         """What memory did: messages and bytes recorded, tokens the window saved by summaries and trimming,
         recalls that reached the model, facts and patterns known, LLM calls memory made, failures.
         """
-        out = {k: v for k, v in self._counts.items() if k != "tokens_recorded"}
-        out["tokens_saved"] = 0
-        out["facts"] = out["patterns"] = 0
-        with self._guard("read the window"):
+        out: dict[str, Any] = {k: v for k, v in self._counts.items() if k != "tokens_recorded"}
+        out.update(tokens_saved=0, facts=0, patterns=0)
+        # an observer: a store that cannot be read now leaves these at 0 (the failure shows in the next turn)
+        with contextlib.suppress(Exception):
             window = sum(self._tokens.count(_text(m)) for m in self.conversation.messages)
             out["tokens_saved"] = max(0, self._counts["tokens_recorded"] - window)
-        with self._guard("count facts"):
+        with contextlib.suppress(Exception):
             out["facts"] = len(self.memory.facts.current())
         if self.procedural is not None:
-            with self._guard("count patterns"):
+            with contextlib.suppress(Exception):
                 out["patterns"] = len(self.procedural.patterns())
         out["llm_calls"] = self.memory_model.calls if self.memory_model is not None else 0
         out["failures"] = self._counts["failures"]
