@@ -15,11 +15,11 @@ import os
 from typing import Any
 
 from _offline import answer_from_memory, store_url
-from strands import Agent
 from strands.models import Model
 
 from fullrecall.strands import SemanticMemoryHook, SemanticSummarizingConversationManager
 from fullrecall.summarizers import ExtractiveSummarizer
+from strands import Agent
 
 
 class ScriptedStrandsModel(Model):
