@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fullrecall import MemoryAgent, MemoryInputError, ProceduralMemory
+from fullrecall import MemoryAgent, MemoryInputError, MessageFormatError, ProceduralMemory
 from fullrecall.stores import open_store
 from fullrecall.summarizers.chat_models import OpenAIChatModel
 
@@ -160,11 +160,11 @@ def test_a_strands_model_is_streamed(default_embedder):
     assert agent.conversation.messages[-1]["content"] == reply
 
 
-@pytest.mark.parametrize("bad", [[], [{"content": "no role"}], ["text"]])
+@pytest.mark.parametrize("bad", [[], [{"content": "no role"}], ["text"], [{"role": "user", "content": 42}]])
 def test_bad_input_is_refused_before_anything_is_written(bad, server, default_embedder):
     server.script()
     agent = MemoryAgent(model(server), store="sqlite:///:memory:", embedder=default_embedder)
-    with pytest.raises(MemoryInputError, match="chat: "):
+    with pytest.raises((MemoryInputError, MessageFormatError), match="chat: |message 0"):
         chat(agent, bad)
     assert server.requests == [] and agent.conversation.messages == [] and agent.memory.messages() == []
 

@@ -135,7 +135,9 @@ class MemoryAgent:
 
         ``reset_chat`` starts the session's conversation afresh first (as :meth:`reset`);
         ``clear_history`` answers from these messages and memory only, without the conversation so far
-        (which is kept).
+        (which is kept). A malformed message raises :class:`~fullrecall.errors.MessageFormatError` (or
+        :class:`~fullrecall.errors.MemoryInputError`) naming it before anything is written, whatever ``errors``
+        says. The turn is recorded once the answer has been streamed to the end.
         """
         new = _as_messages(messages)
         if reset_chat:
@@ -279,7 +281,7 @@ class _StrandsStream:
 
 
 def _chat_model(model: Any) -> Any:
-    if model == "env":
+    if isinstance(model, str) and model == "env":
         from ..summarizers.chat_models import chat_model_from_env
 
         return chat_model_from_env()
@@ -293,6 +295,7 @@ def _chat_model(model: Any) -> Any:
 
 def _as_messages(messages: Any) -> list[dict[str, Any]]:
     from ..errors import MemoryInputError
+    from ..messages.formats import parse_messages
 
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
@@ -304,6 +307,7 @@ def _as_messages(messages: Any) -> list[dict[str, Any]]:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise MemoryInputError(f"chat: message {i} must be a dict with a 'role', not {m!r}")
+    parse_messages(messages)  # a malformed message is the caller's error, named, before anything is written
     return messages
 
 
