@@ -9,7 +9,8 @@ from .procedural import ProceduralMemory
 from .tools import MemoryTools
 
 __all__ = [
-    "ConversationMemory", "Fact", "MemoryAgent", "FactMemory", "MemoryHit", "MemoryTools", "PersistentMemory", "ProceduralMemory",
+    "ConversationMemory", "Fact", "FactMemory", "MemoryAgent", "MemoryHit", "MemoryTools", "PersistentMemory",
+    "ProceduralMemory",
 ]
 
 
