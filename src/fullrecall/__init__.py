@@ -53,6 +53,7 @@ _EXPORTS = {
     "PersistentMemory": "fullrecall.memory.persistent",
     "MemoryHit": "fullrecall.memory.persistent",
     "MemoryTools": "fullrecall.memory.tools",
+    "MemoryAgent": "fullrecall.memory.agent",
     "SemanticSummarizingConversationManager": "fullrecall.archive",
     "SemanticMemoryHook": "fullrecall.archive",
     "Archive": "fullrecall.archive",
@@ -84,6 +85,7 @@ if TYPE_CHECKING:  # editors and type checkers see every lazy export (tests/test
         StoreError,
         SummarizationError,
     )
+    from .memory.agent import MemoryAgent
     from .memory.conversation import ConversationMemory, SyncConversationMemory
     from .memory.facts import Fact, FactMemory
     from .memory.persistent import MemoryHit, PersistentMemory

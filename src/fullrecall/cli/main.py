@@ -16,6 +16,7 @@ BENCHES = {
     "locomo": "fullrecall.bench.locomo",
     "store": "fullrecall.bench.store",
     "serve": "fullrecall.bench.serve",
+    "persistent": "fullrecall.bench.persistent",
 }
 
 COMMANDS = {

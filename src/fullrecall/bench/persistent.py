@@ -1,0 +1,195 @@
+"""Long-term memory latency: record and retrieve p50/p95, as ratios to embedding one turn.
+
+Loads ``--users`` users x ``--turns`` turns (a user message and an answer each, 100 turns a
+session) into :class:`~fullrecall.memory.persistent.PersistentMemory` on each backend, timing every
+``record``; then times ``retrieve`` for ``--queries`` questions of random users. The same run times
+the local embedder on fresh turns (both messages, one batch, as ``record`` embeds them) and on
+fresh questions, so the figures are ratios that hold across machines: targets are record p50 at
+most 1.2x embedding the turn and retrieve p50 at most 1.5x embedding the question. No LLM is called
+(memory is built with its defaults: facts by rules). The full size is ``--users 100 --turns 1000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+TURNS_PER_SESSION = 100
+RECORD_TARGET = 1.2
+RETRIEVE_TARGET = 1.5
+BASELINE_SAMPLES = 200
+
+_TOPICS = ["hiking", "python", "jazz", "gardening", "chess", "cycling", "baking", "astronomy", "sailing", "poetry",
+           "photography", "climbing", "pottery", "running", "knitting", "robotics", "birding", "surfing"]
+_CITIES = ["Lyon", "Oslo", "Lima", "Kyoto", "Perth", "Quito", "Tunis", "Porto", "Accra", "Hanoi", "Bergen", "Cusco"]
+_THINGS = ["budget", "deadline", "meeting", "invoice", "flight", "recipe", "report", "playlist", "garden", "bike"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backends", default="sqlite,postgres", help="comma-separated: sqlite,postgres,redis")
+    parser.add_argument("--users", type=int, default=10, help="users (the full run: 100)")
+    parser.add_argument("--turns", type=int, default=100, help="turns per user (the full run: 1000)")
+    parser.add_argument("--queries", type=int, default=100, help="retrieve calls measured per backend")
+    parser.add_argument("--limit", type=int, default=5, help="hits of each kind a retrieve returns")
+    parser.add_argument("--postgres-url", default=os.environ.get("FULLRECALL_TEST_POSTGRES_URL"))
+    parser.add_argument("--redis-url", default=os.environ.get("FULLRECALL_TEST_REDIS_URL"))
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+@dataclass
+class Row:
+    backend: str
+    users: int
+    turns: int
+    embed_turn_p50_ms: float
+    embed_query_p50_ms: float
+    record_p50_ms: float
+    record_p95_ms: float
+    retrieve_p50_ms: float
+    retrieve_p95_ms: float
+    record_ratio: float
+    retrieve_ratio: float
+    llm_calls: int
+
+
+class _Chat:
+    """Synthetic turns: a user speaking of their life and interests, an assistant answering."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def turn(self, user: int, n: int) -> list[dict[str, Any]]:
+        r = self.rng
+        topic, city, thing = r.choice(_TOPICS), r.choice(_CITIES), r.choice(_THINGS)
+        user_text = r.choice([
+            f"I went {topic} near {city} last weekend and want to plan the next trip around my {thing}.",
+            f"Can you remind me what we said about the {thing} for the {topic} club in {city}?",
+            f"My {thing} for {topic} is due on day {n % 28 + 1}; the reference is REF-{user:03d}-{n:05d}.",
+            f"I prefer {topic} to {r.choice(_TOPICS)} these days, especially when I am in {city}.",
+        ])
+        answer = r.choice([
+            f"Noted: {topic} near {city}, with the {thing} in mind. Shall I draft a plan for the next outing?",
+            f"Earlier we agreed the {thing} comes first, then {topic} in {city}; nothing else was decided.",
+            f"I will keep REF-{user:03d}-{n:05d} with your {thing}. Anything else about {topic}?",
+        ])
+        return [{"role": "user", "content": user_text}, {"role": "assistant", "content": answer}]
+
+    def question(self) -> str:
+        r = self.rng
+        return r.choice([
+            f"What did I say about {r.choice(_TOPICS)} in {r.choice(_CITIES)}?",
+            f"When is my {r.choice(_THINGS)} due?",
+            f"Which hobby do I prefer these days, {r.choice(_TOPICS)}?",
+        ])
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..embeddings import load_embedder
+    from .store import _exit_on_sigterm, _url_factory
+
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = set(backends) - {"sqlite", "postgres", "redis"}
+    if unknown or args.users < 1 or args.turns < 1 or args.queries < 1:
+        raise SystemExit(f"unknown backend {sorted(unknown)} or a count below 1")
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so the servers we started get stopped
+    embedder = load_embedder()
+    rows = []
+    with contextlib.ExitStack() as stack:
+        for backend in backends:
+            rows.append(_bench(backend, _url_factory(backend, args, stack)(), embedder, args))
+            if not args.json:
+                print(f"  done: {backend}", flush=True)
+    print(json.dumps([asdict(r) for r in rows], indent=2) if args.json else _table(rows))
+    return 0
+
+
+def _bench(backend: str, url: str, embedder: Any, args: argparse.Namespace) -> Row:
+    from ..memory.persistent import PersistentMemory
+    from ..stores import open_store
+    from .store import _drop
+
+    chat = _Chat(args.seed)
+    store = open_store(url)
+    loop = asyncio.new_event_loop()
+    try:
+        memories: list[PersistentMemory] = []
+        record_ms: list[float] = []
+        for user in range(args.users):
+            memory = None
+            for n in range(args.turns):
+                if n % TURNS_PER_SESSION == 0:
+                    memory = PersistentMemory(f"user{user}", "bench", f"session{n // TURNS_PER_SESSION}",
+                                              store=store, embedder=embedder)
+                assert memory is not None
+                turn = chat.turn(user, n)
+                t0 = time.perf_counter()
+                loop.run_until_complete(memory.record(turn, {"turn": n}))
+                record_ms.append((time.perf_counter() - t0) * 1000)
+            assert memory is not None
+            memories.append(memory)
+        embed_turn_ms = _embed_times(embedder, [[m["content"] for m in chat.turn(-1, i)]
+                                                for i in range(BASELINE_SAMPLES)])
+        embed_query_ms = _embed_times(embedder, [[chat.question()] for _ in range(BASELINE_SAMPLES)])
+        retrieve_ms = []
+        for _ in range(args.queries):
+            memory = chat.rng.choice(memories)
+            question = chat.question()
+            t0 = time.perf_counter()
+            loop.run_until_complete(memory.retrieve(question, limit=args.limit))
+            retrieve_ms.append((time.perf_counter() - t0) * 1000)
+        llm_calls = sum(getattr(m.facts.chat_model, "calls", 0) for m in memories if m.facts.chat_model is not None)
+    finally:
+        loop.close()
+        _drop(store)
+    turn_p50, query_p50 = _pct(embed_turn_ms, 50), _pct(embed_query_ms, 50)
+    return Row(
+        backend=backend, users=args.users, turns=args.turns,
+        embed_turn_p50_ms=round(turn_p50, 3), embed_query_p50_ms=round(query_p50, 3),
+        record_p50_ms=round(_pct(record_ms, 50), 3), record_p95_ms=round(_pct(record_ms, 95), 3),
+        retrieve_p50_ms=round(_pct(retrieve_ms, 50), 3), retrieve_p95_ms=round(_pct(retrieve_ms, 95), 3),
+        record_ratio=round(_pct(record_ms, 50) / turn_p50, 2), retrieve_ratio=round(_pct(retrieve_ms, 50) / query_p50, 2),
+        llm_calls=llm_calls,
+    )
+
+
+def _embed_times(embedder: Any, batches: list[list[str]]) -> list[float]:
+    out = []
+    for texts in batches:
+        t0 = time.perf_counter()
+        embedder.embed(texts)
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def _pct(values: list[float], q: int) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if q != 50 else statistics.median(values)
+
+
+def _table(rows: list[Row]) -> str:
+    head = ("| backend | users x turns | embed turn p50 | record p50 / p95 | record / embed (target <= "
+            f"{RECORD_TARGET}) | embed query p50 | retrieve p50 / p95 | retrieve / embed (target <= "
+            f"{RETRIEVE_TARGET}) | LLM calls |\n|---|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        lines.append(
+            f"| {r.backend} | {r.users} x {r.turns} | {r.embed_turn_p50_ms:.2f} ms | {r.record_p50_ms:.2f} / "
+            f"{r.record_p95_ms:.2f} ms | {r.record_ratio:.2f}x {_mark(r.record_ratio, RECORD_TARGET)} | "
+            f"{r.embed_query_p50_ms:.2f} ms | {r.retrieve_p50_ms:.2f} / {r.retrieve_p95_ms:.2f} ms | "
+            f"{r.retrieve_ratio:.2f}x {_mark(r.retrieve_ratio, RETRIEVE_TARGET)} | {r.llm_calls} |")
+    return "\n".join(lines)
+
+
+def _mark(ratio: float, target: float) -> str:
+    return "(met)" if ratio <= target else "(missed)"

@@ -1,0 +1,174 @@
+"""MemoryAgent: a streaming chat loop that remembers the user across sessions, over real chat model clients."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fullrecall import MemoryAgent, MemoryInputError, MessageFormatError, ProceduralMemory
+from fullrecall.stores import open_store
+from fullrecall.summarizers.chat_models import OpenAIChatModel
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
+from summarizer_peers import ScriptedServer, completion  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = ScriptedServer()
+    yield s
+    s.close()
+
+
+def model(server: ScriptedServer) -> OpenAIChatModel:
+    return OpenAIChatModel("scripted", base_url=server.base_url, api_key="k", max_retries=0)
+
+
+def chat(agent: MemoryAgent, messages: Any, **kw: Any) -> list[str]:
+    async def go() -> list[str]:
+        return [chunk async for chunk in agent.chat(messages, **kw)]
+
+    return asyncio.run(go())
+
+
+def system_of(request: dict[str, Any]) -> str:
+    return request["messages"][0]["content"] if request["messages"][0]["role"] == "system" else ""
+
+
+def test_a_new_session_knows_the_user_and_another_user_does_not(store_url, server, default_embedder):
+    server.script(*[completion(t) for t in ("Noted, 4417.", "Your locker code is 4417.", "I do not know.")])
+    store = open_store(store_url)
+    try:
+        monday = MemoryAgent(model(server), store=store, user_id="alice", agent_id="bot", session_id="monday",
+                             embedder=default_embedder)
+        assert "".join(chat(monday, "My locker code is 4417.")) == "Noted, 4417."
+        tuesday = MemoryAgent(model(server), store=store, user_id="alice", agent_id="bot", session_id="tuesday",
+                              embedder=default_embedder)
+        assert chat(tuesday, [{"role": "user", "content": "What is my locker code?"}]) == ["Your locker code is 4417."]
+        bob = MemoryAgent(model(server), store=store, user_id="bob", agent_id="bot", embedder=default_embedder)
+        chat(bob, "What is my locker code?")
+        stats = tuesday.stats()
+    finally:
+        store.close()
+    first, second, third = server.requests  # one call a turn: memory itself called no LLM
+    assert "4417" not in system_of(first)
+    assert "4417" in system_of(second) and [m["content"] for m in second["messages"][1:]] == ["What is my locker code?"]
+    assert "4417" not in json.dumps(third)
+    assert stats["messages"] == 2 and stats["recalls"] == 1 and stats["facts"] == 1
+    assert stats["llm_calls"] == 0 and stats["failures"] == 0
+    assert stats["bytes"] == len("What is my locker code?") + len("Your locker code is 4417.")
+
+
+def test_the_window_clear_history_and_reset(server, default_embedder):
+    server.script(*[completion(f"a{i}") for i in range(4)])
+    agent = MemoryAgent(model(server), store="sqlite:///:memory:", user_id="u", embedder=default_embedder,
+                        system_prompt="Be brief.")
+    chat(agent, "I am planning a trip to Kyoto.")
+    chat(agent, "Which month is best?")
+    chat(agent, "Unrelated: what is 2 + 2?", clear_history=True)
+    assert [m["content"] for m in server.requests[1]["messages"][1:]] == [
+        "I am planning a trip to Kyoto.", "a0", "Which month is best?"]
+    assert system_of(server.requests[1]).startswith("Be brief.")
+    assert [m["content"] for m in server.requests[2]["messages"][1:]] == ["Unrelated: what is 2 + 2?"]
+    assert len(agent.conversation.messages) == 6  # clear_history kept the conversation
+
+    asyncio.run(agent.reset())
+    assert agent.conversation.messages == []
+    chat(agent, "Where am I travelling to?", reset_chat=True)
+    last = server.requests[3]
+    (question,) = last["messages"][1:]  # the window was emptied: its messages went to the archive ...
+    assert question["content"].endswith("Where am I travelling to?") and "Kyoto" in question["content"]
+    assert "Kyoto" in system_of(last)  # ... and long-term memory outlives a reset
+    assert agent.stats()["failures"] == 0
+
+
+def test_tokens_saved_when_the_window_is_trimmed(server, default_embedder):
+    server.script(*[completion(f"answer number {i} " * 5) for i in range(6)])
+    agent = MemoryAgent(model(server), store="sqlite:///:memory:", embedder=default_embedder,
+                        window_options={"preserve_recent_messages": 2, "max_history_turns": 2})
+    for i in range(6):
+        chat(agent, f"question number {i} about the topic {i} " * 3)
+    stats = agent.stats()
+    assert stats["messages"] == 12 and len(agent.conversation.messages) < 12
+    assert stats["tokens_saved"] > 0
+
+
+@pytest.mark.parametrize("errors", ["log", "raise", "silent"])
+def test_memory_failures_follow_the_errors_mode(errors, server, default_embedder, caplog, tmp_path):
+    server.script(completion("still here"))
+    agent = MemoryAgent(model(server), store=f"sqlite:///{tmp_path / 'm.db'}", embedder=default_embedder,
+                        errors=errors)
+    agent.memory.store.close()  # every memory step now fails
+    caplog.set_level(logging.WARNING, logger="fullrecall.memory")
+    if errors == "raise":
+        with pytest.raises(Exception):
+            chat(agent, "hello")
+        assert server.requests == [] and agent.stats()["failures"] == 1
+        return
+    assert chat(agent, "hello") == ["still here"]
+    assert [m["content"] for m in server.requests[0]["messages"][1:]] == ["hello"]
+    failures = agent.stats()["failures"]
+    assert failures >= 3  # add, retrieve, recall, answer, record: each counted
+    warned = [r for r in caplog.records if "memory could not" in r.getMessage()]
+    assert len(warned) == (failures if errors == "log" else 0)
+
+
+def test_procedures_reach_the_model_and_are_counted(server, default_embedder):
+    server.script(completion("Use the plan."))
+    store = open_store("sqlite:///:memory:")
+    procedural = ProceduralMemory(store, user_id="u", agent_id="a", embedder=default_embedder)
+    procedural.store_pattern("quote the flight price in euros", ["lookup_price", "convert_currency"], 0.9, 100.0)
+    agent = MemoryAgent(model(server), store=store, user_id="u", agent_id="a", procedural=procedural,
+                        embedder=default_embedder)
+    chat(agent, "Quote the hotel price in euros")
+    assert "lookup_price, convert_currency" in system_of(server.requests[0])
+    assert agent.stats()["patterns"] == 1 and agent.stats()["recalls"] == 1
+
+
+def test_the_memory_model_calls_are_counted(server, default_embedder):
+    extraction = json.dumps([{"source": 0, "attribute": "city", "value": "Lyon", "text": "The user lives in Lyon."}])
+    server.script(completion(extraction))
+    answers = ScriptedServer()
+    try:
+        answers.script(completion("Nice city."))
+        agent = MemoryAgent(model(answers), store="sqlite:///:memory:", embedder=default_embedder,
+                            memory_model=model(server))
+        chat(agent, "Lyon is where I have lived since May.")
+    finally:
+        answers.close()
+    assert len(server.requests) == 1 and agent.stats()["llm_calls"] == 1
+    assert [f.text for f in agent.memory.facts.current()] == ["The user lives in Lyon."]
+
+
+def test_a_strands_model_is_streamed(default_embedder):
+    pytest.importorskip("strands")
+    sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
+    from test_summarizer_strands import ScriptedModel
+
+    reply = "A long answer that the Strands model streams in several chunks, forty characters each."
+    scripted = ScriptedModel(reply)
+    agent = MemoryAgent(scripted, store="sqlite:///:memory:", embedder=default_embedder)
+    chunks = chat(agent, "Tell me something.")
+    assert len(chunks) > 1 and "".join(chunks) == reply
+    assert scripted.calls[0]["messages"] == [{"role": "user", "content": [{"text": "Tell me something."}]}]
+    assert agent.conversation.messages[-1]["content"] == reply
+
+
+@pytest.mark.parametrize("bad", [[], [{"content": "no role"}], ["text"], [{"role": "user", "content": 42}]])
+def test_bad_input_is_refused_before_anything_is_written(bad, server, default_embedder):
+    server.script()
+    agent = MemoryAgent(model(server), store="sqlite:///:memory:", embedder=default_embedder)
+    with pytest.raises((MemoryInputError, MessageFormatError), match="chat: |message 0"):
+        chat(agent, bad)
+    assert server.requests == [] and agent.conversation.messages == [] and agent.memory.messages() == []
+
+
+def test_an_unknown_errors_mode_is_refused(server):
+    with pytest.raises(ValueError, match="errors"):
+        MemoryAgent(model(server), store="sqlite:///:memory:", errors="ignore")
