@@ -85,7 +85,7 @@ def _dumps(value: Any) -> str:
 _MIXED = re.compile(r"[A-Za-z0-9]*(?:[A-Za-z][0-9]|[0-9][A-Za-z])[A-Za-z0-9]*")  # ids, hashes
 _WORD = re.compile(r"[A-Za-z]+")
 _CASE_CHANGE = re.compile(r"[a-z][A-Z]")  # camelCase splits into more tokens
-_ACRONYM = re.compile(r"(?<![A-Za-z])[A-Z]{3,}(?![a-z])")  # "RTX", "NASA": rare pieces, often two tokens
+_ACRONYM = re.compile(r"(?<![A-Za-z ])[A-Z]{3,}(?![a-z])")  # "RTX" with no leading space: rare pieces, two tokens
 _LINE_START_WORD = re.compile(r"(?<=\n)[A-Za-z]{3,}")  # no leading space: rarer pieces ("\nBye" is 3 tokens)
 _DIGITS = re.compile(r"\d+")
 _SPACED = re.compile(r"(?<=\s)[\d\s]")  # a space before a digit or another space is a token of its own
