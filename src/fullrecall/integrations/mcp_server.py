@@ -1,0 +1,216 @@
+"""fullrecall as an MCP server: the memory tools for any MCP client (Claude Desktop, IDEs, agent SDKs).
+
+``fullrecall mcp --store URL --user U [--agent A]`` serves, over stdio or streamable HTTP
+(the official MCP Python SDK):
+
+* the agent memory tools of :class:`~fullrecall.memory.MemoryTools`: ``search_memory``,
+  ``expand``, ``remember``, ``forget``, ``recall_patterns``;
+* ``append_messages(session_id, messages)`` and ``get_context(session_id, max_tokens=None)``,
+  for a client that wants fullrecall to hold its conversation
+  (:class:`~fullrecall.memory.ConversationMemory`: every message durable at once, a message's
+  ``"id"`` its idempotency key; the context is the window with recalled messages, within an
+  optional token budget).
+
+Scope: the user and agent given on the command line; over HTTP a request may name others with
+the ``X-Fullrecall-User`` and ``X-Fullrecall-Agent`` headers (the HTTP transport has no
+authentication of its own: keep it on loopback or behind one). Bad arguments come back as
+tool errors (``isError``) naming the tool and argument; nothing partial is written.
+"""
+
+import argparse
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
+
+from ..stores.base import DEFAULT_TENANT, Store
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+    from ..memory import ConversationMemory, MemoryTools
+
+USER_HEADER = "x-fullrecall-user"
+AGENT_HEADER = "x-fullrecall-agent"
+_CACHED_SCOPES = 64
+
+_APPEND = ("Record messages of the conversation `session_id` durably (one atomic append). A message's own "
+           "'id' field makes a retried append store it once. Any common shape: OpenAI, Anthropic, Bedrock/Strands.")
+_CONTEXT = ("What to send the model for the conversation `session_id`: its active window, the newest user message "
+            "enriched with recalled earlier messages; at most `max_tokens` tokens when given (oldest turns left out "
+            "first; they stay in memory).")
+
+
+class _Scopes:
+    """The memory objects of each (user, agent) and conversation, built once and kept (least recent out)."""
+
+    def __init__(self, store: Store, tenant: str, embedder: Any) -> None:
+        self.store, self.tenant, self.embedder = store, tenant, embedder
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple[str, ...], tuple[Any, threading.Lock]] = OrderedDict()
+
+    def get(self, key: tuple[str, ...], build: Callable[[], Any]) -> tuple[Any, threading.Lock]:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+            item = self._items[key] = (build(), threading.Lock())
+            while len(self._items) > _CACHED_SCOPES:
+                self._items.popitem(last=False)
+            return item
+
+    def tools(self, user: str, agent: str) -> tuple["MemoryTools", threading.Lock]:
+        from ..memory import MemoryTools, PersistentMemory, ProceduralMemory
+
+        def build() -> "MemoryTools":
+            memory = PersistentMemory(user, agent, store=self.store, tenant=self.tenant, embedder=self.embedder)
+            procedural = ProceduralMemory(self.store, user_id=user, agent_id=agent, tenant=self.tenant,
+                                          embedder=memory.embedder)
+            return MemoryTools(memory, procedural)
+
+        return self.get(("tools", user, agent), build)
+
+    def conversation(self, user: str, agent: str, session_id: str) -> tuple["ConversationMemory", threading.Lock]:
+        from ..memory import ConversationMemory
+
+        def build() -> "ConversationMemory":
+            return ConversationMemory(self.store, session_id, user_id=user, agent_id=agent,
+                                      embedding_model=self.embedder)
+
+        return self.get(("conversation", user, agent, session_id), build)
+
+
+def create_server(
+    store: Store | str,
+    *,
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    tenant: str = DEFAULT_TENANT,
+    embedder: Any = None,
+    name: str = "fullrecall",
+) -> "MCPServer":
+    """An MCP server with fullrecall's memory tools for ``user_id``/``agent_id`` (unset: the default owner ``""``).
+
+    ``store`` is a :class:`~fullrecall.stores.base.Store` or URL; ``embedder`` an
+    :class:`~fullrecall.embeddings.Embedder` or model name (default: the local MiniLM, loaded once).
+    Run it with ``server.run("stdio")`` or serve ``server.streamable_http_app()``.
+    """
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from pydantic import Field
+
+    from ..embeddings import load_embedder
+    from ..memory.tools import _SPECS as MEMORY_TOOL_SPECS
+    from ..stores import open_store
+
+    def _describe(tool: str, arg: str) -> Any:
+        return Field(description=MEMORY_TOOL_SPECS[tool][1][arg]["description"])
+
+    scopes = _Scopes(open_store(store) if isinstance(store, str) else store, tenant, load_embedder(embedder))
+    server = MCPServer(name, instructions=(
+        "Long-term memory that never loses a word: search_memory finds facts and past messages across sessions, "
+        "expand shows the exact messages behind a hit, remember keeps a fact, forget deletes by id."))
+
+    def owner(ctx: "Context | None") -> tuple[str, str]:
+        """The (user, agent) of this call: the request's headers over HTTP, else the server's."""
+        request = ctx.request_context.request if ctx is not None else None
+        headers = getattr(request, "headers", None) or {}
+        return headers.get(USER_HEADER, user_id or ""), headers.get(AGENT_HEADER, agent_id or "")
+
+    def memory_tool(tool: str, ctx: "Context | None", args: dict[str, Any]) -> dict[str, Any]:
+        tools, lock = scopes.tools(*owner(ctx))
+        with lock:
+            result = tools.call(tool, {k: v for k, v in args.items() if v is not None})
+        if "error" in result:  # the SDK names the tool
+            raise ToolError(str(result["error"]).removeprefix(f"{tool}: "))
+        return result
+
+    def search_memory(query: Annotated[str, _describe("search_memory", "query")],
+                      limit: Annotated[int | None, _describe("search_memory", "limit")] = None,
+                      ctx: Context | None = None) -> dict[str, Any]:
+        return memory_tool("search_memory", ctx, {"query": query, "limit": limit})
+
+    def expand(id: Annotated[str, _describe("expand", "id")],
+               session_id: Annotated[str | None, _describe("expand", "session_id")] = None,
+               ctx: Context | None = None) -> dict[str, Any]:
+        return memory_tool("expand", ctx, {"id": id, "session_id": session_id})
+
+    def remember(fact: Annotated[str, _describe("remember", "fact")], ctx: Context | None = None) -> dict[str, Any]:
+        return memory_tool("remember", ctx, {"fact": fact})
+
+    def forget(id: Annotated[str, _describe("forget", "id")], ctx: Context | None = None) -> dict[str, Any]:
+        return memory_tool("forget", ctx, {"id": id})
+
+    def recall_patterns(task: Annotated[str, _describe("recall_patterns", "task")],
+                        ctx: Context | None = None) -> dict[str, Any]:
+        return memory_tool("recall_patterns", ctx, {"task": task})
+
+    def append_messages(session_id: Annotated[str, Field(description="the conversation", min_length=1)],
+                        messages: Annotated[list[dict[str, Any]], Field(description="the new messages, oldest first")],
+                        ctx: Context | None = None) -> dict[str, Any]:
+        conversation, lock = scopes.conversation(*owner(ctx), session_id)
+        try:
+            with lock:
+                conversation.add(messages)
+                window = len(conversation.messages)
+        except ValueError as exc:  # fullrecall's bad-input errors name the message and field
+            raise ToolError(str(exc)) from exc
+        return {"session_id": session_id, "received": len(messages), "window_messages": window}
+
+    def get_context(session_id: Annotated[str, Field(description="the conversation", min_length=1)],
+                    max_tokens: Annotated[int | None, Field(description="token budget (default: none)", ge=1)] = None,
+                    ctx: Context | None = None) -> dict[str, Any]:
+        conversation, lock = scopes.conversation(*owner(ctx), session_id)
+        with lock:
+            messages = conversation.model_input()
+            counter = getattr(conversation.manager, "token_counter", None)
+        return _within_budget(session_id, messages, max_tokens, counter)
+
+    for fn, description in ((search_memory, None), (expand, None), (remember, None), (forget, None),
+                            (recall_patterns, None), (append_messages, _APPEND), (get_context, _CONTEXT)):
+        server.add_tool(fn, description=description or MEMORY_TOOL_SPECS[fn.__name__][0], structured_output=True)
+    return server
+
+
+def _within_budget(session_id: str, messages: list[dict[str, Any]], max_tokens: int | None,
+                   counter: Any) -> dict[str, Any]:
+    """The context, its oldest turns left out (a turn starts at a user message) until it fits ``max_tokens``."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from ..messages.formats import parse_messages
+    from ..tokens import default_token_counter
+
+    counter = counter or default_token_counter()
+    sizes = [counter.count_message(m) for m in parse_messages(messages)[1]] if messages else []
+    pinned = 1 if messages and messages[0].get("role") in ("system", "developer") else 0
+    starts = [pinned] + [i for i in range(pinned + 1, len(messages)) if messages[i].get("role") == "user"]
+    for start in starts:
+        tokens = sum(sizes[:pinned]) + sum(sizes[start:])
+        if max_tokens is None or tokens <= max_tokens:
+            return {"session_id": session_id, "messages": messages[:pinned] + messages[start:], "tokens": tokens,
+                    "left_out": start - pinned}
+    raise ToolError(f"'max_tokens' {max_tokens} is below the newest turn's {tokens} tokens")
+
+
+# -- ``fullrecall mcp`` ----------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``fullrecall mcp``'s options."""
+    parser.add_argument("--store", default="sqlite:///fullrecall_memory.db", help="store URL")
+    parser.add_argument("--user", required=True, help="the user whose memory this is")
+    parser.add_argument("--agent", default="", help="the agent (default: the default agent)")
+    parser.add_argument("--tenant", default=DEFAULT_TENANT)
+    parser.add_argument("--embedder", default=None, help="embedding model (default: the local MiniLM)")
+    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP address (http transport)")
+    parser.add_argument("--port", type=int, default=8765, help="HTTP port; the endpoint is /mcp (http transport)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until stopped (stdin closes, or Ctrl-C)."""
+    server = create_server(args.store, user_id=args.user, agent_id=args.agent, tenant=args.tenant,
+                           embedder=args.embedder)
+    if args.transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=args.host, port=args.port)
+    return 0
