@@ -166,6 +166,29 @@ def test_one_users_memory_never_reaches_another(default_embedder: Any) -> None:
     assert fact["id"] in [h["id"] for h in found["results"]]  # bob's forget deleted nothing
 
 
+def test_the_owner_hook_decides_or_refuses_each_call(default_embedder: Any) -> None:
+    store = open_store("sqlite:///:memory:")
+    chosen = create_server(store, user_id="alice", embedder=default_embedder, owner=lambda request: ("bob", "x"))
+    fact = run(lambda: Client(chosen), lambda c: call(c, "remember", {"fact": "My city is Lyon"}))
+    bob = create_server(store, user_id="bob", agent_id="x", embedder=default_embedder)
+    found = run(lambda: Client(bob), lambda c: call(c, "search_memory", {"query": "city"}))
+    assert fact["id"] in [h["id"] for h in found["results"]]
+
+    def refuse(request: Any) -> tuple[str, str]:
+        raise PermissionError("this caller may not act for anyone")
+
+    refused = create_server(store, user_id="bob", agent_id="x", embedder=default_embedder, owner=refuse)
+
+    async def scenario(client: Client) -> None:
+        for tool, args in [("search_memory", {"query": "city"}), ("forget", {"id": fact["id"]}),
+                           ("get_context", {"session_id": "s"})]:
+            assert "may not act" in await error(client, tool, args)
+
+    run(lambda: Client(refused), scenario)
+    assert fact["id"] in [h["id"] for h in run(lambda: Client(bob), lambda c: call(c, "search_memory",
+                                                                                   {"query": "city"}))["results"]]
+
+
 # -- over stdio and over HTTP: the ``fullrecall mcp`` command ------------------------------------
 def command(db: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "fullrecall.cli.main", "mcp", "--store", f"sqlite:///{db}", "--user", "u",

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
-from ..stores.base import DEFAULT_TENANT, Store
+from ..stores.base import Store
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -44,8 +44,8 @@ _CONTEXT = ("What to send the model for the conversation `session_id`: its activ
 class _Scopes:
     """The memory objects of each (user, agent) and conversation, built once and kept (least recent out)."""
 
-    def __init__(self, store: Store, tenant: str, embedder: Any) -> None:
-        self.store, self.tenant, self.embedder = store, tenant, embedder
+    def __init__(self, store: Store, embedder: Any) -> None:
+        self.store, self.embedder = store, embedder
         self._lock = threading.Lock()
         self._items: OrderedDict[tuple[str, ...], tuple[Any, threading.Lock]] = OrderedDict()
 
@@ -63,9 +63,8 @@ class _Scopes:
         from ..memory import MemoryTools, PersistentMemory, ProceduralMemory
 
         def build() -> "MemoryTools":
-            memory = PersistentMemory(user, agent, store=self.store, tenant=self.tenant, embedder=self.embedder)
-            procedural = ProceduralMemory(self.store, user_id=user, agent_id=agent, tenant=self.tenant,
-                                          embedder=memory.embedder)
+            memory = PersistentMemory(user, agent, store=self.store, embedder=self.embedder)
+            procedural = ProceduralMemory(self.store, user_id=user, agent_id=agent, embedder=memory.embedder)
             return MemoryTools(memory, procedural)
 
         return self.get(("tools", user, agent), build)
@@ -85,15 +84,20 @@ def create_server(
     *,
     user_id: str | None = None,
     agent_id: str | None = None,
-    tenant: str = DEFAULT_TENANT,
     embedder: Any = None,
     name: str = "fullrecall",
+    owner: Callable[[Any], tuple[str, str]] | None = None,
 ) -> "MCPServer":
     """An MCP server with fullrecall's memory tools for ``user_id``/``agent_id`` (unset: the default owner ``""``).
 
     ``store`` is a :class:`~fullrecall.stores.base.Store` or URL; ``embedder`` an
     :class:`~fullrecall.embeddings.Embedder` or model name (default: the local MiniLM, loaded once).
     Run it with ``server.run("stdio")`` or serve ``server.streamable_http_app()``.
+
+    ``owner(request)`` decides the (user, agent) of each call from its HTTP request (None over
+    stdio or in process), e.g. from the embedding web server's authentication; it may raise
+    ``PermissionError`` or ``ValueError`` to refuse the call. By default: the ``X-Fullrecall-User``
+    and ``X-Fullrecall-Agent`` headers over ``user_id``/``agent_id``.
     """
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
@@ -106,19 +110,25 @@ def create_server(
     def _describe(tool: str, arg: str) -> Any:
         return Field(description=MEMORY_TOOL_SPECS[tool][1][arg]["description"])
 
-    scopes = _Scopes(open_store(store) if isinstance(store, str) else store, tenant, load_embedder(embedder))
+    scopes = _Scopes(open_store(store) if isinstance(store, str) else store, load_embedder(embedder))
     server = MCPServer(name, instructions=(
         "Long-term memory that never loses a word: search_memory finds facts and past messages across sessions, "
         "expand shows the exact messages behind a hit, remember keeps a fact, forget deletes by id."))
 
-    def owner(ctx: "Context | None") -> tuple[str, str]:
-        """The (user, agent) of this call: the request's headers over HTTP, else the server's."""
-        request = ctx.request_context.request if ctx is not None else None
+    def from_headers(request: Any) -> tuple[str, str]:
         headers = getattr(request, "headers", None) or {}
         return headers.get(USER_HEADER, user_id or ""), headers.get(AGENT_HEADER, agent_id or "")
 
+    def who(ctx: "Context | None") -> tuple[str, str]:
+        """The (user, agent) of this call."""
+        request = ctx.request_context.request if ctx is not None else None
+        try:
+            return (owner or from_headers)(request)
+        except (PermissionError, ValueError) as exc:
+            raise ToolError(str(exc)) from exc
+
     def memory_tool(tool: str, ctx: "Context | None", args: dict[str, Any]) -> dict[str, Any]:
-        tools, lock = scopes.tools(*owner(ctx))
+        tools, lock = scopes.tools(*who(ctx))
         with lock:
             result = tools.call(tool, {k: v for k, v in args.items() if v is not None})
         if "error" in result:  # the SDK names the tool
@@ -148,7 +158,7 @@ def create_server(
     def append_messages(session_id: Annotated[str, Field(description="the conversation", min_length=1)],
                         messages: Annotated[list[dict[str, Any]], Field(description="the new messages, oldest first")],
                         ctx: Context | None = None) -> dict[str, Any]:
-        conversation, lock = scopes.conversation(*owner(ctx), session_id)
+        conversation, lock = scopes.conversation(*who(ctx), session_id)
         try:
             with lock:
                 conversation.add(messages)
@@ -160,7 +170,7 @@ def create_server(
     def get_context(session_id: Annotated[str, Field(description="the conversation", min_length=1)],
                     max_tokens: Annotated[int | None, Field(description="token budget (default: none)", ge=1)] = None,
                     ctx: Context | None = None) -> dict[str, Any]:
-        conversation, lock = scopes.conversation(*owner(ctx), session_id)
+        conversation, lock = scopes.conversation(*who(ctx), session_id)
         with lock:
             messages = conversation.model_input()
             counter = getattr(conversation.manager, "token_counter", None)
@@ -198,7 +208,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", default="sqlite:///fullrecall_memory.db", help="store URL")
     parser.add_argument("--user", required=True, help="the user whose memory this is")
     parser.add_argument("--agent", default="", help="the agent (default: the default agent)")
-    parser.add_argument("--tenant", default=DEFAULT_TENANT)
     parser.add_argument("--embedder", default=None, help="embedding model (default: the local MiniLM)")
     parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP address (http transport)")
@@ -207,8 +216,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until stopped (stdin closes, or Ctrl-C)."""
-    server = create_server(args.store, user_id=args.user, agent_id=args.agent, tenant=args.tenant,
-                           embedder=args.embedder)
+    server = create_server(args.store, user_id=args.user, agent_id=args.agent, embedder=args.embedder)
     if args.transport == "stdio":
         server.run("stdio")
     else:
