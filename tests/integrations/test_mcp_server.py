@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 mcp = pytest.importorskip("mcp")
 
@@ -145,6 +149,46 @@ def test_get_context_keeps_to_the_token_budget(default_embedder: Any) -> None:
         assert "max_tokens" in await error(client, "get_context", {"session_id": "s", "max_tokens": 5})
 
     run(lambda: Client(server), scenario)
+
+
+@pytest.fixture(scope="module")
+def budget_server(default_embedder: Any) -> Any:
+    return create_server("sqlite:///:memory:", user_id="u", embedder=default_embedder)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(system=st.booleans(), turns=st.lists(st.tuples(st.integers(1, 60), st.integers(0, 3)), min_size=1, max_size=6),
+       budget=st.integers(1, 600))
+def test_get_context_is_the_newest_whole_turns_that_fit(budget_server: Any, system: bool,
+                                                        turns: list[tuple[int, int]], budget: int) -> None:
+    messages = [{"role": "system", "content": "Be brief."}] if system else []
+    for i, (words, replies) in enumerate(turns):
+        messages.append({"role": "user", "content": f"q{i} " + "word " * words})
+        messages += [{"role": "assistant", "content": f"a{i}.{j}"} for j in range(replies)]
+    session = f"s{uuid.uuid4().hex}"
+
+    async def scenario(client: Client) -> None:
+        await call(client, "append_messages", {"session_id": session, "messages": messages})
+        whole = await call(client, "get_context", {"session_id": session})
+        result = await client.call_tool("get_context", {"session_id": session, "max_tokens": budget})
+        last_user = max(i for i, m in enumerate(whole["messages"]) if m["role"] == "user")
+        if result.is_error:  # only when not even the newest turn fits: it names what would
+            text = result.content[0].text
+            needed = int(re.search(r"newest turn's (\d+) tokens", text).group(1))
+            newest = await call(client, "get_context", {"session_id": session, "max_tokens": needed})
+            assert "max_tokens" in text and needed > budget and newest["tokens"] == needed
+            assert newest["left_out"] == last_user - int(system)
+            return
+        part = result.structured_content
+        assert part is not None and part["tokens"] <= budget
+        pinned = whole["messages"][:1] if system else []
+        kept = part["messages"][len(pinned):]
+        assert part["messages"][:len(pinned)] == pinned
+        assert kept == whole["messages"][len(pinned) + part["left_out"]:] and kept[0]["role"] == "user"
+        more = await call(client, "get_context", {"session_id": session, "max_tokens": budget * 2})
+        assert more["left_out"] <= part["left_out"]  # a larger budget never leaves out more
+
+    run(lambda: Client(budget_server), scenario)
 
 
 def test_one_users_memory_never_reaches_another(default_embedder: Any) -> None:
