@@ -24,7 +24,7 @@ from mcp import Client, StdioServerParameters  # noqa: E402
 
 from fullrecall.integrations.mcp_server import create_server  # noqa: E402
 from fullrecall.memory import ProceduralMemory  # noqa: E402
-from fullrecall.stores import open_store  # noqa: E402
+from fullrecall.stores import Scope, open_store  # noqa: E402
 from fullrecall.stores._servers import free_port  # noqa: E402
 
 TOOLS = {"search_memory", "expand", "remember", "forget", "recall_patterns", "append_messages", "get_context"}
@@ -67,7 +67,7 @@ async def every_tool(client: Client) -> None:
 
     turn = [{"role": "user", "content": "My locker code is 4417.", "id": "m1"},
             {"role": "assistant", "content": "Noted: locker 4417.", "id": "m2"}]
-    assert (await call(client, "append_messages", {"session_id": "s1", "messages": turn}))["window_messages"] == 2
+    assert (await call(client, "append_messages", {"session_id": "s1", "messages": turn}))["received"] == 2
     await call(client, "append_messages", {"session_id": "s1", "messages": turn})  # a retry stores nothing new
     context = await call(client, "get_context", {"session_id": "s1"})
     assert [m["content"] for m in context["messages"]] == [m["content"] for m in turn]
@@ -212,13 +212,13 @@ def test_one_users_memory_never_reaches_another(default_embedder: Any) -> None:
 
 def test_the_owner_hook_decides_or_refuses_each_call(default_embedder: Any) -> None:
     store = open_store("sqlite:///:memory:")
-    chosen = create_server(store, user_id="alice", embedder=default_embedder, owner=lambda request: ("bob", "x"))
+    chosen = create_server(store, user_id="alice", embedder=default_embedder, owner=lambda request: Scope(user_id="bob", agent_id="x"))
     fact = run(lambda: Client(chosen), lambda c: call(c, "remember", {"fact": "My city is Lyon"}))
     bob = create_server(store, user_id="bob", agent_id="x", embedder=default_embedder)
     found = run(lambda: Client(bob), lambda c: call(c, "search_memory", {"query": "city"}))
     assert fact["id"] in [h["id"] for h in found["results"]]
 
-    def refuse(request: Any) -> tuple[str, str]:
+    def refuse(request: Any) -> Scope:
         raise PermissionError("this caller may not act for anyone")
 
     refused = create_server(store, user_id="bob", agent_id="x", embedder=default_embedder, owner=refuse)

@@ -21,9 +21,9 @@ import argparse
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
-from ..stores.base import Store
+from ..stores.base import DEFAULT_TENANT, Scope, Store
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -41,42 +41,63 @@ _CONTEXT = ("What to send the model for the conversation `session_id`: its activ
             "first; they stay in memory).")
 
 
-class _Scopes:
-    """The memory objects of each (user, agent) and conversation, built once and kept (least recent out)."""
+class Conversations(Protocol):
+    """Where ``append_messages`` and ``get_context`` keep conversations (the HTTP service passes its own)."""
 
-    def __init__(self, store: Store, embedder: Any) -> None:
-        self.store, self.embedder = store, embedder
+    def append(self, scope: Scope, messages: list[dict[str, Any]]) -> Any: ...
+    def context(self, scope: Scope, max_tokens: int | None, query: str | None) -> dict[str, Any]: ...
+
+
+class _Cache:
+    """Objects built once per key and kept, the least recently used out; each with its own lock."""
+
+    def __init__(self, size: int = _CACHED_SCOPES) -> None:
+        self.size = size
         self._lock = threading.Lock()
-        self._items: OrderedDict[tuple[str, ...], tuple[Any, threading.Lock]] = OrderedDict()
+        self._items: OrderedDict[tuple[str | None, ...], tuple[Any, threading.Lock]] = OrderedDict()
 
-    def get(self, key: tuple[str, ...], build: Callable[[], Any]) -> tuple[Any, threading.Lock]:
+    def get(self, key: tuple[str | None, ...], build: Callable[[], Any]) -> tuple[Any, threading.Lock]:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
             item = self._items[key] = (build(), threading.Lock())
-            while len(self._items) > _CACHED_SCOPES:
+            while len(self._items) > self.size:
                 self._items.popitem(last=False)
             return item
 
-    def tools(self, user: str, agent: str) -> tuple["MemoryTools", threading.Lock]:
-        from ..memory import MemoryTools, PersistentMemory, ProceduralMemory
 
-        def build() -> "MemoryTools":
-            memory = PersistentMemory(user, agent, store=self.store, embedder=self.embedder)
-            procedural = ProceduralMemory(self.store, user_id=user, agent_id=agent, embedder=memory.embedder)
-            return MemoryTools(memory, procedural)
+class MemoryConversations:
+    """:class:`~fullrecall.memory.ConversationMemory` conversations (of the default tenant) in ``store``."""
 
-        return self.get(("tools", user, agent), build)
+    def __init__(self, store: Store, embedder: Any = None) -> None:
+        self.store, self.embedder = store, embedder
+        self._cache = _Cache()
 
-    def conversation(self, user: str, agent: str, session_id: str) -> tuple["ConversationMemory", threading.Lock]:
+    def append(self, scope: Scope, messages: list[dict[str, Any]]) -> None:
+        conversation, lock = self._conversation(scope)
+        with lock:
+            conversation.add(messages)
+
+    def context(self, scope: Scope, max_tokens: int | None, query: str | None = None) -> dict[str, Any]:
+        """The window with recall, its oldest turns left out until it fits ``max_tokens``."""
+        conversation, lock = self._conversation(scope)
+        with lock:
+            messages = conversation.model_input()
+        return _within_budget(messages, max_tokens, getattr(conversation.manager, "token_counter", None))
+
+    def _conversation(self, scope: Scope) -> tuple["ConversationMemory", threading.Lock]:
         from ..memory import ConversationMemory
+
+        if scope.tenant != DEFAULT_TENANT:
+            raise ValueError(f"conversations of tenant {scope.tenant!r} need the service's backend")
+        session_id, user, agent = scope.session_id or "default", str(scope.user_id or ""), str(scope.agent_id or "")
 
         def build() -> "ConversationMemory":
             return ConversationMemory(self.store, session_id, user_id=user, agent_id=agent,
                                       embedding_model=self.embedder)
 
-        return self.get(("conversation", user, agent, session_id), build)
+        return self._cache.get((user, agent, session_id), build)
 
 
 def create_server(
@@ -86,7 +107,8 @@ def create_server(
     agent_id: str | None = None,
     embedder: Any = None,
     name: str = "fullrecall",
-    owner: Callable[[Any], tuple[str, str]] | None = None,
+    owner: Callable[[Any], Scope] | None = None,
+    conversations: Conversations | None = None,
 ) -> "MCPServer":
     """An MCP server with fullrecall's memory tools for ``user_id``/``agent_id`` (unset: the default owner ``""``).
 
@@ -94,10 +116,12 @@ def create_server(
     :class:`~fullrecall.embeddings.Embedder` or model name (default: the local MiniLM, loaded once).
     Run it with ``server.run("stdio")`` or serve ``server.streamable_http_app()``.
 
-    ``owner(request)`` decides the (user, agent) of each call from its HTTP request (None over
-    stdio or in process), e.g. from the embedding web server's authentication; it may raise
-    ``PermissionError`` or ``ValueError`` to refuse the call. By default: the ``X-Fullrecall-User``
-    and ``X-Fullrecall-Agent`` headers over ``user_id``/``agent_id``.
+    ``owner(request)`` decides the owner (a :class:`~fullrecall.stores.base.Scope`: tenant, user,
+    agent) of each call from its HTTP request (None over stdio or in process), e.g. from the
+    embedding web server's authentication; it may raise ``PermissionError`` or ``ValueError`` to
+    refuse the call. By default: the ``X-Fullrecall-User`` and ``X-Fullrecall-Agent`` headers over
+    ``user_id``/``agent_id``, in the default tenant. ``conversations`` keeps the conversations of
+    ``append_messages`` and ``get_context`` (default: :class:`MemoryConversations` in ``store``).
     """
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
@@ -110,25 +134,44 @@ def create_server(
     def _describe(tool: str, arg: str) -> Any:
         return Field(description=MEMORY_TOOL_SPECS[tool][1][arg]["description"])
 
-    scopes = _Scopes(open_store(store) if isinstance(store, str) else store, load_embedder(embedder))
+    store = open_store(store) if isinstance(store, str) else store
+    embedder = load_embedder(embedder)
+    conversations = conversations or MemoryConversations(store, embedder)
+    memories = _Cache()
     server = MCPServer(name, instructions=(
         "Long-term memory that never loses a word: search_memory finds facts and past messages across sessions, "
         "expand shows the exact messages behind a hit, remember keeps a fact, forget deletes by id."))
 
-    def from_headers(request: Any) -> tuple[str, str]:
+    def from_headers(request: Any) -> Scope:
         headers = getattr(request, "headers", None) or {}
-        return headers.get(USER_HEADER, user_id or ""), headers.get(AGENT_HEADER, agent_id or "")
+        return Scope(user_id=headers.get(USER_HEADER, user_id or ""), agent_id=headers.get(AGENT_HEADER, agent_id or ""))
 
-    def who(ctx: "Context | None") -> tuple[str, str]:
-        """The (user, agent) of this call."""
+    def who(ctx: "Context | None", session_id: str | None = None) -> Scope:
+        """The owner of this call (and the conversation ``session_id``)."""
         request = ctx.request_context.request if ctx is not None else None
         try:
-            return (owner or from_headers)(request)
+            scope = (owner or from_headers)(request)
         except (PermissionError, ValueError) as exc:
             raise ToolError(str(exc)) from exc
+        user, agent = scope.user_id or "", scope.agent_id or ""
+        if not isinstance(user, str) or not isinstance(agent, str):
+            raise ToolError("a call acts for one user and one agent, not for any")
+        return Scope(tenant=scope.tenant, user_id=user, agent_id=agent, session_id=session_id)
+
+    def memory_tools(scope: Scope) -> tuple["MemoryTools", threading.Lock]:
+        from ..memory import MemoryTools, PersistentMemory, ProceduralMemory
+
+        tenant, user, agent = scope.tenant, str(scope.user_id), str(scope.agent_id)
+
+        def build() -> "MemoryTools":
+            memory = PersistentMemory(user, agent, store=store, tenant=tenant, embedder=embedder)
+            procedural = ProceduralMemory(store, user_id=user, agent_id=agent, tenant=tenant, embedder=embedder)
+            return MemoryTools(memory, procedural)
+
+        return memories.get((tenant, user, agent), build)
 
     def memory_tool(tool: str, ctx: "Context | None", args: dict[str, Any]) -> dict[str, Any]:
-        tools, lock = scopes.tools(*who(ctx))
+        tools, lock = memory_tools(who(ctx))
         with lock:
             result = tools.call(tool, {k: v for k, v in args.items() if v is not None})
         if "error" in result:  # the SDK names the tool
@@ -158,23 +201,21 @@ def create_server(
     def append_messages(session_id: Annotated[str, Field(description="the conversation", min_length=1)],
                         messages: Annotated[list[dict[str, Any]], Field(description="the new messages, oldest first")],
                         ctx: Context | None = None) -> dict[str, Any]:
-        conversation, lock = scopes.conversation(*who(ctx), session_id)
+        scope = who(ctx, session_id)
         try:
-            with lock:
-                conversation.add(messages)
-                window = len(conversation.messages)
+            conversations.append(scope, messages)
         except ValueError as exc:  # fullrecall's bad-input errors name the message and field
             raise ToolError(str(exc)) from exc
-        return {"session_id": session_id, "received": len(messages), "window_messages": window}
+        return {"session_id": session_id, "received": len(messages)}
 
     def get_context(session_id: Annotated[str, Field(description="the conversation", min_length=1)],
                     max_tokens: Annotated[int | None, Field(description="token budget (default: none)", ge=1)] = None,
                     ctx: Context | None = None) -> dict[str, Any]:
-        conversation, lock = scopes.conversation(*who(ctx), session_id)
-        with lock:
-            messages = conversation.model_input()
-            counter = getattr(conversation.manager, "token_counter", None)
-        return _within_budget(session_id, messages, max_tokens, counter)
+        scope = who(ctx, session_id)
+        try:
+            return {"session_id": session_id, **conversations.context(scope, max_tokens, None)}
+        except ValueError as exc:
+            raise ToolError(str(exc)) from exc
 
     for fn, description in ((search_memory, None), (expand, None), (remember, None), (forget, None),
                             (recall_patterns, None), (append_messages, _APPEND), (get_context, _CONTEXT)):
@@ -182,11 +223,8 @@ def create_server(
     return server
 
 
-def _within_budget(session_id: str, messages: list[dict[str, Any]], max_tokens: int | None,
-                   counter: Any) -> dict[str, Any]:
+def _within_budget(messages: list[dict[str, Any]], max_tokens: int | None, counter: Any) -> dict[str, Any]:
     """The context, its oldest turns left out (a turn starts at a user message) until it fits ``max_tokens``."""
-    from mcp.server.mcpserver.exceptions import ToolError
-
     from ..messages.formats import parse_messages
     from ..tokens import default_token_counter
 
@@ -197,9 +235,8 @@ def _within_budget(session_id: str, messages: list[dict[str, Any]], max_tokens: 
     for start in starts:
         tokens = sum(sizes[:pinned]) + sum(sizes[start:])
         if max_tokens is None or tokens <= max_tokens:
-            return {"session_id": session_id, "messages": messages[:pinned] + messages[start:], "tokens": tokens,
-                    "left_out": start - pinned}
-    raise ToolError(f"'max_tokens' {max_tokens} is below the newest turn's {tokens} tokens")
+            return {"messages": messages[:pinned] + messages[start:], "tokens": tokens, "left_out": start - pinned}
+    raise ValueError(f"'max_tokens' {max_tokens} is below the newest turn's {tokens} tokens")
 
 
 # -- ``fullrecall mcp`` ----------------------------------------------------------------------------
