@@ -214,7 +214,7 @@ def create_server(
         scope = who(ctx, session_id)
         try:
             return {"session_id": session_id, **conversations.context(scope, max_tokens, None)}
-        except ValueError as exc:
+        except (ValueError, LookupError) as exc:  # a bad budget; a backend's unknown conversation
             raise ToolError(str(exc)) from exc
 
     for fn, description in ((search_memory, None), (expand, None), (remember, None), (forget, None),
