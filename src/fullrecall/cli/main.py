@@ -23,6 +23,7 @@ COMMANDS = {
     "demo": "fullrecall.cli.demo",
     "serve": "fullrecall.service.cli",
     "keys": "fullrecall.service.keys_cli",
+    "mcp": "fullrecall.integrations.mcp_server",
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
 from fastapi import Body, Depends, FastAPI, Query, Request
@@ -27,6 +27,7 @@ from .config import Settings
 from .conversations import Conversations, NotFound
 from .indexer import Indexer
 from .limits import RateLimiter
+from .mcp_endpoint import mount_mcp
 from .metrics import Metrics
 from .tenancy import Forbidden, scope_for
 
@@ -173,9 +174,12 @@ def create_app(settings: Settings | None = None, *, store: Any = None, embedder:
     settings = settings or Settings.load()
     service = Service(settings, store, embedder)
 
+    mcp_running = None
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        yield
+        async with mcp_running() if mcp_running else nullcontext():
+            yield
         service.close()  # uvicorn has finished in-flight requests; the indexer drains its queue
 
     app = FastAPI(title="fullrecall", version="1", lifespan=lifespan,
@@ -183,6 +187,7 @@ def create_app(settings: Settings | None = None, *, store: Any = None, embedder:
     app.state.service = service
     _errors(app)
     _routes(app, service)
+    mcp_running = mount_mcp(app, service)  # /mcp, when the mcp package is installed
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(Measure, metrics=service.metrics)
     return app

@@ -1,0 +1,261 @@
+"""fullrecall as an MCP server: the memory tools for any MCP client (Claude Desktop, IDEs, agent SDKs).
+
+``fullrecall mcp --store URL --user U [--agent A]`` serves, over stdio or streamable HTTP
+(the official MCP Python SDK):
+
+* the agent memory tools of :class:`~fullrecall.memory.MemoryTools`: ``search_memory``,
+  ``expand``, ``remember``, ``forget``, ``recall_patterns``;
+* ``append_messages(session_id, messages)`` and ``get_context(session_id, max_tokens=None)``,
+  for a client that wants fullrecall to hold its conversation
+  (:class:`~fullrecall.memory.ConversationMemory`: every message durable at once, a message's
+  ``"id"`` its idempotency key; the context is the window with recalled messages, within an
+  optional token budget).
+
+Scope: the user and agent given on the command line; over HTTP a request may name others with
+the ``X-Fullrecall-User`` and ``X-Fullrecall-Agent`` headers (the HTTP transport has no
+authentication of its own: keep it on loopback or behind one). Bad arguments come back as
+tool errors (``isError``) naming the tool and argument; nothing partial is written.
+"""
+
+import argparse
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
+
+from ..stores.base import DEFAULT_TENANT, Scope, Store
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+    from ..memory import ConversationMemory, MemoryTools
+
+USER_HEADER = "x-fullrecall-user"
+AGENT_HEADER = "x-fullrecall-agent"
+_CACHED_SCOPES = 64
+
+_APPEND = ("Record messages of the conversation `session_id` durably (one atomic append). A message's own "
+           "'id' field makes a retried append store it once. Any common shape: OpenAI, Anthropic, Bedrock/Strands.")
+_CONTEXT = ("What to send the model for the conversation `session_id`: its active window, the newest user message "
+            "enriched with recalled earlier messages; at most `max_tokens` tokens when given (oldest turns left out "
+            "first; they stay in memory).")
+
+
+class Conversations(Protocol):
+    """Where ``append_messages`` and ``get_context`` keep conversations (the HTTP service passes its own)."""
+
+    def append(self, scope: Scope, messages: list[dict[str, Any]]) -> Any: ...
+    def context(self, scope: Scope, max_tokens: int | None, query: str | None) -> dict[str, Any]: ...
+
+
+class _Cache:
+    """Objects built once per key and kept, the least recently used out; each with its own lock."""
+
+    def __init__(self, size: int = _CACHED_SCOPES) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple[str | None, ...], tuple[Any, threading.Lock]] = OrderedDict()
+
+    def get(self, key: tuple[str | None, ...], build: Callable[[], Any]) -> tuple[Any, threading.Lock]:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+            item = self._items[key] = (build(), threading.Lock())
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+            return item
+
+
+class MemoryConversations:
+    """:class:`~fullrecall.memory.ConversationMemory` conversations (of the default tenant) in ``store``."""
+
+    def __init__(self, store: Store, embedder: Any = None) -> None:
+        self.store, self.embedder = store, embedder
+        self._cache = _Cache()
+
+    def append(self, scope: Scope, messages: list[dict[str, Any]]) -> None:
+        conversation, lock = self._conversation(scope)
+        with lock:
+            conversation.add(messages)
+
+    def context(self, scope: Scope, max_tokens: int | None, query: str | None = None) -> dict[str, Any]:
+        """The window with recall, its oldest turns left out until it fits ``max_tokens``."""
+        conversation, lock = self._conversation(scope)
+        with lock:
+            messages = conversation.model_input()
+        return _within_budget(messages, max_tokens, getattr(conversation.manager, "token_counter", None))
+
+    def _conversation(self, scope: Scope) -> tuple["ConversationMemory", threading.Lock]:
+        from ..memory import ConversationMemory
+
+        if scope.tenant != DEFAULT_TENANT:
+            raise ValueError(f"conversations of tenant {scope.tenant!r} need the service's backend")
+        session_id, user, agent = scope.session_id or "default", str(scope.user_id or ""), str(scope.agent_id or "")
+
+        def build() -> "ConversationMemory":
+            return ConversationMemory(self.store, session_id, user_id=user, agent_id=agent,
+                                      embedding_model=self.embedder)
+
+        return self._cache.get((user, agent, session_id), build)
+
+
+def create_server(
+    store: Store | str,
+    *,
+    user_id: str | None = None,
+    agent_id: str | None = None,
+    embedder: Any = None,
+    name: str = "fullrecall",
+    owner: Callable[[Any], Scope] | None = None,
+    conversations: Conversations | None = None,
+) -> "MCPServer":
+    """An MCP server with fullrecall's memory tools for ``user_id``/``agent_id`` (unset: the default owner ``""``).
+
+    ``store`` is a :class:`~fullrecall.stores.base.Store` or URL; ``embedder`` an
+    :class:`~fullrecall.embeddings.Embedder` or model name (default: the local MiniLM, loaded once).
+    Run it with ``server.run("stdio")`` or serve ``server.streamable_http_app()``.
+
+    ``owner(request)`` decides the owner (a :class:`~fullrecall.stores.base.Scope`: tenant, user,
+    agent) of each call from its HTTP request (None over stdio or in process), e.g. from the
+    embedding web server's authentication; it may raise ``PermissionError`` or ``ValueError`` to
+    refuse the call. By default: the ``X-Fullrecall-User`` and ``X-Fullrecall-Agent`` headers over
+    ``user_id``/``agent_id``, in the default tenant. ``conversations`` keeps the conversations of
+    ``append_messages`` and ``get_context`` (default: :class:`MemoryConversations` in ``store``).
+    """
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from pydantic import Field
+
+    from ..embeddings import load_embedder
+    from ..memory.tools import _SPECS as MEMORY_TOOL_SPECS
+    from ..stores import open_store
+
+    def _describe(tool: str, arg: str) -> Any:
+        return Field(description=MEMORY_TOOL_SPECS[tool][1][arg]["description"])
+
+    store = open_store(store) if isinstance(store, str) else store
+    embedder = load_embedder(embedder)
+    conversations = conversations or MemoryConversations(store, embedder)
+    memories = _Cache()
+    server = MCPServer(name, instructions=(
+        "Long-term memory that never loses a word: search_memory finds facts and past messages across sessions, "
+        "expand shows the exact messages behind a hit, remember keeps a fact, forget deletes by id."))
+
+    def from_headers(request: Any) -> Scope:
+        headers = getattr(request, "headers", None) or {}
+        return Scope(user_id=headers.get(USER_HEADER, user_id or ""), agent_id=headers.get(AGENT_HEADER, agent_id or ""))
+
+    def who(ctx: "Context | None", session_id: str | None = None) -> Scope:
+        """The owner of this call (and the conversation ``session_id``)."""
+        request = ctx.request_context.request if ctx is not None else None
+        try:
+            scope = (owner or from_headers)(request)
+        except (PermissionError, ValueError) as exc:
+            raise ToolError(str(exc)) from exc
+        user, agent = scope.user_id or "", scope.agent_id or ""
+        if not isinstance(user, str) or not isinstance(agent, str):
+            raise ToolError("a call acts for one user and one agent, not for any")
+        return Scope(tenant=scope.tenant, user_id=user, agent_id=agent, session_id=session_id)
+
+    def memory_tools(scope: Scope) -> tuple["MemoryTools", threading.Lock]:
+        from ..memory import MemoryTools, PersistentMemory, ProceduralMemory
+
+        tenant, user, agent = scope.tenant, str(scope.user_id), str(scope.agent_id)
+
+        def build() -> "MemoryTools":
+            memory = PersistentMemory(user, agent, store=store, tenant=tenant, embedder=embedder)
+            procedural = ProceduralMemory(store, user_id=user, agent_id=agent, tenant=tenant, embedder=embedder)
+            return MemoryTools(memory, procedural)
+
+        return memories.get((tenant, user, agent), build)
+
+    def memory_tool(tool: str, ctx: "Context | None", args: dict[str, Any]) -> dict[str, Any]:
+        tools, lock = memory_tools(who(ctx))
+        with lock:
+            result = tools.call(tool, {k: v for k, v in args.items() if v is not None})
+        if "error" in result:  # the SDK names the tool
+            raise ToolError(str(result["error"]).removeprefix(f"{tool}: "))
+        return result
+
+    def search_memory(query: Annotated[str, _describe("search_memory", "query")],
+                      limit: Annotated[int | None, _describe("search_memory", "limit")] = None,
+                      ctx: Context | None = None) -> dict[str, Any]:
+        return memory_tool("search_memory", ctx, {"query": query, "limit": limit})
+
+    def expand(id: Annotated[str, _describe("expand", "id")],
+               session_id: Annotated[str | None, _describe("expand", "session_id")] = None,
+               ctx: Context | None = None) -> dict[str, Any]:
+        return memory_tool("expand", ctx, {"id": id, "session_id": session_id})
+
+    def remember(fact: Annotated[str, _describe("remember", "fact")], ctx: Context | None = None) -> dict[str, Any]:
+        return memory_tool("remember", ctx, {"fact": fact})
+
+    def forget(id: Annotated[str, _describe("forget", "id")], ctx: Context | None = None) -> dict[str, Any]:
+        return memory_tool("forget", ctx, {"id": id})
+
+    def recall_patterns(task: Annotated[str, _describe("recall_patterns", "task")],
+                        ctx: Context | None = None) -> dict[str, Any]:
+        return memory_tool("recall_patterns", ctx, {"task": task})
+
+    def append_messages(session_id: Annotated[str, Field(description="the conversation", min_length=1)],
+                        messages: Annotated[list[dict[str, Any]], Field(description="the new messages, oldest first")],
+                        ctx: Context | None = None) -> dict[str, Any]:
+        scope = who(ctx, session_id)
+        try:
+            conversations.append(scope, messages)
+        except ValueError as exc:  # fullrecall's bad-input errors name the message and field
+            raise ToolError(str(exc)) from exc
+        return {"session_id": session_id, "received": len(messages)}
+
+    def get_context(session_id: Annotated[str, Field(description="the conversation", min_length=1)],
+                    max_tokens: Annotated[int | None, Field(description="token budget (default: none)", ge=1)] = None,
+                    ctx: Context | None = None) -> dict[str, Any]:
+        scope = who(ctx, session_id)
+        try:
+            return {"session_id": session_id, **conversations.context(scope, max_tokens, None)}
+        except (ValueError, LookupError) as exc:  # a bad budget; a backend's unknown conversation
+            raise ToolError(str(exc)) from exc
+
+    for fn, description in ((search_memory, None), (expand, None), (remember, None), (forget, None),
+                            (recall_patterns, None), (append_messages, _APPEND), (get_context, _CONTEXT)):
+        server.add_tool(fn, description=description or MEMORY_TOOL_SPECS[fn.__name__][0], structured_output=True)
+    return server
+
+
+def _within_budget(messages: list[dict[str, Any]], max_tokens: int | None, counter: Any) -> dict[str, Any]:
+    """The context, its oldest turns left out (a turn starts at a user message) until it fits ``max_tokens``."""
+    from ..messages.formats import parse_messages
+    from ..tokens import default_token_counter
+
+    counter = counter or default_token_counter()
+    sizes = [counter.count_message(m) for m in parse_messages(messages)[1]] if messages else []
+    pinned = 1 if messages and messages[0].get("role") in ("system", "developer") else 0
+    starts = [pinned] + [i for i in range(pinned + 1, len(messages)) if messages[i].get("role") == "user"]
+    for start in starts:
+        tokens = sum(sizes[:pinned]) + sum(sizes[start:])
+        if max_tokens is None or tokens <= max_tokens:
+            return {"messages": messages[:pinned] + messages[start:], "tokens": tokens, "left_out": start - pinned}
+    raise ValueError(f"'max_tokens' {max_tokens} is below the newest turn's {tokens} tokens")
+
+
+# -- ``fullrecall mcp`` ----------------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``fullrecall mcp``'s options."""
+    parser.add_argument("--store", default="sqlite:///fullrecall_memory.db", help="store URL")
+    parser.add_argument("--user", required=True, help="the user whose memory this is")
+    parser.add_argument("--agent", default="", help="the agent (default: the default agent)")
+    parser.add_argument("--embedder", default=None, help="embedding model (default: the local MiniLM)")
+    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP address (http transport)")
+    parser.add_argument("--port", type=int, default=8765, help="HTTP port; the endpoint is /mcp (http transport)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until stopped (stdin closes, or Ctrl-C)."""
+    server = create_server(args.store, user_id=args.user, agent_id=args.agent, embedder=args.embedder)
+    if args.transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=args.host, port=args.port)
+    return 0

@@ -1,0 +1,87 @@
+"""``/mcp``: the memory tools of :mod:`fullrecall.integrations.mcp_server` inside the HTTP service.
+
+The same API key as every route (``Authorization: Bearer <key>``, the same rate limit): the
+tenant is always the key's; the user and agent come from the ``X-Fullrecall-User`` and
+``X-Fullrecall-Agent`` headers and must be ones the key may act for (else a tool error).
+Conversations are the service's own (``/v1/conversations``). The transport is stateless
+streamable HTTP, so any worker answers any request. Mounted only when the ``mcp`` package is
+installed (``pip install "fullrecall[mcp]"``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
+
+from ..stores.base import Scope
+from .tenancy import scope_for
+
+if TYPE_CHECKING:
+    from .app import Service
+
+PATH = "/mcp"
+_PRINCIPAL = "fullrecall_principal"
+
+
+class McpEndpoint:
+    """ASGI middleware: requests to ``/mcp`` go, once their key is verified, to the MCP app."""
+
+    def __init__(self, app: Any, service: Service, mcp_app: Any) -> None:
+        self.app, self.service, self.mcp_app = app, service, mcp_app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != PATH:
+            await self.app(scope, receive, send)
+            return
+        from .app import _error
+
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        principal = await self._principal(headers.get("authorization", ""))
+        if principal is None:
+            response = _error(401, "unauthorized", "a valid 'Authorization: Bearer <key>' header is required",
+                              "Authorization", headers={"WWW-Authenticate": "Bearer"})
+        elif not self.service.limiter.allow(principal.key_id):
+            retry = max(1, round(self.service.limiter.retry_after(principal.key_id)))
+            response = _error(429, "rate_limited", "too many requests for this key", None,
+                              headers={"Retry-After": str(retry)})
+        else:
+            scope.setdefault("state", {}).update({_PRINCIPAL: principal, "tenant": principal.tenant})
+            await self.mcp_app(scope, receive, send)
+            return
+        await response(scope, receive, send)
+
+    async def _principal(self, header: str) -> Any:
+        scheme, _, key = header.partition(" ")
+        key = key.strip()
+        if scheme.lower() != "bearer" or not key:
+            return None
+        found = self.service.keys.cached(key)
+        if found is None:  # a new key is read off the event loop
+            import anyio.to_thread
+
+            found = await anyio.to_thread.run_sync(self.service.keys.verify, key)
+        return found
+
+
+def mount_mcp(app: Any, service: Service) -> Callable[[], AbstractAsyncContextManager[None]] | None:
+    """Serve the MCP tools at ``/mcp`` of ``app``; what the app's lifespan must run (None without ``mcp``)."""
+    if importlib.util.find_spec("mcp") is None:
+        return None
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from ..integrations.mcp_server import AGENT_HEADER, USER_HEADER, create_server
+
+    def owner(request: Any) -> Scope:
+        principal = request.scope["state"][_PRINCIPAL]
+        return scope_for(principal, user_id=request.headers.get(USER_HEADER),
+                         agent_id=request.headers.get(AGENT_HEADER))
+
+    server = create_server(service.store, embedder=service.indexer.embedder, owner=owner,
+                           conversations=service.conversations)
+    mcp_app = server.streamable_http_app(  # the key authenticates: no browser origin checks on an API
+        streamable_http_path=PATH, stateless_http=True, json_response=True,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    app.add_middleware(McpEndpoint, service=service, mcp_app=mcp_app)
+    return server.session_manager.run

@@ -1,0 +1,292 @@
+"""``fullrecall mcp``: a real MCP client lists and calls every tool, in process, over stdio and over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+mcp = pytest.importorskip("mcp")
+
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+from fullrecall.integrations.mcp_server import create_server  # noqa: E402
+from fullrecall.memory import ProceduralMemory  # noqa: E402
+from fullrecall.stores import Scope, open_store  # noqa: E402
+from fullrecall.stores._servers import free_port  # noqa: E402
+
+TOOLS = {"search_memory", "expand", "remember", "forget", "recall_patterns", "append_messages", "get_context"}
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def run(client_factory: Callable[[], Client], scenario: Callable[[Client], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        async with client_factory() as client:
+            return await scenario(client)
+
+    return asyncio.run(main())
+
+
+async def call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    """A tool's structured result (the call must succeed)."""
+    result = await client.call_tool(tool, args)
+    assert not result.is_error, (tool, args, result.content)
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content
+
+
+async def error(client: Client, tool: str, args: Any) -> str:
+    """A tool call that must come back as a tool error; its text."""
+    result = await client.call_tool(tool, args)
+    assert result.is_error, (tool, args, result)
+    return " ".join(getattr(c, "text", "") for c in result.content)
+
+
+def seed_pattern(store: Any, user: str = "u", agent: str = "a") -> None:
+    procedural = ProceduralMemory(store, user_id=user, agent_id=agent)
+    procedural.store_pattern("Analyze my weight trends over time", ["search_records", "aggregate", "trend"], 0.9, 900)
+
+
+async def every_tool(client: Client) -> None:
+    """List the tools and call each one; their answers fit together (what is written is read back, then gone)."""
+    listed = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(listed) == TOOLS
+    assert all(t.description and t.input_schema["type"] == "object" for t in listed.values())
+
+    turn = [{"role": "user", "content": "My locker code is 4417.", "id": "m1"},
+            {"role": "assistant", "content": "Noted: locker 4417.", "id": "m2"}]
+    assert (await call(client, "append_messages", {"session_id": "s1", "messages": turn}))["received"] == 2
+    await call(client, "append_messages", {"session_id": "s1", "messages": turn})  # a retry stores nothing new
+    context = await call(client, "get_context", {"session_id": "s1"})
+    assert [m["content"] for m in context["messages"]] == [m["content"] for m in turn]
+    assert context["tokens"] > 0 and context["left_out"] == 0
+
+    fact = await call(client, "remember", {"fact": "My city is Lyon"})
+    assert (fact["attribute"], fact["value"]) == ("city", "Lyon")
+
+    hits = (await call(client, "search_memory", {"query": "locker code", "limit": 3}))["results"]
+    message = next(h for h in hits if h["kind"] == "message" and "4417" in h["text"])
+    expanded = await call(client, "expand", {"id": message["id"], "session_id": message["session_id"]})
+    assert any(m["message"]["content"] == "My locker code is 4417." for m in expanded["messages"])
+    assert any(h["id"] == fact["id"] for h in (await call(client, "search_memory", {"query": "which city"}))["results"])
+
+    plan = await call(client, "recall_patterns", {"task": "analyze my weight trend"})
+    assert plan["patterns"] and plan["plan"]["suggested_tools"] == ["search_records", "aggregate", "trend"]
+
+    assert (await call(client, "forget", {"id": fact["id"]}))["deleted"] >= 1
+    after = (await call(client, "search_memory", {"query": "which city"}))["results"]
+    assert fact["id"] not in [h["id"] for h in after]
+
+
+# -- in process, on every backend ----------------------------------------------------------------
+def test_every_tool_on_every_backend(store_url: str, default_embedder: Any) -> None:
+    store = open_store(store_url)
+    seed_pattern(store)
+    server = create_server(store, user_id="u", agent_id="a", embedder=default_embedder)
+    run(lambda: Client(server), every_tool)
+
+
+BAD_CALLS = [
+    ("search_memory", {}, "query"),
+    ("search_memory", {"query": 3}, "query"),
+    ("search_memory", {"query": "   "}, "query"),
+    ("search_memory", {"query": "x", "limit": 0}, "limit"),
+    ("search_memory", {"query": "x", "limit": "many"}, "limit"),
+    ("expand", {"id": "no-such-id"}, "no-such-id"),
+    ("remember", {"fact": ""}, "fact"),
+    ("remember", {"fact": ["a"]}, "fact"),
+    ("forget", {"id": "no-such-id"}, "no-such-id"),
+    ("recall_patterns", {}, "task"),
+    ("append_messages", {"session_id": "s", "messages": "hello"}, "messages"),
+    ("append_messages", {"session_id": "", "messages": [{"role": "user", "content": "x"}]}, "session_id"),
+    ("append_messages", {"session_id": "s", "messages": [{"role": "user", "content": "fine"}, {"role": "bogus"}]},
+     "message 1"),
+    ("get_context", {"session_id": "s", "max_tokens": 0}, "max_tokens"),
+    ("no_such_tool", {}, "no_such_tool"),
+]
+
+
+def test_bad_arguments_are_tool_errors_and_write_nothing(default_embedder: Any) -> None:
+    store = open_store("sqlite:///:memory:")
+    server = create_server(store, user_id="u", embedder=default_embedder)
+
+    async def scenario(client: Client) -> None:
+        for tool, args, named in BAD_CALLS:
+            assert named in await error(client, tool, args)
+        assert (await call(client, "get_context", {"session_id": "s"}))["messages"] == []  # nothing partial
+        assert (await call(client, "search_memory", {"query": "fine"}))["results"] == []  # the server still serves
+
+    run(lambda: Client(server), scenario)
+
+
+def test_get_context_keeps_to_the_token_budget(default_embedder: Any) -> None:
+    server = create_server("sqlite:///:memory:", user_id="u", embedder=default_embedder)
+    turns = [m for i in range(6) for m in ({"role": "user", "content": f"question {i} " + "word " * 40},
+                                           {"role": "assistant", "content": f"answer {i}"})]
+    messages = [{"role": "system", "content": "Be brief."}, *turns]
+
+    async def scenario(client: Client) -> None:
+        await call(client, "append_messages", {"session_id": "s", "messages": messages})
+        whole = await call(client, "get_context", {"session_id": "s"})
+        budget = whole["tokens"] // 2
+        part = await call(client, "get_context", {"session_id": "s", "max_tokens": budget})
+        kept = part["messages"]
+        assert part["tokens"] <= budget < whole["tokens"] and part["left_out"] > 0
+        assert kept[0] == whole["messages"][0] and kept[1]["role"] == "user"  # the system prompt stays; whole turns
+        assert kept[1:] == whole["messages"][1 + part["left_out"]:]  # the newest messages, in order
+        assert "max_tokens" in await error(client, "get_context", {"session_id": "s", "max_tokens": 5})
+
+    run(lambda: Client(server), scenario)
+
+
+@pytest.fixture(scope="module")
+def budget_server(default_embedder: Any) -> Any:
+    return create_server("sqlite:///:memory:", user_id="u", embedder=default_embedder)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(system=st.booleans(), turns=st.lists(st.tuples(st.integers(1, 60), st.integers(0, 3)), min_size=1, max_size=6),
+       budget=st.integers(1, 600))
+def test_get_context_is_the_newest_whole_turns_that_fit(budget_server: Any, system: bool,
+                                                        turns: list[tuple[int, int]], budget: int) -> None:
+    messages = [{"role": "system", "content": "Be brief."}] if system else []
+    for i, (words, replies) in enumerate(turns):
+        messages.append({"role": "user", "content": f"q{i} " + "word " * words})
+        messages += [{"role": "assistant", "content": f"a{i}.{j}"} for j in range(replies)]
+    session = f"s{uuid.uuid4().hex}"
+
+    async def scenario(client: Client) -> None:
+        await call(client, "append_messages", {"session_id": session, "messages": messages})
+        whole = await call(client, "get_context", {"session_id": session})
+        result = await client.call_tool("get_context", {"session_id": session, "max_tokens": budget})
+        last_user = max(i for i, m in enumerate(whole["messages"]) if m["role"] == "user")
+        if result.is_error:  # only when not even the newest turn fits: it names what would
+            text = result.content[0].text
+            needed = int(re.search(r"newest turn's (\d+) tokens", text).group(1))
+            newest = await call(client, "get_context", {"session_id": session, "max_tokens": needed})
+            assert "max_tokens" in text and needed > budget and newest["tokens"] == needed
+            assert newest["left_out"] == last_user - int(system)
+            return
+        part = result.structured_content
+        assert part is not None and part["tokens"] <= budget
+        pinned = whole["messages"][:1] if system else []
+        kept = part["messages"][len(pinned):]
+        assert part["messages"][:len(pinned)] == pinned
+        assert kept == whole["messages"][len(pinned) + part["left_out"]:] and kept[0]["role"] == "user"
+        more = await call(client, "get_context", {"session_id": session, "max_tokens": budget * 2})
+        assert more["left_out"] <= part["left_out"]  # a larger budget never leaves out more
+
+    run(lambda: Client(budget_server), scenario)
+
+
+def test_one_users_memory_never_reaches_another(default_embedder: Any) -> None:
+    store = open_store("sqlite:///:memory:")
+    alice = create_server(store, user_id="alice", embedder=default_embedder)
+    bob = create_server(store, user_id="bob", embedder=default_embedder)
+    fact = run(lambda: Client(alice), lambda c: call(c, "remember", {"fact": "My city is Lyon"}))
+    run(lambda: Client(alice), lambda c: call(c, "append_messages", {
+        "session_id": "s", "messages": [{"role": "user", "content": "my locker code is 4417"}]}))
+
+    async def as_bob(client: Client) -> None:
+        assert (await call(client, "search_memory", {"query": "city Lyon locker code"}))["results"] == []
+        assert (await call(client, "get_context", {"session_id": "s"}))["messages"] == []
+        await error(client, "expand", {"id": fact["id"]})
+        await error(client, "forget", {"id": fact["id"]})
+
+    run(lambda: Client(bob), as_bob)
+    found = run(lambda: Client(alice), lambda c: call(c, "search_memory", {"query": "city"}))
+    assert fact["id"] in [h["id"] for h in found["results"]]  # bob's forget deleted nothing
+
+
+def test_the_owner_hook_decides_or_refuses_each_call(default_embedder: Any) -> None:
+    store = open_store("sqlite:///:memory:")
+    chosen = create_server(store, user_id="alice", embedder=default_embedder, owner=lambda request: Scope(user_id="bob", agent_id="x"))
+    fact = run(lambda: Client(chosen), lambda c: call(c, "remember", {"fact": "My city is Lyon"}))
+    bob = create_server(store, user_id="bob", agent_id="x", embedder=default_embedder)
+    found = run(lambda: Client(bob), lambda c: call(c, "search_memory", {"query": "city"}))
+    assert fact["id"] in [h["id"] for h in found["results"]]
+
+    def refuse(request: Any) -> Scope:
+        raise PermissionError("this caller may not act for anyone")
+
+    refused = create_server(store, user_id="bob", agent_id="x", embedder=default_embedder, owner=refuse)
+
+    async def scenario(client: Client) -> None:
+        for tool, args in [("search_memory", {"query": "city"}), ("forget", {"id": fact["id"]}),
+                           ("get_context", {"session_id": "s"})]:
+            assert "may not act" in await error(client, tool, args)
+
+    run(lambda: Client(refused), scenario)
+    assert fact["id"] in [h["id"] for h in run(lambda: Client(bob), lambda c: call(c, "search_memory",
+                                                                                   {"query": "city"}))["results"]]
+
+
+# -- over stdio and over HTTP: the ``fullrecall mcp`` command ------------------------------------
+def command(db: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "fullrecall.cli.main", "mcp", "--store", f"sqlite:///{db}", "--user", "u",
+            "--agent", "a", *extra]
+
+
+def environment() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+
+
+def test_every_tool_over_stdio(tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    seed_pattern(f"sqlite:///{db}")
+    cmd = command(db)
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=environment())
+    run(lambda: Client(params, read_timeout_seconds=60), every_tool)
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[str]:
+    """``fullrecall mcp --transport http`` on a free port; its endpoint URL."""
+    db, port, log = tmp_path / "memory.db", free_port(), tmp_path / "server.log"
+    seed_pattern(f"sqlite:///{db}")
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command(db, "--transport", "http", "--port", str(port)), env=environment(),
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"fullrecall mcp did not start: {log.read_text()[-2000:]}") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_every_tool_over_http_with_the_scope_of_the_request(http_server: str) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    run(lambda: Client(http_server, read_timeout_seconds=60), every_tool)
+
+    def as_user(user: str) -> Client:
+        http = httpx2.AsyncClient(headers={"X-Fullrecall-User": user, "X-Fullrecall-Agent": "a"}, timeout=60)
+        return Client(streamable_http_client(http_server, http_client=http))
+
+    fact = run(lambda: as_user("carol"), lambda c: call(c, "remember", {"fact": "My city is Oslo"}))
+    carol = run(lambda: as_user("carol"), lambda c: call(c, "search_memory", {"query": "city"}))
+    assert fact["id"] in [h["id"] for h in carol["results"]]
+    default = run(lambda: Client(http_server), lambda c: call(c, "search_memory", {"query": "city Oslo"}))
+    assert fact["id"] not in [h["id"] for h in default["results"]]  # the command line's user "u" does not see it

@@ -1,0 +1,104 @@
+"""``/mcp`` in the service: a real MCP client over HTTP, the tenant from the API key, the key's users enforced."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+pytest.importorskip("uvicorn")
+
+import httpx2  # noqa: E402
+from mcp import Client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+from fullrecall.stores._servers import free_port  # noqa: E402
+
+
+@pytest.fixture
+def served(store_url: str, default_embedder: Any) -> Iterator[tuple[str, Any]]:
+    """The service under uvicorn on a free port: its /mcp URL and its Service."""
+    import uvicorn
+
+    from fullrecall.service.app import create_app
+    from fullrecall.service.config import Settings
+
+    app = create_app(Settings(store=store_url), embedder=default_embedder)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp", app.state.service
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def client(url: str, key: str, user: str | None = None) -> Client:
+    headers = {"Authorization": f"Bearer {key}", **({"X-Fullrecall-User": user} if user else {})}
+    return Client(streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers, timeout=60)))
+
+
+async def structured(c: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    result = await c.call_tool(tool, args)
+    assert not result.is_error, result.content
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content
+
+
+def test_mcp_in_the_service_keeps_tenants_and_users_apart(served: tuple[str, Any]) -> None:
+    url, service = served
+    for headers in ({}, {"Authorization": "Bearer not-a-key"}):  # no key, no MCP
+        response = httpx2.post(url, headers={**headers, "Accept": "application/json, text/event-stream"},
+                               json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+        assert response.status_code == 401 and response.json()["error"]["type"] == "unauthorized"
+    key_a, _ = service.keys.create("tenant-a")
+    key_b, _ = service.keys.create("tenant-b")
+    key_ann, _ = service.keys.create("tenant-a", users=["ann"])
+    turn = [{"role": "user", "content": "My locker code is 4417.", "id": "m1"},
+            {"role": "assistant", "content": "Noted.", "id": "m2"}]
+
+    async def scenario() -> None:
+        async with client(url, key_a, "ann") as c:
+            names = {t.name for t in (await c.list_tools()).tools}
+            assert {"search_memory", "expand", "remember", "forget", "recall_patterns", "append_messages",
+                    "get_context"} <= names
+            fact = await structured(c, "remember", {"fact": "My city is Lyon"})
+            await structured(c, "append_messages", {"session_id": "s1", "messages": turn})
+            await structured(c, "append_messages", {"session_id": "s1", "messages": turn})  # a retry stores once
+            context = await structured(c, "get_context", {"session_id": "s1"})
+            assert [m["content"] for m in context["messages"]] == [m["content"] for m in turn]
+            assert fact["id"] in [h["id"] for h in (await structured(c, "search_memory", {"query": "city"}))["results"]]
+            assert "message 0" in " ".join(x.text for x in (await c.call_tool(
+                "append_messages", {"session_id": "s1", "messages": [{"role": "bogus"}]})).content)
+        async with client(url, key_ann, "ann") as c:  # the same tenant and user through a key limited to ann
+            assert fact["id"] in [h["id"] for h in (await structured(c, "search_memory", {"query": "city"}))["results"]]
+        async with client(url, key_ann, "bob") as c:  # a key limited to ann may not act for bob
+            refused = await c.call_tool("search_memory", {"query": "city"})
+            assert refused.is_error and "bob" in refused.content[0].text
+        async with client(url, key_b, "ann") as c:  # another tenant's "ann" sees nothing of tenant-a's
+            assert (await structured(c, "search_memory", {"query": "city Lyon"}))["results"] == []
+            unknown = await c.call_tool("get_context", {"session_id": "s1"})
+            assert unknown.is_error and "not found" in unknown.content[0].text
+            assert (await c.call_tool("forget", {"id": fact["id"]})).is_error
+
+    asyncio.run(scenario())
+    # what went through /mcp is the service's own conversation
+    ok = service.conversations.window(_scope("tenant-a", "ann", "s1"))
+    assert [(m["id"], m["message"]["content"]) for m in ok] == [(m["id"], m["content"]) for m in turn]
+
+
+def _scope(tenant: str, user: str, session: str) -> Any:
+    from fullrecall.stores import Scope
+
+    return Scope(tenant=tenant, user_id=user, session_id=session)
