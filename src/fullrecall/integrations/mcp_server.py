@@ -7,7 +7,7 @@
   ``expand``, ``remember``, ``forget``, ``recall_patterns``;
 * ``append_messages(session_id, messages)`` and ``get_context(session_id, max_tokens=None)``,
   for a client that wants fullrecall to hold its conversation
-  (:class:`~fullrecall.memory.ConversationMemory`: every message durable at once, a message's
+  (:class:`~fullrecall.memory.SyncConversationMemory`: every message durable at once, a message's
   ``"id"`` its idempotency key; the context is the window with recalled messages, within an
   optional token budget).
 
@@ -28,7 +28,7 @@ from ..stores.base import DEFAULT_TENANT, Scope, Store
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-    from ..memory import ConversationMemory, MemoryTools
+    from ..memory import MemoryTools, SyncConversationMemory
 
 USER_HEADER = "x-fullrecall-user"
 AGENT_HEADER = "x-fullrecall-agent"
@@ -68,7 +68,7 @@ class _Cache:
 
 
 class MemoryConversations:
-    """:class:`~fullrecall.memory.ConversationMemory` conversations (of the default tenant) in ``store``."""
+    """:class:`~fullrecall.memory.SyncConversationMemory` conversations (of the default tenant) in ``store``."""
 
     def __init__(self, store: Store, embedder: Any = None) -> None:
         self.store, self.embedder = store, embedder
@@ -86,15 +86,15 @@ class MemoryConversations:
             messages = conversation.model_input()
         return _within_budget(messages, max_tokens, getattr(conversation.manager, "token_counter", None))
 
-    def _conversation(self, scope: Scope) -> tuple["ConversationMemory", threading.Lock]:
-        from ..memory import ConversationMemory
+    def _conversation(self, scope: Scope) -> tuple["SyncConversationMemory", threading.Lock]:
+        from ..memory import SyncConversationMemory
 
         if scope.tenant != DEFAULT_TENANT:
             raise ValueError(f"conversations of tenant {scope.tenant!r} need the service's backend")
         session_id, user, agent = scope.session_id or "default", str(scope.user_id or ""), str(scope.agent_id or "")
 
-        def build() -> "ConversationMemory":
-            return ConversationMemory(self.store, session_id, user_id=user, agent_id=agent,
+        def build() -> "SyncConversationMemory":
+            return SyncConversationMemory(self.store, session_id, user_id=user, agent_id=agent,
                                       embedding_model=self.embedder)
 
         return self._cache.get((user, agent, session_id), build)
