@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import MemoryInputError
+from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Store
 from ._records import RecordBook, owner_scope, public_data
 
@@ -159,11 +160,7 @@ class FactMemory:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._owns_store = isinstance(store, str)
-        if isinstance(store, str):
-            from ..stores import open_store
-
-            store = open_store(store)
-        self.store: Store = store
+        self.store: Store = open_store(store) if isinstance(store, str) else store
         self.book = RecordBook(store, owner_scope(tenant, user_id, agent_id), NAMESPACE, embedder=embedder, clock=clock)
         self.chat_model = chat_model
         self.duplicate_similarity = duplicate_similarity

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import MemoryInputError, MessageFormatError, SummarizationError
+from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Store, StoredMessage
 from ._records import RecordBook, owner_scope
 from .facts import Fact, FactMemory
@@ -93,11 +94,7 @@ class PersistentMemory:
         self.agent_id = _one_of("agent_id", agent_id, "agent_name", agent_name) or ""
         self.session_id = _one_of("session_id", session_id, "session_name", session_name) or f"s-{uuid.uuid4().hex}"
         self._owns_store = isinstance(store, str)
-        if isinstance(store, str):
-            from ..stores import open_store
-
-            store = open_store(store)
-        self.store: Store = store
+        self.store: Store = open_store(store) if isinstance(store, str) else store
         self.tenant = tenant
         self.owner = owner_scope(tenant, self.user_id, self.agent_id)
         self.embedder = load_embedder(embedder)

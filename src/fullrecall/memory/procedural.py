@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import MemoryInputError
+from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Store
 from ._records import EXPIRES_AT, RecordBook, owner_scope, public_data
 
@@ -87,11 +88,7 @@ class ProceduralMemory:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._owns_store = isinstance(store, str)
-        if isinstance(store, str):
-            from ..stores import open_store
-
-            store = open_store(store)
-        self.store: Store = store
+        self.store: Store = open_store(store) if isinstance(store, str) else store
         self.book = RecordBook(store, owner_scope(tenant, user_id, agent_id), NAMESPACE, embedder=embedder, clock=clock)
         self.min_success_score = min_success_score
         self.ttl_days = ttl_days
