@@ -161,7 +161,7 @@ class FactMemory:
     ) -> None:
         self._owns_store = isinstance(store, str)
         self.store: Store = open_store(store) if isinstance(store, str) else store
-        self.book = RecordBook(store, owner_scope(tenant, user_id, agent_id), NAMESPACE, embedder=embedder, clock=clock)
+        self.book = RecordBook(self.store, owner_scope(tenant, user_id, agent_id), NAMESPACE, embedder=embedder, clock=clock)
         self.chat_model = chat_model
         self.duplicate_similarity = duplicate_similarity
         self.clock = clock

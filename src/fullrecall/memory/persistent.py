@@ -99,10 +99,10 @@ class PersistentMemory:
         self.owner = owner_scope(tenant, self.user_id, self.agent_id)
         self.embedder = load_embedder(embedder)
         self._search = self._searcher(self.session_id)
-        self.facts = FactMemory(store, user_id=self.user_id, agent_id=self.agent_id, tenant=tenant,
+        self.facts = FactMemory(self.store, user_id=self.user_id, agent_id=self.agent_id, tenant=tenant,
                                 embedder=self.embedder, chat_model=chat_model)
         self.extract_facts = extract_facts
-        self._sessions = RecordBook(store, self.owner, _SESSIONS)
+        self._sessions = RecordBook(self.store, self.owner, _SESSIONS)
         self._session_known = False
 
     # -- MassGen's interface -------------------------------------------------------------------

@@ -89,7 +89,7 @@ class ProceduralMemory:
     ) -> None:
         self._owns_store = isinstance(store, str)
         self.store: Store = open_store(store) if isinstance(store, str) else store
-        self.book = RecordBook(store, owner_scope(tenant, user_id, agent_id), NAMESPACE, embedder=embedder, clock=clock)
+        self.book = RecordBook(self.store, owner_scope(tenant, user_id, agent_id), NAMESPACE, embedder=embedder, clock=clock)
         self.min_success_score = min_success_score
         self.ttl_days = ttl_days
         self.min_similarity = min_similarity
