@@ -64,7 +64,7 @@ class ConversationMemory:
         new = [messages] if isinstance(messages, dict) else list(messages)
         if not new:
             return
-        parse_messages(new)  # a clear error naming the message and field, before anything is stored
+        parse_messages(new, storable=True)  # a clear error naming the message and field, before anything is stored
         if self._messages:
             parse_messages(self._messages + new)  # one shape per conversation (indices count the window)
         self._messages.extend(new)
