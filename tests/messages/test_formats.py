@@ -82,6 +82,8 @@ def test_broken_tool_arguments_are_kept_as_given():
     ([{"role": "user", "content": [{"text": "a"}]}, {"role": "tool", "tool_call_id": "c", "content": "x"}], "message 1: its shape (openai) differs"),
     (["not a dict"], "message 0: expected a dict"),
     ([{"role": "user", "content": 7}], "message 0: 'content' must be"),
+    ([{"role": ["user"], "content": "x"}], "message 0: 'role' must be a string, got list"),
+    ([{"role": {"r": 1}, "content": "x"}], "message 0: 'role' must be a string, got dict"),
 ])
 def test_malformed_messages_name_index_and_field(messages, needle):
     with pytest.raises(MessageFormatError) as info:
@@ -96,3 +98,34 @@ def test_huge_message_is_refused_with_its_size(monkeypatch):
     monkeypatch.setattr(formats, "MAX_MESSAGE_BYTES", 1000)
     with pytest.raises(MessageFormatError, match=r"message 0: 'content' is 2,000 bytes, over the 1,000-byte limit"):
         parse_messages([{"role": "user", "content": "x" * 2000}])
+
+
+IMAGE = {"role": "user", "content": [{"image": {"format": "png", "source": {"bytes": b"\x89PNG"}}}, {"text": "look"}]}
+
+
+@pytest.mark.parametrize("message,error", [
+    ({"role": "user", "content": "x", "metadata": {"p": float("nan")}}, "message 0: 'metadata.p' is nan; JSON has no"),
+    ({"role": "user", "content": "x", "tags": ("a", "b")}, "message 0: 'tags' is a tuple; use a list"),
+    ({"role": "user", "content": "x", "blob": bytearray(b"x")}, "message 0: 'blob' is a bytearray, not a JSON value"),
+    ({"role": "user", "content": "x", "meta": {7: "k"}}, "message 0: 'meta' has a key 7 of type int; JSON keys are"),
+])
+def test_storable_messages_are_json_values(message, error):
+    parse_messages([message])  # a message in memory may hold anything (an agent's image bytes)
+    with pytest.raises(MessageFormatError) as info:
+        parse_messages([message], storable=True)
+    assert str(info.value).startswith(error)
+
+
+def test_image_bytes_are_storable():
+    """Bytes (a tool's image, as Strands gives it) are stored base64-tagged and come back as bytes."""
+    shape, (msg,) = parse_messages([IMAGE], storable=True)
+    assert shape == "converse" and msg.raw == IMAGE
+
+
+def test_storable_message_size_counts_the_whole_message(monkeypatch):
+    import fullrecall.messages.formats as formats
+
+    monkeypatch.setattr(formats, "MAX_MESSAGE_BYTES", 1000)
+    parse_messages([{"role": "user", "content": "x" * 900, "extra": "y" * 900}])
+    with pytest.raises(MessageFormatError, match=r"^message 0 is 1,8\d\d bytes as JSON, over the 1,000-byte limit"):
+        parse_messages([{"role": "user", "content": "x" * 900, "extra": "y" * 900}], storable=True)

@@ -139,10 +139,12 @@ class InputConformance:
         with pytest.raises(InvalidInput, match=r"^record 'r': 'namespace' contains a NUL"):
             store.put_record(scope, Record(id="r", namespace="f\x00", text="t"))
         assert store.get_state(scope, "w") is None and store.get_records(scope, "facts") == []
-        # a lone surrogate in a read argument: a clear error (or nothing found), never UnicodeEncodeError
+        # a lone surrogate in any other argument: InvalidInput too, never UnicodeEncodeError
+        store.append(scope, [good(0)])
         for call in (lambda: store.get(scope, ["\ud800"]), lambda: store.search_text(scope, ["x\ud800"], 3),
-                     lambda: store.delete(scope, ["\ud800"]), lambda: store.get_state(scope, "\ud800")):
-            try:
-                assert not call()
-            except InvalidInput:
-                pass
+                     lambda: store.delete(scope, ["m0", "\ud800"]), lambda: store.get_state(scope, "\ud800"),
+                     lambda: store.get_records(scope, "\ud800")):
+            with pytest.raises(InvalidInput, match="not valid Unicode"):
+                call()
+        assert store.count(scope) == 1
+        assert store.search_text(scope, ["pl\x00ain", "words"], 3)[0][0] == "m0"  # NUL in a term splits it

@@ -107,7 +107,7 @@ class SyncConversationMemory:
         """What ``add`` does; ``keys[i]``, when given, is message i's idempotency key instead of its ``"id"``."""
         if not new:
             return
-        shape, parsed = parse_messages(new)  # a clear error naming the message and field, before anything is stored
+        shape, parsed = parse_messages(new, storable=True)  # a clear error naming the message and field, first
         self._sync()
         if self._messages:
             parse_messages(self._messages + new)  # one shape per conversation (indices count the window)

@@ -68,8 +68,15 @@ def _signal(msg: dict[str, Any]) -> str | None:
 # -- parsing ---------------------------------------------------------------------------
 
 
-def parse_messages(messages: Sequence[Any], shape: str | None = None) -> tuple[str, list[Message]]:
-    """Typed messages and the shape they came in; ``MessageFormatError`` names index and field."""
+def parse_messages(
+    messages: Sequence[Any], shape: str | None = None, *, storable: bool = False
+) -> tuple[str, list[Message]]:
+    """Typed messages and the shape they came in; ``MessageFormatError`` names index and field.
+
+    With ``storable``, each message must also be a JSON value of at most ``MAX_MESSAGE_BYTES`` (what a
+    store can keep verbatim: no NaN, bytes, tuples or other objects, nesting bounded), as
+    :class:`~fullrecall.memory.ConversationMemory` requires before it stores anything.
+    """
     if not isinstance(messages, (list, tuple)):
         raise MessageFormatError(f"messages must be a list, got {type(messages).__name__}")
     shape = shape or detect_shape(messages)
@@ -82,7 +89,8 @@ def parse_messages(messages: Sequence[Any], shape: str | None = None) -> tuple[s
             raise MessageFormatError(f"message {index}: expected a dict, got {type(msg).__name__}")
         try:
             out.append(parse(msg))
-            check_json(msg, f"message {index}", limit=MAX_MESSAGE_BYTES)  # stored as JSON: nothing else fits
+            if storable:
+                check_json(msg, f"message {index}", limit=MAX_MESSAGE_BYTES)
         except _FieldError as exc:
             raise MessageFormatError(f"message {index}: {exc}") from None
         except InvalidInput as exc:

@@ -499,7 +499,8 @@ def split_terms(terms: Sequence[str]) -> list[str]:
     """Search terms that hold at least one word character; a ValueError for a bare string (a common slip)."""
     if isinstance(terms, str):
         raise ValueError("terms must be a sequence of words, not one string")
-    return [t for t in (str(t).strip() for t in terms) if _WORD.search(t)]
+    words = (V.check_text(str(t), f"search term {i}").replace("\x00", " ").strip() for i, t in enumerate(terms))
+    return [t for t in words if _WORD.search(t)]
 
 
 def json_loads(text: str | bytes) -> Any:

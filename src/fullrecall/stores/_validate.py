@@ -64,6 +64,8 @@ def loads(text: str | bytes) -> Any:
 
 
 def _utf8_size(value: str, where: str) -> int:
+    if value.isascii():
+        return len(value)
     try:
         return len(value.encode("utf-8"))
     except UnicodeEncodeError as exc:
@@ -97,10 +99,72 @@ def check_id(value: Any, where: str, *, empty: bool = False) -> str:
 def check_json(value: Any, where: str, *, limit: int = MAX_FIELD_BYTES, tuples: bool = False) -> str:
     """``value`` as compact JSON text, or InvalidInput naming the first offending path under ``where``.
 
-    The shape is checked first without recursion (so a value nested 5,000 levels deep is a clear
-    error, not a RecursionError); strings are checked for lone surrogates on the encoded text.
     A tuple would come back as a list, so it is refused unless ``tuples`` (fullrecall's own documents).
     """
+    check_json_value(value, where, limit=limit, tuples=tuples)
+    return dumps(value)
+
+
+def check_json_value(value: Any, where: str, *, limit: int = MAX_FIELD_BYTES, tuples: bool = False) -> None:
+    """Like :func:`check_json`, without making the text when a quick pass shows it fits.
+
+    The pass needs no recursion (a value nested 5,000 levels deep is a clear error, not a
+    RecursionError); only a value that fails it is walked again to name the offending path.
+    """
+    bound = _plain_json_bound(value, tuples)
+    if bound is None:
+        _find_fault(value, where, tuples)
+    elif bound <= limit:
+        return
+    text = dumps(value)
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{_at(where, _surrogate_path(value))} is not valid Unicode (a lone surrogate)") from None
+    if size > limit:
+        raise InvalidInput(f"{where} is {size:,} bytes as JSON, over the {limit:,}-byte limit")
+
+
+def _plain_json_bound(value: Any, tuples: bool) -> int | None:
+    """An upper bound of ``value``'s JSON size in bytes if it is made of exact JSON types only, valid
+    Unicode, nested within MAX_DEPTH; None if not (or not sure: subclasses), to be looked at closely.
+    """
+    chars = items = 0
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        items += 1
+        t = type(v)
+        if t is str:
+            if not v.isascii() and not _valid(v):
+                return None
+            chars += len(v)
+        elif t is int or t is bool or v is None:
+            pass
+        elif t is bytes:  # base64 in a tagged object (see dumps)
+            chars += (len(v) + 2) // 3 * 4 + 40
+        elif t is float:
+            if not math.isfinite(v):
+                return None
+        elif depth >= MAX_DEPTH:
+            return None
+        elif t is dict:
+            for key in v:
+                if type(key) is not str or (not key.isascii() and not _valid(key)):
+                    return None
+                chars += len(key)
+                items += 1
+            stack.extend((item, depth + 1) for item in v.values())
+        elif t is list or (tuples and t is tuple):
+            stack.extend((item, depth + 1) for item in v)
+        else:
+            return None
+    # a character takes at most 6 bytes in JSON (\u0000); a number, literal or separator at most 32
+    return 6 * chars + 32 * items
+
+
+def _find_fault(value: Any, where: str, tuples: bool) -> None:
+    """Raise InvalidInput naming the first value under ``where`` that is not JSON (subclasses of JSON types pass)."""
     arrays = (list, tuple) if tuples else list
     stack: list[tuple[Any, str, int]] = [(value, "", 0)]
     while stack:
@@ -124,14 +188,6 @@ def check_json(value: Any, where: str, *, limit: int = MAX_FIELD_BYTES, tuples: 
             raise InvalidInput(f"{_at(where, path)} is a tuple; use a list (JSON gives arrays back as lists)")
         else:
             raise InvalidInput(f"{_at(where, path)} is a {type(v).__name__}, not a JSON value")
-    text = dumps(value)
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidInput(f"{_at(where, _surrogate_path(value))} is not valid Unicode (a lone surrogate)") from None
-    if size > limit:
-        raise InvalidInput(f"{where} is {size:,} bytes as JSON, over the {limit:,}-byte limit")
-    return text
 
 
 def _at(where: str, path: str) -> str:
@@ -207,7 +263,7 @@ def check_message(m: Any, index: int) -> None:
     check_text(m.text, f"{where}: 'text'")
     if not isinstance(m.data, dict):
         raise InvalidInput(f"{where}: 'data' must be a dict (a JSON object), got {type(m.data).__name__}")
-    check_json(m.data, f"{where}: 'data'")
+    check_json_value(m.data, f"{where}: 'data'")
     if m.kind not in MESSAGE_KINDS:
         raise InvalidInput(f"{where}: 'kind' is {m.kind!r}; expected one of {MESSAGE_KINDS}")
     if m.position is not None and (not isinstance(m.position, int) or isinstance(m.position, bool) or m.position < 0):
@@ -218,7 +274,7 @@ def check_message(m: Any, index: int) -> None:
         check_id(m.summary_id, f"{where}: 'summary_id'")
     if not isinstance(m.metadata, dict):
         raise InvalidInput(f"{where}: 'metadata' must be a dict, got {type(m.metadata).__name__}")
-    check_json(m.metadata, f"{where}: 'metadata'")
+    check_json_value(m.metadata, f"{where}: 'metadata'")
 
 
 def check_time(value: Any, where: str) -> float:
@@ -236,7 +292,7 @@ def check_record(record: Any) -> None:
     check_text(record.text, f"{where}: 'text'")
     if not isinstance(record.data, dict):
         raise InvalidInput(f"{where}: 'data' must be a dict, got {type(record.data).__name__}")
-    check_json(record.data, f"{where}: 'data'")
+    check_json_value(record.data, f"{where}: 'data'")
     check_time(record.created_at, f"{where}: 'created_at'")
     check_time(record.updated_at, f"{where}: 'updated_at'")
 
