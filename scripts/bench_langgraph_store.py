@@ -1,6 +1,6 @@
 """Time FullrecallStore's get / put / search: one big namespace, and many small per-user ones.
 
-    PYTHONPATH=src python scripts/bench_langgraph_store.py [store URL]    (default: a new SQLite file)
+PYTHONPATH=src python scripts/bench_langgraph_store.py [store URL]    (default: a new SQLite file)
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ def main() -> None:
     for n in (100, 1000):
         ns = ("bench", str(n))
         store.batch([PutOp(ns, f"k{i}", {"text": f"item {i}", "n": i}) for i in range(n)])
-        print(f"{n:>6} items in one namespace: put {p50_ms(lambda: store.put(ns, 'x', {'n': 1})):.2f} ms, "
-              f"get {p50_ms(lambda: store.get(ns, 'k5')):.2f} ms, "
-              f"search (filter, limit 10) {p50_ms(lambda: store.search(ns, filter={'n': {'$gt': 5}})):.2f} ms (p50)")
+        put = p50_ms(lambda ns=ns: store.put(ns, "x", {"n": 1}))
+        get = p50_ms(lambda ns=ns: store.get(ns, "k5"))
+        search = p50_ms(lambda ns=ns: store.search(ns, filter={"n": {"$gt": 5}}))
+        print(f"{n:>6} items in one namespace: put {put:.2f} ms, get {get:.2f} ms, "
+              f"search (filter, limit 10) {search:.2f} ms (p50)")
     users = 10_000
     for start in range(0, users, 500):
         store.batch([PutOp(("memories", f"u{i}"), "k", {"text": f"fact {i}"}) for i in range(start, start + 500)])
