@@ -4,10 +4,10 @@ The :class:`~fullrecall.stores.base.Store` protocol keeps records by scope and n
 but has no search over them and no expiry. :class:`RecordBook` adds both on top of the
 protocol, identically on every backend:
 
-* **ownership**: records are written under the owner's exact scope (tenant, user, agent)
-  and carry that owner in their data; a read keeps only records whose owner matches
-  exactly, so a record stored for the default owner (which a store shows to every user)
-  never reaches another user.
+* **ownership**: records are written under the owner's exact scope (tenant, user, agent),
+  which is all a store's reads and deletes of that scope reach; each record also carries
+  its owner in its data and a read keeps only exact matches (a second check, in case a
+  record is ever written under a wider scope by other code).
 * **expiry**: a record may carry ``expires_at`` (Unix seconds) in its data; reads skip
   expired records and delete them (purge on read).
 * **similarity**: each record's vector is kept in its data (base64 float32, computed once,
@@ -96,15 +96,9 @@ class RecordBook:
         return record
 
     def delete(self, record_id: str) -> bool:
-        """Delete one of the owner's records; an id the owner does not hold deletes nothing."""
-        if not any(r.id == record_id and r.data.get(_OWNER) == self._owner
-                   for r in self.store.get_records(self.scope, self.namespace)):
-            return False
-        return self._delete(record_id)
-
-    def _delete(self, record_id: str) -> bool:
-        # A store shows the default owner's records to every user (and deletes them too): record ids
-        # are unique per owner (uuids, or hashes that include the owner), so this deletes only ours.
+        """Delete one of the owner's records; an id the owner does not hold deletes nothing (the store
+        deletes within the owner's exact scope only).
+        """
         return self.store.delete_record(self.scope, self.namespace, record_id)
 
     def owned_id(self, *parts: str) -> str:
@@ -117,12 +111,12 @@ class RecordBook:
         now = self.clock()
         live, seen = [], set()
         for r in self.store.get_records(self.scope, self.namespace):
-            if r.data.get(_OWNER) != self._owner or r.id in seen:  # the Redis store lists a default owner's twice
+            if r.data.get(_OWNER) != self._owner or r.id in seen:
                 continue
             seen.add(r.id)
             expires = r.data.get(EXPIRES_AT)
             if expires is not None and float(expires) <= now:
-                self._delete(r.id)
+                self.delete(r.id)
                 continue
             live.append(r)
         return live
