@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 
 from conversations import render, turns
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from strands.agent.conversation_manager import SlidingWindowConversationManager as SdkSliding
 from strands.agent.conversation_manager.compression.pin_message import pin_message
@@ -104,6 +104,8 @@ def plain(messages):
     pin_first=st.none() | st.integers(0, 2),
     rounds=st.integers(1, 4),
 )
+# a reduction with nothing to summarize raises before pinning anything, as the SDK does
+@example(conversation=[("ask", ""), ("answer", "")], pins=set(), ratio=0.1, preserve=2, pin_first=1, rounds=1)
 def test_summarizing_summarizes_what_the_sdk_summarizes(conversation, pins, ratio, preserve, pin_first, rounds):
     from strands.agent.conversation_manager import SummarizingConversationManager as SdkSummarizing
 

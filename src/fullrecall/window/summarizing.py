@@ -174,10 +174,11 @@ class SummarizingConversationManager(ConversationManager):
     def reduce_context(
         self, messages: MutableSequence[dict[str, Any]], error: BaseException | None = None
     ) -> MutableSequence[dict[str, Any]]:
-        self._apply_pin_first(messages)
-        layout = self._layout(messages)
-        window = len(messages) - layout.pinned
+        window = len(messages) - self._pinned_count(messages)
         count = min(max(1, int(window * self.summary_ratio)), window - self.preserve_recent_messages)
+        if count > 0:  # as the SDK does: a reduction that cannot summarize anything pins nothing either
+            self._apply_pin_first(messages)
+        layout = self._layout(messages)
         self._summarize_head(messages, layout, target=count - (layout.start - layout.pinned), error=error)
         return messages
 
