@@ -199,12 +199,13 @@ class Archive:
         if not positions:
             return
         self._writing = max(positions)
-        if not self.logged and self._origin is None:
-            origins = [int(r.id) for r in self.store.get_records(self.scope, ORIGIN) if r.id.isdigit()]
-            if not origins:
-                origins = [min(positions)]
-                self.store.put_record(self.scope, Record(id=str(origins[0]), namespace=ORIGIN, text=""))
-            self._origin = min(origins)
+        if self.logged:
+            return
+        if self._origin is None:
+            self._first()
+        if self._origin is None or min(positions) < self._origin:  # first write, or one racing the first
+            self._origin = min(positions)
+            self.store.put_record(self.scope, Record(id=str(self._origin), namespace=ORIGIN, text=""))
 
     def _save_summary(self, event: RemovedMessages) -> None:
         """One record per summary: idempotent by its id, never a rewrite of the earlier ones."""
@@ -343,12 +344,11 @@ class Archive:
             self._origin = min(origins) if origins else None
         return self._origin or 0
 
-    def _newest_position(self) -> int | None:
-        """The newest archived position (None when nothing is archived)."""
+    def _newest_position(self, oldest: int | None) -> int | None:
+        """The newest archived position, given the oldest (None when nothing is archived)."""
         if self.archived_span is not None:
             first, end = self._span()
             return end - 1 if end > first else None
-        oldest = self._oldest_position()
         if oldest is None:
             return None
         # n distinct positions from ``oldest`` on end at or after oldest + n - 1: one message unless there are gaps
@@ -380,6 +380,13 @@ class Archive:
             lo, step = lo + step, min(MAX_PROBE, step * 2)
         return None
 
+    def _evicted_count(self, count: int, newest: int | None) -> int:
+        """Archived positions up to the newest that are no longer stored (when none is, before the last evicted)."""
+        first = self._first()
+        if newest is not None:
+            return max(0, newest - first + 1 - count)
+        return max(0, self._oldest - first) if self._oldest is not None else 0
+
     def _archived_count(self) -> int:
         """Stored messages that left the window (a logged conversation stores its window, and a pinned
         system message, too: those before the first archived position and after the newest are not counted).
@@ -398,7 +405,7 @@ class Archive:
         counted as its text plus ``overhead``, its share of the vectors).
         """
         start = self._oldest_position()
-        newest = self._newest_position()
+        newest = self._newest_position(start)
         if start is None or newest is None:
             return 0
         victims = self.store.range(self.scope, start, min(newest, start + 2 * n + PROBE))
@@ -460,14 +467,14 @@ class Archive:
         stats = self.store.stats(self.scope)
         count = self._archived_count()
         oldest = self._oldest_position() if count else None
-        newest = self._newest_position() if count else None
+        newest = self._newest_position(oldest) if count else None
         return {
             "message_count": count,
             "total_memory": _total_bytes(stats),
             "text_memory": stats["text_bytes"],
             "embedding_memory": stats["vector_bytes"],
             "index_memory": stats["index_bytes"],
-            "evicted_count": max(0, oldest - self._first()) if oldest is not None else 0,
+            "evicted_count": self._evicted_count(count, newest),
             "oldest_position": oldest,
             "newest_position": newest,
             "unindexed_count": self._unembedded_count(),

@@ -45,8 +45,12 @@ class BackgroundIndexer:
             self._queue.join()
             return True
         done = threading.Event()
-        waiter = threading.Thread(target=lambda: (self._queue.join(), done.set()), daemon=True)
-        waiter.start()
+
+        def wait() -> None:
+            self._queue.join()
+            done.set()
+
+        threading.Thread(target=wait, daemon=True).start()
         return done.wait(timeout)
 
     def close(self) -> None:
