@@ -294,3 +294,20 @@ def test_background_writes_become_vector_searchable_within_a_bounded_delay(tmp_p
         archive.close()
     with pytest.raises(RuntimeError, match="closed"):
         archive.write(removed([words(1)], 1))
+
+
+def test_the_manager_archives_in_the_background_and_recalls_after_flush(tmp_path):
+    from fullrecall.archive import SemanticSummarizingConversationManager
+
+    manager = SemanticSummarizingConversationManager(
+        summarizer=lambda m, p: "summary", preserve_recent_messages=2, store=f"sqlite:///{tmp_path}/a.db",
+        embedding_model=HashEmbedder(), background_indexing=True)
+    messages = [{"role": r, "content": [{"text": words(i) + (" REF-4821" if i == 2 else "")}]}
+                for i, r in enumerate(["user", "assistant"] * 6)]
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    assert manager.flush(timeout=30)
+    stats = manager.get_memory_usage_stats()
+    assert stats["message_count"] == manager.removed_message_count > 2 and stats["unindexed_count"] == 0
+    assert stats["embedding_memory"] == manager.removed_message_count * HashEmbedder.dimension * 4
+    assert manager.recall("REF-4821", radius=0).hits[0].position == 2
+    manager.archive.close()
