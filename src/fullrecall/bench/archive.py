@@ -41,9 +41,9 @@ class ArchiveReport:
     no_wait_write_ms: float
     no_wait_ratio: float
     vectors_done_after_s: float
-    round_trips_per_write: dict[str, int]
-    round_trips_per_recall: dict[str, int]
-    recall: list[dict[str, float]] = field(default_factory=list)
+    round_trips_per_write: dict[str, Any]
+    round_trips_per_recall: dict[str, Any]
+    recall: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Counting:
