@@ -294,6 +294,7 @@ def test_background_writes_become_vector_searchable_within_a_bounded_delay(tmp_p
         archive.close()
     with pytest.raises(RuntimeError, match="closed"):
         archive.write(removed([words(1)], 1))
+    assert archive.store.count(scope) == 1  # refused before anything was written
 
 
 def test_the_manager_archives_in_the_background_and_recalls_after_flush(tmp_path):

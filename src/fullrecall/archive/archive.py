@@ -154,6 +154,8 @@ class Archive:
         conversation, the read of the rows) and the vectors; a new summary adds one
         record, and so does a batch left waiting for vectors.
         """
+        if self._indexer is not None and self._indexer.closed:
+            raise RuntimeError("this archive is closed (its background indexer stopped): nothing was written")
         if self.logged:
             wanted = {m.position for m in event.messages if m.position is not None}
             records = [m for m in self.store.range(self.scope, min(wanted), max(wanted)) if m.position in wanted] \

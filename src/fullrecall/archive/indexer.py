@@ -33,9 +33,13 @@ class BackgroundIndexer:
         self._thread = threading.Thread(target=self._run, name="fullrecall-indexer", daemon=True)
         self._thread.start()
 
+    @property
+    def closed(self) -> bool:
+        return not self._thread.is_alive()
+
     def submit(self, job: Job) -> None:
         """Queue one batch (the caller has already recorded it as waiting)."""
-        if not self._thread.is_alive():
+        if self.closed:
             raise RuntimeError("the background indexer is closed")
         self._queue.put(job)
 
