@@ -191,7 +191,7 @@ def test_a_new_process_embeds_what_an_earlier_one_could_not(tmp_path, default_em
     second = Archive(url, scope, embedding_model=default_embedder)
     second.write(removed(["and the due date is Friday"], 3))
     assert set(second.store.get_vectors(scope, ["m0", "m1", "m2", "m3"])) == {"m0", "m1", "m2", "m3"}
-    assert second.store.get_state(scope, "archive")["unembedded"] == []
+    assert second.get_memory_usage_stats()["unindexed_count"] == 0
 
 
 def test_count_and_memory_limits_evict_oldest_and_say_so():

@@ -15,7 +15,7 @@ from fullrecall import (
     ProceduralMemory,
     SyncConversationMemory,
 )
-from fullrecall.stores import Scope, open_store
+from fullrecall.stores import open_store
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ def test_expand_a_summary_gives_the_messages_it_covers(default_embedder):
                               max_history_turns=2, preserve_recent_messages=2, embedding_model=default_embedder)
     for i in range(5):
         chat.add([{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}])
-    summary = store.get_state(Scope(user_id="u", agent_id="a", session_id="chat"), "summaries")["items"][0]
+    summary = chat.manager.archive.summaries()[0]
     tools = MemoryTools(PersistentMemory("u", "a", store=store, embedder=default_embedder))
     expanded = tools.call("expand", {"id": summary["id"], "session_id": "chat"})
     start, end = summary["covers"]

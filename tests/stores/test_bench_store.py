@@ -19,3 +19,14 @@ def test_bench_store_markdown_table(capsys) -> None:
     assert main(["bench", "store", "--backends", "sqlite", "--layouts", "many", "--sizes", "200", "--queries", "2"]) == 0
     out = capsys.readouterr().out
     assert "| sqlite | many | 200 |" in out and "hybrid p50 ms" in out
+
+
+def test_bench_store_archive_path_json(capsys) -> None:
+    args = ["bench", "store", "--archive", "--archive-writes", "32", "--archive-batch", "16", "--archive-sizes", "200",
+            "--queries", "3", "--json"]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["write_per_s"] > 0 and report["embed_batch_per_s"] > 0 and report["no_wait_write_ms"] > 0
+    assert {k: v for k, v in report["round_trips_per_write"].items() if v >= 0.5} == {"append": 1, "set_vectors": 1}
+    assert [r["size"] for r in report["recall"]] == [200] and report["recall"][0]["ratio"] > 0
+    assert report["round_trips_per_recall"]["search_vectors"] == 1

@@ -4,6 +4,9 @@
 messages to the store *first* (if that fails, the manager keeps them in the
 window), then embeds them; an embedding failure only delays searchability
 (the text is stored, lexical search finds it, and the vectors are retried).
+With ``background_indexing=True`` the embedding happens on a worker thread:
+``write`` returns once the text is durable, and :meth:`Archive.flush` waits for
+the vectors.
 
 When ``archived_span`` is set (:class:`~fullrecall.memory.SyncConversationMemory` sets
 it) every message is in the store from the moment it was added, and
@@ -11,26 +14,48 @@ it) every message is in the store from the moment it was added, and
 Archiving a removed message is then only indexing it: ``write`` appends nothing,
 and a position missing from the store was forgotten, not lost (it is never
 written back); ``get`` and ``recall`` return only archived positions.
+
+Nothing that grows is kept in a document that is read, changed and written back,
+so any number of processes can archive one conversation at once without losing
+an update:
+
+* each summary is one record (namespace ``archive.summaries``; its id is the
+  summary's id, so a rerun stores it once) naming the positions it covers;
+* each batch whose embedding failed (or, in the background, has not happened yet)
+  is one record (``archive.unembedded``), deleted once embedded; catching up takes
+  at most ``catch_up_batch`` messages at a time;
+* the oldest and newest archived positions, the evicted count and the archived
+  count are derived from the store (the first position a conversation archived is
+  one ``archive.origin`` record per writer that found none; the smallest wins).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..messages.formats import parse_message, render_message
 from ..messages.model import Message, TextBlock
 from ..search.terms import index_text
-from ..stores.base import Filters, Scope, Store, StoredMessage
+from ..stores.base import Filters, Record, Scope, Store, StoredMessage
 from ..window.base import RemovedMessages
+from .indexer import BackgroundIndexer, Job
 from .recall import RecalledRange, merge_ranges, original_question
 
 log = logging.getLogger("fullrecall.archive")
 
 END = 2**53  # past any position: ``range(scope, start, END)`` reads to the end of a conversation
+SUMMARIES = "archive.summaries"  # one record per summary
+UNEMBEDDED = "archive.unembedded"  # one record per batch still waiting for its vectors
+ORIGIN = "archive.origin"  # the first archived position (id: the position)
+BACKLOG_RECHECK_S = 30.0  # how often a writer looks for batches other processes could not embed
+PROBE = 64  # positions read at a time when looking for the oldest archived message
+MAX_PROBE = 4096
 
 
 @dataclass
@@ -53,6 +78,11 @@ class Archive:
     ``max_num_archived_messages`` and ``max_memory_archived_messages`` (bytes of
     text, embeddings and index together) evict the oldest messages, logged
     and counted in ``get_memory_usage_stats()["evicted_count"]``.
+
+    ``background_indexing=True`` embeds on a worker thread (``write`` returns once the
+    text is durable and found by keyword search; vectors follow within one embedding
+    batch); call :meth:`flush` to wait for them and :meth:`close` at the end.
+    ``catch_up_batch`` bounds how many waiting messages one catch-up embeds.
     """
 
     def __init__(
@@ -67,10 +97,13 @@ class Archive:
         max_num_archived_messages: int | None = None,
         max_memory_archived_messages: int | None = None,
         archived_span: Callable[[], tuple[int, int]] | None = None,
+        background_indexing: bool = False,
+        catch_up_batch: int = 256,
         **search_options: Any,
     ) -> None:
         for name, value in (("max_num_archived_messages", max_num_archived_messages),
-                            ("max_memory_archived_messages", max_memory_archived_messages)):
+                            ("max_memory_archived_messages", max_memory_archived_messages),
+                            ("catch_up_batch", catch_up_batch)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be a positive integer or None, got {value}")
         if store is None or isinstance(store, str):
@@ -84,17 +117,29 @@ class Archive:
         self._search_args = dict(embedding_model=embedding_model, reranker_model=reranker_model, aws_region=aws_region,
                                  embedding_dimensions=embedding_dimensions, **search_options)
         self.archived_span = archived_span
-        self._search = None
+        self.catch_up_batch = catch_up_batch
+        self._search: Any = None
         self.last_evicted: list[int] = []
+        self._origin: int | None = None  # first archived position, once known (conversations that do not log)
+        self._oldest: int | None = None  # where the oldest archived message was last seen (a hint)
+        self._writing: int | None = None  # during a write: the newest position it archives
+        self._next_catch_up = 0.0  # when to look for waiting batches again (0: on the next write)
+        self._indexer = BackgroundIndexer(self._index_jobs, batch_size=catch_up_batch) if background_indexing \
+            else None
 
     @property
     def logged(self) -> bool:
         """True when the store holds the whole conversation, window included (see the module docstring)."""
         return self.archived_span is not None
 
+    @property
+    def background_indexing(self) -> bool:
+        """True when vectors are computed on a worker thread (see :meth:`flush`)."""
+        return self._indexer is not None
+
     # -- search engine, built on first use so constructing an Archive is instant -------------
     @property
-    def search_engine(self):
+    def search_engine(self) -> Any:
         if self._search is None:
             from ..search import SemanticSearch
 
@@ -103,7 +148,14 @@ class Archive:
 
     # -- writing ------------------------------------------------------------------------------
     def write(self, event: RemovedMessages) -> None:
-        """Commit ``event.messages`` (and the summary covering them), then index them."""
+        """Commit ``event.messages`` (and the summary covering them), then index them.
+
+        Two store round trips when nothing else is due: the append (or, for a logged
+        conversation, the read of the rows) and the vectors; a new summary adds one
+        record, and so does a batch left waiting for vectors.
+        """
+        if self._indexer is not None and self._indexer.closed:
+            raise RuntimeError("this archive is closed (its background indexer stopped): nothing was written")
         if self.logged:
             wanted = {m.position for m in event.messages if m.position is not None}
             records = [m for m in self.store.range(self.scope, min(wanted), max(wanted)) if m.position in wanted] \
@@ -119,115 +171,260 @@ class Archive:
             self._note_archived([m.position for m in records if m.position is not None])
         if event.summary is not None:
             self._save_summary(event)
-        self._index(records)
-        self._enforce_limits()
+        if self._indexer is not None:
+            self._indexer.submit((self._wait_for_vectors(records), records))
+        elif not self._embed(records):
+            self._wait_for_vectors(records)
+            self._next_catch_up = 0.0  # as soon as a write embeds again
+        elif time.monotonic() >= self._next_catch_up:
+            self.catch_up()
+        try:
+            self._enforce_limits()
+        finally:
+            self._writing = None
 
     __call__ = write
 
-    def _state(self) -> dict[str, Any]:
-        return self.store.get_state(self.scope, "archive") or {"evicted_count": 0, "evicted_through": 0, "newest": None}
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every message written so far has its vectors (or is recorded as waiting); False on timeout."""
+        return self._indexer.flush(timeout) if self._indexer is not None else True
+
+    def close(self) -> None:
+        """Finish background indexing and stop its worker (the store stays open: it is the caller's)."""
+        if self._indexer is not None:
+            self._indexer.close()
 
     def _note_archived(self, positions: list[int]) -> None:
-        """Remember the newest archived position (and, on the first write, the oldest: nothing before it
-        was archived, so eviction never takes a message that did not leave the window, a pinned system one).
+        """Remember the newest archived position; on a first write, that nothing before it was archived
+        (so eviction never takes a message that did not leave the window, a pinned system one).
         """
         if not positions:
             return
-        state = self._state()
-        changed = False
-        if state.get("newest") is None:
-            state["evicted_through"], changed = max(state["evicted_through"], min(positions)), True
-        if state.get("newest") is None or max(positions) > state["newest"]:
-            state["newest"], changed = max(positions), True
-        if changed:
-            self.store.put_state(self.scope, "archive", state)
+        self._writing = max(positions)
+        if self.logged:
+            return
+        if self._origin is None:
+            self._first()
+        if self._origin is None or min(positions) < self._origin:  # first write, or one racing the first
+            self._origin = min(positions)
+            self.store.put_record(self.scope, Record(id=str(self._origin), namespace=ORIGIN, text=""))
 
     def _save_summary(self, event: RemovedMessages) -> None:
+        """One record per summary: idempotent by its id, never a rewrite of the earlier ones."""
         summary = event.summary
         assert summary is not None  # called only for an event that carries a summary
-        summaries = (self.store.get_state(self.scope, "summaries") or {"items": []})["items"]
-        summaries.append({
-            "id": summary.id,
-            "text": summary.text,
-            "covers": [event.messages[0].position, event.messages[-1].position],
-            "folds": event.replaced_summary.text if event.replaced_summary is not None else None,
-            "created_at": time.time(),
-        })
-        self.store.put_state(self.scope, "summaries", {"items": summaries})
+        folded = event.replaced_summary
+        now = time.time()
+        self.store.put_record(self.scope, Record(
+            id=summary.id or f"s{event.messages[0].position}",
+            namespace=SUMMARIES,
+            text=summary.text,
+            data={
+                "covers": [event.messages[0].position, event.messages[-1].position],
+                "folds_id": folded.id if folded is not None else None,  # its text is read from its own record
+                "folds": folded.text if folded is not None and not folded.id else None,
+            },
+            created_at=now,
+            updated_at=now,
+        ))
 
     def summaries(self) -> list[dict[str, Any]]:
         """Every summary made of this conversation, oldest first, with the positions it covers."""
-        return (self.store.get_state(self.scope, "summaries") or {"items": []})["items"]
+        return archived_summaries(self.store, self.scope)
 
-    def _index(self, records: list[StoredMessage]) -> None:
-        """Embed ``records`` and any that an earlier write (in any process) failed to embed.
-
-        The ids still waiting are kept in the store's ``archive`` state, so a process that
-        starts after a failure catches up on its first write; a waiting message that was
-        forgotten meanwhile is simply gone (it is read back from the store, never from memory).
-        """
-        waiting_before = self._state().get("unembedded") or []
-        earlier = self.store.get(self.scope, waiting_before) if waiting_before else []
-        pending = list({m.id: m for m in earlier + records}.values())
+    # -- indexing -------------------------------------------------------------------------------
+    def _embed(self, messages: Sequence[StoredMessage]) -> bool:
+        """Embed ``messages`` in one batch and store the vectors; False (logged) if that failed."""
+        if not messages:
+            return True
+        engine = self.search_engine
         try:
-            self.search_engine.index(pending, append=False)
-            waiting: list[str] = []
+            engine._check_vector_space()
+            vectors = engine.embedder.embed([m.text for m in messages])
         except Exception as exc:  # noqa: BLE001 - the text is committed; only vectors are late
-            waiting = [m.id for m in pending]
             log.warning("archived %d message(s) but could not embed them (%s: %s); they are kept, found by "
-                        "keyword search, and embedded on the next write", len(pending), type(exc).__name__, exc)
-        if waiting != waiting_before:
-            state = self._state()
-            state["unembedded"] = waiting
-            self.store.put_state(self.scope, "archive", state)
+                        "keyword search, and embedded later", len(messages), type(exc).__name__, exc)
+            return False
+        ids = [m.id for m in messages]
+        try:
+            self.store.set_vectors(self.scope, ids, vectors, engine.embedder.name)
+        except ValueError:  # some were forgotten or evicted meanwhile: store the vectors of those still here
+            present = {m.id for m in self.store.get(self.scope, ids)}
+            keep = [i for i, m in enumerate(messages) if m.id in present]
+            if keep:
+                self.store.set_vectors(self.scope, [ids[i] for i in keep], vectors[keep], engine.embedder.name)
+        return True
+
+    def _wait_for_vectors(self, messages: Sequence[StoredMessage]) -> str:
+        """Record one batch as waiting for its vectors (a new record: nothing is rewritten); its id."""
+        batch_id = uuid.uuid4().hex
+        now = time.time()
+        self.store.put_record(self.scope, Record(id=batch_id, namespace=UNEMBEDDED, text="",
+                                                 data={"ids": [m.id for m in messages]},
+                                                 created_at=now, updated_at=now))
+        return batch_id
+
+    def _index_jobs(self, jobs: list[Job]) -> None:
+        """The background worker's step: embed the queued batches at once, then catch up if due."""
+        if self._embed([m for _, batch in jobs for m in batch]):
+            for batch_id, _ in jobs:
+                self.store.delete_record(self.scope, UNEMBEDDED, batch_id)
+            if time.monotonic() >= self._next_catch_up:
+                self.catch_up()
+        else:
+            self._next_catch_up = 0.0
+
+    def catch_up(self) -> int:
+        """Embed up to ``catch_up_batch`` messages that earlier writes (in any process) left waiting; how many.
+
+        A waiting message that was forgotten meanwhile is simply gone (messages are read back from
+        the store, never from memory), and one that another process embedded meanwhile is not
+        embedded again.
+        """
+        waiting = self.store.get_records(self.scope, UNEMBEDDED)
+        queued = self._indexer is not None
+        taken: list[Record] = []
+        ids: list[str] = []
+        for record in waiting:
+            if queued and time.time() - record.created_at < BACKLOG_RECHECK_S:
+                continue  # likely still in a worker's queue (this one's or another process's)
+            if taken and len(ids) + len(record.data.get("ids", [])) > self.catch_up_batch:
+                break
+            taken.append(record)
+            ids += [i for i in record.data.get("ids", []) if isinstance(i, str)]
+        more = len(taken) < len(waiting)
+        self._next_catch_up = time.monotonic() + (0.0 if more and not queued else BACKLOG_RECHECK_S)
+        if not taken:
+            return 0
+        ids = list(dict.fromkeys(ids))
+        have = self.store.get_vectors(self.scope, ids) if ids else {}
+        todo = [m for m in self.store.get(self.scope, [i for i in ids if i not in have])]
+        if not self._embed(todo):
+            self._next_catch_up = time.monotonic() + BACKLOG_RECHECK_S
+            return 0
+        for record in taken:
+            self.store.delete_record(self.scope, UNEMBEDDED, record.id)
+        return len(todo)
+
+    def _unembedded_count(self) -> int:
+        return sum(len(r.data.get("ids", [])) for r in self.store.get_records(self.scope, UNEMBEDDED))
 
     # -- limits ---------------------------------------------------------------------------------
     def _enforce_limits(self) -> None:
+        """Evict the oldest archived messages over the limits: at most one ``stats`` call a write."""
         self.last_evicted = []
         if self.max_num_archived_messages is not None:
             excess = self._archived_count() - self.max_num_archived_messages
             if excess > 0:
                 self._evict_oldest(excess)
         if self.max_memory_archived_messages is not None:
-            for _ in range(8):
-                stats = self.store.stats(self.scope)
-                total = _total_bytes(stats)
-                if total <= self.max_memory_archived_messages or not stats["message_count"]:
-                    break
-                per_message = total / stats["message_count"]
-                if not self._evict_oldest(max(1, int((total - self.max_memory_archived_messages) / per_message) + 1)):
-                    break
+            stats = self.store.stats(self.scope)
+            total = _total_bytes(stats)
+            if total > self.max_memory_archived_messages and stats["message_count"]:
+                # Only text and vectors are sure to shrink (an index may keep its pages): free that much.
+                excess = total - self.max_memory_archived_messages
+                vector_share = stats["vector_bytes"] / stats["message_count"]
+                estimate = math.ceil(excess / ((stats["text_bytes"] + stats["vector_bytes"]) / stats["message_count"]
+                                               or 1))
+                self._evict_oldest(max(1, estimate), free=(excess, vector_share))
         if self.last_evicted:
             log.info("archive limits evicted %d oldest message(s), positions %d-%d",
                      len(self.last_evicted), self.last_evicted[0], self.last_evicted[-1])
 
+    def _span(self) -> tuple[int, int]:
+        """A logged conversation's archived positions ``[first, end)``, counting those being written now."""
+        assert self.archived_span is not None
+        first, end = self.archived_span()
+        return first, max(end, self._writing + 1) if self._writing is not None else end
+
+    def _first(self) -> int:
+        """The first position that can be archived (a logged conversation's pinned message is not)."""
+        if self.archived_span is not None:
+            return self._span()[0]
+        if self._origin is None:
+            origins = [int(r.id) for r in self.store.get_records(self.scope, ORIGIN) if r.id.isdigit()]
+            self._origin = min(origins) if origins else None
+        return self._origin or 0
+
+    def _newest_position(self, oldest: int | None) -> int | None:
+        """The newest archived position, given the oldest (None when nothing is archived)."""
+        if self.archived_span is not None:
+            first, end = self._span()
+            return end - 1 if end > first else None
+        if oldest is None:
+            return None
+        # n distinct positions from ``oldest`` on end at or after oldest + n - 1: one message unless there are gaps
+        tail = self.store.range(self.scope, oldest + self.store.count(self.scope) - 1, END)
+        return _position(tail[-1]) if tail else oldest
+
+    def _oldest_position(self) -> int | None:
+        """The oldest archived position still stored.
+
+        Starts from where it was last seen (eviction only moves it on; a read up to that
+        hint catches a conversation forgotten and begun again), then looks further in
+        growing steps: a read of one message when nothing was evicted meanwhile.
+        """
+        first = self._first()
+        hint = max(first, self._oldest if self._oldest is not None else first)
+        head = self.store.range(self.scope, first, hint)
+        if head:
+            self._oldest = _position(head[0])
+            return self._oldest
+        newest = self._span()[1] - 1 if self.archived_span is not None else END
+        lo, step = hint + 1, PROBE
+        while lo <= newest:
+            if not self.logged and not self.store.count(self.scope):
+                return None
+            chunk = self.store.range(self.scope, lo, min(newest, lo + step - 1))
+            if chunk:
+                self._oldest = _position(chunk[0])
+                return self._oldest
+            lo, step = lo + step, min(MAX_PROBE, step * 2)
+        return None
+
+    def _evicted_count(self, count: int, newest: int | None) -> int:
+        """Archived positions up to the newest that are no longer stored (when none is, before the last evicted)."""
+        first = self._first()
+        if newest is not None:
+            return max(0, newest - first + 1 - count)
+        return max(0, self._oldest - first) if self._oldest is not None else 0
+
     def _archived_count(self) -> int:
         """Stored messages that left the window (a logged conversation stores its window, and a pinned
-        system message, too: those before the oldest archived position and after the newest are not counted).
+        system message, too: those before the first archived position and after the newest are not counted).
         """
         count = self.store.count(self.scope)
-        state = self._state()
-        newest, oldest = state.get("newest"), state["evicted_through"]
-        if not count or newest is None:
-            return 0 if self.logged else count
-        before = len(self.store.range(self.scope, 0, oldest - 1)) if oldest > 0 else 0
-        return count - before - len(self.store.range(self.scope, newest + 1, END))
+        if self.archived_span is None or not count:
+            return count
+        first, end = self._span()
+        before = len(self.store.range(self.scope, 0, first - 1)) if first > 0 else 0
+        return count - before - len(self.store.range(self.scope, end, END))
 
-    def _evict_oldest(self, n: int) -> int:
-        """Delete the ``n`` oldest archived messages (never one still in the window); how many went."""
-        state = self._state()
-        start, newest = state["evicted_through"], state.get("newest")
-        victims: list[StoredMessage] = []
-        while len(victims) < n and newest is not None and start <= newest:
-            chunk = self.store.range(self.scope, start, min(newest, start + max(64, n)))
-            victims.extend(chunk[: n - len(victims)])
-            start = (_position(chunk[-1]) + 1) if chunk else start + max(64, n)
+    def _evict_oldest(self, n: int, free: tuple[float, float] | None = None) -> int:
+        """Delete the ``n`` oldest archived messages (never one still in the window); how many went.
+
+        With ``free=(bytes, overhead)`` it takes as many as it takes to free ``bytes`` (each message
+        counted as its text plus ``overhead``, its share of the vectors).
+        """
+        start = self._oldest_position()
+        newest = self._newest_position(start)
+        if start is None or newest is None:
+            return 0
+        victims = self.store.range(self.scope, start, min(newest, start + 2 * n + PROBE))
+        if free is not None:
+            wanted, overhead = free
+            freed, count = 0.0, 0
+            for m in victims:
+                if count >= n and freed >= wanted:
+                    break
+                freed += m.size_bytes() + overhead
+                count += 1
+            n = count
+        victims = victims[:n]
         if not victims:
             return 0
         self.store.delete(self.scope, [m.id for m in victims])
-        state["evicted_count"] += len(victims)
-        state["evicted_through"] = _position(victims[-1]) + 1
-        self.store.put_state(self.scope, "archive", state)
+        self._oldest = _position(victims[-1]) + 1
         self.last_evicted.extend(_position(m) for m in victims)
         return len(victims)
 
@@ -240,13 +437,11 @@ class Archive:
         or after it is recalled (the model already sees it).
         """
         started = time.perf_counter()
-        if self.store.count(self.scope) == 0:
-            return Recall(query)
         first = 0
         if self.archived_span is not None:
             first, end = self.archived_span()
             before = end if before is None else min(before, end)
-        if before is not None:  # a logged conversation's window (and pinned message) is stored too: not candidates
+            # a logged conversation's window (and pinned message) is stored too: not candidates
             unarchived = self.store.range(self.scope, before, END) + (self.store.range(self.scope, 0, first - 1)
                                                                       if first > 0 else [])
             if unarchived:
@@ -270,23 +465,21 @@ class Archive:
         return self.store.range(self.scope, start, end) if start <= end else []
 
     def get_memory_usage_stats(self) -> dict[str, Any]:
+        """Counts and bytes of this archive; no call reads the archived messages themselves."""
         stats = self.store.stats(self.scope)
-        state = self._state()
         count = self._archived_count()
-        newest = state.get("newest")
-        first = state["evicted_through"]
-        oldest = self.store.range(self.scope, first, min(newest, first + 64))[:1] if count and newest is not None \
-            else []
+        oldest = self._oldest_position() if count else None
+        newest = self._newest_position(oldest) if count else None
         return {
             "message_count": count,
             "total_memory": _total_bytes(stats),
             "text_memory": stats["text_bytes"],
             "embedding_memory": stats["vector_bytes"],
             "index_memory": stats["index_bytes"],
-            "evicted_count": state["evicted_count"],
-            "oldest_position": oldest[0].position if oldest else None,
-            "newest_position": newest if count else None,
-            "unindexed_count": len(state.get("unembedded") or []),
+            "evicted_count": self._evicted_count(count, newest),
+            "oldest_position": oldest,
+            "newest_position": newest,
+            "unindexed_count": self._unembedded_count(),
             "summary_count": len(self.summaries()),
             "max_num_archived_messages": self.max_num_archived_messages,
             "max_memory_archived_messages": self.max_memory_archived_messages,
@@ -307,6 +500,24 @@ class Archive:
             + (f"; limits: {', '.join(limits)}" if limits else "; no limits")
             + (f"; {s['unindexed_count']} waiting for embeddings" if s["unindexed_count"] else "")
         )
+
+
+def archived_summaries(store: Store, scope: Scope) -> list[dict[str, Any]]:
+    """The summaries archived for one conversation, oldest first: ``id``, ``text``, ``covers``
+    (first and last position), ``folds`` (the text of the earlier summary it folds in) and ``created_at``.
+
+    Reads the per-summary records, and the single document older versions kept them in.
+    """
+    legacy = (store.get_state(scope, "summaries") or {"items": []}).get("items") or []
+    items: dict[str, dict[str, Any]] = {s["id"]: dict(s) for s in legacy if isinstance(s, dict) and "id" in s}
+    for r in store.get_records(scope, SUMMARIES):
+        items[r.id] = {"id": r.id, "text": r.text, "covers": list(r.data.get("covers") or []),
+                       "folds": r.data.get("folds"), "folds_id": r.data.get("folds_id"), "created_at": r.created_at}
+    for s in items.values():
+        folded = items.get(s.pop("folds_id", None) or "")
+        if s.get("folds") is None and folded is not None:
+            s["folds"] = folded["text"]
+    return sorted(items.values(), key=lambda s: ((s.get("covers") or [None])[0] or 0, s.get("created_at", 0)))
 
 
 def message_record(msg: Message, shape: str, *, data: dict[str, Any] | None = None, reason: str | None = None,

@@ -21,6 +21,8 @@ class SemanticSummarizingConversationManager(SummarizingConversationManager):
     ``store`` is a Store or URL (default: an in-memory SQLite store; give
     ``"sqlite:///memory.db"`` to keep the archive across restarts) and
     ``session_id`` / ``user_id`` / ``agent_id`` say whose conversation it is.
+    ``background_indexing=True`` embeds archived messages on a worker thread (see
+    :class:`~fullrecall.archive.Archive`; :meth:`flush` waits for their vectors).
     """
 
     def __init__(
@@ -43,6 +45,7 @@ class SemanticSummarizingConversationManager(SummarizingConversationManager):
         session_id: str = "default",
         user_id: str | None = None,
         agent_id: str | None = None,
+        background_indexing: bool = False,
         **summarizing_options: Any,
     ) -> None:
         if message_context_radius < 0:
@@ -62,6 +65,7 @@ class SemanticSummarizingConversationManager(SummarizingConversationManager):
             embedding_dimensions=embedding_dimensions,
             max_num_archived_messages=max_num_archived_messages,
             max_memory_archived_messages=max_memory_archived_messages,
+            background_indexing=background_indexing,
         )
         self.add_removal_listener(self.archive.write)
         self._pinned_seen = 0
@@ -85,6 +89,10 @@ class SemanticSummarizingConversationManager(SummarizingConversationManager):
             radius=self.message_context_radius if radius is None else radius,
             before=self.first_active_position,
         )
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every archived message has its vectors (see :meth:`Archive.flush`)."""
+        return self.archive.flush(timeout)
 
     def get_memory_usage_stats(self) -> dict[str, Any]:
         return self.archive.get_memory_usage_stats()

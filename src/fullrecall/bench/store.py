@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis-url", default=os.environ.get("FULLRECALL_TEST_REDIS_URL"))
     parser.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     parser.add_argument("--seed", type=int, default=0)
+    from . import archive as archive_path
+
+    archive_path.add_arguments(parser)
 
 
 @dataclass
@@ -72,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so the servers we started get stopped
     rng = np.random.default_rng(args.seed)
     corpus = _Corpus(rng)
+    if getattr(args, "archive", False):  # the archive's write and recall path (bench/archive.py)
+        from . import archive as archive_path
+
+        return archive_path.run(args, corpus)
     rows: list[Row] = []
     with contextlib.ExitStack() as stack:
         for backend in backends:

@@ -27,6 +27,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import IO, Any
 
+from ..archive.archive import archived_summaries
 from ..errors import MemoryInputError, MessageFormatError, SummarizationError
 from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Store, StoredMessage
@@ -270,7 +271,7 @@ class PersistentMemory:
             return [m for s, ids in by_session.items() for m in self.store.get(replace(self.owner, session_id=s), ids)]
         for s in [session_id] if session_id is not None else self.sessions():
             scope = replace(self.owner, session_id=s)
-            for summary in (self.store.get_state(scope, "summaries") or {}).get("items", []):
+            for summary in archived_summaries(self.store, scope):
                 if summary.get("id") == memory_id:
                     start, end = summary["covers"]
                     return self.store.range(scope, start, end)

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any, Protocol
 
+from ..archive.archive import archived_summaries
 from ..archive.recall import format_enrichment, merge_ranges
 from ..errors import MessageFormatError
 from ..messages.formats import parse_messages, render_message
@@ -241,7 +242,7 @@ class Conversations:
     def summaries(self, scope: Scope) -> list[dict[str, Any]]:
         """Summaries made of the conversation (by a summarizing manager on the same store), oldest first."""
         self._require(scope)
-        items = (self.store.get_state(scope, "summaries") or {"items": []})["items"]
+        items = archived_summaries(self.store, scope)
         return [{**s, "id": summary_token(scope, s["id"]), "summary_id": s["id"]} for s in items]
 
     def summary_messages(self, scope: Scope, summary_id: str) -> list[dict[str, Any]]:
@@ -250,8 +251,7 @@ class Conversations:
         if (user, agent) != (scope.user_id, scope.agent_id):
             raise NotFound(f"summary {summary_id!r} not found")
         own = replace(scope, session_id=session)
-        items = (self.store.get_state(own, "summaries") or {"items": []})["items"]
-        found = next((s for s in items if s["id"] == sid), None)
+        found = next((s for s in archived_summaries(self.store, own) if s["id"] == sid), None)
         if found is None:
             raise NotFound(f"summary {summary_id!r} not found")
         start, end = found["covers"]

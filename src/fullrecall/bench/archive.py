@@ -1,0 +1,238 @@
+"""The archive's write and recall path against the embedder it uses (``fullrecall bench store --archive``).
+
+Every figure is a ratio taken in one run, since absolute times differ from machine to machine:
+
+* **write**: ``Archive.write`` throughput (batches of ``--archive-batch`` removed messages, embedding
+  included) against the same embedder embedding the same batches alone;
+* **no wait**: how long a ``write`` takes to return with ``background_indexing=True`` (vectors follow on a
+  worker thread) against a plain SQLite append of the same rows: one write a turn (the worker idle when the
+  next write comes) and back to back (the worker embedding meanwhile), plus how long the vectors then took;
+* **round trips**: store calls per ``write`` and per ``recall`` (counted by a wrapper);
+* **recall**: ``Archive.recall`` p50 (embed the question, hybrid search, radius, read the ranges) at each
+  of ``--archive-sizes`` archived messages (one conversation, SQLite), against embedding the question alone.
+  The archived messages are loaded with random unit vectors (the recall path's cost does not depend on them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--archive", action="store_true",
+                        help="measure the archive's write and recall path against its embedder instead of the stores")
+    parser.add_argument("--archive-writes", type=int, default=2_000, help="messages archived for the write ratios")
+    parser.add_argument("--archive-batch", type=int, default=32, help="messages per Archive.write")
+    parser.add_argument("--archive-sizes", default="10000,100000", help="archived messages to measure recall at")
+    parser.add_argument("--embedding-model", default=None, help="embedder (default: the shipped MiniLM)")
+
+
+@dataclass
+class ArchiveReport:
+    embed_batch_per_s: float
+    write_per_s: float
+    write_ratio: float
+    plain_append_ms: float
+    no_wait_write_ms: float
+    no_wait_ratio: float
+    back_to_back_write_ms: float
+    back_to_back_ratio: float
+    vectors_done_after_s: float
+    round_trips_per_write: dict[str, Any]
+    round_trips_per_recall: dict[str, Any]
+    recall: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _Counting:
+    """A store that counts the calls made to it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.calls = inner, Counter[str]()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr) or name.startswith("_"):
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return attr(*args, **kwargs)
+
+        return counted
+
+
+def run(args: argparse.Namespace, corpus: Any) -> int:
+    """Measure and print (a markdown summary, or JSON with ``--json``)."""
+    import json
+
+    from ..embeddings import load_embedder
+
+    embedder = load_embedder(args.embedding_model)
+    embedder.embed(["warm up"])
+    sizes = sorted(int(s) for s in args.archive_sizes.split(",") if s)
+    with tempfile.TemporaryDirectory(prefix="fullrecall-bench-archive-") as tmp:
+        report = _writes(embedder, corpus, args.archive_writes, args.archive_batch, tmp)
+        report.recall = [_recall(embedder, corpus, size, args.queries, tmp) for size in sizes]
+        report.round_trips_per_recall = report.recall[-1].pop("round_trips") if report.recall else {}
+        for r in report.recall:
+            r.pop("round_trips", None)
+    if args.json:
+        print(json.dumps(asdict(report), indent=2))
+    else:
+        print(_table(report))
+    return 0
+
+
+def _events(corpus: Any, n: int, batch: int, start: int = 0) -> list[Any]:
+    from dataclasses import replace
+
+    from ..messages import parse_messages
+    from ..window.base import RemovedMessages
+
+    texts = corpus.texts(n)
+    _, msgs = parse_messages([{"role": "user" if i % 2 == 0 else "assistant", "content": [{"text": t}]}
+                              for i, t in enumerate(texts)])
+    msgs = [replace(m, position=start + i, id=f"m{start + i}") for i, m in enumerate(msgs)]
+    return [RemovedMessages(msgs[i:i + batch], reason="trimmed", shape="converse") for i in range(0, n, batch)]
+
+
+def _writes(embedder: Any, corpus: Any, n: int, batch: int, tmp: str) -> ArchiveReport:
+    """Write throughput with embedding, the no-wait write, and round trips per write."""
+    from ..archive.archive import Archive, message_record
+    from ..stores import Scope, open_store
+
+    scope = Scope(session_id="bench")
+    events = _events(corpus, n, batch)
+    texts = [[message_record(m, e.shape).text for m in e.messages] for e in events]
+    rows = [[message_record(m, e.shape) for m in e.messages] for e in events]
+
+    # Paired, batch by batch (a shared machine's load drifts): the embedder alone, then Archive.write.
+    counting = _Counting(open_store(f"sqlite:///{tmp}/write.db"))
+    archive = Archive(counting, scope, embedding_model=embedder)
+    archive.write(events[0])  # the first write of a process also records where the archive starts
+    counting.calls.clear()
+    embed_s = write_s = 0.0
+    for chunk, e in zip(texts[1:], events[1:]):
+        t0 = time.perf_counter()
+        embedder.embed(chunk)
+        t1 = time.perf_counter()
+        archive.write(e)
+        t2 = time.perf_counter()
+        embed_s, write_s = embed_s + t1 - t0, write_s + t2 - t1
+    written = sum(len(e.messages) for e in events[1:])
+    per_write = {k: round(v / max(1, len(events) - 1), 2) for k, v in counting.calls.items()}
+    counting.inner.close()
+
+    # A plain SQLite append of the rows, then (another pass, so the worker's embedding does not slow the
+    # plain appends down) writes that do not wait for vectors.
+    plain = open_store(f"sqlite:///{tmp}/plain.db")
+    plain_ms_list = []
+    for r in rows:
+        t1 = time.perf_counter()
+        plain.append(scope, r)
+        plain_ms_list.append((time.perf_counter() - t1) * 1000)
+    plain.close()
+    store = open_store(f"sqlite:///{tmp}/nowait.db")
+    background = Archive(store, scope, embedding_model=embedder, background_indexing=True)
+    write_ms, busy_ms = [], []
+    for e in events[: len(events) // 2]:  # one write a turn: the worker has embedded the last one
+        t1 = time.perf_counter()
+        background.write(e)
+        write_ms.append((time.perf_counter() - t1) * 1000)
+        background.flush()
+    t0 = time.perf_counter()
+    for e in events[len(events) // 2:]:  # back to back: the worker embeds while the writer writes
+        t1 = time.perf_counter()
+        background.write(e)
+        busy_ms.append((time.perf_counter() - t1) * 1000)
+    background.flush()
+    vectors_s = time.perf_counter() - t0
+    background.close()
+    store.close()
+    no_wait, plain_ms = statistics.median(write_ms), statistics.median(plain_ms_list)
+    return ArchiveReport(
+        embed_batch_per_s=round(written / embed_s, 1),
+        write_per_s=round(written / write_s, 1),
+        write_ratio=round(embed_s / write_s, 3),
+        plain_append_ms=round(plain_ms, 3),
+        no_wait_write_ms=round(no_wait, 3),
+        no_wait_ratio=round(no_wait / plain_ms, 2),
+        back_to_back_write_ms=round(statistics.median(busy_ms), 3),
+        back_to_back_ratio=round(statistics.median(busy_ms) / plain_ms, 2),
+        vectors_done_after_s=round(vectors_s, 2),
+        round_trips_per_write=per_write,
+        round_trips_per_recall={},
+    )
+
+
+def _recall(embedder: Any, corpus: Any, size: int, n_queries: int, tmp: str) -> dict[str, Any]:
+    """Recall p50 at ``size`` archived messages against embedding the question alone."""
+    import numpy as np
+
+    from ..archive.archive import Archive, message_record
+    from ..stores import Scope, open_store
+
+    scope = Scope(session_id=f"recall{size}")
+    store = open_store(f"sqlite:///{tmp}/recall{size}.db")
+    rng = np.random.default_rng(size)
+    step = 1_000
+    for start in range(0, size, step):
+        rows = [message_record(m, e.shape) for e in _events(corpus, min(step, size - start), step, start)
+                for m in e.messages]
+        store.append(scope, rows)
+        vectors = rng.normal(size=(len(rows), embedder.dimension)).astype(np.float32)
+        store.set_vectors(scope, [r.id for r in rows], vectors / np.linalg.norm(vectors, axis=1, keepdims=True),
+                          embedder.name)
+    counting = _Counting(store)
+    archive = Archive(counting, scope, embedding_model=embedder)
+    questions = [" ".join(corpus.query()) + "?" for _ in range(n_queries + 2)]
+    archive.recall(questions[0], before=size)  # first query: caches warm
+    embed = getattr(embedder, "embed_queries", None) or embedder.embed
+    embed([questions[0]])
+    recall_ms, embed_ms = [], []
+    counting.calls.clear()
+    for q in questions[2:]:
+        t0 = time.perf_counter()
+        embed([q])
+        t1 = time.perf_counter()
+        archive.recall(q, before=size)
+        t2 = time.perf_counter()
+        embed_ms.append((t1 - t0) * 1000)
+        recall_ms.append((t2 - t1) * 1000)
+    trips = {k: round(v / max(1, len(questions) - 2), 1) for k, v in counting.calls.items()}
+    store.close()
+    r50, e50 = statistics.median(recall_ms), statistics.median(embed_ms)
+    return {"size": size, "recall_p50_ms": round(r50, 2), "embed_question_p50_ms": round(e50, 2),
+            "ratio": round(r50 / e50, 2), "round_trips": trips}
+
+
+def _table(r: ArchiveReport) -> str:
+    lines = [
+        "| archive write path | figure | against | ratio |",
+        "|---|---|---|---|",
+        f"| Archive.write with embedding | {r.write_per_s:,.0f} msg/s | embedder alone {r.embed_batch_per_s:,.0f} msg/s"
+        f" | {r.write_ratio:.3f}x |",
+        f"| write returns (background indexing, one write a turn), p50 | {r.no_wait_write_ms:.3f} ms"
+        f" | plain SQLite append, p50 {r.plain_append_ms:.3f} ms | {r.no_wait_ratio:.2f}x |",
+        f"| write returns (background indexing, back to back, worker embedding), p50 | {r.back_to_back_write_ms:.3f} ms"
+        f" | plain SQLite append, p50 {r.plain_append_ms:.3f} ms | {r.back_to_back_ratio:.2f}x |",
+        "",
+        f"Round trips per write: {_trips(r.round_trips_per_write)}; per recall: {_trips(r.round_trips_per_recall)}; "
+        f"back-to-back writes all had their vectors {r.vectors_done_after_s:.2f} s after the first of them.",
+        "",
+        "| archived messages | recall p50 ms | embed the question p50 ms | ratio |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {x['size']:,} | {x['recall_p50_ms']} | {x['embed_question_p50_ms']} | {x['ratio']}x |"
+              for x in r.recall]
+    return "\n".join(lines)
+
+
+def _trips(calls: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(calls.items())) or "none"

@@ -1,0 +1,314 @@
+"""The archive's write path: nothing that grows is rewritten, no update is lost, few round trips,
+indexing that never blocks the writer. Every backend, several processes where it matters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import threading
+import time
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fullrecall.archive import Archive
+from fullrecall.messages import parse_messages
+from fullrecall.stores import Scope, open_store
+from fullrecall.window import RemovedMessages
+
+
+class HashEmbedder:
+    """A tiny deterministic embedder (words hashed into 32 dimensions): cheap in any process."""
+
+    name = "test-hash-32"
+    dimension = 32
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.batches: list[int] = []
+
+    def embed(self, texts: Any) -> np.ndarray:
+        texts = list(texts)
+        if self.fail:
+            raise ConnectionError("embedding service unavailable")
+        self.batches.append(len(texts))
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in text.lower().split():
+                out[i, hashlib.blake2b(word.encode(), digest_size=2).digest()[0] % self.dimension] += 1.0
+        out[:, 0] += 1e-3
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+class CountingStore:
+    """A real store that counts the calls made to it (each call is one round trip)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: Counter[str] = Counter()
+        self.read_messages = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr) or name.startswith("_"):
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            result = attr(*args, **kwargs)
+            if name in ("range", "get", "get_keys"):
+                self.read_messages += len(result)
+            return result
+
+        return counted
+
+    def reset(self) -> None:
+        self.calls.clear()
+        self.read_messages = 0
+
+
+def removed(texts: list[str], start: int, *, summary: str | None = None, summary_id: str | None = None,
+            replaced: tuple[str, str] | None = None, prefix: str = "") -> RemovedMessages:
+    """An event as a manager emits it: messages at positions ``start...``, with their summary."""
+    _, msgs = parse_messages([{"role": "user", "content": [{"text": t}]} for t in texts])
+    batch = [replace(m, position=start + i, id=f"{prefix}m{start + i}") for i, m in enumerate(msgs)]
+    summary_msg = replaced_msg = None
+    if summary is not None:
+        _, (summary_msg,) = parse_messages([{"role": "user", "content": [{"text": summary}]}])
+        summary_msg = replace(summary_msg, id=summary_id or f"s{start}")
+    if replaced is not None:
+        _, (replaced_msg,) = parse_messages([{"role": "user", "content": [{"text": replaced[1]}]}])
+        replaced_msg = replace(replaced_msg, id=replaced[0])
+    return RemovedMessages(batch, reason="summarized" if summary else "trimmed", shape="converse",
+                           summary=summary_msg, replaced_summary=replaced_msg)
+
+
+def words(i: int) -> str:
+    return f"message {i} about topic{i % 7} and invoice {1000 + i}"
+
+
+# -- summaries ------------------------------------------------------------------------------------
+
+def test_a_rerun_stores_one_summary_once_and_a_fold_names_the_earlier(store_url):
+    scope = Scope(session_id="s")
+    archive = Archive(store_url, scope, embedding_model=HashEmbedder())
+    first = removed([words(i) for i in range(4)], 0, summary="S1", summary_id="sum-1")
+    archive.write(first)
+    archive.write(first)  # a crash after the write, before the manager saw it return: the same event again
+    rerun = Archive(store_url, scope, embedding_model=HashEmbedder())  # and again from a restarted process
+    rerun.write(first)
+    rerun.write(removed([words(i) for i in range(4, 8)], 4, summary="S2", summary_id="sum-2", replaced=("sum-1", "S1")))
+    summaries = rerun.summaries()
+    assert [(s["id"], s["text"], s["covers"], s["folds"]) for s in summaries] == [
+        ("sum-1", "S1", [0, 3], None), ("sum-2", "S2", [4, 7], "S1")]
+    assert rerun.store.count(scope) == 8
+    assert rerun.get_memory_usage_stats()["summary_count"] == 2
+
+
+def test_a_summary_is_one_new_record_never_a_rewrite_of_the_earlier_ones(tmp_path):
+    store = CountingStore(open_store(f"sqlite:///{tmp_path}/a.db"))
+    archive = Archive(store, Scope(session_id="s"), embedding_model=HashEmbedder())
+    for k in range(20):
+        archive.write(removed([words(2 * k), words(2 * k + 1)], 2 * k, summary=f"S{k}", summary_id=f"sum-{k}"))
+    store.reset()
+    archive.write(removed([words(40)], 40, summary="S20", summary_id="sum-20"))
+    assert store.calls["put_record"] == 1 and not store.calls["get_records"] and not store.calls["get_state"]
+    assert not store.calls["put_state"]
+    assert [s["text"] for s in archive.summaries()] == [f"S{k}" for k in range(21)]
+
+
+def summarize_worker(url: str, scope: Scope, worker: int, n: int, ready: Any, start: Any) -> None:
+    archive = Archive(url, scope, embedding_model=HashEmbedder())
+    ready.release()
+    start.wait(60)
+    for k in range(n):
+        at = 1000 * worker + 2 * k
+        archive.write(removed([words(at), words(at + 1)], at, summary=f"w{worker} S{k}", summary_id=f"w{worker}-{k}"))
+
+
+def spawn_all(target: Any, args: list[tuple[Any, ...]]) -> None:
+    """Run ``target`` in one process per argument tuple, started together; each must exit cleanly."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, start = ctx.Semaphore(0), ctx.Event()
+    workers = [ctx.Process(target=target, args=(*a, ready, start)) for a in args]
+    for p in workers:
+        p.start()
+    for _ in workers:
+        assert ready.acquire(timeout=120), "a worker did not start"
+    start.set()
+    for p in workers:
+        p.join(180)
+        assert p.exitcode == 0, f"worker exited with {p.exitcode}"
+
+
+def test_two_processes_summarizing_lose_nothing(store_url):
+    scope, n = Scope(session_id="shared"), 15
+    spawn_all(summarize_worker, [(store_url, scope, w, n) for w in range(2)])
+    archive = Archive(store_url, scope, embedding_model=HashEmbedder())
+    assert sorted(s["id"] for s in archive.summaries()) == sorted(f"w{w}-{k}" for w in range(2) for k in range(n))
+    assert archive.store.count(scope) == 2 * 2 * n
+    assert archive.get_memory_usage_stats()["unindexed_count"] == 0
+
+
+# -- waiting for embeddings -------------------------------------------------------------------------
+
+def outage_worker(url: str, scope: Scope, worker: int, n: int, ready: Any, start: Any) -> None:
+    archive = Archive(url, scope, embedding_model=HashEmbedder(fail=True))
+    ready.release()
+    start.wait(60)
+    for k in range(n):
+        at = 1000 * worker + 3 * k
+        archive.write(removed([words(at + j) for j in range(3)], at))
+
+
+def test_an_outage_in_two_processes_loses_no_waiting_message_and_catches_up_in_bounded_batches(store_url):
+    scope, n = Scope(session_id="outage"), 10
+    spawn_all(outage_worker, [(store_url, scope, w, n) for w in range(2)])
+    embedder = HashEmbedder()
+    archive = Archive(store_url, scope, embedding_model=embedder, catch_up_batch=8)
+    assert archive.get_memory_usage_stats()["unindexed_count"] == 2 * 3 * n
+    ids = [f"m{1000 * w + i}" for w in range(2) for i in range(3 * n)]
+    assert archive.store.get_vectors(scope, ids) == {}
+    while archive.catch_up():
+        pass
+    assert set(archive.store.get_vectors(scope, ids)) == set(ids)
+    assert max(embedder.batches) <= 8 and archive.get_memory_usage_stats()["unindexed_count"] == 0
+
+
+def test_during_an_outage_a_write_adds_one_record_and_retries_nothing(tmp_path):
+    store = CountingStore(open_store(f"sqlite:///{tmp_path}/a.db"))
+    embedder = HashEmbedder(fail=True)
+    archive = Archive(store, Scope(session_id="s"), embedding_model=embedder, catch_up_batch=4)
+    for k in range(10):
+        archive.write(removed([words(2 * k), words(2 * k + 1)], 2 * k))
+    store.reset()
+    archive.write(removed([words(20), words(21)], 20))
+    assert dict(store.calls) == {"append": 1, "put_record": 1}  # no read, no rewrite of the backlog
+    embedder.fail = False
+    archive.write(removed([words(22)], 22))  # the embedder is back: this write, then one bounded batch
+    assert embedder.batches == [1, 4]
+    assert archive.get_memory_usage_stats()["unindexed_count"] == 22 - 4
+
+
+# -- round trips and O(1) stats -------------------------------------------------------------------
+
+def test_a_write_is_two_round_trips_and_stats_read_no_archived_message(store_url):
+    store = CountingStore(open_store(store_url))
+    archive = Archive(store, Scope(session_id="s"), embedding_model=HashEmbedder())
+    for k in range(50):
+        archive.write(removed([words(4 * k + j) for j in range(4)], 4 * k))
+    store.reset()
+    archive.write(removed([words(200 + j) for j in range(4)], 200))
+    assert dict(store.calls) == {"append": 1, "set_vectors": 1}
+    store.reset()
+    archive.write(removed([words(204)], 204, summary="S", summary_id="s204"))
+    assert dict(store.calls) == {"append": 1, "set_vectors": 1, "put_record": 1}  # + the summary's own record
+    store.reset()
+    stats = archive.get_memory_usage_stats()
+    assert (stats["message_count"], stats["oldest_position"], stats["newest_position"]) == (205, 0, 204)
+    assert store.read_messages <= 2 and store.calls["stats"] == 1
+
+
+def test_memory_limit_calls_stats_once_a_write_and_keeps_under_the_limit(store_url):
+    store = CountingStore(open_store(store_url))
+    archive = Archive(store, Scope(session_id="s"), embedding_model=HashEmbedder(),
+                      max_memory_archived_messages=40_000)
+    total = 0
+    for k in range(60):
+        store.reset()
+        archive.write(removed([words(3 * k + j) * 3 for j in range(3)], 3 * k))
+        total += 3
+        assert store.calls["stats"] <= 1
+    stats = archive.get_memory_usage_stats()
+    assert stats["evicted_count"] > 0 and stats["evicted_count"] + stats["message_count"] == total
+    assert stats["text_memory"] + stats["embedding_memory"] <= 40_000
+    if stats["message_count"]:  # PostgreSQL's index pages alone can outgrow the limit: then nothing stays
+        assert stats["oldest_position"] == stats["evicted_count"] and stats["newest_position"] == total - 1
+        assert stats["total_memory"] <= 40_000
+
+
+def evict_worker(url: str, scope: Scope, worker: int, n: int, ready: Any, start: Any) -> None:
+    archive = Archive(url, scope, embedding_model=HashEmbedder(), max_num_archived_messages=10)
+    ready.release()
+    start.wait(60)
+    for k in range(n):
+        archive.write(removed([words(2 * (2 * k + worker)), words(2 * (2 * k + worker) + 1)], 2 * (2 * k + worker)))
+
+
+def test_two_processes_evicting_agree_on_the_counts(tmp_path):
+    url, scope, n = f"sqlite:///{tmp_path}/a.db", Scope(session_id="s"), 20
+    spawn_all(evict_worker, [(url, scope, w, n) for w in range(2)])
+    stats = Archive(url, scope, embedding_model=HashEmbedder()).get_memory_usage_stats()
+    assert stats["message_count"] <= 12 and stats["newest_position"] == 4 * n - 1
+    assert stats["evicted_count"] + stats["message_count"] == 4 * n
+
+
+# -- background indexing ----------------------------------------------------------------------------
+
+class GatedEmbedder(HashEmbedder):
+    """Embeds only once the gate opens (a slow or busy embedding service)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def embed(self, texts: Any) -> np.ndarray:
+        assert self.gate.wait(30)
+        return super().embed(texts)
+
+
+def test_background_indexing_returns_before_vectors_and_flush_waits_for_them(store_url):
+    embedder = GatedEmbedder()
+    scope = Scope(session_id="bg")
+    archive = Archive(store_url, scope, embedding_model=embedder, background_indexing=True, catch_up_batch=64)
+    try:
+        for k in range(10):
+            archive.write(removed([words(3 * k + j) for j in range(3)], 3 * k))  # returns with the embedder stuck
+        assert [h.id for h in archive.store.search_text(scope, ["invoice", "1017"], 3)][:1] == ["m17"]  # at once
+        assert archive.get_memory_usage_stats()["unindexed_count"] == 30  # a crash now: the store knows
+        embedder.gate.set()
+        assert archive.flush(timeout=30)
+        ids = [f"m{i}" for i in range(30)]
+        assert set(archive.store.get_vectors(scope, ids)) == set(ids)
+        assert archive.get_memory_usage_stats()["unindexed_count"] == 0
+        assert len(embedder.batches) < 10, "queued writes are embedded together"
+        assert archive.recall("invoice 1017", radius=0, top_k=1).hits[0].id == "m17"
+    finally:
+        archive.close()
+
+
+def test_background_writes_become_vector_searchable_within_a_bounded_delay(tmp_path):
+    scope = Scope(session_id="bg")
+    archive = Archive(f"sqlite:///{tmp_path}/a.db", scope, embedding_model=HashEmbedder(), background_indexing=True)
+    try:
+        archive.write(removed([words(0)], 0))
+        deadline = time.monotonic() + 10
+        while not archive.store.get_vectors(scope, ["m0"]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert set(archive.store.get_vectors(scope, ["m0"])) == {"m0"}
+    finally:
+        archive.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        archive.write(removed([words(1)], 1))
+    assert archive.store.count(scope) == 1  # refused before anything was written
+
+
+def test_the_manager_archives_in_the_background_and_recalls_after_flush(tmp_path):
+    from fullrecall.archive import SemanticSummarizingConversationManager
+
+    manager = SemanticSummarizingConversationManager(
+        summarizer=lambda m, p: "summary", preserve_recent_messages=2, store=f"sqlite:///{tmp_path}/a.db",
+        embedding_model=HashEmbedder(), background_indexing=True)
+    messages = [{"role": r, "content": [{"text": words(i) + (" REF-4821" if i == 2 else "")}]}
+                for i, r in enumerate(["user", "assistant"] * 6)]
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    assert manager.flush(timeout=30)
+    stats = manager.get_memory_usage_stats()
+    assert stats["message_count"] == manager.removed_message_count > 2 and stats["unindexed_count"] == 0
+    assert stats["embedding_memory"] == manager.removed_message_count * HashEmbedder.dimension * 4
+    assert manager.recall("REF-4821", radius=0).hits[0].position == 2
+    manager.archive.close()
