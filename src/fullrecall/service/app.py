@@ -20,13 +20,14 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import FullRecallError, MessageFormatError, StoreError
+from ..errors import FullRecallError, InvalidInput, MemoryInputError, MessageFormatError, StoreError
 from ..stores.base import ANY, Filters, Scope
 from .auth import KeyStore, Principal
 from .config import Settings
 from .conversations import Conversations, NotFound
 from .indexer import Indexer
 from .limits import RateLimiter
+from .longterm import router as longterm_router
 from .mcp_endpoint import mount_mcp
 from .metrics import Metrics
 from .tenancy import Forbidden, scope_for
@@ -200,7 +201,7 @@ def _errors(app: FastAPI) -> None:
         loc = [str(x) for x in first.get("loc", ())]
         inner = loc[1:] if len(loc) > 1 and loc[0] in ("body", "query", "path", "header") else loc
         field = ".".join(inner) or None
-        message = f"{field}: {first.get('msg', 'invalid')}"
+        message = f"{field}: {str(first.get('msg', 'invalid')).removeprefix('Value error, ')}"
         if first.get("type") == "json_invalid":
             message, field = "the body is not valid JSON (UTF-8)", "body"
         return _error(422, "invalid", message, field)
@@ -217,6 +218,11 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(MessageFormatError)
     async def bad_message(request: Request, exc: MessageFormatError) -> JSONResponse:
         return _error(422, "invalid_message", str(exc), "messages")
+
+    @app.exception_handler(InvalidInput)
+    @app.exception_handler(MemoryInputError)
+    async def bad_input(request: Request, exc: ValueError) -> JSONResponse:
+        return _error(422, "invalid", str(exc))
 
     @app.exception_handler(NotFound)
     async def not_found(request: Request, exc: NotFound) -> JSONResponse:
@@ -424,6 +430,8 @@ def _routes(app: FastAPI, service: Service) -> None:
         from starlette.concurrency import run_in_threadpool
 
         return await run_in_threadpool(conv.import_lines, s, lines)
+
+    app.include_router(longterm_router(service, principal))  # /v1/memories, /v1/facts, /v1/patterns
 
     @app.get("/metrics", tags=["admin"])
     def metrics(p: Principal = Key) -> Response:
