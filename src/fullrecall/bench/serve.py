@@ -138,13 +138,12 @@ def _library_baseline(store_url: str, args) -> dict[str, Any]:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from ..service.conversations import Conversations
-    from ..service.indexer import Indexer
-    from ..stores import Scope, open_store
+    from ..service.app import Service
+    from ..service.config import Settings
+    from ..stores import Scope
 
-    store = open_store(store_url)
-    indexer = Indexer(store)
-    conv = Conversations(store, indexer)
+    service = Service(Settings.load(store=store_url))  # the server's conversations, as configured, without HTTP
+    conv = service.conversations
     appends: list[float] = []
     searches: list[float] = []
 
@@ -164,8 +163,7 @@ def _library_baseline(store_url: str, args) -> dict[str, Any]:
 
     with ThreadPoolExecutor(args.clients) as pool:
         list(pool.map(client, range(args.clients)))
-    indexer.close()
-    store.close()
+    service.close()
     return {"append_ms": _pct(appends), "search_ms": _pct(searches)}
 
 
