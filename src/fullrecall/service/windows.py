@@ -11,9 +11,10 @@ exactly the archived messages behind it. The summarizer is extractive (no LLM) u
 ``summarizer = "llm"`` picks the chat model the environment configures.
 
 The messages a summary replaces are in the store already; they are embedded by the service's
-indexer, off the request path, like every other message. Summaries made and LLM calls are counted per tenant (``on_summary``, ``on_llm_call``).
-Objects are cached per conversation (with a lock each: one operation at a time per
-conversation in a process; processes sharing a store are safe by the memory's design).
+indexer, off the request path, like every other message. Summaries made and LLM calls are
+counted per tenant (``on_summary``, ``on_llm_call``). Objects are cached per conversation
+(with a lock each: one operation at a time per conversation in a process; processes sharing
+a store are safe by the memory's design).
 """
 
 from __future__ import annotations
