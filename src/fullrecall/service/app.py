@@ -20,16 +20,18 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import FullRecallError, MessageFormatError, StoreError
+from ..errors import FullRecallError, InvalidInput, MemoryInputError, MessageFormatError, StoreError
 from ..stores.base import ANY, Filters, Scope
 from .auth import KeyStore, Principal
 from .config import Settings
 from .conversations import Conversations, NotFound
 from .indexer import Indexer
 from .limits import RateLimiter
+from .longterm import router as longterm_router
 from .mcp_endpoint import mount_mcp
 from .metrics import Metrics
 from .tenancy import Forbidden, scope_for
+from .windows import MANAGERS, ManagedWindows
 
 log = logging.getLogger("fullrecall.service")
 
@@ -47,11 +49,23 @@ class Service:
         self.metrics = Metrics()
         self.keys = KeyStore(self.store, cache_seconds=settings.key_cache_seconds)
         self.indexer = Indexer(self.store, embedder or settings.embedding_model, on_indexed=self.metrics.observe_indexed)
-        self.conversations = Conversations(self.store, self.indexer, window_messages=settings.window_messages)
+        self.conversations = Conversations(self.store, self.indexer, window_messages=settings.window_messages,
+                                           windows=self._windows(settings))
         self.limiter = RateLimiter(settings.rate_limit, settings.burst)
         # CPU-bound searches get few threads of their own, so they never starve writes or the event loop
         self.writes = Lane("fullrecall-write", 8)
         self.searches = Lane("fullrecall-search", settings.search_threads)
+
+    def _windows(self, settings: Settings) -> ManagedWindows | None:
+        """The window manager of ``settings.manager`` (None: a sliding window of the newest messages)."""
+        if settings.manager not in MANAGERS:
+            raise ValueError(f"setting 'manager' must be one of {MANAGERS}, got {settings.manager!r}")
+        if settings.manager == "sliding":
+            return None
+        return ManagedWindows(self.store, self.indexer, window_messages=settings.window_messages,
+                              window_tokens=settings.window_tokens, summarizer=settings.summarizer,
+                              on_summary=lambda tenant: self.metrics.summaries_made.labels(tenant).inc(),
+                              on_llm_call=lambda tenant: self.metrics.llm_calls.labels(tenant).inc())
 
     def close(self) -> None:
         self.writes.close()
@@ -200,7 +214,7 @@ def _errors(app: FastAPI) -> None:
         loc = [str(x) for x in first.get("loc", ())]
         inner = loc[1:] if len(loc) > 1 and loc[0] in ("body", "query", "path", "header") else loc
         field = ".".join(inner) or None
-        message = f"{field}: {first.get('msg', 'invalid')}"
+        message = f"{field}: {str(first.get('msg', 'invalid')).removeprefix('Value error, ')}"
         if first.get("type") == "json_invalid":
             message, field = "the body is not valid JSON (UTF-8)", "body"
         return _error(422, "invalid", message, field)
@@ -217,6 +231,11 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(MessageFormatError)
     async def bad_message(request: Request, exc: MessageFormatError) -> JSONResponse:
         return _error(422, "invalid_message", str(exc), "messages")
+
+    @app.exception_handler(InvalidInput)
+    @app.exception_handler(MemoryInputError)
+    async def bad_input(request: Request, exc: ValueError) -> JSONResponse:
+        return _error(422, "invalid", str(exc))
 
     @app.exception_handler(NotFound)
     async def not_found(request: Request, exc: NotFound) -> JSONResponse:
@@ -424,6 +443,8 @@ def _routes(app: FastAPI, service: Service) -> None:
         from starlette.concurrency import run_in_threadpool
 
         return await run_in_threadpool(conv.import_lines, s, lines)
+
+    app.include_router(longterm_router(service, principal))  # /v1/memories, /v1/facts, /v1/patterns
 
     @app.get("/metrics", tags=["admin"])
     def metrics(p: Principal = Key) -> Response:
