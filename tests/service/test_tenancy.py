@@ -24,10 +24,12 @@ ID_ROUTES = {
     ("GET", "/v1/conversations/{conversation_id}/summaries"),
     ("DELETE", "/v1/conversations/{conversation_id}"),
     ("GET", "/v1/summaries/{summary_id}/messages"),
+    ("GET", "/v1/inspector/conversations/{conversation_id}/archive"),
+    ("GET", "/v1/inspector/conversations/{conversation_id}/timeline"),
 }
 WRITE_UNDER_ID = {("POST", "/v1/conversations/{conversation_id}/messages")}
 TENANT_WIDE = {("POST", "/v1/search"), ("GET", "/v1/stats"), ("POST", "/v1/export"), ("POST", "/v1/import"),
-               ("GET", "/metrics")}
+               ("GET", "/metrics"), ("GET", "/v1/inspector/conversations")}
 PUBLIC = {("GET", "/healthz"), ("GET", "/readyz")}
 
 
@@ -100,6 +102,8 @@ def test_every_route_keeps_tenants_apart(api):
     assert r.status_code == 200 and r.json()["messages"] == 1
     _a_unchanged(api, before)
     assert api.client.get("/metrics", headers=api.b).status_code == 404  # it names every tenant
+    listed = api.client.get("/v1/inspector/conversations", headers=api.b).json()["conversations"]
+    assert [(c["conversation_id"], c["messages"]) for c in listed] == [("conv-a", 2)]  # B's own, after its import
     # and A, deleting its conversation, deletes nothing of B's
     assert api.client.delete("/v1/conversations/conv-a", headers=api.a).json()["deleted"]["messages"] == 3
     assert len(api.client.get("/v1/conversations/conv-a/messages", headers=api.b).json()["messages"]) == 2

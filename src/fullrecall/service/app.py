@@ -12,11 +12,13 @@ import json
 import logging
 import time
 from contextlib import asynccontextmanager, nullcontext
+from pathlib import Path
 from typing import Any
 
 from fastapi import Body, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -26,6 +28,7 @@ from .auth import KeyStore, Principal
 from .config import Settings
 from .conversations import Conversations, NotFound
 from .indexer import Indexer
+from .inspector import inspector_router
 from .limits import RateLimiter
 from .mcp_endpoint import mount_mcp
 from .metrics import Metrics
@@ -188,6 +191,7 @@ def create_app(settings: Settings | None = None, *, store: Any = None, embedder:
     _errors(app)
     _routes(app, service)
     mcp_running = mount_mcp(app, service)  # /mcp, when the mcp package is installed
+    app.mount("/ui", StaticFiles(directory=Path(__file__).with_name("ui"), html=True), name="ui")  # the inspector
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(Measure, metrics=service.metrics)
     return app
@@ -424,6 +428,8 @@ def _routes(app: FastAPI, service: Service) -> None:
         from starlette.concurrency import run_in_threadpool
 
         return await run_in_threadpool(conv.import_lines, s, lines)
+
+    app.include_router(inspector_router(service, Key))  # the read routes of the browser inspector
 
     @app.get("/metrics", tags=["admin"])
     def metrics(p: Principal = Key) -> Response:
