@@ -201,7 +201,7 @@ function drawChart(series) {
   const svg = $("chart");
   svg.replaceChildren();
   if (!series.length) return;
-  const W = 600, H = 160, pad = 8;
+  const W = 600, H = 120, pad = 8;
   const t0 = series[0].t, t1 = series[series.length - 1].t;
   const byTime = t1 > t0;
   const top = Math.max(1, ...series.map((p) => p.archived));
@@ -210,7 +210,12 @@ function drawChart(series) {
   const ns = "http://www.w3.org/2000/svg";
   for (const [field, color] of [["archived", "--archived"], ["summarized", "--summarized"], ["window", "--window"]]) {
     const line = document.createElementNS(ns, "polyline");
-    line.setAttribute("points", series.map((p, i) => `${x(p, i).toFixed(1)},${y(p[field]).toFixed(1)}`).join(" "));
+    const points = [];  // steps: a count holds until the next sample
+    series.forEach((p, i) => {
+      if (i) points.push(`${x(p, i).toFixed(1)},${y(series[i - 1][field]).toFixed(1)}`);
+      points.push(`${x(p, i).toFixed(1)},${y(p[field]).toFixed(1)}`);
+    });
+    line.setAttribute("points", points.join(" "));
     line.setAttribute("stroke", getComputedStyle(document.documentElement).getPropertyValue(color));
     line.setAttribute("class", field);
     svg.append(line);

@@ -1,0 +1,153 @@
+"""Regenerate docs/inspector.png: the inspector at /ui over a seeded SQLite store, shot by headless Chromium.
+
+    python scripts/inspector_screenshot.py [--out docs/inspector.png]
+
+Needs ``fullrecall[service]``, ``selenium`` and Debian's ``chromium`` and ``chromium-driver``
+(``scripts/setup.sh`` installs them). The browser tests (tests/ui) use the same seed, server and browser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+TOPICS = [
+    ("Can you find flights to Lisbon for the second week of May?",
+     "Direct flights leave Tuesday at 07:40 and Thursday at 13:15; the Tuesday one is cheaper."),
+    ("Book the Tuesday one, window seat please.", "Booked: TP 1351 on Tuesday, seat 14A. The confirmation is LX7QPD."),
+    ("What neighbourhood should we stay in?",
+     "Alfama for the old streets and fado, Príncipe Real for quiet gardens, Cais do Sodré for nightlife."),
+    ("Alfama sounds right. Something with a terrace.", "Casa do Largo has a roof terrace over the river; 3 nights held."),
+    ("How do I get from the airport to Alfama?", "The red metro line to Alameda, then the green line to Baixa-Chiado."),
+    ("Any restaurants you'd recommend near the hotel?",
+     "Taberna da Rua das Flores for petiscos, and Zé da Mouraria for a big lunch (cash only)."),
+    ("My sister is vegetarian, does that work?", "Both have vegetarian plates; Ao 26 is fully vegan and very good."),
+    ("Plan a day trip out of the city.",
+     "Sintra by train from Rossio (40 min): Pena Palace early, then Quinta da Regaleira before the crowds."),
+    ("What's the weather like then?", "Around 22 °C by day, 14 °C at night, rain is unlikely in mid-May."),
+    ("Remind me to get euros before leaving.", "Noted: get euros before the flight on Tuesday."),
+]
+LOCKER, LOCKER_TURN = 17, ("My gym locker code is 4471, remind me when I'm back.", "I will remember: locker code 4471.")
+
+
+def seed(service: Any, tenant: str = "acme", user: str = "ann", turns: int = 120) -> dict[str, Any]:
+    """A tenant's key and a user's conversations: a long trip plan with two summaries, and a short one."""
+    from fullrecall.stores import Scope
+
+    key, _ = service.keys.create(tenant, name="inspector")
+    conv = service.conversations
+    trip = Scope(tenant=tenant, user_id=user, session_id="trip-to-lisbon")
+    summaries = []
+    for start in range(0, turns, 30):
+        batch = []
+        for i in range(start, min(turns, start + 30)):
+            asked, answered = TOPICS[i % len(TOPICS)] if i != LOCKER else LOCKER_TURN
+            day = f" (day {i // len(TOPICS) + 1})"
+            batch += [{"role": "user", "content": asked + day, "id": f"u{i}"},
+                      {"role": "assistant", "content": answered + day, "id": f"a{i}"}]
+        conv.append(trip, batch)
+        if start + 30 <= turns // 2:  # the first half was summarized, as a summarizing manager records it
+            summaries.append({"id": f"s{len(summaries) + 1}", "covers": [0, 2 * (start + 30) - 1], "created_at": time.time(),
+                              "folds": summaries[-1]["text"] if summaries else None,
+                              "text": "Ann plans a May trip to Lisbon: flight TP 1351 booked (seat 14A, LX7QPD), "
+                                      f"Casa do Largo in Alfama, vegetarian-friendly restaurants, a Sintra day trip. "
+                                      f"Locker code 4471. (turns 1-{start + 30})"})
+    service.store.put_state(trip, "summaries", {"items": summaries})
+    conv.append(Scope(tenant=tenant, user_id=user, session_id="printer-support"), [
+        {"role": "user", "content": "The office printer shows error E-204.", "id": "p0"},
+        {"role": "assistant", "content": "E-204 is a paper jam in tray 2: open the side door and pull gently.", "id": "p1"}])
+    service.indexer.flush()
+    return {"key": key, "tenant": tenant, "user": user, "conversation": "trip-to-lisbon", "messages": 2 * turns}
+
+
+@contextlib.contextmanager
+def serving(store_url: str, embedder: Any = None) -> Iterator[tuple[str, Any]]:
+    """``fullrecall serve`` under uvicorn on a free loopback port: its base URL and its Service."""
+    import uvicorn
+
+    from fullrecall.service.app import create_app
+    from fullrecall.service.config import Settings
+    from fullrecall.stores._servers import free_port
+
+    app = create_app(Settings(store=store_url, rate_limit=0), embedder=embedder)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the service did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}", app.state.service
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def chromium(width: int = 1280, height: int = 1500) -> Any:
+    """Headless Debian Chromium driven by Selenium through Debian's chromedriver."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                f"--window-size={width},{height}", "--force-device-scale-factor=1"):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+def open_inspector(driver: Any, base: str, key: str) -> None:
+    """Load /ui and give it the key, as a person would."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(f"{base}/ui/")
+    wait = WebDriverWait(driver, 20)
+    field = wait.until(ec.visibility_of_element_located((By.ID, "key")))
+    field.send_keys(key)
+    driver.find_element(By.ID, "key-open").click()
+    wait.until(ec.invisibility_of_element_located((By.ID, "key-dialog")))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "docs" / "inspector.png"))
+    args = parser.parse_args()
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with tempfile.TemporaryDirectory() as tmp, serving(f"sqlite:///{tmp}/memory.db") as (base, service):
+        data = seed(service)
+        driver = chromium()
+        try:
+            wait = WebDriverWait(driver, 30)
+            open_inspector(driver, base, data["key"])
+            wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, f"[data-conversation='{data['conversation']}']"))
+                       ).click()
+            wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#summaries details")))
+            driver.find_element(By.ID, "query").send_keys("what was my locker code")
+            driver.find_element(By.CSS_SELECTOR, "#search-form button").click()
+            wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "#hits button.show"))).click()
+            wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#timeline li.hit")))
+            driver.execute_script("window.scrollTo(0, 0)")
+            time.sleep(0.3)
+            driver.save_screenshot(args.out)
+        finally:
+            driver.quit()
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
