@@ -1,0 +1,127 @@
+"""The inspector at /ui in headless Chromium against a real server: what a person clicks, what they see."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+from fullrecall.stores import Scope  # noqa: E402
+
+
+def _by():
+    from selenium.webdriver.common.by import By
+
+    return By
+
+
+def wait(driver: Any, condition: Any, seconds: float = 20) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, seconds).until(condition)
+
+
+def text(driver: Any, element_id: str) -> str:
+    return driver.find_element(_by().ID, element_id).text
+
+
+def click(driver: Any, css: str) -> None:
+    from selenium.webdriver.support import expected_conditions as ec
+
+    wait(driver, ec.element_to_be_clickable((_by().CSS_SELECTOR, css))).click()
+
+
+def rows(driver: Any, css: str) -> list[Any]:
+    return driver.find_elements(_by().CSS_SELECTOR, css)
+
+
+def test_a_person_inspects_searches_pages_and_forgets(shot, browser, served, artifacts):
+    base, service, data = served
+    By = _by()
+    shot.open_inspector(browser, base, data["key"])
+    wait(browser, lambda d: "tenant acme" in text(d, "who"))
+    assert [o.text for o in rows(browser, "#user option")] == ["ann"]
+    click(browser, "[data-conversation='trip-to-lisbon']")
+    wait(browser, lambda d: text(d, "page-info") == "positions 200–239 of 240")  # opens on the newest page
+    assert len(rows(browser, "#window li")) == 50  # the service's window
+    assert rows(browser, "#window li")[-1].get_attribute("data-position") == "239"
+    assert len(rows(browser, "#chart polyline")) == 3
+    browser.save_screenshot(str(artifacts / "1-conversation.png"))
+
+    # the timeline, a page at a time
+    click(browser, "#prev")
+    wait(browser, lambda d: text(d, "page-info") == "positions 100–199 of 240")
+    assert [r.get_attribute("data-position") for r in rows(browser, "#timeline li")] == [str(p) for p in range(100, 200)]
+    click(browser, "#first")
+    wait(browser, lambda d: text(d, "page-info") == "positions 0–99 of 240")
+    assert not browser.find_element(By.ID, "prev").is_enabled()
+    stored = service.store.range(Scope(tenant="acme", user_id="ann", session_id="trip-to-lisbon"), 0, 99)
+    assert [r.find_element(By.CLASS_NAME, "text").text for r in rows(browser, "#timeline li")] == [
+        m.data["content"] for m in stored]
+    browser.save_screenshot(str(artifacts / "2-timeline.png"))
+
+    # a summary expands to the exact archived messages it covers
+    summaries = rows(browser, "#summaries details")
+    assert len(summaries) == 2
+    summaries[0].find_element(By.TAG_NAME, "summary").click()
+    wait(browser, lambda d: len(rows(d, "#summaries details[open] .expanded li")) == 60)
+    expanded = [r.get_attribute("data-position") for r in rows(browser, "#summaries details[open] .expanded li")]
+    assert expanded == [str(p) for p in range(60)]
+    browser.save_screenshot(str(artifacts / "3-summary.png"))
+
+    # search: scores for each recalled message, its range highlighted in the timeline
+    browser.find_element(By.ID, "query").send_keys("what was my locker code")
+    click(browser, "#search-form button")
+    wait(browser, lambda d: rows(d, "#hits li"))
+    top = rows(browser, "#hits li")[0]
+    assert "4471" in top.text
+    position = int(top.get_attribute("data-position"))
+    for kind in ("dense", "lexical", "fused"):
+        float(top.find_element(By.CLASS_NAME, kind).text)  # a number, not a dash
+    assert top.find_element(By.CLASS_NAME, "rerank").text == "—"  # no reranker configured
+    top.find_element(By.CSS_SELECTOR, "button.show").click()
+    wait(browser, lambda d: [r.get_attribute("data-position") for r in rows(d, "#timeline li.hit")] == [str(position)])
+    assert [r.get_attribute("data-position") for r in rows(browser, "#timeline li.in-range")] == [
+        str(position - 1), str(position), str(position + 1)]  # radius 1
+    browser.save_screenshot(str(artifacts / "4-search.png"))
+
+    # the key stays for the tab: a reload does not ask again
+    browser.refresh()
+    wait(browser, lambda d: rows(d, "[data-conversation='printer-support']"))
+    assert not browser.find_element(By.ID, "key-dialog").is_displayed()
+
+    # forget a conversation, with confirmation (cancel first: nothing goes)
+    printer = Scope(tenant="acme", user_id="ann", session_id="printer-support")
+    click(browser, "[data-conversation='printer-support']")
+    click(browser, "#forget-conversation")
+    wait(browser, lambda d: d.find_element(By.ID, "confirm").is_displayed())
+    assert "printer-support" in text(browser, "confirm-text")
+    click(browser, "#confirm-no")
+    assert service.store.count(printer) == 2
+    click(browser, "#forget-conversation")
+    click(browser, "#confirm-yes")
+    wait(browser, lambda d: "Forgot printer-support" in text(d, "pick"))
+    wait(browser, lambda d: not rows(d, "[data-conversation='printer-support']"))
+    assert service.store.count(printer) == 0
+    assert rows(browser, "[data-conversation='trip-to-lisbon']")
+    browser.save_screenshot(str(artifacts / "5-forgotten.png"))
+
+
+def test_another_tenants_key_sees_none_of_it(shot, browser, served, artifacts):
+    base, service, data = served
+    other, _ = service.keys.create("globex")
+    browser.get(f"{base}/ui/")
+    browser.execute_script("sessionStorage.clear()")
+    shot.open_inspector(browser, base, other)
+    wait(browser, lambda d: "tenant globex" in text(d, "who"))
+    wait(browser, lambda d: d.find_element(_by().ID, "no-conversations").is_displayed())
+    assert not rows(browser, "[data-conversation]") and not rows(browser, "#user option")
+    assert "lisbon" not in browser.page_source.lower() and "4471" not in browser.page_source
+    browser.save_screenshot(str(artifacts / "6-other-tenant.png"))
+    # and a wrong key is refused and asked again
+    click(browser, "#change-key")
+    browser.find_element(_by().ID, "key").send_keys("fr_nope_nope")
+    click(browser, "#key-open")
+    wait(browser, lambda d: "not accepted" in text(d, "key-error"))
