@@ -93,3 +93,63 @@ def test_every_other_route(api):
             assert field == error["field"] or field in error["message"], (url, kwargs, error)
     assert api.store.count(Scope(tenant="tenant-a", session_id="d")) == 0  # the import wrote nothing
     assert api.store.count(SCOPE) == 1
+
+
+TURN = [{"role": "user", "content": "My city is Lyon"}]
+PATTERN = {"query": "book a flight", "tools_used": ["search", "book"], "success_score": 0.9, "execution_time_ms": 10}
+BAD_LONG_TERM = [
+    ("/v1/memories/record", {}, "messages"),  # missing field
+    ("/v1/memories/record", {"messages": "hello"}, "messages"),  # wrong type
+    ("/v1/memories/record", {"messages": [*TURN, {"content": "no role"}]}, "message 1"),
+    ("/v1/memories/record", {"messages": [*TURN, {"role": "user", "content": 5}]}, "message 1"),
+    ("/v1/memories/record", {"messages": [*TURN, {"role": "user", "content": "a\u0000b"}]}, "messages"),
+    ("/v1/memories/record", {"messages": TURN, "metadata": "turn 1"}, "metadata"),
+    ("/v1/memories/record", {"messages": TURN, "metadata": {"note": "\u0000"}}, "metadata"),
+    ("/v1/memories/record", {"messages": TURN, "session_id": ""}, "session_id"),
+    ("/v1/memories/record", {"messages": TURN, "user_id": 7}, "user_id"),
+    ("/v1/memories/record", {"messages": TURN, "tenant": "tenant-b"}, "tenant"),
+    ("/v1/memories/retrieve", {}, "query"),
+    ("/v1/memories/retrieve", {"query": "x", "limit": 0}, "limit"),
+    ("/v1/memories/retrieve", {"query": "x", "kinds": ["secrets"]}, "kinds"),
+    ("/v1/memories/retrieve", {"query": "x\u0000"}, "query"),
+    ("/v1/memories/retrieve", {"query": "x" * 20_000}, "query"),
+    ("/v1/facts", {}, "text"),
+    ("/v1/facts", {"text": ""}, "text"),
+    ("/v1/facts", {"text": 5}, "text"),
+    ("/v1/facts", {"text": "My city is \u0000"}, "text"),
+    ("/v1/facts", {"text": "My city is Lyon", "valid_from": "yesterday"}, "valid_from"),
+    ("/v1/facts", {"text": "My city is Lyon", "agent_id": "x" * 500}, "agent_id"),
+    ("/v1/patterns", {**PATTERN, "tools_used": "search"}, "tools_used"),
+    ("/v1/patterns", {**PATTERN, "tools_used": ["search", ""]}, "tools_used"),
+    ("/v1/patterns", {**PATTERN, "success_score": 1.5}, "success_score"),
+    ("/v1/patterns", {**PATTERN, "execution_time_ms": -1}, "execution_time_ms"),
+    ("/v1/patterns", {k: v for k, v in PATTERN.items() if k != "query"}, "query"),
+    ("/v1/patterns", {**PATTERN, "query": "book\u0000"}, "query"),
+    ("/v1/patterns/search", {"query": ""}, "query"),
+    ("/v1/patterns/search", {"query": "x", "top_k": "all"}, "top_k"),
+    ("/v1/patterns/plan", {"task": "x"}, "query"),
+]
+
+
+def test_bad_long_term_input_writes_nothing(api):
+    for url, body, names in BAD_LONG_TERM:
+        error = _error(api.client.post(url, json=body, headers=api.a))
+        assert names in error["message"] or names == error["field"], (url, body, error)
+    h = api.a
+    assert api.client.get("/v1/facts", params={"history": True}, headers=h).json()["facts"] == []
+    assert api.client.get("/v1/patterns", headers=h).json()["patterns"] == []
+    assert api.client.post("/v1/memories/retrieve", json={"query": "city Lyon"}, headers=h).json()["hits"] == []
+    assert api.store.stats(Scope(tenant="tenant-a"))["message_count"] == 0
+
+
+def test_bad_long_term_bytes_and_ids(make_api):
+    api = make_api(max_body_bytes=4096)
+    h = {**api.a, "content-type": "application/json"}
+    for url in ("/v1/memories/record", "/v1/facts", "/v1/patterns"):
+        for raw in (b'{"text": "\xff\xfe"}', b'{"text": ', b""):
+            assert _error(api.client.post(url, content=raw, headers=h))["field"] == "body"
+        assert _error(api.client.post(url, json={"text": "x" * 10_000}, headers=api.a))["type"] == "too_large"
+    for url in ("/v1/facts/nope", "/v1/patterns/nope"):
+        assert _error(api.client.delete(url, headers=api.a))["type"] == "not_found"
+    assert _error(api.client.get("/v1/facts", params={"history": "perhaps"}, headers=api.a))["field"] == "history"
+    assert api.client.get("/v1/facts", params={"history": True}, headers=api.a).json()["facts"] == []

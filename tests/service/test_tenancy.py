@@ -1,9 +1,10 @@
 """No key reaches another tenant's data: a matrix over every route of the OpenAPI schema.
 
-For every route, a key of tenant B uses tenant A's conversation, summary and message ids.
-A route that names an id answers 404 (never 403: ids are not confirmed); a route that
-writes under a client-chosen id writes into B's own tenant and leaves A untouched; a
-tenant-wide route (search, stats, export, import) sees only B's data. A route added later
+For every route, a key of tenant B uses tenant A's conversation, summary, message, fact and
+pattern ids. A route that names an id answers 404 (never 403: ids are not confirmed); a route
+that writes under a client-chosen id writes into B's own tenant and leaves A untouched; a
+tenant-wide route (search, stats, export, import) and a long-term memory route (record,
+retrieve, facts, patterns) see only B's data. A route added later
 that this table does not classify fails the test, so it gets a tenant check before it ships.
 """
 
@@ -24,12 +25,17 @@ ID_ROUTES = {
     ("GET", "/v1/conversations/{conversation_id}/summaries"),
     ("DELETE", "/v1/conversations/{conversation_id}"),
     ("GET", "/v1/summaries/{summary_id}/messages"),
+    ("DELETE", "/v1/facts/{fact_id}"),
+    ("DELETE", "/v1/patterns/{pattern_id}"),
     ("GET", "/v1/inspector/conversations/{conversation_id}/archive"),
     ("GET", "/v1/inspector/conversations/{conversation_id}/timeline"),
 }
 WRITE_UNDER_ID = {("POST", "/v1/conversations/{conversation_id}/messages")}
 TENANT_WIDE = {("POST", "/v1/search"), ("GET", "/v1/stats"), ("POST", "/v1/export"), ("POST", "/v1/import"),
                ("GET", "/metrics"), ("GET", "/v1/inspector/conversations")}
+OWN_MEMORY = {("POST", "/v1/memories/record"), ("POST", "/v1/memories/retrieve"), ("POST", "/v1/facts"),
+              ("GET", "/v1/facts"), ("POST", "/v1/patterns"), ("GET", "/v1/patterns"),
+              ("POST", "/v1/patterns/search"), ("POST", "/v1/patterns/plan")}
 PUBLIC = {("GET", "/healthz"), ("GET", "/readyz")}
 
 
@@ -54,7 +60,23 @@ def _seed_a(api) -> dict[str, str]:
     assert len(summaries) == 1
     expanded = api.client.get(f"/v1/summaries/{summaries[0]['id']}/messages", headers=api.a).json()["messages"]
     assert [m["id"] for m in expanded] == ["a-0", "a-1"]
-    return {"conversation_id": "conv-a", "summary_id": summaries[0]["id"], "message_id": "a-0"}
+    # and long-term memory: a recorded turn, a fact, a pattern
+    assert api.client.post("/v1/memories/record", json={"messages": [{"role": "user", "content": f"I saw a {SECRET}"}]},
+                           headers=api.a).status_code == 201
+    fact = api.client.post("/v1/facts", json={"text": f"My password is {SECRET}"}, headers=api.a).json()["fact"]
+    pattern = api.client.post("/v1/patterns", json={"query": f"find the {SECRET}", "tools_used": ["look"],
+                                                     "success_score": 1.0, "execution_time_ms": 5}, headers=api.a).json()
+    assert pattern["stored"]
+    return {"conversation_id": "conv-a", "summary_id": summaries[0]["id"], "message_id": "a-0", "fact_id": fact["id"],
+            "pattern_id": pattern["pattern_id"]}
+
+
+def _a_memory(api) -> tuple[list, list, list]:
+    """Tenant A's facts, patterns and retrieved context lines (their order may vary with scores), as A sees them."""
+    facts = api.client.get("/v1/facts", params={"history": True}, headers=api.a).json()["facts"]
+    patterns = api.client.get("/v1/patterns", headers=api.a).json()["patterns"]
+    context = api.client.post("/v1/memories/retrieve", json={"query": SECRET}, headers=api.a).json()["context"]
+    return facts, patterns, sorted(context.split("\n"))
 
 
 def _a_unchanged(api, before: dict) -> None:
@@ -64,10 +86,12 @@ def _a_unchanged(api, before: dict) -> None:
 
 def test_every_route_keeps_tenants_apart(api):
     routes = _routes(api)
-    unclassified = routes - ID_ROUTES - WRITE_UNDER_ID - TENANT_WIDE - PUBLIC
+    unclassified = routes - ID_ROUTES - WRITE_UNDER_ID - TENANT_WIDE - OWN_MEMORY - PUBLIC
     assert not unclassified, f"routes without a tenant check in this matrix: {sorted(unclassified)}"
     ids = _seed_a(api)
     before = api.client.get("/v1/conversations/conv-a/messages", headers=api.a).json()
+    memory_before = _a_memory(api)
+    assert any(SECRET in line for line in memory_before[2]) and len(memory_before[0]) == 1 and len(memory_before[1]) == 1
     for method, path in sorted(routes - PUBLIC):
         # without a key, or with a wrong one: 401
         url = path.format(**ids)
@@ -104,6 +128,25 @@ def test_every_route_keeps_tenants_apart(api):
     assert api.client.get("/metrics", headers=api.b).status_code == 404  # it names every tenant
     listed = api.client.get("/v1/inspector/conversations", headers=api.b).json()["conversations"]
     assert [(c["conversation_id"], c["messages"]) for c in listed] == [("conv-a", 2)]  # B's own, after its import
+    # long-term memory: B's reads find nothing of A's, B's writes land in B's own memory
+    for owner in ({}, {"user_id": "u1"}):
+        assert api.client.post("/v1/memories/record", json={"messages": [{"role": "user", "content": "My city is Oslo"}],
+                                                            **owner}, headers=api.b).status_code == 201
+        assert api.client.post("/v1/facts", json={"text": "My password is open", **owner}, headers=api.b
+                               ).status_code == 201
+        assert api.client.post("/v1/patterns", json={"query": f"find the {SECRET}", "tools_used": ["other"],
+                                                     "success_score": 1.0, "execution_time_ms": 5, **owner},
+                               headers=api.b).json()["stored"]
+        for method, path, kwargs in (
+                ("POST", "/v1/memories/retrieve", {"json": {"query": SECRET, "limit": 50, **owner}}),
+                ("GET", "/v1/facts", {"params": {"history": True, **owner}}),
+                ("GET", "/v1/patterns", {"params": owner}),
+                ("POST", "/v1/patterns/search", {"json": {"query": SECRET, "top_k": 50, **owner}}),
+                ("POST", "/v1/patterns/plan", {"json": {"query": SECRET, **owner}})):
+            r = api.client.request(method, path, headers=api.b, **kwargs)
+            assert r.status_code == 200 and ids["fact_id"] not in r.text and ids["pattern_id"] not in r.text, r.text
+            assert "look" not in r.text and SECRET not in r.text.replace(f"find the {SECRET}", ""), r.text
+    assert _a_memory(api) == memory_before
     # and A, deleting its conversation, deletes nothing of B's
     assert api.client.delete("/v1/conversations/conv-a", headers=api.a).json()["deleted"]["messages"] == 3
     assert len(api.client.get("/v1/conversations/conv-a/messages", headers=api.b).json()["messages"]) == 2

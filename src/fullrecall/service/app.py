@@ -22,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import FullRecallError, MessageFormatError, StoreError
+from ..errors import FullRecallError, InvalidInput, MemoryInputError, MessageFormatError, StoreError
 from ..stores.base import ANY, Filters, Scope
 from .auth import KeyStore, Principal
 from .config import Settings
@@ -30,6 +30,7 @@ from .conversations import Conversations, NotFound
 from .indexer import Indexer
 from .inspector import inspector_router
 from .limits import RateLimiter
+from .longterm import router as longterm_router
 from .mcp_endpoint import mount_mcp
 from .metrics import Metrics
 from .tenancy import Forbidden, scope_for
@@ -204,7 +205,7 @@ def _errors(app: FastAPI) -> None:
         loc = [str(x) for x in first.get("loc", ())]
         inner = loc[1:] if len(loc) > 1 and loc[0] in ("body", "query", "path", "header") else loc
         field = ".".join(inner) or None
-        message = f"{field}: {first.get('msg', 'invalid')}"
+        message = f"{field}: {str(first.get('msg', 'invalid')).removeprefix('Value error, ')}"
         if first.get("type") == "json_invalid":
             message, field = "the body is not valid JSON (UTF-8)", "body"
         return _error(422, "invalid", message, field)
@@ -221,6 +222,11 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(MessageFormatError)
     async def bad_message(request: Request, exc: MessageFormatError) -> JSONResponse:
         return _error(422, "invalid_message", str(exc), "messages")
+
+    @app.exception_handler(InvalidInput)
+    @app.exception_handler(MemoryInputError)
+    async def bad_input(request: Request, exc: ValueError) -> JSONResponse:
+        return _error(422, "invalid", str(exc))
 
     @app.exception_handler(NotFound)
     async def not_found(request: Request, exc: NotFound) -> JSONResponse:
@@ -429,6 +435,7 @@ def _routes(app: FastAPI, service: Service) -> None:
 
         return await run_in_threadpool(conv.import_lines, s, lines)
 
+    app.include_router(longterm_router(service, principal))  # /v1/memories, /v1/facts, /v1/patterns
     app.include_router(inspector_router(service, Key))  # the read routes of the browser inspector
 
     @app.get("/metrics", tags=["admin"])
