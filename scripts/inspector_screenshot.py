@@ -63,8 +63,28 @@ def seed(service: Any, tenant: str = "acme", user: str = "ann", turns: int = 120
     conv.append(Scope(tenant=tenant, user_id=user, session_id="printer-support"), [
         {"role": "user", "content": "The office printer shows error E-204.", "id": "p0"},
         {"role": "assistant", "content": "E-204 is a paper jam in tray 2: open the side door and pull gently.", "id": "p1"}])
+    seed_long_term(service, tenant, user)
     service.indexer.flush()
     return {"key": key, "tenant": tenant, "user": user, "conversation": "trip-to-lisbon", "messages": 2 * turns}
+
+
+def seed_long_term(service: Any, tenant: str, user: str) -> None:
+    """The user's facts (one superseded by a newer value) and two procedural patterns."""
+    from fullrecall.memory import FactMemory, ProceduralMemory
+
+    embedder = service.indexer.embedder
+    facts = FactMemory(service.store, user_id=user, tenant=tenant, embedder=embedder)
+    day = 86400.0
+    now = time.time()
+    facts.remember("My city is Porto", valid_from=now - 400 * day)
+    facts.remember("My city is Lisbon", valid_from=now - 30 * day)  # supersedes Porto
+    facts.remember("My sister is vegetarian", valid_from=now - 2 * day)
+    facts.remember("My favourite airline is TAP", valid_from=now - day)
+    patterns = ProceduralMemory(service.store, user_id=user, tenant=tenant, embedder=embedder)
+    patterns.store_pattern("book a flight", ["search_flights", "compare_fares", "hold_seat", "pay"], 0.92, 1840,
+                           query_type="travel")
+    patterns.store_pattern("find a restaurant for a vegetarian", ["search_places", "read_reviews", "reserve_table"],
+                           0.81, 950, query_type="food")
 
 
 @contextlib.contextmanager

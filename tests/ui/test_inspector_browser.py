@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
+from fullrecall.memory import FactMemory  # noqa: E402
 from fullrecall.stores import Scope  # noqa: E402
 
 
@@ -92,6 +93,39 @@ def test_a_person_inspects_searches_pages_and_forgets(shot, browser, served, art
     wait(browser, lambda d: rows(d, "[data-conversation='printer-support']"))
     assert not browser.find_element(By.ID, "key-dialog").is_displayed()
 
+    # long-term facts with their validity intervals: the superseded one greyed, hidden without history
+    facts = {r.get_attribute("data-fact"): r for r in rows(browser, "#facts tr[data-fact]")}
+    texts = {r.find_element(By.TAG_NAME, "td").text: r.get_attribute("class") for r in facts.values()}
+    assert texts == {"My city is Porto": "superseded", "My city is Lisbon": "current",
+                     "My sister is vegetarian": "current", "My favourite airline is TAP": "current"}
+    porto = next(r for r in facts.values() if "Porto" in r.text)
+    assert "now" not in porto.text and "now" in next(r for r in facts.values() if "Lisbon" in r.text).text
+    click(browser, "#fact-history")
+    wait(browser, lambda d: len(rows(d, "#facts tr[data-fact]")) == 3 and "Porto" not in text(d, "facts"))
+    click(browser, "#fact-history")
+    wait(browser, lambda d: len(rows(d, "#facts tr[data-fact]")) == 4)
+    # forget a fact, with confirmation
+    fact_memory = FactMemory(service.store, user_id="ann", tenant="acme", embedder=service.indexer.embedder)
+    tap = next(f for f in fact_memory.history() if "TAP" in f.text)
+    click(browser, f"tr[data-fact='{tap.id}'] button.forget-fact")
+    wait(browser, lambda d: d.find_element(By.ID, "confirm").is_displayed())
+    assert "TAP" in text(browser, "confirm-text")
+    click(browser, "#confirm-yes")
+    wait(browser, lambda d: len(rows(d, "#facts tr[data-fact]")) == 3)
+    assert "TAP" not in text(browser, "facts") and not any("TAP" in f.text for f in fact_memory.history())
+    # procedural patterns with their steps and scores; a task finds the similar one
+    patterns = rows(browser, "#patterns .pattern")
+    assert [p.find_element(By.TAG_NAME, "b").text for p in patterns] == ["book a flight",
+                                                                         "find a restaurant for a vegetarian"]
+    assert [li.text for li in patterns[0].find_elements(By.CSS_SELECTOR, ".steps li")] == [
+        "search_flights", "compare_fares", "hold_seat", "pay"]
+    assert patterns[0].find_element(By.CLASS_NAME, "success").text == "0.920"
+    browser.find_element(By.ID, "pattern-query").send_keys("booking a plane ticket")
+    click(browser, "#pattern-form button")
+    wait(browser, lambda d: rows(d, "#patterns .similarity"))
+    assert [p.text for p in rows(browser, "#patterns .pattern > b")] == ["book a flight"]
+    browser.save_screenshot(str(artifacts / "5-long-term.png"))
+
     # forget a conversation, with confirmation (cancel first: nothing goes)
     printer = Scope(tenant="acme", user_id="ann", session_id="printer-support")
     click(browser, "[data-conversation='printer-support']")
@@ -106,7 +140,7 @@ def test_a_person_inspects_searches_pages_and_forgets(shot, browser, served, art
     wait(browser, lambda d: not rows(d, "[data-conversation='printer-support']"))
     assert service.store.count(printer) == 0
     assert rows(browser, "[data-conversation='trip-to-lisbon']")
-    browser.save_screenshot(str(artifacts / "5-forgotten.png"))
+    browser.save_screenshot(str(artifacts / "6-forgotten.png"))
 
 
 def test_another_tenants_key_sees_none_of_it(shot, browser, served, artifacts):
@@ -118,8 +152,9 @@ def test_another_tenants_key_sees_none_of_it(shot, browser, served, artifacts):
     wait(browser, lambda d: "tenant globex" in text(d, "who"))
     wait(browser, lambda d: d.find_element(_by().ID, "no-conversations").is_displayed())
     assert not rows(browser, "[data-conversation]") and not rows(browser, "#user option")
+    wait(browser, lambda d: text(d, "facts") == "No facts for this user." and text(d, "patterns") == "No patterns for this user.")
     assert "lisbon" not in browser.page_source.lower() and "4471" not in browser.page_source
-    browser.save_screenshot(str(artifacts / "6-other-tenant.png"))
+    browser.save_screenshot(str(artifacts / "7-other-tenant.png"))
     # and a wrong key is refused and asked again
     click(browser, "#change-key")
     browser.find_element(_by().ID, "key").send_keys("fr_nope_nope")

@@ -147,6 +147,15 @@ function pickOwner() {
   loadFacts();
   loadPatterns();
 }
+$("user-other").addEventListener("change", () => {
+  const name = $("user-other").value.trim();
+  if (!name) return;
+  const k = JSON.stringify([name, ""]);
+  if (![...$("user").options].some((o) => o.value === k)) $("user").append(el("option", { value: k }, name));
+  $("user").value = k;
+  $("user-other").value = "";
+  $("user").dispatchEvent(new Event("change"));
+});
 $("user").addEventListener("change", () => { state.conv = null; $("conversation").hidden = true; $("pick").hidden = false; pickOwner(); });
 
 async function openConversation(c) {
@@ -314,42 +323,44 @@ async function loadFacts() {
 }
 $("fact-history").addEventListener("change", loadFacts);
 
-function factText(f) {
-  return f.text || f.statement || [f.subject, f.predicate, f.object].filter(Boolean).join(" ");
-}
-
 function renderFacts(facts) {
   if (!facts.length) return $("facts").replaceChildren(el("p", { class: "muted" }, "No facts for this user."));
   const rows = facts.map((f) => {
-    const from = f.valid_from ?? f.valid_at ?? f.created_at;
-    const until = f.valid_until ?? f.valid_to ?? f.invalid_at;
-    const superseded = !!(f.superseded_by || until || f.current === false || f.active === false);
     const forget = el("button", { type: "button", class: "danger forget-fact", onclick: async () => {
-      if (!(await confirmed(`Forget the fact “${factText(f)}”?`))) return;
+      if (!(await confirmed(`Forget the fact “${f.text}” for good?`))) return;
       await api(`/v1/facts/${encodeURIComponent(f.id)}` + query(ownerParams()), { method: "DELETE" });
       loadFacts();
     } }, "Forget");
-    return el("tr", { class: superseded ? "superseded" : "current", "data-fact": f.id },
-      el("td", {}, factText(f)), el("td", {}, when(from)), el("td", {}, until ? when(until) : "now"), el("td", {}, forget));
+    const about = f.attribute ? `${f.subject} · ${f.attribute} = ${f.value ?? ""}` : f.subject;
+    return el("tr", { class: f.current ? "current" : "superseded", "data-fact": f.id },
+      el("td", {}, f.text), el("td", { class: "muted" }, about),
+      el("td", {}, when(f.valid.from)), el("td", {}, f.valid.to ? when(f.valid.to) : "now"),
+      el("td", {}, f.mentions > 1 ? `${f.mentions}×` : ""), el("td", {}, forget));
   });
   $("facts").replaceChildren(el("table", {},
-    el("thead", {}, el("tr", {}, el("th", {}, "fact"), el("th", {}, "valid from"), el("th", {}, "until"), el("th", {}, ""))),
+    el("thead", {}, el("tr", {}, ...["fact", "about", "valid from", "until", "said", ""].map((h) => el("th", {}, h)))),
     el("tbody", {}, rows)));
 }
 
 async function loadPatterns(event) {
   if (event) event.preventDefault();
   const node = $("patterns");
+  const task = $("pattern-query").value.trim();
   try {
-    const body = await api("/v1/patterns/search", { method: "POST",
-      body: { query: $("pattern-query").value || "*", ...ownerParams(), top_k: 20 } });
-    const patterns = body.patterns || body.hits || [];
-    if (!patterns.length) return node.replaceChildren(el("p", { class: "muted" }, "No patterns for this user."));
-    node.replaceChildren(...patterns.map((p) => el("div", { class: "pattern" },
-      el("b", {}, p.task || p.name || p.text || p.id), " ",
-      el("span", { class: "scores" }, ...Object.entries(p.scores || (p.score !== undefined ? { score: p.score } : {}))
-        .map(([k, v]) => el("span", {}, `${k} `, el("b", {}, num(v))))),
-      el("ol", { class: "steps" }, (p.steps || []).map((s) => el("li", {}, typeof s === "string" ? s : JSON.stringify(s)))))));
+    const body = task
+      ? await api("/v1/patterns/search", { method: "POST", body: { query: task, top_k: 10, ...ownerParams() } })
+      : await api("/v1/patterns" + query(ownerParams()));
+    const patterns = body.patterns || [];
+    if (!patterns.length) return node.replaceChildren(el("p", { class: "muted" }, task ? "No similar pattern." : "No patterns for this user."));
+    node.replaceChildren(...patterns.map((p) => el("div", { class: "pattern", "data-pattern": p.id },
+      el("b", {}, p.query), p.query_type ? el("span", { class: "muted" }, ` (${p.query_type})`) : "",
+      el("div", { class: "scores" },
+        el("span", {}, "success ", el("b", { class: "success" }, num(p.success_score))),
+        p.similarity !== undefined ? el("span", {}, "similarity ", el("b", { class: "similarity" }, num(p.similarity))) : "",
+        el("span", {}, `used ${p.success_count}×`),
+        el("span", {}, `${Math.round(p.avg_execution_time_ms)} ms on average`),
+        el("span", {}, `last ${when(p.last_used)}`)),
+      el("ol", { class: "steps" }, (p.tools_used || []).map((t) => el("li", {}, t))))));
   } catch (error) {
     absent(node, "procedural patterns", error);
   }
