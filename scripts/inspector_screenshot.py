@@ -1,6 +1,7 @@
 """Regenerate docs/inspector.png: the inspector at /ui over a seeded SQLite store, shot by headless Chromium.
 
     python scripts/inspector_screenshot.py [--out docs/inspector.png]
+    python scripts/inspector_screenshot.py --time 100000   # how fast the page is on a conversation that long
 
 Needs ``fullrecall[service]``, ``selenium`` and Debian's ``chromium`` and ``chromium-driver``
 (``scripts/setup.sh`` installs them). The browser tests (tests/ui) use the same seed, server and browser.
@@ -140,10 +141,74 @@ def open_inspector(driver: Any, base: str, key: str) -> None:
     wait.until(ec.invisibility_of_element_located((By.ID, "key-dialog")))
 
 
+def seed_long(service: Any, messages: int, tenant: str = "acme", user: str = "ann") -> dict[str, Any]:
+    """One conversation of ``messages`` messages, written in batches (not embedded: keyword search finds them)."""
+    from fullrecall.stores import Scope
+
+    key, _ = service.keys.create(tenant, name="inspector")
+    scope = Scope(tenant=tenant, user_id=user, session_id="long")
+    conv = service.conversations
+    batch = 2000
+    for start in range(0, messages, batch):
+        chunk = [{"role": "user" if i % 2 == 0 else "assistant", "id": f"m{i}",
+                  "content": f"message {i}: " + TOPICS[i % len(TOPICS)][i % 2]} for i in range(start, min(messages, start + batch))]
+        if start + batch < messages:
+            service.store.append(scope, conv.prepare(scope, chunk))
+        else:
+            conv.append(scope, chunk)  # the last batch through the service: the conversation is registered
+    service.store.put_state(scope, "summaries", {"items": [
+        {"id": f"s{n}", "text": f"summary {n}", "covers": [(n - 1) * messages // 10, n * messages // 10 - 1],
+         "created_at": time.time(),
+         "folds": None} for n in range(1, 10)]})
+    return {"key": key, "conversation": "long", "messages": messages}
+
+
+def timed(messages: int) -> None:
+    """Seconds from a click to what it shows, in Chromium, on a conversation of ``messages`` messages."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with tempfile.TemporaryDirectory() as tmp, serving(f"sqlite:///{tmp}/memory.db") as (base, service):
+        started = time.perf_counter()
+        data = seed_long(service, messages)
+        print(f"seeded {messages:,} messages in {time.perf_counter() - started:.1f} s")
+        driver = chromium()
+        try:
+            def until(what: str, action: Any, done: Any) -> None:
+                started = time.perf_counter()
+                action()
+                WebDriverWait(driver, 120, poll_frequency=0.01).until(done)
+                print(f"{what}: {1000 * (time.perf_counter() - started):.0f} ms")
+
+            def info(d: Any) -> str:
+                return d.find_element(By.ID, "page-info").text
+
+            last = (messages - 1) // 100 * 100
+            until("load the page with a key", lambda: open_inspector(driver, base, data["key"]),
+                  lambda d: d.find_elements(By.CSS_SELECTOR, "[data-conversation='long']"))
+            until("open the conversation (window, summaries, chart, newest page)",
+                  lambda: driver.find_element(By.CSS_SELECTOR, "[data-conversation='long']").click(),
+                  lambda d: info(d).startswith(f"positions {last}") and d.find_elements(By.CSS_SELECTOR, "#chart polyline"))
+            until("page to older messages", lambda: driver.find_element(By.ID, "prev").click(),
+                  lambda d: info(d).startswith(f"positions {last - 100}"))
+            until("jump to the oldest page", lambda: driver.find_element(By.ID, "first").click(),
+                  lambda d: info(d).startswith("positions 0–99"))
+            until("expand a summary of 10,000 messages (its first 200)",
+                  lambda: driver.find_element(By.CSS_SELECTOR, "#summaries details summary").click(),
+                  lambda d: len(d.find_elements(By.CSS_SELECTOR, "#summaries details[open] .expanded li")) == 200)
+            until("show 200 more of it", lambda: driver.find_element(By.CSS_SELECTOR, "#summaries details[open] .more").click(),
+                  lambda d: len(d.find_elements(By.CSS_SELECTOR, "#summaries details[open] .expanded li")) == 400)
+        finally:
+            driver.quit()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "docs" / "inspector.png"))
+    parser.add_argument("--time", type=int, metavar="MESSAGES", help="time the page on a conversation this long")
     args = parser.parse_args()
+    if args.time:
+        return timed(args.time)
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait

@@ -2,6 +2,7 @@
 "use strict";
 
 const PAGE = 100;
+const SUMMARY_PAGE = 200;
 const KEY_ITEM = "fullrecall-key";
 const $ = (id) => document.getElementById(id);
 const state = { conversations: [], owner: null, conv: null, offset: 0, last: 0, marks: null };
@@ -53,6 +54,10 @@ function query(params) {
 
 function ownerParams() {
   return { user_id: state.owner && state.owner.user_id, agent_id: state.owner && state.owner.agent_id };
+}
+
+function archivePath() {
+  return `/v1/inspector/conversations/${encodeURIComponent(state.conv.conversation_id)}/archive`;
 }
 
 function convPath(suffix = "") {
@@ -183,15 +188,23 @@ async function loadSummaries() {
   const { summaries } = await api(convPath("/summaries") + query(ownerParams()));
   $("summary-count").textContent = summaries.length ? `${summaries.length}` : "none yet";
   $("summaries").replaceChildren(...summaries.map((s) => {
+    const [from, to] = s.covers;
     const list = el("ol", { class: "expanded" });
+    const more = el("button", { type: "button", class: "more", hidden: "" });
+    let next = from;
+    const page = async () => {  // the covered positions, SUMMARY_PAGE at a time: a summary may cover thousands
+      const limit = Math.min(SUMMARY_PAGE, to - next + 1);
+      const { messages } = await api(archivePath() + query({ ...ownerParams(), offset: next, limit }));
+      list.append(...messages.map(messageRow));
+      next += limit;
+      more.hidden = next > to;
+      more.textContent = `show more (${(to - next + 1).toLocaleString()} left)`;
+    };
+    more.addEventListener("click", page);
     const details = el("details", { "data-summary": s.id },
-      el("summary", {}, el("b", {}, `positions ${s.covers[0]}–${s.covers[1]} `), el("span", { class: "muted" }, when(s.created_at)),
-        el("div", { class: "text" }, s.text)), list);
-    details.addEventListener("toggle", async () => {
-      if (!details.open || list.childElementCount) return;
-      const { messages } = await api(`/v1/summaries/${encodeURIComponent(s.id)}/messages` + query(ownerParams()));
-      list.replaceChildren(...messages.map(messageRow));
-    });
+      el("summary", {}, el("b", {}, `positions ${from}–${to} `), el("span", { class: "muted" }, when(s.created_at)),
+        el("div", { class: "text" }, s.text)), list, more);
+    details.addEventListener("toggle", () => { if (details.open && next === from) page(); });
     return details;
   }));
 }
@@ -233,7 +246,7 @@ function drawChart(series) {
 
 // -- the archive timeline, a page at a time --------------------------------------------------
 async function loadPage(offset) {
-  const path = `/v1/inspector/conversations/${encodeURIComponent(state.conv.conversation_id)}/archive`;
+  const path = archivePath();
   if (offset === null) {  // open on the newest page
     const probe = await api(path + query({ ...ownerParams(), offset: 0, limit: 1 }));
     offset = Math.floor(probe.last_position / PAGE) * PAGE;
