@@ -47,6 +47,7 @@ def auth(key: str) -> dict[str, str]:
 
 def test_lists_the_tenants_conversations_and_keeps_tenants_apart(api):
     listed = api.get("/v1/inspector/conversations", headers=auth(api.keys["a"])).json()
+    assert listed["tenant"] == "tenant-a"
     assert [(c["user_id"], c["agent_id"], c["conversation_id"], c["messages"]) for c in listed["conversations"]] == [
         ("ann", None, "long", N), ("ann", "helper", "short", 3), ("bob", None, "long", 3)]
     assert listed["truncated"] is False
@@ -116,3 +117,13 @@ def check_bad_requests_and_other_tenants(api):
     assert r.status_code == 422 and r.json()["error"]["field"] == "limit"
     r = api.get("/v1/inspector/conversations/long/archive", params={"user_id": "ann", "offset": -1}, headers=a)
     assert r.status_code == 422 and r.json()["error"]["field"] == "offset"
+
+
+def test_the_page_is_served_with_headers_that_keep_it_to_itself(api):
+    for path in ("/ui/", "/ui/app.js", "/ui/style.css"):
+        r = api.get(path)  # no key: the page asks for one
+        assert r.status_code == 200 and r.headers["x-frame-options"] == "DENY", path
+        assert "default-src 'self'" in r.headers["content-security-policy"]
+    assert "<title>fullrecall inspector</title>" in api.get("/ui/").text
+    assert api.get("/ui", follow_redirects=False).status_code in (307, 308)
+    assert api.get("/ui/nothing.js").status_code == 404

@@ -160,3 +160,25 @@ def test_another_tenants_key_sees_none_of_it(shot, browser, served, artifacts):
     browser.find_element(_by().ID, "key").send_keys("fr_nope_nope")
     click(browser, "#key-open")
     wait(browser, lambda d: "not accepted" in text(d, "key-error"))
+
+
+def test_a_key_limited_to_a_user_sees_that_user_only(shot, browser, served, artifacts):
+    from selenium.webdriver.support.ui import Select
+
+    base, service, data = served
+    service.conversations.append(Scope(tenant="acme", user_id="bob", session_id="bobs-notes"),
+                                 [{"role": "user", "content": "bob's own note"}])
+
+    def open_with(key: str) -> None:
+        browser.get(f"{base}/ui/")
+        browser.execute_script("sessionStorage.clear()")
+        shot.open_inspector(browser, base, key)
+        wait(browser, lambda d: rows(d, "[data-conversation='trip-to-lisbon']"))
+
+    open_with(service.keys.create("acme", users=["ann"])[0])
+    assert [o.text for o in rows(browser, "#user option")] == ["ann"]
+    assert "bob" not in browser.page_source
+    open_with(data["key"])
+    assert [o.text for o in rows(browser, "#user option")] == ["ann", "bob"]
+    Select(browser.find_element(_by().ID, "user")).select_by_visible_text("bob")
+    wait(browser, lambda d: [b.text for b in rows(d, "[data-conversation]")] == ["bobs-notes\n1"])

@@ -12,13 +12,11 @@ import json
 import logging
 import time
 from contextlib import asynccontextmanager, nullcontext
-from pathlib import Path
 from typing import Any
 
 from fastapi import Body, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -28,7 +26,7 @@ from .auth import KeyStore, Principal
 from .config import Settings
 from .conversations import Conversations, NotFound
 from .indexer import Indexer
-from .inspector import inspector_router
+from .inspector import inspector_router, mount_ui
 from .limits import RateLimiter
 from .longterm import router as longterm_router
 from .mcp_endpoint import mount_mcp
@@ -192,7 +190,7 @@ def create_app(settings: Settings | None = None, *, store: Any = None, embedder:
     _errors(app)
     _routes(app, service)
     mcp_running = mount_mcp(app, service)  # /mcp, when the mcp package is installed
-    app.mount("/ui", StaticFiles(directory=Path(__file__).with_name("ui"), html=True), name="ui")  # the inspector
+    mount_ui(app)  # the inspector at /ui
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(Measure, metrics=service.metrics)
     return app

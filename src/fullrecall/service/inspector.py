@@ -14,15 +14,23 @@ routes: the tenant is the key's, and a key limited to some users or agents sees 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, FastAPI, Query
+from fastapi.staticfiles import StaticFiles
+from starlette.types import Scope as AsgiScope
 
 from ..stores.base import ANY, Scope
 from .auth import Principal
 from .conversations import CONVERSATIONS, NotFound, message_out
 from .tenancy import scope_for
 
+UI = Path(__file__).with_name("ui")
+# the page runs its own files only, is never framed, and sends no referrer: a key in its tab goes nowhere else
+UI_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
+                                         "base-uri 'none'; form-action 'none'",
+              "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer", "X-Content-Type-Options": "nosniff"}
 MAX_PAGE = 500
 MAX_LISTED = 1000
 _END = 2**62
@@ -47,7 +55,7 @@ def inspector_router(service: Any, key: Any) -> APIRouter:
 
     @router.get("/conversations")
     def conversations(p: Principal = key) -> dict:
-        """The conversations this key may see, grouped by nothing: each with its user, agent and message count."""
+        """The key's tenant and the conversations the key may see, each with its user, agent and message count."""
         users = set(p.users) if p.users is not None else None
         agents = set(p.agents) if p.agents is not None else None
         out = []
@@ -64,7 +72,7 @@ def inspector_router(service: Any, key: Any) -> APIRouter:
             if len(out) >= MAX_LISTED:
                 break
         out.sort(key=lambda c: (c["user_id"] or "", c["agent_id"] or "", c["conversation_id"]))
-        return {"conversations": out, "truncated": len(out) >= MAX_LISTED}
+        return {"tenant": p.tenant, "conversations": out, "truncated": len(out) >= MAX_LISTED}
 
     @router.get("/conversations/{conversation_id}/archive")
     def archive(conversation_id: str, p: Principal = key, user_id: str | None = User, agent_id: str | None = Agent,
@@ -108,3 +116,16 @@ def inspector_router(service: Any, key: Any) -> APIRouter:
 
     return router
 
+
+class _Page(StaticFiles):
+    """The inspector's static files, with headers that keep the page to itself."""
+
+    async def get_response(self, path: str, scope: AsgiScope) -> Any:
+        response = await super().get_response(path, scope)
+        response.headers.update(UI_HEADERS)
+        return response
+
+
+def mount_ui(app: FastAPI) -> None:
+    """Serve the inspector (plain HTML, JavaScript and CSS shipped in the package) at ``/ui``; it asks for a key."""
+    app.mount("/ui", _Page(directory=UI, html=True), name="ui")

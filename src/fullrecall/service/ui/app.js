@@ -126,10 +126,10 @@ const ownerKey = (c) => JSON.stringify([c.user_id || "", c.agent_id || ""]);
 const ownerLabel = (o) => `${o.user_id || "(default user)"}${o.agent_id ? ` · agent ${o.agent_id}` : ""}`;
 
 async function start() {
-  const stats = await api("/v1/stats").catch(() => null);
-  if (!stats) return;
-  $("who").textContent = `tenant ${stats.tenant}`;
-  const { conversations } = await api("/v1/inspector/conversations");
+  const listed = await api("/v1/inspector/conversations").catch((error) => { $("pick").textContent = error.message; });
+  if (!listed) return;
+  const { tenant, conversations } = listed;
+  $("who").textContent = `tenant ${tenant}`;
   state.conversations = conversations;
   const owners = new Map();
   for (const c of conversations) owners.set(ownerKey(c), { user_id: c.user_id, agent_id: c.agent_id });
