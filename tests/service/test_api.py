@@ -6,6 +6,7 @@ import json
 import threading
 import uuid
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -47,15 +48,25 @@ def test_concurrent_appends_all_land(api):
     assert [r["position"] for r in rows] == list(range(40))
 
 
-def test_window_context_and_recall(make_api):
-    api = make_api(window_messages=4)
+@pytest.mark.parametrize("manager", ["sliding", "summarizing"])
+def test_window_context_and_recall(make_api, manager):
+    api = make_api(window_messages=4, manager=manager)
     old = [{"role": "user", "content": "my locker code is 4471 at the gym"}, {"role": "assistant", "content": "noted"}]
     filler = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"talk about weather number {i}"}
               for i in range(6)]
     _append(api, "c", old + filler + [{"role": "user", "content": "what is my locker code?"}])
     api.service.indexer.flush()
     window = api.client.get("/v1/conversations/c/messages", headers=api.a).json()["messages"]
-    assert [m["position"] for m in window] == [5, 6, 7, 8]
+    summaries = api.client.get("/v1/conversations/c/summaries", headers=api.a).json()["summaries"]
+    if manager == "sliding":  # the newest window_messages, nothing summarized
+        assert [m["position"] for m in window] == [5, 6, 7, 8] and summaries == []
+    else:  # the older messages summarized in the window's first message
+        assert window[0]["kind"] == "summary" and window[0]["id"] == summaries[-1]["id"]
+        assert [m["position"] for m in window[1:]] == [5, 6, 7, 8]
+        assert "## Conversation Summary" in window[0]["message"]["content"]
+        expanded = [m for s in summaries
+                    for m in api.client.get(f"/v1/summaries/{s['id']}/messages", headers=api.a).json()["messages"]]
+        assert [m["position"] for m in expanded] == [0, 1, 2, 3, 4]
     ctx = api.client.get("/v1/conversations/c/context", headers=api.a).json()
     assert ctx["first_position"] == 5
     assert 0 in [m["position"] for m in ctx["recalled"]]
@@ -64,7 +75,6 @@ def test_window_context_and_recall(make_api):
     small = api.client.get("/v1/conversations/c/context", params={"max_tokens": 20, "query": "weather"},
                            headers=api.a).json()
     assert 0 < len(small["messages"]) < 4
-    assert api.client.get("/v1/conversations/c/summaries", headers=api.a).json()["summaries"] == []
 
 
 def test_search_scores_ranges_and_filters(api):

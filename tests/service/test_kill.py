@@ -80,7 +80,8 @@ def test_graceful_shutdown_finishes_writes_and_embeddings(tmp_path):
             assert r.status_code == 201
             acked.append(f"g{i}")
         batch = [{"role": "user", "content": f"batch message {i} " * 20, "id": f"b{i}"} for i in range(400)]
-        assert c.post("/v1/conversations/g/messages", json={"messages": batch}).status_code == 201
+        # (the window manager summarizes most of it before answering: a big request, a longer wait)
+        assert c.post("/v1/conversations/g/messages", json={"messages": batch}, timeout=120).status_code == 201
         acked += [m["id"] for m in batch]  # embedding 400 messages takes a while: SIGTERM comes first
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after its graceful shutdown

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..stores.base import Scope, Store
+from ..stores.base import DEFAULT_TENANT, Scope, Store
 from ..window.summarizing import SummarizingConversationManager
 from .archive import Archive, Recall
 
@@ -20,7 +20,7 @@ class SemanticSummarizingConversationManager(SummarizingConversationManager):
 
     ``store`` is a Store or URL (default: an in-memory SQLite store; give
     ``"sqlite:///memory.db"`` to keep the archive across restarts) and
-    ``session_id`` / ``user_id`` / ``agent_id`` say whose conversation it is.
+    ``session_id`` / ``user_id`` / ``agent_id`` (and ``tenant``) say whose conversation it is.
     """
 
     def __init__(
@@ -43,6 +43,7 @@ class SemanticSummarizingConversationManager(SummarizingConversationManager):
         session_id: str = "default",
         user_id: str | None = None,
         agent_id: str | None = None,
+        tenant: str = DEFAULT_TENANT,
         **summarizing_options: Any,
     ) -> None:
         if message_context_radius < 0:
@@ -55,7 +56,7 @@ class SemanticSummarizingConversationManager(SummarizingConversationManager):
         self.semantic_search_min_score = semantic_search_min_score
         self.archive = Archive(
             store,
-            Scope(user_id=user_id, agent_id=agent_id, session_id=session_id),
+            Scope(tenant=tenant, user_id=user_id, agent_id=agent_id, session_id=session_id),
             embedding_model=embedding_model,
             reranker_model=reranker_model,
             aws_region=aws_region,

@@ -37,7 +37,7 @@ from typing import Any
 from ..archive.archive import END, message_record
 from ..errors import ArchiveError, InvalidInput, MessageFormatError
 from ..messages.formats import parse_messages
-from ..stores.base import Scope, Store, StoredMessage
+from ..stores.base import DEFAULT_TENANT, Scope, Store, StoredMessage
 
 log = logging.getLogger("fullrecall.memory")
 
@@ -66,15 +66,17 @@ class SyncConversationMemory:
         agent_id: str | None = None,
         manager: Any = None,
         hook: Any = None,
+        tenant: str = DEFAULT_TENANT,
         **manager_options: Any,
     ) -> None:
         from ..archive import SemanticMemoryHook, SemanticSummarizingConversationManager
         from ..stores import open_store
 
         self.store: Store = open_store(store) if isinstance(store, str) else store
-        self.scope = Scope(user_id=user_id, agent_id=agent_id, session_id=session_id).require_session()
+        self.scope = Scope(tenant=tenant, user_id=user_id, agent_id=agent_id, session_id=session_id).require_session()
         self.manager = manager or SemanticSummarizingConversationManager(
-            store=self.store, session_id=session_id, user_id=user_id, agent_id=agent_id, **manager_options)
+            store=self.store, session_id=session_id, user_id=user_id, agent_id=agent_id, tenant=tenant,
+            **manager_options)
         archive = getattr(self.manager, "archive", None)
         if archive is not None:
             archive.archived_span = self._archived_span  # the log holds every message: archiving is indexing

@@ -32,6 +32,7 @@ from .longterm import router as longterm_router
 from .mcp_endpoint import mount_mcp
 from .metrics import Metrics
 from .tenancy import Forbidden, scope_for
+from .windows import MANAGERS, ManagedWindows
 
 log = logging.getLogger("fullrecall.service")
 
@@ -49,11 +50,23 @@ class Service:
         self.metrics = Metrics()
         self.keys = KeyStore(self.store, cache_seconds=settings.key_cache_seconds)
         self.indexer = Indexer(self.store, embedder or settings.embedding_model, on_indexed=self.metrics.observe_indexed)
-        self.conversations = Conversations(self.store, self.indexer, window_messages=settings.window_messages)
+        self.conversations = Conversations(self.store, self.indexer, window_messages=settings.window_messages,
+                                           windows=self._windows(settings))
         self.limiter = RateLimiter(settings.rate_limit, settings.burst)
         # CPU-bound searches get few threads of their own, so they never starve writes or the event loop
         self.writes = Lane("fullrecall-write", 8)
         self.searches = Lane("fullrecall-search", settings.search_threads)
+
+    def _windows(self, settings: Settings) -> ManagedWindows | None:
+        """The window manager of ``settings.manager`` (None: a sliding window of the newest messages)."""
+        if settings.manager not in MANAGERS:
+            raise ValueError(f"setting 'manager' must be one of {MANAGERS}, got {settings.manager!r}")
+        if settings.manager == "sliding":
+            return None
+        return ManagedWindows(self.store, self.indexer, window_messages=settings.window_messages,
+                              window_tokens=settings.window_tokens, summarizer=settings.summarizer,
+                              on_summary=lambda tenant: self.metrics.summaries_made.labels(tenant).inc(),
+                              on_llm_call=lambda tenant: self.metrics.llm_calls.labels(tenant).inc())
 
     def close(self) -> None:
         self.writes.close()

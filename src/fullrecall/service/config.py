@@ -20,7 +20,10 @@ class Settings:
     burst: int = 400  # requests a key may make at once
     max_body_bytes: int = 8 * 1024 * 1024
     search_threads: int = 2  # searches embed the query and rank: CPU work, run this many at once
-    window_messages: int = 50  # the active window: the newest messages of a conversation
+    manager: str = "summarizing"  # "summarizing": older messages summarized; "sliding": the newest window_messages
+    window_messages: int = 50  # the most messages the active window holds
+    window_tokens: int = 8000  # the most tokens the active window holds ("summarizing")
+    summarizer: str = "extractive"  # "extractive" (no LLM) or "llm" (the chat model FULLRECALL_LLM_* configures)
     embedding_model: str | None = None  # default: the shipped MiniLM (ONNX)
     key_cache_seconds: float = 5.0  # a revoked key stops working within this time
     workers: int = 1

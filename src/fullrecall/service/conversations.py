@@ -28,6 +28,7 @@ from ..messages.model import TextBlock
 from ..search.terms import index_text
 from ..stores.base import Filters, Record, Scope, Store, StoredMessage
 from ..window.cuts import clean_cuts
+from .windows import ManagedWindows
 
 MAX_ID_LENGTH = 200
 CONVERSATIONS = "conversations"  # record namespace: one record per conversation of an owner (export lists them)
@@ -92,11 +93,12 @@ class Conversations:
     """:class:`ConversationBackend` on a :class:`~fullrecall.stores.Store`."""
 
     def __init__(self, store: Store, indexer: Any, *, window_messages: int = 50, max_context_length: int = 2000,
-                 search_options: dict[str, Any] | None = None) -> None:
+                 search_options: dict[str, Any] | None = None, windows: ManagedWindows | None = None) -> None:
         if window_messages < 1:
             raise ValueError(f"window_messages must be positive, got {window_messages}")
         self.store = store
         self.indexer = indexer
+        self.windows = windows  # None: the window is the newest ``window_messages`` messages (a sliding window)
         self.window_messages = window_messages
         self.max_context_length = max_context_length
         self.search_options = search_options or {}
@@ -115,6 +117,8 @@ class Conversations:
         for record, position in zip(records, positions):
             record.position = position
         self.indexer.submit(scope, records, records[0].created_at)
+        if self.windows is not None:  # durable already: now the manager keeps the window within budget
+            self.windows.manage(scope)
         return [{"id": r.id, "position": p} for r, p in zip(records, positions)]
 
     def prepare(self, scope: Scope, messages: list[dict[str, Any]], ids: list[str | None] | None = None
@@ -184,59 +188,86 @@ class Conversations:
         if not self.store.count(scope):
             raise NotFound(f"conversation {scope.session_id!r} not found")
 
-    def _window_records(self, scope: Scope) -> list[StoredMessage]:
+    def _window_records(self, scope: Scope) -> list[tuple[StoredMessage | None, dict[str, Any]]]:
+        """The window: each message with its stored row (None for a summary), oldest first."""
         self._require(scope)
+        if self.windows is not None:
+            def read(memory: Any) -> list[tuple[StoredMessage | None, dict[str, Any]]]:
+                messages = memory.messages  # read from the store: the rows behind them are current
+                return list(zip(memory._window_rows(), messages, strict=True))
+
+            return self.windows.run(scope, read)
         tail = self._tail(scope, self.window_messages)
         parsed = [_parse(m) for m in tail]
         clean = clean_cuts(parsed)
         start = next((c for c in range(len(tail)) if clean[c]), 0)
-        return tail[start:]
+        return [(m, m.data) for m in tail[start:]]
+
+    def _summary_out(self, scope: Scope, message: dict[str, Any]) -> dict[str, Any]:
+        items = (self.store.get_state(scope, "summaries") or {"items": []})["items"]
+        newest = items[-1] if items else None
+        return {"id": summary_token(scope, newest["id"]) if newest else None, "position": None, "role": message.get(
+            "role"), "kind": "summary", "covers": newest["covers"] if newest else None, "conversation_id":
+            scope.session_id, "message": message}
 
     def window(self, scope: Scope) -> list[dict[str, Any]]:
-        """The active window: the newest messages, never starting inside a tool call and its result."""
-        return [message_out(m) for m in self._window_records(scope)]
+        """The active window: the newest messages (after the summary of older ones, when a manager made one), never
+        starting inside a tool call and its result.
+        """
+        return [{**message_out(row), "message": raw} if row is not None else self._summary_out(scope, raw)
+                for row, raw in self._window_records(scope)]
 
     def context(self, scope: Scope, max_tokens: int | None, query: str | None) -> dict[str, Any]:
         """The window within ``max_tokens``, the newest user message enriched with recalled context."""
         from ..tokens import default_token_counter
 
-        records = self._window_records(scope)
-        parsed = [_parse(m) for m in records]
+        window = self._window_records(scope)
+        shape = next((row.metadata.get("shape") for row, _ in window if row is not None), None)
+        parsed = [parse_messages([raw], row.metadata.get("shape") if row is not None else shape)[1][0]
+                  for row, raw in window]
         if max_tokens is not None:
             counter = default_token_counter()
             sizes = [counter.count_message(p) for p in parsed]
             clean = clean_cuts(parsed)
-            start, used = len(records), 0
-            for c in range(len(records) - 1, -1, -1):
+            start, used = len(window), 0
+            for c in range(len(window) - 1, -1, -1):
                 used += sizes[c]
                 if used > max_tokens:
                     break
                 if clean[c]:
                     start = c
-            records, parsed = records[start:], parsed[start:]
-        messages = [m.data for m in records]
+            window, parsed = window[start:], parsed[start:]
+        messages = [raw for _, raw in window]
+        rows = [row for row, _ in window]
         recalled: list[dict[str, Any]] = []
-        first = records[0].position if records else None
+        positions = [row.position for row in rows if row is not None and row.position is not None]
+        first = positions[0] if positions else None
+        newest = positions[-1] if positions else 0
+        # recall reaches what left the window: before its oldest message (a pinned one at 0 aside)
+        before = min((p for p in positions if p > 0), default=newest + 1) if positions else None
         last_user = next((i for i in range(len(parsed) - 1, -1, -1)
-                          if parsed[i].role == "user" and not parsed[i].has_tool_result), None)
+                          if rows[i] is not None and parsed[i].role == "user" and not parsed[i].has_tool_result), None)
         question = query if query is not None else (parsed[last_user].text if last_user is not None else "")
-        if question.strip() and first:
+        if question.strip() and before:
             hits = self._searcher(scope).search(question, top_k=3, spread=2)
-            ranges = merge_ranges([(h.position, h.score) for h in hits if h.position is not None and h.position < first],
-                                  2, before=first)
+            in_window = set(positions)
+            ranges = merge_ranges([(h.position, h.score) for h in hits if h.position is not None
+                                   and h.position < before and h.position not in in_window], 2, before=before)
             for r in ranges:
                 r.messages = self.store.range(scope, r.start, r.end)
             ranges = [r for r in ranges if r.messages]
             recalled = [message_out(m) for r in ranges for m in r.messages]
-            if last_user is not None:
+            row = rows[last_user] if last_user is not None else None
+            if last_user is not None and row is not None:
                 msg = parsed[last_user]
                 index = next((i for i, b in enumerate(msg.content) if isinstance(b, TextBlock)), None)
-                enriched = format_enrichment(msg.content[index].text, ranges, max_context_length=self.max_context_length
-                                             ) if index is not None else None
+                block = msg.content[index] if index is not None else None
+                enriched = format_enrichment(block.text, ranges, max_context_length=self.max_context_length
+                                             ) if isinstance(block, TextBlock) else None
                 if enriched is not None and index is not None:
                     content = list(msg.content)
                     content[index] = TextBlock(enriched)
-                    messages[last_user] = render_message(msg.with_content(content), records[last_user].metadata["shape"])
+                    messages[last_user] = render_message(msg.with_content(content), row.metadata["shape"])
         return {"messages": messages, "recalled": recalled, "first_position": first}
 
     def summaries(self, scope: Scope) -> list[dict[str, Any]]:
@@ -261,6 +292,8 @@ class Conversations:
     def forget(self, scope: Scope) -> dict[str, int]:
         self._require(scope)
         counts = self.store.forget(scope)
+        if self.windows is not None:
+            self.windows.drop(scope)
         self.store.delete_record(replace(scope, session_id=None), CONVERSATIONS, str(scope.session_id))
         self._registered.discard((scope.tenant, scope.user_id, scope.agent_id, scope.session_id))
         return counts

@@ -24,6 +24,8 @@ class Metrics:
                                registry=self.registry)
         self.summaries = Counter("fullrecall_summaries_read", "Summaries listed or expanded", ["tenant"],
                                  registry=self.registry)
+        self.summaries_made = Counter("fullrecall_summaries_made", "Summaries made by the window manager", ["tenant"],
+                                      registry=self.registry)
         self.llm_calls = Counter("fullrecall_llm_calls", "LLM calls made by the service (none unless a summarizer "
                                  "is configured)", ["tenant"], registry=self.registry)
         self.searchable = Histogram("fullrecall_searchable_delay_seconds", "Commit to stored embedding",

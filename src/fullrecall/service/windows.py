@@ -1,0 +1,169 @@
+"""Managed windows: the service's conversations kept within a budget, as the library's conversation memory does.
+
+With ``manager = "summarizing"`` (the default) each conversation is a
+:class:`~fullrecall.memory.SyncConversationMemory` over the service's store, in the key's
+tenant: its message log is the one the service appends to, so after every append the
+configured manager (a :class:`~fullrecall.archive.SemanticSummarizingConversationManager`)
+keeps the window within ``window_messages`` messages (as user/assistant turns) and
+``window_tokens`` tokens, replacing the oldest messages with a summary. Every summary
+records the positions it ``covers``, so ``/v1/summaries/{id}/messages`` expands it to
+exactly the archived messages behind it. The summarizer is extractive (no LLM) unless
+``summarizer = "llm"`` picks the chat model the environment configures.
+
+The messages a summary replaces are in the store already; they are embedded by the service's
+indexer, off the request path, like every other message. Summaries made and LLM calls are counted per tenant (``on_summary``, ``on_llm_call``).
+Objects are cached per conversation (with a lock each: one operation at a time per
+conversation in a process; processes sharing a store are safe by the memory's design).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from ..stores.base import Scope, Store
+
+log = logging.getLogger("fullrecall.service")
+
+MANAGERS = ("summarizing", "sliding")
+SUMMARIZERS = ("extractive", "llm")
+
+
+class _CountedSummarizer:
+    """A summarizer whose every summary made is counted."""
+
+    def __init__(self, inner: Any, on_summary: Callable[[], None]) -> None:
+        self.inner, self.on_summary = inner, on_summary
+
+    def summarize(self, messages: Any, previous_summary: str | None = None) -> Any:
+        summary = self.inner.summarize(messages, previous_summary)
+        self.on_summary()
+        return summary
+
+
+class _CountedChatModel:
+    """A chat model whose every call is counted."""
+
+    def __init__(self, inner: Any, on_call: Callable[[], None]) -> None:
+        self.inner, self.on_call = inner, on_call
+        self.name = inner.name
+
+    def complete(self, request: Any) -> Any:
+        self.on_call()
+        return self.inner.complete(request)
+
+    async def acomplete(self, request: Any) -> Any:
+        self.on_call()
+        return await self.inner.acomplete(request)
+
+
+class _IndexedOnAppend:
+    """The archive's search engine, except that it embeds nothing on the request path: every message of the log was
+    queued for the service's indexer when it was appended (which embeds each once, and catches up after a crash).
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    def index(self, messages: Any, *, append: bool = True) -> list[str]:
+        if append:  # not the logged archive's way: index as the engine does
+            return self._engine.index(messages, append=True)
+        return [m.id for m in messages]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
+class ManagedWindows:
+    """One :class:`~fullrecall.memory.SyncConversationMemory` per conversation, built on first use."""
+
+    def __init__(self, store: Store, indexer: Any, *, window_messages: int = 50, window_tokens: int = 8000,
+                 summarizer: str = "extractive", preserve_recent_messages: int = 10, cache_size: int = 1024,
+                 on_summary: Callable[[str], None] | None = None,
+                 on_llm_call: Callable[[str], None] | None = None) -> None:
+        if summarizer not in SUMMARIZERS:
+            raise ValueError(f"summarizer must be one of {SUMMARIZERS}, got {summarizer!r}")
+        if window_messages < 2 or window_tokens < 1:
+            raise ValueError(f"window_messages must be >= 2 and window_tokens >= 1, got {window_messages} and "
+                             f"{window_tokens}")
+        self.store, self.embedder = store, indexer.embedder
+        self.window_messages, self.window_tokens = window_messages, window_tokens
+        self.preserve_recent_messages = min(preserve_recent_messages, window_messages - 1)
+        self.summarizer = summarizer
+        self.on_summary = on_summary or (lambda tenant: None)
+        self.on_llm_call = on_llm_call or (lambda tenant: None)
+        self.cache_size = cache_size
+        self._items: OrderedDict[tuple, tuple[Any, threading.Lock]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._chat_model: Any = None
+        if summarizer == "llm":  # fail at start, not at the first long conversation
+            from ..summarizers import chat_model_from_env
+
+            self._chat_model = chat_model_from_env()
+
+    def run(self, scope: Scope, operation: Callable[[Any], Any]) -> Any:
+        """``operation(memory)`` on the conversation of ``scope``, alone among this process's operations on it."""
+        memory, lock = self._memory(scope)
+        with lock:
+            return operation(memory)
+
+    def manage(self, scope: Scope) -> None:
+        """Keep the window within budget after an append (the messages are durable already: a failure is logged)."""
+        try:
+            self.run(scope, lambda memory: memory.apply_management())
+        except Exception as exc:  # noqa: BLE001 - the append stands; the next one tries again
+            log.warning("conversation %r: messages stored, but the window could not be managed (%s: %s)",
+                        scope.session_id, type(exc).__name__, exc)
+
+    def drop(self, scope: Scope) -> None:
+        with self._lock:
+            self._items.pop(_key(scope), None)
+
+    def _memory(self, scope: Scope) -> tuple[Any, threading.Lock]:
+        key = _key(scope)
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        built = (self._build(scope), threading.Lock())  # outside the lock: it reads the store
+        with self._lock:
+            item = self._items.setdefault(key, built)
+            self._items.move_to_end(key)
+            while len(self._items) > self.cache_size:
+                self._items.popitem(last=False)
+            return item
+
+    def _build(self, scope: Scope) -> Any:
+        from ..archive import SemanticSummarizingConversationManager
+        from ..memory import SyncConversationMemory
+        from ..summarizers import ExtractiveSummarizer, LLMSummarizer
+
+        tenant = scope.tenant
+        if self._chat_model is not None:
+            inner: Any = LLMSummarizer(_CountedChatModel(self._chat_model, lambda: self.on_llm_call(tenant)))
+        else:
+            inner = ExtractiveSummarizer()
+        summarizer = _CountedSummarizer(inner, lambda: self.on_summary(tenant))
+        user, agent, session = _owner(scope)
+        manager = SemanticSummarizingConversationManager(
+            preserve_recent_messages=self.preserve_recent_messages, summarizer=summarizer,
+            max_context_tokens=self.window_tokens, max_history_turns=max(1, self.window_messages // 2),
+            embedding_model=self.embedder, store=self.store, session_id=session, user_id=user, agent_id=agent,
+            tenant=tenant)
+        archive: Any = manager.archive
+        archive._search = _IndexedOnAppend(archive.search_engine)
+        return SyncConversationMemory(self.store, session, user_id=user, agent_id=agent, tenant=tenant,
+                                      manager=manager)
+
+
+def _owner(scope: Scope) -> tuple[str | None, str | None, str]:
+    user = scope.user_id if isinstance(scope.user_id, str) else None
+    agent = scope.agent_id if isinstance(scope.agent_id, str) else None
+    return user, agent, str(scope.session_id)
+
+
+def _key(scope: Scope) -> tuple:
+    return (scope.tenant, *_owner(scope))
