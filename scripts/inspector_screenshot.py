@@ -39,28 +39,22 @@ LOCKER, LOCKER_TURN = 17, ("My gym locker code is 4471, remind me when I'm back.
 
 
 def seed(service: Any, tenant: str = "acme", user: str = "ann", turns: int = 120) -> dict[str, Any]:
-    """A tenant's key and a user's conversations: a long trip plan with two summaries, and a short one."""
+    """A tenant's key and a user's conversations (a long trip plan the service summarizes as it grows, a short one),
+    facts and patterns.
+    """
     from fullrecall.stores import Scope
 
     key, _ = service.keys.create(tenant, name="inspector")
     conv = service.conversations
     trip = Scope(tenant=tenant, user_id=user, session_id="trip-to-lisbon")
-    summaries = []
-    for start in range(0, turns, 30):
+    for start in range(0, turns, 10):  # ten turns a request; the service summarizes the window as it grows
         batch = []
-        for i in range(start, min(turns, start + 30)):
+        for i in range(start, min(turns, start + 10)):
             asked, answered = TOPICS[i % len(TOPICS)] if i != LOCKER else LOCKER_TURN
             day = f" (day {i // len(TOPICS) + 1})"
             batch += [{"role": "user", "content": asked + day, "id": f"u{i}"},
                       {"role": "assistant", "content": answered + day, "id": f"a{i}"}]
         conv.append(trip, batch)
-        if start + 30 <= turns // 2:  # the first half was summarized, as a summarizing manager records it
-            summaries.append({"id": f"s{len(summaries) + 1}", "covers": [0, 2 * (start + 30) - 1], "created_at": time.time(),
-                              "folds": summaries[-1]["text"] if summaries else None,
-                              "text": "Ann plans a May trip to Lisbon: flight TP 1351 booked (seat 14A, LX7QPD), "
-                                      f"Casa do Largo in Alfama, vegetarian-friendly restaurants, a Sintra day trip. "
-                                      f"Locker code 4471. (turns 1-{start + 30})"})
-    service.store.put_state(trip, "summaries", {"items": summaries})
     conv.append(Scope(tenant=tenant, user_id=user, session_id="printer-support"), [
         {"role": "user", "content": "The office printer shows error E-204.", "id": "p0"},
         {"role": "assistant", "content": "E-204 is a paper jam in tray 2: open the side door and pull gently.", "id": "p1"}])
@@ -89,7 +83,7 @@ def seed_long_term(service: Any, tenant: str, user: str) -> None:
 
 
 @contextlib.contextmanager
-def serving(store_url: str, embedder: Any = None) -> Iterator[tuple[str, Any]]:
+def serving(store_url: str, embedder: Any = None, **settings: Any) -> Iterator[tuple[str, Any]]:
     """``fullrecall serve`` under uvicorn on a free loopback port: its base URL and its Service."""
     import uvicorn
 
@@ -97,7 +91,7 @@ def serving(store_url: str, embedder: Any = None) -> Iterator[tuple[str, Any]]:
     from fullrecall.service.config import Settings
     from fullrecall.stores._servers import free_port
 
-    app = create_app(Settings(store=store_url, rate_limit=0), embedder=embedder)
+    app = create_app(Settings(store=store_url, rate_limit=0, **settings), embedder=embedder)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -142,7 +136,9 @@ def open_inspector(driver: Any, base: str, key: str) -> None:
 
 
 def seed_long(service: Any, messages: int, tenant: str = "acme", user: str = "ann") -> dict[str, Any]:
-    """One conversation of ``messages`` messages, written in batches (not embedded: keyword search finds them)."""
+    """One conversation of ``messages`` messages, written in batches (not embedded: keyword search finds them), with
+    ten summaries of a tenth each (as a summarizing manager records them; serve it with ``manager="sliding"``).
+    """
     from fullrecall.stores import Scope
 
     key, _ = service.keys.create(tenant, name="inspector")
@@ -168,7 +164,8 @@ def timed(messages: int) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    with tempfile.TemporaryDirectory() as tmp, serving(f"sqlite:///{tmp}/memory.db") as (base, service):
+    with tempfile.TemporaryDirectory() as tmp, serving(f"sqlite:///{tmp}/memory.db", manager="sliding"
+                                                       ) as (base, service):
         started = time.perf_counter()
         data = seed_long(service, messages)
         print(f"seeded {messages:,} messages in {time.perf_counter() - started:.1f} s")

@@ -16,13 +16,16 @@ PAGE = 60
 
 
 @pytest.fixture
-def api(store_url, default_embedder):
+def api(request, store_url, default_embedder):
+    """A served app (the manager ``request.param``, default summarizing) over a seeded store, with three keys."""
     from fastapi.testclient import TestClient
 
     from fullrecall.service.app import create_app
     from fullrecall.service.config import Settings
 
-    app = create_app(Settings(store=store_url, rate_limit=0, window_messages=20), embedder=default_embedder)
+    manager = getattr(request, "param", "summarizing")
+    app = create_app(Settings(store=store_url, rate_limit=0, window_messages=20, manager=manager),
+                     embedder=default_embedder)
     with TestClient(app, raise_server_exceptions=False) as client:
         service = app.state.service
         keys = {name: service.keys.create(tenant)[0] for name, tenant in (("a", "tenant-a"), ("b", "tenant-b"))}
@@ -32,9 +35,10 @@ def api(store_url, default_embedder):
         msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message number {i}", "id": f"m{i}"}
                 for i in range(N)]
         for user, upto in (("ann", N), ("bob", 3)):
-            r = client.post("/v1/conversations/long/messages", params={"user_id": user},
-                            json={"messages": msgs[:upto]}, headers=auth(keys["a"]))
-            assert r.status_code == 201, r.text
+            for start in range(0, upto, 30):  # in several requests: a summarizing manager summarizes in between
+                r = client.post("/v1/conversations/long/messages", params={"user_id": user},
+                                json={"messages": msgs[start:min(upto, start + 30)]}, headers=auth(keys["a"]))
+                assert r.status_code == 201, r.text
         r = client.post("/v1/conversations/short/messages", params={"user_id": "ann", "agent_id": "helper"},
                         json={"messages": msgs[:3]}, headers=auth(keys["a"]))
         assert r.status_code == 201
@@ -62,6 +66,7 @@ def test_lists_the_tenants_conversations_and_keeps_tenants_apart(api):
     check_bad_requests_and_other_tenants(api)
 
 
+@pytest.mark.parametrize("api", ["summarizing", "sliding"], indirect=True)
 def test_pages_the_archive_by_position_and_shows_memory_over_time(api):
     seen = []
     offset = 0
@@ -92,17 +97,22 @@ def check_any_page(api, offset, limit):
 
 def check_memory_over_time(api):
     scope = Scope(tenant="tenant-a", user_id="ann", session_id="long")
-    api.service.store.put_state(scope, "summaries", {"items": [
-        {"id": "s1", "text": "early", "covers": [0, 99], "folds": None, "created_at": 0.0}]})
+    made = (api.service.store.get_state(scope, "summaries") or {"items": []})["items"]
+    managed = api.service.conversations.windows is not None
+    assert bool(made) == managed  # the summarizing manager summarized as the conversation grew; sliding did not
     body = api.get("/v1/inspector/conversations/long/timeline", params={"user_id": "ann", "points": 12},
                    headers=auth(api.keys["a"])).json()
     series = body["series"]
-    assert body["total"] == N and body["summaries"] == 1 and body["window_messages"] == 20
+    assert body["total"] == N and body["summaries"] == len(made) and body["window_messages"] == 20
     assert 2 <= len(series) <= 12 and series[0]["position"] == 0 and series[-1]["position"] == N - 1
     assert series[-1]["archived"] == N
     for a, b in zip(series, series[1:]):
         assert a["t"] <= b["t"] and a["archived"] < b["archived"]
-    assert all(p["window"] == min(p["archived"], 20) and p["summarized"] == 100 for p in series)
+    for p in series:
+        summarized = max((s["covers"][1] + 1 for s in made if s["created_at"] <= p["t"]), default=0)
+        assert p["summarized"] == summarized
+        assert p["window"] == (p["archived"] - summarized + (summarized > 0) if managed else min(p["archived"], 20))
+    assert (series[-1]["summarized"] > 0) == managed
 
 
 def check_bad_requests_and_other_tenants(api):

@@ -46,8 +46,13 @@ def test_a_person_inspects_searches_pages_and_forgets(shot, browser, served, art
     assert [o.text for o in rows(browser, "#user option")] == ["ann"]
     click(browser, "[data-conversation='trip-to-lisbon']")
     wait(browser, lambda d: text(d, "page-info") == "positions 200–239 of 240")  # opens on the newest page
-    assert len(rows(browser, "#window li")) == 50  # the service's window
-    assert rows(browser, "#window li")[-1].get_attribute("data-position") == "239"
+    trip = Scope(tenant="acme", user_id="ann", session_id="trip-to-lisbon")
+    window = service.conversations.window(trip)  # a summary of what left it, then the newest messages
+    shown = rows(browser, "#window li")
+    assert [r.get_attribute("data-position") for r in shown] == [
+        None if m["position"] is None else str(m["position"]) for m in window]
+    assert window[0]["kind"] == "summary" and "summary" in shown[0].get_attribute("class")
+    assert shown[-1].get_attribute("data-position") == "239"
     assert len(rows(browser, "#chart polyline")) == 3
     browser.save_screenshot(str(artifacts / "1-conversation.png"))
 
@@ -64,12 +69,16 @@ def test_a_person_inspects_searches_pages_and_forgets(shot, browser, served, art
     browser.save_screenshot(str(artifacts / "2-timeline.png"))
 
     # a summary expands to the exact archived messages it covers
+    made = service.conversations.summaries(trip)  # made by the service's summarizing manager as the seed grew
     summaries = rows(browser, "#summaries details")
-    assert len(summaries) == 2
-    summaries[0].find_element(By.TAG_NAME, "summary").click()
-    wait(browser, lambda d: len(rows(d, "#summaries details[open] .expanded li")) == 60)
-    expanded = [r.get_attribute("data-position") for r in rows(browser, "#summaries details[open] .expanded li")]
-    assert expanded == [str(p) for p in range(60)]
+    assert len(made) > 1 and len(summaries) == len(made)
+    start, end = made[1]["covers"]
+    summaries[1].find_element(By.TAG_NAME, "summary").click()
+    wait(browser, lambda d: len(rows(d, "#summaries details[open] .expanded li")) == end - start + 1)
+    expanded = rows(browser, "#summaries details[open] .expanded li")
+    assert [r.get_attribute("data-position") for r in expanded] == [str(p) for p in range(start, end + 1)]
+    assert [r.find_element(By.CLASS_NAME, "text").text for r in expanded] == [
+        m["message"]["content"] for m in service.conversations.summary_messages(trip, made[1]["id"])]
     browser.save_screenshot(str(artifacts / "3-summary.png"))
 
     # search: scores for each recalled message, its range highlighted in the timeline
@@ -94,6 +103,7 @@ def test_a_person_inspects_searches_pages_and_forgets(shot, browser, served, art
     assert not browser.find_element(By.ID, "key-dialog").is_displayed()
 
     # long-term facts with their validity intervals: the superseded one greyed, hidden without history
+    wait(browser, lambda d: len(rows(d, "#facts tr[data-fact]")) == 4)
     facts = {r.get_attribute("data-fact"): r for r in rows(browser, "#facts tr[data-fact]")}
     texts = {r.find_element(By.TAG_NAME, "td").text: r.get_attribute("class") for r in facts.values()}
     assert texts == {"My city is Porto": "superseded", "My city is Lisbon": "current",

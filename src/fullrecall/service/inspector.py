@@ -91,7 +91,8 @@ def inspector_router(service: Any, key: Any) -> APIRouter:
         """The archive, the summarized messages and the active window over time (sampled positions).
 
         ``archived`` counts the messages stored by ``t``; ``summarized`` the messages covered by the summaries
-        made by ``t``; ``window`` the active window then (the newest ``window_messages`` messages).
+        made by ``t``; ``window`` the active window then: the messages not summarized and the summary (a
+        summarizing manager), or the newest ``window_messages`` messages (a sliding window).
         """
         s = own(p, user_id, agent_id, conversation_id)
         count = store.count(s)
@@ -100,6 +101,7 @@ def inspector_router(service: Any, key: Any) -> APIRouter:
         n = min(points, last + 1)
         sampled = sorted({round(i * last / max(1, n - 1)) for i in range(n)})
         window = service.conversations.window_messages
+        managed = service.conversations.windows is not None  # older messages summarized (else a sliding window)
         series = []
         for position in sampled:
             found = store.range(s, position, position)
@@ -109,8 +111,9 @@ def inspector_router(service: Any, key: Any) -> APIRouter:
             archived = position + 1
             summarized = max((c["covers"][1] + 1 for c in summaries
                               if float(c.get("created_at") or 0) <= t and c.get("covers")), default=0)
+            in_window = archived - summarized + (1 if summarized else 0) if managed else min(archived, window)
             series.append({"t": t, "position": position, "archived": archived, "summarized": summarized,
-                           "window": min(archived, window)})
+                           "window": in_window})
         return {"conversation_id": conversation_id, "total": count, "window_messages": window,
                 "summaries": len(summaries), "series": series}
 

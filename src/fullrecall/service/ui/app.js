@@ -89,6 +89,11 @@ function textOf(message) {
 }
 
 function messageRow(m) {
+  if (m.kind === "summary") {  // a managed window starts with the summary of what left it
+    const covers = m.covers ? ` of positions ${m.covers[0]}–${m.covers[1]}` : "";
+    return el("li", { class: "summary-row" }, el("span", { class: "pos" }, "Σ"), el("span", { class: "role" }, "summary"),
+      el("span", { class: "text" }, `${textOf(m.message)}`, el("span", { class: "muted" }, ` (the newest summary${covers})`)));
+  }
   return el("li", { "data-position": m.position, "data-id": m.id },
     el("span", { class: "pos", title: when(m.created_at) }, `#${m.position}`),
     el("span", { class: `role ${m.role}` }, m.role),
@@ -201,9 +206,11 @@ async function loadSummaries() {
       more.textContent = `show more (${(to - next + 1).toLocaleString()} left)`;
     };
     more.addEventListener("click", page);
+    const gist = s.text.length > 160 ? `${s.text.slice(0, 160)}…` : s.text;
     const details = el("details", { "data-summary": s.id },
-      el("summary", {}, el("b", {}, `positions ${from}–${to} `), el("span", { class: "muted" }, when(s.created_at)),
-        el("div", { class: "text" }, s.text)), list, more);
+      el("summary", {}, el("b", {}, `positions ${from}–${to}`), " ",
+        el("span", { class: "muted" }, `${(to - from + 1).toLocaleString()} messages · ${when(s.created_at)} · `), gist),
+      el("div", { class: "text summary-text" }, s.text), list, more);
     details.addEventListener("toggle", () => { if (details.open && next === from) page(); });
     return details;
   }));
