@@ -54,3 +54,5 @@ def test_bench_serve_small(store_url, servers, capsys):
     assert (result["lost"], result["duplicated"], result["cross_tenant"]) == (0, 0, 0)
     assert result["appends"] == 36 and result["searches"] == 12
     assert result["append_ms"]["p50"] > 0 and result["searchable_delay_ms"]["p95_ms"] is not None
+    if sys.platform == "linux":  # the servers' CPU time, read from /proc
+        assert result["server_cpu_ms_per_request"] > 0 and result["server_cpu_share"] > 0

@@ -117,3 +117,18 @@ def test_an_llm_summarizer_is_used_only_when_configured_and_its_calls_counted(ma
         assert _metric(metrics, "fullrecall_llm_calls_total", "tenant-b") == 0
     finally:
         server.close()
+
+
+def test_two_servers_on_one_store_keep_the_window_within_budget(make_api):
+    one, two = make_api(window_messages=6), make_api(window_messages=6)  # two servers, one store
+    key = one.key_a  # both read their keys from the store
+    one.client.post("/v1/conversations/c/messages", json={"messages": _turns(2)}, headers=one.a)
+    for i in range(2, 20, 2):  # the other server writes most of it
+        assert two.client.post("/v1/conversations/c/messages", json={"messages": _turns(2, i)},
+                               headers=two.headers(key)).status_code == 201
+    for api in (one, two):
+        window = api.client.get("/v1/conversations/c/messages", headers=api.headers(key)).json()["messages"]
+        assert window[0]["kind"] == "summary" and len(window) - 1 <= 6
+        assert [m["position"] for m in window[1:]] == list(range(20 - len(window) + 1, 20))
+        summaries = api.client.get("/v1/conversations/c/summaries", headers=api.headers(key)).json()["summaries"]
+        assert [m["position"] for m in _expanded(api, summaries)] == list(range(window[1]["position"]))

@@ -132,19 +132,30 @@ async def _drive(urls: list[str], keys: list[str], args) -> dict[str, Any]:
             "cross_tenant": len(crossed)}
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) a process has used so far, from /proc (None where there is none)."""
+    import os
+
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _library_baseline(store_url: str, args) -> dict[str, Any]:
     """The same appends and searches in-process (the service's own code on the store, no HTTP), by as many
     concurrent threads as there were clients, so both sides queue for the store alike.
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from ..service.conversations import Conversations
-    from ..service.indexer import Indexer
-    from ..stores import Scope, open_store
+    from ..service.app import Service
+    from ..service.config import Settings
+    from ..stores import Scope
 
-    store = open_store(store_url)
-    indexer = Indexer(store)
-    conv = Conversations(store, indexer)
+    service = Service(Settings.load(store=store_url))  # the server's conversations, as configured, without HTTP
+    conv = service.conversations
     appends: list[float] = []
     searches: list[float] = []
 
@@ -164,8 +175,7 @@ def _library_baseline(store_url: str, args) -> dict[str, Any]:
 
     with ThreadPoolExecutor(args.clients) as pool:
         list(pool.map(client, range(args.clients)))
-    indexer.close()
-    store.close()
+    service.close()
     return {"append_ms": _pct(appends), "search_ms": _pct(searches)}
 
 
@@ -186,8 +196,15 @@ def run(args: argparse.Namespace) -> int:
         store = open_store(url)
         keys = [KeyStore(store).create(f"bench-{t}")[0] for t in (0, 1)]
         store.close()
-        bases = [stack.enter_context(running_server(url, rate_limit="0"))[1] for _ in range(max(1, args.servers))]
-        result = asyncio.run(_drive(bases, keys, args))
+        servers = [stack.enter_context(running_server(url, rate_limit="0")) for _ in range(max(1, args.servers))]
+        cpu_before = [_cpu_seconds(proc.pid) for proc, _ in servers]
+        result = asyncio.run(_drive([base for _, base in servers], keys, args))
+        cpu_after = [_cpu_seconds(proc.pid) for proc, _ in servers]
+        spent = [a - b for a, b in zip(cpu_after, cpu_before) if a is not None and b is not None]
+        if len(spent) == len(servers):  # the servers' own work, whatever the machine's load
+            used = sum(spent)
+            result["server_cpu_ms_per_request"] = round(used * 1000 / (result["appends"] + result["searches"]), 2)
+            result["server_cpu_share"] = round(used / result["elapsed_s"], 2)
         result["library"] = _library_baseline(url, args)
     lib = result["library"]
     result["ratios"] = {
@@ -209,6 +226,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"search ms  p50 {r['search_ms']['p50']}  p95 {r['search_ms']['p95']}  p99 {r['search_ms']['p99']}  "
               f"(library p50 {lib['search_ms']['p50']}; ratio {r['ratios']['search_p50_http_over_library']})")
         print(f"searchable delay p95 {r['searchable_delay_ms']['p95_ms']} ms")
+        if "server_cpu_ms_per_request" in r:
+            print(f"server CPU {r['server_cpu_ms_per_request']} ms a request (embedding included); the server(s) got "
+                  f"{r['server_cpu_share']} of a core")
         print(f"lost {r['lost']}, duplicated {r['duplicated']}, cross-tenant {r['cross_tenant']}: "
               f"{'OK' if ok else 'FAILED'}")
     return 0 if ok else 1

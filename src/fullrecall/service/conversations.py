@@ -118,7 +118,7 @@ class Conversations:
             record.position = position
         self.indexer.submit(scope, records, records[0].created_at)
         if self.windows is not None:  # durable already: now the manager keeps the window within budget
-            self.windows.manage(scope)
+            self.windows.manage(scope, messages)
         return [{"id": r.id, "position": p} for r, p in zip(records, positions)]
 
     def prepare(self, scope: Scope, messages: list[dict[str, Any]], ids: list[str | None] | None = None
@@ -192,11 +192,7 @@ class Conversations:
         """The window: each message with its stored row (None for a summary), oldest first."""
         self._require(scope)
         if self.windows is not None:
-            def read(memory: Any) -> list[tuple[StoredMessage | None, dict[str, Any]]]:
-                messages = memory.messages  # read from the store: the rows behind them are current
-                return list(zip(memory._window_rows(), messages, strict=True))
-
-            return self.windows.run(scope, read)
+            return self.windows.read(scope)
         tail = self._tail(scope, self.window_messages)
         parsed = [_parse(m) for m in tail]
         clean = clean_cuts(parsed)

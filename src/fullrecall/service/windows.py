@@ -11,9 +11,10 @@ exactly the archived messages behind it. The summarizer is extractive (no LLM) u
 ``summarizer = "llm"`` picks the chat model the environment configures.
 
 The messages a summary replaces are in the store already; they are embedded by the service's
-indexer, off the request path, like every other message. Summaries made and LLM calls are counted per tenant (``on_summary``, ``on_llm_call``).
-Objects are cached per conversation (with a lock each: one operation at a time per
-conversation in a process; processes sharing a store are safe by the memory's design).
+indexer, off the request path, like every other message. Summaries made and LLM calls are
+counted per tenant (``on_summary``, ``on_llm_call``). Objects are cached per conversation
+(with a lock each: one operation at a time per conversation in a process; processes sharing
+a store are safe by the memory's design).
 """
 
 from __future__ import annotations
@@ -97,6 +98,11 @@ class ManagedWindows:
         self.on_llm_call = on_llm_call or (lambda tenant: None)
         self.cache_size = cache_size
         self._items: OrderedDict[tuple, tuple[Any, threading.Lock]] = OrderedDict()
+        self._room: dict[tuple, tuple[int, int]] = {}  # per conversation: originals and tokens in the window
+        self._max_originals = 2 * max(1, window_messages // 2)  # the manager counts user/assistant turns
+        from ..tokens import default_token_counter
+
+        self._counter = default_token_counter()
         self._lock = threading.Lock()
         self._chat_model: Any = None
         if summarizer == "llm":  # fail at start, not at the first long conversation
@@ -110,17 +116,60 @@ class ManagedWindows:
         with lock:
             return operation(memory)
 
-    def manage(self, scope: Scope) -> None:
-        """Keep the window within budget after an append (the messages are durable already: a failure is logged)."""
+    def manage(self, scope: Scope, added: list[dict[str, Any]]) -> None:
+        """Keep the window within budget after ``added`` were appended (durable already: a failure is logged).
+
+        The manager runs only when the window may be over budget: this process remembers the window's size after
+        its last run and adds what it appends since. Another process's appends are not seen in that sum, so reads
+        (:meth:`read`) always run the manager: what a client is shown is within budget.
+        """
+        key = _key(scope)
+        with self._lock:
+            room = self._room.get(key)
+        if room is not None:
+            count, tokens = room
+            count += len(added)
+            tokens += self._tokens(added)
+            if count <= self._max_originals and tokens <= self.window_tokens:
+                with self._lock:
+                    self._room[key] = (count, tokens)
+                return
         try:
-            self.run(scope, lambda memory: memory.apply_management())
+            self.run(scope, self._apply)
         except Exception as exc:  # noqa: BLE001 - the append stands; the next one tries again
+            with self._lock:
+                self._room.pop(key, None)
             log.warning("conversation %r: messages stored, but the window could not be managed (%s: %s)",
                         scope.session_id, type(exc).__name__, exc)
+
+    def read(self, scope: Scope) -> list[tuple[Any, dict[str, Any]]]:
+        """The window within budget: each message with its stored row (None for the summary)."""
+        def window(memory: Any) -> list[tuple[Any, dict[str, Any]]]:
+            messages = self._apply(memory)
+            return list(zip(memory._window_rows(), messages, strict=True))
+
+        return self.run(scope, window)
+
+    def _apply(self, memory: Any) -> list[dict[str, Any]]:
+        """Run the manager on the window as stored now; remember its size; return it."""
+        memory.apply_management()
+        messages = memory.messages  # read from the store: the rows behind them are current
+        with self._lock:
+            self._room[_key(memory.scope)] = (len(memory._rows), self._tokens(messages))
+        return messages
+
+    def _tokens(self, messages: list[dict[str, Any]]) -> int:
+        from ..messages.formats import parse_messages
+
+        try:
+            return sum(self._counter.count_message(m) for m in parse_messages(messages)[1]) if messages else 0
+        except Exception:  # noqa: BLE001 - not countable (shapes mixed): the manager decides on the next append
+            return self.window_tokens + 1
 
     def drop(self, scope: Scope) -> None:
         with self._lock:
             self._items.pop(_key(scope), None)
+            self._room.pop(_key(scope), None)
 
     def _memory(self, scope: Scope) -> tuple[Any, threading.Lock]:
         key = _key(scope)
@@ -133,7 +182,8 @@ class ManagedWindows:
             item = self._items.setdefault(key, built)
             self._items.move_to_end(key)
             while len(self._items) > self.cache_size:
-                self._items.popitem(last=False)
+                gone, _ = self._items.popitem(last=False)
+                self._room.pop(gone, None)
             return item
 
     def _build(self, scope: Scope) -> Any:
@@ -150,7 +200,7 @@ class ManagedWindows:
         user, agent, session = _owner(scope)
         manager = SemanticSummarizingConversationManager(
             preserve_recent_messages=self.preserve_recent_messages, summarizer=summarizer,
-            max_context_tokens=self.window_tokens, max_history_turns=max(1, self.window_messages // 2),
+            max_context_tokens=self.window_tokens, max_history_turns=self._max_originals // 2,
             embedding_model=self.embedder, store=self.store, session_id=session, user_id=user, agent_id=agent,
             tenant=tenant)
         archive: Any = manager.archive
