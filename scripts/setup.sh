@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up everything fullrecall and its tests need on a fresh machine:
-# the redis-server binary (Debian), a virtual environment with every extra,
+# the redis-server binary and headless Chromium (Debian), a virtual environment with every extra,
 # and the offline ONNX export of the default embedding model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +10,15 @@ if ! command -v redis-server >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
   else
     sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  fi
+fi
+
+# Headless Chromium and its driver for the inspector's browser tests (tests/ui) and docs/inspector.png.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+  else
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
   fi
 fi
 

@@ -27,10 +27,12 @@ ID_ROUTES = {
     ("GET", "/v1/summaries/{summary_id}/messages"),
     ("DELETE", "/v1/facts/{fact_id}"),
     ("DELETE", "/v1/patterns/{pattern_id}"),
+    ("GET", "/v1/inspector/conversations/{conversation_id}/archive"),
+    ("GET", "/v1/inspector/conversations/{conversation_id}/timeline"),
 }
 WRITE_UNDER_ID = {("POST", "/v1/conversations/{conversation_id}/messages")}
 TENANT_WIDE = {("POST", "/v1/search"), ("GET", "/v1/stats"), ("POST", "/v1/export"), ("POST", "/v1/import"),
-               ("GET", "/metrics")}
+               ("GET", "/metrics"), ("GET", "/v1/inspector/conversations")}
 OWN_MEMORY = {("POST", "/v1/memories/record"), ("POST", "/v1/memories/retrieve"), ("POST", "/v1/facts"),
               ("GET", "/v1/facts"), ("POST", "/v1/patterns"), ("GET", "/v1/patterns"),
               ("POST", "/v1/patterns/search"), ("POST", "/v1/patterns/plan")}
@@ -124,6 +126,8 @@ def test_every_route_keeps_tenants_apart(api):
     assert r.status_code == 200 and r.json()["messages"] == 1
     _a_unchanged(api, before)
     assert api.client.get("/metrics", headers=api.b).status_code == 404  # it names every tenant
+    listed = api.client.get("/v1/inspector/conversations", headers=api.b).json()["conversations"]
+    assert [(c["conversation_id"], c["messages"]) for c in listed] == [("conv-a", 2)]  # B's own, after its import
     # long-term memory: B's reads find nothing of A's, B's writes land in B's own memory
     for owner in ({}, {"user_id": "u1"}):
         assert api.client.post("/v1/memories/record", json={"messages": [{"role": "user", "content": "My city is Oslo"}],

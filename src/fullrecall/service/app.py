@@ -26,6 +26,7 @@ from .auth import KeyStore, Principal
 from .config import Settings
 from .conversations import Conversations, NotFound
 from .indexer import Indexer
+from .inspector import inspector_router, mount_ui
 from .limits import RateLimiter
 from .longterm import router as longterm_router
 from .mcp_endpoint import mount_mcp
@@ -202,6 +203,7 @@ def create_app(settings: Settings | None = None, *, store: Any = None, embedder:
     _errors(app)
     _routes(app, service)
     mcp_running = mount_mcp(app, service)  # /mcp, when the mcp package is installed
+    mount_ui(app)  # the inspector at /ui
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(Measure, metrics=service.metrics)
     return app
@@ -445,6 +447,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         return await run_in_threadpool(conv.import_lines, s, lines)
 
     app.include_router(longterm_router(service, principal))  # /v1/memories, /v1/facts, /v1/patterns
+    app.include_router(inspector_router(service, Key))  # the read routes of the browser inspector
 
     @app.get("/metrics", tags=["admin"])
     def metrics(p: Principal = Key) -> Response:

@@ -147,9 +147,10 @@ class Conversations:
     def _register(self, scope: Scope) -> None:
         """Record the conversation in its owner's list once (idempotent), so export can find it."""
         key = (scope.tenant, scope.user_id, scope.agent_id, scope.session_id)
-        if key not in self._registered:
-            self.store.put_record(replace(scope, session_id=None), Record(id=str(scope.session_id), namespace=CONVERSATIONS,
-                                                                          text=str(scope.session_id)))
+        if key not in self._registered:  # the owner is kept too, so a tenant-wide listing can name it
+            owner = {"user_id": str(scope.user_id), "agent_id": str(scope.agent_id)}
+            self.store.put_record(replace(scope, session_id=None), Record(
+                id=str(scope.session_id), namespace=CONVERSATIONS, text=str(scope.session_id), data=owner))
             self._registered.add(key)
 
     @staticmethod

@@ -1,0 +1,139 @@
+"""The inspector's read routes on every backend: listing, paging by position, memory over time, tenancy."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from fullrecall.stores import Scope  # noqa: E402
+
+N = 150  # three pages of 60, the last one partial
+PAGE = 60
+
+
+@pytest.fixture
+def api(request, store_url, default_embedder):
+    """A served app (the manager ``request.param``, default summarizing) over a seeded store, with three keys."""
+    from fastapi.testclient import TestClient
+
+    from fullrecall.service.app import create_app
+    from fullrecall.service.config import Settings
+
+    manager = getattr(request, "param", "summarizing")
+    app = create_app(Settings(store=store_url, rate_limit=0, window_messages=20, manager=manager),
+                     embedder=default_embedder)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        service = app.state.service
+        keys = {name: service.keys.create(tenant)[0] for name, tenant in (("a", "tenant-a"), ("b", "tenant-b"))}
+        keys["ann"] = service.keys.create("tenant-a", users=["ann"])[0]
+        client.keys = keys
+        client.service = service
+        msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message number {i}", "id": f"m{i}"}
+                for i in range(N)]
+        for user, upto in (("ann", N), ("bob", 3)):
+            for start in range(0, upto, 30):  # in several requests: a summarizing manager summarizes in between
+                r = client.post("/v1/conversations/long/messages", params={"user_id": user},
+                                json={"messages": msgs[start:min(upto, start + 30)]}, headers=auth(keys["a"]))
+                assert r.status_code == 201, r.text
+        r = client.post("/v1/conversations/short/messages", params={"user_id": "ann", "agent_id": "helper"},
+                        json={"messages": msgs[:3]}, headers=auth(keys["a"]))
+        assert r.status_code == 201
+        yield client
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_lists_the_tenants_conversations_and_keeps_tenants_apart(api):
+    listed = api.get("/v1/inspector/conversations", headers=auth(api.keys["a"])).json()
+    assert listed["tenant"] == "tenant-a"
+    assert [(c["user_id"], c["agent_id"], c["conversation_id"], c["messages"]) for c in listed["conversations"]] == [
+        ("ann", None, "long", N), ("ann", "helper", "short", 3), ("bob", None, "long", 3)]
+    assert listed["truncated"] is False
+    # a key limited to ann sees ann's only; another tenant sees nothing
+    ann = api.get("/v1/inspector/conversations", headers=auth(api.keys["ann"])).json()["conversations"]
+    assert {c["user_id"] for c in ann} == {"ann"} and len(ann) == 2
+    assert api.get("/v1/inspector/conversations", headers=auth(api.keys["b"])).json()["conversations"] == []
+    # a forgotten conversation leaves the list
+    assert api.delete("/v1/conversations/long", params={"user_id": "bob"}, headers=auth(api.keys["a"])).status_code == 200
+    listed = api.get("/v1/inspector/conversations", headers=auth(api.keys["a"])).json()["conversations"]
+    assert ("bob", "long") not in {(c["user_id"], c["conversation_id"]) for c in listed}
+    check_bad_requests_and_other_tenants(api)
+
+
+@pytest.mark.parametrize("api", ["summarizing", "sliding"], indirect=True)
+def test_pages_the_archive_by_position_and_shows_memory_over_time(api):
+    seen = []
+    offset = 0
+    while True:
+        page = api.get("/v1/inspector/conversations/long/archive", params={"user_id": "ann", "offset": offset,
+                                                                           "limit": PAGE}, headers=auth(api.keys["a"]))
+        assert page.status_code == 200, page.text
+        body = page.json()
+        assert body["total"] == N and body["last_position"] == N - 1 and body["offset"] == offset
+        if not body["messages"]:
+            break
+        assert [m["position"] for m in body["messages"]] == list(range(offset, min(N, offset + PAGE)))
+        seen += [m["message"]["content"] for m in body["messages"]]
+        offset += PAGE
+    assert seen == [f"message number {i}" for i in range(N)]  # every message once, verbatim, in order
+    check_any_page(api)
+    check_memory_over_time(api)
+
+
+@settings(max_examples=15, deadline=None)
+@given(offset=st.integers(0, N + 20), limit=st.integers(1, 500))
+def check_any_page(api, offset, limit):
+    """A page is exactly the positions asked for."""
+    body = api.get("/v1/inspector/conversations/long/archive", params={"user_id": "ann", "offset": offset,
+                                                                       "limit": limit}, headers=auth(api.keys["ann"])).json()
+    assert [m["position"] for m in body["messages"]] == list(range(offset, min(N, offset + limit)))
+
+
+def check_memory_over_time(api):
+    scope = Scope(tenant="tenant-a", user_id="ann", session_id="long")
+    made = (api.service.store.get_state(scope, "summaries") or {"items": []})["items"]
+    managed = api.service.conversations.windows is not None
+    assert bool(made) == managed  # the summarizing manager summarized as the conversation grew; sliding did not
+    body = api.get("/v1/inspector/conversations/long/timeline", params={"user_id": "ann", "points": 12},
+                   headers=auth(api.keys["a"])).json()
+    series = body["series"]
+    assert body["total"] == N and body["summaries"] == len(made) and body["window_messages"] == 20
+    assert 2 <= len(series) <= 12 and series[0]["position"] == 0 and series[-1]["position"] == N - 1
+    assert series[-1]["archived"] == N
+    for a, b in zip(series, series[1:]):
+        assert a["t"] <= b["t"] and a["archived"] < b["archived"]
+    for p in series:
+        summarized = max((s["covers"][1] + 1 for s in made if s["created_at"] <= p["t"]), default=0)
+        assert p["summarized"] == summarized
+        assert p["window"] == (p["archived"] - summarized + (summarized > 0) if managed else min(p["archived"], 20))
+    assert (series[-1]["summarized"] > 0) == managed
+
+
+def check_bad_requests_and_other_tenants(api):
+    a, b = auth(api.keys["a"]), auth(api.keys["b"])
+    for path in ("archive", "timeline"):
+        url = f"/v1/inspector/conversations/long/{path}"
+        assert api.get(url, params={"user_id": "ann"}, headers=b).status_code == 404  # ids are not confirmed
+        assert api.get(url, headers=a).status_code == 404  # the default owner has no such conversation
+        assert api.get(url, params={"user_id": "bob"}, headers=auth(api.keys["ann"])).status_code == 403
+        assert api.get(url, params={"user_id": "ann"}).status_code == 401
+    r = api.get("/v1/inspector/conversations/long/archive", params={"user_id": "ann", "limit": 501}, headers=a)
+    assert r.status_code == 422 and r.json()["error"]["field"] == "limit"
+    r = api.get("/v1/inspector/conversations/long/archive", params={"user_id": "ann", "offset": -1}, headers=a)
+    assert r.status_code == 422 and r.json()["error"]["field"] == "offset"
+
+
+def test_the_page_is_served_with_headers_that_keep_it_to_itself(api):
+    for path in ("/ui/", "/ui/app.js", "/ui/style.css"):
+        r = api.get(path)  # no key: the page asks for one
+        assert r.status_code == 200 and r.headers["x-frame-options"] == "DENY", path
+        assert "default-src 'self'" in r.headers["content-security-policy"]
+    assert "<title>fullrecall inspector</title>" in api.get("/ui/").text
+    assert api.get("/ui", follow_redirects=False).status_code in (307, 308)
+    assert api.get("/ui/nothing.js").status_code == 404

@@ -1,0 +1,194 @@
+"""The inspector at /ui in headless Chromium against a real server: what a person clicks, what they see."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+from fullrecall.memory import FactMemory  # noqa: E402
+from fullrecall.stores import Scope  # noqa: E402
+
+
+def _by():
+    from selenium.webdriver.common.by import By
+
+    return By
+
+
+def wait(driver: Any, condition: Any, seconds: float = 20) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, seconds).until(condition)
+
+
+def text(driver: Any, element_id: str) -> str:
+    return driver.find_element(_by().ID, element_id).text
+
+
+def click(driver: Any, css: str) -> None:
+    from selenium.webdriver.support import expected_conditions as ec
+
+    wait(driver, ec.element_to_be_clickable((_by().CSS_SELECTOR, css))).click()
+
+
+def rows(driver: Any, css: str) -> list[Any]:
+    return driver.find_elements(_by().CSS_SELECTOR, css)
+
+
+def test_a_person_inspects_searches_pages_and_forgets(shot, browser, served, artifacts):
+    base, service, data = served
+    By = _by()
+    shot.open_inspector(browser, base, data["key"])
+    wait(browser, lambda d: "tenant acme" in text(d, "who"))
+    assert [o.text for o in rows(browser, "#user option")] == ["ann"]
+    click(browser, "[data-conversation='trip-to-lisbon']")
+    wait(browser, lambda d: text(d, "page-info") == "positions 200–239 of 240")  # opens on the newest page
+    trip = Scope(tenant="acme", user_id="ann", session_id="trip-to-lisbon")
+    window = service.conversations.window(trip)  # a summary of what left it, then the newest messages
+    shown = rows(browser, "#window li")
+    assert [r.get_attribute("data-position") for r in shown] == [
+        None if m["position"] is None else str(m["position"]) for m in window]
+    assert window[0]["kind"] == "summary" and "summary" in shown[0].get_attribute("class")
+    assert shown[-1].get_attribute("data-position") == "239"
+    assert len(rows(browser, "#chart polyline")) == 3
+    browser.save_screenshot(str(artifacts / "1-conversation.png"))
+
+    # the timeline, a page at a time
+    click(browser, "#prev")
+    wait(browser, lambda d: text(d, "page-info") == "positions 100–199 of 240")
+    assert [r.get_attribute("data-position") for r in rows(browser, "#timeline li")] == [str(p) for p in range(100, 200)]
+    click(browser, "#first")
+    wait(browser, lambda d: text(d, "page-info") == "positions 0–99 of 240")
+    assert not browser.find_element(By.ID, "prev").is_enabled()
+    stored = service.store.range(Scope(tenant="acme", user_id="ann", session_id="trip-to-lisbon"), 0, 99)
+    assert [r.find_element(By.CLASS_NAME, "text").text for r in rows(browser, "#timeline li")] == [
+        m.data["content"] for m in stored]
+    browser.save_screenshot(str(artifacts / "2-timeline.png"))
+
+    # a summary expands to the exact archived messages it covers
+    made = service.conversations.summaries(trip)  # made by the service's summarizing manager as the seed grew
+    summaries = rows(browser, "#summaries details")
+    assert len(made) > 1 and len(summaries) == len(made)
+    start, end = made[1]["covers"]
+    summaries[1].find_element(By.TAG_NAME, "summary").click()
+    wait(browser, lambda d: len(rows(d, "#summaries details[open] .expanded li")) == end - start + 1)
+    expanded = rows(browser, "#summaries details[open] .expanded li")
+    assert [r.get_attribute("data-position") for r in expanded] == [str(p) for p in range(start, end + 1)]
+    assert [r.find_element(By.CLASS_NAME, "text").text for r in expanded] == [
+        m["message"]["content"] for m in service.conversations.summary_messages(trip, made[1]["id"])]
+    browser.save_screenshot(str(artifacts / "3-summary.png"))
+
+    # search: scores for each recalled message, its range highlighted in the timeline
+    browser.find_element(By.ID, "query").send_keys("what was my locker code")
+    click(browser, "#search-form button")
+    wait(browser, lambda d: rows(d, "#hits li"))
+    top = rows(browser, "#hits li")[0]
+    assert "4471" in top.text
+    position = int(top.get_attribute("data-position"))
+    for kind in ("dense", "lexical", "fused"):
+        float(top.find_element(By.CLASS_NAME, kind).text)  # a number, not a dash
+    assert top.find_element(By.CLASS_NAME, "rerank").text == "—"  # no reranker configured
+    top.find_element(By.CSS_SELECTOR, "button.show").click()
+    wait(browser, lambda d: [r.get_attribute("data-position") for r in rows(d, "#timeline li.hit")] == [str(position)])
+    assert [r.get_attribute("data-position") for r in rows(browser, "#timeline li.in-range")] == [
+        str(position - 1), str(position), str(position + 1)]  # radius 1
+    browser.save_screenshot(str(artifacts / "4-search.png"))
+
+    # the key stays for the tab: a reload does not ask again
+    browser.refresh()
+    wait(browser, lambda d: rows(d, "[data-conversation='printer-support']"))
+    assert not browser.find_element(By.ID, "key-dialog").is_displayed()
+
+    # long-term facts with their validity intervals: the superseded one greyed, hidden without history
+    wait(browser, lambda d: len(rows(d, "#facts tr[data-fact]")) == 4)
+    facts = {r.get_attribute("data-fact"): r for r in rows(browser, "#facts tr[data-fact]")}
+    texts = {r.find_element(By.TAG_NAME, "td").text: r.get_attribute("class") for r in facts.values()}
+    assert texts == {"My city is Porto": "superseded", "My city is Lisbon": "current",
+                     "My sister is vegetarian": "current", "My favourite airline is TAP": "current"}
+    porto = next(r for r in facts.values() if "Porto" in r.text)
+    assert "now" not in porto.text and "now" in next(r for r in facts.values() if "Lisbon" in r.text).text
+    click(browser, "#fact-history")
+    wait(browser, lambda d: len(rows(d, "#facts tr[data-fact]")) == 3 and "Porto" not in text(d, "facts"))
+    click(browser, "#fact-history")
+    wait(browser, lambda d: len(rows(d, "#facts tr[data-fact]")) == 4)
+    # forget a fact, with confirmation
+    fact_memory = FactMemory(service.store, user_id="ann", tenant="acme", embedder=service.indexer.embedder)
+    tap = next(f for f in fact_memory.history() if "TAP" in f.text)
+    click(browser, f"tr[data-fact='{tap.id}'] button.forget-fact")
+    wait(browser, lambda d: d.find_element(By.ID, "confirm").is_displayed())
+    assert "TAP" in text(browser, "confirm-text")
+    click(browser, "#confirm-yes")
+    wait(browser, lambda d: len(rows(d, "#facts tr[data-fact]")) == 3)
+    assert "TAP" not in text(browser, "facts") and not any("TAP" in f.text for f in fact_memory.history())
+    # procedural patterns with their steps and scores; a task finds the similar one
+    patterns = rows(browser, "#patterns .pattern")
+    assert [p.find_element(By.TAG_NAME, "b").text for p in patterns] == ["book a flight",
+                                                                         "find a restaurant for a vegetarian"]
+    assert [li.text for li in patterns[0].find_elements(By.CSS_SELECTOR, ".steps li")] == [
+        "search_flights", "compare_fares", "hold_seat", "pay"]
+    assert patterns[0].find_element(By.CLASS_NAME, "success").text == "0.920"
+    browser.find_element(By.ID, "pattern-query").send_keys("booking a plane ticket")
+    click(browser, "#pattern-form button")
+    wait(browser, lambda d: rows(d, "#patterns .similarity"))
+    assert [p.text for p in rows(browser, "#patterns .pattern > b")] == ["book a flight"]
+    browser.save_screenshot(str(artifacts / "5-long-term.png"))
+
+    # forget a conversation, with confirmation (cancel first: nothing goes)
+    printer = Scope(tenant="acme", user_id="ann", session_id="printer-support")
+    click(browser, "[data-conversation='printer-support']")
+    click(browser, "#forget-conversation")
+    wait(browser, lambda d: d.find_element(By.ID, "confirm").is_displayed())
+    assert "printer-support" in text(browser, "confirm-text")
+    click(browser, "#confirm-no")
+    assert service.store.count(printer) == 2
+    click(browser, "#forget-conversation")
+    click(browser, "#confirm-yes")
+    wait(browser, lambda d: "Forgot printer-support" in text(d, "pick"))
+    wait(browser, lambda d: not rows(d, "[data-conversation='printer-support']"))
+    assert service.store.count(printer) == 0
+    assert rows(browser, "[data-conversation='trip-to-lisbon']")
+    browser.save_screenshot(str(artifacts / "6-forgotten.png"))
+
+
+def test_another_tenants_key_sees_none_of_it(shot, browser, served, artifacts):
+    base, service, data = served
+    other, _ = service.keys.create("globex")
+    browser.get(f"{base}/ui/")
+    browser.execute_script("sessionStorage.clear()")
+    shot.open_inspector(browser, base, other)
+    wait(browser, lambda d: "tenant globex" in text(d, "who"))
+    wait(browser, lambda d: d.find_element(_by().ID, "no-conversations").is_displayed())
+    assert not rows(browser, "[data-conversation]") and not rows(browser, "#user option")
+    wait(browser, lambda d: text(d, "facts") == "No facts for this user." and text(d, "patterns") == "No patterns for this user.")
+    assert "lisbon" not in browser.page_source.lower() and "4471" not in browser.page_source
+    browser.save_screenshot(str(artifacts / "7-other-tenant.png"))
+    # and a wrong key is refused and asked again
+    click(browser, "#change-key")
+    browser.find_element(_by().ID, "key").send_keys("fr_nope_nope")
+    click(browser, "#key-open")
+    wait(browser, lambda d: "not accepted" in text(d, "key-error"))
+
+
+def test_a_key_limited_to_a_user_sees_that_user_only(shot, browser, served, artifacts):
+    from selenium.webdriver.support.ui import Select
+
+    base, service, data = served
+    service.conversations.append(Scope(tenant="acme", user_id="bob", session_id="bobs-notes"),
+                                 [{"role": "user", "content": "bob's own note"}])
+
+    def open_with(key: str) -> None:
+        browser.get(f"{base}/ui/")
+        browser.execute_script("sessionStorage.clear()")
+        shot.open_inspector(browser, base, key)
+        wait(browser, lambda d: rows(d, "[data-conversation='trip-to-lisbon']"))
+
+    open_with(service.keys.create("acme", users=["ann"])[0])
+    assert [o.text for o in rows(browser, "#user option")] == ["ann"]
+    assert "bob" not in browser.page_source
+    open_with(data["key"])
+    assert [o.text for o in rows(browser, "#user option")] == ["ann", "bob"]
+    Select(browser.find_element(_by().ID, "user")).select_by_visible_text("bob")
+    wait(browser, lambda d: [b.text for b in rows(d, "[data-conversation]")] == ["bobs-notes\n1"])
