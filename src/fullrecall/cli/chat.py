@@ -140,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
             answer = model.complete(ChatRequest(system=args.system, messages=as_chat(window),
                                                 max_tokens=args.max_answer_tokens))
             memory.add({"role": "assistant", "content": answer.text, "id": uuid.uuid4().hex})
-            scores = {h.position: h.score for h in (recall.hits if recall else [])}
+            hits: list[Any] = recall.hits if recall else []
+            scores = {h.position: h.score for h in hits}
             recalled = [{"position": m.position, "role": m.role, "text": message_text(m.data),
                          "score": scores.get(m.position)} for m in (recall.messages if recall else [])]
             left = memory.manager.removed_message_count - removed

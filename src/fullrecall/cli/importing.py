@@ -25,24 +25,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def detect(path: str) -> str:
-    """The format of ``path``, from its first bytes."""
+    """The format of ``path``: a folder is strands, a fullrecall header jsonl, LoCoMo samples locomo, else openai."""
     p = Path(path)
     if p.is_dir():
         return "strands"
     with p.open(encoding="utf-8") as fp:
-        head = fp.read(65536)
-    first = head.lstrip().split("\n", 1)[0]
-    try:
-        line = json.loads(first)
+        first = fp.readline()
+        try:
+            line = json.loads(first)
+        except json.JSONDecodeError:
+            return "openai"  # JSON Lines, or a JSON document spread over lines: read it whole below
         if isinstance(line, dict) and line.get("format") == "fullrecall":
             return "jsonl"
-    except json.JSONDecodeError:
-        pass
-    if head.lstrip().startswith("[") and '"sample_id"' in head and '"conversation"' in head:
-        return "locomo"
-    if head.lstrip().startswith("{") and '"sample_id"' in head and '"speaker_a"' in head:
-        return "locomo"
-    return "openai"
+        try:
+            whole = json.loads(first + fp.read())
+        except json.JSONDecodeError:
+            return "openai"
+    sample = whole[0] if isinstance(whole, list) and whole else whole
+    return "locomo" if isinstance(sample, dict) and isinstance(sample.get("conversation"), dict) else "openai"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -38,16 +38,21 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; only the command ``argv`` names gets its module imported (so ``--help`` imports nothing heavy)."""
+    args = sys.argv[1:] if argv is None else argv
+    chosen = next((a for a in args if not a.startswith("-")), None)
     parser = argparse.ArgumentParser(prog="fullrecall", description="Memory for LLM agents that never loses a word.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, text) in COMMANDS.items():
-        mod = _load(module)
-        p = sub.add_parser(name, help=text, description=(mod.__doc__ or text).strip().split("\n\n")[0])
+        p = sub.add_parser(name, help=text, description=text)
         p.set_defaults(_module=module)
-        mod.add_arguments(p)
+        if name == chosen:
+            mod = _load(module)
+            p.description = (mod.__doc__ or text).strip().split("\n\n")[0]
+            mod.add_arguments(p)
     bench = sub.add_parser("bench", help="measure speed and recall").add_subparsers(dest="bench", required=True)
-    for name, module in BENCHES.items():
+    for name, module in BENCHES.items() if chosen == "bench" else ():
         mod = _load(module)  # bench modules import their heavy dependencies only in run()
         p = bench.add_parser(name, help=(mod.__doc__ or "").strip().splitlines()[0] if mod.__doc__ else name)
         p.set_defaults(_module=module)
@@ -60,7 +65,7 @@ def _load(module: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     from ..errors import FullRecallError
     from .common import CommandError
 

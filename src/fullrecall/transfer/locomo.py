@@ -101,7 +101,8 @@ def export_locomo(store: Store, scope: Scope, fp: IO[str], *, progress: Progress
         conv: dict[str, Any] = {}
         for m in stored:
             data = m.data
-            meta = data.get("locomo") if isinstance(data.get("locomo"), dict) else {}
+            found = data.get("locomo")
+            meta: dict[str, Any] = found if isinstance(found, dict) else {}
             speaker = data.get("name") or m.role
             if m.role == "user":
                 conv.setdefault("speaker_a", speaker)

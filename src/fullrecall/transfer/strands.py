@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +104,7 @@ def import_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *, 
 
 
 def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).isoformat()
+    return datetime.fromtimestamp(t, UTC).isoformat()
 
 
 def _dump(path: Path, data: dict[str, Any]) -> None:
