@@ -141,9 +141,10 @@ def run(args: argparse.Namespace) -> int:
                                                 max_tokens=args.max_answer_tokens))
             memory.add({"role": "assistant", "content": answer.text, "id": uuid.uuid4().hex})
             hits: list[Any] = recall.hits if recall else []
+            shown: list[Any] = recall.messages if recall else []
             scores = {h.position: h.score for h in hits}
             recalled = [{"position": m.position, "role": m.role, "text": message_text(m.data),
-                         "score": scores.get(m.position)} for m in (recall.messages if recall else [])]
+                         "score": scores.get(m.position)} for m in shown]
             left = memory.manager.removed_message_count - removed
             new = memory.manager.archive.summaries()[summaries:]
             summarized = {"archived": left, "summaries": [{"covers": s["covers"], "text": s["text"]} for s in new]
