@@ -76,14 +76,14 @@ def test_locomo_import_is_idempotent_and_jsonl_round_trips_losslessly(tmp_path, 
     exported = tmp_path / "a.jsonl"
     counts = out("export", str(exported), "--store", a, "--user", "ann", cwd=tmp_path)
     assert counts["messages"] == turns and counts["conversations"] == 2
-    lines = exported.read_text().splitlines()
+    lines = exported.read_text().split("\n")
     assert json.loads(lines[0])["format"] == "fullrecall" and json.loads(lines[0])["version"] == 1
     imported = out("import", str(exported), "--store", b, "--no-embed", cwd=tmp_path)  # the owner comes from the file
     assert imported["format"] == "jsonl" and imported["written"] == turns
     assert out("import", str(exported), "--store", b, "--no-embed", cwd=tmp_path)["written"] == 0
     fr("export", str(tmp_path / "b.jsonl"), "--store", b, "--user", "ann", cwd=tmp_path)
-    back = (tmp_path / "b.jsonl").read_text().splitlines()
-    assert [json.loads(x) for x in back[1:]] == [json.loads(x) for x in lines[1:]]  # every field, every message
+    back = (tmp_path / "b.jsonl").read_text().split("\n")
+    assert [json.loads(x) for x in back[1:] if x] == [json.loads(x) for x in lines[1:] if x]  # every field, every message
 
     fr("export", str(tmp_path / "back.json"), "--format", "locomo", "--store", b, "--user", "ann", cwd=tmp_path)
     original = {s["sample_id"]: s["conversation"] for s in json.loads(locomo_file.read_text())}
@@ -146,7 +146,7 @@ def test_chat_scripted_recalls_and_summarizes_then_inspect_search_forget(tmp_pat
             "What should I cook tonight?", "What is my locker code?"]
     done = fr("chat", "--model", "scripted", "--store", store, "--user", "ann", "--session", "s1", "--max-turns", "4",
               "--json", cwd=tmp_path, stdin="\n".join(said) + "\n")
-    turns = [json.loads(x) for x in done.stdout.splitlines()]
+    turns = [json.loads(x) for x in done.stdout.split("\n") if x]
     assert [t["user"] for t in turns] == said and all(t["answer"].startswith("(scripted") for t in turns)
     assert any(t["summarized"] for t in turns)
     last = turns[-1]["recalled"]
@@ -182,7 +182,7 @@ def test_chat_against_an_openai_compatible_server(tmp_path):
         done = fr("chat", "--provider", "openai", "--model", "gpt-test", "--base-url", server.base_url, "--api-key",
                   "k", "--store", f"sqlite:///{tmp_path / 'm.db'}", "--max-turns", "3", "--json", cwd=tmp_path,
                   stdin="\n".join(said) + "\n")
-        answers = [json.loads(x)["answer"] for x in done.stdout.splitlines()]
+        answers = [json.loads(x)["answer"] for x in done.stdout.split("\n") if x]
         assert answers == ["Noted: 4711.", "Sure.", "Sure.", "It is 4711."]
         assert server.requests[0]["model"] == "gpt-test" and server.headers[0]["authorization"] == "Bearer k"
         assert server.requests[-1]["messages"][-1]["content"].endswith("What is my locker code?")
@@ -213,5 +213,5 @@ def test_jsonl_round_trip_on_every_backend(tmp_path, store_url):
     assert out("import", "a.jsonl", "--store", store_url, "--no-embed", cwd=tmp_path)["written"] == 5
     assert out("import", "a.jsonl", "--store", store_url, "--no-embed", cwd=tmp_path)["written"] == 0
     fr("export", "b.jsonl", "--store", store_url, "--user", "u", cwd=tmp_path)
-    a, b = ((tmp_path / n).read_text().splitlines()[1:] for n in ("a.jsonl", "b.jsonl"))
-    assert [json.loads(x) for x in a] == [json.loads(x) for x in b]
+    a, b = ((tmp_path / n).read_text().split("\n")[1:] for n in ("a.jsonl", "b.jsonl"))
+    assert [json.loads(x) for x in a if x] == [json.loads(x) for x in b if x]

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
         if not total:
             raise CommandError(f"conversation {args.session!r} not found (tenant {own.tenant!r}, "
                                f"user {own.user_id or '(default)'!r}, agent {own.agent_id or '(default)'!r})")
-        first, last = store.range(own, 0, 2**62)[:1], _last(store, own, total)
+        first, last = store.range(own, 0, 0), _last(store, own, total)
         memory = SyncConversationMemory(store, args.session, user_id=own.user_id or None, agent_id=own.agent_id or None)
         window = memory.messages
         manager = memory.manager
@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
         summaries = manager.archive.summaries()
         managed = store.get_state(own, "window") is not None
         removed = manager.removed_message_count
+        pinned = int(bool(first) and first[0].role in ("system", "developer"))  # stays at the window's head
         report = {
             "conversation_id": args.session, "tenant": own.tenant, "user_id": own.user_id or None,
             "agent_id": own.agent_id or None, "messages": total,
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             "window": {"managed": managed, "messages": len(window), "archived": removed,
                        "summary": summary, "items": window},
             "summaries": summaries,
-            "archive": {"span": [memory._pinned, memory._pinned + removed - 1] if removed else None,
+            "archive": {"span": [pinned, pinned + removed - 1] if removed else None,
                         "stats": store.stats(own)},
         }
         lines = [f"conversation {args.session!r}: {total:,} messages, positions {report['positions'][0]}"
