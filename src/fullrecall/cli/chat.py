@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region", help="AWS region for Bedrock (env AWS_REGION)")
     parser.add_argument("--system", default=SYSTEM, help="the system prompt")
     parser.add_argument("--max-turns", type=int, default=10,
-                        help="messages kept in the window before it is summarized (default 10)")
+                        help="the window manager's max_history_turns: past it, the window is summarized (default 10)")
     parser.add_argument("--max-answer-tokens", type=int, default=800)
 
 
@@ -40,15 +40,18 @@ class ScriptedModel:
 
     name = "scripted"
 
+    def __init__(self) -> None:
+        self.turns = 0
+
     def complete(self, request: Any) -> Any:
         from ..summarizers.chat_models.base import ChatResponse
 
+        self.turns += 1
         question = request.messages[-1]["content"] if request.messages else ""
-        recalled = question.count("\n- ") if "---Previous Context---" in question else 0
+        recalled = "---Previous Context---" in question
         asked = question.rsplit("Current question:", 1)[-1].strip() if "Current question:" in question else question
-        turn = sum(1 for m in request.messages if m["role"] == "user")
-        return ChatResponse(f"(scripted answer {turn}) You said: {asked!r}."
-                            + (f" I recalled {recalled} earlier messages." if recalled else ""), model="scripted")
+        return ChatResponse(f"(scripted answer {self.turns}) You said: {asked!r}."
+                            + (" Earlier messages were recalled for me." if recalled else ""), model="scripted")
 
     async def acomplete(self, request: Any) -> Any:
         return self.complete(request)

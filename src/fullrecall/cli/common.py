@@ -75,6 +75,12 @@ def message_text(data: dict[str, Any]) -> str:
         return json.dumps(data, ensure_ascii=False)
 
 
+def speaker(data: dict[str, Any], role: str) -> str:
+    """Who said a message: its ``"name"`` when it has one (a LoCoMo speaker), else its role."""
+    name = data.get("name")
+    return name if isinstance(name, str) and name else role
+
+
 @contextmanager
 def progress_bars(enabled: bool = True) -> Iterator[Any]:
     """A :data:`~fullrecall.transfer._common.Progress` drawing Rich bars on stderr (when it is a terminal)."""

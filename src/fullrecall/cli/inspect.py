@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from .common import CommandError, add_store, emit, message_text, open_store, scope, shorten
+from .common import CommandError, add_store, emit, message_text, open_store, scope, shorten, speaker
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         shown = window[-args.limit:] if args.limit > 0 else []
         if len(window) > len(shown):
             lines.append(f"  … {len(window) - len(shown)} earlier window messages")
-        lines += [f"  {m.get('role', '?')}: {shorten(message_text(m))}" for m in shown]
+        lines += [f"  {speaker(m, str(m.get('role', '?')))}: {shorten(message_text(m))}" for m in shown]
         lines.append(f"summaries: {len(summaries)}")
         lines += [f"  {s['id']} covers {s['covers'][0]}-{s['covers'][1]}: {shorten(s['text'])}" for s in summaries]
         emit(args, report | {"last_message": message_out(last) if last else None}, "\n".join(lines))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_store, emit, message_text, open_store, scope, shorten
+from .common import add_store, emit, message_text, open_store, scope, shorten, speaker
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
                          f"position {m.position}")
             for x in around:
                 mark = ">" if x.position == m.position else " "
-                lines.append(f"   {mark} [{x.position}] {x.role}: {shorten(message_text(x.data))}")
+                lines.append(f"   {mark} [{x.position}] {speaker(x.data, x.role)}: {shorten(message_text(x.data))}")
         emit(args, {"query": args.query, "hits": out}, "\n".join(lines) if lines else "no hits")
     finally:
         store.close()
