@@ -119,7 +119,6 @@ def test_openai_and_strands_formats(tmp_path):
     strands_in = out("import", "sessions", "--store", other, "--no-embed", cwd=tmp_path)
     assert strands_in["format"] == "strands" and strands_in["written"] == len(loaded)
     assert out("import", "sessions", "--store", other, "--no-embed", cwd=tmp_path)["written"] == 0
-    fr("export", "-", "--format", "openai", "--store", store, "--session", "t", cwd=tmp_path)
     exported = fr("export", "-", "--format", "openai", "--store", store, "--session", "t", cwd=tmp_path).stdout
     assert json.loads(exported) == {"conversation_id": "t", "messages": transcript}
 
@@ -205,13 +204,20 @@ def test_keys_through_the_command(tmp_path):
 
 
 def test_jsonl_round_trip_on_every_backend(tmp_path, store_url):
-    source = f"sqlite:///{tmp_path / 's.db'}"
-    transcript = [{"role": "user", "content": f"message {i} ünïcode"} for i in range(5)]
-    (tmp_path / "t.json").write_text(json.dumps(transcript))
-    fr("import", "t.json", "--store", source, "--user", "u", "--no-embed", cwd=tmp_path)
-    fr("export", "a.jsonl", "--store", source, "--user", "u", cwd=tmp_path)
+    import io
+
+    from fullrecall.stores import open_store
+    from fullrecall.stores.base import Scope
+    from fullrecall.transfer import jsonl, openai
+
+    source = open_store("sqlite:///:memory:")
+    transcript = [{"role": "user", "content": f"message {i} ünïcode\u2028"} for i in range(5)]
+    openai.import_openai(source, Scope(user_id="u", session_id="t"), io.StringIO(json.dumps(transcript)))
+    source.put_state(Scope(user_id="u", session_id="t"), "summaries", {"items": [{"id": "s", "covers": [0, 1]}]})
+    with open(tmp_path / "a.jsonl", "w", encoding="utf-8") as fp:
+        jsonl.export_jsonl(source, Scope(user_id="u"), fp)
     assert out("import", "a.jsonl", "--store", store_url, "--no-embed", cwd=tmp_path)["written"] == 5
     assert out("import", "a.jsonl", "--store", store_url, "--no-embed", cwd=tmp_path)["written"] == 0
     fr("export", "b.jsonl", "--store", store_url, "--user", "u", cwd=tmp_path)
-    a, b = ((tmp_path / n).read_text().split("\n")[1:] for n in ("a.jsonl", "b.jsonl"))
+    a, b = ((tmp_path / n).read_text(encoding="utf-8").split("\n")[1:] for n in ("a.jsonl", "b.jsonl"))
     assert [json.loads(x) for x in a if x] == [json.loads(x) for x in b if x]

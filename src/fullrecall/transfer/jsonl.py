@@ -10,7 +10,8 @@ line has a ``"type"``:
   (``{"model", "dim", "b64"}``: little-endian float32, base64), so an import never
   embeds again;
 * ``"state"``: a conversation's state document (``key`` is ``window``, ``archive`` or
-  ``summaries``; ``value`` the document): the window and its summaries come back as they were.
+  ``summaries``; ``value`` the document): the window and its summaries come back as they were
+  (an import writes a state the conversation does not have yet, never over a newer one).
 
 A line without ``"type"`` is a message (the service's export before the header existed);
 a file without a header is read as version 1. Importing puts each message back at its
@@ -65,16 +66,12 @@ def lines(store: Store, scope: Scope, *, vectors: bool = True, progress: Progres
         own = replace(scope, session_id=session)
         model = (store.vector_model(own) or (None, 0))[0] if vectors else None
         start = 0
-        while True:
-            chunk = store.range(own, start, start + BATCH - 1) if start >= 0 else []
-            if not chunk:
-                break
+        while chunk := store.range(own, start, start + BATCH - 1):
             found = store.get_vectors(own, [m.id for m in chunk]) if model else {}
             for m in chunk:
                 m.session_id = m.session_id or session
                 yield message_line(m, found.get(m.id), model)
-            last = chunk[-1].position
-            start = (last + 1) if last is not None else -1
+            start = int(chunk[-1].position or 0) + 1
         for key in STATE_KEYS:
             value = store.get_state(own, key)
             if value is not None:
@@ -230,8 +227,8 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
                 counts.embedded += len(todo)
         if embedder is not None:
             counts.embedded += embed(store, own, [m.id for m in messages], embedder, progress)
-        for state_key, value in states.items():
-            if store.get_state(own, state_key) != value:
+        for state_key, value in states.items():  # a conversation that has moved on since keeps its own
+            if store.get_state(own, state_key) is None:
                 store.put_state(own, state_key, value)
     return _result(counts)
 
