@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +16,14 @@ from summarizer_peers import Reply, ScriptedServer, completion  # noqa: E402
 LOCOMO = Path("/work/shared/bench/locomo-dev.json")
 
 
-def fr(*args: str, cwd: Path, stdin: str | None = None, ok: bool = True) -> subprocess.CompletedProcess:
-    """Run ``python -m fullrecall ARGS``; with ``ok`` it must exit 0."""
+def fr(*args: str, cwd: Path, stdin: str | None = None, ok: bool = True, path: str | None = None
+       ) -> subprocess.CompletedProcess:
+    """Run ``python -m fullrecall ARGS`` (``path`` added to PYTHONPATH); with ``ok`` it must exit 0."""
+    env = dict(os.environ)
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), path) if p)
     done = subprocess.run([sys.executable, "-m", "fullrecall", *args], capture_output=True, text=True, cwd=cwd,
-                          input=stdin if stdin is not None else "", timeout=180)
+                          input=stdin if stdin is not None else "", timeout=180, env=env)
     if ok:
         assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
@@ -191,6 +196,19 @@ def test_chat_against_an_openai_compatible_server(tmp_path):
         assert failing.returncode == 1 and failing.stderr.startswith("error: ") and "401" in failing.stderr
     finally:
         server.close()
+
+
+def test_chat_with_a_strands_model(tmp_path):
+    said = ["The boat is called Aurora.", "Nice weather.", "Any plans?", "What is the boat called?"]
+    done = fr("chat", "--provider", "strands", "--model", "strands_peer:model", "--store",
+              f"sqlite:///{tmp_path / 'm.db'}", "--max-turns", "3", "--json", cwd=tmp_path,
+              stdin="\n".join(said) + "\n", path=str(Path(__file__).parent))
+    turns = [json.loads(x) for x in done.stdout.split("\n") if x]
+    assert [t["model"] for t in turns] == ["strands:EchoModel"] * 4
+    assert turns[0]["answer"] == "strands heard: The boat is called Aurora."
+    assert turns[-1]["answer"].endswith("What is the boat called?") and "Aurora" in turns[-1]["answer"]  # recalled
+    wrong = fr("chat", "--provider", "strands", "--model", "no_colon", cwd=tmp_path, stdin="", ok=False)
+    assert wrong.returncode == 2 and "package.module:name" in wrong.stderr
 
 
 def test_keys_through_the_command(tmp_path):
