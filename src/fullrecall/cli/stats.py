@@ -30,8 +30,10 @@ def run(args: argparse.Namespace) -> int:
         where = f"conversation {own.session_id!r} of " if own.session_id else ""
         text = "\n".join([f"{where}{who} in tenant {own.tenant!r} ({store.url.split('://')[0]} store)"] +
                          [f"  {k:<22} {v:,}" for k, v in stats.items()])
-        emit(args, {"tenant": own.tenant, "user_id": None if args.everyone else own.user_id,
-                    "agent_id": None if args.everyone else own.agent_id, "session_id": own.session_id, **stats}, text)
+        emit(args, {"tenant": own.tenant, "everyone": args.everyone,  # the default owner's ids are null, as in exports
+                    "user_id": None if args.everyone else own.user_id or None,
+                    "agent_id": None if args.everyone else own.agent_id or None, "session_id": own.session_id,
+                    **stats}, text)
     finally:
         store.close()
     return 0
