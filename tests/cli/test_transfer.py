@@ -93,3 +93,14 @@ def test_a_bad_line_is_named_and_nothing_is_written():
     with pytest.raises(MessageFormatError, match="format 'other'"):
         jsonl.import_jsonl(store, Scope(), io.StringIO(json.dumps({"format": "other", "version": 1})))
     assert store.count(Scope(session_id="c")) == 0
+
+
+def test_the_services_first_export_without_header_is_read_as_version_1():
+    store = open_store("sqlite:///:memory:")
+    old = [{"conversation_id": "c", "user_id": None, "agent_id": None, "id": f"m{i}", "position": i, "role": "user",
+            "created_at": 1.0, "message": {"role": "user", "content": f"old line {i}"}} for i in range(3)]
+    del old[1]["role"]  # a line with only what the service's first export had, or less
+    counts = jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join(json.dumps(x) for x in old)))
+    assert counts["written"] == 3
+    stored = store.range(Scope(session_id="c"), 0, 10)
+    assert [m.id for m in stored] == ["m0", "m1", "m2"] and stored[1].text.endswith("old line 1")

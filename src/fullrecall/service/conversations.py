@@ -320,7 +320,7 @@ class Conversations:
         for n, line in enumerate(lines):
             if not isinstance(line, dict):
                 raise MessageFormatError(f"line {n + 1}: expected a JSON object")
-            if "format" in line and "type" not in line:
+            if jsonl.is_header(line):
                 jsonl.check_header(line, n + 1)
                 continue
             if line.get("type", "message") != "message":

@@ -31,8 +31,9 @@ from typing import IO, Any
 import numpy as np
 
 from ..errors import MessageFormatError
+from ..stores._common import check_messages
 from ..stores.base import Scope, Store, StoredMessage
-from ._common import BATCH, Counts, Progress, conversations, embed, no_progress, register
+from ._common import BATCH, Counts, Progress, conversations, embed, no_progress, records_for, register
 
 FORMAT = "fullrecall"
 VERSION = 1
@@ -109,12 +110,17 @@ def read(fp: IO[str] | Iterable[str]) -> Iterator[dict[str, Any]]:
             raise MessageFormatError(f"line {n + 1}: not valid JSON ({exc.msg})") from None
         if not isinstance(line, dict):
             raise MessageFormatError(f"line {n + 1}: expected a JSON object")
-        if "format" in line and "type" not in line:
+        if is_header(line):
             check_header(line, n + 1)
             continue
         line.setdefault("type", "message")
         line["_line"] = n + 1
         yield line
+
+
+def is_header(line: dict[str, Any]) -> bool:
+    """Whether a line is a header (it names a format and is no typed line)."""
+    return "format" in line and "type" not in line
 
 
 def check_header(line: dict[str, Any], number: int = 1) -> None:
@@ -141,8 +147,6 @@ def stored_message(line: dict[str, Any]) -> StoredMessage:
     if not isinstance(data, dict):
         raise MessageFormatError(f"{where}: 'message' must be an object")
     if "text" not in line or "role" not in line:  # a line of the service's first export: index it as it would
-        from ._common import records_for
-
         mid = line.get("id")
         return records_for([data], [mid if isinstance(mid, str) and mid else f"line-{line.get('_line')}"],
                            where=f"{where}: ")[0]
@@ -199,8 +203,6 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
         else:
             raise MessageFormatError(f"line {line['_line']}: unknown type {line['type']!r}")
     targets = {key: Scope(tenant=scope.tenant, user_id=key[0], agent_id=key[1], session_id=key[2]) for key in groups}
-    from ..stores._common import check_messages
-
     for key, (messages, _, _) in groups.items():  # validate everything before writing anything
         targets[key].require_session()
         try:
