@@ -117,7 +117,8 @@ async def _drive(urls: list[str], keys: list[str], args) -> dict[str, Any]:
         for tenant, key in enumerate(keys):
             r = await http.post("/v1/export", json={}, headers={"Authorization": f"Bearer {key}"})
             r.raise_for_status()
-            ids = [json.loads(line)["id"] for line in r.text.split("\n") if line]
+            rows = [json.loads(line) for line in r.text.split("\n") if line]
+            ids = [row["id"] for row in rows if row.get("type") == "message"]  # after the format header
             duplicated += len(ids) - len(set(ids))
             lost += len(acked[tenant] - set(ids))
             crossed += [i for i in ids if not i.startswith(f"t{tenant}-")]

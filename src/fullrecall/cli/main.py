@@ -1,6 +1,9 @@
-"""The ``fullrecall`` command: demo, bench and service entry points.
+"""The ``fullrecall`` command: memory tools (stats, search, inspect, forget, import, export, chat),
+the service (serve, keys, mcp), the demo and the benches.
 
-Subcommands import their modules lazily so ``fullrecall --help`` stays fast.
+Subcommands import their modules lazily so ``fullrecall --help`` stays fast. Errors print one
+line, ``error: ...``, with no traceback: exit code 2 for bad input (as for a bad option), 1 for
+anything else that stopped the command.
 """
 
 from __future__ import annotations
@@ -19,23 +22,37 @@ BENCHES = {
     "persistent": "fullrecall.bench.persistent",
 }
 
+# command -> (module with ``add_arguments(parser)`` and ``run(args) -> int``, help)
 COMMANDS = {
-    "demo": "fullrecall.cli.demo",
-    "serve": "fullrecall.service.cli",
-    "keys": "fullrecall.service.keys_cli",
-    "mcp": "fullrecall.integrations.mcp_server",
+    "chat": ("fullrecall.cli.chat", "chat with memory: see what is recalled and when the window is summarized"),
+    "stats": ("fullrecall.cli.stats", "how much a store, an owner or a conversation holds"),
+    "search": ("fullrecall.cli.search", "search the archive: hits with their scores and the messages around them"),
+    "inspect": ("fullrecall.cli.inspect", "one conversation: its window, summaries and archive span"),
+    "forget": ("fullrecall.cli.forget", "delete a user's memory (or one conversation), with confirmation"),
+    "import": ("fullrecall.cli.importing", "import conversations (jsonl, openai, strands, locomo); idempotent"),
+    "export": ("fullrecall.cli.exporting", "export conversations (jsonl, openai, strands, locomo)"),
+    "demo": ("fullrecall.cli.demo", "run the demo"),
+    "serve": ("fullrecall.service.cli", "run the HTTP service"),
+    "keys": ("fullrecall.service.keys_cli", "create, list and revoke the service's API keys"),
+    "mcp": ("fullrecall.integrations.mcp_server", "serve the memory tools over MCP"),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; only the command ``argv`` names gets its module imported (so ``--help`` imports nothing heavy)."""
+    args = sys.argv[1:] if argv is None else argv
+    chosen = next((a for a in args if not a.startswith("-")), None)
     parser = argparse.ArgumentParser(prog="fullrecall", description="Memory for LLM agents that never loses a word.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, module in COMMANDS.items():
-        p = sub.add_parser(name, help=f"run the {name}")
+    for name, (module, text) in COMMANDS.items():
+        p = sub.add_parser(name, help=text, description=text)
         p.set_defaults(_module=module)
-        _load(module).add_arguments(p)
+        if name == chosen:
+            mod = _load(module)
+            p.description = (mod.__doc__ or text).strip().split("\n\n")[0]
+            mod.add_arguments(p)
     bench = sub.add_parser("bench", help="measure speed and recall").add_subparsers(dest="bench", required=True)
-    for name, module in BENCHES.items():
+    for name, module in BENCHES.items() if chosen == "bench" else ():
         mod = _load(module)  # bench modules import their heavy dependencies only in run()
         p = bench.add_parser(name, help=(mod.__doc__ or "").strip().splitlines()[0] if mod.__doc__ else name)
         p.set_defaults(_module=module)
@@ -48,8 +65,18 @@ def _load(module: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(_load(args._module).run(args) or 0)
+    args = build_parser(argv).parse_args(argv)
+    from ..errors import FullRecallError
+    from .common import CommandError
+
+    try:
+        return int(_load(args._module).run(args) or 0)
+    except KeyboardInterrupt:
+        print("\ninterrupted (what was written is kept; run the command again to go on)", file=sys.stderr)
+        return 130
+    except (ValueError, CommandError, FullRecallError, OSError, ImportError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ValueError) else 1
 
 
 if __name__ == "__main__":

@@ -316,7 +316,10 @@ class Conversations:
 
     # -- export and import ----------------------------------------------------------------------
     def export(self, scope: Scope) -> Iterator[dict[str, Any]]:
-        """Every message of ``scope`` (one conversation or all the owner's), one JSON object each."""
+        """Every message of ``scope`` (one conversation or all the owner's) in fullrecall's JSONL format, header first."""
+        from ..transfer import jsonl
+
+        yield jsonl.header()
         sessions = [scope.session_id] if scope.session_id else self._sessions(scope)
         for session in sessions:
             own = replace(scope, session_id=session)
@@ -324,9 +327,8 @@ class Conversations:
             while True:
                 chunk = self.store.range(own, start, start + 999)
                 for m in chunk:
-                    yield {"conversation_id": session, "user_id": m.user_id or None, "agent_id": m.agent_id or None,
-                           "id": m.id, "position": m.position, "role": m.role, "created_at": m.created_at,
-                           "message": m.data}
+                    m.session_id = m.session_id or session
+                    yield jsonl.message_line(m)
                 if not chunk:
                     break
                 last = chunk[-1].position
@@ -337,13 +339,25 @@ class Conversations:
         return [r.id for r in self.store.get_records(replace(scope, session_id=None), CONVERSATIONS)]
 
     def import_lines(self, scope: Scope, lines: Iterable[dict[str, Any]]) -> dict[str, int]:
-        """Append exported messages to the caller's own conversations (idempotent on ids)."""
+        """Append the messages of a JSONL export to the caller's own conversations (idempotent on ids).
+
+        The format is :mod:`fullrecall.transfer.jsonl`'s (a header line, then one line a message);
+        state lines are the library's (``fullrecall import``) and are skipped here.
+        """
+        from ..transfer import jsonl
+
         by_conversation: dict[str, tuple[list[dict[str, Any]], list[str | None]]] = {}
         for n, line in enumerate(lines):
             if not isinstance(line, dict):
                 raise MessageFormatError(f"line {n + 1}: expected a JSON object")
-            conv, msg, mid = line.get("conversation_id"), line.get("message"), line.get("id")
-            if not isinstance(conv, str) or not conv or len(conv) > MAX_ID_LENGTH or "\x00" in conv:
+            if jsonl.is_header(line):
+                jsonl.check_header(line, n + 1)
+                continue
+            if line.get("type", "message") != "message":
+                continue
+            conv = jsonl.conversation_of({**line, "_line": n + 1})
+            msg, mid = line.get("message"), line.get("id")
+            if len(conv) > MAX_ID_LENGTH:
                 raise MessageFormatError(f"line {n + 1}: 'conversation_id' must be a non-empty string")
             if not isinstance(msg, dict):
                 raise MessageFormatError(f"line {n + 1}: 'message' must be an object")

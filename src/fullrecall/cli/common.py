@@ -1,0 +1,104 @@
+"""What the memory commands share: the store and scope options, output (text or ``--json``), progress bars.
+
+Only argparse is imported at module level: ``fullrecall --help`` builds every parser and must stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+DEFAULT_STORE = "sqlite:///fullrecall.db"
+
+
+class CommandError(Exception):
+    """A command cannot go on (a conversation that does not exist, a refused confirmation): exit code 1."""
+
+
+def add_store(parser: argparse.ArgumentParser, *, session: bool = True, json_flag: bool = True) -> None:
+    """``--store --tenant --user --agent [--session] [--json]``."""
+    parser.add_argument("--store", help=f"store URL (env FULLRECALL_STORE; default {DEFAULT_STORE})")
+    parser.add_argument("--tenant", default="default", help="tenant (default: default)")
+    parser.add_argument("--user", help="user id (default: the default owner)")
+    parser.add_argument("--agent", help="agent id (default: the default owner)")
+    if session:
+        parser.add_argument("--session", help="one conversation (default: all of the owner's)")
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def store_url(args: argparse.Namespace) -> str:
+    return args.store or os.environ.get("FULLRECALL_STORE") or DEFAULT_STORE
+
+
+def open_store(args: argparse.Namespace) -> Any:
+    """The store the options name (created if new, as every store is)."""
+    from ..stores import open_store as open_url
+
+    return open_url(store_url(args))
+
+
+def scope(args: argparse.Namespace, session: str | None = None) -> Any:
+    """The scope the options name (``session`` overrides ``--session``)."""
+    from ..stores.base import Scope
+
+    return Scope(tenant=args.tenant, user_id=args.user, agent_id=args.agent,
+                 session_id=session or getattr(args, "session", None))
+
+
+def emit(args: argparse.Namespace, data: Any, text: str | None = None) -> None:
+    """Print ``data`` as JSON under ``--json``, else ``text`` (or the JSON, indented, if no text is given)."""
+    if getattr(args, "json", False) or text is None:
+        print(json.dumps(data, ensure_ascii=False, indent=None if getattr(args, "json", False) else 2, default=str))
+    else:
+        print(text)
+
+
+def shorten(text: str, width: int = 100) -> str:
+    """One line of at most ``width`` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def message_text(data: dict[str, Any]) -> str:
+    """The readable text of a stored message, whatever its shape."""
+    from ..messages.formats import parse_messages
+
+    try:
+        return parse_messages([data])[1][0].text
+    except Exception:  # noqa: BLE001 - a message of a shape we cannot read is shown as its JSON
+        return json.dumps(data, ensure_ascii=False)
+
+
+def speaker(data: dict[str, Any], role: str) -> str:
+    """Who said a message: its ``"name"`` when it has one (a LoCoMo speaker), else its role."""
+    name = data.get("name")
+    return name if isinstance(name, str) and name else role
+
+
+@contextmanager
+def progress_bars(enabled: bool = True) -> Iterator[Any]:
+    """A :data:`~fullrecall.transfer._common.Progress` drawing Rich bars on stderr (when it is a terminal)."""
+    if not enabled or not sys.stderr.isatty():
+        yield lambda what, done, total: None
+        return
+    try:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    except ModuleNotFoundError:  # rich is the `cli` extra: without it, no bars
+        yield lambda what, done, total: None
+        return
+    tasks: dict[str, Any] = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True)) as bars:
+        def update(what: str, done: int, total: int) -> None:
+            if what not in tasks:
+                tasks[what] = bars.add_task(what, total=total)
+            bars.update(tasks[what], completed=done, total=total)
+
+        yield update

@@ -1,0 +1,52 @@
+"""``fullrecall forget --user U [--session S]``: delete a user's memory for good, after confirmation."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import CommandError, emit, open_store, scope
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", help="store URL (env FULLRECALL_STORE; default sqlite:///fullrecall.db)")
+    parser.add_argument("--tenant", default="default", help="tenant (default: default)")
+    parser.add_argument("--user", required=True, help="whose memory ('' for the default owner)")
+    parser.add_argument("--agent", help="only this agent's memory of the user")
+    parser.add_argument("--session", help="only this conversation")
+    parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from ..stores.base import ANY
+    from ..transfer._common import CONVERSATIONS
+
+    store = open_store(args)
+    try:
+        own = scope(args)
+        if args.agent is None:
+            own = replace(own, agent_id=ANY)
+        held = store.stats(own)
+        what = (f"conversation {own.session_id!r} of user {args.user!r}" if own.session_id
+                else f"everything of user {args.user!r}") + (f" with agent {args.agent!r}" if args.agent else "")
+        if not args.yes:
+            print(f"Forget {what} in tenant {own.tenant!r}: {held['message_count']:,} messages, "
+                  f"{held.get('record_count', 0):,} records? This cannot be undone. [y/N] ", end="",
+                  file=sys.stderr, flush=True)
+            answer = sys.stdin.readline().strip().lower()
+            if answer not in ("y", "yes"):
+                raise CommandError("nothing forgotten (not confirmed; --yes skips the question)")
+        counts = store.forget(own)
+        if own.session_id:  # the owner's conversation list no longer names it
+            store.delete_record(replace(own, session_id=None, agent_id=args.agent or ""), CONVERSATIONS, own.session_id)
+        kinds = {k: v for k, v in counts.items() if k != "remaining"}
+        text = f"forgot {what}: " + ", ".join(f"{v:,} {k}" for k, v in kinds.items())
+        for r in counts.get("remaining") or []:
+            text += f"\n  a copy may remain in {r.get('where')}: {r.get('what')} until {r.get('until')}"
+        emit(args, {"forgotten": what, **counts}, text)
+    finally:
+        store.close()
+    return 0

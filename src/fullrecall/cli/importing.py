@@ -1,0 +1,89 @@
+"""``fullrecall import PATH``: conversations into a store, from jsonl, openai, strands or locomo files.
+
+Idempotent and resumable: every message has a stable id the store skips when it holds it,
+so importing twice changes nothing, and an interrupted import is finished by running it again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .common import add_store, emit, open_store, progress_bars, scope
+
+FORMATS = ("jsonl", "openai", "strands", "locomo")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", help="a file (jsonl, openai, locomo) or a folder (strands); '-' reads stdin")
+    parser.add_argument("--format", choices=("auto", *FORMATS), default="auto", help="the file's format (default: "
+                        "guessed: a folder is strands, a fullrecall header jsonl, a list of samples locomo, else openai)")
+    add_store(parser)
+    parser.add_argument("--no-embed", action="store_true",
+                        help="do not embed messages that come without vectors (lexical search only until indexed)")
+
+
+def detect(path: str) -> str:
+    """The format of ``path``: a folder is strands, a fullrecall header jsonl, LoCoMo samples locomo, else openai."""
+    p = Path(path)
+    if p.is_dir():
+        return "strands"
+    with p.open(encoding="utf-8") as fp:
+        first = fp.readline()
+        try:
+            line = json.loads(first)
+        except json.JSONDecodeError:
+            return "openai"  # JSON Lines, or a JSON document spread over lines: read it whole below
+        if isinstance(line, dict) and line.get("format") == "fullrecall":
+            return "jsonl"
+        try:
+            whole = json.loads(first + fp.read())
+        except json.JSONDecodeError:
+            return "openai"
+    sample = whole[0] if isinstance(whole, list) and whole else whole
+    return "locomo" if isinstance(sample, dict) and isinstance(sample.get("conversation"), dict) else "openai"
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from ..transfer import jsonl, locomo, openai, strands
+
+    fmt = args.format
+    if fmt == "auto":
+        fmt = "jsonl" if args.path == "-" else detect(args.path)
+    store = open_store(args)
+    try:
+        embedder = None
+        if not args.no_embed:
+            from ..embeddings import load_embedder
+
+            embedder = load_embedder(None)
+        own = scope(args)
+        with progress_bars(not args.json) as progress:
+            if fmt == "strands":
+                counts = strands.import_strands(store, own, args.path, agent_id=args.agent, progress=progress,
+                                                embedder=embedder)
+            else:
+                fp = sys.stdin if args.path == "-" else open(args.path, encoding="utf-8")
+                try:
+                    if fmt == "jsonl":
+                        counts = jsonl.import_jsonl(store, own, fp, keep_owner=args.user is None and args.agent is None,
+                                                    progress=progress, embedder=embedder)
+                    elif fmt == "locomo":
+                        counts = locomo.import_locomo(store, own, fp, progress=progress, embedder=embedder)
+                    else:
+                        counts = openai.import_openai(store, own, fp, name=Path(args.path).stem if args.path != "-"
+                                                      else "stdin", progress=progress, embedder=embedder)
+                finally:
+                    if fp is not sys.stdin:
+                        fp.close()
+        text = (f"imported {args.path} ({fmt}): {counts['conversations']} conversations, {counts['messages']:,} "
+                f"messages read, {counts['written']:,} new"
+                + ("" if counts["written"] else " (all were there already)")
+                + "".join(f", {v:,} {k}" for k, v in counts.items() if k in ("embedded", "vectors") and v))
+        emit(args, {"format": fmt, **counts}, text)
+    finally:
+        store.close()
+    return 0

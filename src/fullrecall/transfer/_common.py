@@ -1,0 +1,133 @@
+"""What every format shares: the owner's conversation list, batched idempotent writes, indexing, progress."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..archive.archive import message_record
+from ..messages.formats import parse_messages
+from ..search.terms import index_text
+from ..service.conversations import CONVERSATIONS
+from ..stores.base import Record, Scope, Store, StoredMessage
+
+BATCH = 500  # messages per append: an interrupted import keeps every batch it finished
+
+Progress = Callable[[str, int, int], None]
+"""``progress(what, done, total)``: called as work advances (``what`` names the step)."""
+
+
+def no_progress(what: str, done: int, total: int) -> None:
+    """The default :data:`Progress`: says nothing."""
+
+
+@dataclass
+class Counts:
+    """What an import read and what it wrote (``written`` is 0 when everything was there already)."""
+
+    conversations: int = 0
+    messages: int = 0
+    written: int = 0
+    embedded: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"conversations": self.conversations, "messages": self.messages, "written": self.written,
+                "embedded": self.embedded}
+
+
+def conversations(store: Store, scope: Scope) -> list[str]:
+    """The conversation ids of ``scope``: its own session, or every one the owner's conversation list names.
+
+    The list is kept by the service, ``fullrecall import`` and ``fullrecall chat``; a conversation
+    written only through the library is exported by naming it (``--session``).
+    """
+    if scope.session:
+        return [scope.session]
+    return sorted(r.id for r in store.get_records(replace(scope, session_id=None), CONVERSATIONS))
+
+
+def register(store: Store, scope: Scope) -> None:
+    """Put the conversation of ``scope`` in its owner's list (idempotent; the service keeps the same list)."""
+    session = str(scope.require_session().session_id)
+    store.put_record(replace(scope, session_id=None), Record(id=session, namespace=CONVERSATIONS, text=session))
+
+
+def records_for(raws: Sequence[dict[str, Any]], ids: Sequence[str], *, speakers: Sequence[str | None] | None = None,
+                times: Sequence[float | None] | None = None, where: str = "") -> list[StoredMessage]:
+    """Stored messages for ``raws`` (kept verbatim), with the given ids, indexed as the library indexes them.
+
+    ``speakers`` and ``times`` replace the role in the indexed text and the creation time.
+    A bad message raises :class:`~fullrecall.errors.MessageFormatError` naming it (prefixed by ``where``).
+    """
+    from ..errors import MessageFormatError
+
+    try:
+        shape, parsed = parse_messages(list(raws), storable=True)
+    except MessageFormatError as exc:
+        raise MessageFormatError(f"{where}{exc}") from None
+    out = []
+    for i, (raw, msg) in enumerate(zip(raws, parsed)):
+        msg.id = ids[i]
+        when = times[i] if times is not None else None
+        if when is not None:
+            msg.timestamp = when
+        record = message_record(msg, shape, data=raw)
+        speaker = speakers[i] if speakers is not None else None
+        if speaker:
+            record.text = index_text(msg.text, speaker=speaker, date=time.strftime("%Y-%m-%d", time.gmtime(record.created_at)))
+        out.append(record)
+    return out
+
+
+def stable_id(index: int, raw: dict[str, Any]) -> str:
+    """A message's id from its place and content: the same file gives the same ids, another file others."""
+    digest = hashlib.sha1(json.dumps(raw, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:12]
+    return f"{index}-{digest}"
+
+
+def write(store: Store, scope: Scope, records: Sequence[StoredMessage], progress: Progress = no_progress,
+          embedder: Any = None) -> tuple[int, int]:
+    """Append ``records`` to the conversation of ``scope`` in batches; (how many were new, how many embedded).
+
+    The conversation is registered first, so an interrupted import is listed and finished by running it
+    again. With an ``embedder``, the messages without a vector are embedded afterwards (never one that has).
+    """
+    register(store, scope)
+    before = store.count(scope)
+    for start in range(0, len(records), BATCH):
+        chunk = records[start:start + BATCH]
+        store.append(scope, chunk)
+        progress(f"writing {scope.session}", start + len(chunk), len(records))
+    written = store.count(scope) - before
+    embedded = embed(store, scope, [r.id for r in records], embedder, progress) if embedder is not None else 0
+    return written, embedded
+
+
+def embed(store: Store, scope: Scope, ids: Sequence[str], embedder: Any, progress: Progress = no_progress) -> int:
+    """Embed the messages of ``ids`` that have no vector yet (never one that has), in batches; how many."""
+    have = store.get_vectors(scope, list(ids))
+    todo = [i for i in dict.fromkeys(ids) if i not in have]
+    done = 0
+    for start in range(0, len(todo), BATCH):
+        chunk = store.get(scope, todo[start:start + BATCH])
+        if chunk:
+            store.set_vectors(scope, [m.id for m in chunk], embedder.embed([m.text for m in chunk]), embedder.name)
+        done += len(chunk)
+        progress(f"embedding {scope.session}", done, len(todo))
+    return done
+
+
+def read_all(store: Store, scope: Scope) -> list[StoredMessage]:
+    """Every message of one conversation, in order (read in batches)."""
+    out: list[StoredMessage] = []
+    start = 0
+    while True:
+        chunk = store.range(scope, start, start + BATCH - 1)
+        if not chunk:
+            return out
+        out.extend(chunk)
+        start = int(chunk[-1].position or 0) + 1

@@ -1,0 +1,248 @@
+"""fullrecall's own JSON Lines format: lossless, versioned, one JSON object a line.
+
+The first line is the header, ``{"format": "fullrecall", "version": 1, ...}``. Every other
+line has a ``"type"``:
+
+* ``"message"``: one stored message, verbatim (``"message"``) with everything the store
+  keeps of it: ``conversation_id``, ``user_id``, ``agent_id`` (``null`` for the default
+  owner), ``id``, ``position``, ``role``, ``kind``, ``created_at``, ``archived_at``,
+  ``summary_id``, ``metadata``, the indexed ``text`` and, when stored, its ``vector``
+  (``{"model", "dim", "b64"}``: little-endian float32, base64), so an import never
+  embeds again;
+* ``"state"``: a conversation's state document (``key`` is ``window``, ``archive`` or
+  ``summaries``; ``value`` the document): the window and its summaries come back as they were
+  (an import writes a state the conversation does not have yet, never over a newer one).
+
+A line without ``"type"`` is a message (the service's export before the header existed);
+a file without a header is read as version 1. Importing puts each message back at its
+position under its id; the store skips ids it holds, so an import is idempotent, and an
+interrupted one is finished by running it again.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from typing import IO, Any
+
+import numpy as np
+
+from ..errors import MessageFormatError
+from ..stores._common import check_messages
+from ..stores.base import Scope, Store, StoredMessage
+from ._common import BATCH, Counts, Progress, conversations, embed, no_progress, records_for, register
+
+FORMAT = "fullrecall"
+VERSION = 1
+STATE_KEYS = ("window", "archive", "summaries")
+_MESSAGE_FIELDS = ("id", "position", "role", "kind", "created_at", "archived_at", "summary_id", "metadata", "text")
+
+
+def header() -> dict[str, Any]:
+    """The first line of an export."""
+    return {"format": FORMAT, "version": VERSION, "exported_at": time.time()}
+
+
+def message_line(m: StoredMessage, vector: np.ndarray | None = None, model: str | None = None) -> dict[str, Any]:
+    """One stored message as a line (with its vector, when given)."""
+    line: dict[str, Any] = {"type": "message", "conversation_id": m.session_id, "user_id": m.user_id or None,
+                            "agent_id": m.agent_id or None, "id": m.id, "position": m.position, "role": m.role,
+                            "kind": m.kind, "created_at": m.created_at, "archived_at": m.archived_at,
+                            "summary_id": m.summary_id, "metadata": m.metadata, "text": m.text, "message": m.data}
+    if vector is not None:
+        raw = np.asarray(vector, dtype="<f4")
+        line["vector"] = {"model": model, "dim": int(raw.shape[0]), "b64": base64.b64encode(raw.tobytes()).decode()}
+    return line
+
+
+def lines(store: Store, scope: Scope, *, vectors: bool = True, progress: Progress = no_progress
+          ) -> Iterator[dict[str, Any]]:
+    """The export of ``scope`` (one conversation, or all the owner's listed ones), header first."""
+    yield header()
+    sessions = conversations(store, scope)
+    for n, session in enumerate(sessions):
+        own = replace(scope, session_id=session)
+        model = (store.vector_model(own) or (None, 0))[0] if vectors else None
+        start = 0
+        while chunk := store.range(own, start, start + BATCH - 1):
+            found = store.get_vectors(own, [m.id for m in chunk]) if model else {}
+            for m in chunk:
+                m.session_id = m.session_id or session
+                yield message_line(m, found.get(m.id), model)
+            start = int(chunk[-1].position or 0) + 1
+        for key in STATE_KEYS:
+            value = store.get_state(own, key)
+            if value is not None:
+                yield {"type": "state", "conversation_id": session, "user_id": own.user_id or None,
+                       "agent_id": own.agent_id or None, "key": key, "value": value}
+        progress("exporting", n + 1, len(sessions))
+
+
+def export_jsonl(store: Store, scope: Scope, fp: IO[str], *, vectors: bool = True,
+                 progress: Progress = no_progress) -> dict[str, int]:
+    """Write the export of ``scope`` to ``fp``; counts of conversations, messages and states written."""
+    counts = {"conversations": 0, "messages": 0, "states": 0}
+    seen: set[str] = set()
+    for line in lines(store, scope, vectors=vectors, progress=progress):
+        fp.write(json.dumps(line, ensure_ascii=False) + "\n")
+        kind = line.get("type")
+        if kind == "message":
+            counts["messages"] += 1
+            seen.add(line["conversation_id"])
+        elif kind == "state":
+            counts["states"] += 1
+            seen.add(line["conversation_id"])
+    counts["conversations"] = len(seen)
+    return counts
+
+
+def read(fp: IO[str] | Iterable[str]) -> Iterator[dict[str, Any]]:
+    """The lines of a file as objects, header checked and skipped; ``MessageFormatError`` names the line."""
+    for n, text in enumerate(fp):
+        if not text.strip():
+            continue
+        try:
+            line = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise MessageFormatError(f"line {n + 1}: not valid JSON ({exc.msg})") from None
+        if not isinstance(line, dict):
+            raise MessageFormatError(f"line {n + 1}: expected a JSON object")
+        if is_header(line):
+            check_header(line, n + 1)
+            continue
+        line.setdefault("type", "message")
+        line["_line"] = n + 1
+        yield line
+
+
+def is_header(line: dict[str, Any]) -> bool:
+    """Whether a line is a header (it names a format and is no typed line)."""
+    return "format" in line and "type" not in line
+
+
+def check_header(line: dict[str, Any], number: int = 1) -> None:
+    """Refuse a file of another format, or of a version newer than this one reads."""
+    if line.get("format") != FORMAT:
+        raise MessageFormatError(f"line {number}: format {line.get('format')!r} is not {FORMAT!r}")
+    version = line.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= VERSION:
+        raise MessageFormatError(f"line {number}: version {version!r} is not one this fullrecall reads (1..{VERSION})")
+
+
+def conversation_of(line: dict[str, Any]) -> str:
+    """The line's ``conversation_id``, checked."""
+    conv = line.get("conversation_id")
+    if not isinstance(conv, str) or not conv or "\x00" in conv:
+        raise MessageFormatError(f"line {line.get('_line', '?')}: 'conversation_id' must be a non-empty string")
+    return conv
+
+
+def stored_message(line: dict[str, Any]) -> StoredMessage:
+    """The stored message a ``"message"`` line describes (validated by the store when appended)."""
+    where = f"line {line.get('_line', '?')}"
+    data = line.get("message")
+    if not isinstance(data, dict):
+        raise MessageFormatError(f"{where}: 'message' must be an object")
+    if "text" not in line or "role" not in line:  # a line of the service's first export: index it as it would
+        mid = line.get("id")
+        return records_for([data], [mid if isinstance(mid, str) and mid else f"line-{line.get('_line')}"],
+                           where=f"{where}: ")[0]
+    fields = {k: line[k] for k in _MESSAGE_FIELDS if line.get(k) is not None}
+    for key in ("id", "role", "text"):
+        if not isinstance(fields.get(key), str):
+            raise MessageFormatError(f"{where}: '{key}' must be a string")
+    if "position" in fields and (not isinstance(fields["position"], int) or fields["position"] < 0):
+        raise MessageFormatError(f"{where}: 'position' must be an integer >= 0")
+    return StoredMessage(data=data, **fields)
+
+
+def vector_of(line: dict[str, Any]) -> tuple[str, np.ndarray] | None:
+    """(model, vector) of a message line, if it carries one."""
+    v = line.get("vector")
+    if not v:
+        return None
+    try:
+        vec = np.frombuffer(base64.b64decode(v["b64"]), dtype="<f4").astype(np.float32)
+        if vec.shape[0] != int(v["dim"]) or not isinstance(v["model"], str):
+            raise ValueError
+    except Exception:  # noqa: BLE001 - any malformed vector is named, whatever broke
+        raise MessageFormatError(f"line {line.get('_line', '?')}: 'vector' is malformed") from None
+    return v["model"], vec
+
+
+def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, keep_owner: bool = True,
+                 progress: Progress = no_progress, embedder: Any = None) -> dict[str, int]:
+    """Import an export into ``scope``'s tenant; counts (``written`` 0 when it was all there already).
+
+    With ``keep_owner`` each conversation goes back to the user and agent its lines name, else to
+    ``scope``'s; ``scope.session_id``, when set, puts every message in that one conversation.
+    Everything is read and checked before anything is written. Vectors in the file are stored as they
+    are; with an ``embedder``, messages that came without one are embedded.
+    """
+    groups: dict[tuple[str, str, str], tuple[list[StoredMessage], dict[str, tuple[str, np.ndarray]],
+                                             dict[str, dict[str, Any]]]] = {}
+    for line in read(fp):
+        conv = scope.session or conversation_of(line)
+        user = (line.get("user_id") or "") if keep_owner else str(scope.user_id)
+        agent = (line.get("agent_id") or "") if keep_owner else str(scope.agent_id)
+        messages, vectors, states = groups.setdefault((user, agent, conv), ([], {}, {}))
+        if line["type"] == "message":
+            m = stored_message(line)
+            messages.append(m)
+            vector = vector_of(line)
+            if vector is not None:
+                vectors[m.id] = vector
+        elif line["type"] == "state":
+            if line.get("key") not in STATE_KEYS or not isinstance(line.get("value"), dict):
+                raise MessageFormatError(f"line {line['_line']}: a state needs a 'key' in {STATE_KEYS} and an "
+                                         "object 'value'")
+            states[line["key"]] = line["value"]
+        else:
+            raise MessageFormatError(f"line {line['_line']}: unknown type {line['type']!r}")
+    targets = {key: Scope(tenant=scope.tenant, user_id=key[0], agent_id=key[1], session_id=key[2]) for key in groups}
+    for key, (messages, _, _) in groups.items():  # validate everything before writing anything
+        targets[key].require_session()
+        try:
+            check_messages(messages)
+        except ValueError as exc:
+            raise type(exc)(f"conversation {key[2]!r}: {exc}") from None
+    counts = Counts(conversations=len(groups))
+    total = sum(len(g[0]) for g in groups.values())
+    for key, (messages, vectors, states) in groups.items():
+        own = targets[key]
+        register(store, own)
+        before = store.count(own)
+        for start in range(0, len(messages), BATCH):
+            chunk = messages[start:start + BATCH]
+            store.append(own, chunk)
+            counts.messages += len(chunk)
+            progress("importing", counts.messages, total)
+        counts.written += store.count(own) - before
+        for model, ids in _by_model(vectors).items():
+            have = store.get_vectors(own, ids)
+            todo = [i for i in ids if i not in have]
+            if todo:
+                store.set_vectors(own, todo, np.stack([vectors[i][1] for i in todo]), model)
+                counts.embedded += len(todo)
+        if embedder is not None:
+            counts.embedded += embed(store, own, [m.id for m in messages], embedder, progress)
+        for state_key, value in states.items():  # a conversation that has moved on since keeps its own
+            if store.get_state(own, state_key) is None:
+                store.put_state(own, state_key, value)
+    return _result(counts)
+
+
+def _result(counts: Counts) -> dict[str, int]:
+    out = counts.as_dict()
+    out["vectors"] = out.pop("embedded")
+    return out
+
+
+def _by_model(vectors: dict[str, tuple[str, np.ndarray]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for mid, (model, _) in vectors.items():
+        out.setdefault(model, []).append(mid)
+    return out

@@ -1,0 +1,125 @@
+"""LoCoMo-format conversation files: a JSON list of samples (or one sample).
+
+Each sample (``sample_id``; ``conversation`` with ``speaker_a``, ``speaker_b``, and for each
+session N ``session_N_date_time`` and ``session_N``, a list of turns ``{"speaker", "dia_id",
+"text"}``, picture turns with ``img_url``, ``blip_caption``, ``query``) becomes one
+conversation named by its ``sample_id``. A turn is stored as an OpenAI-shape message:
+``speaker_a``'s turns as ``user``, the other's as ``assistant``, ``"name"`` the speaker,
+``"id"`` the ``dia_id`` (the idempotency key), the rest of the turn and its session under
+``"locomo"``; it is indexed as "speaker (session date): text" with the photo's caption, and
+created at the session's date. Questions and the authors' annotations are not conversation
+and are not imported. Export writes the samples back (turns, speakers, session dates).
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import time
+from dataclasses import replace
+from typing import IO, Any
+
+from ..errors import MessageFormatError
+from ..search.terms import index_text
+from ..stores.base import Scope, Store
+from ._common import Counts, Progress, conversations, no_progress, read_all, records_for, write
+
+DATE_FORMAT = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
+
+
+def session_time(value: str) -> float | None:
+    """Unix seconds (UTC) of a LoCoMo session date, or None if it does not parse."""
+    try:
+        return float(calendar.timegm(time.strptime(value.strip(), DATE_FORMAT)))
+    except (ValueError, AttributeError):
+        return None
+
+
+def turns(sample: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sample's turns as messages, in order."""
+    conv = sample.get("conversation")
+    if not isinstance(conv, dict):
+        raise MessageFormatError(f"sample {sample.get('sample_id')!r}: 'conversation' must be an object")
+    speaker_a = conv.get("speaker_a")
+    out = []
+    n = 1
+    while f"session_{n}" in conv or f"session_{n}_date_time" in conv:
+        date = conv.get(f"session_{n}_date_time") or ""
+        for i, turn in enumerate(conv.get(f"session_{n}") or []):
+            if not isinstance(turn, dict) or not isinstance(turn.get("text"), str) or not turn.get("dia_id"):
+                raise MessageFormatError(f"sample {sample.get('sample_id')!r}: session_{n}[{i}] needs 'dia_id' "
+                                         "and a string 'text'")
+            speaker = turn.get("speaker") or ""
+            extra = {k: v for k, v in turn.items() if k not in ("speaker", "dia_id", "text")}
+            out.append({"role": "user" if speaker == speaker_a else "assistant", "content": turn["text"],
+                        "name": speaker, "id": str(turn["dia_id"]),
+                        "locomo": {"session": n, "date_time": date, **extra}})
+        n += 1
+    return out
+
+
+def import_locomo(store: Store, scope: Scope, fp: IO[str], *, progress: Progress = no_progress,
+                  embedder: Any = None) -> dict[str, int]:
+    """Import every sample of a LoCoMo file into ``scope``'s owner (``scope.session_id`` takes them all)."""
+    try:
+        data = json.load(fp)
+    except json.JSONDecodeError as exc:
+        raise MessageFormatError(f"not a LoCoMo file: invalid JSON ({exc.msg})") from None
+    samples = data if isinstance(data, list) else [data]
+    prepared = []
+    for index, sample in enumerate(samples):
+        if not isinstance(sample, dict):
+            raise MessageFormatError(f"sample {index}: expected an object")
+        name = str(sample.get("sample_id") or f"sample-{index}")
+        messages = turns(sample)
+        times = [session_time(m["locomo"]["date_time"]) for m in messages]
+        ids = [f"{name}:{m['id']}" if scope.session and len(samples) > 1 else m["id"] for m in messages]
+        records = records_for(messages, ids, times=times, where=f"sample {name!r}: ")
+        for record, m in zip(records, messages):
+            caption = m["locomo"].get("blip_caption")
+            text = f"{m['content']} [shares a photo: {caption}]" if caption else m["content"]
+            record.text = index_text(text, speaker=m["name"], date=m["locomo"]["date_time"] or None)
+        prepared.append((replace(scope, session_id=scope.session or name), records))
+    counts = Counts(conversations=len({s.session_id for s, _ in prepared}))
+    for own, records in prepared:
+        written, embedded = write(store, own, records, progress, embedder)
+        counts.messages += len(records)
+        counts.written += written
+        counts.embedded += embedded
+    return counts.as_dict()
+
+
+def export_locomo(store: Store, scope: Scope, fp: IO[str], *, progress: Progress = no_progress) -> dict[str, int]:
+    """Write the conversations of ``scope`` as a JSON list of LoCoMo samples; counts."""
+    samples = []
+    sessions = conversations(store, scope)
+    count = 0
+    for n, session in enumerate(sessions):
+        stored = read_all(store, replace(scope, session_id=session))
+        if not stored:
+            continue
+        conv: dict[str, Any] = {}
+        for m in stored:
+            data = m.data
+            found = data.get("locomo")
+            meta: dict[str, Any] = found if isinstance(found, dict) else {}
+            speaker = data.get("name") or m.role
+            if m.role == "user":
+                conv.setdefault("speaker_a", speaker)
+            else:
+                conv.setdefault("speaker_b", speaker)
+            number = meta.get("session", 1)
+            conv.setdefault(f"session_{number}_date_time", meta.get("date_time") or
+                            time.strftime(DATE_FORMAT, time.gmtime(m.created_at)).lower().lstrip("0"))
+            content = data.get("content")
+            text = content if isinstance(content, str) else " ".join(
+                p.get("text", "") for p in content or [] if isinstance(p, dict))
+            turn = {"speaker": speaker, "dia_id": data.get("id") or m.id, "text": text}
+            turn.update({k: v for k, v in meta.items() if k not in ("session", "date_time")})
+            conv.setdefault(f"session_{number}", []).append(turn)
+            count += 1
+        samples.append({"sample_id": session, "conversation": conv, "qa": []})
+        progress("exporting", n + 1, len(sessions))
+    json.dump(samples, fp, ensure_ascii=False, indent=1)
+    fp.write("\n")
+    return {"conversations": len(samples), "messages": count}

@@ -1,0 +1,95 @@
+"""OpenAI-format transcripts: a JSON list of chat messages, or JSON Lines of chat records.
+
+Import reads any of: a JSON list of messages (one conversation); a JSON object with
+``"messages"`` (one conversation); JSON Lines where each line is a chat record
+``{"messages": [...]}`` (one conversation a line, named by its ``"conversation_id"`` if it
+has one, else ``<name>-<line>``) or a single message (one conversation). A message's
+own ``"id"`` is its idempotency key; without one it gets an id from its place and content.
+Export writes JSON Lines: one chat record ``{"conversation_id", "messages"}`` a conversation,
+the messages in OpenAI's shape (verbatim when they were stored in it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import IO, Any
+
+from ..errors import MessageFormatError
+from ..messages.formats import parse_messages, render_messages
+from ..stores.base import Scope, Store
+from ._common import Counts, Progress, conversations, no_progress, read_all, records_for, stable_id, write
+
+
+def parse(text: str, name: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(conversation id, messages) of each conversation in ``text``; ``name`` names an unnamed one."""
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+        lines = [(n + 1, line) for n, line in enumerate(text.split("\n")) if line.strip()]
+    else:
+        lines = []
+    if isinstance(whole, list):
+        return [(name, whole)]
+    if isinstance(whole, dict):
+        lines = [(1, text)]
+    records: list[tuple[str, list[dict[str, Any]]]] = []
+    single: list[dict[str, Any]] = []
+    for number, line in lines:
+        try:
+            item = json.loads(line) if isinstance(line, str) else line
+        except json.JSONDecodeError as exc:
+            raise MessageFormatError(f"line {number}: not valid JSON ({exc.msg})") from None
+        if not isinstance(item, dict):
+            raise MessageFormatError(f"line {number}: expected a JSON object (a chat record or a message)")
+        if "messages" in item:
+            if not isinstance(item["messages"], list):
+                raise MessageFormatError(f"line {number}: 'messages' must be a list")
+            conv = item.get("conversation_id")
+            records.append((conv if isinstance(conv, str) and conv else f"{name}-{number}", item["messages"]))
+        else:
+            single.append(item)
+    return records + ([(name, single)] if single else [])
+
+
+def import_openai(store: Store, scope: Scope, fp: IO[str], *, name: str = "transcript",
+                  progress: Progress = no_progress, embedder: Any = None) -> dict[str, int]:
+    """Import a transcript into ``scope``'s owner (``scope.session_id``, when set, takes every message).
+
+    Everything is parsed and checked first; then each conversation is written in batches.
+    """
+    found = parse(fp.read(), name)
+    prepared = []
+    for n, (conv, messages) in enumerate(found):
+        ids = [m["id"] if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]
+               else stable_id(i, m) if isinstance(m, dict) else "" for i, m in enumerate(messages)]
+        if scope.session and len(found) > 1:  # several records into one conversation: keep their ids apart
+            ids = [f"{n}.{i}" for i in ids]
+        where = f"conversation {conv!r}: " if len(found) > 1 else ""
+        prepared.append((replace(scope, session_id=scope.session or conv), records_for(messages, ids, where=where)))
+    counts = Counts(conversations=len({s.session_id for s, _ in prepared}))
+    for own, records in prepared:
+        written, embedded = write(store, own, records, progress, embedder)
+        counts.messages += len(records)
+        counts.written += written
+        counts.embedded += embedded
+    return counts.as_dict()
+
+
+def export_openai(store: Store, scope: Scope, fp: IO[str], *, progress: Progress = no_progress) -> dict[str, int]:
+    """Write one chat record a conversation of ``scope``, as JSON Lines; counts."""
+    sessions = conversations(store, scope)
+    counts = {"conversations": 0, "messages": 0}
+    for n, session in enumerate(sessions):
+        stored = read_all(store, replace(scope, session_id=session))
+        if not stored:
+            continue
+        raws = [m.data for m in stored]
+        shape, parsed = parse_messages(raws)
+        messages = raws if shape == "openai" else render_messages(parsed, "openai")
+        fp.write(json.dumps({"conversation_id": session, "messages": messages}, ensure_ascii=False) + "\n")
+        counts["conversations"] += 1
+        counts["messages"] += len(messages)
+        progress("exporting", n + 1, len(sessions))
+    return counts

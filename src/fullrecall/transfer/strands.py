@@ -1,0 +1,145 @@
+"""Strands Agents session folders, in the SDK's ``FileSessionManager`` layout.
+
+::
+
+    <storage dir>/
+      session_<session id>/
+        session.json                  {"session_id", "session_type": "AGENT", "created_at", "updated_at"}
+        agents/agent_<agent id>/
+          agent.json                  {"agent_id", "state", "conversation_manager_state", "_internal_state", ...}
+          messages/message_<n>.json   {"message", "message_id": n, "redact_message", "created_at", "updated_at"}
+        multi_agents/
+
+Import reads a storage directory (every ``session_*`` in it) or one session directory: each
+agent's messages, in index order, become a conversation (the session's id; the agent's id
+unless the caller names one); a redacted message is imported as the agent sees it (its
+``redact_message``). Message ids are ``strands:<session>:<agent>:<n>``, so importing again
+writes nothing new. Export writes that layout, one session a conversation, the messages in
+the Converse shape Strands uses (verbatim when stored in it), so ``FileSessionManager`` loads them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import MessageFormatError
+from ..messages.formats import parse_messages, render_messages
+from ..stores.base import Scope, Store
+from ._common import Counts, Progress, conversations, no_progress, read_all, records_for, write
+
+SESSION_PREFIX = "session_"
+AGENT_PREFIX = "agent_"
+MESSAGE_PREFIX = "message_"
+
+
+def _load(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MessageFormatError(f"{path}: not a readable JSON file ({exc})") from None
+
+
+def _time(value: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()
+    except ValueError:
+        return None
+
+
+def session_dirs(path: Path) -> list[Path]:
+    """The session directories at ``path`` (itself, if it is one)."""
+    if (path / "session.json").is_file() or path.name.startswith(SESSION_PREFIX):
+        return [path]
+    found = sorted(p for p in path.glob(f"{SESSION_PREFIX}*") if p.is_dir())
+    if not found:
+        raise MessageFormatError(f"{path}: no Strands session here (expected session_<id>/ folders or session.json)")
+    return found
+
+
+def read_session(directory: Path) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """(session id, agent id, message files in order) of each agent of a session directory."""
+    meta = _load(directory / "session.json") if (directory / "session.json").is_file() else {}
+    session = meta.get("session_id") or directory.name.removeprefix(SESSION_PREFIX)
+    out = []
+    for agent_dir in sorted((directory / "agents").glob(f"{AGENT_PREFIX}*")):
+        agent_meta = _load(agent_dir / "agent.json") if (agent_dir / "agent.json").is_file() else {}
+        agent = agent_meta.get("agent_id") or agent_dir.name.removeprefix(AGENT_PREFIX)
+        files = []
+        for f in (agent_dir / "messages").glob(f"{MESSAGE_PREFIX}*.json"):
+            try:
+                files.append((int(f.name[len(MESSAGE_PREFIX):-5]), f))
+            except ValueError:
+                continue
+        out.append((str(session), str(agent), [_load(f) for _, f in sorted(files)]))
+    return out
+
+
+def import_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *, agent_id: str | None = None,
+                   progress: Progress = no_progress, embedder: Any = None) -> dict[str, int]:
+    """Import Strands sessions into ``scope``'s user (``scope.session_id``, when set, takes every message)."""
+    prepared = []
+    for directory in session_dirs(Path(path)):
+        for session, agent, items in read_session(directory):
+            raws, ids, times = [], [], []
+            for item in items:
+                if not isinstance(item, dict) or not isinstance(item.get("message"), dict):
+                    raise MessageFormatError(f"{directory}: agent {agent!r}: a message file lacks 'message'")
+                raws.append(item.get("redact_message") or item["message"])
+                ids.append(f"strands:{session}:{agent}:{item.get('message_id')}")
+                times.append(_time(item.get("created_at")))
+            own = replace(scope, session_id=scope.session or session, agent_id=agent_id or agent)
+            prepared.append((own, records_for(raws, ids, times=times, where=f"session {session!r}, agent {agent!r}: ")))
+    counts = Counts(conversations=len({(s.agent_id, s.session_id) for s, _ in prepared}))
+    for own, records in prepared:
+        written, embedded = write(store, own, records, progress, embedder)
+        counts.messages += len(records)
+        counts.written += written
+        counts.embedded += embedded
+    return counts.as_dict()
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat()
+
+
+def _dump(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+def export_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *,
+                   progress: Progress = no_progress) -> dict[str, int]:
+    """Write each conversation of ``scope`` as a Strands session under the storage directory ``path``."""
+    root = Path(path)
+    sessions = conversations(store, scope)
+    agent = str(scope.agent_id) or "default"
+    counts = {"conversations": 0, "messages": 0}
+    for n, session in enumerate(sessions):
+        stored = read_all(store, replace(scope, session_id=session))
+        if not stored:
+            continue
+        raws = [m.data for m in stored]
+        shape, parsed = parse_messages(raws)
+        messages = raws if shape == "converse" else render_messages(parsed, "converse")
+        first, last = _iso(stored[0].created_at), _iso(stored[-1].created_at)
+        directory = root / f"{SESSION_PREFIX}{session}"
+        _dump(directory / "session.json", {"session_id": session, "session_type": "AGENT", "created_at": first,
+                                           "updated_at": last})
+        (directory / "multi_agents").mkdir(exist_ok=True)
+        agent_dir = directory / "agents" / f"{AGENT_PREFIX}{agent}"
+        _dump(agent_dir / "agent.json", {"agent_id": agent, "state": {}, "conversation_manager_state": {},
+                                         "_internal_state": {}, "created_at": first, "updated_at": last})
+        for index, (m, message) in enumerate(zip(stored, messages)):
+            when = _iso(m.created_at)
+            _dump(agent_dir / "messages" / f"{MESSAGE_PREFIX}{index}.json",
+                  {"message": message, "message_id": index, "redact_message": None, "created_at": when,
+                   "updated_at": when})
+        counts["conversations"] += 1
+        counts["messages"] += len(messages)
+        progress("exporting", n + 1, len(sessions))
+    return counts

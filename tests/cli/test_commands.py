@@ -1,0 +1,240 @@
+"""The memory commands through the real entry point (``python -m fullrecall``): output, --json, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
+from summarizer_peers import Reply, ScriptedServer, completion  # noqa: E402
+
+LOCOMO = Path("/work/shared/bench/locomo-dev.json")
+
+
+def fr(*args: str, cwd: Path, stdin: str | None = None, ok: bool = True, path: str | None = None
+       ) -> subprocess.CompletedProcess:
+    """Run ``python -m fullrecall ARGS`` (``path`` added to PYTHONPATH); with ``ok`` it must exit 0."""
+    env = dict(os.environ)
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), path) if p)
+    done = subprocess.run([sys.executable, "-m", "fullrecall", *args], capture_output=True, text=True, cwd=cwd,
+                          input=stdin if stdin is not None else "", timeout=180, env=env)
+    if ok:
+        assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def out(*args: str, cwd: Path, stdin: str | None = None) -> dict:
+    return json.loads(fr(*args, "--json", cwd=cwd, stdin=stdin).stdout)
+
+
+@pytest.fixture
+def locomo_file(tmp_path: Path) -> Path:
+    """A small LoCoMo file: two samples, their first two sessions, a photo turn kept."""
+    samples = json.loads(LOCOMO.read_text()) if LOCOMO.exists() else None
+    if samples is None:  # the shape the bench data has, when the data is not on this machine
+        samples = [{"sample_id": f"conv-{n}", "conversation": {
+            "speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [{"speaker": "Ann" if i % 2 == 0 else "Bob", "dia_id": f"D1:{i + 1}", "text": f"turn {i}"}
+                          for i in range(6)],
+            "session_2_date_time": "3:00 pm on 9 May, 2023",
+            "session_2": [{"speaker": "Bob", "dia_id": "D2:1", "text": "a photo", "img_url": ["x"],
+                           "blip_caption": "a dog on a beach"}]}, "qa": []} for n in (1, 2)]
+    small = []
+    for s in samples[:2]:
+        keep = ("speaker_a", "speaker_b", "session_1", "session_1_date_time", "session_2", "session_2_date_time")
+        conv = {k: v for k, v in s["conversation"].items() if k in keep}
+        conv["session_1"] = conv["session_1"][:12]
+        small.append({"sample_id": s["sample_id"], "conversation": conv, "qa": []})
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps(small))
+    return path
+
+
+def test_help_imports_nothing_heavy(tmp_path):
+    code = ("import sys, io, contextlib\nfrom fullrecall.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as o:\n"
+            "    try: main(['--help'])\n    except SystemExit: pass\n"
+            "heavy = {'numpy', 'onnxruntime', 'fastapi', 'uvicorn', 'httpx', 'strands', 'rich', 'tokenizers', 'mcp',"
+            " 'torch', 'sqlite3', 'psycopg', 'redis', 'boto3'}\n"
+            "print(sorted(heavy & set(sys.modules)))\nprint('chat' in o.getvalue() and 'import' in o.getvalue())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.stdout.split("\n")[:2] == ["[]", "True"], done.stderr
+
+
+def test_locomo_import_is_idempotent_and_jsonl_round_trips_losslessly(tmp_path, locomo_file):
+    a, b = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
+    first = out("import", str(locomo_file), "--store", a, "--user", "ann", "--no-embed", cwd=tmp_path)
+    turns = sum(len(v) for s in json.loads(locomo_file.read_text()) for k, v in s["conversation"].items()
+                if k.startswith("session_") and not k.endswith("date_time"))
+    assert first["format"] == "locomo" and first["conversations"] == 2 and first["written"] == first["messages"] == turns
+    again = out("import", str(locomo_file), "--store", a, "--user", "ann", "--no-embed", cwd=tmp_path)
+    assert again["written"] == 0 and again["messages"] == turns
+    assert out("stats", "--store", a, "--user", "ann", cwd=tmp_path)["message_count"] == turns
+
+    exported = tmp_path / "a.jsonl"
+    counts = out("export", str(exported), "--store", a, "--user", "ann", cwd=tmp_path)
+    assert counts["messages"] == turns and counts["conversations"] == 2
+    lines = exported.read_text().split("\n")
+    assert json.loads(lines[0])["format"] == "fullrecall" and json.loads(lines[0])["version"] == 1
+    imported = out("import", str(exported), "--store", b, "--no-embed", cwd=tmp_path)  # the owner comes from the file
+    assert imported["format"] == "jsonl" and imported["written"] == turns
+    assert out("import", str(exported), "--store", b, "--no-embed", cwd=tmp_path)["written"] == 0
+    fr("export", str(tmp_path / "b.jsonl"), "--store", b, "--user", "ann", cwd=tmp_path)
+    back = (tmp_path / "b.jsonl").read_text().split("\n")
+    assert [json.loads(x) for x in back[1:] if x] == [json.loads(x) for x in lines[1:] if x]  # every field, every message
+
+    fr("export", str(tmp_path / "back.json"), "--format", "locomo", "--store", b, "--user", "ann", cwd=tmp_path)
+    original = {s["sample_id"]: s["conversation"] for s in json.loads(locomo_file.read_text())}
+    again_out = {s["sample_id"]: s["conversation"] for s in json.loads((tmp_path / "back.json").read_text())}
+    for sid, conv in original.items():
+        for key, value in conv.items():
+            if key.startswith("session_") and not key.endswith("date_time"):
+                assert again_out[sid][key] == value  # turns come back verbatim
+                assert again_out[sid][f"{key}_date_time"] == conv[f"{key}_date_time"]
+
+
+def test_openai_and_strands_formats(tmp_path):
+    from strands.session.file_session_manager import FileSessionManager
+
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    transcript = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"},
+                  {"role": "assistant", "content": "hi there"}, {"role": "user", "content": "my code is 4711"}]
+    (tmp_path / "t.json").write_text(json.dumps(transcript))
+    first = out("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
+    assert first == {"format": "openai", "conversations": 1, "messages": 4, "written": 4, "embedded": 0}
+    assert out("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)["written"] == 0
+    records = tmp_path / "records.jsonl"
+    records.write_text("\n".join(json.dumps({"conversation_id": f"r{n}", "messages": transcript[n:]}) for n in (1, 2)))
+    assert out("import", str(records), "--store", store, "--no-embed", cwd=tmp_path)["conversations"] == 2
+
+    fr("export", "sessions", "--format", "strands", "--store", store, "--session", "t", cwd=tmp_path)
+    manager = FileSessionManager(session_id="t", storage_dir=str(tmp_path / "sessions"))
+    loaded = [m.message for m in manager.list_messages("t", "default")]
+    assert [m["role"] for m in loaded] == ["user", "assistant", "user"] or len(loaded) == 4
+    assert any(block.get("text") == "my code is 4711" for m in loaded for block in m["content"])
+
+    other = f"sqlite:///{tmp_path / 'o.db'}"
+    strands_in = out("import", "sessions", "--store", other, "--no-embed", cwd=tmp_path)
+    assert strands_in["format"] == "strands" and strands_in["written"] == len(loaded)
+    assert out("import", "sessions", "--store", other, "--no-embed", cwd=tmp_path)["written"] == 0
+    exported = fr("export", "-", "--format", "openai", "--store", store, "--session", "t", cwd=tmp_path).stdout
+    assert json.loads(exported) == {"conversation_id": "t", "messages": transcript}
+
+
+def test_bad_input_is_named_and_nothing_is_written(tmp_path):
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "bad.json").write_text(json.dumps([{"role": "user", "content": "fine"}, {"content": "no role"}]))
+    done = fr("import", "bad.json", "--store", store, "--no-embed", cwd=tmp_path, ok=False)
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and "message 1" in done.stderr
+    assert out("stats", "--store", store, cwd=tmp_path)["message_count"] == 0
+    header = json.dumps({"format": "fullrecall", "version": 99})
+    (tmp_path / "new.jsonl").write_text(header + "\n")
+    done = fr("import", "new.jsonl", "--store", store, cwd=tmp_path, ok=False)
+    assert done.returncode == 2 and "version 99" in done.stderr
+    missing = fr("inspect", "nope", "--store", store, cwd=tmp_path, ok=False)
+    assert missing.returncode == 1 and "conversation 'nope' not found" in missing.stderr
+    empty = fr("search", " ", "--store", store, cwd=tmp_path, ok=False)
+    assert empty.returncode == 2 and "query is empty" in empty.stderr
+
+
+def test_chat_scripted_recalls_and_summarizes_then_inspect_search_forget(tmp_path):
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    said = ["My locker code is 4711.", "I like hiking in the Alps.", "What is the weather like?", "Tell me a joke.",
+            "What should I cook tonight?", "What is my locker code?"]
+    done = fr("chat", "--model", "scripted", "--store", store, "--user", "ann", "--session", "s1", "--max-turns", "4",
+              "--json", cwd=tmp_path, stdin="\n".join(said) + "\n")
+    turns = [json.loads(x) for x in done.stdout.split("\n") if x]
+    assert [t["user"] for t in turns] == said and all(t["answer"].startswith("(scripted") for t in turns)
+    assert any(t["summarized"] for t in turns)
+    last = turns[-1]["recalled"]
+    assert any("4711" in r["text"] and r["score"] is not None for r in last)  # the code left the window, came back
+    text = fr("chat", "--model", "scripted", "--store", store, "--user", "ann", "--session", "s1", cwd=tmp_path,
+              stdin="Which code did I give you?\n/quit\n").stdout
+    assert "assistant> (scripted" in text and "recalled" in text and "4711" in text
+
+    report = out("inspect", "s1", "--store", store, "--user", "ann", cwd=tmp_path)
+    assert report["messages"] == 14 and report["window"]["managed"] and report["window"]["archived"] > 0
+    assert report["archive"]["span"][0] == 0 and len(report["window"]["items"]) == report["window"]["messages"]
+
+    found = out("search", "locker code", "--store", store, "--user", "ann", "--radius", "1", "--top-k", "2",
+                cwd=tmp_path)
+    top = found["hits"][0]
+    assert "4711" in json.dumps(top["message"]) and {"dense", "lexical", "fused"} <= set(top["scores"])
+    assert top["range"]["start"] <= top["position"] <= top["range"]["end"] and top["range"]["messages"]
+    assert out("search", "locker code", "--store", store, "--user", "bob", cwd=tmp_path)["hits"] == []
+
+    refused = fr("forget", "--user", "ann", "--store", store, cwd=tmp_path, stdin="n\n", ok=False)
+    assert refused.returncode == 1 and "nothing forgotten" in refused.stderr
+    gone = out("forget", "--user", "ann", "--store", store, cwd=tmp_path, stdin="y\n")
+    assert gone["messages"] == 14 and "remaining" in gone  # all 14 were still there after the refusal
+    assert out("stats", "--store", store, "--user", "ann", cwd=tmp_path)["message_count"] == 0
+
+
+def test_chat_against_an_openai_compatible_server(tmp_path):
+    server = ScriptedServer()
+    try:
+        server.script(completion("Noted: 4711."), completion("Sure."), completion("Sure."), completion("It is 4711."))
+        said = ["My locker code is 4711.", "Let us talk about tea.", "Green or black?", "What is my locker code?"]
+        done = fr("chat", "--provider", "openai", "--model", "gpt-test", "--base-url", server.base_url, "--api-key",
+                  "k", "--store", f"sqlite:///{tmp_path / 'm.db'}", "--max-turns", "3", "--json", cwd=tmp_path,
+                  stdin="\n".join(said) + "\n")
+        answers = [json.loads(x)["answer"] for x in done.stdout.split("\n") if x]
+        assert answers == ["Noted: 4711.", "Sure.", "Sure.", "It is 4711."]
+        assert server.requests[0]["model"] == "gpt-test" and server.headers[0]["authorization"] == "Bearer k"
+        assert server.requests[-1]["messages"][-1]["content"].endswith("What is my locker code?")
+        assert "4711" in json.dumps(server.requests[-1]["messages"])
+        server.script(Reply(status=401, body=b'{"error": {"message": "bad key"}}'))
+        failing = fr("chat", "--provider", "openai", "--model", "m", "--base-url", server.base_url, "--store",
+                     f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, stdin="hello\n", ok=False)
+        assert failing.returncode == 1 and failing.stderr.startswith("error: ") and "401" in failing.stderr
+    finally:
+        server.close()
+
+
+def test_chat_with_a_strands_model(tmp_path):
+    said = ["The boat is called Aurora.", "Nice weather.", "Any plans?", "What is the boat called?"]
+    done = fr("chat", "--provider", "strands", "--model", "strands_peer:model", "--store",
+              f"sqlite:///{tmp_path / 'm.db'}", "--max-turns", "3", "--json", cwd=tmp_path,
+              stdin="\n".join(said) + "\n", path=str(Path(__file__).parent))
+    turns = [json.loads(x) for x in done.stdout.split("\n") if x]
+    assert [t["model"] for t in turns] == ["strands:EchoModel"] * 4
+    assert turns[0]["answer"] == "strands heard: The boat is called Aurora."
+    assert turns[-1]["answer"].endswith("What is the boat called?") and "Aurora" in turns[-1]["answer"]  # recalled
+    wrong = fr("chat", "--provider", "strands", "--model", "no_colon", cwd=tmp_path, stdin="", ok=False)
+    assert wrong.returncode == 2 and "package.module:name" in wrong.stderr
+
+
+def test_keys_through_the_command(tmp_path):
+    store = f"sqlite:///{tmp_path / 'k.db'}"
+    made = out("keys", "create", "--tenant", "acme", "--users", "ann", "--store", store, cwd=tmp_path)
+    assert made["tenant"] == "acme" and made["users"] == ["ann"]
+    assert [k["id"] for k in out("keys", "list", "--store", store, cwd=tmp_path)] == [made["id"]]
+    assert out("keys", "revoke", made["id"], "--store", store, cwd=tmp_path) == {"revoked": made["id"]}
+    assert fr("keys", "revoke", "nope", "--store", store, cwd=tmp_path, ok=False).returncode == 1
+
+
+def test_jsonl_round_trip_on_every_backend(tmp_path, store_url):
+    import io
+
+    from fullrecall.stores import open_store
+    from fullrecall.stores.base import Scope
+    from fullrecall.transfer import jsonl, openai
+
+    source = open_store("sqlite:///:memory:")
+    transcript = [{"role": "user", "content": f"message {i} ünïcode\u2028"} for i in range(5)]
+    openai.import_openai(source, Scope(user_id="u", session_id="t"), io.StringIO(json.dumps(transcript)))
+    source.put_state(Scope(user_id="u", session_id="t"), "summaries", {"items": [{"id": "s", "covers": [0, 1]}]})
+    with open(tmp_path / "a.jsonl", "w", encoding="utf-8") as fp:
+        jsonl.export_jsonl(source, Scope(user_id="u"), fp)
+    assert out("import", "a.jsonl", "--store", store_url, "--no-embed", cwd=tmp_path)["written"] == 5
+    assert out("import", "a.jsonl", "--store", store_url, "--no-embed", cwd=tmp_path)["written"] == 0
+    fr("export", "b.jsonl", "--store", store_url, "--user", "u", cwd=tmp_path)
+    a, b = ((tmp_path / n).read_text(encoding="utf-8").split("\n")[1:] for n in ("a.jsonl", "b.jsonl"))
+    assert [json.loads(x) for x in a if x] == [json.loads(x) for x in b if x]

@@ -1,0 +1,106 @@
+"""The transfer formats through their public functions: lossless JSONL, idempotent and resumable imports."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fullrecall.errors import MessageFormatError
+from fullrecall.stores import open_store
+from fullrecall.stores.base import Scope
+from fullrecall.transfer import _common, jsonl, openai
+
+TEXT = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=40)
+
+
+def _body(buf: io.StringIO) -> list[dict]:
+    return [json.loads(x) for x in buf.getvalue().split("\n")[1:] if x]  # after the header (not splitlines: U+2028)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(TEXT, min_size=1, max_size=8), user=st.sampled_from([None, "ann", "bö b"]),
+       summary=st.none() | TEXT)
+def test_jsonl_export_import_is_lossless_and_idempotent(texts, user, summary):
+    a, b = open_store("sqlite:///:memory:"), open_store("sqlite:///:memory:")
+    try:
+        own = Scope(user_id=user, session_id="c1")
+        messages = [{"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(texts)]
+        openai.import_openai(a, own, io.StringIO(json.dumps(messages)))
+        if summary is not None:
+            a.put_state(own, "summaries", {"items": [{"id": "s1", "text": summary, "covers": [0, 0]}]})
+        first = io.StringIO()
+        counts = jsonl.export_jsonl(a, Scope(user_id=user), first)
+        assert counts["messages"] == len(texts) and counts["states"] == int(summary is not None)
+        assert json.loads(first.getvalue().split("\n")[0])["version"] == jsonl.VERSION
+        imported = jsonl.import_jsonl(b, Scope(), io.StringIO(first.getvalue()))
+        assert imported["written"] == len(texts)
+        assert jsonl.import_jsonl(b, Scope(), io.StringIO(first.getvalue()))["written"] == 0
+        second = io.StringIO()
+        jsonl.export_jsonl(b, Scope(user_id=user), second)
+        assert _body(second) == _body(first)
+        assert [m.data for m in b.range(own, 0, 100)] == messages
+    finally:
+        a.close()
+        b.close()
+
+
+class _Interrupted(Exception):
+    pass
+
+
+class _FailsAfter:
+    """A store whose ``append`` fails after ``n`` calls (an import killed half-way)."""
+
+    def __init__(self, store, n: int) -> None:
+        self.store, self.left = store, n
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def append(self, scope, messages):
+        if self.left == 0:
+            raise _Interrupted
+        self.left -= 1
+        return self.store.append(scope, messages)
+
+
+def test_an_interrupted_import_is_finished_by_running_it_again(monkeypatch):
+    monkeypatch.setattr(_common, "BATCH", 3)
+    store = open_store("sqlite:///:memory:")
+    own = Scope(user_id="ann", session_id="t")
+    transcript = json.dumps([{"role": "user", "content": f"message {i}"} for i in range(10)])
+    with pytest.raises(_Interrupted):
+        openai.import_openai(_FailsAfter(store, 2), Scope(user_id="ann"), io.StringIO(transcript), name="t")
+    assert store.count(own) == 6  # two batches landed
+    assert _common.conversations(store, Scope(user_id="ann")) == ["t"]  # listed, so export finds it
+    again = openai.import_openai(store, Scope(user_id="ann"), io.StringIO(transcript), name="t")
+    assert again["written"] == 4 and store.count(own) == 10
+    assert [m.data["content"] for m in store.range(own, 0, 100)] == [f"message {i}" for i in range(10)]
+
+
+def test_a_bad_line_is_named_and_nothing_is_written():
+    store = open_store("sqlite:///:memory:")
+    good = {"type": "message", "conversation_id": "c", "id": "m1", "role": "user", "text": "hi",
+            "message": {"role": "user", "content": "hi"}}
+    lines = [json.dumps({"format": "fullrecall", "version": 1}), json.dumps(good),
+             json.dumps({**good, "id": "m2", "conversation_id": ""})]
+    with pytest.raises(MessageFormatError, match="line 3: 'conversation_id'"):
+        jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join(lines)))
+    with pytest.raises(MessageFormatError, match="format 'other'"):
+        jsonl.import_jsonl(store, Scope(), io.StringIO(json.dumps({"format": "other", "version": 1})))
+    assert store.count(Scope(session_id="c")) == 0
+
+
+def test_the_services_first_export_without_header_is_read_as_version_1():
+    store = open_store("sqlite:///:memory:")
+    old = [{"conversation_id": "c", "user_id": None, "agent_id": None, "id": f"m{i}", "position": i, "role": "user",
+            "created_at": 1.0, "message": {"role": "user", "content": f"old line {i}"}} for i in range(3)]
+    del old[1]["role"]  # a line with only what the service's first export had, or less
+    counts = jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join(json.dumps(x) for x in old)))
+    assert counts["written"] == 3
+    stored = store.range(Scope(session_id="c"), 0, 10)
+    assert [m.id for m in stored] == ["m0", "m1", "m2"] and stored[1].text.endswith("old line 1")
