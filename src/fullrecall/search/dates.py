@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from datetime import date, timedelta
+from functools import lru_cache
 
 MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
           "november", "december")
@@ -30,14 +31,17 @@ _DAY_MONTH_YEAR = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+" + _MONTH + r",?\s
 _MONTH_DAY_YEAR = re.compile(r"\b" + _MONTH + r"\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b", re.IGNORECASE)
 
 _COUNT = r"(\d{1,2}|" + "|".join(sorted(_NUMBERS, key=len, reverse=True)) + r")"
-_RELATIVE = re.compile(
+_RELATIVE_PATTERN = (
     r"\b(?:(yesterday|tomorrow)"
     r"|(last|this past|next) (" + "|".join(WEEKDAYS) + r"|week|weekend|month|year)"
-    r"|" + _COUNT + r" (day|week|month|year)s? ago)\b",
-    re.IGNORECASE,
+    r"|" + _COUNT + r" (day|week|month|year)s? ago)\b"
 )
+_RELATIVE = re.compile(_RELATIVE_PATTERN)  # on lower-cased text: several times faster than IGNORECASE
+_RELATIVE_ANY_CASE = re.compile(_RELATIVE_PATTERN, re.IGNORECASE)
+_HINTS = ("yesterday", "tomorrow", "last", "past", "next", "ago")  # cheap substring test before the pattern
 
 
+@lru_cache(maxsize=1024)
 def parse_date(text: str | None) -> date | None:
     """The first calendar date in ``text`` (ISO, "8 May 2023", "May 8, 2023"), or None."""
     if not text:
@@ -79,7 +83,7 @@ def _shift_months(d: date, months: int) -> date:
 
 def resolve(phrase: str, anchor: date) -> str | None:
     """What one relative phrase ("last Saturday", "two weeks ago") meant on ``anchor``; None if not one."""
-    m = _RELATIVE.fullmatch(phrase.strip())
+    m = _RELATIVE_ANY_CASE.fullmatch(phrase.strip())
     return _resolved(m, anchor) if m else None
 
 
@@ -113,14 +117,19 @@ def _resolved(m: re.Match[str], anchor: date) -> str | None:
 
 def resolve_dates(text: str, written: str | None) -> list[tuple[str, str]]:
     """Each relative date phrase in ``text`` with what it meant when written (``written`` holds the date)."""
+    low = text.lower()
+    if not any(hint in low for hint in _HINTS):
+        return []
     anchor = parse_date(written)
     if anchor is None:
         return []
+    same_length = len(low) == len(text)  # lower() keeps offsets (not for every Unicode letter)
     out: list[tuple[str, str]] = []
-    for m in _RELATIVE.finditer(text):
+    for m in (_RELATIVE.finditer(low) if same_length else _RELATIVE_ANY_CASE.finditer(text)):
         meant = _resolved(m, anchor)
-        if meant is not None and (m[0], meant) not in out:
-            out.append((m[0], meant))
+        phrase = text[m.start():m.end()]
+        if meant is not None and (phrase, meant) not in out:
+            out.append((phrase, meant))
     return out
 
 
