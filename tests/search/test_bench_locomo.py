@@ -96,3 +96,22 @@ def test_table_output_and_turn_text(tmp_path, capsys):
     assert turns[2]["text"] == "A beagle. Here is a photo. [shares a photo: a photo of a small dog on a couch]"
     assert turns[4]["date"] == "10:00 am on 20 June, 2023"
     assert locomo.run(parser.parse_args(["--data", str(tmp_path / "missing.json")])) == 2
+
+
+def test_embedding_cache_gives_the_same_figures_without_embedding_again(tmp_path, capsys, default_embedder):
+    cache = tmp_path / "vectors.npz"
+    first = _run(tmp_path, capsys, "--scale", "0", "--embedding-cache", str(cache))
+    cached = locomo.CachedEmbedder(default_embedder, cache)
+    turns = locomo.conversation_turns(SAMPLE)
+    assert len(cached.vectors) == len(turns) + 6  # every indexed turn and every question with evidence, once
+    calls: list[int] = []
+    real_embed = default_embedder.embed
+    default_embedder.embed = lambda texts: calls.append(len(texts)) or real_embed(texts)
+    try:
+        assert cached.embed([SAMPLE["qa"][0]["question"]]).shape == (1, default_embedder.dimension)
+        assert calls == []  # served from the file
+    finally:
+        del default_embedder.embed
+    second = _run(tmp_path, capsys, "--scale", "0", "--embedding-cache", str(cache))
+    for key in ("recall", "all_hit", "recall_radius", "delivered_recall", "recall_at_turns", "by_category"):
+        assert second[key] == first[key]

@@ -58,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--radius-hits", type=int, default=0, help="packing: hits that get their radius neighbours")
     parser.add_argument("--no-pair-questions", action="store_true", help="packing: no question/answer neighbours")
     parser.add_argument("--tokenizer", default=None, help="token counter for budgets (default: the hook's estimate)")
+    parser.add_argument("--embedding-cache", type=Path, default=None,
+                        help="reuse vectors of texts embedded before (an .npz file, written back; quality runs only: "
+                             "query latencies then leave out embedding)")
 
 
 # -- data --------------------------------------------------------------------------
@@ -189,6 +192,53 @@ class Delivery:
         return out
 
 
+class CachedEmbedder:
+    """An embedder that remembers every vector it made, by text, in memory and in an ``.npz`` file.
+
+    For quality runs: the dev set's turns and questions are embedded once, not once a run
+    (a question is searched about ten times a run). Same ``name``, so stores see the same space.
+    """
+
+    def __init__(self, embedder: Any, path: Path) -> None:
+        import numpy as np
+
+        self.inner = embedder
+        self.name = embedder.name
+        self.path = path
+        self.vectors: dict[str, Any] = {}
+        self.dirty = False
+        if path.exists():
+            with np.load(path, allow_pickle=False) as saved:
+                if str(saved["name"]) == embedder.name:
+                    self.vectors = dict(zip(saved["texts"].tolist(), saved["vectors"]))
+
+    @property
+    def dimension(self) -> int:
+        return int(self.inner.dimension)
+
+    def embed(self, texts: Any) -> Any:
+        import numpy as np
+
+        texts = list(texts)
+        todo = list(dict.fromkeys(t for t in texts if t not in self.vectors))
+        if todo:
+            self.vectors.update(zip(todo, self.inner.embed(todo)))
+            self.dirty = True
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return np.stack([self.vectors[t] for t in texts]).astype(np.float32, copy=False)
+
+    def save(self) -> None:
+        import numpy as np
+
+        if self.dirty and self.vectors:
+            texts = list(self.vectors)
+            with self.path.open("wb") as f:
+                np.savez(f, name=np.array(self.name), texts=np.array(texts),
+                         vectors=np.stack([self.vectors[t] for t in texts]))
+            self.dirty = False
+
+
 def _pct(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -211,11 +261,15 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     embedder = load_embedder(args.embedding_model, variant=args.variant or "int8")
     load_s = time.perf_counter() - t0
+    if args.embedding_cache is not None:
+        embedder = CachedEmbedder(embedder, args.embedding_cache)
 
     busy = _busy_process() if args.busy_core else None
     try:
         return _run(args, samples, data_path, embedder, load_s, t_start)
     finally:
+        if isinstance(embedder, CachedEmbedder):
+            embedder.save()
         if busy is not None:
             busy.kill()
             busy.wait()

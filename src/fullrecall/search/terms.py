@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from ..stores._validate import indexed_prefix
+from .dates import date_note
 
 # An identifier keeps its inner '-', '_', '.', '/' or ':' (REF-48213, v2.3.1, a/b); a word its apostrophe.
 _TOKEN = re.compile(r"\w+(?:[-_./:]\w+)*|\w+", re.UNICODE)
@@ -60,9 +61,13 @@ def index_text(text: str, *, speaker: str | None = None, date: str | None = None
     """The text search indexes for a message: ``"speaker (date): text"``, at most ``INDEXED_CHARS`` long.
 
     Speaker and date matter for recall ("what did Anna say in May?"); the
-    message itself is returned verbatim, never this text. A huge message is
+    message itself is returned verbatim, never this text. Relative dates are
+    resolved against ``date`` (``[yesterday: 7 May 2023]`` after the text, see
+    :mod:`.dates`). A huge message is
     indexed (and embedded) by its beginning, as every store indexes text.
     """
+    if date:
+        text += date_note(text, date)
     if speaker and date:
         text = f"{speaker} ({date}): {text}"
     elif speaker:
