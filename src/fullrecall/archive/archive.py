@@ -83,6 +83,9 @@ class Archive:
     text is durable and found by keyword search; vectors follow within one embedding
     batch); call :meth:`flush` to wait for them and :meth:`close` at the end.
     ``catch_up_batch`` bounds how many waiting messages one catch-up embeds.
+    ``external_indexing=True`` says another component embeds every message the
+    conversation stores (the HTTP service's indexer does, once each): ``write`` then
+    stores and books, and embeds nothing.
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class Archive:
         archived_span: Callable[[], tuple[int, int]] | None = None,
         background_indexing: bool = False,
         catch_up_batch: int = 256,
+        external_indexing: bool = False,
         **search_options: Any,
     ) -> None:
         for name, value in (("max_num_archived_messages", max_num_archived_messages),
@@ -118,6 +122,7 @@ class Archive:
                                  embedding_dimensions=embedding_dimensions, **search_options)
         self.archived_span = archived_span
         self.catch_up_batch = catch_up_batch
+        self.external_indexing = external_indexing
         self._search: Any = None
         self.last_evicted: list[int] = []
         self._origin: int | None = None  # first archived position, once known (conversations that do not log)
@@ -171,7 +176,9 @@ class Archive:
             self._note_archived([m.position for m in records if m.position is not None])
         if event.summary is not None:
             self._save_summary(event)
-        if self._indexer is not None:
+        if self.external_indexing:
+            pass
+        elif self._indexer is not None:
             self._indexer.submit((self._wait_for_vectors(records), records))
         elif not self._embed(records):
             self._wait_for_vectors(records)

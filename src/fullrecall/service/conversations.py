@@ -201,7 +201,7 @@ class Conversations:
         return [(m, m.data) for m in tail[start:]]
 
     def _summary_out(self, scope: Scope, message: dict[str, Any]) -> dict[str, Any]:
-        items = (self.store.get_state(scope, "summaries") or {"items": []})["items"]
+        items = archived_summaries(self.store, scope)
         newest = items[-1] if items else None
         return {"id": summary_token(scope, newest["id"]) if newest else None, "position": None, "role": message.get(
             "role"), "kind": "summary", "covers": newest["covers"] if newest else None, "conversation_id":

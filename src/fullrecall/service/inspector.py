@@ -21,6 +21,7 @@ from fastapi import APIRouter, FastAPI, Query
 from fastapi.staticfiles import StaticFiles
 from starlette.types import Scope as AsgiScope
 
+from ..archive.archive import archived_summaries
 from ..stores.base import ANY, Scope
 from .auth import Principal
 from .conversations import CONVERSATIONS, NotFound, message_out
@@ -97,7 +98,7 @@ def inspector_router(service: Any, key: Any) -> APIRouter:
         s = own(p, user_id, agent_id, conversation_id)
         count = store.count(s)
         last = last_position(s, count)
-        summaries = (store.get_state(s, "summaries") or {"items": []})["items"]
+        summaries = archived_summaries(store, s)
         n = min(points, last + 1)
         sampled = sorted({round(i * last / max(1, n - 1)) for i in range(n)})
         window = service.conversations.window_messages

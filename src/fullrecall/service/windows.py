@@ -61,23 +61,6 @@ class _CountedChatModel:
         return await self.inner.acomplete(request)
 
 
-class _IndexedOnAppend:
-    """The archive's search engine, except that it embeds nothing on the request path: every message of the log was
-    queued for the service's indexer when it was appended (which embeds each once, and catches up after a crash).
-    """
-
-    def __init__(self, engine: Any) -> None:
-        self._engine = engine
-
-    def index(self, messages: Any, *, append: bool = True) -> list[str]:
-        if append:  # not the logged archive's way: index as the engine does
-            return self._engine.index(messages, append=True)
-        return [m.id for m in messages]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-
 class ManagedWindows:
     """One :class:`~fullrecall.memory.SyncConversationMemory` per conversation, built on first use."""
 
@@ -203,8 +186,9 @@ class ManagedWindows:
             max_context_tokens=self.window_tokens, max_history_turns=self._max_originals // 2,
             embedding_model=self.embedder, store=self.store, session_id=session, user_id=user, agent_id=agent,
             tenant=tenant)
-        archive: Any = manager.archive
-        archive._search = _IndexedOnAppend(archive.search_engine)
+        # every message of the log was queued for the service's indexer when it was appended (which embeds each
+        # once, and catches up after a crash): archiving embeds nothing on the request path
+        manager.archive.external_indexing = True
         return SyncConversationMemory(self.store, session, user_id=user, agent_id=agent, tenant=tenant,
                                       manager=manager)
 
