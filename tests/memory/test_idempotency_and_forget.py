@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fullrecall import MessageFormatError, SyncConversationMemory
+from fullrecall.archive.archive import archived_summaries
 from fullrecall.stores import Scope, open_store
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -89,7 +90,7 @@ def secrets_left(url, scope, memory):
     try:
         texts = [m.text for m in store.range(scope, 0, 10**9)]
         hits = store.search_text(scope, ["4711"], 10)
-        summaries = store.get_state(scope, "summaries") or {}
+        summaries = archived_summaries(store, scope)
         window = store.get_state(scope, "window") or {}
     finally:
         store.close()

@@ -9,6 +9,7 @@ pytest.importorskip("fastapi")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from fullrecall.archive.archive import archived_summaries  # noqa: E402
 from fullrecall.stores import Scope  # noqa: E402
 
 N = 150  # three pages of 60, the last one partial
@@ -97,7 +98,7 @@ def check_any_page(api, offset, limit):
 
 def check_memory_over_time(api):
     scope = Scope(tenant="tenant-a", user_id="ann", session_id="long")
-    made = (api.service.store.get_state(scope, "summaries") or {"items": []})["items"]
+    made = archived_summaries(api.service.store, scope)
     managed = api.service.conversations.windows is not None
     assert bool(made) == managed  # the summarizing manager summarized as the conversation grew; sliding did not
     body = api.get("/v1/inspector/conversations/long/timeline", params={"user_id": "ann", "points": 12},
