@@ -184,13 +184,22 @@ class PersistentMemory:
                 text=_index_text(parsed.text, parsed.role, created), data=msg,
                 created_at=created, archived_at=now, metadata={**(metadata or {}), "shape": shape},
             ))
+        ids = [m.id for m in stored]
         self._note_session()
-        known = {m.id for m in self.store.get(self._search.scope, [m.id for m in stored])}
-        ids = self._search.index(stored)
-        if self.extract_facts:
-            # a retry learns nothing twice
-            new = [(msg, m) for (msg, _, _), m in zip(kept, stored) if m.id not in known]
-            sources = [{"session_id": self.session_id, "id": m.id} for _, m in new]
+        # a retry stores and learns nothing twice: a message with a vector was fully recorded before
+        have = self.store.get_vectors(self._search.scope, ids)
+        new = list({m.id: (msg, m) for (msg, _, _), m in zip(kept, stored) if m.id not in have}.values())
+        if not new:
+            return ids
+        sources = [{"session_id": self.session_id, "id": m.id} for _, m in new]
+        by_rules = self.extract_facts and self.facts.chat_model is None
+        found = self.facts.candidates([msg for msg, _ in new], sources) if by_rules else []
+        # one batch: the turn's messages and the facts found in them
+        vectors = self._search.embedder.embed([m.text for _, m in new] + [c.text for c in found])
+        self._search.index([m for _, m in new], vectors=vectors[:len(new)])
+        if found:
+            self.facts.keep(found, vectors[len(new):], stated_at=now)
+        elif self.extract_facts and not by_rules:  # the chat model reads the turn once its words are stored
             try:
                 self.facts.learn([msg for msg, _ in new], sources, stated_at=now)
             except SummarizationError as exc:  # the chat model failed: the words are kept, only facts are missed
@@ -234,13 +243,14 @@ class PersistentMemory:
             self.store, user_id=self.user_id, agent_id=agent, tenant=self.tenant, embedder=self.embedder)
         scope = owner_scope(self.tenant, self.user_id, agent)
         for query in queries:
+            vector = self._search.embed_query(query)  # once, for facts and messages
             if "fact" in kinds and turn is None:
-                for fact, score in facts.search(query, limit):
+                for fact, score in facts.search(vector, limit):
                     if score >= MIN_FACT_SIMILARITY:
                         _keep_best(hits, _fact_hit(fact, score, agent))
             if "message" in kinds:
                 depth = limit * 4 if turn is not None else limit
-                for h in self._search.search(query, top_k=depth, scope=scope):
+                for h in self._search.search(query, top_k=depth, scope=scope, vector=vector):
                     if turn is None or h.metadata.get("turn") == turn:
                         _keep_best(hits, MemoryHit(
                             "message", h.id, h.text, h.score, agent, h.session_id, h.message.role,
