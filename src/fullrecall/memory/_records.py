@@ -26,10 +26,11 @@ protocol, identically on every backend:
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -83,6 +84,7 @@ class RecordBook:
         self._cache: dict[str, Entry] | None = None  # id -> (record, vector), as stored
         self._mark: tuple[int, str] | None = None  # (position, id) of the last log event the cache reflects
         self._own: set[str] = set()  # ids of events this book appended after the mark (already applied)
+        self._pending: list[StoredMessage] | None = None  # events of a :meth:`writes` block, not yet logged
 
     @property
     def embedder(self) -> Any:
@@ -126,15 +128,32 @@ class RecordBook:
             self._changed(record_id, None)
         return gone
 
+    @contextlib.contextmanager
+    def writes(self) -> Iterator[None]:
+        """Log the writes made inside the block with one append at its end (one round trip, not one a write)."""
+        if self._pending is not None:  # nested: the outer block logs
+            yield
+            return
+        self._pending = []
+        try:
+            yield
+        finally:
+            events, self._pending = self._pending, None
+            if events:
+                self.store.append(self._log, events)
+
     def _changed(self, record_id: str, entry: Entry | None) -> None:
         """Log a write (after it landed: a reader that sees the event finds the record) and apply it here."""
-        event = uuid.uuid4().hex
         now = time.time()
-        self.store.append(self._log, [StoredMessage(
-            id=event, role="event", text=record_id, data={"record": record_id}, created_at=now, archived_at=now)])
+        event = StoredMessage(id=uuid.uuid4().hex, role="event", text=record_id, data={"record": record_id},
+                              created_at=now, archived_at=now)
+        if self._pending is not None:
+            self._pending.append(event)
+        else:
+            self.store.append(self._log, [event])
         if self._cache is None:
             return
-        self._own.add(event)
+        self._own.add(event.id)
         if entry is None:
             self._cache.pop(record_id, None)
         elif record_id in self._cache:

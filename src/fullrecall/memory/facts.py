@@ -219,6 +219,14 @@ class FactMemory:
             stated_at=stated, valid_from=stated if valid_from is None else float(valid_from),
             sources=sources, origin=origin,
         )
+        with self.book.writes():  # the fact and the old ones it closes: logged in one append, before settling
+            stored, new = self._store(fact, vector)
+        if new and fact.attribute and fact.is_current:
+            self._settle(fact.subject, fact.attribute)
+        return stored
+
+    def _store(self, fact: Fact, vector: np.ndarray | None) -> tuple[Fact, bool]:
+        """Write ``fact``, or merge it into the current fact it repeats; (the stored fact, whether it is new)."""
         entries = self.book.entries()  # cached: one small round trip when nothing changed elsewhere
         mine = [e for e in entries if e[0].data.get("subject", USER) == fact.subject]
         embedded: list[np.ndarray] = [] if vector is None else [vector]
@@ -234,7 +242,7 @@ class FactMemory:
             found.mentions += 1
             found.sources += [s for s in fact.sources if s not in found.sources]
             self._put(found, base=base)
-            return found
+            return found, False
         rivals = [(_from_record(r), r) for r, _ in mine if fact.attribute and r.data.get("attribute") == fact.attribute]
         later = [f for f, _ in rivals if f.valid_from > fact.valid_from]
         if later:  # told late about an older value: it held until the next known one
@@ -245,9 +253,7 @@ class FactMemory:
             if old.valid_at(fact.valid_from):
                 old.valid_to, old.superseded_by = fact.valid_from, fact.id
                 self._put(old, base=base)
-        if fact.attribute and fact.is_current:
-            self._settle(fact.subject, fact.attribute)
-        return fact
+        return fact, True
 
     def _settle(self, subject: str, attribute: str) -> None:
         """Leave one current fact per subject and attribute, even after concurrent writers.

@@ -27,6 +27,8 @@ from datetime import UTC
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
 from ..errors import MemoryInputError, MessageFormatError, SummarizationError
 from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Store, StoredMessage
@@ -176,7 +178,7 @@ class PersistentMemory:
         if not kept:
             return []
         now = time.time()
-        stored = []
+        stored, words_of = [], {}
         for i, (msg, parsed, shape) in enumerate(kept):
             created = _message_time(msg) or now
             stored.append(StoredMessage(
@@ -184,6 +186,7 @@ class PersistentMemory:
                 text=_index_text(parsed.text, parsed.role, created), data=msg,
                 created_at=created, archived_at=now, metadata={**(metadata or {}), "shape": shape},
             ))
+            words_of[stored[-1].id] = _words(parsed.text)
         ids = [m.id for m in stored]
         self._note_session()
         # a retry stores and learns nothing twice: a message with a vector was fully recorded before
@@ -194,8 +197,9 @@ class PersistentMemory:
         sources = [{"session_id": self.session_id, "id": m.id} for _, m in new]
         by_rules = self.extract_facts and self.facts.chat_model is None
         found = self.facts.candidates([msg for msg, _ in new], sources) if by_rules else []
-        # one batch: the turn's messages and the facts found in them
-        vectors = self._search.embedder.embed([m.text for _, m in new] + [c.text for c in found])
+        # one batch: the turn's messages and the facts found in them (a fact that is a message's words is theirs)
+        words = [words_of[m.id] for _, m in new]
+        vectors = _embed_once(self._search.embedder, words + [c.text for c in found])
         self._search.index([m for _, m in new], vectors=vectors[:len(new)])
         if found:
             self.facts.keep(found, vectors[len(new):], stated_at=now)
@@ -363,7 +367,7 @@ class PersistentMemory:
                 facts.append(item)
         for session, batch in messages.items():
             self._note_session(session)
-            self._searcher(session).index([replace(m, position=None) for m in batch])
+            self._archive(session, [replace(m, position=None) for m in batch])
         if facts:
             self._note_session()
             self.facts.restore(facts)
@@ -393,6 +397,18 @@ class PersistentMemory:
         """Close the store if this memory opened it (a store passed in is the caller's to close)."""
         if self._owns_store:
             self.store.close()
+
+    def _archive(self, session_id: str, messages: list[StoredMessage]) -> None:
+        """Store messages (idempotent on id) and embed the words of those without a vector, in one batch."""
+        from ..search.semantic import _verbatim_text
+
+        searcher = self._searcher(session_id)
+        self.store.append(searcher.scope, messages)
+        have = self.store.get_vectors(searcher.scope, [m.id for m in messages])
+        todo = list({m.id: m for m in messages if m.id not in have}.values())
+        if todo:
+            vectors = _embed_once(searcher.embedder, [_words(_verbatim_text(m)) for m in todo])
+            searcher.index(todo, append=False, vectors=vectors)
 
     def _searcher(self, session_id: str) -> Any:
         from ..search import SemanticSearch
@@ -479,6 +495,23 @@ def _queries(query: Any) -> list[str]:
         return [parsed.text for _, parsed, _ in _conversation(query) if parsed.role != "system"]
     except MessageFormatError:  # a loose shape: take the contents as they are (MassGen does)
         return [str(m["content"]) for m in query if isinstance(m, dict) and not _is_empty(m.get("content"))]
+
+
+def _words(text: str) -> str:
+    """What a message's vector embeds: its own words (as much as is indexed). Speaker and date are in
+    the indexed text, for keyword search and facets; the vector is the words alone, as a query's is.
+    """
+    from ..search.terms import indexed_prefix
+
+    return indexed_prefix(text.strip())
+
+
+def _embed_once(embedder: Any, texts: list[str]) -> np.ndarray:
+    """Vectors for ``texts`` in one batched call, each distinct text embedded once."""
+    unique = list(dict.fromkeys(texts))
+    vectors = embedder.embed(unique)
+    row = {t: i for i, t in enumerate(unique)}
+    return np.asarray(vectors)[[row[t] for t in texts]]
 
 
 def _index_text(text: str, role: str, created: float) -> str:
