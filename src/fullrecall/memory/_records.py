@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -85,6 +86,7 @@ class RecordBook:
         self._mark: tuple[int, str] | None = None  # (position, id) of the last log event the cache reflects
         self._own: set[str] = set()  # ids of events this book appended after the mark (already applied)
         self._pending: list[StoredMessage] | None = None  # events of a :meth:`writes` block, not yet logged
+        self._lock = threading.RLock()  # the cache is shared by the threads using this book
 
     @property
     def embedder(self) -> Any:
@@ -151,16 +153,19 @@ class RecordBook:
             self._pending.append(event)
         else:
             self.store.append(self._log, [event])
-        if self._cache is None:
-            return
-        self._own.add(event.id)
-        if entry is None:
-            self._cache.pop(record_id, None)
-        elif record_id in self._cache:
-            self._cache[record_id] = entry
-        else:  # in the store's order, (created_at, id)
-            self._cache[record_id] = entry
-            self._cache = dict(sorted(self._cache.items(), key=lambda kv: (kv[1][0].created_at, kv[0])))
+        with self._lock:
+            if self._cache is None:
+                return
+            self._own.add(event.id)
+            cache = dict(self._cache)  # a new dict: a reader may be iterating the old one
+            if entry is None:
+                cache.pop(record_id, None)
+            elif record_id in cache:
+                cache[record_id] = entry
+            else:  # in the store's order, (created_at, id)
+                cache[record_id] = entry
+                cache = dict(sorted(cache.items(), key=lambda kv: (kv[1][0].created_at, kv[0])))
+            self._cache = cache
 
     def owned_id(self, *parts: str) -> str:
         """A stable record id for ``parts``, different for every owner."""
@@ -174,10 +179,14 @@ class RecordBook:
     def get(self, record_id: str) -> Record | None:
         return next((_copy(r) for r, _ in self.entries() if r.id == record_id), None)
 
-    def entries(self) -> list[Entry]:
-        """The owner's live records with their vectors, oldest first, as cached: read them, never change them."""
+    def entries(self, *, check: bool = True) -> list[Entry]:
+        """The owner's live records with their vectors, oldest first, as cached: read them, never change them.
+
+        ``check=False`` trusts a cache the caller has just checked (no round trip).
+        """
         now = self.clock()
-        entries = self._entries()
+        with self._lock:
+            entries = self._cache if self._cache is not None and not check else self._entries()
         expired = [r.id for r, _ in entries.values()
                    if r.data.get(EXPIRES_AT) is not None and float(r.data[EXPIRES_AT]) <= now]
         for record_id in expired:

@@ -200,6 +200,13 @@ class FactMemory:
         ("My city is Lyon" -> city = Lyon). ``valid_from`` defaults to ``stated_at`` (now).
         ``vector`` is ``text``'s embedding when the caller has it (else it is embedded here, once).
         """
+        return self._record(self._build(text, subject, attribute, value, valid_from, stated_at, sources, origin), vector)
+
+    def _build(
+        self, text: str, subject: str | None, attribute: str | None, value: str | None, valid_from: float | None,
+        stated_at: float | None, sources: Iterable[dict[str, str]], origin: str,
+    ) -> Fact:
+        """The fact :meth:`remember` is asked to keep, checked (nothing is read or written)."""
         if not isinstance(text, str) or not text.strip():
             raise MemoryInputError(f"fact: 'text' must be a non-empty string, not {text!r}")
         for name, v in (("subject", subject), ("attribute", attribute), ("value", value)):
@@ -219,15 +226,19 @@ class FactMemory:
             stated_at=stated, valid_from=stated if valid_from is None else float(valid_from),
             sources=sources, origin=origin,
         )
+        return fact
+
+    def _record(self, fact: Fact, vector: np.ndarray | None, *, checked: bool = False) -> Fact:
+        """Store a built fact (``checked``: the caller has just checked the cached facts are current)."""
         with self.book.writes():  # the fact and the old ones it closes: logged in one append, before settling
-            stored, new = self._store(fact, vector)
+            stored, new = self._store(fact, vector, checked)
         if new and fact.attribute and fact.is_current:
             self._settle(fact.subject, fact.attribute)
         return stored
 
-    def _store(self, fact: Fact, vector: np.ndarray | None) -> tuple[Fact, bool]:
+    def _store(self, fact: Fact, vector: np.ndarray | None, checked: bool) -> tuple[Fact, bool]:
         """Write ``fact``, or merge it into the current fact it repeats; (the stored fact, whether it is new)."""
-        entries = self.book.entries()  # cached: one small round trip when nothing changed elsewhere
+        entries = self.book.entries(check=not checked)  # cached: one small round trip when nothing changed elsewhere
         mine = [e for e in entries if e[0].data.get("subject", USER) == fact.subject]
         embedded: list[np.ndarray] = [] if vector is None else [vector]
 
@@ -285,11 +296,18 @@ class FactMemory:
         found = self.candidates(messages, sources)
         return self.keep(found, self.book.embed([c.text for c in found]) if found else None, stated_at=stated_at)
 
-    def keep(self, found: Sequence[Candidate], vectors: np.ndarray | None, *, stated_at: float | None = None) -> list[Fact]:
-        """Store facts found by :meth:`candidates`, with their vectors (one row each, in order)."""
+    def keep(
+        self, found: Sequence[Candidate], vectors: np.ndarray | None, *, stated_at: float | None = None,
+        checked: bool = False,
+    ) -> list[Fact]:
+        """Store facts found by :meth:`candidates`, with their vectors (one row each, in order).
+
+        ``checked``: the caller has just called ``book.entries()`` (e.g. while embedding), so the cached
+        facts are trusted without another round trip.
+        """
         return [
-            self.remember(c.text, attribute=c.attribute, value=c.value, stated_at=stated_at, sources=c.sources,
-                          origin=c.origin, vector=None if vectors is None else vectors[i])
+            self._record(self._build(c.text, None, c.attribute, c.value, None, stated_at, c.sources, c.origin),
+                         None if vectors is None else vectors[i], checked=checked)
             for i, c in enumerate(found)
         ]
 
@@ -364,12 +382,13 @@ class FactMemory:
         return sorted(self._select(subject, attribute), key=lambda f: (f.valid_from, f.stated_at))
 
     def search(
-        self, query: str | np.ndarray, limit: int = 5, *, include_history: bool = False
+        self, query: str | np.ndarray, limit: int = 5, *, include_history: bool = False, checked: bool = False,
     ) -> list[tuple[Fact, float]]:
         """The facts most similar to ``query`` (a text, or its vector), current ones only unless
-        ``include_history``, with cosines.
+        ``include_history``, with cosines. ``checked``: as in :meth:`keep`.
         """
-        entries = [e for e in self.book.entries() if include_history or e[0].data.get("valid_to") is None]
+        entries = [e for e in self.book.entries(check=not checked)
+                   if include_history or e[0].data.get("valid_to") is None]
         return [(_from_record(r), s) for r, s in self.book.similar(query, entries, limit)]
 
     # -- internals ---------------------------------------------------------------------------

@@ -19,9 +19,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC
 from pathlib import Path
@@ -189,26 +191,50 @@ class PersistentMemory:
             words_of[stored[-1].id] = _words(parsed.text)
         ids = [m.id for m in stored]
         self._note_session()
-        # a retry stores and learns nothing twice: a message with a vector was fully recorded before
-        have = self.store.get_vectors(self._search.scope, ids)
-        new = list({m.id: (msg, m) for (msg, _, _), m in zip(kept, stored) if m.id not in have}.values())
-        if not new:
-            return ids
-        sources = [{"session_id": self.session_id, "id": m.id} for _, m in new]
+        turn = list({m.id: (msg, m) for (msg, _, _), m in zip(kept, stored)}.values())
+        sources = [{"session_id": self.session_id, "id": m.id} for _, m in turn]
         by_rules = self.extract_facts and self.facts.chat_model is None
-        found = self.facts.candidates([msg for msg, _ in new], sources) if by_rules else []
-        # one batch: the turn's messages and the facts found in them (a fact that is a message's words is theirs)
-        words = [words_of[m.id] for _, m in new]
-        vectors = _embed_once(self._search.embedder, words + [c.text for c in found])
-        self._search.index([m for _, m in new], vectors=vectors[:len(new)])
-        if found:
-            self.facts.keep(found, vectors[len(new):], stated_at=now)
-        elif self.extract_facts and not by_rules:  # the chat model reads the turn once its words are stored
+        found = self.facts.candidates([msg for msg, _ in turn], sources) if by_rules else []
+        # While the turn is embedded (one batch: its messages and the facts found in them; a fact that is a
+        # message's words shares its vector), its words are made durable (a message a retry already recorded,
+        # with its vector, is stored and learned from nothing twice) and the cached facts are checked.
+        stored_words = _io().submit(self._store_words, [m for _, m in turn])
+        facts_checked = _io().submit(self.facts.book.entries) if found else None
+        try:
+            vectors = _embed_once(self._search.embedder, [words_of[m.id] for _, m in turn] + [c.text for c in found])
+        finally:
+            have = stored_words.result()
+            if facts_checked is not None:
+                facts_checked.result()
+        fresh = [i for i, (_, m) in enumerate(turn) if m.id not in have]
+        if not fresh:
+            return ids
+        new = [turn[i] for i in fresh]
+        new_ids = {m.id for _, m in new}
+        learned = [j for j, c in enumerate(found) if any(s["id"] in new_ids for s in c.sources)]
+        # the messages' vectors and the facts are written side by side
+        indexed = _io().submit(self._search.index, [m for _, m in new], append=False, vectors=vectors[fresh])
+        try:
+            if learned:
+                self.facts.keep([found[j] for j in learned], vectors[[len(turn) + j for j in learned]],
+                                stated_at=now, checked=True)
+        finally:
+            indexed.result()
+        if self.extract_facts and not by_rules:  # the chat model reads the turn once its words are stored
             try:
-                self.facts.learn([msg for msg, _ in new], sources, stated_at=now)
+                self.facts.learn([msg for msg, _ in new], [sources[i] for i in fresh], stated_at=now)
             except SummarizationError as exc:  # the chat model failed: the words are kept, only facts are missed
                 log.warning("recorded %d message(s) but could not extract facts from them (%s)", len(new), exc)
         return ids
+
+    def _store_words(self, messages: list[StoredMessage]) -> set[str]:
+        """Append a turn's messages but those already stored with a vector (a retry); return the ids of those."""
+        self._search._check_vector_space()  # before anything is written: one embedding model per index
+        have = set(self.store.get_vectors(self._search.scope, [m.id for m in messages]))
+        todo = [m for m in messages if m.id not in have]
+        if todo:
+            self.store.append(self._search.scope, todo)  # idempotent: a message stored without a vector keeps its place
+        return have
 
     def _message_id(self, msg: dict[str, Any], index: int, metadata: dict[str, Any] | None) -> str:
         """A message's id: derived from its own ``id`` key, or from ``metadata["turn"]``, its place in
@@ -246,12 +272,10 @@ class PersistentMemory:
         facts = self.facts if agent == self.agent_id else FactMemory(
             self.store, user_id=self.user_id, agent_id=agent, tenant=self.tenant, embedder=self.embedder)
         scope = owner_scope(self.tenant, self.user_id, agent)
+        want_facts = "fact" in kinds and turn is None
+        facts_checked = _io().submit(facts.book.entries) if want_facts else None  # while the query is embedded
         for query in queries:
-            vector = self._search.embed_query(query)  # once, for facts and messages
-            if "fact" in kinds and turn is None:
-                for fact, score in facts.search(vector, limit):
-                    if score >= MIN_FACT_SIMILARITY:
-                        _keep_best(hits, _fact_hit(fact, score, agent))
+            vector = self._search.embed_query(query)  # once, for messages and facts
             if "message" in kinds:
                 depth = limit * 4 if turn is not None else limit
                 for h in self._search.search(query, top_k=depth, scope=scope, vector=vector):
@@ -259,6 +283,11 @@ class PersistentMemory:
                         _keep_best(hits, MemoryHit(
                             "message", h.id, h.text, h.score, agent, h.session_id, h.message.role,
                             h.message.created_at, h.metadata))
+            if facts_checked is not None:
+                facts_checked.result()
+                for fact, score in facts.search(vector, limit, checked=True):
+                    if score >= MIN_FACT_SIMILARITY:
+                        _keep_best(hits, _fact_hit(fact, score, agent))
         found = sorted(hits.values(), key=lambda h: (h.kind != "fact", -h.score))
         return [h for h in found if h.kind == "fact"][:limit] + [h for h in found if h.kind == "message"][:limit]
 
@@ -495,6 +524,19 @@ def _queries(query: Any) -> list[str]:
         return [parsed.text for _, parsed, _ in _conversation(query) if parsed.role != "system"]
     except MessageFormatError:  # a loose shape: take the contents as they are (MassGen does)
         return [str(m["content"]) for m in query if isinstance(m, dict) and not _is_empty(m.get("content"))]
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _io() -> ThreadPoolExecutor:
+    """Threads for the store round trips that run while a turn or a query is embedded."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(4, thread_name_prefix="fullrecall-memory-io")
+        return _pool
 
 
 def _words(text: str) -> str:
