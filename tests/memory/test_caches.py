@@ -113,5 +113,8 @@ def test_a_record_embeds_in_one_batch_and_a_retrieve_embeds_the_question_once(tm
         context = asyncio.run(memory.retrieve("what colour do I like?"))
         assert embedder.calls == [["what colour do I like?"]]
         assert "[fact] My favourite colour is teal." in context and "teal" in context.split("\n", 1)[1]
+
+        counts = memory.clear()  # the facts' change log is bookkeeping: not counted as messages or sessions
+        assert (counts["messages"], counts["sessions"]) == (3, 1) and memory.facts.history() == []
     finally:
         memory.close()

@@ -38,7 +38,7 @@ _THINGS = ["budget", "deadline", "meeting", "invoice", "flight", "recipe", "repo
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backends", default="sqlite,postgres", help="comma-separated: sqlite,postgres,redis")
     parser.add_argument("--users", type=int, default=10, help="users (the full run: 100)")
-    parser.add_argument("--turns", type=int, default=200, help="turns per user (the full run: 1000)")
+    parser.add_argument("--turns", type=int, default=100, help="turns per user (the full run: 1000)")
     parser.add_argument("--queries", type=int, default=100, help="retrieve calls measured per backend")
     parser.add_argument("--limit", type=int, default=5, help="hits of each kind a retrieve returns")
     parser.add_argument("--postgres-url", default=os.environ.get("FULLRECALL_TEST_POSTGRES_URL"))

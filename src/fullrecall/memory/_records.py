@@ -254,6 +254,12 @@ class RecordBook:
         return [(with_vectors[i][0], float(scores[i])) for i in order]
 
 
+def change_logs(store: Store, owner: Scope, namespaces: Sequence[str]) -> tuple[int, int]:
+    """(events, non-empty logs) the change logs of these namespaces hold for an owner: bookkeeping, not memory."""
+    sizes = [store.count(replace(owner, session_id=LOG_PREFIX + ns)) for ns in namespaces]
+    return sum(sizes), sum(1 for n in sizes if n)
+
+
 def _copy(record: Record) -> Record:
     return replace(record, data=dict(record.data))
 

@@ -34,8 +34,10 @@ import numpy as np
 from ..errors import MemoryInputError, MessageFormatError, SummarizationError
 from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Store, StoredMessage
-from ._records import RecordBook, owner_scope
+from ._records import RecordBook, change_logs, owner_scope
+from .facts import NAMESPACE as FACTS
 from .facts import Fact, FactMemory
+from .procedural import NAMESPACE as PROCEDURES
 
 log = logging.getLogger("fullrecall.memory")
 
@@ -350,10 +352,15 @@ class PersistentMemory:
         """Delete the archived messages matching every given criterion (and facts among ``ids``).
 
         With no criterion at all, everything of this owner goes (messages, vectors, facts,
-        sessions). Returns per-kind counts.
+        sessions). Returns per-kind counts (the change logs of cached records not counted).
         """
         if roles is None and since is None and until is None and session_id is None and ids is None:
-            return self.store.forget(self.owner)
+            events, logs = change_logs(self.store, self.owner, (FACTS, _SESSIONS, PROCEDURES))
+            counts = self.store.forget(self.owner)
+            for key, n in (("messages", events), ("sessions", logs)):
+                if isinstance(counts.get(key), int):
+                    counts[key] = max(0, counts[key] - n)
+            return counts
         ids = list(ids) if ids is not None else None
         counts = {"messages": 0, "facts": 0}
         by_session: dict[str, list[str]] = {}

@@ -269,8 +269,8 @@ class SemanticSearch:
         ``append=True`` writes them to the store first (idempotent on id). Only
         messages without a stored vector are embedded, all in one batched call:
         a stored embedding is never recomputed. ``vectors`` (one row per message,
-        made by this search's embedder) are the caller's embeddings of the messages'
-        texts: they are stored as given and nothing is embedded or looked up.
+        made by this search's embedder) are the caller's embeddings of the messages:
+        they are stored as given and nothing is embedded or looked up.
         """
         messages = list(messages)
         if not messages:
