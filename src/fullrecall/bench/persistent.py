@@ -2,11 +2,13 @@
 
 Loads ``--users`` users x ``--turns`` turns (a user message and an answer each, 100 turns a
 session) into :class:`~fullrecall.memory.persistent.PersistentMemory` on each backend, timing every
-``record``; then times ``retrieve`` for ``--queries`` questions of random users. The same run times
-the local embedder on fresh turns (both messages, one batch, as ``record`` embeds them) and on
-fresh questions, so the figures are ratios that hold across machines: targets are record p50 at
-most 1.2x embedding the turn and retrieve p50 at most 1.5x embedding the question. No LLM is called
-(memory is built with its defaults: facts by rules). The full size is ``--users 100 --turns 1000``.
+``record``; then times ``retrieve`` for ``--queries`` questions of random users. Right before each
+``record`` the same run times the local embedder on that turn (its messages' contents, one batch),
+and right before each ``retrieve`` on that question, so each ratio compares costs taken side by side
+(the load of a shared machine drifts; a baseline timed at another moment would not hold). Targets:
+record p50 at most 1.2x embedding the turn, retrieve p50 at most 1.5x embedding the question. No LLM
+is called (memory is built with its defaults: facts by rules). The full size is ``--users 100 --turns 1000``;
+``--users 10 --turns 200`` is a quick run.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from typing import Any
 TURNS_PER_SESSION = 100
 RECORD_TARGET = 1.2
 RETRIEVE_TARGET = 1.5
-BASELINE_SAMPLES = 200
 
 _TOPICS = ["hiking", "python", "jazz", "gardening", "chess", "cycling", "baking", "astronomy", "sailing", "poetry",
            "photography", "climbing", "pottery", "running", "knitting", "robotics", "birding", "surfing"]
@@ -124,6 +125,7 @@ def _bench(backend: str, url: str, embedder: Any, args: argparse.Namespace) -> R
     try:
         memories: list[PersistentMemory] = []
         record_ms: list[float] = []
+        embed_turn_ms: list[float] = []
         for user in range(args.users):
             memory = None
             for n in range(args.turns):
@@ -132,21 +134,17 @@ def _bench(backend: str, url: str, embedder: Any, args: argparse.Namespace) -> R
                                               store=store, embedder=embedder)
                 assert memory is not None
                 turn = chat.turn(user, n)
-                t0 = time.perf_counter()
-                loop.run_until_complete(memory.record(turn, {"turn": n}))
-                record_ms.append((time.perf_counter() - t0) * 1000)
+                embed_turn_ms.append(_ms(embedder.embed, [m["content"] for m in turn]))
+                record_ms.append(_ms(loop.run_until_complete, memory.record(turn, {"turn": n})))
             assert memory is not None
             memories.append(memory)
-        embed_turn_ms = _embed_times(embedder, [[m["content"] for m in chat.turn(-1, i)]
-                                                for i in range(BASELINE_SAMPLES)])
-        embed_query_ms = _embed_times(embedder, [[chat.question()] for _ in range(BASELINE_SAMPLES)])
-        retrieve_ms = []
+        retrieve_ms: list[float] = []
+        embed_query_ms: list[float] = []
         for _ in range(args.queries):
             memory = chat.rng.choice(memories)
             question = chat.question()
-            t0 = time.perf_counter()
-            loop.run_until_complete(memory.retrieve(question, limit=args.limit))
-            retrieve_ms.append((time.perf_counter() - t0) * 1000)
+            embed_query_ms.append(_ms(embedder.embed, [question]))
+            retrieve_ms.append(_ms(loop.run_until_complete, memory.retrieve(question, limit=args.limit)))
         llm_calls = sum(getattr(m.facts.chat_model, "calls", 0) for m in memories if m.facts.chat_model is not None)
     finally:
         loop.close()
@@ -162,13 +160,11 @@ def _bench(backend: str, url: str, embedder: Any, args: argparse.Namespace) -> R
     )
 
 
-def _embed_times(embedder: Any, batches: list[list[str]]) -> list[float]:
-    out = []
-    for texts in batches:
-        t0 = time.perf_counter()
-        embedder.embed(texts)
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
+def _ms(call: Any, arg: Any) -> float:
+    """Milliseconds ``call(arg)`` takes."""
+    t0 = time.perf_counter()
+    call(arg)
+    return (time.perf_counter() - t0) * 1000
 
 
 def _pct(values: list[float], q: int) -> float:

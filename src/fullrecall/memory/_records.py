@@ -13,23 +13,40 @@ protocol, identically on every backend:
 * **similarity**: each record's vector is kept in its data (base64 float32, computed once,
   never recomputed) and searched by cosine in process. Long-term records are few per
   owner (hundreds to thousands), so a scan is fast.
+* **caching, correct across processes**: the owner's records (and their decoded vectors) are
+  kept in process, so a read costs one small round trip instead of reading and decoding them
+  all. Every write also appends a one-line event to the namespace's change log, an
+  append-only session of the owner (``_log.<namespace>``) whose positions the store assigns
+  atomically. A read first asks the store for the log from the last event the cache reflects:
+  if that event is still there and every later one is this book's own (already applied), the
+  cache is current; otherwise (another process wrote, or the owner was forgotten) everything is
+  read again. The cache holds at most ``cache_limit`` records (beyond that, reads go to the store).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import threading
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from ..stores.base import Record, Scope, Store
+from ..stores.base import Record, Scope, Store, StoredMessage
 
 _VEC = "_vec"
 _OWNER = "_owner"
 EXPIRES_AT = "expires_at"
+LOG_PREFIX = "_log."
+CACHE_LIMIT = 10_000
+_END = 2**62  # a position past any log's end
+
+Entry = tuple[Record, "np.ndarray | None"]
 
 
 def owner_scope(tenant: str, user_id: str | None, agent_id: str | None) -> Scope:
@@ -56,12 +73,20 @@ class RecordBook:
         *,
         embedder: Any = None,
         clock: Callable[[], float] = time.time,
+        cache_limit: int = CACHE_LIMIT,
     ) -> None:
         self.store = store
         self.scope = scope
         self.namespace = namespace
         self._embedder = embedder
         self.clock = clock
+        self.cache_limit = cache_limit
+        self._log = replace(scope, session_id=LOG_PREFIX + namespace)
+        self._cache: dict[str, Entry] | None = None  # id -> (record, vector), as stored
+        self._mark: tuple[int, str] | None = None  # (position, id) of the last log event the cache reflects
+        self._own: set[str] = set()  # ids of events this book appended after the mark (already applied)
+        self._pending: list[StoredMessage] | None = None  # events of a :meth:`writes` block, not yet logged
+        self._lock = threading.RLock()  # the cache is shared by the threads using this book
 
     @property
     def embedder(self) -> Any:
@@ -93,13 +118,54 @@ class RecordBook:
         else:  # a record read back and written again keeps the vector it had
             vector = self.vector(record)
         self.store.put_record(self.scope, record, vector)
+        self._changed(record.id, (_copy(record), None if vector is None else np.asarray(vector, dtype=np.float32)))
         return record
 
     def delete(self, record_id: str) -> bool:
         """Delete one of the owner's records; an id the owner does not hold deletes nothing (the store
         deletes within the owner's exact scope only).
         """
-        return self.store.delete_record(self.scope, self.namespace, record_id)
+        gone = self.store.delete_record(self.scope, self.namespace, record_id)
+        if gone:
+            self._changed(record_id, None)
+        return gone
+
+    @contextlib.contextmanager
+    def writes(self) -> Iterator[None]:
+        """Log the writes made inside the block with one append at its end (one round trip, not one a write)."""
+        if self._pending is not None:  # nested: the outer block logs
+            yield
+            return
+        self._pending = []
+        try:
+            yield
+        finally:
+            events, self._pending = self._pending, None
+            if events:
+                self.store.append(self._log, events)
+
+    def _changed(self, record_id: str, entry: Entry | None) -> None:
+        """Log a write (after it landed: a reader that sees the event finds the record) and apply it here."""
+        now = time.time()
+        event = StoredMessage(id=uuid.uuid4().hex, role="event", text=record_id, data={"record": record_id},
+                              created_at=now, archived_at=now)
+        if self._pending is not None:
+            self._pending.append(event)
+        else:
+            self.store.append(self._log, [event])
+        with self._lock:
+            if self._cache is None:
+                return
+            self._own.add(event.id)
+            cache = dict(self._cache)  # a new dict: a reader may be iterating the old one
+            if entry is None:
+                cache.pop(record_id, None)
+            elif record_id in cache:
+                cache[record_id] = entry
+            else:  # in the store's order, (created_at, id)
+                cache[record_id] = entry
+                cache = dict(sorted(cache.items(), key=lambda kv: (kv[1][0].created_at, kv[0])))
+            self._cache = cache
 
     def owned_id(self, *parts: str) -> str:
         """A stable record id for ``parts``, different for every owner."""
@@ -107,34 +173,76 @@ class RecordBook:
 
     # -- reading -----------------------------------------------------------------------------
     def all(self) -> list[Record]:
-        """The owner's live records (oldest first); expired ones are deleted on the way."""
-        now = self.clock()
-        live, seen = [], set()
-        for r in self.store.get_records(self.scope, self.namespace):
-            if r.data.get(_OWNER) != self._owner or r.id in seen:
-                continue
-            seen.add(r.id)
-            expires = r.data.get(EXPIRES_AT)
-            if expires is not None and float(expires) <= now:
-                self.delete(r.id)
-                continue
-            live.append(r)
-        return live
+        """The owner's live records (oldest first; copies the caller may change); expired ones are deleted."""
+        return [_copy(r) for r, _ in self.entries()]
 
     def get(self, record_id: str) -> Record | None:
-        return next((r for r in self.all() if r.id == record_id), None)
+        return next((_copy(r) for r, _ in self.entries() if r.id == record_id), None)
+
+    def entries(self, *, check: bool = True) -> list[Entry]:
+        """The owner's live records with their vectors, oldest first, as cached: read them, never change them.
+
+        ``check=False`` trusts a cache the caller has just checked (no round trip).
+        """
+        now = self.clock()
+        with self._lock:
+            entries = self._cache if self._cache is not None and not check else self._entries()
+        expired = [r.id for r, _ in entries.values()
+                   if r.data.get(EXPIRES_AT) is not None and float(r.data[EXPIRES_AT]) <= now]
+        for record_id in expired:
+            self.delete(record_id)
+        return [e for e in entries.values() if e[0].id not in expired]
+
+    def _entries(self) -> dict[str, Entry]:
+        if self._cache is not None and self._fresh():
+            return self._cache
+        mark = self._last_event()  # before the records: a write that lands after it is seen next time
+        entries: dict[str, Entry] = {}
+        for r in self.store.get_records(self.scope, self.namespace):  # by (created_at, id)
+            if r.data.get(_OWNER) == self._owner and r.id not in entries:
+                entries[r.id] = (r, self.vector(r))
+        cached = len(entries) <= self.cache_limit
+        self._cache, self._mark, self._own = (entries if cached else None), mark, set()
+        return entries
+
+    def _fresh(self) -> bool:
+        """Whether the cache is current: the log holds nothing after its mark but this book's own events."""
+        start = self._mark[0] if self._mark is not None else 0
+        events = self.store.range(self._log, start, _END)
+        if self._mark is not None:
+            if not events or (events[0].position, events[0].id) != self._mark:
+                return False  # the log was forgotten (and perhaps written again): read everything
+            events = events[1:]
+        if any(e.id not in self._own for e in events):
+            return False
+        if events:
+            last = events[-1]
+            self._mark, self._own = (int(last.position or 0), last.id), set()
+        return True
+
+    def _last_event(self) -> tuple[int, str] | None:
+        count = self.store.count(self._log)
+        events = self.store.range(self._log, max(0, count - 1), _END) if count else []
+        return (int(events[-1].position or 0), events[-1].id) if events else None
 
     @staticmethod
     def vector(record: Record) -> np.ndarray | None:
         encoded = record.data.get(_VEC)
         return _decode(encoded) if isinstance(encoded, str) else None
 
-    def similar(self, query: str, records: Sequence[Record], k: int) -> list[tuple[Record, float]]:
-        """The ``k`` records most similar to ``query`` by cosine, best first (records without a vector skipped)."""
-        with_vectors = [(r, v) for r in records if (v := self.vector(r)) is not None]
-        if not with_vectors or k <= 0 or not query.strip():
+    def similar(self, query: str | np.ndarray, records: Sequence[Record] | Sequence[Entry],
+                k: int) -> list[tuple[Record, float]]:
+        """The ``k`` records most similar to ``query`` by cosine, best first (records without a vector skipped).
+
+        ``query`` is a text (embedded here) or its vector; ``records`` are records or
+        :meth:`entries` (their vectors already decoded).
+        """
+        with_vectors = [(r, v) for r, v in map(_entry, records) if v is not None]
+        if isinstance(query, str) and not query.strip():
             return []
-        q = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
+        if not with_vectors or k <= 0:
+            return []
+        q = np.asarray(self.embedder.embed([query])[0] if isinstance(query, str) else query, dtype=np.float32)
         matrix = np.stack([v for _, v in with_vectors])
         if matrix.shape[1] != q.shape[0]:
             raise ValueError(
@@ -144,6 +252,20 @@ class RecordBook:
         scores = matrix @ q
         order = np.argsort(-scores, kind="stable")[:k]
         return [(with_vectors[i][0], float(scores[i])) for i in order]
+
+
+def change_logs(store: Store, owner: Scope, namespaces: Sequence[str]) -> tuple[int, int]:
+    """(events, non-empty logs) the change logs of these namespaces hold for an owner: bookkeeping, not memory."""
+    sizes = [store.count(replace(owner, session_id=LOG_PREFIX + ns)) for ns in namespaces]
+    return sum(sizes), sum(1 for n in sizes if n)
+
+
+def _copy(record: Record) -> Record:
+    return replace(record, data=dict(record.data))
+
+
+def _entry(item: Record | Entry) -> Entry:
+    return (item, RecordBook.vector(item)) if isinstance(item, Record) else item
 
 
 def public_data(record: Record) -> dict[str, Any]:

@@ -21,18 +21,21 @@ while it holds). It links to the archived messages it came from (``sources``).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from ..errors import MemoryInputError
 from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Store
-from ._records import RecordBook, owner_scope, public_data
+from ._records import Entry, RecordBook, owner_scope, public_data
 
 NAMESPACE = "facts"
 DEFAULT_DUPLICATE_SIMILARITY = 0.92
@@ -67,6 +70,7 @@ class Fact:
         return asdict(self)
 
 
+@functools.lru_cache(maxsize=65_536)
 def normalize(text: str) -> str:
     """Lower case, words only, single spaces: how duplicates are recognized."""
     return " ".join(re.findall(r"\w+", text.lower()))
@@ -140,6 +144,16 @@ def _parse_extraction(answer: str) -> list[dict[str, Any]]:
     return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 
+class Candidate(NamedTuple):
+    """A fact found in messages (by rules or a checked LLM answer), not yet stored."""
+
+    text: str
+    attribute: str | None
+    value: str
+    sources: list[dict[str, str]]
+    origin: str
+
+
 class FactMemory:
     """One owner's facts (user and agent) in any store; see the module docstring.
 
@@ -178,12 +192,21 @@ class FactMemory:
         stated_at: float | None = None,
         sources: Iterable[dict[str, str]] = (),
         origin: str = "explicit",
+        vector: np.ndarray | None = None,
     ) -> Fact:
         """Store a fact (or merge it into the current one it repeats); return the stored fact.
 
         Without ``attribute``, the rules of :func:`extract_facts` may find one in ``text``
         ("My city is Lyon" -> city = Lyon). ``valid_from`` defaults to ``stated_at`` (now).
+        ``vector`` is ``text``'s embedding when the caller has it (else it is embedded here, once).
         """
+        return self._record(self._build(text, subject, attribute, value, valid_from, stated_at, sources, origin), vector)
+
+    def _build(
+        self, text: str, subject: str | None, attribute: str | None, value: str | None, valid_from: float | None,
+        stated_at: float | None, sources: Iterable[dict[str, str]], origin: str,
+    ) -> Fact:
+        """The fact :meth:`remember` is asked to keep, checked (nothing is read or written)."""
         if not isinstance(text, str) or not text.strip():
             raise MemoryInputError(f"fact: 'text' must be a non-empty string, not {text!r}")
         for name, v in (("subject", subject), ("attribute", attribute), ("value", value)):
@@ -203,27 +226,45 @@ class FactMemory:
             stated_at=stated, valid_from=stated if valid_from is None else float(valid_from),
             sources=sources, origin=origin,
         )
-        records = {r.id: r for r in self.book.all()}
-        facts = [_from_record(r) for r in records.values()]
-        same = self._duplicate_of(fact, [f for f in facts if f.is_current], records)
+        return fact
+
+    def _record(self, fact: Fact, vector: np.ndarray | None, *, checked: bool = False) -> Fact:
+        """Store a built fact (``checked``: the caller has just checked the cached facts are current)."""
+        with self.book.writes():  # the fact and the old ones it closes: logged in one append, before settling
+            stored, new = self._store(fact, vector, checked)
+        if new and fact.attribute and fact.is_current:
+            self._settle(fact.subject, fact.attribute)
+        return stored
+
+    def _store(self, fact: Fact, vector: np.ndarray | None, checked: bool) -> tuple[Fact, bool]:
+        """Write ``fact``, or merge it into the current fact it repeats; (the stored fact, whether it is new)."""
+        entries = self.book.entries(check=not checked)  # cached: one small round trip when nothing changed elsewhere
+        mine = [e for e in entries if e[0].data.get("subject", USER) == fact.subject]
+        embedded: list[np.ndarray] = [] if vector is None else [vector]
+
+        def fact_vector() -> np.ndarray:
+            if not embedded:
+                embedded.append(self.book.embed([fact.text])[0])
+            return embedded[0]
+
+        same = self._duplicate_of(fact, [e for e in mine if e[0].data.get("valid_to") is None], fact_vector)
         if same is not None:
-            same.mentions += 1
-            same.sources += [s for s in fact.sources if s not in same.sources]
-            self._put(same, base=records[same.id])
-            return same
-        rivals = [f for f in facts if fact.attribute and f.subject == fact.subject and f.attribute == fact.attribute]
-        later = [f for f in rivals if f.valid_from > fact.valid_from]
+            found, base = same
+            found.mentions += 1
+            found.sources += [s for s in fact.sources if s not in found.sources]
+            self._put(found, base=base)
+            return found, False
+        rivals = [(_from_record(r), r) for r, _ in mine if fact.attribute and r.data.get("attribute") == fact.attribute]
+        later = [f for f, _ in rivals if f.valid_from > fact.valid_from]
         if later:  # told late about an older value: it held until the next known one
             nxt = min(later, key=lambda f: f.valid_from)
             fact.valid_to, fact.superseded_by = nxt.valid_from, nxt.id
-        self._put(fact, vector=self.book.embed([fact.text])[0])  # durable before any old fact is closed
-        for old in rivals:
+        self._put(fact, vector=fact_vector())  # durable before any old fact is closed
+        for old, base in rivals:
             if old.valid_at(fact.valid_from):
                 old.valid_to, old.superseded_by = fact.valid_from, fact.id
-                self._put(old, base=records[old.id])
-        if fact.attribute and fact.is_current:
-            self._settle(fact.subject, fact.attribute)
-        return fact
+                self._put(old, base=base)
+        return fact, True
 
     def _settle(self, subject: str, attribute: str) -> None:
         """Leave one current fact per subject and attribute, even after concurrent writers.
@@ -231,16 +272,16 @@ class FactMemory:
         Each writer re-reads after its own write, so the later of two racing writers sees
         both facts and closes the one that started earlier (ties: stated earlier, then by id).
         """
-        records = {r.id: r for r in self.book.all()}
-        current = [f for f in map(_from_record, records.values())
-                   if f.is_current and f.subject == subject and f.attribute == attribute]
+        current = [(_from_record(r), r) for r, _ in self.book.entries()
+                   if r.data.get("valid_to") is None and r.data.get("subject") == subject
+                   and r.data.get("attribute") == attribute]
         if len(current) < 2:
             return
-        winner = max(current, key=lambda f: (f.valid_from, f.stated_at, f.id))
-        for f in current:
+        winner = max((f for f, _ in current), key=lambda f: (f.valid_from, f.stated_at, f.id))
+        for f, base in current:
             if f.id != winner.id:
                 f.valid_to, f.superseded_by = winner.valid_from, winner.id
-                self._put(f, base=records[f.id])
+                self._put(f, base=base)
 
     def learn(
         self, messages: Sequence[dict[str, Any]], sources: Sequence[dict[str, str]] | None = None,
@@ -249,8 +290,31 @@ class FactMemory:
         """Facts from conversation messages (app-shaped dicts), each linked to its message in ``sources``.
 
         With a ``chat_model``: the extraction prompt, each answer checked against its source
-        message; otherwise the rules of :func:`extract_facts` on user messages. Returns the facts stored.
+        message; otherwise the rules of :func:`extract_facts` on user messages. The facts found are
+        embedded in one batch. Returns the facts stored.
         """
+        found = self.candidates(messages, sources)
+        return self.keep(found, self.book.embed([c.text for c in found]) if found else None, stated_at=stated_at)
+
+    def keep(
+        self, found: Sequence[Candidate], vectors: np.ndarray | None, *, stated_at: float | None = None,
+        checked: bool = False,
+    ) -> list[Fact]:
+        """Store facts found by :meth:`candidates`, with their vectors (one row each, in order).
+
+        ``checked``: the caller has just called ``book.entries()`` (e.g. while embedding), so the cached
+        facts are trusted without another round trip.
+        """
+        return [
+            self._record(self._build(c.text, None, c.attribute, c.value, None, stated_at, c.sources, c.origin),
+                         None if vectors is None else vectors[i], checked=checked)
+            for i, c in enumerate(found)
+        ]
+
+    def candidates(
+        self, messages: Sequence[dict[str, Any]], sources: Sequence[dict[str, str]] | None = None,
+    ) -> list[Candidate]:
+        """The facts :meth:`learn` would store from these messages, found but not stored (nor embedded)."""
         from ..errors import MessageFormatError
         from ..messages.formats import detect_shape, parse_message
 
@@ -270,11 +334,8 @@ class FactMemory:
             found = [(i, attr, value, text) for i, m in enumerate(parsed) if m.role == "user"
                      for attr, value, text in extract_facts(m.text)]
             origin = "rule"
-        return [
-            self.remember(text, attribute=attr or None, value=value or text, stated_at=stated_at,
-                          sources=[ref] if (ref := refs[i]) else [], origin=origin)
-            for i, attr, value, text in found
-        ]
+        return [Candidate(text, attr or None, value or text, [ref] if (ref := refs[i]) else [], origin)
+                for i, attr, value, text in found]
 
     def _llm_facts(self, transcript: list[tuple[str, str]]) -> list[tuple[int, str | None, str | None, str]]:
         from ..summarizers.chat_models.base import ChatRequest
@@ -305,7 +366,7 @@ class FactMemory:
 
     # -- reading -----------------------------------------------------------------------------
     def get(self, fact_id: str) -> Fact | None:
-        return next((f for f in self._all() if f.id == fact_id), None)
+        return next((_from_record(r) for r, _ in self.book.entries() if r.id == fact_id), None)
 
     def current(
         self, subject: str | None = None, attribute: str | None = None, *, at: float | None = None
@@ -320,14 +381,19 @@ class FactMemory:
         """Every fact, superseded ones included, by ``valid_from``."""
         return sorted(self._select(subject, attribute), key=lambda f: (f.valid_from, f.stated_at))
 
-    def search(self, query: str, limit: int = 5, *, include_history: bool = False) -> list[tuple[Fact, float]]:
-        """The facts most similar to ``query`` (current ones only unless ``include_history``), with cosines."""
-        records = [r for r in self.book.all() if include_history or r.data.get("valid_to") is None]
-        return [(_from_record(r), s) for r, s in self.book.similar(query, records, limit)]
+    def search(
+        self, query: str | np.ndarray, limit: int = 5, *, include_history: bool = False, checked: bool = False,
+    ) -> list[tuple[Fact, float]]:
+        """The facts most similar to ``query`` (a text, or its vector), current ones only unless
+        ``include_history``, with cosines. ``checked``: as in :meth:`keep`.
+        """
+        entries = [e for e in self.book.entries(check=not checked)
+                   if include_history or e[0].data.get("valid_to") is None]
+        return [(_from_record(r), s) for r, s in self.book.similar(query, entries, limit)]
 
     # -- internals ---------------------------------------------------------------------------
     def _all(self) -> list[Fact]:
-        return [_from_record(r) for r in self.book.all()]
+        return [_from_record(r) for r, _ in self.book.entries()]
 
     def _select(self, subject: str | None, attribute: str | None) -> list[Fact]:
         subject, attribute = (subject or "").lower() or None, (attribute or "").lower() or None
@@ -336,22 +402,22 @@ class FactMemory:
             if (subject is None or f.subject == subject) and (attribute is None or f.attribute == attribute)
         ]
 
-    def _duplicate_of(self, fact: Fact, current: list[Fact], records: dict[str, Record]) -> Fact | None:
-        key = normalize(fact.text)
-        for f in current:
-            if f.subject != fact.subject:
-                continue
-            if normalize(f.text) == key:
-                return f
-            same_value = normalize(f.value or "") == normalize(fact.value or "")
-            if fact.attribute and f.attribute == fact.attribute and same_value:
-                return f
+    def _duplicate_of(
+        self, fact: Fact, current: list[Entry], vector: Callable[[], np.ndarray]
+    ) -> tuple[Fact, Record] | None:
+        """The current fact (of the same subject) that ``fact`` repeats, with its stored record; None if new."""
+        key, value = normalize(fact.text), normalize(fact.value or "")
+        for r, _ in current:
+            if normalize(r.text) == key or (
+                    fact.attribute and r.data.get("attribute") == fact.attribute
+                    and normalize(r.data.get("value") or "") == value):
+                return _from_record(r), r
         if fact.attribute:
             return None
-        loose = {f.id: f for f in current if f.subject == fact.subject and f.attribute is None}
-        best = self.book.similar(fact.text, [records[i] for i in loose], 1)
+        loose = [e for e in current if e[0].data.get("attribute") is None]
+        best = self.book.similar(vector(), loose, 1) if loose else []
         if best and best[0][1] >= self.duplicate_similarity:
-            return loose[best[0][0].id]
+            return _from_record(best[0][0]), best[0][0]
         return None
 
     def _put(self, fact: Fact, *, vector: Any = None, base: Record | None = None) -> None:
@@ -373,6 +439,8 @@ class FactMemory:
 def _from_record(record: Record) -> Fact:
     data = public_data(record)
     known = {k: data[k] for k in Fact.__dataclass_fields__ if k in data}
+    if "sources" in known:  # a copy: the record may be the store's cached one
+        known["sources"] = [dict(s) for s in known["sources"]]
     return Fact(id=record.id, text=record.text, **known)
 
 

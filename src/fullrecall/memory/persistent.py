@@ -19,20 +19,26 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
 from ..archive.archive import archived_summaries
 from ..errors import MemoryInputError, MessageFormatError, SummarizationError
 from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Store, StoredMessage
-from ._records import RecordBook, owner_scope
+from ._records import RecordBook, change_logs, owner_scope
+from .facts import NAMESPACE as FACTS
 from .facts import Fact, FactMemory
+from .procedural import NAMESPACE as PROCEDURES
 
 log = logging.getLogger("fullrecall.memory")
 
@@ -177,7 +183,7 @@ class PersistentMemory:
         if not kept:
             return []
         now = time.time()
-        stored = []
+        stored, words_of = [], {}
         for i, (msg, parsed, shape) in enumerate(kept):
             created = _message_time(msg) or now
             stored.append(StoredMessage(
@@ -185,18 +191,53 @@ class PersistentMemory:
                 text=_index_text(parsed.text, parsed.role, created), data=msg,
                 created_at=created, archived_at=now, metadata={**(metadata or {}), "shape": shape},
             ))
+            words_of[stored[-1].id] = _words(parsed.text)
+        ids = [m.id for m in stored]
         self._note_session()
-        known = {m.id for m in self.store.get(self._search.scope, [m.id for m in stored])}
-        ids = self._search.index(stored)
-        if self.extract_facts:
-            # a retry learns nothing twice
-            new = [(msg, m) for (msg, _, _), m in zip(kept, stored) if m.id not in known]
-            sources = [{"session_id": self.session_id, "id": m.id} for _, m in new]
+        turn = list({m.id: (msg, m) for (msg, _, _), m in zip(kept, stored)}.values())
+        sources = [{"session_id": self.session_id, "id": m.id} for _, m in turn]
+        by_rules = self.extract_facts and self.facts.chat_model is None
+        found = self.facts.candidates([msg for msg, _ in turn], sources) if by_rules else []
+        # While the turn is embedded (one batch: its messages and the facts found in them; a fact that is a
+        # message's words shares its vector), its words are made durable (a message a retry already recorded,
+        # with its vector, is stored and learned from nothing twice) and the cached facts are checked.
+        stored_words = _io().submit(self._store_words, [m for _, m in turn])
+        facts_checked = _io().submit(self.facts.book.entries) if found else None
+        try:
+            vectors = _embed_once(self._search.embedder, [words_of[m.id] for _, m in turn] + [c.text for c in found])
+        finally:
+            have = stored_words.result()
+            if facts_checked is not None:
+                facts_checked.result()
+        fresh = [i for i, (_, m) in enumerate(turn) if m.id not in have]
+        if not fresh:
+            return ids
+        new = [turn[i] for i in fresh]
+        new_ids = {m.id for _, m in new}
+        learned = [j for j, c in enumerate(found) if any(s["id"] in new_ids for s in c.sources)]
+        # the messages' vectors and the facts are written side by side
+        indexed = _io().submit(self._search.index, [m for _, m in new], append=False, vectors=vectors[fresh])
+        try:
+            if learned:
+                self.facts.keep([found[j] for j in learned], vectors[[len(turn) + j for j in learned]],
+                                stated_at=now, checked=True)
+        finally:
+            indexed.result()
+        if self.extract_facts and not by_rules:  # the chat model reads the turn once its words are stored
             try:
-                self.facts.learn([msg for msg, _ in new], sources, stated_at=now)
+                self.facts.learn([msg for msg, _ in new], [sources[i] for i in fresh], stated_at=now)
             except SummarizationError as exc:  # the chat model failed: the words are kept, only facts are missed
                 log.warning("recorded %d message(s) but could not extract facts from them (%s)", len(new), exc)
         return ids
+
+    def _store_words(self, messages: list[StoredMessage]) -> set[str]:
+        """Append a turn's messages but those already stored with a vector (a retry); return the ids of those."""
+        self._search._check_vector_space()  # before anything is written: one embedding model per index
+        have = set(self.store.get_vectors(self._search.scope, [m.id for m in messages]))
+        todo = [m for m in messages if m.id not in have]
+        if todo:
+            self.store.append(self._search.scope, todo)  # idempotent: a message stored without a vector keeps its place
+        return have
 
     def _message_id(self, msg: dict[str, Any], index: int, metadata: dict[str, Any] | None) -> str:
         """A message's id: derived from its own ``id`` key, or from ``metadata["turn"]``, its place in
@@ -234,18 +275,22 @@ class PersistentMemory:
         facts = self.facts if agent == self.agent_id else FactMemory(
             self.store, user_id=self.user_id, agent_id=agent, tenant=self.tenant, embedder=self.embedder)
         scope = owner_scope(self.tenant, self.user_id, agent)
+        want_facts = "fact" in kinds and turn is None
+        facts_checked = _io().submit(facts.book.entries) if want_facts else None  # while the query is embedded
         for query in queries:
-            if "fact" in kinds and turn is None:
-                for fact, score in facts.search(query, limit):
-                    if score >= MIN_FACT_SIMILARITY:
-                        _keep_best(hits, _fact_hit(fact, score, agent))
+            vector = self._search.embed_query(query)  # once, for messages and facts
             if "message" in kinds:
                 depth = limit * 4 if turn is not None else limit
-                for h in self._search.search(query, top_k=depth, scope=scope):
+                for h in self._search.search(query, top_k=depth, scope=scope, vector=vector):
                     if turn is None or h.metadata.get("turn") == turn:
                         _keep_best(hits, MemoryHit(
                             "message", h.id, h.text, h.score, agent, h.session_id, h.message.role,
                             h.message.created_at, h.metadata))
+            if facts_checked is not None:
+                facts_checked.result()
+                for fact, score in facts.search(vector, limit, checked=True):
+                    if score >= MIN_FACT_SIMILARITY:
+                        _keep_best(hits, _fact_hit(fact, score, agent))
         found = sorted(hits.values(), key=lambda h: (h.kind != "fact", -h.score))
         return [h for h in found if h.kind == "fact"][:limit] + [h for h in found if h.kind == "message"][:limit]
 
@@ -308,10 +353,15 @@ class PersistentMemory:
         """Delete the archived messages matching every given criterion (and facts among ``ids``).
 
         With no criterion at all, everything of this owner goes (messages, vectors, facts,
-        sessions). Returns per-kind counts.
+        sessions). Returns per-kind counts (the change logs of cached records not counted).
         """
         if roles is None and since is None and until is None and session_id is None and ids is None:
-            return self.store.forget(self.owner)
+            events, logs = change_logs(self.store, self.owner, (FACTS, _SESSIONS, PROCEDURES))
+            counts = self.store.forget(self.owner)
+            for key, n in (("messages", events), ("sessions", logs)):
+                if isinstance(counts.get(key), int):
+                    counts[key] = max(0, counts[key] - n)
+            return counts
         ids = list(ids) if ids is not None else None
         counts = {"messages": 0, "facts": 0}
         by_session: dict[str, list[str]] = {}
@@ -354,7 +404,7 @@ class PersistentMemory:
                 facts.append(item)
         for session, batch in messages.items():
             self._note_session(session)
-            self._searcher(session).index([replace(m, position=None) for m in batch])
+            self._archive(session, [replace(m, position=None) for m in batch])
         if facts:
             self._note_session()
             self.facts.restore(facts)
@@ -384,6 +434,18 @@ class PersistentMemory:
         """Close the store if this memory opened it (a store passed in is the caller's to close)."""
         if self._owns_store:
             self.store.close()
+
+    def _archive(self, session_id: str, messages: list[StoredMessage]) -> None:
+        """Store messages (idempotent on id) and embed the words of those without a vector, in one batch."""
+        from ..search.semantic import _verbatim_text
+
+        searcher = self._searcher(session_id)
+        self.store.append(searcher.scope, messages)
+        have = self.store.get_vectors(searcher.scope, [m.id for m in messages])
+        todo = list({m.id: m for m in messages if m.id not in have}.values())
+        if todo:
+            vectors = _embed_once(searcher.embedder, [_words(_verbatim_text(m)) for m in todo])
+            searcher.index(todo, append=False, vectors=vectors)
 
     def _searcher(self, session_id: str) -> Any:
         from ..search import SemanticSearch
@@ -470,6 +532,36 @@ def _queries(query: Any) -> list[str]:
         return [parsed.text for _, parsed, _ in _conversation(query) if parsed.role != "system"]
     except MessageFormatError:  # a loose shape: take the contents as they are (MassGen does)
         return [str(m["content"]) for m in query if isinstance(m, dict) and not _is_empty(m.get("content"))]
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _io() -> ThreadPoolExecutor:
+    """Threads for the store round trips that run while a turn or a query is embedded."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(4, thread_name_prefix="fullrecall-memory-io")
+        return _pool
+
+
+def _words(text: str) -> str:
+    """What a message's vector embeds: its own words (as much as is indexed). Speaker and date are in
+    the indexed text, for keyword search and facets; the vector is the words alone, as a query's is.
+    """
+    from ..search.terms import indexed_prefix
+
+    return indexed_prefix(text.strip())
+
+
+def _embed_once(embedder: Any, texts: list[str]) -> np.ndarray:
+    """Vectors for ``texts`` in one batched call, each distinct text embedded once."""
+    unique = list(dict.fromkeys(texts))
+    vectors = embedder.embed(unique)
+    row = {t: i for i, t in enumerate(unique)}
+    return np.asarray(vectors)[[row[t] for t in texts]]
 
 
 def _index_text(text: str, role: str, created: float) -> str:

@@ -261,21 +261,31 @@ class SemanticSearch:
             )
         return self.index(messages)
 
-    def index(self, messages: Sequence[StoredMessage], *, append: bool = True) -> list[str]:
+    def index(
+        self, messages: Sequence[StoredMessage], *, append: bool = True, vectors: np.ndarray | None = None
+    ) -> list[str]:
         """Make already-built messages searchable; return their ids.
 
         ``append=True`` writes them to the store first (idempotent on id). Only
         messages without a stored vector are embedded, all in one batched call:
-        a stored embedding is never recomputed.
+        a stored embedding is never recomputed. ``vectors`` (one row per message,
+        made by this search's embedder) are the caller's embeddings of the messages:
+        they are stored as given and nothing is embedded or looked up.
         """
         messages = list(messages)
         if not messages:
             return []
+        if vectors is not None and len(vectors) != len(messages):
+            raise InvalidInput(f"{len(vectors)} vectors for {len(messages)} messages")
         scope = self.scope.require_session()
         self._check_vector_space()
         if append:
             self.store.append(scope, messages)
         ids = [m.id for m in messages]
+        if vectors is not None:
+            first = {m.id: i for i, m in reversed(list(enumerate(messages)))}  # an id given twice: its first vector
+            self.store.set_vectors(scope, list(first), np.asarray(vectors)[list(first.values())], self.embedder.name)
+            return ids
         have = self.store.get_vectors(scope, ids)
         todo = [m for m in dict((m.id, m) for m in messages).values() if m.id not in have]
         if todo:
@@ -327,11 +337,13 @@ class SemanticSearch:
         *,
         spread: int = 0,
         scope: Scope | None = None,
+        vector: np.ndarray | None = None,
     ) -> list[SearchHit]:
         """The ``top_k`` best messages for ``query``, best first, with their scores.
 
         ``spread`` > 0 skips hits within that many positions of a better hit in
         the same session (use the context radius when the caller adds neighbours).
+        ``vector`` is the query's embedding (:meth:`embed_query`) when the caller has it.
         """
         k = self.top_k if top_k is None else top_k
         threshold = self.min_score if min_score is None else min_score
@@ -340,7 +352,8 @@ class SemanticSearch:
             return []
         self._check_vector_space()
         n = max(self.candidates, k)
-        vector = self.embed_query(query)
+        if vector is None:
+            vector = self.embed_query(query)
         with _one_blas_thread():
             dense_hits = self.store.search_vectors(scope, vector, n, filters)
         terms = query_terms(query)

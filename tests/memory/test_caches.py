@@ -1,0 +1,120 @@
+"""Long-term memory's speed measures keep it correct: records cached per owner yet every other writer's
+change seen (on every backend), one embedding batch per record, the question embedded once per retrieve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fullrecall import FactMemory, PersistentMemory
+from fullrecall.memory._records import owner_scope
+from fullrecall.stores import open_store
+
+
+class Counting:
+    """The real embedder, with each call's texts written down."""
+
+    def __init__(self, embedder) -> None:
+        self.inner, self.calls = embedder, []
+        self.name, self.dimension = embedder.name, embedder.dimension
+
+    def embed(self, texts):
+        self.calls.append(list(texts))
+        return self.inner.embed(texts)
+
+
+def current(facts: FactMemory) -> list[tuple[str, str | None]]:
+    return sorted((f.text, f.attribute) for f in facts.current())
+
+
+def test_a_reader_sees_every_change_another_writer_makes_on_every_backend(store_url, default_embedder):
+    one, two = open_store(store_url), open_store(store_url)  # two handles: two processes' connections and caches
+    try:
+        reader = FactMemory(one, user_id="alice", embedder=default_embedder)
+        writer = FactMemory(two, user_id="alice", embedder=default_embedder)
+        paris = reader.remember("My city is Paris")
+        assert current(reader) == [("My city is Paris", "city")]  # cached now
+
+        lyon = writer.remember("My city is Lyon")
+        assert current(reader) == [("My city is Lyon", "city")]
+        assert reader.get(paris.id).superseded_by == lyon.id
+        assert [f.text for f, _ in reader.search("which city do I live in?")] == ["My city is Lyon"]
+
+        reader.remember("I like chess")  # the reader's own write on top of what it learned
+        assert writer.forget(lyon.id)
+        assert reader.get(lyon.id) is None
+        assert current(reader) == current(writer) == [("I like chess", None)]
+
+        two.forget(owner_scope("default", "alice", None))  # the owner forgotten elsewhere, then written again
+        oslo = writer.remember("My city is Oslo")
+        assert [f.id for f in reader.history()] == [oslo.id]
+        assert current(FactMemory(one, user_id="alice", embedder=default_embedder)) == current(reader)
+    finally:
+        one.close()
+        two.close()
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 1), st.sampled_from(["city", "pet", "like", "forget"]),
+                          st.integers(0, 3)), min_size=1, max_size=8))
+def test_cached_facts_always_equal_what_the_store_holds(tmp_path_factory, default_embedder, steps):
+    url = f"sqlite:///{tmp_path_factory.mktemp('cache') / 'memory.db'}"
+    stores = [open_store(url), open_store(url)]
+    try:
+        books = [FactMemory(s, user_id="u", embedder=default_embedder) for s in stores]
+        for who, kind, n in steps:
+            facts = books[who]
+            if kind == "forget":
+                known = facts.history()
+                if known:
+                    facts.forget(known[n % len(known)].id)
+            elif kind == "like":
+                facts.remember(f"I like thing number {n}")
+            else:
+                facts.remember(f"My {kind} is value{n}")
+            truth = FactMemory(stores[0], user_id="u", embedder=default_embedder)  # nothing cached
+            for reader in books:
+                assert [(f.id, f.valid_to, f.mentions) for f in reader.history()] == [
+                    (f.id, f.valid_to, f.mentions) for f in truth.history()]
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_a_record_embeds_in_one_batch_and_a_retrieve_embeds_the_question_once(tmp_path, default_embedder):
+    embedder = Counting(default_embedder)
+    memory = PersistentMemory("u", "a", "s1", store=f"sqlite:///{tmp_path / 'm.db'}", embedder=embedder)
+    try:
+        asyncio.run(memory.record([{"role": "system", "content": "Be brief."},
+                                   {"role": "user", "content": "My favourite colour is teal."},
+                                   {"role": "assistant", "content": "Teal it is."}], {"turn": 1}))
+        # the fact is the user's words: it shares their vector, so two texts, in one call
+        assert embedder.calls == [["My favourite colour is teal.", "Teal it is."]]
+        fact = memory.facts.current()[0]
+        stored = memory.store.get_vectors(replace(memory.owner, session_id="s1"), memory.messages()[0].id.split())
+        assert np.allclose(memory.facts.book.vector(memory.facts.book.get(fact.id)), next(iter(stored.values())))
+
+        embedder.calls.clear()
+        asyncio.run(memory.record([{"role": "user", "content": "Hello there. Remember that I own a red bike."}],
+                                  {"turn": 2}))
+        assert embedder.calls == [["Hello there. Remember that I own a red bike.", "I own a red bike."]]
+
+        embedder.calls.clear()
+        asyncio.run(memory.record([{"role": "user", "content": "Hello there. Remember that I own a red bike."}],
+                                  {"turn": 2}))  # a retry: nothing stored or learned twice
+        assert len(memory.messages()) == 3 and len(memory.facts.history()) == 2
+
+        embedder.calls.clear()
+        context = asyncio.run(memory.retrieve("what colour do I like?"))
+        assert embedder.calls == [["what colour do I like?"]]
+        assert "[fact] My favourite colour is teal." in context and "teal" in context.split("\n", 1)[1]
+
+        counts = memory.clear()  # the facts' change log is bookkeeping: not counted as messages or sessions
+        assert (counts["messages"], counts["sessions"]) == (3, 1) and memory.facts.history() == []
+    finally:
+        memory.close()
