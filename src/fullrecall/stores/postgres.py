@@ -323,6 +323,9 @@ class PostgresStore:
             raise V.not_unicode(exc) from exc
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise StoreError(f"PostgreSQL at {self._safe_url()} failed, nothing was written: {exc}") from exc
+        except psycopg.Error as exc:  # anything else the server refused (a damaged schema): never a raw driver error
+            raise StoreError(f"PostgreSQL at {self._safe_url()} refused the statement, nothing was written: {exc}"
+                             ) from exc
 
     def _safe_url(self) -> str:
         parts = urlsplit(self._conninfo)
@@ -563,7 +566,7 @@ class PostgresStore:
                     conn.execute(f"ANALYZE {s}.{table}")  # fresh row estimates for the planner
                 finally:
                     self._build_conns.discard(conn)
-        except (psycopg.OperationalError, PoolTimeout) as exc:
+        except (psycopg.Error, PoolTimeout) as exc:
             raise StoreError(f"PostgreSQL at {self._safe_url()} failed while building an index: {exc}") from exc
         self._indexed.add(dim)
         return True

@@ -655,10 +655,11 @@ class SQLiteStore:
         words = C.split_terms(terms)
         if not words or k == 0:
             return []
-        with self._lock:
-            if _pending(self._conn()):
-                with self._write() as conn:
-                    _index_pending(conn, min_pending=1)
+        with self._read() as conn:
+            pending = _pending(conn)
+        if pending:
+            with self._write() as conn:
+                _index_pending(conn, min_pending=1)
         with self._read() as conn:
             text_query = _fts_query(self._weighable(conn, words))
         where, params = SQL.scope_where(scope)
