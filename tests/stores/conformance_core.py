@@ -6,13 +6,18 @@ Mixed into :class:`conformance.StoreConformance`, so it runs on SQLite, PostgreS
 
 from __future__ import annotations
 
+import multiprocessing
 import uuid
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fullrecall.errors import StoreError
-from fullrecall.stores import ANY, Scope, Store, StoredMessage
+from fullrecall.stores import ANY, Scope, Store, StoredMessage, open_store
+from fullrecall.stores._validate import indexed_prefix
 
 
 def note(i: int | str, text: str = "plain words", **kw: Any) -> StoredMessage:
@@ -55,7 +60,7 @@ class CoreConformance:
         everyone = Scope(user_id=ANY, agent_id=ANY)
         got = store.get(everyone, ["y", "x", "my", "mx"])
         got = [m for m in got if m.user_id and m.user_id.endswith(tag)]
-        expected = sorted(((m.user_id, m.agent_id, m.session_id, m.position) for m in got))
+        expected = sorted((m.user_id, m.agent_id, m.session_id, m.position) for m in got)
         assert [(m.user_id, m.agent_id, m.session_id, m.position) for m in got] == expected
         assert len(got) == 2 * len(made)
         assert [m.session_id for m in got[:6]] == ["a1", "a1", "s10", "s10", "s9", "s9"]  # by name, not creation
@@ -83,3 +88,81 @@ class CoreConformance:
             with pytest.raises(StoreError):
                 call()
         assert [m.id for m in store.get(scope, ["m0"])] == ["m0"]  # the rest still works
+
+    # -- per-session counters --------------------------------------------------------------
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(ops=st.lists(st.tuples(st.sampled_from(["append", "delete", "vectors", "forget"]),
+                                  st.lists(st.integers(0, 15), min_size=1, max_size=6),
+                                  st.sampled_from(["one", "two"])), min_size=1, max_size=10))
+    def test_counters_equal_a_full_recount(self, store: Store, ops: list[tuple[str, list[int], str]]) -> None:
+        user = f"count-{uuid.uuid4().hex[:8]}"
+        scopes = {name: Scope(user_id=user, session_id=name) for name in ("one", "two")}
+        for op, nums, name in ops:
+            sc = scopes[name]
+            if op == "append":
+                store.append(sc, [note(i, f"wörds {i} " * (i % 4) + "\x00" * (i % 2),
+                                       kind="summary" if i % 3 == 0 else "message") for i in nums])
+            elif op == "delete":
+                store.delete(sc, [f"m{i}" for i in nums])
+            elif op == "vectors":
+                held = [m.id for m in store.get(sc, [f"m{i}" for i in nums])]
+                if held:
+                    store.set_vectors(sc, held + held[:1], np.ones((len(held) + 1, 8), np.float32), "m")
+            else:
+                store.forget(sc)
+            for each in (*scopes.values(), Scope(user_id=user)):
+                assert_counters_exact(store, each)
+
+    def test_two_processes_writing_leave_the_counters_exact(self, store: Store, store_url: str, scope: Scope) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        ready, start = ctx.Semaphore(0), ctx.Event()
+        workers = [ctx.Process(target=churn_worker, args=(store_url, scope, f"w{w}", 60, ready, start))
+                   for w in range(2)]
+        for p in workers:
+            p.start()
+        for _ in workers:
+            assert ready.acquire(timeout=60), "a worker did not start"
+        start.set()
+        for p in workers:
+            p.join(120)
+            assert p.exitcode == 0, f"worker exited with {p.exitcode}"
+        stats = assert_counters_exact(store, scope)
+        assert stats["message_count"] == 2 * 40 and stats["vector_count"] == 2 * 20
+
+
+def assert_counters_exact(store: Store, scope: Scope) -> dict[str, int]:
+    """``stats`` and ``count`` of the scope equal a recount of what its reads return."""
+    held = store.get(scope, [f"m{i}" for i in range(16)] + [f"w{w}-{i}" for w in range(2) for i in range(60)])
+    vectors = {(m.session_id, i) for m in held for i in store.get_vectors(
+        Scope(user_id=m.user_id, agent_id=m.agent_id, session_id=m.session_id), [m.id])}
+    dims = {len(v) for m in held for v in store.get_vectors(
+        Scope(user_id=m.user_id, agent_id=m.agent_id, session_id=m.session_id), [m.id]).values()}
+    stats = store.stats(scope)
+    expected = {
+        "message_count": len(held),
+        "summary_count": sum(m.kind == "summary" for m in held),
+        "text_bytes": sum(m.size_bytes() for m in held),
+        "index_bytes": sum(len(indexed_prefix(m.text).encode()) for m in held),
+        "vector_count": len(vectors),
+        "vector_bytes": len(vectors) * (dims.pop() if dims else 0) * 4,
+        "oldest_position": min((m.position or 0 for m in held), default=-1),
+        "newest_position": max((m.position or 0 for m in held), default=-1),
+    }
+    assert {k: stats[k] for k in expected} == expected
+    assert store.count(scope) == len(held)
+    return stats
+
+
+def churn_worker(url: str, scope: Scope, prefix: str, n: int, ready: Any, start: Any) -> None:
+    """Append ``n`` messages one by one, embed every other, delete every third: a busy conversation's writes."""
+    store = open_store(url)
+    ready.release()
+    start.wait(30)
+    for i in range(n):
+        store.append(scope, [StoredMessage(id=f"{prefix}-{i}", role="user", text=f"{prefix} {i} é", data={"i": i})])
+        if i % 3 == 2:
+            store.delete(scope, [f"{prefix}-{i}"])
+        elif i % 3 == 1:
+            store.set_vectors(scope, [f"{prefix}-{i}"], np.ones((1, 8), np.float32), "m")
+    store.close()

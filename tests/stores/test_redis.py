@@ -146,3 +146,26 @@ def test_a_large_conversation_is_read_in_pages_with_the_same_results(
     assert scans and paged == whole and paged[0][0][0] == "m5" and len(paged[1]) == 17
     writer.close()
     paged_store.close()
+
+
+def test_a_conversation_from_before_counters_is_counted_once_then_kept(
+    redis_url: str, prefix: str, raw: redis.Redis
+) -> None:
+    store = RedisStore(f"{redis_url}?prefix={prefix}")
+    scope = Scope(user_id="old", session_id="s")
+    _fill(store, scope)
+    store.append(scope, [StoredMessage(id="sum", role="system", text="a summary é", data={}, kind="summary")])
+    (meta,) = list(raw.scan_iter(f"{prefix}:*:meta"))
+    raw.hdel(meta, "counted", "summary_count", "text_bytes", "index_bytes")  # as an earlier version left it
+    store.append(scope, [StoredMessage(id="m9", role="user", text="later", data={"i": 9})])  # not counted yet
+    store.delete(scope, ["m1"])
+    held = store.range(scope, 0, 100)
+    stats = store.stats(scope)  # counts the conversation once, in one script
+    assert raw.hget(meta, "counted") == b"1"
+    assert stats["message_count"] == len(held) == 4 and stats["summary_count"] == 1
+    assert stats["text_bytes"] == sum(m.size_bytes() for m in held) and stats["vector_count"] == 1
+    store.delete(scope, ["sum"])  # from now on every write keeps them
+    after = store.stats(scope)
+    assert after["summary_count"] == 0 and after["message_count"] == 3
+    assert after["text_bytes"] == sum(m.size_bytes() for m in store.range(scope, 0, 100))
+    store.close()

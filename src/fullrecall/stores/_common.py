@@ -132,12 +132,19 @@ def check_messages(messages: Sequence[StoredMessage]) -> None:
 
 
 def message_row(m: StoredMessage) -> dict[str, Any]:
-    """The flat, JSON-encoded form every backend writes (of a message ``check_messages`` accepted)."""
+    """The flat, JSON-encoded form every backend writes (of a message ``check_messages`` accepted).
+
+    ``nbytes`` (text and verbatim data, UTF-8) and ``ibytes`` (the indexed prefix of the text) are
+    what the message adds to its session's ``text_bytes`` and ``index_bytes`` counters.
+    """
+    data = _dumps(m.data)
     return {
         "id": m.id,
         "role": m.role,
         "text": m.text,
-        "data": _dumps(m.data),
+        "nbytes": row_bytes(m.text, data),
+        "ibytes": indexed_bytes(m.text),
+        "data": data,
         "kind": m.kind,
         "created_at": float(m.created_at),
         "archived_at": float(m.archived_at),
@@ -243,6 +250,15 @@ def record_from_row(row: Any) -> Record:
 def row_bytes(text: str, data_json: str) -> int:
     """Same measure as ``StoredMessage.size_bytes`` but on the stored JSON."""
     return len(text.encode("utf-8")) + len(data_json.encode("utf-8"))
+
+
+def indexed_bytes(text: str) -> int:
+    """UTF-8 bytes of what lexical search indexes of ``text`` (a session's ``index_bytes`` adds these up)."""
+    return len(V.indexed_prefix(text).encode("utf-8"))
+
+
+STATS_COUNTERS = ("message_count", "summary_count", "text_bytes", "index_bytes", "vector_count", "vector_bytes")
+"""What ``stats`` reads from per-session counters, kept in the same transaction as every write."""
 
 
 # -- filters -----------------------------------------------------------------
@@ -512,3 +528,23 @@ def record_scope(scope: Scope) -> tuple[str, str, str, str]:
     if scope.user_id is ANY or scope.agent_id is ANY:
         raise ValueError("a record needs one owner: ANY is only for reads and forget")
     return (scope.tenant, str(scope.user_id), str(scope.agent_id), scope.session or "")
+
+
+def stats_dict(
+    messages: int, summaries: int, text_bytes: int, index_bytes: int, vectors: int, vector_bytes: int, *,
+    sessions: int, records: int, oldest: int | None, newest: int | None, **extra: int,
+) -> dict[str, int]:
+    """What ``stats`` returns, the same keys on every backend (positions are -1 when no message is held)."""
+    return {
+        "message_count": int(messages),
+        "summary_count": int(summaries),
+        "text_bytes": int(text_bytes),
+        "index_bytes": int(index_bytes),
+        "vector_count": int(vectors),
+        "vector_bytes": int(vector_bytes),
+        "record_count": int(records),
+        "session_count": int(sessions),
+        "oldest_position": -1 if oldest is None else int(oldest),
+        "newest_position": -1 if newest is None else int(newest),
+        **extra,
+    }

@@ -61,7 +61,7 @@ from .base import Filters, Hit, Record, Scope, StoredMessage
 Conn = psycopg.Connection[dict[str, Any]]
 """A connection of ours: rows come as dicts (``row_factory=dict_row``)."""
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SQL = C.Sql("%s")
 _OWN_OPTIONS = (
     "schema", "pool_min", "pool_max", "exact_limit", "ef_search", "hnsw_min_rows", "index_build_memory",
@@ -167,6 +167,25 @@ MIGRATIONS: dict[int, str] = {
         GENERATED ALWAYS AS (to_tsvector('english'::regconfig, {_INDEXED_SQL})) STORED;
     CREATE INDEX messages_tsv ON {{s}}.messages USING gin (tsv);
     UPDATE {{s}}.sessions s SET lexemes = (SELECT coalesce(sum(length(m.tsv)), 0) FROM {{s}}.messages m WHERE m.sid = s.sid);
+    """,
+    # per-session counters kept by every write in its transaction (count and stats read one row per
+    # session); each message keeps its own sizes so a delete takes away exactly what its append added
+    5: f"""
+    ALTER TABLE {{s}}.messages ADD COLUMN nbytes BIGINT NOT NULL DEFAULT 0, ADD COLUMN ibytes BIGINT NOT NULL DEFAULT 0;
+    UPDATE {{s}}.messages SET nbytes = octet_length(text) + octet_length(data),
+        ibytes = octet_length(left(text, {V.INDEXED_CHARS}));
+    ALTER TABLE {{s}}.sessions ADD COLUMN summary_count BIGINT NOT NULL DEFAULT 0,
+        ADD COLUMN text_bytes BIGINT NOT NULL DEFAULT 0, ADD COLUMN index_bytes BIGINT NOT NULL DEFAULT 0,
+        ADD COLUMN vector_count BIGINT NOT NULL DEFAULT 0;
+    UPDATE {{s}}.sessions s SET (message_count, summary_count, text_bytes, index_bytes) = (
+        SELECT count(*), count(*) FILTER (WHERE m.kind = 'summary'), coalesce(sum(m.nbytes), 0),
+               coalesce(sum(m.ibytes), 0) FROM {{s}}.messages m WHERE m.sid = s.sid);
+    DO $$ DECLARE d integer; BEGIN
+        FOR d IN SELECT dim FROM {{s}}.vector_tables LOOP
+            EXECUTE format('UPDATE {{s}}.sessions s SET vector_count = vector_count'
+                           ' + (SELECT count(*) FROM {{s}}.vectors_%s v WHERE v.sid = s.sid)', d);
+        END LOOP;
+    END $$;
     """,
 }
 
@@ -391,19 +410,24 @@ class PostgresStore:
             positions, new, next_pos = C.assign_positions(messages, known, sess["next_position"])
             if not new:
                 return positions
-            cols = ("id", "role", "kind", "text", "data", "created_at", "archived_at", "summary_id", "metadata")
+            cols = ("id", "role", "kind", "text", "data", "created_at", "archived_at", "summary_id", "metadata",
+                    "nbytes", "ibytes")
             rows = [C.message_row(m) for m, _ in new]
             for r in rows:
                 r["text"] = _pg_text(r["text"])
             arrays = [[r[c] for r in rows] for c in cols]
+            sizes = (sum(r["kind"] == "summary" for r in rows), sum(r["nbytes"] for r in rows),
+                     sum(r["ibytes"] for r in rows))
             try:
                 conn.execute(
                     f"WITH ins AS (INSERT INTO {s}.messages (sid, position, {', '.join(cols)})"
                     " SELECT %s, * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],"
-                    " %s::text[], %s::float8[], %s::float8[], %s::text[], %s::text[]) RETURNING length(tsv) AS n)"
+                    " %s::text[], %s::float8[], %s::float8[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+                    " RETURNING length(tsv) AS n)"
                     f" UPDATE {s}.sessions SET next_position = %s, message_count = message_count + %s,"
+                    " summary_count = summary_count + %s, text_bytes = text_bytes + %s, index_bytes = index_bytes + %s,"
                     " lexemes = lexemes + (SELECT coalesce(sum(n), 0) FROM ins) WHERE sid = %s",
-                    (sess["sid"], [p for _, p in new], *arrays, next_pos, len(new), sess["sid"]),
+                    (sess["sid"], [p for _, p in new], *arrays, next_pos, len(new), *sizes, sess["sid"]),
                 )
             except psycopg.errors.UniqueViolation as exc:
                 raise ValueError(
@@ -444,22 +468,32 @@ class PostgresStore:
 
     def count(self, scope: Scope) -> int:
         where, params = SQL.scope_where(scope)
-        s = self.schema
-        with self._tx() as conn:
-            return conn.execute(
-                f"SELECT count(*) AS n FROM {s}.messages m JOIN {s}.sessions s ON s.sid = m.sid WHERE {where}", params
-            ).fetchone()["n"]
+        with self._tx() as conn:  # the sessions' counters: one row per session, whatever their size
+            return int(conn.execute(
+                f"SELECT coalesce(sum(message_count), 0) AS n FROM {self.schema}.sessions s WHERE {where}", params
+            ).fetchone()["n"])
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         where, params = SQL.scope_where(scope)
         s = self.schema
         with self._tx() as conn:  # vectors go with their message (ON DELETE CASCADE)
-            row = conn.execute(  # the session's counts (BM25's statistics) go down in the same statement
+            # the statement's snapshot still sees the deleted rows' vectors: count them per session
+            vecs = " UNION ALL ".join(
+                f"SELECT v.sid FROM {s}.vectors_{d} v JOIN del ON del.rid = v.rid" for d in self._dims(conn)
+            ) or "SELECT NULL::bigint AS sid WHERE false"
+            row = conn.execute(  # the session's counters (and BM25's statistics) go down in the same statement
                 f"WITH del AS (DELETE FROM {s}.messages WHERE id = ANY(%s)"
-                f" AND sid IN (SELECT sid FROM {s}.sessions s WHERE {where}) RETURNING sid, length(tsv) AS n),"
-                " per AS (SELECT sid, count(*) AS c, coalesce(sum(n), 0) AS n FROM del GROUP BY sid),"
+                f" AND sid IN (SELECT sid FROM {s}.sessions s WHERE {where})"
+                " RETURNING sid, rid, kind, nbytes, ibytes, length(tsv) AS n),"
+                f" vec AS (SELECT sid, count(*) AS c FROM ({vecs}) x GROUP BY sid),"
+                " per AS (SELECT sid, count(*) AS c, count(*) FILTER (WHERE kind = 'summary') AS summaries,"
+                " coalesce(sum(nbytes), 0) AS nbytes, coalesce(sum(ibytes), 0) AS ibytes, coalesce(sum(n), 0) AS n"
+                " FROM del GROUP BY sid),"
                 f" upd AS (UPDATE {s}.sessions t SET message_count = t.message_count - per.c,"
-                " lexemes = t.lexemes - per.n FROM per WHERE t.sid = per.sid RETURNING 1)"
+                " summary_count = t.summary_count - per.summaries, text_bytes = t.text_bytes - per.nbytes,"
+                " index_bytes = t.index_bytes - per.ibytes, lexemes = t.lexemes - per.n,"
+                " vector_count = t.vector_count - coalesce((SELECT c FROM vec WHERE vec.sid = per.sid), 0)"
+                " FROM per WHERE t.sid = per.sid RETURNING 1)"
                 " SELECT coalesce(sum(c), 0)::bigint AS deleted FROM per",
                 [C.read_ids(ids), *params],
             ).fetchone()
@@ -609,6 +643,9 @@ class PostgresStore:
                     f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}"
                 )
             table = self._vector_table(conn, dim)
+            held = conn.execute(  # under the session's row lock: no other writer changes its vectors meanwhile
+                f"SELECT count(*) AS n FROM {table} WHERE rid = ANY(%s)", (list(set(rids.values())),)
+            ).fetchone()["n"]
             with conn.cursor() as cur:
                 cur.executemany(
                     f"INSERT INTO {table} (rid, sid, embedding) VALUES (%s, %s, %s)"
@@ -616,7 +653,9 @@ class PostgresStore:
                     [(rids[i], sess["sid"], mat[n]) for n, i in enumerate(ids)],
                 )
             conn.execute(
-                f"UPDATE {s}.sessions SET vec_model = %s, vec_dim = %s WHERE sid = %s", (model, dim, sess["sid"])
+                f"UPDATE {s}.sessions SET vec_model = %s, vec_dim = %s, vector_count = vector_count + %s"
+                " WHERE sid = %s",
+                (model, dim, len(set(rids.values())) - held, sess["sid"]),
             )
         self._schedule_index(dim, len(ids))
 
@@ -939,39 +978,23 @@ class PostgresStore:
         return left
 
     def stats(self, scope: Scope) -> dict[str, int]:
+        """The scope's sizes from its sessions' counters (one row per session, whatever their size)."""
         where, params = SQL.scope_where(scope)
         rwhere, rparams = SQL.record_where(scope, exact=True)
         s = self.schema
         with self._tx() as conn:
-            m = conn.execute(
-                "SELECT count(*) AS n, coalesce(sum(octet_length(m.text) + octet_length(m.data)), 0) AS bytes,"
-                " count(*) FILTER (WHERE m.kind = 'summary') AS summaries"
-                f" FROM {s}.messages m JOIN {s}.sessions s ON s.sid = m.sid WHERE {where}",
+            row = conn.execute(
+                "SELECT count(*) AS sessions, coalesce(sum(message_count), 0) AS m, coalesce(sum(summary_count), 0) AS"
+                " sm, coalesce(sum(text_bytes), 0) AS tb, coalesce(sum(index_bytes), 0) AS ib,"
+                " coalesce(sum(vector_count), 0) AS v, coalesce(sum(vector_count * coalesce(vec_dim, 0) * 4), 0) AS vb,"
+                f" min((SELECT min(position) FROM {s}.messages m WHERE m.sid = s.sid)) AS oldest,"
+                f" max((SELECT max(position) FROM {s}.messages m WHERE m.sid = s.sid)) AS newest"
+                f" FROM {s}.sessions s WHERE {where}",
                 params,
             ).fetchone()
-            vec_count = vec_bytes = 0
-            index_bytes = conn.execute(f"SELECT pg_indexes_size('{s}.messages') AS b").fetchone()["b"]
-            for d in self._dims(conn):
-                n = conn.execute(
-                    f"SELECT count(*) AS n FROM {s}.vectors_{d} v JOIN {s}.sessions s ON s.sid = v.sid WHERE {where}",
-                    params,
-                ).fetchone()["n"]
-                vec_count, vec_bytes = vec_count + n, vec_bytes + n * d * 4
-                index_bytes += conn.execute(f"SELECT pg_indexes_size('{s}.vectors_{d}') AS b").fetchone()["b"]
-            total = conn.execute(f"SELECT count(*) AS n FROM {s}.messages").fetchone()["n"]
             records = conn.execute(f"SELECT count(*) AS n FROM {s}.records r WHERE {rwhere}", rparams).fetchone()["n"]
-            sessions = conn.execute(f"SELECT count(*) AS n FROM {s}.sessions s WHERE {where}", params).fetchone()["n"]
-        return {
-            "message_count": int(m["n"]),
-            "summary_count": int(m["summaries"]),
-            "text_bytes": int(m["bytes"]),
-            "vector_count": vec_count,
-            "vector_bytes": vec_bytes,
-            # GIN + HNSW + btree pages, attributed to the scope by its share of all messages.
-            "index_bytes": int(index_bytes * m["n"] / total) if total else 0,
-            "record_count": int(records),
-            "session_count": int(sessions),
-        }
+        return C.stats_dict(row["m"], row["sm"], row["tb"], row["ib"], row["v"], row["vb"], sessions=row["sessions"],
+                            records=records, oldest=row["oldest"], newest=row["newest"])
 
 
 class _Lexical:

@@ -72,11 +72,26 @@ _PRELUDE = """
 local function register()
   if redis.call('EXISTS', KEYS[1]) == 0 then
     redis.call('HSET', KEYS[1], 'tenant', ARGV[4], 'user_id', ARGV[5], 'agent_id', ARGV[6],
-               'session_id', ARGV[7], 'next', 0, 'version', 0, 'born', table.concat(redis.call('TIME'), '.'))
+               'session_id', ARGV[7], 'next', 0, 'version', 0, 'born', table.concat(redis.call('TIME'), '.'),
+               'counted', 1, 'summary_count', 0, 'text_bytes', 0, 'index_bytes', 0)
   end
   redis.call('SADD', KEYS[6], ARGV[2])
   redis.call('SADD', KEYS[7], ARGV[3])
   redis.call('SADD', KEYS[8], ARGV[2])
+end
+-- the session's counters (stats): kept by every write once 'counted' is set (sessions made before
+-- counters existed get them from the recount script first)
+local function count(summaries, text_bytes, index_bytes)
+  if redis.call('HEXISTS', KEYS[1], 'counted') == 1 then
+    redis.call('HINCRBY', KEYS[1], 'summary_count', summaries)
+    redis.call('HINCRBY', KEYS[1], 'text_bytes', text_bytes)
+    redis.call('HINCRBY', KEYS[1], 'index_bytes', index_bytes)
+  end
+end
+local function sizes(body)  -- what a stored message added to the counters
+  local row = cjson.decode(body)
+  local summary = row['kind'] == 'summary' and 1 or 0
+  return summary, row['nbytes'] or (#row['text'] + #row['data']), row['ibytes'] or #row['text']
 end
 local function refresh()
   local ttl = tonumber(redis.call('HGET', KEYS[1], 'ttl') or ARGV[1])
@@ -94,8 +109,10 @@ register()
 local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
 local n = tonumber(ARGV[8])
 local out, seen, taken, new = {}, {}, {}, {}
+local summaries, text_bytes, index_bytes = 0, 0, 0
 for i = 1, n do
-  local id, pos, body = ARGV[6 + 3 * i], ARGV[7 + 3 * i], ARGV[8 + 3 * i]
+  local at = 8 + 6 * (i - 1)
+  local id, pos, body = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
   local p = seen[id] or redis.call('ZSCORE', KEYS[3], id)
   if p then
     out[i] = tonumber(p)
@@ -111,6 +128,9 @@ for i = 1, n do
     if p + 1 > nxt then nxt = p + 1 end
     seen[id], taken[p], out[i] = p, true, p
     new[#new + 1] = {id, p, body}
+    summaries = summaries + tonumber(ARGV[at + 4])
+    text_bytes = text_bytes + tonumber(ARGV[at + 5])
+    index_bytes = index_bytes + tonumber(ARGV[at + 6])
   end
 end
 for _, m in ipairs(new) do
@@ -118,7 +138,10 @@ for _, m in ipairs(new) do
   redis.call('ZADD', KEYS[3], m[2], m[1])
 end
 redis.call('HSET', KEYS[1], 'next', nxt)
-if #new > 0 then redis.call('HINCRBY', KEYS[1], 'version', 1) end
+if #new > 0 then
+  redis.call('HINCRBY', KEYS[1], 'version', 1)
+  count(summaries, text_bytes, index_bytes)
+end
 refresh()
 return out
 """
@@ -150,15 +173,36 @@ _DELETE = (
     _PRELUDE
     + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local gone = 0
+local gone, summaries, text_bytes, index_bytes = 0, 0, 0, 0
 for i = 8, #ARGV do
+  local body = redis.call('HGET', KEYS[2], ARGV[i])
+  if body then
+    local s, t, x = sizes(body)
+    summaries, text_bytes, index_bytes = summaries - s, text_bytes - t, index_bytes - x
+  end
   gone = gone + redis.call('HDEL', KEYS[2], ARGV[i])
   redis.call('ZREM', KEYS[3], ARGV[i])
   redis.call('HDEL', KEYS[4], ARGV[i])
 end
+count(summaries, text_bytes, index_bytes)
 if gone > 0 then redis.call('HINCRBY', KEYS[1], 'version', 1) end
 refresh()
 return gone
+"""
+)
+
+_RECOUNT = (
+    _PRELUDE
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'counted') == 1 then return 0 end
+local summaries, text_bytes, index_bytes = 0, 0, 0
+for _, body in ipairs(redis.call('HVALS', KEYS[2])) do
+  local s, t, x = sizes(body)
+  summaries, text_bytes, index_bytes = summaries + s, text_bytes + t, index_bytes + x
+end
+redis.call('HSET', KEYS[1], 'counted', 1, 'summary_count', summaries, 'text_bytes', text_bytes,
+           'index_bytes', index_bytes)
+return 1
 """
 )
 
@@ -242,6 +286,7 @@ class RedisStore:
                 ("delete", _DELETE),
                 ("state", _PUT_STATE),
                 ("ttl", _SET_TTL),
+                ("recount", _RECOUNT),
             )
         }
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
@@ -369,7 +414,9 @@ class RedisStore:
             return []
         args: list[Any] = [len(messages)]
         for m in messages:
-            args += [m.id, "" if m.position is None else m.position, json.dumps(C.message_row(m), ensure_ascii=False)]
+            row = C.message_row(m)
+            args += [m.id, "" if m.position is None else m.position, json.dumps(row, ensure_ascii=False),
+                     int(m.kind == "summary"), row["nbytes"], row["ibytes"]]
         return [int(p) for p in self._run("append", scope, args)]
 
     def _read_messages(self, session: _Session, ids: list[str]) -> list[StoredMessage]:
@@ -780,32 +827,43 @@ class RedisStore:
                 pipe.execute()
 
     def stats(self, scope: Scope) -> dict[str, int]:
+        """The scope's sizes from its sessions' counters and the sizes Redis keeps of each key (O(1) a session)."""
         sessions = self._sessions(scope)
-        out = {
-            "message_count": 0,
-            "summary_count": 0,
-            "text_bytes": 0,
-            "vector_count": 0,
-            "vector_bytes": 0,
-            "index_bytes": 0,
-            "record_count": 0,
-            "session_count": len(sessions),
-            "server_bytes": 0,
-        }
+        for s in sessions:
+            if "counted" not in s.meta:  # made before counters existed: count it once, atomically
+                self._run("recount", _scope_of(s, scope.tenant), [])
+        totals = dict.fromkeys(("m", "sm", "tb", "ib", "v", "vb", "server"), 0)
+        oldest: int | None = None
+        newest: int | None = None
         with self._errors("read from"):
+            pipe = self._r.pipeline(transaction=True)
             for s in sessions:
-                for body in self._r.hvals(s.key("msgs")):
-                    row = json.loads(body)
-                    out["message_count"] += 1
-                    out["summary_count"] += row["kind"] == "summary"
-                    out["text_bytes"] += C.row_bytes(row["text"], row["data"])
-                n_vecs = self._r.hlen(s.key("vecs"))
-                out["vector_count"] += n_vecs
-                out["vector_bytes"] += n_vecs * int(s.meta.get("vec_dim") or 0) * 4
-                out["index_bytes"] += int(self._r.memory_usage(s.key("order"), samples=0) or 0)
-                out["server_bytes"] += sum(int(self._r.memory_usage(s.key(f), samples=0) or 0) for f in _FAMILIES)
-            out["record_count"] = len(self._record_fields(scope, None, exact=True))
-        return out
+                pipe.hmget(s.key("meta"), ["summary_count", "text_bytes", "index_bytes", "vec_dim"])
+                pipe.zcard(s.key("order"))
+                pipe.hlen(s.key("vecs"))
+                pipe.zrange(s.key("order"), 0, 0, withscores=True)
+                pipe.zrange(s.key("order"), -1, -1, withscores=True)
+                for f in _FAMILIES:
+                    pipe.memory_usage(s.key(f))  # sampled: O(1) whatever the key's size
+            replies = pipe.execute()
+            per = 5 + len(_FAMILIES)
+            for n in range(len(sessions)):
+                counters, messages, vectors, first, last, *sizes = replies[n * per : (n + 1) * per]
+                summaries, text_bytes, index_bytes, dim = (int(c or 0) for c in counters)
+                totals["m"] += messages
+                totals["sm"] += summaries
+                totals["tb"] += text_bytes
+                totals["ib"] += index_bytes
+                totals["v"] += vectors
+                totals["vb"] += vectors * dim * 4
+                totals["server"] += sum(int(b or 0) for b in sizes)
+                if first:
+                    oldest = int(first[0][1]) if oldest is None else min(oldest, int(first[0][1]))
+                    newest = int(last[0][1]) if newest is None else max(newest, int(last[0][1]))
+            records = len(self._record_fields(scope, None, exact=True))
+        return C.stats_dict(totals["m"], totals["sm"], totals["tb"], totals["ib"], totals["v"], totals["vb"],
+                            sessions=len(sessions), records=records, oldest=oldest, newest=newest,
+                            server_bytes=totals["server"])
 
 
 def _scope_of(session: _Session, tenant: str) -> Scope:

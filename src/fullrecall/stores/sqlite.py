@@ -56,7 +56,7 @@ from . import _forget as F
 from . import _validate as V
 from .base import ANY, Filters, Hit, Record, Scope, StoredMessage
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def _indexed(column: str) -> str:
@@ -163,6 +163,38 @@ MIGRATIONS: dict[int, str] = {
         INSERT INTO messages_fts (messages_fts, rowid, text, scope)
         SELECT 'delete', old.rid, {_indexed("old.text")}, (SELECT fts_scope FROM sessions WHERE sid = old.sid)
         WHERE old.rid <= (SELECT last_rid FROM fts_state);
+        DELETE FROM vectors WHERE rid = old.rid;
+    END;
+    """,
+    # Per-session counters, kept by every write in its own transaction, so that count and stats of a
+    # conversation read one row (O(1)) instead of scanning it; each message keeps its own sizes so a
+    # delete takes away exactly what its append added.
+    3: f"""
+    ALTER TABLE messages ADD COLUMN nbytes INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE messages ADD COLUMN ibytes INTEGER NOT NULL DEFAULT 0;
+    UPDATE messages SET nbytes = length(CAST(text AS BLOB)) + length(CAST(data AS BLOB)),
+        ibytes = CASE WHEN length(text) > {V.INDEXED_CHARS} THEN length(CAST(substr(text, 1, {V.INDEXED_CHARS}) AS BLOB))
+                 ELSE length(CAST(text AS BLOB)) END;
+    ALTER TABLE sessions ADD COLUMN message_count INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN summary_count INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN text_bytes INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN index_bytes INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN vector_count INTEGER NOT NULL DEFAULT 0;
+    UPDATE sessions SET
+        message_count = (SELECT count(*) FROM messages m WHERE m.sid = sessions.sid),
+        summary_count = (SELECT count(*) FROM messages m WHERE m.sid = sessions.sid AND m.kind = 'summary'),
+        text_bytes = (SELECT coalesce(sum(nbytes), 0) FROM messages m WHERE m.sid = sessions.sid),
+        index_bytes = (SELECT coalesce(sum(ibytes), 0) FROM messages m WHERE m.sid = sessions.sid),
+        vector_count = (SELECT count(*) FROM vectors v WHERE v.sid = sessions.sid);
+    DROP TRIGGER messages_fts_delete;
+    CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+        INSERT INTO messages_fts (messages_fts, rowid, text, scope)
+        SELECT 'delete', old.rid, {_indexed("old.text")}, (SELECT fts_scope FROM sessions WHERE sid = old.sid)
+        WHERE old.rid <= (SELECT last_rid FROM fts_state);
+        UPDATE sessions SET message_count = message_count - 1, summary_count = summary_count - (old.kind = 'summary'),
+            text_bytes = text_bytes - old.nbytes, index_bytes = index_bytes - old.ibytes,
+            vector_count = vector_count - EXISTS (SELECT 1 FROM vectors WHERE rid = old.rid)
+        WHERE sid = old.sid;
         DELETE FROM vectors WHERE rid = old.rid;
     END;
     """,
@@ -415,20 +447,28 @@ class SQLiteStore:
                     r["archived_at"],
                     r["summary_id"],
                     r["metadata"],
+                    r["nbytes"],
+                    r["ibytes"],
                 )
                 for r, pos in ((C.message_row(m), pos) for m, pos in new)
             ]
             try:
                 conn.executemany(
                     "INSERT INTO messages (sid, id, position, role, kind, text, data, created_at, archived_at,"
-                    " summary_id, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " summary_id, metadata, nbytes, ibytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     new_rows,
                 )
             except sqlite3.IntegrityError as exc:
                 raise ValueError(
                     f"cannot append to session {scope.session_id!r}: an explicit position is already taken ({exc})"
                 ) from exc
-            conn.execute("UPDATE sessions SET next_position = ? WHERE sid = ?", (next_pos, sid))
+            conn.execute(
+                "UPDATE sessions SET next_position = ?, message_count = message_count + ?,"
+                " summary_count = summary_count + ?, text_bytes = text_bytes + ?, index_bytes = index_bytes + ?"
+                " WHERE sid = ?",
+                (next_pos, len(new_rows), sum(r[4] == "summary" for r in new_rows), sum(r[11] for r in new_rows),
+                 sum(r[12] for r in new_rows), sid),
+            )
             if new_rows:
                 _index_pending(conn, min_pending=self._fts_batch)
         return positions
@@ -470,10 +510,10 @@ class SQLiteStore:
 
     def count(self, scope: Scope) -> int:
         where, params = SQL.scope_where(scope)
-        with self._read() as conn:
-            return conn.execute(
-                f"SELECT count(*) FROM messages m JOIN sessions s ON s.sid = m.sid WHERE {where}", params
-            ).fetchone()[0]
+        with self._read() as conn:  # the sessions' counters: one row per session, whatever their size
+            return int(
+                conn.execute(f"SELECT coalesce(sum(message_count), 0) FROM sessions s WHERE {where}", params).fetchone()[0]
+            )
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         ids = C.read_ids(ids)
@@ -539,11 +579,15 @@ class SQLiteStore:
                 conn.execute(f"DELETE FROM vectors WHERE rid IN ({_qmarks(len(c))})", c).rowcount
                 for c in _chunks(list(rids.values()))
             )
+            last = {i: n for n, i in enumerate(ids)}  # an id given twice: its last vector, as an overwrite
             conn.executemany(
-                "INSERT OR REPLACE INTO vectors (rid, sid, vec) VALUES (?, ?, ?)",
-                [(rids[i], sess["sid"], mat[n].tobytes()) for n, i in enumerate(ids)],
+                "INSERT INTO vectors (rid, sid, vec) VALUES (?, ?, ?)",
+                [(rids[i], sess["sid"], mat[n].tobytes()) for i, n in last.items()],
             )
-            conn.execute("UPDATE sessions SET vec_model = ?, vec_dim = ? WHERE sid = ?", (model, dim, sess["sid"]))
+            conn.execute(
+                "UPDATE sessions SET vec_model = ?, vec_dim = ?, vector_count = vector_count + ? WHERE sid = ?",
+                (model, dim, len(last) - overwrote, sess["sid"]),
+            )
             self._bump_vectors(conn, [sess["sid"]], epoch=overwrote > 0 or len(set(ids)) < len(ids))
 
     def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
@@ -847,35 +891,21 @@ class SQLiteStore:
         )
 
     def stats(self, scope: Scope) -> dict[str, int]:
+        """The scope's sizes from its sessions' counters (one row per session, whatever their size)."""
         where, params = SQL.scope_where(scope)
         rwhere, rparams = SQL.record_where(scope, exact=True)
         with self._read() as conn:
-            m = conn.execute(
-                "SELECT count(*), coalesce(sum(length(CAST(m.text AS BLOB)) + length(CAST(m.data AS BLOB))), 0),"
-                " coalesce(sum(m.kind = 'summary'), 0)"
-                f" FROM messages m JOIN sessions s ON s.sid = m.sid WHERE {where}",
+            row = conn.execute(
+                "SELECT count(*), coalesce(sum(message_count), 0), coalesce(sum(summary_count), 0),"
+                " coalesce(sum(text_bytes), 0), coalesce(sum(index_bytes), 0), coalesce(sum(vector_count), 0),"
+                " coalesce(sum(vector_count * coalesce(vec_dim, 0) * 4), 0),"
+                " min((SELECT min(position) FROM messages m WHERE m.sid = s.sid)),"
+                " max((SELECT max(position) FROM messages m WHERE m.sid = s.sid))"
+                f" FROM sessions s WHERE {where}",
                 params,
             ).fetchone()
-            v = conn.execute(
-                "SELECT count(*), coalesce(sum(length(v.vec)), 0)"
-                f" FROM vectors v JOIN sessions s ON s.sid = v.sid WHERE {where}",
-                params,
-            ).fetchone()
-            total_msgs = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
-            fts_bytes = _fts_bytes(conn)
             records = conn.execute(f"SELECT count(*) FROM records r WHERE {rwhere}", rparams).fetchone()[0]
-            n_sessions = conn.execute(f"SELECT count(*) FROM sessions s WHERE {where}", params).fetchone()[0]
-        return {
-            "message_count": int(m[0]),
-            "summary_count": int(m[2]),
-            "text_bytes": int(m[1]),
-            "vector_count": int(v[0]),
-            "vector_bytes": int(v[1]),
-            # FTS5 index pages, attributed to the scope by its share of all messages.
-            "index_bytes": int(fts_bytes * m[0] / total_msgs) if total_msgs else 0,
-            "record_count": int(records),
-            "session_count": int(n_sessions),
-        }
+        return C.stats_dict(*row[1:7], sessions=row[0], records=records, oldest=row[7], newest=row[8])
 
 
 def _top_rid(conn: sqlite3.Connection) -> int:
@@ -920,11 +950,3 @@ def _split_sql(script: str) -> list[str]:
     if buf.strip():
         raise ValueError(f"incomplete SQL in migration: {buf[:80]!r}")
     return out
-
-
-def _fts_bytes(conn: sqlite3.Connection) -> int:
-    try:
-        row = conn.execute("SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name LIKE 'messages_fts%'").fetchone()
-        return int(row[0])
-    except sqlite3.OperationalError:  # SQLite built without dbstat: count the index blobs
-        return int(conn.execute("SELECT coalesce(sum(length(block)), 0) FROM messages_fts_data").fetchone()[0])
