@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fullrecall.errors import StoreError
+from fullrecall.errors import InvalidInput, StateConflict, StoreError
 from fullrecall.stores import ANY, Scope, Store, StoredMessage, open_store
 from fullrecall.stores._validate import indexed_prefix
 
@@ -114,7 +114,9 @@ class CoreConformance:
             for each in (*scopes.values(), Scope(user_id=user)):
                 assert_counters_exact(store, each)
 
-    def test_two_processes_writing_leave_the_counters_exact(self, store: Store, store_url: str, scope: Scope) -> None:
+    def test_two_processes_writing_leave_counters_exact_and_lose_no_state_update(
+        self, store: Store, store_url: str, scope: Scope
+    ) -> None:
         ctx = multiprocessing.get_context("spawn")
         ready, start = ctx.Semaphore(0), ctx.Event()
         workers = [ctx.Process(target=churn_worker, args=(store_url, scope, f"w{w}", 60, ready, start))
@@ -129,6 +131,30 @@ class CoreConformance:
             assert p.exitcode == 0, f"worker exited with {p.exitcode}"
         stats = assert_counters_exact(store, scope)
         assert stats["message_count"] == 2 * 40 and stats["vector_count"] == 2 * 20
+        doc, version = store.get_versioned_state(scope, "archive")  # read-modify-writes of one document
+        assert doc == {"total": 120, "w0": 60, "w1": 60} and version == 120
+
+
+    # -- compare-and-set state -------------------------------------------------------------
+
+    def test_put_state_compare_and_set(self, store: Store, scope: Scope) -> None:
+        assert store.get_versioned_state(scope, "window") == (None, 0)
+        with pytest.raises(StateConflict) as lost:
+            store.put_state(scope, "window", {"n": 1}, expected=3)
+        assert lost.value.current == 0 and store.get_versioned_state(scope, "window") == (None, 0)
+        assert store.put_state(scope, "window", {"n": 1}, expected=0) == 1  # create only if absent
+        with pytest.raises(StateConflict):
+            store.put_state(scope, "window", {"n": 2}, expected=0)
+        assert store.put_state(scope, "window", {"n": 2}) == 2  # without expected: always written
+        assert store.put_state(scope, "window", {"n": 3}, expected=2) == 3
+        assert store.get_versioned_state(scope, "window") == ({"n": 3}, 3) and store.get_state(scope, "window") == {"n": 3}
+        for bad in (-1, True, "2", 1.0):
+            with pytest.raises(InvalidInput, match="expected"):
+                store.put_state(scope, "window", {"n": 4}, expected=bad)  # type: ignore[arg-type]
+        assert store.get_versioned_state(scope, "window") == ({"n": 3}, 3)
+        assert store.update_state(scope, "window", lambda doc: {"n": (doc or {"n": 0})["n"] + 1}) == {"n": 4}
+        assert store.update_state(scope, "other", lambda doc: {"was": doc}) == {"was": None}
+        assert store.forget(scope)["state"] == 2
 
 
 def assert_counters_exact(store: Store, scope: Scope) -> dict[str, int]:
@@ -155,14 +181,25 @@ def assert_counters_exact(store: Store, scope: Scope) -> dict[str, int]:
 
 
 def churn_worker(url: str, scope: Scope, prefix: str, n: int, ready: Any, start: Any) -> None:
-    """Append ``n`` messages one by one, embed every other, delete every third: a busy conversation's writes."""
+    """A busy conversation's writes, ``n`` times: append a message, embed or delete some, and add one to a
+    shared and an own counter of a state document (read-modify-write).
+    """
     store = open_store(url)
     ready.release()
     start.wait(30)
+
+    def bump(doc: dict[str, Any] | None) -> dict[str, Any]:
+        doc = dict(doc or {})
+        doc["total"] = doc.get("total", 0) + 1
+        doc[prefix] = doc.get(prefix, 0) + 1
+        return doc
+
     for i in range(n):
+        store.update_state(scope, "archive", bump, attempts=1000)
         store.append(scope, [StoredMessage(id=f"{prefix}-{i}", role="user", text=f"{prefix} {i} é", data={"i": i})])
         if i % 3 == 2:
             store.delete(scope, [f"{prefix}-{i}"])
         elif i % 3 == 1:
             store.set_vectors(scope, [f"{prefix}-{i}"], np.ones((1, 8), np.float32), "m")
     store.close()
+

@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
+from ..errors import StateConflict
 from . import _validate as V
 from .base import ANY, Filters, Hit, Record, Scope, StoredMessage
 
@@ -118,6 +119,17 @@ def state_json(key: str, value: Any) -> str:
     if not isinstance(value, dict):
         raise V.InvalidInput(f"state {key!r} must be a dict, got {type(value).__name__}")
     return V.check_json(value, f"state {key!r}", limit=V.MAX_DOCUMENT_BYTES, tuples=True)
+
+
+def check_expected(key: str, expected: int | None, current: int) -> None:
+    """A compare-and-set's check: InvalidInput for a bad ``expected``, StateConflict when it is not ``current``."""
+    if expected is None:
+        return
+    if not isinstance(expected, int) or isinstance(expected, bool) or expected < 0:
+        raise V.InvalidInput(f"state {key!r}: expected must be a version (an int >= 0), got {expected!r}")
+    if expected != current:
+        raise StateConflict(f"state {key!r} is at version {current}, not the expected {expected}: nothing was written",
+                            current=current)
 
 
 def record_json(record: Record) -> str:

@@ -26,8 +26,9 @@ Contract shared by every backend (checked by ``tests/stores/conformance.py``):
 
 from __future__ import annotations
 
+import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
 
@@ -227,11 +228,29 @@ class Store(Protocol):
         ...
 
     # -- state and long-term records -----------------------------------------
-    def put_state(self, scope: Scope, key: str, value: dict[str, Any]) -> None:
-        """Save a JSON document (window state, a summary) under key."""
+    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
+        """Save a JSON document (window state) under key; return its new version (1, 2, ...).
+
+        With ``expected``, a compare-and-set: the write happens only if the stored version is
+        ``expected`` (0: no document yet), else :class:`~fullrecall.errors.StateConflict` and
+        nothing is written.
+        """
         ...
 
     def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
+        """The document saved under key, or None."""
+        ...
+
+    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
+        """(document or None, its version: 0 when there is none), for a later ``put_state(expected=...)``."""
+        ...
+
+    def update_state(
+        self, scope: Scope, key: str, change: Callable[[dict[str, Any] | None], dict[str, Any]], attempts: int = 32
+    ) -> dict[str, Any]:
+        """Read-modify-write that never loses a concurrent update: ``change(current)`` gives the new
+        document, written only if nobody wrote in between (else read again and call ``change`` again).
+        """
         ...
 
     def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
@@ -257,3 +276,38 @@ class Store(Protocol):
 
     def close(self) -> None:
         ...
+
+
+class StoreBase:
+    """What every backend builds the same way on its own primitives (inherited by each of them)."""
+
+    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
+        raise NotImplementedError
+
+    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
+        raise NotImplementedError
+
+    def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
+        """The document saved under key, or None."""
+        return self.get_versioned_state(scope, key)[0]
+
+    def update_state(
+        self, scope: Scope, key: str, change: Callable[[dict[str, Any] | None], dict[str, Any]], attempts: int = 32
+    ) -> dict[str, Any]:
+        """Read-modify-write that never loses a concurrent update (compare-and-set, retried).
+
+        ``change`` gets the current document (a fresh copy, or None) and returns the new one; it may
+        be called again when another writer got in first, so it must not have other effects. Raises
+        :class:`~fullrecall.errors.StateConflict` after ``attempts`` lost races.
+        """
+        from ..errors import StateConflict
+
+        for _ in range(max(1, attempts)):
+            current, version = self.get_versioned_state(scope, key)
+            new = change(current)
+            try:
+                self.put_state(scope, key, new, expected=version)
+                return new
+            except StateConflict:
+                time.sleep(0.001 * random.random())  # let the winner finish before reading again
+        raise StateConflict(f"state {key!r} kept changing under {attempts} attempts to update it", current=-1)

@@ -56,7 +56,7 @@ from . import _common as C
 from . import _forget as F
 from . import _topk
 from . import _validate as V
-from .base import Filters, Hit, Record, Scope, StoredMessage
+from .base import Filters, Hit, Record, Scope, StoreBase, StoredMessage
 
 Conn = psycopg.Connection[dict[str, Any]]
 """A connection of ours: rows come as dicts (``row_factory=dict_row``)."""
@@ -168,9 +168,10 @@ MIGRATIONS: dict[int, str] = {
     CREATE INDEX messages_tsv ON {{s}}.messages USING gin (tsv);
     UPDATE {{s}}.sessions s SET lexemes = (SELECT coalesce(sum(length(m.tsv)), 0) FROM {{s}}.messages m WHERE m.sid = s.sid);
     """,
-    # per-session counters kept by every write in its transaction (count and stats read one row per
+    # state versions (compare-and-set), and per-session counters kept by every write in its transaction (count and stats read one row per
     # session); each message keeps its own sizes so a delete takes away exactly what its append added
     5: f"""
+    ALTER TABLE {{s}}.state ADD COLUMN version BIGINT NOT NULL DEFAULT 1;
     ALTER TABLE {{s}}.messages ADD COLUMN nbytes BIGINT NOT NULL DEFAULT 0, ADD COLUMN ibytes BIGINT NOT NULL DEFAULT 0;
     UPDATE {{s}}.messages SET nbytes = octet_length(text) + octet_length(data),
         ibytes = octet_length(left(text, {V.INDEXED_CHARS}));
@@ -222,7 +223,7 @@ def _ts_terms(terms: Sequence[str]) -> list[str]:
     return [t for t in (_PUNCT.sub(" ", t).strip() for t in terms) if t]
 
 
-class PostgresStore:
+class PostgresStore(StoreBase):
     """:class:`~fullrecall.stores.base.Store` on PostgreSQL + pgvector (see the module docstring)."""
 
     def __init__(
@@ -810,27 +811,33 @@ class PostgresStore:
 
     # -- state and long-term records ---------------------------------------------------------
 
-    def put_state(self, scope: Scope, key: str, value: dict[str, Any]) -> None:
+    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
         doc = C.state_json(key, value)
-        with self._tx() as conn:
+        s = self.schema
+        with self._tx() as conn:  # the session's row lock: writers of its state take turns
             sid = self._lock_session(conn, scope)["sid"]
+            row = conn.execute(f"SELECT version FROM {s}.state WHERE sid = %s AND key = %s", (sid, key)).fetchone()
+            version = row["version"] if row else 0
+            C.check_expected(key, expected, version)
             conn.execute(
-                f"INSERT INTO {self.schema}.state (sid, key, value, updated_at) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT (sid, key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at",
-                (sid, key, doc, time.time()),
+                f"INSERT INTO {s}.state (sid, key, value, updated_at, version) VALUES (%s, %s, %s, %s, %s)"
+                " ON CONFLICT (sid, key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at,"
+                " version = EXCLUDED.version",
+                (sid, key, doc, time.time(), version + 1),
             )
+        return int(version) + 1
 
-    def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
+    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
         scope.require_session()
         where, params = SQL.scope_where(scope)
         s = self.schema
         with self._tx() as conn:
             row = conn.execute(
-                f"SELECT t.value FROM {s}.state t JOIN {s}.sessions s ON s.sid = t.sid WHERE {where} AND t.key = %s"
-                " ORDER BY t.updated_at DESC LIMIT 1",
+                f"SELECT t.value, t.version FROM {s}.state t JOIN {s}.sessions s ON s.sid = t.sid"
+                f" WHERE {where} AND t.key = %s",
                 [*params, key],
             ).fetchone()
-        return C.json_loads(row["value"]) if row else None
+        return (C.json_loads(row["value"]), int(row["version"])) if row else (None, 0)
 
     def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
         data = C.record_json(record)

@@ -54,7 +54,7 @@ from ..errors import StoreError
 from . import _common as C
 from . import _forget as F
 from . import _validate as V
-from .base import DEFAULT_TENANT, Filters, Hit, Record, Scope, StoredMessage
+from .base import DEFAULT_TENANT, Filters, Hit, Record, Scope, StoreBase, StoredMessage
 
 DEFAULT_TTL_SECONDS = 210 * 24 * 3600
 _OWN_OPTIONS = ("prefix", "ttl_seconds", "ttl_days")
@@ -210,9 +210,14 @@ _PUT_STATE = (
     _PRELUDE
     + """
 register()
-redis.call('HSET', KEYS[5], ARGV[8], ARGV[9])
+local vf = ARGV[8] .. '\0v'  -- the document's version: a field no key can name (keys hold no NUL)
+local version = tonumber(redis.call('HGET', KEYS[5], vf) or redis.call('HEXISTS', KEYS[5], ARGV[8]))
+if ARGV[10] ~= '' and tonumber(ARGV[10]) ~= version then
+  return redis.error_reply('fullrecall:conflict ' .. version)
+end
+redis.call('HSET', KEYS[5], ARGV[8], ARGV[9], vf, version + 1)
 refresh()
-return 1
+return version + 1
 """
 )
 
@@ -256,7 +261,7 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     return C.split_url(url, ("redis", "rediss"), _OWN_OPTIONS)
 
 
-class RedisStore:
+class RedisStore(StoreBase):
     """:class:`~fullrecall.stores.base.Store` on Redis (see the module docstring)."""
 
     def __init__(
@@ -621,17 +626,25 @@ class RedisStore:
 
     # -- state and long-term records ---------------------------------------------------------------
 
-    def put_state(self, scope: Scope, key: str, value: dict[str, Any]) -> None:
-        self._run("state", scope, [key, C.state_json(key, value)])
+    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
+        doc = C.state_json(key, value)
+        C.check_expected(key, expected, expected or 0)  # the argument's type; the version is checked in the script
+        try:
+            return int(self._run("state", scope, [key, doc, "" if expected is None else expected]))
+        except _ScriptError as exc:
+            if exc.kind != "conflict":
+                raise
+            C.check_expected(key, expected, int(exc.detail))
+            raise
 
-    def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
+    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
         scope.require_session()
         with self._errors("read from"):
             for s in self._sessions(scope):
-                doc = self._r.hget(s.key("state"), key)
+                doc, version = cast("list[bytes | None]", self._r.hmget(s.key("state"), [key, f"{key}\x00v"]))
                 if doc is not None:
-                    return C.json_loads(doc)
-        return None
+                    return C.json_loads(doc), int(version or 1)
+        return None, 0
 
     def set_ttl(self, scope: Scope, seconds: int) -> None:
         """Give one session its own TTL (seconds), applied now and on every later write."""
@@ -719,8 +732,9 @@ class RedisStore:
                 pipe = self._r.pipeline(transaction=False)
                 pipe.hvals(s.key("msgs"))
                 pipe.hlen(s.key("vecs"))
-                pipe.hlen(s.key("state"))
-                bodies, n_vecs, n_state = pipe.execute()
+                pipe.hkeys(s.key("state"))
+                bodies, n_vecs, state_fields = pipe.execute()
+                n_state = sum(b"\x00" not in f for f in state_fields)  # documents, not their version fields
                 for body in bodies:
                     counts["summaries" if json.loads(body)["kind"] == "summary" else "messages"] += 1
                 counts["vectors"] += n_vecs

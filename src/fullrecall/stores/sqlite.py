@@ -54,7 +54,7 @@ from ..errors import StoreError
 from . import _common as C
 from . import _forget as F
 from . import _validate as V
-from .base import ANY, Filters, Hit, Record, Scope, StoredMessage
+from .base import ANY, Filters, Hit, Record, Scope, StoreBase, StoredMessage
 
 SCHEMA_VERSION = 3
 
@@ -166,7 +166,7 @@ MIGRATIONS: dict[int, str] = {
         DELETE FROM vectors WHERE rid = old.rid;
     END;
     """,
-    # Per-session counters, kept by every write in its own transaction, so that count and stats of a
+    # Per-session counters (and state versions, for compare-and-set), kept by every write in its own transaction, so that count and stats of a
     # conversation read one row (O(1)) instead of scanning it; each message keeps its own sizes so a
     # delete takes away exactly what its append added.
     3: f"""
@@ -186,6 +186,7 @@ MIGRATIONS: dict[int, str] = {
         text_bytes = (SELECT coalesce(sum(nbytes), 0) FROM messages m WHERE m.sid = sessions.sid),
         index_bytes = (SELECT coalesce(sum(ibytes), 0) FROM messages m WHERE m.sid = sessions.sid),
         vector_count = (SELECT count(*) FROM vectors v WHERE v.sid = sessions.sid);
+    ALTER TABLE state ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
     DROP TRIGGER messages_fts_delete;
     CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
         INSERT INTO messages_fts (messages_fts, rowid, text, scope)
@@ -243,7 +244,7 @@ def _qmarks(n: int) -> str:
     return ",".join("?" * n)
 
 
-class SQLiteStore:
+class SQLiteStore(StoreBase):
     """:class:`~fullrecall.stores.base.Store` on one SQLite file (see the module docstring)."""
 
     def __init__(
@@ -775,25 +776,28 @@ class SQLiteStore:
 
     # -- state and long-term records -------------------------------------------------
 
-    def put_state(self, scope: Scope, key: str, value: dict[str, Any]) -> None:
+    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
         doc = C.state_json(key, value)
-        with self._write() as conn:
+        with self._write() as conn:  # the write lock is held from the start: the version cannot move meanwhile
             sid = self._session_for_write(conn, scope)["sid"]
+            row = conn.execute("SELECT version FROM state WHERE sid = ? AND key = ?", (sid, key)).fetchone()
+            version = row[0] if row else 0
+            C.check_expected(key, expected, version)
             conn.execute(
-                "INSERT OR REPLACE INTO state (sid, key, value, updated_at) VALUES (?, ?, ?, ?)",
-                (sid, key, doc, time.time()),
+                "INSERT OR REPLACE INTO state (sid, key, value, updated_at, version) VALUES (?, ?, ?, ?, ?)",
+                (sid, key, doc, time.time(), version + 1),
             )
+        return version + 1
 
-    def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
+    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
         scope.require_session()
         where, params = SQL.scope_where(scope)
         with self._read() as conn:
             row = conn.execute(
-                f"SELECT t.value FROM state t JOIN sessions s ON s.sid = t.sid WHERE {where} AND t.key = ?"
-                " ORDER BY t.updated_at DESC LIMIT 1",
+                f"SELECT t.value, t.version FROM state t JOIN sessions s ON s.sid = t.sid WHERE {where} AND t.key = ?",
                 [*params, key],
             ).fetchone()
-        return C.json_loads(row[0]) if row else None
+        return (C.json_loads(row[0]), int(row[1])) if row else (None, 0)
 
     def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
         data = C.record_json(record)
