@@ -157,6 +157,26 @@ class CoreConformance:
         assert store.forget(scope)["state"] == 2
 
 
+    # -- batched range reads ----------------------------------------------------------------
+
+    def test_ranges_reads_every_span_at_once_as_range_would(self, store: Store, scope: Scope) -> None:
+        store.append(scope, [note(i, f"turn {i}") for i in range(12)])
+        store.delete(scope, ["m5"])
+        spans = [(0, 2), (4, 6), (5, 5), (10, 99), (8, 3), (1, 1), (50, 60), (np.int64(7), np.int64(7))]
+        got = store.ranges(scope, spans)
+        assert [[m.position for m in r] for r in got] == [[0, 1, 2], [4, 6], [], [10, 11], [], [1], [], [7]]
+        assert [[m.key for m in r] for r in got] == [[m.key for m in store.range(scope, a, b)] for a, b in spans]
+        assert got[0][0].text == "turn 0" and got[0][0].data == {"content": "turn 0"} and got[0][0].session_id
+        assert store.ranges(scope, []) == []
+        other = Scope(user_id="someone-else", session_id=scope.session_id)
+        assert store.ranges(other, [(0, 99)]) == [[]]
+        for bad in ([(0,)], [(0, "2")], [1, 2], "0-2", [(0, 1.5)]):
+            with pytest.raises(InvalidInput, match="span"):
+                store.ranges(scope, bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="ANY|session"):
+            store.ranges(Scope(user_id=scope.user_id), [(0, 1)])
+
+
 def assert_counters_exact(store: Store, scope: Scope) -> dict[str, int]:
     """``stats`` and ``count`` of the scope equal a recount of what its reads return."""
     held = store.get(scope, [f"m{i}" for i in range(16)] + [f"w{w}-{i}" for w in range(2) for i in range(60)])

@@ -7,6 +7,7 @@ Kept here so the three backends agree on the details that the conformance suite 
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -223,6 +224,26 @@ def read_ids(ids: Iterable[str]) -> list[str]:
     for n, i in enumerate(out):
         V.check_id(i, f"id {n}")
     return out
+
+
+def check_spans(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The ``(start, end)`` position spans of a ``ranges`` read; InvalidInput naming the first bad one."""
+    if isinstance(spans, (str, bytes)) or not isinstance(spans, Sequence):
+        raise V.InvalidInput(f"spans must be a list of (start, end) pairs, got {type(spans).__name__}")
+    out = []
+    for n, span in enumerate(spans):
+        try:
+            start, end = span
+            out.append((operator.index(start), operator.index(end)))  # ints, numpy's included
+        except (TypeError, ValueError):
+            raise V.InvalidInput(f"span {n} must be a (start, end) pair of ints, got {span!r}") from None
+    return out
+
+
+def split_spans(messages: Sequence[StoredMessage], spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
+    """Each span's messages (in position order) from the messages of all the spans."""
+    ordered = sorted(messages, key=lambda m: m.position or 0)
+    return [[m for m in ordered if start <= (m.position or 0) <= end] for start, end in spans]
 
 
 def in_conversation_order(messages: list[StoredMessage]) -> list[StoredMessage]:

@@ -193,6 +193,12 @@ class Store(Protocol):
         """Messages of one session with ``start <= position <= end``, in order."""
         ...
 
+    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
+        """For each ``(start, end)`` span, the session's messages with ``start <= position <= end`` in
+        order (as ``range`` gives them), all read in one call (one round trip on a server).
+        """
+        ...
+
     def count(self, scope: Scope) -> int:
         """How many messages the scope holds."""
         ...
@@ -290,6 +296,13 @@ class StoreBase:
     def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
         """The document saved under key, or None."""
         return self.get_versioned_state(scope, key)[0]
+
+    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
+        raise NotImplementedError
+
+    def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
+        """Messages of one session with ``start <= position <= end``, in order."""
+        return self.ranges(scope, [(start, end)])[0]
 
     def update_state(
         self, scope: Scope, key: str, change: Callable[[dict[str, Any] | None], dict[str, Any]], attempts: int = 32

@@ -461,11 +461,18 @@ class PostgresStore(StoreBase):
             found = self._select_messages(conn, f"{where} AND m.rid = ANY(%s)", [*params, C.int_keys(keys)])
         return C.in_conversation_order(found)
 
-    def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
+    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
         scope.require_session()
+        spans = C.check_spans(spans)
+        if not spans:
+            return []
         where, params = SQL.scope_where(scope)
-        with self._tx() as conn:
-            return self._select_messages(conn, f"{where} AND m.position BETWEEN %s AND %s", [*params, start, end])
+        within = "EXISTS (SELECT 1 FROM unnest(%s::bigint[], %s::bigint[]) r(lo, hi) WHERE m.position BETWEEN lo AND hi)"
+        with self._tx() as conn:  # one statement for every span
+            found = self._select_messages(
+                conn, f"{where} AND {within}", [*params, [lo for lo, _ in spans], [hi for _, hi in spans]]
+            )
+        return C.split_spans(found, spans)
 
     def count(self, scope: Scope) -> int:
         where, params = SQL.scope_where(scope)

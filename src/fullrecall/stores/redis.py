@@ -206,6 +206,27 @@ return 1
 """
 )
 
+# KEYS: 1 order, 2 msgs; ARGV: start, end of each span. Returns id, position, body of each message in a span.
+_RANGES = """
+local out, seen = {}, {}
+for i = 1, #ARGV, 2 do
+  local found = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[i], ARGV[i + 1], 'WITHSCORES')
+  for j = 1, #found, 2 do
+    local id = found[j]
+    if not seen[id] then
+      seen[id] = true
+      local body = redis.call('HGET', KEYS[2], id)
+      if body then
+        out[#out + 1] = id
+        out[#out + 1] = found[j + 1]
+        out[#out + 1] = body
+      end
+    end
+  end
+end
+return out
+"""
+
 _PUT_STATE = (
     _PRELUDE
     + """
@@ -292,6 +313,7 @@ class RedisStore(StoreBase):
                 ("state", _PUT_STATE),
                 ("ttl", _SET_TTL),
                 ("recount", _RECOUNT),
+                ("ranges", _RANGES),
             )
         }
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
@@ -463,14 +485,21 @@ class RedisStore(StoreBase):
                     out += self._read_messages(session, list(dict.fromkeys(ids)))
         return C.in_conversation_order(out)
 
-    def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
+    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
         scope.require_session()
-        out: list[StoredMessage] = []
+        spans = C.check_spans(spans)
+        found: list[StoredMessage] = []
         with self._errors("read from"):
-            for session in self._sessions(scope):
-                ids = [i.decode() for i in cast("list[bytes]", self._r.zrangebyscore(session.key("order"), start, end))]
-                out += sorted(self._read_messages(session, ids), key=lambda m: m.position or 0) if ids else []
-        return out
+            for session in self._sessions(scope) if spans else []:  # one script reads every span
+                reply = self._scripts["ranges"](keys=[session.key("order"), session.key("msgs")],
+                                                args=[p for span in spans for p in span])
+                meta = session.meta
+                found += [
+                    C.message_from_row(json.loads(body), int(pos), session.session_id, user_id=meta.get("user_id", ""),
+                                       agent_id=meta.get("agent_id", ""), key=_key(session, i.decode()))
+                    for i, pos, body in zip(reply[::3], reply[1::3], reply[2::3])
+                ]
+        return C.split_spans(found, spans)
 
     def count(self, scope: Scope) -> int:
         sessions = self._sessions(scope)

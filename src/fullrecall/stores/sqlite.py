@@ -503,11 +503,17 @@ class SQLiteStore(StoreBase):
                 out += self._select_messages(conn, f"{where} AND m.rid IN ({_qmarks(len(chunk))})", [*params, *chunk])
         return C.in_conversation_order(out)
 
-    def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
+    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
         scope.require_session()
+        spans = C.check_spans(spans)
         where, params = SQL.scope_where(scope)
-        with self._read() as conn:
-            return self._select_messages(conn, f"{where} AND m.position BETWEEN ? AND ?", [*params, start, end])
+        found: dict[int, StoredMessage] = {}
+        with self._read() as conn:  # one snapshot for every span
+            for chunk in _chunks(spans, 200):
+                within = " OR ".join("m.position BETWEEN ? AND ?" for _ in chunk)
+                for m in self._select_messages(conn, f"{where} AND ({within})", [*params, *(p for s in chunk for p in s)]):
+                    found[m.position or 0] = m
+        return C.split_spans(list(found.values()), spans)
 
     def count(self, scope: Scope) -> int:
         where, params = SQL.scope_where(scope)
