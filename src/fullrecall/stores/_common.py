@@ -508,6 +508,26 @@ class LexicalIndex:
             postings,
         )
 
+    def extend(self, other: LexicalIndex) -> LexicalIndex:
+        """This index plus ``other``'s rows (messages added since it was built); neither is changed."""
+        if not other.ids:
+            return self
+        offset = len(self.ids)
+        postings = dict(self.postings)
+        for term, (rows, tf) in other.postings.items():
+            held = postings.get(term)
+            postings[term] = (rows + offset, tf) if held is None else (
+                np.concatenate([held[0], rows + offset]), np.concatenate([held[1], tf]))
+        return LexicalIndex(
+            self.ids + other.ids,
+            self.keys + other.keys,
+            np.concatenate([self.roles, other.roles]),
+            np.concatenate([self.kinds, other.kinds]),
+            np.concatenate([self.created, other.created]),
+            np.concatenate([self.lengths, other.lengths]),
+            postings,
+        )
+
 
 def bm25_search(
     indexes: Sequence[LexicalIndex],

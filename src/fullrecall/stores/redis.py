@@ -58,7 +58,7 @@ from .base import DEFAULT_TENANT, Filters, Hit, Record, Scope, StoreBase, Stored
 
 DEFAULT_TTL_SECONDS = 210 * 24 * 3600
 _OWN_OPTIONS = ("prefix", "ttl_seconds", "ttl_days")
-_FAMILIES = ("meta", "msgs", "order", "vecs", "state")
+_FAMILIES = ("meta", "msgs", "order", "vecs", "state", "added")
 _SCAN_ABOVE = 20_000  # sessions with more messages are read for search in pages
 _SCAN_PAGE = 2_000
 _NONE = "*"  # a missing user/agent in a key (quote() never yields a bare "*")
@@ -66,7 +66,8 @@ _KEY_SEP = "#"  # a store-global message key: session base # session birth # mes
 _SCRUB_WAIT, _SCRUB_POLLS = 2.0, 100  # forget waits this long (s) for each AOF rewrite / RDB save it starts
 _PERSISTING = ("aof_rewrite_in_progress", "aof_rewrite_scheduled", "rdb_bgsave_in_progress")
 
-# KEYS: 1 meta, 2 msgs, 3 order, 4 vecs, 5 state, 6 user's sessions, 7 users, 8 sessions with this id
+# KEYS: 1 meta, 2 msgs, 3 order, 4 vecs, 5 state, 6 user's sessions, 7 users, 8 sessions with this id,
+#       9 added (the log of additions since the last deletion: 'm'..id, 'v'..id; search caches load only these)
 # ARGV: 1 default ttl, 2 session base key, 3 user segment, 4 tenant, 5 user, 6 agent, 7 session, 8.. per script
 _PRELUDE = """
 local function register()
@@ -93,9 +94,15 @@ local function sizes(body)  -- what a stored message added to the counters
   local summary = row['kind'] == 'summary' and 1 or 0
   return summary, row['nbytes'] or (#row['text'] + #row['data']), row['ibytes'] or #row['text']
 end
+-- a deletion or an overwrite: every search cache of the session is rebuilt, the log starts again
+local function new_epoch()
+  redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+  redis.call('DEL', KEYS[9])
+end
 local function refresh()
   local ttl = tonumber(redis.call('HGET', KEYS[1], 'ttl') or ARGV[1])
   for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ttl) end
+  redis.call('EXPIRE', KEYS[9], ttl)
   for i = 6, 8 do
     if redis.call('TTL', KEYS[i]) < ttl then redis.call('EXPIRE', KEYS[i], ttl) end
   end
@@ -136,6 +143,7 @@ end
 for _, m in ipairs(new) do
   redis.call('HSET', KEYS[2], m[1], m[3])
   redis.call('ZADD', KEYS[3], m[2], m[1])
+  redis.call('RPUSH', KEYS[9], 'm' .. m[1])
 end
 redis.call('HSET', KEYS[1], 'next', nxt)
 if #new > 0 then
@@ -161,7 +169,12 @@ for i = 1, n do
   if redis.call('HEXISTS', KEYS[2], ARGV[9 + 2 * i]) == 0 then missing[#missing + 1] = ARGV[9 + 2 * i] end
 end
 if #missing > 0 then return redis.error_reply('fullrecall:missing ' .. cjson.encode(missing)) end
-for i = 1, n do redis.call('HSET', KEYS[4], ARGV[9 + 2 * i], ARGV[10 + 2 * i]) end
+local overwrote = false
+for i = 1, n do
+  if redis.call('HSET', KEYS[4], ARGV[9 + 2 * i], ARGV[10 + 2 * i]) == 0 then overwrote = true end
+  redis.call('RPUSH', KEYS[9], 'v' .. ARGV[9 + 2 * i])
+end
+if overwrote then new_epoch() end
 redis.call('HSET', KEYS[1], 'vec_model', model, 'vec_dim', dim)
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 refresh()
@@ -185,7 +198,10 @@ for i = 8, #ARGV do
   redis.call('HDEL', KEYS[4], ARGV[i])
 end
 count(summaries, text_bytes, index_bytes)
-if gone > 0 then redis.call('HINCRBY', KEYS[1], 'version', 1) end
+if gone > 0 then
+  redis.call('HINCRBY', KEYS[1], 'version', 1)
+  new_epoch()
+end
 refresh()
 return gone
 """
@@ -205,6 +221,19 @@ redis.call('HSET', KEYS[1], 'counted', 1, 'summary_count', summaries, 'text_byte
 return 1
 """
 )
+
+# KEYS: 1 meta, 2 msgs, 3 vecs, 4 added; ARGV: 1 how much of the log a cache holds. Returns the session's
+# version, birth, epoch, and each later log entry with its message body or vector (false if gone since).
+_ADDITIONS = """
+local out = {redis.call('HGET', KEYS[1], 'version') or '0', redis.call('HGET', KEYS[1], 'born') or '',
+             redis.call('HGET', KEYS[1], 'epoch') or '0'}
+for _, entry in ipairs(redis.call('LRANGE', KEYS[4], tonumber(ARGV[1]), -1)) do
+  local id = string.sub(entry, 2)
+  out[#out + 1] = entry
+  out[#out + 1] = redis.call('HGET', string.sub(entry, 1, 1) == 'm' and KEYS[2] or KEYS[3], id)
+end
+return out
+"""
 
 # KEYS: 1 order, 2 msgs; ARGV: start, end of each span. Returns id, position, body of each message in a span.
 _RANGES = """
@@ -273,9 +302,16 @@ class _Session:
 
 @dataclass
 class _Cached:
+    """A session's search structures as of ``version``; ``epoch`` (birth/deletions) says whether the
+    additions logged after the first ``logged`` entries can be loaded on top of them.
+    """
+
+    epoch: str
     version: str
+    logged: int
     lexical: C.LexicalIndex
     vectors: C.VectorBlock | None
+    attrs: dict[str, tuple[str, str, float]]  # message id -> (role, kind, created_at), for vectors added later
 
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
@@ -314,6 +350,7 @@ class RedisStore(StoreBase):
                 ("ttl", _SET_TTL),
                 ("recount", _RECOUNT),
                 ("ranges", _RANGES),
+                ("additions", _ADDITIONS),
             )
         }
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
@@ -386,10 +423,11 @@ class RedisStore(StoreBase):
         """Run a write script on the session of ``scope`` (keys and scope args filled in)."""
         user, agent, session = scope.owner()
         p, base = self._p(scope), self._base(scope)
-        keys = [f"{base}:{f}" for f in _FAMILIES] + [
+        keys = [f"{base}:{f}" for f in _FAMILIES[:5]] + [
             f"{p}:user:{_q(user)}:sessions",
             f"{p}:users",
             f"{p}:sessions:{quote(session, safe='')}",
+            f"{base}:added",
         ]
         argv = [self.ttl_seconds, base, _q(user), scope.tenant, user, agent, session, *args]
         with self._errors("write to"):
@@ -566,36 +604,28 @@ class RedisStore(StoreBase):
     # -- search (in process) --------------------------------------------------------------------
 
     def _cached(self, session: _Session) -> _Cached:
-        """The session's search structures, rebuilt only when its version moved.
+        """The session's search structures: as cached while its version stands, the additions loaded on
+        top when only additions happened since (any process's appends and new vectors), rebuilt after a
+        deletion or an overwrite (the session's epoch moved).
 
-        A conversation forgotten and begun again under the same keys counts its version from 0
-        again: the version is qualified by the server time its meta was created (``born``), so
-        a process never answers from the forgotten conversation's cache.
+        A conversation forgotten and begun again under the same keys counts from 0 again: the epoch
+        is qualified by the server time its meta was created (``born``), so a process never answers
+        from the forgotten conversation's cache.
         """
         born = session.meta.get("born", "")
-        version = f"{born}/{session.meta.get('version', '0')}"
+        epoch = f"{born}/{session.meta.get('epoch', '0')}"
         with self._lock:
             hit = self._cache.get(session.base)
-            if hit is not None and hit.version == version:
-                self._cache.move_to_end(session.base)
-                return hit
-        with self._errors("read from"):
-            bodies, vecs, version_now = self._snapshot(session)
-        rows = [json.loads(b) for b in bodies.values()]
-        lexical = C.LexicalIndex.build(
-            [(r["id"], _key(session, r["id"]), r["role"], r["kind"], r["created_at"],
-              self._tokenize(V.indexed_prefix(r["text"])))
-             for r in rows]
-        )
-        by_id = {r["id"]: r for r in rows}
-        vec_rows = [
-            (i, _key(session, i), blob, by_id[i]["role"], by_id[i]["kind"], by_id[i]["created_at"])
-            for i, blob in ((k.decode(), v) for k, v in vecs.items())
-            if i in by_id
-        ]
-        dim = int(session.meta.get("vec_dim") or 0)
-        block = C.VectorBlock.build(vec_rows, dim) if vec_rows and dim else None
-        entry = _Cached(f"{born}/{(version_now or b'0').decode()}", lexical, block)
+        if hit is not None and hit.epoch == epoch:
+            if hit.version == session.meta.get("version", "0"):
+                entry: _Cached | None = hit
+            else:
+                entry = self._load_additions(session, hit)
+            if entry is not None:
+                return self._remember(session, entry)
+        return self._remember(session, self._rebuild(session, born))
+
+    def _remember(self, session: _Session, entry: _Cached) -> _Cached:
         with self._lock:
             self._cache[session.base] = entry
             self._cache.move_to_end(session.base)
@@ -603,27 +633,89 @@ class RedisStore(StoreBase):
                 self._cache.popitem(last=False)
         return entry
 
-    def _snapshot(self, session: _Session) -> tuple[dict[bytes, bytes], dict[bytes, bytes], bytes | None]:
-        """(messages, vectors, version) of one session, as of one moment.
+    def _rebuild(self, session: _Session, born: str) -> _Cached:
+        with self._errors("read from"):
+            bodies, vecs, version, epoch, logged = self._snapshot(session)
+        rows = [json.loads(b) for b in bodies.values()]
+        attrs = {r["id"]: (r["role"], r["kind"], r["created_at"]) for r in rows}
+        lexical = C.LexicalIndex.build([self._lexical_row(session, r) for r in rows])
+        vec_rows = [(i, blob) for i, blob in ((k.decode(), v) for k, v in vecs.items()) if i in attrs]
+        return _Cached(f"{born}/{epoch}", version, logged, lexical, self._vector_block(session, vec_rows, attrs, None),
+                       attrs)
+
+    def _load_additions(self, session: _Session, hit: _Cached) -> _Cached | None:
+        """``hit`` with what the session's log added since; None when a deletion intervened (rebuild)."""
+        keys = [session.key("meta"), session.key("msgs"), session.key("vecs"), session.key("added")]
+        with self._errors("read from"):
+            reply = self._scripts["additions"](keys=keys, args=[hit.logged])
+        version, born, epoch, entries = reply[0].decode(), reply[1].decode(), reply[2].decode(), reply[3:]
+        if hit.epoch != f"{born}/{epoch}":  # deleted from, or forgotten and begun again, since
+            return None
+        attrs = dict(hit.attrs)
+        rows, vec_rows = [], []
+        for entry, payload in zip(entries[::2], entries[1::2]):
+            if payload is None:
+                continue
+            if entry[:1] == b"m":
+                row = json.loads(payload)
+                attrs[row["id"]] = (row["role"], row["kind"], row["created_at"])
+                rows.append(self._lexical_row(session, row))
+            else:
+                vec_rows.append((entry[1:].decode(), payload))
+        lexical = hit.lexical.extend(C.LexicalIndex.build(rows)) if rows else hit.lexical
+        block = self._vector_block(session, vec_rows, attrs, hit.vectors)
+        return _Cached(hit.epoch, version, hit.logged + len(entries) // 2, lexical, block, attrs)
+
+    def _lexical_row(self, session: _Session, r: dict[str, Any]) -> tuple[str, str, str, str, float, list[str]]:
+        return (r["id"], _key(session, r["id"]), r["role"], r["kind"], r["created_at"],
+                self._tokenize(V.indexed_prefix(r["text"])))
+
+    @staticmethod
+    def _vector_block(
+        session: _Session, vec_rows: list[tuple[str, bytes]], attrs: dict[str, tuple[str, str, float]],
+        block: C.VectorBlock | None,
+    ) -> C.VectorBlock | None:
+        """``block`` (None: none yet) with ``vec_rows`` (id, float32 bytes) added."""
+        rows = [(i, _key(session, i), blob, *attrs[i]) for i, blob in vec_rows if i in attrs]
+        if not rows:
+            return block
+        new = C.VectorBlock.build(rows, len(rows[0][2]) // 4)
+        return new if block is None else block.extend(new)
+
+    def _snapshot(
+        self, session: _Session
+    ) -> tuple[dict[bytes, bytes], dict[bytes, bytes], str, str, int]:
+        """(messages, vectors, version, epoch, log length) of one session, as of one moment.
 
         A small session comes in one MULTI. A large one would be one reply of gigabytes (a
         million messages time out the socket), so it is read in HSCAN pages and accepted
         when the version did not move meanwhile (every write moves it).
         """
-        msgs, vecs, meta = session.key("msgs"), session.key("vecs"), session.key("meta")
+        msgs, vecs, meta, added = session.key("msgs"), session.key("vecs"), session.key("meta"), session.key("added")
+
+        def marks() -> tuple[str, str, int]:
+            pipe = self._r.pipeline(transaction=True)
+            pipe.hget(meta, "version")
+            pipe.hget(meta, "epoch")
+            pipe.llen(added)
+            version, epoch, logged = pipe.execute()
+            return (version or b"0").decode(), (epoch or b"0").decode(), int(logged)
+
         if int(session.meta.get("next") or 0) > _SCAN_ABOVE:
             for _ in range(5):
-                before = cast("bytes | None", self._r.hget(meta, "version"))
+                before = marks()
                 bodies = dict(self._r.hscan_iter(msgs, count=_SCAN_PAGE))
                 vectors = dict(self._r.hscan_iter(vecs, count=_SCAN_PAGE))
-                if self._r.hget(meta, "version") == before:
-                    return bodies, vectors, before
+                if marks() == before:
+                    return bodies, vectors, *before
         pipe = self._r.pipeline(transaction=True)  # small, or writers kept moving it
         pipe.hgetall(msgs)
         pipe.hgetall(vecs)
         pipe.hget(meta, "version")
-        bodies, vectors, version = pipe.execute()
-        return bodies, vectors, version
+        pipe.hget(meta, "epoch")
+        pipe.llen(added)
+        bodies, vectors, version, epoch, logged = pipe.execute()
+        return bodies, vectors, (version or b"0").decode(), (epoch or b"0").decode(), int(logged)
 
     def search_vectors(
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
