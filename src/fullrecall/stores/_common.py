@@ -557,8 +557,9 @@ def bm25_search(
         if mask is not None:
             scores[~mask] = 0.0
         found = np.flatnonzero(scores > 0)
-        if len(found) > k:
-            found = found[np.argpartition(-scores[found], k - 1)[:k]]
+        if len(found) > k:  # the k best and every row tied with the k-th: ties are broken by key below
+            kth = np.partition(scores[found], len(found) - k)[len(found) - k]
+            found = found[scores[found] >= kth]
         hits += [(float(scores[i]), ix.ids[i], ix.keys[i]) for i in found]
     hits.sort(key=lambda h: (-h[0], h[2]))
     return [Hit(i, s, key) for s, i, key in hits[:k]]
