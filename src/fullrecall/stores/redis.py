@@ -7,7 +7,8 @@ tenant other than ``default``; user/agent/session values are %-quoted, ``*`` mea
     ...:session:{s}:msgs                       hash  message id -> message JSON (verbatim data)
     ...:session:{s}:order                      zset  message id scored by position
     ...:session:{s}:vecs                       hash  message id -> float32 bytes
-    ...:session:{s}:state                      hash  key -> JSON document
+    ...:session:{s}:state                      hash  key -> JSON document, key NUL "v" -> its version
+    ...:session:{s}:added                      list  'm'/'v' + id of each addition since the last deletion
     P:user:{u}:records:{namespace}             hash  long-term records of the user
     P:user:{u}:record-namespaces, P:user:{u}:sessions, P:users, P:sessions:{s}   index sets
 
@@ -18,8 +19,11 @@ tenant other than ``default``; user/agent/session values are %-quoted, ``*`` mea
 * **Writes are Lua scripts**, so each is atomic: positions come from the session's counter
   (``HINCRBY``-style, inside the script) and a retried append with the same ids is a no-op.
 * **Search runs in process**: numpy cosine over the session's vectors and Okapi BM25 over
-  its texts (stemmed with PyStemmer when installed), cached per session and reloaded when
-  the session's ``version`` changes (any process's write bumps it). Servers with a query
+  its texts (stemmed with PyStemmer when installed), cached per session. When the session's
+  ``version`` moves (any process's write), only the additions logged in ``added`` since the
+  cache was built are loaded; a deletion or overwrite moves its ``epoch`` and the cache is rebuilt.
+* **Counters**: the meta hash keeps the session's summary count, text and index bytes, updated
+  by the write scripts, so ``stats`` costs a few O(1) commands per session. Servers with a query
   engine with vector search (RediSearch >= 2.4, Redis 8) are detected (``search_module``)
   but not used yet; older RediSearch (Debian's ``redis-redisearch`` is 1.2) has no vectors.
 * **Durability** is the server's: run it with ``appendonly yes``; ``appendfsync everysec``

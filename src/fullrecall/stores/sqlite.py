@@ -28,6 +28,9 @@ Design, and why:
   the old pages: the checkpoint waits for it a bounded time, then ``forget`` reports the WAL
   and the file under ``"remaining"`` and every later write of this store object retries the
   checkpoint (without waiting) until one succeeds.
+* **Counters**: each session row keeps its message, summary and vector counts and text and
+  index bytes, updated in the transaction of every write (a trigger for deletes), so ``count``
+  and ``stats`` read one row per session.
 * **Schema migrations** are numbered; ``schema_version`` records the applied one.
 
 URL forms (SQLAlchemy's convention): ``sqlite:///relative/path.db``,
