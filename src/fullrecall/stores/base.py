@@ -26,7 +26,6 @@ Contract shared by every backend (checked by ``tests/stores/conformance.py``):
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -283,44 +282,3 @@ class Store(Protocol):
     def close(self) -> None:
         ...
 
-
-class StoreBase:
-    """What every backend builds the same way on its own primitives (inherited by each of them)."""
-
-    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
-        raise NotImplementedError
-
-    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
-        raise NotImplementedError
-
-    def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
-        """The document saved under key, or None."""
-        return self.get_versioned_state(scope, key)[0]
-
-    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
-        raise NotImplementedError
-
-    def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
-        """Messages of one session with ``start <= position <= end``, in order."""
-        return self.ranges(scope, [(start, end)])[0]
-
-    def update_state(
-        self, scope: Scope, key: str, change: Callable[[dict[str, Any] | None], dict[str, Any]], attempts: int = 32
-    ) -> dict[str, Any]:
-        """Read-modify-write that never loses a concurrent update (compare-and-set, retried).
-
-        ``change`` gets the current document (a fresh copy, or None) and returns the new one; it may
-        be called again when another writer got in first, so it must not have other effects. Raises
-        :class:`~fullrecall.errors.StateConflict` after ``attempts`` lost races.
-        """
-        from ..errors import StateConflict
-
-        for _ in range(max(1, attempts)):
-            current, version = self.get_versioned_state(scope, key)
-            new = change(current)
-            try:
-                self.put_state(scope, key, new, expected=version)
-                return new
-            except StateConflict:
-                time.sleep(0.001 * random.random())  # let the winner finish before reading again
-        raise StateConflict(f"state {key!r} kept changing under {attempts} attempts to update it", current=-1)

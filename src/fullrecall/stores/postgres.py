@@ -56,7 +56,8 @@ from . import _common as C
 from . import _forget as F
 from . import _topk
 from . import _validate as V
-from .base import Filters, Hit, Record, Scope, StoreBase, StoredMessage
+from ._store import StoreBase
+from .base import Filters, Hit, Record, Scope, StoredMessage
 
 Conn = psycopg.Connection[dict[str, Any]]
 """A connection of ours: rows come as dicts (``row_factory=dict_row``)."""
@@ -392,12 +393,7 @@ class PostgresStore(StoreBase):
 
     # -- archived messages ---------------------------------------------------------
 
-    def append(self, scope: Scope, messages: Sequence[StoredMessage]) -> list[int]:
-        scope.require_session()
-        messages = list(messages)
-        C.check_messages(messages)
-        if not messages:
-            return []
+    def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
         s = self.schema
         with self._tx() as conn:  # 3 round trips: lock the session, look up ids, insert
             sess = self._lock_session(conn, scope)
@@ -623,13 +619,7 @@ class PostgresStore(StoreBase):
     def _dims(self, conn: Conn) -> list[int]:
         return [r["dim"] for r in conn.execute(f"SELECT dim FROM {self.schema}.vector_tables ORDER BY dim")]
 
-    def set_vectors(self, scope: Scope, ids: Sequence[str], vectors: np.ndarray, model: str) -> None:
-        scope.require_session()
-        ids = list(ids)
-        C.check_model(model)
-        mat = C.as_matrix(vectors, len(ids))
-        if not ids:
-            return
+    def _set_vectors(self, scope: Scope, ids: list[str], mat: np.ndarray, model: str) -> None:
         dim = int(mat.shape[1])
         s = self.schema
         with self._tx() as conn:
@@ -846,25 +836,17 @@ class PostgresStore(StoreBase):
             ).fetchone()
         return (C.json_loads(row["value"]), int(row["version"])) if row else (None, 0)
 
-    def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
-        data = C.record_json(record)
-        vec = C.as_matrix(vector, 1)[0] if vector is not None else None
+    def _put_record(
+        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None
+    ) -> None:
         with self._tx() as conn:
             conn.execute(
                 f"INSERT INTO {self.schema}.records (tenant, user_id, agent_id, session_id, namespace, id, text, data,"
                 " created_at, updated_at, vec) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (tenant, user_id, agent_id, session_id, namespace, id) DO UPDATE SET"
                 " text = EXCLUDED.text, data = EXCLUDED.data, updated_at = EXCLUDED.updated_at, vec = EXCLUDED.vec",
-                (
-                    *C.record_scope(scope),
-                    record.namespace,
-                    record.id,
-                    _pg_text(record.text),
-                    data,
-                    record.created_at,
-                    record.updated_at,
-                    vec,
-                ),
+                (*owner, record.namespace, record.id, _pg_text(record.text), data, record.created_at,
+                 record.updated_at, vector),
             )
 
     def get_records(self, scope: Scope, namespace: str) -> list[Record]:

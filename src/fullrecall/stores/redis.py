@@ -58,7 +58,8 @@ from ..errors import StoreError
 from . import _common as C
 from . import _forget as F
 from . import _validate as V
-from .base import DEFAULT_TENANT, Filters, Hit, Record, Scope, StoreBase, StoredMessage
+from ._store import StoreBase
+from .base import DEFAULT_TENANT, Filters, Hit, Record, Scope, StoredMessage
 
 DEFAULT_TTL_SECONDS = 210 * 24 * 3600
 _OWN_OPTIONS = ("prefix", "ttl_seconds", "ttl_days")
@@ -475,12 +476,7 @@ class RedisStore(StoreBase):
 
     # -- archived messages ------------------------------------------------------------
 
-    def append(self, scope: Scope, messages: Sequence[StoredMessage]) -> list[int]:
-        scope.require_session()
-        messages = list(messages)
-        C.check_messages(messages)
-        if not messages:
-            return []
+    def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
         args: list[Any] = [len(messages)]
         for m in messages:
             row = C.message_row(m)
@@ -562,13 +558,7 @@ class RedisStore(StoreBase):
 
     # -- vectors ---------------------------------------------------------------------------
 
-    def set_vectors(self, scope: Scope, ids: Sequence[str], vectors: np.ndarray, model: str) -> None:
-        scope.require_session()
-        ids = list(ids)
-        C.check_model(model)
-        mat = C.as_matrix(vectors, len(ids))
-        if not ids:
-            return
+    def _set_vectors(self, scope: Scope, ids: list[str], mat: np.ndarray, model: str) -> None:
         args: list[Any] = [model, int(mat.shape[1]), len(ids)]
         for i, row in zip(ids, mat):
             args += [i, row.tobytes()]
@@ -780,18 +770,20 @@ class RedisStore(StoreBase):
     def _records_key(self, scope: Scope, user_seg: str, namespace: str) -> str:
         return f"{self._p(scope)}:user:{user_seg}:records:{quote(namespace, safe='')}"
 
-    def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
-        _, user, agent, session = C.record_scope(scope)
+    def _put_record(
+        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None
+    ) -> None:
+        _, user, agent, session = owner
         doc = {
             "id": record.id,
             "namespace": record.namespace,
             "text": record.text,
-            "data": C.record_json(record),
+            "data": data,
             "created_at": record.created_at,
             "updated_at": record.updated_at,
             "agent_id": agent,
             "session_id": session,
-            "vector": C.as_matrix(vector, 1)[0].tolist() if vector is not None else None,
+            "vector": vector.tolist() if vector is not None else None,
         }
         p, u = self._p(scope), _q(user)
         key = self._records_key(scope, u, record.namespace)

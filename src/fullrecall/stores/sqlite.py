@@ -57,7 +57,8 @@ from ..errors import StoreError
 from . import _common as C
 from . import _forget as F
 from . import _validate as V
-from .base import ANY, Filters, Hit, Record, Scope, StoreBase, StoredMessage
+from ._store import StoreBase
+from .base import ANY, Filters, Hit, Record, Scope, StoredMessage
 
 SCHEMA_VERSION = 3
 
@@ -419,12 +420,7 @@ class SQLiteStore(StoreBase):
 
     # -- archived messages -------------------------------------------------------
 
-    def append(self, scope: Scope, messages: Sequence[StoredMessage]) -> list[int]:
-        scope.require_session()
-        messages = list(messages)
-        C.check_messages(messages)
-        if not messages:
-            return []
+    def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
         with self._write() as conn:
             sess = self._session_for_write(conn, scope)
             sid, next_pos = sess["sid"], sess["next_position"]
@@ -557,13 +553,7 @@ class SQLiteStore(StoreBase):
                 chunk,
             )
 
-    def set_vectors(self, scope: Scope, ids: Sequence[str], vectors: np.ndarray, model: str) -> None:
-        scope.require_session()
-        ids = list(ids)
-        C.check_model(model)
-        mat = C.as_matrix(vectors, len(ids))
-        if not ids:
-            return
+    def _set_vectors(self, scope: Scope, ids: list[str], mat: np.ndarray, model: str) -> None:
         dim = int(mat.shape[1])
         with self._write() as conn:
             where, params = SQL.scope_where(scope)
@@ -808,23 +798,15 @@ class SQLiteStore(StoreBase):
             ).fetchone()
         return (C.json_loads(row[0]), int(row[1])) if row else (None, 0)
 
-    def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
-        data = C.record_json(record)
-        blob = C.as_matrix(vector, 1)[0].tobytes() if vector is not None else None
+    def _put_record(
+        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None
+    ) -> None:
         with self._write() as conn:
             conn.execute(
                 "INSERT OR REPLACE INTO records (tenant, user_id, agent_id, session_id, namespace, id, text, data,"
                 " created_at, updated_at, vec) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    *C.record_scope(scope),
-                    record.namespace,
-                    record.id,
-                    record.text,
-                    data,
-                    record.created_at,
-                    record.updated_at,
-                    blob,
-                ),
+                (*owner, record.namespace, record.id, record.text, data, record.created_at, record.updated_at,
+                 vector.tobytes() if vector is not None else None),
             )
 
     def get_records(self, scope: Scope, namespace: str) -> list[Record]:
