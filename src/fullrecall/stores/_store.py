@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -21,6 +21,15 @@ from .base import Record, Scope, StoredMessage
 
 class StoreBase:
     """What every backend shares: validation before any write, and the operations built on its hooks."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- hooks, called with checked input ---------------------------------------------------
 

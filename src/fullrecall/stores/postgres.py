@@ -364,12 +364,6 @@ class PostgresStore(StoreBase):
             self._pool_obj = None
             self._closed = True
 
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"PostgresStore({self._safe_url()!r}, schema={self.schema!r})"
 

@@ -405,12 +405,6 @@ class RedisStore(StoreBase):
         self._cache.clear()
         self._r.close()
 
-    def __enter__(self) -> RedisStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"RedisStore({self._safe_url()!r}, prefix={self.prefix!r})"
 

@@ -386,12 +386,6 @@ class SQLiteStore(StoreBase):
             self._cache.clear()
             self._closed = True
 
-    def __enter__(self) -> SQLiteStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"SQLiteStore({self.url!r})"
 
