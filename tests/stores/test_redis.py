@@ -214,3 +214,23 @@ def test_a_write_after_a_search_loads_only_the_additions(redis_url: str, prefix:
     assert "p1" not in {h.id for h in search()[1]} and _hgetalls(raw) - before > warm
     fresh.close()
     store.close()
+
+
+def _commands(raw: redis.Redis) -> dict[str, int]:
+    """Calls per command the server ran so far (those scripts run included), INFO itself left out."""
+    return {k: int(v["calls"]) for k, v in raw.info("commandstats").items() if k != "cmdstat_info"}
+
+
+def test_ranges_is_one_round_trip(redis_url: str, prefix: str, raw: redis.Redis) -> None:
+    store, scope = RedisStore(f"{redis_url}?prefix={prefix}"), Scope(user_id="r", agent_id="a", session_id="s")
+    _fill(store, scope)
+    store.ranges(scope, [(0, 0)])  # the server learns the script (SCRIPT LOAD) once
+    before = _commands(raw)
+    got = store.ranges(scope, [(0, 0), (1, 2), (5, 9)])
+    ran = {k: n - before.get(k, 0) for k, n in _commands(raw).items() if n != before.get(k, 0)}
+    assert ran.pop("cmdstat_evalsha") == 1  # one script, and only what it runs inside:
+    assert set(ran) <= {"cmdstat_hget", "cmdstat_zrangebyscore"}
+    assert [[m.id for m in r] for r in got] == [["m0"], ["m1", "m2"], []]
+    assert got[1][0].key == store.get(scope, ["m1"])[0].key and got[1][0].agent_id == "a"
+    assert store.ranges(Scope(user_id="r", session_id="s"), [(0, 9)]) == [[]]  # another agent's: nothing
+    store.close()

@@ -240,9 +240,12 @@ end
 return out
 """
 
-# KEYS: 1 order, 2 msgs; ARGV: start, end of each span. Returns id, position, body of each message in a span.
+# KEYS: 1 order, 2 msgs, 3 meta; ARGV: start, end of each span. Returns the session's birth (nothing if
+# there is no session), then id, position, body of each message in a span. Returns id, position, body of each message in a span.
 _RANGES = """
-local out, seen = {}, {}
+local born = redis.call('HGET', KEYS[3], 'born')
+if not born then return {} end
+local out, seen = {born}, {}
 for i = 1, #ARGV, 2 do
   local found = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[i], ARGV[i + 1], 'WITHSCORES')
   for j = 1, #found, 2 do
@@ -520,17 +523,21 @@ class RedisStore(StoreBase):
     def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
         scope.require_session()
         spans = C.check_spans(spans)
-        found: list[StoredMessage] = []
+        if not spans:
+            return []
+        user, agent, session_id = scope.owner()  # one conversation: its keys are known, one script reads it
+        session = _Session(self._base(scope), {"user_id": user, "agent_id": agent, "session_id": session_id})
         with self._errors("read from"):
-            for session in self._sessions(scope) if spans else []:  # one script reads every span
-                reply = self._scripts["ranges"](keys=[session.key("order"), session.key("msgs")],
-                                                args=[p for span in spans for p in span])
-                meta = session.meta
-                found += [
-                    C.message_from_row(json.loads(body), int(pos), session.session_id, user_id=meta.get("user_id", ""),
-                                       agent_id=meta.get("agent_id", ""), key=_key(session, i.decode()))
-                    for i, pos, body in zip(reply[::3], reply[1::3], reply[2::3])
-                ]
+            reply = self._scripts["ranges"](keys=[session.key("order"), session.key("msgs"), session.key("meta")],
+                                            args=[p for span in spans for p in span])
+        if not reply:
+            return [[] for _ in spans]
+        session.meta["born"] = reply[0].decode()
+        found = [
+            C.message_from_row(json.loads(body), int(pos), session_id, user_id=user, agent_id=agent,
+                               key=_key(session, i.decode()))
+            for i, pos, body in zip(reply[1::3], reply[2::3], reply[3::3])
+        ]
         return C.split_spans(found, spans)
 
     def count(self, scope: Scope) -> int:
