@@ -276,7 +276,10 @@ class Store(Protocol):
         ...
 
     def stats(self, scope: Scope) -> dict[str, int]:
-        """At least ``message_count``, ``text_bytes``, ``vector_bytes``, ``index_bytes``."""
+        """Sizes of the scope from its conversations' counters (cost: one row per conversation, not per message):
+        ``message_count``, ``summary_count``, ``text_bytes``, ``index_bytes``, ``vector_count``, ``vector_bytes``,
+        ``record_count``, ``session_count``, ``oldest_position`` and ``newest_position`` (-1 when empty).
+        """
         ...
 
     def close(self) -> None:
