@@ -1,4 +1,6 @@
-"""Helpers every backend shares: validation, (de)serialisation, filters, exact vector search.
+"""Helpers every backend shares: scopes as SQL, rows and their (de)serialisation, input checks, filters.
+
+Vectors are in :mod:`._vectors`, in-process BM25 in :mod:`._bm25`.
 
 Kept here so the three backends agree on the details that the conformance suite checks
 (what a bad vector is, how filters apply, how ties and ``k`` behave).
@@ -6,19 +8,15 @@ Kept here so the three backends agree on the details that the conformance suite 
 
 from __future__ import annotations
 
-import math
 import operator
-import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import numpy as np
-
 from ..errors import StateConflict
 from . import _validate as V
-from .base import ANY, Filters, Hit, Record, Scope, StoredMessage
+from ._bm25 import WORD
+from .base import ANY, Filters, Record, Scope, StoredMessage
 
 # -- scopes ------------------------------------------------------------------
 
@@ -314,263 +312,12 @@ def filters_match(f: Filters | None, *, id: str, role: str, kind: str, created_a
     return True
 
 
-# -- vectors -----------------------------------------------------------------
-
-
-def as_matrix(vectors: np.ndarray | Sequence[Sequence[float]], n: int) -> np.ndarray:
-    """``vectors`` as a C-contiguous float32 (n, dim) matrix, or a ValueError saying why not."""
-    arr = np.asarray(vectors, dtype=np.float32)
-    if arr.ndim == 1 and n == 1:
-        arr = arr.reshape(1, -1)
-    if arr.ndim != 2 or arr.shape[0] != n:
-        raise ValueError(f"expected {n} vectors as an (n, dim) array, got shape {arr.shape}")
-    if arr.shape[1] == 0:
-        raise ValueError("vectors have dimension 0")
-    if not np.isfinite(arr).all():
-        raise ValueError("vectors contain NaN or infinity")
-    return np.ascontiguousarray(arr)
-
-
-def as_query(vector: np.ndarray | Sequence[float]) -> np.ndarray:
-    q = np.asarray(vector, dtype=np.float32).reshape(-1)
-    if q.size == 0 or not np.isfinite(q).all():
-        raise ValueError("query vector is empty or contains NaN/infinity")
-    return q
-
-
-def normalize_rows(m: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(m, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return (m / norms).astype(np.float32, copy=False)
-
-
-def check_model(model: str) -> str:
-    if not model or not isinstance(model, str):
-        raise ValueError("set_vectors needs the embedding model's name (model=...)")
-    return model
-
-
-def model_mismatch(stored: tuple[str, int], model: str, dim: int) -> ValueError:
-    return ValueError(
-        f"this scope holds vectors of model {stored[0]!r} (dim {stored[1]}); refusing {model!r} (dim {dim}): "
-        "re-embed everything with one model or use another store"
-    )
-
-
-def dim_mismatch(stored_dim: int, got: int) -> ValueError:
-    return ValueError(f"query vector has dimension {got} but the stored vectors have dimension {stored_dim}")
-
-
-@dataclass
-class VectorBlock:
-    """Vectors of one scope, normalised, with what filters need, for exact cosine search."""
-
-    ids: list[str]
-    keys: list[str]  # store-global message keys, parallel to ids
-    matrix: np.ndarray  # (n, dim) float32, rows L2-normalised
-    roles: np.ndarray  # object array
-    kinds: np.ndarray
-    created: np.ndarray  # float64
-
-    @classmethod
-    def build(
-        cls, rows: Iterable[tuple[str, str, bytes | np.ndarray, str, str, float]], dim: int
-    ) -> VectorBlock:
-        """``rows``: (id, key, vector, role, kind, created_at)."""
-        rows = list(rows)
-        if not rows:
-            return cls([], [], np.zeros((0, dim), np.float32), np.array([], object), np.array([], object),
-                       np.array([]))
-        ids, keys, vecs, roles, kinds, created = zip(*rows)
-        mat = np.empty((len(rows), dim), dtype=np.float32)
-        for i, v in enumerate(vecs):
-            mat[i] = np.frombuffer(v, dtype=np.float32) if isinstance(v, (bytes, bytearray, memoryview)) else v
-        return cls(
-            list(ids),
-            list(keys),
-            normalize_rows(mat),
-            np.array(roles, dtype=object),
-            np.array(kinds, dtype=object),
-            np.array(created, dtype=np.float64),
-        )
-
-    def extend(self, other: VectorBlock) -> VectorBlock:
-        """This block plus ``other``'s rows (for vectors added since it was built)."""
-        if not other.ids:
-            return self
-        return VectorBlock(
-            self.ids + other.ids,
-            self.keys + other.keys,
-            np.concatenate([self.matrix, other.matrix]),
-            np.concatenate([self.roles, other.roles]),
-            np.concatenate([self.kinds, other.kinds]),
-            np.concatenate([self.created, other.created]),
-        )
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.matrix.nbytes) + 64 * len(self.ids)
-
-    def search(self, query: np.ndarray, k: int, filters: Filters | None) -> list[Hit]:
-        if k == 0 or not self.ids:
-            return []
-        if query.shape[0] != self.matrix.shape[1]:
-            raise dim_mismatch(self.matrix.shape[1], query.shape[0])
-        q = query / (np.linalg.norm(query) or 1.0)
-        scores = self.matrix @ q
-        mask = self._mask(filters)
-        if mask is not None:
-            scores = np.where(mask, scores, -np.inf)
-        n_ok = int(mask.sum()) if mask is not None else len(self.ids)
-        k = min(k, n_ok)
-        if k == 0:
-            return []
-        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return [Hit(self.ids[i], float(scores[i]), self.keys[i]) for i in top if scores[i] != -np.inf][:k]
-
-    def _mask(self, f: Filters | None) -> np.ndarray | None:
-        return filter_mask(f, self.ids, self.roles, self.kinds, self.created)
-
-
-def filter_mask(
-    f: Filters | None, ids: Sequence[str], roles: np.ndarray, kinds: np.ndarray, created: np.ndarray
-) -> np.ndarray | None:
-    """Boolean mask of the rows that pass ``f`` (None: no filter)."""
-    if f is None:
-        return None
-    mask = np.ones(len(ids), dtype=bool)
-    if f.roles is not None:
-        mask &= np.isin(roles, list(f.roles))
-    if f.kinds is not None:
-        mask &= np.isin(kinds, list(f.kinds))
-    if f.since is not None:
-        mask &= created >= f.since
-    if f.until is not None:
-        mask &= created <= f.until
-    if f.exclude_ids:
-        excluded = f.exclude_ids
-        mask &= np.fromiter((i not in excluded for i in ids), dtype=bool, count=len(ids))
-    return mask
-
-
-# -- lexical (for backends without a text index) --------------------------------
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-class Tokenizer:
-    """Lower-cased word tokens, Snowball-stemmed when PyStemmer is installed (like FTS5's porter)."""
-
-    def __init__(self) -> None:
-        try:
-            import Stemmer
-
-            self._stem = Stemmer.Stemmer("english").stemWords
-        except ImportError:  # plain words still match exactly
-            self._stem = lambda words: words
-
-    def __call__(self, text: str) -> list[str]:
-        return self._stem(_WORD.findall(text.lower()))
-
-
-@dataclass
-class LexicalIndex:
-    """An inverted index of one session's messages, for BM25 in process (Redis without a search module)."""
-
-    ids: list[str]
-    keys: list[str]  # store-global message keys, parallel to ids
-    roles: np.ndarray
-    kinds: np.ndarray
-    created: np.ndarray
-    lengths: np.ndarray  # tokens per message
-    postings: dict[str, tuple[np.ndarray, np.ndarray]]  # term -> (row numbers, term frequencies)
-
-    @classmethod
-    def build(cls, rows: Sequence[tuple[str, str, str, str, float, list[str]]]) -> LexicalIndex:
-        """``rows``: (id, key, role, kind, created_at, tokens)."""
-        counts: dict[str, dict[int, int]] = {}
-        for n, (_, _, _, _, _, tokens) in enumerate(rows):
-            for t in tokens:
-                doc = counts.setdefault(t, {})
-                doc[n] = doc.get(n, 0) + 1
-        postings = {
-            t: (np.fromiter(d.keys(), np.int64, len(d)), np.fromiter(d.values(), np.float64, len(d)))
-            for t, d in counts.items()
-        }
-        return cls(
-            [r[0] for r in rows],
-            [r[1] for r in rows],
-            np.array([r[2] for r in rows], dtype=object),
-            np.array([r[3] for r in rows], dtype=object),
-            np.array([r[4] for r in rows], dtype=np.float64),
-            np.array([len(r[5]) for r in rows], dtype=np.float64),
-            postings,
-        )
-
-    def extend(self, other: LexicalIndex) -> LexicalIndex:
-        """This index plus ``other``'s rows (messages added since it was built); neither is changed."""
-        if not other.ids:
-            return self
-        offset = len(self.ids)
-        postings = dict(self.postings)
-        for term, (rows, tf) in other.postings.items():
-            held = postings.get(term)
-            postings[term] = (rows + offset, tf) if held is None else (
-                np.concatenate([held[0], rows + offset]), np.concatenate([held[1], tf]))
-        return LexicalIndex(
-            self.ids + other.ids,
-            self.keys + other.keys,
-            np.concatenate([self.roles, other.roles]),
-            np.concatenate([self.kinds, other.kinds]),
-            np.concatenate([self.created, other.created]),
-            np.concatenate([self.lengths, other.lengths]),
-            postings,
-        )
-
-
-def bm25_search(
-    indexes: Sequence[LexicalIndex],
-    terms: Sequence[str],
-    k: int,
-    filters: Filters | None,
-    k1: float = 1.2,
-    b: float = 0.75,
-) -> list[Hit]:
-    """Okapi BM25 (OR of ``terms``, already tokenised) over several sessions with shared statistics."""
-    n_docs = sum(len(ix.ids) for ix in indexes)
-    if n_docs == 0 or not terms or k == 0:
-        return []
-    avg = float(sum(ix.lengths.sum() for ix in indexes)) / n_docs or 1.0
-    terms = list(dict.fromkeys(terms))
-    df = {t: sum(len(ix.postings[t][0]) for ix in indexes if t in ix.postings) for t in terms}
-    hits: list[tuple[float, str, str]] = []
-    for ix in indexes:
-        scores = np.zeros(len(ix.ids))
-        for t in terms:
-            if t not in ix.postings:
-                continue
-            rows, tf = ix.postings[t]
-            idf = math.log(1.0 + (n_docs - df[t] + 0.5) / (df[t] + 0.5))
-            scores[rows] += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * ix.lengths[rows] / avg))
-        mask = filter_mask(filters, ix.ids, ix.roles, ix.kinds, ix.created)
-        if mask is not None:
-            scores[~mask] = 0.0
-        found = np.flatnonzero(scores > 0)
-        if len(found) > k:  # the k best and every row tied with the k-th: ties are broken by key below
-            kth = np.partition(scores[found], len(found) - k)[len(found) - k]
-            found = found[scores[found] >= kth]
-        hits += [(float(scores[i]), ix.ids[i], ix.keys[i]) for i in found]
-    hits.sort(key=lambda h: (-h[0], h[2]))
-    return [Hit(i, s, key) for s, i, key in hits[:k]]
-
-
 def split_terms(terms: Sequence[str]) -> list[str]:
     """Search terms that hold at least one word character; a ValueError for a bare string (a common slip)."""
     if isinstance(terms, str):
         raise ValueError("terms must be a sequence of words, not one string")
     words = (V.check_text(str(t), f"search term {i}").replace("\x00", " ").strip() for i, t in enumerate(terms))
-    return [t for t in words if _WORD.search(t)]
+    return [t for t in words if WORD.search(t)]
 
 
 def json_loads(text: str | bytes) -> Any:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import StateConflict
 from . import _common as C
+from . import _vectors as Vec
 from .base import Record, Scope, StoredMessage
 
 
@@ -69,8 +70,8 @@ class StoreBase:
         """Store one float32 vector per message id, tagged with the embedding model."""
         scope.require_session()
         ids = list(ids)
-        C.check_model(model)
-        matrix = C.as_matrix(vectors, len(ids))
+        Vec.check_model(model)
+        matrix = Vec.as_matrix(vectors, len(ids))
         if ids:
             self._set_vectors(scope, ids, matrix, model)
 
@@ -78,7 +79,7 @@ class StoreBase:
         """Save a long-term record (and its vector) for the scope's owner."""
         data = C.record_json(record)
         owner = C.record_scope(scope)
-        self._put_record(scope, owner, record, data, C.as_matrix(vector, 1)[0] if vector is not None else None)
+        self._put_record(scope, owner, record, data, Vec.as_matrix(vector, 1)[0] if vector is not None else None)
 
     # -- built on the hooks ---------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ from . import _common as C
 from . import _forget as F
 from . import _topk
 from . import _validate as V
+from . import _vectors as Vec
 from ._store import StoreBase
 from .base import Filters, Hit, Record, Scope, StoredMessage
 
@@ -622,7 +623,7 @@ class PostgresStore(StoreBase):
             if sess is None:
                 raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first")
             if sess["vec_model"] is not None and (sess["vec_model"], sess["vec_dim"]) != (model, dim):
-                raise C.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
+                raise Vec.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
             rids = {
                 r["id"]: r["rid"]
                 for r in conn.execute(
@@ -684,7 +685,7 @@ class PostgresStore(StoreBase):
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
     ) -> list[Hit]:
         C.check_positive_k(k)
-        query = C.as_query(vector)
+        query = Vec.as_query(vector)
         s = self.schema
         where, params = SQL.scope_where(scope)
         with self._tx() as conn:
@@ -699,7 +700,7 @@ class PostgresStore(StoreBase):
                 raise ValueError(f"this scope mixes vectors of dimensions {sorted(dims)}; search one session at a time")
             dim = dims.pop()
             if query.shape[0] != dim:
-                raise C.dim_mismatch(dim, query.shape[0])
+                raise Vec.dim_mismatch(dim, query.shape[0])
             sids = [r["sid"] for r in sessions]
             table = f"{s}.vectors_{dim}"
             fsql, fparams = SQL.filters(filters)

@@ -55,9 +55,11 @@ import numpy as np
 import redis as redis_lib
 
 from ..errors import StoreError
+from . import _bm25 as B
 from . import _common as C
 from . import _forget as F
 from . import _validate as V
+from . import _vectors as Vec
 from ._store import StoreBase
 from .base import DEFAULT_TENANT, Filters, Hit, Record, Scope, StoredMessage
 
@@ -317,8 +319,8 @@ class _Cached:
     epoch: str
     version: str
     logged: int
-    lexical: C.LexicalIndex
-    vectors: C.VectorBlock | None
+    lexical: B.LexicalIndex
+    vectors: Vec.VectorBlock | None
     attrs: dict[str, tuple[str, str, float]]  # message id -> (role, kind, created_at), for vectors added later
 
 
@@ -364,7 +366,7 @@ class RedisStore(StoreBase):
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._cache_sessions = cache_sessions
         self._lock = threading.Lock()
-        self._tokenize = C.Tokenizer()
+        self._tokenize = B.Tokenizer()
         self._closed = False
         with self._errors("connect to"):
             self._r.ping()
@@ -568,7 +570,7 @@ class RedisStore(StoreBase):
         except _ScriptError as exc:
             if exc.kind == "model":
                 stored = json.loads(exc.detail)
-                raise C.model_mismatch((stored[0], int(stored[1])), model, int(mat.shape[1])) from None
+                raise Vec.model_mismatch((stored[0], int(stored[1])), model, int(mat.shape[1])) from None
             if exc.kind == "nosession":
                 raise ValueError(
                     f"set_vectors: session {scope.session_id!r} has no messages; append them first"
@@ -633,7 +635,7 @@ class RedisStore(StoreBase):
             bodies, vecs, version, epoch, logged = self._snapshot(session)
         rows = [json.loads(b) for b in bodies.values()]
         attrs = {r["id"]: (r["role"], r["kind"], r["created_at"]) for r in rows}
-        lexical = C.LexicalIndex.build([self._lexical_row(session, r) for r in rows])
+        lexical = B.LexicalIndex.build([self._lexical_row(session, r) for r in rows])
         vec_rows = [(i, blob) for i, blob in ((k.decode(), v) for k, v in vecs.items()) if i in attrs]
         return _Cached(f"{born}/{epoch}", version, logged, lexical, self._vector_block(session, vec_rows, attrs, None),
                        attrs)
@@ -657,7 +659,7 @@ class RedisStore(StoreBase):
                 rows.append(self._lexical_row(session, row))
             else:
                 vec_rows.append((entry[1:].decode(), payload))
-        lexical = hit.lexical.extend(C.LexicalIndex.build(rows)) if rows else hit.lexical
+        lexical = hit.lexical.extend(B.LexicalIndex.build(rows)) if rows else hit.lexical
         block = self._vector_block(session, vec_rows, attrs, hit.vectors)
         return _Cached(hit.epoch, version, hit.logged + len(entries) // 2, lexical, block, attrs)
 
@@ -668,13 +670,13 @@ class RedisStore(StoreBase):
     @staticmethod
     def _vector_block(
         session: _Session, vec_rows: list[tuple[str, bytes]], attrs: dict[str, tuple[str, str, float]],
-        block: C.VectorBlock | None,
-    ) -> C.VectorBlock | None:
+        block: Vec.VectorBlock | None,
+    ) -> Vec.VectorBlock | None:
         """``block`` (None: none yet) with ``vec_rows`` (id, float32 bytes) added."""
         rows = [(i, _key(session, i), blob, *attrs[i]) for i, blob in vec_rows if i in attrs]
         if not rows:
             return block
-        new = C.VectorBlock.build(rows, len(rows[0][2]) // 4)
+        new = Vec.VectorBlock.build(rows, len(rows[0][2]) // 4)
         return new if block is None else block.extend(new)
 
     def _snapshot(
@@ -716,13 +718,13 @@ class RedisStore(StoreBase):
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
     ) -> list[Hit]:
         C.check_positive_k(k)
-        query = C.as_query(vector)
+        query = Vec.as_query(vector)
         sessions = [s for s in self._sessions(scope) if s.meta.get("vec_dim")]
         dims = {int(s.meta["vec_dim"]) for s in sessions}
         if len(dims) > 1:
             raise ValueError(f"this scope mixes vectors of dimensions {sorted(dims)}; search one session at a time")
         if dims and query.shape[0] != next(iter(dims)):
-            raise C.dim_mismatch(next(iter(dims)), query.shape[0])
+            raise Vec.dim_mismatch(next(iter(dims)), query.shape[0])
         hits: list[Hit] = []
         for s in sessions:
             block = self._cached(s).vectors
@@ -738,7 +740,7 @@ class RedisStore(StoreBase):
         if not tokens or k == 0:
             return []
         indexes = [self._cached(s).lexical for s in self._sessions(scope)]
-        return C.bm25_search(indexes, tokens, k, filters)
+        return B.bm25_search(indexes, tokens, k, filters)
 
     # -- state and long-term records ---------------------------------------------------------------
 

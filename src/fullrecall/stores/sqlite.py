@@ -57,6 +57,7 @@ from ..errors import StoreError
 from . import _common as C
 from . import _forget as F
 from . import _validate as V
+from . import _vectors as Vec
 from ._store import StoreBase
 from .base import ANY, Filters, Hit, Record, Scope, StoredMessage
 
@@ -277,7 +278,7 @@ class SQLiteStore(StoreBase):
         self._busy_ms = int(busy_timeout)
         self._cache_budget = int(vector_cache_mb * 2**20)
         self._fts_batch = max(1, int(fts_batch))
-        self._cache: OrderedDict[tuple[int, ...], tuple[dict[int, tuple[int, Any]], int, C.VectorBlock]] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, ...], tuple[dict[int, tuple[int, Any]], int, Vec.VectorBlock]] = OrderedDict()
         self._df: dict[str, tuple[int, int]] = {}  # word -> (rows when counted, rows matching it)
         self._lock = threading.RLock()
         self._conn_obj: sqlite3.Connection | None = None
@@ -555,7 +556,7 @@ class SQLiteStore(StoreBase):
             if sess is None:
                 raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first")
             if sess["vec_model"] is not None and (sess["vec_model"], sess["vec_dim"]) != (model, dim):
-                raise C.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
+                raise Vec.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
             rids: dict[str, int] = {}
             for chunk in _chunks(list(dict.fromkeys(ids))):
                 rids.update(
@@ -609,7 +610,7 @@ class SQLiteStore(StoreBase):
             raise ValueError(f"this scope mixes vectors of several models: {[tuple(m) for m in models]}")
         return (models[0][0], int(models[0][1])) if models else None
 
-    def _vector_block(self, conn: sqlite3.Connection, sids: list[int]) -> C.VectorBlock | None:
+    def _vector_block(self, conn: sqlite3.Connection, sids: list[int]) -> Vec.VectorBlock | None:
         """The scope's normalised vectors, from the cache when no process changed them."""
         # A session's sid is reused once forget deletes the newest session, and the new session's
         # counters start again from 0: its identity (owner, name, creation time) is part of the
@@ -651,7 +652,7 @@ class SQLiteStore(StoreBase):
 
     def _load_vectors(
         self, conn: sqlite3.Connection, sids: list[int], dim: int, after: int
-    ) -> tuple[C.VectorBlock, int]:
+    ) -> tuple[Vec.VectorBlock, int]:
         rows: list[tuple[str, str, bytes, str, str, float]] = []
         max_vid = after
         for chunk in _chunks(sids):
@@ -663,10 +664,10 @@ class SQLiteStore(StoreBase):
             ):
                 max_vid = max(max_vid, r[0])
                 rows.append((r[1], str(r[2]), r[3], r[4], r[5], r[6]))
-        return C.VectorBlock.build(rows, dim), max_vid
+        return Vec.VectorBlock.build(rows, dim), max_vid
 
     def _remember(
-        self, key: tuple[int, ...], versions: dict[int, tuple[int, Any]], max_vid: int, block: C.VectorBlock
+        self, key: tuple[int, ...], versions: dict[int, tuple[int, Any]], max_vid: int, block: Vec.VectorBlock
     ) -> None:
         self._cache[key] = (versions, max_vid, block)
         self._cache.move_to_end(key)
@@ -681,7 +682,7 @@ class SQLiteStore(StoreBase):
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
     ) -> list[Hit]:
         C.check_positive_k(k)
-        query = C.as_query(vector)
+        query = Vec.as_query(vector)
         with self._read() as conn:
             block = self._vector_block(conn, self._sids(conn, scope))
         return block.search(query, k, filters) if block is not None else []
