@@ -34,6 +34,18 @@ class StoreError(FullRecallError):
     """A store could not be reached or refused a write; nothing was acknowledged."""
 
 
+class StateConflict(StoreError):
+    """``put_state(..., expected=v)`` found another version: someone else wrote the document first.
+
+    Nothing was written; ``current`` is the version the store holds (0: no document). Read it
+    again and retry, or use ``store.update_state``, which does.
+    """
+
+    def __init__(self, message: str, current: int) -> None:
+        super().__init__(message)
+        self.current = current
+
+
 class EmbeddingError(FullRecallError):
     """An embedder failed or returned vectors of the wrong shape."""
 

@@ -206,10 +206,13 @@ def test_count_and_memory_limits_evict_oldest_and_say_so():
     assert not m.recall("reference number REF-48213", radius=0).messages or all(
         a.position >= stats["oldest_position"] for a in m.recall("reference number REF-48213").messages)
 
-    small = manager(max_memory_archived_messages=30_000, preserve_recent_messages=2)
+    unlimited = manager(preserve_recent_messages=2)
+    unlimited.reduce_context(conversation() + conversation("REF-9"), RuntimeError("overflow"))
+    limit = unlimited.get_memory_usage_stats()["total_memory"] * 3 // 4  # what the store counts, less a quarter
+    small = manager(max_memory_archived_messages=limit, preserve_recent_messages=2)
     messages = conversation() + conversation("REF-9")
     small.reduce_context(messages, RuntimeError("overflow"))
-    assert small.get_memory_usage_stats()["total_memory"] <= 30_000
+    assert small.get_memory_usage_stats()["total_memory"] <= limit
     assert small.get_memory_usage_stats()["evicted_count"] > 0
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conformance_core import CoreConformance
 from conformance_input import InputConformance
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -50,7 +51,7 @@ def ids(results: list[tuple[str, float]]) -> list[str]:
     return [r[0] for r in results]
 
 
-class StoreConformance(InputConformance):
+class StoreConformance(CoreConformance, InputConformance):
     # -- messages ----------------------------------------------------------------
 
     def test_append_get_range_count_delete(self, store: Store, scope: Scope) -> None:

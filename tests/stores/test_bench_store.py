@@ -13,12 +13,13 @@ def test_bench_store_sqlite_json(capsys) -> None:
     assert [(r["layout"], r["size"]) for r in rows] == [("one", 300), ("one", 600), ("many", 300), ("many", 600)]
     for r in rows:
         assert r["append_single_per_s"] > 0 and r["hybrid_p50_ms"] > 0 and r["bytes_per_message"] > 1536
+        assert r["stats_p50_ms"] > 0
 
 
 def test_bench_store_markdown_table(capsys) -> None:
     assert main(["bench", "store", "--backends", "sqlite", "--layouts", "many", "--sizes", "200", "--queries", "2"]) == 0
     out = capsys.readouterr().out
-    assert "| sqlite | many | 200 |" in out and "hybrid p50 ms" in out
+    assert "| sqlite | many | 200 |" in out and "hybrid p50 ms" in out and "stats p50 ms" in out
 
 
 def test_bench_store_archive_path_json(capsys) -> None:

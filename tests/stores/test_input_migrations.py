@@ -22,16 +22,33 @@ def _msg(i: int, text: str) -> StoredMessage:
     return StoredMessage(id=f"m{i}", role="user", text=text, data={"i": i})
 
 
+_OLD_COLUMNS = ("id", "position", "role", "kind", "text", "data", "created_at", "archived_at", "metadata")
+
+
+def _old_rows(messages: list[StoredMessage]) -> list[tuple[object, ...]]:
+    """Messages as the columns every schema version has (what an old version's append wrote)."""
+    return [(m.id, n, m.role, m.kind, m.text, f'{{"i":{n}}}', 1.0, 1.0, "{}") for n, m in enumerate(messages)]
+
+
 def test_sqlite_v1_file_is_reindexed_and_deletes_leave_no_trace(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     path, scope = tmp_path / "old.db", Scope(session_id="s")
+    old_messages = [_msg(0, LONG), _msg(1, "short one")]
     with monkeypatch.context() as old:  # a file as version 1 wrote it: whole texts in FTS5
         old.setattr(sq, "SCHEMA_VERSION", 1)
         old.setattr(sq, "_indexed", lambda column: column)
         store = sq.SQLiteStore(path)
-        store.append(scope, [_msg(0, LONG), _msg(1, "short one")])
+        with store._write() as conn:
+            sid = store._session_for_write(conn, scope)["sid"]
+            conn.executemany(f"INSERT INTO messages (sid, {', '.join(_OLD_COLUMNS)}) VALUES ({sid}, ?, ?, ?, ?, ?, ?,"
+                             " ?, ?, ?)", _old_rows(old_messages))
+            conn.execute("UPDATE sessions SET next_position = 2")
         assert [h.id for h in store.search_text(scope, [LATE], 5)] == ["m0"]
         store.close()
-    store = sq.SQLiteStore(path)  # migrates to version 2
+    store = sq.SQLiteStore(path)  # migrates to the current version
+    stats = store.stats(scope)  # the counters are filled from the rows
+    assert stats["message_count"] == store.count(scope) == 2 and stats["newest_position"] == 1
+    assert stats["text_bytes"] == sum(m.size_bytes() for m in store.get(scope, ["m0", "m1"]))
+    assert stats["index_bytes"] == INDEXED_CHARS + len("short one")
     assert store.search_text(scope, [LATE], 5) == []
     assert [h.id for h in store.search_text(scope, [EARLY], 5)] == ["m0"]
     assert store.get(scope, ["m0"])[0].text == LONG
@@ -50,10 +67,20 @@ def test_postgres_v3_schema_migrates_to_prefix_index(
     with monkeypatch.context() as old:
         old.setattr(pg, "SCHEMA_VERSION", 3)
         store = open_store(url)
-        store.append(scope, [_msg(0, "an early word: " + EARLY), _msg(1, "plain")])
+        with store._tx() as conn:
+            s = store.schema
+            sid = conn.execute(f"INSERT INTO {s}.sessions (tenant, user_id, agent_id, session_id, created_at,"
+                               " next_position) VALUES ('default', '', '', 's', 1.0, 2) RETURNING sid").fetchone()["sid"]
+            with conn.cursor() as cur:
+                cur.executemany(f"INSERT INTO {s}.messages (sid, {', '.join(_OLD_COLUMNS)}) VALUES ({sid}, %s, %s, %s,"
+                                " %s, %s, %s, %s, %s, %s)",
+                                _old_rows([_msg(0, "an early word: " + EARLY), _msg(1, "plain")]))
         store.close()
     store = open_store(url)
     try:
+        stats = store.stats(scope)  # migration 5 filled the counters from the rows
+        assert stats["message_count"] == store.count(scope) == 2 and stats["summary_count"] == 0
+        assert stats["text_bytes"] == sum(m.size_bytes() for m in store.get(scope, ["m0", "m1"]))
         assert [h.id for h in store.search_text(scope, [EARLY], 5)] == ["m0"]
         store.append(scope, [_msg(2, LONG)])  # 1 MB tsvector limit no longer in reach
         assert {h.id for h in store.search_text(scope, [EARLY], 5)} == {"m0", "m2"}

@@ -146,3 +146,91 @@ def test_a_large_conversation_is_read_in_pages_with_the_same_results(
     assert scans and paged == whole and paged[0][0][0] == "m5" and len(paged[1]) == 17
     writer.close()
     paged_store.close()
+
+
+def test_a_conversation_from_before_counters_is_counted_once_then_kept(
+    redis_url: str, prefix: str, raw: redis.Redis
+) -> None:
+    store = RedisStore(f"{redis_url}?prefix={prefix}")
+    scope = Scope(user_id="old", session_id="s")
+    _fill(store, scope)
+    store.append(scope, [StoredMessage(id="sum", role="system", text="a summary é", data={}, kind="summary")])
+    (meta,) = list(raw.scan_iter(f"{prefix}:*:meta"))
+    raw.hdel(meta, "counted", "summary_count", "text_bytes", "index_bytes")  # as an earlier version left it
+    store.append(scope, [StoredMessage(id="m9", role="user", text="later", data={"i": 9})])  # not counted yet
+    store.delete(scope, ["m1"])
+    held = store.range(scope, 0, 100)
+    stats = store.stats(scope)  # counts the conversation once, in one script
+    assert raw.hget(meta, "counted") == b"1"
+    assert stats["message_count"] == len(held) == 4 and stats["summary_count"] == 1
+    assert stats["text_bytes"] == sum(m.size_bytes() for m in held) and stats["vector_count"] == 1
+    store.delete(scope, ["sum"])  # from now on every write keeps them
+    after = store.stats(scope)
+    assert after["summary_count"] == 0 and after["message_count"] == 3
+    assert after["text_bytes"] == sum(m.size_bytes() for m in store.range(scope, 0, 100))
+    store.close()
+
+
+def _hgetalls(raw: redis.Redis) -> int:
+    return int(raw.info("commandstats").get("cmdstat_hgetall", {}).get("calls", 0))
+
+
+def test_a_write_after_a_search_loads_only_the_additions(redis_url: str, prefix: str, raw: redis.Redis) -> None:
+    """The search cache reads a conversation whole once; appends and new vectors then come from its
+    log of additions (HGETALL counts the whole reads), and a deletion rebuilds it.
+    """
+    store, scope = RedisStore(f"{redis_url}?prefix={prefix}"), Scope(user_id="inc", session_id="s")
+    rng = np.random.default_rng(1)
+    store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"walrus number {i} eats", data={})
+                         for i in range(200)])
+    store.set_vectors(scope, [f"m{i}" for i in range(200)], rng.normal(size=(200, 8)).astype(np.float32), "m")
+
+    def search() -> tuple[list[object], list[object]]:
+        return store.search_text(scope, ["walrus", "penguin"], 5), store.search_vectors(scope, query, 5)
+
+    query = rng.normal(size=8).astype(np.float32)
+    search()  # builds the cache: the conversation is read whole
+    before = _hgetalls(raw)
+    search()
+    warm = _hgetalls(raw) - before  # what a search costs in whole-hash reads when nothing changed (meta)
+    for n in range(3):
+        store.append(scope, [StoredMessage(id=f"p{n}", role="user", text=f"penguin {n} walrus", data={})])
+        store.set_vectors(scope, [f"p{n}"], query[None] * (n + 1), "m")
+        before = _hgetalls(raw)
+        text, dense = search()
+        assert _hgetalls(raw) - before == warm, "a write after a search re-read the whole conversation"
+        assert f"p{n}" in [h.id for h in text] and dense[0].id in {f"p{i}" for i in range(n + 1)}
+    fresh = RedisStore(f"{redis_url}?prefix={prefix}")  # built from scratch: the same answers
+    for mine, theirs in zip(search(), (fresh.search_text(scope, ["walrus", "penguin"], 5),
+                                       fresh.search_vectors(scope, query, 5))):
+        assert [h.key for h in mine] == [h.key for h in theirs]
+        assert [h.score for h in mine] == pytest.approx([h.score for h in theirs])
+    store.delete(scope, ["p0"])
+    before = _hgetalls(raw)
+    text, dense = search()
+    assert _hgetalls(raw) - before > warm and "p0" not in {h.id for h in text} | {h.id for h in dense}
+    store.set_vectors(scope, ["p1"], -query[None], "m")  # an overwrite rebuilds too
+    before = _hgetalls(raw)
+    assert "p1" not in {h.id for h in search()[1]} and _hgetalls(raw) - before > warm
+    fresh.close()
+    store.close()
+
+
+def _commands(raw: redis.Redis) -> dict[str, int]:
+    """Calls per command the server ran so far (those scripts run included), INFO itself left out."""
+    return {k: int(v["calls"]) for k, v in raw.info("commandstats").items() if k != "cmdstat_info"}
+
+
+def test_ranges_is_one_round_trip(redis_url: str, prefix: str, raw: redis.Redis) -> None:
+    store, scope = RedisStore(f"{redis_url}?prefix={prefix}"), Scope(user_id="r", agent_id="a", session_id="s")
+    _fill(store, scope)
+    store.ranges(scope, [(0, 0)])  # the server learns the script (SCRIPT LOAD) once
+    before = _commands(raw)
+    got = store.ranges(scope, [(0, 0), (1, 2), (5, 9)])
+    ran = {k: n - before.get(k, 0) for k, n in _commands(raw).items() if n != before.get(k, 0)}
+    assert ran.pop("cmdstat_evalsha") == 1  # one script, and only what it runs inside:
+    assert set(ran) <= {"cmdstat_hget", "cmdstat_zrangebyscore"}
+    assert [[m.id for m in r] for r in got] == [["m0"], ["m1", "m2"], []]
+    assert got[1][0].key == store.get(scope, ["m1"])[0].key and got[1][0].agent_id == "a"
+    assert store.ranges(Scope(user_id="r", session_id="s"), [(0, 9)]) == [[]]  # another agent's: nothing
+    store.close()

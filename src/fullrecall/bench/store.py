@@ -61,6 +61,7 @@ class Row:
     text_p50_ms: float
     vector_p50_ms: float
     bytes_per_message: float
+    stats_p50_ms: float = 0.0  # one stats + count of the queried conversation: flat in its size
 
 
 def run(args: argparse.Namespace) -> int:
@@ -275,7 +276,21 @@ def _measure(
         round(float(np.median(text_ms)), 2),
         round(float(np.median(vec_ms)), 2),
         round(_bytes_stored(store) / size, 1),
+        _stats_cost(store, scope, n_queries),
     )
+
+
+def _stats_cost(store: Any, scope: Any, n: int) -> float:
+    """Median ms of ``stats`` plus ``count`` of one conversation (read from its counters: flat in its size)."""
+    import numpy as np
+
+    times = []
+    for _ in range(max(3, n)):
+        t0 = time.perf_counter()
+        store.stats(scope)
+        store.count(scope)
+        times.append((time.perf_counter() - t0) * 1000)
+    return round(float(np.median(times)), 3)
 
 
 def _bytes_stored(store: Any) -> int:
@@ -305,7 +320,7 @@ def _table(rows: list[Row]) -> str:
     head = (
         "| backend | layout | messages | append msg/s (1 per call) | append msg/s (batches) | index build s"
         " | first query ms"
-        " | hybrid p50 ms | hybrid p95 ms | text p50 ms | vector p50 ms | bytes/msg |"
+        " | hybrid p50 ms | hybrid p95 ms | text p50 ms | vector p50 ms | bytes/msg | stats p50 ms |"
     )
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
@@ -313,6 +328,6 @@ def _table(rows: list[Row]) -> str:
             f"| {r.backend} | {r.layout} | {r.size:,} | {fmt(r.append_single_per_s)} | {fmt(r.append_batch_per_s)}"
             f" | {r.index_build_s} | {r.first_query_ms} | {r.hybrid_p50_ms} | {r.hybrid_p95_ms}"
             f" | {r.text_p50_ms} | {r.vector_p50_ms}"
-            f" | {r.bytes_per_message:,.0f} |"
+            f" | {r.bytes_per_message:,.0f} | {r.stats_p50_ms} |"
         )
     return "\n".join(lines)

@@ -27,7 +27,7 @@ Contract shared by every backend (checked by ``tests/stores/conformance.py``):
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
 
@@ -192,6 +192,12 @@ class Store(Protocol):
         """Messages of one session with ``start <= position <= end``, in order."""
         ...
 
+    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
+        """For each ``(start, end)`` span, the session's messages with ``start <= position <= end`` in
+        order (as ``range`` gives them), all read in one call (one round trip on a server).
+        """
+        ...
+
     def count(self, scope: Scope) -> int:
         """How many messages the scope holds."""
         ...
@@ -227,11 +233,29 @@ class Store(Protocol):
         ...
 
     # -- state and long-term records -----------------------------------------
-    def put_state(self, scope: Scope, key: str, value: dict[str, Any]) -> None:
-        """Save a JSON document (window state, a summary) under key."""
+    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
+        """Save a JSON document (window state) under key; return its new version (1, 2, ...).
+
+        With ``expected``, a compare-and-set: the write happens only if the stored version is
+        ``expected`` (0: no document yet), else :class:`~fullrecall.errors.StateConflict` and
+        nothing is written.
+        """
         ...
 
     def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
+        """The document saved under key, or None."""
+        ...
+
+    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
+        """(document or None, its version: 0 when there is none), for a later ``put_state(expected=...)``."""
+        ...
+
+    def update_state(
+        self, scope: Scope, key: str, change: Callable[[dict[str, Any] | None], dict[str, Any]], attempts: int = 32
+    ) -> dict[str, Any]:
+        """Read-modify-write that never loses a concurrent update: ``change(current)`` gives the new
+        document, written only if nobody wrote in between (else read again and call ``change`` again).
+        """
         ...
 
     def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
@@ -252,8 +276,12 @@ class Store(Protocol):
         ...
 
     def stats(self, scope: Scope) -> dict[str, int]:
-        """At least ``message_count``, ``text_bytes``, ``vector_bytes``, ``index_bytes``."""
+        """Sizes of the scope from its conversations' counters (cost: one row per conversation, not per message):
+        ``message_count``, ``summary_count``, ``text_bytes``, ``index_bytes``, ``vector_count``, ``vector_bytes``,
+        ``record_count``, ``session_count``, ``oldest_position`` and ``newest_position`` (-1 when empty).
+        """
         ...
 
     def close(self) -> None:
         ...
+

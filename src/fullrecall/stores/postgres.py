@@ -56,12 +56,14 @@ from . import _common as C
 from . import _forget as F
 from . import _topk
 from . import _validate as V
+from . import _vectors as Vec
+from ._store import StoreBase
 from .base import Filters, Hit, Record, Scope, StoredMessage
 
 Conn = psycopg.Connection[dict[str, Any]]
 """A connection of ours: rows come as dicts (``row_factory=dict_row``)."""
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SQL = C.Sql("%s")
 _OWN_OPTIONS = (
     "schema", "pool_min", "pool_max", "exact_limit", "ef_search", "hnsw_min_rows", "index_build_memory",
@@ -168,6 +170,26 @@ MIGRATIONS: dict[int, str] = {
     CREATE INDEX messages_tsv ON {{s}}.messages USING gin (tsv);
     UPDATE {{s}}.sessions s SET lexemes = (SELECT coalesce(sum(length(m.tsv)), 0) FROM {{s}}.messages m WHERE m.sid = s.sid);
     """,
+    # state versions (compare-and-set), and per-session counters kept by every write in its transaction (count and stats read one row per
+    # session); each message keeps its own sizes so a delete takes away exactly what its append added
+    5: f"""
+    ALTER TABLE {{s}}.state ADD COLUMN version BIGINT NOT NULL DEFAULT 1;
+    ALTER TABLE {{s}}.messages ADD COLUMN nbytes BIGINT NOT NULL DEFAULT 0, ADD COLUMN ibytes BIGINT NOT NULL DEFAULT 0;
+    UPDATE {{s}}.messages SET nbytes = octet_length(text) + octet_length(data),
+        ibytes = octet_length(left(text, {V.INDEXED_CHARS}));
+    ALTER TABLE {{s}}.sessions ADD COLUMN summary_count BIGINT NOT NULL DEFAULT 0,
+        ADD COLUMN text_bytes BIGINT NOT NULL DEFAULT 0, ADD COLUMN index_bytes BIGINT NOT NULL DEFAULT 0,
+        ADD COLUMN vector_count BIGINT NOT NULL DEFAULT 0;
+    UPDATE {{s}}.sessions s SET (message_count, summary_count, text_bytes, index_bytes) = (
+        SELECT count(*), count(*) FILTER (WHERE m.kind = 'summary'), coalesce(sum(m.nbytes), 0),
+               coalesce(sum(m.ibytes), 0) FROM {{s}}.messages m WHERE m.sid = s.sid);
+    DO $$ DECLARE d integer; BEGIN
+        FOR d IN SELECT dim FROM {{s}}.vector_tables LOOP
+            EXECUTE format('UPDATE {{s}}.sessions s SET vector_count = vector_count'
+                           ' + (SELECT count(*) FROM {{s}}.vectors_%s v WHERE v.sid = s.sid)', d);
+        END LOOP;
+    END $$;
+    """,
 }
 
 
@@ -203,7 +225,7 @@ def _ts_terms(terms: Sequence[str]) -> list[str]:
     return [t for t in (_PUNCT.sub(" ", t).strip() for t in terms) if t]
 
 
-class PostgresStore:
+class PostgresStore(StoreBase):
     """:class:`~fullrecall.stores.base.Store` on PostgreSQL + pgvector (see the module docstring)."""
 
     def __init__(
@@ -323,6 +345,9 @@ class PostgresStore:
             raise V.not_unicode(exc) from exc
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise StoreError(f"PostgreSQL at {self._safe_url()} failed, nothing was written: {exc}") from exc
+        except psycopg.Error as exc:  # anything else the server refused (a damaged schema): never a raw driver error
+            raise StoreError(f"PostgreSQL at {self._safe_url()} refused the statement, nothing was written: {exc}"
+                             ) from exc
 
     def _safe_url(self) -> str:
         parts = urlsplit(self._conninfo)
@@ -339,12 +364,6 @@ class PostgresStore:
                 self._pool_obj.close()
             self._pool_obj = None
             self._closed = True
-
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._safe_url()!r}, schema={self.schema!r})"
@@ -369,12 +388,7 @@ class PostgresStore:
 
     # -- archived messages ---------------------------------------------------------
 
-    def append(self, scope: Scope, messages: Sequence[StoredMessage]) -> list[int]:
-        scope.require_session()
-        messages = list(messages)
-        C.check_messages(messages)
-        if not messages:
-            return []
+    def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
         s = self.schema
         with self._tx() as conn:  # 3 round trips: lock the session, look up ids, insert
             sess = self._lock_session(conn, scope)
@@ -388,19 +402,24 @@ class PostgresStore:
             positions, new, next_pos = C.assign_positions(messages, known, sess["next_position"])
             if not new:
                 return positions
-            cols = ("id", "role", "kind", "text", "data", "created_at", "archived_at", "summary_id", "metadata")
+            cols = ("id", "role", "kind", "text", "data", "created_at", "archived_at", "summary_id", "metadata",
+                    "nbytes", "ibytes")
             rows = [C.message_row(m) for m, _ in new]
             for r in rows:
                 r["text"] = _pg_text(r["text"])
             arrays = [[r[c] for r in rows] for c in cols]
+            sizes = (sum(r["kind"] == "summary" for r in rows), sum(r["nbytes"] for r in rows),
+                     sum(r["ibytes"] for r in rows))
             try:
                 conn.execute(
                     f"WITH ins AS (INSERT INTO {s}.messages (sid, position, {', '.join(cols)})"
                     " SELECT %s, * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],"
-                    " %s::text[], %s::float8[], %s::float8[], %s::text[], %s::text[]) RETURNING length(tsv) AS n)"
+                    " %s::text[], %s::float8[], %s::float8[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+                    " RETURNING length(tsv) AS n)"
                     f" UPDATE {s}.sessions SET next_position = %s, message_count = message_count + %s,"
+                    " summary_count = summary_count + %s, text_bytes = text_bytes + %s, index_bytes = index_bytes + %s,"
                     " lexemes = lexemes + (SELECT coalesce(sum(n), 0) FROM ins) WHERE sid = %s",
-                    (sess["sid"], [p for _, p in new], *arrays, next_pos, len(new), sess["sid"]),
+                    (sess["sid"], [p for _, p in new], *arrays, next_pos, len(new), *sizes, sess["sid"]),
                 )
             except psycopg.errors.UniqueViolation as exc:
                 raise ValueError(
@@ -433,30 +452,47 @@ class PostgresStore:
             found = self._select_messages(conn, f"{where} AND m.rid = ANY(%s)", [*params, C.int_keys(keys)])
         return C.in_conversation_order(found)
 
-    def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
+    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
         scope.require_session()
+        spans = C.check_spans(spans)
+        if not spans:
+            return []
         where, params = SQL.scope_where(scope)
-        with self._tx() as conn:
-            return self._select_messages(conn, f"{where} AND m.position BETWEEN %s AND %s", [*params, start, end])
+        within = "EXISTS (SELECT 1 FROM unnest(%s::bigint[], %s::bigint[]) r(lo, hi) WHERE m.position BETWEEN lo AND hi)"
+        with self._tx() as conn:  # one statement for every span
+            found = self._select_messages(
+                conn, f"{where} AND {within}", [*params, [lo for lo, _ in spans], [hi for _, hi in spans]]
+            )
+        return C.split_spans(found, spans)
 
     def count(self, scope: Scope) -> int:
         where, params = SQL.scope_where(scope)
-        s = self.schema
-        with self._tx() as conn:
-            return conn.execute(
-                f"SELECT count(*) AS n FROM {s}.messages m JOIN {s}.sessions s ON s.sid = m.sid WHERE {where}", params
-            ).fetchone()["n"]
+        with self._tx() as conn:  # the sessions' counters: one row per session, whatever their size
+            return int(conn.execute(
+                f"SELECT coalesce(sum(message_count), 0) AS n FROM {self.schema}.sessions s WHERE {where}", params
+            ).fetchone()["n"])
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         where, params = SQL.scope_where(scope)
         s = self.schema
         with self._tx() as conn:  # vectors go with their message (ON DELETE CASCADE)
-            row = conn.execute(  # the session's counts (BM25's statistics) go down in the same statement
+            # the statement's snapshot still sees the deleted rows' vectors: count them per session
+            vecs = " UNION ALL ".join(
+                f"SELECT v.sid FROM {s}.vectors_{d} v JOIN del ON del.rid = v.rid" for d in self._dims(conn)
+            ) or "SELECT NULL::bigint AS sid WHERE false"
+            row = conn.execute(  # the session's counters (and BM25's statistics) go down in the same statement
                 f"WITH del AS (DELETE FROM {s}.messages WHERE id = ANY(%s)"
-                f" AND sid IN (SELECT sid FROM {s}.sessions s WHERE {where}) RETURNING sid, length(tsv) AS n),"
-                " per AS (SELECT sid, count(*) AS c, coalesce(sum(n), 0) AS n FROM del GROUP BY sid),"
+                f" AND sid IN (SELECT sid FROM {s}.sessions s WHERE {where})"
+                " RETURNING sid, rid, kind, nbytes, ibytes, length(tsv) AS n),"
+                f" vec AS (SELECT sid, count(*) AS c FROM ({vecs}) x GROUP BY sid),"
+                " per AS (SELECT sid, count(*) AS c, count(*) FILTER (WHERE kind = 'summary') AS summaries,"
+                " coalesce(sum(nbytes), 0) AS nbytes, coalesce(sum(ibytes), 0) AS ibytes, coalesce(sum(n), 0) AS n"
+                " FROM del GROUP BY sid),"
                 f" upd AS (UPDATE {s}.sessions t SET message_count = t.message_count - per.c,"
-                " lexemes = t.lexemes - per.n FROM per WHERE t.sid = per.sid RETURNING 1)"
+                " summary_count = t.summary_count - per.summaries, text_bytes = t.text_bytes - per.nbytes,"
+                " index_bytes = t.index_bytes - per.ibytes, lexemes = t.lexemes - per.n,"
+                " vector_count = t.vector_count - coalesce((SELECT c FROM vec WHERE vec.sid = per.sid), 0)"
+                " FROM per WHERE t.sid = per.sid RETURNING 1)"
                 " SELECT coalesce(sum(c), 0)::bigint AS deleted FROM per",
                 [C.read_ids(ids), *params],
             ).fetchone()
@@ -563,7 +599,7 @@ class PostgresStore:
                     conn.execute(f"ANALYZE {s}.{table}")  # fresh row estimates for the planner
                 finally:
                     self._build_conns.discard(conn)
-        except (psycopg.OperationalError, PoolTimeout) as exc:
+        except (psycopg.Error, PoolTimeout) as exc:
             raise StoreError(f"PostgreSQL at {self._safe_url()} failed while building an index: {exc}") from exc
         self._indexed.add(dim)
         return True
@@ -578,13 +614,7 @@ class PostgresStore:
     def _dims(self, conn: Conn) -> list[int]:
         return [r["dim"] for r in conn.execute(f"SELECT dim FROM {self.schema}.vector_tables ORDER BY dim")]
 
-    def set_vectors(self, scope: Scope, ids: Sequence[str], vectors: np.ndarray, model: str) -> None:
-        scope.require_session()
-        ids = list(ids)
-        C.check_model(model)
-        mat = C.as_matrix(vectors, len(ids))
-        if not ids:
-            return
+    def _set_vectors(self, scope: Scope, ids: list[str], mat: np.ndarray, model: str) -> None:
         dim = int(mat.shape[1])
         s = self.schema
         with self._tx() as conn:
@@ -593,7 +623,7 @@ class PostgresStore:
             if sess is None:
                 raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first")
             if sess["vec_model"] is not None and (sess["vec_model"], sess["vec_dim"]) != (model, dim):
-                raise C.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
+                raise Vec.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
             rids = {
                 r["id"]: r["rid"]
                 for r in conn.execute(
@@ -606,6 +636,9 @@ class PostgresStore:
                     f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}"
                 )
             table = self._vector_table(conn, dim)
+            held = conn.execute(  # under the session's row lock: no other writer changes its vectors meanwhile
+                f"SELECT count(*) AS n FROM {table} WHERE rid = ANY(%s)", (list(set(rids.values())),)
+            ).fetchone()["n"]
             with conn.cursor() as cur:
                 cur.executemany(
                     f"INSERT INTO {table} (rid, sid, embedding) VALUES (%s, %s, %s)"
@@ -613,7 +646,9 @@ class PostgresStore:
                     [(rids[i], sess["sid"], mat[n]) for n, i in enumerate(ids)],
                 )
             conn.execute(
-                f"UPDATE {s}.sessions SET vec_model = %s, vec_dim = %s WHERE sid = %s", (model, dim, sess["sid"])
+                f"UPDATE {s}.sessions SET vec_model = %s, vec_dim = %s, vector_count = vector_count + %s"
+                " WHERE sid = %s",
+                (model, dim, len(set(rids.values())) - held, sess["sid"]),
             )
         self._schedule_index(dim, len(ids))
 
@@ -650,7 +685,7 @@ class PostgresStore:
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
     ) -> list[Hit]:
         C.check_positive_k(k)
-        query = C.as_query(vector)
+        query = Vec.as_query(vector)
         s = self.schema
         where, params = SQL.scope_where(scope)
         with self._tx() as conn:
@@ -665,7 +700,7 @@ class PostgresStore:
                 raise ValueError(f"this scope mixes vectors of dimensions {sorted(dims)}; search one session at a time")
             dim = dims.pop()
             if query.shape[0] != dim:
-                raise C.dim_mismatch(dim, query.shape[0])
+                raise Vec.dim_mismatch(dim, query.shape[0])
             sids = [r["sid"] for r in sessions]
             table = f"{s}.vectors_{dim}"
             fsql, fparams = SQL.filters(filters)
@@ -768,47 +803,45 @@ class PostgresStore:
 
     # -- state and long-term records ---------------------------------------------------------
 
-    def put_state(self, scope: Scope, key: str, value: dict[str, Any]) -> None:
+    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
         doc = C.state_json(key, value)
-        with self._tx() as conn:
+        s = self.schema
+        with self._tx() as conn:  # the session's row lock: writers of its state take turns
             sid = self._lock_session(conn, scope)["sid"]
+            row = conn.execute(f"SELECT version FROM {s}.state WHERE sid = %s AND key = %s", (sid, key)).fetchone()
+            version = row["version"] if row else 0
+            C.check_expected(key, expected, version)
             conn.execute(
-                f"INSERT INTO {self.schema}.state (sid, key, value, updated_at) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT (sid, key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at",
-                (sid, key, doc, time.time()),
+                f"INSERT INTO {s}.state (sid, key, value, updated_at, version) VALUES (%s, %s, %s, %s, %s)"
+                " ON CONFLICT (sid, key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at,"
+                " version = EXCLUDED.version",
+                (sid, key, doc, time.time(), version + 1),
             )
+        return int(version) + 1
 
-    def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
+    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
         scope.require_session()
         where, params = SQL.scope_where(scope)
         s = self.schema
         with self._tx() as conn:
             row = conn.execute(
-                f"SELECT t.value FROM {s}.state t JOIN {s}.sessions s ON s.sid = t.sid WHERE {where} AND t.key = %s"
-                " ORDER BY t.updated_at DESC LIMIT 1",
+                f"SELECT t.value, t.version FROM {s}.state t JOIN {s}.sessions s ON s.sid = t.sid"
+                f" WHERE {where} AND t.key = %s",
                 [*params, key],
             ).fetchone()
-        return C.json_loads(row["value"]) if row else None
+        return (C.json_loads(row["value"]), int(row["version"])) if row else (None, 0)
 
-    def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
-        data = C.record_json(record)
-        vec = C.as_matrix(vector, 1)[0] if vector is not None else None
+    def _put_record(
+        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None
+    ) -> None:
         with self._tx() as conn:
             conn.execute(
                 f"INSERT INTO {self.schema}.records (tenant, user_id, agent_id, session_id, namespace, id, text, data,"
                 " created_at, updated_at, vec) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 " ON CONFLICT (tenant, user_id, agent_id, session_id, namespace, id) DO UPDATE SET"
                 " text = EXCLUDED.text, data = EXCLUDED.data, updated_at = EXCLUDED.updated_at, vec = EXCLUDED.vec",
-                (
-                    *C.record_scope(scope),
-                    record.namespace,
-                    record.id,
-                    _pg_text(record.text),
-                    data,
-                    record.created_at,
-                    record.updated_at,
-                    vec,
-                ),
+                (*owner, record.namespace, record.id, _pg_text(record.text), data, record.created_at,
+                 record.updated_at, vector),
             )
 
     def get_records(self, scope: Scope, namespace: str) -> list[Record]:
@@ -936,39 +969,23 @@ class PostgresStore:
         return left
 
     def stats(self, scope: Scope) -> dict[str, int]:
+        """The scope's sizes from its sessions' counters (one row per session, whatever their size)."""
         where, params = SQL.scope_where(scope)
         rwhere, rparams = SQL.record_where(scope, exact=True)
         s = self.schema
         with self._tx() as conn:
-            m = conn.execute(
-                "SELECT count(*) AS n, coalesce(sum(octet_length(m.text) + octet_length(m.data)), 0) AS bytes,"
-                " count(*) FILTER (WHERE m.kind = 'summary') AS summaries"
-                f" FROM {s}.messages m JOIN {s}.sessions s ON s.sid = m.sid WHERE {where}",
+            row = conn.execute(
+                "SELECT count(*) AS sessions, coalesce(sum(message_count), 0) AS m, coalesce(sum(summary_count), 0) AS"
+                " sm, coalesce(sum(text_bytes), 0) AS tb, coalesce(sum(index_bytes), 0) AS ib,"
+                " coalesce(sum(vector_count), 0) AS v, coalesce(sum(vector_count * coalesce(vec_dim, 0) * 4), 0) AS vb,"
+                f" min((SELECT min(position) FROM {s}.messages m WHERE m.sid = s.sid)) AS oldest,"
+                f" max((SELECT max(position) FROM {s}.messages m WHERE m.sid = s.sid)) AS newest"
+                f" FROM {s}.sessions s WHERE {where}",
                 params,
             ).fetchone()
-            vec_count = vec_bytes = 0
-            index_bytes = conn.execute(f"SELECT pg_indexes_size('{s}.messages') AS b").fetchone()["b"]
-            for d in self._dims(conn):
-                n = conn.execute(
-                    f"SELECT count(*) AS n FROM {s}.vectors_{d} v JOIN {s}.sessions s ON s.sid = v.sid WHERE {where}",
-                    params,
-                ).fetchone()["n"]
-                vec_count, vec_bytes = vec_count + n, vec_bytes + n * d * 4
-                index_bytes += conn.execute(f"SELECT pg_indexes_size('{s}.vectors_{d}') AS b").fetchone()["b"]
-            total = conn.execute(f"SELECT count(*) AS n FROM {s}.messages").fetchone()["n"]
             records = conn.execute(f"SELECT count(*) AS n FROM {s}.records r WHERE {rwhere}", rparams).fetchone()["n"]
-            sessions = conn.execute(f"SELECT count(*) AS n FROM {s}.sessions s WHERE {where}", params).fetchone()["n"]
-        return {
-            "message_count": int(m["n"]),
-            "summary_count": int(m["summaries"]),
-            "text_bytes": int(m["bytes"]),
-            "vector_count": vec_count,
-            "vector_bytes": vec_bytes,
-            # GIN + HNSW + btree pages, attributed to the scope by its share of all messages.
-            "index_bytes": int(index_bytes * m["n"] / total) if total else 0,
-            "record_count": int(records),
-            "session_count": int(sessions),
-        }
+        return C.stats_dict(row["m"], row["sm"], row["tb"], row["ib"], row["v"], row["vb"], sessions=row["sessions"],
+                            records=records, oldest=row["oldest"], newest=row["newest"])
 
 
 class _Lexical:

@@ -7,7 +7,8 @@ tenant other than ``default``; user/agent/session values are %-quoted, ``*`` mea
     ...:session:{s}:msgs                       hash  message id -> message JSON (verbatim data)
     ...:session:{s}:order                      zset  message id scored by position
     ...:session:{s}:vecs                       hash  message id -> float32 bytes
-    ...:session:{s}:state                      hash  key -> JSON document
+    ...:session:{s}:state                      hash  key -> JSON document, key NUL "v" -> its version
+    ...:session:{s}:added                      list  'm'/'v' + id of each addition since the last deletion
     P:user:{u}:records:{namespace}             hash  long-term records of the user
     P:user:{u}:record-namespaces, P:user:{u}:sessions, P:users, P:sessions:{s}   index sets
 
@@ -18,8 +19,11 @@ tenant other than ``default``; user/agent/session values are %-quoted, ``*`` mea
 * **Writes are Lua scripts**, so each is atomic: positions come from the session's counter
   (``HINCRBY``-style, inside the script) and a retried append with the same ids is a no-op.
 * **Search runs in process**: numpy cosine over the session's vectors and Okapi BM25 over
-  its texts (stemmed with PyStemmer when installed), cached per session and reloaded when
-  the session's ``version`` changes (any process's write bumps it). Servers with a query
+  its texts (stemmed with PyStemmer when installed), cached per session. When the session's
+  ``version`` moves (any process's write), only the additions logged in ``added`` since the
+  cache was built are loaded; a deletion or overwrite moves its ``epoch`` and the cache is rebuilt.
+* **Counters**: the meta hash keeps the session's summary count, text and index bytes, updated
+  by the write scripts, so ``stats`` costs a few O(1) commands per session. Servers with a query
   engine with vector search (RediSearch >= 2.4, Redis 8) are detected (``search_module``)
   but not used yet; older RediSearch (Debian's ``redis-redisearch`` is 1.2) has no vectors.
 * **Durability** is the server's: run it with ``appendonly yes``; ``appendfsync everysec``
@@ -51,14 +55,17 @@ import numpy as np
 import redis as redis_lib
 
 from ..errors import StoreError
+from . import _bm25 as B
 from . import _common as C
 from . import _forget as F
 from . import _validate as V
+from . import _vectors as Vec
+from ._store import StoreBase
 from .base import DEFAULT_TENANT, Filters, Hit, Record, Scope, StoredMessage
 
 DEFAULT_TTL_SECONDS = 210 * 24 * 3600
 _OWN_OPTIONS = ("prefix", "ttl_seconds", "ttl_days")
-_FAMILIES = ("meta", "msgs", "order", "vecs", "state")
+_FAMILIES = ("meta", "msgs", "order", "vecs", "state", "added")
 _SCAN_ABOVE = 20_000  # sessions with more messages are read for search in pages
 _SCAN_PAGE = 2_000
 _NONE = "*"  # a missing user/agent in a key (quote() never yields a bare "*")
@@ -66,21 +73,43 @@ _KEY_SEP = "#"  # a store-global message key: session base # session birth # mes
 _SCRUB_WAIT, _SCRUB_POLLS = 2.0, 100  # forget waits this long (s) for each AOF rewrite / RDB save it starts
 _PERSISTING = ("aof_rewrite_in_progress", "aof_rewrite_scheduled", "rdb_bgsave_in_progress")
 
-# KEYS: 1 meta, 2 msgs, 3 order, 4 vecs, 5 state, 6 user's sessions, 7 users, 8 sessions with this id
+# KEYS: 1 meta, 2 msgs, 3 order, 4 vecs, 5 state, 6 user's sessions, 7 users, 8 sessions with this id,
+#       9 added (the log of additions since the last deletion: 'm'..id, 'v'..id; search caches load only these)
 # ARGV: 1 default ttl, 2 session base key, 3 user segment, 4 tenant, 5 user, 6 agent, 7 session, 8.. per script
 _PRELUDE = """
 local function register()
   if redis.call('EXISTS', KEYS[1]) == 0 then
     redis.call('HSET', KEYS[1], 'tenant', ARGV[4], 'user_id', ARGV[5], 'agent_id', ARGV[6],
-               'session_id', ARGV[7], 'next', 0, 'version', 0, 'born', table.concat(redis.call('TIME'), '.'))
+               'session_id', ARGV[7], 'next', 0, 'version', 0, 'born', table.concat(redis.call('TIME'), '.'),
+               'counted', 1, 'summary_count', 0, 'text_bytes', 0, 'index_bytes', 0)
   end
   redis.call('SADD', KEYS[6], ARGV[2])
   redis.call('SADD', KEYS[7], ARGV[3])
   redis.call('SADD', KEYS[8], ARGV[2])
 end
+-- the session's counters (stats): kept by every write once 'counted' is set (sessions made before
+-- counters existed get them from the recount script first)
+local function count(summaries, text_bytes, index_bytes)
+  if redis.call('HEXISTS', KEYS[1], 'counted') == 1 then
+    redis.call('HINCRBY', KEYS[1], 'summary_count', summaries)
+    redis.call('HINCRBY', KEYS[1], 'text_bytes', text_bytes)
+    redis.call('HINCRBY', KEYS[1], 'index_bytes', index_bytes)
+  end
+end
+local function sizes(body)  -- what a stored message added to the counters
+  local row = cjson.decode(body)
+  local summary = row['kind'] == 'summary' and 1 or 0
+  return summary, row['nbytes'] or (#row['text'] + #row['data']), row['ibytes'] or #row['text']
+end
+-- a deletion or an overwrite: every search cache of the session is rebuilt, the log starts again
+local function new_epoch()
+  redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+  redis.call('DEL', KEYS[9])
+end
 local function refresh()
   local ttl = tonumber(redis.call('HGET', KEYS[1], 'ttl') or ARGV[1])
   for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ttl) end
+  redis.call('EXPIRE', KEYS[9], ttl)
   for i = 6, 8 do
     if redis.call('TTL', KEYS[i]) < ttl then redis.call('EXPIRE', KEYS[i], ttl) end
   end
@@ -94,8 +123,10 @@ register()
 local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
 local n = tonumber(ARGV[8])
 local out, seen, taken, new = {}, {}, {}, {}
+local summaries, text_bytes, index_bytes = 0, 0, 0
 for i = 1, n do
-  local id, pos, body = ARGV[6 + 3 * i], ARGV[7 + 3 * i], ARGV[8 + 3 * i]
+  local at = 8 + 6 * (i - 1)
+  local id, pos, body = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
   local p = seen[id] or redis.call('ZSCORE', KEYS[3], id)
   if p then
     out[i] = tonumber(p)
@@ -111,14 +142,21 @@ for i = 1, n do
     if p + 1 > nxt then nxt = p + 1 end
     seen[id], taken[p], out[i] = p, true, p
     new[#new + 1] = {id, p, body}
+    summaries = summaries + tonumber(ARGV[at + 4])
+    text_bytes = text_bytes + tonumber(ARGV[at + 5])
+    index_bytes = index_bytes + tonumber(ARGV[at + 6])
   end
 end
 for _, m in ipairs(new) do
   redis.call('HSET', KEYS[2], m[1], m[3])
   redis.call('ZADD', KEYS[3], m[2], m[1])
+  redis.call('RPUSH', KEYS[9], 'm' .. m[1])
 end
 redis.call('HSET', KEYS[1], 'next', nxt)
-if #new > 0 then redis.call('HINCRBY', KEYS[1], 'version', 1) end
+if #new > 0 then
+  redis.call('HINCRBY', KEYS[1], 'version', 1)
+  count(summaries, text_bytes, index_bytes)
+end
 refresh()
 return out
 """
@@ -138,7 +176,12 @@ for i = 1, n do
   if redis.call('HEXISTS', KEYS[2], ARGV[9 + 2 * i]) == 0 then missing[#missing + 1] = ARGV[9 + 2 * i] end
 end
 if #missing > 0 then return redis.error_reply('fullrecall:missing ' .. cjson.encode(missing)) end
-for i = 1, n do redis.call('HSET', KEYS[4], ARGV[9 + 2 * i], ARGV[10 + 2 * i]) end
+local overwrote = false
+for i = 1, n do
+  if redis.call('HSET', KEYS[4], ARGV[9 + 2 * i], ARGV[10 + 2 * i]) == 0 then overwrote = true end
+  redis.call('RPUSH', KEYS[9], 'v' .. ARGV[9 + 2 * i])
+end
+if overwrote then new_epoch() end
 redis.call('HSET', KEYS[1], 'vec_model', model, 'vec_dim', dim)
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 refresh()
@@ -150,25 +193,91 @@ _DELETE = (
     _PRELUDE
     + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local gone = 0
+local gone, summaries, text_bytes, index_bytes = 0, 0, 0, 0
 for i = 8, #ARGV do
+  local body = redis.call('HGET', KEYS[2], ARGV[i])
+  if body then
+    local s, t, x = sizes(body)
+    summaries, text_bytes, index_bytes = summaries - s, text_bytes - t, index_bytes - x
+  end
   gone = gone + redis.call('HDEL', KEYS[2], ARGV[i])
   redis.call('ZREM', KEYS[3], ARGV[i])
   redis.call('HDEL', KEYS[4], ARGV[i])
 end
-if gone > 0 then redis.call('HINCRBY', KEYS[1], 'version', 1) end
+count(summaries, text_bytes, index_bytes)
+if gone > 0 then
+  redis.call('HINCRBY', KEYS[1], 'version', 1)
+  new_epoch()
+end
 refresh()
 return gone
 """
 )
 
+_RECOUNT = (
+    _PRELUDE
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'counted') == 1 then return 0 end
+local summaries, text_bytes, index_bytes = 0, 0, 0
+for _, body in ipairs(redis.call('HVALS', KEYS[2])) do
+  local s, t, x = sizes(body)
+  summaries, text_bytes, index_bytes = summaries + s, text_bytes + t, index_bytes + x
+end
+redis.call('HSET', KEYS[1], 'counted', 1, 'summary_count', summaries, 'text_bytes', text_bytes,
+           'index_bytes', index_bytes)
+return 1
+"""
+)
+
+# KEYS: 1 meta, 2 msgs, 3 vecs, 4 added; ARGV: 1 how much of the log a cache holds. Returns the session's
+# version, birth, epoch, and each later log entry with its message body or vector (false if gone since).
+_ADDITIONS = """
+local out = {redis.call('HGET', KEYS[1], 'version') or '0', redis.call('HGET', KEYS[1], 'born') or '',
+             redis.call('HGET', KEYS[1], 'epoch') or '0'}
+for _, entry in ipairs(redis.call('LRANGE', KEYS[4], tonumber(ARGV[1]), -1)) do
+  local id = string.sub(entry, 2)
+  out[#out + 1] = entry
+  out[#out + 1] = redis.call('HGET', string.sub(entry, 1, 1) == 'm' and KEYS[2] or KEYS[3], id)
+end
+return out
+"""
+
+# KEYS: 1 order, 2 msgs, 3 meta; ARGV: start, end of each span. Returns the session's birth (nothing if
+# there is no session), then id, position, body of each message in a span. Returns id, position, body of each message in a span.
+_RANGES = """
+local born = redis.call('HGET', KEYS[3], 'born')
+if not born then return {} end
+local out, seen = {born}, {}
+for i = 1, #ARGV, 2 do
+  local found = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[i], ARGV[i + 1], 'WITHSCORES')
+  for j = 1, #found, 2 do
+    local id = found[j]
+    if not seen[id] then
+      seen[id] = true
+      local body = redis.call('HGET', KEYS[2], id)
+      if body then
+        out[#out + 1] = id
+        out[#out + 1] = found[j + 1]
+        out[#out + 1] = body
+      end
+    end
+  end
+end
+return out
+"""
+
 _PUT_STATE = (
     _PRELUDE
     + """
 register()
-redis.call('HSET', KEYS[5], ARGV[8], ARGV[9])
+local vf = ARGV[8] .. '\0v'  -- the document's version: a field no key can name (keys hold no NUL)
+local version = tonumber(redis.call('HGET', KEYS[5], vf) or redis.call('HEXISTS', KEYS[5], ARGV[8]))
+if ARGV[10] ~= '' and tonumber(ARGV[10]) ~= version then
+  return redis.error_reply('fullrecall:conflict ' .. version)
+end
+redis.call('HSET', KEYS[5], ARGV[8], ARGV[9], vf, version + 1)
 refresh()
-return 1
+return version + 1
 """
 )
 
@@ -203,16 +312,23 @@ class _Session:
 
 @dataclass
 class _Cached:
+    """A session's search structures as of ``version``; ``epoch`` (birth/deletions) says whether the
+    additions logged after the first ``logged`` entries can be loaded on top of them.
+    """
+
+    epoch: str
     version: str
-    lexical: C.LexicalIndex
-    vectors: C.VectorBlock | None
+    logged: int
+    lexical: B.LexicalIndex
+    vectors: Vec.VectorBlock | None
+    attrs: dict[str, tuple[str, str, float]]  # message id -> (role, kind, created_at), for vectors added later
 
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
     return C.split_url(url, ("redis", "rediss"), _OWN_OPTIONS)
 
 
-class RedisStore:
+class RedisStore(StoreBase):
     """:class:`~fullrecall.stores.base.Store` on Redis (see the module docstring)."""
 
     def __init__(
@@ -242,12 +358,15 @@ class RedisStore:
                 ("delete", _DELETE),
                 ("state", _PUT_STATE),
                 ("ttl", _SET_TTL),
+                ("recount", _RECOUNT),
+                ("ranges", _RANGES),
+                ("additions", _ADDITIONS),
             )
         }
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._cache_sessions = cache_sessions
         self._lock = threading.Lock()
-        self._tokenize = C.Tokenizer()
+        self._tokenize = B.Tokenizer()
         self._closed = False
         with self._errors("connect to"):
             self._r.ping()
@@ -291,12 +410,6 @@ class RedisStore:
         self._cache.clear()
         self._r.close()
 
-    def __enter__(self) -> RedisStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"RedisStore({self._safe_url()!r}, prefix={self.prefix!r})"
 
@@ -314,10 +427,11 @@ class RedisStore:
         """Run a write script on the session of ``scope`` (keys and scope args filled in)."""
         user, agent, session = scope.owner()
         p, base = self._p(scope), self._base(scope)
-        keys = [f"{base}:{f}" for f in _FAMILIES] + [
+        keys = [f"{base}:{f}" for f in _FAMILIES[:5]] + [
             f"{p}:user:{_q(user)}:sessions",
             f"{p}:users",
             f"{p}:sessions:{quote(session, safe='')}",
+            f"{base}:added",
         ]
         argv = [self.ttl_seconds, base, _q(user), scope.tenant, user, agent, session, *args]
         with self._errors("write to"):
@@ -361,15 +475,12 @@ class RedisStore:
 
     # -- archived messages ------------------------------------------------------------
 
-    def append(self, scope: Scope, messages: Sequence[StoredMessage]) -> list[int]:
-        scope.require_session()
-        messages = list(messages)
-        C.check_messages(messages)
-        if not messages:
-            return []
+    def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
         args: list[Any] = [len(messages)]
         for m in messages:
-            args += [m.id, "" if m.position is None else m.position, json.dumps(C.message_row(m), ensure_ascii=False)]
+            row = C.message_row(m)
+            args += [m.id, "" if m.position is None else m.position, json.dumps(row, ensure_ascii=False),
+                     int(m.kind == "summary"), row["nbytes"], row["ibytes"]]
         return [int(p) for p in self._run("append", scope, args)]
 
     def _read_messages(self, session: _Session, ids: list[str]) -> list[StoredMessage]:
@@ -411,14 +522,25 @@ class RedisStore:
                     out += self._read_messages(session, list(dict.fromkeys(ids)))
         return C.in_conversation_order(out)
 
-    def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
+    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
         scope.require_session()
-        out: list[StoredMessage] = []
+        spans = C.check_spans(spans)
+        if not spans:
+            return []
+        user, agent, session_id = scope.owner()  # one conversation: its keys are known, one script reads it
+        session = _Session(self._base(scope), {"user_id": user, "agent_id": agent, "session_id": session_id})
         with self._errors("read from"):
-            for session in self._sessions(scope):
-                ids = [i.decode() for i in cast("list[bytes]", self._r.zrangebyscore(session.key("order"), start, end))]
-                out += sorted(self._read_messages(session, ids), key=lambda m: m.position or 0) if ids else []
-        return out
+            reply = self._scripts["ranges"](keys=[session.key("order"), session.key("msgs"), session.key("meta")],
+                                            args=[p for span in spans for p in span])
+        if not reply:
+            return [[] for _ in spans]
+        session.meta["born"] = reply[0].decode()
+        found = [
+            C.message_from_row(json.loads(body), int(pos), session_id, user_id=user, agent_id=agent,
+                               key=_key(session, i.decode()))
+            for i, pos, body in zip(reply[1::3], reply[2::3], reply[3::3])
+        ]
+        return C.split_spans(found, spans)
 
     def count(self, scope: Scope) -> int:
         sessions = self._sessions(scope)
@@ -439,13 +561,7 @@ class RedisStore:
 
     # -- vectors ---------------------------------------------------------------------------
 
-    def set_vectors(self, scope: Scope, ids: Sequence[str], vectors: np.ndarray, model: str) -> None:
-        scope.require_session()
-        ids = list(ids)
-        C.check_model(model)
-        mat = C.as_matrix(vectors, len(ids))
-        if not ids:
-            return
+    def _set_vectors(self, scope: Scope, ids: list[str], mat: np.ndarray, model: str) -> None:
         args: list[Any] = [model, int(mat.shape[1]), len(ids)]
         for i, row in zip(ids, mat):
             args += [i, row.tobytes()]
@@ -454,7 +570,7 @@ class RedisStore:
         except _ScriptError as exc:
             if exc.kind == "model":
                 stored = json.loads(exc.detail)
-                raise C.model_mismatch((stored[0], int(stored[1])), model, int(mat.shape[1])) from None
+                raise Vec.model_mismatch((stored[0], int(stored[1])), model, int(mat.shape[1])) from None
             if exc.kind == "nosession":
                 raise ValueError(
                     f"set_vectors: session {scope.session_id!r} has no messages; append them first"
@@ -485,36 +601,28 @@ class RedisStore:
     # -- search (in process) --------------------------------------------------------------------
 
     def _cached(self, session: _Session) -> _Cached:
-        """The session's search structures, rebuilt only when its version moved.
+        """The session's search structures: as cached while its version stands, the additions loaded on
+        top when only additions happened since (any process's appends and new vectors), rebuilt after a
+        deletion or an overwrite (the session's epoch moved).
 
-        A conversation forgotten and begun again under the same keys counts its version from 0
-        again: the version is qualified by the server time its meta was created (``born``), so
-        a process never answers from the forgotten conversation's cache.
+        A conversation forgotten and begun again under the same keys counts from 0 again: the epoch
+        is qualified by the server time its meta was created (``born``), so a process never answers
+        from the forgotten conversation's cache.
         """
         born = session.meta.get("born", "")
-        version = f"{born}/{session.meta.get('version', '0')}"
+        epoch = f"{born}/{session.meta.get('epoch', '0')}"
         with self._lock:
             hit = self._cache.get(session.base)
-            if hit is not None and hit.version == version:
-                self._cache.move_to_end(session.base)
-                return hit
-        with self._errors("read from"):
-            bodies, vecs, version_now = self._snapshot(session)
-        rows = [json.loads(b) for b in bodies.values()]
-        lexical = C.LexicalIndex.build(
-            [(r["id"], _key(session, r["id"]), r["role"], r["kind"], r["created_at"],
-              self._tokenize(V.indexed_prefix(r["text"])))
-             for r in rows]
-        )
-        by_id = {r["id"]: r for r in rows}
-        vec_rows = [
-            (i, _key(session, i), blob, by_id[i]["role"], by_id[i]["kind"], by_id[i]["created_at"])
-            for i, blob in ((k.decode(), v) for k, v in vecs.items())
-            if i in by_id
-        ]
-        dim = int(session.meta.get("vec_dim") or 0)
-        block = C.VectorBlock.build(vec_rows, dim) if vec_rows and dim else None
-        entry = _Cached(f"{born}/{(version_now or b'0').decode()}", lexical, block)
+        if hit is not None and hit.epoch == epoch:
+            if hit.version == session.meta.get("version", "0"):
+                entry: _Cached | None = hit
+            else:
+                entry = self._load_additions(session, hit)
+            if entry is not None:
+                return self._remember(session, entry)
+        return self._remember(session, self._rebuild(session, born))
+
+    def _remember(self, session: _Session, entry: _Cached) -> _Cached:
         with self._lock:
             self._cache[session.base] = entry
             self._cache.move_to_end(session.base)
@@ -522,39 +630,101 @@ class RedisStore:
                 self._cache.popitem(last=False)
         return entry
 
-    def _snapshot(self, session: _Session) -> tuple[dict[bytes, bytes], dict[bytes, bytes], bytes | None]:
-        """(messages, vectors, version) of one session, as of one moment.
+    def _rebuild(self, session: _Session, born: str) -> _Cached:
+        with self._errors("read from"):
+            bodies, vecs, version, epoch, logged = self._snapshot(session)
+        rows = [json.loads(b) for b in bodies.values()]
+        attrs = {r["id"]: (r["role"], r["kind"], r["created_at"]) for r in rows}
+        lexical = B.LexicalIndex.build([self._lexical_row(session, r) for r in rows])
+        vec_rows = [(i, blob) for i, blob in ((k.decode(), v) for k, v in vecs.items()) if i in attrs]
+        return _Cached(f"{born}/{epoch}", version, logged, lexical, self._vector_block(session, vec_rows, attrs, None),
+                       attrs)
+
+    def _load_additions(self, session: _Session, hit: _Cached) -> _Cached | None:
+        """``hit`` with what the session's log added since; None when a deletion intervened (rebuild)."""
+        keys = [session.key("meta"), session.key("msgs"), session.key("vecs"), session.key("added")]
+        with self._errors("read from"):
+            reply = self._scripts["additions"](keys=keys, args=[hit.logged])
+        version, born, epoch, entries = reply[0].decode(), reply[1].decode(), reply[2].decode(), reply[3:]
+        if hit.epoch != f"{born}/{epoch}":  # deleted from, or forgotten and begun again, since
+            return None
+        attrs = dict(hit.attrs)
+        rows, vec_rows = [], []
+        for entry, payload in zip(entries[::2], entries[1::2]):
+            if payload is None:
+                continue
+            if entry[:1] == b"m":
+                row = json.loads(payload)
+                attrs[row["id"]] = (row["role"], row["kind"], row["created_at"])
+                rows.append(self._lexical_row(session, row))
+            else:
+                vec_rows.append((entry[1:].decode(), payload))
+        lexical = hit.lexical.extend(B.LexicalIndex.build(rows)) if rows else hit.lexical
+        block = self._vector_block(session, vec_rows, attrs, hit.vectors)
+        return _Cached(hit.epoch, version, hit.logged + len(entries) // 2, lexical, block, attrs)
+
+    def _lexical_row(self, session: _Session, r: dict[str, Any]) -> tuple[str, str, str, str, float, list[str]]:
+        return (r["id"], _key(session, r["id"]), r["role"], r["kind"], r["created_at"],
+                self._tokenize(V.indexed_prefix(r["text"])))
+
+    @staticmethod
+    def _vector_block(
+        session: _Session, vec_rows: list[tuple[str, bytes]], attrs: dict[str, tuple[str, str, float]],
+        block: Vec.VectorBlock | None,
+    ) -> Vec.VectorBlock | None:
+        """``block`` (None: none yet) with ``vec_rows`` (id, float32 bytes) added."""
+        rows = [(i, _key(session, i), blob, *attrs[i]) for i, blob in vec_rows if i in attrs]
+        if not rows:
+            return block
+        new = Vec.VectorBlock.build(rows, len(rows[0][2]) // 4)
+        return new if block is None else block.extend(new)
+
+    def _snapshot(
+        self, session: _Session
+    ) -> tuple[dict[bytes, bytes], dict[bytes, bytes], str, str, int]:
+        """(messages, vectors, version, epoch, log length) of one session, as of one moment.
 
         A small session comes in one MULTI. A large one would be one reply of gigabytes (a
         million messages time out the socket), so it is read in HSCAN pages and accepted
         when the version did not move meanwhile (every write moves it).
         """
-        msgs, vecs, meta = session.key("msgs"), session.key("vecs"), session.key("meta")
+        msgs, vecs, meta, added = session.key("msgs"), session.key("vecs"), session.key("meta"), session.key("added")
+
+        def marks() -> tuple[str, str, int]:
+            pipe = self._r.pipeline(transaction=True)
+            pipe.hget(meta, "version")
+            pipe.hget(meta, "epoch")
+            pipe.llen(added)
+            version, epoch, logged = pipe.execute()
+            return (version or b"0").decode(), (epoch or b"0").decode(), int(logged)
+
         if int(session.meta.get("next") or 0) > _SCAN_ABOVE:
             for _ in range(5):
-                before = cast("bytes | None", self._r.hget(meta, "version"))
+                before = marks()
                 bodies = dict(self._r.hscan_iter(msgs, count=_SCAN_PAGE))
                 vectors = dict(self._r.hscan_iter(vecs, count=_SCAN_PAGE))
-                if self._r.hget(meta, "version") == before:
-                    return bodies, vectors, before
+                if marks() == before:
+                    return bodies, vectors, *before
         pipe = self._r.pipeline(transaction=True)  # small, or writers kept moving it
         pipe.hgetall(msgs)
         pipe.hgetall(vecs)
         pipe.hget(meta, "version")
-        bodies, vectors, version = pipe.execute()
-        return bodies, vectors, version
+        pipe.hget(meta, "epoch")
+        pipe.llen(added)
+        bodies, vectors, version, epoch, logged = pipe.execute()
+        return bodies, vectors, (version or b"0").decode(), (epoch or b"0").decode(), int(logged)
 
     def search_vectors(
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
     ) -> list[Hit]:
         C.check_positive_k(k)
-        query = C.as_query(vector)
+        query = Vec.as_query(vector)
         sessions = [s for s in self._sessions(scope) if s.meta.get("vec_dim")]
         dims = {int(s.meta["vec_dim"]) for s in sessions}
         if len(dims) > 1:
             raise ValueError(f"this scope mixes vectors of dimensions {sorted(dims)}; search one session at a time")
         if dims and query.shape[0] != next(iter(dims)):
-            raise C.dim_mismatch(next(iter(dims)), query.shape[0])
+            raise Vec.dim_mismatch(next(iter(dims)), query.shape[0])
         hits: list[Hit] = []
         for s in sessions:
             block = self._cached(s).vectors
@@ -570,21 +740,29 @@ class RedisStore:
         if not tokens or k == 0:
             return []
         indexes = [self._cached(s).lexical for s in self._sessions(scope)]
-        return C.bm25_search(indexes, tokens, k, filters)
+        return B.bm25_search(indexes, tokens, k, filters)
 
     # -- state and long-term records ---------------------------------------------------------------
 
-    def put_state(self, scope: Scope, key: str, value: dict[str, Any]) -> None:
-        self._run("state", scope, [key, C.state_json(key, value)])
+    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
+        doc = C.state_json(key, value)
+        C.check_expected(key, expected, expected or 0)  # the argument's type; the version is checked in the script
+        try:
+            return int(self._run("state", scope, [key, doc, "" if expected is None else expected]))
+        except _ScriptError as exc:
+            if exc.kind != "conflict":
+                raise
+            C.check_expected(key, expected, int(exc.detail))
+            raise
 
-    def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
+    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
         scope.require_session()
         with self._errors("read from"):
             for s in self._sessions(scope):
-                doc = self._r.hget(s.key("state"), key)
+                doc, version = cast("list[bytes | None]", self._r.hmget(s.key("state"), [key, f"{key}\x00v"]))
                 if doc is not None:
-                    return C.json_loads(doc)
-        return None
+                    return C.json_loads(doc), int(version or 1)
+        return None, 0
 
     def set_ttl(self, scope: Scope, seconds: int) -> None:
         """Give one session its own TTL (seconds), applied now and on every later write."""
@@ -595,18 +773,20 @@ class RedisStore:
     def _records_key(self, scope: Scope, user_seg: str, namespace: str) -> str:
         return f"{self._p(scope)}:user:{user_seg}:records:{quote(namespace, safe='')}"
 
-    def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
-        _, user, agent, session = C.record_scope(scope)
+    def _put_record(
+        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None
+    ) -> None:
+        _, user, agent, session = owner
         doc = {
             "id": record.id,
             "namespace": record.namespace,
             "text": record.text,
-            "data": C.record_json(record),
+            "data": data,
             "created_at": record.created_at,
             "updated_at": record.updated_at,
             "agent_id": agent,
             "session_id": session,
-            "vector": C.as_matrix(vector, 1)[0].tolist() if vector is not None else None,
+            "vector": vector.tolist() if vector is not None else None,
         }
         p, u = self._p(scope), _q(user)
         key = self._records_key(scope, u, record.namespace)
@@ -672,8 +852,9 @@ class RedisStore:
                 pipe = self._r.pipeline(transaction=False)
                 pipe.hvals(s.key("msgs"))
                 pipe.hlen(s.key("vecs"))
-                pipe.hlen(s.key("state"))
-                bodies, n_vecs, n_state = pipe.execute()
+                pipe.hkeys(s.key("state"))
+                bodies, n_vecs, state_fields = pipe.execute()
+                n_state = sum(b"\x00" not in f for f in state_fields)  # documents, not their version fields
                 for body in bodies:
                     counts["summaries" if json.loads(body)["kind"] == "summary" else "messages"] += 1
                 counts["vectors"] += n_vecs
@@ -780,32 +961,43 @@ class RedisStore:
                 pipe.execute()
 
     def stats(self, scope: Scope) -> dict[str, int]:
+        """The scope's sizes from its sessions' counters and the sizes Redis keeps of each key (O(1) a session)."""
         sessions = self._sessions(scope)
-        out = {
-            "message_count": 0,
-            "summary_count": 0,
-            "text_bytes": 0,
-            "vector_count": 0,
-            "vector_bytes": 0,
-            "index_bytes": 0,
-            "record_count": 0,
-            "session_count": len(sessions),
-            "server_bytes": 0,
-        }
+        for s in sessions:
+            if "counted" not in s.meta:  # made before counters existed: count it once, atomically
+                self._run("recount", _scope_of(s, scope.tenant), [])
+        totals = dict.fromkeys(("m", "sm", "tb", "ib", "v", "vb", "server"), 0)
+        oldest: int | None = None
+        newest: int | None = None
         with self._errors("read from"):
+            pipe = self._r.pipeline(transaction=True)
             for s in sessions:
-                for body in self._r.hvals(s.key("msgs")):
-                    row = json.loads(body)
-                    out["message_count"] += 1
-                    out["summary_count"] += row["kind"] == "summary"
-                    out["text_bytes"] += C.row_bytes(row["text"], row["data"])
-                n_vecs = self._r.hlen(s.key("vecs"))
-                out["vector_count"] += n_vecs
-                out["vector_bytes"] += n_vecs * int(s.meta.get("vec_dim") or 0) * 4
-                out["index_bytes"] += int(self._r.memory_usage(s.key("order"), samples=0) or 0)
-                out["server_bytes"] += sum(int(self._r.memory_usage(s.key(f), samples=0) or 0) for f in _FAMILIES)
-            out["record_count"] = len(self._record_fields(scope, None, exact=True))
-        return out
+                pipe.hmget(s.key("meta"), ["summary_count", "text_bytes", "index_bytes", "vec_dim"])
+                pipe.zcard(s.key("order"))
+                pipe.hlen(s.key("vecs"))
+                pipe.zrange(s.key("order"), 0, 0, withscores=True)
+                pipe.zrange(s.key("order"), -1, -1, withscores=True)
+                for f in _FAMILIES:
+                    pipe.memory_usage(s.key(f))  # sampled: O(1) whatever the key's size
+            replies = pipe.execute()
+            per = 5 + len(_FAMILIES)
+            for n in range(len(sessions)):
+                counters, messages, vectors, first, last, *sizes = replies[n * per : (n + 1) * per]
+                summaries, text_bytes, index_bytes, dim = (int(c or 0) for c in counters)
+                totals["m"] += messages
+                totals["sm"] += summaries
+                totals["tb"] += text_bytes
+                totals["ib"] += index_bytes
+                totals["v"] += vectors
+                totals["vb"] += vectors * dim * 4
+                totals["server"] += sum(int(b or 0) for b in sizes)
+                if first:
+                    oldest = int(first[0][1]) if oldest is None else min(oldest, int(first[0][1]))
+                    newest = int(last[0][1]) if newest is None else max(newest, int(last[0][1]))
+            records = len(self._record_fields(scope, None, exact=True))
+        return C.stats_dict(totals["m"], totals["sm"], totals["tb"], totals["ib"], totals["v"], totals["vb"],
+                            sessions=len(sessions), records=records, oldest=oldest, newest=newest,
+                            server_bytes=totals["server"])
 
 
 def _scope_of(session: _Session, tenant: str) -> Scope:

@@ -28,6 +28,9 @@ Design, and why:
   the old pages: the checkpoint waits for it a bounded time, then ``forget`` reports the WAL
   and the file under ``"remaining"`` and every later write of this store object retries the
   checkpoint (without waiting) until one succeeds.
+* **Counters**: each session row keeps its message, summary and vector counts and text and
+  index bytes, updated in the transaction of every write (a trigger for deletes), so ``count``
+  and ``stats`` read one row per session.
 * **Schema migrations** are numbered; ``schema_version`` records the applied one.
 
 URL forms (SQLAlchemy's convention): ``sqlite:///relative/path.db``,
@@ -54,9 +57,11 @@ from ..errors import StoreError
 from . import _common as C
 from . import _forget as F
 from . import _validate as V
+from . import _vectors as Vec
+from ._store import StoreBase
 from .base import ANY, Filters, Hit, Record, Scope, StoredMessage
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def _indexed(column: str) -> str:
@@ -166,6 +171,39 @@ MIGRATIONS: dict[int, str] = {
         DELETE FROM vectors WHERE rid = old.rid;
     END;
     """,
+    # Per-session counters (and state versions, for compare-and-set), kept by every write in its own transaction, so that count and stats of a
+    # conversation read one row (O(1)) instead of scanning it; each message keeps its own sizes so a
+    # delete takes away exactly what its append added.
+    3: f"""
+    ALTER TABLE messages ADD COLUMN nbytes INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE messages ADD COLUMN ibytes INTEGER NOT NULL DEFAULT 0;
+    UPDATE messages SET nbytes = length(CAST(text AS BLOB)) + length(CAST(data AS BLOB)),
+        ibytes = CASE WHEN length(text) > {V.INDEXED_CHARS} THEN length(CAST(substr(text, 1, {V.INDEXED_CHARS}) AS BLOB))
+                 ELSE length(CAST(text AS BLOB)) END;
+    ALTER TABLE sessions ADD COLUMN message_count INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN summary_count INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN text_bytes INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN index_bytes INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN vector_count INTEGER NOT NULL DEFAULT 0;
+    UPDATE sessions SET
+        message_count = (SELECT count(*) FROM messages m WHERE m.sid = sessions.sid),
+        summary_count = (SELECT count(*) FROM messages m WHERE m.sid = sessions.sid AND m.kind = 'summary'),
+        text_bytes = (SELECT coalesce(sum(nbytes), 0) FROM messages m WHERE m.sid = sessions.sid),
+        index_bytes = (SELECT coalesce(sum(ibytes), 0) FROM messages m WHERE m.sid = sessions.sid),
+        vector_count = (SELECT count(*) FROM vectors v WHERE v.sid = sessions.sid);
+    ALTER TABLE state ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+    DROP TRIGGER messages_fts_delete;
+    CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+        INSERT INTO messages_fts (messages_fts, rowid, text, scope)
+        SELECT 'delete', old.rid, {_indexed("old.text")}, (SELECT fts_scope FROM sessions WHERE sid = old.sid)
+        WHERE old.rid <= (SELECT last_rid FROM fts_state);
+        UPDATE sessions SET message_count = message_count - 1, summary_count = summary_count - (old.kind = 'summary'),
+            text_bytes = text_bytes - old.nbytes, index_bytes = index_bytes - old.ibytes,
+            vector_count = vector_count - EXISTS (SELECT 1 FROM vectors WHERE rid = old.rid)
+        WHERE sid = old.sid;
+        DELETE FROM vectors WHERE rid = old.rid;
+    END;
+    """,
 }
 
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -211,7 +249,7 @@ def _qmarks(n: int) -> str:
     return ",".join("?" * n)
 
 
-class SQLiteStore:
+class SQLiteStore(StoreBase):
     """:class:`~fullrecall.stores.base.Store` on one SQLite file (see the module docstring)."""
 
     def __init__(
@@ -240,7 +278,7 @@ class SQLiteStore:
         self._busy_ms = int(busy_timeout)
         self._cache_budget = int(vector_cache_mb * 2**20)
         self._fts_batch = max(1, int(fts_batch))
-        self._cache: OrderedDict[tuple[int, ...], tuple[dict[int, tuple[int, Any]], int, C.VectorBlock]] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, ...], tuple[dict[int, tuple[int, Any]], int, Vec.VectorBlock]] = OrderedDict()
         self._df: dict[str, tuple[int, int]] = {}  # word -> (rows when counted, rows matching it)
         self._lock = threading.RLock()
         self._conn_obj: sqlite3.Connection | None = None
@@ -349,12 +387,6 @@ class SQLiteStore:
             self._cache.clear()
             self._closed = True
 
-    def __enter__(self) -> SQLiteStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"SQLiteStore({self.url!r})"
 
@@ -383,12 +415,7 @@ class SQLiteStore:
 
     # -- archived messages -------------------------------------------------------
 
-    def append(self, scope: Scope, messages: Sequence[StoredMessage]) -> list[int]:
-        scope.require_session()
-        messages = list(messages)
-        C.check_messages(messages)
-        if not messages:
-            return []
+    def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
         with self._write() as conn:
             sess = self._session_for_write(conn, scope)
             sid, next_pos = sess["sid"], sess["next_position"]
@@ -415,20 +442,28 @@ class SQLiteStore:
                     r["archived_at"],
                     r["summary_id"],
                     r["metadata"],
+                    r["nbytes"],
+                    r["ibytes"],
                 )
                 for r, pos in ((C.message_row(m), pos) for m, pos in new)
             ]
             try:
                 conn.executemany(
                     "INSERT INTO messages (sid, id, position, role, kind, text, data, created_at, archived_at,"
-                    " summary_id, metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " summary_id, metadata, nbytes, ibytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     new_rows,
                 )
             except sqlite3.IntegrityError as exc:
                 raise ValueError(
                     f"cannot append to session {scope.session_id!r}: an explicit position is already taken ({exc})"
                 ) from exc
-            conn.execute("UPDATE sessions SET next_position = ? WHERE sid = ?", (next_pos, sid))
+            conn.execute(
+                "UPDATE sessions SET next_position = ?, message_count = message_count + ?,"
+                " summary_count = summary_count + ?, text_bytes = text_bytes + ?, index_bytes = index_bytes + ?"
+                " WHERE sid = ?",
+                (next_pos, len(new_rows), sum(r[4] == "summary" for r in new_rows), sum(r[11] for r in new_rows),
+                 sum(r[12] for r in new_rows), sid),
+            )
             if new_rows:
                 _index_pending(conn, min_pending=self._fts_batch)
         return positions
@@ -462,18 +497,24 @@ class SQLiteStore:
                 out += self._select_messages(conn, f"{where} AND m.rid IN ({_qmarks(len(chunk))})", [*params, *chunk])
         return C.in_conversation_order(out)
 
-    def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
+    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
         scope.require_session()
+        spans = C.check_spans(spans)
         where, params = SQL.scope_where(scope)
-        with self._read() as conn:
-            return self._select_messages(conn, f"{where} AND m.position BETWEEN ? AND ?", [*params, start, end])
+        found: dict[int, StoredMessage] = {}
+        with self._read() as conn:  # one snapshot for every span
+            for chunk in _chunks(spans, 200):
+                within = " OR ".join("m.position BETWEEN ? AND ?" for _ in chunk)
+                for m in self._select_messages(conn, f"{where} AND ({within})", [*params, *(p for s in chunk for p in s)]):
+                    found[m.position or 0] = m
+        return C.split_spans(list(found.values()), spans)
 
     def count(self, scope: Scope) -> int:
         where, params = SQL.scope_where(scope)
-        with self._read() as conn:
-            return conn.execute(
-                f"SELECT count(*) FROM messages m JOIN sessions s ON s.sid = m.sid WHERE {where}", params
-            ).fetchone()[0]
+        with self._read() as conn:  # the sessions' counters: one row per session, whatever their size
+            return int(
+                conn.execute(f"SELECT coalesce(sum(message_count), 0) FROM sessions s WHERE {where}", params).fetchone()[0]
+            )
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         ids = C.read_ids(ids)
@@ -507,13 +548,7 @@ class SQLiteStore:
                 chunk,
             )
 
-    def set_vectors(self, scope: Scope, ids: Sequence[str], vectors: np.ndarray, model: str) -> None:
-        scope.require_session()
-        ids = list(ids)
-        C.check_model(model)
-        mat = C.as_matrix(vectors, len(ids))
-        if not ids:
-            return
+    def _set_vectors(self, scope: Scope, ids: list[str], mat: np.ndarray, model: str) -> None:
         dim = int(mat.shape[1])
         with self._write() as conn:
             where, params = SQL.scope_where(scope)
@@ -521,7 +556,7 @@ class SQLiteStore:
             if sess is None:
                 raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first")
             if sess["vec_model"] is not None and (sess["vec_model"], sess["vec_dim"]) != (model, dim):
-                raise C.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
+                raise Vec.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
             rids: dict[str, int] = {}
             for chunk in _chunks(list(dict.fromkeys(ids))):
                 rids.update(
@@ -539,11 +574,15 @@ class SQLiteStore:
                 conn.execute(f"DELETE FROM vectors WHERE rid IN ({_qmarks(len(c))})", c).rowcount
                 for c in _chunks(list(rids.values()))
             )
+            last = {i: n for n, i in enumerate(ids)}  # an id given twice: its last vector, as an overwrite
             conn.executemany(
-                "INSERT OR REPLACE INTO vectors (rid, sid, vec) VALUES (?, ?, ?)",
-                [(rids[i], sess["sid"], mat[n].tobytes()) for n, i in enumerate(ids)],
+                "INSERT INTO vectors (rid, sid, vec) VALUES (?, ?, ?)",
+                [(rids[i], sess["sid"], mat[n].tobytes()) for i, n in last.items()],
             )
-            conn.execute("UPDATE sessions SET vec_model = ?, vec_dim = ? WHERE sid = ?", (model, dim, sess["sid"]))
+            conn.execute(
+                "UPDATE sessions SET vec_model = ?, vec_dim = ?, vector_count = vector_count + ? WHERE sid = ?",
+                (model, dim, len(last) - overwrote, sess["sid"]),
+            )
             self._bump_vectors(conn, [sess["sid"]], epoch=overwrote > 0 or len(set(ids)) < len(ids))
 
     def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
@@ -571,7 +610,7 @@ class SQLiteStore:
             raise ValueError(f"this scope mixes vectors of several models: {[tuple(m) for m in models]}")
         return (models[0][0], int(models[0][1])) if models else None
 
-    def _vector_block(self, conn: sqlite3.Connection, sids: list[int]) -> C.VectorBlock | None:
+    def _vector_block(self, conn: sqlite3.Connection, sids: list[int]) -> Vec.VectorBlock | None:
         """The scope's normalised vectors, from the cache when no process changed them."""
         # A session's sid is reused once forget deletes the newest session, and the new session's
         # counters start again from 0: its identity (owner, name, creation time) is part of the
@@ -613,7 +652,7 @@ class SQLiteStore:
 
     def _load_vectors(
         self, conn: sqlite3.Connection, sids: list[int], dim: int, after: int
-    ) -> tuple[C.VectorBlock, int]:
+    ) -> tuple[Vec.VectorBlock, int]:
         rows: list[tuple[str, str, bytes, str, str, float]] = []
         max_vid = after
         for chunk in _chunks(sids):
@@ -625,10 +664,10 @@ class SQLiteStore:
             ):
                 max_vid = max(max_vid, r[0])
                 rows.append((r[1], str(r[2]), r[3], r[4], r[5], r[6]))
-        return C.VectorBlock.build(rows, dim), max_vid
+        return Vec.VectorBlock.build(rows, dim), max_vid
 
     def _remember(
-        self, key: tuple[int, ...], versions: dict[int, tuple[int, Any]], max_vid: int, block: C.VectorBlock
+        self, key: tuple[int, ...], versions: dict[int, tuple[int, Any]], max_vid: int, block: Vec.VectorBlock
     ) -> None:
         self._cache[key] = (versions, max_vid, block)
         self._cache.move_to_end(key)
@@ -643,7 +682,7 @@ class SQLiteStore:
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
     ) -> list[Hit]:
         C.check_positive_k(k)
-        query = C.as_query(vector)
+        query = Vec.as_query(vector)
         with self._read() as conn:
             block = self._vector_block(conn, self._sids(conn, scope))
         return block.search(query, k, filters) if block is not None else []
@@ -655,10 +694,11 @@ class SQLiteStore:
         words = C.split_terms(terms)
         if not words or k == 0:
             return []
-        with self._lock:
-            if _pending(self._conn()):
-                with self._write() as conn:
-                    _index_pending(conn, min_pending=1)
+        with self._read() as conn:
+            pending = _pending(conn)
+        if pending:
+            with self._write() as conn:
+                _index_pending(conn, min_pending=1)
         with self._read() as conn:
             text_query = _fts_query(self._weighable(conn, words))
         where, params = SQL.scope_where(scope)
@@ -730,43 +770,38 @@ class SQLiteStore:
 
     # -- state and long-term records -------------------------------------------------
 
-    def put_state(self, scope: Scope, key: str, value: dict[str, Any]) -> None:
+    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
         doc = C.state_json(key, value)
-        with self._write() as conn:
+        with self._write() as conn:  # the write lock is held from the start: the version cannot move meanwhile
             sid = self._session_for_write(conn, scope)["sid"]
+            row = conn.execute("SELECT version FROM state WHERE sid = ? AND key = ?", (sid, key)).fetchone()
+            version = row[0] if row else 0
+            C.check_expected(key, expected, version)
             conn.execute(
-                "INSERT OR REPLACE INTO state (sid, key, value, updated_at) VALUES (?, ?, ?, ?)",
-                (sid, key, doc, time.time()),
+                "INSERT OR REPLACE INTO state (sid, key, value, updated_at, version) VALUES (?, ?, ?, ?, ?)",
+                (sid, key, doc, time.time(), version + 1),
             )
+        return version + 1
 
-    def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
+    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
         scope.require_session()
         where, params = SQL.scope_where(scope)
         with self._read() as conn:
             row = conn.execute(
-                f"SELECT t.value FROM state t JOIN sessions s ON s.sid = t.sid WHERE {where} AND t.key = ?"
-                " ORDER BY t.updated_at DESC LIMIT 1",
+                f"SELECT t.value, t.version FROM state t JOIN sessions s ON s.sid = t.sid WHERE {where} AND t.key = ?",
                 [*params, key],
             ).fetchone()
-        return C.json_loads(row[0]) if row else None
+        return (C.json_loads(row[0]), int(row[1])) if row else (None, 0)
 
-    def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
-        data = C.record_json(record)
-        blob = C.as_matrix(vector, 1)[0].tobytes() if vector is not None else None
+    def _put_record(
+        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None
+    ) -> None:
         with self._write() as conn:
             conn.execute(
                 "INSERT OR REPLACE INTO records (tenant, user_id, agent_id, session_id, namespace, id, text, data,"
                 " created_at, updated_at, vec) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    *C.record_scope(scope),
-                    record.namespace,
-                    record.id,
-                    record.text,
-                    data,
-                    record.created_at,
-                    record.updated_at,
-                    blob,
-                ),
+                (*owner, record.namespace, record.id, record.text, data, record.created_at, record.updated_at,
+                 vector.tobytes() if vector is not None else None),
             )
 
     def get_records(self, scope: Scope, namespace: str) -> list[Record]:
@@ -846,35 +881,21 @@ class SQLiteStore:
         )
 
     def stats(self, scope: Scope) -> dict[str, int]:
+        """The scope's sizes from its sessions' counters (one row per session, whatever their size)."""
         where, params = SQL.scope_where(scope)
         rwhere, rparams = SQL.record_where(scope, exact=True)
         with self._read() as conn:
-            m = conn.execute(
-                "SELECT count(*), coalesce(sum(length(CAST(m.text AS BLOB)) + length(CAST(m.data AS BLOB))), 0),"
-                " coalesce(sum(m.kind = 'summary'), 0)"
-                f" FROM messages m JOIN sessions s ON s.sid = m.sid WHERE {where}",
+            row = conn.execute(
+                "SELECT count(*), coalesce(sum(message_count), 0), coalesce(sum(summary_count), 0),"
+                " coalesce(sum(text_bytes), 0), coalesce(sum(index_bytes), 0), coalesce(sum(vector_count), 0),"
+                " coalesce(sum(vector_count * coalesce(vec_dim, 0) * 4), 0),"
+                " min((SELECT min(position) FROM messages m WHERE m.sid = s.sid)),"
+                " max((SELECT max(position) FROM messages m WHERE m.sid = s.sid))"
+                f" FROM sessions s WHERE {where}",
                 params,
             ).fetchone()
-            v = conn.execute(
-                "SELECT count(*), coalesce(sum(length(v.vec)), 0)"
-                f" FROM vectors v JOIN sessions s ON s.sid = v.sid WHERE {where}",
-                params,
-            ).fetchone()
-            total_msgs = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
-            fts_bytes = _fts_bytes(conn)
             records = conn.execute(f"SELECT count(*) FROM records r WHERE {rwhere}", rparams).fetchone()[0]
-            n_sessions = conn.execute(f"SELECT count(*) FROM sessions s WHERE {where}", params).fetchone()[0]
-        return {
-            "message_count": int(m[0]),
-            "summary_count": int(m[2]),
-            "text_bytes": int(m[1]),
-            "vector_count": int(v[0]),
-            "vector_bytes": int(v[1]),
-            # FTS5 index pages, attributed to the scope by its share of all messages.
-            "index_bytes": int(fts_bytes * m[0] / total_msgs) if total_msgs else 0,
-            "record_count": int(records),
-            "session_count": int(n_sessions),
-        }
+        return C.stats_dict(*row[1:7], sessions=row[0], records=records, oldest=row[7], newest=row[8])
 
 
 def _top_rid(conn: sqlite3.Connection) -> int:
@@ -919,11 +940,3 @@ def _split_sql(script: str) -> list[str]:
     if buf.strip():
         raise ValueError(f"incomplete SQL in migration: {buf[:80]!r}")
     return out
-
-
-def _fts_bytes(conn: sqlite3.Connection) -> int:
-    try:
-        row = conn.execute("SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name LIKE 'messages_fts%'").fetchone()
-        return int(row[0])
-    except sqlite3.OperationalError:  # SQLite built without dbstat: count the index blobs
-        return int(conn.execute("SELECT coalesce(sum(length(block)), 0) FROM messages_fts_data").fetchone()[0])

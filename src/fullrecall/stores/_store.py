@@ -1,0 +1,111 @@
+"""The contract every backend inherits: public methods check their input once, then call small hooks.
+
+A backend subclasses :class:`StoreBase` and implements the hooks (``_append``, ``_set_vectors``,
+``_put_record``, ``ranges``, ``get_versioned_state``, ``put_state``); what is built the same way
+on every backend (``range``, ``get_state``, ``update_state``) lives here once.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Self
+
+import numpy as np
+
+from ..errors import StateConflict
+from . import _common as C
+from . import _vectors as Vec
+from .base import Record, Scope, StoredMessage
+
+
+class StoreBase:
+    """What every backend shares: validation before any write, and the operations built on its hooks."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- hooks, called with checked input ---------------------------------------------------
+
+    def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
+        """Write a non-empty batch of valid messages to the session of ``scope``; their positions."""
+        raise NotImplementedError
+
+    def _set_vectors(self, scope: Scope, ids: list[str], matrix: np.ndarray, model: str) -> None:
+        """Store the rows of ``matrix`` (float32, one per id, at least one) for the session's messages."""
+        raise NotImplementedError
+
+    def _put_record(
+        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None
+    ) -> None:
+        """Upsert a valid record for ``owner`` (tenant, user, agent, session or ""), ``data`` as JSON text."""
+        raise NotImplementedError
+
+    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
+        raise NotImplementedError
+
+    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
+        raise NotImplementedError
+
+    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
+        raise NotImplementedError
+
+    # -- the public methods that check input, then call a hook ---------------------------------
+
+    def append(self, scope: Scope, messages: Sequence[StoredMessage]) -> list[int]:
+        """Write messages durably; return their positions (in input order). Nothing is written if one is bad."""
+        scope.require_session()
+        batch = list(messages)
+        C.check_messages(batch)
+        return self._append(scope, batch) if batch else []
+
+    def set_vectors(self, scope: Scope, ids: Sequence[str], vectors: np.ndarray, model: str) -> None:
+        """Store one float32 vector per message id, tagged with the embedding model."""
+        scope.require_session()
+        ids = list(ids)
+        Vec.check_model(model)
+        matrix = Vec.as_matrix(vectors, len(ids))
+        if ids:
+            self._set_vectors(scope, ids, matrix, model)
+
+    def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
+        """Save a long-term record (and its vector) for the scope's owner."""
+        data = C.record_json(record)
+        owner = C.record_scope(scope)
+        self._put_record(scope, owner, record, data, Vec.as_matrix(vector, 1)[0] if vector is not None else None)
+
+    # -- built on the hooks ---------------------------------------------------------------------
+
+    def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:
+        """Messages of one session with ``start <= position <= end``, in order."""
+        return self.ranges(scope, [(start, end)])[0]
+
+    def get_state(self, scope: Scope, key: str) -> dict[str, Any] | None:
+        """The document saved under key, or None."""
+        return self.get_versioned_state(scope, key)[0]
+
+    def update_state(
+        self, scope: Scope, key: str, change: Callable[[dict[str, Any] | None], dict[str, Any]], attempts: int = 32
+    ) -> dict[str, Any]:
+        """Read-modify-write that never loses a concurrent update (compare-and-set, retried).
+
+        ``change`` gets the current document (a fresh copy, or None) and returns the new one; it may
+        be called again when another writer got in first, so it must not have other effects. Raises
+        :class:`~fullrecall.errors.StateConflict` after ``attempts`` lost races.
+        """
+        for _ in range(max(1, attempts)):
+            current, version = self.get_versioned_state(scope, key)
+            new = change(current)
+            try:
+                self.put_state(scope, key, new, expected=version)
+                return new
+            except StateConflict:
+                time.sleep(0.001 * random.random())  # let the winner finish before reading again
+        raise StateConflict(f"state {key!r} kept changing under {attempts} attempts to update it", current=-1)

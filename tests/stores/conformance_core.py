@@ -1,0 +1,225 @@
+"""Behaviour settled once for every backend: read order across sessions, partial scopes, errors,
+per-session counters, compare-and-set state and batched range reads.
+
+Mixed into :class:`conformance.StoreConformance`, so it runs on SQLite, PostgreSQL and Redis.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import uuid
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fullrecall.errors import InvalidInput, StateConflict, StoreError
+from fullrecall.stores import ANY, Scope, Store, StoredMessage, open_store
+from fullrecall.stores._validate import indexed_prefix
+
+
+def note(i: int | str, text: str = "plain words", **kw: Any) -> StoredMessage:
+    return StoredMessage(id=f"m{i}", role="user", text=text, data={"content": text}, **kw)
+
+
+def damage_state_table(store: Store) -> None:
+    """Break the store behind its back (as a mistaken migration or operator would): state is gone."""
+    url = store.url
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        with sqlite3.connect(store.path) as conn:  # type: ignore[attr-defined]
+            conn.execute("DROP TABLE state")
+    elif url.startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(store._conninfo, autocommit=True) as conn:  # type: ignore[attr-defined]
+            conn.execute(f"DROP TABLE {store.schema}.state")  # type: ignore[attr-defined]
+    else:
+        import redis
+
+        client = redis.Redis.from_url(url.split("?")[0])
+        for key in client.scan_iter(f"{store.prefix}:*:state"):  # type: ignore[attr-defined]
+            client.delete(key)
+            client.set(key, "not a hash")
+        client.close()
+
+
+class CoreConformance:
+    """Mixed into the conformance suite; uses its ``store`` and ``scope`` fixtures."""
+
+    def test_get_across_sessions_is_ordered_by_owner_session_then_position(self, store: Store) -> None:
+        """Sessions made in the reverse of their names' order, by two users: one order everywhere."""
+        tag = uuid.uuid4().hex[:6]
+        made = [Scope(user_id=f"{u}{tag}", agent_id=a, session_id=s)
+                for u in ("zed", "amy") for a in ("", "bot") for s in ("s9", "s10", "a1")]
+        for n, sc in enumerate(made):
+            store.append(sc, [note("x", f"first {n}"), note("y", f"second {n}")])
+        everyone = Scope(user_id=ANY, agent_id=ANY)
+        got = store.get(everyone, ["y", "x", "my", "mx"])
+        got = [m for m in got if m.user_id and m.user_id.endswith(tag)]
+        expected = sorted((m.user_id, m.agent_id, m.session_id, m.position) for m in got)
+        assert [(m.user_id, m.agent_id, m.session_id, m.position) for m in got] == expected
+        assert len(got) == 2 * len(made)
+        assert [m.session_id for m in got[:6]] == ["a1", "a1", "s10", "s10", "s9", "s9"]  # by name, not creation
+        assert {m.user_id for m in got[:12]} == {f"amy{tag}"}
+        assert [m.key for m in store.get_keys(everyone, [m.key for m in reversed(got) if m.key])] == [m.key for m in got]
+
+    def test_state_needs_one_conversation_and_reads_its_own(self, store: Store) -> None:
+        """``get_state`` names one conversation; a partial scope is refused the same way everywhere."""
+        tag = uuid.uuid4().hex[:6]
+        one, two = Scope(user_id=f"u{tag}", session_id="s"), Scope(user_id=f"u{tag}", agent_id="b", session_id="s")
+        store.put_state(one, "window", {"n": 1})
+        store.put_state(two, "window", {"n": 2})
+        store.put_state(one, "window", {"n": 3})
+        assert store.get_state(one, "window") == {"n": 3} and store.get_state(two, "window") == {"n": 2}
+        for partial in (Scope(user_id=ANY, session_id="s"), Scope(user_id=f"u{tag}", agent_id=ANY, session_id="s"),
+                        Scope(user_id=f"u{tag}")):
+            with pytest.raises(ValueError, match="ANY|session"):
+                store.get_state(partial, "window")
+
+    def test_a_damaged_store_raises_store_errors_never_driver_errors(self, store: Store, scope: Scope) -> None:
+        store.append(scope, [note(0, "walrus")])
+        store.put_state(scope, "window", {"n": 1})
+        damage_state_table(store)
+        for call in (lambda: store.get_state(scope, "window"), lambda: store.put_state(scope, "window", {"n": 2})):
+            with pytest.raises(StoreError):
+                call()
+        assert [m.id for m in store.get(scope, ["m0"])] == ["m0"]  # the rest still works
+
+    # -- per-session counters --------------------------------------------------------------
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(ops=st.lists(st.tuples(st.sampled_from(["append", "delete", "vectors", "forget"]),
+                                  st.lists(st.integers(0, 15), min_size=1, max_size=6),
+                                  st.sampled_from(["one", "two"])), min_size=1, max_size=10))
+    def test_counters_equal_a_full_recount(self, store: Store, ops: list[tuple[str, list[int], str]]) -> None:
+        user = f"count-{uuid.uuid4().hex[:8]}"
+        scopes = {name: Scope(user_id=user, session_id=name) for name in ("one", "two")}
+        for op, nums, name in ops:
+            sc = scopes[name]
+            if op == "append":
+                store.append(sc, [note(i, f"wörds {i} " * (i % 4) + "\x00" * (i % 2),
+                                       kind="summary" if i % 3 == 0 else "message") for i in nums])
+            elif op == "delete":
+                store.delete(sc, [f"m{i}" for i in nums])
+            elif op == "vectors":
+                held = [m.id for m in store.get(sc, [f"m{i}" for i in nums])]
+                if held:
+                    store.set_vectors(sc, held + held[:1], np.ones((len(held) + 1, 8), np.float32), "m")
+            else:
+                store.forget(sc)
+            for each in (*scopes.values(), Scope(user_id=user)):
+                assert_counters_exact(store, each)
+
+    def test_two_processes_writing_leave_counters_exact_and_lose_no_state_update(
+        self, store: Store, store_url: str, scope: Scope
+    ) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        ready, start = ctx.Semaphore(0), ctx.Event()
+        workers = [ctx.Process(target=churn_worker, args=(store_url, scope, f"w{w}", 60, ready, start))
+                   for w in range(2)]
+        for p in workers:
+            p.start()
+        for _ in workers:
+            assert ready.acquire(timeout=60), "a worker did not start"
+        start.set()
+        for p in workers:
+            p.join(120)
+            assert p.exitcode == 0, f"worker exited with {p.exitcode}"
+        stats = assert_counters_exact(store, scope)
+        assert stats["message_count"] == 2 * 40 and stats["vector_count"] == 2 * 20
+        doc, version = store.get_versioned_state(scope, "archive")  # read-modify-writes of one document
+        assert doc == {"total": 120, "w0": 60, "w1": 60} and version == 120
+
+
+    # -- compare-and-set state -------------------------------------------------------------
+
+    def test_put_state_compare_and_set(self, store: Store, scope: Scope) -> None:
+        assert store.get_versioned_state(scope, "window") == (None, 0)
+        with pytest.raises(StateConflict) as lost:
+            store.put_state(scope, "window", {"n": 1}, expected=3)
+        assert lost.value.current == 0 and store.get_versioned_state(scope, "window") == (None, 0)
+        assert store.put_state(scope, "window", {"n": 1}, expected=0) == 1  # create only if absent
+        with pytest.raises(StateConflict):
+            store.put_state(scope, "window", {"n": 2}, expected=0)
+        assert store.put_state(scope, "window", {"n": 2}) == 2  # without expected: always written
+        assert store.put_state(scope, "window", {"n": 3}, expected=2) == 3
+        assert store.get_versioned_state(scope, "window") == ({"n": 3}, 3) and store.get_state(scope, "window") == {"n": 3}
+        for bad in (-1, True, "2", 1.0):
+            with pytest.raises(InvalidInput, match="expected"):
+                store.put_state(scope, "window", {"n": 4}, expected=bad)  # type: ignore[arg-type]
+        assert store.get_versioned_state(scope, "window") == ({"n": 3}, 3)
+        assert store.update_state(scope, "window", lambda doc: {"n": (doc or {"n": 0})["n"] + 1}) == {"n": 4}
+        assert store.update_state(scope, "other", lambda doc: {"was": doc}) == {"was": None}
+        assert store.forget(scope)["state"] == 2
+
+
+    # -- batched range reads ----------------------------------------------------------------
+
+    def test_ranges_reads_every_span_at_once_as_range_would(self, store: Store, scope: Scope) -> None:
+        store.append(scope, [note(i, f"turn {i}") for i in range(12)])
+        store.delete(scope, ["m5"])
+        spans = [(0, 2), (4, 6), (5, 5), (10, 99), (8, 3), (1, 1), (50, 60), (np.int64(7), np.int64(7))]
+        got = store.ranges(scope, spans)
+        assert [[m.position for m in r] for r in got] == [[0, 1, 2], [4, 6], [], [10, 11], [], [1], [], [7]]
+        assert [[m.key for m in r] for r in got] == [[m.key for m in store.range(scope, a, b)] for a, b in spans]
+        assert got[0][0].text == "turn 0" and got[0][0].data == {"content": "turn 0"} and got[0][0].session_id
+        assert store.ranges(scope, []) == []
+        other = Scope(user_id="someone-else", session_id=scope.session_id)
+        assert store.ranges(other, [(0, 99)]) == [[]]
+        for bad in ([(0,)], [(0, "2")], [1, 2], "0-2", [(0, 1.5)]):
+            with pytest.raises(InvalidInput, match="span"):
+                store.ranges(scope, bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="ANY|session"):
+            store.ranges(Scope(user_id=scope.user_id), [(0, 1)])
+
+
+def assert_counters_exact(store: Store, scope: Scope) -> dict[str, int]:
+    """``stats`` and ``count`` of the scope equal a recount of what its reads return."""
+    held = store.get(scope, [f"m{i}" for i in range(16)] + [f"w{w}-{i}" for w in range(2) for i in range(60)])
+    vectors = {(m.session_id, i) for m in held for i in store.get_vectors(
+        Scope(user_id=m.user_id, agent_id=m.agent_id, session_id=m.session_id), [m.id])}
+    dims = {len(v) for m in held for v in store.get_vectors(
+        Scope(user_id=m.user_id, agent_id=m.agent_id, session_id=m.session_id), [m.id]).values()}
+    stats = store.stats(scope)
+    expected = {
+        "message_count": len(held),
+        "summary_count": sum(m.kind == "summary" for m in held),
+        "text_bytes": sum(m.size_bytes() for m in held),
+        "index_bytes": sum(len(indexed_prefix(m.text).encode()) for m in held),
+        "vector_count": len(vectors),
+        "vector_bytes": len(vectors) * (dims.pop() if dims else 0) * 4,
+        "oldest_position": min((m.position or 0 for m in held), default=-1),
+        "newest_position": max((m.position or 0 for m in held), default=-1),
+    }
+    assert {k: stats[k] for k in expected} == expected
+    assert store.count(scope) == len(held)
+    return stats
+
+
+def churn_worker(url: str, scope: Scope, prefix: str, n: int, ready: Any, start: Any) -> None:
+    """A busy conversation's writes, ``n`` times: append a message, embed or delete some, and add one to a
+    shared and an own counter of a state document (read-modify-write).
+    """
+    store = open_store(url)
+    ready.release()
+    start.wait(30)
+
+    def bump(doc: dict[str, Any] | None) -> dict[str, Any]:
+        doc = dict(doc or {})
+        doc["total"] = doc.get("total", 0) + 1
+        doc[prefix] = doc.get(prefix, 0) + 1
+        return doc
+
+    for i in range(n):
+        store.update_state(scope, "archive", bump, attempts=1000)
+        store.append(scope, [StoredMessage(id=f"{prefix}-{i}", role="user", text=f"{prefix} {i} é", data={"i": i})])
+        if i % 3 == 2:
+            store.delete(scope, [f"{prefix}-{i}"])
+        elif i % 3 == 1:
+            store.set_vectors(scope, [f"{prefix}-{i}"], np.ones((1, 8), np.float32), "m")
+    store.close()
+
