@@ -70,9 +70,9 @@ def test_json_report(tmp_path, capsys):
     assert r["packing"] == {"mode": "budget", "radius_hits": 0, "pair_questions": True, "tokenizer": "estimate"}
 
 
-def test_delivered_recall_of_the_seed_hook_and_a_tight_budget(tmp_path, capsys):
-    seed = _run(tmp_path, capsys, "--scale", "0", "--packing", "seed")
-    assert seed["packing"]["mode"] == "seed"
+def test_delivered_recall_of_the_classic_hook_and_a_tight_budget(tmp_path, capsys):
+    seed = _run(tmp_path, capsys, "--scale", "0", "--packing", "classic")
+    assert seed["packing"]["mode"] == "classic"
     # top 3 hits with radius 2 cover at most 7 turns here: the whole conversation
     assert seed["delivered_recall"]["2000"] == 1.0 and seed["delivered_tokens"]["2000"] < 2000
     budget = _run(tmp_path, capsys, "--scale", "0", "--no-pair-questions")

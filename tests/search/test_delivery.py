@@ -38,11 +38,11 @@ def test_token_budget_is_honoured_and_spent_on_distinct_hits(default_embedder):
     big = SemanticMemoryHook(manager=m, max_context_length=None, max_context_tokens=5_000)
     text = big.enrich_text("Which data structure elements did we discuss?")
     packed = big.last_packed
-    assert len(packed.hit_positions) > m.semantic_search_top_k, "the budget buys more distinct hits than the seed's 3"
+    assert len(packed.hit_positions) > m.semantic_search_top_k, "the budget buys more distinct hits than the classic 3"
     assert all(p < m.first_active_position for p in packed.positions), "nothing the window already shows"
     assert len(context_of(text)) == len(packed.messages) > len(lines)
     assert [r.messages for r in big.last_recall.ranges] and big.last_recall.hits
-    # the seed's behaviour stays one setting away: the radius around the first hits
+    # the classic behaviour stays one setting away: the radius around the first hits
     seed = SemanticMemoryHook(manager=m, radius_hits=3, pair_questions=False, depth=3)
     seed.enrich_text("Tell me about heaps")
     hits = seed.last_packed.hit_positions

@@ -1,4 +1,4 @@
-"""Enrich a new user message with recalled archived messages (seed 000's hook).
+"""Enrich a new user message with recalled archived messages (the recall hook).
 
 Framework-neutral: :meth:`SemanticMemoryHook.enrich` takes the message list
 and returns a new one for the model call; the history itself is not changed,

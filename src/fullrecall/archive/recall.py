@@ -54,7 +54,7 @@ def merge_ranges(hits: list[tuple[int, float]], radius: int, *, before: int | No
 
 def format_enrichment(question: str, ranges: list[RecalledRange], *, max_context_length: int = 2000,
                       include_metadata: bool = True) -> str | None:
-    """The seed's enrichment text, within ``max_context_length`` characters of context.
+    """The enrichment text, within ``max_context_length`` characters of context.
 
     Whole messages only: the most relevant ranges are kept first, then shown in
     conversation order. None when nothing fits.

@@ -1,4 +1,4 @@
-"""Summaries for the window, the verbatim archive for exact recall (seed 000).
+"""Summaries for the window, the verbatim archive for exact recall.
 
 ``SemanticSummarizingConversationManager`` is a :class:`SummarizingConversationManager`
 whose removed messages go to an :class:`~fullrecall.archive.Archive` before they
@@ -16,7 +16,7 @@ from .archive import Archive, Recall
 
 
 class SemanticSummarizingConversationManager(SummarizingConversationManager):
-    """The seed's manager: same parameters and defaults, backed by a real store.
+    """A summarizing manager whose removed messages go to a real, searchable archive.
 
     ``store`` is a Store or URL (default: an in-memory SQLite store; give
     ``"sqlite:///memory.db"`` to keep the archive across restarts) and

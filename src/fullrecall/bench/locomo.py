@@ -53,8 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", type=int, default=10_000, help="also time queries on an archive of this many messages (0: skip)")
     parser.add_argument("--busy-core", action="store_true", help="keep one core busy with another process while timing queries")
     parser.add_argument("--limit", type=int, default=None, help="only the first N conversations")
-    parser.add_argument("--packing", choices=("budget", "seed"), default="budget",
-                        help="delivered recall: the hook's budget packing, or the seed's top 3 hits with radius 2")
+    parser.add_argument("--packing", choices=("budget", "classic"), default="budget",
+                        help="delivered recall: the hook's budget packing, or the classic top 3 hits with radius 2")
     parser.add_argument("--radius-hits", type=int, default=0, help="packing: hits that get their radius neighbours")
     parser.add_argument("--no-pair-questions", action="store_true", help="packing: no question/answer neighbours")
     parser.add_argument("--tokenizer", default=None, help="token counter for budgets (default: the hook's estimate)")
@@ -161,7 +161,7 @@ class Delivery:
         self.counter = default_token_counter(args.tokenizer)
         self.tokens = line_cost(self.counter)
         self.turns = lambda m: (1,)
-        self.seed = args.packing == "seed"
+        self.seed = args.packing == "classic"
         self.radius = args.radius
         self.radius_hits = args.radius_hits
         self.pair_questions = not args.no_pair_questions
@@ -171,7 +171,7 @@ class Delivery:
         from ..archive.recall import pack_hits
 
         out: dict[str, Any] = {}
-        if self.seed:  # the seed's hook: top 3 hits spread apart, radius 2 around each, cut at the budget
+        if self.seed:  # the classic hook: top 3 hits spread apart, radius 2 around each, cut at the budget
             hits = search.search(question, top_k=3, spread=self.radius)
             options = {"radius": self.radius, "radius_hits": 3, "pair_questions": False}
         else:

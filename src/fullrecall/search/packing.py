@@ -5,7 +5,7 @@ over, more distinct hits find more evidence than fewer hits with their
 neighbours. So the budget goes to hits, most relevant first, and a neighbour
 only where it pays: the question a hit answers (the turn before it, from the
 other speaker, ending in "?") and the answer to a hit that is itself a
-question. Neighbours within ``radius`` (the seed's context radius) are added
+question. Neighbours within ``radius`` (the context radius) are added
 around the first ``radius_hits`` hits only. Messages are whole (cut at message
 boundaries), never repeated, never at or after ``before`` (the first position
 the model already sees in its window), and returned in conversation order.

@@ -7,7 +7,7 @@ returns a copy whose newest user text message carries the recalled context.
 The model sees the enriched text; ``agent.messages``, the session and the
 archive keep the user's own words. (``BeforeInvocationEvent.messages`` would
 enrich the message *before* it is appended, so the enriched text would be
-stored: the seed's leak.)
+stored.)
 """
 
 from __future__ import annotations

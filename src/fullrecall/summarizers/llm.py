@@ -78,7 +78,7 @@ FALLBACKS = ("extractive", "truncation", "raise")
 class LLMSummarizer:
     """Summaries written by a chat model, checked for preservation and exclusion.
 
-    Settings follow the seed plan: ``enabled`` (False: plain truncation, no model
+    Settings: ``enabled`` (False: plain truncation, no model
     call), ``max_summary_tokens`` (sent as max_tokens; answers over
     ``overlong_factor`` times it are rejected), ``summary_temperature``.
     ``system_prompt`` replaces :data:`DEFAULT_SYSTEM_PROMPT` (a Strands agent's own

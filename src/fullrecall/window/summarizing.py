@@ -32,7 +32,7 @@ class SummarizingConversationManager(ConversationManager):
 
     Triggers on overflow (``reduce_context``) and, proactively in
     ``apply_management``, when the window passes ``max_context_tokens`` or
-    ``max_history_turns`` (user+assistant pairs, as seed 003 counts them).
+    ``max_history_turns`` (user+assistant pairs).
     On summarizer failure every message stays and the overflow error is raised,
     unless ``fallback="sliding_window"`` drops (after archiving) what would have
     been summarized, cutting where a sliding window would (before a user turn).
