@@ -82,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
         text = (f"imported {args.path} ({fmt}): {counts['conversations']} conversations, {counts['messages']:,} "
                 f"messages read, {counts['written']:,} new"
                 + ("" if counts["written"] else " (all were there already)")
-                + "".join(f", {v:,} {k}" for k, v in counts.items() if k in ("embedded", "vectors") and v))
+                + "".join(f", {v:,} {k}" for k, v in counts.items() if k in ("embedded", "vectors") and v)
+                + (f"; {counts['records']:,} long-term records, {counts['records_written']:,} new"
+                   if counts.get("records") else ""))
         emit(args, {"format": fmt, **counts}, text)
     finally:
         store.close()
