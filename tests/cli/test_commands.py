@@ -82,7 +82,7 @@ def test_locomo_import_is_idempotent_and_jsonl_round_trips_losslessly(tmp_path, 
     counts = out("export", str(exported), "--store", a, "--user", "ann", cwd=tmp_path)
     assert counts["messages"] == turns and counts["conversations"] == 2
     lines = exported.read_text().split("\n")
-    assert json.loads(lines[0])["format"] == "fullrecall" and json.loads(lines[0])["version"] == 1
+    assert json.loads(lines[0])["format"] == "fullrecall" and json.loads(lines[0])["version"] == 2
     imported = out("import", str(exported), "--store", b, "--no-embed", cwd=tmp_path)  # the owner comes from the file
     assert imported["format"] == "jsonl" and imported["written"] == turns
     assert out("import", str(exported), "--store", b, "--no-embed", cwd=tmp_path)["written"] == 0

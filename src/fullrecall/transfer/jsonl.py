@@ -106,7 +106,7 @@ def record_lines(store: Store, scope: Scope, now: float | None = None) -> Iterat
     owners = replace(scope, session_id=None)
     for kind, namespace in RECORD_TYPES.items():
         for r in store.get_records(owners, namespace):
-            owner = r.data.get(_OWNER)
+            owner: list[str] = r.data.get(_OWNER) or []
             if not _owned_by(owner, scope):
                 continue
             if r.data.get(EXPIRES_AT) is not None and float(r.data[EXPIRES_AT]) <= now:
