@@ -16,10 +16,10 @@ from summarizer_peers import Reply, ScriptedServer, completion  # noqa: E402
 LOCOMO = Path("/work/shared/bench/locomo-dev.json")
 
 
-def fr(*args: str, cwd: Path, stdin: str | None = None, ok: bool = True, path: str | None = None
-       ) -> subprocess.CompletedProcess:
-    """Run ``python -m fullrecall ARGS`` (``path`` added to PYTHONPATH); with ``ok`` it must exit 0."""
-    env = dict(os.environ)
+def fr(*args: str, cwd: Path, stdin: str | None = None, ok: bool = True, path: str | None = None,
+       env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m fullrecall ARGS`` (``path`` added to PYTHONPATH, ``env`` set); with ``ok`` it must exit 0."""
+    env = {**os.environ, **(env or {})}
     if path:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), path) if p)
     done = subprocess.run([sys.executable, "-m", "fullrecall", *args], capture_output=True, text=True, cwd=cwd,
@@ -194,6 +194,40 @@ def test_chat_against_an_openai_compatible_server(tmp_path):
         failing = fr("chat", "--provider", "openai", "--model", "m", "--base-url", server.base_url, "--store",
                      f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, stdin="hello\n", ok=False)
         assert failing.returncode == 1 and failing.stderr.startswith("error: ") and "401" in failing.stderr
+    finally:
+        server.close()
+
+
+def test_chat_with_bedrock(tmp_path):
+    from bedrock_peer import ConverseServer, answer, error
+
+    server = ConverseServer()
+    aws = {"AWS_ENDPOINT_URL_BEDROCK_RUNTIME": server.url, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY":
+           "test", "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": "/dev/null",
+           "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}
+    model = "us.amazon.nova-lite-v1:0"
+    try:
+        server.script(answer("Noted: 4711."), answer("Sure."), answer("Sure."), answer("It is 4711."))
+        said = ["My locker code is 4711.", "Let us talk about tea.", "Green or black?", "What is my locker code?"]
+        done = fr("chat", "--provider", "bedrock", "--model", model, "--region", "eu-west-3", "--store",
+                  f"sqlite:///{tmp_path / 'm.db'}", "--max-turns", "3", "--json", cwd=tmp_path,
+                  stdin="\n".join(said) + "\n", path=str(Path(__file__).parent), env=aws)
+        turns = [json.loads(x) for x in done.stdout.split("\n") if x]
+        assert [t["answer"] for t in turns] == ["Noted: 4711.", "Sure.", "Sure.", "It is 4711."]
+        assert any("4711" in r["text"] for r in turns[-1]["recalled"])  # the code left the window, came back
+        first, last = server.requests[0], server.requests[-1]
+        assert first["path"] == f"/model/{model}/converse"
+        assert first["headers"]["authorization"].startswith("AWS4-HMAC-SHA256 Credential=test/")
+        assert "/eu-west-3/bedrock/aws4_request" in first["headers"]["authorization"]
+        assert first["body"]["messages"] == [{"role": "user", "content": [{"text": said[0]}]}]
+        assert last["body"]["messages"][-1]["content"][0]["text"].endswith(said[-1])
+        assert "4711" in json.dumps(last["body"])  # recalled: the first turn is no longer in the window
+
+        server.script(error("ValidationException", "The provided model identifier is invalid."))
+        failing = fr("chat", "--provider", "bedrock", "--model", "nope", "--region", "eu-west-3", "--store",
+                     f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, stdin="hello\n", ok=False, env=aws)
+        assert failing.returncode == 1 and failing.stderr.startswith("error: ")
+        assert "ValidationException" in failing.stderr and "model identifier is invalid" in failing.stderr
     finally:
         server.close()
 
