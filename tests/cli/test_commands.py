@@ -34,6 +34,24 @@ def out(*args: str, cwd: Path, stdin: str | None = None) -> dict:
     return json.loads(fr(*args, "--json", cwd=cwd, stdin=stdin).stdout)
 
 
+def again(*args: str, cwd: Path) -> dict:
+    """``fullrecall ARGS --json`` run again in this process (the subprocess runs of a test prove the entry point;
+    repeats, e.g. an import run twice, skip the interpreter's start)."""
+    import contextlib
+    import io
+
+    from fullrecall.cli.main import main
+
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            assert main([*args, "--json"]) == 0
+    finally:
+        os.chdir(here)
+    return json.loads(printed.getvalue())
+
+
 @pytest.fixture
 def locomo_file(tmp_path: Path) -> Path:
     """A small LoCoMo file: two samples, their first two sessions, a photo turn kept."""
@@ -74,8 +92,8 @@ def test_locomo_import_is_idempotent_and_jsonl_round_trips_losslessly(tmp_path, 
     turns = sum(len(v) for s in json.loads(locomo_file.read_text()) for k, v in s["conversation"].items()
                 if k.startswith("session_") and not k.endswith("date_time"))
     assert first["format"] == "locomo" and first["conversations"] == 2 and first["written"] == first["messages"] == turns
-    again = out("import", str(locomo_file), "--store", a, "--user", "ann", "--no-embed", cwd=tmp_path)
-    assert again["written"] == 0 and again["messages"] == turns
+    twice = again("import", str(locomo_file), "--store", a, "--user", "ann", "--no-embed", cwd=tmp_path)
+    assert twice["written"] == 0 and twice["messages"] == turns
     assert out("stats", "--store", a, "--user", "ann", cwd=tmp_path)["message_count"] == turns
 
     exported = tmp_path / "a.jsonl"
@@ -83,10 +101,10 @@ def test_locomo_import_is_idempotent_and_jsonl_round_trips_losslessly(tmp_path, 
     assert counts["messages"] == turns and counts["conversations"] == 2
     lines = exported.read_text().split("\n")
     assert json.loads(lines[0])["format"] == "fullrecall" and json.loads(lines[0])["version"] == 2
-    imported = out("import", str(exported), "--store", b, "--no-embed", cwd=tmp_path)  # the owner comes from the file
+    imported = again("import", str(exported), "--store", b, "--no-embed", cwd=tmp_path)  # the owner from the file
     assert imported["format"] == "jsonl" and imported["written"] == turns
-    assert out("import", str(exported), "--store", b, "--no-embed", cwd=tmp_path)["written"] == 0
-    fr("export", str(tmp_path / "b.jsonl"), "--store", b, "--user", "ann", cwd=tmp_path)
+    assert again("import", str(exported), "--store", b, "--no-embed", cwd=tmp_path)["written"] == 0
+    again("export", str(tmp_path / "b.jsonl"), "--store", b, "--user", "ann", cwd=tmp_path)
     back = (tmp_path / "b.jsonl").read_text().split("\n")
     assert [json.loads(x) for x in back[1:] if x] == [json.loads(x) for x in lines[1:] if x]  # every field, every message
 
@@ -109,10 +127,10 @@ def test_openai_and_strands_formats(tmp_path):
     (tmp_path / "t.json").write_text(json.dumps(transcript))
     first = out("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
     assert first == {"format": "openai", "conversations": 1, "messages": 4, "written": 4, "embedded": 0}
-    assert out("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)["written"] == 0
+    assert again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)["written"] == 0
     records = tmp_path / "records.jsonl"
     records.write_text("\n".join(json.dumps({"conversation_id": f"r{n}", "messages": transcript[n:]}) for n in (1, 2)))
-    assert out("import", str(records), "--store", store, "--no-embed", cwd=tmp_path)["conversations"] == 2
+    assert again("import", str(records), "--store", store, "--no-embed", cwd=tmp_path)["conversations"] == 2
 
     fr("export", "sessions", "--format", "strands", "--store", store, "--session", "t", cwd=tmp_path)
     manager = FileSessionManager(session_id="t", storage_dir=str(tmp_path / "sessions"))
@@ -123,7 +141,7 @@ def test_openai_and_strands_formats(tmp_path):
     other = f"sqlite:///{tmp_path / 'o.db'}"
     strands_in = out("import", "sessions", "--store", other, "--no-embed", cwd=tmp_path)
     assert strands_in["format"] == "strands" and strands_in["written"] == len(loaded)
-    assert out("import", "sessions", "--store", other, "--no-embed", cwd=tmp_path)["written"] == 0
+    assert again("import", "sessions", "--store", other, "--no-embed", cwd=tmp_path)["written"] == 0
     exported = fr("export", "-", "--format", "openai", "--store", store, "--session", "t", cwd=tmp_path).stdout
     assert json.loads(exported) == {"conversation_id": "t", "messages": transcript}
 
@@ -133,7 +151,7 @@ def test_bad_input_is_named_and_nothing_is_written(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps([{"role": "user", "content": "fine"}, {"content": "no role"}]))
     done = fr("import", "bad.json", "--store", store, "--no-embed", cwd=tmp_path, ok=False)
     assert done.returncode == 2 and done.stderr.startswith("error: ") and "message 1" in done.stderr
-    assert out("stats", "--store", store, cwd=tmp_path)["message_count"] == 0
+    assert again("stats", "--store", store, cwd=tmp_path)["message_count"] == 0
     header = json.dumps({"format": "fullrecall", "version": 99})
     (tmp_path / "new.jsonl").write_text(header + "\n")
     done = fr("import", "new.jsonl", "--store", store, cwd=tmp_path, ok=False)
@@ -168,13 +186,13 @@ def test_chat_scripted_recalls_and_summarizes_then_inspect_search_forget(tmp_pat
     top = found["hits"][0]
     assert "4711" in json.dumps(top["message"]) and {"dense", "lexical", "fused"} <= set(top["scores"])
     assert top["range"]["start"] <= top["position"] <= top["range"]["end"] and top["range"]["messages"]
-    assert out("search", "locker code", "--store", store, "--user", "bob", cwd=tmp_path)["hits"] == []
+    assert again("search", "locker code", "--store", store, "--user", "bob", cwd=tmp_path)["hits"] == []
 
     refused = fr("forget", "--user", "ann", "--store", store, cwd=tmp_path, stdin="n\n", ok=False)
     assert refused.returncode == 1 and "nothing forgotten" in refused.stderr
     gone = out("forget", "--user", "ann", "--store", store, cwd=tmp_path, stdin="y\n")
     assert gone["messages"] == 14 and "remaining" in gone  # all 14 were still there after the refusal
-    assert out("stats", "--store", store, "--user", "ann", cwd=tmp_path)["message_count"] == 0
+    assert again("stats", "--store", store, "--user", "ann", cwd=tmp_path)["message_count"] == 0
 
 
 def test_chat_against_an_openai_compatible_server(tmp_path):
@@ -249,7 +267,7 @@ def test_keys_through_the_command(tmp_path):
     store = f"sqlite:///{tmp_path / 'k.db'}"
     made = out("keys", "create", "--tenant", "acme", "--users", "ann", "--store", store, cwd=tmp_path)
     assert made["tenant"] == "acme" and made["users"] == ["ann"]
-    assert [k["id"] for k in out("keys", "list", "--store", store, cwd=tmp_path)] == [made["id"]]
+    assert [k["id"] for k in again("keys", "list", "--store", store, cwd=tmp_path)] == [made["id"]]
     assert out("keys", "revoke", made["id"], "--store", store, cwd=tmp_path) == {"revoked": made["id"]}
     assert fr("keys", "revoke", "nope", "--store", store, cwd=tmp_path, ok=False).returncode == 1
 
@@ -268,7 +286,7 @@ def test_jsonl_round_trip_on_every_backend(tmp_path, store_url):
     with open(tmp_path / "a.jsonl", "w", encoding="utf-8") as fp:
         jsonl.export_jsonl(source, Scope(user_id="u"), fp)
     assert out("import", "a.jsonl", "--store", store_url, "--no-embed", cwd=tmp_path)["written"] == 5
-    assert out("import", "a.jsonl", "--store", store_url, "--no-embed", cwd=tmp_path)["written"] == 0
+    assert again("import", "a.jsonl", "--store", store_url, "--no-embed", cwd=tmp_path)["written"] == 0
     fr("export", "b.jsonl", "--store", store_url, "--user", "u", cwd=tmp_path)
     a, b = ((tmp_path / n).read_text(encoding="utf-8").split("\n")[1:] for n in ("a.jsonl", "b.jsonl"))
     assert [json.loads(x) for x in a if x] == [json.loads(x) for x in b if x]
