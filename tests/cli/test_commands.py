@@ -34,22 +34,34 @@ def out(*args: str, cwd: Path, stdin: str | None = None) -> dict:
     return json.loads(fr(*args, "--json", cwd=cwd, stdin=stdin).stdout)
 
 
-def again(*args: str, cwd: Path) -> dict:
-    """``fullrecall ARGS --json`` run again in this process (the subprocess runs of a test prove the entry point;
-    repeats, e.g. an import run twice, skip the interpreter's start)."""
+def inproc(*args: str, cwd: Path, stdin: str = "", ok: bool = True) -> subprocess.CompletedProcess:
+    """``fullrecall ARGS`` through :func:`fullrecall.cli.main.main` in this process, as :func:`fr` reports it.
+
+    Each test runs its commands through the real entry point (:func:`fr`) at least once; repeats (an import
+    run twice, a second search) and commands already proven there run here, without an interpreter's start.
+    """
     import contextlib
     import io
 
     from fullrecall.cli.main import main
 
-    here = os.getcwd()
+    here, stdin_was = os.getcwd(), sys.stdin
     os.chdir(cwd)
+    sys.stdin = io.StringIO(stdin)
     try:
-        with contextlib.redirect_stdout(io.StringIO()) as printed:
-            assert main([*args, "--json"]) == 0
+        with contextlib.redirect_stdout(io.StringIO()) as printed, contextlib.redirect_stderr(io.StringIO()) as err:
+            code = main(list(args))
     finally:
         os.chdir(here)
-    return json.loads(printed.getvalue())
+        sys.stdin = stdin_was
+    if ok:
+        assert code == 0, err.getvalue()
+    return subprocess.CompletedProcess(list(args), code, printed.getvalue(), err.getvalue())
+
+
+def again(*args: str, cwd: Path, stdin: str = "") -> dict:
+    """``fullrecall ARGS --json`` in this process (see :func:`inproc`), its output parsed."""
+    return json.loads(inproc(*args, "--json", cwd=cwd, stdin=stdin).stdout)
 
 
 @pytest.fixture
@@ -154,9 +166,9 @@ def test_bad_input_is_named_and_nothing_is_written(tmp_path):
     assert again("stats", "--store", store, cwd=tmp_path)["message_count"] == 0
     header = json.dumps({"format": "fullrecall", "version": 99})
     (tmp_path / "new.jsonl").write_text(header + "\n")
-    done = fr("import", "new.jsonl", "--store", store, cwd=tmp_path, ok=False)
+    done = inproc("import", "new.jsonl", "--store", store, cwd=tmp_path, ok=False)
     assert done.returncode == 2 and "version 99" in done.stderr
-    missing = fr("inspect", "nope", "--store", store, cwd=tmp_path, ok=False)
+    missing = inproc("inspect", "nope", "--store", store, cwd=tmp_path, ok=False)
     assert missing.returncode == 1 and "conversation 'nope' not found" in missing.stderr
     empty = fr("search", " ", "--store", store, cwd=tmp_path, ok=False)
     assert empty.returncode == 2 and "query is empty" in empty.stderr
@@ -173,8 +185,8 @@ def test_chat_scripted_recalls_and_summarizes_then_inspect_search_forget(tmp_pat
     assert any(t["summarized"] for t in turns)
     last = turns[-1]["recalled"]
     assert any("4711" in r["text"] and r["score"] is not None for r in last)  # the code left the window, came back
-    text = fr("chat", "--model", "scripted", "--store", store, "--user", "ann", "--session", "s1", cwd=tmp_path,
-              stdin="Which code did I give you?\n/quit\n").stdout
+    text = inproc("chat", "--model", "scripted", "--store", store, "--user", "ann", "--session", "s1", cwd=tmp_path,
+                  stdin="Which code did I give you?\n/quit\n").stdout
     assert "assistant> (scripted" in text and "recalled" in text and "4711" in text
 
     report = out("inspect", "s1", "--store", store, "--user", "ann", cwd=tmp_path)
@@ -188,7 +200,7 @@ def test_chat_scripted_recalls_and_summarizes_then_inspect_search_forget(tmp_pat
     assert top["range"]["start"] <= top["position"] <= top["range"]["end"] and top["range"]["messages"]
     assert again("search", "locker code", "--store", store, "--user", "bob", cwd=tmp_path)["hits"] == []
 
-    refused = fr("forget", "--user", "ann", "--store", store, cwd=tmp_path, stdin="n\n", ok=False)
+    refused = inproc("forget", "--user", "ann", "--store", store, cwd=tmp_path, stdin="n\n", ok=False)
     assert refused.returncode == 1 and "nothing forgotten" in refused.stderr
     gone = out("forget", "--user", "ann", "--store", store, cwd=tmp_path, stdin="y\n")
     assert gone["messages"] == 14 and "remaining" in gone  # all 14 were still there after the refusal
@@ -216,7 +228,7 @@ def test_chat_against_an_openai_compatible_server(tmp_path):
         server.close()
 
 
-def test_chat_with_bedrock(tmp_path):
+def test_chat_with_bedrock(tmp_path, monkeypatch):
     from bedrock_peer import ConverseServer, answer, error
 
     server = ConverseServer()
@@ -242,8 +254,10 @@ def test_chat_with_bedrock(tmp_path):
         assert "4711" in json.dumps(last["body"])  # recalled: the first turn is no longer in the window
 
         server.script(error("ValidationException", "The provided model identifier is invalid."))
-        failing = fr("chat", "--provider", "bedrock", "--model", "nope", "--region", "eu-west-3", "--store",
-                     f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, stdin="hello\n", ok=False, env=aws)
+        for k, v in aws.items():
+            monkeypatch.setenv(k, v)
+        failing = inproc("chat", "--provider", "bedrock", "--model", "nope", "--region", "eu-west-3", "--store",
+                         f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, stdin="hello\n", ok=False)
         assert failing.returncode == 1 and failing.stderr.startswith("error: ")
         assert "ValidationException" in failing.stderr and "model identifier is invalid" in failing.stderr
     finally:
@@ -268,7 +282,7 @@ def test_keys_through_the_command(tmp_path):
     made = out("keys", "create", "--tenant", "acme", "--users", "ann", "--store", store, cwd=tmp_path)
     assert made["tenant"] == "acme" and made["users"] == ["ann"]
     assert [k["id"] for k in again("keys", "list", "--store", store, cwd=tmp_path)] == [made["id"]]
-    assert out("keys", "revoke", made["id"], "--store", store, cwd=tmp_path) == {"revoked": made["id"]}
+    assert again("keys", "revoke", made["id"], "--store", store, cwd=tmp_path) == {"revoked": made["id"]}
     assert fr("keys", "revoke", "nope", "--store", store, cwd=tmp_path, ok=False).returncode == 1
 
 
@@ -285,8 +299,8 @@ def test_jsonl_round_trip_on_every_backend(tmp_path, store_url):
     source.put_state(Scope(user_id="u", session_id="t"), "summaries", {"items": [{"id": "s", "covers": [0, 1]}]})
     with open(tmp_path / "a.jsonl", "w", encoding="utf-8") as fp:
         jsonl.export_jsonl(source, Scope(user_id="u"), fp)
-    assert out("import", "a.jsonl", "--store", store_url, "--no-embed", cwd=tmp_path)["written"] == 5
+    assert again("import", "a.jsonl", "--store", store_url, "--no-embed", cwd=tmp_path)["written"] == 5
     assert again("import", "a.jsonl", "--store", store_url, "--no-embed", cwd=tmp_path)["written"] == 0
-    fr("export", "b.jsonl", "--store", store_url, "--user", "u", cwd=tmp_path)
+    inproc("export", "b.jsonl", "--store", store_url, "--user", "u", cwd=tmp_path)
     a, b = ((tmp_path / n).read_text(encoding="utf-8").split("\n")[1:] for n in ("a.jsonl", "b.jsonl"))
     assert [json.loads(x) for x in a if x] == [json.loads(x) for x in b if x]
