@@ -151,7 +151,7 @@ def test_openai_and_strands_formats(tmp_path):
     assert any(block.get("text") == "my code is 4711" for m in loaded for block in m["content"])
 
     other = f"sqlite:///{tmp_path / 'o.db'}"
-    strands_in = out("import", "sessions", "--store", other, "--no-embed", cwd=tmp_path)
+    strands_in = again("import", "sessions", "--store", other, "--no-embed", cwd=tmp_path)
     assert strands_in["format"] == "strands" and strands_in["written"] == len(loaded)
     assert again("import", "sessions", "--store", other, "--no-embed", cwd=tmp_path)["written"] == 0
     exported = fr("export", "-", "--format", "openai", "--store", store, "--session", "t", cwd=tmp_path).stdout
@@ -221,8 +221,8 @@ def test_chat_against_an_openai_compatible_server(tmp_path):
         assert server.requests[-1]["messages"][-1]["content"].endswith("What is my locker code?")
         assert "4711" in json.dumps(server.requests[-1]["messages"])
         server.script(Reply(status=401, body=b'{"error": {"message": "bad key"}}'))
-        failing = fr("chat", "--provider", "openai", "--model", "m", "--base-url", server.base_url, "--store",
-                     f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, stdin="hello\n", ok=False)
+        failing = inproc("chat", "--provider", "openai", "--model", "m", "--base-url", server.base_url, "--store",
+                         f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, stdin="hello\n", ok=False)
         assert failing.returncode == 1 and failing.stderr.startswith("error: ") and "401" in failing.stderr
     finally:
         server.close()
