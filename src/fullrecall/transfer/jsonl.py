@@ -1,6 +1,6 @@
 """fullrecall's own JSON Lines format: lossless, versioned, one JSON object a line.
 
-The first line is the header, ``{"format": "fullrecall", "version": 1, ...}``. Every other
+The first line is the header, ``{"format": "fullrecall", "version": 2, ...}``. Every other
 line has a ``"type"``:
 
 * ``"message"``: one stored message, verbatim (``"message"``) with everything the store
