@@ -176,7 +176,7 @@ def test_record_lines_are_checked_and_version_1_files_stay_readable():
     fact = {"type": "fact", "user_id": "ann", "agent_id": None, "id": "f1", "text": "My city is Lyon.",
             "created_at": 1.0, "updated_at": 1.0, "data": {"subject": "user"}}
     for bad, named in (({"id": ""}, "'id'"), ({"data": []}, "'data'"), ({"updated_at": "now"}, "'updated_at'"),
-                       ({"vector": {"dim": 3, "b64": "AAAA"}}, "'vector'")):
+                       ({"vector": {"dim": 3, "b64": "AAAA"}}, "'vector'"), ({"text": "a\ud800b"}, "record 'f1': 'text'")):
         lines = [json.dumps(fact | {"id": "f0"}), json.dumps({**good, "id": "m2"}), json.dumps(fact | bad)]
         with pytest.raises(MessageFormatError, match=f"line 3: {named}"):
             jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join(lines)))

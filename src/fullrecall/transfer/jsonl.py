@@ -45,6 +45,7 @@ from ..memory.facts import NAMESPACE as FACTS
 from ..memory.persistent import _SESSIONS as SESSIONS
 from ..memory.procedural import NAMESPACE as PROCEDURES
 from ..stores._common import check_messages
+from ..stores._validate import check_record
 from ..stores.base import ANY, Record, Scope, Store, StoredMessage
 from ._common import BATCH, Counts, Progress, conversations, embed, no_progress, records_for, register
 
@@ -305,8 +306,13 @@ def record_of(line: dict[str, Any]) -> Record:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e11:
             raise MessageFormatError(f"{where}: '{key}' must be a time in Unix seconds")
     data = {k: v for k, v in line["data"].items() if k not in (_OWNER, _VEC)}
-    return Record(id=line["id"], namespace=RECORD_TYPES[line["type"]], text=line["text"], data=data,
-                  created_at=float(line["created_at"]), updated_at=float(line["updated_at"]))
+    record = Record(id=line["id"], namespace=RECORD_TYPES[line["type"]], text=line["text"], data=data,
+                    created_at=float(line["created_at"]), updated_at=float(line["updated_at"]))
+    try:
+        check_record(record)  # what the store would refuse, refused before anything is written
+    except ValueError as exc:
+        raise MessageFormatError(f"{where}: {exc}") from None
+    return record
 
 
 def record_vector(line: dict[str, Any]) -> np.ndarray | None:
