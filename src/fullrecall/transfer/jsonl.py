@@ -17,15 +17,17 @@ line has a ``"type"``:
   source messages are in ``data``), a :class:`~fullrecall.memory.ProceduralMemory` pattern (steps,
   scores, expiry) and a conversation :class:`~fullrecall.memory.PersistentMemory` keeps memory of.
   Each carries ``user_id``, ``agent_id``, ``id``, ``text``, ``created_at``, ``updated_at``,
-  ``data`` and, when it has one, its ``vector`` (``{"dim", "b64"}``). They are exported with a
-  whole owner's memory (not with ``--session``); expired patterns are left out. An import writes a
-  record it does not hold, or holds older (``updated_at``); the same record twice is written once.
+  ``data`` and, when it has one, its ``vector`` (``{"dim", "b64"}``; kept even without message
+  vectors: records are few and never embedded again). They are exported with a whole owner's
+  memory (not with one conversation); expired patterns are left out. An import writes a record it
+  does not hold, or holds in an older version (``updated_at``): the same record twice is written once.
 
 The change logs long-term memory keeps (conversations named ``_log.*``) are bookkeeping and are
-never exported: an import writes its own events. A line without ``"type"`` is a message (the service's export before the header existed);
-a file without a header is read as version 1; version 1 files (no record lines) are read as they are. Importing puts each message back at its
-position under its id; the store skips ids it holds, so an import is idempotent, and an
-interrupted one is finished by running it again.
+never exported: an import writes its own events. A line without ``"type"`` is a message (the
+service's export before the header existed); a file without a header is read as version 1, and
+version 1 files are read as they always were. Importing puts each message back at its position
+under its id; the store skips ids it holds, so an import is idempotent, and an interrupted one is
+finished by running it again.
 """
 
 from __future__ import annotations
