@@ -18,11 +18,11 @@ def test_embedding_test_only(capsys):
 
 
 def test_bench_window_reports_every_manager(capsys):
-    assert main(["bench", "window", "--messages", "400", "--json"]) == 0
+    assert main(["bench", "window", "--messages", "200", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["messages"] == 400 and result["import_s"] < 1
+    assert result["messages"] == 200 and result["import_s"] < 1
     sliding = result["managers"]["sliding_window(40)"]
-    assert sliding["final_window"] <= 40 and sliding["removed"] + sliding["final_window"] == 400
+    assert sliding["final_window"] <= 40 and sliding["removed"] + sliding["final_window"] == 200
 
 
 def test_python_dash_m_is_the_fullrecall_command():

@@ -16,10 +16,10 @@ from summarizer_peers import Reply, ScriptedServer, completion  # noqa: E402
 LOCOMO = Path("/work/shared/bench/locomo-dev.json")
 
 
-def fr(*args: str, cwd: Path, stdin: str | None = None, ok: bool = True, path: str | None = None
-       ) -> subprocess.CompletedProcess:
-    """Run ``python -m fullrecall ARGS`` (``path`` added to PYTHONPATH); with ``ok`` it must exit 0."""
-    env = dict(os.environ)
+def fr(*args: str, cwd: Path, stdin: str | None = None, ok: bool = True, path: str | None = None,
+       env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m fullrecall ARGS`` (``path`` added to PYTHONPATH, ``env`` set); with ``ok`` it must exit 0."""
+    env = {**os.environ, **(env or {})}
     if path:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), path) if p)
     done = subprocess.run([sys.executable, "-m", "fullrecall", *args], capture_output=True, text=True, cwd=cwd,
@@ -32,6 +32,36 @@ def fr(*args: str, cwd: Path, stdin: str | None = None, ok: bool = True, path: s
 
 def out(*args: str, cwd: Path, stdin: str | None = None) -> dict:
     return json.loads(fr(*args, "--json", cwd=cwd, stdin=stdin).stdout)
+
+
+def inproc(*args: str, cwd: Path, stdin: str = "", ok: bool = True) -> subprocess.CompletedProcess:
+    """``fullrecall ARGS`` through :func:`fullrecall.cli.main.main` in this process, as :func:`fr` reports it.
+
+    Each test runs its commands through the real entry point (:func:`fr`) at least once; repeats (an import
+    run twice, a second search) and commands already proven there run here, without an interpreter's start.
+    """
+    import contextlib
+    import io
+
+    from fullrecall.cli.main import main
+
+    here, stdin_was = os.getcwd(), sys.stdin
+    os.chdir(cwd)
+    sys.stdin = io.StringIO(stdin)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()) as printed, contextlib.redirect_stderr(io.StringIO()) as err:
+            code = main(list(args))
+    finally:
+        os.chdir(here)
+        sys.stdin = stdin_was
+    if ok:
+        assert code == 0, err.getvalue()
+    return subprocess.CompletedProcess(list(args), code, printed.getvalue(), err.getvalue())
+
+
+def again(*args: str, cwd: Path, stdin: str = "") -> dict:
+    """``fullrecall ARGS --json`` in this process (see :func:`inproc`), its output parsed."""
+    return json.loads(inproc(*args, "--json", cwd=cwd, stdin=stdin).stdout)
 
 
 @pytest.fixture
@@ -74,19 +104,19 @@ def test_locomo_import_is_idempotent_and_jsonl_round_trips_losslessly(tmp_path, 
     turns = sum(len(v) for s in json.loads(locomo_file.read_text()) for k, v in s["conversation"].items()
                 if k.startswith("session_") and not k.endswith("date_time"))
     assert first["format"] == "locomo" and first["conversations"] == 2 and first["written"] == first["messages"] == turns
-    again = out("import", str(locomo_file), "--store", a, "--user", "ann", "--no-embed", cwd=tmp_path)
-    assert again["written"] == 0 and again["messages"] == turns
+    twice = again("import", str(locomo_file), "--store", a, "--user", "ann", "--no-embed", cwd=tmp_path)
+    assert twice["written"] == 0 and twice["messages"] == turns
     assert out("stats", "--store", a, "--user", "ann", cwd=tmp_path)["message_count"] == turns
 
     exported = tmp_path / "a.jsonl"
     counts = out("export", str(exported), "--store", a, "--user", "ann", cwd=tmp_path)
     assert counts["messages"] == turns and counts["conversations"] == 2
     lines = exported.read_text().split("\n")
-    assert json.loads(lines[0])["format"] == "fullrecall" and json.loads(lines[0])["version"] == 1
-    imported = out("import", str(exported), "--store", b, "--no-embed", cwd=tmp_path)  # the owner comes from the file
+    assert json.loads(lines[0])["format"] == "fullrecall" and json.loads(lines[0])["version"] == 2
+    imported = again("import", str(exported), "--store", b, "--no-embed", cwd=tmp_path)  # the owner from the file
     assert imported["format"] == "jsonl" and imported["written"] == turns
-    assert out("import", str(exported), "--store", b, "--no-embed", cwd=tmp_path)["written"] == 0
-    fr("export", str(tmp_path / "b.jsonl"), "--store", b, "--user", "ann", cwd=tmp_path)
+    assert again("import", str(exported), "--store", b, "--no-embed", cwd=tmp_path)["written"] == 0
+    again("export", str(tmp_path / "b.jsonl"), "--store", b, "--user", "ann", cwd=tmp_path)
     back = (tmp_path / "b.jsonl").read_text().split("\n")
     assert [json.loads(x) for x in back[1:] if x] == [json.loads(x) for x in lines[1:] if x]  # every field, every message
 
@@ -109,10 +139,10 @@ def test_openai_and_strands_formats(tmp_path):
     (tmp_path / "t.json").write_text(json.dumps(transcript))
     first = out("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
     assert first == {"format": "openai", "conversations": 1, "messages": 4, "written": 4, "embedded": 0}
-    assert out("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)["written"] == 0
+    assert again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)["written"] == 0
     records = tmp_path / "records.jsonl"
     records.write_text("\n".join(json.dumps({"conversation_id": f"r{n}", "messages": transcript[n:]}) for n in (1, 2)))
-    assert out("import", str(records), "--store", store, "--no-embed", cwd=tmp_path)["conversations"] == 2
+    assert again("import", str(records), "--store", store, "--no-embed", cwd=tmp_path)["conversations"] == 2
 
     fr("export", "sessions", "--format", "strands", "--store", store, "--session", "t", cwd=tmp_path)
     manager = FileSessionManager(session_id="t", storage_dir=str(tmp_path / "sessions"))
@@ -121,9 +151,9 @@ def test_openai_and_strands_formats(tmp_path):
     assert any(block.get("text") == "my code is 4711" for m in loaded for block in m["content"])
 
     other = f"sqlite:///{tmp_path / 'o.db'}"
-    strands_in = out("import", "sessions", "--store", other, "--no-embed", cwd=tmp_path)
+    strands_in = again("import", "sessions", "--store", other, "--no-embed", cwd=tmp_path)
     assert strands_in["format"] == "strands" and strands_in["written"] == len(loaded)
-    assert out("import", "sessions", "--store", other, "--no-embed", cwd=tmp_path)["written"] == 0
+    assert again("import", "sessions", "--store", other, "--no-embed", cwd=tmp_path)["written"] == 0
     exported = fr("export", "-", "--format", "openai", "--store", store, "--session", "t", cwd=tmp_path).stdout
     assert json.loads(exported) == {"conversation_id": "t", "messages": transcript}
 
@@ -133,12 +163,12 @@ def test_bad_input_is_named_and_nothing_is_written(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps([{"role": "user", "content": "fine"}, {"content": "no role"}]))
     done = fr("import", "bad.json", "--store", store, "--no-embed", cwd=tmp_path, ok=False)
     assert done.returncode == 2 and done.stderr.startswith("error: ") and "message 1" in done.stderr
-    assert out("stats", "--store", store, cwd=tmp_path)["message_count"] == 0
+    assert again("stats", "--store", store, cwd=tmp_path)["message_count"] == 0
     header = json.dumps({"format": "fullrecall", "version": 99})
     (tmp_path / "new.jsonl").write_text(header + "\n")
-    done = fr("import", "new.jsonl", "--store", store, cwd=tmp_path, ok=False)
+    done = inproc("import", "new.jsonl", "--store", store, cwd=tmp_path, ok=False)
     assert done.returncode == 2 and "version 99" in done.stderr
-    missing = fr("inspect", "nope", "--store", store, cwd=tmp_path, ok=False)
+    missing = inproc("inspect", "nope", "--store", store, cwd=tmp_path, ok=False)
     assert missing.returncode == 1 and "conversation 'nope' not found" in missing.stderr
     empty = fr("search", " ", "--store", store, cwd=tmp_path, ok=False)
     assert empty.returncode == 2 and "query is empty" in empty.stderr
@@ -155,8 +185,8 @@ def test_chat_scripted_recalls_and_summarizes_then_inspect_search_forget(tmp_pat
     assert any(t["summarized"] for t in turns)
     last = turns[-1]["recalled"]
     assert any("4711" in r["text"] and r["score"] is not None for r in last)  # the code left the window, came back
-    text = fr("chat", "--model", "scripted", "--store", store, "--user", "ann", "--session", "s1", cwd=tmp_path,
-              stdin="Which code did I give you?\n/quit\n").stdout
+    text = inproc("chat", "--model", "scripted", "--store", store, "--user", "ann", "--session", "s1", cwd=tmp_path,
+                  stdin="Which code did I give you?\n/quit\n").stdout
     assert "assistant> (scripted" in text and "recalled" in text and "4711" in text
 
     report = out("inspect", "s1", "--store", store, "--user", "ann", cwd=tmp_path)
@@ -168,13 +198,13 @@ def test_chat_scripted_recalls_and_summarizes_then_inspect_search_forget(tmp_pat
     top = found["hits"][0]
     assert "4711" in json.dumps(top["message"]) and {"dense", "lexical", "fused"} <= set(top["scores"])
     assert top["range"]["start"] <= top["position"] <= top["range"]["end"] and top["range"]["messages"]
-    assert out("search", "locker code", "--store", store, "--user", "bob", cwd=tmp_path)["hits"] == []
+    assert again("search", "locker code", "--store", store, "--user", "bob", cwd=tmp_path)["hits"] == []
 
-    refused = fr("forget", "--user", "ann", "--store", store, cwd=tmp_path, stdin="n\n", ok=False)
+    refused = inproc("forget", "--user", "ann", "--store", store, cwd=tmp_path, stdin="n\n", ok=False)
     assert refused.returncode == 1 and "nothing forgotten" in refused.stderr
     gone = out("forget", "--user", "ann", "--store", store, cwd=tmp_path, stdin="y\n")
     assert gone["messages"] == 14 and "remaining" in gone  # all 14 were still there after the refusal
-    assert out("stats", "--store", store, "--user", "ann", cwd=tmp_path)["message_count"] == 0
+    assert again("stats", "--store", store, "--user", "ann", cwd=tmp_path)["message_count"] == 0
 
 
 def test_chat_against_an_openai_compatible_server(tmp_path):
@@ -191,9 +221,45 @@ def test_chat_against_an_openai_compatible_server(tmp_path):
         assert server.requests[-1]["messages"][-1]["content"].endswith("What is my locker code?")
         assert "4711" in json.dumps(server.requests[-1]["messages"])
         server.script(Reply(status=401, body=b'{"error": {"message": "bad key"}}'))
-        failing = fr("chat", "--provider", "openai", "--model", "m", "--base-url", server.base_url, "--store",
-                     f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, stdin="hello\n", ok=False)
+        failing = inproc("chat", "--provider", "openai", "--model", "m", "--base-url", server.base_url, "--store",
+                         f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, stdin="hello\n", ok=False)
         assert failing.returncode == 1 and failing.stderr.startswith("error: ") and "401" in failing.stderr
+    finally:
+        server.close()
+
+
+def test_chat_with_bedrock(tmp_path, monkeypatch):
+    from bedrock_peer import ConverseServer, answer, error
+
+    server = ConverseServer()
+    aws = {"AWS_ENDPOINT_URL_BEDROCK_RUNTIME": server.url, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY":
+           "test", "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": "/dev/null",
+           "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}
+    model = "us.amazon.nova-lite-v1:0"
+    try:
+        server.script(answer("Noted: 4711."), answer("Sure."), answer("Sure."), answer("It is 4711."))
+        said = ["My locker code is 4711.", "Let us talk about tea.", "Green or black?", "What is my locker code?"]
+        done = fr("chat", "--provider", "bedrock", "--model", model, "--region", "eu-west-3", "--store",
+                  f"sqlite:///{tmp_path / 'm.db'}", "--max-turns", "3", "--json", cwd=tmp_path,
+                  stdin="\n".join(said) + "\n", path=str(Path(__file__).parent), env=aws)
+        turns = [json.loads(x) for x in done.stdout.split("\n") if x]
+        assert [t["answer"] for t in turns] == ["Noted: 4711.", "Sure.", "Sure.", "It is 4711."]
+        assert any("4711" in r["text"] for r in turns[-1]["recalled"])  # the code left the window, came back
+        first, last = server.requests[0], server.requests[-1]
+        assert first["path"] == f"/model/{model}/converse"
+        assert first["headers"]["authorization"].startswith("AWS4-HMAC-SHA256 Credential=test/")
+        assert "/eu-west-3/bedrock/aws4_request" in first["headers"]["authorization"]
+        assert first["body"]["messages"] == [{"role": "user", "content": [{"text": said[0]}]}]
+        assert last["body"]["messages"][-1]["content"][0]["text"].endswith(said[-1])
+        assert "4711" in json.dumps(last["body"])  # recalled: the first turn is no longer in the window
+
+        server.script(error("ValidationException", "The provided model identifier is invalid."))
+        for k, v in aws.items():
+            monkeypatch.setenv(k, v)
+        failing = inproc("chat", "--provider", "bedrock", "--model", "nope", "--region", "eu-west-3", "--store",
+                         f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, stdin="hello\n", ok=False)
+        assert failing.returncode == 1 and failing.stderr.startswith("error: ")
+        assert "ValidationException" in failing.stderr and "model identifier is invalid" in failing.stderr
     finally:
         server.close()
 
@@ -215,8 +281,8 @@ def test_keys_through_the_command(tmp_path):
     store = f"sqlite:///{tmp_path / 'k.db'}"
     made = out("keys", "create", "--tenant", "acme", "--users", "ann", "--store", store, cwd=tmp_path)
     assert made["tenant"] == "acme" and made["users"] == ["ann"]
-    assert [k["id"] for k in out("keys", "list", "--store", store, cwd=tmp_path)] == [made["id"]]
-    assert out("keys", "revoke", made["id"], "--store", store, cwd=tmp_path) == {"revoked": made["id"]}
+    assert [k["id"] for k in again("keys", "list", "--store", store, cwd=tmp_path)] == [made["id"]]
+    assert again("keys", "revoke", made["id"], "--store", store, cwd=tmp_path) == {"revoked": made["id"]}
     assert fr("keys", "revoke", "nope", "--store", store, cwd=tmp_path, ok=False).returncode == 1
 
 
@@ -233,8 +299,8 @@ def test_jsonl_round_trip_on_every_backend(tmp_path, store_url):
     source.put_state(Scope(user_id="u", session_id="t"), "summaries", {"items": [{"id": "s", "covers": [0, 1]}]})
     with open(tmp_path / "a.jsonl", "w", encoding="utf-8") as fp:
         jsonl.export_jsonl(source, Scope(user_id="u"), fp)
-    assert out("import", "a.jsonl", "--store", store_url, "--no-embed", cwd=tmp_path)["written"] == 5
-    assert out("import", "a.jsonl", "--store", store_url, "--no-embed", cwd=tmp_path)["written"] == 0
-    fr("export", "b.jsonl", "--store", store_url, "--user", "u", cwd=tmp_path)
+    assert again("import", "a.jsonl", "--store", store_url, "--no-embed", cwd=tmp_path)["written"] == 5
+    assert again("import", "a.jsonl", "--store", store_url, "--no-embed", cwd=tmp_path)["written"] == 0
+    inproc("export", "b.jsonl", "--store", store_url, "--user", "u", cwd=tmp_path)
     a, b = ((tmp_path / n).read_text(encoding="utf-8").split("\n")[1:] for n in ("a.jsonl", "b.jsonl"))
     assert [json.loads(x) for x in a if x] == [json.loads(x) for x in b if x]

@@ -104,3 +104,80 @@ def test_the_services_first_export_without_header_is_read_as_version_1():
     assert counts["written"] == 3
     stored = store.range(Scope(session_id="c"), 0, 10)
     assert [m.id for m in stored] == ["m0", "m1", "m2"] and stored[1].text.endswith("old line 1")
+
+
+def _remember(store, embedder, user: str, clock: list[float]):
+    """Facts (one superseded, with sources) and patterns (one expired) of ``user`` in ``store``."""
+    from fullrecall.memory import FactMemory, ProceduralMemory
+
+    facts = FactMemory(store, user_id=user, embedder=embedder, clock=lambda: clock[0])
+    facts.remember("My city is Lyon.", sources=[{"session_id": "c1", "id": "m1"}])
+    clock[0] += 100
+    facts.remember("My city is Paris.", sources=[{"session_id": "c1", "id": "m2"}])
+    facts.remember("I like green tea.")
+    facts.remember("I like green tea.")  # merged: mentions 2
+    patterns = ProceduralMemory(store, user_id=user, embedder=embedder)
+    patterns.store_pattern("book a flight to Rome", ["search_flights", "book"], 0.9, 1200.0)
+    patterns.store_pattern("book a flight to Rome", ["search_flights", "book"], 0.8, 800.0)
+    ProceduralMemory(store, user_id=user, embedder=embedder, ttl_days=1e-6, clock=lambda: 1000.0).store_pattern(
+        "an old task", ["x"], 1.0, 1.0)  # expired long ago: not exported
+    return facts, patterns
+
+
+def test_long_term_memory_round_trips_losslessly_on_every_backend(store_url, default_embedder):
+    from fullrecall.memory import FactMemory, PersistentMemory, ProceduralMemory
+
+    source, target = open_store("sqlite:///:memory:"), open_store(store_url)
+    try:
+        facts, patterns = _remember(source, default_embedder, "ann", [1_700_000_000.0])
+        _remember(source, default_embedder, "bob", [1_700_000_000.0])  # another owner: not in ann's export
+        openai.import_openai(source, Scope(user_id="ann", session_id="c1"),
+                             io.StringIO(json.dumps([{"role": "user", "content": "My city is Paris."}])))
+        PersistentMemory("ann", session_id="p1", store=source, embedder=default_embedder,
+                         extract_facts=False).record_sync([{"role": "user", "content": "hello"}])
+        first = io.StringIO()
+        counts = jsonl.export_jsonl(source, Scope(user_id="ann"), first)
+        body = _body(first)
+        assert counts["records"] == 5 and counts["conversations"] == 2  # 3 facts, the live pattern, p1
+        assert {line["type"] for line in body} == {"message", "fact", "pattern", "session"}
+        assert not any(str(line.get("conversation_id", "")).startswith("_log.") for line in body)
+        assert all(line["user_id"] == "ann" for line in body)
+        old = next(x for x in body if x["type"] == "fact" and x["text"] == "My city is Lyon.")
+        assert old["data"]["valid_to"] is not None and old["data"]["superseded_by"] and old["vector"]["dim"] == 384
+
+        imported = jsonl.import_jsonl(target, Scope(), io.StringIO(first.getvalue()))
+        assert imported["records"] == imported["records_written"] == 5 and imported["written"] == 2
+        again = jsonl.import_jsonl(target, Scope(), io.StringIO(first.getvalue()))
+        assert again["records_written"] == 0 and again["written"] == 0
+        second = io.StringIO()
+        jsonl.export_jsonl(target, Scope(user_id="ann"), second)
+        assert _body(second) == body  # every field of every line, vectors included
+
+        moved = FactMemory(target, user_id="ann", embedder=default_embedder)
+        assert [f.to_dict() for f in moved.history()] == [f.to_dict() for f in facts.history()]
+        assert [f.value for f in moved.current(attribute="city")] == ["Paris"]
+        assert moved.search("which city", 1)[0][0].value == "Paris"  # the vectors came along
+        carried = ProceduralMemory(target, user_id="ann", embedder=default_embedder)
+        assert carried.patterns() == patterns.patterns() and len(carried.patterns()) == 1
+        assert carried.plan_tool_sequence("book a flight to Rome")["suggested_tools"] == ["search_flights", "book"]
+        assert FactMemory(target, user_id="bob", embedder=default_embedder).history() == []
+        assert PersistentMemory("ann", store=target, embedder=default_embedder).sessions() == ["p1"]
+    finally:
+        source.close()
+        target.close()
+
+
+def test_record_lines_are_checked_and_version_1_files_stay_readable():
+    store = open_store("sqlite:///:memory:")
+    v1 = json.dumps({"format": "fullrecall", "version": 1})
+    good = {"type": "message", "conversation_id": "c", "id": "m1", "role": "user", "text": "hi",
+            "message": {"role": "user", "content": "hi"}}
+    assert jsonl.import_jsonl(store, Scope(), io.StringIO(v1 + "\n" + json.dumps(good)))["written"] == 1
+    fact = {"type": "fact", "user_id": "ann", "agent_id": None, "id": "f1", "text": "My city is Lyon.",
+            "created_at": 1.0, "updated_at": 1.0, "data": {"subject": "user"}}
+    for bad, named in (({"id": ""}, "'id'"), ({"data": []}, "'data'"), ({"updated_at": "now"}, "'updated_at'"),
+                       ({"vector": {"dim": 3, "b64": "AAAA"}}, "'vector'"), ({"text": "a\ud800b"}, "record 'f1': 'text'")):
+        lines = [json.dumps(fact | {"id": "f0"}), json.dumps({**good, "id": "m2"}), json.dumps(fact | bad)]
+        with pytest.raises(MessageFormatError, match=f"line 3: {named}"):
+            jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join(lines)))
+    assert store.count(Scope(session_id="c")) == 1 and store.get_records(Scope(user_id="ann"), "facts") == []

@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import os
 
+    from ..memory._records import change_logs
     from ..transfer import jsonl, locomo, openai, strands
     from ..transfer._common import conversations
 
@@ -50,10 +51,12 @@ def run(args: argparse.Namespace) -> int:
                     with open(partial, "w", encoding="utf-8") as fp:
                         counts = writer(fp)
                     os.replace(partial, args.path)
-        unlisted = 0 if own.session_id else store.stats(own).get("session_count", 0) - len(found)
+        logs = change_logs(store, own, list(jsonl.RECORD_TYPES.values()))[1]  # long-term memory's bookkeeping
+        unlisted = 0 if own.session_id else store.stats(own).get("session_count", 0) - len(found) - logs
         result = {"format": args.format, "path": args.path, **counts, "unlisted_conversations": max(0, unlisted)}
-        text = (f"exported {counts['conversations']} conversations, {counts['messages']:,} messages to {args.path} "
-                f"({args.format})" + (f"; {unlisted} conversations written only through the library are not listed: "
+        text = (f"exported {counts['conversations']} conversations, {counts['messages']:,} messages"
+                + (f", {counts['records']:,} long-term records" if counts.get("records") else "")
+                + f" to {args.path} ({args.format})" + (f"; {unlisted} conversations written only through the library are not listed: "
                                       "export them with --session" if unlisted > 0 else ""))
         if args.path == "-":
             print(text, file=sys.stderr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from .common import add_store, emit, open_store, progress_bars, scope
 
@@ -45,6 +46,31 @@ def detect(path: str) -> str:
     return "locomo" if isinstance(sample, dict) and isinstance(sample.get("conversation"), dict) else "openai"
 
 
+class LazyEmbedder:
+    """The local embedder, loaded when the first message without a vector needs it.
+
+    A file whose every message carries its vector, or one refused on reading, never loads the model.
+    """
+
+    def __init__(self) -> None:
+        self._embedder: Any = None
+
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
+            from ..embeddings import load_embedder
+
+            self._embedder = load_embedder(None)
+        return self._embedder
+
+    @property
+    def name(self) -> str:
+        return str(self.embedder.name)
+
+    def embed(self, texts: list[str]) -> Any:
+        return self.embedder.embed(texts)
+
+
 def run(args: argparse.Namespace) -> int:
     import sys
 
@@ -55,11 +81,7 @@ def run(args: argparse.Namespace) -> int:
         fmt = "jsonl" if args.path == "-" else detect(args.path)
     store = open_store(args)
     try:
-        embedder = None
-        if not args.no_embed:
-            from ..embeddings import load_embedder
-
-            embedder = load_embedder(None)
+        embedder = None if args.no_embed else LazyEmbedder()
         own = scope(args)
         with progress_bars(not args.json) as progress:
             if fmt == "strands":
@@ -82,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
         text = (f"imported {args.path} ({fmt}): {counts['conversations']} conversations, {counts['messages']:,} "
                 f"messages read, {counts['written']:,} new"
                 + ("" if counts["written"] else " (all were there already)")
-                + "".join(f", {v:,} {k}" for k, v in counts.items() if k in ("embedded", "vectors") and v))
+                + "".join(f", {v:,} {k}" for k, v in counts.items() if k in ("embedded", "vectors") and v)
+                + (f"; {counts['records']:,} long-term records, {counts['records_written']:,} new"
+                   if counts.get("records") else ""))
         emit(args, {"format": fmt, **counts}, text)
     finally:
         store.close()

@@ -316,7 +316,9 @@ class Conversations:
 
     # -- export and import ----------------------------------------------------------------------
     def export(self, scope: Scope) -> Iterator[dict[str, Any]]:
-        """Every message of ``scope`` (one conversation or all the owner's) in fullrecall's JSONL format, header first."""
+        """Every message of ``scope`` (one conversation or all the owner's, then the owner's long-term records) in
+        fullrecall's JSONL format, header first.
+        """
         from ..transfer import jsonl
 
         yield jsonl.header()
@@ -334,6 +336,8 @@ class Conversations:
                 last = chunk[-1].position
                 assert last is not None  # messages read from a store carry their position
                 start = last + 1
+        if not scope.session_id:  # the owner's long-term memory goes with all of its conversations
+            yield from jsonl.record_lines(self.store, scope)
 
     def _sessions(self, scope: Scope) -> list[str]:
         return [r.id for r in self.store.get_records(replace(scope, session_id=None), CONVERSATIONS)]
@@ -341,17 +345,22 @@ class Conversations:
     def import_lines(self, scope: Scope, lines: Iterable[dict[str, Any]]) -> dict[str, int]:
         """Append the messages of a JSONL export to the caller's own conversations (idempotent on ids).
 
-        The format is :mod:`fullrecall.transfer.jsonl`'s (a header line, then one line a message);
-        state lines are the library's (``fullrecall import``) and are skipped here.
+        The format is :mod:`fullrecall.transfer.jsonl`'s (a header line, then one line a message, then the
+        owner's long-term records); state lines are the library's (``fullrecall import``) and are skipped here.
         """
         from ..transfer import jsonl
 
         by_conversation: dict[str, tuple[list[dict[str, Any]], list[str | None]]] = {}
+        records: dict[str, list[Any]] = {}  # namespace -> (record, vector) of the long-term lines
         for n, line in enumerate(lines):
             if not isinstance(line, dict):
                 raise MessageFormatError(f"line {n + 1}: expected a JSON object")
             if jsonl.is_header(line):
                 jsonl.check_header(line, n + 1)
+                continue
+            if line.get("type") in jsonl.RECORD_TYPES:
+                record = jsonl.record_of({**line, "_line": n + 1})
+                records.setdefault(record.namespace, []).append((record, jsonl.record_vector({**line, "_line": n + 1})))
                 continue
             if line.get("type", "message") != "message":
                 continue
@@ -372,7 +381,11 @@ class Conversations:
         written = 0
         for conv, (msgs, ids) in by_conversation.items():
             written += len(self.append(replace(scope, session_id=conv), msgs, ids))
-        return {"conversations": len(by_conversation), "messages": written}
+        out = {"conversations": len(by_conversation), "messages": written}
+        if records:  # facts, patterns, memory sessions: the caller's own, each written once
+            out["records"] = sum(jsonl.put_records(self.store, replace(scope, session_id=None), namespace, recs)
+                                 for namespace, recs in records.items())
+        return out
 
 
 def _parse(m: StoredMessage):

@@ -42,12 +42,19 @@ class Counts:
 def conversations(store: Store, scope: Scope) -> list[str]:
     """The conversation ids of ``scope``: its own session, or every one the owner's conversation list names.
 
-    The list is kept by the service, ``fullrecall import`` and ``fullrecall chat``; a conversation
-    written only through the library is exported by naming it (``--session``).
+    The list is kept by the service, ``fullrecall import`` and ``fullrecall chat``; the conversations
+    :class:`~fullrecall.memory.PersistentMemory` keeps memory of are listed too. Long-term memory's change
+    logs (``_log.*``) are bookkeeping, never a conversation. A conversation written only through the
+    library otherwise is exported by naming it (``--session``).
     """
+    from ..memory._records import LOG_PREFIX
+    from ..memory.persistent import _SESSIONS
+
     if scope.session:
         return [scope.session]
-    return sorted(r.id for r in store.get_records(replace(scope, session_id=None), CONVERSATIONS))
+    owner = replace(scope, session_id=None)
+    listed = {r.id for namespace in (CONVERSATIONS, _SESSIONS) for r in store.get_records(owner, namespace)}
+    return sorted(s for s in listed if not s.startswith(LOG_PREFIX))
 
 
 def register(store: Store, scope: Scope) -> None:

@@ -1,6 +1,6 @@
 """fullrecall's own JSON Lines format: lossless, versioned, one JSON object a line.
 
-The first line is the header, ``{"format": "fullrecall", "version": 1, ...}``. Every other
+The first line is the header, ``{"format": "fullrecall", "version": 2, ...}``. Every other
 line has a ``"type"``:
 
 * ``"message"``: one stored message, verbatim (``"message"``) with everything the store
@@ -11,12 +11,23 @@ line has a ``"type"``:
   embeds again;
 * ``"state"``: a conversation's state document (``key`` is ``window``, ``archive`` or
   ``summaries``; ``value`` the document): the window and its summaries come back as they were
-  (an import writes a state the conversation does not have yet, never over a newer one).
+  (an import writes a state the conversation does not have yet, never over a newer one);
+* ``"fact"``, ``"pattern"`` and ``"session"`` (version 2): the owner's long-term memory, one record
+  a line: a :class:`~fullrecall.memory.FactMemory` fact (its validity interval, supersession and
+  source messages are in ``data``), a :class:`~fullrecall.memory.ProceduralMemory` pattern (steps,
+  scores, expiry) and a conversation :class:`~fullrecall.memory.PersistentMemory` keeps memory of.
+  Each carries ``user_id``, ``agent_id``, ``id``, ``text``, ``created_at``, ``updated_at``,
+  ``data`` and, when it has one, its ``vector`` (``{"dim", "b64"}``; kept even without message
+  vectors: records are few and never embedded again). They are exported with a whole owner's
+  memory (not with one conversation); expired patterns are left out. An import writes a record it
+  does not hold, or holds in an older version (``updated_at``): the same record twice is written once.
 
-A line without ``"type"`` is a message (the service's export before the header existed);
-a file without a header is read as version 1. Importing puts each message back at its
-position under its id; the store skips ids it holds, so an import is idempotent, and an
-interrupted one is finished by running it again.
+The change logs long-term memory keeps (conversations named ``_log.*``) are bookkeeping and are
+never exported: an import writes its own events. A line without ``"type"`` is a message (the
+service's export before the header existed); a file without a header is read as version 1, and
+version 1 files are read as they always were. Importing puts each message back at its position
+under its id; the store skips ids it holds, so an import is idempotent, and an interrupted one is
+finished by running it again.
 """
 
 from __future__ import annotations
@@ -31,13 +42,19 @@ from typing import IO, Any
 import numpy as np
 
 from ..errors import MessageFormatError
+from ..memory._records import _OWNER, _VEC, EXPIRES_AT, RecordBook, owner_scope, public_data
+from ..memory.facts import NAMESPACE as FACTS
+from ..memory.persistent import _SESSIONS as SESSIONS
+from ..memory.procedural import NAMESPACE as PROCEDURES
 from ..stores._common import check_messages
-from ..stores.base import Scope, Store, StoredMessage
+from ..stores._validate import check_record
+from ..stores.base import ANY, Record, Scope, Store, StoredMessage
 from ._common import BATCH, Counts, Progress, conversations, embed, no_progress, records_for, register
 
 FORMAT = "fullrecall"
-VERSION = 1
+VERSION = 2
 STATE_KEYS = ("window", "archive", "summaries")
+RECORD_TYPES = {"fact": FACTS, "pattern": PROCEDURES, "session": SESSIONS}  # line type -> record namespace
 _MESSAGE_FIELDS = ("id", "position", "role", "kind", "created_at", "archived_at", "summary_id", "metadata", "text")
 
 
@@ -79,12 +96,44 @@ def lines(store: Store, scope: Scope, *, vectors: bool = True, progress: Progres
                 yield {"type": "state", "conversation_id": session, "user_id": own.user_id or None,
                        "agent_id": own.agent_id or None, "key": key, "value": value}
         progress("exporting", n + 1, len(sessions))
+    if not scope.session:
+        yield from record_lines(store, scope)
+
+
+def record_lines(store: Store, scope: Scope, now: float | None = None) -> Iterator[dict[str, Any]]:
+    """The long-term memory of ``scope``'s owner (or owners, with :data:`~fullrecall.stores.ANY`) as lines.
+
+    Only records long-term memory wrote for an owner of the scope are exported, live ones only.
+    """
+    now = time.time() if now is None else now
+    owners = replace(scope, session_id=None)
+    for kind, namespace in RECORD_TYPES.items():
+        for r in store.get_records(owners, namespace):
+            owner: list[str] = r.data.get(_OWNER) or []
+            if not _owned_by(owner, scope):
+                continue
+            if r.data.get(EXPIRES_AT) is not None and float(r.data[EXPIRES_AT]) <= now:
+                continue
+            line: dict[str, Any] = {"type": kind, "user_id": owner[1] or None, "agent_id": owner[2] or None,
+                                    "id": r.id, "text": r.text, "created_at": r.created_at,
+                                    "updated_at": r.updated_at, "data": public_data(r)}
+            vector = RecordBook.vector(r)
+            if vector is not None:
+                line["vector"] = {"dim": int(vector.shape[0]), "b64": r.data[_VEC]}
+            yield line
+
+
+def _owned_by(owner: Any, scope: Scope) -> bool:
+    """Whether a record's owner (``[tenant, user, agent]``) is one ``scope`` names."""
+    if not (isinstance(owner, list) and len(owner) == 3 and owner[0] == scope.tenant):
+        return False
+    return all(want is ANY or owner[i] == (want or "") for i, want in ((1, scope.user_id), (2, scope.agent_id)))
 
 
 def export_jsonl(store: Store, scope: Scope, fp: IO[str], *, vectors: bool = True,
                  progress: Progress = no_progress) -> dict[str, int]:
-    """Write the export of ``scope`` to ``fp``; counts of conversations, messages and states written."""
-    counts = {"conversations": 0, "messages": 0, "states": 0}
+    """Write the export of ``scope`` to ``fp``; counts of conversations, messages, states and records written."""
+    counts = {"conversations": 0, "messages": 0, "states": 0, "records": 0}
     seen: set[str] = set()
     for line in lines(store, scope, vectors=vectors, progress=progress):
         fp.write(json.dumps(line, ensure_ascii=False) + "\n")
@@ -95,6 +144,8 @@ def export_jsonl(store: Store, scope: Scope, fp: IO[str], *, vectors: bool = Tru
         elif kind == "state":
             counts["states"] += 1
             seen.add(line["conversation_id"])
+        elif kind in RECORD_TYPES:
+            counts["records"] += 1
     counts["conversations"] = len(seen)
     return counts
 
@@ -184,10 +235,15 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
     """
     groups: dict[tuple[str, str, str], tuple[list[StoredMessage], dict[str, tuple[str, np.ndarray]],
                                              dict[str, dict[str, Any]]]] = {}
+    records: dict[tuple[str, str, str], list[tuple[Record, np.ndarray | None]]] = {}
     for line in read(fp):
+        user = (line.get("user_id") or "") if keep_owner else str(scope.user_id or "")
+        agent = (line.get("agent_id") or "") if keep_owner else str(scope.agent_id or "")
+        if line["type"] in RECORD_TYPES:
+            record = record_of(line)
+            records.setdefault((user, agent, record.namespace), []).append((record, record_vector(line)))
+            continue
         conv = scope.session or conversation_of(line)
-        user = (line.get("user_id") or "") if keep_owner else str(scope.user_id)
-        agent = (line.get("agent_id") or "") if keep_owner else str(scope.agent_id)
         messages, vectors, states = groups.setdefault((user, agent, conv), ([], {}, {}))
         if line["type"] == "message":
             m = stored_message(line)
@@ -232,7 +288,69 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
         for state_key, value in states.items():  # a conversation that has moved on since keeps its own
             if store.get_state(own, state_key) is None:
                 store.put_state(own, state_key, value)
-    return _result(counts)
+    out = _result(counts)
+    out["records"] = sum(len(r) for r in records.values())
+    out["records_written"] = sum(put_records(store, Scope(tenant=scope.tenant, user_id=user, agent_id=agent),
+                                             namespace, recs) for (user, agent, namespace), recs in records.items())
+    return out
+
+
+def record_of(line: dict[str, Any]) -> Record:
+    """The long-term record a ``"fact"``, ``"pattern"`` or ``"session"`` line describes, checked."""
+    where = f"line {line.get('_line', '?')}"
+    for key in ("id", "text"):
+        if not isinstance(line.get(key), str) or not line[key]:
+            raise MessageFormatError(f"{where}: '{key}' must be a non-empty string")
+    if not isinstance(line.get("data"), dict):
+        raise MessageFormatError(f"{where}: 'data' must be an object")
+    for key in ("created_at", "updated_at"):
+        value = line.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e11:
+            raise MessageFormatError(f"{where}: '{key}' must be a time in Unix seconds")
+    data = {k: v for k, v in line["data"].items() if k not in (_OWNER, _VEC)}
+    record = Record(id=line["id"], namespace=RECORD_TYPES[line["type"]], text=line["text"], data=data,
+                    created_at=float(line["created_at"]), updated_at=float(line["updated_at"]))
+    try:
+        check_record(record)  # what the store would refuse, refused before anything is written
+    except ValueError as exc:
+        raise MessageFormatError(f"{where}: {exc}") from None
+    return record
+
+
+def record_vector(line: dict[str, Any]) -> np.ndarray | None:
+    """The vector of a record line, if it carries one."""
+    v = line.get("vector")
+    if not v:
+        return None
+    try:
+        vec = np.frombuffer(base64.b64decode(v["b64"], validate=True), dtype="<f4").astype(np.float32)
+        if vec.shape[0] != int(v["dim"]) or not vec.shape[0]:
+            raise ValueError
+    except Exception:  # noqa: BLE001 - any malformed vector is named, whatever broke
+        raise MessageFormatError(f"line {line.get('_line', '?')}: 'vector' is malformed") from None
+    return vec
+
+
+def put_records(store: Store, owner: Scope, namespace: str, records: list[tuple[Record, np.ndarray | None]],
+                now: float | None = None) -> int:
+    """Write the records the owner does not hold, or holds in an older version; how many were written.
+
+    Writes go through long-term memory's record book, so every process using the memory sees them.
+    """
+    now = time.time() if now is None else now
+    book = RecordBook(store, owner_scope(owner.tenant, str(owner.user_id), str(owner.agent_id)), namespace)
+    held = {r.id: r for r in book.all()}
+    written = 0
+    with book.writes():
+        for record, vector in records:
+            have = held.get(record.id)
+            expired = record.data.get(EXPIRES_AT) is not None and float(record.data[EXPIRES_AT]) <= now
+            if expired or (have is not None and have.updated_at >= record.updated_at):
+                continue
+            book.put(record, vector)
+            held[record.id] = record
+            written += 1
+    return written
 
 
 def _result(counts: Counts) -> dict[str, int]:

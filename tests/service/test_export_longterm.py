@@ -1,0 +1,39 @@
+"""/v1/export and /v1/import carry an owner's long-term memory (facts, patterns) with its conversations."""
+
+from __future__ import annotations
+
+import json
+
+
+def _lines(text: str) -> list[dict]:
+    return [json.loads(x) for x in text.split("\n") if x][1:]  # after the format header
+
+
+def test_export_import_carries_facts_and_patterns_to_the_callers_owner(api):
+    c, owner = api.client, {"user_id": "u1"}
+    for text in ("My city is Lyon.", "My city is Paris."):
+        assert c.post("/v1/facts", json={"text": text, **owner}, headers=api.a).status_code in (200, 201)
+    pattern = {"query": "book a flight to Rome", "tools_used": ["search_flights", "book"], "success_score": 0.9,
+               "execution_time_ms": 1200, **owner}
+    assert c.post("/v1/patterns", json=pattern, headers=api.a).json()["stored"]
+    r = c.post("/v1/conversations/c1/messages", json={"messages": [{"role": "user", "content": "hi"}]},
+               params=owner, headers=api.a)
+    assert r.status_code == 201, r.text
+
+    exported = c.post("/v1/export", json=owner, headers=api.a).text
+    body = _lines(exported)
+    assert [x["type"] for x in body] == ["message", "fact", "fact", "pattern"]
+    assert not any(str(x.get("conversation_id", "")).startswith("_log.") for x in body)
+    one = _lines(c.post("/v1/export", json={**owner, "conversation_id": "c1"}, headers=api.a).text)
+    assert [x["type"] for x in one] == ["message"]  # one conversation: no long-term memory
+
+    first = c.post("/v1/import", content=exported.encode(), params=owner, headers=api.b).json()
+    assert first == {"conversations": 1, "messages": 1, "records": 3}
+    again = c.post("/v1/import", content=exported.encode(), params=owner, headers=api.b).json()
+    assert again["records"] == 0  # idempotent
+    back = _lines(c.post("/v1/export", json=owner, headers=api.b).text)
+    assert back[1:] == body[1:]  # every record as it was (messages are appended anew, with the service's times)
+    history = {"history": "true", **owner}
+    assert c.get("/v1/facts", params=history, headers=api.b).json() == \
+        c.get("/v1/facts", params=history, headers=api.a).json()
+    assert c.get("/v1/facts", params={"history": "true"}, headers=api.b).json()["facts"] == []  # only u1's
