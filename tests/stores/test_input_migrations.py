@@ -38,7 +38,7 @@ def test_sqlite_v1_file_is_reindexed_and_deletes_leave_no_trace(tmp_path, monkey
         old.setattr(sq, "_indexed", lambda column: column)
         store = sq.SQLiteStore(path)
         with store._write() as conn:
-            sid = store._session_for_write(conn, scope)["sid"]
+            sid = store._session_row(conn, scope)["sid"]
             conn.executemany(f"INSERT INTO messages (sid, {', '.join(_OLD_COLUMNS)}) VALUES ({sid}, ?, ?, ?, ?, ?, ?,"
                              " ?, ?, ?)", _old_rows(old_messages))
             conn.execute("UPDATE sessions SET next_position = 2")

@@ -57,14 +57,14 @@ from . import _forget as F
 from . import _topk
 from . import _validate as V
 from . import _vectors as Vec
-from ._store import StoreBase
-from .base import Filters, Hit, Record, Scope, StoredMessage
+from ._sql import Dialect, SqlStore
+from .base import Filters, Hit, Scope, StoredMessage
 
 Conn = psycopg.Connection[dict[str, Any]]
 """A connection of ours: rows come as dicts (``row_factory=dict_row``)."""
 
 SCHEMA_VERSION = 5
-SQL = C.Sql("%s")
+SQL = Dialect("%s")
 _OWN_OPTIONS = (
     "schema", "pool_min", "pool_max", "exact_limit", "ef_search", "hnsw_min_rows", "index_build_memory",
     "lexical_budget", "candidate_cap", "forget_vacuum",
@@ -225,7 +225,7 @@ def _ts_terms(terms: Sequence[str]) -> list[str]:
     return [t for t in (_PUNCT.sub(" ", t).strip() for t in terms) if t]
 
 
-class PostgresStore(StoreBase):
+class PostgresStore(SqlStore):
     """:class:`~fullrecall.stores.base.Store` on PostgreSQL + pgvector (see the module docstring)."""
 
     def __init__(
@@ -249,6 +249,7 @@ class PostgresStore(StoreBase):
         self.schema = opts.get("schema", schema).lower()
         if not _SCHEMA_NAME.match(self.schema):
             raise ValueError(f"schema name {self.schema!r} must match {_SCHEMA_NAME.pattern}")
+        self.sql = Dialect("%s", schema=self.schema, text_in=_pg_text, text_out=_py_text)
         self._conninfo = conninfo
         self._pool_sizes = (int(opts.get("pool_min", pool_min)), int(opts.get("pool_max", pool_max)))
         self._exact_limit = int(opts.get("exact_limit", exact_limit))
@@ -349,6 +350,8 @@ class PostgresStore(StoreBase):
             raise StoreError(f"PostgreSQL at {self._safe_url()} refused the statement, nothing was written: {exc}"
                              ) from exc
 
+    _read = _write = _tx  # every transaction may write: rows are locked where writers must take turns
+
     def _safe_url(self) -> str:
         parts = urlsplit(self._conninfo)
         host = parts.netloc.rsplit("@", 1)[-1]
@@ -370,7 +373,7 @@ class PostgresStore(StoreBase):
 
     # -- sessions ----------------------------------------------------------------
 
-    def _lock_session(self, conn: Conn, scope: Scope) -> dict[str, Any]:
+    def _session_row(self, conn: Conn, scope: Scope) -> dict[str, Any]:
         """(sid, next_position) of the session, created if new; its row stays locked until commit.
 
         The no-op upsert takes the row lock in the same round trip, so appenders of one
@@ -391,7 +394,7 @@ class PostgresStore(StoreBase):
     def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
         s = self.schema
         with self._tx() as conn:  # 3 round trips: lock the session, look up ids, insert
-            sess = self._lock_session(conn, scope)
+            sess = self._session_row(conn, scope)
             known = {
                 r["id"]: r["position"]
                 for r in conn.execute(
@@ -440,18 +443,6 @@ class PostgresStore(StoreBase):
             for r in rows
         ]
 
-    def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
-        where, params = SQL.scope_where(scope)
-        with self._tx() as conn:
-            found = self._select_messages(conn, f"{where} AND m.id = ANY(%s)", [*params, C.read_ids(ids)])
-        return C.in_conversation_order(found)
-
-    def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
-        where, params = SQL.scope_where(scope)
-        with self._tx() as conn:
-            found = self._select_messages(conn, f"{where} AND m.rid = ANY(%s)", [*params, C.int_keys(keys)])
-        return C.in_conversation_order(found)
-
     def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
         scope.require_session()
         spans = C.check_spans(spans)
@@ -464,13 +455,6 @@ class PostgresStore(StoreBase):
                 conn, f"{where} AND {within}", [*params, [lo for lo, _ in spans], [hi for _, hi in spans]]
             )
         return C.split_spans(found, spans)
-
-    def count(self, scope: Scope) -> int:
-        where, params = SQL.scope_where(scope)
-        with self._tx() as conn:  # the sessions' counters: one row per session, whatever their size
-            return int(conn.execute(
-                f"SELECT coalesce(sum(message_count), 0) AS n FROM {self.schema}.sessions s WHERE {where}", params
-            ).fetchone()["n"])
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         where, params = SQL.scope_where(scope)
@@ -800,67 +784,6 @@ class PostgresStore(StoreBase):
         shares = dict(zip(row["elems"], row["freqs"])) if row and row["elems"] else {}
         self._shares = (time.monotonic(), shares)
         return shares
-
-    # -- state and long-term records ---------------------------------------------------------
-
-    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
-        doc = C.state_json(key, value)
-        s = self.schema
-        with self._tx() as conn:  # the session's row lock: writers of its state take turns
-            sid = self._lock_session(conn, scope)["sid"]
-            row = conn.execute(f"SELECT version FROM {s}.state WHERE sid = %s AND key = %s", (sid, key)).fetchone()
-            version = row["version"] if row else 0
-            C.check_expected(key, expected, version)
-            conn.execute(
-                f"INSERT INTO {s}.state (sid, key, value, updated_at, version) VALUES (%s, %s, %s, %s, %s)"
-                " ON CONFLICT (sid, key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at,"
-                " version = EXCLUDED.version",
-                (sid, key, doc, time.time(), version + 1),
-            )
-        return int(version) + 1
-
-    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
-        scope.require_session()
-        where, params = SQL.scope_where(scope)
-        s = self.schema
-        with self._tx() as conn:
-            row = conn.execute(
-                f"SELECT t.value, t.version FROM {s}.state t JOIN {s}.sessions s ON s.sid = t.sid"
-                f" WHERE {where} AND t.key = %s",
-                [*params, key],
-            ).fetchone()
-        return (C.json_loads(row["value"]), int(row["version"])) if row else (None, 0)
-
-    def _put_record(
-        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None
-    ) -> None:
-        with self._tx() as conn:
-            conn.execute(
-                f"INSERT INTO {self.schema}.records (tenant, user_id, agent_id, session_id, namespace, id, text, data,"
-                " created_at, updated_at, vec) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (tenant, user_id, agent_id, session_id, namespace, id) DO UPDATE SET"
-                " text = EXCLUDED.text, data = EXCLUDED.data, updated_at = EXCLUDED.updated_at, vec = EXCLUDED.vec",
-                (*owner, record.namespace, record.id, _pg_text(record.text), data, record.created_at,
-                 record.updated_at, vector),
-            )
-
-    def get_records(self, scope: Scope, namespace: str) -> list[Record]:
-        where, params = SQL.record_where(scope)
-        with self._tx() as conn:
-            rows = conn.execute(
-                f"SELECT * FROM {self.schema}.records r WHERE {where} AND namespace = %s ORDER BY created_at, id",
-                [*params, namespace],
-            ).fetchall()
-        return [C.record_from_row({**r, "text": _py_text(r["text"])}) for r in rows]
-
-    def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
-        where, params = SQL.record_where(scope)
-        with self._tx() as conn:
-            cur = conn.execute(
-                f"DELETE FROM {self.schema}.records r WHERE {where} AND namespace = %s AND id = %s",
-                [*params, namespace, record_id],
-            )
-            return cur.rowcount > 0
 
     # -- housekeeping ---------------------------------------------------------------------------
 

@@ -58,8 +58,8 @@ from . import _common as C
 from . import _forget as F
 from . import _validate as V
 from . import _vectors as Vec
-from ._store import StoreBase
-from .base import ANY, Filters, Hit, Record, Scope, StoredMessage
+from ._sql import Dialect, SqlStore
+from .base import ANY, Filters, Hit, Scope, StoredMessage
 
 SCHEMA_VERSION = 3
 
@@ -211,7 +211,7 @@ _FTS_BATCH = 256  # index pending rows inside an append once this many are waiti
 _MAX_TOKEN_SESSIONS = 64  # above this many sessions, scope by user/tenant token + SQL filter
 _CHUNK = 500  # ids per IN (...) list
 _SCRUB_TRIES, _SCRUB_WAIT_MS, _SCRUB_PAUSE = 4, 200, 0.05  # forget's checkpoint: at most ~1 s for readers
-SQL = C.Sql("?")
+SQL = Dialect("?", chunk=_CHUNK, vector=np.ndarray.tobytes)
 _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
 
 
@@ -249,8 +249,10 @@ def _qmarks(n: int) -> str:
     return ",".join("?" * n)
 
 
-class SQLiteStore(StoreBase):
+class SQLiteStore(SqlStore):
     """:class:`~fullrecall.stores.base.Store` on one SQLite file (see the module docstring)."""
+
+    sql = SQL
 
     def __init__(
         self,
@@ -397,7 +399,7 @@ class SQLiteStore(StoreBase):
         return [r[0] for r in conn.execute(f"SELECT sid FROM sessions s WHERE {where} ORDER BY sid", params)]
 
     @staticmethod
-    def _session_for_write(conn: sqlite3.Connection, scope: Scope) -> sqlite3.Row:
+    def _session_row(conn: sqlite3.Connection, scope: Scope) -> sqlite3.Row:
         """The session's row, created on first write (call inside a write transaction)."""
         scope.require_session()
         key = (scope.tenant, *scope.owner())
@@ -417,7 +419,7 @@ class SQLiteStore(StoreBase):
 
     def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
         with self._write() as conn:
-            sess = self._session_for_write(conn, scope)
+            sess = self._session_row(conn, scope)
             sid, next_pos = sess["sid"], sess["next_position"]
             known: dict[str, int] = {}
             ids = list(dict.fromkeys(m.id for m in messages))
@@ -479,24 +481,6 @@ class SQLiteStore(StoreBase):
             for r in conn.execute(sql, params)
         ]
 
-    def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
-        ids = C.read_ids(ids)
-        where, params = SQL.scope_where(scope)
-        out: list[StoredMessage] = []
-        with self._read() as conn:
-            for chunk in _chunks(ids):
-                out += self._select_messages(conn, f"{where} AND m.id IN ({_qmarks(len(chunk))})", [*params, *chunk])
-        return C.in_conversation_order(out)
-
-    def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
-        rids = C.int_keys(keys)
-        where, params = SQL.scope_where(scope)
-        out: list[StoredMessage] = []
-        with self._read() as conn:
-            for chunk in _chunks(rids):
-                out += self._select_messages(conn, f"{where} AND m.rid IN ({_qmarks(len(chunk))})", [*params, *chunk])
-        return C.in_conversation_order(out)
-
     def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
         scope.require_session()
         spans = C.check_spans(spans)
@@ -508,13 +492,6 @@ class SQLiteStore(StoreBase):
                 for m in self._select_messages(conn, f"{where} AND ({within})", [*params, *(p for s in chunk for p in s)]):
                     found[m.position or 0] = m
         return C.split_spans(list(found.values()), spans)
-
-    def count(self, scope: Scope) -> int:
-        where, params = SQL.scope_where(scope)
-        with self._read() as conn:  # the sessions' counters: one row per session, whatever their size
-            return int(
-                conn.execute(f"SELECT coalesce(sum(message_count), 0) FROM sessions s WHERE {where}", params).fetchone()[0]
-            )
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         ids = C.read_ids(ids)
@@ -767,60 +744,6 @@ class SQLiteStore(StoreBase):
         except sqlite3.OperationalError as exc:  # should not happen: every term is quoted
             raise ValueError(f"search_text could not run FTS5 query {match!r}: {exc}") from exc
         return [Hit(r[0], -float(r[1]), str(r[2])) for r in rows]
-
-    # -- state and long-term records -------------------------------------------------
-
-    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
-        doc = C.state_json(key, value)
-        with self._write() as conn:  # the write lock is held from the start: the version cannot move meanwhile
-            sid = self._session_for_write(conn, scope)["sid"]
-            row = conn.execute("SELECT version FROM state WHERE sid = ? AND key = ?", (sid, key)).fetchone()
-            version = row[0] if row else 0
-            C.check_expected(key, expected, version)
-            conn.execute(
-                "INSERT OR REPLACE INTO state (sid, key, value, updated_at, version) VALUES (?, ?, ?, ?, ?)",
-                (sid, key, doc, time.time(), version + 1),
-            )
-        return version + 1
-
-    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
-        scope.require_session()
-        where, params = SQL.scope_where(scope)
-        with self._read() as conn:
-            row = conn.execute(
-                f"SELECT t.value, t.version FROM state t JOIN sessions s ON s.sid = t.sid WHERE {where} AND t.key = ?",
-                [*params, key],
-            ).fetchone()
-        return (C.json_loads(row[0]), int(row[1])) if row else (None, 0)
-
-    def _put_record(
-        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None
-    ) -> None:
-        with self._write() as conn:
-            conn.execute(
-                "INSERT OR REPLACE INTO records (tenant, user_id, agent_id, session_id, namespace, id, text, data,"
-                " created_at, updated_at, vec) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*owner, record.namespace, record.id, record.text, data, record.created_at, record.updated_at,
-                 vector.tobytes() if vector is not None else None),
-            )
-
-    def get_records(self, scope: Scope, namespace: str) -> list[Record]:
-        where, params = SQL.record_where(scope)
-        with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT * FROM records r WHERE {where} AND namespace = ? ORDER BY created_at, id", [*params, namespace]
-            ).fetchall()
-        return [C.record_from_row(r) for r in rows]
-
-    def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
-        where, params = SQL.record_where(scope)
-        with self._write() as conn:
-            n = conn.execute(
-                "DELETE FROM records WHERE rowid IN"
-                f" (SELECT rowid FROM records r WHERE {where} AND namespace = ? AND id = ?)",
-                [*params, namespace, record_id],
-            ).rowcount
-        return n > 0
 
     # -- housekeeping -------------------------------------------------------------------
 
