@@ -55,6 +55,17 @@ class Dialect:
         for i in range(0, len(values), size):
             yield values[i : i + size]
 
+    def spans(self, column: str, spans: Sequence[tuple[int, int]]) -> tuple[str, list[Any]]:
+        """``column`` lies in one of the inclusive ``spans`` (at least one)."""
+        if not self.chunk:
+            return (
+                f"EXISTS (SELECT 1 FROM unnest({self.ph}::bigint[], {self.ph}::bigint[]) r(lo, hi)"
+                f" WHERE {column} BETWEEN lo AND hi)",
+                [[lo for lo, _ in spans], [hi for _, hi in spans]],
+            )
+        within = " OR ".join(f"{column} BETWEEN {self.ph} AND {self.ph}" for _ in spans)
+        return f"({within})", [p for span in spans for p in span]
+
     def upsert(self, table: str, columns: Sequence[str], key: Sequence[str]) -> str:
         """Insert a row, or replace the non-key columns of the row with the same ``key``."""
         update = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
@@ -157,6 +168,18 @@ class SqlStore(StoreBase):
     def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
         return self._select_in(scope, "m.rid", C.int_keys(keys))
 
+    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
+        scope.require_session()
+        spans = C.check_spans(spans)
+        where, params = self.sql.scope_where(scope)
+        found: dict[int, StoredMessage] = {}
+        with self._read() as conn:  # one snapshot for every span (one statement where arrays are passed)
+            for chunk in self.sql.chunks(spans):
+                within, p = self.sql.spans("m.position", chunk)
+                for m in self._select_messages(conn, f"{where} AND {within}", [*params, *p]):
+                    found[m.position or 0] = m
+        return C.split_spans(list(found.values()), spans)
+
     def count(self, scope: Scope) -> int:
         where, params = self.sql.scope_where(scope)
         with self._read() as conn:  # the sessions' counters: one row per session, whatever their size
@@ -164,6 +187,40 @@ class SqlStore(StoreBase):
                 f"SELECT coalesce(sum(message_count), 0) AS n FROM {self.sql.t('sessions')} s WHERE {where}", params
             ).fetchone()
         return int(row["n"])
+
+    def vector_model(self, scope: Scope) -> tuple[str, int] | None:
+        where, params = self.sql.scope_where(scope)
+        with self._read() as conn:
+            models = conn.execute(
+                f"SELECT DISTINCT vec_model, vec_dim FROM {self.sql.t('sessions')} s"
+                f" WHERE {where} AND vec_model IS NOT NULL",
+                params,
+            ).fetchall()
+        if len(models) > 1:
+            found = [(m["vec_model"], int(m["vec_dim"])) for m in models]
+            raise ValueError(f"this scope mixes vectors of several models: {found}")
+        return (models[0]["vec_model"], int(models[0]["vec_dim"])) if models else None
+
+    def stats(self, scope: Scope) -> dict[str, int]:
+        """The scope's sizes from its sessions' counters (one row per session, whatever their size)."""
+        where, params = self.sql.scope_where(scope)
+        rwhere, rparams = self.sql.record_where(scope, exact=True)
+        messages = self.sql.t("messages")
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT count(*) AS sessions, coalesce(sum(message_count), 0) AS m, coalesce(sum(summary_count), 0) AS"
+                " sm, coalesce(sum(text_bytes), 0) AS tb, coalesce(sum(index_bytes), 0) AS ib,"
+                " coalesce(sum(vector_count), 0) AS v, coalesce(sum(vector_count * coalesce(vec_dim, 0) * 4), 0) AS vb,"
+                f" min((SELECT min(position) FROM {messages} m WHERE m.sid = s.sid)) AS oldest,"
+                f" max((SELECT max(position) FROM {messages} m WHERE m.sid = s.sid)) AS newest"
+                f" FROM {self.sql.t('sessions')} s WHERE {where}",
+                params,
+            ).fetchone()
+            records = conn.execute(
+                f"SELECT count(*) AS n FROM {self.sql.t('records')} r WHERE {rwhere}", rparams
+            ).fetchone()["n"]
+        return C.stats_dict(row["m"], row["sm"], row["tb"], row["ib"], row["v"], row["vb"], sessions=row["sessions"],
+                            records=records, oldest=row["oldest"], newest=row["newest"])
 
     # -- state documents --------------------------------------------------------------------
 

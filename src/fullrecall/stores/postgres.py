@@ -443,19 +443,6 @@ class PostgresStore(SqlStore):
             for r in rows
         ]
 
-    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
-        scope.require_session()
-        spans = C.check_spans(spans)
-        if not spans:
-            return []
-        where, params = SQL.scope_where(scope)
-        within = "EXISTS (SELECT 1 FROM unnest(%s::bigint[], %s::bigint[]) r(lo, hi) WHERE m.position BETWEEN lo AND hi)"
-        with self._tx() as conn:  # one statement for every span
-            found = self._select_messages(
-                conn, f"{where} AND {within}", [*params, [lo for lo, _ in spans], [hi for _, hi in spans]]
-            )
-        return C.split_spans(found, spans)
-
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         where, params = SQL.scope_where(scope)
         s = self.schema
@@ -650,18 +637,6 @@ class PostgresStore(SqlStore):
                 ):
                     out[r["id"]] = _to_numpy(r["embedding"])
         return out
-
-    def vector_model(self, scope: Scope) -> tuple[str, int] | None:
-        where, params = SQL.scope_where(scope)
-        with self._tx() as conn:
-            models = conn.execute(
-                f"SELECT DISTINCT vec_model, vec_dim FROM {self.schema}.sessions s"
-                f" WHERE {where} AND vec_model IS NOT NULL",
-                params,
-            ).fetchall()
-        if len(models) > 1:
-            raise ValueError(f"this scope mixes vectors of several models: {[tuple(m.values()) for m in models]}")
-        return (models[0]["vec_model"], int(models[0]["vec_dim"])) if models else None
 
     # -- search ------------------------------------------------------------------------
 
@@ -890,26 +865,6 @@ class PostgresStore(SqlStore):
                 ),
             )
         return left
-
-    def stats(self, scope: Scope) -> dict[str, int]:
-        """The scope's sizes from its sessions' counters (one row per session, whatever their size)."""
-        where, params = SQL.scope_where(scope)
-        rwhere, rparams = SQL.record_where(scope, exact=True)
-        s = self.schema
-        with self._tx() as conn:
-            row = conn.execute(
-                "SELECT count(*) AS sessions, coalesce(sum(message_count), 0) AS m, coalesce(sum(summary_count), 0) AS"
-                " sm, coalesce(sum(text_bytes), 0) AS tb, coalesce(sum(index_bytes), 0) AS ib,"
-                " coalesce(sum(vector_count), 0) AS v, coalesce(sum(vector_count * coalesce(vec_dim, 0) * 4), 0) AS vb,"
-                f" min((SELECT min(position) FROM {s}.messages m WHERE m.sid = s.sid)) AS oldest,"
-                f" max((SELECT max(position) FROM {s}.messages m WHERE m.sid = s.sid)) AS newest"
-                f" FROM {s}.sessions s WHERE {where}",
-                params,
-            ).fetchone()
-            records = conn.execute(f"SELECT count(*) AS n FROM {s}.records r WHERE {rwhere}", rparams).fetchone()["n"]
-        return C.stats_dict(row["m"], row["sm"], row["tb"], row["ib"], row["v"], row["vb"], sessions=row["sessions"],
-                            records=records, oldest=row["oldest"], newest=row["newest"])
-
 
 class _Lexical:
     """One lexical search: the candidate queries of :mod:`._topk`'s plan, run in SQL."""

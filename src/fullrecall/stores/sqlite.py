@@ -481,18 +481,6 @@ class SQLiteStore(SqlStore):
             for r in conn.execute(sql, params)
         ]
 
-    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
-        scope.require_session()
-        spans = C.check_spans(spans)
-        where, params = SQL.scope_where(scope)
-        found: dict[int, StoredMessage] = {}
-        with self._read() as conn:  # one snapshot for every span
-            for chunk in _chunks(spans, 200):
-                within = " OR ".join("m.position BETWEEN ? AND ?" for _ in chunk)
-                for m in self._select_messages(conn, f"{where} AND ({within})", [*params, *(p for s in chunk for p in s)]):
-                    found[m.position or 0] = m
-        return C.split_spans(list(found.values()), spans)
-
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         ids = C.read_ids(ids)
         where, params = SQL.scope_where(scope)
@@ -576,16 +564,6 @@ class SQLiteStore(SqlStore):
                 ):
                     out[r[0]] = np.frombuffer(r[1], dtype=np.float32).copy()
         return out
-
-    def vector_model(self, scope: Scope) -> tuple[str, int] | None:
-        where, params = SQL.scope_where(scope)
-        with self._read() as conn:
-            models = conn.execute(
-                f"SELECT DISTINCT vec_model, vec_dim FROM sessions s WHERE {where} AND vec_model IS NOT NULL", params
-            ).fetchall()
-        if len(models) > 1:
-            raise ValueError(f"this scope mixes vectors of several models: {[tuple(m) for m in models]}")
-        return (models[0][0], int(models[0][1])) if models else None
 
     def _vector_block(self, conn: sqlite3.Connection, sids: list[int]) -> Vec.VectorBlock | None:
         """The scope's normalised vectors, from the cache when no process changed them."""
@@ -802,24 +780,6 @@ class SQLiteStore(SqlStore):
             until="that transaction ends and the WAL is checkpointed: this store retries after each of its"
             " later writes and on close; PRAGMA wal_checkpoint(TRUNCATE), or the last connection's close, also does",
         )
-
-    def stats(self, scope: Scope) -> dict[str, int]:
-        """The scope's sizes from its sessions' counters (one row per session, whatever their size)."""
-        where, params = SQL.scope_where(scope)
-        rwhere, rparams = SQL.record_where(scope, exact=True)
-        with self._read() as conn:
-            row = conn.execute(
-                "SELECT count(*), coalesce(sum(message_count), 0), coalesce(sum(summary_count), 0),"
-                " coalesce(sum(text_bytes), 0), coalesce(sum(index_bytes), 0), coalesce(sum(vector_count), 0),"
-                " coalesce(sum(vector_count * coalesce(vec_dim, 0) * 4), 0),"
-                " min((SELECT min(position) FROM messages m WHERE m.sid = s.sid)),"
-                " max((SELECT max(position) FROM messages m WHERE m.sid = s.sid))"
-                f" FROM sessions s WHERE {where}",
-                params,
-            ).fetchone()
-            records = conn.execute(f"SELECT count(*) FROM records r WHERE {rwhere}", rparams).fetchone()[0]
-        return C.stats_dict(*row[1:7], sessions=row[0], records=records, oldest=row[7], newest=row[8])
-
 
 def _top_rid(conn: sqlite3.Connection) -> int:
     """The highest message rid ever assigned (AUTOINCREMENT keeps it), a cheap size estimate."""
