@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import _common as C
+from . import _vectors as Vec
 from ._store import StoreBase
 from .base import Filters, Record, Scope, StoredMessage
 
@@ -36,6 +37,7 @@ class Dialect:
     text_in: Callable[[str], str] = _same  # message/record text as stored (PostgreSQL cannot store NUL)
     text_out: Callable[[str], str] = _same  # ... and back
     vector: Callable[[np.ndarray], Any] = _same  # a record's vector as a statement parameter
+    lock: str = ""  # appended to a SELECT whose rows the transaction must hold (a write transaction holds all)
 
     def t(self, table: str) -> str:
         """The table's name as statements write it."""
@@ -122,6 +124,27 @@ class Dialect:
             conds.append(f"NOT ({sql})")
             params += p
         return "".join(f" AND {c}" for c in conds), params
+
+
+def records_table(name: str, real: str, vector: str) -> str:
+    """The ``records`` table of both backends' first migration, in the dialect's types.
+
+    Part of a migration that has run on existing stores: what it returns must never change.
+    """
+    return f"""CREATE TABLE {name} (
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        namespace TEXT NOT NULL,
+        id TEXT NOT NULL,
+        text TEXT NOT NULL,
+        data TEXT NOT NULL,
+        created_at {real} NOT NULL,
+        updated_at {real} NOT NULL,
+        vec {vector},
+        PRIMARY KEY (tenant, user_id, agent_id, session_id, namespace, id)
+    );"""
 
 
 _RECORD_COLUMNS = ("tenant", "user_id", "agent_id", "session_id", "namespace", "id", "text", "data", "created_at",
@@ -221,6 +244,34 @@ class SqlStore(StoreBase):
             ).fetchone()["n"]
         return C.stats_dict(row["m"], row["sm"], row["tb"], row["ib"], row["v"], row["vb"], sessions=row["sessions"],
                             records=records, oldest=row["oldest"], newest=row["newest"])
+
+    def _vector_targets(
+        self, conn: Any, scope: Scope, ids: list[str], model: str, dim: int
+    ) -> tuple[Any, dict[str, int]]:
+        """The session's row (held until commit) and each message id's row id, for vectors of ``model``.
+
+        ValueError when the session has no messages, another model's vectors or lacks one of ``ids``.
+        """
+        where, params = self.sql.scope_where(scope)
+        sess = conn.execute(f"SELECT * FROM {self.sql.t('sessions')} s WHERE {where}{self.sql.lock}", params).fetchone()
+        if sess is None:
+            raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first")
+        if sess["vec_model"] is not None and (sess["vec_model"], sess["vec_dim"]) != (model, dim):
+            raise Vec.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
+        rids: dict[str, int] = {}
+        for chunk in self.sql.chunks(list(dict.fromkeys(ids))):
+            cond, p = self.sql.in_("id", chunk)
+            rids.update(
+                (r["id"], r["rid"])
+                for r in conn.execute(
+                    f"SELECT id, rid FROM {self.sql.t('messages')} WHERE sid = {self.sql.ph} AND {cond}",
+                    [sess["sid"], *p],
+                )
+            )
+        missing = [i for i in ids if i not in rids]
+        if missing:
+            raise ValueError(f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}")
+        return sess, rids
 
     # -- state documents --------------------------------------------------------------------
 

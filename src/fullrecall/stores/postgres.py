@@ -57,7 +57,7 @@ from . import _forget as F
 from . import _topk
 from . import _validate as V
 from . import _vectors as Vec
-from ._sql import Dialect, SqlStore
+from ._sql import Dialect, SqlStore, records_table
 from .base import Filters, Hit, Scope, StoredMessage
 
 Conn = psycopg.Connection[dict[str, Any]]
@@ -134,20 +134,7 @@ MIGRATIONS: dict[int, str] = {
         updated_at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (sid, key)
     );
-    CREATE TABLE {{s}}.records (
-        tenant TEXT NOT NULL,
-        user_id TEXT NOT NULL,
-        agent_id TEXT NOT NULL,
-        session_id TEXT NOT NULL,
-        namespace TEXT NOT NULL,
-        id TEXT NOT NULL,
-        text TEXT NOT NULL,
-        data TEXT NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL,
-        updated_at DOUBLE PRECISION NOT NULL,
-        vec vector,
-        PRIMARY KEY (tenant, user_id, agent_id, session_id, namespace, id)
-    );
+    {records_table("{s}.records", "DOUBLE PRECISION", "vector")}
     """,
     # the words ever archived per conversation: BM25's mean row length without a scan
     2: """
@@ -249,7 +236,7 @@ class PostgresStore(SqlStore):
         self.schema = opts.get("schema", schema).lower()
         if not _SCHEMA_NAME.match(self.schema):
             raise ValueError(f"schema name {self.schema!r} must match {_SCHEMA_NAME.pattern}")
-        self.sql = Dialect("%s", schema=self.schema, text_in=_pg_text, text_out=_py_text)
+        self.sql = Dialect("%s", schema=self.schema, text_in=_pg_text, text_out=_py_text, lock=" FOR UPDATE")
         self._conninfo = conninfo
         self._pool_sizes = (int(opts.get("pool_min", pool_min)), int(opts.get("pool_max", pool_max)))
         self._exact_limit = int(opts.get("exact_limit", exact_limit))
@@ -589,23 +576,7 @@ class PostgresStore(SqlStore):
         dim = int(mat.shape[1])
         s = self.schema
         with self._tx() as conn:
-            where, params = SQL.scope_where(scope)
-            sess = conn.execute(f"SELECT * FROM {s}.sessions s WHERE {where} FOR UPDATE", params).fetchone()
-            if sess is None:
-                raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first")
-            if sess["vec_model"] is not None and (sess["vec_model"], sess["vec_dim"]) != (model, dim):
-                raise Vec.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
-            rids = {
-                r["id"]: r["rid"]
-                for r in conn.execute(
-                    f"SELECT id, rid FROM {s}.messages WHERE sid = %s AND id = ANY(%s)", (sess["sid"], ids)
-                )
-            }
-            missing = [i for i in ids if i not in rids]
-            if missing:
-                raise ValueError(
-                    f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}"
-                )
+            sess, rids = self._vector_targets(conn, scope, ids, model, dim)
             table = self._vector_table(conn, dim)
             held = conn.execute(  # under the session's row lock: no other writer changes its vectors meanwhile
                 f"SELECT count(*) AS n FROM {table} WHERE rid = ANY(%s)", (list(set(rids.values())),)

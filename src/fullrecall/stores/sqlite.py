@@ -58,7 +58,7 @@ from . import _common as C
 from . import _forget as F
 from . import _validate as V
 from . import _vectors as Vec
-from ._sql import Dialect, SqlStore
+from ._sql import Dialect, SqlStore, records_table
 from .base import ANY, Filters, Hit, Scope, StoredMessage
 
 SCHEMA_VERSION = 3
@@ -139,20 +139,9 @@ MIGRATIONS: dict[int, str] = {
         PRIMARY KEY (sid, key)
     );
 
-    CREATE TABLE records (
-        tenant TEXT NOT NULL,
-        user_id TEXT NOT NULL,
-        agent_id TEXT NOT NULL,
-        session_id TEXT NOT NULL,
-        namespace TEXT NOT NULL,
-        id TEXT NOT NULL,
-        text TEXT NOT NULL,
-        data TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL,
-        vec BLOB,
-        PRIMARY KEY (tenant, user_id, agent_id, session_id, namespace, id)
-    );
+    """
+    + records_table("records", "REAL", "BLOB")
+    + """
     """,
     # Lexical search indexes the first INDEXED_CHARS characters of a text, as on every backend:
     # re-index the longer texts already indexed, and delete with the same prefix.
@@ -516,25 +505,7 @@ class SQLiteStore(SqlStore):
     def _set_vectors(self, scope: Scope, ids: list[str], mat: np.ndarray, model: str) -> None:
         dim = int(mat.shape[1])
         with self._write() as conn:
-            where, params = SQL.scope_where(scope)
-            sess = conn.execute(f"SELECT * FROM sessions s WHERE {where}", params).fetchone()
-            if sess is None:
-                raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first")
-            if sess["vec_model"] is not None and (sess["vec_model"], sess["vec_dim"]) != (model, dim):
-                raise Vec.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
-            rids: dict[str, int] = {}
-            for chunk in _chunks(list(dict.fromkeys(ids))):
-                rids.update(
-                    conn.execute(
-                        f"SELECT id, rid FROM messages WHERE sid = ? AND id IN ({_qmarks(len(chunk))})",
-                        (sess["sid"], *chunk),
-                    ).fetchall()
-                )
-            missing = [i for i in ids if i not in rids]
-            if missing:
-                raise ValueError(
-                    f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}"
-                )
+            sess, rids = self._vector_targets(conn, scope, ids, model, dim)
             overwrote = sum(
                 conn.execute(f"DELETE FROM vectors WHERE rid IN ({_qmarks(len(c))})", c).rowcount
                 for c in _chunks(list(rids.values()))
