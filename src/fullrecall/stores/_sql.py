@@ -57,6 +57,11 @@ class Dialect:
         for i in range(0, len(values), size):
             yield values[i : i + size]
 
+    def in_chunks(self, column: str, values: Sequence[Any]) -> Iterator[tuple[str, list[Any]]]:
+        """:meth:`in_` over ``values`` in the pieces one statement takes (nothing when there are none)."""
+        for chunk in self.chunks(values):
+            yield self.in_(column, chunk)
+
     def spans(self, column: str, spans: Sequence[tuple[int, int]]) -> tuple[str, list[Any]]:
         """``column`` lies in one of the inclusive ``spans`` (at least one)."""
         if not self.chunk:
@@ -180,8 +185,7 @@ class SqlStore(StoreBase):
         where, params = self.sql.scope_where(scope)
         out: list[StoredMessage] = []
         with self._read() as conn:
-            for chunk in self.sql.chunks(values):
-                cond, p = self.sql.in_(column, chunk)
+            for cond, p in self.sql.in_chunks(column, values):
                 out += self._select_messages(conn, f"{where} AND {cond}", [*params, *p])
         return C.in_conversation_order(out)
 
@@ -259,8 +263,7 @@ class SqlStore(StoreBase):
         if sess["vec_model"] is not None and (sess["vec_model"], sess["vec_dim"]) != (model, dim):
             raise Vec.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
         rids: dict[str, int] = {}
-        for chunk in self.sql.chunks(list(dict.fromkeys(ids))):
-            cond, p = self.sql.in_("id", chunk)
+        for cond, p in self.sql.in_chunks("id", list(dict.fromkeys(ids))):
             rids.update(
                 (r["id"], r["rid"])
                 for r in conn.execute(

@@ -64,7 +64,6 @@ Conn = psycopg.Connection[dict[str, Any]]
 """A connection of ours: rows come as dicts (``row_factory=dict_row``)."""
 
 SCHEMA_VERSION = 5
-SQL = Dialect("%s")
 _OWN_OPTIONS = (
     "schema", "pool_min", "pool_max", "exact_limit", "ef_search", "hnsw_min_rows", "index_build_memory",
     "lexical_budget", "candidate_cap", "forget_vacuum",
@@ -431,7 +430,7 @@ class PostgresStore(SqlStore):
         ]
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
-        where, params = SQL.scope_where(scope)
+        where, params = self.sql.scope_where(scope)
         s = self.schema
         with self._tx() as conn:  # vectors go with their message (ON DELETE CASCADE)
             # the statement's snapshot still sees the deleted rows' vectors: count them per session
@@ -596,7 +595,7 @@ class PostgresStore(SqlStore):
 
     def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
         ids = C.read_ids(ids)
-        where, params = SQL.scope_where(scope)
+        where, params = self.sql.scope_where(scope)
         s = self.schema
         out: dict[str, np.ndarray] = {}
         with self._tx() as conn:
@@ -617,7 +616,7 @@ class PostgresStore(SqlStore):
         C.check_positive_k(k)
         query = Vec.as_query(vector)
         s = self.schema
-        where, params = SQL.scope_where(scope)
+        where, params = self.sql.scope_where(scope)
         with self._tx() as conn:
             sessions = conn.execute(
                 f"SELECT sid, vec_dim, next_position FROM {s}.sessions s WHERE {where} AND vec_dim IS NOT NULL",
@@ -633,7 +632,7 @@ class PostgresStore(SqlStore):
                 raise Vec.dim_mismatch(dim, query.shape[0])
             sids = [r["sid"] for r in sessions]
             table = f"{s}.vectors_{dim}"
-            fsql, fparams = SQL.filters(filters)
+            fsql, fparams = self.sql.filters(filters)
             # In the approximate query ``sid + 0`` hides the session index from the planner, which
             # would otherwise fetch the scope's rows and sort them rather than walk the HNSW graph.
             base = (
@@ -687,7 +686,7 @@ class PostgresStore(SqlStore):
         words = _ts_terms(C.split_terms(terms))
         if not words or k == 0:
             return []
-        where, params = SQL.scope_where(scope)
+        where, params = self.sql.scope_where(scope)
         with self._tx() as conn:
             sessions = conn.execute(
                 f"SELECT sid, message_count, lexemes FROM {self.schema}.sessions s WHERE {where}", params
@@ -734,8 +733,8 @@ class PostgresStore(SqlStore):
     # -- housekeeping ---------------------------------------------------------------------------
 
     def forget(self, scope: Scope) -> dict[str, Any]:
-        where, params = SQL.scope_where(scope)
-        rwhere, rparams = SQL.record_where(scope, exact=True)
+        where, params = self.sql.scope_where(scope)
+        rwhere, rparams = self.sql.record_where(scope, exact=True)
         s = self.schema
         sub = f"SELECT sid FROM {s}.sessions s WHERE {where}"
         with self._tx() as conn:
@@ -856,7 +855,7 @@ class _Lexical:
         est = [None if f is None else f * n for _, f in queries]
         self.rare, common = _topk.split_rare(est, store._lexical_budget)
         self.common_idf = {i: _topk.idf(self.share[i] * n, n) for i in common}  # rare: counted in SQL
-        self.fsql, self.fparams = SQL.filters(filters)
+        self.fsql, self.fparams = store.sql.filters(filters)
 
     def top(self, k: int) -> list[Hit]:
         hits = _topk.top_k(

@@ -229,15 +229,6 @@ def _fts_query(terms: Sequence[str]) -> str | None:
     return " OR ".join(quoted) if quoted else None
 
 
-def _chunks(seq: Sequence[Any], n: int = _CHUNK) -> Iterator[Sequence[Any]]:
-    for i in range(0, len(seq), n):
-        yield seq[i : i + n]
-
-
-def _qmarks(n: int) -> str:
-    return ",".join("?" * n)
-
-
 class SQLiteStore(SqlStore):
     """:class:`~fullrecall.stores.base.Store` on one SQLite file (see the module docstring)."""
 
@@ -412,12 +403,9 @@ class SQLiteStore(SqlStore):
             sid, next_pos = sess["sid"], sess["next_position"]
             known: dict[str, int] = {}
             ids = list(dict.fromkeys(m.id for m in messages))
-            for chunk in _chunks(ids):
+            for cond, p in SQL.in_chunks("id", ids):
                 known.update(
-                    conn.execute(
-                        f"SELECT id, position FROM messages WHERE sid = ? AND id IN ({_qmarks(len(chunk))})",
-                        (sid, *chunk),
-                    ).fetchall()
+                    conn.execute(f"SELECT id, position FROM messages WHERE sid = ? AND {cond}", (sid, *p)).fetchall()
                 )
             positions, new, next_pos = C.assign_positions(messages, known, next_pos)
             new_rows = [
@@ -476,11 +464,10 @@ class SQLiteStore(SqlStore):
         deleted = 0
         with self._write() as conn:
             sids = self._sids(conn, scope)
-            for chunk in _chunks(ids):
+            for cond, p in SQL.in_chunks("id", ids):
                 deleted += conn.execute(
-                    f"DELETE FROM messages WHERE id IN ({_qmarks(len(chunk))})"
-                    f" AND sid IN (SELECT sid FROM sessions s WHERE {where})",
-                    [*chunk, *params],
+                    f"DELETE FROM messages WHERE {cond} AND sid IN (SELECT sid FROM sessions s WHERE {where})",
+                    [*p, *params],
                 ).rowcount
             if deleted:
                 self._bump_vectors(conn, sids, epoch=True)
@@ -496,19 +483,16 @@ class SQLiteStore(SqlStore):
     @staticmethod
     def _bump_vectors(conn: sqlite3.Connection, sids: Sequence[int], epoch: bool) -> None:
         extra = ", vec_epoch = vec_epoch + 1" if epoch else ""
-        for chunk in _chunks(list(sids)):
-            conn.execute(
-                f"UPDATE sessions SET vec_version = vec_version + 1{extra} WHERE sid IN ({_qmarks(len(chunk))})",
-                chunk,
-            )
+        for cond, p in SQL.in_chunks("sid", list(sids)):
+            conn.execute(f"UPDATE sessions SET vec_version = vec_version + 1{extra} WHERE {cond}", p)
 
     def _set_vectors(self, scope: Scope, ids: list[str], mat: np.ndarray, model: str) -> None:
         dim = int(mat.shape[1])
         with self._write() as conn:
             sess, rids = self._vector_targets(conn, scope, ids, model, dim)
             overwrote = sum(
-                conn.execute(f"DELETE FROM vectors WHERE rid IN ({_qmarks(len(c))})", c).rowcount
-                for c in _chunks(list(rids.values()))
+                conn.execute(f"DELETE FROM vectors WHERE {cond}", p).rowcount
+                for cond, p in SQL.in_chunks("rid", list(rids.values()))
             )
             last = {i: n for n, i in enumerate(ids)}  # an id given twice: its last vector, as an overwrite
             conn.executemany(
@@ -526,12 +510,11 @@ class SQLiteStore(SqlStore):
         where, params = SQL.scope_where(scope)
         out: dict[str, np.ndarray] = {}
         with self._read() as conn:
-            for chunk in _chunks(ids):
+            for cond, p in SQL.in_chunks("m.id", ids):
                 for r in conn.execute(
                     "SELECT m.id, v.vec FROM vectors v JOIN messages m ON m.rid = v.rid"
-                    " JOIN sessions s ON s.sid = m.sid"
-                    f" WHERE {where} AND m.id IN ({_qmarks(len(chunk))})",
-                    [*params, *chunk],
+                    f" JOIN sessions s ON s.sid = m.sid WHERE {where} AND {cond}",
+                    [*params, *p],
                 ):
                     out[r[0]] = np.frombuffer(r[1], dtype=np.float32).copy()
         return out
@@ -543,11 +526,11 @@ class SQLiteStore(SqlStore):
         # version, so a block cached for a forgotten session never answers for its successor.
         state = {
             r[0]: (r[1], (r[2], tuple(r[4:])), r[3])
-            for chunk in _chunks(sids)
+            for cond, p in SQL.in_chunks("sid", sids)
             for r in conn.execute(
                 "SELECT sid, vec_version, vec_epoch, vec_dim, created_at, tenant, user_id, agent_id, session_id"
-                f" FROM sessions WHERE sid IN ({_qmarks(len(chunk))}) AND vec_dim IS NOT NULL",
-                chunk,
+                f" FROM sessions WHERE {cond} AND vec_dim IS NOT NULL",
+                p,
             )
         }
         if not state:
@@ -581,12 +564,11 @@ class SQLiteStore(SqlStore):
     ) -> tuple[Vec.VectorBlock, int]:
         rows: list[tuple[str, str, bytes, str, str, float]] = []
         max_vid = after
-        for chunk in _chunks(sids):
+        for cond, p in SQL.in_chunks("v.sid", sids):
             for r in conn.execute(
                 "SELECT v.vid, m.id, m.rid, v.vec, m.role, m.kind, m.created_at"
-                " FROM vectors v JOIN messages m ON m.rid = v.rid"
-                f" WHERE v.sid IN ({_qmarks(len(chunk))}) AND v.vid > ?",
-                (*chunk, after),
+                f" FROM vectors v JOIN messages m ON m.rid = v.rid WHERE {cond} AND v.vid > ?",
+                (*p, after),
             ):
                 max_vid = max(max_vid, r[0])
                 rows.append((r[1], str(r[2]), r[3], r[4], r[5], r[6]))
