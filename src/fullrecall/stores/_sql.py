@@ -4,7 +4,8 @@ The two backends run the same statements for sessions' counters, state documents
 records; what differs is spelled by the dialect (placeholders, the schema prefix, list membership,
 how text and vectors are passed). Each backend keeps what is genuinely its own: appends, search
 (FTS5 against tsvector with BM25 planning, vectors in memory against pgvector HNSW), forget, stats
-and its migrations.
+and its migrations. SQLite also keeps its own ``get_keys`` and ``ranges``, whose queries are tuned to
+its planner.
 """
 
 from __future__ import annotations
@@ -62,16 +63,19 @@ class Dialect:
         for chunk in self.chunks(values):
             yield self.in_(column, chunk)
 
-    def spans(self, column: str, spans: Sequence[tuple[int, int]]) -> tuple[str, list[Any]]:
-        """``column`` lies in one of the inclusive ``spans`` (at least one)."""
+    def spans(self, column: str, spans: Sequence[tuple[int, int]]) -> Iterator[tuple[str, list[Any]]]:
+        """Conditions that ``column`` lies in one of the inclusive ``spans``: one for all of them passed
+        as arrays, or one a distinct span (an OR of spans would defeat the index).
+        """
         if not self.chunk:
-            return (
+            yield (
                 f"EXISTS (SELECT 1 FROM unnest({self.ph}::bigint[], {self.ph}::bigint[]) r(lo, hi)"
                 f" WHERE {column} BETWEEN lo AND hi)",
                 [[lo for lo, _ in spans], [hi for _, hi in spans]],
             )
-        within = " OR ".join(f"{column} BETWEEN {self.ph} AND {self.ph}" for _ in spans)
-        return f"({within})", [p for span in spans for p in span]
+            return
+        for lo, hi in dict.fromkeys(spans):
+            yield f"{column} BETWEEN {self.ph} AND {self.ph}", [lo, hi]
 
     def upsert(self, table: str, columns: Sequence[str], key: Sequence[str]) -> str:
         """Insert a row, or replace the non-key columns of the row with the same ``key``."""
@@ -201,8 +205,7 @@ class SqlStore(StoreBase):
         where, params = self.sql.scope_where(scope)
         found: dict[int, StoredMessage] = {}
         with self._read() as conn:  # one snapshot for every span (one statement where arrays are passed)
-            for chunk in self.sql.chunks(spans):
-                within, p = self.sql.spans("m.position", chunk)
+            for within, p in self.sql.spans("m.position", spans):
                 for m in self._select_messages(conn, f"{where} AND {within}", [*params, *p]):
                     found[m.position or 0] = m
         return C.split_spans(list(found.values()), spans)

@@ -229,6 +229,15 @@ def _fts_query(terms: Sequence[str]) -> str | None:
     return " OR ".join(quoted) if quoted else None
 
 
+def _chunks(seq: Sequence[Any], n: int = _CHUNK) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(seq), n):
+        yield seq[i : i + n]
+
+
+def _qmarks(n: int) -> str:
+    return ",".join("?" * n)
+
+
 class SQLiteStore(SqlStore):
     """:class:`~fullrecall.stores.base.Store` on one SQLite file (see the module docstring)."""
 
@@ -457,6 +466,27 @@ class SQLiteStore(SqlStore):
                                key=str(r["rid"]))
             for r in conn.execute(sql, params)
         ]
+
+    def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
+        rids = C.int_keys(keys)
+        where, params = SQL.scope_where(scope)
+        out: list[StoredMessage] = []
+        with self._read() as conn:
+            for chunk in _chunks(rids):
+                out += self._select_messages(conn, f"{where} AND m.rid IN ({_qmarks(len(chunk))})", [*params, *chunk])
+        return C.in_conversation_order(out)
+
+    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
+        scope.require_session()
+        spans = C.check_spans(spans)
+        where, params = SQL.scope_where(scope)
+        found: dict[int, StoredMessage] = {}
+        with self._read() as conn:  # one snapshot for every span
+            for chunk in _chunks(spans, 200):
+                within = " OR ".join("m.position BETWEEN ? AND ?" for _ in chunk)
+                for m in self._select_messages(conn, f"{where} AND ({within})", [*params, *(p for s in chunk for p in s)]):
+                    found[m.position or 0] = m
+        return C.split_spans(list(found.values()), spans)
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         ids = C.read_ids(ids)
