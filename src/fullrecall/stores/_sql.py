@@ -183,6 +183,11 @@ class SqlStore(StoreBase):
     def _select_messages(self, conn: Any, where: str, params: Sequence[Any]) -> list[StoredMessage]:
         raise NotImplementedError
 
+    def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """The rows of one read statement, in its own transaction."""
+        with self._read() as conn:
+            return list(conn.execute(sql, params).fetchall())
+
     # -- messages by id or key, counts ----------------------------------------------------
 
     def _select_in(self, scope: Scope, column: str, values: Sequence[Any]) -> list[StoredMessage]:
@@ -211,21 +216,18 @@ class SqlStore(StoreBase):
         return C.split_spans(list(found.values()), spans)
 
     def count(self, scope: Scope) -> int:
-        where, params = self.sql.scope_where(scope)
-        with self._read() as conn:  # the sessions' counters: one row per session, whatever their size
-            row = conn.execute(
-                f"SELECT coalesce(sum(message_count), 0) AS n FROM {self.sql.t('sessions')} s WHERE {where}", params
-            ).fetchone()
-        return int(row["n"])
+        where, params = self.sql.scope_where(scope)  # the sessions' counters: one row each, whatever their size
+        rows = self._fetch(f"SELECT coalesce(sum(message_count), 0) AS n FROM {self.sql.t('sessions')} s WHERE {where}",
+                           params)
+        return int(rows[0]["n"])
 
     def vector_model(self, scope: Scope) -> tuple[str, int] | None:
         where, params = self.sql.scope_where(scope)
-        with self._read() as conn:
-            models = conn.execute(
-                f"SELECT DISTINCT vec_model, vec_dim FROM {self.sql.t('sessions')} s"
-                f" WHERE {where} AND vec_model IS NOT NULL",
-                params,
-            ).fetchall()
+        models = self._fetch(
+            f"SELECT DISTINCT vec_model, vec_dim FROM {self.sql.t('sessions')} s"
+            f" WHERE {where} AND vec_model IS NOT NULL",
+            params,
+        )
         if len(models) > 1:
             found = [(m["vec_model"], int(m["vec_dim"])) for m in models]
             raise ValueError(f"this scope mixes vectors of several models: {found}")
@@ -300,13 +302,12 @@ class SqlStore(StoreBase):
     def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
         scope.require_session()
         where, params = self.sql.scope_where(scope)
-        with self._read() as conn:
-            row = conn.execute(
-                f"SELECT t.value, t.version FROM {self.sql.t('state')} t JOIN {self.sql.t('sessions')} s"
-                f" ON s.sid = t.sid WHERE {where} AND t.key = {self.sql.ph}",
-                [*params, key],
-            ).fetchone()
-        return (C.json_loads(row["value"]), int(row["version"])) if row else (None, 0)
+        rows = self._fetch(
+            f"SELECT t.value, t.version FROM {self.sql.t('state')} t JOIN {self.sql.t('sessions')} s"
+            f" ON s.sid = t.sid WHERE {where} AND t.key = {self.sql.ph}",
+            [*params, key],
+        )
+        return (C.json_loads(rows[0]["value"]), int(rows[0]["version"])) if rows else (None, 0)
 
     # -- long-term records --------------------------------------------------------------------
 
@@ -322,12 +323,11 @@ class SqlStore(StoreBase):
 
     def get_records(self, scope: Scope, namespace: str) -> list[Record]:
         where, params = self.sql.record_where(scope)
-        with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT id, namespace, text, data, created_at, updated_at FROM {self.sql.t('records')} r"
-                f" WHERE {where} AND namespace = {self.sql.ph} ORDER BY created_at, id",
-                [*params, namespace],
-            ).fetchall()
+        rows = self._fetch(
+            f"SELECT id, namespace, text, data, created_at, updated_at FROM {self.sql.t('records')} r"
+            f" WHERE {where} AND namespace = {self.sql.ph} ORDER BY created_at, id",
+            [*params, namespace],
+        )
         return [C.record_from_row({**dict(r), "text": self.sql.text_out(r["text"])}) for r in rows]
 
     def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
