@@ -1,11 +1,12 @@
 """The SQL core that SQLite and PostgreSQL share: a small :class:`Dialect` and the :class:`SqlStore` base.
 
-The two backends run the same statements for sessions' counters, state documents and long-term
-records; what differs is spelled by the dialect (placeholders, the schema prefix, list membership,
-how text and vectors are passed). Each backend keeps what is genuinely its own: appends, search
-(FTS5 against tsvector with BM25 planning, vectors in memory against pgvector HNSW), forget, stats
-and its migrations. SQLite also keeps its own ``get_keys`` and ``ranges``, whose queries are tuned to
-its planner.
+The two backends run the same statements for reads by id or key, ranges, counts, stats, state
+documents, long-term records and the checks before vectors are written; what differs is spelled by
+the dialect (placeholders, the schema prefix, list and span membership, the upsert, how text and
+vectors are passed, row locks). Each backend keeps what is genuinely its own: appends, deletes and
+vector writes, search (FTS5 against tsvector with BM25 planning, vectors in memory against pgvector
+HNSW), forget and its migrations. SQLite also keeps its own ``get_keys`` and ``ranges``, whose
+queries are tuned to its planner.
 """
 
 from __future__ import annotations
