@@ -338,8 +338,9 @@ class StoreConformance(CoreConformance, InputConformance):
         assert set(in_session) == {"r1", "r2"}  # user-wide records apply in every session
         assert in_session["r1"].data == {"c": 0.9} and in_session["r1"].text == "likes tea"
         assert {r.id for r in store.get_records(other, "facts")} == {"r1"}
-        store.put_record(user, Record(id="r1", namespace="facts", text="likes green tea"))
-        assert [r.text for r in store.get_records(user, "facts") if r.id == "r1"] == ["likes green tea"]
+        store.put_record(user, Record(id="r1", namespace="facts", text="likes green tea", created_at=5.0, updated_at=6.0))
+        replaced = [(r.text, r.created_at, r.updated_at) for r in store.get_records(user, "facts") if r.id == "r1"]
+        assert replaced == [("likes green tea", 5.0, 6.0)]  # a record put again is replaced whole, on every backend
         assert store.delete_record(user, "facts", "r1") is True
         assert store.delete_record(user, "facts", "r1") is False
         assert store.get_records(Scope(user_id="somebody-else"), "facts") == []

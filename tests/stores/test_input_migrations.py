@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Callable
+from types import ModuleType
 
 import pytest
 from hypothesis import given
@@ -38,7 +40,7 @@ def test_sqlite_v1_file_is_reindexed_and_deletes_leave_no_trace(tmp_path, monkey
         old.setattr(sq, "_indexed", lambda column: column)
         store = sq.SQLiteStore(path)
         with store._write() as conn:
-            sid = store._session_for_write(conn, scope)["sid"]
+            sid = store._session_row(conn, scope)["sid"]
             conn.executemany(f"INSERT INTO messages (sid, {', '.join(_OLD_COLUMNS)}) VALUES ({sid}, ?, ?, ?, ?, ?, ?,"
                              " ?, ?, ?)", _old_rows(old_messages))
             conn.execute("UPDATE sessions SET next_position = 2")
@@ -96,3 +98,26 @@ def test_postgres_text_escaping_round_trips(text: str) -> None:
     assert pg._py_text(stored) == text
     if "\x00" not in text and not text.startswith("\ufdd0"):
         assert stored == text  # the usual text is stored as it is
+
+
+# sha256 of each migration as released: a store that ran one never runs it again, so it must never change
+_RELEASED: dict[ModuleType, dict[int, str]] = {
+    sq: {
+        1: "4fb78170b86a7d8521b3eb3f307a52bd7c27f4b2b2ac9e62ceaf8531a5eb8ca4",
+        2: "75f062bda13caaf1c1e3229ce5c149d00f550e3b666024b41989bb6cb452d3cd",
+        3: "e9069df92d0248b0a4f080651c722610791b9d46a8a4083265acc1fc2505721a",
+    },
+    pg: {
+        1: "19df2b1c5eb390ec729286b567bd98a66cbed65fefc99334a1bc684bb4cc1606",
+        2: "f6ede79156d73c7183eaa371ca7047fdfc29598c3e6412b8bccb01794bf2fd81",
+        3: "88bc8536ed199c91bf098201da351b03f202edbe7d7587ac5ccb4053534b351d",
+        4: "e5c8da6cc54de107c8cc7acac4476db979d9e2405d6db8244791b5555434b6fa",
+        5: "5a03f6fcbc690e0a380d9524f1cf556c0ffbe56f0779b13408479c0861790d49",
+    },
+}
+
+
+@pytest.mark.parametrize("module", [sq, pg], ids=["sqlite", "postgres"])
+def test_released_migrations_never_change(module: ModuleType) -> None:
+    for version, digest in _RELEASED[module].items():
+        assert hashlib.sha256(module.MIGRATIONS[version].encode()).hexdigest() == digest, f"migration {version} changed"

@@ -234,3 +234,21 @@ def test_ranges_is_one_round_trip(redis_url: str, prefix: str, raw: redis.Redis)
     assert got[1][0].key == store.get(scope, ["m1"])[0].key and got[1][0].agent_id == "a"
     assert store.ranges(Scope(user_id="r", session_id="s"), [(0, 9)]) == [[]]  # another agent's: nothing
     store.close()
+
+
+def test_lua_scripts_are_files_shipped_as_package_data() -> None:
+    """Every script the store registers is a ``.lua`` file that the package data globs carry into the wheel."""
+    import fnmatch
+    import tomllib
+    from importlib import resources
+    from pathlib import Path
+
+    from fullrecall.stores.redis import _lua_sources
+
+    folder = resources.files("fullrecall.stores") / "lua"
+    files = sorted(p.name for p in folder.iterdir() if p.name.endswith(".lua"))
+    assert {f"{name}.lua" for name in _lua_sources()} | {"_prelude.lua"} == set(files)
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    globs = pyproject["tool"]["setuptools"]["package-data"]["fullrecall"]
+    assert all(any(fnmatch.fnmatch(f"stores/lua/{name}", g) for g in globs) for name in files)
+    assert all("redis.call" in src for src in _lua_sources().values())

@@ -1,6 +1,6 @@
-"""Helpers every backend shares: scopes as SQL, rows and their (de)serialisation, input checks, filters.
+"""Helpers every backend shares: scopes, rows and their (de)serialisation, input checks, filters.
 
-Vectors are in :mod:`._vectors`, in-process BM25 in :mod:`._bm25`.
+Vectors are in :mod:`._vectors`, in-process BM25 in :mod:`._bm25`, the SQL backends' core in :mod:`._sql`.
 
 Kept here so the three backends agree on the details that the conformance suite checks
 (what a bad vector is, how filters apply, how ties and ``k`` behave).
@@ -39,69 +39,6 @@ def check_positive_k(k: int) -> int:
     if not isinstance(k, int) or isinstance(k, bool) or k < 0:
         raise ValueError(f"k must be a non-negative integer, got {k!r}")
     return k
-
-
-class Sql:
-    """SQL fragments shared by the SQL backends; only the placeholder style differs."""
-
-    def __init__(self, placeholder: str) -> None:
-        self.ph = placeholder  # "?" (sqlite3) or "%s" (psycopg)
-
-    def in_(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
-        if not values:
-            return "1 = 0", []
-        if self.ph == "%s":
-            return f"{column} = ANY(%s)", [list(values)]
-        return f"{column} IN ({','.join('?' * len(values))})", list(values)
-
-    def scope_where(self, scope: Scope, alias: str = "s") -> tuple[str, list[Any]]:
-        """Condition on the sessions table for a scope: unset user/agent is the stored '' (ANY: no condition)."""
-        conds, params = [f"{alias}.tenant = {self.ph}"], [scope.tenant]
-        for col, value in scope_fields(scope).items():
-            if col != "tenant" and value is not None:
-                conds.append(f"{alias}.{col} = {self.ph}")
-                params.append(value)
-        return " AND ".join(conds), params
-
-    def record_where(self, scope: Scope, exact: bool = False, alias: str = "r") -> tuple[str, list[Any]]:
-        """Records of a scope's owner (user and agent exactly, unless ANY).
-
-        A record stored without a session applies to every session of its owner; with
-        ``exact`` (forget, stats) a session scope matches only its own records.
-        """
-        conds, params = [f"{alias}.tenant = {self.ph}"], [scope.tenant]
-        for col, value in scope_fields(scope).items():
-            if col == "tenant" or value is None:
-                continue
-            if col == "session_id" and not exact:
-                conds.append(f"{alias}.{col} IN ({self.ph}, '')")
-            else:
-                conds.append(f"{alias}.{col} = {self.ph}")
-            params.append(value)
-        return " AND ".join(conds), params
-
-    def filters(self, f: Filters | None, alias: str = "m") -> tuple[str, list[Any]]:
-        """`` AND ...`` conditions for search filters (empty when there are none)."""
-        if f is None:
-            return "", []
-        conds: list[str] = []
-        params: list[Any] = []
-        for column, values in (("role", f.roles), ("kind", f.kinds)):
-            if values is not None:
-                sql, p = self.in_(f"{alias}.{column}", list(values))
-                conds.append(sql)
-                params += p
-        if f.since is not None:
-            conds.append(f"{alias}.created_at >= {self.ph}")
-            params.append(f.since)
-        if f.until is not None:
-            conds.append(f"{alias}.created_at <= {self.ph}")
-            params.append(f.until)
-        if f.exclude_ids:
-            sql, p = self.in_(f"{alias}.id", sorted(f.exclude_ids))
-            conds.append(f"NOT ({sql})")
-            params += p
-        return "".join(f" AND {c}" for c in conds), params
 
 
 # -- messages ----------------------------------------------------------------

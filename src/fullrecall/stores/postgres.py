@@ -57,14 +57,13 @@ from . import _forget as F
 from . import _topk
 from . import _validate as V
 from . import _vectors as Vec
-from ._store import StoreBase
-from .base import Filters, Hit, Record, Scope, StoredMessage
+from ._sql import Dialect, SqlStore, records_table
+from .base import Filters, Hit, Scope, StoredMessage
 
 Conn = psycopg.Connection[dict[str, Any]]
 """A connection of ours: rows come as dicts (``row_factory=dict_row``)."""
 
 SCHEMA_VERSION = 5
-SQL = C.Sql("%s")
 _OWN_OPTIONS = (
     "schema", "pool_min", "pool_max", "exact_limit", "ef_search", "hnsw_min_rows", "index_build_memory",
     "lexical_budget", "candidate_cap", "forget_vacuum",
@@ -134,20 +133,7 @@ MIGRATIONS: dict[int, str] = {
         updated_at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (sid, key)
     );
-    CREATE TABLE {{s}}.records (
-        tenant TEXT NOT NULL,
-        user_id TEXT NOT NULL,
-        agent_id TEXT NOT NULL,
-        session_id TEXT NOT NULL,
-        namespace TEXT NOT NULL,
-        id TEXT NOT NULL,
-        text TEXT NOT NULL,
-        data TEXT NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL,
-        updated_at DOUBLE PRECISION NOT NULL,
-        vec vector,
-        PRIMARY KEY (tenant, user_id, agent_id, session_id, namespace, id)
-    );
+    {records_table("{s}.records", "DOUBLE PRECISION", "vector")}
     """,
     # the words ever archived per conversation: BM25's mean row length without a scan
     2: """
@@ -225,7 +211,7 @@ def _ts_terms(terms: Sequence[str]) -> list[str]:
     return [t for t in (_PUNCT.sub(" ", t).strip() for t in terms) if t]
 
 
-class PostgresStore(StoreBase):
+class PostgresStore(SqlStore):
     """:class:`~fullrecall.stores.base.Store` on PostgreSQL + pgvector (see the module docstring)."""
 
     def __init__(
@@ -249,6 +235,7 @@ class PostgresStore(StoreBase):
         self.schema = opts.get("schema", schema).lower()
         if not _SCHEMA_NAME.match(self.schema):
             raise ValueError(f"schema name {self.schema!r} must match {_SCHEMA_NAME.pattern}")
+        self.sql = Dialect("%s", schema=self.schema, text_in=_pg_text, text_out=_py_text, lock=" FOR UPDATE")
         self._conninfo = conninfo
         self._pool_sizes = (int(opts.get("pool_min", pool_min)), int(opts.get("pool_max", pool_max)))
         self._exact_limit = int(opts.get("exact_limit", exact_limit))
@@ -349,6 +336,8 @@ class PostgresStore(StoreBase):
             raise StoreError(f"PostgreSQL at {self._safe_url()} refused the statement, nothing was written: {exc}"
                              ) from exc
 
+    _read = _write = _tx  # every transaction may write: rows are locked where writers must take turns
+
     def _safe_url(self) -> str:
         parts = urlsplit(self._conninfo)
         host = parts.netloc.rsplit("@", 1)[-1]
@@ -370,7 +359,7 @@ class PostgresStore(StoreBase):
 
     # -- sessions ----------------------------------------------------------------
 
-    def _lock_session(self, conn: Conn, scope: Scope) -> dict[str, Any]:
+    def _session_row(self, conn: Conn, scope: Scope) -> dict[str, Any]:
         """(sid, next_position) of the session, created if new; its row stays locked until commit.
 
         The no-op upsert takes the row lock in the same round trip, so appenders of one
@@ -391,7 +380,7 @@ class PostgresStore(StoreBase):
     def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
         s = self.schema
         with self._tx() as conn:  # 3 round trips: lock the session, look up ids, insert
-            sess = self._lock_session(conn, scope)
+            sess = self._session_row(conn, scope)
             known = {
                 r["id"]: r["position"]
                 for r in conn.execute(
@@ -440,40 +429,8 @@ class PostgresStore(StoreBase):
             for r in rows
         ]
 
-    def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
-        where, params = SQL.scope_where(scope)
-        with self._tx() as conn:
-            found = self._select_messages(conn, f"{where} AND m.id = ANY(%s)", [*params, C.read_ids(ids)])
-        return C.in_conversation_order(found)
-
-    def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
-        where, params = SQL.scope_where(scope)
-        with self._tx() as conn:
-            found = self._select_messages(conn, f"{where} AND m.rid = ANY(%s)", [*params, C.int_keys(keys)])
-        return C.in_conversation_order(found)
-
-    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
-        scope.require_session()
-        spans = C.check_spans(spans)
-        if not spans:
-            return []
-        where, params = SQL.scope_where(scope)
-        within = "EXISTS (SELECT 1 FROM unnest(%s::bigint[], %s::bigint[]) r(lo, hi) WHERE m.position BETWEEN lo AND hi)"
-        with self._tx() as conn:  # one statement for every span
-            found = self._select_messages(
-                conn, f"{where} AND {within}", [*params, [lo for lo, _ in spans], [hi for _, hi in spans]]
-            )
-        return C.split_spans(found, spans)
-
-    def count(self, scope: Scope) -> int:
-        where, params = SQL.scope_where(scope)
-        with self._tx() as conn:  # the sessions' counters: one row per session, whatever their size
-            return int(conn.execute(
-                f"SELECT coalesce(sum(message_count), 0) AS n FROM {self.schema}.sessions s WHERE {where}", params
-            ).fetchone()["n"])
-
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
-        where, params = SQL.scope_where(scope)
+        where, params = self.sql.scope_where(scope)
         s = self.schema
         with self._tx() as conn:  # vectors go with their message (ON DELETE CASCADE)
             # the statement's snapshot still sees the deleted rows' vectors: count them per session
@@ -618,23 +575,7 @@ class PostgresStore(StoreBase):
         dim = int(mat.shape[1])
         s = self.schema
         with self._tx() as conn:
-            where, params = SQL.scope_where(scope)
-            sess = conn.execute(f"SELECT * FROM {s}.sessions s WHERE {where} FOR UPDATE", params).fetchone()
-            if sess is None:
-                raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first")
-            if sess["vec_model"] is not None and (sess["vec_model"], sess["vec_dim"]) != (model, dim):
-                raise Vec.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
-            rids = {
-                r["id"]: r["rid"]
-                for r in conn.execute(
-                    f"SELECT id, rid FROM {s}.messages WHERE sid = %s AND id = ANY(%s)", (sess["sid"], ids)
-                )
-            }
-            missing = [i for i in ids if i not in rids]
-            if missing:
-                raise ValueError(
-                    f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}"
-                )
+            sess, rids = self._vector_targets(conn, scope, ids, model, dim)
             table = self._vector_table(conn, dim)
             held = conn.execute(  # under the session's row lock: no other writer changes its vectors meanwhile
                 f"SELECT count(*) AS n FROM {table} WHERE rid = ANY(%s)", (list(set(rids.values())),)
@@ -654,7 +595,7 @@ class PostgresStore(StoreBase):
 
     def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
         ids = C.read_ids(ids)
-        where, params = SQL.scope_where(scope)
+        where, params = self.sql.scope_where(scope)
         s = self.schema
         out: dict[str, np.ndarray] = {}
         with self._tx() as conn:
@@ -667,18 +608,6 @@ class PostgresStore(StoreBase):
                     out[r["id"]] = _to_numpy(r["embedding"])
         return out
 
-    def vector_model(self, scope: Scope) -> tuple[str, int] | None:
-        where, params = SQL.scope_where(scope)
-        with self._tx() as conn:
-            models = conn.execute(
-                f"SELECT DISTINCT vec_model, vec_dim FROM {self.schema}.sessions s"
-                f" WHERE {where} AND vec_model IS NOT NULL",
-                params,
-            ).fetchall()
-        if len(models) > 1:
-            raise ValueError(f"this scope mixes vectors of several models: {[tuple(m.values()) for m in models]}")
-        return (models[0]["vec_model"], int(models[0]["vec_dim"])) if models else None
-
     # -- search ------------------------------------------------------------------------
 
     def search_vectors(
@@ -687,7 +616,7 @@ class PostgresStore(StoreBase):
         C.check_positive_k(k)
         query = Vec.as_query(vector)
         s = self.schema
-        where, params = SQL.scope_where(scope)
+        where, params = self.sql.scope_where(scope)
         with self._tx() as conn:
             sessions = conn.execute(
                 f"SELECT sid, vec_dim, next_position FROM {s}.sessions s WHERE {where} AND vec_dim IS NOT NULL",
@@ -703,7 +632,7 @@ class PostgresStore(StoreBase):
                 raise Vec.dim_mismatch(dim, query.shape[0])
             sids = [r["sid"] for r in sessions]
             table = f"{s}.vectors_{dim}"
-            fsql, fparams = SQL.filters(filters)
+            fsql, fparams = self.sql.filters(filters)
             # In the approximate query ``sid + 0`` hides the session index from the planner, which
             # would otherwise fetch the scope's rows and sort them rather than walk the HNSW graph.
             base = (
@@ -757,7 +686,7 @@ class PostgresStore(StoreBase):
         words = _ts_terms(C.split_terms(terms))
         if not words or k == 0:
             return []
-        where, params = SQL.scope_where(scope)
+        where, params = self.sql.scope_where(scope)
         with self._tx() as conn:
             sessions = conn.execute(
                 f"SELECT sid, message_count, lexemes FROM {self.schema}.sessions s WHERE {where}", params
@@ -801,72 +730,11 @@ class PostgresStore(StoreBase):
         self._shares = (time.monotonic(), shares)
         return shares
 
-    # -- state and long-term records ---------------------------------------------------------
-
-    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
-        doc = C.state_json(key, value)
-        s = self.schema
-        with self._tx() as conn:  # the session's row lock: writers of its state take turns
-            sid = self._lock_session(conn, scope)["sid"]
-            row = conn.execute(f"SELECT version FROM {s}.state WHERE sid = %s AND key = %s", (sid, key)).fetchone()
-            version = row["version"] if row else 0
-            C.check_expected(key, expected, version)
-            conn.execute(
-                f"INSERT INTO {s}.state (sid, key, value, updated_at, version) VALUES (%s, %s, %s, %s, %s)"
-                " ON CONFLICT (sid, key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at,"
-                " version = EXCLUDED.version",
-                (sid, key, doc, time.time(), version + 1),
-            )
-        return int(version) + 1
-
-    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
-        scope.require_session()
-        where, params = SQL.scope_where(scope)
-        s = self.schema
-        with self._tx() as conn:
-            row = conn.execute(
-                f"SELECT t.value, t.version FROM {s}.state t JOIN {s}.sessions s ON s.sid = t.sid"
-                f" WHERE {where} AND t.key = %s",
-                [*params, key],
-            ).fetchone()
-        return (C.json_loads(row["value"]), int(row["version"])) if row else (None, 0)
-
-    def _put_record(
-        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None
-    ) -> None:
-        with self._tx() as conn:
-            conn.execute(
-                f"INSERT INTO {self.schema}.records (tenant, user_id, agent_id, session_id, namespace, id, text, data,"
-                " created_at, updated_at, vec) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (tenant, user_id, agent_id, session_id, namespace, id) DO UPDATE SET"
-                " text = EXCLUDED.text, data = EXCLUDED.data, updated_at = EXCLUDED.updated_at, vec = EXCLUDED.vec",
-                (*owner, record.namespace, record.id, _pg_text(record.text), data, record.created_at,
-                 record.updated_at, vector),
-            )
-
-    def get_records(self, scope: Scope, namespace: str) -> list[Record]:
-        where, params = SQL.record_where(scope)
-        with self._tx() as conn:
-            rows = conn.execute(
-                f"SELECT * FROM {self.schema}.records r WHERE {where} AND namespace = %s ORDER BY created_at, id",
-                [*params, namespace],
-            ).fetchall()
-        return [C.record_from_row({**r, "text": _py_text(r["text"])}) for r in rows]
-
-    def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
-        where, params = SQL.record_where(scope)
-        with self._tx() as conn:
-            cur = conn.execute(
-                f"DELETE FROM {self.schema}.records r WHERE {where} AND namespace = %s AND id = %s",
-                [*params, namespace, record_id],
-            )
-            return cur.rowcount > 0
-
     # -- housekeeping ---------------------------------------------------------------------------
 
     def forget(self, scope: Scope) -> dict[str, Any]:
-        where, params = SQL.scope_where(scope)
-        rwhere, rparams = SQL.record_where(scope, exact=True)
+        where, params = self.sql.scope_where(scope)
+        rwhere, rparams = self.sql.record_where(scope, exact=True)
         s = self.schema
         sub = f"SELECT sid FROM {s}.sessions s WHERE {where}"
         with self._tx() as conn:
@@ -968,26 +836,6 @@ class PostgresStore(StoreBase):
             )
         return left
 
-    def stats(self, scope: Scope) -> dict[str, int]:
-        """The scope's sizes from its sessions' counters (one row per session, whatever their size)."""
-        where, params = SQL.scope_where(scope)
-        rwhere, rparams = SQL.record_where(scope, exact=True)
-        s = self.schema
-        with self._tx() as conn:
-            row = conn.execute(
-                "SELECT count(*) AS sessions, coalesce(sum(message_count), 0) AS m, coalesce(sum(summary_count), 0) AS"
-                " sm, coalesce(sum(text_bytes), 0) AS tb, coalesce(sum(index_bytes), 0) AS ib,"
-                " coalesce(sum(vector_count), 0) AS v, coalesce(sum(vector_count * coalesce(vec_dim, 0) * 4), 0) AS vb,"
-                f" min((SELECT min(position) FROM {s}.messages m WHERE m.sid = s.sid)) AS oldest,"
-                f" max((SELECT max(position) FROM {s}.messages m WHERE m.sid = s.sid)) AS newest"
-                f" FROM {s}.sessions s WHERE {where}",
-                params,
-            ).fetchone()
-            records = conn.execute(f"SELECT count(*) AS n FROM {s}.records r WHERE {rwhere}", rparams).fetchone()["n"]
-        return C.stats_dict(row["m"], row["sm"], row["tb"], row["ib"], row["v"], row["vb"], sessions=row["sessions"],
-                            records=records, oldest=row["oldest"], newest=row["newest"])
-
-
 class _Lexical:
     """One lexical search: the candidate queries of :mod:`._topk`'s plan, run in SQL."""
 
@@ -1007,7 +855,7 @@ class _Lexical:
         est = [None if f is None else f * n for _, f in queries]
         self.rare, common = _topk.split_rare(est, store._lexical_budget)
         self.common_idf = {i: _topk.idf(self.share[i] * n, n) for i in common}  # rare: counted in SQL
-        self.fsql, self.fparams = SQL.filters(filters)
+        self.fsql, self.fparams = store.sql.filters(filters)
 
     def top(self, k: int) -> list[Hit]:
         hits = _topk.top_k(

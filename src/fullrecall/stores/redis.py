@@ -43,11 +43,13 @@ URL: ``redis://[:password@]host:6379/0?prefix=fullrecall&ttl_seconds=18144000``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any, cast
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -73,224 +75,21 @@ _KEY_SEP = "#"  # a store-global message key: session base # session birth # mes
 _SCRUB_WAIT, _SCRUB_POLLS = 2.0, 100  # forget waits this long (s) for each AOF rewrite / RDB save it starts
 _PERSISTING = ("aof_rewrite_in_progress", "aof_rewrite_scheduled", "rdb_bgsave_in_progress")
 
-# KEYS: 1 meta, 2 msgs, 3 order, 4 vecs, 5 state, 6 user's sessions, 7 users, 8 sessions with this id,
-#       9 added (the log of additions since the last deletion: 'm'..id, 'v'..id; search caches load only these)
-# ARGV: 1 default ttl, 2 session base key, 3 user segment, 4 tenant, 5 user, 6 agent, 7 session, 8.. per script
-_PRELUDE = """
-local function register()
-  if redis.call('EXISTS', KEYS[1]) == 0 then
-    redis.call('HSET', KEYS[1], 'tenant', ARGV[4], 'user_id', ARGV[5], 'agent_id', ARGV[6],
-               'session_id', ARGV[7], 'next', 0, 'version', 0, 'born', table.concat(redis.call('TIME'), '.'),
-               'counted', 1, 'summary_count', 0, 'text_bytes', 0, 'index_bytes', 0)
-  end
-  redis.call('SADD', KEYS[6], ARGV[2])
-  redis.call('SADD', KEYS[7], ARGV[3])
-  redis.call('SADD', KEYS[8], ARGV[2])
-end
--- the session's counters (stats): kept by every write once 'counted' is set (sessions made before
--- counters existed get them from the recount script first)
-local function count(summaries, text_bytes, index_bytes)
-  if redis.call('HEXISTS', KEYS[1], 'counted') == 1 then
-    redis.call('HINCRBY', KEYS[1], 'summary_count', summaries)
-    redis.call('HINCRBY', KEYS[1], 'text_bytes', text_bytes)
-    redis.call('HINCRBY', KEYS[1], 'index_bytes', index_bytes)
-  end
-end
-local function sizes(body)  -- what a stored message added to the counters
-  local row = cjson.decode(body)
-  local summary = row['kind'] == 'summary' and 1 or 0
-  return summary, row['nbytes'] or (#row['text'] + #row['data']), row['ibytes'] or #row['text']
-end
--- a deletion or an overwrite: every search cache of the session is rebuilt, the log starts again
-local function new_epoch()
-  redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-  redis.call('DEL', KEYS[9])
-end
-local function refresh()
-  local ttl = tonumber(redis.call('HGET', KEYS[1], 'ttl') or ARGV[1])
-  for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ttl) end
-  redis.call('EXPIRE', KEYS[9], ttl)
-  for i = 6, 8 do
-    if redis.call('TTL', KEYS[i]) < ttl then redis.call('EXPIRE', KEYS[i], ttl) end
-  end
-end
-"""
+# The Lua scripts, one a file in ``lua/`` (package data); the write scripts run after ``_prelude.lua``,
+# which documents the KEYS and ARGV they share.
+_WRITE_SCRIPTS = ("append", "set_vectors", "delete", "put_state", "set_ttl", "recount")
+_READ_SCRIPTS = ("ranges", "additions")
 
-_APPEND = (
-    _PRELUDE
-    + """
-register()
-local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
-local n = tonumber(ARGV[8])
-local out, seen, taken, new = {}, {}, {}, {}
-local summaries, text_bytes, index_bytes = 0, 0, 0
-for i = 1, n do
-  local at = 8 + 6 * (i - 1)
-  local id, pos, body = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
-  local p = seen[id] or redis.call('ZSCORE', KEYS[3], id)
-  if p then
-    out[i] = tonumber(p)
-  else
-    if pos == '' then
-      p = nxt
-    else
-      p = tonumber(pos)
-      if taken[p] or #redis.call('ZRANGEBYSCORE', KEYS[3], p, p, 'LIMIT', 0, 1) > 0 then
-        return redis.error_reply('fullrecall:position ' .. p)
-      end
-    end
-    if p + 1 > nxt then nxt = p + 1 end
-    seen[id], taken[p], out[i] = p, true, p
-    new[#new + 1] = {id, p, body}
-    summaries = summaries + tonumber(ARGV[at + 4])
-    text_bytes = text_bytes + tonumber(ARGV[at + 5])
-    index_bytes = index_bytes + tonumber(ARGV[at + 6])
-  end
-end
-for _, m in ipairs(new) do
-  redis.call('HSET', KEYS[2], m[1], m[3])
-  redis.call('ZADD', KEYS[3], m[2], m[1])
-  redis.call('RPUSH', KEYS[9], 'm' .. m[1])
-end
-redis.call('HSET', KEYS[1], 'next', nxt)
-if #new > 0 then
-  redis.call('HINCRBY', KEYS[1], 'version', 1)
-  count(summaries, text_bytes, index_bytes)
-end
-refresh()
-return out
-"""
-)
 
-_SET_VECTORS = (
-    _PRELUDE
-    + """
-if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('fullrecall:nosession') end
-local model, dim, n = ARGV[8], ARGV[9], tonumber(ARGV[10])
-local cur = redis.call('HMGET', KEYS[1], 'vec_model', 'vec_dim')
-if cur[1] and (cur[1] ~= model or cur[2] ~= dim) then
-  return redis.error_reply('fullrecall:model ' .. cjson.encode({cur[1], tonumber(cur[2])}))
-end
-local missing = {}
-for i = 1, n do
-  if redis.call('HEXISTS', KEYS[2], ARGV[9 + 2 * i]) == 0 then missing[#missing + 1] = ARGV[9 + 2 * i] end
-end
-if #missing > 0 then return redis.error_reply('fullrecall:missing ' .. cjson.encode(missing)) end
-local overwrote = false
-for i = 1, n do
-  if redis.call('HSET', KEYS[4], ARGV[9 + 2 * i], ARGV[10 + 2 * i]) == 0 then overwrote = true end
-  redis.call('RPUSH', KEYS[9], 'v' .. ARGV[9 + 2 * i])
-end
-if overwrote then new_epoch() end
-redis.call('HSET', KEYS[1], 'vec_model', model, 'vec_dim', dim)
-redis.call('HINCRBY', KEYS[1], 'version', 1)
-refresh()
-return n
-"""
-)
-
-_DELETE = (
-    _PRELUDE
-    + """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local gone, summaries, text_bytes, index_bytes = 0, 0, 0, 0
-for i = 8, #ARGV do
-  local body = redis.call('HGET', KEYS[2], ARGV[i])
-  if body then
-    local s, t, x = sizes(body)
-    summaries, text_bytes, index_bytes = summaries - s, text_bytes - t, index_bytes - x
-  end
-  gone = gone + redis.call('HDEL', KEYS[2], ARGV[i])
-  redis.call('ZREM', KEYS[3], ARGV[i])
-  redis.call('HDEL', KEYS[4], ARGV[i])
-end
-count(summaries, text_bytes, index_bytes)
-if gone > 0 then
-  redis.call('HINCRBY', KEYS[1], 'version', 1)
-  new_epoch()
-end
-refresh()
-return gone
-"""
-)
-
-_RECOUNT = (
-    _PRELUDE
-    + """
-if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'counted') == 1 then return 0 end
-local summaries, text_bytes, index_bytes = 0, 0, 0
-for _, body in ipairs(redis.call('HVALS', KEYS[2])) do
-  local s, t, x = sizes(body)
-  summaries, text_bytes, index_bytes = summaries + s, text_bytes + t, index_bytes + x
-end
-redis.call('HSET', KEYS[1], 'counted', 1, 'summary_count', summaries, 'text_bytes', text_bytes,
-           'index_bytes', index_bytes)
-return 1
-"""
-)
-
-# KEYS: 1 meta, 2 msgs, 3 vecs, 4 added; ARGV: 1 how much of the log a cache holds. Returns the session's
-# version, birth, epoch, and each later log entry with its message body or vector (false if gone since).
-_ADDITIONS = """
-local out = {redis.call('HGET', KEYS[1], 'version') or '0', redis.call('HGET', KEYS[1], 'born') or '',
-             redis.call('HGET', KEYS[1], 'epoch') or '0'}
-for _, entry in ipairs(redis.call('LRANGE', KEYS[4], tonumber(ARGV[1]), -1)) do
-  local id = string.sub(entry, 2)
-  out[#out + 1] = entry
-  out[#out + 1] = redis.call('HGET', string.sub(entry, 1, 1) == 'm' and KEYS[2] or KEYS[3], id)
-end
-return out
-"""
-
-# KEYS: 1 order, 2 msgs, 3 meta; ARGV: start, end of each span. Returns the session's birth (nothing if
-# there is no session), then id, position, body of each message in a span. Returns id, position, body of each message in a span.
-_RANGES = """
-local born = redis.call('HGET', KEYS[3], 'born')
-if not born then return {} end
-local out, seen = {born}, {}
-for i = 1, #ARGV, 2 do
-  local found = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[i], ARGV[i + 1], 'WITHSCORES')
-  for j = 1, #found, 2 do
-    local id = found[j]
-    if not seen[id] then
-      seen[id] = true
-      local body = redis.call('HGET', KEYS[2], id)
-      if body then
-        out[#out + 1] = id
-        out[#out + 1] = found[j + 1]
-        out[#out + 1] = body
-      end
-    end
-  end
-end
-return out
-"""
-
-_PUT_STATE = (
-    _PRELUDE
-    + """
-register()
-local vf = ARGV[8] .. '\0v'  -- the document's version: a field no key can name (keys hold no NUL)
-local version = tonumber(redis.call('HGET', KEYS[5], vf) or redis.call('HEXISTS', KEYS[5], ARGV[8]))
-if ARGV[10] ~= '' and tonumber(ARGV[10]) ~= version then
-  return redis.error_reply('fullrecall:conflict ' .. version)
-end
-redis.call('HSET', KEYS[5], ARGV[8], ARGV[9], vf, version + 1)
-refresh()
-return version + 1
-"""
-)
-
-_SET_TTL = (
-    _PRELUDE
-    + """
-register()
-redis.call('HSET', KEYS[1], 'ttl', ARGV[8])
-for i = 1, 5 do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[8])) end
-refresh()
-return 1
-"""
-)
+@functools.cache
+def _lua_sources() -> dict[str, str]:
+    """Each script's Lua source by name, read once from the package."""
+    folder = resources.files("fullrecall.stores") / "lua"
+    prelude = (folder / "_prelude.lua").read_text(encoding="utf-8")
+    return {
+        name: (prelude if name in _WRITE_SCRIPTS else "") + (folder / f"{name}.lua").read_text(encoding="utf-8")
+        for name in _WRITE_SCRIPTS + _READ_SCRIPTS
+    }
 
 
 def _q(value: str | None) -> str:
@@ -350,19 +149,7 @@ class RedisStore(StoreBase):
         self.prefix = opts.get("prefix", prefix)
         self.ttl_seconds = ttl_seconds
         self._r = redis_lib.Redis.from_url(conn_url, socket_timeout=socket_timeout, socket_connect_timeout=5)
-        self._scripts = {
-            name: self._r.register_script(src)
-            for name, src in (
-                ("append", _APPEND),
-                ("vectors", _SET_VECTORS),
-                ("delete", _DELETE),
-                ("state", _PUT_STATE),
-                ("ttl", _SET_TTL),
-                ("recount", _RECOUNT),
-                ("ranges", _RANGES),
-                ("additions", _ADDITIONS),
-            )
-        }
+        self._scripts = {name: self._r.register_script(src) for name, src in _lua_sources().items()}
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._cache_sessions = cache_sessions
         self._lock = threading.Lock()
@@ -566,7 +353,7 @@ class RedisStore(StoreBase):
         for i, row in zip(ids, mat):
             args += [i, row.tobytes()]
         try:
-            self._run("vectors", scope, args)
+            self._run("set_vectors", scope, args)
         except _ScriptError as exc:
             if exc.kind == "model":
                 stored = json.loads(exc.detail)
@@ -748,7 +535,7 @@ class RedisStore(StoreBase):
         doc = C.state_json(key, value)
         C.check_expected(key, expected, expected or 0)  # the argument's type; the version is checked in the script
         try:
-            return int(self._run("state", scope, [key, doc, "" if expected is None else expected]))
+            return int(self._run("put_state", scope, [key, doc, "" if expected is None else expected]))
         except _ScriptError as exc:
             if exc.kind != "conflict":
                 raise
@@ -768,7 +555,7 @@ class RedisStore(StoreBase):
         """Give one session its own TTL (seconds), applied now and on every later write."""
         if int(seconds) <= 0:
             raise ValueError(f"seconds must be > 0, got {seconds}")
-        self._run("ttl", scope, [int(seconds)])
+        self._run("set_ttl", scope, [int(seconds)])
 
     def _records_key(self, scope: Scope, user_seg: str, namespace: str) -> str:
         return f"{self._p(scope)}:user:{user_seg}:records:{quote(namespace, safe='')}"

@@ -58,8 +58,8 @@ from . import _common as C
 from . import _forget as F
 from . import _validate as V
 from . import _vectors as Vec
-from ._store import StoreBase
-from .base import ANY, Filters, Hit, Record, Scope, StoredMessage
+from ._sql import Dialect, SqlStore, records_table
+from .base import ANY, Filters, Hit, Scope, StoredMessage
 
 SCHEMA_VERSION = 3
 
@@ -139,20 +139,9 @@ MIGRATIONS: dict[int, str] = {
         PRIMARY KEY (sid, key)
     );
 
-    CREATE TABLE records (
-        tenant TEXT NOT NULL,
-        user_id TEXT NOT NULL,
-        agent_id TEXT NOT NULL,
-        session_id TEXT NOT NULL,
-        namespace TEXT NOT NULL,
-        id TEXT NOT NULL,
-        text TEXT NOT NULL,
-        data TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL,
-        vec BLOB,
-        PRIMARY KEY (tenant, user_id, agent_id, session_id, namespace, id)
-    );
+    """
+    + records_table("records", "REAL", "BLOB")
+    + """
     """,
     # Lexical search indexes the first INDEXED_CHARS characters of a text, as on every backend:
     # re-index the longer texts already indexed, and delete with the same prefix.
@@ -211,7 +200,7 @@ _FTS_BATCH = 256  # index pending rows inside an append once this many are waiti
 _MAX_TOKEN_SESSIONS = 64  # above this many sessions, scope by user/tenant token + SQL filter
 _CHUNK = 500  # ids per IN (...) list
 _SCRUB_TRIES, _SCRUB_WAIT_MS, _SCRUB_PAUSE = 4, 200, 0.05  # forget's checkpoint: at most ~1 s for readers
-SQL = C.Sql("?")
+SQL = Dialect("?", chunk=_CHUNK, vector=np.ndarray.tobytes)
 _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
 
 
@@ -249,8 +238,10 @@ def _qmarks(n: int) -> str:
     return ",".join("?" * n)
 
 
-class SQLiteStore(StoreBase):
+class SQLiteStore(SqlStore):
     """:class:`~fullrecall.stores.base.Store` on one SQLite file (see the module docstring)."""
+
+    sql = SQL
 
     def __init__(
         self,
@@ -397,7 +388,7 @@ class SQLiteStore(StoreBase):
         return [r[0] for r in conn.execute(f"SELECT sid FROM sessions s WHERE {where} ORDER BY sid", params)]
 
     @staticmethod
-    def _session_for_write(conn: sqlite3.Connection, scope: Scope) -> sqlite3.Row:
+    def _session_row(conn: sqlite3.Connection, scope: Scope) -> sqlite3.Row:
         """The session's row, created on first write (call inside a write transaction)."""
         scope.require_session()
         key = (scope.tenant, *scope.owner())
@@ -417,16 +408,13 @@ class SQLiteStore(StoreBase):
 
     def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
         with self._write() as conn:
-            sess = self._session_for_write(conn, scope)
+            sess = self._session_row(conn, scope)
             sid, next_pos = sess["sid"], sess["next_position"]
             known: dict[str, int] = {}
             ids = list(dict.fromkeys(m.id for m in messages))
-            for chunk in _chunks(ids):
+            for cond, p in SQL.in_chunks("id", ids):
                 known.update(
-                    conn.execute(
-                        f"SELECT id, position FROM messages WHERE sid = ? AND id IN ({_qmarks(len(chunk))})",
-                        (sid, *chunk),
-                    ).fetchall()
+                    conn.execute(f"SELECT id, position FROM messages WHERE sid = ? AND {cond}", (sid, *p)).fetchall()
                 )
             positions, new, next_pos = C.assign_positions(messages, known, next_pos)
             new_rows = [
@@ -479,15 +467,6 @@ class SQLiteStore(StoreBase):
             for r in conn.execute(sql, params)
         ]
 
-    def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
-        ids = C.read_ids(ids)
-        where, params = SQL.scope_where(scope)
-        out: list[StoredMessage] = []
-        with self._read() as conn:
-            for chunk in _chunks(ids):
-                out += self._select_messages(conn, f"{where} AND m.id IN ({_qmarks(len(chunk))})", [*params, *chunk])
-        return C.in_conversation_order(out)
-
     def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
         rids = C.int_keys(keys)
         where, params = SQL.scope_where(scope)
@@ -509,24 +488,16 @@ class SQLiteStore(StoreBase):
                     found[m.position or 0] = m
         return C.split_spans(list(found.values()), spans)
 
-    def count(self, scope: Scope) -> int:
-        where, params = SQL.scope_where(scope)
-        with self._read() as conn:  # the sessions' counters: one row per session, whatever their size
-            return int(
-                conn.execute(f"SELECT coalesce(sum(message_count), 0) FROM sessions s WHERE {where}", params).fetchone()[0]
-            )
-
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         ids = C.read_ids(ids)
         where, params = SQL.scope_where(scope)
         deleted = 0
         with self._write() as conn:
             sids = self._sids(conn, scope)
-            for chunk in _chunks(ids):
+            for cond, p in SQL.in_chunks("id", ids):
                 deleted += conn.execute(
-                    f"DELETE FROM messages WHERE id IN ({_qmarks(len(chunk))})"
-                    f" AND sid IN (SELECT sid FROM sessions s WHERE {where})",
-                    [*chunk, *params],
+                    f"DELETE FROM messages WHERE {cond} AND sid IN (SELECT sid FROM sessions s WHERE {where})",
+                    [*p, *params],
                 ).rowcount
             if deleted:
                 self._bump_vectors(conn, sids, epoch=True)
@@ -542,37 +513,16 @@ class SQLiteStore(StoreBase):
     @staticmethod
     def _bump_vectors(conn: sqlite3.Connection, sids: Sequence[int], epoch: bool) -> None:
         extra = ", vec_epoch = vec_epoch + 1" if epoch else ""
-        for chunk in _chunks(list(sids)):
-            conn.execute(
-                f"UPDATE sessions SET vec_version = vec_version + 1{extra} WHERE sid IN ({_qmarks(len(chunk))})",
-                chunk,
-            )
+        for cond, p in SQL.in_chunks("sid", list(sids)):
+            conn.execute(f"UPDATE sessions SET vec_version = vec_version + 1{extra} WHERE {cond}", p)
 
     def _set_vectors(self, scope: Scope, ids: list[str], mat: np.ndarray, model: str) -> None:
         dim = int(mat.shape[1])
         with self._write() as conn:
-            where, params = SQL.scope_where(scope)
-            sess = conn.execute(f"SELECT * FROM sessions s WHERE {where}", params).fetchone()
-            if sess is None:
-                raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first")
-            if sess["vec_model"] is not None and (sess["vec_model"], sess["vec_dim"]) != (model, dim):
-                raise Vec.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
-            rids: dict[str, int] = {}
-            for chunk in _chunks(list(dict.fromkeys(ids))):
-                rids.update(
-                    conn.execute(
-                        f"SELECT id, rid FROM messages WHERE sid = ? AND id IN ({_qmarks(len(chunk))})",
-                        (sess["sid"], *chunk),
-                    ).fetchall()
-                )
-            missing = [i for i in ids if i not in rids]
-            if missing:
-                raise ValueError(
-                    f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}"
-                )
+            sess, rids = self._vector_targets(conn, scope, ids, model, dim)
             overwrote = sum(
-                conn.execute(f"DELETE FROM vectors WHERE rid IN ({_qmarks(len(c))})", c).rowcount
-                for c in _chunks(list(rids.values()))
+                conn.execute(f"DELETE FROM vectors WHERE {cond}", p).rowcount
+                for cond, p in SQL.in_chunks("rid", list(rids.values()))
             )
             last = {i: n for n, i in enumerate(ids)}  # an id given twice: its last vector, as an overwrite
             conn.executemany(
@@ -590,25 +540,14 @@ class SQLiteStore(StoreBase):
         where, params = SQL.scope_where(scope)
         out: dict[str, np.ndarray] = {}
         with self._read() as conn:
-            for chunk in _chunks(ids):
+            for cond, p in SQL.in_chunks("m.id", ids):
                 for r in conn.execute(
                     "SELECT m.id, v.vec FROM vectors v JOIN messages m ON m.rid = v.rid"
-                    " JOIN sessions s ON s.sid = m.sid"
-                    f" WHERE {where} AND m.id IN ({_qmarks(len(chunk))})",
-                    [*params, *chunk],
+                    f" JOIN sessions s ON s.sid = m.sid WHERE {where} AND {cond}",
+                    [*params, *p],
                 ):
                     out[r[0]] = np.frombuffer(r[1], dtype=np.float32).copy()
         return out
-
-    def vector_model(self, scope: Scope) -> tuple[str, int] | None:
-        where, params = SQL.scope_where(scope)
-        with self._read() as conn:
-            models = conn.execute(
-                f"SELECT DISTINCT vec_model, vec_dim FROM sessions s WHERE {where} AND vec_model IS NOT NULL", params
-            ).fetchall()
-        if len(models) > 1:
-            raise ValueError(f"this scope mixes vectors of several models: {[tuple(m) for m in models]}")
-        return (models[0][0], int(models[0][1])) if models else None
 
     def _vector_block(self, conn: sqlite3.Connection, sids: list[int]) -> Vec.VectorBlock | None:
         """The scope's normalised vectors, from the cache when no process changed them."""
@@ -617,11 +556,11 @@ class SQLiteStore(StoreBase):
         # version, so a block cached for a forgotten session never answers for its successor.
         state = {
             r[0]: (r[1], (r[2], tuple(r[4:])), r[3])
-            for chunk in _chunks(sids)
+            for cond, p in SQL.in_chunks("sid", sids)
             for r in conn.execute(
                 "SELECT sid, vec_version, vec_epoch, vec_dim, created_at, tenant, user_id, agent_id, session_id"
-                f" FROM sessions WHERE sid IN ({_qmarks(len(chunk))}) AND vec_dim IS NOT NULL",
-                chunk,
+                f" FROM sessions WHERE {cond} AND vec_dim IS NOT NULL",
+                p,
             )
         }
         if not state:
@@ -655,12 +594,11 @@ class SQLiteStore(StoreBase):
     ) -> tuple[Vec.VectorBlock, int]:
         rows: list[tuple[str, str, bytes, str, str, float]] = []
         max_vid = after
-        for chunk in _chunks(sids):
+        for cond, p in SQL.in_chunks("v.sid", sids):
             for r in conn.execute(
                 "SELECT v.vid, m.id, m.rid, v.vec, m.role, m.kind, m.created_at"
-                " FROM vectors v JOIN messages m ON m.rid = v.rid"
-                f" WHERE v.sid IN ({_qmarks(len(chunk))}) AND v.vid > ?",
-                (*chunk, after),
+                f" FROM vectors v JOIN messages m ON m.rid = v.rid WHERE {cond} AND v.vid > ?",
+                (*p, after),
             ):
                 max_vid = max(max_vid, r[0])
                 rows.append((r[1], str(r[2]), r[3], r[4], r[5], r[6]))
@@ -768,60 +706,6 @@ class SQLiteStore(StoreBase):
             raise ValueError(f"search_text could not run FTS5 query {match!r}: {exc}") from exc
         return [Hit(r[0], -float(r[1]), str(r[2])) for r in rows]
 
-    # -- state and long-term records -------------------------------------------------
-
-    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
-        doc = C.state_json(key, value)
-        with self._write() as conn:  # the write lock is held from the start: the version cannot move meanwhile
-            sid = self._session_for_write(conn, scope)["sid"]
-            row = conn.execute("SELECT version FROM state WHERE sid = ? AND key = ?", (sid, key)).fetchone()
-            version = row[0] if row else 0
-            C.check_expected(key, expected, version)
-            conn.execute(
-                "INSERT OR REPLACE INTO state (sid, key, value, updated_at, version) VALUES (?, ?, ?, ?, ?)",
-                (sid, key, doc, time.time(), version + 1),
-            )
-        return version + 1
-
-    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
-        scope.require_session()
-        where, params = SQL.scope_where(scope)
-        with self._read() as conn:
-            row = conn.execute(
-                f"SELECT t.value, t.version FROM state t JOIN sessions s ON s.sid = t.sid WHERE {where} AND t.key = ?",
-                [*params, key],
-            ).fetchone()
-        return (C.json_loads(row[0]), int(row[1])) if row else (None, 0)
-
-    def _put_record(
-        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None
-    ) -> None:
-        with self._write() as conn:
-            conn.execute(
-                "INSERT OR REPLACE INTO records (tenant, user_id, agent_id, session_id, namespace, id, text, data,"
-                " created_at, updated_at, vec) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*owner, record.namespace, record.id, record.text, data, record.created_at, record.updated_at,
-                 vector.tobytes() if vector is not None else None),
-            )
-
-    def get_records(self, scope: Scope, namespace: str) -> list[Record]:
-        where, params = SQL.record_where(scope)
-        with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT * FROM records r WHERE {where} AND namespace = ? ORDER BY created_at, id", [*params, namespace]
-            ).fetchall()
-        return [C.record_from_row(r) for r in rows]
-
-    def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
-        where, params = SQL.record_where(scope)
-        with self._write() as conn:
-            n = conn.execute(
-                "DELETE FROM records WHERE rowid IN"
-                f" (SELECT rowid FROM records r WHERE {where} AND namespace = ? AND id = ?)",
-                [*params, namespace, record_id],
-            ).rowcount
-        return n > 0
-
     # -- housekeeping -------------------------------------------------------------------
 
     def forget(self, scope: Scope) -> dict[str, Any]:
@@ -879,24 +763,6 @@ class SQLiteStore(StoreBase):
             until="that transaction ends and the WAL is checkpointed: this store retries after each of its"
             " later writes and on close; PRAGMA wal_checkpoint(TRUNCATE), or the last connection's close, also does",
         )
-
-    def stats(self, scope: Scope) -> dict[str, int]:
-        """The scope's sizes from its sessions' counters (one row per session, whatever their size)."""
-        where, params = SQL.scope_where(scope)
-        rwhere, rparams = SQL.record_where(scope, exact=True)
-        with self._read() as conn:
-            row = conn.execute(
-                "SELECT count(*), coalesce(sum(message_count), 0), coalesce(sum(summary_count), 0),"
-                " coalesce(sum(text_bytes), 0), coalesce(sum(index_bytes), 0), coalesce(sum(vector_count), 0),"
-                " coalesce(sum(vector_count * coalesce(vec_dim, 0) * 4), 0),"
-                " min((SELECT min(position) FROM messages m WHERE m.sid = s.sid)),"
-                " max((SELECT max(position) FROM messages m WHERE m.sid = s.sid))"
-                f" FROM sessions s WHERE {where}",
-                params,
-            ).fetchone()
-            records = conn.execute(f"SELECT count(*) FROM records r WHERE {rwhere}", rparams).fetchone()[0]
-        return C.stats_dict(*row[1:7], sessions=row[0], records=records, oldest=row[7], newest=row[8])
-
 
 def _top_rid(conn: sqlite3.Connection) -> int:
     """The highest message rid ever assigned (AUTOINCREMENT keeps it), a cheap size estimate."""

@@ -1,0 +1,342 @@
+"""The SQL core that SQLite and PostgreSQL share: a small :class:`Dialect` and the :class:`SqlStore` base.
+
+The two backends run the same statements for reads by id or key, ranges, counts, stats, state
+documents, long-term records and the checks before vectors are written; what differs is spelled by
+the dialect (placeholders, the schema prefix, list and span membership, the upsert, how text and
+vectors are passed, row locks). Each backend keeps what is genuinely its own: appends, deletes and
+vector writes, search (FTS5 against tsvector with BM25 planning, vectors in memory against pgvector
+HNSW), forget and its migrations. SQLite also keeps its own ``get_keys`` and ``ranges``, whose
+queries are tuned to its planner.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import _common as C
+from . import _vectors as Vec
+from ._store import StoreBase
+from .base import Filters, Record, Scope, StoredMessage
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one SQL engine spells what the shared statements need."""
+
+    ph: str  # the placeholder: "?" (sqlite3) or "%s" (psycopg)
+    schema: str = ""  # tables live in this schema ("" = the connection's default)
+    chunk: int = 0  # most values one membership test takes (0: any number, passed as one array)
+    text_in: Callable[[str], str] = _same  # message/record text as stored (PostgreSQL cannot store NUL)
+    text_out: Callable[[str], str] = _same  # ... and back
+    vector: Callable[[np.ndarray], Any] = _same  # a record's vector as a statement parameter
+    lock: str = ""  # appended to a SELECT whose rows the transaction must hold (a write transaction holds all)
+
+    def t(self, table: str) -> str:
+        """The table's name as statements write it."""
+        return f"{self.schema}.{table}" if self.schema else table
+
+    def in_(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        """``column`` is one of ``values``: an array parameter, or a list of placeholders."""
+        if not values:
+            return "1 = 0", []
+        if not self.chunk:
+            return f"{column} = ANY({self.ph})", [list(values)]
+        return f"{column} IN ({', '.join([self.ph] * len(values))})", list(values)
+
+    def chunks(self, values: Sequence[Any]) -> Iterator[Sequence[Any]]:
+        """``values`` in pieces that one membership test takes (none when there are no values)."""
+        size = self.chunk or max(1, len(values))
+        for i in range(0, len(values), size):
+            yield values[i : i + size]
+
+    def in_chunks(self, column: str, values: Sequence[Any]) -> Iterator[tuple[str, list[Any]]]:
+        """:meth:`in_` over ``values`` in the pieces one statement takes (nothing when there are none)."""
+        for chunk in self.chunks(values):
+            yield self.in_(column, chunk)
+
+    def spans(self, column: str, spans: Sequence[tuple[int, int]]) -> Iterator[tuple[str, list[Any]]]:
+        """Conditions that ``column`` lies in one of the inclusive ``spans``: one for all of them passed
+        as arrays, or one a distinct span (an OR of spans would defeat the index).
+        """
+        if not self.chunk:
+            yield (
+                f"EXISTS (SELECT 1 FROM unnest({self.ph}::bigint[], {self.ph}::bigint[]) r(lo, hi)"
+                f" WHERE {column} BETWEEN lo AND hi)",
+                [[lo for lo, _ in spans], [hi for _, hi in spans]],
+            )
+            return
+        for lo, hi in dict.fromkeys(spans):
+            yield f"{column} BETWEEN {self.ph} AND {self.ph}", [lo, hi]
+
+    def upsert(self, table: str, columns: Sequence[str], key: Sequence[str]) -> str:
+        """Insert a row, or replace the non-key columns of the row with the same ``key``."""
+        update = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
+        return (
+            f"INSERT INTO {self.t(table)} ({', '.join(columns)}) VALUES ({', '.join([self.ph] * len(columns))})"
+            f" ON CONFLICT ({', '.join(key)}) DO UPDATE SET {update}"
+        )
+
+    def scope_where(self, scope: Scope, alias: str = "s") -> tuple[str, list[Any]]:
+        """Condition on the sessions table for a scope: unset user/agent is the stored '' (ANY: no condition)."""
+        conds, params = [f"{alias}.tenant = {self.ph}"], [scope.tenant]
+        for col, value in C.scope_fields(scope).items():
+            if col != "tenant" and value is not None:
+                conds.append(f"{alias}.{col} = {self.ph}")
+                params.append(value)
+        return " AND ".join(conds), params
+
+    def record_where(self, scope: Scope, exact: bool = False, alias: str = "r") -> tuple[str, list[Any]]:
+        """Records of a scope's owner (user and agent exactly, unless ANY).
+
+        A record stored without a session applies to every session of its owner; with
+        ``exact`` (forget, stats) a session scope matches only its own records.
+        """
+        conds, params = [f"{alias}.tenant = {self.ph}"], [scope.tenant]
+        for col, value in C.scope_fields(scope).items():
+            if col == "tenant" or value is None:
+                continue
+            if col == "session_id" and not exact:
+                conds.append(f"{alias}.{col} IN ({self.ph}, '')")
+            else:
+                conds.append(f"{alias}.{col} = {self.ph}")
+            params.append(value)
+        return " AND ".join(conds), params
+
+    def filters(self, f: Filters | None, alias: str = "m") -> tuple[str, list[Any]]:
+        """`` AND ...`` conditions for search filters (empty when there are none)."""
+        if f is None:
+            return "", []
+        conds: list[str] = []
+        params: list[Any] = []
+        for column, values in (("role", f.roles), ("kind", f.kinds)):
+            if values is not None:
+                sql, p = self.in_(f"{alias}.{column}", list(values))
+                conds.append(sql)
+                params += p
+        if f.since is not None:
+            conds.append(f"{alias}.created_at >= {self.ph}")
+            params.append(f.since)
+        if f.until is not None:
+            conds.append(f"{alias}.created_at <= {self.ph}")
+            params.append(f.until)
+        if f.exclude_ids:
+            sql, p = self.in_(f"{alias}.id", sorted(f.exclude_ids))
+            conds.append(f"NOT ({sql})")
+            params += p
+        return "".join(f" AND {c}" for c in conds), params
+
+
+def records_table(name: str, real: str, vector: str) -> str:
+    """The ``records`` table of both backends' first migration, in the dialect's types.
+
+    Part of a migration that has run on existing stores: what it returns must never change.
+    """
+    return f"""CREATE TABLE {name} (
+        tenant TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        namespace TEXT NOT NULL,
+        id TEXT NOT NULL,
+        text TEXT NOT NULL,
+        data TEXT NOT NULL,
+        created_at {real} NOT NULL,
+        updated_at {real} NOT NULL,
+        vec {vector},
+        PRIMARY KEY (tenant, user_id, agent_id, session_id, namespace, id)
+    );"""
+
+
+_RECORD_COLUMNS = ("tenant", "user_id", "agent_id", "session_id", "namespace", "id", "text", "data", "created_at",
+                   "updated_at", "vec")
+_RECORD_KEY = ("tenant", "user_id", "agent_id", "session_id", "namespace", "id")
+
+
+class SqlStore(StoreBase):
+    """What the SQL backends share, written once against :attr:`sql` and four hooks.
+
+    Hooks: ``_read``/``_write`` (a transaction's connection; rows readable by column name),
+    ``_session_row`` (the session's ``sid`` and ``next_position``, created if new, held for the
+    transaction) and ``_select_messages`` (messages of joined ``m``/``s`` rows matching a condition).
+    """
+
+    sql: Dialect
+
+    def _read(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _write(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _session_row(self, conn: Any, scope: Scope) -> Any:
+        raise NotImplementedError
+
+    def _select_messages(self, conn: Any, where: str, params: Sequence[Any]) -> list[StoredMessage]:
+        raise NotImplementedError
+
+    def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """The rows of one read statement, in its own transaction."""
+        with self._read() as conn:
+            return list(conn.execute(sql, params).fetchall())
+
+    # -- messages by id or key, counts ----------------------------------------------------
+
+    def _select_in(self, scope: Scope, column: str, values: Sequence[Any]) -> list[StoredMessage]:
+        where, params = self.sql.scope_where(scope)
+        out: list[StoredMessage] = []
+        with self._read() as conn:
+            for cond, p in self.sql.in_chunks(column, values):
+                out += self._select_messages(conn, f"{where} AND {cond}", [*params, *p])
+        return C.in_conversation_order(out)
+
+    def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
+        return self._select_in(scope, "m.id", C.read_ids(ids))
+
+    def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
+        return self._select_in(scope, "m.rid", C.int_keys(keys))
+
+    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
+        scope.require_session()
+        spans = C.check_spans(spans)
+        where, params = self.sql.scope_where(scope)
+        found: dict[int, StoredMessage] = {}
+        with self._read() as conn:  # one snapshot for every span (one statement where arrays are passed)
+            for within, p in self.sql.spans("m.position", spans):
+                for m in self._select_messages(conn, f"{where} AND {within}", [*params, *p]):
+                    found[m.position or 0] = m
+        return C.split_spans(list(found.values()), spans)
+
+    def count(self, scope: Scope) -> int:
+        where, params = self.sql.scope_where(scope)  # the sessions' counters: one row each, whatever their size
+        rows = self._fetch(f"SELECT coalesce(sum(message_count), 0) AS n FROM {self.sql.t('sessions')} s WHERE {where}",
+                           params)
+        return int(rows[0]["n"])
+
+    def vector_model(self, scope: Scope) -> tuple[str, int] | None:
+        where, params = self.sql.scope_where(scope)
+        models = self._fetch(
+            f"SELECT DISTINCT vec_model, vec_dim FROM {self.sql.t('sessions')} s"
+            f" WHERE {where} AND vec_model IS NOT NULL",
+            params,
+        )
+        if len(models) > 1:
+            found = [(m["vec_model"], int(m["vec_dim"])) for m in models]
+            raise ValueError(f"this scope mixes vectors of several models: {found}")
+        return (models[0]["vec_model"], int(models[0]["vec_dim"])) if models else None
+
+    def stats(self, scope: Scope) -> dict[str, int]:
+        """The scope's sizes from its sessions' counters (one row per session, whatever their size)."""
+        where, params = self.sql.scope_where(scope)
+        rwhere, rparams = self.sql.record_where(scope, exact=True)
+        messages = self.sql.t("messages")
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT count(*) AS sessions, coalesce(sum(message_count), 0) AS m, coalesce(sum(summary_count), 0) AS"
+                " sm, coalesce(sum(text_bytes), 0) AS tb, coalesce(sum(index_bytes), 0) AS ib,"
+                " coalesce(sum(vector_count), 0) AS v, coalesce(sum(vector_count * coalesce(vec_dim, 0) * 4), 0) AS vb,"
+                f" min((SELECT min(position) FROM {messages} m WHERE m.sid = s.sid)) AS oldest,"
+                f" max((SELECT max(position) FROM {messages} m WHERE m.sid = s.sid)) AS newest"
+                f" FROM {self.sql.t('sessions')} s WHERE {where}",
+                params,
+            ).fetchone()
+            records = conn.execute(
+                f"SELECT count(*) AS n FROM {self.sql.t('records')} r WHERE {rwhere}", rparams
+            ).fetchone()["n"]
+        return C.stats_dict(row["m"], row["sm"], row["tb"], row["ib"], row["v"], row["vb"], sessions=row["sessions"],
+                            records=records, oldest=row["oldest"], newest=row["newest"])
+
+    def _vector_targets(
+        self, conn: Any, scope: Scope, ids: list[str], model: str, dim: int
+    ) -> tuple[Any, dict[str, int]]:
+        """The session's row (held until commit) and each message id's row id, for vectors of ``model``.
+
+        ValueError when the session has no messages, another model's vectors or lacks one of ``ids``.
+        """
+        where, params = self.sql.scope_where(scope)
+        sess = conn.execute(f"SELECT * FROM {self.sql.t('sessions')} s WHERE {where}{self.sql.lock}", params).fetchone()
+        if sess is None:
+            raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first")
+        if sess["vec_model"] is not None and (sess["vec_model"], sess["vec_dim"]) != (model, dim):
+            raise Vec.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
+        rids: dict[str, int] = {}
+        for cond, p in self.sql.in_chunks("id", list(dict.fromkeys(ids))):
+            rids.update(
+                (r["id"], r["rid"])
+                for r in conn.execute(
+                    f"SELECT id, rid FROM {self.sql.t('messages')} WHERE sid = {self.sql.ph} AND {cond}",
+                    [sess["sid"], *p],
+                )
+            )
+        missing = [i for i in ids if i not in rids]
+        if missing:
+            raise ValueError(f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}")
+        return sess, rids
+
+    # -- state documents --------------------------------------------------------------------
+
+    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
+        doc = C.state_json(key, value)
+        ph = self.sql.ph
+        with self._write() as conn:  # the session's row is held: writers of its state take turns
+            sid = self._session_row(conn, scope)["sid"]
+            row = conn.execute(
+                f"SELECT version FROM {self.sql.t('state')} WHERE sid = {ph} AND key = {ph}", (sid, key)
+            ).fetchone()
+            version = int(row["version"]) if row else 0
+            C.check_expected(key, expected, version)
+            conn.execute(
+                self.sql.upsert("state", ("sid", "key", "value", "updated_at", "version"), ("sid", "key")),
+                (sid, key, doc, time.time(), version + 1),
+            )
+        return version + 1
+
+    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
+        scope.require_session()
+        where, params = self.sql.scope_where(scope)
+        rows = self._fetch(
+            f"SELECT t.value, t.version FROM {self.sql.t('state')} t JOIN {self.sql.t('sessions')} s"
+            f" ON s.sid = t.sid WHERE {where} AND t.key = {self.sql.ph}",
+            [*params, key],
+        )
+        return (C.json_loads(rows[0]["value"]), int(rows[0]["version"])) if rows else (None, 0)
+
+    # -- long-term records --------------------------------------------------------------------
+
+    def _put_record(
+        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None
+    ) -> None:
+        with self._write() as conn:
+            conn.execute(
+                self.sql.upsert("records", _RECORD_COLUMNS, _RECORD_KEY),
+                (*owner, record.namespace, record.id, self.sql.text_in(record.text), data, record.created_at,
+                 record.updated_at, self.sql.vector(vector) if vector is not None else None),
+            )
+
+    def get_records(self, scope: Scope, namespace: str) -> list[Record]:
+        where, params = self.sql.record_where(scope)
+        rows = self._fetch(
+            f"SELECT id, namespace, text, data, created_at, updated_at FROM {self.sql.t('records')} r"
+            f" WHERE {where} AND namespace = {self.sql.ph} ORDER BY created_at, id",
+            [*params, namespace],
+        )
+        return [C.record_from_row({**dict(r), "text": self.sql.text_out(r["text"])}) for r in rows]
+
+    def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
+        where, params = self.sql.record_where(scope)
+        ph = self.sql.ph
+        with self._write() as conn:
+            n = conn.execute(
+                f"DELETE FROM {self.sql.t('records')} AS r WHERE {where} AND namespace = {ph} AND id = {ph}",
+                [*params, namespace, record_id],
+            ).rowcount
+        return bool(n > 0)

@@ -1,0 +1,42 @@
+-- Append a batch of messages (idempotent by id). ARGV: 8 count, then per message: id, position ('' = next),
+-- body, is-summary, text bytes, index bytes. Returns each message's position, in input order.
+register()
+local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
+local n = tonumber(ARGV[8])
+local out, seen, taken, new = {}, {}, {}, {}
+local summaries, text_bytes, index_bytes = 0, 0, 0
+for i = 1, n do
+  local at = 8 + 6 * (i - 1)
+  local id, pos, body = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+  local p = seen[id] or redis.call('ZSCORE', KEYS[3], id)
+  if p then
+    out[i] = tonumber(p)
+  else
+    if pos == '' then
+      p = nxt
+    else
+      p = tonumber(pos)
+      if taken[p] or #redis.call('ZRANGEBYSCORE', KEYS[3], p, p, 'LIMIT', 0, 1) > 0 then
+        return redis.error_reply('fullrecall:position ' .. p)
+      end
+    end
+    if p + 1 > nxt then nxt = p + 1 end
+    seen[id], taken[p], out[i] = p, true, p
+    new[#new + 1] = {id, p, body}
+    summaries = summaries + tonumber(ARGV[at + 4])
+    text_bytes = text_bytes + tonumber(ARGV[at + 5])
+    index_bytes = index_bytes + tonumber(ARGV[at + 6])
+  end
+end
+for _, m in ipairs(new) do
+  redis.call('HSET', KEYS[2], m[1], m[3])
+  redis.call('ZADD', KEYS[3], m[2], m[1])
+  redis.call('RPUSH', KEYS[9], 'm' .. m[1])
+end
+redis.call('HSET', KEYS[1], 'next', nxt)
+if #new > 0 then
+  redis.call('HINCRBY', KEYS[1], 'version', 1)
+  count(summaries, text_bytes, index_bytes)
+end
+refresh()
+return out

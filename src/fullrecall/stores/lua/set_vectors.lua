@@ -1,0 +1,23 @@
+-- Store vectors for existing messages. ARGV: 8 model, 9 dim, 10 count, then per message: id, vector bytes.
+-- Errors: fullrecall:nosession, fullrecall:model [model, dim], fullrecall:missing [ids].
+if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('fullrecall:nosession') end
+local model, dim, n = ARGV[8], ARGV[9], tonumber(ARGV[10])
+local cur = redis.call('HMGET', KEYS[1], 'vec_model', 'vec_dim')
+if cur[1] and (cur[1] ~= model or cur[2] ~= dim) then
+  return redis.error_reply('fullrecall:model ' .. cjson.encode({cur[1], tonumber(cur[2])}))
+end
+local missing = {}
+for i = 1, n do
+  if redis.call('HEXISTS', KEYS[2], ARGV[9 + 2 * i]) == 0 then missing[#missing + 1] = ARGV[9 + 2 * i] end
+end
+if #missing > 0 then return redis.error_reply('fullrecall:missing ' .. cjson.encode(missing)) end
+local overwrote = false
+for i = 1, n do
+  if redis.call('HSET', KEYS[4], ARGV[9 + 2 * i], ARGV[10 + 2 * i]) == 0 then overwrote = true end
+  redis.call('RPUSH', KEYS[9], 'v' .. ARGV[9 + 2 * i])
+end
+if overwrote then new_epoch() end
+redis.call('HSET', KEYS[1], 'vec_model', model, 'vec_dim', dim)
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+refresh()
+return n
