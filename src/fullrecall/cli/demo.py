@@ -1,4 +1,4 @@
-"""``fullrecall demo``: a fact kept out of every summary, yet recalled verbatim (seed 000's demo).
+"""``fullrecall demo``: a fact kept out of every summary, yet recalled verbatim.
 
 Offline by default: the assistant's answers are scripted, summaries come from
 the extractive summarizer and embeddings from the local MiniLM. With an LLM

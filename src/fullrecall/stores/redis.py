@@ -1,4 +1,4 @@
-"""Redis store: the seed's per-session keys, done right (atomic, expiring, really deleted).
+"""Redis store: per-conversation keys, atomic, expiring, really deleted.
 
 Key layout (``P`` is the prefix, ``fullrecall`` by default, ``fullrecall:tenant:{t}`` for a
 tenant other than ``default``; user/agent/session values are %-quoted, ``*`` means none)::
@@ -12,7 +12,7 @@ tenant other than ``default``; user/agent/session values are %-quoted, ``*`` mea
     P:user:{u}:records:{namespace}             hash  long-term records of the user
     P:user:{u}:record-namespaces, P:user:{u}:sessions, P:users, P:sessions:{s}   index sets
 
-* **Every key has a TTL** (default 210 days, as in the seed; ``ttl_seconds=`` per store,
+* **Every key has a TTL** (default 210 days; ``ttl_seconds=`` per store,
   :meth:`RedisStore.set_ttl` per session), refreshed on every write to the session. Index
   sets only ever get their TTL extended, and members whose session expired are dropped
   when met. Expired data is gone from the server, not hidden.
