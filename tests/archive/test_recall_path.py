@@ -7,12 +7,11 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from test_archive_write_path import CountingStore, HashEmbedder, removed, words
 
 from fullrecall.archive import Archive
 from fullrecall.search import SemanticSearch
 from fullrecall.stores import Scope, StoredMessage, open_store
-
-from test_archive_write_path import CountingStore, HashEmbedder, removed, words
 
 
 class KeyCountingStore(CountingStore):
@@ -66,8 +65,8 @@ def test_messages_at_reads_every_run_in_one_call(store_url):
     store.inner.close()
 
 
-def _vm_steps(store: Any, read: Any) -> int:
-    """SQLite virtual-machine instructions (in hundreds) that ``read()`` costs: what a full scan shows."""
+def _vm_steps(store: Any, read: Any, *args: Any) -> int:
+    """SQLite virtual-machine instructions (in hundreds) that ``read(*args)`` costs: what a full scan shows."""
     steps = 0
 
     def count() -> int:
@@ -78,7 +77,7 @@ def _vm_steps(store: Any, read: Any) -> int:
     conn = store._conn()
     conn.set_progress_handler(count, 100)
     try:
-        read()
+        read(*args)
     finally:
         conn.set_progress_handler(None, 0)
     return steps
@@ -97,8 +96,7 @@ def test_sqlite_reads_by_key_and_by_span_cost_the_same_in_a_small_and_a_large_co
         keys = [m.key for m in store.range(scope, 5, 14)]
         spans = [(0, 2), (n // 2, n // 2 + 2), (n - 3, n - 1)]
         assert len(store.get_keys(scope, keys)) == 10 and [len(s) for s in store.ranges(scope, spans)] == [3, 3, 3]
-        cost[session] = (_vm_steps(store, lambda: store.get_keys(scope, keys)),
-                         _vm_steps(store, lambda: store.ranges(scope, spans)))
+        cost[session] = (_vm_steps(store, store.get_keys, scope, keys), _vm_steps(store, store.ranges, scope, spans))
     # a scan of the conversation costs ~200x more in the large one; an indexed read the same
     assert cost["large"][0] <= 2 * cost["small"][0] + 5, cost
     assert cost["large"][1] <= 2 * cost["small"][1] + 5, cost
