@@ -439,10 +439,10 @@ class SemanticSearch:
         around = self.store.range(_owner_scope(scope, owner), max(0, pos - 1), pos + 1)
         self._places.learn(around)  # the other side of the same keyword hit is often next
         found.update((m.key, m) for m in around)
-        found = [m for m in around if m.position == pos]
-        if not found:
+        at = [m for m in around if m.position == pos]
+        if not at:
             return False
-        m = found[0]
+        m = at[0]
         if filters is not None and not filters_match(filters, id=m.id, role=m.role, kind=m.kind, created_at=m.created_at):
             return False
         c.id = m.key
