@@ -449,8 +449,8 @@ class Archive:
             first, end = self.archived_span()
             before = end if before is None else min(before, end)
             # a logged conversation's window (and pinned message) is stored too: not candidates
-            unarchived = self.store.range(self.scope, before, END) + (self.store.range(self.scope, 0, first - 1)
-                                                                      if first > 0 else [])
+            outside = [(before, END)] + ([(0, first - 1)] if first > 0 else [])
+            unarchived = [m for span in self.store.ranges(self.scope, outside) for m in span]
             if unarchived:
                 filters = filters or Filters()
                 exclude = (filters.exclude_ids or frozenset()) | {m.id for m in unarchived}
@@ -459,8 +459,10 @@ class Archive:
         if before is not None:
             hits = [h for h in hits if h.position is not None and first <= h.position < before]
         ranges = merge_ranges([(h.position, h.score) for h in hits if h.position is not None], radius, before=before)
-        for r in ranges:
-            r.messages = self.store.range(self.scope, max(r.start, first), r.end)
+        if ranges:  # every range in one read
+            spans = self.store.ranges(self.scope, [(max(r.start, first), r.end) for r in ranges])
+            for r, messages in zip(ranges, spans):
+                r.messages = messages
         ranges = [r for r in ranges if r.messages]
         return Recall(query, ranges, hits, (time.perf_counter() - started) * 1000)
 

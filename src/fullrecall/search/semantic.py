@@ -9,6 +9,7 @@ with a cross-encoder, and returns the stored messages with every score.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import time
 import uuid
@@ -115,7 +116,12 @@ def _one_blas_thread() -> Iterator[None]:
 
 def _owner(m: StoredMessage) -> str:
     """The session a stored message belongs to, as one string (owner and session; unique in a tenant)."""
-    return json.dumps([m.user_id or "", m.agent_id or "", m.session_id or ""], ensure_ascii=False)
+    return _owner_name(m.user_id or "", m.agent_id or "", m.session_id or "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _owner_name(user: str, agent: str, session: str) -> str:
+    return json.dumps([user, agent, session], ensure_ascii=False)
 
 
 def _owner_scope(scope: Scope, owner: str) -> Scope:
@@ -359,9 +365,12 @@ class SemanticSearch:
         terms = query_terms(query)
         lexical_hits = self.store.search_text(scope, terms, n, filters) if terms else []
         places = self._places
+        found: dict[str | None, StoredMessage] = {}  # store key -> message read for this query
         unplaced = [h.key for h in dense_hits + lexical_hits if h.key not in places]
-        if unplaced:
-            places.learn(self.store.get_keys(scope, list(dict.fromkeys(unplaced))))
+        if unplaced:  # one read places the new candidates, and the hits among them need no other
+            read = self.store.get_keys(scope, list(dict.fromkeys(unplaced)))
+            places.learn(read)
+            found.update((m.key, m) for m in read)
         dense = {places[h.key]: h.score for h in dense_hits if h.key in places}
         lexical = {places[h.key]: h.score for h in lexical_hits if h.key in places}
         keys = {places[h.key]: h.key for h in dense_hits + lexical_hits if h.key in places}
@@ -372,10 +381,9 @@ class SemanticSearch:
                 dense, lexical, keys,
                 lexical_weight=self.lexical_weight, neighbour_weight=self.neighbour_weight,
             )
-        found: dict[str | None, StoredMessage] = {}  # store key -> message read for this query
         ranked = self._apply_facets(query, ranked, scope, found)
         depth = max(k, self.rerank_depth) if self.reranker is not None else k
-        chosen = spread_out(ranked, depth, spread, resolve=lambda c: self._resolve(scope, c, filters))
+        chosen = spread_out(ranked, depth, spread, resolve=lambda c: self._resolve(scope, c, filters, found))
         unread = [c.id for c in chosen if c.id is not None and c.id not in found]
         found.update((m.key, m) for m in (self.store.get_keys(scope, unread) if unread else []))
         hits = [self._hit(c, found[c.id]) for c in chosen if c.id in found]  # a neighbour may be gone by now
@@ -396,7 +404,9 @@ class SemanticSearch:
         if not facets or self.facet_depth <= 0 or not (self.speaker_boost or self.date_boost):
             return ranked
         head = [c for c in ranked[: self.facet_depth] if c.id is not None]
-        found.update((m.key, m) for m in self.store.get_keys(scope, [c.id for c in head if c.id is not None]))
+        unread = [c.id for c in head if c.id is not None and c.id not in found]
+        if unread:
+            found.update((m.key, m) for m in self.store.get_keys(scope, unread))
         for c in head:
             m = found.get(c.id)
             if m is not None:
@@ -409,16 +419,18 @@ class SemanticSearch:
         """Archived messages at these positions of one session of the owner (default: the scope's), in order.
 
         Positions with no message (deleted, or past the end) are skipped; runs of consecutive
-        positions are read as one range each.
+        positions are read as one span each, all spans in one ``ranges`` call.
         """
         scope = replace(self.scope, session_id=session_id if session_id is not None else self.scope.session_id)
-        found: list[StoredMessage] = []
-        for lo, hi in _runs(sorted(set(p for p in positions if p >= 0))):
-            found += self.store.range(scope, lo, hi)
-        return found
+        runs = _runs(sorted(set(p for p in positions if p >= 0)))
+        return [m for run in (self.store.ranges(scope, runs) if runs else []) for m in run]
 
-    def _resolve(self, scope: Scope, c: Candidate, filters: Filters | None) -> bool:
-        """Find the neighbour that won a place; False if there is none, or it does not pass the filters."""
+    def _resolve(self, scope: Scope, c: Candidate, filters: Filters | None,
+                 found: dict[str | None, StoredMessage]) -> bool:
+        """Find the neighbour that won a place; False if there is none, or it does not pass the filters.
+
+        The messages read for it are left in ``found`` (by store key) for the hits.
+        """
         cached = self._places.key_at(c.key)
         if cached is not None and filters is None:
             c.id = cached
@@ -426,10 +438,11 @@ class SemanticSearch:
         owner, pos = c.key
         around = self.store.range(_owner_scope(scope, owner), max(0, pos - 1), pos + 1)
         self._places.learn(around)  # the other side of the same keyword hit is often next
-        found = [m for m in around if m.position == pos]
-        if not found:
+        found.update((m.key, m) for m in around)
+        at = [m for m in around if m.position == pos]
+        if not at:
             return False
-        m = found[0]
+        m = at[0]
         if filters is not None and not filters_match(filters, id=m.id, role=m.role, kind=m.kind, created_at=m.created_at):
             return False
         c.id = m.key

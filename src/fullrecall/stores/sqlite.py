@@ -456,10 +456,15 @@ class SQLiteStore(SqlStore):
                 _index_pending(conn, min_pending=self._fts_batch)
         return positions
 
-    def _select_messages(self, conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> list[StoredMessage]:
+    def _select_messages(
+        self, conn: sqlite3.Connection, where: str, params: Sequence[Any], by_key: bool = False
+    ) -> list[StoredMessage]:
+        # By key, `+m.sid` keeps the planner from joining through the session's index (a scan of the whole
+        # conversation): each key is one rowid lookup, then its session is checked against the scope.
+        join = "s.sid = +m.sid" if by_key else "s.sid = m.sid"
         sql = (
             f"SELECT {_MSG_COLS}, m.rid, m.position, s.session_id, s.user_id, s.agent_id"
-            f" FROM messages m JOIN sessions s ON s.sid = m.sid WHERE {where} ORDER BY m.sid, m.position"
+            f" FROM messages m JOIN sessions s ON {join} WHERE {where} ORDER BY m.sid, m.position"
         )
         return [
             C.message_from_row(dict(r), r["position"], r["session_id"], user_id=r["user_id"], agent_id=r["agent_id"],
@@ -473,7 +478,9 @@ class SQLiteStore(SqlStore):
         out: list[StoredMessage] = []
         with self._read() as conn:
             for chunk in _chunks(rids):
-                out += self._select_messages(conn, f"{where} AND m.rid IN ({_qmarks(len(chunk))})", [*params, *chunk])
+                out += self._select_messages(
+                    conn, f"{where} AND m.rid IN ({_qmarks(len(chunk))})", [*params, *chunk], by_key=True
+                )
         return C.in_conversation_order(out)
 
     def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
@@ -481,10 +488,9 @@ class SQLiteStore(SqlStore):
         spans = C.check_spans(spans)
         where, params = SQL.scope_where(scope)
         found: dict[int, StoredMessage] = {}
-        with self._read() as conn:  # one snapshot for every span
-            for chunk in _chunks(spans, 200):
-                within = " OR ".join("m.position BETWEEN ? AND ?" for _ in chunk)
-                for m in self._select_messages(conn, f"{where} AND ({within})", [*params, *(p for s in chunk for p in s)]):
+        with self._read() as conn:  # one snapshot for every span; one indexed query each (an OR of spans scans)
+            for start, end in dict.fromkeys(spans):
+                for m in self._select_messages(conn, f"{where} AND m.position BETWEEN ? AND ?", [*params, start, end]):
                     found[m.position or 0] = m
         return C.split_spans(list(found.values()), spans)
 

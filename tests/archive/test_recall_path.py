@@ -1,0 +1,117 @@
+"""The recall path's reads: each candidate read once, every recalled range in one call, and SQLite reads by
+key or by span whose cost does not grow with the conversation."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from test_archive_write_path import CountingStore, HashEmbedder, removed, words
+
+from fullrecall.archive import Archive
+from fullrecall.search import SemanticSearch
+from fullrecall.stores import Scope, StoredMessage, open_store
+
+
+class KeyCountingStore(CountingStore):
+    """Counts calls, and every key ``get_keys`` was asked for."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.keys_read: Counter[str] = Counter()
+
+    def get_keys(self, scope: Scope, keys: Any) -> list[StoredMessage]:
+        keys = list(keys)
+        self.keys_read.update(keys)
+        self.calls["get_keys"] += 1
+        return self.inner.get_keys(scope, keys)
+
+    def reset(self) -> None:
+        super().reset()
+        self.keys_read.clear()
+
+
+def test_recall_reads_each_candidate_once_and_all_its_ranges_in_one_call(store_url):
+    store = KeyCountingStore(open_store(store_url))
+    scope = Scope(session_id="s")
+    archive = Archive(store, scope, embedding_model=HashEmbedder())
+    for k in range(40):
+        archive.write(removed([words(5 * k + j) for j in range(5)], 5 * k))
+    for query in ("invoice 1042 topic3", "message about topic5", "invoice 1100 and invoice 1190"):
+        store.reset()
+        result = archive.recall(query, top_k=3, radius=2, before=200)
+        assert len(result.ranges) >= 2, query  # several ranges: still one read
+        assert store.calls["ranges"] == 1 and store.calls["range"] == 0
+        assert store.calls["search_vectors"] == 1 and store.calls["search_text"] == 1
+        assert store.calls["get_keys"] <= 2
+        assert max(store.keys_read.values()) == 1, "a candidate was read twice"
+        for r in result.ranges:  # what one read gave each range is what reading it alone gives
+            assert [m.id for m in r.messages] == [m.id for m in store.inner.range(scope, r.start, r.end)]
+            assert set(r.hit_positions) <= {m.position for m in r.messages}
+    store.inner.close()
+
+
+def test_messages_at_reads_every_run_in_one_call(store_url):
+    store = CountingStore(open_store(store_url))
+    search = SemanticSearch(HashEmbedder(), store=store, scope=Scope(session_id="s"))
+    search.add([words(i) for i in range(12)])
+    store.reset()
+    found = search.messages_at([9, 1, 2, 3, 7, 30, -1, 2])
+    assert [m.position for m in found] == [1, 2, 3, 7, 9]
+    assert dict(store.calls) == {"ranges": 1}
+    store.reset()
+    assert search.messages_at([]) == [] and not store.calls
+    store.inner.close()
+
+
+def _vm_steps(store: Any, read: Any, *args: Any) -> int:
+    """SQLite virtual-machine instructions (in hundreds) that ``read(*args)`` costs: what a full scan shows."""
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    conn = store._conn()
+    conn.set_progress_handler(count, 100)
+    try:
+        read(*args)
+    finally:
+        conn.set_progress_handler(None, 0)
+    return steps
+
+
+def test_sqlite_reads_by_key_and_by_span_cost_the_same_in_a_small_and_a_large_conversation(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'big.db'}")
+    sizes = {"small": 20, "large": 4_000}
+    for session, n in sizes.items():
+        store.append(Scope(session_id=session), [
+            StoredMessage(id=f"m{i}", role="user", text=words(i), data={"text": words(i)}) for i in range(n)
+        ])
+    cost: dict[str, tuple[int, int]] = {}
+    for session, n in sizes.items():
+        scope = Scope(session_id=session)
+        keys = [m.key for m in store.range(scope, 5, 14)]
+        spans = [(0, 2), (n // 2, n // 2 + 2), (n - 3, n - 1)]
+        assert len(store.get_keys(scope, keys)) == 10 and [len(s) for s in store.ranges(scope, spans)] == [3, 3, 3]
+        cost[session] = (_vm_steps(store, store.get_keys, scope, keys), _vm_steps(store, store.ranges, scope, spans))
+    # a scan of the conversation costs ~200x more in the large one; an indexed read the same
+    assert cost["large"][0] <= 2 * cost["small"][0] + 5, cost
+    assert cost["large"][1] <= 2 * cost["small"][1] + 5, cost
+    store.close()
+
+
+@pytest.mark.parametrize("partial", [Scope(user_id=""), Scope()])
+def test_sqlite_reads_by_key_within_a_partial_scope_stay_in_it(tmp_path, partial):
+    store = open_store(f"sqlite:///{tmp_path / 'keys.db'}")
+    mine, theirs = Scope(user_id="", session_id="a"), Scope(user_id="bob", session_id="b")
+    for scope in (mine, theirs):
+        store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=words(i), data={"text": words(i)})
+                             for i in range(5)])
+    keys = [m.key for m in store.range(mine, 0, 4) + store.range(theirs, 0, 4)]
+    found = store.get_keys(partial, keys)
+    expected = 5 if partial.user_id == "" else 10
+    assert len(found) == expected and all(m.key in keys for m in found)
+    store.close()
