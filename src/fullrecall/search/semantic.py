@@ -28,7 +28,7 @@ from .fusion import LEXICAL_WEIGHT, NEIGHBOUR_WEIGHT, Candidate, fuse, rrf, spre
 from .terms import index_text, query_terms
 
 DEFAULT_TOP_K = 3
-DEFAULT_MIN_SCORE = -2.0  # on cross-encoder logits, as in the seed
+DEFAULT_MIN_SCORE = -2.0  # on cross-encoder logits
 DEFAULT_SCOPE = Scope(session_id="default")
 
 
@@ -171,7 +171,7 @@ class SemanticSearch:
     may use a partial scope to span sessions.
 
     ``min_score`` applies to ``SearchHit.score``: the reranker's logit when a
-    reranker is set (default -2.0, as in the seed), else the fused score in
+    reranker is set (default -2.0), else the fused score in
     [0, 1], which the default -2.0 never filters (the fused score is relative
     to the best candidate of the query, not a calibrated relevance).
     ``fusion="rrf"`` (plain reciprocal rank fusion) is kept as the baseline.
