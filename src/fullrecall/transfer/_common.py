@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..archive.archive import message_record
-from ..messages.formats import parse_messages
+from ..messages.formats import parse_messages, render_messages
 from ..search.terms import index_text
 from ..service.conversations import CONVERSATIONS
 from ..stores.base import Record, Scope, Store, StoredMessage
@@ -114,6 +114,18 @@ def write(store: Store, scope: Scope, records: Sequence[StoredMessage], progress
     return written, embedded
 
 
+def write_all(store: Store, prepared: Sequence[tuple[Scope, Sequence[StoredMessage]]], conversations: int,
+              progress: Progress = no_progress, embedder: Any = None) -> dict[str, int]:
+    """Write each parsed and checked conversation of an import (see :func:`write`); the import's counts."""
+    counts = Counts(conversations=conversations)
+    for own, records in prepared:
+        written, embedded = write(store, own, records, progress, embedder)
+        counts.messages += len(records)
+        counts.written += written
+        counts.embedded += embedded
+    return counts.as_dict()
+
+
 def embed(store: Store, scope: Scope, ids: Sequence[str], embedder: Any, progress: Progress = no_progress) -> int:
     """Embed the messages of ``ids`` that have no vector yet (never one that has), in batches; how many."""
     have = store.get_vectors(scope, list(ids))
@@ -138,3 +150,18 @@ def read_all(store: Store, scope: Scope) -> list[StoredMessage]:
             return out
         out.extend(chunk)
         start = int(chunk[-1].position or 0) + 1
+
+
+def each_conversation(store: Store, scope: Scope, shape: str,
+                      progress: Progress = no_progress) -> Iterator[tuple[str, list[StoredMessage], list[dict[str, Any]]]]:
+    """Each non-empty conversation of ``scope`` for an export: its id, its stored rows and its messages in
+    ``shape`` (verbatim when stored in that shape); ``progress`` advances after each.
+    """
+    sessions = conversations(store, scope)
+    for n, session in enumerate(sessions):
+        stored = read_all(store, replace(scope, session_id=session))
+        if stored:
+            raws = [m.data for m in stored]
+            found, parsed = parse_messages(raws)
+            yield session, stored, raws if found == shape else render_messages(parsed, shape)
+        progress("exporting", n + 1, len(sessions))

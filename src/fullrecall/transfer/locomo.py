@@ -22,7 +22,7 @@ from typing import IO, Any
 from ..errors import MessageFormatError
 from ..search.terms import index_text
 from ..stores.base import Scope, Store
-from ._common import Counts, Progress, conversations, no_progress, read_all, records_for, write
+from ._common import Progress, conversations, no_progress, read_all, records_for, write_all
 
 DATE_FORMAT = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
 
@@ -80,13 +80,7 @@ def import_locomo(store: Store, scope: Scope, fp: IO[str], *, progress: Progress
             text = f"{m['content']} [shares a photo: {caption}]" if caption else m["content"]
             record.text = index_text(text, speaker=m["name"], date=m["locomo"]["date_time"] or None)
         prepared.append((replace(scope, session_id=scope.session or name), records))
-    counts = Counts(conversations=len({s.session_id for s, _ in prepared}))
-    for own, records in prepared:
-        written, embedded = write(store, own, records, progress, embedder)
-        counts.messages += len(records)
-        counts.written += written
-        counts.embedded += embedded
-    return counts.as_dict()
+    return write_all(store, prepared, len({s.session_id for s, _ in prepared}), progress, embedder)
 
 
 def export_locomo(store: Store, scope: Scope, fp: IO[str], *, progress: Progress = no_progress) -> dict[str, int]:

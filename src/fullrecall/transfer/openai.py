@@ -16,9 +16,8 @@ from dataclasses import replace
 from typing import IO, Any
 
 from ..errors import MessageFormatError
-from ..messages.formats import parse_messages, render_messages
 from ..stores.base import Scope, Store
-from ._common import Counts, Progress, conversations, no_progress, read_all, records_for, stable_id, write
+from ._common import Progress, each_conversation, no_progress, records_for, stable_id, write_all
 
 
 def parse(text: str, name: str) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -68,28 +67,14 @@ def import_openai(store: Store, scope: Scope, fp: IO[str], *, name: str = "trans
             ids = [f"{n}.{i}" for i in ids]
         where = f"conversation {conv!r}: " if len(found) > 1 else ""
         prepared.append((replace(scope, session_id=scope.session or conv), records_for(messages, ids, where=where)))
-    counts = Counts(conversations=len({s.session_id for s, _ in prepared}))
-    for own, records in prepared:
-        written, embedded = write(store, own, records, progress, embedder)
-        counts.messages += len(records)
-        counts.written += written
-        counts.embedded += embedded
-    return counts.as_dict()
+    return write_all(store, prepared, len({s.session_id for s, _ in prepared}), progress, embedder)
 
 
 def export_openai(store: Store, scope: Scope, fp: IO[str], *, progress: Progress = no_progress) -> dict[str, int]:
     """Write one chat record a conversation of ``scope``, as JSON Lines; counts."""
-    sessions = conversations(store, scope)
     counts = {"conversations": 0, "messages": 0}
-    for n, session in enumerate(sessions):
-        stored = read_all(store, replace(scope, session_id=session))
-        if not stored:
-            continue
-        raws = [m.data for m in stored]
-        shape, parsed = parse_messages(raws)
-        messages = raws if shape == "openai" else render_messages(parsed, "openai")
+    for session, _, messages in each_conversation(store, scope, "openai", progress):
         fp.write(json.dumps({"conversation_id": session, "messages": messages}, ensure_ascii=False) + "\n")
         counts["conversations"] += 1
         counts["messages"] += len(messages)
-        progress("exporting", n + 1, len(sessions))
     return counts

@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MessageFormatError
-from ..messages.formats import parse_messages, render_messages
 from ..stores.base import Scope, Store
-from ._common import Counts, Progress, conversations, no_progress, read_all, records_for, write
+from ._common import Progress, each_conversation, no_progress, records_for, write_all
 
 SESSION_PREFIX = "session_"
 AGENT_PREFIX = "agent_"
@@ -94,13 +93,7 @@ def import_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *, 
                 times.append(_time(item.get("created_at")))
             own = replace(scope, session_id=scope.session or session, agent_id=agent_id or agent)
             prepared.append((own, records_for(raws, ids, times=times, where=f"session {session!r}, agent {agent!r}: ")))
-    counts = Counts(conversations=len({(s.agent_id, s.session_id) for s, _ in prepared}))
-    for own, records in prepared:
-        written, embedded = write(store, own, records, progress, embedder)
-        counts.messages += len(records)
-        counts.written += written
-        counts.embedded += embedded
-    return counts.as_dict()
+    return write_all(store, prepared, len({(s.agent_id, s.session_id) for s, _ in prepared}), progress, embedder)
 
 
 def _iso(t: float) -> str:
@@ -116,16 +109,9 @@ def export_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *,
                    progress: Progress = no_progress) -> dict[str, int]:
     """Write each conversation of ``scope`` as a Strands session under the storage directory ``path``."""
     root = Path(path)
-    sessions = conversations(store, scope)
     agent = str(scope.agent_id) or "default"
     counts = {"conversations": 0, "messages": 0}
-    for n, session in enumerate(sessions):
-        stored = read_all(store, replace(scope, session_id=session))
-        if not stored:
-            continue
-        raws = [m.data for m in stored]
-        shape, parsed = parse_messages(raws)
-        messages = raws if shape == "converse" else render_messages(parsed, "converse")
+    for session, stored, messages in each_conversation(store, scope, "converse", progress):
         first, last = _iso(stored[0].created_at), _iso(stored[-1].created_at)
         directory = root / f"{SESSION_PREFIX}{session}"
         _dump(directory / "session.json", {"session_id": session, "session_type": "AGENT", "created_at": first,
@@ -141,5 +127,4 @@ def export_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *,
                    "updated_at": when})
         counts["conversations"] += 1
         counts["messages"] += len(messages)
-        progress("exporting", n + 1, len(sessions))
     return counts
