@@ -28,11 +28,11 @@ from ..messages.formats import parse_messages, render_message
 from ..messages.model import TextBlock
 from ..search.terms import index_text
 from ..stores.base import Filters, Record, Scope, Store, StoredMessage
+from ..transfer._common import CONVERSATIONS
 from ..window.cuts import clean_cuts
 from .windows import ManagedWindows
 
 MAX_ID_LENGTH = 200
-CONVERSATIONS = "conversations"  # record namespace: one record per conversation of an owner (export lists them)
 _END = 2**62
 
 

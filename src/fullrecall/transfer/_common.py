@@ -12,9 +12,9 @@ from typing import Any
 from ..archive.archive import message_record
 from ..messages.formats import parse_messages, render_messages
 from ..search.terms import index_text
-from ..service.conversations import CONVERSATIONS
 from ..stores.base import Record, Scope, Store, StoredMessage
 
+CONVERSATIONS = "conversations"  # record namespace: one record per conversation of an owner (export lists them)
 BATCH = 500  # messages per append: an interrupted import keeps every batch it finished
 
 Progress = Callable[[str, int, int], None]
