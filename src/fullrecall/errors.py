@@ -50,7 +50,7 @@ class EmbeddingError(FullRecallError):
     """An embedder failed or returned vectors of the wrong shape."""
 
 
-class MemoryInputError(FullRecallError, ValueError):
+class MemoryInputError(InvalidInput):
     """Bad input to long-term memory (a fact, a pattern, an import line); the text names the item and field.
 
     Nothing was written.
