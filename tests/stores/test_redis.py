@@ -171,6 +171,23 @@ def test_a_conversation_from_before_counters_is_counted_once_then_kept(
     store.close()
 
 
+def test_a_conversation_from_before_births_is_still_read(redis_url: str, prefix: str, raw: redis.Redis) -> None:
+    """A session an earlier version wrote has no ``born`` in its meta: ranges, keys and search still find it."""
+    store = RedisStore(f"{redis_url}?prefix={prefix}")
+    scope = Scope(user_id="old", session_id="s")
+    _fill(store, scope)
+    (meta,) = list(raw.scan_iter(f"{prefix}:*:meta"))
+    raw.hdel(meta, "born")  # as an earlier version left it
+    old = RedisStore(f"{redis_url}?prefix={prefix}")
+    held = old.range(scope, 0, 100)
+    assert [m.id for m in held] == ["m0", "m1", "m2"]
+    assert [m.key for m in held] == [m.key for m in old.get(scope, ["m0", "m1", "m2"])]
+    (hit,) = old.search_text(scope, ["hello", "1"], 1)
+    assert [m.id for m in old.get_keys(scope, [hit.key])] == [hit.id]
+    old.close()
+    store.close()
+
+
 def _hgetalls(raw: redis.Redis) -> int:
     return int(raw.info("commandstats").get("cmdstat_hgetall", {}).get("calls", 0))
 
