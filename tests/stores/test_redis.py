@@ -115,6 +115,19 @@ def test_forget_leaves_no_key_of_the_user(redis_url: str, raw: redis.Redis, pref
     store.close()
 
 
+def test_forget_of_records_alone_drops_the_user_whatever_the_prefix(redis_url: str, raw: redis.Redis, prefix: str) -> None:
+    """A user with records and no conversation leaves the users index too, even under a prefix holding ":user:"."""
+    odd = f"{prefix}:user:x"
+    store = open_store(f"{redis_url}?prefix={odd}")
+    store.put_record(Scope(user_id="dora"), Record(id="r", namespace="facts", text="likes tea"))
+    store.put_record(Scope(user_id="erin"), Record(id="r", namespace="facts", text="likes coffee"))
+    assert store.forget(Scope(user_id="dora"))["records"] == 1
+    assert b"dora" not in b"".join(raw.smembers(f"{odd}:users"))
+    assert not [k for k in _keys(raw, prefix) if b"dora" in k]
+    assert [r.text for r in store.get_records(Scope(user_id="erin"), "facts")] == ["likes coffee"]
+    store.close()
+
+
 def test_records_alone_get_ttls_too(redis_url: str, raw: redis.Redis, prefix: str) -> None:
     store = open_store(f"{redis_url}?prefix={prefix}&ttl_seconds=500")
     store.put_record(Scope(user_id="dora"), Record(id="r", namespace="facts", text="first write of this tenant"))
