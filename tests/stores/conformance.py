@@ -312,6 +312,8 @@ class StoreConformance(CoreConformance, InputConformance):
         assert store.get_keys(one, [hit.key]) == []  # a key outside the scope names nothing
         assert store.get_keys(Scope(user_id=f"eve{tag}"), [hit.key]) == []
         assert store.get_keys(user, ["", "no-such-key", "#", "99999999999999999999", hit.key + "x"]) == []
+        other_digits = hit.key.translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))  # str.isdigit says yes
+        assert store.get_keys(user, ["²", other_digits]) == []  # not keys: nothing, never an error
         assert {m.key for m in store.range(two, 0, 2)} == {m.key for m in store.get_keys(user, [m.key for m in store.range(two, 0, 2)])}
         # A key is never reused: the same conversation forgotten and begun again is another one.
         store.forget(two)

@@ -115,6 +115,19 @@ def test_forget_leaves_no_key_of_the_user(redis_url: str, raw: redis.Redis, pref
     store.close()
 
 
+def test_forget_of_records_alone_drops_the_user_whatever_the_prefix(redis_url: str, raw: redis.Redis, prefix: str) -> None:
+    """A user with records and no conversation leaves the users index too, even under a prefix holding ":user:"."""
+    odd = f"{prefix}:user:x"
+    store = open_store(f"{redis_url}?prefix={odd}")
+    store.put_record(Scope(user_id="dora"), Record(id="r", namespace="facts", text="likes tea"))
+    store.put_record(Scope(user_id="erin"), Record(id="r", namespace="facts", text="likes coffee"))
+    assert store.forget(Scope(user_id="dora"))["records"] == 1
+    assert b"dora" not in b"".join(raw.smembers(f"{odd}:users"))
+    assert not [k for k in _keys(raw, prefix) if b"dora" in k]
+    assert [r.text for r in store.get_records(Scope(user_id="erin"), "facts")] == ["likes coffee"]
+    store.close()
+
+
 def test_records_alone_get_ttls_too(redis_url: str, raw: redis.Redis, prefix: str) -> None:
     store = open_store(f"{redis_url}?prefix={prefix}&ttl_seconds=500")
     store.put_record(Scope(user_id="dora"), Record(id="r", namespace="facts", text="first write of this tenant"))
@@ -168,6 +181,23 @@ def test_a_conversation_from_before_counters_is_counted_once_then_kept(
     after = store.stats(scope)
     assert after["summary_count"] == 0 and after["message_count"] == 3
     assert after["text_bytes"] == sum(m.size_bytes() for m in store.range(scope, 0, 100))
+    store.close()
+
+
+def test_a_conversation_from_before_births_is_still_read(redis_url: str, prefix: str, raw: redis.Redis) -> None:
+    """A session an earlier version wrote has no ``born`` in its meta: ranges, keys and search still find it."""
+    store = RedisStore(f"{redis_url}?prefix={prefix}")
+    scope = Scope(user_id="old", session_id="s")
+    _fill(store, scope)
+    (meta,) = list(raw.scan_iter(f"{prefix}:*:meta"))
+    raw.hdel(meta, "born")  # as an earlier version left it
+    old = RedisStore(f"{redis_url}?prefix={prefix}")
+    held = old.range(scope, 0, 100)
+    assert [m.id for m in held] == ["m0", "m1", "m2"]
+    assert [m.key for m in held] == [m.key for m in old.get(scope, ["m0", "m1", "m2"])]
+    (hit,) = old.search_text(scope, ["hello", "1"], 1)
+    assert [m.id for m in old.get_keys(scope, [hit.key])] == [hit.id]
+    old.close()
     store.close()
 
 

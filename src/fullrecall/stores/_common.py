@@ -187,8 +187,12 @@ def in_conversation_order(messages: list[StoredMessage]) -> list[StoredMessage]:
 
 
 def int_keys(keys: Iterable[str]) -> list[int]:
-    """The integer keys (row ids) among ``keys``; anything else names no row of a SQL store."""
-    return list(dict.fromkeys(int(k) for k in keys if isinstance(k, str) and k.isdigit() and len(k) < 19))
+    """The integer keys (row ids) among ``keys``; anything else names no row of a SQL store
+    (ASCII digits only: ``str.isdigit`` also says yes to "²", which ``int`` refuses, and to other scripts' digits).
+    """
+    return list(dict.fromkeys(
+        int(k) for k in keys if isinstance(k, str) and k.isascii() and k.isdigit() and len(k) < 19
+    ))
 
 
 def split_url(url: str, schemes: Sequence[str], own_options: Sequence[str], scheme: str | None = None

@@ -5,8 +5,8 @@ documents, long-term records and the checks before vectors are written; what dif
 the dialect (placeholders, the schema prefix, list and span membership, the upsert, how text and
 vectors are passed, row locks). Each backend keeps what is genuinely its own: appends, deletes and
 vector writes, search (FTS5 against tsvector with BM25 planning, vectors in memory against pgvector
-HNSW), forget and its migrations. SQLite also keeps its own ``get_keys`` and ``ranges``, whose
-queries are tuned to its planner.
+HNSW), forget and its migrations. SQLite also keeps its own ``get_keys``, whose query is tuned to
+its planner (one rowid lookup a key).
 """
 
 from __future__ import annotations

@@ -634,6 +634,7 @@ class RedisStore(StoreBase):
     def forget(self, scope: Scope) -> dict[str, Any]:
         sessions = self._sessions(scope)
         counts = {"messages": 0, "summaries": 0, "vectors": 0, "state": 0, "records": 0, "sessions": len(sessions)}
+        p = self._p(scope)  # a records key is {p}:user:{u}:records:{ns}; the prefix may itself hold ":user:"
         with self._errors("delete from"):
             for s in sessions:
                 pipe = self._r.pipeline(transaction=False)
@@ -646,7 +647,6 @@ class RedisStore(StoreBase):
                     counts["summaries" if json.loads(body)["kind"] == "summary" else "messages"] += 1
                 counts["vectors"] += n_vecs
                 counts["state"] += n_state
-                p = self._p(scope)
                 pipe = self._r.pipeline(transaction=True)
                 pipe.unlink(*(s.key(f) for f in _FAMILIES))
                 pipe.srem(f"{p}:user:{_q(s.meta['user_id'])}:sessions", s.base)
@@ -658,9 +658,9 @@ class RedisStore(StoreBase):
             for key, field, _ in fields:
                 counts["records"] += self._r.hdel(key, field)
             users = {_q(s.meta["user_id"]) for s in sessions} | {
-                k.split(":user:", 1)[1].split(":", 1)[0] for k, _, _ in fields
+                k[len(f"{p}:user:"):].split(":", 1)[0] for k, _, _ in fields
             }
-            self._drop_empty_users(self._p(scope), users)
+            self._drop_empty_users(p, users)
         return F.result(counts, self._scrub() if any(counts.values()) else [])
 
     def _scrub(self) -> list[F.Remaining]:

@@ -229,15 +229,6 @@ def _fts_query(terms: Sequence[str]) -> str | None:
     return " OR ".join(quoted) if quoted else None
 
 
-def _chunks(seq: Sequence[Any], n: int = _CHUNK) -> Iterator[Sequence[Any]]:
-    for i in range(0, len(seq), n):
-        yield seq[i : i + n]
-
-
-def _qmarks(n: int) -> str:
-    return ",".join("?" * n)
-
-
 class SQLiteStore(SqlStore):
     """:class:`~fullrecall.stores.base.Store` on one SQLite file (see the module docstring)."""
 
@@ -477,22 +468,9 @@ class SQLiteStore(SqlStore):
         where, params = SQL.scope_where(scope)
         out: list[StoredMessage] = []
         with self._read() as conn:
-            for chunk in _chunks(rids):
-                out += self._select_messages(
-                    conn, f"{where} AND m.rid IN ({_qmarks(len(chunk))})", [*params, *chunk], by_key=True
-                )
+            for cond, p in SQL.in_chunks("m.rid", rids):
+                out += self._select_messages(conn, f"{where} AND {cond}", [*params, *p], by_key=True)
         return C.in_conversation_order(out)
-
-    def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
-        scope.require_session()
-        spans = C.check_spans(spans)
-        where, params = SQL.scope_where(scope)
-        found: dict[int, StoredMessage] = {}
-        with self._read() as conn:  # one snapshot for every span; one indexed query each (an OR of spans scans)
-            for start, end in dict.fromkeys(spans):
-                for m in self._select_messages(conn, f"{where} AND m.position BETWEEN ? AND ?", [*params, start, end]):
-                    found[m.position or 0] = m
-        return C.split_spans(list(found.values()), spans)
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         ids = C.read_ids(ids)
