@@ -118,3 +118,17 @@ def test_a_record_embeds_in_one_batch_and_a_retrieve_embeds_the_question_once(tm
         assert (counts["messages"], counts["sessions"]) == (3, 1) and memory.facts.history() == []
     finally:
         memory.close()
+
+
+def test_an_owner_forgotten_elsewhere_stays_forgotten_when_the_cache_had_no_log_mark(tmp_path, default_embedder):
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    one, two = open_store(url), open_store(url)
+    try:
+        reader = FactMemory(one, user_id="alice", embedder=default_embedder)
+        assert reader.history() == []  # cached while the change log was still empty
+        reader.remember("I like chess")  # the reader's own write: its only event
+        two.forget(owner_scope("default", "alice", None))
+        assert reader.history() == [] and reader.current() == []
+    finally:
+        one.close()
+        two.close()

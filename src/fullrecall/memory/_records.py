@@ -214,7 +214,10 @@ class RecordBook:
                 return False  # the log was forgotten (and perhaps written again): read everything
             events = events[1:]
         if any(e.id not in self._own for e in events):
-            return False
+            return False  # another writer's event
+        pending = {e.id for e in self._pending or ()}
+        if self._own - pending - {e.id for e in events}:
+            return False  # an event of this book's is gone: the log was forgotten since (even with no mark yet)
         if events:
             last = events[-1]
             self._mark, self._own = (int(last.position or 0), last.id), set()
