@@ -85,7 +85,7 @@ class RecordBook:
         self._cache: dict[str, Entry] | None = None  # id -> (record, vector), as stored
         self._mark: tuple[int, str] | None = None  # (position, id) of the last log event the cache reflects
         self._own: set[str] = set()  # ids of events this book appended after the mark (already applied)
-        self._pending: list[StoredMessage] | None = None  # events of a :meth:`writes` block, not yet logged
+        self._blocks = threading.local()  # per thread: the events of its :meth:`writes` block, not yet logged
         self._lock = threading.RLock()  # the cache is shared by the threads using this book
 
     @property
@@ -95,6 +95,15 @@ class RecordBook:
 
             self._embedder = load_embedder(self._embedder)
         return self._embedder
+
+    @property
+    def _pending(self) -> list[StoredMessage] | None:
+        """This thread's events of a :meth:`writes` block (another thread's writes are logged by that thread)."""
+        return getattr(self._blocks, "events", None)
+
+    @_pending.setter
+    def _pending(self, events: list[StoredMessage] | None) -> None:
+        self._blocks.events = events
 
     @property
     def _owner(self) -> list[str]:
@@ -132,7 +141,7 @@ class RecordBook:
 
     @contextlib.contextmanager
     def writes(self) -> Iterator[None]:
-        """Log the writes made inside the block with one append at its end (one round trip, not one a write)."""
+        """Log this thread's writes inside the block with one append at its end (one round trip, not one a write)."""
         if self._pending is not None:  # nested: the outer block logs
             yield
             return
