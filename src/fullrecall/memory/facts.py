@@ -355,10 +355,19 @@ class FactMemory:
         return checked
 
     def restore(self, facts: Sequence[Fact]) -> None:
-        """Write facts exactly as given (ids, intervals, sources kept: an import), embedded in one batch."""
+        """Write facts exactly as given (ids, intervals, sources kept: an import), logged as one change.
+
+        Only a fact the owner does not hold with the same text is embedded (in one batch): a repeated
+        import embeds nothing again.
+        """
         facts = list(facts)
-        for fact, vector in zip(facts, self.book.embed([f.text for f in facts]) if facts else []):
-            self._put(fact, vector=vector)
+        held = {r.id: (r.text, v) for r, v in self.book.entries()}
+        known = {f.id: held[f.id][1] for f in facts if f.id in held and held[f.id][0] == f.text}
+        todo = [f for f in facts if known.get(f.id) is None]
+        vectors = dict(zip([f.id for f in todo], self.book.embed([f.text for f in todo]))) if todo else {}
+        with self.book.writes():
+            for fact in facts:
+                self._put(fact, vector=vectors.get(fact.id, known.get(fact.id)))
 
     def forget(self, fact_id: str) -> bool:
         """Delete one fact (for good); True if it existed."""
