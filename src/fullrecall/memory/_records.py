@@ -54,6 +54,16 @@ def owner_scope(tenant: str, user_id: str | None, agent_id: str | None) -> Scope
     return Scope(tenant=tenant, user_id=user_id or "", agent_id=agent_id or "", session_id=None)
 
 
+def open_book(store: Store | str, namespace: str, *, tenant: str, user_id: str | None, agent_id: str | None,
+              embedder: Any = None, clock: Callable[[], float] = time.time) -> tuple[Store, bool, RecordBook]:
+    """(the store, whether it was opened here from a URL, the owner's book of ``namespace`` in it)."""
+    from ..stores import open_store
+
+    opened = open_store(store) if isinstance(store, str) else store
+    book = RecordBook(opened, owner_scope(tenant, user_id, agent_id), namespace, embedder=embedder, clock=clock)
+    return opened, isinstance(store, str), book
+
+
 def _encode(vector: np.ndarray) -> str:
     return base64.b64encode(np.asarray(vector, dtype=np.float32).tobytes()).decode("ascii")
 

@@ -33,9 +33,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import MemoryInputError
-from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Store
-from ._records import Entry, RecordBook, owner_scope, public_data
+from ._records import Entry, open_book, public_data
 
 NAMESPACE = "facts"
 DEFAULT_DUPLICATE_SIMILARITY = 0.92
@@ -173,9 +172,9 @@ class FactMemory:
         duplicate_similarity: float = DEFAULT_DUPLICATE_SIMILARITY,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._owns_store = isinstance(store, str)
-        self.store: Store = open_store(store) if isinstance(store, str) else store
-        self.book = RecordBook(self.store, owner_scope(tenant, user_id, agent_id), NAMESPACE, embedder=embedder, clock=clock)
+        self.store: Store
+        self.store, self._owns_store, self.book = open_book(store, NAMESPACE, tenant=tenant, user_id=user_id,
+                                                            agent_id=agent_id, embedder=embedder, clock=clock)
         self.chat_model = chat_model
         self.duplicate_similarity = duplicate_similarity
         self.clock = clock
