@@ -92,6 +92,9 @@ def test_a_bad_line_is_named_and_nothing_is_written():
         jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join(lines)))
     with pytest.raises(MessageFormatError, match="format 'other'"):
         jsonl.import_jsonl(store, Scope(), io.StringIO(json.dumps({"format": "other", "version": 1})))
+    for owner in ("user_id", "agent_id"):  # an owner that is no string: named too, not a TypeError
+        with pytest.raises(MessageFormatError, match=f"line 3: '{owner}'"):
+            jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join(lines[:2] + [json.dumps({**good, owner: ["x"]})])))
     assert store.count(Scope(session_id="c")) == 0
 
 

@@ -118,3 +118,36 @@ def test_a_record_embeds_in_one_batch_and_a_retrieve_embeds_the_question_once(tm
         assert (counts["messages"], counts["sessions"]) == (3, 1) and memory.facts.history() == []
     finally:
         memory.close()
+
+
+def test_an_owner_forgotten_elsewhere_stays_forgotten_when_the_cache_had_no_log_mark(tmp_path, default_embedder):
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    one, two = open_store(url), open_store(url)
+    try:
+        reader = FactMemory(one, user_id="alice", embedder=default_embedder)
+        assert reader.history() == []  # cached while the change log was still empty
+        reader.remember("I like chess")  # the reader's own write: its only event
+        two.forget(owner_scope("default", "alice", None))
+        assert reader.history() == [] and reader.current() == []
+    finally:
+        one.close()
+        two.close()
+
+
+def test_importing_the_same_facts_again_embeds_none_of_them(tmp_path, default_embedder):
+    src = PersistentMemory("u", "a", "s1", store=f"sqlite:///{tmp_path / 'a.db'}", embedder=default_embedder)
+    embedder = Counting(default_embedder)
+    dst = PersistentMemory("u", "a", store=f"sqlite:///{tmp_path / 'b.db'}", embedder=embedder)
+    try:
+        src.remember("My city is Lyon")
+        src.remember("I like chess")
+        path = tmp_path / "memory.jsonl"
+        src.export_jsonl(path)
+        dst.import_jsonl(path)
+        assert sorted(t for call in embedder.calls for t in call) == ["I like chess", "My city is Lyon"]  # one batch
+        embedder.calls.clear()
+        assert dst.import_jsonl(path) == {"messages": 0, "facts": 2}
+        assert embedder.calls == [] and len(dst.facts.current()) == 2
+    finally:
+        src.close()
+        dst.close()

@@ -270,3 +270,15 @@ def test_whatever_is_recorded_only_its_owner_finds_it(default_embedder, notes):
             found = run(mem.retrieve(f"code word zx{code}", limit=10)) + json.dumps(mem.stats())
             assert {w for w in (f"zx{c}" for _, c in notes) if w in found} <= mine
     store.close()
+
+
+def test_a_turn_recorded_after_a_full_clear_is_listed_again(tmp_path, default_embedder):
+    mem = PersistentMemory("u", "a", "s1", store=f"sqlite:///{tmp_path / 'm.db'}", embedder=default_embedder)
+    try:
+        asyncio.run(mem.record([{"role": "user", "content": "hello"}]))
+        mem.clear()
+        assert mem.sessions() == [] and mem.messages() == []
+        asyncio.run(mem.record([{"role": "user", "content": "hello again"}]))  # same memory object, same session
+        assert mem.sessions() == ["s1"] and [m.text.endswith("hello again") for m in mem.messages()] == [True]
+    finally:
+        mem.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from .common import add_store, emit, open_store, progress_bars, scope
@@ -48,9 +49,14 @@ def run(args: argparse.Namespace) -> int:
                     sys.stdout.flush()
                 else:
                     partial = f"{args.path}.partial"  # a complete file or none: written aside, then renamed
-                    with open(partial, "w", encoding="utf-8") as fp:
-                        counts = writer(fp)
-                    os.replace(partial, args.path)
+                    try:
+                        with open(partial, "w", encoding="utf-8") as fp:
+                            counts = writer(fp)
+                        os.replace(partial, args.path)
+                    except BaseException:  # a failed export leaves no half-written file behind
+                        with contextlib.suppress(OSError):
+                            os.remove(partial)
+                        raise
         logs = change_logs(store, own, list(jsonl.RECORD_TYPES.values()))[1]  # long-term memory's bookkeeping
         unlisted = 0 if own.session_id else store.stats(own).get("session_count", 0) - len(found) - logs
         result = {"format": args.format, "path": args.path, **counts, "unlisted_conversations": max(0, unlisted)}

@@ -54,6 +54,16 @@ def owner_scope(tenant: str, user_id: str | None, agent_id: str | None) -> Scope
     return Scope(tenant=tenant, user_id=user_id or "", agent_id=agent_id or "", session_id=None)
 
 
+def open_book(store: Store | str, namespace: str, *, tenant: str, user_id: str | None, agent_id: str | None,
+              embedder: Any = None, clock: Callable[[], float] = time.time) -> tuple[Store, bool, RecordBook]:
+    """(the store, whether it was opened here from a URL, the owner's book of ``namespace`` in it)."""
+    from ..stores import open_store
+
+    opened = open_store(store) if isinstance(store, str) else store
+    book = RecordBook(opened, owner_scope(tenant, user_id, agent_id), namespace, embedder=embedder, clock=clock)
+    return opened, isinstance(store, str), book
+
+
 def _encode(vector: np.ndarray) -> str:
     return base64.b64encode(np.asarray(vector, dtype=np.float32).tobytes()).decode("ascii")
 
@@ -85,7 +95,7 @@ class RecordBook:
         self._cache: dict[str, Entry] | None = None  # id -> (record, vector), as stored
         self._mark: tuple[int, str] | None = None  # (position, id) of the last log event the cache reflects
         self._own: set[str] = set()  # ids of events this book appended after the mark (already applied)
-        self._pending: list[StoredMessage] | None = None  # events of a :meth:`writes` block, not yet logged
+        self._blocks = threading.local()  # per thread: the events of its :meth:`writes` block, not yet logged
         self._lock = threading.RLock()  # the cache is shared by the threads using this book
 
     @property
@@ -95,6 +105,15 @@ class RecordBook:
 
             self._embedder = load_embedder(self._embedder)
         return self._embedder
+
+    @property
+    def _pending(self) -> list[StoredMessage] | None:
+        """This thread's events of a :meth:`writes` block (another thread's writes are logged by that thread)."""
+        return getattr(self._blocks, "events", None)
+
+    @_pending.setter
+    def _pending(self, events: list[StoredMessage] | None) -> None:
+        self._blocks.events = events
 
     @property
     def _owner(self) -> list[str]:
@@ -132,7 +151,7 @@ class RecordBook:
 
     @contextlib.contextmanager
     def writes(self) -> Iterator[None]:
-        """Log the writes made inside the block with one append at its end (one round trip, not one a write)."""
+        """Log this thread's writes inside the block with one append at its end (one round trip, not one a write)."""
         if self._pending is not None:  # nested: the outer block logs
             yield
             return
@@ -214,7 +233,10 @@ class RecordBook:
                 return False  # the log was forgotten (and perhaps written again): read everything
             events = events[1:]
         if any(e.id not in self._own for e in events):
-            return False
+            return False  # another writer's event
+        pending = {e.id for e in self._pending or ()}
+        if self._own - pending - {e.id for e in events}:
+            return False  # an event of this book's is gone: the log was forgotten since (even with no mark yet)
         if events:
             last = events[-1]
             self._mark, self._own = (int(last.position or 0), last.id), set()

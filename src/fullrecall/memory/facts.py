@@ -33,9 +33,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import MemoryInputError
-from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Store
-from ._records import Entry, RecordBook, owner_scope, public_data
+from ._records import Entry, open_book, public_data
 
 NAMESPACE = "facts"
 DEFAULT_DUPLICATE_SIMILARITY = 0.92
@@ -173,9 +172,9 @@ class FactMemory:
         duplicate_similarity: float = DEFAULT_DUPLICATE_SIMILARITY,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._owns_store = isinstance(store, str)
-        self.store: Store = open_store(store) if isinstance(store, str) else store
-        self.book = RecordBook(self.store, owner_scope(tenant, user_id, agent_id), NAMESPACE, embedder=embedder, clock=clock)
+        self.store: Store
+        self.store, self._owns_store, self.book = open_book(store, NAMESPACE, tenant=tenant, user_id=user_id,
+                                                            agent_id=agent_id, embedder=embedder, clock=clock)
         self.chat_model = chat_model
         self.duplicate_similarity = duplicate_similarity
         self.clock = clock
@@ -355,10 +354,19 @@ class FactMemory:
         return checked
 
     def restore(self, facts: Sequence[Fact]) -> None:
-        """Write facts exactly as given (ids, intervals, sources kept: an import), embedded in one batch."""
+        """Write facts exactly as given (ids, intervals, sources kept: an import), logged as one change.
+
+        Only a fact the owner does not hold with the same text is embedded (in one batch): a repeated
+        import embeds nothing again.
+        """
         facts = list(facts)
-        for fact, vector in zip(facts, self.book.embed([f.text for f in facts]) if facts else []):
-            self._put(fact, vector=vector)
+        held = {r.id: (r.text, v) for r, v in self.book.entries()}
+        known = {f.id: held[f.id][1] for f in facts if f.id in held and held[f.id][0] == f.text}
+        todo = [f for f in facts if known.get(f.id) is None]
+        vectors = dict(zip([f.id for f in todo], self.book.embed([f.text for f in todo]))) if todo else {}
+        with self.book.writes():
+            for fact in facts:
+                self._put(fact, vector=vectors.get(fact.id, known.get(fact.id)))
 
     def forget(self, fact_id: str) -> bool:
         """Delete one fact (for good); True if it existed."""

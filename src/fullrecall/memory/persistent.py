@@ -110,7 +110,6 @@ class PersistentMemory:
                                 embedder=self.embedder, chat_model=chat_model)
         self.extract_facts = extract_facts
         self._sessions = RecordBook(self.store, self.owner, _SESSIONS)
-        self._session_known = False
 
     # -- MassGen's interface -------------------------------------------------------------------
     async def record(self, messages: Any, metadata: dict[str, Any] | None = None, **kw: Any) -> list[str]:
@@ -454,11 +453,8 @@ class PersistentMemory:
 
     def _note_session(self, session_id: str | None = None) -> None:
         session = session_id or self.session_id
-        if session == self.session_id and self._session_known:
-            return
-        if self._sessions.get(session) is None:
+        if self._sessions.get(session) is None:  # checked each time (one small round trip): the owner may be cleared
             self._sessions.put(Record(id=session, namespace=_SESSIONS, text=session))
-        self._session_known = self._session_known or session == self.session_id
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -21,9 +21,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import MemoryInputError
-from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Store
-from ._records import EXPIRES_AT, RecordBook, owner_scope, public_data
+from ._records import EXPIRES_AT, open_book, public_data
 
 NAMESPACE = "procedures"
 DEFAULT_MIN_SUCCESS_SCORE = 0.7
@@ -87,9 +86,9 @@ class ProceduralMemory:
         default_tools: Sequence[str] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._owns_store = isinstance(store, str)
-        self.store: Store = open_store(store) if isinstance(store, str) else store
-        self.book = RecordBook(self.store, owner_scope(tenant, user_id, agent_id), NAMESPACE, embedder=embedder, clock=clock)
+        self.store: Store
+        self.store, self._owns_store, self.book = open_book(store, NAMESPACE, tenant=tenant, user_id=user_id,
+                                                            agent_id=agent_id, embedder=embedder, clock=clock)
         self.min_success_score = min_success_score
         self.ttl_days = ttl_days
         self.min_similarity = min_similarity

@@ -191,6 +191,14 @@ def conversation_of(line: dict[str, Any]) -> str:
     return conv
 
 
+def owner_of(line: dict[str, Any], key: str) -> str:
+    """The line's ``user_id`` or ``agent_id`` (``""``, the default owner, when null), checked."""
+    value = line.get(key) or ""
+    if not isinstance(value, str):
+        raise MessageFormatError(f"line {line.get('_line', '?')}: '{key}' must be a string or null")
+    return value
+
+
 def stored_message(line: dict[str, Any]) -> StoredMessage:
     """The stored message a ``"message"`` line describes (validated by the store when appended)."""
     where = f"line {line.get('_line', '?')}"
@@ -237,8 +245,8 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
                                              dict[str, dict[str, Any]]]] = {}
     records: dict[tuple[str, str, str], list[tuple[Record, np.ndarray | None]]] = {}
     for line in read(fp):
-        user = (line.get("user_id") or "") if keep_owner else str(scope.user_id or "")
-        agent = (line.get("agent_id") or "") if keep_owner else str(scope.agent_id or "")
+        user = owner_of(line, "user_id") if keep_owner else str(scope.user_id or "")
+        agent = owner_of(line, "agent_id") if keep_owner else str(scope.agent_id or "")
         if line["type"] in RECORD_TYPES:
             record = record_of(line)
             records.setdefault((user, agent, record.namespace), []).append((record, record_vector(line)))
