@@ -312,3 +312,30 @@ def test_the_manager_archives_in_the_background_and_recalls_after_flush(tmp_path
     assert stats["embedding_memory"] == manager.removed_message_count * HashEmbedder.dimension * 4
     assert manager.recall("REF-4821", radius=0).hits[0].position == 2
     manager.archive.close()
+
+
+def test_a_batch_submitted_while_the_indexer_closes_is_refused_or_indexed_never_stranded():
+    from fullrecall.archive.indexer import BackgroundIndexer
+
+    busy, release, indexed = threading.Event(), threading.Event(), []
+
+    def index(jobs):
+        busy.set()
+        release.wait(10)
+        indexed.extend(batch_id for batch_id, _ in jobs)
+
+    indexer = BackgroundIndexer(index)
+    indexer.submit(("a", [1]))
+    assert busy.wait(10)
+    closing = threading.Thread(target=indexer.close)
+    closing.start()  # the worker is still busy: the stop mark is queued, the thread alive
+    time.sleep(0.2)
+    try:
+        indexer.submit(("b", [2]))
+        refused = False
+    except RuntimeError:
+        refused = True
+    release.set()
+    closing.join(10)
+    assert indexer.flush(timeout=5), "a batch queued behind the stop mark is never taken"
+    assert indexed == (["a"] if refused else ["a", "b"])
