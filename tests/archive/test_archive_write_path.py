@@ -8,7 +8,6 @@ import hashlib
 import multiprocessing
 import threading
 import time
-from collections import Counter
 from dataclasses import replace
 from typing import Any
 
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 
 from fullrecall.archive import Archive
+from fullrecall.bench.archive import CountingStore
 from fullrecall.messages import parse_messages
 from fullrecall.stores import Scope, open_store
 from fullrecall.window import RemovedMessages
@@ -42,33 +42,6 @@ class HashEmbedder:
                 out[i, hashlib.blake2b(word.encode(), digest_size=2).digest()[0] % self.dimension] += 1.0
         out[:, 0] += 1e-3
         return out / np.linalg.norm(out, axis=1, keepdims=True)
-
-
-class CountingStore:
-    """A real store that counts the calls made to it (each call is one round trip)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.calls: Counter[str] = Counter()
-        self.read_messages = 0
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if not callable(attr) or name.startswith("_"):
-            return attr
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] += 1
-            result = attr(*args, **kwargs)
-            if name in ("range", "get", "get_keys"):
-                self.read_messages += len(result)
-            return result
-
-        return counted
-
-    def reset(self) -> None:
-        self.calls.clear()
-        self.read_messages = 0
 
 
 def removed(texts: list[str], start: int, *, summary: str | None = None, summary_id: str | None = None,
