@@ -8,7 +8,6 @@ import hashlib
 import multiprocessing
 import threading
 import time
-from collections import Counter
 from dataclasses import replace
 from typing import Any
 
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 
 from fullrecall.archive import Archive
+from fullrecall.bench.archive import CountingStore
 from fullrecall.messages import parse_messages
 from fullrecall.stores import Scope, open_store
 from fullrecall.window import RemovedMessages
@@ -42,33 +42,6 @@ class HashEmbedder:
                 out[i, hashlib.blake2b(word.encode(), digest_size=2).digest()[0] % self.dimension] += 1.0
         out[:, 0] += 1e-3
         return out / np.linalg.norm(out, axis=1, keepdims=True)
-
-
-class CountingStore:
-    """A real store that counts the calls made to it (each call is one round trip)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.calls: Counter[str] = Counter()
-        self.read_messages = 0
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if not callable(attr) or name.startswith("_"):
-            return attr
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] += 1
-            result = attr(*args, **kwargs)
-            if name in ("range", "get", "get_keys"):
-                self.read_messages += len(result)
-            return result
-
-        return counted
-
-    def reset(self) -> None:
-        self.calls.clear()
-        self.read_messages = 0
 
 
 def removed(texts: list[str], start: int, *, summary: str | None = None, summary_id: str | None = None,
@@ -312,3 +285,30 @@ def test_the_manager_archives_in_the_background_and_recalls_after_flush(tmp_path
     assert stats["embedding_memory"] == manager.removed_message_count * HashEmbedder.dimension * 4
     assert manager.recall("REF-4821", radius=0).hits[0].position == 2
     manager.archive.close()
+
+
+def test_a_batch_submitted_while_the_indexer_closes_is_refused_or_indexed_never_stranded():
+    from fullrecall.archive.indexer import BackgroundIndexer
+
+    busy, release, indexed = threading.Event(), threading.Event(), []
+
+    def index(jobs):
+        busy.set()
+        release.wait(10)
+        indexed.extend(batch_id for batch_id, _ in jobs)
+
+    indexer = BackgroundIndexer(index)
+    indexer.submit(("a", [1]))
+    assert busy.wait(10)
+    closing = threading.Thread(target=indexer.close)
+    closing.start()  # the worker is still busy: the stop mark is queued, the thread alive
+    time.sleep(0.2)
+    try:
+        indexer.submit(("b", [2]))
+        refused = False
+    except RuntimeError:
+        refused = True
+    release.set()
+    closing.join(10)
+    assert indexer.flush(timeout=5), "a batch queued behind the stop mark is never taken"
+    assert indexed == (["a"] if refused else ["a", "b"])

@@ -7,9 +7,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from test_archive_write_path import CountingStore, HashEmbedder, removed, words
+from test_archive_write_path import HashEmbedder, removed, words
 
 from fullrecall.archive import Archive
+from fullrecall.bench.archive import CountingStore
 from fullrecall.search import SemanticSearch
 from fullrecall.stores import Scope, StoredMessage, open_store
 

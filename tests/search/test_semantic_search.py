@@ -222,3 +222,23 @@ def test_question_facets_prefer_the_named_speaker_and_dated_turns(default_embedd
     with SemanticSearch(default_embedder, speaker_boost=0, date_boost=0) as plain:
         plain.add(texts, ids=["ann", "bob", "dated", "plain"], metadata=meta)
         assert all("boost" not in h.scores for h in plain.search("When did Cy go hiking?", top_k=4))
+
+
+def test_a_conversation_forgotten_and_begun_again_is_searched_as_a_new_search_would(default_embedder):
+    """Neighbours placed by an earlier search are not served from where forgotten messages sat."""
+    store = open_store("sqlite:///:memory:")
+    scope = Scope(session_id="s")
+    search = SemanticSearch(default_embedder, store=store, scope=scope, candidates=3)
+
+    def begin(tag):
+        search.add([f"Filler line {i} of round {tag}." + (" The zebra crossing." if i == 10 else "") for i in range(20)])
+
+    begin("one")
+    assert search.search("zebra", top_k=3)
+    store.forget(scope)
+    begin("two")
+    seen = [(h.session_id, h.message.position, h.text) for h in search.search("zebra", top_k=3)]
+    fresh = SemanticSearch(default_embedder, store=store, scope=scope, candidates=3)
+    assert seen == [(h.session_id, h.message.position, h.text) for h in fresh.search("zebra", top_k=3)]
+    assert len(seen) == 3 and all("round two" in text for _, _, text in seen)
+    store.close()

@@ -79,3 +79,29 @@ def test_extractive_asummarize_leaves_the_event_loop_free():
                               for i in range(3000)])
     summary, ticks = asyncio.run(_ticks_during(ExtractiveSummarizer().asummarize(msgs)))
     assert summary.text and ticks >= 2
+
+
+def test_the_hooks_recall_cache_never_serves_one_managers_context_to_another(default_embedder, monkeypatch):
+    """A hook shared by agents: a new manager (another user's) given a freed one's id() gets its own recall."""
+    import fullrecall.strands.hook as hook_module
+    from fullrecall.archive import SemanticSummarizingConversationManager as CoreManager
+    from fullrecall.strands import SemanticMemoryHook
+
+    def manager(user, secret):
+        core = CoreManager(summarizer=lambda m, p: "summary", max_history_turns=2, preserve_recent_messages=2,
+                           embedding_model=default_embedder, user_id=user)
+        messages = []
+        for i in range(6):
+            messages += [{"role": "user", "content": f"Note {i}: my locker code is {secret + i}."},
+                         {"role": "assistant", "content": f"Noted {i}."}]
+            core.apply_management(messages)
+        return core
+
+    hook = SemanticMemoryHook(max_context_length=400)
+    monkeypatch.setattr(hook_module, "id", lambda obj: 1, raising=False)  # as after the first one is freed
+    question = {"role": "user", "content": [{"text": "What is my locker code of note 1?"}]}
+    alice, bob = manager("alice", 7000), manager("bob", 3000)
+    assert alice.first_active_position == bob.first_active_position
+    assert "7001" in hook._enriched(question, alice)["content"][0]["text"]
+    for_bob = hook._enriched(question, bob)["content"][0]["text"]
+    assert "3001" in for_bob and "7001" not in for_bob

@@ -35,6 +35,22 @@ def outcome(step):
         return exc
 
 
+def pinned(conversation, pins):
+    """The conversation in Converse shape with ``pins`` pinned, a copy of it as it was, and a removal
+    listener that records every reported message by position (first report wins)."""
+    messages = render(conversation, "converse")
+    for index in pins:
+        if index < len(messages):
+            pin_message(messages, index)
+    archived: dict[int, dict] = {}
+
+    def report(event):
+        for msg in event.messages:
+            archived.setdefault(msg.position, msg.raw)
+
+    return messages, copy.deepcopy(messages), archived, report
+
+
 @given(
     conversation=turns(max_turns=10),
     pins=st.sets(st.integers(0, 80), max_size=3),
@@ -44,16 +60,7 @@ def outcome(step):
     truncate=st.booleans(),
 )
 def test_sliding_window_leaves_the_sdks_window(conversation, pins, window_size, pin_first, steps, truncate):
-    messages = render(conversation, "converse")
-    for index in pins:
-        if index < len(messages):
-            pin_message(messages, index)
-    original = copy.deepcopy(messages)
-    archived: dict[int, dict] = {}
-
-    def report(event):
-        for msg in event.messages:
-            archived.setdefault(msg.position, msg.raw)
+    messages, original, archived, report = pinned(conversation, pins)
 
     sdk = SdkSliding(window_size=window_size, should_truncate_results=truncate, pin_first=pin_first)
     ours = SlidingWindowConversationManager(window_size, truncate, pin_first=pin_first, truncation_notice="sdk",
@@ -111,16 +118,7 @@ def test_summarizing_summarizes_what_the_sdk_summarizes(conversation, pins, rati
 
     from fullrecall import SummarizingConversationManager
 
-    messages = render(conversation, "converse")
-    for index in pins:
-        if index < len(messages):
-            pin_message(messages, index)
-    original = copy.deepcopy(messages)
-    archived: dict[int, dict] = {}
-
-    def report(event):
-        for msg in event.messages:
-            archived.setdefault(msg.position, msg.raw)
+    messages, original, archived, report = pinned(conversation, pins)
 
     sdk = SdkSummarizing(summary_ratio=ratio, preserve_recent_messages=preserve, pin_first=pin_first)
     ours = SummarizingConversationManager(ratio, preserve, lambda m, p: SUMMARY, pin_first=pin_first,

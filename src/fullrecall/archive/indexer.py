@@ -30,18 +30,21 @@ class BackgroundIndexer:
         self._index = index
         self.batch_size = batch_size
         self._queue: queue.Queue[Job | None] = queue.Queue()
+        self._lock = threading.Lock()  # a submit racing close: queued before the stop mark, or refused
+        self._closing = False
         self._thread = threading.Thread(target=self._run, name="fullrecall-indexer", daemon=True)
         self._thread.start()
 
     @property
     def closed(self) -> bool:
-        return not self._thread.is_alive()
+        return self._closing or not self._thread.is_alive()
 
     def submit(self, job: Job) -> None:
         """Queue one batch (the caller has already recorded it as waiting)."""
-        if self.closed:
-            raise RuntimeError("the background indexer is closed")
-        self._queue.put(job)
+        with self._lock:
+            if self.closed:
+                raise RuntimeError("the background indexer is closed")
+            self._queue.put(job)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every submitted batch is embedded (or recorded as failed); False on timeout."""
@@ -58,10 +61,13 @@ class BackgroundIndexer:
         return done.wait(timeout)
 
     def close(self) -> None:
-        """Flush, then stop the worker thread."""
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
+        """Flush, then stop the worker thread (a later ``submit`` raises: nothing is queued after the stop)."""
+        with self._lock:
+            stop = not self._closing and self._thread.is_alive()
+            self._closing = True
+            if stop:
+                self._queue.put(None)
+        self._thread.join()
 
     def _run(self) -> None:
         while True:

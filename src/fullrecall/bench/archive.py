@@ -49,11 +49,13 @@ class ArchiveReport:
     recall: list[dict[str, Any]] = field(default_factory=list)
 
 
-class _Counting:
-    """A store that counts the calls made to it."""
+class CountingStore:
+    """A real store that counts the calls made to it (each call is one round trip) and the messages read."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner, self.calls = inner, Counter[str]()
+        self.inner = inner
+        self.calls: Counter[str] = Counter()
+        self.read_messages = 0
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
@@ -62,9 +64,16 @@ class _Counting:
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             self.calls[name] += 1
-            return attr(*args, **kwargs)
+            result = attr(*args, **kwargs)
+            if name in ("range", "get", "get_keys"):
+                self.read_messages += len(result)
+            return result
 
         return counted
+
+    def reset(self) -> None:
+        self.calls.clear()
+        self.read_messages = 0
 
 
 def run(args: argparse.Namespace, corpus: Any) -> int:
@@ -113,10 +122,10 @@ def _writes(embedder: Any, corpus: Any, n: int, batch: int, tmp: str) -> Archive
     rows = [[message_record(m, e.shape) for m in e.messages] for e in events]
 
     # Paired, batch by batch (a shared machine's load drifts): the embedder alone, then Archive.write.
-    counting = _Counting(open_store(f"sqlite:///{tmp}/write.db"))
+    counting = CountingStore(open_store(f"sqlite:///{tmp}/write.db"))
     archive = Archive(counting, scope, embedding_model=embedder)
     archive.write(events[0])  # the first write of a process also records where the archive starts
-    counting.calls.clear()
+    counting.reset()
     embed_s = write_s = 0.0
     for chunk, e in zip(texts[1:], events[1:]):
         t0 = time.perf_counter()
@@ -189,14 +198,14 @@ def _recall(embedder: Any, corpus: Any, size: int, n_queries: int, tmp: str) -> 
         vectors = rng.normal(size=(len(rows), embedder.dimension)).astype(np.float32)
         store.set_vectors(scope, [r.id for r in rows], vectors / np.linalg.norm(vectors, axis=1, keepdims=True),
                           embedder.name)
-    counting = _Counting(store)
+    counting = CountingStore(store)
     archive = Archive(counting, scope, embedding_model=embedder)
     questions = [" ".join(corpus.query()) + "?" for _ in range(n_queries + 2)]
     archive.recall(questions[0], before=size)  # first query: caches warm
     embed = getattr(embedder, "embed_queries", None) or embedder.embed
     embed([questions[0]])
     recall_ms, embed_ms = [], []
-    counting.calls.clear()
+    counting.reset()
     for q in questions[2:]:
         t0 = time.perf_counter()
         embed([q])

@@ -328,15 +328,9 @@ class ConversationMemory:
         self,
         store: Store | str = "sqlite:///:memory:",
         session_id: str = "default",
-        *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        manager: Any = None,
-        hook: Any = None,
-        **manager_options: Any,
+        **options: Any,
     ) -> None:
-        self.sync = SyncConversationMemory(store, session_id, user_id=user_id, agent_id=agent_id, manager=manager,
-                                           hook=hook, **manager_options)
+        self.sync = SyncConversationMemory(store, session_id, **options)  # user_id, tenant, manager, ...: the same
         self.store, self.scope = self.sync.store, self.sync.scope
         self._lock = threading.Lock()  # one operation at a time on the twin, whichever thread runs it
 

@@ -151,6 +151,12 @@ class _Places:
     def key_at(self, place: tuple[str, int]) -> str | None:
         return self._key.get(place)
 
+    def drop(self, place: tuple[str, int]) -> None:
+        """Forget what sits at ``place`` (its message was found gone)."""
+        key = self._key.pop(place, None)
+        if key is not None:
+            self._place.pop(key, None)
+
     def learn(self, messages: Sequence[StoredMessage]) -> None:
         if len(self._place) + len(messages) > self.limit:
             self._place.clear()
@@ -383,9 +389,19 @@ class SemanticSearch:
             )
         ranked = self._apply_facets(query, ranked, scope, found)
         depth = max(k, self.rerank_depth) if self.reranker is not None else k
-        chosen = spread_out(ranked, depth, spread, resolve=lambda c: self._resolve(scope, c, filters, found))
-        unread = [c.id for c in chosen if c.id is not None and c.id not in found]
-        found.update((m.key, m) for m in (self.store.get_keys(scope, unread) if unread else []))
+        placeholders = {id(c) for c in ranked if c.id is None}
+        while True:
+            chosen = spread_out(ranked, depth, spread, resolve=lambda c: self._resolve(scope, c, filters, found))
+            unread = [c.id for c in chosen if c.id is not None and c.id not in found]
+            found.update((m.key, m) for m in (self.store.get_keys(scope, unread) if unread else []))
+            # a neighbour placed from the cache whose message is gone (forgotten, the session begun again):
+            # forget that place and choose again, so it is read by position this time
+            stale = [c for c in chosen if id(c) in placeholders and c.id not in found]
+            if not stale:
+                break
+            for c in stale:
+                self._places.drop(c.key)
+                c.id = None
         hits = [self._hit(c, found[c.id]) for c in chosen if c.id in found]  # a neighbour may be gone by now
         if self.reranker is not None and hits:
             logits = self.reranker.score(query, [h.message.text for h in hits])

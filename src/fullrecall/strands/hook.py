@@ -39,7 +39,7 @@ class SemanticMemoryHook(HookProvider):
         self.manager = manager
         self.last_enriched: str | None = None
         self._attached: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._cache: tuple[tuple[Any, ...], str | None] | None = None
+        self._cache: tuple[weakref.ref[Any], tuple[Any, ...], str | None] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -98,10 +98,11 @@ class SemanticMemoryHook(HookProvider):
 
     def _enriched(self, message: dict[str, Any], manager: _CoreSemanticManager) -> dict[str, Any] | None:
         text = next(b["text"] for b in message["content"] if "text" in b)
-        key = (id(manager), text, manager.first_active_position, manager.archive.store.count(manager.archive.scope))
-        if self._cache is None or self._cache[0] != key:
-            self._cache = (key, self.core.enrich_text(text, manager))
-        enriched_text = self._cache[1]
+        # the manager by a weak reference, not its id(): a freed manager's id goes to the next (another user's) one
+        key = (text, manager.first_active_position, manager.archive.store.count(manager.archive.scope))
+        if self._cache is None or self._cache[0]() is not manager or self._cache[1] != key:
+            self._cache = (weakref.ref(manager), key, self.core.enrich_text(text, manager))
+        enriched_text = self._cache[2]
         if enriched_text is None:
             return None
         self.last_enriched = enriched_text
