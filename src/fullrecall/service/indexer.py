@@ -149,7 +149,9 @@ class Indexer:
                 if hi > lo:
                     try:
                         self.store.set_vectors(scope, [m.id for m in todo[scope]], vectors[lo:hi], self.embedder.name)
-                    except Exception as exc:  # noqa: BLE001 - e.g. the conversation was forgotten meanwhile
+                    except ValueError as exc:  # the conversation was forgotten meanwhile (or holds another model's
+                        # vectors): nothing to retry. Any other failure (the store down) reaches _run, which retries
+                        # and leaves the conversation for the next write to catch up with.
                         log.info("vectors for %s not stored (%s: %s)", scope.session_id, type(exc).__name__, exc)
 
             list(self._io.map(store, todo))
