@@ -184,3 +184,24 @@ def test_a_failed_vector_write_is_caught_up_by_the_next_write(store_url, default
     assert set(store.get_vectors(scope, [m["id"] for m in first])) == {m["id"] for m in first}
     indexer.close()
     store.close()
+
+
+def test_a_conversation_forgotten_by_another_process_and_begun_again_is_exported(store_url, default_embedder):
+    """Two service processes on one store: one forgets a conversation the other had listed; the other writes to it
+    again, and an owner-wide export still finds it."""
+    from fullrecall.service.conversations import Conversations
+    from fullrecall.service.indexer import Indexer
+    from fullrecall.stores import open_store
+
+    store = open_store(store_url)
+    indexer = Indexer(store, default_embedder)
+    one, other = Conversations(store, indexer), Conversations(store, indexer)
+    scope = Scope(tenant="t", session_id="again")
+    one.append(scope, [{"role": "user", "content": "before"}])
+    other.forget(scope)
+    one.append(scope, [{"role": "user", "content": "after"}])
+    lines = list(one.export(Scope(tenant="t")))
+    assert [line["message"]["content"] for line in lines if line.get("type", "message") == "message"
+            and "message" in line] == ["after"]
+    indexer.close()
+    store.close()
