@@ -291,9 +291,10 @@ class Conversations:
 
     def forget(self, scope: Scope) -> dict[str, int]:
         self._require(scope)
-        counts = self.store.forget(scope)
         if self.windows is not None:
-            self.windows.drop(scope)
+            counts = self.windows.forget(scope, lambda: self.store.forget(scope))
+        else:
+            counts = self.store.forget(scope)
         self.store.delete_record(replace(scope, session_id=None), CONVERSATIONS, str(scope.session_id))
         self._registered.discard((scope.tenant, scope.user_id, scope.agent_id, scope.session_id))
         return counts
