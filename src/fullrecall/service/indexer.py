@@ -79,7 +79,9 @@ class Indexer:
 
     def close(self, timeout: float = 30.0) -> None:
         """Embed what is queued, then stop the thread."""
-        self.flush(timeout)
+        if not self.flush(timeout):
+            log.warning("%d message(s) not embedded before shutdown; the next write to their conversation embeds them",
+                        self.pending)
         with self._cond:
             self._closed = True
             self._cond.notify_all()
