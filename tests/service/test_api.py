@@ -149,3 +149,59 @@ def test_embeddings_lost_in_a_crash_are_caught_up(store_url, default_embedder):
     assert set(store.get_vectors(scope, [m["id"] for m in lost])) == {m["id"] for m in lost}
     indexer.close()
     store.close()
+
+
+def test_a_failed_vector_write_is_caught_up_by_the_next_write(store_url, default_embedder):
+    """A store that refuses the vectors (down for a moment) is not taken for done: the next write embeds them."""
+    from fullrecall.errors import StoreError
+    from fullrecall.service.conversations import Conversations
+    from fullrecall.service.indexer import Indexer
+    from fullrecall.stores import open_store
+
+    store = open_store(store_url)
+
+    class Flaky:  # the real store, but its vector writes fail while ``down``
+        down = True
+
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def set_vectors(self, *args, **kwargs):
+            if self.down:
+                raise StoreError("the store could not be reached")
+            return store.set_vectors(*args, **kwargs)
+
+    flaky = Flaky()
+    scope = Scope(tenant="t", session_id="flaky")
+    indexer = Indexer(flaky, default_embedder)
+    conversations = Conversations(store, indexer)
+    first = conversations.append(scope, [{"role": "user", "content": f"m{i}"} for i in range(3)])
+    assert indexer.flush()
+    assert store.get_vectors(scope, [m["id"] for m in first]) == {}
+    flaky.down = False
+    conversations.append(scope, [{"role": "user", "content": "one more"}])
+    assert indexer.flush()
+    assert set(store.get_vectors(scope, [m["id"] for m in first])) == {m["id"] for m in first}
+    indexer.close()
+    store.close()
+
+
+def test_a_conversation_forgotten_by_another_process_and_begun_again_is_exported(store_url, default_embedder):
+    """Two service processes on one store: one forgets a conversation the other had listed; the other writes to it
+    again, and an owner-wide export still finds it."""
+    from fullrecall.service.conversations import Conversations
+    from fullrecall.service.indexer import Indexer
+    from fullrecall.stores import open_store
+
+    store = open_store(store_url)
+    indexer = Indexer(store, default_embedder)
+    one, other = Conversations(store, indexer), Conversations(store, indexer)
+    scope = Scope(tenant="t", session_id="again")
+    one.append(scope, [{"role": "user", "content": "before"}])
+    other.forget(scope)
+    one.append(scope, [{"role": "user", "content": "after"}])
+    lines = list(one.export(Scope(tenant="t")))
+    assert [line["message"]["content"] for line in lines if line.get("type", "message") == "message"
+            and "message" in line] == ["after"]
+    indexer.close()
+    store.close()

@@ -180,3 +180,20 @@ def test_revoked_and_reserved(api):
     assert api.client.get("/v1/stats", headers=h).status_code == 401
     with pytest.raises(ValueError, match="tenant"):
         api.service.keys.create("__keys__")
+
+
+def test_an_empty_limit_never_means_any(api):
+    """A key limited to an empty list of users or agents is refused at creation, and one stored so acts for no one."""
+    from fullrecall.stores import Record
+
+    for limit in ({"users": []}, {"agents": []}):
+        with pytest.raises(ValueError, match="no one"):
+            api.service.keys.create("tenant-a", **limit)
+    key, p = api.service.keys.create("tenant-a", users=["alice"])
+    record = next(r for r in api.store.get_records(Scope(tenant="__keys__"), "api-keys") if r.id == p.key_id)
+    record.data = {**record.data, "users": []}
+    api.store.put_record(Scope(tenant="__keys__"), Record(id=record.id, namespace=record.namespace, text=record.text,
+                                                          data=record.data))
+    api.service.keys._cache.clear()
+    for params in ({"user_id": "bob"}, {}):
+        assert api.client.get("/v1/stats", params=params, headers=api.headers(key)).status_code == 403

@@ -230,34 +230,25 @@ def _errors(app: FastAPI) -> None:
         return _error(exc.status_code, kinds.get(exc.status_code, "invalid"), detail,
                       "body" if exc.status_code == 400 else None)
 
-    @app.exception_handler(MessageFormatError)
-    async def bad_message(request: Request, exc: MessageFormatError) -> JSONResponse:
-        return _error(422, "invalid_message", str(exc), "messages")
+    def plain(status: int, kind: str | None, field: str | None = None, prefix: str = "") -> Any:
+        async def handler(request: Request, exc: Exception) -> JSONResponse:
+            return _error(status, kind or type(exc).__name__, prefix + str(exc), field)
 
-    @app.exception_handler(InvalidInput)
-    @app.exception_handler(MemoryInputError)
-    async def bad_input(request: Request, exc: ValueError) -> JSONResponse:
-        return _error(422, "invalid", str(exc))
+        return handler
 
-    @app.exception_handler(NotFound)
-    async def not_found(request: Request, exc: NotFound) -> JSONResponse:
-        return _error(404, "not_found", str(exc))
-
-    @app.exception_handler(Forbidden)
-    async def forbidden(request: Request, exc: Forbidden) -> JSONResponse:
-        return _error(403, "forbidden", str(exc))
-
-    @app.exception_handler(ValueError)
-    async def bad_value(request: Request, exc: ValueError) -> JSONResponse:
-        return _error(422, "invalid", str(exc))
-
-    @app.exception_handler(StoreError)
-    async def store_down(request: Request, exc: StoreError) -> JSONResponse:
-        return _error(503, "unavailable", f"the store refused or could not be reached; nothing was acknowledged: {exc}")
-
-    @app.exception_handler(FullRecallError)
-    async def other(request: Request, exc: FullRecallError) -> JSONResponse:
-        return _error(500, type(exc).__name__, str(exc))
+    # the most specific class a failure is an instance of picks its answer
+    for error, handler in (
+        (MessageFormatError, plain(422, "invalid_message", "messages")),
+        (InvalidInput, plain(422, "invalid")),
+        (MemoryInputError, plain(422, "invalid")),
+        (ValueError, plain(422, "invalid")),
+        (NotFound, plain(404, "not_found")),
+        (Forbidden, plain(403, "forbidden")),
+        (StoreError, plain(503, "unavailable",
+                           prefix="the store refused or could not be reached; nothing was acknowledged: ")),
+        (FullRecallError, plain(500, None)),
+    ):
+        app.add_exception_handler(error, handler)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

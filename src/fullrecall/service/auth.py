@@ -59,6 +59,9 @@ class KeyStore:
                name: str = "") -> tuple[str, Principal]:
         """A new key (returned once, never stored) and what it may do."""
         check_tenant(tenant)
+        for field, limit in (("users", users), ("agents", agents)):
+            if limit is not None and not limit:
+                raise ValueError(f"'{field}' limits the key to no one: name at least one, or leave it unset for any")
         key_id, secret, salt = secrets.token_hex(8), secrets.token_urlsafe(32), secrets.token_bytes(16)
         data = {"tenant": tenant, "users": users, "agents": agents, "salt": salt.hex(), "hash": _digest(salt, secret),
                 "name": name, "revoked": False}
@@ -125,5 +128,6 @@ class KeyStore:
 
 def _principal(key_id: str, data: dict) -> Principal:
     users, agents = data.get("users"), data.get("agents")
-    return Principal(key_id=key_id, tenant=data["tenant"], users=tuple(users) if users else None,
-                     agents=tuple(agents) if agents else None)
+    # an empty list limits the key to no one (never to anyone): a limit is only lifted by its absence
+    return Principal(key_id=key_id, tenant=data["tenant"], users=tuple(users) if users is not None else None,
+                     agents=tuple(agents) if agents is not None else None)

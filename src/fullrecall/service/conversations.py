@@ -113,8 +113,10 @@ class Conversations:
         A message's id is ``ids[i]`` if given, else its own ``"id"``, else a new one.
         """
         records = self.prepare(scope, messages, ids)
-        self._register(scope)
+        listed = self._register(scope)
         positions = self.store.append(scope, records)  # durable when it returns
+        if not listed and 0 in positions:  # begun anew: another process may have forgotten it, and its listing
+            self._register(scope, again=True)
         for record, position in zip(records, positions):
             record.position = position
         self.indexer.submit(scope, records, records[0].created_at)
@@ -144,14 +146,16 @@ class Conversations:
         ]
         return records
 
-    def _register(self, scope: Scope) -> None:
-        """Record the conversation in its owner's list once (idempotent), so export can find it."""
+    def _register(self, scope: Scope, again: bool = False) -> bool:
+        """Record the conversation in its owner's list once (idempotent), so export can find it; True if written."""
         key = (scope.tenant, scope.user_id, scope.agent_id, scope.session_id)
-        if key not in self._registered:  # the owner is kept too, so a tenant-wide listing can name it
-            owner = {"user_id": str(scope.user_id), "agent_id": str(scope.agent_id)}
-            self.store.put_record(replace(scope, session_id=None), Record(
-                id=str(scope.session_id), namespace=CONVERSATIONS, text=str(scope.session_id), data=owner))
-            self._registered.add(key)
+        if key in self._registered and not again:
+            return False
+        owner = {"user_id": str(scope.user_id), "agent_id": str(scope.agent_id)}  # so a tenant-wide listing names it
+        self.store.put_record(replace(scope, session_id=None), Record(
+            id=str(scope.session_id), namespace=CONVERSATIONS, text=str(scope.session_id), data=owner))
+        self._registered.add(key)
+        return True
 
     @staticmethod
     def _id(raw: dict[str, Any], index: int) -> str:
@@ -287,9 +291,10 @@ class Conversations:
 
     def forget(self, scope: Scope) -> dict[str, int]:
         self._require(scope)
-        counts = self.store.forget(scope)
         if self.windows is not None:
-            self.windows.drop(scope)
+            counts = self.windows.forget(scope, lambda: self.store.forget(scope))
+        else:
+            counts = self.store.forget(scope)
         self.store.delete_record(replace(scope, session_id=None), CONVERSATIONS, str(scope.session_id))
         self._registered.discard((scope.tenant, scope.user_id, scope.agent_id, scope.session_id))
         return counts

@@ -79,7 +79,9 @@ class Indexer:
 
     def close(self, timeout: float = 30.0) -> None:
         """Embed what is queued, then stop the thread."""
-        self.flush(timeout)
+        if not self.flush(timeout):
+            log.warning("%d message(s) not embedded before shutdown; the next write to their conversation embeds them",
+                        self.pending)
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -149,7 +151,9 @@ class Indexer:
                 if hi > lo:
                     try:
                         self.store.set_vectors(scope, [m.id for m in todo[scope]], vectors[lo:hi], self.embedder.name)
-                    except Exception as exc:  # noqa: BLE001 - e.g. the conversation was forgotten meanwhile
+                    except ValueError as exc:  # the conversation was forgotten meanwhile (or holds another model's
+                        # vectors): nothing to retry. Any other failure (the store down) reaches _run, which retries
+                        # and leaves the conversation for the next write to catch up with.
                         log.info("vectors for %s not stored (%s: %s)", scope.session_id, type(exc).__name__, exc)
 
             list(self._io.map(store, todo))

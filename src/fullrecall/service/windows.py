@@ -23,6 +23,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 from ..stores.base import Scope, Store
@@ -148,6 +149,18 @@ class ManagedWindows:
             return sum(self._counter.count_message(m) for m in parse_messages(messages)[1]) if messages else 0
         except Exception:  # noqa: BLE001 - not countable (shapes mixed): the manager decides on the next append
             return self.window_tokens + 1
+
+    def forget(self, scope: Scope, erase: Callable[[], Any]) -> Any:
+        """``erase()`` alone among this process's operations on the conversation (none saves a summary of what it
+        deletes after it), then the conversation's cached objects dropped; what ``erase`` returns.
+        """
+        with self._lock:
+            item = self._items.get(_key(scope))
+        with item[1] if item is not None else nullcontext():
+            try:
+                return erase()
+            finally:
+                self.drop(scope)
 
     def drop(self, scope: Scope) -> None:
         with self._lock:
