@@ -819,6 +819,8 @@ class PostgresStore(SqlStore):
                 try:
                     for statement in statements:
                         conn.execute(statement)
+                    if full:  # ANALYZE replaced their statistics; the old rows (forgotten words) are dead tuples
+                        left += self._scrub_statistics(conn)
                 finally:
                     conn.execute("RESET lock_timeout")
         except psycopg.errors.LockNotAvailable:  # another VACUUM, an index build (FULL: any open transaction)
@@ -835,6 +837,23 @@ class PostgresStore(SqlStore):
                 ),
             )
         return left
+
+    @staticmethod
+    def _scrub_statistics(conn: Conn) -> list[F.Remaining]:
+        """Rewrite ``pg_statistic``, where an earlier ANALYZE kept the forgotten rows' most common words as
+        values; only a superuser may, so anyone else is told where they are left.
+        """
+        if conn.execute("SELECT rolsuper AS su FROM pg_roles WHERE rolname = current_user").fetchone()["su"]:
+            conn.execute("VACUUM FULL pg_catalog.pg_statistic")
+            return []
+        return [F.Remaining(
+            where="pg_catalog.pg_statistic of this database",
+            what="the forgotten rows' most common words and values, as statistics an earlier ANALYZE kept"
+            " (dead tuples since forget's ANALYZE)",
+            until="autovacuum of pg_statistic and new statistics reuse the space; VACUUM FULL"
+            " pg_catalog.pg_statistic by a superuser rewrites it",
+        )]
+
 
 class _Lexical:
     """One lexical search: the candidate queries of :mod:`._topk`'s plan, run in SQL."""
