@@ -1,6 +1,9 @@
 """The message model: shapes detected, parsed losslessly, bad input named precisely."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -129,3 +132,12 @@ def test_storable_message_size_counts_the_whole_message(monkeypatch):
     parse_messages([{"role": "user", "content": "x" * 900, "extra": "y" * 900}])
     with pytest.raises(MessageFormatError, match=r"^message 0 is 1,8\d\d bytes as JSON, over the 1,000-byte limit"):
         parse_messages([{"role": "user", "content": "x" * 900, "extra": "y" * 900}], storable=True)
+
+
+def test_the_messages_layer_does_not_import_the_stores():
+    """Messages are below stores: parsing and checking a message loads no store module."""
+    code = ("import sys, fullrecall.messages.formats as f; f.parse_messages([{'role': 'user', 'content': 'hi'}], "
+            "storable=True); print(sorted(m for m in sys.modules if m.startswith('fullrecall.stores')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.strip() == "[]"

@@ -17,8 +17,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .._json import MAX_MESSAGE_BYTES, check_json
 from ..errors import InvalidInput, MessageFormatError
-from ..stores._validate import MAX_MESSAGE_BYTES, check_json
 from .model import Block, Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
 
 SHAPES = ("converse", "openai", "anthropic")
