@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import add_store, open_store
+from .common import add_store, opened_store
 
 SYSTEM = "You are a helpful assistant with a long memory. Use the recalled context when it is relevant."
 
@@ -114,8 +114,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_turns < 2:
         raise ValueError("--max-turns must be at least 2")
     model = chat_model(args)
-    store = open_store(args)
-    try:
+    with opened_store(args) as store:
         own = scope(args, args.session)
         register(store, own)
         memory = SyncConversationMemory(store, args.session, user_id=own.user_id or None,
@@ -168,6 +167,4 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
         if not args.json:
             emit(args, None, f"bye: conversation {args.session!r} holds {store.count(own)} messages")
-    finally:
-        store.close()
     return 0

@@ -36,11 +36,20 @@ def store_url(args: argparse.Namespace) -> str:
     return args.store or os.environ.get("FULLRECALL_STORE") or DEFAULT_STORE
 
 
-def open_store(args: argparse.Namespace) -> Any:
-    """The store the options name (created if new, as every store is)."""
-    from ..stores import open_store as open_url
+@contextmanager
+def opened_store(args: argparse.Namespace) -> Iterator[Any]:
+    """The store the options name (created if new, as every store is), closed when the block ends, however it ends.
 
-    return open_url(store_url(args))
+    Every command opens its store this way; :func:`fullrecall.cli.main.main` maps what a command raises to
+    its message and exit code.
+    """
+    from ..stores import open_store
+
+    store = open_store(store_url(args))
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 def scope(args: argparse.Namespace, session: str | None = None) -> Any:

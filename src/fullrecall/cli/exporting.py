@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import sys
 
-from .common import add_store, emit, open_store, progress_bars, scope
+from .common import CommandError, add_store, emit, opened_store, progress_bars, scope
 
 FORMATS = ("jsonl", "openai", "strands", "locomo")
 
@@ -26,13 +26,10 @@ def run(args: argparse.Namespace) -> int:
     from ..transfer import jsonl, locomo, openai, strands
     from ..transfer._common import conversations
 
-    store = open_store(args)
-    try:
+    with opened_store(args) as store:
         own = scope(args)
         found = conversations(store, own)
         if own.session_id and not store.count(own):
-            from .common import CommandError
-
             raise CommandError(f"conversation {own.session_id!r} not found")
         with progress_bars(not args.json and args.path != "-") as progress:
             if args.format == "strands":
@@ -68,6 +65,4 @@ def run(args: argparse.Namespace) -> int:
             print(text, file=sys.stderr)
         else:
             emit(args, result, text)
-    finally:
-        store.close()
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import CommandError, emit, open_store, scope
+from .common import CommandError, emit, opened_store, scope
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,8 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from ..stores.base import ANY
     from ..transfer._common import CONVERSATIONS
 
-    store = open_store(args)
-    try:
+    with opened_store(args) as store:
         own = scope(args)
         if args.agent is None:
             own = replace(own, agent_id=ANY)
@@ -47,6 +46,4 @@ def run(args: argparse.Namespace) -> int:
         for r in counts.get("remaining") or []:
             text += f"\n  a copy may remain in {r.get('where')}: {r.get('what')} until {r.get('until')}"
         emit(args, {"forgotten": what, **counts}, text)
-    finally:
-        store.close()
     return 0

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .common import add_store, emit, open_store, progress_bars, scope
+from .common import add_store, emit, opened_store, progress_bars, scope
 
 FORMATS = ("jsonl", "openai", "strands", "locomo")
 
@@ -79,8 +79,7 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.format
     if fmt == "auto":
         fmt = "jsonl" if args.path == "-" else detect(args.path)
-    store = open_store(args)
-    try:
+    with opened_store(args) as store:
         embedder = None if args.no_embed else LazyEmbedder()
         own = scope(args)
         with progress_bars(not args.json) as progress:
@@ -108,6 +107,4 @@ def run(args: argparse.Namespace) -> int:
                 + (f"; {counts['records']:,} long-term records, {counts['records_written']:,} new"
                    if counts.get("records") else ""))
         emit(args, {"format": fmt, **counts}, text)
-    finally:
-        store.close()
     return 0

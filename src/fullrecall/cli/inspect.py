@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from .common import CommandError, add_store, emit, message_text, open_store, scope, shorten, speaker
+from .common import CommandError, add_store, emit, message_text, opened_store, scope, shorten, speaker
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,8 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from ..memory.conversation import SyncConversationMemory
     from ..service.conversations import message_out
 
-    store = open_store(args)
-    try:
+    with opened_store(args) as store:
         own = scope(args, args.session)
         total = store.count(own)
         if not total:
@@ -62,8 +61,6 @@ def run(args: argparse.Namespace) -> int:
         lines.append(f"summaries: {len(summaries)}")
         lines += [f"  {s['id']} covers {s['covers'][0]}-{s['covers'][1]}: {shorten(s['text'])}" for s in summaries]
         emit(args, report | {"last_message": message_out(last) if last else None}, "\n".join(lines))
-    finally:
-        store.close()
     return 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_store, emit, message_text, open_store, scope, shorten, speaker
+from .common import add_store, emit, message_text, opened_store, scope, shorten, speaker
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,8 +26,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInput("search: the query is empty")
     if args.top_k < 1 or args.radius < 0:
         raise InvalidInput("search: --top-k must be >= 1 and --radius >= 0")
-    store = open_store(args)
-    try:
+    with opened_store(args) as store:
         own = scope(args)
         if args.everyone:
             from ..stores.base import ANY
@@ -53,6 +52,4 @@ def run(args: argparse.Namespace) -> int:
                 mark = ">" if x.position == m.position else " "
                 lines.append(f"   {mark} [{x.position}] {speaker(x.data, x.role)}: {shorten(message_text(x.data))}")
         emit(args, {"query": args.query, "hits": out}, "\n".join(lines) if lines else "no hits")
-    finally:
-        store.close()
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_store, emit, open_store, scope
+from .common import add_store, emit, opened_store, scope
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,8 +18,7 @@ def run(args: argparse.Namespace) -> int:
     from ..stores.base import ANY
     from ..transfer._common import conversations
 
-    store = open_store(args)
-    try:
+    with opened_store(args) as store:
         own = scope(args)
         if args.everyone:
             own = replace(own, user_id=ANY, agent_id=ANY)
@@ -34,6 +33,4 @@ def run(args: argparse.Namespace) -> int:
                     "user_id": None if args.everyone else own.user_id or None,
                     "agent_id": None if args.everyone else own.agent_id or None, "session_id": own.session_id,
                     **stats}, text)
-    finally:
-        store.close()
     return 0

@@ -19,7 +19,6 @@ tool errors (``isError``) naming the tool and argument; nothing partial is writt
 
 import argparse
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
@@ -48,31 +47,14 @@ class Conversations(Protocol):
     def context(self, scope: Scope, max_tokens: int | None, query: str | None) -> dict[str, Any]: ...
 
 
-class _Cache:
-    """Objects built once per key and kept, the least recently used out; each with its own lock."""
-
-    def __init__(self, size: int = _CACHED_SCOPES) -> None:
-        self.size = size
-        self._lock = threading.Lock()
-        self._items: OrderedDict[tuple[str | None, ...], tuple[Any, threading.Lock]] = OrderedDict()
-
-    def get(self, key: tuple[str | None, ...], build: Callable[[], Any]) -> tuple[Any, threading.Lock]:
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-            item = self._items[key] = (build(), threading.Lock())
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-            return item
-
-
 class MemoryConversations:
     """:class:`~fullrecall.memory.SyncConversationMemory` conversations (of the default tenant) in ``store``."""
 
     def __init__(self, store: Store, embedder: Any = None) -> None:
         self.store, self.embedder = store, embedder
-        self._cache = _Cache()
+        from ..memory._cache import LockedCache
+
+        self._cache: LockedCache[SyncConversationMemory] = LockedCache(_CACHED_SCOPES)
 
     def append(self, scope: Scope, messages: list[dict[str, Any]]) -> None:
         conversation, lock = self._conversation(scope)
@@ -128,6 +110,7 @@ def create_server(
     from pydantic import Field
 
     from ..embeddings import load_embedder
+    from ..memory._cache import LockedCache
     from ..memory.tools import _SPECS as MEMORY_TOOL_SPECS
     from ..stores import open_store
 
@@ -137,7 +120,7 @@ def create_server(
     store = open_store(store) if isinstance(store, str) else store
     embedder = load_embedder(embedder)
     conversations = conversations or MemoryConversations(store, embedder)
-    memories = _Cache()
+    memories: LockedCache[MemoryTools] = LockedCache(_CACHED_SCOPES)  # per owner
     server = MCPServer(name, instructions=(
         "Long-term memory that never loses a word: search_memory finds facts and past messages across sessions, "
         "expand shows the exact messages behind a hit, remember keeps a fact, forget deletes by id."))

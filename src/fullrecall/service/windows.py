@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
+from ..memory._cache import LockedCache
 from ..stores.base import Scope, Store
 
 log = logging.getLogger("fullrecall.service")
@@ -81,7 +81,7 @@ class ManagedWindows:
         self.on_summary = on_summary or (lambda tenant: None)
         self.on_llm_call = on_llm_call or (lambda tenant: None)
         self.cache_size = cache_size
-        self._items: OrderedDict[tuple, tuple[Any, threading.Lock]] = OrderedDict()
+        self._memories: LockedCache[Any] = LockedCache(cache_size, on_evict=lambda key: self._room.pop(key, None))
         self._room: dict[tuple, tuple[int, int]] = {}  # per conversation: originals and tokens in the window
         self._max_originals = 2 * max(1, window_messages // 2)  # the manager counts user/assistant turns
         from ..tokens import default_token_counter
@@ -154,8 +154,7 @@ class ManagedWindows:
         """``erase()`` alone among this process's operations on the conversation (none saves a summary of what it
         deletes after it), then the conversation's cached objects dropped; what ``erase`` returns.
         """
-        with self._lock:
-            item = self._items.get(_key(scope))
+        item = self._memories.peek(_key(scope))
         with item[1] if item is not None else nullcontext():
             try:
                 return erase()
@@ -163,24 +162,12 @@ class ManagedWindows:
                 self.drop(scope)
 
     def drop(self, scope: Scope) -> None:
+        self._memories.drop(_key(scope))
         with self._lock:
-            self._items.pop(_key(scope), None)
             self._room.pop(_key(scope), None)
 
     def _memory(self, scope: Scope) -> tuple[Any, threading.Lock]:
-        key = _key(scope)
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-        built = (self._build(scope), threading.Lock())  # outside the lock: it reads the store
-        with self._lock:
-            item = self._items.setdefault(key, built)
-            self._items.move_to_end(key)
-            while len(self._items) > self.cache_size:
-                gone, _ = self._items.popitem(last=False)
-                self._room.pop(gone, None)
-            return item
+        return self._memories.get(_key(scope), lambda: self._build(scope))  # built outside the lock: it reads the store
 
     def _build(self, scope: Scope) -> Any:
         from ..archive import SemanticSummarizingConversationManager
