@@ -170,6 +170,49 @@ def test_long_term_memory_round_trips_losslessly_on_every_backend(store_url, def
         target.close()
 
 
+def test_patterns_imported_under_another_owner_take_that_owners_ids(store_url, default_embedder):
+    from fullrecall.memory import ProceduralMemory
+
+    source, target = open_store("sqlite:///:memory:"), open_store(store_url)
+    try:
+        task, steps = "book a flight to Rome", ["search_flights", "book"]
+        ann_id = ProceduralMemory(source, user_id="ann", embedder=default_embedder).store_pattern(task, steps, 0.9, 1200)
+        export = io.StringIO()
+        jsonl.export_jsonl(source, Scope(user_id="ann"), export)
+        for user in ("bob", "cy"):  # two owners import the same file, each twice
+            for written in (1, 0):
+                counts = jsonl.import_jsonl(target, Scope(user_id=user), io.StringIO(export.getvalue()),
+                                            keep_owner=False)
+                assert counts["records_written"] == written
+        bob = ProceduralMemory(target, user_id="bob", embedder=default_embedder)
+        cy = ProceduralMemory(target, user_id="cy", embedder=default_embedder)
+        (mine,), (theirs,) = bob.patterns(), cy.patterns()
+        assert len({ann_id, mine["id"], theirs["id"]}) == 3  # each owner's own id, none another's
+        assert mine["tools_used"] == steps and mine["success_count"] == 1
+        assert bob.store_pattern(task, steps, 0.7, 800) == mine["id"]  # bob's own run updates the imported one
+        assert [p["success_count"] for p in bob.patterns()] == [2] and cy.patterns() == [theirs]
+        assert bob.delete_pattern(mine["id"]) and bob.patterns() == [] and cy.patterns() == [theirs]
+        jsonl.import_jsonl(target, Scope(), io.StringIO(export.getvalue()))  # keeping the owner keeps the id
+        assert [p["id"] for p in ProceduralMemory(target, user_id="ann", embedder=default_embedder).patterns()] == [
+            ann_id]
+    finally:
+        source.close()
+        target.close()
+
+
+def test_a_pattern_line_without_its_steps_is_refused_before_anything_is_written():
+    store = open_store("sqlite:///:memory:")
+    pattern = {"type": "pattern", "user_id": "ann", "agent_id": None, "id": "p1", "text": "book a flight",
+               "created_at": 1.0, "updated_at": 1.0, "data": {"signature": "book a flight", "tools_used": ["book"]}}
+    for bad, named in (({"tools_used": "book"}, "tools_used"), ({"tools_used": None}, "tools_used"),
+                       ({"signature": 3}, "signature")):
+        lines = [json.dumps(pattern | {"id": "p0"}), json.dumps(pattern | {"data": pattern["data"] | bad})]
+        with pytest.raises(MessageFormatError, match=f"line 2: .*'data.{named}'"):
+            jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join(lines)))
+    assert store.get_records(Scope(user_id="ann"), "procedures") == []
+    assert jsonl.import_jsonl(store, Scope(), io.StringIO(json.dumps(pattern)))["records_written"] == 1
+
+
 def test_record_lines_are_checked_and_version_1_files_stay_readable():
     store = open_store("sqlite:///:memory:")
     v1 = json.dumps({"format": "fullrecall", "version": 1})

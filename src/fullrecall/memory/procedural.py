@@ -18,11 +18,12 @@ import math
 import re
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..errors import MemoryInputError
 from ..stores.base import DEFAULT_TENANT, Record, Store
-from ._records import EXPIRES_AT, open_book, public_data
+from ._records import EXPIRES_AT, RecordBook, open_book, public_data
 
 NAMESPACE = "procedures"
 DEFAULT_MIN_SUCCESS_SCORE = 0.7
@@ -60,6 +61,30 @@ def is_tool_error(result: Any) -> bool:
     if isinstance(result, str):
         return result.strip().lower().startswith("error")
     return False
+
+
+def pattern_id(book: RecordBook, signature: str, steps: Sequence[str]) -> str:
+    """A pattern's id: the same for the same task signature and steps of one owner, another for every other owner."""
+    return "p" + book.owned_id(signature, *steps)
+
+
+def check_pattern_data(data: dict[str, Any]) -> None:
+    """Refuse a pattern record's data (e.g. an imported line's) without its task signature and steps."""
+    if not isinstance(data.get("signature"), str):
+        raise MemoryInputError("a pattern's 'data.signature' must be a string (its normalized task)")
+    steps = data.get("tools_used")
+    if not isinstance(steps, list) or not all(isinstance(t, str) and t for t in steps):
+        raise MemoryInputError("a pattern's 'data.tools_used' must be a list of tool names")
+
+
+def owned_pattern(book: RecordBook, record: Record) -> Record:
+    """A pattern record (another owner's, as an import brings it) under the id ``book``'s owner gives it.
+
+    So a pattern imported into another owner's memory is the one that owner's :meth:`ProceduralMemory.store_pattern`
+    of the same task and tools updates, owners importing one file never share an id, and importing twice finds it.
+    """
+    check_pattern_data(record.data)
+    return replace(record, id=pattern_id(book, record.data["signature"], record.data["tools_used"]))
 
 
 class ProceduralMemory:
@@ -116,16 +141,16 @@ class ProceduralMemory:
             return None
         signature = task_signature(query)
         steps = [str(t) for t in tools_used]
-        pattern_id = "p" + self.book.owned_id(signature, *steps)
+        new_id = pattern_id(self.book, signature, steps)
         now = self.clock()
-        old = self.book.get(pattern_id)
+        old = self.book.get(new_id)
         if old is None:
             data: dict[str, Any] = {
                 "query": query, "query_type": query_type, "signature": signature, "tools_used": steps,
                 "success_score": float(success_score), "success_count": 1,
                 "avg_execution_time_ms": float(execution_time_ms), "last_used": now,
             }
-            record = Record(id=pattern_id, namespace=NAMESPACE, text=query, data=data, created_at=now, updated_at=now)
+            record = Record(id=new_id, namespace=NAMESPACE, text=query, data=data, created_at=now, updated_at=now)
             vector = self.book.embed([query])[0]
         else:
             record, data, vector = old, old.data, None
@@ -138,7 +163,7 @@ class ProceduralMemory:
             record.updated_at = now
         data[EXPIRES_AT] = now + self.ttl_days * 86400.0 if self.ttl_days is not None else None
         self.book.put(record, vector)
-        return pattern_id
+        return new_id
 
     def evaluate_workflow(
         self,

@@ -21,6 +21,8 @@ line has a ``"type"``:
   vectors: records are few and never embedded again). They are exported with a whole owner's
   memory (not with one conversation); expired patterns are left out. An import writes a record it
   does not hold, or holds in an older version (``updated_at``): the same record twice is written once.
+  A pattern takes the id its new owner's memory gives the same task and steps (the file's id when
+  the owner is the same), so owners importing one file never share an id.
 
 The change logs long-term memory keeps (conversations named ``_log.*``) are bookkeeping and are
 never exported: an import writes its own events. A line without ``"type"`` is a message (the
@@ -46,6 +48,7 @@ from ..memory._records import _OWNER, _VEC, EXPIRES_AT, RecordBook, owner_scope,
 from ..memory.facts import NAMESPACE as FACTS
 from ..memory.persistent import _SESSIONS as SESSIONS
 from ..memory.procedural import NAMESPACE as PROCEDURES
+from ..memory.procedural import check_pattern_data, owned_pattern
 from ..stores._common import check_messages
 from ..stores._validate import check_record
 from ..stores.base import ANY, Record, Scope, Store, StoredMessage
@@ -320,6 +323,8 @@ def record_of(line: dict[str, Any]) -> Record:
                     created_at=float(line["created_at"]), updated_at=float(line["updated_at"]))
     try:
         check_record(record)  # what the store would refuse, refused before anything is written
+        if record.namespace == PROCEDURES:  # its id is made again for the owner it goes to (see put_records)
+            check_pattern_data(record.data)
     except ValueError as exc:
         raise MessageFormatError(f"{where}: {exc}") from None
     return record
@@ -343,7 +348,9 @@ def put_records(store: Store, owner: Scope, namespace: str, records: list[tuple[
                 now: float | None = None) -> int:
     """Write the records the owner does not hold, or holds in an older version; how many were written.
 
-    Writes go through long-term memory's record book, so every process using the memory sees them.
+    Writes go through long-term memory's record book, so every process using the memory sees them. A
+    procedural pattern takes the id its new owner's memory gives it (:func:`~fullrecall.memory.procedural.owned_pattern`):
+    the pattern that owner's own runs of the same task and tools update, never another owner's id.
     """
     now = time.time() if now is None else now
     book = RecordBook(store, owner_scope(owner.tenant, str(owner.user_id), str(owner.agent_id)), namespace)
@@ -351,6 +358,8 @@ def put_records(store: Store, owner: Scope, namespace: str, records: list[tuple[
     written = 0
     with book.writes():
         for record, vector in records:
+            if namespace == PROCEDURES:
+                record = owned_pattern(book, record)
             have = held.get(record.id)
             expired = record.data.get(EXPIRES_AT) is not None and float(record.data[EXPIRES_AT]) <= now
             if expired or (have is not None and have.updated_at >= record.updated_at):
