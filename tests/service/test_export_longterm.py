@@ -32,7 +32,12 @@ def test_export_import_carries_facts_and_patterns_to_the_callers_owner(api):
     again = c.post("/v1/import", content=exported.encode(), params=owner, headers=api.b).json()
     assert again["records"] == 0  # idempotent
     back = _lines(c.post("/v1/export", json=owner, headers=api.b).text)
-    assert back[1:] == body[1:]  # every record as it was (messages are appended anew, with the service's times)
+    # every record as it was (messages are appended anew, with the service's times), but the pattern takes the id
+    # its new owner (another tenant's u1) gives the same task and steps, so that owner's own runs update it
+    assert back[1:3] == body[1:3] and {**back[3], "id": body[3]["id"]} == body[3] and back[3]["id"] != body[3]["id"]
+    assert c.post("/v1/patterns", json=pattern, headers=api.b).json()["stored"]
+    (learned,) = [x for x in _lines(c.post("/v1/export", json=owner, headers=api.b).text) if x["type"] == "pattern"]
+    assert learned["id"] == back[3]["id"] and learned["data"]["success_count"] == 2
     history = {"history": "true", **owner}
     assert c.get("/v1/facts", params=history, headers=api.b).json() == \
         c.get("/v1/facts", params=history, headers=api.a).json()
