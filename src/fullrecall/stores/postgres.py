@@ -649,23 +649,28 @@ class PostgresStore(SqlStore):
             owners = _owners(sessions)
             table = f"{s}.vectors_{dim}"
             fsql, fparams = self.sql.filters(filters)
-            # In the approximate query ``sid + 0`` hides the session index from the planner, which
-            # would otherwise fetch the scope's rows and sort them rather than walk the HNSW graph.
-            base = (
-                f"SELECT m.id, m.rid, m.sid, m.position, 1 - (v.embedding <=> %s) AS score FROM {table} v"
-                f" JOIN {s}.messages m ON m.rid = v.rid WHERE v.sid{{}} = ANY(%s){fsql}"
-            )
-            args = [query, list(owners), *fparams]
+            sids = list(owners)
             size = sum(r["next_position"] for r in sessions)  # messages ever appended: at least the vectors
             ef = self._hnsw_ef(conn, dim, size, k)
             if ef:
+                # The graph walk alone, the scope and filters applied to the ``ef`` rows it returns (all that
+                # pgvector's HNSW scan gives): a filter inside it would make the planner expect few rows to
+                # pass, and so sort the whole table rather than walk the index.
                 self._set_ef(conn, ef)
-                approx = base.format(" + 0") + " ORDER BY v.embedding <=> %s LIMIT %s"
-                rows = conn.execute(approx, [*args, query, k]).fetchall()
+                rows = conn.execute(
+                    f"SELECT m.id, m.rid, m.sid, m.position, 1 - x.d AS score FROM (SELECT v.rid, v.sid,"
+                    f" v.embedding <=> %s AS d FROM {table} v ORDER BY v.embedding <=> %s LIMIT %s) x"
+                    f" JOIN {s}.messages m ON m.rid = x.rid WHERE x.sid = ANY(%s){fsql} ORDER BY x.d, m.rid LIMIT %s",
+                    [query, query, ef, sids, *fparams, k],
+                ).fetchall()
                 if len(rows) == k:
                     return _hits(rows, owners)
             # Exact: ordering by the score expression never uses the approximate index.
-            rows = conn.execute(base.format("") + " ORDER BY score DESC, m.rid LIMIT %s", [*args, k]).fetchall()
+            rows = conn.execute(
+                f"SELECT m.id, m.rid, m.sid, m.position, 1 - (v.embedding <=> %s) AS score FROM {table} v"
+                f" JOIN {s}.messages m ON m.rid = v.rid WHERE v.sid = ANY(%s){fsql} ORDER BY score DESC, m.rid LIMIT %s",
+                [query, sids, *fparams, k],
+            ).fetchall()
         return _hits(rows, owners)
 
     def _set_ef(self, conn: Conn, ef: int) -> None:
