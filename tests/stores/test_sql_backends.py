@@ -335,3 +335,40 @@ def test_postgres_hnsw_serves_the_candidates_a_recall_asks_for(service_urls: dic
         time.sleep(0.2)
     assert index_scans() >= before + 3
     store.close()
+
+
+def test_postgres_ranges_cost_does_not_grow_with_the_conversation(
+    service_urls: dict[str, Callable[[], str]],
+) -> None:
+    """``ranges`` reads a few index pages per span, however many positions the conversations hold."""
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    store_url = f"{url}{sep}schema=spans{uuid.uuid4().hex[:8]}"
+    loader = open_store(store_url)
+    small, big = Scope(user_id="u", session_id="small"), Scope(user_id="u", session_id="big")
+    for start in range(0, 30_000, 10_000):
+        loader.append(big, [_msg(i, "x") for i in range(start, start + 10_000)])
+    loader.append(small, [_msg(i, f"m {i}") for i in range(40)])
+    loader.build_indexes()  # type: ignore[attr-defined]  # ANALYZE, as after any bulk load
+    schema = loader.schema  # type: ignore[attr-defined]
+    loader.close()  # a backend flushes its statistics when it exits
+
+    def pages_read() -> int:
+        time.sleep(0.5)
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT coalesce(sum(idx_blks_hit + idx_blks_read), 0) FROM pg_statio_user_indexes"
+                " WHERE schemaname = %s AND relname = 'messages'", (schema,)
+            ).fetchone()
+        return int(row[0])  # type: ignore[index]
+
+    before = pages_read()
+    reader = open_store(store_url)
+    for scope, end in ((small, 40), (big, 30_000)):
+        spans = [(2, 4), (10, 12), (end // 2, end // 2 + 9), (end - 2, 10**12)]
+        want = [list(range(lo, min(hi, end - 1) + 1)) for lo, hi in spans]
+        for _ in range(5):
+            assert [[m.position for m in r] for r in reader.ranges(scope, spans)] == want
+    reader.close()
+    per_call = (pages_read() - before) / 10
+    assert per_call < 30  # a scan of the position index would read ~100 pages per span

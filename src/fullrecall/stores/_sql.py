@@ -211,6 +211,10 @@ class SqlStore(StoreBase):
         scope.require_session()
         spans = C.check_spans(spans)
         where, params = self.sql.scope_where(scope)
+        if not self.sql.chunk:  # one statement (PostgreSQL): the session's row id as a constant, so that each
+            # span is one range scan of (sid, position), never a scan of every session's positions
+            where = f"{where} AND m.sid = (SELECT s.sid FROM {self.sql.t('sessions')} s WHERE {where})"
+            params = [*params, *params]
         found: dict[int, StoredMessage] = {}
         with self._read() as conn:  # one snapshot for every span (one statement where arrays are passed)
             for within, p in self.sql.spans("m.position", spans):
