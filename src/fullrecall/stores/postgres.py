@@ -657,8 +657,8 @@ class PostgresStore(SqlStore):
                 # pgvector's HNSW scan gives): a filter inside it would make the planner expect few rows to
                 # pass, and so sort the whole table rather than walk the index.
                 self._set_ef(conn, ef)
-                # The limits are written in the statement: psycopg prepares a statement run five times, and
-                # PostgreSQL's generic plan for it, not knowing a parameter's LIMIT, sorts the whole table.
+                # The limits are written in the statement: psycopg prepares a statement run five times, and a
+                # generic plan, taking a parameter's LIMIT for a tenth of the rows, may sort the whole table.
                 rows = conn.execute(
                     f"SELECT m.id, m.rid, m.sid, m.position, 1 - x.d AS score FROM (SELECT v.rid, v.sid,"
                     f" v.embedding <=> %s AS d FROM {table} v ORDER BY v.embedding <=> %s LIMIT {int(ef)}) x"
