@@ -21,7 +21,10 @@ Design, and why:
   (default 20,000) or holding most of the table, with ``hnsw.ef_search`` raised as the
   scope's share of the table shrinks; smaller scopes (one conversation among many) are
   searched exactly, and an approximate search that filters leave short of ``k`` rows
-  falls back to an exact one.
+  falls back to an exact one. The graph walk runs alone (``ORDER BY ... LIMIT ef``) and the
+  scope and filters apply to its rows, so that the planner never trades it for a sort.
+* **Reads** run in autocommit (no ``BEGIN``/``COMMIT`` round trips); ``hnsw.ef_search`` is set
+  on a pooled connection only when it changes. Hits carry their owner and position.
 * **forget** deletes, then runs ``VACUUM (ANALYZE)`` on the tables it deleted from: dead
   tuples are pruned and ``pg_stats`` no longer lists the forgotten words and user ids.
   PostgreSQL does not zero freed space, keeps GIN keys and WAL segments: ``remaining`` says so.
