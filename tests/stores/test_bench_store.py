@@ -31,3 +31,17 @@ def test_bench_store_archive_path_json(capsys) -> None:
     assert {k: v for k, v in report["round_trips_per_write"].items() if v >= 0.5} == {"append": 1, "set_vectors": 1}
     assert [r["size"] for r in report["recall"]] == [200] and report["recall"][0]["ratio"] > 0
     assert report["round_trips_per_recall"]["search_vectors"] == 1
+
+
+def test_bench_store_archive_recall_on_a_kept_postgres(capsys, tmp_path) -> None:
+    """``--archive-backend postgres --archive-keep DIR`` loads once; the next run finds the rows and only measures."""
+    args = ["bench", "store", "--archive", "--archive-writes", "32", "--archive-batch", "16", "--archive-sizes", "300",
+            "--queries", "3", "--json", "--archive-backend", "postgres", "--archive-keep", str(tmp_path)]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)["recall"][0]
+    assert first["size"] == 300 and first["load_s"] > 0 and first["ratio"] > 0
+    assert (tmp_path / "pgdata" / "PG_VERSION").exists()
+    assert main(args) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["recall"][0]["load_s"] == 0.0 and again["recall"][0]["ratio"] > 0  # reused, not loaded again
+    assert again["round_trips_per_recall"]["search_vectors"] == 1 and again["round_trips_per_recall"]["ranges"] == 1

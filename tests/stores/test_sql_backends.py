@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Callable
 
@@ -12,7 +13,7 @@ import psycopg
 import pytest
 
 from fullrecall.errors import StoreError
-from fullrecall.stores import Filters, Scope, StoredMessage, open_store
+from fullrecall.stores import ANY, Filters, Scope, StoredMessage, open_store
 from fullrecall.stores._servers import free_port
 from fullrecall.stores.sqlite import SCHEMA_VERSION, SQLiteStore, parse_url
 
@@ -276,3 +277,98 @@ def test_throwaway_postgres_applies_settings() -> None:
         assert conn.execute("SHOW jit").fetchone() == ("off",)
     with pytest.raises(ValueError, match="setting names"), postgres_server({"work_mem; DROP": "1"}):
         pass
+
+
+def test_postgres_hits_say_where_they_are(service_urls: dict[str, Callable[[], str]]) -> None:
+    """Both searches give each hit's owner and position, the same as reading it by key would."""
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    store = open_store(f"{url}{sep}schema=place{uuid.uuid4().hex[:8]}")
+    rng = np.random.default_rng(3)
+    scopes = [Scope(user_id="u", agent_id=a, session_id=s) for a in ("", "helper") for s in ("one", "two")]
+    for n, scope in enumerate(scopes):
+        store.append(scope, [_msg(i, f"otter {n} note {i}" if i % 3 == 0 else f"heron {i}") for i in range(12)])
+        store.set_vectors(scope, [f"m{i}" for i in range(12)], rng.normal(size=(12, 8)).astype(np.float32), "m")
+    user = Scope(user_id="u", agent_id=None)
+    every = Scope(user_id="u", agent_id=ANY)
+    for scope in (scopes[1], user, every):
+        for hits in (store.search_text(scope, ["otter"], 50), store.search_vectors(scope, rng.normal(size=8), 50)):
+            assert hits
+            read = {m.key: m for m in store.get_keys(scope, [h.key for h in hits])}
+            assert len(read) == len(hits)
+            for h in hits:
+                m = read[h.key]
+                assert h.owner == (m.user_id, m.agent_id, m.session_id) and h.position == m.position
+    assert {h.owner for h in store.search_text(every, ["otter"], 50)} == {s.owner() for s in scopes}
+    store.close()
+
+
+def test_postgres_hnsw_serves_the_candidates_a_recall_asks_for(service_urls: dict[str, Callable[[], str]]) -> None:
+    """k=50 on a big scope walks the HNSW graph (the index is scanned) and finds the near neighbours."""
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    store = open_store(f"{url}{sep}schema=walk{uuid.uuid4().hex[:8]}&exact_limit=100&hnsw_min_rows=1000000")
+    scope = Scope(user_id="u", session_id="s")
+    rng = np.random.default_rng(4)
+    vecs = rng.normal(size=(3_000, 8)).astype(np.float32)
+    store.append(scope, [_msg(i, f"text {i}") for i in range(3_000)])
+    store.set_vectors(scope, [f"m{i}" for i in range(3_000)], vecs, "m")
+    assert store.build_indexes() == [8]  # type: ignore[attr-defined]
+    scans = (
+        "SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes WHERE schemaname = %s AND indexrelname = %s"
+    )
+
+    def index_scans() -> int:
+        with psycopg.connect(url, autocommit=True) as conn:
+            return int(conn.execute(scans, (store.schema, "vectors_8_hnsw")).fetchone()[0])  # type: ignore[index]
+
+    before = index_scans()
+    unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    for q in (7, 1234, 2999):
+        hits = store.search_vectors(scope, vecs[q], 50)
+        assert len(hits) == 50 and hits[0].id == f"m{q}" and hits[0].position == q
+        exact = {f"m{i}" for i in np.argsort(-(unit @ unit[q]))[:50]}
+        assert len(exact & {h.id for h in hits}) >= 45  # approximate, yet close to exact
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    deadline = time.monotonic() + 15
+    while index_scans() < before + 3 and time.monotonic() < deadline:  # statistics reach pg_stat within ~1 s
+        time.sleep(0.2)
+    assert index_scans() >= before + 3
+    store.close()
+
+
+def test_postgres_ranges_cost_does_not_grow_with_the_conversation(
+    service_urls: dict[str, Callable[[], str]],
+) -> None:
+    """``ranges`` reads a few index pages per span, however many positions the conversations hold."""
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    store_url = f"{url}{sep}schema=spans{uuid.uuid4().hex[:8]}"
+    loader = open_store(store_url)
+    small, big = Scope(user_id="u", session_id="small"), Scope(user_id="u", session_id="big")
+    for start in range(0, 30_000, 10_000):
+        loader.append(big, [_msg(i, "x") for i in range(start, start + 10_000)])
+    loader.append(small, [_msg(i, f"m {i}") for i in range(40)])
+    loader.build_indexes()  # type: ignore[attr-defined]  # ANALYZE, as after any bulk load
+    schema = loader.schema  # type: ignore[attr-defined]
+    loader.close()  # a backend flushes its statistics when it exits
+
+    def pages_read() -> int:
+        time.sleep(0.5)
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT coalesce(sum(idx_blks_hit + idx_blks_read), 0) FROM pg_statio_user_indexes"
+                " WHERE schemaname = %s AND relname = 'messages'", (schema,)
+            ).fetchone()
+        return int(row[0])  # type: ignore[index]
+
+    before = pages_read()
+    reader = open_store(store_url)
+    for scope, end in ((small, 40), (big, 30_000)):
+        spans = [(2, 4), (10, 12), (end // 2, end // 2 + 9), (end - 2, 10**12)]
+        want = [list(range(lo, min(hi, end - 1) + 1)) for lo, hi in spans]
+        for _ in range(5):
+            assert [[m.position for m in r] for r in reader.ranges(scope, spans)] == want
+    reader.close()
+    per_call = (pages_read() - before) / 10
+    assert per_call < 30  # a scan of the position index would read ~100 pages per span

@@ -16,10 +16,13 @@ Every figure is a ratio taken in one run, since absolute times differ from machi
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import statistics
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,6 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--archive-batch", type=int, default=32, help="messages per Archive.write")
     parser.add_argument("--archive-sizes", default="10000,100000", help="archived messages to measure recall at")
     parser.add_argument("--embedding-model", default=None, help="embedder (default: the shipped MiniLM)")
+    parser.add_argument("--archive-backend", choices=("sqlite", "postgres"), default="sqlite",
+                        help="the store the recall figures are taken on (PostgreSQL: a private server, HNSW index)")
+    parser.add_argument("--archive-keep", default=None, metavar="DIR",
+                        help="keep the loaded recall stores in DIR (a PostgreSQL data folder or SQLite files) and "
+                        "reuse them on the next run instead of loading again")
 
 
 @dataclass
@@ -85,9 +93,10 @@ def run(args: argparse.Namespace, corpus: Any) -> int:
     embedder = load_embedder(args.embedding_model)
     embedder.embed(["warm up"])
     sizes = sorted(int(s) for s in args.archive_sizes.split(",") if s)
-    with tempfile.TemporaryDirectory(prefix="fullrecall-bench-archive-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fullrecall-bench-archive-") as tmp, contextlib.ExitStack() as stack:
         report = _writes(embedder, corpus, args.archive_writes, args.archive_batch, tmp)
-        report.recall = [_recall(embedder, corpus, size, args.queries, tmp) for size in sizes]
+        recall_url = _recall_urls(args.archive_backend, args.archive_keep or tmp, stack)
+        report.recall = [_recall(embedder, corpus, size, args.queries, recall_url(size)) for size in sizes]
         report.round_trips_per_recall = report.recall[-1].pop("round_trips") if report.recall else {}
         for r in report.recall:
             r.pop("round_trips", None)
@@ -180,24 +189,14 @@ def _writes(embedder: Any, corpus: Any, n: int, batch: int, tmp: str) -> Archive
     )
 
 
-def _recall(embedder: Any, corpus: Any, size: int, n_queries: int, tmp: str) -> dict[str, Any]:
+def _recall(embedder: Any, corpus: Any, size: int, n_queries: int, url: str) -> dict[str, Any]:
     """Recall p50 at ``size`` archived messages against embedding the question alone."""
-    import numpy as np
-
-    from ..archive.archive import Archive, message_record
+    from ..archive.archive import Archive
     from ..stores import Scope, open_store
 
     scope = Scope(session_id=f"recall{size}")
-    store = open_store(f"sqlite:///{tmp}/recall{size}.db")
-    rng = np.random.default_rng(size)
-    step = 1_000
-    for start in range(0, size, step):
-        rows = [message_record(m, e.shape) for e in _events(corpus, min(step, size - start), step, start)
-                for m in e.messages]
-        store.append(scope, rows)
-        vectors = rng.normal(size=(len(rows), embedder.dimension)).astype(np.float32)
-        store.set_vectors(scope, [r.id for r in rows], vectors / np.linalg.norm(vectors, axis=1, keepdims=True),
-                          embedder.name)
+    store = open_store(url)
+    load_s = _load(store, scope, embedder, corpus, size)
     counting = CountingStore(store)
     archive = Archive(counting, scope, embedding_model=embedder)
     questions = [" ".join(corpus.query()) + "?" for _ in range(n_queries + 2)]
@@ -218,7 +217,75 @@ def _recall(embedder: Any, corpus: Any, size: int, n_queries: int, tmp: str) -> 
     store.close()
     r50, e50 = statistics.median(recall_ms), statistics.median(embed_ms)
     return {"size": size, "recall_p50_ms": round(r50, 2), "embed_question_p50_ms": round(e50, 2),
-            "ratio": round(r50 / e50, 2), "round_trips": trips}
+            "ratio": round(r50 / e50, 2), "round_trips": trips, **load_s}
+
+
+def _recall_urls(backend: str, where: str, stack: contextlib.ExitStack) -> Callable[[int], str]:
+    """A store URL per archive size: a SQLite file in ``where``, or a schema of a private PostgreSQL whose
+    data folder is ``where`` (kept there when it is ``--archive-keep``). The PostgreSQL URL defers the HNSW
+    build until :func:`_load` asks for it once, after the load.
+    """
+    if backend == "sqlite":
+        return lambda size: f"sqlite:///{where}/recall{size}.db"
+    from ..stores._servers import postgres_server
+    from .store import server_settings
+
+    base = stack.enter_context(postgres_server(server_settings(), pgdata=os.path.join(where, "pgdata")))
+    sep = "&" if "?" in base else "?"
+    return lambda size: f"{base}{sep}schema=recall{size}&hnsw_min_rows=1000000000&index_build_memory=4GB"
+
+
+def _load(store: Any, scope: Any, embedder: Any, corpus: Any, size: int) -> dict[str, float]:
+    """Archive ``size`` messages with random unit vectors in big batches, unless the store (kept from an
+    earlier run) holds them already; then build the search indexes once. Returns the seconds each took.
+    """
+    import numpy as np
+
+    from ..archive.archive import message_record
+
+    held = store.count(scope)
+    if held not in (0, size):
+        raise SystemExit(f"{store!r} holds {held} messages in {scope}, not 0 or {size}: remove the kept store")
+    rng = np.random.default_rng(size)
+    step = 10_000
+    t0 = time.perf_counter()
+    for start in range(0 if held == 0 else size, size, step):
+        rows = [message_record(m, e.shape) for e in _events(corpus, min(step, size - start), step, start)
+                for m in e.messages]
+        store.append(scope, rows)
+        vectors = rng.normal(size=(len(rows), embedder.dimension)).astype(np.float32)
+        store.set_vectors(scope, [r.id for r in rows], vectors / np.linalg.norm(vectors, axis=1, keepdims=True),
+                          embedder.name)
+    t1 = time.perf_counter()
+    build = getattr(store, "build_indexes", None)
+    if build is not None:
+        build()
+        _warm_postgres(store)
+    return {"load_s": round(t1 - t0, 1) if held == 0 else 0.0, "index_build_s": round(time.perf_counter() - t1, 1)}
+
+
+def _warm_postgres(store: Any) -> None:
+    """Read the schema's files (tables and indexes) once, so that the measured queries find them in the
+    page cache, as a server in steady use would (the private server has just been started, maybe on a
+    kept data folder whose pages the machine's other work has evicted).
+    """
+    import psycopg
+
+    from ..stores.postgres import split_url
+
+    with psycopg.connect(split_url(store.url)[0], autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT current_setting('data_directory') || '/' || pg_relation_filepath(c.oid) FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind IN ('r', 'i', 't')",
+            (store.schema,),
+        ).fetchall()
+    for (path,) in rows:
+        for segment in [path] + [f"{path}.{i}" for i in range(1, 1_000)]:
+            if not os.path.exists(segment):
+                break
+            with open(segment, "rb") as f:
+                while f.read(1 << 20):
+                    pass
 
 
 def _table(r: ArchiveReport) -> str:

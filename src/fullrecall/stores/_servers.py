@@ -73,11 +73,12 @@ def redis_server(appendfsync: str = "everysec") -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def postgres_server(settings: Mapping[str, str] | None = None) -> Iterator[str]:
+def postgres_server(settings: Mapping[str, str] | None = None, pgdata: str | None = None) -> Iterator[str]:
     """A private PostgreSQL with pgvector from the ``pgserver`` package; yields its URL.
 
     ``settings`` (``{"shared_buffers": "4GB"}``) are written with ``ALTER SYSTEM`` and the
-    server is restarted once to apply them.
+    server is restarted once to apply them. ``pgdata``: a data folder kept after the server
+    stops and used again by the next call (default: a temporary one, removed).
     """
     bad = [name for name in settings or {} if not re.fullmatch(r"[a-z_.]+", name)]
     if bad:
@@ -86,21 +87,26 @@ def postgres_server(settings: Mapping[str, str] | None = None) -> Iterator[str]:
         import pgserver
     except ImportError as exc:
         raise ServerUnavailable("the 'pgserver' package is not installed (pip install pgserver)") from exc
-    workdir = tempfile.mkdtemp(prefix="fullrecall-pg-")
+    keep = pgdata is not None
+    if pgdata is not None:
+        os.makedirs(pgdata, exist_ok=True)
+    workdir = pgdata if pgdata is not None else tempfile.mkdtemp(prefix="fullrecall-pg-")
     try:
         server = pgserver.get_server(workdir, cleanup_mode="stop")
         if settings:
             _apply_settings(server, settings)
     except Exception as exc:  # pgserver raises plain exceptions when initdb/pg_ctl fail
         _stop_postmaster(workdir)
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
         raise ServerUnavailable(f"pgserver could not start PostgreSQL: {exc}") from exc
     try:
         yield server.get_uri()
     finally:
         server.cleanup()
         _stop_postmaster(workdir)
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _apply_settings(server: Any, settings: Mapping[str, str]) -> None:

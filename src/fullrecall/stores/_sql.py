@@ -65,17 +65,19 @@ class Dialect:
             yield self.in_(column, chunk)
 
     def spans(self, column: str, spans: Sequence[tuple[int, int]]) -> Iterator[tuple[str, list[Any]]]:
-        """Conditions that ``column`` lies in one of the inclusive ``spans``: one for all of them passed
-        as arrays, or one a distinct span (an OR of spans would defeat the index).
+        """Conditions that ``column`` lies in one of the inclusive ``spans``: one OR of them all where
+        the engine reads an OR of ranges as that many index range scans (PostgreSQL's bitmap OR; a semi
+        join against the spans as arrays would scan the whole conversation), or one a distinct span
+        (SQLite: an OR of spans would defeat its index).
         """
-        if not self.chunk:
+        distinct = list(dict.fromkeys(spans))
+        if distinct and not self.chunk:
             yield (
-                f"EXISTS (SELECT 1 FROM unnest({self.ph}::bigint[], {self.ph}::bigint[]) r(lo, hi)"
-                f" WHERE {column} BETWEEN lo AND hi)",
-                [[lo for lo, _ in spans], [hi for _, hi in spans]],
+                "(" + " OR ".join(f"{column} BETWEEN {self.ph} AND {self.ph}" for _ in distinct) + ")",
+                [bound for span in distinct for bound in span],
             )
             return
-        for lo, hi in dict.fromkeys(spans):
+        for lo, hi in distinct:
             yield f"{column} BETWEEN {self.ph} AND {self.ph}", [lo, hi]
 
     def upsert(self, table: str, columns: Sequence[str], key: Sequence[str]) -> str:
@@ -209,6 +211,10 @@ class SqlStore(StoreBase):
         scope.require_session()
         spans = C.check_spans(spans)
         where, params = self.sql.scope_where(scope)
+        if not self.sql.chunk:  # one statement (PostgreSQL): the session's row id as a constant, so that each
+            # span is one range scan of (sid, position), never a scan of every session's positions
+            where = f"{where} AND m.sid = (SELECT s.sid FROM {self.sql.t('sessions')} s WHERE {where})"
+            params = [*params, *params]
         found: dict[int, StoredMessage] = {}
         with self._read() as conn:  # one snapshot for every span (one statement where arrays are passed)
             for within, p in self.sql.spans("m.position", spans):

@@ -161,12 +161,15 @@ class Hit(NamedTuple):
 
     Ids are unique within a session only; ``key`` is unique in the whole store (and
     never reused), so a search over many sessions tells its hits apart by ``key`` and
-    fetches them with :meth:`Store.get_keys`.
+    fetches them with :meth:`Store.get_keys`. A backend may also say where each hit is
+    (``owner`` and ``position``), so that a caller can place it without reading it.
     """
 
     id: str
     score: float
     key: str
+    owner: tuple[str, str, str] | None = None  # (user_id, agent_id, session_id) where the backend gives it
+    position: int | None = None  # the message's position in its session, where the backend gives it
 
 
 @runtime_checkable

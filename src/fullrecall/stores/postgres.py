@@ -21,7 +21,10 @@ Design, and why:
   (default 20,000) or holding most of the table, with ``hnsw.ef_search`` raised as the
   scope's share of the table shrinks; smaller scopes (one conversation among many) are
   searched exactly, and an approximate search that filters leave short of ``k`` rows
-  falls back to an exact one.
+  falls back to an exact one. The graph walk runs alone (``ORDER BY ... LIMIT ef``) and the
+  scope and filters apply to its rows, so that the planner never trades it for a sort.
+* **Reads** run in autocommit (no ``BEGIN``/``COMMIT`` round trips); ``hnsw.ef_search`` is set
+  on a pooled connection only when it changes. Hits carry their owner and position.
 * **forget** deletes, then runs ``VACUUM (ANALYZE)`` on the tables it deleted from: dead
   tuples are pruned and ``pg_stats`` no longer lists the forgotten words and user ids.
   PostgreSQL does not zero freed space, keeps GIN keys and WAL segments: ``remaining`` says so.
@@ -42,6 +45,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -256,6 +260,7 @@ class PostgresStore(SqlStore):
         self._builds: dict[int, threading.Thread] = {}  # dim -> its background index build
         self._unchecked: dict[int, int] = {}  # dim -> vectors written since its size was last checked
         self._build_conns: set[Conn] = set()  # cancelled by close()
+        self._conn_ef: weakref.WeakKeyDictionary[Conn, int] = weakref.WeakKeyDictionary()  # hnsw.ef_search set
         self._timeout = connect_timeout
         self._lock = threading.Lock()
         self._pool_obj: ConnectionPool[Conn] | None = None
@@ -321,9 +326,22 @@ class PostgresStore(SqlStore):
     @contextlib.contextmanager
     def _tx(self) -> Iterator[Conn]:
         """One transaction; driver errors become StoreError (unreachable) or ValueError (refused input)."""
+        with self._mapped_errors(), self._pool().connection() as conn, conn.transaction():
+            yield conn
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Conn]:
+        """A connection for reads in autocommit, errors mapped as :meth:`_tx` does: each statement sees its
+        own snapshot, and a read of one statement saves the BEGIN and COMMIT round trips.
+        """
+        with self._mapped_errors(), self._pool().connection() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _mapped_errors(self) -> Iterator[None]:
+        """Driver errors as fullrecall's: StoreError (unreachable, refused) or ValueError (refused input)."""
         try:
-            with self._pool().connection() as conn, conn.transaction():
-                yield conn
+            yield
         except psycopg.errors.IntegrityError as exc:
             raise ValueError(f"write refused by a constraint: {exc}") from exc
         except psycopg.DataError as exc:  # input the rule of _validate let through; never expected
@@ -336,7 +354,7 @@ class PostgresStore(SqlStore):
             raise StoreError(f"PostgreSQL at {self._safe_url()} refused the statement, nothing was written: {exc}"
                              ) from exc
 
-    _read = _write = _tx  # every transaction may write: rows are locked where writers must take turns
+    _write = _tx  # rows are locked where writers must take turns
 
     def _safe_url(self) -> str:
         parts = urlsplit(self._conninfo)
@@ -598,7 +616,7 @@ class PostgresStore(SqlStore):
         where, params = self.sql.scope_where(scope)
         s = self.schema
         out: dict[str, np.ndarray] = {}
-        with self._tx() as conn:
+        with self._read() as conn:
             for dim in self._dims(conn):
                 for r in conn.execute(
                     f"SELECT m.id, v.embedding FROM {s}.vectors_{dim} v JOIN {s}.messages m ON m.rid = v.rid"
@@ -617,9 +635,10 @@ class PostgresStore(SqlStore):
         query = Vec.as_query(vector)
         s = self.schema
         where, params = self.sql.scope_where(scope)
-        with self._tx() as conn:
+        with self._read() as conn:
             sessions = conn.execute(
-                f"SELECT sid, vec_dim, next_position FROM {s}.sessions s WHERE {where} AND vec_dim IS NOT NULL",
+                f"SELECT sid, vec_dim, next_position, user_id, agent_id, session_id FROM {s}.sessions s"
+                f" WHERE {where} AND vec_dim IS NOT NULL",
                 params,
             ).fetchall()
             dims = {r["vec_dim"] for r in sessions}
@@ -630,27 +649,43 @@ class PostgresStore(SqlStore):
             dim = dims.pop()
             if query.shape[0] != dim:
                 raise Vec.dim_mismatch(dim, query.shape[0])
-            sids = [r["sid"] for r in sessions]
+            owners = _owners(sessions)
             table = f"{s}.vectors_{dim}"
             fsql, fparams = self.sql.filters(filters)
-            # In the approximate query ``sid + 0`` hides the session index from the planner, which
-            # would otherwise fetch the scope's rows and sort them rather than walk the HNSW graph.
-            base = (
-                f"SELECT m.id, m.rid, 1 - (v.embedding <=> %s) AS score FROM {table} v JOIN {s}.messages m ON m.rid = v.rid"
-                f" WHERE v.sid{{}} = ANY(%s){fsql}"
-            )
-            args = [query, sids, *fparams]
+            sids = list(owners)
             size = sum(r["next_position"] for r in sessions)  # messages ever appended: at least the vectors
             ef = self._hnsw_ef(conn, dim, size, k)
             if ef:
-                conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
-                approx = base.format(" + 0") + " ORDER BY v.embedding <=> %s LIMIT %s"
-                rows = conn.execute(approx, [*args, query, k]).fetchall()
+                # The graph walk alone, the scope and filters applied to the ``ef`` rows it returns (all that
+                # pgvector's HNSW scan gives): a filter inside it would make the planner expect few rows to
+                # pass, and so sort the whole table rather than walk the index.
+                self._set_ef(conn, ef)
+                # The limits are written in the statement: psycopg prepares a statement run five times, and a
+                # generic plan, taking a parameter's LIMIT for a tenth of the rows, may sort the whole table.
+                rows = conn.execute(
+                    f"SELECT m.id, m.rid, m.sid, m.position, 1 - x.d AS score FROM (SELECT v.rid, v.sid,"
+                    f" v.embedding <=> %s AS d FROM {table} v ORDER BY v.embedding <=> %s LIMIT {int(ef)}) x"
+                    f" JOIN {s}.messages m ON m.rid = x.rid WHERE x.sid = ANY(%s){fsql} ORDER BY x.d, m.rid"
+                    f" LIMIT {int(k)}",
+                    [query, query, sids, *fparams],
+                ).fetchall()
                 if len(rows) == k:
-                    return [Hit(r["id"], float(r["score"]), str(r["rid"])) for r in rows]
+                    return _hits(rows, owners)
             # Exact: ordering by the score expression never uses the approximate index.
-            rows = conn.execute(base.format("") + " ORDER BY score DESC, m.rid LIMIT %s", [*args, k]).fetchall()
-        return [Hit(r["id"], float(r["score"]), str(r["rid"])) for r in rows]
+            rows = conn.execute(
+                f"SELECT m.id, m.rid, m.sid, m.position, 1 - (v.embedding <=> %s) AS score FROM {table} v"
+                f" JOIN {s}.messages m ON m.rid = v.rid WHERE v.sid = ANY(%s){fsql} ORDER BY score DESC, m.rid LIMIT %s",
+                [query, sids, *fparams, k],
+            ).fetchall()
+        return _hits(rows, owners)
+
+    def _set_ef(self, conn: Conn, ef: int) -> None:
+        """``hnsw.ef_search`` for this connection's searches: set (for its session) only when it changes, so
+        that a recall does not pay a round trip for it, nor a transaction for ``SET LOCAL``.
+        """
+        if self._conn_ef.get(conn) != ef:
+            conn.execute(f"SET hnsw.ef_search = {int(ef)}")
+            self._conn_ef[conn] = ef
 
     def _hnsw_ef(self, conn: Conn, dim: int, scope_size: int, k: int) -> int | None:
         """``hnsw.ef_search`` for an approximate search of this scope, or None to search exactly.
@@ -687,31 +722,34 @@ class PostgresStore(SqlStore):
         if not words or k == 0:
             return []
         where, params = self.sql.scope_where(scope)
-        with self._tx() as conn:
-            sessions = conn.execute(
-                f"SELECT sid, message_count, lexemes FROM {self.schema}.sessions s WHERE {where}", params
-            ).fetchall()
-            queries = self._word_queries(conn, words) if sessions else []
+        with self._read() as conn:  # one round trip for the scope's sessions and the words' queries
+            row = conn.execute(
+                "SELECT (SELECT coalesce(json_agg(json_build_object('sid', sid, 'message_count', message_count,"
+                " 'lexemes', lexemes, 'user_id', user_id, 'agent_id', agent_id, 'session_id', session_id)), '[]')"
+                f" FROM {self.schema}.sessions s WHERE {where}) AS sessions,"
+                " (SELECT coalesce(json_agg(json_build_array(phraseto_tsquery('english', w)::text,"
+                " array(SELECT lexeme FROM unnest(to_tsvector('english', w)))) ORDER BY i), '[]')"
+                " FROM unnest(%s::text[]) WITH ORDINALITY AS t(w, i)) AS words",
+                [*params, list(words)],
+            ).fetchone()
+            sessions = row["sessions"]
+            queries = self._word_queries(conn, row["words"]) if sessions else []
             if not queries:
                 return []
             n = max(1, sum(r["message_count"] for r in sessions))
             mean_length = max(1.0, sum(r["lexemes"] for r in sessions) / n)
-            return _Lexical(self, conn, [r["sid"] for r in sessions], n, mean_length, queries, filters).top(k)
+            return _Lexical(self, conn, _owners(sessions), n, mean_length, queries, filters).top(k)
 
-    def _word_queries(self, conn: Conn, words: Sequence[str]) -> list[tuple[str, float | None]]:
-        """(tsquery text, share of rows holding it or None if not among the frequent words) per word."""
-        rows = conn.execute(
-            "SELECT phraseto_tsquery('english', w)::text AS q,"
-            " array(SELECT lexeme FROM unnest(to_tsvector('english', w))) AS lexemes"
-            " FROM unnest(%s::text[]) WITH ORDINALITY AS t(w, i) ORDER BY i",
-            (list(words),),
-        ).fetchall()
+    def _word_queries(self, conn: Conn, words: Sequence[Sequence[Any]]) -> list[tuple[str, float | None]]:
+        """(tsquery text, share of rows holding it or None if not among the frequent words) per distinct
+        query of ``words``, given as (tsquery text, its lexemes).
+        """
         shares = self._lexeme_shares(conn)
         out: dict[str, float | None] = {}
-        for r in rows:
-            if r["q"] and r["q"] not in out:  # a stop word gives an empty query
-                known = [shares.get(lexeme) for lexeme in r["lexemes"]]
-                out[r["q"]] = min(known) if known and None not in known else None  # type: ignore[type-var]
+        for q, lexemes in words:
+            if q and q not in out:  # a stop word gives an empty query
+                known = [shares.get(lexeme) for lexeme in lexemes]
+                out[q] = min(known) if known and None not in known else None  # type: ignore[type-var]
         return list(out.items())
 
     def _lexeme_shares(self, conn: Conn) -> dict[str, float]:
@@ -855,6 +893,16 @@ class PostgresStore(SqlStore):
         )]
 
 
+def _owners(sessions: Iterable[dict[str, Any]]) -> dict[int, tuple[str, str, str]]:
+    """Each session's (user_id, agent_id, session_id) by its ``sid``."""
+    return {r["sid"]: (r["user_id"], r["agent_id"], r["session_id"]) for r in sessions}
+
+
+def _hits(rows: Iterable[dict[str, Any]], owners: dict[int, tuple[str, str, str]]) -> list[Hit]:
+    """Hits of rows holding ``id``, ``rid``, ``sid``, ``position`` and ``score``, each with its place."""
+    return [Hit(r["id"], float(r["score"]), str(r["rid"]), owners[r["sid"]], int(r["position"])) for r in rows]
+
+
 class _Lexical:
     """One lexical search: the candidate queries of :mod:`._topk`'s plan, run in SQL."""
 
@@ -862,13 +910,15 @@ class _Lexical:
         self,
         store: PostgresStore,
         conn: Conn,
-        sids: list[int],
+        owners: dict[int, tuple[str, str, str]],
         n: int,
         mean_length: float,
         queries: list[tuple[str, float | None]],
         filters: Filters | None,
     ) -> None:
-        self.store, self.conn, self.sids, self.n, self.mean_length = store, conn, sids, n, mean_length
+        self.store, self.conn, self.n, self.mean_length = store, conn, n, mean_length
+        self.owners, self.sids = owners, list(owners)
+        self.places: dict[int, tuple[int, int]] = {}  # rid -> (sid, position) of the rows ranked
         self.queries = [q for q, _ in queries]
         self.share = {i: f for i, (_, f) in enumerate(queries) if f is not None}
         est = [None if f is None else f * n for _, f in queries]
@@ -887,7 +937,7 @@ class _Lexical:
             self.store._candidate_cap,
             lambda sets, capped, exclude: self._ranked(sets, k, capped, exclude),
         )
-        return [Hit(i, s, str(rid)) for i, rid, s in hits]
+        return [Hit(i, s, str(rid), self.owners[self.places[rid][0]], self.places[rid][1]) for i, rid, s in hits]
 
     def _tsquery(self, sets: list[tuple[int, ...]]) -> str:
         return " | ".join("(" + " & ".join(f"({self.queries[i]})" for i in s) + ")" for s in sets)
@@ -912,10 +962,12 @@ class _Lexical:
         norm = f"{k1 + 1!r} / (1 + {k1!r} * (1 - {b!r} + {b!r} * c.dl / {self.mean_length!r}::float8))"
         excluded = " AND NOT m.tsv @@ %s::tsquery" if exclude else ""
         sql = (
-            f"WITH c AS MATERIALIZED (SELECT m.rid, m.id, length(m.tsv)::float8 AS dl, {hit_cols} FROM {s}.messages m"
+            f"WITH c AS MATERIALIZED (SELECT m.rid, m.id, m.sid, m.position, length(m.tsv)::float8 AS dl, {hit_cols}"
+            f" FROM {s}.messages m"
             f" WHERE m.tsv @@ %s::tsquery AND m.sid = ANY(%s){excluded}{self.fsql}{' LIMIT %s' if capped else ''}),"
             f" st AS (SELECT count(*) AS candidates, {weight_cols} FROM c)"  # one row, always
-            f" SELECT c.id, c.rid, ({weights}) * {norm} AS score FROM c, st ORDER BY score DESC, c.rid LIMIT %s"
+            f" SELECT c.id, c.rid, c.sid, c.position, ({weights}) * {norm} AS score FROM c, st"
+            " ORDER BY score DESC, c.rid LIMIT %s"
         )
         args: list[Any] = [*self.queries, self._tsquery(sets), self.sids]
         if exclude:
@@ -923,4 +975,6 @@ class _Lexical:
         args += self.fparams
         if capped:
             args.append(self.store._candidate_cap)
-        return [(r["id"], r["rid"], float(r["score"])) for r in self.conn.execute(sql, [*args, k])]
+        rows = self.conn.execute(sql, [*args, k]).fetchall()
+        self.places.update((r["rid"], (r["sid"], int(r["position"]))) for r in rows)
+        return [(r["id"], r["rid"], float(r["score"])) for r in rows]
