@@ -211,7 +211,7 @@ def test_question_facets_prefer_the_named_speaker_and_dated_turns(default_embedd
     texts = ["I finally went hiking in the Dolomites.", "I finally went hiking in the Dolomites.",
              "We went hiking in the Dolomites last August.", "The Dolomites are lovely for hiking."]
     meta = [{"speaker": "Ann"}, {"speaker": "Bob"}, {"speaker": "Cy"}, {"speaker": "Cy"}]
-    with SemanticSearch(default_embedder) as s:
+    with SemanticSearch(default_embedder, near_weight=0.0) as s:  # facets alone (nearness adds to the boost too)
         s.add(texts, ids=["ann", "bob", "dated", "plain"], metadata=meta)
         for name in ("Ann", "Bob"):
             hits = s.search(f"Did {name} go hiking in the Dolomites?", top_k=2)
@@ -219,7 +219,7 @@ def test_question_facets_prefer_the_named_speaker_and_dated_turns(default_embedd
             assert "boost" not in hits[1].scores
         when = s.search("When did Cy go hiking in the Dolomites?", top_k=4)
         assert when[0].id == "dated" and when[0].scores["boost"] == s.speaker_boost + s.date_boost
-    with SemanticSearch(default_embedder, speaker_boost=0, date_boost=0) as plain:
+    with SemanticSearch(default_embedder, speaker_boost=0, date_boost=0, near_weight=0.0) as plain:
         plain.add(texts, ids=["ann", "bob", "dated", "plain"], metadata=meta)
         assert all("boost" not in h.scores for h in plain.search("When did Cy go hiking?", top_k=4))
 
