@@ -211,7 +211,7 @@ def test_question_facets_prefer_the_named_speaker_and_dated_turns(default_embedd
     texts = ["I finally went hiking in the Dolomites.", "I finally went hiking in the Dolomites.",
              "We went hiking in the Dolomites last August.", "The Dolomites are lovely for hiking."]
     meta = [{"speaker": "Ann"}, {"speaker": "Bob"}, {"speaker": "Cy"}, {"speaker": "Cy"}]
-    with SemanticSearch(default_embedder) as s:
+    with SemanticSearch(default_embedder, near_weight=0.0) as s:  # facets alone (nearness adds to the boost too)
         s.add(texts, ids=["ann", "bob", "dated", "plain"], metadata=meta)
         for name in ("Ann", "Bob"):
             hits = s.search(f"Did {name} go hiking in the Dolomites?", top_k=2)
@@ -219,7 +219,7 @@ def test_question_facets_prefer_the_named_speaker_and_dated_turns(default_embedd
             assert "boost" not in hits[1].scores
         when = s.search("When did Cy go hiking in the Dolomites?", top_k=4)
         assert when[0].id == "dated" and when[0].scores["boost"] == s.speaker_boost + s.date_boost
-    with SemanticSearch(default_embedder, speaker_boost=0, date_boost=0) as plain:
+    with SemanticSearch(default_embedder, speaker_boost=0, date_boost=0, near_weight=0.0) as plain:
         plain.add(texts, ids=["ann", "bob", "dated", "plain"], metadata=meta)
         assert all("boost" not in h.scores for h in plain.search("When did Cy go hiking?", top_k=4))
 
@@ -242,3 +242,23 @@ def test_a_conversation_forgotten_and_begun_again_is_searched_as_a_new_search_wo
     assert seen == [(h.session_id, h.message.position, h.text) for h in fresh.search("zebra", top_k=3)]
     assert len(seen) == 3 and all("round two" in text for _, _, text in seen)
     store.close()
+
+
+def test_a_hit_near_the_best_one_outranks_its_twin_elsewhere(default_embedder):
+    """Two identical turns: the one in the part of the conversation where the best hit is comes first."""
+    best = "I adopted a grey cat called Miso and she loves tuna."
+    filler = [f"Entry {i}: the weekly bus timetable was posted on the board." for i in range(8)]
+    store = open_store("sqlite:///:memory:")
+    try:
+        for session, texts in (("a", [*filler[:6], "Miso loves tuna.", *filler[6:]]),
+                               ("b", [filler[0], best, *filler[1:5], "Miso loves tuna.", *filler[5:]])):
+            SemanticSearch(default_embedder, store=store, scope=Scope(user_id="u", session_id=session)).add(
+                texts, ids=[f"{session}{i}" for i in range(len(texts))])
+        for near_weight, twins in ((0.2, ["b6", "a6"]), (0.0, ["a6", "b6"])):  # without it, a tie goes to session a
+            s = SemanticSearch(default_embedder, store=store, scope=Scope(user_id="u"), near_weight=near_weight)
+            hits = s.search(best, top_k=5)
+            assert hits[0].id == "b1"
+            assert [h.id for h in hits if h.text == "Miso loves tuna."] == twins
+            assert hits[0].scores.get("boost", 0.0) == pytest.approx(near_weight)  # the best is near itself
+    finally:
+        store.close()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fullrecall.search import index_text, query_terms
-from fullrecall.search.fusion import fuse, rrf, spread_out
+from fullrecall.search.fusion import Candidate, fuse, near_best, rrf, spread_out
 
 
 def test_query_terms_drop_question_words_keep_names_numbers_ids():
@@ -63,3 +65,40 @@ def test_spread_out_skips_placeholders_that_do_not_exist():
 def test_rrf_baseline():
     ranked = rrf({("a", 1): 0.9, ("a", 2): 0.1}, {("a", 2): 5.0}, {})
     assert ranked[0].key == ("a", 2)
+
+
+def _ranked(scores: dict[tuple[str, int], float]) -> list[Candidate]:
+    out = [Candidate(key, f"{key[0]}{key[1]}", fused=f) for key, f in scores.items()]
+    out.sort(key=lambda c: (-c.fused, c.key))
+    return out
+
+
+def test_near_best_prefers_the_part_of_the_conversation_where_the_best_hits_are():
+    # two equally good candidates: the one 5 turns from the best hit wins over the one 50 turns away
+    ranked = _ranked({("a", 55): 1.0, ("a", 60): 0.5, ("a", 5): 0.5, ("b", 55): 0.5})
+    assert [c.key for c in ranked] == [("a", 55), ("a", 5), ("a", 60), ("b", 55)]  # a tie goes to the lower key
+    out = near_best(ranked, weight=0.2, window=30, depth=1)
+    by_key = {c.key: c for c in out}
+    assert [c.key for c in out][:2] == [("a", 55), ("a", 60)]
+    assert by_key[("a", 60)].fused == pytest.approx(0.7) and by_key[("a", 60)].boost == pytest.approx(0.2)
+    assert by_key[("a", 5)].fused == 0.5 and by_key[("a", 5)].boost == 0.0  # beyond the window
+    assert by_key[("b", 55)].fused == 0.5  # same position, another session: not near
+    assert by_key[("a", 55)].fused == pytest.approx(1.2)  # the best is near itself
+    # a near candidate gains in proportion to the head hit it is near (depth 2: (a, 5) is in the head)
+    again = near_best(_ranked({("a", 0): 1.0, ("a", 100): 0.5, ("a", 110): 0.4}), weight=0.2, window=30, depth=2)
+    assert {c.key: c.boost for c in again}[("a", 110)] == pytest.approx(0.2 * 0.5)
+    assert near_best(_ranked({("a", 1): 1.0, ("a", 2): 0.5}), weight=0.0)[1].fused == 0.5  # weight 0: off
+
+
+@given(st.dictionaries(st.tuples(st.sampled_from("ab"), st.integers(0, 200)), st.floats(0.0, 1.0), max_size=40),
+       st.floats(0.0, 1.0), st.integers(0, 50))
+def test_near_best_keeps_the_best_first_and_only_adds(scores, weight, window):
+    before = {key: f for key, f in scores.items()}
+    out = near_best(_ranked(scores), weight=weight, window=window)
+    assert sorted(c.key for c in out) == sorted(scores)
+    for c in out:
+        assert before[c.key] <= c.fused <= before[c.key] + weight + 1e-9
+        assert c.fused == pytest.approx(before[c.key] + c.boost)
+    assert [c.fused for c in out] == sorted((c.fused for c in out), reverse=True)
+    if out:
+        assert out[0].fused == pytest.approx(max(before.values()) + (weight if max(before.values()) > 0 else 0.0))

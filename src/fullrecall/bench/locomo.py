@@ -48,6 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speaker-boost", type=float, default=None, help="boost for turns of a person named")
     parser.add_argument("--date-boost", type=float, default=None, help="boost for dated turns on 'when' questions")
     parser.add_argument("--facet-depth", type=int, default=None, help="how many of the best candidates facets rescore")
+    parser.add_argument("--near-weight", type=float, default=None,
+                        help="boost for candidates near the best hits of the conversation (0: off)")
     parser.add_argument("--radius", type=int, default=2, help="context radius around each hit")
     parser.add_argument("--no-spread", action="store_true", help="radius around the plain top-k instead of spread hits")
     parser.add_argument("--scale", type=int, default=10_000, help="also time queries on an archive of this many messages (0: skip)")
@@ -287,7 +289,8 @@ def _run(args: argparse.Namespace, samples: list[Any], data_path: Path, embedder
     from ..stores.base import Scope
 
     options: dict[str, Any] = {"fusion": args.fusion}
-    for name in ("lexical_weight", "neighbour_weight", "candidates", "speaker_boost", "date_boost", "facet_depth"):
+    for name in ("lexical_weight", "neighbour_weight", "candidates", "speaker_boost", "date_boost", "facet_depth",
+                 "near_weight"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
     tallies: dict[str, Tally] = {}

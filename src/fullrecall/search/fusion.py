@@ -11,6 +11,9 @@ does better still.
 * lexical: BM25 plus ``neighbour_weight`` x the BM25 of the turns just before and
   after (same session), divided by the best such score (at least ``LEXICAL_FLOOR``): in [0, 1].
 * fused: ``lexical_weight * lexical + (1 - lexical_weight) * dense``, in [0, 1].
+* near the best (:func:`near_best`): a conversation stays on a topic for a while, so a
+  candidate within ``NEAR_WINDOW`` positions of one of the ``NEAR_DEPTH`` best (same
+  session) gains ``NEAR_WEIGHT`` x that hit's score relative to the best's.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ Key = tuple[str, int]  # (session id, position)
 LEXICAL_WEIGHT = 0.6
 NEIGHBOUR_WEIGHT = 0.3
 LEXICAL_FLOOR = 1.0  # BM25 units; one match of a word found in 1 of 100 messages scores ~4
+NEAR_WEIGHT = 0.2
+NEAR_WINDOW = 30  # positions: about one LoCoMo session (20-30 turns) either side
+NEAR_DEPTH = 10
 
 
 @dataclass
@@ -32,7 +38,7 @@ class Candidate:
     dense: float | None = None  # cosine similarity, when among the dense candidates
     lexical: float = 0.0  # BM25 of the message itself
     fused: float = 0.0
-    boost: float = 0.0  # added by query facets (speaker, date), already in ``fused``
+    boost: float = 0.0  # added by query facets (speaker, date) and nearness to the best, already in ``fused``
 
 
 def fuse(
@@ -72,6 +78,36 @@ def fuse(
         out.append(Candidate(key, ids.get(key), cos, lexical.get(key, 0.0), fused))
     out.sort(key=lambda c: (-c.fused, c.key))
     return out
+
+
+def near_best(
+    ranked: list[Candidate], *, weight: float = NEAR_WEIGHT, window: int = NEAR_WINDOW, depth: int = NEAR_DEPTH
+) -> list[Candidate]:
+    """``ranked`` re-ranked by nearness to its ``depth`` best (best first, fused scores >= 0).
+
+    A candidate within ``window`` positions of one of the ``depth`` best in the same
+    session (itself included) gains ``weight`` x the best such score / the top score:
+    the part of a conversation where the best hits sit is where the rest of the
+    answer usually is (LoCoMo: recall@10 +0.02, see ``docs/search.md``).
+    """
+    if weight <= 0 or not ranked:
+        return ranked
+    head: dict[str, list[tuple[int, float]]] = {}
+    for c in ranked[:depth]:
+        head.setdefault(c.key[0], []).append((c.key[1], c.fused))
+    top = ranked[0].fused
+    if top <= 0:
+        return ranked
+    scale = weight / top
+    for c in ranked:
+        near = head.get(c.key[0])
+        if near:
+            best = max((f for p, f in near if abs(p - c.key[1]) <= window), default=0.0)
+            if best > 0:
+                c.boost += scale * best
+                c.fused += scale * best
+    ranked.sort(key=lambda c: (-c.fused, c.key))
+    return ranked
 
 
 def rrf(dense: dict[Key, float], lexical: dict[Key, float], ids: dict[Key, str], *, k: int = 60) -> list[Candidate]:

@@ -24,7 +24,7 @@ from ..stores import _validate as V
 from ..stores._common import filters_match
 from ..stores.base import Filters, Scope, Store, StoredMessage
 from .facets import DATE_BOOST, SPEAKER_BOOST, boost, query_facets
-from .fusion import LEXICAL_WEIGHT, NEIGHBOUR_WEIGHT, Candidate, fuse, rrf, spread_out
+from .fusion import LEXICAL_WEIGHT, NEAR_WEIGHT, NEIGHBOUR_WEIGHT, Candidate, fuse, near_best, rrf, spread_out
 from .terms import index_text, query_terms
 
 DEFAULT_TOP_K = 3
@@ -202,6 +202,7 @@ class SemanticSearch:
         speaker_boost: float = SPEAKER_BOOST,
         date_boost: float = DATE_BOOST,
         facet_depth: int = 30,
+        near_weight: float = NEAR_WEIGHT,
     ) -> None:
         from ..embeddings import load_embedder, load_reranker
 
@@ -226,6 +227,7 @@ class SemanticSearch:
         self.speaker_boost = speaker_boost
         self.date_boost = date_boost
         self.facet_depth = facet_depth
+        self.near_weight = near_weight
         self._checked_space = False
         self._places = _Places()
 
@@ -388,6 +390,8 @@ class SemanticSearch:
                 lexical_weight=self.lexical_weight, neighbour_weight=self.neighbour_weight,
             )
         ranked = self._apply_facets(query, ranked, scope, found)
+        if self.fusion == "weighted":
+            ranked = near_best(ranked, weight=self.near_weight)
         depth = max(k, self.rerank_depth) if self.reranker is not None else k
         placeholders = {id(c) for c in ranked if c.id is None}
         while True:
