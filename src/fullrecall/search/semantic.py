@@ -11,9 +11,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,7 +25,7 @@ import numpy as np
 from ..errors import InvalidInput
 from ..stores import _validate as V
 from ..stores._common import filters_match
-from ..stores.base import Filters, Scope, Store, StoredMessage
+from ..stores.base import Filters, Hit, Scope, Store, StoredMessage
 from .facets import DATE_BOOST, SPEAKER_BOOST, boost, query_facets
 from .fusion import LEXICAL_WEIGHT, NEIGHBOUR_WEIGHT, Candidate, fuse, rrf, spread_out
 from .terms import index_text, query_terms
@@ -114,6 +117,21 @@ def _one_blas_thread() -> Iterator[None]:
         yield
 
 
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+_pool_lock = threading.Lock()
+
+
+def _background() -> ThreadPoolExecutor:
+    """The threads a search runs its keyword query on while it embeds the question (per process: a pool
+    inherited through a fork has no threads).
+    """
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=4, thread_name_prefix="fullrecall-search"))
+        return _pool[1]
+
+
 def _owner(m: StoredMessage) -> str:
     """The session a stored message belongs to, as one string (owner and session; unique in a tenant)."""
     return _owner_name(m.user_id or "", m.agent_id or "", m.session_id or "")
@@ -158,14 +176,21 @@ class _Places:
             self._place.pop(key, None)
 
     def learn(self, messages: Sequence[StoredMessage]) -> None:
-        if len(self._place) + len(messages) > self.limit:
+        """Remember where messages read from the store sit."""
+        self._note([(m.key, (_owner(m), m.position)) for m in messages if m.position is not None and m.key is not None])
+
+    def learn_hits(self, hits: Sequence[Hit]) -> None:
+        """Remember where the search hits that carry their place sit."""
+        self._note([(h.key, (_owner_name(*h.owner), h.position)) for h in hits
+                    if h.position is not None and h.owner is not None])
+
+    def _note(self, places: Sequence[tuple[str, tuple[str, int]]]) -> None:
+        if len(self._place) + len(places) > self.limit:
             self._place.clear()
             self._key.clear()
-        for m in messages:
-            if m.position is not None and m.key is not None:
-                place = (_owner(m), m.position)
-                self._place[m.key] = place
-                self._key[place] = m.key
+        for key, place in places:
+            self._place[key] = place
+            self._key[place] = key
 
 
 class SemanticSearch:
@@ -364,16 +389,24 @@ class SemanticSearch:
             return []
         self._check_vector_space()
         n = max(self.candidates, k)
+        terms = query_terms(query)
+        keyword: Future[list[Hit]] | None = None
+        if vector is None and terms:  # the keyword query runs while the question is embedded
+            keyword = _background().submit(self.store.search_text, scope, terms, n, filters)
         if vector is None:
             vector = self.embed_query(query)
         with _one_blas_thread():
             dense_hits = self.store.search_vectors(scope, vector, n, filters)
-        terms = query_terms(query)
-        lexical_hits = self.store.search_text(scope, terms, n, filters) if terms else []
+        if keyword is not None:
+            lexical_hits = keyword.result()
+        else:
+            lexical_hits = self.store.search_text(scope, terms, n, filters) if terms else []
         places = self._places
         found: dict[str | None, StoredMessage] = {}  # store key -> message read for this query
+        places.learn_hits(dense_hits)
+        places.learn_hits(lexical_hits)
         unplaced = [h.key for h in dense_hits + lexical_hits if h.key not in places]
-        if unplaced:  # one read places the new candidates, and the hits among them need no other
+        if unplaced:  # a store whose hits do not say where they sit: one read places them
             read = self.store.get_keys(scope, list(dict.fromkeys(unplaced)))
             places.learn(read)
             found.update((m.key, m) for m in read)
