@@ -25,7 +25,7 @@ NEIGHBOUR_WEIGHT = 0.3
 LEXICAL_FLOOR = 1.0  # BM25 units; one match of a word found in 1 of 100 messages scores ~4
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     key: Key
     id: str | None  # None: a neighbour of a lexical hit not fetched yet

@@ -27,7 +27,7 @@ from ..stores import _validate as V
 from ..stores._common import filters_match
 from ..stores.base import Filters, Hit, Scope, Store, StoredMessage
 from .facets import DATE_BOOST, SPEAKER_BOOST, boost, query_facets
-from .fusion import LEXICAL_WEIGHT, NEIGHBOUR_WEIGHT, Candidate, fuse, rrf, spread_out
+from .fusion import LEXICAL_WEIGHT, NEIGHBOUR_WEIGHT, Candidate, Key, fuse, rrf, spread_out
 from .terms import index_text, query_terms
 
 DEFAULT_TOP_K = 3
@@ -160,11 +160,6 @@ class _Places:
         self._place: dict[str, tuple[str, int]] = {}
         self._key: dict[tuple[str, int], str] = {}
 
-    def __contains__(self, key: str) -> bool:
-        return key in self._place
-
-    def __getitem__(self, key: str) -> tuple[str, int]:
-        return self._place[key]
 
     def key_at(self, place: tuple[str, int]) -> str | None:
         return self._key.get(place)
@@ -175,22 +170,26 @@ class _Places:
         if key is not None:
             self._place.pop(key, None)
 
-    def learn(self, messages: Sequence[StoredMessage]) -> None:
-        """Remember where messages read from the store sit."""
-        self._note([(m.key, (_owner(m), m.position)) for m in messages if m.position is not None and m.key is not None])
+    def learn(self, messages: Sequence[StoredMessage]) -> dict[str, tuple[str, int]]:
+        """Remember where messages read from the store sit; return their places by key."""
+        return self._note({m.key: (_owner(m), m.position) for m in messages
+                           if m.position is not None and m.key is not None})
 
-    def learn_hits(self, hits: Sequence[Hit]) -> None:
-        """Remember where the search hits that carry their place sit."""
-        self._note([(h.key, (_owner_name(*h.owner), h.position)) for h in hits
-                    if h.position is not None and h.owner is not None])
+    def place_hits(self, hits: Sequence[Hit]) -> dict[str, tuple[str, int]]:
+        """The places of the hits that carry theirs, by key: those known here, and those the hits say (learnt)."""
+        names = {h.owner: _owner_name(*h.owner) for h in hits if h.owner is not None}
+        said = {h.key: (names[h.owner], h.position) for h in hits if h.position is not None and h.owner is not None}
+        known = {h.key: place for h in hits if h.key not in said and (place := self._place.get(h.key)) is not None}
+        return self._note(said) | known
 
-    def _note(self, places: Sequence[tuple[str, tuple[str, int]]]) -> None:
+    def _note(self, places: dict[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
         if len(self._place) + len(places) > self.limit:
             self._place.clear()
             self._key.clear()
-        for key, place in places:
+        for key, place in places.items():
             self._place[key] = place
             self._key[place] = key
+        return places
 
 
 class SemanticSearch:
@@ -403,16 +402,22 @@ class SemanticSearch:
             lexical_hits = self.store.search_text(scope, terms, n, filters) if terms else []
         places = self._places
         found: dict[str | None, StoredMessage] = {}  # store key -> message read for this query
-        places.learn_hits(dense_hits)
-        places.learn_hits(lexical_hits)
-        unplaced = [h.key for h in dense_hits + lexical_hits if h.key not in places]
+        every = dense_hits + lexical_hits
+        where = places.place_hits(every)
+        unplaced = [h.key for h in every if h.key not in where]
         if unplaced:  # a store whose hits do not say where they sit: one read places them
             read = self.store.get_keys(scope, list(dict.fromkeys(unplaced)))
-            places.learn(read)
+            where |= places.learn(read)
             found.update((m.key, m) for m in read)
-        dense = {places[h.key]: h.score for h in dense_hits if h.key in places}
-        lexical = {places[h.key]: h.score for h in lexical_hits if h.key in places}
-        keys = {places[h.key]: h.key for h in dense_hits + lexical_hits if h.key in places}
+        dense: dict[Key, float] = {}
+        lexical: dict[Key, float] = {}
+        keys: dict[Key, str] = {}
+        for found_by, scores in ((dense_hits, dense), (lexical_hits, lexical)):
+            for hit in found_by:
+                place = where.get(hit.key)
+                if place is not None:  # None: gone since the search
+                    scores[place] = hit.score
+                    keys[place] = hit.key
         if self.fusion == "rrf":
             ranked = rrf(dense, lexical, keys)
         else:
@@ -422,9 +427,14 @@ class SemanticSearch:
             )
         ranked = self._apply_facets(query, ranked, scope, found)
         depth = max(k, self.rerank_depth) if self.reranker is not None else k
-        placeholders = {id(c) for c in ranked if c.id is None}
+        placeholders: set[int] = set()  # the neighbours resolved on the way (they had no id)
+
+        def resolve(c: Candidate) -> bool:
+            placeholders.add(id(c))
+            return self._resolve(scope, c, filters, found)
+
         while True:
-            chosen = spread_out(ranked, depth, spread, resolve=lambda c: self._resolve(scope, c, filters, found))
+            chosen = spread_out(ranked, depth, spread, resolve=resolve)
             unread = [c.id for c in chosen if c.id is not None and c.id not in found]
             found.update((m.key, m) for m in (self.store.get_keys(scope, unread) if unread else []))
             # a neighbour placed from the cache whose message is gone (forgotten, the session begun again):

@@ -618,41 +618,45 @@ class SQLiteStore(SqlStore):
         words = C.split_terms(terms)
         if not words or k == 0:
             return []
+        with self._read() as conn:  # one snapshot, unless messages wait for FTS: index them first
+            if not _pending(conn):
+                return self._search_text(conn, scope, words, k, filters)
+        with self._write() as conn:
+            _index_pending(conn, min_pending=1)
         with self._read() as conn:
-            pending = _pending(conn)
-        if pending:
-            with self._write() as conn:
-                _index_pending(conn, min_pending=1)
-        with self._read() as conn:
-            text_query = _fts_query(self._weighable(conn, words))
+            return self._search_text(conn, scope, words, k, filters)
+
+    def _search_text(
+        self, conn: sqlite3.Connection, scope: Scope, words: Sequence[str], k: int, filters: Filters | None
+    ) -> list[Hit]:
         where, params = SQL.scope_where(scope)
         in_scope = f"m.sid IN (SELECT sid FROM sessions s WHERE {where})"
         conds, fparams = SQL.filters(filters)
-        with self._read() as conn:
-            sessions = conn.execute(
-                f"SELECT sid, fts_scope, next_position, user_id, agent_id, session_id FROM sessions s WHERE {where}",
-                params,
-            ).fetchall()
-            if not sessions:
-                return []
-            owners = {r["sid"]: (r["user_id"], r["agent_id"], r["session_id"]) for r in sessions}
-            # Scope tokens narrow FTS5's work when the scope is a small part of the file, and
-            # cost an intersection with a huge posting list when it is most of it.
-            share = sum(r["next_position"] for r in sessions) / max(1, _top_rid(conn))
-            if filters is None and share >= 0.5:
-                limit: int | None = int(2 * k / share) + 10  # over-fetch, then keep the scope's rows
-                rows = self._fts(conn, f"text : ({text_query})", limit, in_scope, params, owners)
-                if len(rows) >= k:
-                    return rows[:k]
-            if len(sessions) <= _MAX_TOKEN_SESSIONS:
-                token, exact = " OR ".join(r["fts_scope"].split()[0] for r in sessions), True
-            else:  # many sessions: one user's or the tenant's token, sessions checked in SQL
-                token = sessions[0]["fts_scope"].split()[1 if scope.user_id is not ANY else 2]
-                exact = scope.agent_id is ANY and scope.session_id is None
-            match = f"scope : ({token}) AND text : ({text_query})"
-            # Without filters the scope token selects exactly the scope: FTS5 can stop at k.
-            limit = k if filters is None and exact else None
-            return self._fts(conn, match, limit, in_scope + conds, [*params, *fparams], owners, k)
+        text_query = _fts_query(self._weighable(conn, words))
+        sessions = conn.execute(
+            f"SELECT sid, fts_scope, next_position, user_id, agent_id, session_id FROM sessions s WHERE {where}",
+            params,
+        ).fetchall()
+        if not sessions:
+            return []
+        owners = {r["sid"]: (r["user_id"], r["agent_id"], r["session_id"]) for r in sessions}
+        # Scope tokens narrow FTS5's work when the scope is a small part of the file, and
+        # cost an intersection with a huge posting list when it is most of it.
+        share = sum(r["next_position"] for r in sessions) / max(1, _top_rid(conn))
+        if filters is None and share >= 0.5:
+            limit: int | None = int(2 * k / share) + 10  # over-fetch, then keep the scope's rows
+            rows = self._fts(conn, f"text : ({text_query})", limit, in_scope, params, owners)
+            if len(rows) >= k:
+                return rows[:k]
+        if len(sessions) <= _MAX_TOKEN_SESSIONS:
+            token, exact = " OR ".join(r["fts_scope"].split()[0] for r in sessions), True
+        else:  # many sessions: one user's or the tenant's token, sessions checked in SQL
+            token = sessions[0]["fts_scope"].split()[1 if scope.user_id is not ANY else 2]
+            exact = scope.agent_id is ANY and scope.session_id is None
+        match = f"scope : ({token}) AND text : ({text_query})"
+        # Without filters the scope token selects exactly the scope: FTS5 can stop at k.
+        limit = k if filters is None and exact else None
+        return self._fts(conn, match, limit, in_scope + conds, [*params, *fparams], owners, k)
 
     def _weighable(self, conn: sqlite3.Connection, words: Sequence[str]) -> Sequence[str]:
         """The words BM25 can weigh: FTS5 gives a word found in half the rows or more an IDF of
