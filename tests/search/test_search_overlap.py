@@ -120,3 +120,22 @@ def test_a_failing_keyword_query_fails_the_search(store_url, default_embedder):
             search.search("heron", top_k=2)
     finally:
         store.close()
+
+
+def test_a_search_runs_its_keyword_query_itself_when_every_worker_is_busy(default_embedder):
+    from fullrecall.search import semantic
+
+    release = threading.Event()
+    busy = [semantic._in_background(release.wait, 30) for _ in range(semantic._WORKERS)]
+    try:
+        assert all(f is not None for f in busy) and semantic._in_background(release.wait, 30) is None
+        with SemanticSearch(default_embedder) as search:
+            search.add(TEXTS)
+            hits = search.search("badger at the barn", top_k=2)  # does not wait for the busy workers
+            assert hits and "badger" in hits[0].text
+            assert _view(hits) == _view(search.search("badger at the barn", top_k=2,
+                                                      vector=search.embed_query("badger at the barn")))
+    finally:
+        release.set()
+    assert all(f.result(5) for f in busy if f is not None)
+    assert semantic._in_background(lambda: 7) is not None  # the workers are free again

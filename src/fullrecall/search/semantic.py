@@ -15,10 +15,10 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -29,6 +29,8 @@ from ..stores.base import Filters, Hit, Scope, Store, StoredMessage
 from .facets import DATE_BOOST, SPEAKER_BOOST, boost, query_facets
 from .fusion import LEXICAL_WEIGHT, NEIGHBOUR_WEIGHT, Candidate, Key, fuse, rrf, spread_out
 from .terms import index_text, query_terms
+
+T = TypeVar("T")
 
 DEFAULT_TOP_K = 3
 DEFAULT_MIN_SCORE = -2.0  # on cross-encoder logits
@@ -117,19 +119,32 @@ def _one_blas_thread() -> Iterator[None]:
         yield
 
 
-_pool: tuple[int, ThreadPoolExecutor] | None = None
+_WORKERS = 4
+_pool: tuple[int, ThreadPoolExecutor, threading.Semaphore] | None = None
 _pool_lock = threading.Lock()
 
 
-def _background() -> ThreadPoolExecutor:
-    """The threads a search runs its keyword query on while it embeds the question (per process: a pool
-    inherited through a fork has no threads).
+def _in_background(fn: Callable[..., T], *args: Any) -> Future[T] | None:
+    """``fn(*args)`` on one of the threads a search runs its keyword query on while it embeds the question;
+    None when they are all busy (many searches at once: the caller runs it itself rather than queue).
+    The pool is per process: one inherited through a fork has no threads.
     """
     global _pool
     with _pool_lock:
         if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=4, thread_name_prefix="fullrecall-search"))
-        return _pool[1]
+            _pool = (os.getpid(), ThreadPoolExecutor(_WORKERS, thread_name_prefix="fullrecall-search"),
+                     threading.Semaphore(_WORKERS))
+        _, pool, free = _pool
+    if not free.acquire(blocking=False):
+        return None
+
+    def run() -> T:
+        try:
+            return fn(*args)
+        finally:
+            free.release()
+
+    return pool.submit(run)
 
 
 def _owner(m: StoredMessage) -> str:
@@ -391,7 +406,7 @@ class SemanticSearch:
         terms = query_terms(query)
         keyword: Future[list[Hit]] | None = None
         if vector is None and terms:  # the keyword query runs while the question is embedded
-            keyword = _background().submit(self.store.search_text, scope, terms, n, filters)
+            keyword = _in_background(self.store.search_text, scope, terms, n, filters)
         if vector is None:
             vector = self.embed_query(query)
         with _one_blas_thread():
