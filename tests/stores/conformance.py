@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from conformance_core import CoreConformance
 from conformance_input import InputConformance
+from conformance_places import PlacesConformance
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -51,7 +52,7 @@ def ids(results: list[tuple[str, float]]) -> list[str]:
     return [r[0] for r in results]
 
 
-class StoreConformance(CoreConformance, InputConformance):
+class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
     # -- messages ----------------------------------------------------------------
 
     def test_append_get_range_count_delete(self, store: Store, scope: Scope) -> None:

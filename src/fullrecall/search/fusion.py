@@ -31,7 +31,7 @@ NEAR_WINDOW = 30  # positions: about one LoCoMo session (20-30 turns) either sid
 NEAR_DEPTH = 10
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     key: Key
     id: str | None  # None: a neighbour of a lexical hit not fetched yet

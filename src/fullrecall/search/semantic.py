@@ -11,21 +11,26 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
+import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ..errors import InvalidInput
 from ..stores import _validate as V
 from ..stores._common import filters_match
-from ..stores.base import Filters, Scope, Store, StoredMessage
+from ..stores.base import Filters, Hit, Scope, Store, StoredMessage
 from .facets import DATE_BOOST, SPEAKER_BOOST, boost, query_facets
-from .fusion import LEXICAL_WEIGHT, NEAR_WEIGHT, NEIGHBOUR_WEIGHT, Candidate, fuse, near_best, rrf, spread_out
+from .fusion import LEXICAL_WEIGHT, NEAR_WEIGHT, NEIGHBOUR_WEIGHT, Candidate, Key, fuse, near_best, rrf, spread_out
 from .terms import index_text, query_terms
+
+T = TypeVar("T")
 
 DEFAULT_TOP_K = 3
 DEFAULT_MIN_SCORE = -2.0  # on cross-encoder logits
@@ -114,6 +119,34 @@ def _one_blas_thread() -> Iterator[None]:
         yield
 
 
+_WORKERS = 4
+_pool: tuple[int, ThreadPoolExecutor, threading.Semaphore] | None = None
+_pool_lock = threading.Lock()
+
+
+def _in_background(fn: Callable[..., T], *args: Any) -> Future[T] | None:
+    """``fn(*args)`` on one of the threads a search runs its keyword query on while it embeds the question;
+    None when they are all busy (many searches at once: the caller runs it itself rather than queue).
+    The pool is per process: one inherited through a fork has no threads.
+    """
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(_WORKERS, thread_name_prefix="fullrecall-search"),
+                     threading.Semaphore(_WORKERS))
+        _, pool, free = _pool
+    if not free.acquire(blocking=False):
+        return None
+
+    def run() -> T:
+        try:
+            return fn(*args)
+        finally:
+            free.release()
+
+    return pool.submit(run)
+
+
 def _owner(m: StoredMessage) -> str:
     """The session a stored message belongs to, as one string (owner and session; unique in a tenant)."""
     return _owner_name(m.user_id or "", m.agent_id or "", m.session_id or "")
@@ -142,11 +175,6 @@ class _Places:
         self._place: dict[str, tuple[str, int]] = {}
         self._key: dict[tuple[str, int], str] = {}
 
-    def __contains__(self, key: str) -> bool:
-        return key in self._place
-
-    def __getitem__(self, key: str) -> tuple[str, int]:
-        return self._place[key]
 
     def key_at(self, place: tuple[str, int]) -> str | None:
         return self._key.get(place)
@@ -157,15 +185,26 @@ class _Places:
         if key is not None:
             self._place.pop(key, None)
 
-    def learn(self, messages: Sequence[StoredMessage]) -> None:
-        if len(self._place) + len(messages) > self.limit:
+    def learn(self, messages: Sequence[StoredMessage]) -> dict[str, tuple[str, int]]:
+        """Remember where messages read from the store sit; return their places by key."""
+        return self._note({m.key: (_owner(m), m.position) for m in messages
+                           if m.position is not None and m.key is not None})
+
+    def place_hits(self, hits: Sequence[Hit]) -> dict[str, tuple[str, int]]:
+        """The places of the hits that carry theirs, by key: those known here, and those the hits say (learnt)."""
+        names = {h.owner: _owner_name(*h.owner) for h in hits if h.owner is not None}
+        said = {h.key: (names[h.owner], h.position) for h in hits if h.position is not None and h.owner is not None}
+        known = {h.key: place for h in hits if h.key not in said and (place := self._place.get(h.key)) is not None}
+        return self._note(said) | known
+
+    def _note(self, places: dict[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
+        if len(self._place) + len(places) > self.limit:
             self._place.clear()
             self._key.clear()
-        for m in messages:
-            if m.position is not None and m.key is not None:
-                place = (_owner(m), m.position)
-                self._place[m.key] = place
-                self._key[place] = m.key
+        for key, place in places.items():
+            self._place[key] = place
+            self._key[place] = key
+        return places
 
 
 class SemanticSearch:
@@ -366,22 +405,36 @@ class SemanticSearch:
             return []
         self._check_vector_space()
         n = max(self.candidates, k)
+        terms = query_terms(query)
+        keyword: Future[list[Hit]] | None = None
+        if vector is None and terms:  # the keyword query runs while the question is embedded
+            keyword = _in_background(self.store.search_text, scope, terms, n, filters)
         if vector is None:
             vector = self.embed_query(query)
         with _one_blas_thread():
             dense_hits = self.store.search_vectors(scope, vector, n, filters)
-        terms = query_terms(query)
-        lexical_hits = self.store.search_text(scope, terms, n, filters) if terms else []
+        if keyword is not None:
+            lexical_hits = keyword.result()
+        else:
+            lexical_hits = self.store.search_text(scope, terms, n, filters) if terms else []
         places = self._places
         found: dict[str | None, StoredMessage] = {}  # store key -> message read for this query
-        unplaced = [h.key for h in dense_hits + lexical_hits if h.key not in places]
-        if unplaced:  # one read places the new candidates, and the hits among them need no other
+        every = dense_hits + lexical_hits
+        where = places.place_hits(every)
+        unplaced = [h.key for h in every if h.key not in where]
+        if unplaced:  # a store whose hits do not say where they sit: one read places them
             read = self.store.get_keys(scope, list(dict.fromkeys(unplaced)))
-            places.learn(read)
+            where |= places.learn(read)
             found.update((m.key, m) for m in read)
-        dense = {places[h.key]: h.score for h in dense_hits if h.key in places}
-        lexical = {places[h.key]: h.score for h in lexical_hits if h.key in places}
-        keys = {places[h.key]: h.key for h in dense_hits + lexical_hits if h.key in places}
+        dense: dict[Key, float] = {}
+        lexical: dict[Key, float] = {}
+        keys: dict[Key, str] = {}
+        for found_by, scores in ((dense_hits, dense), (lexical_hits, lexical)):
+            for hit in found_by:
+                place = where.get(hit.key)
+                if place is not None:  # None: gone since the search
+                    scores[place] = hit.score
+                    keys[place] = hit.key
         if self.fusion == "rrf":
             ranked = rrf(dense, lexical, keys)
         else:
@@ -393,9 +446,14 @@ class SemanticSearch:
         if self.fusion == "weighted":
             ranked = near_best(ranked, weight=self.near_weight)
         depth = max(k, self.rerank_depth) if self.reranker is not None else k
-        placeholders = {id(c) for c in ranked if c.id is None}
+        placeholders: set[int] = set()  # the neighbours resolved on the way (they had no id)
+
+        def resolve(c: Candidate) -> bool:
+            placeholders.add(id(c))
+            return self._resolve(scope, c, filters, found)
+
         while True:
-            chosen = spread_out(ranked, depth, spread, resolve=lambda c: self._resolve(scope, c, filters, found))
+            chosen = spread_out(ranked, depth, spread, resolve=resolve)
             unread = [c.id for c in chosen if c.id is not None and c.id not in found]
             found.update((m.key, m) for m in (self.store.get_keys(scope, unread) if unread else []))
             # a neighbour placed from the cache whose message is gone (forgotten, the session begun again):

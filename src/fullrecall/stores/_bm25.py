@@ -11,10 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._vectors import filter_mask
+from ._vectors import Owner, filter_mask
 from .base import Filters, Hit
 
 WORD = re.compile(r"\w+", re.UNICODE)
+
+LexicalRow = tuple[str, str, str, str, float, list[str], int | None]
+"""(id, key, role, kind, created_at, tokens, position) of one message."""
 
 
 class Tokenizer:
@@ -43,12 +46,14 @@ class LexicalIndex:
     created: np.ndarray
     lengths: np.ndarray  # tokens per message
     postings: dict[str, tuple[np.ndarray, np.ndarray]]  # term -> (row numbers, term frequencies)
+    owner: Owner | None = None  # the session's (user_id, agent_id, session_id)
+    positions: list[int | None] | None = None  # each message's position, parallel to ids
 
     @classmethod
-    def build(cls, rows: Sequence[tuple[str, str, str, str, float, list[str]]]) -> LexicalIndex:
-        """``rows``: (id, key, role, kind, created_at, tokens)."""
+    def build(cls, rows: Sequence[LexicalRow], owner: Owner | None = None) -> LexicalIndex:
+        """``rows``: (id, key, role, kind, created_at, tokens, position) of one session's messages."""
         counts: dict[str, dict[int, int]] = {}
-        for n, (_, _, _, _, _, tokens) in enumerate(rows):
+        for n, (_, _, _, _, _, tokens, _) in enumerate(rows):
             for t in tokens:
                 doc = counts.setdefault(t, {})
                 doc[n] = doc.get(n, 0) + 1
@@ -64,6 +69,8 @@ class LexicalIndex:
             np.array([r[4] for r in rows], dtype=np.float64),
             np.array([len(r[5]) for r in rows], dtype=np.float64),
             postings,
+            owner,
+            [r[6] for r in rows],
         )
 
     def extend(self, other: LexicalIndex) -> LexicalIndex:
@@ -84,6 +91,8 @@ class LexicalIndex:
             np.concatenate([self.created, other.created]),
             np.concatenate([self.lengths, other.lengths]),
             postings,
+            self.owner,
+            (self.positions or [None] * len(self.ids)) + (other.positions or [None] * len(other.ids)),
         )
 
 
@@ -102,7 +111,7 @@ def bm25_search(
     avg = float(sum(ix.lengths.sum() for ix in indexes)) / n_docs or 1.0
     terms = list(dict.fromkeys(terms))
     df = {t: sum(len(ix.postings[t][0]) for ix in indexes if t in ix.postings) for t in terms}
-    hits: list[tuple[float, str, str]] = []
+    hits: list[tuple[float, str, str, Owner | None, int | None]] = []
     for ix in indexes:
         scores = np.zeros(len(ix.ids))
         for t in terms:
@@ -118,6 +127,7 @@ def bm25_search(
         if len(found) > k:  # the k best and every row tied with the k-th: ties are broken by key below
             kth = np.partition(scores[found], len(found) - k)[len(found) - k]
             found = found[scores[found] >= kth]
-        hits += [(float(scores[i]), ix.ids[i], ix.keys[i]) for i in found]
+        positions = ix.positions or [None] * len(ix.ids)
+        hits += [(float(scores[i]), ix.ids[i], ix.keys[i], ix.owner, positions[i]) for i in found.tolist()]
     hits.sort(key=lambda h: (-h[0], h[2]))
-    return [Hit(i, s, key) for s, i, key in hits[:k]]
+    return [Hit(i, s, key, owner, position) for s, i, key, owner, position in hits[:k]]

@@ -56,9 +56,14 @@ def dim_mismatch(stored_dim: int, got: int) -> ValueError:
     return ValueError(f"query vector has dimension {got} but the stored vectors have dimension {stored_dim}")
 
 
+Owner = tuple[str, str, str]  # (user_id, agent_id, session_id), as stored
+
+
 @dataclass
 class VectorBlock:
-    """Vectors of one scope, normalised, with what filters need, for exact cosine search."""
+    """Vectors of one scope, normalised, with what filters need and where each message sits, for exact
+    cosine search.
+    """
 
     ids: list[str]
     keys: list[str]  # store-global message keys, parallel to ids
@@ -66,17 +71,21 @@ class VectorBlock:
     roles: np.ndarray  # object array
     kinds: np.ndarray
     created: np.ndarray  # float64
+    owners: list[Owner | None]  # each message's session (None: not known), parallel to ids
+    positions: list[int | None]  # each message's position in it
 
     @classmethod
     def build(
-        cls, rows: Iterable[tuple[str, str, bytes | np.ndarray, str, str, float]], dim: int
+        cls,
+        rows: Iterable[tuple[str, str, bytes | np.ndarray, str, str, float, Owner | None, int | None]],
+        dim: int,
     ) -> VectorBlock:
-        """``rows``: (id, key, vector, role, kind, created_at)."""
+        """``rows``: (id, key, vector, role, kind, created_at, owner, position)."""
         rows = list(rows)
         if not rows:
             return cls([], [], np.zeros((0, dim), np.float32), np.array([], object), np.array([], object),
-                       np.array([]))
-        ids, keys, vecs, roles, kinds, created = zip(*rows)
+                       np.array([]), [], [])
+        ids, keys, vecs, roles, kinds, created, owners, positions = zip(*rows)
         mat = np.empty((len(rows), dim), dtype=np.float32)
         for i, v in enumerate(vecs):
             mat[i] = np.frombuffer(v, dtype=np.float32) if isinstance(v, (bytes, bytearray, memoryview)) else v
@@ -87,6 +96,8 @@ class VectorBlock:
             np.array(roles, dtype=object),
             np.array(kinds, dtype=object),
             np.array(created, dtype=np.float64),
+            list(owners),
+            list(positions),
         )
 
     def extend(self, other: VectorBlock) -> VectorBlock:
@@ -100,29 +111,32 @@ class VectorBlock:
             np.concatenate([self.roles, other.roles]),
             np.concatenate([self.kinds, other.kinds]),
             np.concatenate([self.created, other.created]),
+            self.owners + other.owners,
+            self.positions + other.positions,
         )
 
     @property
     def nbytes(self) -> int:
-        return int(self.matrix.nbytes) + 64 * len(self.ids)
+        return int(self.matrix.nbytes) + 96 * len(self.ids)
 
     def search(self, query: np.ndarray, k: int, filters: Filters | None) -> list[Hit]:
+        """The ``k`` rows of highest cosine with ``query`` that pass ``filters``, best first (ties: lower row)."""
         if k == 0 or not self.ids:
             return []
         if query.shape[0] != self.matrix.shape[1]:
             raise dim_mismatch(self.matrix.shape[1], query.shape[0])
-        q = query / (np.linalg.norm(query) or 1.0)
-        scores = self.matrix @ q
+        scores = self.matrix @ (query / (np.linalg.norm(query) or 1.0))
         mask = self._mask(filters)
         if mask is not None:
-            scores = np.where(mask, scores, -np.inf)
-        n_ok = int(mask.sum()) if mask is not None else len(self.ids)
-        k = min(k, n_ok)
+            scores[~mask] = -np.inf
+            k = min(k, int(mask.sum()))
+        k = min(k, len(scores))
         if k == 0:
             return []
         top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
         top = top[np.argsort(-scores[top], kind="stable")]
-        return [Hit(self.ids[i], float(scores[i]), self.keys[i]) for i in top if scores[i] != -np.inf][:k]
+        ids, keys, owners, positions = self.ids, self.keys, self.owners, self.positions
+        return [Hit(ids[i], float(scores[i]), keys[i], owners[i], positions[i]) for i in top.tolist()]
 
     def _mask(self, f: Filters | None) -> np.ndarray | None:
         return filter_mask(f, self.ids, self.roles, self.kinds, self.created)

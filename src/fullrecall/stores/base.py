@@ -157,19 +157,22 @@ class Record:
 
 
 class Hit(NamedTuple):
-    """One search result: the message id, its score, and its store-global ``key``.
+    """One search result: the message id, its score, its store-global ``key``, and where it sits.
 
     Ids are unique within a session only; ``key`` is unique in the whole store (and
     never reused), so a search over many sessions tells its hits apart by ``key`` and
-    fetches them with :meth:`Store.get_keys`. A backend may also say where each hit is
-    (``owner`` and ``position``), so that a caller can place it without reading it.
+    fetches them with :meth:`Store.get_keys`.
+
+    ``owner`` (``(user_id, agent_id, session_id)`` as stored) and ``position`` say where the
+    message sits, so a caller can place a hit in its conversation without reading it. A
+    backend that does not know them leaves them ``None``; when set, they are the message's own.
     """
 
     id: str
     score: float
     key: str
-    owner: tuple[str, str, str] | None = None  # (user_id, agent_id, session_id) where the backend gives it
-    position: int | None = None  # the message's position in its session, where the backend gives it
+    owner: tuple[str, str, str] | None = None
+    position: int | None = None
 
 
 @runtime_checkable

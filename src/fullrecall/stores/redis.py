@@ -120,7 +120,7 @@ class _Cached:
     logged: int
     lexical: B.LexicalIndex
     vectors: Vec.VectorBlock | None
-    attrs: dict[str, tuple[str, str, float]]  # message id -> (role, kind, created_at), for vectors added later
+    attrs: dict[str, tuple[str, str, float, int | None]]  # id -> (role, kind, created_at, position), for vectors
 
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
@@ -419,17 +419,19 @@ class RedisStore(StoreBase):
 
     def _rebuild(self, session: _Session, born: str) -> _Cached:
         with self._errors("read from"):
-            bodies, vecs, version, epoch, logged = self._snapshot(session)
+            bodies, vecs, order, version, epoch, logged = self._snapshot(session)
         rows = [json.loads(b) for b in bodies.values()]
-        attrs = {r["id"]: (r["role"], r["kind"], r["created_at"]) for r in rows}
-        lexical = B.LexicalIndex.build([self._lexical_row(session, r) for r in rows])
+        positions = {i.decode(): int(p) for i, p in order}
+        attrs = {r["id"]: (r["role"], r["kind"], r["created_at"], positions.get(r["id"])) for r in rows}
+        lexical = B.LexicalIndex.build([self._lexical_row(session, r, attrs[r["id"]][3]) for r in rows],
+                                       owner=_owner(session))
         vec_rows = [(i, blob) for i, blob in ((k.decode(), v) for k, v in vecs.items()) if i in attrs]
         return _Cached(f"{born}/{epoch}", version, logged, lexical, self._vector_block(session, vec_rows, attrs, None),
                        attrs)
 
     def _load_additions(self, session: _Session, hit: _Cached) -> _Cached | None:
         """``hit`` with what the session's log added since; None when a deletion intervened (rebuild)."""
-        keys = [session.key("meta"), session.key("msgs"), session.key("vecs"), session.key("added")]
+        keys = [session.key("meta"), session.key("msgs"), session.key("vecs"), session.key("added"), session.key("order")]
         with self._errors("read from"):
             reply = self._scripts["additions"](keys=keys, args=[hit.logged])
         version, born, epoch, entries = reply[0].decode(), reply[1].decode(), reply[2].decode(), reply[3:]
@@ -437,30 +439,33 @@ class RedisStore(StoreBase):
             return None
         attrs = dict(hit.attrs)
         rows, vec_rows = [], []
-        for entry, payload in zip(entries[::2], entries[1::2]):
+        for entry, payload, position in zip(entries[::3], entries[1::3], entries[2::3]):
             if payload is None:
                 continue
             if entry[:1] == b"m":
                 row = json.loads(payload)
-                attrs[row["id"]] = (row["role"], row["kind"], row["created_at"])
-                rows.append(self._lexical_row(session, row))
+                place = None if position is None else int(position)
+                attrs[row["id"]] = (row["role"], row["kind"], row["created_at"], place)
+                rows.append(self._lexical_row(session, row, place))
             else:
                 vec_rows.append((entry[1:].decode(), payload))
-        lexical = hit.lexical.extend(B.LexicalIndex.build(rows)) if rows else hit.lexical
+        lexical = hit.lexical.extend(B.LexicalIndex.build(rows, owner=_owner(session))) if rows else hit.lexical
         block = self._vector_block(session, vec_rows, attrs, hit.vectors)
-        return _Cached(hit.epoch, version, hit.logged + len(entries) // 2, lexical, block, attrs)
+        return _Cached(hit.epoch, version, hit.logged + len(entries) // 3, lexical, block, attrs)
 
-    def _lexical_row(self, session: _Session, r: dict[str, Any]) -> tuple[str, str, str, str, float, list[str]]:
+    def _lexical_row(self, session: _Session, r: dict[str, Any], position: int | None) -> B.LexicalRow:
         return (r["id"], _key(session, r["id"]), r["role"], r["kind"], r["created_at"],
-                self._tokenize(V.indexed_prefix(r["text"])))
+                self._tokenize(V.indexed_prefix(r["text"])), position)
 
     @staticmethod
     def _vector_block(
-        session: _Session, vec_rows: list[tuple[str, bytes]], attrs: dict[str, tuple[str, str, float]],
+        session: _Session, vec_rows: list[tuple[str, bytes]], attrs: dict[str, tuple[str, str, float, int | None]],
         block: Vec.VectorBlock | None,
     ) -> Vec.VectorBlock | None:
         """``block`` (None: none yet) with ``vec_rows`` (id, float32 bytes) added."""
-        rows = [(i, _key(session, i), blob, *attrs[i]) for i, blob in vec_rows if i in attrs]
+        owner = _owner(session)
+        rows = [(i, _key(session, i), blob, role, kind, created, owner, position)
+                for i, blob in vec_rows if i in attrs for role, kind, created, position in (attrs[i],)]
         if not rows:
             return block
         new = Vec.VectorBlock.build(rows, len(rows[0][2]) // 4)
@@ -468,14 +473,15 @@ class RedisStore(StoreBase):
 
     def _snapshot(
         self, session: _Session
-    ) -> tuple[dict[bytes, bytes], dict[bytes, bytes], str, str, int]:
-        """(messages, vectors, version, epoch, log length) of one session, as of one moment.
+    ) -> tuple[dict[bytes, bytes], dict[bytes, bytes], list[tuple[bytes, float]], str, str, int]:
+        """(messages, vectors, (id, position) pairs, version, epoch, log length) of one session, as of one moment.
 
         A small session comes in one MULTI. A large one would be one reply of gigabytes (a
         million messages time out the socket), so it is read in HSCAN pages and accepted
         when the version did not move meanwhile (every write moves it).
         """
         msgs, vecs, meta, added = session.key("msgs"), session.key("vecs"), session.key("meta"), session.key("added")
+        order = session.key("order")
 
         def marks() -> tuple[str, str, int]:
             pipe = self._r.pipeline(transaction=True)
@@ -490,16 +496,18 @@ class RedisStore(StoreBase):
                 before = marks()
                 bodies = dict(self._r.hscan_iter(msgs, count=_SCAN_PAGE))
                 vectors = dict(self._r.hscan_iter(vecs, count=_SCAN_PAGE))
+                places = list(self._r.zscan_iter(order, count=_SCAN_PAGE))
                 if marks() == before:
-                    return bodies, vectors, *before
+                    return bodies, vectors, places, *before
         pipe = self._r.pipeline(transaction=True)  # small, or writers kept moving it
         pipe.hgetall(msgs)
         pipe.hgetall(vecs)
+        pipe.zrange(order, 0, -1, withscores=True)
         pipe.hget(meta, "version")
         pipe.hget(meta, "epoch")
         pipe.llen(added)
-        bodies, vectors, version, epoch, logged = pipe.execute()
-        return bodies, vectors, (version or b"0").decode(), (epoch or b"0").decode(), int(logged)
+        bodies, vectors, places, version, epoch, logged = pipe.execute()
+        return bodies, vectors, places, (version or b"0").decode(), (epoch or b"0").decode(), int(logged)
 
     def search_vectors(
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
@@ -790,6 +798,12 @@ class RedisStore(StoreBase):
 def _scope_of(session: _Session, tenant: str) -> Scope:
     m = session.meta
     return Scope(tenant=tenant, user_id=m["user_id"], agent_id=m["agent_id"], session_id=m["session_id"])
+
+
+def _owner(session: _Session) -> Vec.Owner:
+    """(user_id, agent_id, session_id) of a session, as stored."""
+    meta = session.meta
+    return (meta.get("user_id", ""), meta.get("agent_id", ""), meta["session_id"])
 
 
 def _key(session: _Session, message_id: str) -> str:

@@ -553,6 +553,7 @@ class SQLiteStore(SqlStore):
         if len(dims) > 1:
             raise ValueError(f"this scope mixes vectors of dimensions {sorted(dims)}; search one session at a time")
         dim = dims.pop()
+        owners = {sid: identity[2:] for sid, (_, (_, identity), _) in state.items()}  # (user, agent, session)
         key = tuple(sids)
         versions = {sid: (v, e) for sid, (v, e, _) in state.items()}  # e: (epoch, identity)
         cached = self._cache.get(key)
@@ -565,27 +566,28 @@ class SQLiteStore(SqlStore):
                 old_versions[s][1] == versions[s][1] for s in versions
             )
             if same_epochs and block.matrix.shape[1] == dim:  # only additions since: load the new rows
-                new, max_vid = self._load_vectors(conn, list(versions), dim, after=max_vid)
+                new, max_vid = self._load_vectors(conn, owners, dim, after=max_vid)
                 block = block.extend(new)
                 self._remember(key, versions, max_vid, block)
                 return block
-        block, max_vid = self._load_vectors(conn, list(versions), dim, after=0)
+        block, max_vid = self._load_vectors(conn, owners, dim, after=0)
         self._remember(key, versions, max_vid, block)
         return block
 
     def _load_vectors(
-        self, conn: sqlite3.Connection, sids: list[int], dim: int, after: int
+        self, conn: sqlite3.Connection, owners: dict[int, Vec.Owner], dim: int, after: int
     ) -> tuple[Vec.VectorBlock, int]:
-        rows: list[tuple[str, str, bytes, str, str, float]] = []
+        """The vectors of the sessions ``owners`` names (sid -> owner) stored after vector id ``after``."""
+        rows: list[tuple[str, str, bytes, str, str, float, Vec.Owner, int]] = []
         max_vid = after
-        for cond, p in SQL.in_chunks("v.sid", sids):
+        for cond, p in SQL.in_chunks("v.sid", list(owners)):
             for r in conn.execute(
-                "SELECT v.vid, m.id, m.rid, v.vec, m.role, m.kind, m.created_at"
+                "SELECT v.vid, m.id, m.rid, v.vec, m.role, m.kind, m.created_at, m.sid, m.position"
                 f" FROM vectors v JOIN messages m ON m.rid = v.rid WHERE {cond} AND v.vid > ?",
                 (*p, after),
             ):
                 max_vid = max(max_vid, r[0])
-                rows.append((r[1], str(r[2]), r[3], r[4], r[5], r[6]))
+                rows.append((r[1], str(r[2]), r[3], r[4], r[5], r[6], owners[r[7]], r[8]))
         return Vec.VectorBlock.build(rows, dim), max_vid
 
     def _remember(
@@ -616,39 +618,45 @@ class SQLiteStore(SqlStore):
         words = C.split_terms(terms)
         if not words or k == 0:
             return []
+        with self._read() as conn:  # one snapshot, unless messages wait for FTS: index them first
+            if not _pending(conn):
+                return self._search_text(conn, scope, words, k, filters)
+        with self._write() as conn:
+            _index_pending(conn, min_pending=1)
         with self._read() as conn:
-            pending = _pending(conn)
-        if pending:
-            with self._write() as conn:
-                _index_pending(conn, min_pending=1)
-        with self._read() as conn:
-            text_query = _fts_query(self._weighable(conn, words))
+            return self._search_text(conn, scope, words, k, filters)
+
+    def _search_text(
+        self, conn: sqlite3.Connection, scope: Scope, words: Sequence[str], k: int, filters: Filters | None
+    ) -> list[Hit]:
         where, params = SQL.scope_where(scope)
         in_scope = f"m.sid IN (SELECT sid FROM sessions s WHERE {where})"
         conds, fparams = SQL.filters(filters)
-        with self._read() as conn:
-            sessions = conn.execute(
-                f"SELECT sid, fts_scope, next_position FROM sessions s WHERE {where}", params
-            ).fetchall()
-            if not sessions:
-                return []
-            # Scope tokens narrow FTS5's work when the scope is a small part of the file, and
-            # cost an intersection with a huge posting list when it is most of it.
-            share = sum(r["next_position"] for r in sessions) / max(1, _top_rid(conn))
-            if filters is None and share >= 0.5:
-                limit: int | None = int(2 * k / share) + 10  # over-fetch, then keep the scope's rows
-                rows = self._fts(conn, f"text : ({text_query})", limit, in_scope, params)
-                if len(rows) >= k:
-                    return rows[:k]
-            if len(sessions) <= _MAX_TOKEN_SESSIONS:
-                token, exact = " OR ".join(r["fts_scope"].split()[0] for r in sessions), True
-            else:  # many sessions: one user's or the tenant's token, sessions checked in SQL
-                token = sessions[0]["fts_scope"].split()[1 if scope.user_id is not ANY else 2]
-                exact = scope.agent_id is ANY and scope.session_id is None
-            match = f"scope : ({token}) AND text : ({text_query})"
-            # Without filters the scope token selects exactly the scope: FTS5 can stop at k.
-            limit = k if filters is None and exact else None
-            return self._fts(conn, match, limit, in_scope + conds, [*params, *fparams], k)
+        text_query = _fts_query(self._weighable(conn, words))
+        sessions = conn.execute(
+            f"SELECT sid, fts_scope, next_position, user_id, agent_id, session_id FROM sessions s WHERE {where}",
+            params,
+        ).fetchall()
+        if not sessions:
+            return []
+        owners = {r["sid"]: (r["user_id"], r["agent_id"], r["session_id"]) for r in sessions}
+        # Scope tokens narrow FTS5's work when the scope is a small part of the file, and
+        # cost an intersection with a huge posting list when it is most of it.
+        share = sum(r["next_position"] for r in sessions) / max(1, _top_rid(conn))
+        if filters is None and share >= 0.5:
+            limit: int | None = int(2 * k / share) + 10  # over-fetch, then keep the scope's rows
+            rows = self._fts(conn, f"text : ({text_query})", limit, in_scope, params, owners)
+            if len(rows) >= k:
+                return rows[:k]
+        if len(sessions) <= _MAX_TOKEN_SESSIONS:
+            token, exact = " OR ".join(r["fts_scope"].split()[0] for r in sessions), True
+        else:  # many sessions: one user's or the tenant's token, sessions checked in SQL
+            token = sessions[0]["fts_scope"].split()[1 if scope.user_id is not ANY else 2]
+            exact = scope.agent_id is ANY and scope.session_id is None
+        match = f"scope : ({token}) AND text : ({text_query})"
+        # Without filters the scope token selects exactly the scope: FTS5 can stop at k.
+        limit = k if filters is None and exact else None
+        return self._fts(conn, match, limit, in_scope + conds, [*params, *fparams], owners, k)
 
     def _weighable(self, conn: sqlite3.Connection, words: Sequence[str]) -> Sequence[str]:
         """The words BM25 can weigh: FTS5 gives a word found in half the rows or more an IDF of
@@ -675,12 +683,20 @@ class SQLiteStore(SqlStore):
 
     @staticmethod
     def _fts(
-        conn: sqlite3.Connection, match: str, limit: int | None, where: str, params: Sequence[Any], k: int | None = None
+        conn: sqlite3.Connection,
+        match: str,
+        limit: int | None,
+        where: str,
+        params: Sequence[Any],
+        owners: dict[int, Vec.Owner],
+        k: int | None = None,
     ) -> list[Hit]:
-        """Best FTS5 matches (``limit`` of them before ``where`` applies, all if None), best first."""
+        """Best FTS5 matches (``limit`` of them before ``where`` applies, all if None), best first;
+        ``owners`` (sid -> owner) places each hit.
+        """
         inner = "SELECT rowid, bm25(messages_fts, 1.0, 0.0) AS score FROM messages_fts WHERE messages_fts MATCH ?"
         sql = (
-            f"SELECT m.id, f.score, m.rid FROM ({inner} ORDER BY score{' LIMIT ?' if limit else ''}) f"
+            f"SELECT m.id, f.score, m.rid, m.sid, m.position FROM ({inner} ORDER BY score{' LIMIT ?' if limit else ''}) f"
             f" JOIN messages m ON m.rid = f.rowid WHERE {where} ORDER BY f.score, m.rid{' LIMIT ?' if k else ''}"
         )
         args = [match, *([limit] if limit else []), *params, *([k] if k else [])]
@@ -688,7 +704,7 @@ class SQLiteStore(SqlStore):
             rows = conn.execute(sql, args).fetchall()
         except sqlite3.OperationalError as exc:  # should not happen: every term is quoted
             raise ValueError(f"search_text could not run FTS5 query {match!r}: {exc}") from exc
-        return [Hit(r[0], -float(r[1]), str(r[2])) for r in rows]
+        return [Hit(r[0], -float(r[1]), str(r[2]), owners[r[3]], r[4]) for r in rows]
 
     # -- housekeeping -------------------------------------------------------------------
 
