@@ -9,8 +9,13 @@ and returns. Waking a sleeping thread from inside a write (a futex wake) costs t
 its CPU on a busy machine (the woken thread preempts it) and, once the worker runs, the
 GIL; so while batches keep coming the worker looks for them every ``delay`` seconds
 instead, and only after ``idle_after`` seconds without work does it sleep until the next
-``submit`` wakes it. A batch therefore waits at most ``delay`` seconds before its
-embedding starts (``flush`` starts it at once).
+``submit`` wakes it.
+
+The worker also leaves the writer alone while it writes: it starts embedding once no batch
+came in for ``delay`` seconds (writes coming back to back are embedded together, after them),
+or once ``batch_size`` messages are queued, or once the oldest has waited ``max_delay``
+seconds; ``flush`` and ``close`` start it at once. A batch's embedding therefore starts at most
+``max_delay`` (plus one ``delay``) after it was submitted.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ log = logging.getLogger("fullrecall.archive")
 
 Job = tuple[str, list[Any]]  # (waiting-batch id, the messages to embed)
 
-DELAY_S = 0.02  # how often a worker with recent work looks for more
+DELAY_S = 0.02  # how often a worker with recent work looks for more, and how long writes must pause
+MAX_DELAY_S = 0.5  # the longest a queued batch waits for writes to pause
 IDLE_AFTER_S = 10.0  # after this long without work, the worker sleeps until a submit wakes it
 
 
@@ -39,16 +45,19 @@ class BackgroundIndexer:
     """
 
     def __init__(self, index: Callable[[list[Job]], None], *, batch_size: int = 256, delay: float = DELAY_S,
-                 idle_after: float = IDLE_AFTER_S) -> None:
+                 max_delay: float = MAX_DELAY_S, idle_after: float = IDLE_AFTER_S) -> None:
         self._index = index
         self.batch_size = batch_size
         self.delay = delay
+        self.max_delay = max_delay
         self.idle_after = idle_after
-        self._jobs: deque[Job] = deque()
+        self._jobs: deque[tuple[float, Job]] = deque()  # (when submitted, job)
         self._lock = threading.Lock()  # a submit racing close: queued before the stop, or refused
         self._closing = False
         self._submitted = 0  # jobs accepted (under _lock)
+        self._queued = 0  # messages queued (under _lock)
         self._done = 0  # jobs handled (under _finished)
+        self._flush_to = 0  # a flush waits for this many jobs: embed without waiting for a pause
         self._finished = threading.Condition()
         self._wake = threading.Event()  # flush, close, or a submit to a sleeping worker
         self._sleeping = False
@@ -65,8 +74,9 @@ class BackgroundIndexer:
         with self._lock:
             if self.closed:
                 raise RuntimeError("the background indexer is closed")
-            self._jobs.append(job)
+            self._jobs.append((time.monotonic(), job))
             self._submitted += 1
+            self._queued += len(job[1])
         if self._sleeping:
             self._wake.set()
 
@@ -76,6 +86,7 @@ class BackgroundIndexer:
         with self._finished:
             if self._done >= target:
                 return True
+            self._flush_to = max(self._flush_to, target)
             self._wake.set()  # start now rather than at the worker's next look
             return self._finished.wait_for(lambda: self._done >= target, timeout)
 
@@ -86,20 +97,31 @@ class BackgroundIndexer:
         self._wake.set()
         self._thread.join()
 
+    def _ready(self) -> bool:
+        """Whether to embed now: something is queued and writes paused, or it cannot wait any longer."""
+        if not self._jobs:
+            return False
+        if self._closing or self._done < self._flush_to or self._queued >= self.batch_size:
+            return True
+        now = time.monotonic()
+        return now - self._jobs[-1][0] >= self.delay or now - self._jobs[0][0] >= self.max_delay
+
     def _take(self) -> list[Job]:
         """The oldest queued jobs, up to one batch (at least one job when any is queued)."""
         jobs: list[Job] = []
         size = 0
-        while self._jobs and (not jobs or size + len(self._jobs[0][1]) <= self.batch_size):
-            job = self._jobs.popleft()
-            jobs.append(job)
-            size += len(job[1])
+        with self._lock:
+            while self._jobs and (not jobs or size + len(self._jobs[0][1][1]) <= self.batch_size):
+                job = self._jobs.popleft()[1]
+                jobs.append(job)
+                size += len(job[1])
+            self._queued -= size
         return jobs
 
     def _run(self) -> None:
         last_work = time.monotonic()
         while True:
-            jobs = self._take()
+            jobs = self._take() if self._ready() else []
             if jobs:
                 try:
                     self._index(jobs)
@@ -115,10 +137,10 @@ class BackgroundIndexer:
                 if not self._jobs:
                     return
                 continue
-            idle = time.monotonic() - last_work >= self.idle_after
+            idle = not self._jobs and time.monotonic() - last_work >= self.idle_after
             self._wake.clear()
             self._sleeping = idle
-            if self._jobs or self._closing:  # came in before the clear (a wake then was cleared)
+            if (self._jobs and idle) or self._ready() or self._closing:  # came in before the clear (its wake was cleared)
                 self._sleeping = False
                 continue
             self._wake.wait(None if idle else self.delay)
