@@ -70,7 +70,8 @@ class BackgroundIndexer:
 
     def submit(self, job: Job) -> None:
         """Queue one batch (the caller has already recorded it as waiting); no system call unless the worker
-        has been idle for ``idle_after`` seconds."""
+        has been idle for ``idle_after`` seconds.
+        """
         with self._lock:
             if self.closed:
                 raise RuntimeError("the background indexer is closed")
