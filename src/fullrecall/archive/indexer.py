@@ -7,7 +7,7 @@ gets to it loses nothing: the next archive of that conversation embeds it.
 Handing a batch over costs the writer no system call: ``submit`` appends it to a deque
 and returns. Waking a sleeping thread from inside a write (a futex wake) costs the writer
 its CPU on a busy machine (the woken thread preempts it) and, once the worker runs, the
-GIL; so while batches keep coming the worker looks for them every ``delay`` seconds
+GIL; so while batches keep coming the worker looks for them every ``POLL_S`` seconds
 instead, and only after ``idle_after`` seconds without work does it sleep until the next
 ``submit`` wakes it.
 
@@ -15,7 +15,7 @@ The worker also leaves the writer alone while it writes: it starts embedding onc
 came in for ``delay`` seconds (writes coming back to back are embedded together, after them),
 or once ``batch_size`` messages are queued, or once the oldest has waited ``max_delay``
 seconds; ``flush`` and ``close`` start it at once. A batch's embedding therefore starts at most
-``max_delay`` (plus one ``delay``) after it was submitted.
+``max_delay`` (plus one ``POLL_S``) after it was submitted.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ log = logging.getLogger("fullrecall.archive")
 
 Job = tuple[str, list[Any]]  # (waiting-batch id, the messages to embed)
 
-DELAY_S = 0.02  # how often a worker with recent work looks for more, and how long writes must pause
+POLL_S = 0.01  # how often a worker with recent work looks for more
+DELAY_S = 0.02  # how long writes must pause before the worker embeds what they queued
 MAX_DELAY_S = 0.5  # the longest a queued batch waits for writes to pause
 IDLE_AFTER_S = 10.0  # after this long without work, the worker sleeps until a submit wakes it
 
@@ -144,5 +145,5 @@ class BackgroundIndexer:
             if (self._jobs and idle) or self._ready() or self._closing:  # came in before the clear (its wake was cleared)
                 self._sleeping = False
                 continue
-            self._wake.wait(None if idle else self.delay)
+            self._wake.wait(None if idle else min(POLL_S, self.delay))
             self._sleeping = False
