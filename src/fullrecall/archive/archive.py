@@ -80,8 +80,10 @@ class Archive:
     and counted in ``get_memory_usage_stats()["evicted_count"]``.
 
     ``background_indexing=True`` embeds on a worker thread (``write`` returns once the
-    text is durable and found by keyword search; vectors follow within one embedding
-    batch); call :meth:`flush` to wait for them and :meth:`close` at the end.
+    text and the record of the batch waiting for vectors are durable, and keyword search
+    finds the text; the worker embeds what was queued once writes pause for 20 ms, or at
+    once for a full ``catch_up_batch``, at most 0.5 s after a write: see
+    :mod:`.indexer`); call :meth:`flush` to wait for the vectors and :meth:`close` at the end.
     ``catch_up_batch`` bounds how many waiting messages one catch-up embeds.
     ``external_indexing=True`` says another component embeds every message the
     conversation stores (the HTTP service's indexer does, once each): ``write`` then
