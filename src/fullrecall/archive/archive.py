@@ -31,6 +31,7 @@ an update:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -537,7 +538,7 @@ def message_record(msg: Message, shape: str, *, data: dict[str, Any] | None = No
     msg = _as_written(msg)
     now = time.time()
     created = msg.timestamp or now
-    date = time.strftime("%Y-%m-%d", time.gmtime(created))
+    date = _utc_date(int(created // 86400))
     return StoredMessage(
         id=msg.id or f"m{msg.position}",
         role=msg.role,
@@ -550,6 +551,12 @@ def message_record(msg: Message, shape: str, *, data: dict[str, Any] | None = No
         summary_id=summary_id,
         metadata={"shape": shape, "reason": reason},
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _utc_date(day: int) -> str:
+    """``YYYY-MM-DD`` of a day counted from the epoch (UTC): formatted once per day, not once per message."""
+    return time.strftime("%Y-%m-%d", time.gmtime(day * 86400))
 
 
 def _total_bytes(stats: dict[str, int]) -> int:
