@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fullrecall.archive import Archive
 from fullrecall.bench.archive import CountingStore
@@ -312,3 +314,16 @@ def test_a_batch_submitted_while_the_indexer_closes_is_refused_or_indexed_never_
     closing.join(10)
     assert indexer.flush(timeout=5), "a batch queued behind the stop mark is never taken"
     assert indexed == (["a"] if refused else ["a", "b"])
+
+
+# -- the stored row ---------------------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(timestamp=st.floats(min_value=1.0, max_value=4e10), role=st.sampled_from(["user", "assistant"]))
+def test_a_row_is_indexed_with_the_utc_date_of_its_message(timestamp, role):
+    from fullrecall.archive.archive import message_record
+
+    _, (msg,) = parse_messages([{"role": role, "content": [{"text": "hello"}]}])
+    row = message_record(replace(msg, timestamp=timestamp, position=0), "converse")
+    assert row.text.startswith(f"{role} ({time.strftime('%Y-%m-%d', time.gmtime(timestamp))}): hello")
+    assert row.created_at == timestamp

@@ -31,6 +31,7 @@ an update:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -80,8 +81,10 @@ class Archive:
     and counted in ``get_memory_usage_stats()["evicted_count"]``.
 
     ``background_indexing=True`` embeds on a worker thread (``write`` returns once the
-    text is durable and found by keyword search; vectors follow within one embedding
-    batch); call :meth:`flush` to wait for them and :meth:`close` at the end.
+    text and the record of the batch waiting for vectors are durable, and keyword search
+    finds the text; the worker embeds what was queued once writes pause for 20 ms, or at
+    once for a full ``catch_up_batch``, at most 0.5 s after a write: see
+    :mod:`.indexer`); call :meth:`flush` to wait for the vectors and :meth:`close` at the end.
     ``catch_up_batch`` bounds how many waiting messages one catch-up embeds.
     ``external_indexing=True`` says another component embeds every message the
     conversation stores (the HTTP service's indexer does, once each): ``write`` then
@@ -535,7 +538,7 @@ def message_record(msg: Message, shape: str, *, data: dict[str, Any] | None = No
     msg = _as_written(msg)
     now = time.time()
     created = msg.timestamp or now
-    date = time.strftime("%Y-%m-%d", time.gmtime(created))
+    date = _utc_date(int(created // 86400))
     return StoredMessage(
         id=msg.id or f"m{msg.position}",
         role=msg.role,
@@ -548,6 +551,12 @@ def message_record(msg: Message, shape: str, *, data: dict[str, Any] | None = No
         summary_id=summary_id,
         metadata={"shape": shape, "reason": reason},
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _utc_date(day: int) -> str:
+    """``YYYY-MM-DD`` of a day counted from the epoch (UTC): formatted once per day, not once per message."""
+    return time.strftime("%Y-%m-%d", time.gmtime(day * 86400))
 
 
 def _total_bytes(stats: dict[str, int]) -> int:

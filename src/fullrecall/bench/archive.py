@@ -127,8 +127,8 @@ def _writes(embedder: Any, corpus: Any, n: int, batch: int, tmp: str) -> Archive
 
     scope = Scope(session_id="bench")
     events = _events(corpus, n, batch)
-    texts = [[message_record(m, e.shape).text for m in e.messages] for e in events]
-    rows = [[message_record(m, e.shape) for m in e.messages] for e in events]
+    rows = [[message_record(m, e.shape, reason=e.reason) for m in e.messages] for e in events]  # what write stores
+    texts = [[r.text for r in batch] for batch in rows]
 
     # Paired, batch by batch (a shared machine's load drifts): the embedder alone, then Archive.write.
     counting = CountingStore(open_store(f"sqlite:///{tmp}/write.db"))
@@ -147,25 +147,27 @@ def _writes(embedder: Any, corpus: Any, n: int, batch: int, tmp: str) -> Archive
     per_write = {k: round(v / max(1, len(events) - 1), 2) for k, v in counting.calls.items()}
     counting.inner.close()
 
-    # A plain SQLite append of the rows, then (another pass, so the worker's embedding does not slow the
-    # plain appends down) writes that do not wait for vectors.
+    # Writes that do not wait for vectors, against a plain SQLite append of the same rows: the rows the
+    # archive writes, appended in one transaction by the same store class to a file of its own with the same
+    # settings (WAL, synchronous=NORMAL). One write a turn: each plain append is paired with the archive's
+    # write of the same batch (a shared machine's load drifts), and the worker has embedded the last one.
     plain = open_store(f"sqlite:///{tmp}/plain.db")
-    plain_ms_list = []
-    for r in rows:
-        t1 = time.perf_counter()
-        plain.append(scope, r)
-        plain_ms_list.append((time.perf_counter() - t1) * 1000)
-    plain.close()
     store = open_store(f"sqlite:///{tmp}/nowait.db")
     background = Archive(store, scope, embedding_model=embedder, background_indexing=True)
-    write_ms, busy_ms = [], []
-    for e in events[: len(events) // 2]:  # one write a turn: the worker has embedded the last one
+    write_ms, busy_ms, plain_ms_list = [], [], []
+    half = len(events) // 2
+    for e, r in zip(events[:half], rows[:half]):
+        t0 = time.perf_counter()
+        plain.append(scope, r)
         t1 = time.perf_counter()
         background.write(e)
-        write_ms.append((time.perf_counter() - t1) * 1000)
+        t2 = time.perf_counter()
+        plain_ms_list.append((t1 - t0) * 1000)
+        write_ms.append((t2 - t1) * 1000)
         background.flush()
+    plain.close()
     t0 = time.perf_counter()
-    for e in events[len(events) // 2:]:  # back to back: the worker embeds while the writer writes
+    for e in events[half:]:  # back to back: the worker embeds while the writer writes
         t1 = time.perf_counter()
         background.write(e)
         busy_ms.append((time.perf_counter() - t1) * 1000)
