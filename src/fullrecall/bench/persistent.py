@@ -77,6 +77,7 @@ class Row:
     llm_calls: int
     timed_records: int = 0
     load_s: float = 0.0
+    load_average: float = 0.0  # the machine's 1-minute load average when the timed calls ended
 
 
 class _Chat:
@@ -191,6 +192,7 @@ def _bench(backend: str, url: str, embedder: Any, loader: Any, args: argparse.Na
         retrieve_p50_ms=round(_pct(retrieve_ms, 50), 3), retrieve_p95_ms=round(_pct(retrieve_ms, 95), 3),
         record_ratio=round(_pct(record_ms, 50) / turn_p50, 2), retrieve_ratio=round(_pct(retrieve_ms, 50) / query_p50, 2),
         llm_calls=llm_calls, timed_records=len(record_ms), load_s=round(load_s, 1),
+        load_average=round(os.getloadavg()[0], 1),
     )
 
 
@@ -219,7 +221,8 @@ def _table(rows: list[Row]) -> str:
             f"{r.embed_query_p50_ms:.2f} ms | {r.retrieve_p50_ms:.2f} / {r.retrieve_p95_ms:.2f} ms | "
             f"{r.retrieve_ratio:.2f}x {_mark(r.retrieve_ratio, RETRIEVE_TARGET)} | {r.llm_calls} | "
             f"{r.timed_records} |")
-    return "\n".join(lines)
+    loads = ", ".join(f"{r.backend} {r.load_average}" for r in rows)
+    return "\n".join(lines) + f"\n\n1-minute load average when the timed calls ended: {loads}"
 
 
 def _mark(ratio: float, target: float) -> str:
