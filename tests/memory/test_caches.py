@@ -151,3 +151,70 @@ def test_importing_the_same_facts_again_embeds_none_of_them(tmp_path, default_em
     finally:
         src.close()
         dst.close()
+
+
+class CountingStore:
+    """A store handle with each call's method name written down (the calls a record or retrieve costs)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.calls = inner, []
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            self.calls.append(name)
+            return attr(*args, **kwargs)
+        return call
+
+
+def test_a_plain_turn_costs_a_retry_check_an_append_and_a_vector_write(tmp_path, default_embedder):
+    store = CountingStore(open_store(f"sqlite:///{tmp_path / 'm.db'}"))
+    memory = PersistentMemory("u", "a", "s1", store=store, embedder=default_embedder)
+    try:
+        asyncio.run(memory.record([{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello!"}],
+                                  {"turn": 1}))
+        assert memory.sessions() == ["s1"]  # the first write of a session lists it
+        for turn in (2, 3):
+            store.calls.clear()
+            asyncio.run(memory.record([{"role": "user", "content": f"Question {turn}?"},
+                                       {"role": "assistant", "content": f"Answer {turn}."}], {"turn": turn}))
+            assert sorted(store.calls) == ["append", "get_vectors", "set_vectors"]  # no session or state reads
+        assert len(memory.messages()) == 6 and len(memory.search("Question 3", 1)) == 1
+    finally:
+        store.inner.close()
+
+
+def test_a_session_forgotten_by_another_handle_is_listed_again_on_its_next_turn_on_every_backend(
+        store_url, default_embedder):
+    one, two = open_store(store_url), open_store(store_url)  # two processes' connections and caches
+    try:
+        writer = PersistentMemory("bob", "a", "s1", store=one, embedder=default_embedder)
+        asyncio.run(writer.record([{"role": "user", "content": "I keep bees."}], {"turn": 1}))
+        PersistentMemory("bob", "a", store=two, embedder=default_embedder).clear()  # elsewhere: everything goes
+        assert writer.sessions() == [] and writer.messages() == []
+
+        asyncio.run(writer.record([{"role": "user", "content": "I keep goats now."}], {"turn": 2}))
+        again = PersistentMemory("bob", "a", store=two, embedder=default_embedder)
+        assert again.sessions() == ["s1"]
+        assert [m.text.endswith("I keep goats now.") for m in again.messages()] == [True]
+    finally:
+        one.close()
+        two.close()
+
+
+def test_fact_search_follows_every_write_after_searching_the_same_facts_again(tmp_path, default_embedder):
+    facts = FactMemory(f"sqlite:///{tmp_path / 'f.db'}", user_id="u", embedder=default_embedder)
+    try:
+        facts.remember("I like chess")
+        facts.remember("My city is Paris")
+        for _ in range(2):  # the same facts searched twice
+            assert facts.search("which city do I live in?", 1)[0][0].text == "My city is Paris"
+        facts.remember("My city is Lyon")  # supersedes Paris: the next search sees the change
+        assert [f.text for f, _ in facts.search("which city do I live in?", 5)] == ["My city is Lyon", "I like chess"]
+        facts.forget(facts.current(attribute="city")[0].id)
+        assert [f.text for f, _ in facts.search("which city do I live in?", 5)] == ["I like chess"]
+    finally:
+        facts.close()

@@ -1,14 +1,21 @@
 """Long-term memory latency: record and retrieve p50/p95, as ratios to embedding one turn.
 
 Loads ``--users`` users x ``--turns`` turns (a user message and an answer each, 100 turns a
-session) into :class:`~fullrecall.memory.persistent.PersistentMemory` on each backend, timing every
+session) into :class:`~fullrecall.memory.persistent.PersistentMemory` on each backend, timing
 ``record``; then times ``retrieve`` for ``--queries`` questions of random users. Right before each
-``record`` the same run times the local embedder on that turn (its messages' contents, one batch),
-and right before each ``retrieve`` on that question, so each ratio compares costs taken side by side
-(the load of a shared machine drifts; a baseline timed at another moment would not hold). Targets:
-record p50 at most 1.2x embedding the turn, retrieve p50 at most 1.5x embedding the question. No LLM
-is called (memory is built with its defaults: facts by rules). The full size is ``--users 100 --turns 1000``;
-``--users 10 --turns 200`` is a quick run.
+timed ``record`` the same run times the local embedder on that turn (its messages' contents, one
+batch), and right before each ``retrieve`` on that question, so each ratio compares costs taken side
+by side (the load of a shared machine drifts; a baseline timed at another moment would not hold).
+Targets: record p50 at most 1.2x embedding the turn, retrieve p50 at most 1.5x embedding the
+question. No LLM is called (memory is built with its defaults: facts by rules).
+
+``--timed-turns K`` times only each user's last K turns: the turns before them are loaded first,
+for every user, one ``record`` call a session (the same memory, facts included, built in far
+fewer calls), so the timed turns land in a store that holds everyone's history. With
+``--embedding-cache FILE`` the load reuses the vectors of earlier runs (the synthetic turns are the
+same for the same ``--seed``); timed turns and questions are always embedded for real. The full
+size is ``--users 100 --turns 1000 --timed-turns 20 --embedding-cache FILE``; ``--users 10 --turns
+200`` is a quick run.
 """
 
 from __future__ import annotations
@@ -23,7 +30,10 @@ import signal
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
+
+from .locomo import CachedEmbedder
 
 TURNS_PER_SESSION = 100
 RECORD_TARGET = 1.2
@@ -45,6 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis-url", default=os.environ.get("FULLRECALL_TEST_REDIS_URL"))
     parser.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timed-turns", type=int, default=None,
+                        help="time only each user's last K turns; the earlier ones are loaded first, a session a call")
+    parser.add_argument("--embedding-cache", type=Path, default=None,
+                        help=".npz file keeping the loaded turns' vectors across runs (timed calls always embed)")
 
 
 @dataclass
@@ -61,6 +75,9 @@ class Row:
     record_ratio: float
     retrieve_ratio: float
     llm_calls: int
+    timed_records: int = 0
+    load_s: float = 0.0
+    load_average: float = 0.0  # the machine's 1-minute load average when the timed calls ended
 
 
 class _Chat:
@@ -100,21 +117,27 @@ def run(args: argparse.Namespace) -> int:
 
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = set(backends) - {"sqlite", "postgres", "redis"}
-    if unknown or args.users < 1 or args.turns < 1 or args.queries < 1:
-        raise SystemExit(f"unknown backend {sorted(unknown)} or a count below 1")
+    timed = args.turns if args.timed_turns is None else args.timed_turns
+    if unknown or args.users < 1 or args.turns < 1 or args.queries < 1 or not 1 <= timed <= args.turns:
+        raise SystemExit(f"unknown backend {sorted(unknown)}, a count below 1 or --timed-turns above --turns")
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so the servers we started get stopped
     embedder = load_embedder()
+    loader = CachedEmbedder(embedder, args.embedding_cache) if args.embedding_cache is not None else embedder
     rows = []
-    with contextlib.ExitStack() as stack:
-        for backend in backends:
-            rows.append(_bench(backend, _url_factory(backend, args, stack)(), embedder, args))
-            if not args.json:
-                print(f"  done: {backend}", flush=True)
+    try:
+        with contextlib.ExitStack() as stack:
+            for backend in backends:
+                rows.append(_bench(backend, _url_factory(backend, args, stack)(), embedder, loader, args))
+                if not args.json:
+                    print(f"  done: {backend}", flush=True)
+    finally:
+        if isinstance(loader, CachedEmbedder):
+            loader.save()
     print(json.dumps([asdict(r) for r in rows], indent=2) if args.json else _table(rows))
     return 0
 
 
-def _bench(backend: str, url: str, embedder: Any, args: argparse.Namespace) -> Row:
+def _bench(backend: str, url: str, embedder: Any, loader: Any, args: argparse.Namespace) -> Row:
     from ..memory.persistent import PersistentMemory
     from ..stores import open_store
     from .store import _drop
@@ -122,30 +145,42 @@ def _bench(backend: str, url: str, embedder: Any, args: argparse.Namespace) -> R
     chat = _Chat(args.seed)
     store = open_store(url)
     loop = asyncio.new_event_loop()
+    timed = args.turns if args.timed_turns is None else args.timed_turns
+    first_timed = args.turns - timed
+    turns = [[chat.turn(user, n) for n in range(args.turns)] for user in range(args.users)]
+
+    def memory_of(user: int, n: int, by: Any) -> PersistentMemory:
+        return PersistentMemory(f"user{user}", "bench", f"session{n // TURNS_PER_SESSION}", store=store, embedder=by)
+
     try:
-        memories: list[PersistentMemory] = []
+        t0 = time.perf_counter()
+        for user in range(args.users):  # the history before the timed turns, one record call a session
+            for start in range(0, first_timed, TURNS_PER_SESSION):
+                end = min(first_timed, start + TURNS_PER_SESSION)
+                loop.run_until_complete(memory_of(user, start, loader).record(
+                    [m for n in range(start, end) for m in turns[user][n]], {"turn": f"load-{start}"}))
+        if isinstance(loader, CachedEmbedder):
+            loader.save()
+        load_s = time.perf_counter() - t0
+        memories = {user: memory_of(user, first_timed, embedder) for user in range(args.users)}
         record_ms: list[float] = []
         embed_turn_ms: list[float] = []
-        for user in range(args.users):
-            memory = None
-            for n in range(args.turns):
+        for n in range(first_timed, args.turns):  # every user's next turn, in turn
+            for user in range(args.users):
                 if n % TURNS_PER_SESSION == 0:
-                    memory = PersistentMemory(f"user{user}", "bench", f"session{n // TURNS_PER_SESSION}",
-                                              store=store, embedder=embedder)
-                assert memory is not None
-                turn = chat.turn(user, n)
+                    memories[user] = memory_of(user, n, embedder)
+                turn = turns[user][n]
                 embed_turn_ms.append(_ms(embedder.embed, [m["content"] for m in turn]))
-                record_ms.append(_ms(loop.run_until_complete, memory.record(turn, {"turn": n})))
-            assert memory is not None
-            memories.append(memory)
+                record_ms.append(_ms(loop.run_until_complete, memories[user].record(turn, {"turn": n})))
         retrieve_ms: list[float] = []
         embed_query_ms: list[float] = []
         for _ in range(args.queries):
-            memory = chat.rng.choice(memories)
+            memory = memories[chat.rng.randrange(args.users)]
             question = chat.question()
             embed_query_ms.append(_ms(embedder.embed, [question]))
             retrieve_ms.append(_ms(loop.run_until_complete, memory.retrieve(question, limit=args.limit)))
-        llm_calls = sum(getattr(m.facts.chat_model, "calls", 0) for m in memories if m.facts.chat_model is not None)
+        llm_calls = sum(getattr(m.facts.chat_model, "calls", 0) for m in memories.values()
+                        if m.facts.chat_model is not None)
     finally:
         loop.close()
         _drop(store)
@@ -156,7 +191,8 @@ def _bench(backend: str, url: str, embedder: Any, args: argparse.Namespace) -> R
         record_p50_ms=round(_pct(record_ms, 50), 3), record_p95_ms=round(_pct(record_ms, 95), 3),
         retrieve_p50_ms=round(_pct(retrieve_ms, 50), 3), retrieve_p95_ms=round(_pct(retrieve_ms, 95), 3),
         record_ratio=round(_pct(record_ms, 50) / turn_p50, 2), retrieve_ratio=round(_pct(retrieve_ms, 50) / query_p50, 2),
-        llm_calls=llm_calls,
+        llm_calls=llm_calls, timed_records=len(record_ms), load_s=round(load_s, 1),
+        load_average=round(os.getloadavg()[0], 1),
     )
 
 
@@ -176,15 +212,17 @@ def _pct(values: list[float], q: int) -> float:
 def _table(rows: list[Row]) -> str:
     head = ("| backend | users x turns | embed turn p50 | record p50 / p95 | record / embed (target <= "
             f"{RECORD_TARGET}) | embed query p50 | retrieve p50 / p95 | retrieve / embed (target <= "
-            f"{RETRIEVE_TARGET}) | LLM calls |\n|---|---|---|---|---|---|---|---|---|")
+            f"{RETRIEVE_TARGET}) | LLM calls | timed records |\n|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         lines.append(
             f"| {r.backend} | {r.users} x {r.turns} | {r.embed_turn_p50_ms:.2f} ms | {r.record_p50_ms:.2f} / "
             f"{r.record_p95_ms:.2f} ms | {r.record_ratio:.2f}x {_mark(r.record_ratio, RECORD_TARGET)} | "
             f"{r.embed_query_p50_ms:.2f} ms | {r.retrieve_p50_ms:.2f} / {r.retrieve_p95_ms:.2f} ms | "
-            f"{r.retrieve_ratio:.2f}x {_mark(r.retrieve_ratio, RETRIEVE_TARGET)} | {r.llm_calls} |")
-    return "\n".join(lines)
+            f"{r.retrieve_ratio:.2f}x {_mark(r.retrieve_ratio, RETRIEVE_TARGET)} | {r.llm_calls} | "
+            f"{r.timed_records} |")
+    loads = ", ".join(f"{r.backend} {r.load_average}" for r in rows)
+    return "\n".join(lines) + f"\n\n1-minute load average when the timed calls ended: {loads}"
 
 
 def _mark(ratio: float, target: float) -> str:

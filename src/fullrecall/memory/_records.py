@@ -97,6 +97,7 @@ class RecordBook:
         self._own: set[str] = set()  # ids of events this book appended after the mark (already applied)
         self._blocks = threading.local()  # per thread: the events of its :meth:`writes` block, not yet logged
         self._lock = threading.RLock()  # the cache is shared by the threads using this book
+        self._stacked: tuple[list[np.ndarray], np.ndarray] | None = None  # the vectors :meth:`similar` last stacked
 
     @property
     def embedder(self) -> Any:
@@ -181,9 +182,11 @@ class RecordBook:
                 cache.pop(record_id, None)
             elif record_id in cache:
                 cache[record_id] = entry
-            else:  # in the store's order, (created_at, id)
+            else:  # in the store's order, (created_at, id): usually the newest, so it goes last as it is
+                last = next(reversed(cache.items()), None)
                 cache[record_id] = entry
-                cache = dict(sorted(cache.items(), key=lambda kv: (kv[1][0].created_at, kv[0])))
+                if last is not None and (last[1][0].created_at, last[0]) > (entry[0].created_at, record_id):
+                    cache = dict(sorted(cache.items(), key=lambda kv: (kv[1][0].created_at, kv[0])))
             self._cache = cache
 
     def owned_id(self, *parts: str) -> str:
@@ -265,7 +268,7 @@ class RecordBook:
         if not with_vectors or k <= 0:
             return []
         q = np.asarray(self.embedder.embed([query])[0] if isinstance(query, str) else query, dtype=np.float32)
-        matrix = np.stack([v for _, v in with_vectors])
+        matrix = self._matrix([v for _, v in with_vectors])
         if matrix.shape[1] != q.shape[0]:
             raise ValueError(
                 f"records in {self.namespace!r} hold {matrix.shape[1]}-dimensional vectors but the embedder "
@@ -274,6 +277,18 @@ class RecordBook:
         scores = matrix @ q
         order = np.argsort(-scores, kind="stable")[:k]
         return [(with_vectors[i][0], float(scores[i])) for i in order]
+
+
+    def _matrix(self, vectors: list[np.ndarray]) -> np.ndarray:
+        """The vectors stacked, reusing the last stack when they are the same arrays (cached records' vectors
+        are never changed in place: a write replaces the entry), so a search of unchanged records stacks nothing.
+        """
+        last = self._stacked
+        if last is not None and len(last[0]) == len(vectors) and all(a is b for a, b in zip(last[0], vectors)):
+            return last[1]
+        matrix = np.stack(vectors)
+        self._stacked = (vectors, matrix)
+        return matrix
 
 
 def change_logs(store: Store, owner: Scope, namespaces: Sequence[str]) -> tuple[int, int]:

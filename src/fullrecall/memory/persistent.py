@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -105,11 +106,13 @@ class PersistentMemory:
         self.tenant = tenant
         self.owner = owner_scope(tenant, self.user_id, self.agent_id)
         self.embedder = load_embedder(embedder)
+        self._query_vectors = _QueryVectors(self.embedder)
         self._search = self._searcher(self.session_id)
         self.facts = FactMemory(self.store, user_id=self.user_id, agent_id=self.agent_id, tenant=tenant,
                                 embedder=self.embedder, chat_model=chat_model)
         self.extract_facts = extract_facts
         self._sessions = RecordBook(self.store, self.owner, _SESSIONS)
+        self._noted = False  # whether this instance has put its session in the owner's list
 
     # -- MassGen's interface -------------------------------------------------------------------
     async def record(self, messages: Any, metadata: dict[str, Any] | None = None, **kw: Any) -> list[str]:
@@ -192,7 +195,6 @@ class PersistentMemory:
             ))
             words_of[stored[-1].id] = _words(parsed.text)
         ids = [m.id for m in stored]
-        self._note_session()
         turn = list({m.id: (msg, m) for (msg, _, _), m in zip(kept, stored)}.values())
         sources = [{"session_id": self.session_id, "id": m.id} for _, m in turn]
         by_rules = self.extract_facts and self.facts.chat_model is None
@@ -214,14 +216,16 @@ class PersistentMemory:
         new = [turn[i] for i in fresh]
         new_ids = {m.id for _, m in new}
         learned = [j for j, c in enumerate(found) if any(s["id"] in new_ids for s in c.sources)]
-        # the messages' vectors and the facts are written side by side
-        indexed = _io().submit(self._search.index, [m for _, m in new], append=False, vectors=vectors[fresh])
-        try:
-            if learned:
+        index = partial(self._search.index, [m for _, m in new], append=False, vectors=vectors[fresh])
+        if not learned:  # one write: made here (a hand-off to a thread costs more than it saves)
+            index()
+        else:  # the messages' vectors and the facts are written side by side
+            indexed = _io().submit(index)
+            try:
                 self.facts.keep([found[j] for j in learned], vectors[[len(turn) + j for j in learned]],
                                 stated_at=now, checked=True)
-        finally:
-            indexed.result()
+            finally:
+                indexed.result()
         if self.extract_facts and not by_rules:  # the chat model reads the turn once its words are stored
             try:
                 self.facts.learn([msg for msg, _ in new], [sources[i] for i in fresh], stated_at=now)
@@ -230,12 +234,24 @@ class PersistentMemory:
         return ids
 
     def _store_words(self, messages: list[StoredMessage]) -> set[str]:
-        """Append a turn's messages but those already stored with a vector (a retry); return the ids of those."""
+        """Append a turn's messages but those already stored with a vector (a retry); return the ids of those.
+
+        The session is added to the owner's list the first time this instance writes to it, and again
+        whenever the session starts over at position 0 (the owner was forgotten, here or by another
+        process): no round trip for it on the other turns.
+        """
         self._search._check_vector_space()  # before anything is written: one embedding model per index
         have = set(self.store.get_vectors(self._search.scope, [m.id for m in messages]))
         todo = [m for m in messages if m.id not in have]
         if todo:
-            self.store.append(self._search.scope, todo)  # idempotent: a message stored without a vector keeps its place
+            first = not self._noted
+            if first:  # listed before its words are written: a crash in between loses no listing
+                self._note_session()
+                self._noted = True
+            # idempotent: a message stored without a vector keeps its place
+            positions = self.store.append(self._search.scope, todo)
+            if 0 in positions and not first:  # the session started over: the owner was forgotten since
+                self._note_session()
         return have
 
     def _message_id(self, msg: dict[str, Any], index: int, metadata: dict[str, Any] | None) -> str:
@@ -277,15 +293,17 @@ class PersistentMemory:
         want_facts = "fact" in kinds and turn is None
         facts_checked = _io().submit(facts.book.entries) if want_facts else None  # while the query is embedded
         for query in queries:
-            vector = self._search.embed_query(query)  # once, for messages and facts
-            if "message" in kinds:
+            if "message" in kinds:  # the search embeds the question (its keyword query may run meanwhile) ...
                 depth = limit * 4 if turn is not None else limit
-                for h in self._search.search(query, top_k=depth, scope=scope, vector=vector):
+                for h in self._search.search(query, top_k=depth, scope=scope):
                     if turn is None or h.metadata.get("turn") == turn:
                         _keep_best(hits, MemoryHit(
                             "message", h.id, h.text, h.score, agent, h.session_id, h.message.role,
                             h.message.created_at, h.metadata))
-            if facts_checked is not None:
+            if facts_checked is not None:  # ... and its vector serves the facts too: embedded once
+                vector = self._query_vectors.take(query)
+                if vector is None:
+                    vector = self._search.embed_query(query)
                 facts_checked.result()
                 for fact, score in facts.search(vector, limit, checked=True):
                     if score >= MIN_FACT_SIMILARITY:
@@ -357,6 +375,7 @@ class PersistentMemory:
         if roles is None and since is None and until is None and session_id is None and ids is None:
             events, logs = change_logs(self.store, self.owner, (FACTS, _SESSIONS, PROCEDURES))
             counts = self.store.forget(self.owner)
+            self._noted = False
             for key, n in (("messages", events), ("sessions", logs)):
                 if isinstance(counts.get(key), int):
                     counts[key] = max(0, counts[key] - n)
@@ -449,12 +468,41 @@ class PersistentMemory:
     def _searcher(self, session_id: str) -> Any:
         from ..search import SemanticSearch
 
-        return SemanticSearch(self.embedder, store=self.store, scope=replace(self.owner, session_id=session_id))
+        return SemanticSearch(self._query_vectors, store=self.store, scope=replace(self.owner, session_id=session_id))
 
     def _note_session(self, session_id: str | None = None) -> None:
         session = session_id or self.session_id
         if self._sessions.get(session) is None:  # checked each time (one small round trip): the owner may be cleared
             self._sessions.put(Record(id=session, namespace=_SESSIONS, text=session))
+
+
+class _QueryVectors:
+    """The memory's embedder, keeping the vectors of the questions the message search embeds (until taken),
+    so that the fact search reuses them: the search embeds a question itself, and may run its keyword
+    query while it does.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name: str = inner.name
+        self._kept: dict[str, np.ndarray] = {}
+
+    @property
+    def dimension(self) -> int:
+        return int(self.inner.dimension)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.embed(texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = (getattr(self.inner, "embed_queries", None) or self.inner.embed)(texts)
+        if len(self._kept) > 64:  # taken right after each search: only an interrupted one leaves any
+            self._kept.clear()
+        self._kept.update(zip(texts, vectors))
+        return vectors
+
+    def take(self, query: str) -> np.ndarray | None:
+        return self._kept.pop(query, None)
 
 
 # -- helpers ---------------------------------------------------------------------------------
