@@ -36,13 +36,18 @@ CATCH_UP = 64  # recent positions checked for a missing vector on every write
 class Indexer:
     """One background thread that embeds committed messages in batches."""
 
-    def __init__(self, store: Store, embedder: Any = None, *, batch: int = 64, backlog: int = 0,
+    def __init__(self, store: Store, embedder: Any = None, *, batch: int = 8, backlog: int = 0,
                  backlog_wait: float = 30.0, io_threads: int = 4,
                  on_indexed: Callable[[list[float]], None] | None = None) -> None:
         from ..embeddings import load_embedder
 
         self.store = store
-        self.embedder = load_embedder(embedder) if embedder is None or isinstance(embedder, str) else embedder
+        if embedder is None or isinstance(embedder, str):
+            self.embedder = load_embedder(embedder)
+            if hasattr(self.embedder, "workers"):  # embed on one thread (ONNX: one intra-op thread), so the other
+                self.embedder.workers = 1  # cores serve requests instead of waiting for a batch to finish
+        else:
+            self.embedder = embedder
         self.batch = batch
         self.backlog, self.backlog_wait = backlog, backlog_wait
         self.on_indexed = on_indexed
