@@ -205,3 +205,42 @@ def test_a_conversation_forgotten_by_another_process_and_begun_again_is_exported
             and "message" in line] == ["after"]
     indexer.close()
     store.close()
+
+
+def test_appends_wait_while_the_embedding_backlog_is_full(store_url, default_embedder):
+    """Over ``backlog`` messages awaiting embedding, an append is durable but waits for the indexer to catch up, so
+    the searchable delay stays bounded; once the indexer moves, every message is embedded."""
+    from fullrecall.service.conversations import Conversations
+    from fullrecall.service.indexer import Indexer
+    from fullrecall.stores import open_store
+
+    gate = threading.Event()
+
+    class Gated:  # the real embedder, held until the gate opens
+        name, dimension = default_embedder.name, default_embedder.dimension
+
+        def embed(self, texts):
+            gate.wait(30)
+            return default_embedder.embed(texts)
+
+    store = open_store(store_url)
+    scope = Scope(tenant="t", session_id="backlog")
+    indexer = Indexer(store, Gated(), batch=1, backlog=2)
+    conversations = Conversations(store, indexer)
+    ids = [conversations.append(scope, [{"role": "user", "content": "first"}])[0]["id"]]
+    while indexer.pending:  # the indexer took the first message and waits at the gate
+        threading.Event().wait(0.01)
+    ids += [conversations.append(scope, [{"role": "user", "content": f"m{i}"}])[0]["id"] for i in range(2)]
+    late: list[str] = []
+    writer = threading.Thread(target=lambda: late.extend(
+        m["id"] for m in conversations.append(scope, [{"role": "user", "content": "over the backlog"}])))
+    writer.start()
+    writer.join(0.5)
+    assert writer.is_alive() and indexer.pending == 3  # committed, but not acknowledged while 3 > 2 wait
+    assert store.count(scope) == 4
+    gate.set()
+    writer.join(30)
+    assert not writer.is_alive() and indexer.flush()
+    assert set(store.get_vectors(scope, ids + late)) == set(ids + late)
+    indexer.close()
+    store.close()

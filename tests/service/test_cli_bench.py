@@ -54,5 +54,9 @@ def test_bench_serve_small(store_url, servers, capsys):
     assert (result["lost"], result["duplicated"], result["cross_tenant"]) == (0, 0, 0)
     assert result["appends"] == 36 and result["searches"] == 12
     assert result["append_ms"]["p50"] > 0 and result["searchable_delay_ms"]["p95_ms"] is not None
+    library = result["library"]  # the in-process side did the server's work: its indexer embedded every append
+    assert library["embedded_all"] and library["searchable_delay_ms"]["samples"] > 0
+    assert library["append_ms"]["p50"] > 0 and library["search_ms"]["p50"] > 0 and library["cpu_ms_per_request"] > 0
+    assert 0 <= result["client_cpu_share"] < 2
     if sys.platform == "linux":  # the servers' CPU time, read from /proc
         assert result["server_cpu_ms_per_request"] > 0 and result["server_cpu_share"] > 0

@@ -49,7 +49,8 @@ class Service:
         self.store = store if store is not None else open_store(settings.store)
         self.metrics = Metrics()
         self.keys = KeyStore(self.store, cache_seconds=settings.key_cache_seconds)
-        self.indexer = Indexer(self.store, embedder or settings.embedding_model, on_indexed=self.metrics.observe_indexed)
+        self.indexer = Indexer(self.store, embedder or settings.embedding_model, batch=settings.embedding_batch,
+                               backlog=settings.embedding_backlog, on_indexed=self.metrics.observe_indexed)
         self.conversations = Conversations(self.store, self.indexer, window_messages=settings.window_messages,
                                            windows=self._windows(settings))
         self.limiter = RateLimiter(settings.rate_limit, settings.burst)
@@ -332,14 +333,16 @@ def _routes(app: FastAPI, service: Service) -> None:
             return _error(503, "unavailable", f"the store is not reachable: {type(exc).__name__}")
         return JSONResponse({"status": "ready", "embedding_queue": service.indexer.pending})
 
-    @app.post("/v1/conversations/{conversation_id}/messages", status_code=201, tags=["conversations"])
+    # the hot routes answer with their JSON directly (no response model to validate the answer against)
+    @app.post("/v1/conversations/{conversation_id}/messages", status_code=201, tags=["conversations"],
+              response_model=dict)
     async def append(conversation_id: str, body: AppendBody, p: Principal = Key, user_id: str | None = User,
-               agent_id: str | None = Agent) -> dict:
+                     agent_id: str | None = Agent) -> JSONResponse:
         """Append messages; returns their ids and positions once they are durable."""
         s = scope(p, user_id, agent_id, conversation_id)
         written = await service.writes.run(conv.append, s, body.messages)
         service.metrics.messages.labels(p.tenant).inc(len(written))
-        return {"conversation_id": conversation_id, "messages": written}
+        return JSONResponse({"conversation_id": conversation_id, "messages": written}, status_code=201)
 
     @app.get("/v1/conversations/{conversation_id}/messages", tags=["conversations"])
     def window(conversation_id: str, p: Principal = Key, user_id: str | None = User, agent_id: str | None = Agent
@@ -377,8 +380,8 @@ def _routes(app: FastAPI, service: Service) -> None:
         """Delete the conversation everywhere; counts per kind."""
         return {"conversation_id": conversation_id, "deleted": conv.forget(scope(p, user_id, agent_id, conversation_id))}
 
-    @app.post("/v1/search", tags=["search"])
-    async def search(body: SearchBody, p: Principal = Key) -> dict:
+    @app.post("/v1/search", tags=["search"], response_model=dict)
+    async def search(body: SearchBody, p: Principal = Key) -> JSONResponse:
         """Hybrid search over the caller's messages: every hit with its scores and its range."""
         if "\x00" in body.query:
             _nul("query")
@@ -388,7 +391,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         started = time.perf_counter()
         hits = await service.searches.run(conv.search, s, body.query, body.top_k, body.radius, filters)
         service.metrics.recalls.labels(p.tenant, "search").inc()
-        return {"hits": hits, "elapsed_ms": round((time.perf_counter() - started) * 1000, 3)}
+        return JSONResponse({"hits": hits, "elapsed_ms": round((time.perf_counter() - started) * 1000, 3)})
 
     @app.get("/v1/stats", tags=["admin"])
     def stats(p: Principal = Key, user_id: str | None = User, agent_id: str | None = Agent,

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import Settings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:  # ``fullrecall serve``
@@ -14,6 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:  # ``fullrecall serv
     parser.add_argument("--config", help="a TOML settings file (env FULLRECALL_CONFIG)")
     parser.add_argument("--workers", type=int, help="worker processes (env FULLRECALL_WORKERS; default 1)")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--access-log", action="store_true", help="log every request (off by default: it costs CPU "
+                        "on every request)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,14 +34,22 @@ def run(args: argparse.Namespace) -> int:
 
         os.environ.update({"FULLRECALL_STORE": settings.store, **({"FULLRECALL_CONFIG": args.config} if args.config else {})})
         uvicorn.run("fullrecall.service.cli:app_from_env", factory=True, host=settings.host, port=settings.port,
-                    workers=settings.workers, log_level=args.log_level, timeout_graceful_shutdown=30,
-                    timeout_keep_alive=settings.keep_alive_seconds)
+                    workers=settings.workers, timeout_graceful_shutdown=30, **_uvicorn_options(args, settings))
         return 0
     from .app import create_app
 
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
-                timeout_graceful_shutdown=30, timeout_keep_alive=settings.keep_alive_seconds)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, timeout_graceful_shutdown=30,
+                **_uvicorn_options(args, settings))
     return 0
+
+
+def _uvicorn_options(args: argparse.Namespace, settings: Settings) -> dict:
+    """The fast parts of uvicorn where installed (the ``service`` extra: httptools, uvloop), no access log unless asked."""
+    import importlib.util
+
+    fast = {name: name for name in ("httptools", "uvloop") if importlib.util.find_spec(name) is not None}
+    return {"http": fast.get("httptools", "auto"), "loop": fast.get("uvloop", "auto"), "log_level": args.log_level,
+            "access_log": args.access_log, "timeout_keep_alive": settings.keep_alive_seconds}
 
 
 def app_from_env():

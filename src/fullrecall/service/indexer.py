@@ -2,8 +2,13 @@
 
 A request returns once its messages are committed; :meth:`Indexer.submit` queues them, and
 one background thread embeds whatever is queued in one batched call and stores the vectors
-(keyword search finds a message at once; vector search once it is embedded). The time from
-commit to stored vector is the *searchable delay*, kept for ``/v1/stats`` and ``/metrics``.
+(keyword search finds a message at once; vector search once it is embedded). The thread takes
+what is queued the moment it is free, at most ``batch`` messages at a time, so a message waits
+for at most one batch ahead of it. The time from commit to stored vector is the *searchable
+delay*, kept for ``/v1/stats`` and ``/metrics``. When more than ``backlog`` committed messages
+wait to be embedded, :meth:`Indexer.submit` waits (up to ``backlog_wait`` seconds) until the
+thread catches up: writers are slowed to the speed of embedding instead of letting the
+searchable delay grow without bound (``backlog=0``: never wait).
 A message whose embedding was lost (a crash between commit and embedding) is caught up
 with by the first write to its conversation in the next process, which checks the
 conversation's recent messages for missing vectors; a failed batch is retried once. :meth:`close` drains the queue.
@@ -31,16 +36,24 @@ CATCH_UP = 64  # recent positions checked for a missing vector on every write
 class Indexer:
     """One background thread that embeds committed messages in batches."""
 
-    def __init__(self, store: Store, embedder: Any = None, *, batch: int = 256, io_threads: int = 4,
+    def __init__(self, store: Store, embedder: Any = None, *, batch: int = 8, backlog: int = 0,
+                 backlog_wait: float = 30.0, io_threads: int = 4,
                  on_indexed: Callable[[list[float]], None] | None = None) -> None:
         from ..embeddings import load_embedder
 
         self.store = store
-        self.embedder = load_embedder(embedder) if embedder is None or isinstance(embedder, str) else embedder
+        if embedder is None or isinstance(embedder, str):
+            self.embedder = load_embedder(embedder)
+            if hasattr(self.embedder, "workers"):  # embed on one thread (ONNX: one intra-op thread), so the other
+                self.embedder.workers = 1  # cores serve requests instead of waiting for a batch to finish
+        else:
+            self.embedder = embedder
         self.batch = batch
+        self.backlog, self.backlog_wait = backlog, backlog_wait
         self.on_indexed = on_indexed
         self.delays: deque[float] = deque(maxlen=10_000)  # seconds from commit to stored vector
-        self._queue: list[tuple[Scope, list[StoredMessage], float]] = []
+        self._queue: deque[tuple[Scope, list[StoredMessage], float]] = deque()
+        self._queued = 0  # messages in the queue
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
@@ -51,14 +64,21 @@ class Indexer:
 
     # -- the request side -------------------------------------------------------------------
     def submit(self, scope: Scope, messages: list[StoredMessage], committed_at: float) -> None:
+        """Queue committed messages; wait while more than ``backlog`` are queued (they are durable already)."""
         with self._cond:
             self._queue.append((scope, messages, committed_at))
-            self._cond.notify()
+            self._queued += len(messages)
+            self._cond.notify_all()
+            if self.backlog > 0 and self._queued > self.backlog:
+                deadline = time.monotonic() + self.backlog_wait
+                while self._queued > self.backlog and not self._closed and (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
 
     @property
     def pending(self) -> int:
+        """Messages committed and queued, not embedded yet."""
         with self._cond:
-            return sum(len(m) for _, m, _ in self._queue)
+            return self._queued
 
     def searcher(self, scope: Scope, **options: Any):
         """A :class:`~fullrecall.search.SemanticSearch` over ``scope`` with the shared embedder."""
@@ -98,10 +118,12 @@ class Indexer:
                     return
                 work, taken = [], 0
                 while self._queue and taken < self.batch:
-                    item = self._queue.pop(0)
+                    item = self._queue.popleft()
                     work.append(item)
                     taken += len(item[1])
+                self._queued -= taken
                 self._busy = True
+                self._cond.notify_all()  # writers waiting on the backlog
             try:
                 try:
                     self._embed(work)
