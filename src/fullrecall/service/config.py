@@ -26,7 +26,7 @@ class Settings:
     summarizer: str = "extractive"  # "extractive" (no LLM) or "llm" (the chat model FULLRECALL_LLM_* configures)
     embedding_model: str | None = None  # default: the shipped MiniLM (ONNX)
     embedding_batch: int = 8  # the most messages the indexer embeds at once (it takes what is queued when free)
-    embedding_backlog: int = 8  # appends wait while more messages than this await embedding (0: never wait)
+    embedding_backlog: int = 32  # appends wait while more messages than this await embedding (0: never wait)
     key_cache_seconds: float = 5.0  # a revoked key stops working within this time
     workers: int = 1
     keep_alive_seconds: int = 30  # idle keep-alive connections are closed after this
