@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -74,15 +75,20 @@ def test_sqlite_user_search_across_many_sessions(tmp_path) -> None:
     store.close()
 
 
+def _vector_store(url: str, schema: str, n: int, seed: int, options: str) -> tuple[Any, Scope, np.ndarray]:
+    """A PostgreSQL store in a fresh schema with ``n`` messages of one session, each with a random 8-d vector."""
+    sep = "&" if "?" in url else "?"
+    store = open_store(f"{url}{sep}schema={schema}{uuid.uuid4().hex[:8]}&{options}")
+    scope = Scope(user_id="u", session_id="s")
+    vecs = np.random.default_rng(seed).normal(size=(n, 8)).astype(np.float32)
+    store.append(scope, [_msg(i, f"text {i}") for i in range(n)])
+    store.set_vectors(scope, [f"m{i}" for i in range(n)], vecs, "m")
+    return store, scope, vecs
+
+
 def test_postgres_large_scope_uses_hnsw_and_stays_correct(service_urls: dict[str, Callable[[], str]]) -> None:
     url = service_urls["postgres"]()
-    sep = "&" if "?" in url else "?"
-    store = open_store(f"{url}{sep}schema=hnsw{uuid.uuid4().hex[:8]}&exact_limit=50&hnsw_min_rows=100")
-    scope = Scope(user_id="u", session_id="s")
-    rng = np.random.default_rng(0)
-    vecs = rng.normal(size=(300, 8)).astype(np.float32)
-    store.append(scope, [_msg(i, f"text {i}") for i in range(300)])
-    store.set_vectors(scope, [f"m{i}" for i in range(300)], vecs, "m")
+    store, scope, vecs = _vector_store(url, "hnsw", 300, 0, "exact_limit=50&hnsw_min_rows=100")
     assert store.wait_for_indexes(timeout=120)
     with psycopg.connect(url) as conn:  # crossing hnsw_min_rows built the index
         assert conn.execute(
@@ -306,13 +312,7 @@ def test_postgres_hits_say_where_they_are(service_urls: dict[str, Callable[[], s
 def test_postgres_hnsw_serves_the_candidates_a_recall_asks_for(service_urls: dict[str, Callable[[], str]]) -> None:
     """k=50 on a big scope walks the HNSW graph (the index is scanned) and finds the near neighbours."""
     url = service_urls["postgres"]()
-    sep = "&" if "?" in url else "?"
-    store = open_store(f"{url}{sep}schema=walk{uuid.uuid4().hex[:8]}&exact_limit=100&hnsw_min_rows=1000000")
-    scope = Scope(user_id="u", session_id="s")
-    rng = np.random.default_rng(4)
-    vecs = rng.normal(size=(3_000, 8)).astype(np.float32)
-    store.append(scope, [_msg(i, f"text {i}") for i in range(3_000)])
-    store.set_vectors(scope, [f"m{i}" for i in range(3_000)], vecs, "m")
+    store, scope, vecs = _vector_store(url, "walk", 3_000, 4, "exact_limit=100&hnsw_min_rows=1000000")
     assert store.build_indexes() == [8]  # type: ignore[attr-defined]
     scans = (
         "SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes WHERE schemaname = %s AND indexrelname = %s"
