@@ -175,7 +175,6 @@ class _Places:
         self._place: dict[str, tuple[str, int]] = {}
         self._key: dict[tuple[str, int], str] = {}
 
-
     def key_at(self, place: tuple[str, int]) -> str | None:
         return self._key.get(place)
 
