@@ -9,6 +9,7 @@ backend's tests, except under ``CI=true``, where it fails them: CI skips no back
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import shutil
 import uuid
@@ -101,6 +102,25 @@ def store_url(
 
 
 # -- models the embedding, search and archive tests share: the shipped MiniLM and tiny ones built here --
+
+
+@pytest.fixture
+def open_handles() -> Callable[[], set[str]]:
+    """A function giving the files and sockets this process holds (``socket:[inode]``, paths), once garbage is
+    collected (Linux: read from /proc/self/fd; the test is skipped elsewhere).
+    """
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("reads descriptors in /proc (Linux)")
+
+    def held() -> set[str]:
+        gc.collect()
+        found = set()
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(FileNotFoundError):  # closed meanwhile (by another thread)
+                found.add(os.readlink(f"/proc/self/fd/{fd}"))
+        return found
+
+    return held
 
 
 @pytest.fixture(scope="session")

@@ -9,10 +9,7 @@ against MassGen's own base classes, and runs only where the ``massgen`` package 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import inspect
-import os
 import uuid
 from typing import Any
 
@@ -123,32 +120,21 @@ def test_massgen_base_classes_agree():
             assert inspect.iscoroutinefunction(getattr(ours, name)) == inspect.iscoroutinefunction(member), name
 
 
-def _open_handles() -> set[str]:
-    """The files and sockets this process holds (``socket:[inode]``, paths), once garbage is collected."""
-    gc.collect()
-    held = set()
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(FileNotFoundError):  # closed meanwhile (another test's leftovers, by another thread)
-            held.add(os.readlink(f"/proc/self/fd/{fd}"))
-    return held
-
-
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads descriptors in /proc (Linux)")
-def test_memories_close_the_store_they_opened(store_url, default_embedder):
+def test_memories_close_the_store_they_opened(store_url, default_embedder, open_handles):
     options = {"persistent_options": {"embedder": default_embedder, "extract_facts": False}}
     with memories(store_url, user_id="ann", session_id="task", **options) as (conversation, persistent):
         run(conversation.add({"role": "user", "content": "warm up the store's connections"}))
         run(persistent.record([{"role": "user", "content": "My locker code is 4417."}]))
-    before = _open_handles()
+    before = open_handles()
     pair = memories(store_url, user_id="ann", session_id="task", **options)
     conversation, persistent = pair
     assert pair.conversation is conversation and pair.persistent is persistent
     assert run(conversation.size()) == 1 and "4417" in run(persistent.retrieve("locker code"))
-    opened = _open_handles() - before
+    opened = open_handles() - before
     assert opened  # the store holds a file or a connection
     pair.close()
     pair.close()  # idempotent
-    assert not opened & _open_handles()  # none left behind
+    assert not opened & open_handles()  # none left behind
 
 
 def test_memories_leave_a_store_passed_in_open(tmp_path, default_embedder):

@@ -200,3 +200,31 @@ def test_behaves_like_a_list(operations):
             run(memory.clear())
             model = []
         assert contents(run(memory.get_messages())) == model
+
+
+def test_close_releases_the_store_it_opened_and_leaves_one_passed_in_open(store_url, open_handles):
+    from fullrecall.stores import open_store
+
+    session = uuid.uuid4().hex
+    warm = make(store_url, session)  # the first open of a store loads what stays loaded (the embedder, modules)
+    run(warm.add(turn(0)))
+    warm.close()
+    del warm
+    before = open_handles()
+
+    async def use() -> tuple[ConversationMemory, set[str]]:
+        async with make(store_url, session) as memory:
+            for i in (1, 2):
+                await memory.add(turn(i))
+            assert await memory.size() >= 4  # what the first memory wrote is there too
+            return memory, open_handles() - before
+
+    memory, opened = run(use())  # still referenced: only close() can have released its store
+    assert opened  # the store held a file or a connection
+    assert not opened & open_handles()  # all of it released
+    with open_store(store_url) as store:
+        with SyncConversationMemory(store, session, user_id="ann", embedding_model=HashEmbedder()) as sync:
+            sync.add({"role": "user", "content": "still mine"})
+        sync.close()  # harmless twice
+        assert "still mine" in [m["content"] for m in SyncConversationMemory(
+            store, session, user_id="ann", embedding_model=HashEmbedder()).messages]  # the store is still open

@@ -73,6 +73,8 @@ class SyncConversationMemory:
         from ..stores import open_store
 
         self.store: Store = open_store(store) if isinstance(store, str) else store
+        self._owns_store = isinstance(store, str)  # opened here from a URL: closed by close()
+        self._owns_manager = manager is None
         self.scope = Scope(tenant=tenant, user_id=user_id, agent_id=agent_id, session_id=session_id).require_session()
         self.manager = manager or SemanticSummarizingConversationManager(
             store=self.store, session_id=session_id, user_id=user_id, agent_id=agent_id, tenant=tenant,
@@ -88,6 +90,23 @@ class SyncConversationMemory:
         self._pinned = 0
         self._version = 0
         self._sync()
+
+    def close(self) -> None:
+        """Finish the archive's background indexing if this memory made its manager, and close the store if it
+        opened it from a URL (a manager or store passed in is the caller's). Calling it twice is harmless.
+        """
+        archive = getattr(self.manager, "archive", None) if self._owns_manager else None
+        if archive is not None:
+            archive.close()
+        if self._owns_store:
+            self._owns_store = False
+            self.store.close()
+
+    def __enter__(self) -> SyncConversationMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- the window ---------------------------------------------------------------------------
     @property
@@ -333,6 +352,17 @@ class ConversationMemory:
         self.sync = SyncConversationMemory(store, session_id, **options)  # user_id, tenant, manager, ...: the same
         self.store, self.scope = self.sync.store, self.sync.scope
         self._lock = threading.Lock()  # one operation at a time on the twin, whichever thread runs it
+
+    def close(self) -> None:
+        """Close what this memory opened (see :meth:`SyncConversationMemory.close`); harmless twice."""
+        with self._lock:
+            self.sync.close()
+
+    async def __aenter__(self) -> ConversationMemory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.close)
 
     async def _run(self, function: Callable[..., Any], *args: Any) -> Any:
         """``function(*args)`` in a worker thread, under this object's lock."""
