@@ -186,6 +186,11 @@ def in_conversation_order(messages: list[StoredMessage]) -> list[StoredMessage]:
     return sorted(messages, key=lambda m: (m.user_id or "", m.agent_id or "", m.session_id or "", m.position or 0))
 
 
+def session_owners(sessions: Iterable[Any]) -> dict[int, tuple[str, str, str]]:
+    """Each session row's (user_id, agent_id, session_id) by its ``sid``: the owner a search hit carries."""
+    return {r["sid"]: (r["user_id"], r["agent_id"], r["session_id"]) for r in sessions}
+
+
 def int_keys(keys: Iterable[str]) -> list[int]:
     """The integer keys (row ids) among ``keys``; anything else names no row of a SQL store
     (ASCII digits only: ``str.isdigit`` also says yes to "²", which ``int`` refuses, and to other scripts' digits).

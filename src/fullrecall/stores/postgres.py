@@ -649,7 +649,7 @@ class PostgresStore(SqlStore):
             dim = dims.pop()
             if query.shape[0] != dim:
                 raise Vec.dim_mismatch(dim, query.shape[0])
-            owners = _owners(sessions)
+            owners = C.session_owners(sessions)
             table = f"{s}.vectors_{dim}"
             fsql, fparams = self.sql.filters(filters)
             sids = list(owners)
@@ -738,7 +738,7 @@ class PostgresStore(SqlStore):
                 return []
             n = max(1, sum(r["message_count"] for r in sessions))
             mean_length = max(1.0, sum(r["lexemes"] for r in sessions) / n)
-            return _Lexical(self, conn, _owners(sessions), n, mean_length, queries, filters).top(k)
+            return _Lexical(self, conn, C.session_owners(sessions), n, mean_length, queries, filters).top(k)
 
     def _word_queries(self, conn: Conn, words: Sequence[Sequence[Any]]) -> list[tuple[str, float | None]]:
         """(tsquery text, share of rows holding it or None if not among the frequent words) per distinct
@@ -891,11 +891,6 @@ class PostgresStore(SqlStore):
             until="autovacuum of pg_statistic and new statistics reuse the space; VACUUM FULL"
             " pg_catalog.pg_statistic by a superuser rewrites it",
         )]
-
-
-def _owners(sessions: Iterable[dict[str, Any]]) -> dict[int, tuple[str, str, str]]:
-    """Each session's (user_id, agent_id, session_id) by its ``sid``."""
-    return {r["sid"]: (r["user_id"], r["agent_id"], r["session_id"]) for r in sessions}
 
 
 def _hits(rows: Iterable[dict[str, Any]], owners: dict[int, tuple[str, str, str]]) -> list[Hit]:

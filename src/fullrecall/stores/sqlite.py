@@ -639,7 +639,7 @@ class SQLiteStore(SqlStore):
         ).fetchall()
         if not sessions:
             return []
-        owners = {r["sid"]: (r["user_id"], r["agent_id"], r["session_id"]) for r in sessions}
+        owners = C.session_owners(sessions)
         # Scope tokens narrow FTS5's work when the scope is a small part of the file, and
         # cost an intersection with a huge posting list when it is most of it.
         share = sum(r["next_position"] for r in sessions) / max(1, _top_rid(conn))
