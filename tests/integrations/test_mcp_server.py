@@ -23,7 +23,7 @@ mcp = pytest.importorskip("mcp")
 from mcp import Client, StdioServerParameters  # noqa: E402
 
 from fullrecall.integrations.mcp_server import create_server  # noqa: E402
-from fullrecall.memory import ProceduralMemory  # noqa: E402
+from fullrecall.memory import PersistentMemory, ProceduralMemory  # noqa: E402
 from fullrecall.stores import Scope, open_store  # noqa: E402
 from fullrecall.stores._servers import free_port  # noqa: E402
 
@@ -249,6 +249,21 @@ def test_every_tool_over_stdio(tmp_path: Path) -> None:
     cmd = command(db)
     params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=environment())
     run(lambda: Client(params, read_timeout_seconds=60), every_tool)
+
+
+def test_the_command_uses_the_store_every_command_uses(tmp_path: Path, default_embedder: Any) -> None:
+    """Without ``--store``, ``fullrecall mcp`` opens ``$FULLRECALL_STORE``, as every command does."""
+    db = tmp_path / "env.db"
+    cmd = [c for c in command(db) if c not in ("--store", f"sqlite:///{db}")]
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:],
+                                   env={**environment(), "FULLRECALL_STORE": f"sqlite:///{db}"})
+    fact = run(lambda: Client(params, read_timeout_seconds=60),
+               lambda c: call(c, "remember", {"fact": "My locker code is 4417"}))
+    memory = PersistentMemory(user_id="u", agent_id="a", store=f"sqlite:///{db}", embedder=default_embedder)
+    try:
+        assert fact["id"] in [hit.id for hit in memory.search("locker code", 5)]
+    finally:
+        memory.close()
 
 
 @pytest.fixture

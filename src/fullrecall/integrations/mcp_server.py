@@ -94,7 +94,8 @@ def create_server(
 ) -> "MCPServer":
     """An MCP server with fullrecall's memory tools for ``user_id``/``agent_id`` (unset: the default owner ``""``).
 
-    ``store`` is a :class:`~fullrecall.stores.base.Store` or URL; ``embedder`` an
+    ``store`` is a :class:`~fullrecall.stores.base.Store` (the caller closes it) or a URL (opened here and
+    kept open for the life of the process); ``embedder`` an
     :class:`~fullrecall.embeddings.Embedder` or model name (default: the local MiniLM, loaded once).
     Run it with ``server.run("stdio")`` or serve ``server.streamable_http_app()``.
 
@@ -225,7 +226,8 @@ def _within_budget(messages: list[dict[str, Any]], max_tokens: int | None, count
 # -- ``fullrecall mcp`` ----------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``fullrecall mcp``'s options."""
-    parser.add_argument("--store", default="sqlite:///fullrecall_memory.db", help="store URL")
+    parser.add_argument("--store", default=None,
+                        help="store URL (default: $FULLRECALL_STORE, else sqlite:///fullrecall.db, as every command)")
     parser.add_argument("--user", required=True, help="the user whose memory this is")
     parser.add_argument("--agent", default="", help="the agent (default: the default agent)")
     parser.add_argument("--embedder", default=None, help="embedding model (default: the local MiniLM)")
@@ -235,10 +237,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until stopped (stdin closes, or Ctrl-C)."""
-    server = create_server(args.store, user_id=args.user, agent_id=args.agent, embedder=args.embedder)
-    if args.transport == "stdio":
-        server.run("stdio")
-    else:
-        server.run("streamable-http", host=args.host, port=args.port)
+    """Serve until stopped (stdin closes, or Ctrl-C); the store is closed then."""
+    from ..cli.common import opened_store
+
+    with opened_store(args) as store:
+        server = create_server(store, user_id=args.user, agent_id=args.agent, embedder=args.embedder)
+        if args.transport == "stdio":
+            server.run("stdio")
+        else:
+            server.run("streamable-http", host=args.host, port=args.port)
     return 0
