@@ -322,30 +322,12 @@ class Conversations:
     # -- export and import ----------------------------------------------------------------------
     def export(self, scope: Scope) -> Iterator[dict[str, Any]]:
         """Every message of ``scope`` (one conversation or all the owner's, then the owner's long-term records) in
-        fullrecall's JSONL format, header first.
+        fullrecall's JSONL format, header first: the library's export (:func:`fullrecall.transfer.jsonl.lines`)
+        without vectors, which an import computes again.
         """
         from ..transfer import jsonl
 
-        yield jsonl.header()
-        sessions = [scope.session_id] if scope.session_id else self._sessions(scope)
-        for session in sessions:
-            own = replace(scope, session_id=session)
-            start = 0
-            while True:
-                chunk = self.store.range(own, start, start + 999)
-                for m in chunk:
-                    m.session_id = m.session_id or session
-                    yield jsonl.message_line(m)
-                if not chunk:
-                    break
-                last = chunk[-1].position
-                assert last is not None  # messages read from a store carry their position
-                start = last + 1
-        if not scope.session_id:  # the owner's long-term memory goes with all of its conversations
-            yield from jsonl.record_lines(self.store, scope)
-
-    def _sessions(self, scope: Scope) -> list[str]:
-        return [r.id for r in self.store.get_records(replace(scope, session_id=None), CONVERSATIONS)]
+        return jsonl.lines(self.store, scope, vectors=False)
 
     def import_lines(self, scope: Scope, lines: Iterable[dict[str, Any]]) -> dict[str, int]:
         """Append the messages of a JSONL export to the caller's own conversations (idempotent on ids).
