@@ -567,6 +567,26 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
             mine = [m for m in stored if m.id.startswith(f"w{w}-")]
             assert [m.id for m in mine] == [f"w{w}-{i}" for i in range(n)]
 
+    def test_forget_counts_what_it_deletes_while_another_process_appends(
+        self, store: Store, store_url: str, scope: Scope
+    ) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        ready, start = ctx.Semaphore(0), ctx.Event()
+        n = 150
+        p = ctx.Process(target=append_worker, args=(store_url, scope, "w", n, ready, start))
+        p.start()
+        assert ready.acquire(timeout=60), "the worker did not start"
+        start.set()
+        forgotten, rounds = 0, 0
+        while p.is_alive() or rounds == 0:
+            forgotten += store.forget(scope)["messages"]
+            rounds += 1
+            time.sleep(0.005)
+        p.join(120)
+        assert p.exitcode == 0, f"worker exited with {p.exitcode}"
+        assert forgotten > 0 and rounds > 1
+        assert forgotten + store.count(scope) == n  # every message counted once: forgotten or still there
+
     def test_sigkill_mid_write_loses_nothing_acknowledged(self, store: Store, store_url: str, scope: Scope) -> None:
         ctx = multiprocessing.get_context("spawn")
         reader, writer = ctx.Pipe(duplex=False)

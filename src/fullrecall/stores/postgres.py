@@ -774,22 +774,25 @@ class PostgresStore(SqlStore):
         where, params = self.sql.scope_where(scope)
         rwhere, rparams = self.sql.record_where(scope, exact=True)
         s = self.schema
-        sub = f"SELECT sid FROM {s}.sessions s WHERE {where}"
         with self._tx() as conn:
+            # Lock the sessions first (appenders take the same row lock): what is counted is what is deleted,
+            # and an append that waits for the lock lands after the forget, in a session started anew.
+            sids = [r["sid"] for r in conn.execute(
+                f"SELECT sid FROM {s}.sessions s WHERE {where} ORDER BY sid FOR UPDATE", params)]
             kinds = {
                 r["kind"]: r["n"]
                 for r in conn.execute(
-                    f"SELECT kind, count(*) AS n FROM {s}.messages WHERE sid IN ({sub}) GROUP BY kind", params
+                    f"SELECT kind, count(*) AS n FROM {s}.messages WHERE sid = ANY(%s) GROUP BY kind", (sids,)
                 )
             }
             dims = self._dims(conn)
             vectors = sum(
-                conn.execute(f"SELECT count(*) AS n FROM {s}.vectors_{d} WHERE sid IN ({sub})", params).fetchone()["n"]
+                conn.execute(f"SELECT count(*) AS n FROM {s}.vectors_{d} WHERE sid = ANY(%s)", (sids,)).fetchone()["n"]
                 for d in dims
             )
-            state = conn.execute(f"SELECT count(*) AS n FROM {s}.state WHERE sid IN ({sub})", params).fetchone()["n"]
+            state = conn.execute(f"SELECT count(*) AS n FROM {s}.state WHERE sid = ANY(%s)", (sids,)).fetchone()["n"]
             # Sessions cascade to messages (and so vectors) and state.
-            sessions = conn.execute(f"DELETE FROM {s}.sessions s WHERE {where}", params).rowcount
+            sessions = conn.execute(f"DELETE FROM {s}.sessions WHERE sid = ANY(%s)", (sids,)).rowcount
             records = conn.execute(f"DELETE FROM {s}.records r WHERE {rwhere}", rparams).rowcount
             xid = conn.execute("SELECT txid_current() AS x").fetchone()["x"]
         counts = {

@@ -645,21 +645,8 @@ class RedisStore(StoreBase):
         p = self._p(scope)  # a records key is {p}:user:{u}:records:{ns}; the prefix may itself hold ":user:"
         with self._errors("delete from"):
             for s in sessions:
-                pipe = self._r.pipeline(transaction=False)
-                pipe.hvals(s.key("msgs"))
-                pipe.hlen(s.key("vecs"))
-                pipe.hkeys(s.key("state"))
-                bodies, n_vecs, state_fields = pipe.execute()
-                n_state = sum(b"\x00" not in f for f in state_fields)  # documents, not their version fields
-                for body in bodies:
-                    counts["summaries" if json.loads(body)["kind"] == "summary" else "messages"] += 1
-                counts["vectors"] += n_vecs
-                counts["state"] += n_state
-                pipe = self._r.pipeline(transaction=True)
-                pipe.unlink(*(s.key(f) for f in _FAMILIES))
-                pipe.srem(f"{p}:user:{_q(s.meta['user_id'])}:sessions", s.base)
-                pipe.srem(f"{p}:sessions:{quote(s.session_id, safe='')}", s.base)
-                pipe.execute()
+                for name, n in self._forget_session(p, s).items():
+                    counts[name] += n
                 with self._lock:
                     self._cache.pop(s.base, None)
             fields = self._record_fields(scope, None, exact=True)
@@ -670,6 +657,28 @@ class RedisStore(StoreBase):
             }
             self._drop_empty_users(p, users)
         return F.result(counts, self._scrub() if any(counts.values()) else [])
+
+    def _forget_session(self, p: str, s: _Session) -> dict[str, int]:
+        """Delete one session's keys and count what they held, as one optimistic transaction: if a writer
+        changes them between the count and the delete, count again, so what is counted is what is deleted.
+        """
+        keys = [s.key(f) for f in _FAMILIES]
+        with self._r.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(*keys)
+                    bodies, n_vecs = pipe.hvals(s.key("msgs")), pipe.hlen(s.key("vecs"))
+                    n_state = sum(b"\x00" not in f for f in pipe.hkeys(s.key("state")))  # documents, not versions
+                    pipe.multi()
+                    pipe.unlink(*keys)
+                    pipe.srem(f"{p}:user:{_q(s.meta['user_id'])}:sessions", s.base)
+                    pipe.srem(f"{p}:sessions:{quote(s.session_id, safe='')}", s.base)
+                    pipe.execute()
+                    break
+                except redis_lib.WatchError:
+                    continue
+        summaries = sum(json.loads(body)["kind"] == "summary" for body in bodies)
+        return {"messages": len(bodies) - summaries, "summaries": summaries, "vectors": n_vecs, "state": n_state}
 
     def _scrub(self) -> list[F.Remaining]:
         """Rewrite the server's AOF (and RDB snapshot, if it takes them) so that its files hold no
