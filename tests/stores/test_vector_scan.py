@@ -1,0 +1,149 @@
+"""Vector search on large scopes: the in-process cache's 8-bit candidate scan (faiss) finds what an exact
+scan finds, honours filters, deletes and additions, and the search works the same without faiss.
+
+The scan's threshold is forced low so that small data takes the large-scope path; every expectation is an
+exact cosine ranking computed here with numpy.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fullrecall.stores import Filters, Scope, StoredMessage, _quantized, open_store
+from fullrecall.stores._vectors import VectorBlock
+
+DIM = 32
+N = 600
+
+
+def clustered(n: int, seed: int) -> np.ndarray:
+    """Unit vectors around 12 centres (structure like real embeddings, with near neighbours)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(12, DIM))
+    v = centres[rng.integers(0, 12, size=n)] + 0.35 * rng.normal(size=(n, DIM))
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
+def messages(n: int, start: int = 0) -> list[StoredMessage]:
+    return [StoredMessage(id=f"m{i}", role="user" if i % 3 else "assistant", text=f"message {i}",
+                          data={"text": f"message {i}"}, created_at=1_000.0 + i, position=i)
+            for i in range(start, start + n)]
+
+
+def exact(vectors: np.ndarray, ids: list[str], query: np.ndarray, k: int, keep=lambda i: True) -> list[str]:
+    scores = vectors @ (query / np.linalg.norm(query))
+    order = [i for i in np.argsort(-scores, kind="stable") if keep(ids[i])]
+    return [ids[i] for i in order[:k]]
+
+
+def overlap(got: list[str], want: list[str]) -> float:
+    return len(set(got) & set(want)) / max(1, len(want))
+
+
+@pytest.fixture
+def low_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("faiss")
+    monkeypatch.setattr(_quantized, "MIN_ROWS", 100)
+    monkeypatch.setattr(_quantized, "MIN_CANDIDATES", 40)  # fewer candidates than rows: the scan chooses
+
+
+@pytest.fixture
+def no_faiss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """faiss as if not installed: its import fails."""
+    monkeypatch.setitem(sys.modules, "faiss", None)
+    monkeypatch.setattr(_quantized, "_faiss", None)
+    monkeypatch.setattr(_quantized, "MIN_ROWS", 100)
+
+
+def load(url: str, vectors: np.ndarray):
+    store = open_store(url)
+    scope = Scope(user_id="u", session_id=f"s{uuid.uuid4().hex[:6]}")
+    store.append(scope, messages(len(vectors)))
+    store.set_vectors(scope, [f"m{i}" for i in range(len(vectors))], vectors, "test-model")
+    return store, scope
+
+
+@pytest.mark.usefixtures("low_threshold")
+def test_large_scope_search_finds_what_an_exact_scan_finds_with_filters_deletes_and_additions(store_url: str) -> None:
+    vectors = clustered(N, 1)
+    ids = [f"m{i}" for i in range(N)]
+    queries = clustered(20, 2)
+    store, scope = load(store_url, vectors)
+    try:
+        for q in queries:
+            hits = store.search_vectors(scope, q, 10)
+            assert overlap([h.id for h in hits], exact(vectors, ids, q, 10)) >= 0.9
+            for h in hits:  # scores are exact cosines
+                assert h.score == pytest.approx(float(vectors[int(h.id[1:])] @ (q / np.linalg.norm(q))), abs=1e-5)
+            assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        excluded = frozenset(f"m{i}" for i in range(0, N, 2))
+        for f, keep in [
+            (Filters(roles=("assistant",)), lambda i: int(i[1:]) % 3 == 0),
+            (Filters(exclude_ids=excluded), lambda i: i not in excluded),
+            (Filters(since=1_000.0 + 500), lambda i: int(i[1:]) >= 500),
+        ]:
+            for q in queries[:5]:
+                hits = store.search_vectors(scope, q, 10, f)
+                assert all(keep(h.id) for h in hits)
+                assert overlap([h.id for h in hits], exact(vectors, ids, q, 10, keep)) >= 0.9
+        # deletes: gone from the results; additions: found
+        best = [h.id for h in store.search_vectors(scope, queries[0], 5)]
+        store.delete(scope, best)
+        assert not {h.id for h in store.search_vectors(scope, queries[0], 20)} & set(best)
+        more = clustered(150, 3)
+        store.append(scope, messages(150, start=N))
+        store.set_vectors(scope, [f"m{i}" for i in range(N, N + 150)], more, "test-model")
+        alive = [i for i in ids if i not in best] + [f"m{i}" for i in range(N, N + 150)]
+        every = np.concatenate([vectors, more])
+        rows = [int(i[1:]) for i in alive]
+        for q in queries[:5]:
+            got = [h.id for h in store.search_vectors(scope, q, 10)]
+            assert overlap(got, exact(every[rows], alive, q, 10)) >= 0.9
+        target = more[7] / np.linalg.norm(more[7])
+        assert store.search_vectors(scope, target, 1)[0].id == f"m{N + 7}"  # a new row finds itself
+    finally:
+        store.close()
+
+
+@pytest.mark.usefixtures("no_faiss")
+def test_search_without_faiss_is_the_exact_scan(tmp_path) -> None:
+    vectors = clustered(N, 4)
+    ids = [f"m{i}" for i in range(N)]
+    store, scope = load(f"sqlite:///{tmp_path / 'x.db'}", vectors)
+    try:
+        for q in clustered(5, 5):
+            assert [h.id for h in store.search_vectors(scope, q, 10)] == exact(vectors, ids, q, 10)
+    finally:
+        store.close()
+    assert VectorBlock.build([("a", "a", vectors[0], "user", "message", 0.0, None, 0)] * 200, DIM).quantized is None
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 300), k=st.integers(1, 30), seed=st.integers(0, 2**16), cut=st.integers(0, 300),
+       grow=st.integers(0, 80))
+def test_a_block_whose_candidates_cover_it_ranks_exactly_like_the_exact_scan(
+    low_threshold: None, n: int, k: int, seed: int, cut: int, grow: int
+) -> None:
+    """With at least as many candidates as rows every row is re-scored: the ranking (order, scores) is the
+    exact one, on a block built whole or extended, filtered or not.
+    """
+    _quantized.MIN_ROWS = 1
+    _quantized.MIN_CANDIDATES = 400
+    vectors = clustered(n + grow, seed)
+    rows = [(f"m{i}", f"k{i}", vectors[i], "user", "message", float(i), None, i) for i in range(n + grow)]
+    block = VectorBlock.build(rows[:n], DIM).extend(VectorBlock.build(rows[n:], DIM)) if grow else \
+        VectorBlock.build(rows, DIM)
+    plain = VectorBlock(block.ids, block.keys, block.matrix, block.roles, block.kinds, block.created,
+                        block.owners, block.positions)
+    assert block.quantized is not None and plain.quantized is None
+    q = clustered(1, seed + 1)[0]
+    for f in (None, Filters(since=float(cut)), Filters(exclude_ids=frozenset(f"m{i}" for i in range(0, cut, 2)))):
+        got, want = block.search(q, k, f), plain.search(q, k, f)
+        assert [h.id for h in got] == [h.id for h in want]
+        assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-6)
