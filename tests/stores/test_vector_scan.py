@@ -23,9 +23,10 @@ N = 600
 
 
 def clustered(n: int, seed: int) -> np.ndarray:
-    """Unit vectors around 12 centres (structure like real embeddings, with near neighbours)."""
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(12, DIM))
+    """Unit vectors around the same 12 centres whatever the seed (structure like real embeddings: questions
+    fall near the stored vectors)."""
+    centres = np.random.default_rng(0).normal(size=(12, DIM))
+    rng = np.random.default_rng(seed + 1)
     v = centres[rng.integers(0, 12, size=n)] + 0.35 * rng.normal(size=(n, DIM))
     return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
@@ -53,6 +54,16 @@ def low_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_quantized, "MIN_CANDIDATES", 40)  # fewer candidates than rows: the scan chooses
 
 
+@pytest.fixture(params=["flat", "clusters"])
+def scan(request: pytest.FixtureRequest, low_threshold: None, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The 8-bit copy as one flat scan, or as an inverted file (8 clusters, the 4 nearest scanned)."""
+    if request.param == "clusters":
+        monkeypatch.setattr(_quantized, "IVF_MIN_ROWS", 300)
+        monkeypatch.setattr(_quantized, "LISTS", 8)
+        monkeypatch.setattr(_quantized, "PROBES", 4)
+    return request.param
+
+
 @pytest.fixture
 def no_faiss(monkeypatch: pytest.MonkeyPatch) -> None:
     """faiss as if not installed: its import fails."""
@@ -69,8 +80,9 @@ def load(url: str, vectors: np.ndarray):
     return store, scope
 
 
-@pytest.mark.usefixtures("low_threshold")
-def test_large_scope_search_finds_what_an_exact_scan_finds_with_filters_deletes_and_additions(store_url: str) -> None:
+def test_large_scope_search_finds_what_an_exact_scan_finds_with_filters_deletes_and_additions(
+    store_url: str, scan: str
+) -> None:
     vectors = clustered(N, 1)
     ids = [f"m{i}" for i in range(N)]
     queries = clustered(20, 2)
@@ -79,6 +91,7 @@ def test_large_scope_search_finds_what_an_exact_scan_finds_with_filters_deletes_
         for q in queries:
             hits = store.search_vectors(scope, q, 10)
             assert overlap([h.id for h in hits], exact(vectors, ids, q, 10)) >= 0.9
+            assert len(hits) == 10
             for h in hits:  # scores are exact cosines
                 assert h.score == pytest.approx(float(vectors[int(h.id[1:])] @ (q / np.linalg.norm(q))), abs=1e-5)
             assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
@@ -127,7 +140,7 @@ def test_search_without_faiss_is_the_exact_scan(tmp_path) -> None:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(1, 300), k=st.integers(1, 30), seed=st.integers(0, 2**16), cut=st.integers(0, 300),
        grow=st.integers(0, 80))
-def test_a_block_whose_candidates_cover_it_ranks_exactly_like_the_exact_scan(
+def test_a_flat_copy_whose_candidates_cover_the_block_ranks_exactly_like_the_exact_scan(
     low_threshold: None, n: int, k: int, seed: int, cut: int, grow: int
 ) -> None:
     """With at least as many candidates as rows every row is re-scored: the ranking (order, scores) is the
@@ -139,11 +152,28 @@ def test_a_block_whose_candidates_cover_it_ranks_exactly_like_the_exact_scan(
     rows = [(f"m{i}", f"k{i}", vectors[i], "user", "message", float(i), None, i) for i in range(n + grow)]
     block = VectorBlock.build(rows[:n], DIM).extend(VectorBlock.build(rows[n:], DIM)) if grow else \
         VectorBlock.build(rows, DIM)
+    assert block.quantized is not None and not block.quantized.ivf
     plain = VectorBlock(block.ids, block.keys, block.matrix, block.roles, block.kinds, block.created,
                         block.owners, block.positions)
-    assert block.quantized is not None and plain.quantized is None
+    assert plain.quantized is None
     q = clustered(1, seed + 1)[0]
     for f in (None, Filters(since=float(cut)), Filters(exclude_ids=frozenset(f"m{i}" for i in range(0, cut, 2)))):
         got, want = block.search(q, k, f), plain.search(q, k, f)
         assert [h.id for h in got] == [h.id for h in want]
         assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-6)
+
+
+def test_a_flat_copy_becomes_clusters_when_its_block_grows_past_the_threshold(
+    low_threshold: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_quantized, "IVF_MIN_ROWS", 300)
+    monkeypatch.setattr(_quantized, "LISTS", 8)
+    vectors = clustered(400, 9)
+    rows = [(f"m{i}", f"k{i}", vectors[i], "user", "message", float(i), None, i) for i in range(400)]
+    small = VectorBlock.build(rows[:200], DIM)
+    grown = small.extend(VectorBlock.build(rows[200:], DIM))
+    assert small.quantized is not None and not small.quantized.ivf
+    assert grown.quantized is not None and grown.quantized.ivf
+    q = vectors[350]
+    assert grown.search(q, 1, None)[0].id == "m350"
+    assert [h.id for h in small.search(q, 5, None)] == exact(vectors[:200], [r[0] for r in rows[:200]], q, 5)

@@ -146,7 +146,7 @@ class VectorBlock:
         matrix = np.concatenate([self.matrix, other.matrix])
         n = len(self.ids)
         quantized = self.quantized
-        if quantized is None or not quantized.grow(matrix, n):
+        if quantized is None or quantized.outgrown(len(matrix)) or not quantized.grow(matrix, n):
             quantized = Quantized.of(matrix)
         row_index = self._row_index
         if row_index is not None and not row_index.add(other.ids, n):
@@ -182,9 +182,12 @@ class VectorBlock:
         k = min(k, n)
         if k == 0:
             return []
+        rows = None
         if self.quantized is not None and self.quantized.size >= n:
-            # candidates from the 8-bit copy, in row order (ties: lower row), scored exactly
+            # candidates from the 8-bit copy, in row order (ties: lower row), scored exactly; too few (a filter
+            # that the clusters scanned hardly pass): the exact scan
             rows = np.sort(self.quantized.candidates(query, max(OVERFETCH * k, MIN_CANDIDATES), n, mask))
+        if rows is not None and len(rows) >= k:
             scores = self.matrix[rows] @ query
             order = np.argsort(-scores, kind="stable")[:k]
             top, best = rows[order].tolist(), scores[order].tolist()
