@@ -99,7 +99,8 @@ def near_best(
         return ranked
     scale = weight / top
     # one (candidates x head) comparison in numpy: same session, within the window -> that head's score
-    n, sessions = len(ranked), {}
+    n = len(ranked)
+    sessions: dict[str, int] = {}
     session = np.fromiter((sessions.setdefault(c.key[0], len(sessions)) for c in ranked), np.int64, n)
     position = np.fromiter((c.key[1] for c in ranked), np.int64, n)
     head = min(depth, n)
