@@ -111,7 +111,7 @@ def _near_best_by_definition(ranked: list[Candidate], weight: float, window: int
     out = []
     for c in ranked:
         near = [h.fused for h in head if h.key[0] == c.key[0] and abs(h.key[1] - c.key[1]) <= window]
-        gain = weight / top * max(near) if top > 0 and near and max(near) > 0 else 0.0
+        gain = weight * (max(near) / top) if top > 0 and near and max(near) > 0 else 0.0
         out.append((c.key, c.fused + gain, c.boost + gain))
     return sorted(out, key=lambda t: (-t[1], t[0]))
 

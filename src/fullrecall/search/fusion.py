@@ -97,7 +97,6 @@ def near_best(
     top = ranked[0].fused
     if top <= 0:
         return ranked
-    scale = weight / top
     # one (candidates x head) comparison in numpy: same session, within the window -> that head's score
     n = len(ranked)
     sessions: dict[str, int] = {}
@@ -108,7 +107,7 @@ def near_best(
     near = (session[:, None] == session[None, :head]) & (np.abs(position[:, None] - position[None, :head]) <= window)
     best = np.where(near, fused[None, :], 0.0).max(axis=1)
     for i in np.flatnonzero(best > 0).tolist():
-        c, gain = ranked[i], scale * float(best[i])
+        c, gain = ranked[i], weight * (float(best[i]) / top)  # best <= top: no overflow for a tiny top
         c.boost += gain
         c.fused += gain
     ranked.sort(key=lambda c: (-c.fused, c.key))
