@@ -134,7 +134,9 @@ def test_search_without_faiss_is_the_exact_scan(tmp_path) -> None:
             assert [h.id for h in store.search_vectors(scope, q, 10)] == exact(vectors, ids, q, 10)
     finally:
         store.close()
-    assert VectorBlock.build([("a", "a", vectors[0], "user", "message", 0.0, None, 0)] * 200, DIM).quantized is None
+    block = VectorBlock.build([("a", "a", vectors[0], "user", "message", 0.0, None, 0)] * 200, DIM)
+    block.search(vectors[0], 1, None)
+    assert block.quantized is None
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -150,15 +152,21 @@ def test_a_flat_copy_whose_candidates_cover_the_block_ranks_exactly_like_the_exa
     _quantized.MIN_CANDIDATES = 400
     vectors = clustered(n + grow, seed)
     rows = [(f"m{i}", f"k{i}", vectors[i], "user", "message", float(i), None, i) for i in range(n + grow)]
-    block = VectorBlock.build(rows[:n], DIM).extend(VectorBlock.build(rows[n:], DIM)) if grow else \
-        VectorBlock.build(rows, DIM)
-    assert block.quantized is not None and not block.quantized.ivf
-    plain = VectorBlock(block.ids, block.keys, block.matrix, block.roles, block.kinds, block.created,
-                        block.owners, block.positions)
-    assert plain.quantized is None
     q = clustered(1, seed + 1)[0]
+    block = VectorBlock.build(rows[:n], DIM)
+    if grow:
+        block.search(q, 1, None)  # the copy is made, then grown with the block
+        block = block.extend(VectorBlock.build(rows[n:], DIM))
+    block.search(q, 1, None)
+    assert block.quantized is not None and not block.quantized.ivf and block.quantized.size == n + grow
     for f in (None, Filters(since=float(cut)), Filters(exclude_ids=frozenset(f"m{i}" for i in range(0, cut, 2)))):
-        got, want = block.search(q, k, f), plain.search(q, k, f)
+        got = block.search(q, k, f)
+        _quantized.MIN_ROWS = 10**9  # the same block, scanned exactly
+        plain = VectorBlock(block.ids, block.keys, block.matrix, block.roles, block.kinds, block.created,
+                            block.owners, block.positions)
+        want = plain.search(q, k, f)
+        assert plain.quantized is None
+        _quantized.MIN_ROWS = 1
         assert [h.id for h in got] == [h.id for h in want]
         assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-6)
 
@@ -170,10 +178,11 @@ def test_a_flat_copy_becomes_clusters_when_its_block_grows_past_the_threshold(
     monkeypatch.setattr(_quantized, "LISTS", 8)
     vectors = clustered(400, 9)
     rows = [(f"m{i}", f"k{i}", vectors[i], "user", "message", float(i), None, i) for i in range(400)]
+    q = vectors[350]
     small = VectorBlock.build(rows[:200], DIM)
+    small.search(q, 1, None)
     grown = small.extend(VectorBlock.build(rows[200:], DIM))
+    assert grown.search(q, 1, None)[0].id == "m350"
     assert small.quantized is not None and not small.quantized.ivf
     assert grown.quantized is not None and grown.quantized.ivf
-    q = vectors[350]
-    assert grown.search(q, 1, None)[0].id == "m350"
     assert [h.id for h in small.search(q, 5, None)] == exact(vectors[:200], [r[0] for r in rows[:200]], q, 5)

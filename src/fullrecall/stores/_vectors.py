@@ -108,7 +108,8 @@ class VectorBlock:
     created: np.ndarray  # float64
     owners: list[Owner | None]  # each message's session (None: not known), parallel to ids
     positions: list[int | None]  # each message's position in it
-    quantized: Quantized | None = field(default=None, repr=False, compare=False)  # large blocks, with faiss
+    quantized: Quantized | None = field(default=None, repr=False, compare=False)  # large blocks, with faiss: made
+    # by the first search (a block built only to extend another is never quantized), grown by ``extend``
     _row_index: _RowIndex | None = field(default=None, repr=False, compare=False)  # built on first exclusion
 
     @classmethod
@@ -136,7 +137,6 @@ class VectorBlock:
             np.array(created, dtype=np.float64),
             list(owners),
             list(positions),
-            Quantized.of(mat),
         )
 
     def extend(self, other: VectorBlock) -> VectorBlock:
@@ -145,9 +145,9 @@ class VectorBlock:
             return self
         matrix = np.concatenate([self.matrix, other.matrix])
         n = len(self.ids)
-        quantized = self.quantized
-        if quantized is None or quantized.outgrown(len(matrix)) or not quantized.grow(matrix, n):
-            quantized = Quantized.of(matrix)
+        quantized = self.quantized  # grown with the block; made again (by the next search) when it cannot be
+        if quantized is not None and (quantized.outgrown(len(matrix)) or not quantized.grow(matrix, n)):
+            quantized = None
         row_index = self._row_index
         if row_index is not None and not row_index.add(other.ids, n):
             row_index = None
@@ -183,6 +183,8 @@ class VectorBlock:
         if k == 0:
             return []
         rows = None
+        if self.quantized is None or self.quantized.outgrown(n):  # made by the first search that needs it
+            self.quantized = Quantized.of(self.matrix)
         if self.quantized is not None and self.quantized.size >= n:
             # candidates from the 8-bit copy, in row order (ties: lower row), scored exactly; too few (a filter
             # that the clusters scanned hardly pass): the exact scan
