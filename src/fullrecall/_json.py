@@ -43,7 +43,15 @@ def dumps(value: Any) -> str:
 
 
 def loads(text: str | bytes) -> Any:
-    """JSON written by :func:`dumps`, bytes restored."""
+    """JSON written by :func:`dumps`, bytes restored.
+
+    Text that cannot hold the bytes marker (not there literally, and no escape that could spell it) is
+    decoded without the per-object hook, all in C: several times faster for the messages a recall reads.
+    """
+    plain = (_BYTES_KEY not in text and "\\u" not in text) if isinstance(text, str) else \
+        (_BYTES_KEY.encode() not in text and b"\\u" not in text)
+    if plain:
+        return json.loads(text)
     return json.loads(text, object_hook=_decode_bytes)
 
 

@@ -102,3 +102,25 @@ def test_near_best_keeps_the_best_first_and_only_adds(scores, weight, window):
     assert [c.fused for c in out] == sorted((c.fused for c in out), reverse=True)
     if out:
         assert out[0].fused == pytest.approx(max(before.values()) + (weight if max(before.values()) > 0 else 0.0))
+
+
+def _near_best_by_definition(ranked: list[Candidate], weight: float, window: int, depth: int) -> list[tuple]:
+    """The rule as the docstring states it, one candidate at a time."""
+    top = ranked[0].fused
+    head = ranked[:depth]
+    out = []
+    for c in ranked:
+        near = [h.fused for h in head if h.key[0] == c.key[0] and abs(h.key[1] - c.key[1]) <= window]
+        gain = weight * (max(near) / top) if top > 0 and near and max(near) > 0 else 0.0
+        out.append((c.key, c.fused + gain, c.boost + gain))
+    return sorted(out, key=lambda t: (-t[1], t[0]))
+
+
+@given(
+    st.dictionaries(st.tuples(st.sampled_from("abc"), st.integers(0, 120)), st.floats(0.0, 1.0), min_size=1),
+    st.integers(0, 40), st.integers(1, 12),
+)
+def test_near_best_adds_to_each_candidate_the_best_nearby_head_score_in_its_session(scores, window, depth):
+    want = _near_best_by_definition(_ranked(scores), 0.2, window, depth)
+    got = near_best(_ranked(scores), weight=0.2, window=window, depth=depth)
+    assert [(c.key, c.fused, c.boost) for c in got] == want

@@ -10,7 +10,10 @@ Every figure is a ratio taken in one run, since absolute times differ from machi
 * **round trips**: store calls per ``write`` and per ``recall`` (counted by a wrapper);
 * **recall**: ``Archive.recall`` p50 (embed the question, hybrid search, radius, read the ranges) at each
   of ``--archive-sizes`` archived messages (one conversation, SQLite), against embedding the question alone.
-  The archived messages are loaded with random unit vectors (the recall path's cost does not depend on them).
+  The archived messages are loaded with vectors made cheaply but from the real embedder: each word of the
+  corpus is embedded once, and a message's vector is the normalised sum of its words' vectors, so the
+  vectors have the structure of the embedder's space (random unit vectors have none, and which messages a
+  question finds, hence what the recall reads, would be arbitrary) and a question's words find their messages.
 """
 
 from __future__ import annotations
@@ -238,25 +241,22 @@ def _recall_urls(backend: str, where: str, stack: contextlib.ExitStack) -> Calla
 
 
 def _load(store: Any, scope: Any, embedder: Any, corpus: Any, size: int) -> dict[str, float]:
-    """Archive ``size`` messages with random unit vectors in big batches, unless the store (kept from an
-    earlier run) holds them already; then build the search indexes once. Returns the seconds each took.
+    """Archive ``size`` messages in big batches with vectors built from their words' embeddings (see the
+    module's docstring), unless the store (kept from an earlier run) holds them already; then build the search
+    indexes once. Returns the seconds each took.
     """
-    import numpy as np
-
     from ..archive.archive import message_record
 
     held = store.count(scope)
     if held not in (0, size):
         raise SystemExit(f"{store!r} holds {held} messages in {scope}, not 0 or {size}: remove the kept store")
-    rng = np.random.default_rng(size)
     step = 10_000
     t0 = time.perf_counter()
     for start in range(0 if held == 0 else size, size, step):
         rows = [message_record(m, e.shape) for e in _events(corpus, min(step, size - start), step, start)
                 for m in e.messages]
         store.append(scope, rows)
-        vectors = rng.normal(size=(len(rows), embedder.dimension)).astype(np.float32)
-        store.set_vectors(scope, [r.id for r in rows], vectors / np.linalg.norm(vectors, axis=1, keepdims=True),
+        store.set_vectors(scope, [r.id for r in rows], _word_vectors(embedder, corpus, [r.text for r in rows]),
                           embedder.name)
     t1 = time.perf_counter()
     build = getattr(store, "build_indexes", None)
@@ -264,6 +264,27 @@ def _load(store: Any, scope: Any, embedder: Any, corpus: Any, size: int) -> dict
         build()
         _warm_postgres(store)
     return {"load_s": round(t1 - t0, 1) if held == 0 else 0.0, "index_build_s": round(time.perf_counter() - t1, 1)}
+
+
+def _word_vectors(embedder: Any, corpus: Any, texts: list[str]) -> Any:
+    """Unit vectors for ``texts``: the normalised sum of the embedder's vectors of their corpus words (each
+    word embedded once per corpus and embedder, in one batch).
+    """
+    import numpy as np
+
+    words = corpus.__dict__.setdefault("_word_vectors", {})
+    if embedder.name not in words:
+        words[embedder.name] = ({w: i for i, w in enumerate(corpus.words)},
+                                np.asarray(embedder.embed(corpus.words), dtype=np.float32))
+    index, table = words[embedder.name]
+    out = np.zeros((len(texts), table.shape[1]), dtype=np.float32)
+    for i, text in enumerate(texts):
+        picks = [index[w] for w in text.split() if w in index]
+        if picks:
+            out[i] = table[picks].sum(axis=0)
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return out / norms
 
 
 def _warm_postgres(store: Any) -> None:

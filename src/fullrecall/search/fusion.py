@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 Key = tuple[str, int]  # (session id, position)
 
 LEXICAL_WEIGHT = 0.6
@@ -90,22 +92,24 @@ def near_best(
     the part of a conversation where the best hits sit is where the rest of the
     answer usually is (LoCoMo: recall@10 +0.02, see ``docs/search.md``).
     """
-    if weight <= 0 or not ranked:
+    if weight <= 0 or not ranked or depth <= 0:
         return ranked
-    head: dict[str, list[tuple[int, float]]] = {}
-    for c in ranked[:depth]:
-        head.setdefault(c.key[0], []).append((c.key[1], c.fused))
     top = ranked[0].fused
     if top <= 0:
         return ranked
-    scale = weight / top
-    for c in ranked:
-        near = head.get(c.key[0])
-        if near:
-            best = max((f for p, f in near if abs(p - c.key[1]) <= window), default=0.0)
-            if best > 0:
-                c.boost += scale * best
-                c.fused += scale * best
+    # one (candidates x head) comparison in numpy: same session, within the window -> that head's score
+    n = len(ranked)
+    sessions: dict[str, int] = {}
+    session = np.fromiter((sessions.setdefault(c.key[0], len(sessions)) for c in ranked), np.int64, n)
+    position = np.fromiter((c.key[1] for c in ranked), np.int64, n)
+    head = min(depth, n)
+    fused = np.fromiter((c.fused for c in ranked[:head]), np.float64, head)
+    near = (session[:, None] == session[None, :head]) & (np.abs(position[:, None] - position[None, :head]) <= window)
+    best = np.where(near, fused[None, :], 0.0).max(axis=1)
+    for i in np.flatnonzero(best > 0).tolist():
+        c, gain = ranked[i], weight * (float(best[i]) / top)  # best <= top: no overflow for a tiny top
+        c.boost += gain
+        c.fused += gain
     ranked.sort(key=lambda c: (-c.fused, c.key))
     return ranked
 

@@ -1,14 +1,18 @@
-"""Vectors: checking them, and exact cosine search over one scope's normalised matrix (the in-process cache
+"""Vectors: checking them, and cosine search over one scope's normalised matrix (the in-process cache
 SQLite and Redis keep, loaded incrementally as vectors are added).
+
+The search is exact: numpy scans the float32 matrix; a large block (see :mod:`._quantized`, with faiss
+installed) has faiss scan an 8-bit copy for candidates whose cosines are then computed exactly.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ._quantized import MIN_CANDIDATES, OVERFETCH, Quantized
 from .base import Filters, Hit
 
 
@@ -59,6 +63,37 @@ def dim_mismatch(stored_dim: int, got: int) -> ValueError:
 Owner = tuple[str, str, str]  # (user_id, agent_id, session_id), as stored
 
 
+class _RowIndex:
+    """Message id -> row numbers, shared by a block and the blocks extended from it (rows are only appended,
+    so a block ignores the rows past its own length).
+    """
+
+    def __init__(self) -> None:
+        self.first: dict[str, int] = {}
+        self.more: dict[str, list[int]] = {}  # ids on several rows (the same id in several sessions)
+        self.size = 0
+
+    def add(self, ids: Sequence[str], start: int) -> bool:
+        """Index ``ids`` as rows ``start``...; False when rows past ``start`` are indexed already (another
+        block's).
+        """
+        if start != self.size:
+            return False
+        first, more = self.first, self.more
+        for row, i in enumerate(ids, start):
+            if first.setdefault(i, row) != row:
+                more.setdefault(i, []).append(row)
+        self.size = start + len(ids)
+        return True
+
+    def rows(self, ids: Iterable[str], below: int) -> list[int]:
+        first, more = self.first, self.more
+        out = [row for i in ids if (row := first.get(i)) is not None and row < below]
+        if more:
+            out += [r for i in ids if i in more for r in more[i] if r < below]
+        return out
+
+
 @dataclass
 class VectorBlock:
     """Vectors of one scope, normalised, with what filters need and where each message sits, for exact
@@ -73,6 +108,9 @@ class VectorBlock:
     created: np.ndarray  # float64
     owners: list[Owner | None]  # each message's session (None: not known), parallel to ids
     positions: list[int | None]  # each message's position in it
+    quantized: Quantized | None = field(default=None, repr=False, compare=False)  # large blocks, with faiss: made
+    # by the first search (a block built only to extend another is never quantized), grown by ``extend``
+    _row_index: _RowIndex | None = field(default=None, repr=False, compare=False)  # built on first exclusion
 
     @classmethod
     def build(
@@ -89,10 +127,11 @@ class VectorBlock:
         mat = np.empty((len(rows), dim), dtype=np.float32)
         for i, v in enumerate(vecs):
             mat[i] = np.frombuffer(v, dtype=np.float32) if isinstance(v, (bytes, bytearray, memoryview)) else v
+        mat = normalize_rows(mat)
         return cls(
             list(ids),
             list(keys),
-            normalize_rows(mat),
+            mat,
             np.array(roles, dtype=object),
             np.array(kinds, dtype=object),
             np.array(created, dtype=np.float64),
@@ -104,20 +143,30 @@ class VectorBlock:
         """This block plus ``other``'s rows (for vectors added since it was built)."""
         if not other.ids:
             return self
+        matrix = np.concatenate([self.matrix, other.matrix])
+        n = len(self.ids)
+        quantized = self.quantized  # grown with the block; made again (by the next search) when it cannot be
+        if quantized is not None and (quantized.outgrown(len(matrix)) or not quantized.grow(matrix, n)):
+            quantized = None
+        row_index = self._row_index
+        if row_index is not None and not row_index.add(other.ids, n):
+            row_index = None
         return VectorBlock(
             self.ids + other.ids,
             self.keys + other.keys,
-            np.concatenate([self.matrix, other.matrix]),
+            matrix,
             np.concatenate([self.roles, other.roles]),
             np.concatenate([self.kinds, other.kinds]),
             np.concatenate([self.created, other.created]),
             self.owners + other.owners,
             self.positions + other.positions,
+            quantized,
+            row_index,
         )
 
     @property
     def nbytes(self) -> int:
-        return int(self.matrix.nbytes) + 96 * len(self.ids)
+        return int(self.matrix.nbytes) + 96 * len(self.ids) + (self.quantized.nbytes if self.quantized else 0)
 
     def search(self, query: np.ndarray, k: int, filters: Filters | None) -> list[Hit]:
         """The ``k`` rows of highest cosine with ``query`` that pass ``filters``, best first (ties: lower row)."""
@@ -125,21 +174,50 @@ class VectorBlock:
             return []
         if query.shape[0] != self.matrix.shape[1]:
             raise dim_mismatch(self.matrix.shape[1], query.shape[0])
-        scores = self.matrix @ (query / (np.linalg.norm(query) or 1.0))
+        query = query / (np.linalg.norm(query) or 1.0)
+        n = len(self.ids)
         mask = self._mask(filters)
         if mask is not None:
-            scores[~mask] = -np.inf
             k = min(k, int(mask.sum()))
-        k = min(k, len(scores))
+        k = min(k, n)
         if k == 0:
             return []
-        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
-        top = top[np.argsort(-scores[top], kind="stable")]
+        rows = None
+        if self.quantized is None or self.quantized.outgrown(n):  # made by the first search that needs it
+            self.quantized = Quantized.of(self.matrix)
+        if self.quantized is not None and self.quantized.size >= n:
+            # candidates from the 8-bit copy, in row order (ties: lower row), scored exactly; too few (a filter
+            # that the clusters scanned hardly pass): the exact scan
+            rows = np.sort(self.quantized.candidates(query, max(OVERFETCH * k, MIN_CANDIDATES), n, mask))
+        if rows is not None and len(rows) >= k:
+            scores = self.matrix[rows] @ query
+            order = np.argsort(-scores, kind="stable")[:k]
+            top, best = rows[order].tolist(), scores[order].tolist()
+        else:
+            scores = self.matrix @ query
+            if mask is not None:
+                scores[~mask] = -np.inf
+            picked = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
+            picked = picked[np.argsort(-scores[picked], kind="stable")]
+            top, best = picked.tolist(), scores[picked].tolist()
         ids, keys, owners, positions = self.ids, self.keys, self.owners, self.positions
-        return [Hit(ids[i], float(scores[i]), keys[i], owners[i], positions[i]) for i in top.tolist()]
+        return [Hit(ids[i], s, keys[i], owners[i], positions[i]) for i, s in zip(top, best)]
 
     def _mask(self, f: Filters | None) -> np.ndarray | None:
-        return filter_mask(f, self.ids, self.roles, self.kinds, self.created)
+        if f is None:
+            return None
+        if not f.exclude_ids:
+            return filter_mask(f, self.ids, self.roles, self.kinds, self.created)
+        # excluded ids by a lookup of their rows, not by testing every row's id
+        mask = filter_mask(replace(f, exclude_ids=None), self.ids, self.roles, self.kinds, self.created)
+        if mask is None:
+            mask = np.ones(len(self.ids), dtype=bool)
+        if self._row_index is None:
+            index = _RowIndex()
+            index.add(self.ids, 0)
+            self._row_index = index
+        mask[self._row_index.rows(f.exclude_ids, len(self.ids))] = False
+        return mask
 
 
 def filter_mask(

@@ -267,6 +267,8 @@ class SQLiteStore(SqlStore):
         self._pid = os.getpid()
         self._closed = False
         self._scrub_pending = False  # deleted page images may still be in the WAL
+        self._text_lock = threading.Lock()
+        self._text_conn: tuple[int, sqlite3.Connection] | None = None  # (pid, the keyword search's reader)
         self._connect()
 
     # -- connection & transactions ---------------------------------------------
@@ -359,7 +361,41 @@ class SQLiteStore(SqlStore):
             except UnicodeEncodeError as exc:
                 raise V.not_unicode(exc) from exc
 
+    @contextlib.contextmanager
+    def _text_read(self) -> Iterator[sqlite3.Connection]:
+        """A snapshot for the keyword search: on a read-only connection of its own (a file), so that it does not
+        hold the lock the vector search (which a search runs at the same time, see ``SemanticSearch.search``)
+        needs for its version check; in memory, the one connection.
+        """
+        if self.path == ":memory:":
+            with self._read() as conn:
+                yield conn
+            return
+        with self._text_lock:
+            if self._text_conn is None or self._text_conn[0] != os.getpid():
+                with self._lock:
+                    self._conn()  # open (and migrated), or StoreError when closed
+                    conn = sqlite3.connect(self.path, timeout=self._busy_ms / 1000, isolation_level=None,
+                                           check_same_thread=False)
+                conn.row_factory = sqlite3.Row
+                conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+                conn.execute("PRAGMA query_only = ON")
+                self._text_conn = (os.getpid(), conn)
+            elif self._closed:
+                raise StoreError(f"store {self.url} is closed")
+            try:
+                with self._tx(self._text_conn[1], immediate=False) as conn:
+                    yield conn
+            except sqlite3.Error as exc:
+                raise StoreError(f"SQLite read from {self.path!r} failed: {exc}") from exc
+            except UnicodeEncodeError as exc:
+                raise V.not_unicode(exc) from exc
+
     def close(self) -> None:
+        with self._text_lock:
+            if self._text_conn is not None and self._text_conn[0] == os.getpid():
+                self._text_conn[1].close()
+            self._text_conn = None
         with self._lock:
             if self._conn_obj is not None and self._pid == os.getpid():
                 if self._scrub_pending and not self._closed:
@@ -618,12 +654,12 @@ class SQLiteStore(SqlStore):
         words = C.split_terms(terms)
         if not words or k == 0:
             return []
-        with self._read() as conn:  # one snapshot, unless messages wait for FTS: index them first
+        with self._text_read() as conn:  # one snapshot, unless messages wait for FTS: index them first
             if not _pending(conn):
                 return self._search_text(conn, scope, words, k, filters)
         with self._write() as conn:
             _index_pending(conn, min_pending=1)
-        with self._read() as conn:
+        with self._text_read() as conn:
             return self._search_text(conn, scope, words, k, filters)
 
     def _search_text(

@@ -1,0 +1,122 @@
+"""A compressed copy of a large vector block, scanned to pick candidates that the block then re-scores exactly.
+
+faiss-cpu's 8-bit scalar quantizer (one range for every dimension, inner product) keeps a byte a dimension
+instead of four, and faiss scans it about 3x faster than numpy multiplies the float32 matrix (100,000 x 384:
+2.5 ms against 8.6 ms on one core). The scan only chooses candidates (``OVERFETCH`` x k, at least
+``MIN_CANDIDATES``); their cosines are computed again in float32 from the block's own matrix, so scores are
+exact and the chosen rows match an exact scan (recall@50 1.000 against it at 100,000 bench vectors).
+
+From ``IVF_MIN_ROWS`` rows the copy is an inverted file: k-means splits it into ``LISTS`` clusters (trained
+once, when the copy is made: about 1 s at 100,000 rows) and a question scans the ``PROBES`` clusters nearest to
+it, a quarter of the rows: 0.6 ms instead of 2.5 ms at 100,000 bench vectors, at the price of exactness
+(recall@10 0.986 against an exact scan there; the chosen candidates are still scored exactly).
+
+Used only when faiss is installed (the ``faiss`` extra) and a block holds at least ``MIN_ROWS`` rows: below
+that numpy's exact scan is as fast. At 10,000 rows the copy (3.8 MB) still pays on the recall path, where the
+float32 matrix (15 MB) has left the caches between questions: 0.7 ms against 1.4 ms in a profiled recall.
+The copy grows with its block (rows are only ever appended to a block; a block rebuilt after deletes gets a
+new copy, a flat one that reaches ``IVF_MIN_ROWS`` an inverted file), and a filter becomes a bitmap of the
+rows faiss may return.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+MIN_ROWS = 5_000
+OVERFETCH = 4
+MIN_CANDIDATES = 200
+IVF_MIN_ROWS = 50_000  # from here the copy is split into LISTS clusters, PROBES of them scanned a question
+LISTS = 256
+PROBES = 64
+
+_faiss: Any = None
+
+
+def faiss_module() -> Any:
+    """The faiss module, or None when it is not installed (imported once, on first use)."""
+    global _faiss
+    if _faiss is None:
+        try:
+            import faiss
+
+            _faiss = faiss
+        except ImportError:
+            _faiss = False
+    return _faiss or None
+
+
+class Quantized:
+    """An 8-bit copy of the first ``size`` rows of a block's (normalised) matrix: one flat scan, or (``ivf``)
+    an inverted file of clusters of them.
+    """
+
+    def __init__(self, faiss: Any, matrix: np.ndarray) -> None:
+        self._faiss = faiss
+        dim, sq8, ip = matrix.shape[1], faiss.ScalarQuantizer.QT_8bit_uniform, faiss.METRIC_INNER_PRODUCT
+        self.ivf = len(matrix) >= IVF_MIN_ROWS
+        if self.ivf:
+            self._coarse = faiss.IndexFlatIP(dim)  # kept referenced: the inverted file does not own it
+            self._index = faiss.IndexIVFScalarQuantizer(self._coarse, dim, LISTS, sq8, ip)
+            self._index.train(np.ascontiguousarray(matrix[:: max(1, len(matrix) // (64 * LISTS))]))
+        else:
+            self._index = faiss.IndexScalarQuantizer(dim, sq8, ip)
+            self._index.train(matrix)
+        self._lock = threading.Lock()  # faiss does not search an index while rows are added to it
+        self.size = 0
+        self.grow(matrix)
+
+    @classmethod
+    def of(cls, matrix: np.ndarray) -> Quantized | None:
+        """A copy of ``matrix`` when it is big enough to pay and faiss is installed, else None."""
+        faiss = faiss_module()
+        if faiss is None or len(matrix) < MIN_ROWS:
+            return None
+        return cls(faiss, matrix)
+
+    def outgrown(self, rows: int) -> bool:
+        """Whether a block of ``rows`` rows should have a copy of the other kind (flat past ``IVF_MIN_ROWS``)."""
+        return not self.ivf and rows >= IVF_MIN_ROWS
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * int(self._index.d)
+
+    def grow(self, matrix: np.ndarray, start: int = 0) -> bool:
+        """Add the rows of ``matrix`` from ``start`` on, the rows before it being those held; False (nothing
+        added) when this copy holds other rows past ``start`` (another block grew it: the caller makes its own).
+        """
+        with self._lock:
+            if start != self.size:
+                return False
+            if len(matrix) > start:
+                self._index.add(np.ascontiguousarray(matrix[start:]))
+                self.size = len(matrix)
+            return True
+
+    def candidates(self, query: np.ndarray, n: int, rows: int, mask: np.ndarray | None) -> np.ndarray:
+        """Row numbers (below ``rows``) of the ``n`` best rows by approximate inner product that pass ``mask``
+        (a boolean array of at least ``rows`` entries, or None).
+        """
+        faiss = self._faiss
+        options: dict[str, Any] = {"nprobe": PROBES} if self.ivf else {}
+        with self._lock:
+            if mask is not None or rows < self.size:
+                allowed = np.zeros(self.size, dtype=bool)
+                allowed[:rows] = True if mask is None else mask[:rows]
+                bits = np.packbits(allowed, bitorder="little")
+                options["sel"] = faiss.IDSelectorBitmap(self.size, faiss.swig_ptr(bits))
+            params = (faiss.SearchParametersIVF if self.ivf else faiss.SearchParameters)(**options) if options else None
+            # one OpenMP thread (this thread's setting, put back after): a one-query scan gains nothing from two,
+            # and they wait on each other when another process keeps a core busy (measured: 4 ms against 8-12)
+            threads = faiss.omp_get_max_threads()
+            faiss.omp_set_num_threads(1)
+            try:
+                _, found = self._index.search(query.reshape(1, -1), n, params=params)
+            finally:
+                faiss.omp_set_num_threads(threads)
+        top = found[0]
+        return top[top >= 0]
