@@ -377,7 +377,8 @@ def _run(args: argparse.Namespace, samples: list[Any], data_path: Path, embedder
     result.update(counts)
     result["busy_core"] = bool(args.busy_core)
     result["packing"] = {"mode": args.packing, "radius_hits": args.radius_hits,
-                         "pair_questions": not args.no_pair_questions, "tokenizer": delivery.counter.name}
+                         "pair_questions": not args.no_pair_questions, "tokenizer": delivery.counter.name,
+                         "include_metadata": delivery.include_metadata}
     result["radius"] = args.radius
     result["spread"] = spread
     result["embedder"] = embedder.name
