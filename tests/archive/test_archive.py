@@ -91,7 +91,7 @@ def test_enrichment_format_budget_and_history_untouched():
     m = manager()
     messages = conversation()
     m.reduce_context(messages, RuntimeError("overflow"))
-    hook = SemanticMemoryHook(manager=m, max_context_length=300)
+    hook = SemanticMemoryHook(manager=m, max_context_length=300, include_metadata=True)
     question = user("What was our shared reference number?")
     history = messages + [question]
     out = hook.enrich(history)

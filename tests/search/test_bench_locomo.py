@@ -67,7 +67,12 @@ def test_json_report(tmp_path, capsys):
         assert set(part["recall_at_turns"]) == {"10", "25", "50"}
         assert all(0 < part["delivered_tokens"][b] <= int(b) for b in budgets)
     assert r["delivered_recall"]["2000"] == r["recall_at_turns"]["10"] == 1.0
-    assert r["packing"] == {"mode": "budget", "radius_hits": 0, "pair_questions": True, "tokenizer": "estimate"}
+    assert r["packing"] == {"mode": "budget", "radius_hits": 0, "pair_questions": True, "tokenizer": "estimate",
+                            "include_metadata": False}
+    # "[Message N, speaker]: " labels: the same 7 turns cost more tokens
+    labelled = _run(tmp_path, capsys, "--scale", "0", "--include-metadata")
+    assert labelled["packing"]["include_metadata"] is True and labelled["delivered_recall"]["2000"] == 1.0
+    assert labelled["delivered_tokens"]["2000"] > r["delivered_tokens"]["2000"] + 7 * 4
 
 
 def test_delivered_recall_of_the_classic_hook_and_a_tight_budget(tmp_path, capsys):

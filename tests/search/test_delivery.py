@@ -25,7 +25,8 @@ def archived_manager(default_embedder) -> tuple[SemanticSummarizingConversationM
 
 
 def context_of(text: str) -> list[str]:
-    return text.split(CONTEXT_START + "\n", 1)[1].split("\n" + CONTEXT_END, 1)[0].splitlines()
+    """The recalled lines (the blank lines between ranges left out)."""
+    return [line for line in text.split(CONTEXT_START + "\n", 1)[1].split("\n" + CONTEXT_END, 1)[0].splitlines() if line]
 
 
 def test_token_budget_is_honoured_and_spent_on_distinct_hits(default_embedder):
@@ -61,3 +62,30 @@ def test_character_budget_still_applies_and_bad_budgets_are_refused(default_embe
         SemanticMemoryHook(max_context_length=None)
     with pytest.raises(ValueError, match="radius_hits"):
         SemanticMemoryHook(radius_hits=-1)
+
+
+def test_default_lines_are_compact_ranges_apart_and_the_labelled_format_is_one_flag_away(default_embedder):
+    m, messages = archived_manager(default_embedder)
+    question = "Which data structure elements did heaps and tries keep?"
+    compact = SemanticMemoryHook(manager=m, max_context_length=None, max_context_tokens=80)
+    text = compact.enrich_text(question)
+    body = text.split(CONTEXT_START + "\n", 1)[1].split("\n" + CONTEXT_END, 1)[0]
+    packed = compact.last_packed.messages
+    expected = []
+    for prev, msg in zip([None, *packed], packed):
+        if prev is not None and msg.position != prev.position + 1:
+            expected.append("")  # a blank line where the conversation skips
+        expected.append(f"{msg.role}: {msg.data['content'][0]['text']}")
+    assert body.splitlines() == expected and "[Message" not in body
+    assert len({p - i for i, p in enumerate(compact.last_packed.positions)}) > 1, "more than one range shown"
+    labelled = SemanticMemoryHook(manager=m, max_context_length=None, max_context_tokens=80, include_metadata=True)
+    lines = context_of(labelled.enrich_text(question))
+    assert lines == [f"[Message {msg.position}, {msg.role}]: {msg.data['content'][0]['text']}"
+                     for msg in labelled.last_packed.messages]
+    # the same budget buys at least as many messages without the labels, and the cost counted covers the text
+    counter = default_token_counter()
+    small = [SemanticMemoryHook(manager=m, max_context_length=None, max_context_tokens=60, include_metadata=flag)
+             for flag in (False, True)]
+    bodies = [context_of(h.enrich_text(question)) for h in small]
+    assert len(bodies[0]) >= len(bodies[1]) and len(small[0].last_packed.messages) > len(small[1].last_packed.messages)
+    assert sum(counter.count(line) + 1 for line in bodies[0]) <= small[0].last_packed.spent[1] <= 60

@@ -80,8 +80,21 @@ def format_enrichment(question: str, ranges: list[RecalledRange], *, max_context
 
 
 def format_context(question: str, messages: Sequence[StoredMessage], *, include_metadata: bool = True) -> str | None:
-    """The enrichment text for already-chosen messages (conversation order); None when there are none."""
-    lines = [line for line in (_line(m, include_metadata) for m in messages) if line]
+    """The enrichment text for already-chosen messages (conversation order); None when there are none.
+
+    With ``include_metadata`` each line is ``[Message N, role]: text``; without, ``role: text``, and a blank
+    line separates messages that were not consecutive in the conversation (the positions are not shown).
+    """
+    lines: list[str] = []
+    last: int | None = None
+    for m in messages:
+        line = _line(m, include_metadata)
+        if not line:
+            continue
+        if lines and not include_metadata and (m.position is None or last is None or m.position != last + 1):
+            line = "\n" + line
+        lines.append(line)
+        last = m.position
     if not lines:
         return None
     body = "\n".join(lines)
@@ -92,14 +105,16 @@ def line_cost(counter: Any | None, include_metadata: bool = True):
     """A packing cost for messages as the enrichment shows them: (characters, tokens) of the line and its newline.
 
     ``counter`` is a :class:`~fullrecall.tokens.TokenCounter`; None counts characters only (tokens 0).
+    Without metadata a line may follow a blank line (a new range): one more character, counted always.
     """
     cache: dict[tuple[str | None, int | None], tuple[int, int]] = {}
+    newlines = 1 if include_metadata else 2
 
     def cost(m: StoredMessage) -> tuple[int, int]:
         key = (m.session_id, m.position)
         if key not in cache or m.position is None:
             line = _line(m, include_metadata)
-            cache[key] = (len(line) + 1, (counter.count(line) + 1) if counter is not None else 0)
+            cache[key] = (len(line) + newlines, (counter.count(line) + 1) if counter is not None else 0)
         return cache[key]
 
     return cost

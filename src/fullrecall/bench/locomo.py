@@ -59,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="delivered recall: the hook's budget packing, or the classic top 3 hits with radius 2")
     parser.add_argument("--radius-hits", type=int, default=0, help="packing: hits that get their radius neighbours")
     parser.add_argument("--no-pair-questions", action="store_true", help="packing: no question/answer neighbours")
+    parser.add_argument("--include-metadata", action="store_true",
+                        help="delivered recall with '[Message N, speaker]: text' lines instead of the hook's default "
+                             "'speaker: text'")
     parser.add_argument("--tokenizer", default=None, help="token counter for budgets (default: the hook's estimate)")
     parser.add_argument("--embedding-cache", type=Path, default=None,
                         help="reuse vectors of texts embedded before (an .npz file, written back; quality runs only: "
@@ -161,7 +164,8 @@ class Delivery:
         from ..tokens import default_token_counter
 
         self.counter = default_token_counter(args.tokenizer)
-        self.tokens = line_cost(self.counter)
+        self.include_metadata = args.include_metadata
+        self.tokens = line_cost(self.counter, self.include_metadata)
         self.turns = lambda m: (1,)
         self.seed = args.packing == "classic"
         self.radius = args.radius
@@ -373,7 +377,8 @@ def _run(args: argparse.Namespace, samples: list[Any], data_path: Path, embedder
     result.update(counts)
     result["busy_core"] = bool(args.busy_core)
     result["packing"] = {"mode": args.packing, "radius_hits": args.radius_hits,
-                         "pair_questions": not args.no_pair_questions, "tokenizer": delivery.counter.name}
+                         "pair_questions": not args.no_pair_questions, "tokenizer": delivery.counter.name,
+                         "include_metadata": delivery.include_metadata}
     result["radius"] = args.radius
     result["spread"] = spread
     result["embedder"] = embedder.name
@@ -429,7 +434,7 @@ def _scale_latency(embedder: Any, samples: list[dict[str, Any]], args: argparse.
         _, packed = packed_recall(search, q, (500,), lambda m: delivery.tokens(m)[1:], depth=500 // 20 + 2,
                                   radius=args.radius, radius_hits=args.radius_hits,
                                   pair_questions=not args.no_pair_questions)
-        format_context(q, packed.messages)
+        format_context(q, packed.messages, include_metadata=delivery.include_metadata)
         t2 = time.perf_counter()
         search.embed_query(q)
         t3 = time.perf_counter()

@@ -33,7 +33,7 @@ class SemanticMemoryHook(HookProvider):
     model calls reuse it). ``last_enriched`` holds the last text sent.
     """
 
-    def __init__(self, enabled: bool = True, max_context_length: int = 2000, include_metadata: bool = True,
+    def __init__(self, enabled: bool = True, max_context_length: int = 2000, include_metadata: bool = False,
                  manager: Any = None) -> None:
         self.core = _CoreHook(enabled, max_context_length, include_metadata)
         self.manager = manager
