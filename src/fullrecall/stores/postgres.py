@@ -608,7 +608,7 @@ class PostgresStore(SqlStore):
         with self._read() as conn:  # autocommit: one statement is one transaction
             row = conn.execute(
                 f"WITH sess AS (SELECT sid, vec_model, vec_dim FROM {s}.sessions s WHERE {where} LIMIT 1 FOR UPDATE),"
-                " given AS (SELECT * FROM unnest(%s::text[], %s::vector[]) AS g(id, embedding)),"
+                " given AS (SELECT * FROM unnest(%s::text[], %b::vector[]) AS g(id, embedding)),"  # %b: sent as floats
                 f" target AS (SELECT m.id, m.rid, m.sid, g.embedding FROM given g JOIN {s}.messages m ON m.id = g.id"
                 " JOIN sess ON m.sid = sess.sid),"
                 " checked AS (SELECT count(*) = 1 AND (SELECT count(*) FROM target) = %s AND bool_and("
@@ -654,8 +654,9 @@ class PostgresStore(SqlStore):
                 ]
                 parts.append(f"(SELECT NULL AS id, NULL::vector AS embedding, s.vec_dim AS unknown FROM {s}.sessions s"
                              f" WHERE {where} AND s.vec_dim IS NOT NULL AND s.vec_dim <> ALL(%s) LIMIT 1)")
-                rows = conn.execute(" UNION ALL ".join(parts),
-                                    [*[p for _ in dims for p in (*params, list(ids))], *params, dims]).fetchall()
+                rows = conn.execute(" UNION ALL ".join(parts),  # binary: vectors come as floats, not text to parse
+                                    [*[p for _ in dims for p in (*params, list(ids))], *params, dims],
+                                    binary=True).fetchall()
                 if not any(r["unknown"] is not None for r in rows):
                     break
                 self._dims(conn)  # another process wrote vectors of a new dimension: read the list, then again
