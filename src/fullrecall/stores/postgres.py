@@ -356,6 +356,7 @@ class PostgresStore(SqlStore):
                              ) from exc
 
     _write = _tx  # rows are locked where writers must take turns
+    _write_one = _read  # one statement in autocommit is its own transaction: no BEGIN and COMMIT round trips
 
     def _safe_url(self) -> str:
         parts = urlsplit(self._conninfo)
