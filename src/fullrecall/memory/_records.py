@@ -246,8 +246,9 @@ class RecordBook:
         if memo is not None and memo[0] is live:
             chosen, matrix = memo[1], memo[2]
         else:
-            chosen = [(r, v) for r, v in live.values() if v is not None and keep(r)]
-            matrix = np.stack([v for _, v in chosen]) if chosen else np.zeros((0, 0), dtype=np.float32)
+            vectors = [(r, v) for r, v in live.values() if v is not None and keep(r)]
+            chosen = [(r, v) for r, v in vectors]
+            matrix = np.stack([v for _, v in vectors]) if vectors else np.zeros((0, 0), dtype=np.float32)
             if live is self._cache:
                 with self._lock:
                     self._views[view] = (live, chosen, matrix)
