@@ -23,6 +23,11 @@ Design, and why:
   searched exactly, and an approximate search that filters leave short of ``k`` rows
   falls back to an exact one. The graph walk runs alone (``ORDER BY ... LIMIT ef``) and the
   scope and filters apply to its rows, so that the planner never trades it for a sort.
+* **Vector and record writes** are one statement each in autocommit: ``set_vectors`` locks the
+  session's row, checks the model and the ids, and writes the vectors and the counters only when the
+  checks pass (else nothing is written and the checks say which error to raise); vectors travel in
+  binary both ways; ``get_vectors`` reads every dimension's table in one statement, from a list of
+  dimensions cached per store and read again only when the scope holds one it lacks.
 * **Reads** run in autocommit (no ``BEGIN``/``COMMIT`` round trips); ``hnsw.ef_search`` is set
   on a pooled connection only when it changes. Hits carry their owner and position.
 * **forget** deletes, then runs ``VACUUM (ANALYZE)`` on the tables it deleted from: dead
@@ -600,8 +605,9 @@ class PostgresStore(SqlStore):
         """
         dim = int(mat.shape[1])
         s = self.schema
-        if dim not in self._known_dims:  # its table may not exist yet: made (once) in its own transaction
+        if dim not in self._known_dims:  # its table may not exist yet: made (once), after the checks pass
             with self._tx() as conn:
+                self._vector_targets(conn, scope, ids, model, dim)
                 self._vector_table(conn, dim)
                 self._dims(conn)
         last = {i: n for n, i in enumerate(ids)}  # an id given twice: its last vector (as upserts in turn would)
