@@ -28,6 +28,9 @@ Design, and why:
   checks pass (else nothing is written and the checks say which error to raise); vectors travel in
   binary both ways; ``get_vectors`` reads every dimension's table in one statement, from a list of
   dimensions cached per store and read again only when the scope holds one it lacks.
+* **An exact vector search without filters** takes the scope's best ``k`` from its vectors (the
+  session index) before joining their messages by row id: joined first, the planner (at the default
+  ``random_page_cost``) hashed the scope's vectors against a scan of every user's messages.
 * **Reads** run in autocommit (no ``BEGIN``/``COMMIT`` round trips); ``hnsw.ef_search`` is set
   on a pooled connection only when it changes. Hits carry their owner and position.
 * **forget** deletes, then runs ``VACUUM (ANALYZE)`` on the tables it deleted from: dead
@@ -716,6 +719,14 @@ class PostgresStore(SqlStore):
                 if len(rows) == k:
                     return _hits(rows, owners)
             # Exact: ordering by the score expression never uses the approximate index.
+            if not fsql:  # the scope's best k first (its session index), then their k messages by row id: joined
+                # before the limit, the planner may hash the scope's vectors against a scan of everyone's messages
+                return _hits(conn.execute(
+                    f"SELECT m.id, m.rid, m.sid, m.position, x.score FROM (SELECT v.rid, 1 - (v.embedding <=> %s)"
+                    f" AS score FROM {table} v WHERE v.sid = ANY(%s) ORDER BY score DESC, v.rid LIMIT %s) x"
+                    f" JOIN {s}.messages m ON m.rid = x.rid ORDER BY x.score DESC, m.rid",
+                    [query, sids, k],
+                ).fetchall(), owners)
             rows = conn.execute(
                 f"SELECT m.id, m.rid, m.sid, m.position, 1 - (v.embedding <=> %s) AS score FROM {table} v"
                 f" JOIN {s}.messages m ON m.rid = v.rid WHERE v.sid = ANY(%s){fsql} ORDER BY score DESC, m.rid LIMIT %s",
