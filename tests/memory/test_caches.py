@@ -65,6 +65,7 @@ def test_a_reader_sees_every_change_another_writer_makes_on_every_backend(store_
 def test_cached_facts_always_equal_what_the_store_holds(tmp_path_factory, default_embedder, steps):
     url = f"sqlite:///{tmp_path_factory.mktemp('cache') / 'memory.db'}"
     stores = [open_store(url), open_store(url)]
+    query = default_embedder.embed(["which city do I live in, and what do I like?"])[0]
     try:
         books = [FactMemory(s, user_id="u", embedder=default_embedder) for s in stores]
         for who, kind, n in steps:
@@ -81,6 +82,10 @@ def test_cached_facts_always_equal_what_the_store_holds(tmp_path_factory, defaul
             for reader in books:
                 assert [(f.id, f.valid_to, f.mentions) for f in reader.history()] == [
                     (f.id, f.valid_to, f.mentions) for f in truth.history()]
+                for history in (False, True):  # searches over the cached selections find what a fresh read finds
+                    want = truth.search(query, 10, include_history=history)
+                    got = reader.search(query, 10, include_history=history)
+                    assert [(f.id, round(s, 5)) for f, s in got] == [(f.id, round(s, 5)) for f, s in want]
     finally:
         for s in stores:
             s.close()

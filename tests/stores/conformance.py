@@ -445,6 +445,8 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
             store.set_vectors(scope, ["m1", "m2"], unit(1)[None], "model-a")  # 2 ids, 1 vector
         with pytest.raises(ValueError):
             store.set_vectors(scope, ["unknown"], unit(1)[None], "model-a")
+        with pytest.raises(ValueError, match="unknown"):  # one id missing: nothing is written, m1 included
+            store.set_vectors(scope, ["m1", "unknown"], np.stack([unit(1), unit(2)]), "model-a")
         with pytest.raises(ValueError, match="dimension"):
             store.search_vectors(scope, unit(0, 32), 3)
         assert store.vector_model(scope) == ("model-a", DIM)

@@ -156,6 +156,30 @@ def test_postgres_bm25_statistics_follow_deletes(service_urls: dict[str, Callabl
     fresh.close()
 
 
+def test_postgres_vectors_of_a_dimension_another_handle_created_are_read(
+    service_urls: dict[str, Callable[[], str]],
+) -> None:
+    """get_vectors reads from dimensions cached per handle: one written by another handle is found (the list is
+    read again), and a write refused by its checks creates no table for its dimension."""
+    url = service_urls["postgres"]()
+    schema = f"dims{uuid.uuid4().hex[:8]}"
+    one, two = (open_store(f"{url}{'&' if '?' in url else '?'}schema={schema}") for _ in range(2))
+    a, b = Scope(user_id="u", session_id="a"), Scope(user_id="u", session_id="b")
+    for store, scope in ((one, a), (two, b)):
+        store.append(scope, [_msg(i, f"text {i}") for i in range(2)])
+    one.set_vectors(a, ["m0"], np.ones((1, 8), np.float32), "m8")
+    assert list(one.get_vectors(Scope(user_id="u"), ["m0", "m1"])) == ["m0"]  # dimension 8 cached by one
+    two.set_vectors(b, ["m0", "m1"], np.ones((2, 16), np.float32), "m16")  # a table one has not seen
+    got = one.get_vectors(b, ["m0", "m1"])
+    assert sorted(got) == ["m0", "m1"] and {len(v) for v in got.values()} == {16}
+    with pytest.raises(ValueError, match="model"):
+        one.set_vectors(a, ["m1"], np.ones((1, 4), np.float32), "m8")
+    with one._read() as conn:  # type: ignore[attr-defined]
+        assert conn.execute("SELECT to_regclass(%s) AS t", (f"{schema}.vectors_4",)).fetchone()["t"] is None
+    one.close()
+    two.close()
+
+
 def test_postgres_bulk_load_builds_the_index_on_demand(service_urls: dict[str, Callable[[], str]]) -> None:
     url = service_urls["postgres"]()
     sep = "&" if "?" in url else "?"

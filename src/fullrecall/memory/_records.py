@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import math
 import threading
 import time
 import uuid
@@ -98,6 +99,8 @@ class RecordBook:
         self._blocks = threading.local()  # per thread: the events of its :meth:`writes` block, not yet logged
         self._lock = threading.RLock()  # the cache is shared by the threads using this book
         self._stacked: tuple[list[np.ndarray], np.ndarray] | None = None  # the vectors :meth:`similar` last stacked
+        self._soonest: tuple[dict[str, Entry], float] | None = None  # (a state of the cache, its soonest expiry)
+        self._views: dict[str, tuple[dict[str, Entry], list[Entry], np.ndarray]] = {}  # :meth:`nearest`'s selections
 
     @property
     def embedder(self) -> Any:
@@ -206,14 +209,50 @@ class RecordBook:
 
         ``check=False`` trusts a cache the caller has just checked (no round trip).
         """
+        return list(self._live(check).values())
+
+    def _live(self, check: bool) -> dict[str, Entry]:
+        """The live entries by id: the cached dict itself when none has expired (the usual case, nothing
+        scanned: the soonest expiry is found once per state of the cache), else a copy without the expired
+        ones, which are deleted.
+        """
         now = self.clock()
         with self._lock:
             entries = self._cache if self._cache is not None and not check else self._entries()
-        expired = [r.id for r, _ in entries.values()
-                   if r.data.get(EXPIRES_AT) is not None and float(r.data[EXPIRES_AT]) <= now]
+            memo = self._soonest
+        if memo is not None and memo[0] is entries:
+            soonest = memo[1]
+        else:
+            soonest = min((float(r.data[EXPIRES_AT]) for r, _ in entries.values()
+                           if r.data.get(EXPIRES_AT) is not None), default=math.inf)
+            self._soonest = (entries, soonest)
+        if soonest > now:
+            return entries
+        expired = {r.id for r, _ in entries.values()
+                   if r.data.get(EXPIRES_AT) is not None and float(r.data[EXPIRES_AT]) <= now}
         for record_id in expired:
             self.delete(record_id)
-        return [e for e in entries.values() if e[0].id not in expired]
+        return {i: e for i, e in entries.items() if i not in expired}
+
+    def nearest(self, query: str | np.ndarray, k: int, *, view: str, keep: Callable[[Record], bool],
+                check: bool = True) -> list[tuple[Record, float]]:
+        """:meth:`similar` over the live records ``keep`` accepts (``view`` names that selection): the
+        selection and its stacked vectors are made once per state of the cache and reused until a record
+        changes, so a search of unchanged records scans none of them in Python.
+        """
+        live = self._live(check)
+        with self._lock:
+            memo = self._views.get(view)
+        if memo is not None and memo[0] is live:
+            chosen, matrix = memo[1], memo[2]
+        else:
+            vectors = [(r, v) for r, v in live.values() if v is not None and keep(r)]
+            chosen = [(r, v) for r, v in vectors]
+            matrix = np.stack([v for _, v in vectors]) if vectors else np.zeros((0, 0), dtype=np.float32)
+            if live is self._cache:
+                with self._lock:
+                    self._views[view] = (live, chosen, matrix)
+        return self._rank(query, chosen, matrix, k)
 
     def _entries(self) -> dict[str, Entry]:
         if self._cache is not None and self._fresh():
@@ -263,12 +302,17 @@ class RecordBook:
         :meth:`entries` (their vectors already decoded).
         """
         with_vectors = [(r, v) for r, v in map(_entry, records) if v is not None]
+        matrix = self._matrix([v for _, v in with_vectors]) if with_vectors else np.zeros((0, 0), dtype=np.float32)
+        return self._rank(query, with_vectors, matrix, k)
+
+    def _rank(self, query: str | np.ndarray, with_vectors: Sequence[Entry], matrix: np.ndarray,
+              k: int) -> list[tuple[Record, float]]:
+        """The ``k`` entries (rows of ``matrix``) most similar to ``query``, best first, with cosines."""
         if isinstance(query, str) and not query.strip():
             return []
         if not with_vectors or k <= 0:
             return []
         q = np.asarray(self.embedder.embed([query])[0] if isinstance(query, str) else query, dtype=np.float32)
-        matrix = self._matrix([v for _, v in with_vectors])
         if matrix.shape[1] != q.shape[0]:
             raise ValueError(
                 f"records in {self.namespace!r} hold {matrix.shape[1]}-dimensional vectors but the embedder "
@@ -277,7 +321,6 @@ class RecordBook:
         scores = matrix @ q
         order = np.argsort(-scores, kind="stable")[:k]
         return [(with_vectors[i][0], float(scores[i])) for i in order]
-
 
     def _matrix(self, vectors: list[np.ndarray]) -> np.ndarray:
         """The vectors stacked, reusing the last stack when they are the same arrays (cached records' vectors

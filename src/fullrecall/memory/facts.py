@@ -395,9 +395,9 @@ class FactMemory:
         """The facts most similar to ``query`` (a text, or its vector), current ones only unless
         ``include_history``, with cosines. ``checked``: as in :meth:`keep`.
         """
-        entries = [e for e in self.book.entries(check=not checked)
-                   if include_history or e[0].data.get("valid_to") is None]
-        return [(_from_record(r), s) for r, s in self.book.similar(query, entries, limit)]
+        found = self.book.nearest(query, limit, view="all" if include_history else "current", check=not checked,
+                                  keep=lambda r: include_history or r.data.get("valid_to") is None)
+        return [(_from_record(r), s) for r, s in found]
 
     # -- internals ---------------------------------------------------------------------------
     def _all(self) -> list[Fact]:

@@ -167,7 +167,8 @@ _RECORD_KEY = ("tenant", "user_id", "agent_id", "session_id", "namespace", "id")
 class SqlStore(StoreBase):
     """What the SQL backends share, written once against :attr:`sql` and four hooks.
 
-    Hooks: ``_read``/``_write`` (a transaction's connection; rows readable by column name),
+    Hooks: ``_read``/``_write`` (a transaction's connection; rows readable by column name; ``_write_one``
+    for a write of one statement, ``_write`` unless the backend runs one statement as its own transaction),
     ``_session_row`` (the session's ``sid`` and ``next_position``, created if new, held for the
     transaction) and ``_select_messages`` (messages of joined ``m``/``s`` rows matching a condition).
     """
@@ -179,6 +180,10 @@ class SqlStore(StoreBase):
 
     def _write(self) -> AbstractContextManager[Any]:
         raise NotImplementedError
+
+    def _write_one(self) -> AbstractContextManager[Any]:
+        """A connection for a write of one statement (the backend may run it as its own transaction)."""
+        return self._write()
 
     def _session_row(self, conn: Any, scope: Scope) -> Any:
         raise NotImplementedError
@@ -321,7 +326,7 @@ class SqlStore(StoreBase):
     def _put_record(
         self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None
     ) -> None:
-        with self._write() as conn:
+        with self._write_one() as conn:
             conn.execute(
                 self.sql.upsert("records", _RECORD_COLUMNS, _RECORD_KEY),
                 (*owner, record.namespace, record.id, self.sql.text_in(record.text), data, record.created_at,
@@ -340,7 +345,7 @@ class SqlStore(StoreBase):
     def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
         where, params = self.sql.record_where(scope)
         ph = self.sql.ph
-        with self._write() as conn:
+        with self._write_one() as conn:
             n = conn.execute(
                 f"DELETE FROM {self.sql.t('records')} AS r WHERE {where} AND namespace = {ph} AND id = {ph}",
                 [*params, namespace, record_id],

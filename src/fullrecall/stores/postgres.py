@@ -23,6 +23,14 @@ Design, and why:
   searched exactly, and an approximate search that filters leave short of ``k`` rows
   falls back to an exact one. The graph walk runs alone (``ORDER BY ... LIMIT ef``) and the
   scope and filters apply to its rows, so that the planner never trades it for a sort.
+* **Vector and record writes** are one statement each in autocommit: ``set_vectors`` locks the
+  session's row, checks the model and the ids, and writes the vectors and the counters only when the
+  checks pass (else nothing is written and the checks say which error to raise); vectors travel in
+  binary both ways; ``get_vectors`` reads every dimension's table in one statement, from a list of
+  dimensions cached per store and read again only when the scope holds one it lacks.
+* **An exact vector search without filters** takes the scope's best ``k`` from its vectors (the
+  session index) before joining their messages by row id: joined first, the planner (at the default
+  ``random_page_cost``) hashed the scope's vectors against a scan of every user's messages.
 * **Reads** run in autocommit (no ``BEGIN``/``COMMIT`` round trips); ``hnsw.ef_search`` is set
   on a pooled connection only when it changes. Hits carry their owner and position.
 * **forget** deletes, then runs ``VACUUM (ANALYZE)`` on the tables it deleted from: dead
@@ -257,6 +265,7 @@ class PostgresStore(SqlStore):
         self._shares: tuple[float, dict[str, float]] | None = None  # (when, lexeme -> share of rows)
         self._table_rows: dict[int, tuple[float, int]] = {}  # dim -> (when, rows in vectors_{dim})
         self._indexed: set[int] = set()  # dimensions whose HNSW index is known to be built
+        self._known_dims: list[int] = []  # dimensions whose vector table exists (read again when one is missing)
         self._builds: dict[int, threading.Thread] = {}  # dim -> its background index build
         self._unchecked: dict[int, int] = {}  # dim -> vectors written since its size was last checked
         self._build_conns: set[Conn] = set()  # cancelled by close()
@@ -355,6 +364,7 @@ class PostgresStore(SqlStore):
                              ) from exc
 
     _write = _tx  # rows are locked where writers must take turns
+    _write_one = _read  # one statement in autocommit is its own transaction: no BEGIN and COMMIT round trips
 
     def _safe_url(self) -> str:
         parts = urlsplit(self._conninfo)
@@ -587,43 +597,80 @@ class PostgresStore(SqlStore):
         return None if row is None else ("valid" if row["ok"] else "invalid")
 
     def _dims(self, conn: Conn) -> list[int]:
-        return [r["dim"] for r in conn.execute(f"SELECT dim FROM {self.schema}.vector_tables ORDER BY dim")]
+        dims = [r["dim"] for r in conn.execute(f"SELECT dim FROM {self.schema}.vector_tables ORDER BY dim")]
+        self._known_dims = dims  # tables are never dropped (but with the schema): a list read is never stale, only short
+        return dims
 
     def _set_vectors(self, scope: Scope, ids: list[str], mat: np.ndarray, model: str) -> None:
+        """One statement, one round trip: the session's row is locked, every check made, and only when they
+        all pass are the vectors written and the session's counters moved (else nothing is, and the
+        checks' findings say which ValueError to raise).
+        """
         dim = int(mat.shape[1])
         s = self.schema
-        with self._tx() as conn:
-            sess, rids = self._vector_targets(conn, scope, ids, model, dim)
-            table = self._vector_table(conn, dim)
-            held = conn.execute(  # under the session's row lock: no other writer changes its vectors meanwhile
-                f"SELECT count(*) AS n FROM {table} WHERE rid = ANY(%s)", (list(set(rids.values())),)
-            ).fetchone()["n"]
-            with conn.cursor() as cur:
-                cur.executemany(
-                    f"INSERT INTO {table} (rid, sid, embedding) VALUES (%s, %s, %s)"
-                    " ON CONFLICT (rid) DO UPDATE SET embedding = EXCLUDED.embedding",
-                    [(rids[i], sess["sid"], mat[n]) for n, i in enumerate(ids)],
-                )
-            conn.execute(
-                f"UPDATE {s}.sessions SET vec_model = %s, vec_dim = %s, vector_count = vector_count + %s"
-                " WHERE sid = %s",
-                (model, dim, len(set(rids.values())) - held, sess["sid"]),
-            )
+        if dim not in self._known_dims:  # its table may not exist yet: made (once), after the checks pass
+            with self._tx() as conn:
+                self._vector_targets(conn, scope, ids, model, dim)
+                self._vector_table(conn, dim)
+                self._dims(conn)
+        last = {i: n for n, i in enumerate(ids)}  # an id given twice: its last vector (as upserts in turn would)
+        where, params = self.sql.scope_where(scope)
+        with self._read() as conn:  # autocommit: one statement is one transaction
+            row = conn.execute(
+                f"WITH sess AS (SELECT sid, vec_model, vec_dim FROM {s}.sessions s WHERE {where} LIMIT 1 FOR UPDATE),"
+                " given AS (SELECT * FROM unnest(%s::text[], %b::vector[]) AS g(id, embedding)),"  # %b: sent as floats
+                f" target AS (SELECT m.id, m.rid, m.sid, g.embedding FROM given g JOIN {s}.messages m ON m.id = g.id"
+                " JOIN sess ON m.sid = sess.sid),"
+                " checked AS (SELECT count(*) = 1 AND (SELECT count(*) FROM target) = %s AND bool_and("
+                " vec_model IS NULL OR (vec_model = %s AND vec_dim = %s)) AS ok FROM sess),"
+                f" ins AS (INSERT INTO {s}.vectors_{dim} (rid, sid, embedding) SELECT rid, sid, embedding FROM target"
+                " WHERE (SELECT ok FROM checked) ON CONFLICT (rid) DO UPDATE SET embedding = EXCLUDED.embedding"
+                " RETURNING xmax = 0 AS added),"  # xmax 0: a new row (an updated one carries this transaction's id)
+                f" upd AS (UPDATE {s}.sessions t SET vec_model = %s, vec_dim = %s, vector_count = t.vector_count"
+                " + (SELECT count(*) FILTER (WHERE added) FROM ins) FROM sess WHERE t.sid = sess.sid"
+                " AND (SELECT ok FROM checked) RETURNING 1)"
+                " SELECT (SELECT ok FROM checked) AS ok, (SELECT count(*) FROM upd) AS updated,"
+                " (SELECT count(*) FROM sess) AS sessions, (SELECT vec_model FROM sess) AS vec_model,"
+                " (SELECT vec_dim FROM sess) AS vec_dim, (SELECT array_agg(id) FROM target) AS found",
+                [*params, list(last), [mat[n] for n in last.values()], len(last), model, dim, model, dim],
+            ).fetchone()
+        assert row is not None  # a SELECT of scalars always yields its row
+        if not row["ok"]:
+            if not row["sessions"]:
+                raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first")
+            if row["vec_model"] is not None and (row["vec_model"], row["vec_dim"]) != (model, dim):
+                raise Vec.model_mismatch((row["vec_model"], row["vec_dim"]), model, dim)
+            found = set(row["found"] or ())
+            missing = [i for i in ids if i not in found]
+            raise ValueError(f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}")
         self._schedule_index(dim, len(ids))
 
     def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """One round trip: every known dimension's table read in one statement, which also says whether the
+        scope holds vectors of a dimension this instance has not seen yet (then the list is read again).
+        """
         ids = C.read_ids(ids)
         where, params = self.sql.scope_where(scope)
         s = self.schema
         out: dict[str, np.ndarray] = {}
         with self._read() as conn:
-            for dim in self._dims(conn):
-                for r in conn.execute(
-                    f"SELECT m.id, v.embedding FROM {s}.vectors_{dim} v JOIN {s}.messages m ON m.rid = v.rid"
-                    f" JOIN {s}.sessions s ON s.sid = m.sid WHERE {where} AND m.id = ANY(%s)",
-                    [*params, list(ids)],
-                ):
-                    out[r["id"]] = _to_numpy(r["embedding"])
+            for _ in range(2):
+                dims = list(self._known_dims)
+                parts = [
+                    f"SELECT m.id, v.embedding::vector AS embedding, NULL::integer AS unknown"
+                    f" FROM {s}.vectors_{dim} v JOIN {s}.messages m ON m.rid = v.rid JOIN {s}.sessions s ON s.sid = m.sid"
+                    f" WHERE {where} AND m.id = ANY(%s)"
+                    for dim in dims
+                ]
+                parts.append(f"(SELECT NULL AS id, NULL::vector AS embedding, s.vec_dim AS unknown FROM {s}.sessions s"
+                             f" WHERE {where} AND s.vec_dim IS NOT NULL AND s.vec_dim <> ALL(%s) LIMIT 1)")
+                rows = conn.execute(" UNION ALL ".join(parts),  # binary: vectors come as floats, not text to parse
+                                    [*[p for _ in dims for p in (*params, list(ids))], *params, dims],
+                                    binary=True).fetchall()
+                if not any(r["unknown"] is not None for r in rows):
+                    break
+                self._dims(conn)  # another process wrote vectors of a new dimension: read the list, then again
+            out.update((r["id"], _to_numpy(r["embedding"])) for r in rows if r["unknown"] is None)
         return out
 
     # -- search ------------------------------------------------------------------------
@@ -672,6 +719,14 @@ class PostgresStore(SqlStore):
                 if len(rows) == k:
                     return _hits(rows, owners)
             # Exact: ordering by the score expression never uses the approximate index.
+            if not fsql:  # the scope's best k first (its session index), then their k messages by row id: joined
+                # before the limit, the planner may hash the scope's vectors against a scan of everyone's messages
+                return _hits(conn.execute(
+                    f"SELECT m.id, m.rid, m.sid, m.position, x.score FROM (SELECT v.rid, 1 - (v.embedding <=> %s)"
+                    f" AS score FROM {table} v WHERE v.sid = ANY(%s) ORDER BY score DESC, v.rid LIMIT %s) x"
+                    f" JOIN {s}.messages m ON m.rid = x.rid ORDER BY x.score DESC, m.rid",
+                    [query, sids, k],
+                ).fetchall(), owners)
             rows = conn.execute(
                 f"SELECT m.id, m.rid, m.sid, m.position, 1 - (v.embedding <=> %s) AS score FROM {table} v"
                 f" JOIN {s}.messages m ON m.rid = v.rid WHERE v.sid = ANY(%s){fsql} ORDER BY score DESC, m.rid LIMIT %s",
