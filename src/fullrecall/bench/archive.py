@@ -32,7 +32,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-
 WARM_QUESTIONS = 300
 
 
