@@ -36,7 +36,7 @@ class SemanticMemoryHook:
     the question a hit answers, or the answer to a hit that asks, is always
     added. Lines read ``role: text``, a blank line between messages that were not
     consecutive; ``include_metadata=True`` gives ``[Message N, role]: text`` lines
-    instead (the default spends those ~6 tokens a line on more recalled messages:
+    instead (the default spends those ~5 tokens a line on more recalled messages:
     see docs/search.md).
     """
 
