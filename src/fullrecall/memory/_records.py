@@ -100,7 +100,7 @@ class RecordBook:
         self._lock = threading.RLock()  # the cache is shared by the threads using this book
         self._stacked: tuple[list[np.ndarray], np.ndarray] | None = None  # the vectors :meth:`similar` last stacked
         self._soonest: tuple[dict[str, Entry], float] | None = None  # (a state of the cache, its soonest expiry)
-        self._views: dict[str, tuple[dict[str, Entry], list[Entry], np.ndarray]] = {}  # :meth:`nearest`'s selections
+        self._views: dict[str, tuple[dict[str, Entry], Sequence[Entry], np.ndarray]] = {}  # :meth:`nearest`'s selections
 
     @property
     def embedder(self) -> Any:
@@ -243,12 +243,13 @@ class RecordBook:
         live = self._live(check)
         with self._lock:
             memo = self._views.get(view)
+        chosen: Sequence[Entry]
         if memo is not None and memo[0] is live:
             chosen, matrix = memo[1], memo[2]
         else:
             vectors = [(r, v) for r, v in live.values() if v is not None and keep(r)]
-            chosen = [(r, v) for r, v in vectors]
             matrix = np.stack([v for _, v in vectors]) if vectors else np.zeros((0, 0), dtype=np.float32)
+            chosen = vectors
             if live is self._cache:
                 with self._lock:
                     self._views[view] = (live, chosen, matrix)

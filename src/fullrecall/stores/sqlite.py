@@ -352,14 +352,19 @@ class SQLiteStore(SqlStore):
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """A consistent snapshot for reads that take several statements."""
-        with self._lock:
-            try:
-                with self._tx(self._conn(), immediate=False) as conn:
-                    yield conn
-            except sqlite3.Error as exc:
-                raise StoreError(f"SQLite read from {self.path!r} failed: {exc}") from exc
-            except UnicodeEncodeError as exc:
-                raise V.not_unicode(exc) from exc
+        with self._lock, self._snapshot(self._conn()) as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _snapshot(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+        """A read transaction on ``conn``, its errors as fullrecall's."""
+        try:
+            with self._tx(conn, immediate=False) as conn:
+                yield conn
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite read from {self.path!r} failed: {exc}") from exc
+        except UnicodeEncodeError as exc:
+            raise V.not_unicode(exc) from exc
 
     @contextlib.contextmanager
     def _text_read(self) -> Iterator[sqlite3.Connection]:
@@ -383,13 +388,8 @@ class SQLiteStore(SqlStore):
                 self._text_conn = (os.getpid(), conn)
             elif self._closed:
                 raise StoreError(f"store {self.url} is closed")
-            try:
-                with self._tx(self._text_conn[1], immediate=False) as conn:
-                    yield conn
-            except sqlite3.Error as exc:
-                raise StoreError(f"SQLite read from {self.path!r} failed: {exc}") from exc
-            except UnicodeEncodeError as exc:
-                raise V.not_unicode(exc) from exc
+            with self._snapshot(self._text_conn[1]) as conn:
+                yield conn
 
     def close(self) -> None:
         with self._text_lock:
