@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import sqlite3
 import threading
 import time
@@ -60,6 +61,36 @@ def test_sqlite_refuses_a_newer_schema(tmp_path) -> None:
 def test_sqlite_missing_directory_is_a_store_error(tmp_path) -> None:
     with pytest.raises(StoreError, match="does not exist"):
         open_store(f"sqlite:///{tmp_path}/no/such/dir/x.db")
+
+
+def _open_and_append(path: str, barrier: Any, results: Any, worker: int) -> None:
+    barrier.wait()
+    try:
+        with SQLiteStore(path) as store:
+            text = f"hello from {worker}"
+            store.append(Scope(user_id="u", agent_id="a", session_id=f"s{worker}"), [StoredMessage("m0", "user", text, {"text": text})])
+        results.put("ok")
+    except Exception as exc:  # reported to the parent, which fails the test
+        results.put(repr(exc))
+
+
+def test_sqlite_processes_opening_one_new_file_together_all_open_it(tmp_path) -> None:
+    # Switching a new file to WAL answers "database is locked" at once, without the busy
+    # handler, while another process switches it: every opener must wait, not fail.
+    ctx = multiprocessing.get_context("spawn")
+    workers, rounds = 6, 4
+    for round_ in range(rounds):
+        path = str(tmp_path / f"new{round_}.db")
+        barrier, results = ctx.Barrier(workers), ctx.Queue()
+        procs = [ctx.Process(target=_open_and_append, args=(path, barrier, results, w)) for w in range(workers)]
+        for proc in procs:
+            proc.start()
+        outcomes = [results.get(timeout=120) for _ in procs]
+        for proc in procs:
+            proc.join(timeout=60)
+        assert outcomes == ["ok"] * workers
+        with SQLiteStore(path) as store:
+            assert [store.count(Scope(user_id="u", agent_id="a", session_id=f"s{w}")) for w in range(workers)] == [1] * workers
 
 
 def test_sqlite_user_search_across_many_sessions(tmp_path) -> None:

@@ -285,7 +285,7 @@ class SQLiteStore(SqlStore):
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             if self.path != ":memory:":
-                conn.execute("PRAGMA journal_mode = WAL")
+                self._enter_wal(conn)
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA secure_delete = ON")  # deleted text is overwritten, not left in free pages
             # Checkpoint every ~16 MiB of WAL instead of 4: fewer, larger checkpoints (+40% appends/s).
@@ -295,6 +295,25 @@ class SQLiteStore(SqlStore):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
         return conn
+
+    def _enter_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch to WAL, waiting out other processes opening the same new file.
+
+        SQLite answers "database is locked" at once, without its busy handler, when
+        another connection holds the file while it switches journal mode or recovers
+        a WAL; so wait here, within the same busy timeout.
+        """
+        deadline = time.monotonic() + self._busy_ms / 1000
+        delay = 0.001
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
 
     def _conn(self) -> sqlite3.Connection:
         if self._closed:
