@@ -290,6 +290,40 @@ def test_pinned_messages_survive_trimming_summarizing_and_clearing():
         assert manager.removed_message_count == 14
 
 
+def test_the_previous_summary_not_a_pinned_message_is_folded_in():
+    seen, events = [], []
+    manager = SummarizingConversationManager(summarizer=lambda m, p: seen.append(p) or f"S{len(seen)}",
+                                             summary_ratio=0.5, preserve_recent_messages=2, pin_first=2,
+                                             on_remove=events.append)
+    messages = chat(10)
+    for _ in range(3):
+        manager.reduce_context(messages, RuntimeError("overflow"))
+    assert seen == [None, "S1", "S2"] and [m["content"] for m in messages[:2]] == [m["content"] for m in chat(10)[:2]]
+    assert [e.replaced_summary.text if e.replaced_summary else None for e in events] == [None, "S1", "S2"]
+    archived = [m.position for e in events for m in e.messages]
+    assert archived == list(range(2, 2 + len(archived))) and manager.removed_message_count == len(archived)
+
+
+def test_a_kept_message_that_loses_its_pin_is_summarized_at_its_own_position():
+    from strands.agent.conversation_manager.compression.pin_message import pin_message
+
+    # call_0 is reused: the result at 4 sits beside the pinned call at 5 and is kept before the summary;
+    # the next reduction finds it beside the summary, no longer pinned, and summarizes it, as the SDK does
+    messages = [user("q0"), assistant("a0"), user("q1"), tool_call("call_0"), tool_result("call_0"),
+                tool_call("call_0"), tool_result("call_0"), assistant("a1"), *chat(4)]
+    pin_message(messages, 5)
+    events = []
+    manager = SummarizingConversationManager(summarizer=lambda m, p: "S", summary_ratio=0.34, preserve_recent_messages=2,
+                                             prefer_alternating_roles=False, on_remove=events.append)
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    assert [m.position for m in events[0].messages] == [0, 1, 2, 3]
+    assert messages[0] == tool_result("call_0") and messages[1] == user("S")
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    assert [m.position for m in events[1].messages] == [4] and events[1].messages[0].has_tool_result
+    assert messages[2] == user("S") and messages[0]["content"][0]["toolUse"] and messages[1] == tool_result("call_0")
+    assert manager.removed_message_count == 5 and len(messages) == 16 - 5 + 1
+
+
 def test_window_size_zero_removes_every_unpinned_message():
     messages, events = chat(5), []
     manager = SlidingWindowConversationManager(window_size=0, on_remove=events.append)

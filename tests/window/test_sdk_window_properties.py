@@ -113,6 +113,30 @@ def plain(messages):
 )
 # a reduction with nothing to summarize raises before pinning anything, as the SDK does
 @example(conversation=[("ask", ""), ("answer", "")], pins=set(), ratio=0.1, preserve=2, pin_first=1, rounds=1)
+# a message kept before the summary beside a pinned call that reused its tool id loses that pin once the
+# call moves behind the summary: the SDK summarizes it at the next reduction, and so does fullrecall
+@example(
+    conversation=[
+        ("ask", ""), ("calls", [("call_0", "search", {})]), ("results", [("call_0", "")]),
+        ("calls", [("call_0", "search", {})]), ("results", [("call_0", "")]), ("answer", ""),
+        ("ask", ""), ("answer", ""),
+        ("ask", ""), ("calls", [("call_0", "search", {})]), ("results", [("call_0", "")]),
+        ("calls", [(f"call_{i}", "search", {}) for i in range(3)]), ("results", [(f"call_{i}", "") for i in range(3)]),
+        ("answer", ""),
+        ("ask", ""), ("answer", ""),
+        ("ask", ""),
+        ("calls", [(f"call_{i}", "search", {}) for i in range(3)]), ("results", [(f"call_{i}", "") for i in range(3)]),
+        ("calls", [(f"call_{i}", "search", {}) for i in range(3)]), ("results", [(f"call_{i}", "") for i in range(3)]),
+        ("answer", ""),
+        ("ask", ""), ("calls", [("call_0", "search", {})]), ("results", [("call_0", "")]), ("answer", ""),
+        ("ask", ""), ("answer", ""),
+    ],
+    pins={19},
+    ratio=0.5,
+    preserve=0,
+    pin_first=2,
+    rounds=3,
+)
 def test_summarizing_summarizes_what_the_sdk_summarizes(conversation, pins, ratio, preserve, pin_first, rounds):
     from strands.agent.conversation_manager import SummarizingConversationManager as SdkSummarizing
 

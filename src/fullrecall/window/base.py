@@ -117,9 +117,13 @@ class ConversationManager:
 
     def _parse(self, raw: Sequence[dict[str, Any]], first_position: int) -> tuple[str, list[Message]]:
         """Typed messages numbered from ``first_position``; ids are stable per position."""
+        return self._parse_at(raw, range(first_position, first_position + len(raw)))
+
+    def _parse_at(self, raw: Sequence[dict[str, Any]], positions: Sequence[int]) -> tuple[str, list[Message]]:
+        """Typed messages at the given ``positions`` (one each)."""
         shape, parsed = parse_messages(raw)
-        for offset, msg in enumerate(parsed):
-            msg.position = first_position + offset
+        for msg, position in zip(parsed, positions, strict=True):
+            msg.position = position
             msg.id = _message_id(msg)
         return shape, parsed
 

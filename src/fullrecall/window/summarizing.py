@@ -87,6 +87,7 @@ class SummarizingConversationManager(ConversationManager):
         self.prefer_alternating_roles = prefer_alternating_roles
         self._pin_first_applied = False
         self._front_seen = 0  # pinned originals before the summary, as last seen
+        self._front_positions: list[int] = []  # their positions in the conversation
         self.max_summary_tokens = max_summary_tokens
         self.token_counter = token_counter or default_token_counter()
         self._summarizer = summarizer
@@ -142,13 +143,14 @@ class SummarizingConversationManager(ConversationManager):
     # -- state -----------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
         return {**super().get_state(), "summary_message": self._summary_message,
-                "pin_first_applied": self._pin_first_applied}
+                "pin_first_applied": self._pin_first_applied, "front_positions": list(self._front_positions)}
 
     def restore_from_state(self, state: dict[str, Any] | None) -> None:
         super().restore_from_state(state)
         if state:
             self._summary_message = state.get("summary_message")
             self._pin_first_applied = bool(state.get("pin_first_applied", False))
+            self._front_positions = [int(p) for p in state.get("front_positions") or ()]
 
     @property
     def summary_message(self) -> dict[str, Any] | None:
@@ -179,7 +181,7 @@ class SummarizingConversationManager(ConversationManager):
         if count > 0:  # as the SDK does: a reduction that cannot summarize anything pins nothing either
             self._apply_pin_first(messages)
         layout = self._layout(messages)
-        self._summarize_head(messages, layout, target=count - (layout.start - layout.pinned), error=error)
+        self._summarize_head(messages, layout, target=count - (layout.start - layout.pinned), reach=count, error=error)
         return messages
 
     def _apply_pin_first(self, messages: MutableSequence[dict[str, Any]]) -> bool:
@@ -215,12 +217,16 @@ class SummarizingConversationManager(ConversationManager):
         layout = self._layout(messages)
         tail = messages[layout.start :]
         shape, body = self._parse(tail, layout.first_position(self))
+        front, loose = self._front(messages, layout, reach=layout.front)
         doomed = [i for i in range(len(tail)) if not is_pinned(tail, i)]
-        if doomed:
-            self._release(RemovedMessages(messages=[body[i] for i in doomed], reason="cleared", shape=shape))
-        keep = [*messages[: layout.pinned + layout.front], *(m for i, m in enumerate(tail) if i not in doomed)]
-        messages[:] = keep
-        self.removed_message_count += len(doomed)
+        gone = [m for i, m in enumerate(front) if i in loose] + [body[i] for i in doomed]
+        if gone:
+            self._release(RemovedMessages(messages=gone, reason="cleared", shape=shape))
+        kept_front = [i for i in range(layout.front) if i not in loose]
+        kept_tail = [i for i in range(len(tail)) if i not in doomed]
+        messages[layout.pinned :] = [messages[layout.pinned + i] for i in kept_front] + [tail[i] for i in kept_tail]
+        self._front_positions = [front[i].position or 0 for i in kept_front]
+        self.removed_message_count += len(gone)
         self._summary_message = None
         return messages
 
@@ -230,11 +236,29 @@ class SummarizingConversationManager(ConversationManager):
     # -- the work --------------------------------------------------------------------------
     def _layout(self, messages: Sequence[dict[str, Any]]) -> _Layout:
         pinned = self._pinned_count(messages)
-        front = leading_pinned(messages, pinned)
+        summary = self._summary_message
+        # Our summary follows the messages kept in front of it; one of those may have lost its pin since
+        # (its tool-call partner summarized), so the summary is looked for, not assumed after pinned ones.
+        at = next((i for i in range(pinned, len(messages)) if messages[i] is summary or messages[i] == summary),
+                  None) if summary is not None else None
+        front = at - pinned if at is not None else leading_pinned(messages, pinned)
         self._front_seen = front
-        at = pinned + front
-        has_summary = self._summary_message is not None and len(messages) > at and messages[at] == self._summary_message
-        return _Layout(pinned=pinned, front=front, has_summary=has_summary)
+        return _Layout(pinned=pinned, front=front, has_summary=at is not None)
+
+    def _front(self, messages: Sequence[dict[str, Any]], layout: _Layout, reach: int) -> tuple[list[Message], set[int]]:
+        """The messages kept before the summary, and those among the first ``reach`` no longer pinned.
+
+        The SDK decides what is pinned afresh at each reduction, across the whole range it
+        summarizes: a message kept beside a pinned tool call it seemed to answer (tool ids
+        are reused across turns) is summarized once it no longer sits beside it.
+        """
+        raw = messages[layout.pinned : layout.pinned + layout.front]
+        positions = self._front_positions
+        if len(positions) != len(raw):  # pinned from the start (pin_first, the SDK's flag), nothing removed
+            positions = list(range(layout.pinned, layout.pinned + len(raw)))
+        _, front = self._parse_at(raw, positions)
+        loose = {i for i in range(min(reach, len(raw))) if not is_pinned(messages, layout.pinned + i)}
+        return front, loose
 
     def _summarize_head(
         self,
@@ -242,8 +266,10 @@ class SummarizingConversationManager(ConversationManager):
         layout: _Layout,
         *,
         target: int,
+        reach: int | None = None,
         error: BaseException | None = None,
     ) -> None:
+        """Fold the oldest originals into the summary; front messages no longer pinned go with them."""
         tail = messages[layout.start :]
         shape, body = self._parse(tail, layout.first_position(self))
         if self.summary_role == "system" and shape != "openai":
@@ -256,7 +282,8 @@ class SummarizingConversationManager(ConversationManager):
                 "preserved, and no earlier cut keeps every tool call with its result"
             ) from error
         kept = [i for i in range(cut) if is_pinned(tail, i)]
-        head = [body[i] for i in range(cut) if i not in kept]
+        front, loose = self._front(messages, layout, layout.front if reach is None else reach)
+        head = [m for i, m in enumerate(front) if i in loose] + [body[i] for i in range(cut) if i not in kept]
         if not head:
             raise ContextWindowOverflowError("cannot summarize: every message in the summarize range is pinned") from error
         previous = self._previous_summary(messages, layout, shape)
@@ -274,9 +301,11 @@ class SummarizingConversationManager(ConversationManager):
                           position=None, metadata={"summary_of": [head[0].position, head[-1].position]}, shape=shape)
         summary_raw = self._render(summary, shape)
         self._release(RemovedMessages(messages=head, reason="summarized", shape=shape, summary=summary, replaced_summary=previous))
-        at = layout.pinned + layout.front
-        messages[at : layout.start + cut] = [tail[i] for i in kept] + [summary_raw]
-        self._front_seen = layout.front + len(kept)
+        kept_front = [i for i in range(layout.front) if i not in loose]
+        messages[layout.pinned : layout.start + cut] = [
+            *(messages[layout.pinned + i] for i in kept_front), *(tail[i] for i in kept), summary_raw]
+        self._front_positions = [front[i].position or 0 for i in kept_front] + [body[i].position or 0 for i in kept]
+        self._front_seen = len(self._front_positions)
         self._summary_message = summary_raw
         self.removed_message_count += len(head)
 
@@ -324,7 +353,7 @@ class SummarizingConversationManager(ConversationManager):
     def _previous_summary(self, messages: Sequence[dict[str, Any]], layout: _Layout, shape: str) -> Message | None:
         if not layout.has_summary:
             return None
-        _, (previous,) = self._parse([messages[layout.pinned]], -1)
+        _, (previous,) = self._parse([messages[layout.pinned + layout.front]], -1)
         previous.id, previous.position = None, None
         previous.metadata = {**previous.metadata, "kind": "summary"}
         return previous
