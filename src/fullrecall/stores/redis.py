@@ -78,7 +78,7 @@ _PERSISTING = ("aof_rewrite_in_progress", "aof_rewrite_scheduled", "rdb_bgsave_i
 # The Lua scripts, one a file in ``lua/`` (package data); the write scripts run after ``_prelude.lua``,
 # which documents the KEYS and ARGV they share.
 _WRITE_SCRIPTS = ("append", "set_vectors", "delete", "put_state", "set_ttl", "recount")
-_READ_SCRIPTS = ("ranges", "additions")
+_OWN_SCRIPTS = ("ranges", "additions", "forget_session")  # standalone: their KEYS differ
 
 
 @functools.cache
@@ -88,7 +88,7 @@ def _lua_sources() -> dict[str, str]:
     prelude = (folder / "_prelude.lua").read_text(encoding="utf-8")
     return {
         name: (prelude if name in _WRITE_SCRIPTS else "") + (folder / f"{name}.lua").read_text(encoding="utf-8")
-        for name in _WRITE_SCRIPTS + _READ_SCRIPTS
+        for name in _WRITE_SCRIPTS + _OWN_SCRIPTS
     }
 
 
@@ -659,24 +659,12 @@ class RedisStore(StoreBase):
         return F.result(counts, self._scrub() if any(counts.values()) else [])
 
     def _forget_session(self, p: str, s: _Session) -> dict[str, int]:
-        """Delete one session's keys and count what they held, as one optimistic transaction: if a writer
-        changes them between the count and the delete, count again, so what is counted is what is deleted.
-        """
-        keys = [s.key(f) for f in _FAMILIES]
-        with self._r.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    pipe.watch(*keys)
-                    bodies, n_vecs = pipe.hvals(s.key("msgs")), pipe.hlen(s.key("vecs"))
-                    n_state = sum(b"\x00" not in f for f in pipe.hkeys(s.key("state")))  # documents, not versions
-                    pipe.multi()
-                    pipe.unlink(*keys)
-                    pipe.srem(f"{p}:user:{_q(s.meta['user_id'])}:sessions", s.base)
-                    pipe.srem(f"{p}:sessions:{quote(s.session_id, safe='')}", s.base)
-                    pipe.execute()
-                    break
-                except redis_lib.WatchError:
-                    continue
+        """Count one session's keys and delete them in one script, so what is counted is what is deleted."""
+        keys = [s.key(f) for f in _FAMILIES] + [
+            f"{p}:user:{_q(s.meta['user_id'])}:sessions",
+            f"{p}:sessions:{quote(s.session_id, safe='')}",
+        ]
+        n_vecs, n_state, *bodies = self._scripts["forget_session"](keys=keys, args=[s.base])
         summaries = sum(json.loads(body)["kind"] == "summary" for body in bodies)
         return {"messages": len(bodies) - summaries, "summaries": summaries, "vectors": n_vecs, "state": n_state}
 
