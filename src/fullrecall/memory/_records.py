@@ -46,6 +46,7 @@ EXPIRES_AT = "expires_at"
 LOG_PREFIX = "_log."
 CACHE_LIMIT = 10_000
 _END = 2**62  # a position past any log's end
+_MAX_VIEWS = 8  # selections :meth:`RecordBook.nearest` keeps
 
 Entry = tuple[Record, "np.ndarray | None"]
 
@@ -100,7 +101,8 @@ class RecordBook:
         self._lock = threading.RLock()  # the cache is shared by the threads using this book
         self._stacked: tuple[list[np.ndarray], np.ndarray] | None = None  # the vectors :meth:`similar` last stacked
         self._soonest: tuple[dict[str, Entry], float] | None = None  # (a state of the cache, its soonest expiry)
-        self._views: dict[str, tuple[dict[str, Entry], Sequence[Entry], np.ndarray]] = {}  # :meth:`nearest`'s selections
+        # :meth:`nearest`'s selections, by the predicate that made them
+        self._views: dict[Callable[[Record], bool], tuple[dict[str, Entry], Sequence[Entry], np.ndarray]] = {}
 
     @property
     def embedder(self) -> Any:
@@ -234,15 +236,16 @@ class RecordBook:
             self.delete(record_id)
         return {i: e for i, e in entries.items() if i not in expired}
 
-    def nearest(self, query: str | np.ndarray, k: int, *, view: str, keep: Callable[[Record], bool],
+    def nearest(self, query: str | np.ndarray, k: int, *, keep: Callable[[Record], bool],
                 check: bool = True) -> list[tuple[Record, float]]:
-        """:meth:`similar` over the live records ``keep`` accepts (``view`` names that selection): the
-        selection and its stacked vectors are made once per state of the cache and reused until a record
-        changes, so a search of unchanged records scans none of them in Python.
+        """:meth:`similar` over the live records ``keep`` accepts: the selection and its stacked vectors are
+        made once per state of the cache and reused until a record changes, so a search of unchanged records
+        scans none of them in Python. They are kept by ``keep`` itself: pass a function defined once (a
+        module-level one), not a new lambda a call, or nothing is reused.
         """
         live = self._live(check)
         with self._lock:
-            memo = self._views.get(view)
+            memo = self._views.get(keep)
         chosen: Sequence[Entry]
         if memo is not None and memo[0] is live:
             chosen, matrix = memo[1], memo[2]
@@ -252,7 +255,9 @@ class RecordBook:
             chosen = vectors
             if live is self._cache:
                 with self._lock:
-                    self._views[view] = (live, chosen, matrix)
+                    if len(self._views) >= _MAX_VIEWS and keep not in self._views:
+                        self._views.clear()  # a caller making a new predicate a call: keep the memo bounded
+                    self._views[keep] = (live, chosen, matrix)
         return self._rank(query, chosen, matrix, k)
 
     def _entries(self) -> dict[str, Entry]:

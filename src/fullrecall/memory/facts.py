@@ -395,8 +395,7 @@ class FactMemory:
         """The facts most similar to ``query`` (a text, or its vector), current ones only unless
         ``include_history``, with cosines. ``checked``: as in :meth:`keep`.
         """
-        found = self.book.nearest(query, limit, view="all" if include_history else "current", check=not checked,
-                                  keep=lambda r: include_history or r.data.get("valid_to") is None)
+        found = self.book.nearest(query, limit, keep=_any if include_history else _current, check=not checked)
         return [(_from_record(r), s) for r, s in found]
 
     # -- internals ---------------------------------------------------------------------------
@@ -442,6 +441,14 @@ class FactMemory:
         """Close the store if this memory opened it (a store passed in is the caller's to close)."""
         if self._owns_store:
             self.store.close()
+
+
+def _current(record: Record) -> bool:
+    return record.data.get("valid_to") is None
+
+
+def _any(record: Record) -> bool:
+    return True
 
 
 def _from_record(record: Record) -> Fact:
