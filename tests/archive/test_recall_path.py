@@ -116,3 +116,22 @@ def test_sqlite_reads_by_key_within_a_partial_scope_stay_in_it(tmp_path, partial
     expected = 5 if partial.user_id == "" else 10
     assert len(found) == expected and all(m.key in keys for m in found)
     store.close()
+
+
+def test_a_question_with_facets_asked_again_reads_only_its_hits_and_ranks_the_same(store_url):
+    store = KeyCountingStore(open_store(store_url))
+    search = SemanticSearch(HashEmbedder(), store=store, scope=Scope(session_id="s"))
+    speakers = ["Ann", "Bob"]
+    search.add([words(i) + (" last May" if i % 3 == 0 else "") for i in range(60)],
+               metadata=[{"speaker": speakers[i % 2]} for i in range(60)])
+    question = "When did Ann mention topic3 and invoice 1042?"  # both facets: a speaker and a date
+    store.reset()
+    first = search.search(question, top_k=4)
+    read_first = sum(store.keys_read.values())
+    assert read_first > 4, "the facets read the best candidates, not only the hits"
+    assert any(h.scores.get("boost") for h in first)
+    store.reset()
+    again = search.search(question, top_k=4)
+    assert [(h.id, h.scores) for h in again] == [(h.id, h.scores) for h in first]
+    assert sum(store.keys_read.values()) <= 4, "candidates seen before are boosted without being read again"
+    store.inner.close()

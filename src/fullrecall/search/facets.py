@@ -12,6 +12,7 @@ whose messages the search reads anyway; the rest of the ranking is untouched.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -46,6 +47,10 @@ class Facets:
     def __bool__(self) -> bool:
         return bool(self.names) or self.wants_date
 
+    @functools.cached_property
+    def name_hashes(self) -> frozenset[int]:
+        return frozenset(hash(n) for n in self.names)
+
 
 def query_facets(question: str) -> Facets:
     """The names a question mentions and whether it asks when."""
@@ -68,12 +73,28 @@ def states_date(text: str) -> bool:
     return bool(DATE_WORDS.search(text))
 
 
-def boost(facets: Facets, message: StoredMessage, text: str, *, speaker_boost: float = SPEAKER_BOOST,
+@dataclass(frozen=True)
+class Signals:
+    """What the facets need to know of one message: a hash of its speaker (not the name) and whether it states a date."""
+
+    speaker: int
+    dated: bool
+
+
+def signals(message: StoredMessage, text: str) -> Signals:
+    """The facet signals of a message; ``text`` is its own words."""
+    return Signals(hash(speaker_of(message)), states_date(text))
+
+
+def boost(facets: Facets, message: StoredMessage | Signals, text: str = "", *, speaker_boost: float = SPEAKER_BOOST,
           date_boost: float = DATE_BOOST) -> float:
-    """What ``facets`` add to a candidate's fused score; ``text`` is the message's own words."""
+    """What ``facets`` add to a candidate's fused score: given the message and its own words (``text``), or
+    its :func:`signals`.
+    """
+    known = message if isinstance(message, Signals) else signals(message, text)
     extra = 0.0
-    if facets.names and speaker_of(message) in facets.names:
+    if facets.names and known.speaker in facets.name_hashes:
         extra += speaker_boost
-    if facets.wants_date and states_date(text):
+    if facets.wants_date and known.dated:
         extra += date_boost
     return extra

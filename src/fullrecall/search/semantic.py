@@ -26,7 +26,7 @@ from ..errors import InvalidInput
 from ..stores import _validate as V
 from ..stores._common import filters_match
 from ..stores.base import Filters, Hit, Scope, Store, StoredMessage
-from .facets import DATE_BOOST, SPEAKER_BOOST, boost, query_facets
+from .facets import DATE_BOOST, SPEAKER_BOOST, Signals, boost, query_facets, signals
 from .fusion import LEXICAL_WEIGHT, NEAR_WEIGHT, NEIGHBOUR_WEIGHT, Candidate, Key, fuse, near_best, rrf, spread_out
 from .terms import index_text, query_terms
 
@@ -206,6 +206,28 @@ class _Places:
         return places
 
 
+class _Signals:
+    """The facet signals of messages read for a search (:class:`~.facets.Signals`), by store key; bounded.
+
+    A key names one message for good and a stored message never changes, so an entry is never
+    wrong: a later search boosts a candidate it has seen before without reading it again. Neither
+    text nor names are kept (the speaker as a hash); a deleted message is simply never a candidate.
+    """
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self.limit = limit
+        self._known: dict[str, Signals] = {}
+
+    def get(self, key: str | None) -> Signals | None:
+        return self._known.get(key) if key is not None else None
+
+    def learn(self, key: str, message: StoredMessage) -> Signals:
+        if len(self._known) >= self.limit:
+            self._known.clear()
+        known = self._known[key] = signals(message, _verbatim_text(message))
+        return known
+
+
 class SemanticSearch:
     """Index, search and delete texts or archived messages; persistence is the store's.
 
@@ -268,6 +290,7 @@ class SemanticSearch:
         self.near_weight = near_weight
         self._checked_space = False
         self._places = _Places()
+        self._signals = _Signals()
 
     # -- writing -------------------------------------------------------------------
 
@@ -475,21 +498,26 @@ class SemanticSearch:
     def _apply_facets(self, query: str, ranked: list[Candidate], scope: Scope,
                       found: dict[str | None, StoredMessage]) -> list[Candidate]:
         """Add the question's facet boosts (speaker, date: see :mod:`.facets`) to the best ``facet_depth``;
-        the messages read for it are left in ``found`` (by store key) for the hits.
+        candidates seen by an earlier search are boosted from their kept signals, the others are read,
+        and what is read is left in ``found`` (by store key) for the hits.
         """
         facets = query_facets(query)
         if not facets or self.facet_depth <= 0 or not (self.speaker_boost or self.date_boost):
             return ranked
         head = [c for c in ranked[: self.facet_depth] if c.id is not None]
-        unread = [c.id for c in head if c.id is not None and c.id not in found]
+        known = self._signals
+        unread = [c.id for c in head if c.id is not None and c.id not in found and known.get(c.id) is None]
         if unread:
             found.update((m.key, m) for m in self.store.get_keys(scope, unread))
         for c in head:
-            m = found.get(c.id)
-            if m is not None:
-                c.boost = boost(facets, m, _verbatim_text(m), speaker_boost=self.speaker_boost,
-                                date_boost=self.date_boost)
-                c.fused += c.boost
+            got = known.get(c.id)
+            if got is None:
+                m = found.get(c.id)
+                if m is None or c.id is None:
+                    continue  # gone since the search
+                got = known.learn(c.id, m)
+            c.boost = boost(facets, got, speaker_boost=self.speaker_boost, date_boost=self.date_boost)
+            c.fused += c.boost
         return sorted(ranked, key=lambda c: (-c.fused, c.key))
 
     def messages_at(self, positions: Sequence[int], session_id: str | None = None) -> list[StoredMessage]:
