@@ -8,6 +8,7 @@ exact cosine ranking computed here with numpy.
 from __future__ import annotations
 
 import sys
+import threading
 import uuid
 
 import numpy as np
@@ -186,6 +187,8 @@ def test_a_flat_copy_becomes_clusters_when_its_block_grows_past_the_threshold(
     small = VectorBlock.build(rows[:200], DIM)
     small.search(q, 1, None)
     grown = small.extend(VectorBlock.build(rows[200:], DIM))
+    assert grown.search(q, 1, None)[0].id == "m350"  # scanned exactly while its clusters are made
+    grown.wait_for_copy(30)
     assert grown.search(q, 1, None)[0].id == "m350"
     assert small.quantized is not None and not small.quantized.ivf
     assert grown.quantized is not None and grown.quantized.ivf
@@ -222,3 +225,33 @@ def test_sqlite_vector_search_runs_while_a_keyword_search_is_in_flight(tmp_path,
         worker.join(10)
         store.close()
     assert len(keyword[0]) == 5
+
+
+def test_searches_do_not_wait_while_clusters_are_trained_and_a_block_extended_meanwhile_gets_them(
+    low_threshold: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_quantized, "IVF_MIN_ROWS", 300)
+    monkeypatch.setattr(_quantized, "LISTS", 8)
+    monkeypatch.setattr(_quantized, "PROBES", 8)  # every cluster scanned: the candidates are the exact ones
+    trained = threading.Event()
+    make = _quantized.Quantized.of.__func__  # type: ignore[attr-defined]
+
+    def slow(cls: type, matrix: np.ndarray) -> _quantized.Quantized | None:
+        assert trained.wait(30)  # training that takes as long as the test wants
+        return make(cls, matrix)
+
+    monkeypatch.setattr(_quantized.Quantized, "of", classmethod(slow))
+    vectors = clustered(500, 11)
+    ids = [f"m{i}" for i in range(500)]
+    rows = [(ids[i], f"k{i}", vectors[i], "user", "message", float(i), None, i) for i in range(500)]
+    block = VectorBlock.build(rows[:400], DIM)
+    questions = clustered(5, 12)
+    for q in questions:  # answered at once, exactly, while the clusters wait to be trained
+        assert [h.id for h in block.search(q, 10, None)] == exact(vectors[:400], ids[:400], q, 10)
+    assert block.quantized is None
+    grown = block.extend(VectorBlock.build(rows[400:], DIM))  # the copy being made is passed on
+    trained.set()
+    grown.wait_for_copy(30)
+    for q in questions:
+        assert [h.id for h in grown.search(q, 10, None)] == exact(vectors, ids, q, 10)
+    assert grown.quantized is not None and grown.quantized.ivf and grown.quantized.size == 500

@@ -57,7 +57,7 @@ class Quantized:
     def __init__(self, faiss: Any, matrix: np.ndarray) -> None:
         self._faiss = faiss
         dim, sq8, ip = matrix.shape[1], faiss.ScalarQuantizer.QT_8bit_uniform, faiss.METRIC_INNER_PRODUCT
-        self.ivf = len(matrix) >= IVF_MIN_ROWS
+        self.ivf = self.clusters(len(matrix))
         if self.ivf:
             self._coarse = faiss.IndexFlatIP(dim)  # kept referenced: the inverted file does not own it
             self._index = faiss.IndexIVFScalarQuantizer(self._coarse, dim, LISTS, sq8, ip)
@@ -72,14 +72,23 @@ class Quantized:
     @classmethod
     def of(cls, matrix: np.ndarray) -> Quantized | None:
         """A copy of ``matrix`` when it is big enough to pay and faiss is installed, else None."""
-        faiss = faiss_module()
-        if faiss is None or len(matrix) < MIN_ROWS:
+        if not cls.pays(len(matrix)):
             return None
-        return cls(faiss, matrix)
+        return cls(faiss_module(), matrix)
+
+    @staticmethod
+    def pays(rows: int) -> bool:
+        """Whether a block of ``rows`` rows gets a copy (faiss installed, at least ``MIN_ROWS`` rows)."""
+        return rows >= MIN_ROWS and faiss_module() is not None
+
+    @staticmethod
+    def clusters(rows: int) -> bool:
+        """Whether the copy of a block of ``rows`` rows is an inverted file (trained: slow to make)."""
+        return rows >= IVF_MIN_ROWS
 
     def outgrown(self, rows: int) -> bool:
         """Whether a block of ``rows`` rows should have a copy of the other kind (flat past ``IVF_MIN_ROWS``)."""
-        return not self.ivf and rows >= IVF_MIN_ROWS
+        return not self.ivf and self.clusters(rows)
 
     @property
     def nbytes(self) -> int:

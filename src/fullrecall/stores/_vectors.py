@@ -7,7 +7,10 @@ installed) has faiss scan an 8-bit copy for candidates whose cosines are then co
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -62,6 +65,28 @@ def dim_mismatch(stored_dim: int, got: int) -> ValueError:
 
 Owner = tuple[str, str, str]  # (user_id, agent_id, session_id), as stored
 
+log = logging.getLogger(__name__)
+_maker: ThreadPoolExecutor | None = None
+_maker_lock = threading.Lock()
+
+
+def _make_copy(matrix: np.ndarray) -> Future[Quantized | None]:
+    """The 8-bit copy of ``matrix``, made on the worker thread (one per process); None if making it failed."""
+    global _maker
+    with _maker_lock:
+        if _maker is None:
+            _maker = ThreadPoolExecutor(1, thread_name_prefix="fullrecall-vector-copy")
+
+    def make() -> Quantized | None:
+        try:
+            return Quantized.of(matrix)
+        except Exception as exc:  # noqa: BLE001 - the exact scan stays correct without it
+            log.warning("could not make the 8-bit copy of %d vectors (%s: %s); scanning them exactly",
+                        len(matrix), type(exc).__name__, exc)
+            return None
+
+    return _maker.submit(make)
+
 
 class _RowIndex:
     """Message id -> row numbers, shared by a block and the blocks extended from it (rows are only appended,
@@ -111,6 +136,8 @@ class VectorBlock:
     quantized: Quantized | None = field(default=None, repr=False, compare=False)  # large blocks, with faiss: made
     # by the first search (a block built only to extend another is never quantized), grown by ``extend``
     _row_index: _RowIndex | None = field(default=None, repr=False, compare=False)  # built on first exclusion
+    _making: Future[Quantized | None] | None = field(default=None, repr=False, compare=False)  # a copy being made
+    # on the worker thread (clusters take about a second to train), passed on by ``extend``
 
     @classmethod
     def build(
@@ -151,6 +178,7 @@ class VectorBlock:
         row_index = self._row_index
         if row_index is not None and not row_index.add(other.ids, n):
             row_index = None
+        making = self._making if quantized is None else None  # grown to the new rows once made
         return VectorBlock(
             self.ids + other.ids,
             self.keys + other.keys,
@@ -162,6 +190,7 @@ class VectorBlock:
             self.positions + other.positions,
             quantized,
             row_index,
+            making,
         )
 
     @property
@@ -183,12 +212,11 @@ class VectorBlock:
         if k == 0:
             return []
         rows = None
-        if self.quantized is None or self.quantized.outgrown(n):  # made by the first search that needs it
-            self.quantized = Quantized.of(self.matrix)
-        if self.quantized is not None and self.quantized.size >= n:
+        quantized = self._copy()
+        if quantized is not None and quantized.size >= n:
             # candidates from the 8-bit copy, in row order (ties: lower row), scored exactly; too few (a filter
             # that the clusters scanned hardly pass): the exact scan
-            rows = np.sort(self.quantized.candidates(query, max(OVERFETCH * k, MIN_CANDIDATES), n, mask))
+            rows = np.sort(quantized.candidates(query, max(OVERFETCH * k, MIN_CANDIDATES), n, mask))
         if rows is not None and len(rows) >= k:
             scores = self.matrix[rows] @ query
             order = np.argsort(-scores, kind="stable")[:k]
@@ -202,6 +230,38 @@ class VectorBlock:
             top, best = picked.tolist(), scores[picked].tolist()
         ids, keys, owners, positions = self.ids, self.keys, self.owners, self.positions
         return [Hit(ids[i], s, keys[i], owners[i], positions[i]) for i, s in zip(top, best)]
+
+    def _copy(self) -> Quantized | None:
+        """The 8-bit copy to scan, if the block has one. The first search that needs it makes it: a flat copy
+        at once (tens of milliseconds), clusters on the worker thread, the searches meanwhile scanning
+        exactly, so that no search waits about a second for the training (the first one of a large block,
+        or of one rebuilt after deletes).
+        """
+        n = len(self.ids)
+        quantized = self.quantized
+        if quantized is not None and not quantized.outgrown(n):
+            return quantized
+        making = self._making
+        if making is None:
+            if not Quantized.pays(n):
+                return None
+            if not Quantized.clusters(n):
+                self.quantized = Quantized.of(self.matrix)
+                return self.quantized
+            self._making = making = _make_copy(self.matrix)
+        if not making.done():
+            return None
+        self._making = None
+        made = making.result()
+        # made from this block's first rows (an ancestor's matrix): grown to the rows added since
+        if made is not None and made.size <= n and made.grow(self.matrix, made.size):
+            self.quantized = made
+        return self.quantized if self.quantized is not None and not self.quantized.outgrown(n) else None
+
+    def wait_for_copy(self, timeout: float | None = None) -> None:
+        """Wait until the 8-bit copy a search started making is made (for tests and benches)."""
+        if self._making is not None:
+            self._making.result(timeout)
 
     def _mask(self, f: Filters | None) -> np.ndarray | None:
         if f is None:
