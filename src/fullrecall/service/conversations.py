@@ -54,10 +54,18 @@ class ConversationBackend(Protocol):
 
 
 def check_text(value: Any, where: str) -> None:
-    """Refuse NUL characters anywhere in a JSON value (no backend stores them alike)."""
+    """Refuse NUL characters and lone surrogates anywhere in a JSON value (no backend stores them alike, and
+    no embedder reads a lone surrogate).
+    """
     if isinstance(value, str):
         if "\x00" in value:
             raise MessageFormatError(f"{where} holds a NUL character (\\u0000), which cannot be stored")
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise MessageFormatError(f"{where} is not valid Unicode (a lone surrogate at character "
+                                         f"{exc.start})") from None
     elif isinstance(value, dict):
         for k, v in value.items():
             check_text(k, f"{where} key")
