@@ -113,7 +113,10 @@ BAD_CALLS = [
     ("append_messages", {"session_id": "", "messages": [{"role": "user", "content": "x"}]}, "session_id"),
     ("append_messages", {"session_id": "s", "messages": [{"role": "user", "content": "fine"}, {"role": "bogus"}]},
      "message 1"),
+    ("append_messages", {"session_id": "s\x00", "messages": [{"role": "user", "content": "x"}]}, "session_id"),
     ("get_context", {"session_id": "s", "max_tokens": 0}, "max_tokens"),
+    ("get_context", {"session_id": "s\x00"}, "session_id"),
+    ("expand", {"id": "m1", "session_id": "s\x00"}, "session_id"),
     ("no_such_tool", {}, "no_such_tool"),
 ]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from fullrecall.stores import Scope
@@ -153,3 +155,20 @@ def test_bad_long_term_bytes_and_ids(make_api):
         assert _error(api.client.delete(url, headers=api.a))["type"] == "not_found"
     assert _error(api.client.get("/v1/facts", params={"history": "perhaps"}, headers=api.a))["field"] == "history"
     assert api.client.get("/v1/facts", params={"history": True}, headers=api.a).json()["facts"] == []
+
+
+LONE_SURROGATE = [  # JSON may escape a lone surrogate; no backend stores one and no embedder reads one
+    ("/v1/memories/retrieve", {"query": "city \ud800"}, "query"),
+    ("/v1/memories/retrieve", {"query": [{"role": "user", "content": "city \ud800"}]}, "query"),
+    ("/v1/memories/record", {"messages": [{"role": "user", "content": "hi", "note\ud800": 1}]}, "messages"),
+    ("/v1/conversations/c/messages", {"messages": [{"role": "user", "content": "hi", "note\ud800": 1}]}, "messages"),
+]
+
+
+def test_lone_surrogates_are_bad_input(api):
+    h = {**api.a, "content-type": "application/json"}
+    for url, body, field in LONE_SURROGATE:
+        error = _error(api.client.post(url, content=json.dumps(body).encode(), headers=h))
+        assert field == error["field"] or field in error["message"], (url, body, error)
+        assert "surrogate" in error["message"], (url, body, error)
+    assert api.store.stats(Scope(tenant="tenant-a"))["message_count"] == 0

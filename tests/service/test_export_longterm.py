@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
+
+import numpy as np
 
 
 def _lines(text: str) -> list[dict]:
@@ -42,3 +45,22 @@ def test_export_import_carries_facts_and_patterns_to_the_callers_owner(api):
     assert c.get("/v1/facts", params=history, headers=api.b).json() == \
         c.get("/v1/facts", params=history, headers=api.a).json()
     assert c.get("/v1/facts", params={"history": "true"}, headers=api.b).json()["facts"] == []  # only u1's
+
+
+def test_import_embeds_records_again_with_the_services_model(api):
+    c, owner = api.client, {"user_id": "u1"}
+    assert c.post("/v1/facts", json={"text": "My city is Lyon.", **owner}, headers=api.a).status_code == 201
+    pattern = {"query": "book a flight to Rome", "tools_used": ["search_flights", "book"], "success_score": 0.9,
+               "execution_time_ms": 1200, **owner}
+    assert c.post("/v1/patterns", json=pattern, headers=api.a).json()["stored"]
+    exported = c.post("/v1/export", json=owner, headers=api.a).text.split("\n")
+    other_model = {"dim": 3, "b64": base64.b64encode(np.array([1, 0, 0], dtype="<f4").tobytes()).decode()}
+    lines = [json.dumps({**json.loads(x), "vector": other_model}) if '"type": "fact"' in x or '"type": "pattern"' in x
+             else x for x in exported]  # as the export of a service with another embedding model carries them
+    assert c.post("/v1/import", content="\n".join(lines).encode(), params=owner, headers=api.b).json()["records"] == 2
+    r = c.post("/v1/memories/retrieve", json={"query": "which city", "kinds": ["fact"], **owner}, headers=api.b)
+    assert r.status_code == 200, r.text
+    assert [h["text"] for h in r.json()["hits"]] == ["My city is Lyon."]
+    r = c.post("/v1/patterns/search", json={"query": "book a flight to Rome", **owner}, headers=api.b)
+    assert r.status_code == 200, r.text
+    assert [p["tools_used"] for p in r.json()["patterns"]] == [["search_flights", "book"]]

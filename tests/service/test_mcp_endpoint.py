@@ -102,3 +102,21 @@ def _scope(tenant: str, user: str, session: str) -> Any:
     from fullrecall.stores import Scope
 
     return Scope(tenant=tenant, user_id=user, session_id=session)
+
+
+def test_mcp_conversations_are_ones_the_routes_can_reach(served: tuple[str, Any]) -> None:
+    url, service = served
+    key, _ = service.keys.create("tenant-a")
+    long_id = "x" * 201  # over the 200 characters of /v1/conversations/{id}: no route could read or forget it
+
+    async def scenario() -> None:
+        async with client(url, key) as c:
+            for tool, args in (("append_messages", {"session_id": long_id, "messages": [
+                    {"role": "user", "content": "hi"}]}), ("get_context", {"session_id": long_id})):
+                refused = await c.call_tool(tool, args)
+                assert refused.is_error and "session_id" in refused.content[0].text, refused.content
+
+    asyncio.run(scenario())
+    from fullrecall.stores import Scope
+
+    assert service.store.stats(Scope(tenant="tenant-a"))["message_count"] == 0

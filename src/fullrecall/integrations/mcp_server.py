@@ -140,7 +140,10 @@ def create_server(
         user, agent = scope.user_id or "", scope.agent_id or ""
         if not isinstance(user, str) or not isinstance(agent, str):
             raise ToolError("a call acts for one user and one agent, not for any")
-        return Scope(tenant=scope.tenant, user_id=user, agent_id=agent, session_id=session_id)
+        try:
+            return Scope(tenant=scope.tenant, user_id=user, agent_id=agent, session_id=session_id)
+        except ValueError as exc:  # a session id no store keeps (NUL, a lone surrogate, too long): named
+            raise ToolError(str(exc)) from exc
 
     def memory_tools(scope: Scope) -> tuple["MemoryTools", threading.Lock]:
         from ..memory import MemoryTools, PersistentMemory, ProceduralMemory

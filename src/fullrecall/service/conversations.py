@@ -24,6 +24,8 @@ from typing import Any, Protocol
 from ..archive.archive import archived_summaries
 from ..archive.recall import format_enrichment, merge_ranges
 from ..errors import MessageFormatError
+from ..memory.facts import NAMESPACE as FACTS
+from ..memory.procedural import NAMESPACE as PROCEDURES
 from ..messages.formats import parse_messages, render_message
 from ..messages.model import TextBlock
 from ..search.terms import index_text
@@ -54,10 +56,18 @@ class ConversationBackend(Protocol):
 
 
 def check_text(value: Any, where: str) -> None:
-    """Refuse NUL characters anywhere in a JSON value (no backend stores them alike)."""
+    """Refuse NUL characters and lone surrogates anywhere in a JSON value (no backend stores them alike, and
+    no embedder reads a lone surrogate).
+    """
     if isinstance(value, str):
         if "\x00" in value:
             raise MessageFormatError(f"{where} holds a NUL character (\\u0000), which cannot be stored")
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise MessageFormatError(f"{where} is not valid Unicode (a lone surrogate at character "
+                                         f"{exc.start})") from None
     elif isinstance(value, dict):
         for k, v in value.items():
             check_text(k, f"{where} key")
@@ -338,7 +348,7 @@ class Conversations:
         from ..transfer import jsonl
 
         by_conversation: dict[str, tuple[list[dict[str, Any]], list[str | None]]] = {}
-        records: dict[str, list[Any]] = {}  # namespace -> (record, vector) of the long-term lines
+        records: dict[str, list[Record]] = {}  # namespace -> the long-term lines' records
         for n, line in enumerate(lines):
             if not isinstance(line, dict):
                 raise MessageFormatError(f"line {n + 1}: expected a JSON object")
@@ -347,7 +357,7 @@ class Conversations:
                 continue
             if line.get("type") in jsonl.RECORD_TYPES:
                 record = jsonl.record_of({**line, "_line": n + 1})
-                records.setdefault(record.namespace, []).append((record, jsonl.record_vector({**line, "_line": n + 1})))
+                records.setdefault(record.namespace, []).append(record)
                 continue
             if line.get("type", "message") != "message":
                 continue
@@ -370,9 +380,18 @@ class Conversations:
             written += len(self.append(replace(scope, session_id=conv), msgs, ids))
         out = {"conversations": len(by_conversation), "messages": written}
         if records:  # facts, patterns, memory sessions: the caller's own, each written once
-            out["records"] = sum(jsonl.put_records(self.store, replace(scope, session_id=None), namespace, recs)
+            out["records"] = sum(jsonl.put_records(self.store, replace(scope, session_id=None), namespace,
+                                                   self._embedded(namespace, recs))
                                  for namespace, recs in records.items())
         return out
+
+    def _embedded(self, namespace: str, records: list[Record]) -> list[tuple[Record, Any]]:
+        """Facts and patterns with vectors of this service's model, as its memory makes them (a file's vectors
+        may be another model's, which every later search of the owner would refuse); other records have none.
+        """
+        if namespace not in (FACTS, PROCEDURES):
+            return [(r, None) for r in records]
+        return list(zip(records, self.indexer.embedder.embed([r.text for r in records])))
 
 
 def _parse(m: StoredMessage):

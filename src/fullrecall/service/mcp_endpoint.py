@@ -16,7 +16,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 from ..stores.base import Scope
-from .tenancy import scope_for
+from .tenancy import check_name, scope_for
 
 if TYPE_CHECKING:
     from .app import Service
@@ -65,6 +65,23 @@ class McpEndpoint:
         return found
 
 
+class RoutableConversations:
+    """The service's conversations for ``append_messages`` and ``get_context``: a ``session_id`` must be one
+    ``/v1/conversations/{id}`` accepts, so every conversation written over MCP can be read and forgotten there.
+    """
+
+    def __init__(self, conversations: Any) -> None:
+        self.conversations = conversations
+
+    def append(self, scope: Scope, messages: list[dict[str, Any]]) -> Any:
+        check_name(scope.session_id, "session_id")
+        return self.conversations.append(scope, messages)
+
+    def context(self, scope: Scope, max_tokens: int | None, query: str | None) -> dict[str, Any]:
+        check_name(scope.session_id, "session_id")
+        return self.conversations.context(scope, max_tokens, query)
+
+
 def mount_mcp(app: Any, service: Service) -> Callable[[], AbstractAsyncContextManager[None]] | None:
     """Serve the MCP tools at ``/mcp`` of ``app``; what the app's lifespan must run (None without ``mcp``)."""
     if importlib.util.find_spec("mcp") is None:
@@ -79,7 +96,7 @@ def mount_mcp(app: Any, service: Service) -> Callable[[], AbstractAsyncContextMa
                          agent_id=request.headers.get(AGENT_HEADER))
 
     server = create_server(service.store, embedder=service.indexer.embedder, owner=owner,
-                           conversations=service.conversations)
+                           conversations=RoutableConversations(service.conversations))
     mcp_app = server.streamable_http_app(  # the key authenticates: no browser origin checks on an API
         streamable_http_path=PATH, stateless_http=True, json_response=True,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
