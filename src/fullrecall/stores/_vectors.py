@@ -68,6 +68,7 @@ Owner = tuple[str, str, str]  # (user_id, agent_id, session_id), as stored
 log = logging.getLogger(__name__)
 _maker: ThreadPoolExecutor | None = None
 _maker_lock = threading.Lock()
+_start_lock = threading.Lock()
 
 
 def _make_copy(matrix: np.ndarray) -> Future[Quantized | None]:
@@ -241,21 +242,22 @@ class VectorBlock:
         quantized = self.quantized
         if quantized is not None and not quantized.outgrown(n):
             return quantized
-        making = self._making
-        if making is None:
-            if not Quantized.pays(n):
-                return None
-            if not Quantized.clusters(n):
-                self.quantized = Quantized.of(self.matrix)
-                return self.quantized
-            self._making = making = _make_copy(self.matrix)
+        if not Quantized.pays(n):
+            return None
+        if not Quantized.clusters(n):
+            self.quantized = Quantized.of(self.matrix)
+            return self.quantized
+        with _start_lock:  # one copy made a block, however many searches ask at once
+            making = self._making
+            if making is None:
+                self._making = making = _make_copy(self.matrix)
         if not making.done():
             return None
-        self._making = None
         made = making.result()
         # made from this block's first rows (an ancestor's matrix): grown to the rows added since
         if made is not None and made.size <= n and made.grow(self.matrix, made.size):
             self.quantized = made
+        self._making = None  # after the copy is in place: a search in between would start another
         return self.quantized if self.quantized is not None and not self.quantized.outgrown(n) else None
 
     def wait_for_copy(self, timeout: float | None = None) -> None:
