@@ -329,6 +329,39 @@ def test_sqlite_words_in_most_rows_do_not_change_the_ranking(tmp_path) -> None:
     store.close()
 
 
+def test_sqlite_a_search_after_each_small_write_counts_no_word_again(tmp_path) -> None:
+    """How common each word is (counting it reads its whole posting list) is counted again only once the
+    file has grown by 1%; the ranking is the same as with fresh counts.
+    """
+    store = open_store(f"sqlite:///{tmp_path / 'c.db'}")
+    scope = Scope(session_id="s")
+    texts = [f"Caroline (8 May): message number {i} about the weather" for i in range(200)]
+    texts.insert(40, "Caroline (8 May): I signed up for a pottery class")
+    store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=t, data={"t": t}) for i, t in enumerate(texts)])
+    store.search_text(scope, ["caroline", "pottery"], 5)  # the words counted
+    counts: list[str] = []
+    for n in range(3):  # an agent's loop: a turn recorded, then a search
+        store.append(scope, [StoredMessage(id=f"new{n}", role="user", text=f"Caroline: pottery again {n}",
+                                           data={"t": n})])
+        conn = store._text_conn[1]  # type: ignore[attr-defined]
+        conn.set_trace_callback(lambda sql: counts.append(sql) if "count(*)" in sql else None)
+        hits = store.search_text(scope, ["caroline", "pottery"], 5)
+        conn.set_trace_callback(None)
+        assert "m40" in [h[0] for h in hits]
+        fresh = open_store(f"sqlite:///{tmp_path / 'c.db'}")  # counts taken now
+        assert [h[0] for h in fresh.search_text(scope, ["caroline", "pottery"], 5)] == [h[0] for h in hits]
+        fresh.close()
+    assert counts == [], "a word was counted again after a write of one message"
+    store.append(scope, [StoredMessage(id=f"bulk{i}", role="user", text="Caroline: more weather", data={"t": i})
+                         for i in range(70)])  # more than 64 rows: counted again
+    conn = store._text_conn[1]  # type: ignore[attr-defined]
+    conn.set_trace_callback(lambda sql: counts.append(sql) if "count(*)" in sql else None)
+    store.search_text(scope, ["caroline", "pottery"], 5)
+    conn.set_trace_callback(None)
+    assert counts, "the counts are taken again once the file has grown"
+    store.close()
+
+
 def test_throwaway_postgres_applies_settings() -> None:
     """The bench's server gets its settings through ALTER SYSTEM and one restart."""
     from fullrecall.stores._servers import postgres_server
