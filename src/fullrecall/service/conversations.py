@@ -357,6 +357,8 @@ class Conversations:
                 continue
             if line.get("type") in jsonl.RECORD_TYPES:
                 record = jsonl.record_of({**line, "_line": n + 1})
+                check_text(record.text, f"line {n + 1}: 'text'")  # the store keeps a NUL; the service takes none
+                check_text(record.data, f"line {n + 1}: 'data'")
                 records.setdefault(record.namespace, []).append(record)
                 continue
             if line.get("type", "message") != "message":
