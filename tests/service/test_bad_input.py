@@ -197,3 +197,17 @@ def test_nul_in_an_imported_record_writes_nothing_of_the_file(api, line, field):
     assert api.store.count(Scope(tenant="tenant-a", session_id="d")) == 0
     assert api.client.get("/v1/facts", params={"history": True}, headers=api.a).json()["facts"] == []
     assert api.client.get("/v1/patterns", headers=api.a).json()["patterns"] == []
+
+
+def test_two_messages_under_one_id_in_a_request_write_nothing(api):
+    url = "/v1/conversations/c/messages"
+    a, b = {"role": "user", "content": "a", "id": "m1"}, {"role": "user", "content": "b", "id": "m1"}
+    error = _error(api.client.post(url, json={"messages": [GOOD, a, b]}, headers=api.a))
+    assert error["message"].startswith("message 2: 'id'") and "message 1" in error["message"], error
+    assert api.store.count(SCOPE) == 0  # b was not acknowledged and lost: nothing of the request was written
+    for _ in range(2):  # a repeat of one message in a request, and a retry of the whole request, store it once
+        r = api.client.post(url, json={"messages": [a, a]}, headers=api.a)
+        assert r.status_code == 201 and [m["position"] for m in r.json()["messages"]] == [0, 0], r.text
+    r = api.client.post(url, json={"messages": [b]}, headers=api.a)  # across requests the first write wins
+    assert r.status_code == 201 and r.json()["messages"] == [{"id": "m1", "position": 0}]
+    assert [m.data for m in api.store.range(SCOPE, 0, 10)] == [a]

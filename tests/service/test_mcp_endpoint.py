@@ -140,3 +140,17 @@ def test_mcp_refuses_nul_in_long_term_memory_as_the_routes_do(served: tuple[str,
 
     facts = service.store.get_records(Scope(tenant="tenant-a", user_id="", agent_id=""), "facts")
     assert [r.text for r in facts] == ["My PIN is 1234"]
+
+
+def test_mcp_refuses_two_messages_under_one_id(served: tuple[str, Any]) -> None:
+    url, service = served
+    key, _ = service.keys.create("tenant-a")
+    turn = [{"role": "user", "content": "a", "id": "m1"}, {"role": "user", "content": "b", "id": "m1"}]
+
+    async def scenario() -> None:
+        async with client(url, key) as c:
+            refused = await c.call_tool("append_messages", {"session_id": "s1", "messages": turn})
+            assert refused.is_error and "message 1: 'id'" in refused.content[0].text, refused.content
+
+    asyncio.run(scenario())
+    assert service.store.count(_scope("tenant-a", "", "s1")) == 0
