@@ -159,7 +159,12 @@ def test_bad_fact_is_refused_and_nothing_is_written(facts):
         facts.remember("x", attribute=3)
     with pytest.raises(MemoryInputError, match="each source must be a dict with a message 'id'"):
         facts.remember("x", sources=["m1"])
+    with pytest.raises(MemoryInputError, match="^fact: 'text' is not valid Unicode \\(a lone surrogate at character 11"):
+        facts.remember("My city is \ud800")  # no backend stores it, no embedder reads it: refused by name first
+    with pytest.raises(MemoryInputError, match="'value' is not valid Unicode"):
+        facts.remember("My city is Lyon", attribute="city", value="Ly\udc00on")
     assert facts.history() == []
+    assert facts.remember("a PIN with a \x00 in it").text == "a PIN with a \x00 in it"  # NUL: kept verbatim
 
 
 @settings(max_examples=25)

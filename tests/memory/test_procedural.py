@@ -104,6 +104,10 @@ def test_bad_pattern_is_refused_naming_the_field(memory):
         memory.store_pattern("q", "t", 0.9, 10)
     with pytest.raises(MemoryInputError, match="'query'"):
         memory.store_pattern("  ", ["t"], 0.9, 10)
+    with pytest.raises(MemoryInputError, match="^pattern: 'query' is not valid Unicode"):
+        memory.store_pattern("book \ud800", ["t"], 0.9, 10)
+    with pytest.raises(MemoryInputError, match="'tools_used\\[1\\]' is not valid Unicode"):
+        memory.store_pattern("book", ["t", "pay\ud800"], 0.9, 10)
     assert memory.patterns() == []
 
 

@@ -172,3 +172,42 @@ def test_lone_surrogates_are_bad_input(api):
         assert field == error["field"] or field in error["message"], (url, body, error)
         assert "surrogate" in error["message"], (url, body, error)
     assert api.store.stats(Scope(tenant="tenant-a"))["message_count"] == 0
+
+
+def _record_line(kind: str, **fields) -> dict:
+    data = {"signature": "book a flight", "tools_used": ["search", "book"]} if kind == "pattern" else {}
+    return {"type": kind, "id": "r1", "text": "My city is Lyon", "created_at": 1.0, "updated_at": 1.0, "data": data,
+            **fields}
+
+
+BAD_RECORD_LINES = [  # a fact or pattern line is checked as POST /v1/facts and /v1/patterns check their text
+    (_record_line("fact", text="My city is Ly\u0000on"), "'text'"),
+    (_record_line("fact", data={"value": "Ly\u0000on"}), "'data'"),
+    (_record_line("pattern", text="book a\u0000flight"), "'text'"),
+    (_record_line("fact", text="My city is \ud800"), "'text'"),
+]
+
+
+@pytest.mark.parametrize("line, field", BAD_RECORD_LINES)
+def test_nul_in_an_imported_record_writes_nothing_of_the_file(api, line, field):
+    message = {"type": "message", "conversation_id": "d", "id": "m1", "message": {"role": "user", "content": "ok"}}
+    raw = "\n".join(json.dumps(x) for x in ({"format": "fullrecall", "version": 2}, message, line)).encode()
+    error = _error(api.client.post("/v1/import", content=raw, headers=api.a))
+    assert "line 3" in error["message"] and field in error["message"], error
+    assert api.store.count(Scope(tenant="tenant-a", session_id="d")) == 0
+    assert api.client.get("/v1/facts", params={"history": True}, headers=api.a).json()["facts"] == []
+    assert api.client.get("/v1/patterns", headers=api.a).json()["patterns"] == []
+
+
+def test_two_messages_under_one_id_in_a_request_write_nothing(api):
+    url = "/v1/conversations/c/messages"
+    a, b = {"role": "user", "content": "a", "id": "m1"}, {"role": "user", "content": "b", "id": "m1"}
+    error = _error(api.client.post(url, json={"messages": [GOOD, a, b]}, headers=api.a))
+    assert error["message"].startswith("message 2: 'id'") and "message 1" in error["message"], error
+    assert api.store.count(SCOPE) == 0  # b was not acknowledged and lost: nothing of the request was written
+    for _ in range(2):  # a repeat of one message in a request, and a retry of the whole request, store it once
+        r = api.client.post(url, json={"messages": [a, a]}, headers=api.a)
+        assert r.status_code == 201 and [m["position"] for m in r.json()["messages"]] == [0, 0], r.text
+    r = api.client.post(url, json={"messages": [b]}, headers=api.a)  # across requests the first write wins
+    assert r.status_code == 201 and r.json()["messages"] == [{"id": "m1", "position": 0}]
+    assert [m.data for m in api.store.range(SCOPE, 0, 10)] == [a]

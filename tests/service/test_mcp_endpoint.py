@@ -120,3 +120,37 @@ def test_mcp_conversations_are_ones_the_routes_can_reach(served: tuple[str, Any]
     from fullrecall.stores import Scope
 
     assert service.store.stats(Scope(tenant="tenant-a"))["message_count"] == 0
+
+
+def test_mcp_refuses_nul_in_long_term_memory_as_the_routes_do(served: tuple[str, Any]) -> None:
+    url, service = served
+    key, _ = service.keys.create("tenant-a")
+
+    async def scenario() -> None:
+        async with client(url, key) as c:
+            for tool, args, name in (("remember", {"fact": "My PIN is 12\x0034"}, "fact"),
+                                     ("search_memory", {"query": "PIN\x00"}, "query")):
+                refused = await c.call_tool(tool, args)
+                assert refused.is_error and name in refused.content[0].text, refused.content
+                assert "NUL" in refused.content[0].text, refused.content
+            await structured(c, "remember", {"fact": "My PIN is 1234"})  # and the owner's memory goes on
+
+    asyncio.run(scenario())
+    from fullrecall.stores import Scope
+
+    facts = service.store.get_records(Scope(tenant="tenant-a", user_id="", agent_id=""), "facts")
+    assert [r.text for r in facts] == ["My PIN is 1234"]
+
+
+def test_mcp_refuses_two_messages_under_one_id(served: tuple[str, Any]) -> None:
+    url, service = served
+    key, _ = service.keys.create("tenant-a")
+    turn = [{"role": "user", "content": "a", "id": "m1"}, {"role": "user", "content": "b", "id": "m1"}]
+
+    async def scenario() -> None:
+        async with client(url, key) as c:
+            refused = await c.call_tool("append_messages", {"session_id": "s1", "messages": turn})
+            assert refused.is_error and "message 1: 'id'" in refused.content[0].text, refused.content
+
+    asyncio.run(scenario())
+    assert service.store.count(_scope("tenant-a", "", "s1")) == 0

@@ -91,6 +91,7 @@ def create_server(
     name: str = "fullrecall",
     owner: Callable[[Any], Scope] | None = None,
     conversations: Conversations | None = None,
+    check: Callable[[dict[str, Any]], None] | None = None,
 ) -> "MCPServer":
     """An MCP server with fullrecall's memory tools for ``user_id``/``agent_id`` (unset: the default owner ``""``).
 
@@ -105,6 +106,8 @@ def create_server(
     refuse the call. By default: the ``X-Fullrecall-User`` and ``X-Fullrecall-Agent`` headers over
     ``user_id``/``agent_id``, in the default tenant. ``conversations`` keeps the conversations of
     ``append_messages`` and ``get_context`` (default: :class:`MemoryConversations` in ``store``).
+    ``check(arguments)`` sees every call's arguments (by name) before the tool runs and may raise
+    ``ValueError`` naming one to refuse the call, a tool error (the HTTP service refuses NUL this way).
     """
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
@@ -145,6 +148,15 @@ def create_server(
         except ValueError as exc:  # a session id no store keeps (NUL, a lone surrogate, too long): named
             raise ToolError(str(exc)) from exc
 
+    def checked(args: dict[str, Any]) -> dict[str, Any]:
+        """``args``, once ``check`` (if any) accepts them."""
+        if check is not None:
+            try:
+                check(args)
+            except ValueError as exc:
+                raise ToolError(str(exc)) from exc
+        return args
+
     def memory_tools(scope: Scope) -> tuple["MemoryTools", threading.Lock]:
         from ..memory import MemoryTools, PersistentMemory, ProceduralMemory
 
@@ -159,8 +171,9 @@ def create_server(
 
     def memory_tool(tool: str, ctx: "Context | None", args: dict[str, Any]) -> dict[str, Any]:
         tools, lock = memory_tools(who(ctx))
+        given = checked({k: v for k, v in args.items() if v is not None})
         with lock:
-            result = tools.call(tool, {k: v for k, v in args.items() if v is not None})
+            result = tools.call(tool, given)
         if "error" in result:  # the SDK names the tool
             raise ToolError(str(result["error"]).removeprefix(f"{tool}: "))
         return result
@@ -189,6 +202,7 @@ def create_server(
                         messages: Annotated[list[dict[str, Any]], Field(description="the new messages, oldest first")],
                         ctx: Context | None = None) -> dict[str, Any]:
         scope = who(ctx, session_id)
+        checked({"messages": messages})
         try:
             conversations.append(scope, messages)
         except ValueError as exc:  # fullrecall's bad-input errors name the message and field

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import MemoryInputError
 from ..stores.base import Record, Scope, Store, StoredMessage
 
 _VEC = "_vec"
@@ -64,6 +65,17 @@ def open_book(store: Store | str, namespace: str, *, tenant: str, user_id: str |
     opened = open_store(store) if isinstance(store, str) else store
     book = RecordBook(opened, owner_scope(tenant, user_id, agent_id), namespace, embedder=embedder, clock=clock)
     return opened, isinstance(store, str), book
+
+
+def check_unicode(value: str, where: str) -> str:
+    """``value`` if it is valid Unicode: a lone surrogate is stored by no backend and read by no embedder."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise MemoryInputError(f"{where} is not valid Unicode (a lone surrogate at character {exc.start})"
+                                   ) from None
+    return value
 
 
 def _encode(vector: np.ndarray) -> str:

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import MemoryInputError
 from ..stores.base import DEFAULT_TENANT, Record, Store
-from ._records import Entry, open_book, public_data
+from ._records import Entry, check_unicode, open_book, public_data
 
 NAMESPACE = "facts"
 DEFAULT_DUPLICATE_SIMILARITY = 0.92
@@ -208,9 +208,12 @@ class FactMemory:
         """The fact :meth:`remember` is asked to keep, checked (nothing is read or written)."""
         if not isinstance(text, str) or not text.strip():
             raise MemoryInputError(f"fact: 'text' must be a non-empty string, not {text!r}")
+        check_unicode(text, "fact: 'text'")
         for name, v in (("subject", subject), ("attribute", attribute), ("value", value)):
             if v is not None and not isinstance(v, str):
                 raise MemoryInputError(f"fact {text!r}: {name!r} must be a string, not {v!r}")
+            if v is not None:
+                check_unicode(v, f"fact {text!r}: {name!r}")
         sources = [_check_source(text, s) for s in sources]
         text = text.strip()
         if attribute is None and value is None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import MemoryInputError
 from ..stores.base import DEFAULT_TENANT, Record, Store
-from ._records import EXPIRES_AT, RecordBook, open_book, public_data
+from ._records import EXPIRES_AT, RecordBook, check_unicode, open_book, public_data
 
 NAMESPACE = "procedures"
 DEFAULT_MIN_SUCCESS_SCORE = 0.7
@@ -252,6 +252,9 @@ def _check_pattern(query: Any, tools_used: Any, success_score: Any, execution_ti
     if isinstance(tools_used, str) or not isinstance(tools_used, Sequence) or not all(
             isinstance(t, str) and t for t in tools_used):
         raise MemoryInputError(f"pattern {query!r}: 'tools_used' must be a list of tool names, not {tools_used!r}")
+    check_unicode(query, "pattern: 'query'")
+    for i, tool in enumerate(tools_used):
+        check_unicode(tool, f"pattern {query!r}: 'tools_used[{i}]'")
     checks = (("success_score", success_score, 1.0), ("execution_time_ms", execution_time_ms, math.inf))
     for name, value, upper in checks:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= upper:

@@ -3,7 +3,8 @@
 The same API key as every route (``Authorization: Bearer <key>``, the same rate limit): the
 tenant is always the key's; the user and agent come from the ``X-Fullrecall-User`` and
 ``X-Fullrecall-Agent`` headers and must be ones the key may act for (else a tool error).
-Conversations are the service's own (``/v1/conversations``). The transport is stateless
+Conversations are the service's own (``/v1/conversations``). A NUL or lone surrogate in any argument
+is a tool error naming it, as it is a 422 on every route, and nothing is written. The transport is stateless
 streamable HTTP, so any worker answers any request. Mounted only when the ``mcp`` package is
 installed (``pip install "fullrecall[mcp]"``).
 """
@@ -16,6 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 from ..stores.base import Scope
+from .conversations import check_text
 from .tenancy import check_name, scope_for
 
 if TYPE_CHECKING:
@@ -82,6 +84,12 @@ class RoutableConversations:
         return self.conversations.context(scope, max_tokens, query)
 
 
+def check_arguments(arguments: dict[str, Any]) -> None:
+    """Refuse a NUL or lone surrogate in any tool argument, naming it, as every route of the service does."""
+    for name, value in arguments.items():
+        check_text(value, name)
+
+
 def mount_mcp(app: Any, service: Service) -> Callable[[], AbstractAsyncContextManager[None]] | None:
     """Serve the MCP tools at ``/mcp`` of ``app``; what the app's lifespan must run (None without ``mcp``)."""
     if importlib.util.find_spec("mcp") is None:
@@ -96,7 +104,7 @@ def mount_mcp(app: Any, service: Service) -> Callable[[], AbstractAsyncContextMa
                          agent_id=request.headers.get(AGENT_HEADER))
 
     server = create_server(service.store, embedder=service.indexer.embedder, owner=owner,
-                           conversations=RoutableConversations(service.conversations))
+                           conversations=RoutableConversations(service.conversations), check=check_arguments)
     mcp_app = server.streamable_http_app(  # the key authenticates: no browser origin checks on an API
         streamable_http_path=PATH, stateless_http=True, json_response=True,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
