@@ -633,17 +633,17 @@ class SQLiteStore(SqlStore):
         self, conn: sqlite3.Connection, owners: dict[int, Vec.Owner], dim: int, after: int
     ) -> tuple[Vec.VectorBlock, int]:
         """The vectors of the sessions ``owners`` names (sid -> owner) stored after vector id ``after``."""
-        rows: list[tuple[str, str, bytes, str, str, float, Vec.Owner, int]] = []
-        max_vid = after
+        found: list[tuple[Any, ...]] = []
         for cond, p in SQL.in_chunks("v.sid", list(owners)):
-            for r in conn.execute(
+            read = conn.cursor()
+            read.row_factory = None  # plain tuples: a cold load reads every vector of the scope
+            found += read.execute(
                 "SELECT v.vid, m.id, m.rid, v.vec, m.role, m.kind, m.created_at, m.sid, m.position"
                 f" FROM vectors v JOIN messages m ON m.rid = v.rid WHERE {cond} AND v.vid > ?",
                 (*p, after),
-            ):
-                max_vid = max(max_vid, r[0])
-                rows.append((r[1], str(r[2]), r[3], r[4], r[5], r[6], owners[r[7]], r[8]))
-        return Vec.VectorBlock.build(rows, dim), max_vid
+            ).fetchall()
+        rows = [(r[1], str(r[2]), r[3], r[4], r[5], r[6], owners[r[7]], r[8]) for r in found]
+        return Vec.VectorBlock.build(rows, dim), max((r[0] for r in found), default=after)
 
     def _remember(
         self, key: tuple[int, ...], versions: dict[int, tuple[int, Any]], max_vid: int, block: Vec.VectorBlock
