@@ -62,9 +62,11 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
+from .._json import check_json_value
 from ..embeddings import Embedder, l2_normalize, load_embedder
-from ..errors import EmbeddingError, FullRecallError
+from ..errors import EmbeddingError, FullRecallError, InvalidInput
 from ..stores import open_store
+from ..stores._validate import MAX_ID_BYTES, check_text
 from ..stores.base import DEFAULT_TENANT, Record, Scope, Store
 
 if TYPE_CHECKING:
@@ -314,6 +316,7 @@ class FullrecallStore(BaseStore):
     def _check_put(self, i: int, op: PutOp) -> None:
         if op.namespace[0] == "langgraph":
             raise InvalidNamespaceError(f'op {i}: the root label "langgraph" is reserved; got {op.namespace}')
+        self._check_storable(i, op)
         if op.value is None:
             return
         if not isinstance(op.value, Mapping):
@@ -328,6 +331,24 @@ class FullrecallStore(BaseStore):
             json.dumps(dict(op.value), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ItemError(f"op {i}: value of key {op.key!r} is not JSON-serialisable: {exc}") from exc
+        try:
+            check_json_value(dict(op.value), f"op {i}: value of key {op.key!r}")
+        except InvalidInput as exc:
+            raise ItemError(str(exc)) from None
+
+    @staticmethod
+    def _check_storable(i: int, op: PutOp) -> None:
+        """The key and the namespace fit the records they name (valid Unicode; the index bucket an identifier)."""
+        try:
+            check_text(op.key, f"op {i}: key")
+            for label in op.namespace:
+                check_text(label, f"op {i}: namespace label {label!r}")
+        except InvalidInput as exc:
+            raise ItemError(str(exc)) from None
+        size = len((INDEX_PREFIX + ".".join(op.namespace)).encode("utf-8"))
+        if size > MAX_ID_BYTES:
+            raise ItemError(f"op {i}: namespace {op.namespace} is too long: its labels and dots take "
+                            f"{size - len(INDEX_PREFIX)} bytes, at most {MAX_ID_BYTES - len(INDEX_PREFIX)}")
 
     @staticmethod
     def _check_paging(i: int, limit: Any, offset: Any) -> None:
