@@ -174,6 +174,13 @@ def test_bad_input_is_named_and_nothing_is_written(tmp_path):
     assert empty.returncode == 2 and "query is empty" in empty.stderr
 
 
+def test_an_unreachable_store_is_one_line_of_error(tmp_path):
+    for url in ("postgresql://nobody@127.0.0.1:1/none", "redis://127.0.0.1:1/0"):
+        done = inproc("stats", "--store", url, cwd=tmp_path, ok=False)
+        assert done.returncode == 1 and done.stderr.startswith("error: ") and done.stdout == "", done.stderr
+        assert done.stderr.count("\n") == 1 and "127.0.0.1" in done.stderr, done.stderr
+
+
 def test_chat_scripted_recalls_and_summarizes_then_inspect_search_forget(tmp_path):
     store = f"sqlite:///{tmp_path / 'm.db'}"
     said = ["My locker code is 4711.", "I like hiking in the Alps.", "What is the weather like?", "Tell me a joke.",
