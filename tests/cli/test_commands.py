@@ -168,6 +168,10 @@ def test_bad_input_is_named_and_nothing_is_written(tmp_path):
     (tmp_path / "new.jsonl").write_text(header + "\n")
     done = inproc("import", "new.jsonl", "--store", store, cwd=tmp_path, ok=False)
     assert done.returncode == 2 and "version 99" in done.stderr
+    for scalar in ('"hello"', "42", "null"):  # JSON, but no transcript
+        (tmp_path / "scalar.json").write_text(scalar)
+        done = inproc("import", "scalar.json", "--store", store, cwd=tmp_path, ok=False)
+        assert done.returncode == 2 and "expected a list of messages" in done.stderr, scalar
     missing = inproc("inspect", "nope", "--store", store, cwd=tmp_path, ok=False)
     assert missing.returncode == 1 and "conversation 'nope' not found" in missing.stderr
     empty = fr("search", " ", "--store", store, cwd=tmp_path, ok=False)
