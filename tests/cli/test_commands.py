@@ -185,6 +185,13 @@ def test_an_unreachable_store_is_one_line_of_error(tmp_path):
         assert done.stderr.count("\n") == 1 and "127.0.0.1" in done.stderr, done.stderr
 
 
+def test_chat_with_a_bad_base_url_is_refused_at_once(tmp_path):
+    done = inproc("chat", "--model", "gpt-x", "--base-url", "localhost:8000/v1", "--store",
+                  f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, stdin="hi\n", ok=False)
+    assert done.returncode == 2 and done.stderr.startswith("error: base_url must be an http"), done.stderr
+    assert done.stderr.count("\n") == 1  # no retries were logged: nothing was sent
+
+
 def test_chat_scripted_recalls_and_summarizes_then_inspect_search_forget(tmp_path):
     store = f"sqlite:///{tmp_path / 'm.db'}"
     said = ["My locker code is 4711.", "I like hiking in the Alps.", "What is the weather like?", "Tell me a joke.",
