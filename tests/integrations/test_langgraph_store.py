@@ -265,6 +265,9 @@ BAD_OPS = [
     (ListNamespacesOp(offset=-2), ItemError, "offset"),
     (ListNamespacesOp(match_conditions=(MatchCondition("infix", ("a",)),)), ItemError, "match type"),
     (GetOp(("a.b",), "k"), InvalidNamespaceError, "periods"),
+    (GetOp(("a", "b\udc80"), "k"), ItemError, "label"),
+    (SearchOp(("\ud800",)), ItemError, "label"),
+    (ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("a", "\ud800")),)), ItemError, "label"),
 ]
 
 

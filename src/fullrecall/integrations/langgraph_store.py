@@ -202,6 +202,21 @@ def _check_filter(wanted: Any, where: str) -> None:
             _check_filter(w, f"{where}[{i}]")
 
 
+def _check_labels(i: int, op: Op) -> None:
+    """Every label an op names is valid Unicode (a lone surrogate cannot be stored, nor looked up)."""
+    if isinstance(op, (GetOp, PutOp)):
+        labels: Iterable[Any] = op.namespace
+    elif isinstance(op, SearchOp):
+        labels = op.namespace_prefix
+    else:
+        labels = [label for condition in op.match_conditions or () for label in condition.path]
+    try:
+        for label in labels:
+            check_text(label, f"op {i}: namespace label {label!r}")
+    except InvalidInput as exc:
+        raise ItemError(str(exc)) from None
+
+
 def _path_matches(namespace: tuple[str, ...], condition: MatchCondition) -> bool:
     if condition.match_type not in ("prefix", "suffix"):
         raise ItemError(f"unsupported namespace match type {condition.match_type!r}; expected 'prefix' or 'suffix'")
@@ -292,6 +307,7 @@ class FullrecallStore(BaseStore):
             if not isinstance(op, (GetOp, PutOp, SearchOp, ListNamespacesOp)):
                 raise ItemError(f"op {i}: unknown operation type {type(op).__name__}")
             validate_op_namespace(op)
+            _check_labels(i, op)
             if isinstance(op, (GetOp, PutOp)):
                 if not op.namespace:
                     raise InvalidNamespaceError(f"op {i}: namespace cannot be empty")
@@ -341,8 +357,6 @@ class FullrecallStore(BaseStore):
         """The key and the namespace fit the records they name (valid Unicode; the index bucket an identifier)."""
         try:
             check_text(op.key, f"op {i}: key")
-            for label in op.namespace:
-                check_text(label, f"op {i}: namespace label {label!r}")
         except InvalidInput as exc:
             raise ItemError(str(exc)) from None
         size = len((INDEX_PREFIX + ".".join(op.namespace)).encode("utf-8"))
