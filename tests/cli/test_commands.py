@@ -168,10 +168,28 @@ def test_bad_input_is_named_and_nothing_is_written(tmp_path):
     (tmp_path / "new.jsonl").write_text(header + "\n")
     done = inproc("import", "new.jsonl", "--store", store, cwd=tmp_path, ok=False)
     assert done.returncode == 2 and "version 99" in done.stderr
+    for scalar in ('"hello"', "42", "null"):  # JSON, but no transcript
+        (tmp_path / "scalar.json").write_text(scalar)
+        done = inproc("import", "scalar.json", "--store", store, cwd=tmp_path, ok=False)
+        assert done.returncode == 2 and "expected a list of messages" in done.stderr, scalar
     missing = inproc("inspect", "nope", "--store", store, cwd=tmp_path, ok=False)
     assert missing.returncode == 1 and "conversation 'nope' not found" in missing.stderr
     empty = fr("search", " ", "--store", store, cwd=tmp_path, ok=False)
     assert empty.returncode == 2 and "query is empty" in empty.stderr
+
+
+def test_an_unreachable_store_is_one_line_of_error(tmp_path):
+    for url in ("postgresql://nobody@127.0.0.1:1/none", "redis://127.0.0.1:1/0"):
+        done = inproc("stats", "--store", url, cwd=tmp_path, ok=False)
+        assert done.returncode == 1 and done.stderr.startswith("error: ") and done.stdout == "", done.stderr
+        assert done.stderr.count("\n") == 1 and "127.0.0.1" in done.stderr, done.stderr
+
+
+def test_chat_with_a_bad_base_url_is_refused_at_once(tmp_path):
+    done = inproc("chat", "--model", "gpt-x", "--base-url", "localhost:8000/v1", "--store",
+                  f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, stdin="hi\n", ok=False)
+    assert done.returncode == 2 and done.stderr.startswith("error: base_url must be an http"), done.stderr
+    assert done.stderr.count("\n") == 1  # no retries were logged: nothing was sent
 
 
 def test_chat_scripted_recalls_and_summarizes_then_inspect_search_forget(tmp_path):

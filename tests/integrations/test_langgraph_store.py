@@ -235,6 +235,13 @@ def test_odd_keys_and_labels_round_trip(lg_store: FullrecallStore) -> None:
     assert lg_store.get(("odd", "keys"), "") is None and lg_store.get(("odd", "keys"), " ") is not None
 
 
+def _nested(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth):
+        value = {"n": value}
+    return value
+
+
 BAD_OPS = [
     (PutOp(("a.b",), "k", {"x": 1}), InvalidNamespaceError, "periods"),
     (PutOp(("a", ""), "k", {"x": 1}), InvalidNamespaceError, "empty"),
@@ -246,6 +253,11 @@ BAD_OPS = [
     (PutOp(("a",), "k", {"x": object()}), ItemError, "not JSON-serialisable"),
     (PutOp(("a",), "k", {"x": math.nan}), ItemError, "not JSON-serialisable"),
     (PutOp(("a",), "k", ["not", "a", "mapping"]), ItemError, "mapping"),  # type: ignore[arg-type]
+    (PutOp(("a",), "k", {"x": (1, 2)}), ItemError, "tuple"),  # stored, it would come back a list
+    (PutOp(("a",), "k", {"x": _nested(100)}), ItemError, "nested"),
+    (PutOp(("a",), "k\ud800", {"x": 1}), ItemError, "key is not valid Unicode"),
+    (PutOp(("a", "b\udc80"), "k", {"x": 1}), ItemError, "label"),
+    (PutOp(("a" * 120, "b" * 120), "k", {"x": 1}), ItemError, "too long"),
     (PutOp(("a",), "k", {"x": 1}, ttl=-1), ItemError, "ttl"),
     (SearchOp(("a",), filter={"x": {"$regex": "y"}}), ItemError, "$regex"),
     (SearchOp(("a",), limit=-1), ItemError, "limit"),
@@ -253,6 +265,9 @@ BAD_OPS = [
     (ListNamespacesOp(offset=-2), ItemError, "offset"),
     (ListNamespacesOp(match_conditions=(MatchCondition("infix", ("a",)),)), ItemError, "match type"),
     (GetOp(("a.b",), "k"), InvalidNamespaceError, "periods"),
+    (GetOp(("a", "b\udc80"), "k"), ItemError, "label"),
+    (SearchOp(("\ud800",)), ItemError, "label"),
+    (ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("a", "\ud800")),)), ItemError, "label"),
 ]
 
 

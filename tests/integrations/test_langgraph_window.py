@@ -181,6 +181,26 @@ def test_view_records_each_message_once_and_reuses_unchanged_objects(make_window
     assert [m.content for m in seen] == ["no id", "none here either", "no id", "and a reply"]
 
 
+def test_a_window_of_only_a_summary_never_takes_back_what_it_summarized(store) -> None:
+    from fullrecall import SummarizingConversationManager
+    from fullrecall.errors import ContextWindowOverflowError
+
+    window = FullrecallWindow(store, recall=False, manager=lambda scope: SummarizingConversationManager(
+        summary_ratio=0.8, preserve_recent_messages=0, summarizer=lambda messages, previous: "Earlier talk."))
+    config = {"configurable": {"thread_id": "summed"}}
+    messages = [HumanMessage("q1", id="h1"), AIMessage("a1", id="a1"), HumanMessage("q2", id="h2"),
+                AIMessage("a2", id="a2")]
+    window.reduce(messages, config, RuntimeError("overflow"))
+    shrunk, _ = window.reduce(messages, config, RuntimeError("overflow"))  # the window is now the summary alone
+    assert [m.content for m in shrunk] == ["Earlier talk."]
+    with pytest.raises(ContextWindowOverflowError):  # it cannot shrink further, and does not grow back either
+        window.reduce(messages, config, RuntimeError("overflow"))
+    seen, _ = window.view([*messages, HumanMessage("q3", id="h3")], config)
+    assert [m.content for m in seen] == ["Earlier talk.", "q3"]
+    scope = window.scope(config)
+    assert [m.id for m in store.range(scope, 0, 100)] == ["h1", "a1", "h2", "a2", "h3"]  # each message stored once
+
+
 def test_a_plain_sliding_window_without_recall(store) -> None:
     from fullrecall import SlidingWindowConversationManager
 

@@ -270,6 +270,28 @@ def test_without_a_store_the_archive_follows_the_session_into_a_new_process(tmp_
     assert sent.startswith(ENRICHMENT_HEADER) and "bluefalcon" in sent
 
 
+def test_two_agents_of_one_session_sharing_a_store_keep_their_archives_apart(tmp_path):
+    def agent(agent_id, codename):
+        manager = SemanticSummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2,
+                                                         store=f"sqlite:///{tmp_path / 'archive.db'}")
+        answers = [a.replace("bluefalcon", codename) for a in ANSWERS]
+        return Agent(model=ScriptedModel(answers, summary_reply=SUMMARY, max_prompt_chars=LIMIT), agent_id=agent_id,
+                     system_prompt=AGENT_PROMPT, conversation_manager=manager, callback_handler=None,
+                     session_manager=FileSessionManager(session_id="team", storage_dir=str(tmp_path / "sessions")))
+
+    alice, bob = agent("alice", "bluefalcon"), agent("bob", "redowl")
+    for question in QUESTIONS:
+        alice(question)
+        bob(question.replace("bluefalcon", "redowl"))
+    for who, codename, other in ((alice, "bluefalcon", "redowl"), (bob, "redowl", "bluefalcon")):
+        manager = who.conversation_manager
+        assert manager.archive.scope.session_id == "team" and manager.removed_message_count > 0
+        archived = manager.archive.get(0, manager.removed_message_count - 1)
+        assert len(archived) == manager.removed_message_count and codename in archived[0].text  # its own, all of them
+        recalled = " ".join(m.text for m in manager.recall("project codename").messages)
+        assert codename in recalled and other not in recalled  # never the other agent's words
+
+
 def test_without_a_session_manager_the_archive_is_in_memory_under_the_given_id():
     manager = SemanticSummarizingConversationManager(session_id="mine")
     Agent(model=ScriptedModel(), conversation_manager=manager, callback_handler=None)

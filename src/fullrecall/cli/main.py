@@ -75,8 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         print("\ninterrupted (what was written is kept; run the command again to go on)", file=sys.stderr)
         return 130
     except (ValueError, CommandError, FullRecallError, OSError, ImportError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(str(exc))}", file=sys.stderr)
         return 2 if isinstance(exc, ValueError) else 1
+
+
+def _one_line(message: str) -> str:
+    """A message on one line: a driver's error often adds lines (a hint, a context)."""
+    return " ".join(line.strip() for line in message.splitlines() if line.strip())
 
 
 if __name__ == "__main__":

@@ -62,9 +62,11 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
+from .._json import check_json_value
 from ..embeddings import Embedder, l2_normalize, load_embedder
-from ..errors import EmbeddingError, FullRecallError
+from ..errors import EmbeddingError, FullRecallError, InvalidInput
 from ..stores import open_store
+from ..stores._validate import MAX_ID_BYTES, check_text
 from ..stores.base import DEFAULT_TENANT, Record, Scope, Store
 
 if TYPE_CHECKING:
@@ -200,6 +202,21 @@ def _check_filter(wanted: Any, where: str) -> None:
             _check_filter(w, f"{where}[{i}]")
 
 
+def _check_labels(i: int, op: Op) -> None:
+    """Every label an op names is valid Unicode (a lone surrogate cannot be stored, nor looked up)."""
+    if isinstance(op, (GetOp, PutOp)):
+        labels: Iterable[Any] = op.namespace
+    elif isinstance(op, SearchOp):
+        labels = op.namespace_prefix
+    else:
+        labels = [label for condition in op.match_conditions or () for label in condition.path]
+    try:
+        for label in labels:
+            check_text(label, f"op {i}: namespace label {label!r}")
+    except InvalidInput as exc:
+        raise ItemError(str(exc)) from None
+
+
 def _path_matches(namespace: tuple[str, ...], condition: MatchCondition) -> bool:
     if condition.match_type not in ("prefix", "suffix"):
         raise ItemError(f"unsupported namespace match type {condition.match_type!r}; expected 'prefix' or 'suffix'")
@@ -290,6 +307,7 @@ class FullrecallStore(BaseStore):
             if not isinstance(op, (GetOp, PutOp, SearchOp, ListNamespacesOp)):
                 raise ItemError(f"op {i}: unknown operation type {type(op).__name__}")
             validate_op_namespace(op)
+            _check_labels(i, op)
             if isinstance(op, (GetOp, PutOp)):
                 if not op.namespace:
                     raise InvalidNamespaceError(f"op {i}: namespace cannot be empty")
@@ -314,6 +332,7 @@ class FullrecallStore(BaseStore):
     def _check_put(self, i: int, op: PutOp) -> None:
         if op.namespace[0] == "langgraph":
             raise InvalidNamespaceError(f'op {i}: the root label "langgraph" is reserved; got {op.namespace}')
+        self._check_storable(i, op)
         if op.value is None:
             return
         if not isinstance(op.value, Mapping):
@@ -328,6 +347,22 @@ class FullrecallStore(BaseStore):
             json.dumps(dict(op.value), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ItemError(f"op {i}: value of key {op.key!r} is not JSON-serialisable: {exc}") from exc
+        try:
+            check_json_value(dict(op.value), f"op {i}: value of key {op.key!r}")
+        except InvalidInput as exc:
+            raise ItemError(str(exc)) from None
+
+    @staticmethod
+    def _check_storable(i: int, op: PutOp) -> None:
+        """The key and the namespace fit the records they name (valid Unicode; the index bucket an identifier)."""
+        try:
+            check_text(op.key, f"op {i}: key")
+        except InvalidInput as exc:
+            raise ItemError(str(exc)) from None
+        size = len((INDEX_PREFIX + ".".join(op.namespace)).encode("utf-8"))
+        if size > MAX_ID_BYTES:
+            raise ItemError(f"op {i}: namespace {op.namespace} is too long: its labels and dots take "
+                            f"{size - len(INDEX_PREFIX)} bytes, at most {MAX_ID_BYTES - len(INDEX_PREFIX)}")
 
     @staticmethod
     def _check_paging(i: int, limit: Any, offset: Any) -> None:

@@ -150,7 +150,8 @@ class FullrecallWindow:
             ids = [_message_id(m, i) for i, m in enumerate(messages)]
             new = _unseen(memory.messages, ids, memory.manager.removed_message_count)
             if new:
-                memory.add([_to_dict(messages[i], ids[i]) for i in new])
+                # keyed by their LangChain ids, so a message the memory holds already is never stored twice
+                memory._append([_to_dict(messages[i], ids[i]) for i in new], [ids[i] for i in new])
             originals = dict(zip(ids, messages))
             return _to_langchain(memory.messages, originals), _to_langchain(memory.model_input(), originals)
 

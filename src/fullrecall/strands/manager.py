@@ -284,6 +284,7 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
         self.summarization_system_prompt = summarization_system_prompt
         self._store_given = core_options.get("store") is not None
         self._session_id_given = "session_id" in core_options
+        self._agent_id_given = core_options.get("agent_id") is not None
 
     @property
     def archive(self) -> _archive.Archive:
@@ -294,13 +295,18 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
         registry.add_callback(AgentInitializedEvent, self._follow_session)
 
     def _follow_session(self, event: AgentInitializedEvent) -> None:
-        """After the session manager restored the agent: the archive takes the session's id (and content)."""
+        """After the session manager restored the agent: the archive takes the session's id (and content).
+
+        A session holds one message log per agent, so the archive also takes the agent's id
+        (unless ``agent_id`` was given): two agents of one session never share an archive.
+        """
         session = getattr(event.agent, "_session_manager", None)
         session_id = getattr(session, "session_id", None)
         if session is None or not session_id or self._session_id_given:
             return
         archive = self.core.archive
-        archive.scope = dataclasses.replace(archive.scope, session_id=session_id)
+        owner = {} if self._agent_id_given else {"agent_id": event.agent.agent_id}
+        archive.scope = dataclasses.replace(archive.scope, session_id=session_id, **owner)
         if self._store_given or not self.removed_message_count or archive.store.count(archive.scope):
             return
         repository = getattr(session, "session_repository", None)

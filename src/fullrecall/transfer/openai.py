@@ -29,6 +29,9 @@ def parse(text: str, name: str) -> list[tuple[str, list[dict[str, Any]]]]:
         lines = [(n + 1, line) for n, line in enumerate(text.split("\n")) if line.strip()]
     else:
         lines = []
+        if not isinstance(whole, (list, dict)):
+            raise MessageFormatError(f"expected a list of messages, a chat record or JSON Lines, got a JSON "
+                                     f"{type(whole).__name__ if whole is not None else 'null'}")
     if isinstance(whole, list):
         return [(name, whole)]
     if isinstance(whole, dict):

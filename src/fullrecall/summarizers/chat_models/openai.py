@@ -15,7 +15,9 @@ import logging
 import os
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
+from ...errors import InvalidInput
 from .base import ChatModelError, ChatRequest, ChatResponse, backoff_delay
 
 logger = logging.getLogger("fullrecall.summarizers")
@@ -48,7 +50,7 @@ class OpenAIChatModel:
         extra_body: dict[str, Any] | None = None,
     ) -> None:
         self.model = model
-        self.base_url = base_url.rstrip("/")
+        self.base_url = _checked_base_url(base_url)
         self.api_key = api_key
         self.timeout = timeout
         self.max_retries = max_retries
@@ -175,3 +177,14 @@ class OpenAIChatModel:
             raise ChatModelError(f"{self.name} sent non-text content: {type(text).__name__}", retryable=True)
         return ChatResponse(text=text or "", finish_reason=str(finish), model=data.get("model"),
                             usage=dict(data.get("usage") or {}))
+
+
+def _checked_base_url(base_url: Any) -> str:
+    """``base_url`` without its trailing slash, if it is an http(s) URL with a host (else a clear error, at once)."""
+    try:
+        parts = urlsplit(base_url) if isinstance(base_url, str) else None
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InvalidInput(f"base_url must be an http:// or https:// URL with a host, got {base_url!r}")
+    return base_url.rstrip("/")
