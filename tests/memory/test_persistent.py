@@ -282,3 +282,28 @@ def test_a_turn_recorded_after_a_full_clear_is_listed_again(tmp_path, default_em
         assert mem.sessions() == ["s1"] and [m.text.endswith("hello again") for m in mem.messages()] == [True]
     finally:
         mem.close()
+
+
+@pytest.mark.parametrize("line", [
+    '{"kind": "message", "session_id": "s2", "id": "m2", "role": "user", "text": "\\ud800", "data": {}, '
+    '"created_at": 1, "archived_at": 1}',
+    '{"kind": "message", "session_id": "s2", "id": "m2", "role": "user", "text": "x", "data": {}, '
+    '"created_at": 1, "archived_at": 1, "metadata": "ab"}',
+    '{"kind": "message", "session_id": "s2", "id": "m2", "role": "user", "text": "x", "data": {}, '
+    '"created_at": NaN, "archived_at": 1}',
+    '{"kind": "fact", "id": "f1", "text": "I like tea", "valid_from": "abc"}',
+    '{"kind": "fact", "id": "f1", "text": "I like tea", "sources": 5}',
+    '{"kind": "fact", "id": "f1", "text": "I like tea", "mentions": "x"}',
+    '{"kind": "fact", "id": "f1", "text": "\\udfff"}',
+])
+def test_an_import_checks_every_line_before_writing_anything(store_url, default_embedder, line):
+    """A bad line 2 raises MemoryInputError naming it; line 1 (another session) is not written either."""
+    good = ('{"kind": "message", "session_id": "s1", "id": "m1", "role": "user", "text": "fine", '
+            '"data": {"role": "user", "content": "fine"}, "created_at": 1, "archived_at": 1}')
+    mem = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="s")
+    try:
+        with pytest.raises(MemoryInputError, match="line 2: '"):
+            mem.import_jsonl(io.StringIO(good + "\n" + line + "\n"))
+        assert mem.messages() == [] and mem.facts.history() == [] and mem.sessions() == []
+    finally:
+        mem.close()

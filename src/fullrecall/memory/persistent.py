@@ -33,7 +33,8 @@ from typing import IO, Any
 import numpy as np
 
 from ..archive.archive import archived_summaries
-from ..errors import MemoryInputError, MessageFormatError, SummarizationError
+from ..errors import InvalidInput, MemoryInputError, MessageFormatError, SummarizationError
+from ..stores import _validate as V
 from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Store, StoredMessage
 from ._records import RecordBook, change_logs, owner_scope
@@ -650,17 +651,52 @@ def _parse_line(n: int, line: str) -> tuple[str, Any]:
     if doc["kind"] == "fact":
         fields = {k: doc[k] for k in Fact.__dataclass_fields__ if k in doc}
         try:
-            return "fact", Fact(**fields)
+            fact = Fact(**fields)
         except TypeError as exc:
             raise MemoryInputError(f"line {n}: {exc}") from None
+        _check_fact(n, fact)
+        return "fact", fact
     if not isinstance(doc.get("data"), dict):
         raise MemoryInputError(f"line {n}: 'data' must be an object (the message as recorded)")
     for key in ("created_at", "archived_at"):
         if not isinstance(doc.get(key), (int, float)):
             raise MemoryInputError(f"line {n}: {key!r} must be a number")
-    return "message", (doc["session_id"], StoredMessage(
+    if not isinstance(doc.get("metadata") or {}, dict):
+        raise MemoryInputError(f"line {n}: 'metadata' must be an object")
+    message = StoredMessage(
         id=doc["id"], role=doc["role"], text=doc["text"], data=doc["data"], created_at=float(doc["created_at"]),
-        archived_at=float(doc["archived_at"]), metadata=dict(doc.get("metadata") or {}), kind="message"))
+        archived_at=float(doc["archived_at"]), metadata=dict(doc.get("metadata") or {}), kind="message")
+    try:  # what the store would refuse, refused before anything of the file is written
+        V.check_id(doc["session_id"], "'session_id'")
+        V.check_message(message, 0)
+    except InvalidInput as exc:
+        raise MemoryInputError(f"line {n}: {str(exc).removeprefix('message 0: ')}") from None
+    return "message", (doc["session_id"], message)
+
+
+_FACT_STRINGS = {"subject": False, "origin": False, "attribute": True, "value": True, "superseded_by": True}
+
+
+def _check_fact(n: int, fact: Fact) -> None:
+    """A fact line holds what a remembered fact holds, and nothing the store would refuse."""
+    try:
+        V.check_id(fact.id, "'id'")
+        V.check_text(fact.text, "'text'")
+        for name, optional in _FACT_STRINGS.items():
+            if not (optional and getattr(fact, name) is None):
+                V.check_text(getattr(fact, name), repr(name))
+        V.check_time(fact.stated_at, "'stated_at'")
+        V.check_time(fact.valid_from, "'valid_from'")
+        if fact.valid_to is not None:
+            V.check_time(fact.valid_to, "'valid_to'")
+        if isinstance(fact.mentions, bool) or not isinstance(fact.mentions, int):
+            raise InvalidInput(f"'mentions' must be an integer, not {fact.mentions!r}")
+        if not isinstance(fact.sources, list) or not all(
+                isinstance(s, dict) and all(isinstance(v, str) for v in s.values()) for s in fact.sources):
+            raise InvalidInput(f"'sources' must be a list of objects of strings, not {fact.sources!r}")
+        V.check_json_value(fact.sources, "'sources'")
+    except InvalidInput as exc:
+        raise MemoryInputError(f"line {n}: {exc}") from None
 
 
 __all__ = ["MemoryHit", "PersistentMemory"]
