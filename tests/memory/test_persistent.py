@@ -113,6 +113,9 @@ def test_a_bad_message_is_named_and_nothing_is_written(default_embedder):
         run(mem.record([{"role": "user", "content": "fine"}, {"role": "user", "content": "x", "timestamp": "soon"}]))
     with pytest.raises(MemoryInputError, match="'metadata' must be a dict"):
         run(mem.record([{"role": "user", "content": "fine"}], metadata=["turn"]))
+    for when in (float("nan"), float("inf"), 1e20, -1e20):
+        with pytest.raises(MessageFormatError, match="message 1: 'created_at' must be Unix seconds"):
+            run(mem.record([{"role": "user", "content": "fine"}, {"role": "user", "content": "x", "created_at": when}]))
     assert mem.messages() == [] and mem.facts.history() == [] and mem.stats()["message_count"] == 0
 
 

@@ -47,6 +47,7 @@ log = logging.getLogger("fullrecall.memory")
 DEFAULT_STORE = "sqlite:///fullrecall_memory.db"
 _SESSIONS = "sessions"
 _EVERYTHING = 2**62  # a position past any session's end
+_EARLIEST, _LATEST = -62_135_596_800, 253_402_300_800  # 0001-01-01 and 10000-01-01, UTC: the times a date has
 MIN_FACT_SIMILARITY = 0.3
 MAX_QUERIES = 3
 
@@ -558,6 +559,8 @@ def _message_time(msg: dict[str, Any]) -> float | None:
     for key in ("timestamp", "created_at"):
         value = msg.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not _EARLIEST <= value < _LATEST:  # NaN too: a date is made of it (for the index), as of ISO 8601
+                raise MessageFormatError(f"{key!r} must be Unix seconds of the years 1 to 9999, not {value!r}")
             return float(value)
         if isinstance(value, str):
             try:
