@@ -99,8 +99,10 @@ def test_a_retried_turn_is_stored_once(default_embedder):
     run(mem.record([{"role": "user", "content": "ok"}], metadata={"turn": 2}))  # same words, another turn
     with_ids = [{"role": "user", "content": "ok", "id": "msg_1"}]
     assert run(mem.record(with_ids)) == run(mem.record(with_ids))
+    int_id = [{"role": "user", "content": "ok", "id": 7}]  # an integer id is the message's own too
+    assert run(mem.record(int_id)) == run(mem.record(int_id)) != run(mem.record([{**int_id[0], "id": "7"}]))
     run(mem.record([{"role": "user", "content": "new words"}], metadata={"turn": 1}))  # a reused number keeps them
-    assert len(mem.messages()) == 5 and [f.mentions for f in mem.facts.history()] == [1]
+    assert len(mem.messages()) == 7 and [f.mentions for f in mem.facts.history()] == [1]
     other = memory(mem.store, default_embedder, user_id="u", session_id="s2")  # the same turn number elsewhere
     assert set(run(other.record(turn, metadata={"turn": 1}))).isdisjoint(first)
 

@@ -260,8 +260,9 @@ class PersistentMemory:
         """A message's id: derived from its own ``id`` key, or from ``metadata["turn"]``, its place in
         the turn and its content, so that recording the same turn again stores nothing twice; else a new uuid.
         """
-        if isinstance(msg.get("id"), str) and msg["id"]:
-            key: list[Any] = ["id", msg["id"]]
+        own = msg.get("id")
+        if (isinstance(own, str) and own) or (isinstance(own, int) and not isinstance(own, bool)):
+            key: list[Any] = ["id", own]
         elif metadata and metadata.get("turn") is not None:  # the words too: a reused turn number loses nothing
             key = ["turn", metadata["turn"], index, msg]
         else:
