@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from fullrecall.errors import InvalidInput
-from fullrecall.stores import Record, Scope, Store, StoredMessage
+from fullrecall.stores import ANY, Record, Scope, Store, StoredMessage
 from fullrecall.stores._validate import INDEXED_CHARS, MAX_FIELD_BYTES
 
 _MARK = "\ufdd0"  # the character PostgreSQL's NUL escaping uses: must round-trip too
@@ -117,6 +117,17 @@ class InputConformance:
         with pytest.raises(InvalidInput, match=over):
             store.append(scope, [good(0, "x" * (MAX_FIELD_BYTES + 1))])
         assert store.count(scope) == 0
+
+    def test_a_write_without_one_owner_and_session_is_refused_identically(self, store: Store, scope: Scope) -> None:
+        no_session = "this write needs a session: Scope(session_id=...) is missing"
+        any_owner = "this write needs one owner: ANY is only for reads and forget"
+        for bad, error in [(dataclasses.replace(scope, session_id=None), no_session),
+                           (dataclasses.replace(scope, user_id=ANY), any_owner)]:
+            for call, args in ((store.append, ([good(0)],)), (store.put_state, ("w", {})), (store.range, (0, 9))):
+                with pytest.raises(InvalidInput) as info:
+                    call(bad, *args)
+                assert str(info.value) == error
+        assert store.count(scope) == 0 and store.get_state(scope, "w") is None
 
     def test_bad_ids_and_documents_refused_identically(self, store: Store, scope: Scope) -> None:
         for kwargs, error in [

@@ -33,6 +33,8 @@ from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..errors import InvalidInput
+
 DEFAULT_TENANT = "default"
 
 
@@ -88,11 +90,11 @@ class Scope:
         return self.session_id if isinstance(self.session_id, str) else None
 
     def require_session(self) -> Scope:
-        """This scope, if it names one owner and one session (what a write or a range read needs)."""
+        """This scope, if it names one owner and one session (what a write or a range read needs); else InvalidInput."""
         if self.user_id is ANY or self.agent_id is ANY:
-            raise ValueError("this write needs one owner: ANY is only for reads and forget")
+            raise InvalidInput("this write needs one owner: ANY is only for reads and forget")
         if not self.session_id:
-            raise ValueError("this write needs a session: Scope(session_id=...) is missing")
+            raise InvalidInput("this write needs a session: Scope(session_id=...) is missing")
         return self
 
     def owner(self) -> tuple[str, str, str]:
