@@ -312,3 +312,20 @@ def test_an_import_checks_every_line_before_writing_anything(store_url, default_
         assert mem.messages() == [] and mem.facts.history() == [] and mem.sessions() == []
     finally:
         mem.close()
+
+
+def test_an_export_with_unicode_line_separators_imports_back_verbatim(store_url, default_embedder):
+    """U+2028, U+2029 and U+0085 stay raw in an export line (JSON need not escape them): not line ends."""
+    text = "one\u2028two\u2029three\x85four\x00five \U0001f600"
+    src = memory("sqlite:///:memory:", default_embedder, user_id="u", agent_id="a", session_id="s")
+    run(src.record([{"role": "user", "content": text}]))
+    src.remember(f"My motto is {text}")
+    out = io.StringIO()
+    assert src.export_jsonl(out) == 2
+    dst = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="s")
+    try:
+        assert dst.import_jsonl(io.StringIO(out.getvalue())) == {"messages": 1, "facts": 1}
+        assert [m.data["content"] for m in dst.messages()] == [text]
+        assert [f.text for f in dst.facts.history()] == [f"My motto is {text}"]
+    finally:
+        dst.close()

@@ -414,7 +414,7 @@ class PersistentMemory:
         text = Path(source).read_text(encoding="utf-8") if isinstance(source, (str, Path)) else source.read()
         messages: dict[str, list[StoredMessage]] = {}
         facts: list[Fact] = []
-        for n, line in enumerate(text.splitlines(), 1):
+        for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 and the like are in the text
             if not line.strip():
                 continue
             kind, item = _parse_line(n, line)
