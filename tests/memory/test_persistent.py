@@ -196,6 +196,20 @@ def test_selective_clearing_by_role_time_session_and_id(default_embedder):
     assert one.clear()["messages"] >= 1 and one.messages() == [] and two.stats()["session_count"] == 0
 
 
+def test_a_criterion_given_as_one_string_is_refused_not_read_as_letters(store_url, default_embedder):
+    mem = memory(store_url, default_embedder, user_id="u", session_id="s")
+    try:
+        first = run(mem.record([{"role": "user", "content": "keep me"}, {"role": "user", "content": "and me"}]))[0]
+        for criterion in ({"roles": "user"}, {"ids": "mx"}, {"ids": [1]}, {"roles": 5}):
+            with pytest.raises(MemoryInputError, match=f"'{next(iter(criterion))}' must be a list of strings"):
+                mem.clear(**criterion)
+            with pytest.raises(MemoryInputError, match="must be a list of strings"):
+                mem.messages(**criterion)
+        assert len(mem.messages()) == 2 and len(mem.messages(roles=["user"], ids=(i for i in [first]))) == 1
+    finally:
+        mem.close()
+
+
 def test_export_then_import_into_another_store_keeps_everything(tmp_path, default_embedder):
     src = memory("sqlite:///:memory:", default_embedder, user_id="u", agent_id="a", session_id="s1")
     run(src.record([{"role": "user", "content": "My city is Paris. The wifi password is tulip-88."}]))

@@ -352,8 +352,7 @@ class PersistentMemory:
         session_id: str | None = None, ids: Iterable[str] | None = None,
     ) -> list[StoredMessage]:
         """Archived messages matching every given criterion (times on ``created_at``, ``until`` exclusive)."""
-        wanted = set(ids) if ids is not None else None
-        role_set = set(roles) if roles is not None else None
+        wanted, role_set = _names("ids", ids), _names("roles", roles)
         sessions = [session_id] if session_id is not None else self.sessions()
         out = []
         for s in sessions:
@@ -383,7 +382,7 @@ class PersistentMemory:
                 if isinstance(counts.get(key), int):
                     counts[key] = max(0, counts[key] - n)
             return counts
-        ids = list(ids) if ids is not None else None
+        ids = list(_names("ids", ids) or ()) if ids is not None else None
         counts = {"messages": 0, "facts": 0}
         by_session: dict[str, list[str]] = {}
         for m in self.messages(roles=roles, since=since, until=until, session_id=session_id, ids=ids):
@@ -517,6 +516,16 @@ def _one_of(name: str, value: str | None, alias: str, alias_value: str | None) -
     if chosen is not None and not isinstance(chosen, str):
         raise MemoryInputError(f"PersistentMemory: {name} must be a string, not {type(chosen).__name__}")
     return chosen
+
+
+def _names(name: str, values: Iterable[str] | None) -> set[str] | None:
+    """``values`` as a set of strings (None: no criterion); one string is refused, not read as its letters."""
+    if values is None:
+        return None
+    items = list(values) if isinstance(values, Iterable) and not isinstance(values, (str, bytes)) else None
+    if items is None or not all(isinstance(v, str) for v in items):
+        raise MemoryInputError(f"{name!r} must be a list of strings, not {values!r}")
+    return set(items)
 
 
 def _is_empty(content: Any) -> bool:
