@@ -228,3 +228,22 @@ def test_close_releases_the_store_it_opened_and_leaves_one_passed_in_open(store_
         sync.close()  # harmless twice
         assert "still mine" in [m["content"] for m in SyncConversationMemory(
             store, session, user_id="ann", embedding_model=HashEmbedder()).messages]  # the store is still open
+
+
+def test_arguments_of_the_wrong_type_are_named_and_change_nothing(store_url):
+    memory = make(store_url, uuid.uuid4().hex)
+    run(memory.add(turn(1)))
+    window = run(memory.get_messages())
+    for call, error in [
+        (lambda: run(memory.get_messages("2")), "get_messages: 'limit' must be an integer or None, got '2'"),
+        (lambda: run(memory.retrieve("answer", limit="3")), "retrieve: 'limit' must be an integer or None"),
+        (lambda: run(memory.retrieve(5)), "retrieve: 'query' must be a string, a message or a list of them, got int"),
+        (lambda: run(memory.recall(None)), "recall: 'query' must be a string, got NoneType"),
+        (lambda: memory.sync.recall(b"answer"), "recall: 'query' must be a string, got bytes"),
+        (lambda: memory.load_state_dict(None), "load_state_dict: the state must be a dict, got NoneType"),
+        (lambda: memory.load_state_dict({"messages": "abc"}), "load_state_dict: 'messages' must be a list, got str"),
+    ]:
+        with pytest.raises(InvalidInput) as info:
+            call()
+        assert str(info.value).startswith(error)
+    assert run(memory.get_messages()) == window

@@ -162,6 +162,8 @@ class SyncConversationMemory:
 
     def recall(self, query: str) -> Any:
         """The archived messages relevant to ``query`` (a :class:`~fullrecall.archive.Recall`), never the window."""
+        if not isinstance(query, str):
+            raise InvalidInput(f"recall: 'query' must be a string, got {type(query).__name__}")
         self._sync()
         return self.manager.recall(query)
 
@@ -417,6 +419,7 @@ class ConversationMemory:
 
     async def get_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The active window (copies); a positive ``limit`` keeps the most recent ``limit``."""
+        _check_limit("get_messages", limit)
         messages = await self._run(lambda: self.sync.messages)
         return [dict(m) for m in (messages[-limit:] if limit is not None and limit > 0 else messages)]
 
@@ -448,6 +451,10 @@ class ConversationMemory:
     async def retrieve(self, query: str | dict[str, Any] | Sequence[dict[str, Any]], limit: int | None = None,
                        **kwargs: Any) -> list[dict[str, Any]]:
         """Archived messages relevant to ``query`` (text, or messages whose text is joined), best first."""
+        _check_limit("retrieve", limit)
+        if not isinstance(query, (str, dict, list, tuple)):
+            raise InvalidInput(f"retrieve: 'query' must be a string, a message or a list of them, got "
+                               f"{type(query).__name__}")
         text = query if isinstance(query, str) else _text_of([query] if isinstance(query, dict) else list(query))
         found = await self.recall(text)
         messages = [dict(m.data) for m in found.messages]
@@ -463,6 +470,11 @@ class ConversationMemory:
 
         Raises ``ValueError`` when ``messages`` is missing and ``strict``; non-dict entries are skipped.
         """
+        if not isinstance(state_dict, dict):
+            raise InvalidInput(f"load_state_dict: the state must be a dict, got {type(state_dict).__name__}")
+        if not isinstance(state_dict.get("messages") or [], (list, tuple)):
+            raise InvalidInput("load_state_dict: 'messages' must be a list, got "
+                               f"{type(state_dict['messages']).__name__}")
         if strict and "messages" not in state_dict:
             raise InvalidInput("load_state_dict: the state has no 'messages' (strict=True)")
         messages = [dict(m) for m in state_dict.get("messages") or [] if isinstance(m, dict)]
@@ -498,6 +510,12 @@ class ConversationMemory:
     def manager(self) -> Any:
         """The window manager."""
         return self.sync.manager
+
+
+def _check_limit(name: str, limit: Any) -> None:
+    """A ``limit`` is None or an integer (a bool or a string is refused by name)."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise InvalidInput(f"{name}: 'limit' must be an integer or None, got {limit!r}")
 
 
 def _text_of(messages: list[dict[str, Any]]) -> str:
