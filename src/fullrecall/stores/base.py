@@ -26,9 +26,11 @@ Contract shared by every backend (checked by ``tests/stores/conformance.py``):
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
@@ -144,6 +146,27 @@ class Filters:
     since: float | None = None
     until: float | None = None
     exclude_ids: frozenset[str] | None = None
+
+    def __post_init__(self) -> None:
+        """Any iterable of strings becomes a tuple (a frozenset for ``exclude_ids``), any real time a float;
+        one string, other types and times that are not finite numbers raise InvalidInput, on every backend.
+        """
+        for name in ("roles", "kinds", "exclude_ids"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            items = list(value) if isinstance(value, Iterable) and not isinstance(value, (str, bytes)) else None
+            if items is None or not all(isinstance(v, str) for v in items):
+                raise InvalidInput(f"filters {name!r} must be a list of strings, got {value!r}")
+            kind = frozenset if name == "exclude_ids" else tuple
+            if not isinstance(value, kind):  # one given as its type is kept as it is
+                object.__setattr__(self, name, kind(items))
+        for name in ("since", "until"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value)):
+                raise InvalidInput(f"filters {name!r} must be Unix seconds (a finite number), got {value!r}")
+            if value is not None:  # a numpy number too: SQLite would bind np.float32 or np.int64 as bytes
+                object.__setattr__(self, name, float(value))
 
 
 @dataclass
