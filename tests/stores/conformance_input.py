@@ -145,6 +145,19 @@ class InputConformance:
         lists = Filters(roles=["user"], kinds=["message"], exclude_ids=["m0"], since=np.float32(0), until=np.int64(2**40))
         assert [h[0] for h in store.search_text(scope, ["plain"], 5, lists)] == ["m1"]
 
+    def test_a_bad_k_or_terms_is_refused_identically(self, store: Store, scope: Scope) -> None:
+        store.append(scope, [good(0)])
+        query = np.ones(4, dtype=np.float32)
+        for call, error in [
+            (lambda: store.search_text(scope, ["plain"], -1), "k must be a non-negative integer, got -1"),
+            (lambda: store.search_text(scope, ["plain"], "2"), "k must be a non-negative integer, got '2'"),
+            (lambda: store.search_vectors(scope, query, 2.5), "k must be a non-negative integer, got 2.5"),
+            (lambda: store.search_text(scope, "plain", 2), "terms must be a sequence of words, not one string"),
+        ]:
+            with pytest.raises(InvalidInput) as info:
+                call()
+            assert str(info.value) == error
+
     def test_bad_ids_and_documents_refused_identically(self, store: Store, scope: Scope) -> None:
         for kwargs, error in [
             ({"user_id": "al\x00ice"}, "scope 'user_id' contains a NUL character (not allowed in identifiers)"),
