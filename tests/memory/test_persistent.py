@@ -343,3 +343,22 @@ def test_an_export_with_unicode_line_separators_imports_back_verbatim(store_url,
         assert [f.text for f in dst.facts.history()] == [f"My motto is {text}"]
     finally:
         dst.close()
+
+
+def test_a_bad_query_or_limit_is_named_before_anything_is_embedded(store_url, default_embedder):
+    mem = memory(store_url, default_embedder, user_id="u", session_id="s")
+    try:
+        run(mem.record([{"role": "user", "content": "My locker code is 4417."}]))
+        for args, kwargs, error in [
+            (("locker\ud800",), {}, "search: 'query' is not valid Unicode"),
+            (("locker\ud800",), {"kinds": ("fact",)}, "search: 'query' is not valid Unicode"),
+            (("locker", "3"), {}, "search: 'limit' must be an integer, got '3'"),
+            ((5,), {}, "search: 'query' must be a str, a message or a list of them, got int"),
+        ]:
+            with pytest.raises(MemoryInputError, match=f"^{error}"):
+                mem.search(*args, **kwargs)
+        with pytest.raises(MemoryInputError, match="^search: 'query' is not valid Unicode"):
+            run(mem.retrieve([{"role": "user", "content": "locker \udc00"}]))
+        assert mem.search(None) == [] and "4417" in run(mem.retrieve("locker code"))
+    finally:
+        mem.close()

@@ -286,6 +286,11 @@ class PersistentMemory:
         ``MAX_QUERIES`` non-system ones is a query.
         """
         queries = _queries(query_or_messages)[-MAX_QUERIES:]
+        try:
+            for query in queries or [""]:  # before anything is embedded: the fact search embeds too
+                V.check_query("search", query, "limit", limit)
+        except InvalidInput as exc:
+            raise MemoryInputError(str(exc)) from None
         if not queries or limit <= 0:
             return []
         agent = self.agent_id if agent_id is None else agent_id
@@ -586,6 +591,10 @@ def _queries(query: Any) -> list[str]:
         return [query] if query.strip() else []
     if isinstance(query, dict):
         query = [query]
+    if query is None:
+        return []
+    if not isinstance(query, Iterable) or isinstance(query, bytes):
+        raise MemoryInputError(f"search: 'query' must be a str, a message or a list of them, got {type(query).__name__}")
     try:
         return [parsed.text for _, parsed, _ in _conversation(query) if parsed.role != "system"]
     except MessageFormatError:  # a loose shape: take the contents as they are (MassGen does)
