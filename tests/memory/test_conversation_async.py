@@ -247,3 +247,22 @@ def test_arguments_of_the_wrong_type_are_named_and_change_nothing(store_url):
             call()
         assert str(info.value).startswith(error)
     assert run(memory.get_messages()) == window
+
+
+def test_messages_with_the_longest_ids_survive_every_rebuild(store_url):
+    """A message added again gets a store key made from its id; an id near the limit must still fit."""
+    memory = make(store_url, uuid.uuid4().hex)
+    long = [{"id": k * (250 // len(k.encode())), "role": role, "content": f"{k} words"} for k, role in
+            (("a", "user"), ("b", "assistant"), ("c", "user"), ("é", "assistant"))]
+    run(memory.add(long))
+    run(memory.truncate_to_size(3))
+    assert run(memory.get_messages()) == long[1:]
+    run(memory.delete(0))
+    assert run(memory.get_messages()) == long[2:]
+    kept = run(memory.get_messages())
+    run(memory.clear())
+    run(memory.add(kept))  # MassGen's compressor: back into the window
+    run(memory.add(kept[0], allow_duplicates=True))
+    assert run(memory.get_messages()) == [*kept, kept[0]]
+    memory.load_state_dict({"messages": long[:2]})
+    assert run(memory.get_messages()) == long[:2]

@@ -28,6 +28,7 @@ conversation deleted by ``forget()`` (this object's or an administrator's
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import threading
 import uuid
@@ -37,6 +38,7 @@ from typing import Any
 from ..archive.archive import END, message_record
 from ..errors import ArchiveError, InvalidInput, MessageFormatError
 from ..messages.formats import parse_messages
+from ..stores._validate import MAX_ID_BYTES
 from ..stores.base import DEFAULT_TENANT, Scope, Store, StoredMessage
 
 log = logging.getLogger("fullrecall.memory")
@@ -230,7 +232,7 @@ class SyncConversationMemory:
                 self._save()
             self._sync()
         missing = _without(kept, self._messages)
-        self._append(missing, [f"{raw.get('id', 'm')}@{uuid.uuid4().hex}" for raw in missing])
+        self._append(missing, [_derived_key(str(raw.get("id", "m")), uuid.uuid4().hex) for raw in missing])
 
     def _archived_span(self) -> tuple[int, int]:
         """Positions ``[first, end)`` that have left the window (as of the last read of the store)."""
@@ -318,6 +320,14 @@ def _message_id(raw: dict[str, Any], index: int) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
         raise MessageFormatError(f"message {index}: 'id' must be a non-empty string or an integer, got {value!r}")
     return str(value)
+
+
+def _derived_key(message_id: str, suffix: str) -> str:
+    """The store key of a message added again: ``id@suffix``, the id hashed when that would be too long a key."""
+    key = f"{message_id}@{suffix}"
+    if len(key.encode("utf-8")) <= MAX_ID_BYTES:
+        return key
+    return f"{hashlib.sha256(message_id.encode('utf-8')).hexdigest()[:32]}@{suffix}"
 
 
 def _without(kept: list[dict[str, Any]], present: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -409,9 +419,9 @@ class ConversationMemory:
         seen: set[str] = set()
         for key in ids:
             if key in window or key in seen:  # allowed duplicates: a fresh key each
-                keys.append(f"{key}@{uuid.uuid4().hex}")
+                keys.append(_derived_key(key, uuid.uuid4().hex))
             elif key in logged:  # back into the window after leaving it; a retry finds it there
-                keys.append(f"{key}@{start}")
+                keys.append(_derived_key(key, str(start)))
             else:
                 keys.append(None)
             seen.add(key)
