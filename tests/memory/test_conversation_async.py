@@ -266,3 +266,18 @@ def test_messages_with_the_longest_ids_survive_every_rebuild(store_url):
     assert run(memory.get_messages()) == [*kept, kept[0]]
     memory.load_state_dict({"messages": long[:2]})
     assert run(memory.get_messages()) == long[:2]
+
+
+@pytest.mark.parametrize("bad_id,error", [
+    ("a\x00b", "message 1: 'id' contains a NUL character (not allowed in identifiers)"),
+    ("é" * 129, "message 1: 'id' is 258 bytes long; identifiers are at most 256 bytes"),
+    ("x\ud800", "message 1: 'id' is not valid Unicode (a lone surrogate"),
+])
+def test_a_bad_id_is_named_alike_by_both_twins_on_every_backend(store_url, bad_id, error):
+    memory = make(store_url, uuid.uuid4().hex)
+    batch = [{"role": "user", "content": "fine"}, {"role": "assistant", "content": "bad", "id": bad_id}]
+    for add in (lambda: run(memory.add(batch)), lambda: memory.sync.add(batch)):
+        with pytest.raises(InvalidInput) as info:
+            add()
+        assert str(info.value).startswith(error)
+    assert run(memory.get_messages()) == [] and memory.store.count(memory.scope) == 0

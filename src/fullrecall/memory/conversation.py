@@ -38,7 +38,7 @@ from typing import Any
 from ..archive.archive import END, message_record
 from ..errors import ArchiveError, InvalidInput, MessageFormatError
 from ..messages.formats import parse_messages
-from ..stores._validate import MAX_ID_BYTES
+from ..stores._validate import MAX_ID_BYTES, check_id
 from ..stores.base import DEFAULT_TENANT, Scope, Store, StoredMessage
 
 log = logging.getLogger("fullrecall.memory")
@@ -319,7 +319,10 @@ def _message_id(raw: dict[str, Any], index: int) -> str:
     value = raw["id"]
     if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
         raise MessageFormatError(f"message {index}: 'id' must be a non-empty string or an integer, got {value!r}")
-    return str(value)
+    try:  # named here, as the store would name it, before the id is looked up anywhere
+        return check_id(str(value), f"message {index}: 'id'")
+    except InvalidInput as exc:
+        raise MessageFormatError(str(exc)) from None
 
 
 def _derived_key(message_id: str, suffix: str) -> str:
