@@ -228,3 +228,56 @@ def test_close_releases_the_store_it_opened_and_leaves_one_passed_in_open(store_
         sync.close()  # harmless twice
         assert "still mine" in [m["content"] for m in SyncConversationMemory(
             store, session, user_id="ann", embedding_model=HashEmbedder()).messages]  # the store is still open
+
+
+def test_arguments_of_the_wrong_type_are_named_and_change_nothing(store_url):
+    memory = make(store_url, uuid.uuid4().hex)
+    run(memory.add(turn(1)))
+    window = run(memory.get_messages())
+    for call, error in [
+        (lambda: run(memory.get_messages("2")), "get_messages: 'limit' must be an integer or None, got '2'"),
+        (lambda: run(memory.retrieve("answer", limit="3")), "retrieve: 'limit' must be an integer or None"),
+        (lambda: run(memory.retrieve(5)), "retrieve: 'query' must be a string, a message or a list of them, got int"),
+        (lambda: run(memory.recall(None)), "recall: 'query' must be a string, got NoneType"),
+        (lambda: memory.sync.recall(b"answer"), "recall: 'query' must be a string, got bytes"),
+        (lambda: memory.load_state_dict(None), "load_state_dict: the state must be a dict, got NoneType"),
+        (lambda: memory.load_state_dict({"messages": "abc"}), "load_state_dict: 'messages' must be a list, got str"),
+    ]:
+        with pytest.raises(InvalidInput) as info:
+            call()
+        assert str(info.value).startswith(error)
+    assert run(memory.get_messages()) == window
+
+
+def test_messages_with_the_longest_ids_survive_every_rebuild(store_url):
+    """A message added again gets a store key made from its id; an id near the limit must still fit."""
+    memory = make(store_url, uuid.uuid4().hex)
+    long = [{"id": k * (250 // len(k.encode())), "role": role, "content": f"{k} words"} for k, role in
+            (("a", "user"), ("b", "assistant"), ("c", "user"), ("é", "assistant"))]
+    run(memory.add(long))
+    run(memory.truncate_to_size(3))
+    assert run(memory.get_messages()) == long[1:]
+    run(memory.delete(0))
+    assert run(memory.get_messages()) == long[2:]
+    kept = run(memory.get_messages())
+    run(memory.clear())
+    run(memory.add(kept))  # MassGen's compressor: back into the window
+    run(memory.add(kept[0], allow_duplicates=True))
+    assert run(memory.get_messages()) == [*kept, kept[0]]
+    memory.load_state_dict({"messages": long[:2]})
+    assert run(memory.get_messages()) == long[:2]
+
+
+@pytest.mark.parametrize("bad_id,error", [
+    ("a\x00b", "message 1: 'id' contains a NUL character (not allowed in identifiers)"),
+    ("é" * 129, "message 1: 'id' is 258 bytes long; identifiers are at most 256 bytes"),
+    ("x\ud800", "message 1: 'id' is not valid Unicode (a lone surrogate"),
+])
+def test_a_bad_id_is_named_alike_by_both_twins_on_every_backend(store_url, bad_id, error):
+    memory = make(store_url, uuid.uuid4().hex)
+    batch = [{"role": "user", "content": "fine"}, {"role": "assistant", "content": "bad", "id": bad_id}]
+    for add in (lambda: run(memory.add(batch)), lambda: memory.sync.add(batch)):
+        with pytest.raises(InvalidInput) as info:
+            add()
+        assert str(info.value).startswith(error)
+    assert run(memory.get_messages()) == [] and memory.store.count(memory.scope) == 0

@@ -205,3 +205,17 @@ def test_concurrent_writers_of_one_attribute_leave_one_current_fact(tmp_path, de
     history = memory.history(attribute="city")
     assert sorted(f.value for f in history) == ["Kyiv", "Lima", "Oslo", "Rome"]  # every writer landed
     assert len(memory.current(attribute="city")) == 1
+
+
+def test_bad_times_and_origin_are_refused_by_name_on_every_backend(store_url, default_embedder):
+    facts = FactMemory(open_store(store_url), user_id="alice", embedder=default_embedder, clock=Clock())
+    try:
+        for field, bad in [("valid_from", "abc"), ("valid_from", "5"), ("valid_from", True), ("stated_at", float("nan")),
+                           ("valid_from", float("inf")), ("stated_at", [1.0])]:
+            with pytest.raises(MemoryInputError, match=f"^fact 'My city is Lyon': '{field}' must be"):
+                facts.remember("My city is Lyon", **{field: bad})
+        with pytest.raises(MemoryInputError, match="^fact 'My city is Lyon': 'origin' must be a string"):
+            facts.remember("My city is Lyon", origin=5)  # type: ignore[arg-type]
+        assert facts.history() == []
+    finally:
+        facts.store.close()

@@ -99,8 +99,10 @@ def test_a_retried_turn_is_stored_once(default_embedder):
     run(mem.record([{"role": "user", "content": "ok"}], metadata={"turn": 2}))  # same words, another turn
     with_ids = [{"role": "user", "content": "ok", "id": "msg_1"}]
     assert run(mem.record(with_ids)) == run(mem.record(with_ids))
+    int_id = [{"role": "user", "content": "ok", "id": 7}]  # an integer id is the message's own too
+    assert run(mem.record(int_id)) == run(mem.record(int_id)) != run(mem.record([{**int_id[0], "id": "7"}]))
     run(mem.record([{"role": "user", "content": "new words"}], metadata={"turn": 1}))  # a reused number keeps them
-    assert len(mem.messages()) == 5 and [f.mentions for f in mem.facts.history()] == [1]
+    assert len(mem.messages()) == 7 and [f.mentions for f in mem.facts.history()] == [1]
     other = memory(mem.store, default_embedder, user_id="u", session_id="s2")  # the same turn number elsewhere
     assert set(run(other.record(turn, metadata={"turn": 1}))).isdisjoint(first)
 
@@ -113,6 +115,9 @@ def test_a_bad_message_is_named_and_nothing_is_written(default_embedder):
         run(mem.record([{"role": "user", "content": "fine"}, {"role": "user", "content": "x", "timestamp": "soon"}]))
     with pytest.raises(MemoryInputError, match="'metadata' must be a dict"):
         run(mem.record([{"role": "user", "content": "fine"}], metadata=["turn"]))
+    for when in (float("nan"), float("inf"), 1e20, -1e20):
+        with pytest.raises(MessageFormatError, match="message 1: 'created_at' must be Unix seconds"):
+            run(mem.record([{"role": "user", "content": "fine"}, {"role": "user", "content": "x", "created_at": when}]))
     assert mem.messages() == [] and mem.facts.history() == [] and mem.stats()["message_count"] == 0
 
 
@@ -189,6 +194,20 @@ def test_selective_clearing_by_role_time_session_and_id(default_embedder):
     assert one.clear(ids=target + [fact.id]) == {"messages": 1, "facts": 1}
     assert one.facts.history() == [] and "new question" not in texts()
     assert one.clear()["messages"] >= 1 and one.messages() == [] and two.stats()["session_count"] == 0
+
+
+def test_a_criterion_given_as_one_string_is_refused_not_read_as_letters(store_url, default_embedder):
+    mem = memory(store_url, default_embedder, user_id="u", session_id="s")
+    try:
+        first = run(mem.record([{"role": "user", "content": "keep me"}, {"role": "user", "content": "and me"}]))[0]
+        for criterion in ({"roles": "user"}, {"ids": "mx"}, {"ids": [1]}, {"roles": 5}):
+            with pytest.raises(MemoryInputError, match=f"'{next(iter(criterion))}' must be a list of strings"):
+                mem.clear(**criterion)
+            with pytest.raises(MemoryInputError, match="must be a list of strings"):
+                mem.messages(**criterion)
+        assert len(mem.messages()) == 2 and len(mem.messages(roles=["user"], ids=(i for i in [first]))) == 1
+    finally:
+        mem.close()
 
 
 def test_export_then_import_into_another_store_keeps_everything(tmp_path, default_embedder):
@@ -280,5 +299,66 @@ def test_a_turn_recorded_after_a_full_clear_is_listed_again(tmp_path, default_em
         assert mem.sessions() == [] and mem.messages() == []
         asyncio.run(mem.record([{"role": "user", "content": "hello again"}]))  # same memory object, same session
         assert mem.sessions() == ["s1"] and [m.text.endswith("hello again") for m in mem.messages()] == [True]
+    finally:
+        mem.close()
+
+
+@pytest.mark.parametrize("line", [
+    '{"kind": "message", "session_id": "s2", "id": "m2", "role": "user", "text": "\\ud800", "data": {}, '
+    '"created_at": 1, "archived_at": 1}',
+    '{"kind": "message", "session_id": "s2", "id": "m2", "role": "user", "text": "x", "data": {}, '
+    '"created_at": 1, "archived_at": 1, "metadata": "ab"}',
+    '{"kind": "message", "session_id": "s2", "id": "m2", "role": "user", "text": "x", "data": {}, '
+    '"created_at": NaN, "archived_at": 1}',
+    '{"kind": "fact", "id": "f1", "text": "I like tea", "valid_from": "abc"}',
+    '{"kind": "fact", "id": "f1", "text": "I like tea", "sources": 5}',
+    '{"kind": "fact", "id": "f1", "text": "I like tea", "mentions": "x"}',
+    '{"kind": "fact", "id": "f1", "text": "\\udfff"}',
+])
+def test_an_import_checks_every_line_before_writing_anything(store_url, default_embedder, line):
+    """A bad line 2 raises MemoryInputError naming it; line 1 (another session) is not written either."""
+    good = ('{"kind": "message", "session_id": "s1", "id": "m1", "role": "user", "text": "fine", '
+            '"data": {"role": "user", "content": "fine"}, "created_at": 1, "archived_at": 1}')
+    mem = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="s")
+    try:
+        with pytest.raises(MemoryInputError, match="line 2: '"):
+            mem.import_jsonl(io.StringIO(good + "\n" + line + "\n"))
+        assert mem.messages() == [] and mem.facts.history() == [] and mem.sessions() == []
+    finally:
+        mem.close()
+
+
+def test_an_export_with_unicode_line_separators_imports_back_verbatim(store_url, default_embedder):
+    """U+2028, U+2029 and U+0085 stay raw in an export line (JSON need not escape them): not line ends."""
+    text = "one\u2028two\u2029three\x85four\x00five \U0001f600"
+    src = memory("sqlite:///:memory:", default_embedder, user_id="u", agent_id="a", session_id="s")
+    run(src.record([{"role": "user", "content": text}]))
+    src.remember(f"My motto is {text}")
+    out = io.StringIO()
+    assert src.export_jsonl(out) == 2
+    dst = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="s")
+    try:
+        assert dst.import_jsonl(io.StringIO(out.getvalue())) == {"messages": 1, "facts": 1}
+        assert [m.data["content"] for m in dst.messages()] == [text]
+        assert [f.text for f in dst.facts.history()] == [f"My motto is {text}"]
+    finally:
+        dst.close()
+
+
+def test_a_bad_query_or_limit_is_named_before_anything_is_embedded(store_url, default_embedder):
+    mem = memory(store_url, default_embedder, user_id="u", session_id="s")
+    try:
+        run(mem.record([{"role": "user", "content": "My locker code is 4417."}]))
+        for args, kwargs, error in [
+            (("locker\ud800",), {}, "search: 'query' is not valid Unicode"),
+            (("locker\ud800",), {"kinds": ("fact",)}, "search: 'query' is not valid Unicode"),
+            (("locker", "3"), {}, "search: 'limit' must be an integer, got '3'"),
+            ((5,), {}, "search: 'query' must be a str, a message or a list of them, got int"),
+        ]:
+            with pytest.raises(MemoryInputError, match=f"^{error}"):
+                mem.search(*args, **kwargs)
+        with pytest.raises(MemoryInputError, match="^search: 'query' is not valid Unicode"):
+            run(mem.retrieve([{"role": "user", "content": "locker \udc00"}]))
+        assert mem.search(None) == [] and "4417" in run(mem.retrieve("locker code"))
     finally:
         mem.close()

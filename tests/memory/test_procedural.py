@@ -139,3 +139,18 @@ def test_ttl_and_owner_isolation_on_every_backend(store_url, default_embedder):
         assert {p["id"] for p in alice.patterns()} == {young}
     finally:
         store.close()
+
+
+def test_a_bad_query_or_top_k_is_named_on_every_backend(store_url, default_embedder):
+    memory = ProceduralMemory(store_url, embedder=default_embedder, user_id="alice")
+    try:
+        memory.store_pattern("book a flight to Oslo", ["search", "book"], 0.9, 100)
+        with pytest.raises(MemoryInputError, match="^retrieve_patterns: 'query' is not valid Unicode"):
+            memory.retrieve_patterns("book a flight\ud800")
+        with pytest.raises(MemoryInputError, match="^retrieve_patterns: 'query' must be a string"):
+            memory.retrieve_patterns(5)
+        with pytest.raises(MemoryInputError, match="^retrieve_patterns: 'top_k' must be an integer"):
+            memory.retrieve_patterns("book a flight", "3")
+        assert len(memory.retrieve_patterns("book a flight to Oslo")) == 1
+    finally:
+        memory.close()

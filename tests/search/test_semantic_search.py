@@ -262,3 +262,24 @@ def test_a_hit_near_the_best_one_outranks_its_twin_elsewhere(default_embedder):
             assert hits[0].scores.get("boost", 0.0) == pytest.approx(near_weight)  # the best is near itself
     finally:
         store.close()
+
+
+def test_a_bad_query_or_top_k_is_named_on_every_backend(default_embedder, store_url):
+    from fullrecall.errors import InvalidInput
+
+    store = open_store(store_url)
+    try:
+        search = SemanticSearch(default_embedder, store=store, scope=Scope(user_id="u", session_id="s"))
+        search.add(["Tomatoes go by the fence."])
+        for kwargs, error in [
+            ({"query": "tomato\ud800"}, "search: 'query' is not valid Unicode (a lone surrogate at character 6)"),
+            ({"query": None}, "search: 'query' must be a str, got NoneType"),
+            ({"query": b"tomato"}, "search: 'query' must be a str, got bytes"),
+            ({"query": "tomato", "top_k": "3"}, "search: 'top_k' must be an integer, got '3'"),
+        ]:
+            with pytest.raises(InvalidInput) as info:
+                search.search(**kwargs)
+            assert str(info.value) == error
+        assert [h.text for h in search.search("tomatoes", top_k=1)] == ["Tomatoes go by the fence."]
+    finally:
+        store.close()

@@ -10,10 +10,11 @@ import dataclasses
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fullrecall.errors import InvalidInput
-from fullrecall.stores import Record, Scope, Store, StoredMessage
+from fullrecall.stores import ANY, Filters, Record, Scope, Store, StoredMessage
 from fullrecall.stores._validate import INDEXED_CHARS, MAX_FIELD_BYTES
 
 _MARK = "\ufdd0"  # the character PostgreSQL's NUL escaping uses: must round-trip too
@@ -117,6 +118,45 @@ class InputConformance:
         with pytest.raises(InvalidInput, match=over):
             store.append(scope, [good(0, "x" * (MAX_FIELD_BYTES + 1))])
         assert store.count(scope) == 0
+
+    def test_a_write_without_one_owner_and_session_is_refused_identically(self, store: Store, scope: Scope) -> None:
+        no_session = "this write needs a session: Scope(session_id=...) is missing"
+        any_owner = "this write needs one owner: ANY is only for reads and forget"
+        for bad, error in [(dataclasses.replace(scope, session_id=None), no_session),
+                           (dataclasses.replace(scope, user_id=ANY), any_owner)]:
+            for call, args in ((store.append, ([good(0)],)), (store.put_state, ("w", {})), (store.range, (0, 9))):
+                with pytest.raises(InvalidInput) as info:
+                    call(bad, *args)
+                assert str(info.value) == error
+        assert store.count(scope) == 0 and store.get_state(scope, "w") is None
+
+    def test_filters_of_the_wrong_type_are_refused_identically(self, store: Store, scope: Scope) -> None:
+        store.append(scope, [good(0), good(1)])
+        for kwargs, error in [
+            ({"roles": "user"}, "filters 'roles' must be a list of strings, got 'user'"),
+            ({"exclude_ids": "m0"}, "filters 'exclude_ids' must be a list of strings, got 'm0'"),
+            ({"kinds": ["message", 5]}, "filters 'kinds' must be a list of strings, got ['message', 5]"),
+            ({"since": "1"}, "filters 'since' must be Unix seconds (a finite number), got '1'"),
+            ({"until": math.nan}, "filters 'until' must be Unix seconds (a finite number), got nan"),
+        ]:
+            with pytest.raises(InvalidInput) as info:
+                store.search_text(scope, ["plain"], 5, Filters(**kwargs))
+            assert str(info.value) == error
+        lists = Filters(roles=["user"], kinds=["message"], exclude_ids=["m0"], since=np.float32(0), until=np.int64(2**40))
+        assert [h[0] for h in store.search_text(scope, ["plain"], 5, lists)] == ["m1"]
+
+    def test_a_bad_k_or_terms_is_refused_identically(self, store: Store, scope: Scope) -> None:
+        store.append(scope, [good(0)])
+        query = np.ones(4, dtype=np.float32)
+        for call, error in [
+            (lambda: store.search_text(scope, ["plain"], -1), "k must be a non-negative integer, got -1"),
+            (lambda: store.search_text(scope, ["plain"], "2"), "k must be a non-negative integer, got '2'"),
+            (lambda: store.search_vectors(scope, query, 2.5), "k must be a non-negative integer, got 2.5"),
+            (lambda: store.search_text(scope, "plain", 2), "terms must be a sequence of words, not one string"),
+        ]:
+            with pytest.raises(InvalidInput) as info:
+                call()
+            assert str(info.value) == error
 
     def test_bad_ids_and_documents_refused_identically(self, store: Store, scope: Scope) -> None:
         for kwargs, error in [

@@ -28,6 +28,7 @@ conversation deleted by ``forget()`` (this object's or an administrator's
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import threading
 import uuid
@@ -37,6 +38,7 @@ from typing import Any
 from ..archive.archive import END, message_record
 from ..errors import ArchiveError, InvalidInput, MessageFormatError
 from ..messages.formats import parse_messages
+from ..stores._validate import MAX_ID_BYTES, check_id
 from ..stores.base import DEFAULT_TENANT, Scope, Store, StoredMessage
 
 log = logging.getLogger("fullrecall.memory")
@@ -162,6 +164,8 @@ class SyncConversationMemory:
 
     def recall(self, query: str) -> Any:
         """The archived messages relevant to ``query`` (a :class:`~fullrecall.archive.Recall`), never the window."""
+        if not isinstance(query, str):
+            raise InvalidInput(f"recall: 'query' must be a string, got {type(query).__name__}")
         self._sync()
         return self.manager.recall(query)
 
@@ -228,7 +232,7 @@ class SyncConversationMemory:
                 self._save()
             self._sync()
         missing = _without(kept, self._messages)
-        self._append(missing, [f"{raw.get('id', 'm')}@{uuid.uuid4().hex}" for raw in missing])
+        self._append(missing, [_derived_key(str(raw.get("id", "m")), uuid.uuid4().hex) for raw in missing])
 
     def _archived_span(self) -> tuple[int, int]:
         """Positions ``[first, end)`` that have left the window (as of the last read of the store)."""
@@ -315,7 +319,18 @@ def _message_id(raw: dict[str, Any], index: int) -> str:
     value = raw["id"]
     if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
         raise MessageFormatError(f"message {index}: 'id' must be a non-empty string or an integer, got {value!r}")
-    return str(value)
+    try:  # named here, as the store would name it, before the id is looked up anywhere
+        return check_id(str(value), f"message {index}: 'id'")
+    except InvalidInput as exc:
+        raise MessageFormatError(str(exc)) from None
+
+
+def _derived_key(message_id: str, suffix: str) -> str:
+    """The store key of a message added again: ``id@suffix``, the id hashed when that would be too long a key."""
+    key = f"{message_id}@{suffix}"
+    if len(key.encode("utf-8")) <= MAX_ID_BYTES:
+        return key
+    return f"{hashlib.sha256(message_id.encode('utf-8')).hexdigest()[:32]}@{suffix}"
 
 
 def _without(kept: list[dict[str, Any]], present: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -407,9 +422,9 @@ class ConversationMemory:
         seen: set[str] = set()
         for key in ids:
             if key in window or key in seen:  # allowed duplicates: a fresh key each
-                keys.append(f"{key}@{uuid.uuid4().hex}")
+                keys.append(_derived_key(key, uuid.uuid4().hex))
             elif key in logged:  # back into the window after leaving it; a retry finds it there
-                keys.append(f"{key}@{start}")
+                keys.append(_derived_key(key, str(start)))
             else:
                 keys.append(None)
             seen.add(key)
@@ -417,6 +432,7 @@ class ConversationMemory:
 
     async def get_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The active window (copies); a positive ``limit`` keeps the most recent ``limit``."""
+        _check_limit("get_messages", limit)
         messages = await self._run(lambda: self.sync.messages)
         return [dict(m) for m in (messages[-limit:] if limit is not None and limit > 0 else messages)]
 
@@ -448,6 +464,10 @@ class ConversationMemory:
     async def retrieve(self, query: str | dict[str, Any] | Sequence[dict[str, Any]], limit: int | None = None,
                        **kwargs: Any) -> list[dict[str, Any]]:
         """Archived messages relevant to ``query`` (text, or messages whose text is joined), best first."""
+        _check_limit("retrieve", limit)
+        if not isinstance(query, (str, dict, list, tuple)):
+            raise InvalidInput(f"retrieve: 'query' must be a string, a message or a list of them, got "
+                               f"{type(query).__name__}")
         text = query if isinstance(query, str) else _text_of([query] if isinstance(query, dict) else list(query))
         found = await self.recall(text)
         messages = [dict(m.data) for m in found.messages]
@@ -463,6 +483,11 @@ class ConversationMemory:
 
         Raises ``ValueError`` when ``messages`` is missing and ``strict``; non-dict entries are skipped.
         """
+        if not isinstance(state_dict, dict):
+            raise InvalidInput(f"load_state_dict: the state must be a dict, got {type(state_dict).__name__}")
+        if not isinstance(state_dict.get("messages") or [], (list, tuple)):
+            raise InvalidInput("load_state_dict: 'messages' must be a list, got "
+                               f"{type(state_dict['messages']).__name__}")
         if strict and "messages" not in state_dict:
             raise InvalidInput("load_state_dict: the state has no 'messages' (strict=True)")
         messages = [dict(m) for m in state_dict.get("messages") or [] if isinstance(m, dict)]
@@ -498,6 +523,12 @@ class ConversationMemory:
     def manager(self) -> Any:
         """The window manager."""
         return self.sync.manager
+
+
+def _check_limit(name: str, limit: Any) -> None:
+    """A ``limit`` is None or an integer (a bool or a string is refused by name)."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise InvalidInput(f"{name}: 'limit' must be an integer or None, got {limit!r}")
 
 
 def _text_of(messages: list[dict[str, Any]]) -> str:

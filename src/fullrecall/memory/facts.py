@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 import time
 import uuid
@@ -214,6 +215,12 @@ class FactMemory:
                 raise MemoryInputError(f"fact {text!r}: {name!r} must be a string, not {v!r}")
             if v is not None:
                 check_unicode(v, f"fact {text!r}: {name!r}")
+        for name, when in (("valid_from", valid_from), ("stated_at", stated_at)):
+            if when is not None and (isinstance(when, bool) or not isinstance(when, (int, float))
+                                     or not math.isfinite(when)):
+                raise MemoryInputError(f"fact {text!r}: {name!r} must be Unix seconds (a finite number), not {when!r}")
+        if not isinstance(origin, str):
+            raise MemoryInputError(f"fact {text!r}: 'origin' must be a string, not {origin!r}")
         sources = [_check_source(text, s) for s in sources]
         text = text.strip()
         if attribute is None and value is None:

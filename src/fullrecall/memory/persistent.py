@@ -33,7 +33,8 @@ from typing import IO, Any
 import numpy as np
 
 from ..archive.archive import archived_summaries
-from ..errors import MemoryInputError, MessageFormatError, SummarizationError
+from ..errors import InvalidInput, MemoryInputError, MessageFormatError, SummarizationError
+from ..stores import _validate as V
 from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Store, StoredMessage
 from ._records import RecordBook, change_logs, owner_scope
@@ -46,6 +47,7 @@ log = logging.getLogger("fullrecall.memory")
 DEFAULT_STORE = "sqlite:///fullrecall_memory.db"
 _SESSIONS = "sessions"
 _EVERYTHING = 2**62  # a position past any session's end
+_EARLIEST, _LATEST = -62_135_596_800, 253_402_300_800  # 0001-01-01 and 10000-01-01, UTC: the times a date has
 MIN_FACT_SIMILARITY = 0.3
 MAX_QUERIES = 3
 
@@ -258,8 +260,9 @@ class PersistentMemory:
         """A message's id: derived from its own ``id`` key, or from ``metadata["turn"]``, its place in
         the turn and its content, so that recording the same turn again stores nothing twice; else a new uuid.
         """
-        if isinstance(msg.get("id"), str) and msg["id"]:
-            key: list[Any] = ["id", msg["id"]]
+        own = msg.get("id")
+        if (isinstance(own, str) and own) or (isinstance(own, int) and not isinstance(own, bool)):
+            key: list[Any] = ["id", own]
         elif metadata and metadata.get("turn") is not None:  # the words too: a reused turn number loses nothing
             key = ["turn", metadata["turn"], index, msg]
         else:
@@ -283,6 +286,11 @@ class PersistentMemory:
         ``MAX_QUERIES`` non-system ones is a query.
         """
         queries = _queries(query_or_messages)[-MAX_QUERIES:]
+        try:
+            for query in queries or [""]:  # before anything is embedded: the fact search embeds too
+                V.check_query("search", query, "limit", limit)
+        except InvalidInput as exc:
+            raise MemoryInputError(str(exc)) from None
         if not queries or limit <= 0:
             return []
         agent = self.agent_id if agent_id is None else agent_id
@@ -349,8 +357,7 @@ class PersistentMemory:
         session_id: str | None = None, ids: Iterable[str] | None = None,
     ) -> list[StoredMessage]:
         """Archived messages matching every given criterion (times on ``created_at``, ``until`` exclusive)."""
-        wanted = set(ids) if ids is not None else None
-        role_set = set(roles) if roles is not None else None
+        wanted, role_set = _names("ids", ids), _names("roles", roles)
         sessions = [session_id] if session_id is not None else self.sessions()
         out = []
         for s in sessions:
@@ -380,7 +387,7 @@ class PersistentMemory:
                 if isinstance(counts.get(key), int):
                     counts[key] = max(0, counts[key] - n)
             return counts
-        ids = list(ids) if ids is not None else None
+        ids = list(_names("ids", ids) or ()) if ids is not None else None
         counts = {"messages": 0, "facts": 0}
         by_session: dict[str, list[str]] = {}
         for m in self.messages(roles=roles, since=since, until=until, session_id=session_id, ids=ids):
@@ -411,7 +418,7 @@ class PersistentMemory:
         text = Path(source).read_text(encoding="utf-8") if isinstance(source, (str, Path)) else source.read()
         messages: dict[str, list[StoredMessage]] = {}
         facts: list[Fact] = []
-        for n, line in enumerate(text.splitlines(), 1):
+        for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 and the like are in the text
             if not line.strip():
                 continue
             kind, item = _parse_line(n, line)
@@ -516,6 +523,16 @@ def _one_of(name: str, value: str | None, alias: str, alias_value: str | None) -
     return chosen
 
 
+def _names(name: str, values: Iterable[str] | None) -> set[str] | None:
+    """``values`` as a set of strings (None: no criterion); one string is refused, not read as its letters."""
+    if values is None:
+        return None
+    items = list(values) if isinstance(values, Iterable) and not isinstance(values, (str, bytes)) else None
+    if items is None or not all(isinstance(v, str) for v in items):
+        raise MemoryInputError(f"{name!r} must be a list of strings, not {values!r}")
+    return set(items)
+
+
 def _is_empty(content: Any) -> bool:
     if isinstance(content, str):
         return not content.strip()
@@ -557,6 +574,8 @@ def _message_time(msg: dict[str, Any]) -> float | None:
     for key in ("timestamp", "created_at"):
         value = msg.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not _EARLIEST <= value < _LATEST:  # NaN too: a date is made of it (for the index), as of ISO 8601
+                raise MessageFormatError(f"{key!r} must be Unix seconds of the years 1 to 9999, not {value!r}")
             return float(value)
         if isinstance(value, str):
             try:
@@ -572,6 +591,10 @@ def _queries(query: Any) -> list[str]:
         return [query] if query.strip() else []
     if isinstance(query, dict):
         query = [query]
+    if query is None:
+        return []
+    if not isinstance(query, Iterable) or isinstance(query, bytes):
+        raise MemoryInputError(f"search: 'query' must be a str, a message or a list of them, got {type(query).__name__}")
     try:
         return [parsed.text for _, parsed, _ in _conversation(query) if parsed.role != "system"]
     except MessageFormatError:  # a loose shape: take the contents as they are (MassGen does)
@@ -650,17 +673,52 @@ def _parse_line(n: int, line: str) -> tuple[str, Any]:
     if doc["kind"] == "fact":
         fields = {k: doc[k] for k in Fact.__dataclass_fields__ if k in doc}
         try:
-            return "fact", Fact(**fields)
+            fact = Fact(**fields)
         except TypeError as exc:
             raise MemoryInputError(f"line {n}: {exc}") from None
+        _check_fact(n, fact)
+        return "fact", fact
     if not isinstance(doc.get("data"), dict):
         raise MemoryInputError(f"line {n}: 'data' must be an object (the message as recorded)")
     for key in ("created_at", "archived_at"):
         if not isinstance(doc.get(key), (int, float)):
             raise MemoryInputError(f"line {n}: {key!r} must be a number")
-    return "message", (doc["session_id"], StoredMessage(
+    if not isinstance(doc.get("metadata") or {}, dict):
+        raise MemoryInputError(f"line {n}: 'metadata' must be an object")
+    message = StoredMessage(
         id=doc["id"], role=doc["role"], text=doc["text"], data=doc["data"], created_at=float(doc["created_at"]),
-        archived_at=float(doc["archived_at"]), metadata=dict(doc.get("metadata") or {}), kind="message"))
+        archived_at=float(doc["archived_at"]), metadata=dict(doc.get("metadata") or {}), kind="message")
+    try:  # what the store would refuse, refused before anything of the file is written
+        V.check_id(doc["session_id"], "'session_id'")
+        V.check_message(message, 0)
+    except InvalidInput as exc:
+        raise MemoryInputError(f"line {n}: {str(exc).removeprefix('message 0: ')}") from None
+    return "message", (doc["session_id"], message)
+
+
+_FACT_STRINGS = {"subject": False, "origin": False, "attribute": True, "value": True, "superseded_by": True}
+
+
+def _check_fact(n: int, fact: Fact) -> None:
+    """A fact line holds what a remembered fact holds, and nothing the store would refuse."""
+    try:
+        V.check_id(fact.id, "'id'")
+        V.check_text(fact.text, "'text'")
+        for name, optional in _FACT_STRINGS.items():
+            if not (optional and getattr(fact, name) is None):
+                V.check_text(getattr(fact, name), repr(name))
+        V.check_time(fact.stated_at, "'stated_at'")
+        V.check_time(fact.valid_from, "'valid_from'")
+        if fact.valid_to is not None:
+            V.check_time(fact.valid_to, "'valid_to'")
+        if isinstance(fact.mentions, bool) or not isinstance(fact.mentions, int):
+            raise InvalidInput(f"'mentions' must be an integer, not {fact.mentions!r}")
+        if not isinstance(fact.sources, list) or not all(
+                isinstance(s, dict) and all(isinstance(v, str) for v in s.values()) for s in fact.sources):
+            raise InvalidInput(f"'sources' must be a list of objects of strings, not {fact.sources!r}")
+        V.check_json_value(fact.sources, "'sources'")
+    except InvalidInput as exc:
+        raise MemoryInputError(f"line {n}: {exc}") from None
 
 
 __all__ = ["MemoryHit", "PersistentMemory"]

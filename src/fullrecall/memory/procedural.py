@@ -198,6 +198,11 @@ class ProceduralMemory:
         ``success_score``, ``success_count``, ``avg_execution_time_ms``, ``last_used``,
         ``expires_at`` and ``similarity``.
         """
+        if not isinstance(query, str):
+            raise MemoryInputError(f"retrieve_patterns: 'query' must be a string, not {query!r}")
+        check_unicode(query, "retrieve_patterns: 'query'")
+        if isinstance(top_k, bool) or not isinstance(top_k, int):
+            raise MemoryInputError(f"retrieve_patterns: 'top_k' must be an integer, not {top_k!r}")
         found = self.book.similar(query, self.book.all(), top_k)
         return [
             {"id": r.id, **public_data(r), "similarity": s} for r, s in found if s >= self.min_similarity

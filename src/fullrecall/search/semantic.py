@@ -420,6 +420,7 @@ class SemanticSearch:
         the same session (use the context radius when the caller adds neighbours).
         ``vector`` is the query's embedding (:meth:`embed_query`) when the caller has it.
         """
+        V.check_query("search", query, "top_k", top_k)
         k = self.top_k if top_k is None else top_k
         threshold = self.min_score if min_score is None else min_score
         scope = scope or self.scope

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..errors import StateConflict
+from ..errors import InvalidInput, StateConflict
 from . import _validate as V
 from ._bm25 import WORD
 from .base import ANY, Filters, Record, Scope, StoredMessage
@@ -37,7 +37,7 @@ def _stored(value: object) -> str | None:
 
 def check_positive_k(k: int) -> int:
     if not isinstance(k, int) or isinstance(k, bool) or k < 0:
-        raise ValueError(f"k must be a non-negative integer, got {k!r}")
+        raise InvalidInput(f"k must be a non-negative integer, got {k!r}")
     return k
 
 
@@ -259,9 +259,9 @@ def filters_match(f: Filters | None, *, id: str, role: str, kind: str, created_a
 
 
 def split_terms(terms: Sequence[str]) -> list[str]:
-    """Search terms that hold at least one word character; a ValueError for a bare string (a common slip)."""
+    """Search terms that hold at least one word character; InvalidInput for a bare string (a common slip)."""
     if isinstance(terms, str):
-        raise ValueError("terms must be a sequence of words, not one string")
+        raise InvalidInput("terms must be a sequence of words, not one string")
     words = (V.check_text(str(t), f"search term {i}").replace("\x00", " ").strip() for i, t in enumerate(terms))
     return [t for t in words if WORD.search(t)]
 

@@ -71,6 +71,16 @@ def check_id(value: Any, where: str, *, empty: bool = False) -> str:
     return value
 
 
+def check_query(where: str, query: Any, limit_name: str, limit: Any) -> str:
+    """A search's ``query`` (a str of valid Unicode) and its result count ``limit`` (an int, or None)."""
+    if not isinstance(query, str):
+        raise InvalidInput(f"{where}: 'query' must be a str, got {type(query).__name__}")
+    _utf8_size(query, f"{where}: 'query'")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise InvalidInput(f"{where}: {limit_name!r} must be an integer, got {limit!r}")
+    return query
+
+
 def check_scope(scope: Any) -> Scope:
     """A :class:`Scope` whose ids are identifiers (``None`` and the ANY sentinel pass where allowed)."""
     if not isinstance(scope, Scope):

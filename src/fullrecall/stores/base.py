@@ -26,12 +26,16 @@ Contract shared by every backend (checked by ``tests/stores/conformance.py``):
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
+
+from ..errors import InvalidInput
 
 DEFAULT_TENANT = "default"
 
@@ -88,11 +92,11 @@ class Scope:
         return self.session_id if isinstance(self.session_id, str) else None
 
     def require_session(self) -> Scope:
-        """This scope, if it names one owner and one session (what a write or a range read needs)."""
+        """This scope, if it names one owner and one session (what a write or a range read needs); else InvalidInput."""
         if self.user_id is ANY or self.agent_id is ANY:
-            raise ValueError("this write needs one owner: ANY is only for reads and forget")
+            raise InvalidInput("this write needs one owner: ANY is only for reads and forget")
         if not self.session_id:
-            raise ValueError("this write needs a session: Scope(session_id=...) is missing")
+            raise InvalidInput("this write needs a session: Scope(session_id=...) is missing")
         return self
 
     def owner(self) -> tuple[str, str, str]:
@@ -142,6 +146,27 @@ class Filters:
     since: float | None = None
     until: float | None = None
     exclude_ids: frozenset[str] | None = None
+
+    def __post_init__(self) -> None:
+        """Any iterable of strings becomes a tuple (a frozenset for ``exclude_ids``), any real time a float;
+        one string, other types and times that are not finite numbers raise InvalidInput, on every backend.
+        """
+        for name in ("roles", "kinds", "exclude_ids"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            items = list(value) if isinstance(value, Iterable) and not isinstance(value, (str, bytes)) else None
+            if items is None or not all(isinstance(v, str) for v in items):
+                raise InvalidInput(f"filters {name!r} must be a list of strings, got {value!r}")
+            kind = frozenset if name == "exclude_ids" else tuple
+            if not isinstance(value, kind):  # one given as its type is kept as it is
+                object.__setattr__(self, name, kind(items))
+        for name in ("since", "until"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value)):
+                raise InvalidInput(f"filters {name!r} must be Unix seconds (a finite number), got {value!r}")
+            if value is not None:  # a numpy number too: SQLite would bind np.float32 or np.int64 as bytes
+                object.__setattr__(self, name, float(value))
 
 
 @dataclass
