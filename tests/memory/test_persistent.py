@@ -360,5 +360,17 @@ def test_a_bad_query_or_limit_is_named_before_anything_is_embedded(store_url, de
         with pytest.raises(MemoryInputError, match="^search: 'query' is not valid Unicode"):
             run(mem.retrieve([{"role": "user", "content": "locker \udc00"}]))
         assert mem.search(None) == [] and "4417" in run(mem.retrieve("locker code"))
+        with pytest.raises(MemoryInputError, match="^retrieve: 'previous_winners' must be a list of"):
+            run(mem.retrieve("locker code", previous_winners="b"))
+        for name in ("since", "until"):
+            for value in ("1", float("nan"), True):
+                with pytest.raises(MemoryInputError, match=f"^'{name}' must be Unix seconds"):
+                    mem.messages(**{name: value})
+                with pytest.raises(MemoryInputError, match=f"^'{name}' must be Unix seconds"):
+                    mem.clear(**{name: value})
+        for keywords, limit in ((5, 5), ("locker", "3")):  # a tool's bad argument: its answer says so
+            answer = run(mem.recall_from_memory(keywords, limit))
+            assert answer["success"] is False and answer["count"] == 0 and answer["message"]
+        assert len(mem.messages()) == 1 and run(mem.recall_from_memory("locker"))["count"] >= 1
     finally:
         mem.close()

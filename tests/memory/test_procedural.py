@@ -151,6 +151,10 @@ def test_a_bad_query_or_top_k_is_named_on_every_backend(store_url, default_embed
             memory.retrieve_patterns(5)
         with pytest.raises(MemoryInputError, match="^retrieve_patterns: 'top_k' must be an integer"):
             memory.retrieve_patterns("book a flight", "3")
+        for query_type, error in [(5, "must be a string or None, not 5"), ("travel\ud800", "is not valid Unicode")]:
+            with pytest.raises(MemoryInputError, match=f"^pattern 'book a train': 'query_type' {error}"):
+                memory.store_pattern("book a train", ["search", "book"], 0.9, 100, query_type=query_type)
         assert len(memory.retrieve_patterns("book a flight to Oslo")) == 1
+        assert "book a train" not in [p["query"] for p in memory.retrieve_patterns("book a train", top_k=5)]
     finally:
         memory.close()

@@ -276,6 +276,7 @@ def test_a_bad_query_or_top_k_is_named_on_every_backend(default_embedder, store_
             ({"query": None}, "search: 'query' must be a str, got NoneType"),
             ({"query": b"tomato"}, "search: 'query' must be a str, got bytes"),
             ({"query": "tomato", "top_k": "3"}, "search: 'top_k' must be an integer, got '3'"),
+            ({"query": "tomato", "min_score": "x"}, "search: 'min_score' must be a number or None, got 'x'"),
         ]:
             with pytest.raises(InvalidInput) as info:
                 search.search(**kwargs)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -145,8 +146,12 @@ class PersistentMemory:
         what those agents recorded for the same user (in that turn, when given), each line
         marked ``[From b Turn 1]``. Returns "" when nothing is found.
         """
+        winners = list(previous_winners or ())
+        if isinstance(previous_winners, (str, bytes)) or not all(isinstance(w, dict) for w in winners):
+            raise MemoryInputError(f"retrieve: 'previous_winners' must be a list of {{'agent_id', 'turn'}} dicts, "
+                                   f"not {previous_winners!r}")
         lines = [_line(h) for h in self.search(query_or_messages, limit)]
-        for winner in previous_winners or ():
+        for winner in winners:
             agent, turn = str(winner.get("agent_id") or ""), winner.get("turn")
             if not agent or agent == self.agent_id:
                 continue
@@ -170,11 +175,17 @@ class PersistentMemory:
 
     async def recall_from_memory(self, keywords: str | Sequence[str], limit: int = 5, **kw: Any) -> dict[str, Any]:
         """Agent tool: memories for each keyword (up to ``limit`` each); ``{"success", "memories", "count"}``."""
+        if not isinstance(keywords, (str, list, tuple)):
+            return {"success": False, "message": f"recall_from_memory: 'keywords' must be a string or a list of them, "
+                    f"not {keywords!r}", "memories": [], "count": 0}
         words = [keywords] if isinstance(keywords, str) else [str(k) for k in keywords]
         seen: dict[str, str] = {}
-        for word in words:
-            for hit in self.search(word, limit):
-                seen.setdefault(hit.id, hit.text)
+        try:
+            for word in words:
+                for hit in self.search(word, limit):
+                    seen.setdefault(hit.id, hit.text)
+        except MemoryInputError as exc:  # a tool call's bad argument is the tool's answer, as in save_to_memory
+            return {"success": False, "message": str(exc), "memories": [], "count": 0}
         memories = list(seen.values())
         return {"success": True, "memories": memories, "count": len(memories)}
 
@@ -358,6 +369,7 @@ class PersistentMemory:
     ) -> list[StoredMessage]:
         """Archived messages matching every given criterion (times on ``created_at``, ``until`` exclusive)."""
         wanted, role_set = _names("ids", ids), _names("roles", roles)
+        _check_times(since=since, until=until)
         sessions = [session_id] if session_id is not None else self.sessions()
         out = []
         for s in sessions:
@@ -531,6 +543,14 @@ def _names(name: str, values: Iterable[str] | None) -> set[str] | None:
     if items is None or not all(isinstance(v, str) for v in items):
         raise MemoryInputError(f"{name!r} must be a list of strings, not {values!r}")
     return set(items)
+
+
+def _check_times(**times: Any) -> None:
+    """Each time criterion is None or Unix seconds (a finite number); else MemoryInputError naming it."""
+    for name, value in times.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value)):
+            raise MemoryInputError(f"{name!r} must be Unix seconds (a finite number) or None, not {value!r}")
 
 
 def _is_empty(content: Any) -> bool:

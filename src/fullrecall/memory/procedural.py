@@ -137,6 +137,10 @@ class ProceduralMemory:
         average time, last use, expiry) instead of adding another.
         """
         _check_pattern(query, tools_used, success_score, execution_time_ms)
+        if query_type is not None:
+            if not isinstance(query_type, str):
+                raise MemoryInputError(f"pattern {query!r}: 'query_type' must be a string or None, not {query_type!r}")
+            check_unicode(query_type, f"pattern {query!r}: 'query_type'")
         if success_score < self.min_success_score:
             return None
         signature = task_signature(query)

@@ -421,6 +421,8 @@ class SemanticSearch:
         ``vector`` is the query's embedding (:meth:`embed_query`) when the caller has it.
         """
         V.check_query("search", query, "top_k", top_k)
+        if min_score is not None and (isinstance(min_score, bool) or not isinstance(min_score, (int, float))):
+            raise InvalidInput(f"search: 'min_score' must be a number or None, got {min_score!r}")
         k = self.top_k if top_k is None else top_k
         threshold = self.min_score if min_score is None else min_score
         scope = scope or self.scope
