@@ -52,6 +52,8 @@ BAD_MESSAGES: list[tuple[dict[str, Any], str]] = [
     ({"kind": "weird"}, "message 1: 'kind' is 'weird'; expected one of ('message', 'summary')"),
     ({"position": -1}, "message 1: 'position' is -1; expected an int >= 0 or None"),
     ({"position": True}, "message 1: 'position' is True; expected an int >= 0 or None"),
+    ({"position": 2**53}, "message 1: 'position' is 9007199254740992; positions are at most 9007199254740991 (2**53 - 1)"),
+    ({"position": 2**63}, "message 1: 'position' is 9223372036854775808; positions are at most 9007199254740991 (2**53 - 1)"),
     ({"created_at": math.nan}, "message 1: 'created_at' is nan; expected a finite number of Unix seconds"),
     ({"archived_at": "yesterday"}, "message 1: 'archived_at' is 'yesterday'; expected a finite number of Unix seconds"),
     ({"summary_id": ""}, "message 1: 'summary_id' must not be empty"),

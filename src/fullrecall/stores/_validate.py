@@ -37,6 +37,7 @@ MAX_DOCUMENT_BYTES = 256 * 2**20  # one state document (a window of several larg
 MAX_ID_BYTES = 256  # six of them fit in one PostgreSQL index entry (2,704 bytes)
 INDEXED_CHARS = 65_536  # the prefix of a text that lexical search indexes (PostgreSQL's tsvector is 1 MB at most)
 MESSAGE_KINDS = ("message", "summary")
+MAX_POSITION = 2**53 - 1  # the largest a Redis script (Lua numbers are doubles) holds exactly
 
 def _utf8_size(value: str, where: str) -> int:
     if value.isascii():
@@ -121,6 +122,8 @@ def check_message(m: Any, index: int) -> None:
         raise InvalidInput(f"{where}: 'kind' is {m.kind!r}; expected one of {MESSAGE_KINDS}")
     if m.position is not None and (not isinstance(m.position, int) or isinstance(m.position, bool) or m.position < 0):
         raise InvalidInput(f"{where}: 'position' is {m.position!r}; expected an int >= 0 or None")
+    if m.position is not None and m.position > MAX_POSITION:
+        raise InvalidInput(f"{where}: 'position' is {m.position}; positions are at most {MAX_POSITION} (2**53 - 1)")
     for name in ("created_at", "archived_at"):
         check_time(getattr(m, name), f"{where}: '{name}'")
     if m.summary_id is not None:
