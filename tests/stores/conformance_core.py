@@ -176,6 +176,11 @@ class CoreConformance:
         with pytest.raises(ValueError, match="ANY|session"):
             store.ranges(Scope(user_id=scope.user_id), [(0, 1)])
 
+    def test_ranges_take_spans_past_any_position(self, store: Store, scope: Scope) -> None:
+        store.append(scope, [note(i, f"turn {i}") for i in range(3)])
+        spans = [(0, 2**63), (-(2**70), 1), (2**64, 2**65), (-(2**64), -(2**63) - 1)]
+        assert [[m.position for m in r] for r in store.ranges(scope, spans)] == [[0, 1, 2], [0, 1], [], []]
+
 
 def assert_counters_exact(store: Store, scope: Scope) -> dict[str, int]:
     """``stats`` and ``count`` of the scope equal a recount of what its reads return."""

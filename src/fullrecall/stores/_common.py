@@ -162,17 +162,24 @@ def read_ids(ids: Iterable[str]) -> list[str]:
 
 
 def check_spans(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The ``(start, end)`` position spans of a ``ranges`` read; InvalidInput naming the first bad one."""
+    """The ``(start, end)`` position spans of a ``ranges`` read, each end brought within one past the
+    positions a store can hold (so that no driver overflows); InvalidInput naming the first bad one.
+    """
     if isinstance(spans, (str, bytes)) or not isinstance(spans, Sequence):
         raise V.InvalidInput(f"spans must be a list of (start, end) pairs, got {type(spans).__name__}")
     out = []
     for n, span in enumerate(spans):
         try:
             start, end = span
-            out.append((operator.index(start), operator.index(end)))  # ints, numpy's included
+            out.append((_bounded(operator.index(start)), _bounded(operator.index(end))))  # numpy's ints too
         except (TypeError, ValueError):
             raise V.InvalidInput(f"span {n} must be a (start, end) pair of ints, got {span!r}") from None
     return out
+
+
+def _bounded(position: int) -> int:
+    """``position``, or the nearest of -1 and ``MAX_POSITION + 1`` when it lies beyond them."""
+    return max(-1, min(position, V.MAX_POSITION + 1))
 
 
 def split_spans(messages: Sequence[StoredMessage], spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
