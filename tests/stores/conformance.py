@@ -180,6 +180,16 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
         assert list(got) == ["m3"] and np.allclose(got["m3"], vecs[3], atol=1e-6)
         assert store.search_vectors(scope, vecs[0], 0) == []
 
+    def test_a_zero_vector_scores_zero(self, store: Store, scope: Scope) -> None:
+        """A zero vector has no direction: its cosine is 0 (never NaN, never ranked first), on every backend."""
+        store.append(scope, [msg(i) for i in range(3)])
+        axis = np.eye(DIM, dtype=np.float32)[0]
+        store.set_vectors(scope, ["m0", "m1", "m2"], np.stack([np.zeros(DIM, np.float32), axis, -axis]), "m")
+        hits = store.search_vectors(scope, axis, 3)
+        assert [(h.id, h.score) for h in hits] == [("m1", pytest.approx(1.0)), ("m0", 0.0), ("m2", pytest.approx(-1.0))]
+        assert sorted((h.id, h.score) for h in store.search_vectors(scope, np.zeros(DIM, np.float32), 3)) == [
+            ("m0", 0.0), ("m1", 0.0), ("m2", 0.0)]
+
     def test_search_sees_other_instances_writes(self, store: Store, store_url: str, scope: Scope) -> None:
         """Caches (vector matrices, text indexes) notice writes made through another connection/process."""
         store.append(scope, [msg(i, f"alpha word{i}") for i in range(3)])

@@ -89,6 +89,8 @@ _MAX_EF = 1_000
 _HNSW_MIN_ROWS = 5_000  # build the index once the table holds this many vectors
 _LEXICAL_BUDGET = 2_000  # a word expected in more rows than this only scores candidates (see _topk)
 _CANDIDATE_CAP = 20_000  # most rows one lexical search ranks (only a query of very common words reaches it)
+# Cosine similarity with a vector parameter; pgvector's distance is NaN where a vector is zero: 0 there, as in-process
+_COSINE = "1 - coalesce(nullif(v.embedding <=> %s, 'NaN'), 1)"
 _STATS_TTL = 60.0  # seconds the column statistics are cached
 _SCRUB_LOCK_WAIT = "2s"  # forget's VACUUM gives up on a table lock after this
 _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
@@ -710,7 +712,7 @@ class PostgresStore(SqlStore):
                 # The limits are written in the statement: psycopg prepares a statement run five times, and a
                 # generic plan, taking a parameter's LIMIT for a tenth of the rows, may sort the whole table.
                 rows = conn.execute(
-                    f"SELECT m.id, m.rid, m.sid, m.position, 1 - x.d AS score FROM (SELECT v.rid, v.sid,"
+                    f"SELECT m.id, m.rid, m.sid, m.position, 1 - coalesce(nullif(x.d, 'NaN'), 1) AS score FROM (SELECT v.rid, v.sid,"
                     f" v.embedding <=> %s AS d FROM {table} v ORDER BY v.embedding <=> %s LIMIT {int(ef)}) x"
                     f" JOIN {s}.messages m ON m.rid = x.rid WHERE x.sid = ANY(%s){fsql} ORDER BY x.d, m.rid"
                     f" LIMIT {int(k)}",
@@ -722,13 +724,13 @@ class PostgresStore(SqlStore):
             if not fsql:  # the scope's best k first (its session index), then their k messages by row id: joined
                 # before the limit, the planner may hash the scope's vectors against a scan of everyone's messages
                 return _hits(conn.execute(
-                    f"SELECT m.id, m.rid, m.sid, m.position, x.score FROM (SELECT v.rid, 1 - (v.embedding <=> %s)"
+                    f"SELECT m.id, m.rid, m.sid, m.position, x.score FROM (SELECT v.rid, {_COSINE}"
                     f" AS score FROM {table} v WHERE v.sid = ANY(%s) ORDER BY score DESC, v.rid LIMIT %s) x"
                     f" JOIN {s}.messages m ON m.rid = x.rid ORDER BY x.score DESC, m.rid",
                     [query, sids, k],
                 ).fetchall(), owners)
             rows = conn.execute(
-                f"SELECT m.id, m.rid, m.sid, m.position, 1 - (v.embedding <=> %s) AS score FROM {table} v"
+                f"SELECT m.id, m.rid, m.sid, m.position, {_COSINE} AS score FROM {table} v"
                 f" JOIN {s}.messages m ON m.rid = v.rid WHERE v.sid = ANY(%s){fsql} ORDER BY score DESC, m.rid LIMIT %s",
                 [query, sids, *fparams, k],
             ).fetchall()
