@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import redis
 
-from fullrecall.errors import StoreError
+from fullrecall.errors import InvalidInput, StoreError
 from fullrecall.stores import ANY, Record, Scope, StoredMessage, open_store
 from fullrecall.stores._servers import drop_namespace
 from fullrecall.stores.redis import DEFAULT_TTL_SECONDS, RedisStore
@@ -91,6 +91,12 @@ def test_ttl_per_session_and_refreshed_on_write(redis_url: str, raw: redis.Redis
         store.set_ttl(short, 0)
     with pytest.raises(ValueError):
         RedisStore(f"{redis_url}?prefix={prefix}", ttl_seconds=0)
+    for bad in (1.5, True, "50", 2**53, 2**63):  # never truncated, never refused by the server as a StoreError
+        with pytest.raises(InvalidInput, match="seconds must be an int from 1 to"):
+            store.set_ttl(short, bad)  # type: ignore[arg-type]
+    assert all(40 < raw.ttl(k) <= 50 for k in short_keys)
+    store.set_ttl(short, 2**53 - 1)
+    assert all(raw.ttl(k) > 2**52 for k in short_keys)
     store.close()
 
 

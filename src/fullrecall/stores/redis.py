@@ -56,7 +56,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import numpy as np
 import redis as redis_lib
 
-from ..errors import StoreError
+from ..errors import InvalidInput, StoreError
 from . import _bm25 as B
 from . import _common as C
 from . import _forget as F
@@ -67,6 +67,7 @@ from .base import DEFAULT_TENANT, Filters, Hit, Record, Scope, StoredMessage
 
 DEFAULT_TTL_SECONDS = 210 * 24 * 3600
 _OWN_OPTIONS = ("prefix", "ttl_seconds", "ttl_days")
+_MAX_TTL_SECONDS = 2**53 - 1  # exact in a script's Lua number, and far below EXPIRE's limit (2**63 ms)
 _FAMILIES = ("meta", "msgs", "order", "vecs", "state", "added")
 _SCAN_ABOVE = 20_000  # sessions with more messages are read for search in pages
 _SCAN_PAGE = 2_000
@@ -127,6 +128,13 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     return C.split_url(url, ("redis", "rediss"), _OWN_OPTIONS)
 
 
+def _check_ttl(seconds: int, name: str) -> int:
+    """``seconds`` if it is a whole number of seconds Redis can expire keys after; else InvalidInput."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 < seconds <= _MAX_TTL_SECONDS:
+        raise InvalidInput(f"{name} must be an int from 1 to {_MAX_TTL_SECONDS} (every key expires), got {seconds!r}")
+    return seconds
+
+
 class RedisStore(StoreBase):
     """:class:`~fullrecall.stores.base.Store` on Redis (see the module docstring)."""
 
@@ -142,9 +150,7 @@ class RedisStore(StoreBase):
         conn_url, opts = split_url(url)
         if "ttl_days" in opts:
             ttl_seconds = int(float(opts["ttl_days"]) * 86400)
-        ttl_seconds = int(opts.get("ttl_seconds", ttl_seconds))
-        if ttl_seconds <= 0:
-            raise ValueError(f"ttl_seconds must be > 0 (every key expires), got {ttl_seconds}")
+        ttl_seconds = _check_ttl(int(opts.get("ttl_seconds", ttl_seconds)), "ttl_seconds")
         self.url = url
         self.prefix = opts.get("prefix", prefix)
         self.ttl_seconds = ttl_seconds
@@ -561,9 +567,7 @@ class RedisStore(StoreBase):
 
     def set_ttl(self, scope: Scope, seconds: int) -> None:
         """Give one session its own TTL (seconds), applied now and on every later write."""
-        if int(seconds) <= 0:
-            raise ValueError(f"seconds must be > 0, got {seconds}")
-        self._run("set_ttl", scope, [int(seconds)])
+        self._run("set_ttl", scope, [_check_ttl(seconds, "seconds")])
 
     def _records_key(self, scope: Scope, user_seg: str, namespace: str) -> str:
         return f"{self._p(scope)}:user:{user_seg}:records:{quote(namespace, safe='')}"
