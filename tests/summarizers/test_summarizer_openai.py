@@ -154,6 +154,9 @@ def test_client_errors_are_not_retried(llm_server, tech_conversation, citations)
 @pytest.mark.parametrize("bad, cause", [
     (Reply(body=b"{not json"), "malformed"),
     (Reply(body=b'{"choices": []}'), "malformed"),
+    (Reply(body=b'{"choices": [null]}'), "malformed"),
+    (Reply(body=b'{"choices": [{"message": "a bare string"}]}'), "malformed"),
+    (Reply(body=b'{"choices": [{"message": {"content": [{"text": 7}]}}]}'), "malformed"),
     (completion(""), "empty answer"),
     (completion("   \n "), "empty answer"),
     (completion("I'm sorry, but I can't help with summarizing this conversation."), "refusal"),
