@@ -169,6 +169,36 @@ def test_during_an_outage_a_write_adds_one_record_and_retries_nothing(tmp_path):
     assert archive.get_memory_usage_stats()["unindexed_count"] == 22 - 4
 
 
+class BrokenVectorsEmbedder(HashEmbedder):
+    """Answers, but with vectors no store takes (NaN, or one row short) until ``broken`` is cleared."""
+
+    def __init__(self, broken: str) -> None:
+        super().__init__()
+        self.broken = broken
+
+    def embed(self, texts: Any) -> np.ndarray:
+        out = super().embed(texts)
+        if self.broken == "nan":
+            out[0, 0] = np.nan
+        return out[:-1] if self.broken == "short" else out
+
+
+@pytest.mark.parametrize("broken", ["nan", "short"])
+def test_an_embedder_answering_unusable_vectors_only_delays_search(tmp_path, broken):
+    from fullrecall.window import SlidingWindowConversationManager
+
+    embedder = BrokenVectorsEmbedder(broken)
+    archive = Archive(f"sqlite:///{tmp_path}/a.db", Scope(session_id="s"), embedding_model=embedder)
+    manager = SlidingWindowConversationManager(window_size=2, on_remove=archive.write)
+    messages = [{"role": r, "content": [{"text": words(i)}]} for i, r in enumerate(["user", "assistant"] * 3)]
+    manager.apply_management(messages)  # the text is durable: the window shrinks, the vectors wait
+    assert len(messages) == 2 and archive.get_memory_usage_stats()["unindexed_count"] == 4
+    assert [m.position for m in archive.get(0, 3)] == [0, 1, 2, 3]
+    embedder.broken = ""
+    assert archive.catch_up() == 4
+    assert set(archive.store.get_vectors(archive.scope, [f"m{i}" for i in range(4)])) == {"m0", "m1", "m2", "m3"}
+
+
 # -- round trips and O(1) stats -------------------------------------------------------------------
 
 def test_a_write_is_two_round_trips_and_stats_read_no_archived_message(store_url):

@@ -43,6 +43,7 @@ from typing import Any
 from ..messages.formats import parse_message, render_message
 from ..messages.model import Message, TextBlock
 from ..search.terms import index_text
+from ..stores._vectors import as_matrix
 from ..stores.base import Filters, Record, Scope, Store, StoredMessage
 from ..window.base import RemovedMessages
 from .indexer import BackgroundIndexer, Job
@@ -250,7 +251,8 @@ class Archive:
         engine = self.search_engine
         try:
             engine._check_vector_space()
-            vectors = engine.embedder.embed([m.text for m in messages])
+            # vectors no store takes (NaN, too few rows) are the embedder's failure too, found before storing
+            vectors = as_matrix(engine.embedder.embed([m.text for m in messages]), len(messages))
         except Exception as exc:  # noqa: BLE001 - the text is committed; only vectors are late
             log.warning("archived %d message(s) but could not embed them (%s: %s); they are kept, found by "
                         "keyword search, and embedded later", len(messages), type(exc).__name__, exc)
