@@ -319,6 +319,27 @@ def test_the_manager_archives_in_the_background_and_recalls_after_flush(tmp_path
     manager.archive.close()
 
 
+def test_in_the_background_batches_an_outage_left_are_embedded_once_the_embedder_is_back(tmp_path):
+    embedder = HashEmbedder(fail=True)
+    archive = Archive(f"sqlite:///{tmp_path}/a.db", Scope(session_id="s"), embedding_model=embedder,
+                      background_indexing=True)
+    for k in range(3):
+        archive.write(removed([words(2 * k), words(2 * k + 1)], 2 * k))
+    assert archive.flush(timeout=30) and archive.get_memory_usage_stats()["unindexed_count"] == 6
+    embedder.fail = False
+    assert archive.catch_up() == 6  # on demand: nothing of these is queued any more
+    archive.write(removed([words(6), words(7)], 6))
+    assert archive.flush(timeout=30)
+    embedder.fail = True
+    archive.write(removed([words(8)], 8))
+    assert archive.flush(timeout=30) and archive.get_memory_usage_stats()["unindexed_count"] == 1
+    embedder.fail = False
+    archive.write(removed([words(9)], 9))  # a later write that embeds takes the waiting batch too
+    assert archive.flush(timeout=30) and archive.get_memory_usage_stats()["unindexed_count"] == 0
+    assert len(archive.store.get_vectors(archive.scope, [f"m{i}" for i in range(10)])) == 10
+    archive.close()
+
+
 def test_a_batch_submitted_while_the_indexer_closes_is_refused_or_indexed_never_stranded():
     from fullrecall.archive.indexer import BackgroundIndexer
 

@@ -133,6 +133,7 @@ class Archive:
         self._oldest: int | None = None  # where the oldest archived message was last seen (a hint)
         self._writing: int | None = None  # during a write: the newest position it archives
         self._next_catch_up = 0.0  # when to look for waiting batches again (0: on the next write)
+        self._failed: set[str] = set()  # waiting batches this archive's worker could not embed (queued nowhere)
         self._indexer = BackgroundIndexer(self._index_jobs, batch_size=catch_up_batch) if background_indexing \
             else None
 
@@ -284,6 +285,7 @@ class Archive:
             if time.monotonic() >= self._next_catch_up:
                 self.catch_up()
         else:
+            self._failed.update(batch_id for batch_id, _ in jobs)
             self._next_catch_up = 0.0
 
     def catch_up(self) -> int:
@@ -298,7 +300,7 @@ class Archive:
         taken: list[Record] = []
         ids: list[str] = []
         for record in waiting:
-            if queued and time.time() - record.created_at < BACKLOG_RECHECK_S:
+            if queued and record.id not in self._failed and time.time() - record.created_at < BACKLOG_RECHECK_S:
                 continue  # likely still in a worker's queue (this one's or another process's)
             if taken and len(ids) + len(record.data.get("ids", [])) > self.catch_up_batch:
                 break
@@ -316,6 +318,7 @@ class Archive:
             return 0
         for record in taken:
             self.store.delete_record(self.scope, UNEMBEDDED, record.id)
+            self._failed.discard(record.id)
         return len(todo)
 
     def _unembedded_count(self) -> int:
