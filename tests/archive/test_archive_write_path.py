@@ -199,6 +199,23 @@ def test_an_embedder_answering_unusable_vectors_only_delays_search(tmp_path, bro
     assert set(archive.store.get_vectors(archive.scope, [f"m{i}" for i in range(4)])) == {"m0", "m1", "m2", "m3"}
 
 
+def test_messages_reusing_one_metadata_id_are_each_archived_and_a_rerun_stores_them_once(tmp_path):
+    from fullrecall.window import SlidingWindowConversationManager
+
+    archive = Archive(f"sqlite:///{tmp_path}/a.db", Scope(session_id="s"), embedding_model=HashEmbedder())
+    events = []
+    manager = SlidingWindowConversationManager(window_size=2, on_remove=events.append)
+    manager.add_removal_listener(archive.write)
+    messages = [{"role": r, "content": [{"text": words(i)}], "metadata": {"id": "copied"}}
+                for i, r in enumerate(["user", "assistant"] * 3)]
+    manager.apply_management(messages)
+    assert len(messages) == 2
+    assert [m.text.split(": ", 1)[1] for m in archive.get(0, 3)] == [words(i) for i in range(4)]
+    archive.write(events[0])  # a retry of the same removal
+    assert archive.get_memory_usage_stats()["message_count"] == 4
+    assert len(archive.store.get_vectors(archive.scope, [m.id for m in archive.get(0, 3)])) == 4
+
+
 # -- round trips and O(1) stats -------------------------------------------------------------------
 
 def test_a_write_is_two_round_trips_and_stats_read_no_archived_message(store_url):

@@ -176,7 +176,8 @@ class Archive:
             summary_id = event.summary.id if event.summary is not None else None
             records = [message_record(m, event.shape, reason=event.reason, summary_id=summary_id)
                        for m in event.messages]
-            self.store.append(self.scope, records)  # raises: the manager keeps the messages
+            positions = self.store.append(self.scope, records)  # raises: the manager keeps the messages
+            records = self._keep_reused_ids(records, positions)
         if not (self.logged and event.reason == "truncated"):  # a shortened original is still in the window
             self._note_archived([m.position for m in records if m.position is not None])
         if event.summary is not None:
@@ -196,6 +197,17 @@ class Archive:
             self._writing = None
 
     __call__ = write
+
+    def _keep_reused_ids(self, records: list[StoredMessage], positions: list[int]) -> list[StoredMessage]:
+        """Store under ``id@position`` each message whose id an earlier one holds (a caller reusing ids).
+
+        A rerun finds its own id at its own position and stores nothing again.
+        """
+        clashes = {i: replace(r, id=f"{r.id}@{r.position}") for i, (r, p) in enumerate(zip(records, positions))
+                   if r.position is not None and p != r.position}
+        if clashes:
+            self.store.append(self.scope, list(clashes.values()))
+        return [clashes.get(i, r) for i, r in enumerate(records)]
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every message written so far has its vectors (or is recorded as waiting); False on timeout."""
