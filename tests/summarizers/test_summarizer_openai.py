@@ -83,6 +83,21 @@ def test_citation_dropped_twice_is_appended(llm_server, tech_conversation, good_
     assert_safe(summary, tech_conversation, citations)
 
 
+def test_an_item_dropped_is_missing_even_when_a_longer_one_contains_it(llm_server):
+    conversation = [
+        {"role": "user", "content": "Issue #12 is the login bug and JIRA-12 tracks it; issue #123 is the crash "
+                                    "in v1.2.3, tracked as JIRA-123. We run v1.2 on hosts with 24 GB of RAM."},
+        {"role": "assistant", "content": "Noted: the crash (#123, JIRA-123) in v1.2.3 comes first; the login bug "
+                                         "#12 (JIRA-12) after it. Upgrade the 124 GB hosts later [1]."},
+    ]
+    dropped = ("* The user reported issue #123, the crash in v1.2.3, tracked as JIRA-123, and a login bug.\n"
+               "* The assistant will fix the crash first and upgrade the 124 GB hosts later [1].")
+    llm_server.script(completion(dropped), completion(dropped))
+    summary = LLMSummarizer(client(llm_server)).summarize(conversation)
+    assert summary.report.missing == ["#12", "JIRA-12", "v1.2", "24 GB"] == summary.report.appended
+    assert "#12, JIRA-12, v1.2, 24 GB" in llm_server.requests[1]["messages"][-1]["content"]
+
+
 def test_leaked_private_number_is_redacted(llm_server, tech_conversation, good_summary, citations, caplog):
     leaky = good_summary + "\n* The shared reference number is 700."
     llm_server.script(completion(leaky))
