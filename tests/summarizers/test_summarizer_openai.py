@@ -204,6 +204,23 @@ def test_disabled_means_truncation_without_a_call(llm_server, tech_conversation,
     assert_safe(summary, tech_conversation, citations)
 
 
+@pytest.mark.parametrize("budget", [60, 800])
+def test_truncation_summaries_fold_into_one_note_counting_every_message(llm_server, budget):
+    from fullrecall.window import SummarizingConversationManager
+
+    summarizer = LLMSummarizer(client(llm_server), enabled=False, max_summary_tokens=budget)
+    manager = SummarizingConversationManager(summarizer=summarizer, preserve_recent_messages=2, max_history_turns=1)
+    messages: list[dict] = []
+    for i in range(12):
+        messages += [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]
+        manager.apply_management(messages)
+    text = messages[0]["content"]
+    removed = manager.removed_message_count
+    assert removed > 12 and text.count("## Conversation Summary") == 1 and text.count("earlier messages") == 1
+    assert f"* {removed} earlier messages (positions 0-{removed - 1}) were moved to the archive" in text
+    assert llm_server.requests == []
+
+
 def test_settings_from_seed_003(llm_server, tech_conversation, good_summary):
     settings = {"enabled": True, "max_summary_tokens": 500, "summary_temperature": 0.1}
     llm_server.script(completion(good_summary))
