@@ -357,6 +357,19 @@ def test_in_the_background_batches_an_outage_left_are_embedded_once_the_embedder
     archive.close()
 
 
+def test_in_the_background_the_memory_limit_holds_once_flush_returns(tmp_path):
+    limit = 4000
+    archive = Archive(f"sqlite:///{tmp_path}/a.db", Scope(session_id="s"), embedding_model=HashEmbedder(),
+                      background_indexing=True, max_memory_archived_messages=limit)
+    for k in range(20):
+        archive.write(removed([words(2 * k), words(2 * k + 1)], 2 * k))
+    assert archive.flush(timeout=30)
+    stats = archive.get_memory_usage_stats()
+    assert stats["total_memory"] <= limit and stats["newest_position"] == 39 and stats["unindexed_count"] == 0
+    assert stats["evicted_count"] + stats["message_count"] == 40
+    archive.close()
+
+
 def test_a_batch_submitted_while_the_indexer_closes_is_refused_or_indexed_never_stranded():
     from fullrecall.archive.indexer import BackgroundIndexer
 

@@ -210,8 +210,17 @@ class Archive:
         return [clashes.get(i, r) for i, r in enumerate(records)]
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every message written so far has its vectors (or is recorded as waiting); False on timeout."""
-        return self._indexer.flush(timeout) if self._indexer is not None else True
+        """Wait until every message written so far has its vectors (or is recorded as waiting); False on timeout.
+
+        The vectors stored since the last write count toward ``max_memory_archived_messages``: the limit
+        holds again once this returns True.
+        """
+        if self._indexer is None:
+            return True
+        done = self._indexer.flush(timeout)
+        if done and self.max_memory_archived_messages is not None:
+            self._enforce_limits()
+        return done
 
     def close(self) -> None:
         """Finish background indexing and stop its worker (the store stays open: it is the caller's)."""
