@@ -199,10 +199,10 @@ def test_an_embedder_answering_unusable_vectors_only_delays_search(tmp_path, bro
     assert set(archive.store.get_vectors(archive.scope, [f"m{i}" for i in range(4)])) == {"m0", "m1", "m2", "m3"}
 
 
-def test_messages_reusing_one_metadata_id_are_each_archived_and_a_rerun_stores_them_once(tmp_path):
+def test_messages_reusing_one_metadata_id_are_each_archived_and_a_rerun_stores_them_once(store_url):
     from fullrecall.window import SlidingWindowConversationManager
 
-    archive = Archive(f"sqlite:///{tmp_path}/a.db", Scope(session_id="s"), embedding_model=HashEmbedder())
+    archive = Archive(store_url, Scope(session_id="s"), embedding_model=HashEmbedder())
     events = []
     manager = SlidingWindowConversationManager(window_size=2, on_remove=events.append)
     manager.add_removal_listener(archive.write)
