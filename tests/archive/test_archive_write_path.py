@@ -169,6 +169,53 @@ def test_during_an_outage_a_write_adds_one_record_and_retries_nothing(tmp_path):
     assert archive.get_memory_usage_stats()["unindexed_count"] == 22 - 4
 
 
+class BrokenVectorsEmbedder(HashEmbedder):
+    """Answers, but with vectors no store takes (NaN, or one row short) until ``broken`` is cleared."""
+
+    def __init__(self, broken: str) -> None:
+        super().__init__()
+        self.broken = broken
+
+    def embed(self, texts: Any) -> np.ndarray:
+        out = super().embed(texts)
+        if self.broken == "nan":
+            out[0, 0] = np.nan
+        return out[:-1] if self.broken == "short" else out
+
+
+@pytest.mark.parametrize("broken", ["nan", "short"])
+def test_an_embedder_answering_unusable_vectors_only_delays_search(tmp_path, broken):
+    from fullrecall.window import SlidingWindowConversationManager
+
+    embedder = BrokenVectorsEmbedder(broken)
+    archive = Archive(f"sqlite:///{tmp_path}/a.db", Scope(session_id="s"), embedding_model=embedder)
+    manager = SlidingWindowConversationManager(window_size=2, on_remove=archive.write)
+    messages = [{"role": r, "content": [{"text": words(i)}]} for i, r in enumerate(["user", "assistant"] * 3)]
+    manager.apply_management(messages)  # the text is durable: the window shrinks, the vectors wait
+    assert len(messages) == 2 and archive.get_memory_usage_stats()["unindexed_count"] == 4
+    assert [m.position for m in archive.get(0, 3)] == [0, 1, 2, 3]
+    embedder.broken = ""
+    assert archive.catch_up() == 4
+    assert set(archive.store.get_vectors(archive.scope, [f"m{i}" for i in range(4)])) == {"m0", "m1", "m2", "m3"}
+
+
+def test_messages_reusing_one_metadata_id_are_each_archived_and_a_rerun_stores_them_once(store_url):
+    from fullrecall.window import SlidingWindowConversationManager
+
+    archive = Archive(store_url, Scope(session_id="s"), embedding_model=HashEmbedder())
+    events = []
+    manager = SlidingWindowConversationManager(window_size=2, on_remove=events.append)
+    manager.add_removal_listener(archive.write)
+    messages = [{"role": r, "content": [{"text": words(i)}], "metadata": {"id": "copied"}}
+                for i, r in enumerate(["user", "assistant"] * 3)]
+    manager.apply_management(messages)
+    assert len(messages) == 2
+    assert [m.text.split(": ", 1)[1] for m in archive.get(0, 3)] == [words(i) for i in range(4)]
+    archive.write(events[0])  # a retry of the same removal
+    assert archive.get_memory_usage_stats()["message_count"] == 4
+    assert len(archive.store.get_vectors(archive.scope, [m.id for m in archive.get(0, 3)])) == 4
+
+
 # -- round trips and O(1) stats -------------------------------------------------------------------
 
 def test_a_write_is_two_round_trips_and_stats_read_no_archived_message(store_url):
@@ -287,6 +334,40 @@ def test_the_manager_archives_in_the_background_and_recalls_after_flush(tmp_path
     assert stats["embedding_memory"] == manager.removed_message_count * HashEmbedder.dimension * 4
     assert manager.recall("REF-4821", radius=0).hits[0].position == 2
     manager.archive.close()
+
+
+def test_in_the_background_batches_an_outage_left_are_embedded_once_the_embedder_is_back(tmp_path):
+    embedder = HashEmbedder(fail=True)
+    archive = Archive(f"sqlite:///{tmp_path}/a.db", Scope(session_id="s"), embedding_model=embedder,
+                      background_indexing=True)
+    for k in range(3):
+        archive.write(removed([words(2 * k), words(2 * k + 1)], 2 * k))
+    assert archive.flush(timeout=30) and archive.get_memory_usage_stats()["unindexed_count"] == 6
+    embedder.fail = False
+    assert archive.catch_up() == 6  # on demand: nothing of these is queued any more
+    archive.write(removed([words(6), words(7)], 6))
+    assert archive.flush(timeout=30)
+    embedder.fail = True
+    archive.write(removed([words(8)], 8))
+    assert archive.flush(timeout=30) and archive.get_memory_usage_stats()["unindexed_count"] == 1
+    embedder.fail = False
+    archive.write(removed([words(9)], 9))  # a later write that embeds takes the waiting batch too
+    assert archive.flush(timeout=30) and archive.get_memory_usage_stats()["unindexed_count"] == 0
+    assert len(archive.store.get_vectors(archive.scope, [f"m{i}" for i in range(10)])) == 10
+    archive.close()
+
+
+def test_in_the_background_the_memory_limit_holds_once_flush_returns(tmp_path):
+    limit = 4000
+    archive = Archive(f"sqlite:///{tmp_path}/a.db", Scope(session_id="s"), embedding_model=HashEmbedder(),
+                      background_indexing=True, max_memory_archived_messages=limit)
+    for k in range(20):
+        archive.write(removed([words(2 * k), words(2 * k + 1)], 2 * k))
+    assert archive.flush(timeout=30)
+    stats = archive.get_memory_usage_stats()
+    assert stats["total_memory"] <= limit and stats["newest_position"] == 39 and stats["unindexed_count"] == 0
+    assert stats["evicted_count"] + stats["message_count"] == 40
+    archive.close()
 
 
 def test_a_batch_submitted_while_the_indexer_closes_is_refused_or_indexed_never_stranded():

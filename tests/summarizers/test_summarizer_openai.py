@@ -83,6 +83,21 @@ def test_citation_dropped_twice_is_appended(llm_server, tech_conversation, good_
     assert_safe(summary, tech_conversation, citations)
 
 
+def test_an_item_dropped_is_missing_even_when_a_longer_one_contains_it(llm_server):
+    conversation = [
+        {"role": "user", "content": "Issue #12 is the login bug and JIRA-12 tracks it; issue #123 is the crash "
+                                    "in v1.2.3, tracked as JIRA-123. We run v1.2 on hosts with 24 GB of RAM."},
+        {"role": "assistant", "content": "Noted: the crash (#123, JIRA-123) in v1.2.3 comes first; the login bug "
+                                         "#12 (JIRA-12) after it. Upgrade the 124 GB hosts later [1]."},
+    ]
+    dropped = ("* The user reported issue #123, the crash in v1.2.3, tracked as JIRA-123, and a login bug.\n"
+               "* The assistant will fix the crash first and upgrade the 124 GB hosts later [1].")
+    llm_server.script(completion(dropped), completion(dropped))
+    summary = LLMSummarizer(client(llm_server)).summarize(conversation)
+    assert summary.report.missing == ["#12", "JIRA-12", "v1.2", "24 GB"] == summary.report.appended
+    assert "#12, JIRA-12, v1.2, 24 GB" in llm_server.requests[1]["messages"][-1]["content"]
+
+
 def test_leaked_private_number_is_redacted(llm_server, tech_conversation, good_summary, citations, caplog):
     leaky = good_summary + "\n* The shared reference number is 700."
     llm_server.script(completion(leaky))
@@ -154,6 +169,9 @@ def test_client_errors_are_not_retried(llm_server, tech_conversation, citations)
 @pytest.mark.parametrize("bad, cause", [
     (Reply(body=b"{not json"), "malformed"),
     (Reply(body=b'{"choices": []}'), "malformed"),
+    (Reply(body=b'{"choices": [null]}'), "malformed"),
+    (Reply(body=b'{"choices": [{"message": "a bare string"}]}'), "malformed"),
+    (Reply(body=b'{"choices": [{"message": {"content": [{"text": 7}]}}]}'), "malformed"),
     (completion(""), "empty answer"),
     (completion("   \n "), "empty answer"),
     (completion("I'm sorry, but I can't help with summarizing this conversation."), "refusal"),
@@ -184,6 +202,23 @@ def test_disabled_means_truncation_without_a_call(llm_server, tech_conversation,
     summary = LLMSummarizer(client(llm_server), enabled=False).summarize(tech_conversation)
     assert llm_server.requests == [] and summary.method == "truncation"
     assert_safe(summary, tech_conversation, citations)
+
+
+@pytest.mark.parametrize("budget", [60, 800])
+def test_truncation_summaries_fold_into_one_note_counting_every_message(llm_server, budget):
+    from fullrecall.window import SummarizingConversationManager
+
+    summarizer = LLMSummarizer(client(llm_server), enabled=False, max_summary_tokens=budget)
+    manager = SummarizingConversationManager(summarizer=summarizer, preserve_recent_messages=2, max_history_turns=1)
+    messages: list[dict] = []
+    for i in range(12):
+        messages += [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]
+        manager.apply_management(messages)
+    text = messages[0]["content"]
+    removed = manager.removed_message_count
+    assert removed > 12 and text.count("## Conversation Summary") == 1 and text.count("earlier messages") == 1
+    assert f"* {removed} earlier messages (positions 0-{removed - 1}) were moved to the archive" in text
+    assert llm_server.requests == []
 
 
 def test_settings_from_seed_003(llm_server, tech_conversation, good_summary):

@@ -5,6 +5,7 @@ import pytest
 from fullrecall import (
     ArchiveError,
     ContextWindowOverflowError,
+    MessageFormatError,
     NullConversationManager,
     SlidingWindowConversationManager,
     SummarizingConversationManager,
@@ -109,6 +110,24 @@ def test_failed_archive_keeps_every_message():
     with pytest.raises(ArchiveError, match="disk full.*stay in the window"):
         manager.apply_management(messages)
     assert messages == chat(10) and manager.removed_message_count == 0
+
+
+@pytest.mark.parametrize("make", [
+    lambda removed: SlidingWindowConversationManager(window_size=2, on_remove=removed.append),
+    lambda removed: SummarizingConversationManager(summarizer=lambda m, p: "s", preserve_recent_messages=2,
+                                                   max_history_turns=1, on_remove=removed.append),
+])
+@pytest.mark.parametrize("act", ["apply_management", "reduce_context", "clear"])
+def test_a_bad_message_behind_a_system_message_is_named_by_its_index_and_nothing_moves(make, act):
+    good = [{"role": "system", "content": "be brief"}] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(8)]
+    bad = {"role": "assistant", "content": 5}
+    messages = [*good[:5], bad, *good[6:]]
+    removed = []
+    manager = make(removed)
+    with pytest.raises(MessageFormatError, match="^message 5: 'content'"):
+        getattr(manager, act)(messages)
+    assert messages == [*good[:5], bad, *good[6:]] and removed == [] and manager.removed_message_count == 0
 
 
 def test_summarizing_parameters_are_checked_and_clamped():

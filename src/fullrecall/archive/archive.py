@@ -43,6 +43,7 @@ from typing import Any
 from ..messages.formats import parse_message, render_message
 from ..messages.model import Message, TextBlock
 from ..search.terms import index_text
+from ..stores._vectors import as_matrix
 from ..stores.base import Filters, Record, Scope, Store, StoredMessage
 from ..window.base import RemovedMessages
 from .indexer import BackgroundIndexer, Job
@@ -132,6 +133,7 @@ class Archive:
         self._oldest: int | None = None  # where the oldest archived message was last seen (a hint)
         self._writing: int | None = None  # during a write: the newest position it archives
         self._next_catch_up = 0.0  # when to look for waiting batches again (0: on the next write)
+        self._failed: set[str] = set()  # waiting batches this archive's worker could not embed (queued nowhere)
         self._indexer = BackgroundIndexer(self._index_jobs, batch_size=catch_up_batch) if background_indexing \
             else None
 
@@ -174,7 +176,8 @@ class Archive:
             summary_id = event.summary.id if event.summary is not None else None
             records = [message_record(m, event.shape, reason=event.reason, summary_id=summary_id)
                        for m in event.messages]
-            self.store.append(self.scope, records)  # raises: the manager keeps the messages
+            positions = self.store.append(self.scope, records)  # raises: the manager keeps the messages
+            records = self._keep_reused_ids(records, positions)
         if not (self.logged and event.reason == "truncated"):  # a shortened original is still in the window
             self._note_archived([m.position for m in records if m.position is not None])
         if event.summary is not None:
@@ -195,9 +198,29 @@ class Archive:
 
     __call__ = write
 
+    def _keep_reused_ids(self, records: list[StoredMessage], positions: list[int]) -> list[StoredMessage]:
+        """Store under ``id@position`` each message whose id an earlier one holds (a caller reusing ids).
+
+        A rerun finds its own id at its own position and stores nothing again.
+        """
+        clashes = {i: replace(r, id=f"{r.id}@{r.position}") for i, (r, p) in enumerate(zip(records, positions))
+                   if r.position is not None and p != r.position}
+        if clashes:
+            self.store.append(self.scope, list(clashes.values()))
+        return [clashes.get(i, r) for i, r in enumerate(records)]
+
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every message written so far has its vectors (or is recorded as waiting); False on timeout."""
-        return self._indexer.flush(timeout) if self._indexer is not None else True
+        """Wait until every message written so far has its vectors (or is recorded as waiting); False on timeout.
+
+        The vectors stored since the last write count toward ``max_memory_archived_messages``: the limit
+        holds again once this returns True.
+        """
+        if self._indexer is None:
+            return True
+        done = self._indexer.flush(timeout)
+        if done and self.max_memory_archived_messages is not None:
+            self._enforce_limits()
+        return done
 
     def close(self) -> None:
         """Finish background indexing and stop its worker (the store stays open: it is the caller's)."""
@@ -250,7 +273,8 @@ class Archive:
         engine = self.search_engine
         try:
             engine._check_vector_space()
-            vectors = engine.embedder.embed([m.text for m in messages])
+            # vectors no store takes (NaN, too few rows) are the embedder's failure too, found before storing
+            vectors = as_matrix(engine.embedder.embed([m.text for m in messages]), len(messages))
         except Exception as exc:  # noqa: BLE001 - the text is committed; only vectors are late
             log.warning("archived %d message(s) but could not embed them (%s: %s); they are kept, found by "
                         "keyword search, and embedded later", len(messages), type(exc).__name__, exc)
@@ -282,6 +306,7 @@ class Archive:
             if time.monotonic() >= self._next_catch_up:
                 self.catch_up()
         else:
+            self._failed.update(batch_id for batch_id, _ in jobs)
             self._next_catch_up = 0.0
 
     def catch_up(self) -> int:
@@ -296,7 +321,7 @@ class Archive:
         taken: list[Record] = []
         ids: list[str] = []
         for record in waiting:
-            if queued and time.time() - record.created_at < BACKLOG_RECHECK_S:
+            if queued and record.id not in self._failed and time.time() - record.created_at < BACKLOG_RECHECK_S:
                 continue  # likely still in a worker's queue (this one's or another process's)
             if taken and len(ids) + len(record.data.get("ids", [])) > self.catch_up_batch:
                 break
@@ -314,6 +339,7 @@ class Archive:
             return 0
         for record in taken:
             self.store.delete_record(self.scope, UNEMBEDDED, record.id)
+            self._failed.discard(record.id)
         return len(todo)
 
     def _unembedded_count(self) -> int:

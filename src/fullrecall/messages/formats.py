@@ -31,10 +31,13 @@ _ANTHROPIC_TYPES = {"tool_use", "tool_result", "thinking", "redacted_thinking", 
 # -- detection -------------------------------------------------------------------------
 
 
-def detect_shape(messages: Sequence[Any]) -> str:
-    """The shape of a list; ``openai`` when every message would read the same in any shape."""
+def detect_shape(messages: Sequence[Any], first_index: int = 0) -> str:
+    """The shape of a list; ``openai`` when every message would read the same in any shape.
+
+    Errors number the messages from ``first_index`` (where the list sits in the caller's).
+    """
     found: dict[str, int] = {}
-    for index, msg in enumerate(messages):
+    for index, msg in enumerate(messages, first_index):
         if not isinstance(msg, dict):
             raise MessageFormatError(f"message {index}: expected a dict, got {type(msg).__name__}")
         shape = _signal(msg)
@@ -69,9 +72,11 @@ def _signal(msg: dict[str, Any]) -> str | None:
 
 
 def parse_messages(
-    messages: Sequence[Any], shape: str | None = None, *, storable: bool = False
+    messages: Sequence[Any], shape: str | None = None, *, storable: bool = False, first_index: int = 0
 ) -> tuple[str, list[Message]]:
     """Typed messages and the shape they came in; ``MessageFormatError`` names index and field.
+
+    Indexes count from ``first_index``: a slice of a caller's list names its messages as the caller does.
 
     With ``storable``, each message must also be a JSON value of at most ``MAX_MESSAGE_BYTES`` (what a
     store can keep verbatim: no NaN, bytes, tuples or other objects, nesting bounded), as
@@ -79,12 +84,12 @@ def parse_messages(
     """
     if not isinstance(messages, (list, tuple)):
         raise MessageFormatError(f"messages must be a list, got {type(messages).__name__}")
-    shape = shape or detect_shape(messages)
+    shape = shape or detect_shape(messages, first_index)
     if shape not in SHAPES:
         raise ValueError(f"unknown message shape {shape!r}; expected one of {SHAPES}")
     parse = _PARSERS[shape]
     out = []
-    for index, msg in enumerate(messages):
+    for index, msg in enumerate(messages, first_index):
         if not isinstance(msg, dict):
             raise MessageFormatError(f"message {index}: expected a dict, got {type(msg).__name__}")
         try:

@@ -85,8 +85,19 @@ def _norm(text: str) -> str:
 
 
 def contains(text: str, item: str) -> bool:
-    """Whether ``item`` appears in ``text``, ignoring case and runs of whitespace."""
-    return _norm(item) in _norm(text)
+    """Whether ``item`` appears in ``text`` whole, ignoring case and runs of whitespace.
+
+    Inside a longer word or number it does not count: ``#12`` is not in ``#123``, nor ``v1.2`` in ``v1.2.3``.
+    """
+    needle = _norm(item)
+    if not needle:
+        return True
+    pattern = re.escape(needle)
+    if re.match(r"\w", needle):
+        pattern = r"(?<!\w)(?<!\d[.,])" + pattern
+    if re.search(r"\w$", needle):
+        pattern += r"(?!\w)(?![.,]\d)"
+    return re.search(pattern, _norm(text)) is not None
 
 
 def missing_items(text: str, items: Iterable[str]) -> list[str]:

@@ -73,6 +73,8 @@ _COMMON = frozenset("the and for that this with from have has was were are you y
                     "assistant summary conversation about into which what when where there been also".split())
 
 FALLBACKS = ("extractive", "truncation", "raise")
+_NOTE = re.compile(r"\* (?P<count>\d+) earlier messages(?: \(positions (?P<first>\d+)-(?P<last>\d+)\))? "
+                   r"were moved to the archive without a summary")
 
 
 class LLMSummarizer:
@@ -307,11 +309,26 @@ class LLMSummarizer:
         return self._finish(self._truncation(msgs, prev), "truncation", msgs, plan, report)
 
     def _truncation(self, msgs: list[Message], prev: str | None) -> str:
+        """A note that the messages went to the archive, folding the note of an earlier truncation in.
+
+        The note comes first, the earlier summary's other lines after it: a budget cut drops old prose, not it.
+        """
         positions, _ = covered(msgs)
-        span = f" (positions {positions[0]}-{positions[-1]})" if positions else ""
-        note = (f"{HEADER}\n* {len(msgs)} earlier messages{span} were moved to the archive without a summary; "
+        count, span = len(msgs), (positions[0], positions[-1]) if positions else None
+        rest = []
+        for line in (prev or "").splitlines():
+            earlier = _NOTE.match(line.strip())
+            if earlier:  # fold: one note counting every message moved without a summary
+                count += int(earlier["count"])
+                if earlier["first"] is not None:
+                    old = (int(earlier["first"]), int(earlier["last"]))
+                    span = (min(old[0], span[0]), max(old[1], span[1])) if span else old
+            elif line.strip() and line.strip() != HEADER:
+                rest.append(line)
+        where = f" (positions {span[0]}-{span[1]})" if span else ""
+        note = (f"* {count} earlier messages{where} were moved to the archive without a summary; "
                 "search the archive to recall them verbatim.")
-        return f"{prev.rstrip()}\n{note}" if prev else note
+        return "\n".join([HEADER, note, *rest])
 
     def _finish(self, text: str, method: str, msgs: list[Message], plan: ExclusionPlan,
                 report: CheckReport) -> Summary:

@@ -71,7 +71,7 @@ class ConversationManager:
         """Empty the window (a pinned system message stays); every message is reported first."""
         pinned = self._pinned_count(messages)
         start = self._window_start(messages)
-        shape, body = self._parse(messages[start:], pinned + self.removed_message_count)
+        shape, body = self._parse(messages[start:], pinned + self.removed_message_count, start)
         if body:
             self._release(RemovedMessages(messages=body, reason="cleared", shape=shape))
         del messages[pinned:]
@@ -115,13 +115,18 @@ class ConversationManager:
         """A leading system message (chat-completions shape) is never trimmed."""
         return 1 if raw and isinstance(raw[0], dict) and raw[0].get("role") in ("system", "developer") else 0
 
-    def _parse(self, raw: Sequence[dict[str, Any]], first_position: int) -> tuple[str, list[Message]]:
-        """Typed messages numbered from ``first_position``; ids are stable per position."""
-        return self._parse_at(raw, range(first_position, first_position + len(raw)))
+    def _parse(self, raw: Sequence[dict[str, Any]], first_position: int, first_index: int = 0
+               ) -> tuple[str, list[Message]]:
+        """Typed messages numbered from ``first_position``; ids are stable per position.
 
-    def _parse_at(self, raw: Sequence[dict[str, Any]], positions: Sequence[int]) -> tuple[str, list[Message]]:
-        """Typed messages at the given ``positions`` (one each)."""
-        shape, parsed = parse_messages(raw)
+        ``raw`` starts at ``first_index`` of the caller's list: a bad message is named by its index there.
+        """
+        return self._parse_at(raw, range(first_position, first_position + len(raw)), first_index)
+
+    def _parse_at(self, raw: Sequence[dict[str, Any]], positions: Sequence[int], first_index: int = 0
+                  ) -> tuple[str, list[Message]]:
+        """Typed messages at the given ``positions`` (one each), ``raw`` starting at ``first_index``."""
+        shape, parsed = parse_messages(raw, first_index=first_index)
         for msg, position in zip(parsed, positions, strict=True):
             msg.position = position
             msg.id = _message_id(msg)

@@ -93,7 +93,7 @@ class SlidingWindowConversationManager(ConversationManager):
             self._pin_first_applied = True
         window = messages[system:]
         # every message before the first unpinned one is either removed or pinned at the front
-        shape, body = self._parse(window, system + self.removed_message_count)
+        shape, body = self._parse(window, system + self.removed_message_count, system)
         if self.window_size == 0:
             return self._remove(messages, system, body, len(body), shape, error, reason="trimmed")
         if error is not None and self.should_truncate_results and self._truncate_oldest_result(messages, system, body, shape):
@@ -144,7 +144,7 @@ class SlidingWindowConversationManager(ConversationManager):
     def clear(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
         """Empty the window but for the pinned messages; every other message is reported first."""
         system = self._pinned_count(messages)
-        shape, body = self._parse(messages[system:], system + self.removed_message_count)
+        shape, body = self._parse(messages[system:], system + self.removed_message_count, system)
         if body:
             self._remove(messages, system, body, len(body), shape, None, reason="cleared")
         return messages

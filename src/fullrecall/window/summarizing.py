@@ -199,7 +199,7 @@ class SummarizingConversationManager(ConversationManager):
         if self.max_history_turns is not None and originals > 2 * self.max_history_turns:
             keeps.append(2 * self.max_history_turns)
         if self.max_context_tokens is not None:
-            shape, parsed = self._parse(messages[layout.start :], layout.first_position(self))
+            shape, parsed = self._parse(messages[layout.start :], layout.first_position(self), layout.start)
             sizes = [self.token_counter.count_message(m) for m in parsed]
             total = sum(sizes) + sum(self.token_counter.count_message(m) for m in self._parse(messages[: layout.start], 0)[1])
             if total > self.max_context_tokens:
@@ -216,7 +216,7 @@ class SummarizingConversationManager(ConversationManager):
         """Empty the window but for pinned messages; the summary goes, every original is reported first."""
         layout = self._layout(messages)
         tail = messages[layout.start :]
-        shape, body = self._parse(tail, layout.first_position(self))
+        shape, body = self._parse(tail, layout.first_position(self), layout.start)
         front, loose = self._front(messages, layout, reach=layout.front)
         doomed = [i for i in range(len(tail)) if not is_pinned(tail, i)]
         gone = [m for i, m in enumerate(front) if i in loose] + [body[i] for i in doomed]
@@ -256,7 +256,7 @@ class SummarizingConversationManager(ConversationManager):
         positions = self._front_positions
         if len(positions) != len(raw):  # pinned from the start (pin_first, the SDK's flag), nothing removed
             positions = list(range(layout.pinned, layout.pinned + len(raw)))
-        _, front = self._parse_at(raw, positions)
+        _, front = self._parse_at(raw, positions, layout.pinned)
         loose = {i for i in range(min(reach, len(raw))) if not is_pinned(messages, layout.pinned + i)}
         return front, loose
 
@@ -271,7 +271,7 @@ class SummarizingConversationManager(ConversationManager):
     ) -> None:
         """Fold the oldest originals into the summary; front messages no longer pinned go with them."""
         tail = messages[layout.start :]
-        shape, body = self._parse(tail, layout.first_position(self))
+        shape, body = self._parse(tail, layout.first_position(self), layout.start)
         if self.summary_role == "system" and shape != "openai":
             raise ValueError(f"summary_role='system' needs chat-completions messages; these are {shape}")
         limit = len(body) - max(self.preserve_recent_messages, 0)

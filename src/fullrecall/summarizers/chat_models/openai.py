@@ -159,24 +159,24 @@ class OpenAIChatModel:
             except ValueError:
                 error.retry_after = None  # type: ignore[attr-defined]
             raise error
-        try:
+        try:  # any body not shaped as a completion (a null choice, a bare-string message) is malformed
             data = response.json()
             choice = data["choices"][0]
             message = choice.get("message") or {}
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            refusal = message.get("refusal")
+            text = message.get("content")
+            if isinstance(text, list):  # content parts
+                text = "".join(p.get("text") or "" for p in text if isinstance(p, dict))
+            finish = choice.get("finish_reason") or "stop"
+            usage = dict(data.get("usage") or {})
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise ChatModelError(f"{self.name} sent a malformed response ({type(exc).__name__}): "
                                  f"{response.text[:200]!r}", retryable=True) from exc
-        refusal = message.get("refusal")
-        text = message.get("content")
-        if isinstance(text, list):  # content parts
-            text = "".join(p.get("text", "") for p in text if isinstance(p, dict))
-        finish = choice.get("finish_reason") or "stop"
         if refusal:
             return ChatResponse(text=str(refusal), finish_reason="refusal", model=data.get("model"))
         if text is not None and not isinstance(text, str):
             raise ChatModelError(f"{self.name} sent non-text content: {type(text).__name__}", retryable=True)
-        return ChatResponse(text=text or "", finish_reason=str(finish), model=data.get("model"),
-                            usage=dict(data.get("usage") or {}))
+        return ChatResponse(text=text or "", finish_reason=str(finish), model=data.get("model"), usage=usage)
 
 
 def _checked_base_url(base_url: Any) -> str:
