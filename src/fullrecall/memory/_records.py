@@ -38,7 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MemoryInputError
+from ..errors import InvalidInput, MemoryInputError
+from ..stores import _validate as V
 from ..stores.base import Record, Scope, Store, StoredMessage
 
 _VEC = "_vec"
@@ -68,14 +69,13 @@ def open_book(store: Store | str, namespace: str, *, tenant: str, user_id: str |
 
 
 def check_unicode(value: str, where: str) -> str:
-    """``value`` if it is valid Unicode: a lone surrogate is stored by no backend and read by no embedder."""
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise MemoryInputError(f"{where} is not valid Unicode (a lone surrogate at character {exc.start})"
-                                   ) from None
-    return value
+    """``value`` if it is valid Unicode (:func:`~fullrecall.stores._validate.check_unicode`), else
+    MemoryInputError naming ``where``.
+    """
+    try:
+        return V.check_unicode(value, where)
+    except InvalidInput as exc:
+        raise MemoryInputError(str(exc)) from None
 
 
 def _encode(vector: np.ndarray) -> str:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import re
 import time
 import uuid
@@ -34,6 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import MemoryInputError
+from ..stores import _validate as V
 from ..stores.base import DEFAULT_TENANT, Record, Store
 from ._records import Entry, check_unicode, open_book, public_data
 
@@ -216,8 +216,7 @@ class FactMemory:
             if v is not None:
                 check_unicode(v, f"fact {text!r}: {name!r}")
         for name, when in (("valid_from", valid_from), ("stated_at", stated_at)):
-            if when is not None and (isinstance(when, bool) or not isinstance(when, (int, float))
-                                     or not math.isfinite(when)):
+            if when is not None and not V.is_time(when):
                 raise MemoryInputError(f"fact {text!r}: {name!r} must be Unix seconds (a finite number), not {when!r}")
         if not isinstance(origin, str):
             raise MemoryInputError(f"fact {text!r}: 'origin' must be a string, not {origin!r}")

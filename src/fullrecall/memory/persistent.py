@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import threading
 import time
 import uuid
@@ -548,8 +547,7 @@ def _names(name: str, values: Iterable[str] | None) -> set[str] | None:
 def _check_times(**times: Any) -> None:
     """Each time criterion is None or Unix seconds (a finite number); else MemoryInputError naming it."""
     for name, value in times.items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value)):
+        if value is not None and not V.is_time(value):
             raise MemoryInputError(f"{name!r} must be Unix seconds (a finite number) or None, not {value!r}")
 
 

@@ -23,12 +23,13 @@ from typing import Any, Protocol
 
 from ..archive.archive import archived_summaries
 from ..archive.recall import format_enrichment, merge_ranges
-from ..errors import MessageFormatError
+from ..errors import InvalidInput, MessageFormatError
 from ..memory.facts import NAMESPACE as FACTS
 from ..memory.procedural import NAMESPACE as PROCEDURES
 from ..messages.formats import parse_messages, render_message
 from ..messages.model import TextBlock
 from ..search.terms import index_text
+from ..stores import _validate as V
 from ..stores.base import Filters, Record, Scope, Store, StoredMessage
 from ..transfer._common import CONVERSATIONS
 from ..window.cuts import clean_cuts
@@ -62,12 +63,10 @@ def check_text(value: Any, where: str) -> None:
     if isinstance(value, str):
         if "\x00" in value:
             raise MessageFormatError(f"{where} holds a NUL character (\\u0000), which cannot be stored")
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise MessageFormatError(f"{where} is not valid Unicode (a lone surrogate at character "
-                                         f"{exc.start})") from None
+        try:
+            V.check_unicode(value, where)
+        except InvalidInput as exc:
+            raise MessageFormatError(str(exc)) from None
     elif isinstance(value, dict):
         for k, v in value.items():
             check_text(k, f"{where} key")

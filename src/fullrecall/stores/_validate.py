@@ -48,6 +48,17 @@ def _utf8_size(value: str, where: str) -> int:
         raise InvalidInput(f"{where} is not valid Unicode (a lone surrogate at character {exc.start})") from None
 
 
+def check_unicode(value: str, where: str) -> str:
+    """``value`` if it holds no lone surrogate (which no backend stores and no embedder reads)."""
+    _utf8_size(value, where)
+    return value
+
+
+def is_time(value: Any) -> bool:
+    """Whether ``value`` is a time fullrecall takes: a finite number of Unix seconds (not a bool)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def check_text(value: Any, where: str, limit: int = MAX_FIELD_BYTES) -> str:
     """``value`` if it is a str of valid Unicode within ``limit`` UTF-8 bytes (NUL allowed)."""
     if not isinstance(value, str):
@@ -134,7 +145,7 @@ def check_message(m: Any, index: int) -> None:
 
 
 def check_time(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_time(value):
         raise InvalidInput(f"{where} is {value!r}; expected a finite number of Unix seconds")
     return float(value)
 
