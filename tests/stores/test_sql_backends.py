@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from fullrecall.errors import StoreError
 from fullrecall.stores import ANY, Filters, Scope, StoredMessage, open_store
@@ -273,14 +275,14 @@ def test_postgres_schema_name_is_validated(service_urls: dict[str, Callable[[], 
 @pytest.mark.parametrize("fts_batch", [1, 3, 256])
 def test_sqlite_batched_fts_indexing_stays_exact(tmp_path, fts_batch: int) -> None:
     """Rows reach FTS5 in batches; deletes before and after indexing must leave it consistent."""
-    store = SQLiteStore(tmp_path / "fts.db", fts_batch=fts_batch)
+    store = SQLiteStore(tmp_path / "fts.db", fts_batch=fts_batch, lexical_in_process=0)  # FTS5 is the subject
     scope = Scope(session_id="s")
     store.append(scope, [_msg(i, f"walrus {i}") for i in range(5)])
     assert store.delete(scope, ["m0", "m1"]) == 2  # possibly never indexed
     assert sorted(h.id for h in store.search_text(scope, ["walrus"], 10)) == ["m2", "m3", "m4"]
     store.delete(scope, ["m2"])  # indexed by now
     store.append(scope, [_msg(i, f"walrus {i}") for i in range(5, 9)])
-    other = SQLiteStore(tmp_path / "fts.db")  # another connection indexes what this one wrote
+    other = SQLiteStore(tmp_path / "fts.db", lexical_in_process=0)  # another connection indexes what this one wrote
     assert sorted(h.id for h in other.search_text(scope, ["walrus"], 10)) == ["m3", "m4", "m5", "m6", "m7", "m8"]
     conn = store._conn()
     conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('integrity-check')")
@@ -318,7 +320,7 @@ def test_sqlite_text_search_of_a_large_scope_never_leaks_or_starves(tmp_path) ->
 
 def test_sqlite_words_in_most_rows_do_not_change_the_ranking(tmp_path) -> None:
     """A speaker's name in every row weighs nothing in BM25: the rare word decides, and the common one alone still finds."""
-    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}?lexical_in_process=0")  # FTS5's bm25() is the subject
     scope = Scope(session_id="s")
     texts = [f"Caroline (8 May): message number {i} about the weather" for i in range(99)]
     texts.insert(40, "Caroline (8 May): I signed up for a pottery class")
@@ -333,7 +335,7 @@ def test_sqlite_a_search_after_each_small_write_counts_no_word_again(tmp_path) -
     """How common each word is (counting it reads its whole posting list) is counted again only once the
     file has grown by 1%; the ranking is the same as with fresh counts.
     """
-    store = open_store(f"sqlite:///{tmp_path / 'c.db'}")
+    store = open_store(f"sqlite:///{tmp_path / 'c.db'}?lexical_in_process=0")  # FTS5's word counts are the subject
     scope = Scope(session_id="s")
     texts = [f"Caroline (8 May): message number {i} about the weather" for i in range(200)]
     texts.insert(40, "Caroline (8 May): I signed up for a pottery class")
@@ -348,7 +350,7 @@ def test_sqlite_a_search_after_each_small_write_counts_no_word_again(tmp_path) -
         hits = store.search_text(scope, ["caroline", "pottery"], 5)
         conn.set_trace_callback(None)
         assert "m40" in [h[0] for h in hits]
-        fresh = open_store(f"sqlite:///{tmp_path / 'c.db'}")  # counts taken now
+        fresh = open_store(f"sqlite:///{tmp_path / 'c.db'}?lexical_in_process=0")  # counts taken now
         assert [h[0] for h in fresh.search_text(scope, ["caroline", "pottery"], 5)] == [h[0] for h in hits]
         fresh.close()
     assert counts == [], "a word was counted again after a write of one message"
@@ -460,3 +462,67 @@ def test_postgres_ranges_cost_does_not_grow_with_the_conversation(
     reader.close()
     per_call = (pages_read() - before) / 10
     assert per_call < 30  # a scan of the position index would read ~100 pages per span
+
+
+_WORDS = ["walrus", "otter", "heron", "pike"]
+
+
+@settings(max_examples=60, deadline=None)
+@example(steps=[("append_at", 0, ["otter"], 10), ("search", 0, ["otter"], 0), ("append_at", 0, ["walrus"], 5),
+                ("append", 0, ["heron"], 0), ("search", 0, ["walrus"], 0)])  # a gap filled, then appends
+@given(steps=st.lists(
+    st.tuples(st.sampled_from(["append", "append_at", "delete", "forget", "search"]), st.integers(0, 3),
+              st.lists(st.sampled_from(_WORDS), min_size=1, max_size=3), st.integers(0, 40)),
+    min_size=1, max_size=30,
+))
+def test_sqlite_in_process_keyword_search_finds_what_fts5_finds(tmp_path_factory, steps) -> None:
+    """A small scope is searched by words in process, from an index cached per session and extended as rows are
+    appended; whatever any writer did since (appends, appends at explicit positions, deletes, forgets), it matches
+    exactly the rows FTS5 matches, read by another store object whose cache saw every state.
+    """
+    path = tmp_path_factory.mktemp("kw") / "k.db"
+    writer = SQLiteStore(path)
+    cached, fts = SQLiteStore(path), SQLiteStore(path, lexical_in_process=0)
+    scopes = [Scope(user_id=f"u{n % 2}", session_id=f"s{n}") for n in range(4)]
+    try:
+        for n, (op, which, words, at) in enumerate(steps):
+            scope = scopes[which]
+            if op == "append":
+                writer.append(scope, [_msg(100 + n * 3 + i, " ".join(words[i:] or words)) for i in range(3)])
+            elif op == "append_at":
+                taken = {m.position for m in writer.range(scope, 0, 10**6)}
+                if at not in taken:
+                    writer.append(scope, [StoredMessage(id=f"x{n}", role="user", text=" ".join(words), data={},
+                                                        position=at)])
+            elif op == "delete":
+                present = [m.id for m in writer.range(scope, 0, 10**6)]
+                writer.delete(scope, present[at % len(present):][:2] if present else [])
+            elif op == "forget":
+                writer.forget(scope)
+            if op == "search" or n == len(steps) - 1:  # several writes may come between two searches
+                for read in (scope, Scope(user_id=scope.user_id)):  # one session, and a user's sessions together
+                    for term in [*_WORDS, "walrus-otter", "otter heron"]:  # words, and phrases of two
+                        found = {(h.id, h.key) for h in cached.search_text(read, [term], 500)}
+                        assert found == {(h.id, h.key) for h in fts.search_text(read, [term], 500)}, (n, read, term)
+    finally:
+        for store in (writer, cached, fts):
+            store.close()
+
+
+def test_sqlite_small_scope_keyword_search_ranks_as_fts5_does(tmp_path) -> None:
+    """In one conversation (the file's statistics are the scope's), the in-process engine gives FTS5's own
+    scores: Porter stems with short words unstemmed ("us"), a hyphenated term as a phrase, a repeated term twice.
+    """
+    texts = ["It means so much to us", "We used to ride", "a self portrait of me", "my self and a portrait",
+             "dogs at the shelter", "the dog and us"] + [f"filler line {i} of plain talk" for i in range(70)]
+    scope = Scope(session_id="s")
+    fts = SQLiteStore(tmp_path / "r.db", lexical_in_process=0)
+    fts.append(scope, [_msg(i, t) for i, t in enumerate(texts)])
+    cached = SQLiteStore(tmp_path / "r.db")
+    for terms in (["used"], ["us"], ["self-portrait"], ["dogs", "dog", "shelter"], ["plain", "us"], ["talk"]):
+        mine = [(h.id, round(h.score, 9)) for h in cached.search_text(scope, terms, 10)]
+        assert mine == [(h.id, round(h.score, 9)) for h in fts.search_text(scope, terms, 10)], terms
+        assert mine or terms == ["talk"], terms
+    assert [h.id for h in cached.search_text(scope, ["self-portrait"], 10)] == ["m2"]  # "self ... portrait" is not it
+    fts.close()
+    cached.close()

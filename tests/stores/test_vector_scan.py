@@ -205,14 +205,16 @@ def test_sqlite_vector_search_runs_while_a_keyword_search_is_in_flight(tmp_path,
     vectors = clustered(50, 6)
     store, scope = load(f"sqlite:///{tmp_path / 'x.db'}", vectors)
     inside, release = threading.Event(), threading.Event()
-    real = SQLiteStore._search_text
 
-    def slow(self, *args, **kwargs):  # the keyword query, held open inside its read transaction
-        inside.set()
-        release.wait(10)
-        return real(self, *args, **kwargs)
+    def slowed(real):
+        def slow(self, *args, **kwargs):  # the keyword query, held open inside its read transaction
+            inside.set()
+            release.wait(10)
+            return real(self, *args, **kwargs)
+        return slow
 
-    monkeypatch.setattr(SQLiteStore, "_search_text", slow)
+    for engine in ("_search_text", "_search_in_process"):  # FTS5, or in process for a small scope
+        monkeypatch.setattr(SQLiteStore, engine, slowed(getattr(SQLiteStore, engine)))
     keyword: list = []
     worker = threading.Thread(target=lambda: keyword.append(store.search_text(scope, ["message"], 5)))
     worker.start()

@@ -1,12 +1,19 @@
-"""Okapi BM25 in process, for a backend without a text index (Redis): tokenizer, per-session inverted
-index (extended as messages are added) and the search over several sessions with shared statistics.
+"""Okapi BM25 in process: tokenizer, per-session inverted index (extended as messages are added), the
+search over several sessions with the statistics of those sessions alone, and a per-process cache of
+the indexes for a store that reads its rows in SQL.
+
+Redis (no text index) searches this way always; SQLite for a scope of at most
+``IN_PROCESS_ROWS`` messages, where FTS5's ``bm25()`` would read each query word's posting
+list across the whole file (every user's rows) to weigh it.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,18 +28,24 @@ LexicalRow = tuple[str, str, str, str, float, list[str], int | None]
 
 
 class Tokenizer:
-    """Lower-cased word tokens, Snowball-stemmed when PyStemmer is installed (like FTS5's porter)."""
+    """Lower-cased word tokens, stemmed by PyStemmer's Porter stemmer (the algorithm of FTS5's ``porter``
+    tokenizer) when it is installed; ``stems`` says whether it is.
+    """
 
-    def __init__(self) -> None:
+    def __init__(self, algorithm: str = "porter") -> None:
         try:
             import Stemmer
 
-            self._stem = Stemmer.Stemmer("english").stemWords
+            self._stem = Stemmer.Stemmer(algorithm).stemWords
+            self.stems = True
         except ImportError:  # plain words still match exactly
             self._stem = lambda words: words
+            self.stems = False
 
     def __call__(self, text: str) -> list[str]:
-        return self._stem(WORD.findall(text.lower()))
+        words = WORD.findall(text.lower())
+        # as FTS5's porter: words under 3 or over 64 characters pass unstemmed ("us" stays "us")
+        return [s if 3 <= len(w) <= 64 else w for w, s in zip(words, self._stem(words))]
 
 
 @dataclass
@@ -45,7 +58,7 @@ class LexicalIndex:
     kinds: np.ndarray
     created: np.ndarray
     lengths: np.ndarray  # tokens per message
-    postings: dict[str, tuple[np.ndarray, np.ndarray]]  # term -> (row numbers, term frequencies)
+    postings: dict[str, tuple[np.ndarray, np.ndarray]]  # term or "term term" pair -> (row numbers, frequencies)
     owner: Owner | None = None  # the session's (user_id, agent_id, session_id)
     positions: list[int | None] | None = None  # each message's position, parallel to ids
 
@@ -53,8 +66,8 @@ class LexicalIndex:
     def build(cls, rows: Sequence[LexicalRow], owner: Owner | None = None) -> LexicalIndex:
         """``rows``: (id, key, role, kind, created_at, tokens, position) of one session's messages."""
         counts: dict[str, dict[int, int]] = {}
-        for n, (_, _, _, _, _, tokens, _) in enumerate(rows):
-            for t in tokens:
+        for n, (_, _, _, _, _, tokens, _) in enumerate(rows):  # each token, and each pair of adjacent ones
+            for t in (*tokens, *map(" ".join, zip(tokens, tokens[1:]))):
                 doc = counts.setdefault(t, {})
                 doc[n] = doc.get(n, 0) + 1
         postings = {
@@ -98,28 +111,41 @@ class LexicalIndex:
 
 def bm25_search(
     indexes: Sequence[LexicalIndex],
-    terms: Sequence[str],
+    phrases: Sequence[Sequence[str]],
     k: int,
     filters: Filters | None,
     k1: float = 1.2,
     b: float = 0.75,
 ) -> list[Hit]:
-    """Okapi BM25 (OR of ``terms``, already tokenised) over several sessions with shared statistics."""
+    """Okapi BM25 over several sessions with their shared statistics, scored as SQLite FTS5's ``bm25()``
+    scores (so that the backends and SQLite's two engines rank alike): an OR of ``phrases``, each the
+    tokens of one search term; IDF ``log((N - n + 0.5) / (n + 0.5))``, at least 1e-6. A term of several
+    tokens ("self-portrait") counts as one phrase, found where its tokens stand side by side (every
+    adjacent pair of them: exact for two tokens). A term found in half the rows or more weighs nothing and only widens the matches, so
+    it is left out unless every term is that common, or there are fewer than 64 rows (as the SQLite
+    store does for FTS5).
+    Each row's length counts ``LENGTH_OFFSET`` tokens more, as an FTS5 row's scope column does.
+    """
     n_docs = sum(len(ix.ids) for ix in indexes)
-    if n_docs == 0 or not terms or k == 0:
+    phrases = [tuple(p) for p in phrases if p]  # a term given twice ("dogs", "dog") counts twice, as in FTS5
+    if n_docs == 0 or not phrases or k == 0:
         return []
-    avg = float(sum(ix.lengths.sum() for ix in indexes)) / n_docs or 1.0
-    terms = list(dict.fromkeys(terms))
-    df = {t: sum(len(ix.postings[t][0]) for ix in indexes if t in ix.postings) for t in terms}
+    avg = float(sum(ix.lengths.sum() for ix in indexes)) / n_docs + LENGTH_OFFSET
+    found_in = [[_phrase_rows(ix, p) for p in phrases] for ix in indexes]
+    df = [sum(len(per_ix[n][0]) for per_ix in found_in) for n in range(len(phrases))]
+    weighable = range(len(phrases))
+    if n_docs >= _FEW_ROWS:
+        weighable = [n for n in weighable if 2 * df[n] < n_docs] or weighable
     hits: list[tuple[float, str, str, Owner | None, int | None]] = []
-    for ix in indexes:
+    for ix, per_phrase in zip(indexes, found_in):
         scores = np.zeros(len(ix.ids))
-        for t in terms:
-            if t not in ix.postings:
+        lengths = ix.lengths + LENGTH_OFFSET
+        for n in weighable:
+            rows, tf = per_phrase[n]
+            if not len(rows):
                 continue
-            rows, tf = ix.postings[t]
-            idf = math.log(1.0 + (n_docs - df[t] + 0.5) / (df[t] + 0.5))
-            scores[rows] += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * ix.lengths[rows] / avg))
+            idf = max(1e-6, math.log((n_docs - df[n] + 0.5) / (df[n] + 0.5)))
+            scores[rows] += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths[rows] / avg))
         mask = filter_mask(filters, ix.ids, ix.roles, ix.kinds, ix.created)
         if mask is not None:
             scores[~mask] = 0.0
@@ -129,5 +155,86 @@ def bm25_search(
             found = found[scores[found] >= kth]
         positions = ix.positions or [None] * len(ix.ids)
         hits += [(float(scores[i]), ix.ids[i], ix.keys[i], ix.owner, positions[i]) for i in found.tolist()]
-    hits.sort(key=lambda h: (-h[0], h[2]))
+    hits.sort(key=lambda h: (-h[0], len(h[2]), h[2]))  # a shorter key first: a SQL row id is older
     return [Hit(i, s, key, owner, position) for s, i, key, owner, position in hits[:k]]
+
+
+LENGTH_OFFSET = 3
+_FEW_ROWS = 64
+
+
+def _phrase_rows(ix: LexicalIndex, tokens: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The rows holding ``tokens`` in this order, each next to the next (every adjacent pair of them:
+    exact for two tokens), and how often the rarest pair occurs there.
+    """
+    pairs = [" ".join(pair) for pair in zip(tokens, tokens[1:])] or list(tokens)
+    held = [ix.postings.get(t) for t in dict.fromkeys(pairs)]
+    if any(h is None for h in held):
+        return _NONE
+    rows, tf = held[0]  # type: ignore[misc]
+    for other_rows, other_tf in held[1:]:  # type: ignore[misc]
+        common, mine, theirs = np.intersect1d(rows, other_rows, assume_unique=True, return_indices=True)
+        rows, tf = common, np.minimum(tf[mine], other_tf[theirs])
+    return rows, tf
+
+
+_NONE = (np.zeros(0, np.int64), np.zeros(0, np.float64))
+
+
+class SessionIndexes:
+    """Each session's :class:`LexicalIndex`, kept in process while the session stands as it was read.
+
+    A session is described by ``version`` (whatever changes when rows are deleted, or when the key
+    comes to name another session), ``next_position`` and ``count`` (its message count). When only
+    the last two moved and the rows read from the old next position on account for every new
+    message, those rows are added to the index; otherwise it is built again. At most ``max_rows``
+    rows are held (least recently used sessions are dropped first).
+    """
+
+    def __init__(self, tokenize: Callable[[str], list[str]], max_rows: int = 500_000) -> None:
+        self.tokenize = tokenize
+        self._max_rows = max_rows
+        self._held: OrderedDict[Hashable, tuple[Hashable, int, int, LexicalIndex]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def index(
+        self, key: Hashable, version: Hashable, next_position: int, count: int, owner: Owner,
+        read: Callable[[int], Sequence[tuple[str, str, str, str, float, str, int]]],
+    ) -> LexicalIndex:
+        """The session's index; ``read(position)`` gives its rows from that position on, in order,
+        as (id, key, role, kind, created_at, indexed text, position).
+        """
+        with self._lock:
+            held = self._held.get(key)
+        index = None
+        if held is not None and held[0] == version:
+            _, seen_next, seen_count, index = held
+            if (seen_next, seen_count) != (next_position, count):
+                added = read(seen_next) if next_position > seen_next else []
+                if added and seen_count + len(added) == count:  # only appends since: add them
+                    index = index.extend(self._build(added, owner))
+                else:
+                    index = None
+        if index is None:
+            index = self._build(read(0), owner)
+        with self._lock:
+            self._held[key] = (version, next_position, count, index)
+            self._held.move_to_end(key)
+            rows = sum(len(h[3].ids) for h in self._held.values())
+            while rows > self._max_rows and len(self._held) > 1:
+                _, (_, _, _, dropped) = self._held.popitem(last=False)
+                rows -= len(dropped.ids)
+        return index
+
+    def _build(self, rows: Sequence[tuple[str, str, str, str, float, str, int]], owner: Owner) -> LexicalIndex:
+        tokenize = self.tokenize
+        return LexicalIndex.build([(i, k, r, kind, t, tokenize(text), p) for i, k, r, kind, t, text, p in rows], owner)
+
+    def drop(self, keys: Sequence[Hashable]) -> None:
+        with self._lock:
+            for key in keys:
+                self._held.pop(key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._held.clear()

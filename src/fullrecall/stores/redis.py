@@ -537,11 +537,11 @@ class RedisStore(StoreBase):
         self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None
     ) -> list[Hit]:
         C.check_positive_k(k)
-        tokens = [t for term in C.split_terms(terms) for t in self._tokenize(term)]
-        if not tokens or k == 0:
+        phrases = [p for p in (self._tokenize(term) for term in C.split_terms(terms)) if p]
+        if not phrases or k == 0:
             return []
         indexes = [self._cached(s).lexical for s in self._sessions(scope)]
-        return B.bm25_search(indexes, tokens, k, filters)
+        return B.bm25_search(indexes, phrases, k, filters)
 
     # -- state and long-term records ---------------------------------------------------------------
 

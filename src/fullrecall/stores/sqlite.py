@@ -18,6 +18,13 @@ Design, and why:
   Each FTS row also carries scope tokens (``s…`` session, ``u…`` user, ``t…`` tenant): a
   per-session search ANDs its token so FTS5 only walks small posting lists instead of
   ranking every match in the file.
+* **Keyword search of a small scope** (at most ``lexical_in_process`` messages, default 20,000: one
+  user's or one conversation's) is BM25 in process over an inverted index of the scope's rows,
+  cached per session and extended as rows are appended (:mod:`._bm25`, as Redis does), with the
+  scope's own statistics: FTS5's ``bm25()`` weighs each word by reading its posting list across the
+  whole file, every user's rows, which grows with the file, and lets one user's words move another's
+  ranking. ``lexical_in_process=0`` keeps every search on FTS5. Needs PyStemmer (the ``lexical``
+  extra); without it FTS5 serves every search.
 * **Vectors** are float32 BLOBs searched exactly with numpy. The normalised matrix of a
   scope is cached in process; each session row carries ``vec_version`` (any vector
   change) and ``vec_epoch`` (a deletion or overwrite), so every process notices other
@@ -35,7 +42,7 @@ Design, and why:
 
 URL forms (SQLAlchemy's convention): ``sqlite:///relative/path.db``,
 ``sqlite:////absolute/path.db``, ``sqlite:///:memory:``; query options
-``synchronous``, ``busy_timeout`` (ms), ``vector_cache_mb``, ``fts_batch``.
+``synchronous``, ``busy_timeout`` (ms), ``vector_cache_mb``, ``fts_batch``, ``lexical_in_process``.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import numpy as np
 
 from ..errors import StoreError
+from . import _bm25 as B
 from . import _common as C
 from . import _forget as F
 from . import _validate as V
@@ -197,6 +205,7 @@ MIGRATIONS: dict[int, str] = {
 
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 _FTS_BATCH = 256  # index pending rows inside an append once this many are waiting
+_IN_PROCESS_ROWS = 20_000  # a scope of at most this many messages is searched by words in process (see _bm25)
 _MAX_TOKEN_SESSIONS = 64  # above this many sessions, scope by user/tenant token + SQL filter
 _CHUNK = 500  # ids per IN (...) list
 _SCRUB_TRIES, _SCRUB_WAIT_MS, _SCRUB_PAUSE = 4, 200, 0.05  # forget's checkpoint: at most ~1 s for readers
@@ -242,6 +251,7 @@ class SQLiteStore(SqlStore):
         busy_timeout: float = 30_000,
         vector_cache_mb: float = 1024,
         fts_batch: int = _FTS_BATCH,
+        lexical_in_process: int = _IN_PROCESS_ROWS,
         url: str | None = None,
     ) -> None:
         path = os.fspath(path)
@@ -251,6 +261,7 @@ class SQLiteStore(SqlStore):
             busy_timeout = float(opts.get("busy_timeout", busy_timeout))
             vector_cache_mb = float(opts.get("vector_cache_mb", vector_cache_mb))
             fts_batch = int(opts.get("fts_batch", fts_batch))
+            lexical_in_process = int(opts.get("lexical_in_process", lexical_in_process))
         synchronous = str(synchronous).upper()
         if synchronous not in _SYNC_MODES:
             raise ValueError(f"synchronous must be one of {_SYNC_MODES}, got {synchronous!r}")
@@ -262,6 +273,10 @@ class SQLiteStore(SqlStore):
         self._fts_batch = max(1, int(fts_batch))
         self._cache: OrderedDict[tuple[int, ...], tuple[dict[int, tuple[int, Any]], int, Vec.VectorBlock]] = OrderedDict()
         self._df: dict[str, tuple[int, int]] = {}  # word -> (rows when counted, rows matching it)
+        tokenize = B.Tokenizer()
+        self._in_process_rows = int(lexical_in_process)
+        # None: FTS5 only (without a stemmer, in-process matching would be worse than FTS5's porter)
+        self._lexicons = B.SessionIndexes(tokenize) if tokenize.stems and self._in_process_rows > 0 else None
         self._lock = threading.RLock()
         self._conn_obj: sqlite3.Connection | None = None
         self._pid = os.getpid()
@@ -422,6 +437,8 @@ class SQLiteStore(SqlStore):
                 self._conn_obj.close()
             self._conn_obj = None
             self._cache.clear()
+            if self._lexicons is not None:
+                self._lexicons.clear()
             self._closed = True
 
     def __repr__(self) -> str:
@@ -673,27 +690,60 @@ class SQLiteStore(SqlStore):
         words = C.split_terms(terms)
         if not words or k == 0:
             return []
+        where, params = SQL.scope_where(scope)
+        columns = "sid, fts_scope, next_position, user_id, agent_id, session_id"
+        if self._lexicons is not None:
+            columns += ", message_count, vec_epoch, created_at, tenant"
         with self._text_read() as conn:  # one snapshot, unless messages wait for FTS: index them first
+            sessions = conn.execute(f"SELECT {columns} FROM sessions s WHERE {where}", params).fetchall()
+            if not sessions:
+                return []
+            if self._lexicons is not None and sum(r["message_count"] for r in sessions) <= self._in_process_rows:
+                return self._search_in_process(conn, sessions, words, k, filters)
             if not _pending(conn):
-                return self._search_text(conn, scope, words, k, filters)
+                return self._search_text(conn, scope, sessions, words, k, filters)
         with self._write() as conn:
             _index_pending(conn, min_pending=1)
         with self._text_read() as conn:
-            return self._search_text(conn, scope, words, k, filters)
+            sessions = conn.execute(f"SELECT {columns} FROM sessions s WHERE {where}", params).fetchall()
+            return self._search_text(conn, scope, sessions, words, k, filters) if sessions else []
+
+    def _search_in_process(
+        self, conn: sqlite3.Connection, sessions: Sequence[sqlite3.Row], words: Sequence[str], k: int,
+        filters: Filters | None,
+    ) -> list[Hit]:
+        """BM25 over the scope's own messages, with the scope's own statistics (see :mod:`._bm25`)."""
+        lexicons = self._lexicons
+        assert lexicons is not None
+        phrases = [lexicons.tokenize(w) for w in words]
+
+        def reader(sid: int) -> Any:
+            def read(after: int) -> list[tuple[str, str, str, str, float, str, int]]:
+                rows = conn.execute(
+                    f"SELECT id, rid, role, kind, created_at, {_indexed('text')}, position FROM messages"
+                    " WHERE sid = ? AND position >= ? ORDER BY position",
+                    (sid, after),
+                ).fetchall()
+                return [(r[0], str(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
+            return read
+
+        indexes = [
+            lexicons.index(
+                r["sid"], (r["vec_epoch"], r["created_at"], r["tenant"], r["user_id"], r["agent_id"], r["session_id"]),
+                r["next_position"], r["message_count"], (r["user_id"], r["agent_id"], r["session_id"]), reader(r["sid"]),
+            )
+            for r in sessions
+        ]
+        return B.bm25_search(indexes, phrases, k, filters)
 
     def _search_text(
-        self, conn: sqlite3.Connection, scope: Scope, words: Sequence[str], k: int, filters: Filters | None
+        self, conn: sqlite3.Connection, scope: Scope, sessions: Sequence[sqlite3.Row], words: Sequence[str], k: int,
+        filters: Filters | None,
     ) -> list[Hit]:
         where, params = SQL.scope_where(scope)
         in_scope = f"m.sid IN (SELECT sid FROM sessions s WHERE {where})"
         conds, fparams = SQL.filters(filters)
         text_query = _fts_query(self._weighable(conn, words))
-        sessions = conn.execute(
-            f"SELECT sid, fts_scope, next_position, user_id, agent_id, session_id FROM sessions s WHERE {where}",
-            params,
-        ).fetchall()
-        if not sessions:
-            return []
         owners = C.session_owners(sessions)
         # Scope tokens narrow FTS5's work when the scope is a small part of the file, and
         # cost an intersection with a huge posting list when it is most of it.
@@ -790,6 +840,8 @@ class SQLiteStore(SqlStore):
         with self._lock:
             for key in [k for k in self._cache if set(k) & set(sids)]:
                 del self._cache[key]
+            if self._lexicons is not None:
+                self._lexicons.drop(sids)
             self._df.clear()
             clean = self._checkpoint(tries=_SCRUB_TRIES, wait_ms=_SCRUB_WAIT_MS)
         return F.result(counts, [] if clean else [self._wal_remaining()])
