@@ -127,13 +127,13 @@ def bm25_search(
     Each row's length counts ``LENGTH_OFFSET`` tokens more, as an FTS5 row's scope column does.
     """
     n_docs = sum(len(ix.ids) for ix in indexes)
-    phrases = [tuple(p) for p in phrases if p]  # a term given twice ("dogs", "dog") counts twice, as in FTS5
-    if n_docs == 0 or not phrases or k == 0:
+    terms = [tuple(p) for p in phrases if p]  # a term given twice ("dogs", "dog") counts twice, as in FTS5
+    if n_docs == 0 or not terms or k == 0:
         return []
     avg = float(sum(ix.lengths.sum() for ix in indexes)) / n_docs + LENGTH_OFFSET
-    found_in = [[_phrase_rows(ix, p) for p in phrases] for ix in indexes]
-    df = [sum(len(per_ix[n][0]) for per_ix in found_in) for n in range(len(phrases))]
-    weighable = range(len(phrases))
+    found_in = [[_phrase_rows(ix, p) for p in terms] for ix in indexes]
+    df = [sum(len(per_ix[n][0]) for per_ix in found_in) for n in range(len(terms))]
+    weighable = list(range(len(terms)))
     if n_docs >= _FEW_ROWS:
         weighable = [n for n in weighable if 2 * df[n] < n_docs] or weighable
     hits: list[tuple[float, str, str, Owner | None, int | None]] = []
