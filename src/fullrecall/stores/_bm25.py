@@ -136,7 +136,7 @@ def bm25_search(
     weighable = list(range(len(terms)))
     if n_docs >= _FEW_ROWS:
         weighable = [n for n in weighable if 2 * df[n] < n_docs] or weighable
-    hits: list[tuple[float, str, str, Owner | None, int | None]] = []
+    per_index = []
     for ix, per_phrase in zip(indexes, found_in):
         scores = np.zeros(len(ix.ids))
         lengths = ix.lengths + LENGTH_OFFSET
@@ -149,12 +149,18 @@ def bm25_search(
         mask = filter_mask(filters, ix.ids, ix.roles, ix.kinds, ix.created)
         if mask is not None:
             scores[~mask] = 0.0
-        found = np.flatnonzero(scores > 0)
-        if len(found) > k:  # the k best and every row tied with the k-th: ties are broken by key below
-            kth = np.partition(scores[found], len(found) - k)[len(found) - k]
-            found = found[scores[found] >= kth]
-        positions = ix.positions or [None] * len(ix.ids)
-        hits += [(float(scores[i]), ix.ids[i], ix.keys[i], ix.owner, positions[i]) for i in found.tolist()]
+        per_index.append(scores)
+    scores = np.concatenate(per_index)  # every row of the scope, the indexes one after another
+    found = np.flatnonzero(scores > 0)
+    if len(found) > k:  # the k best and every row tied with the k-th: ties are broken by key below
+        kth = np.partition(scores[found], len(found) - k)[len(found) - k]
+        found = found[scores[found] >= kth]
+    starts = np.cumsum([0] + [len(ix.ids) for ix in indexes])
+    hits: list[tuple[float, str, str, Owner | None, int | None]] = []
+    for row in found.tolist():
+        ix_n = int(np.searchsorted(starts, row, side="right")) - 1
+        ix, i = indexes[ix_n], row - int(starts[ix_n])
+        hits.append((float(scores[row]), ix.ids[i], ix.keys[i], ix.owner, ix.positions[i] if ix.positions else None))
     hits.sort(key=lambda h: (-h[0], len(h[2]), h[2]))  # a shorter key first: a SQL row id is older
     return [Hit(i, s, key, owner, position) for s, i, key, owner, position in hits[:k]]
 
@@ -195,6 +201,7 @@ class SessionIndexes:
         self.tokenize = tokenize
         self._max_rows = max_rows
         self._held: OrderedDict[Hashable, tuple[Hashable, int, int, LexicalIndex]] = OrderedDict()
+        self._rows = 0  # rows held, all sessions together
         self._lock = threading.Lock()
 
     def index(
@@ -218,12 +225,15 @@ class SessionIndexes:
         if index is None:
             index = self._build(read(0), owner)
         with self._lock:
+            current = self._held.pop(key, None)
+            if current is not None and current[3] is index:  # unchanged: only its place in the order moves
+                self._held[key] = current
+                return index
+            self._rows += len(index.ids) - (len(current[3].ids) if current is not None else 0)
             self._held[key] = (version, next_position, count, index)
-            self._held.move_to_end(key)
-            rows = sum(len(h[3].ids) for h in self._held.values())
-            while rows > self._max_rows and len(self._held) > 1:
+            while self._rows > self._max_rows and len(self._held) > 1:
                 _, (_, _, _, dropped) = self._held.popitem(last=False)
-                rows -= len(dropped.ids)
+                self._rows -= len(dropped.ids)
         return index
 
     def _build(self, rows: Sequence[tuple[str, str, str, str, float, str, int]], owner: Owner) -> LexicalIndex:
@@ -233,8 +243,11 @@ class SessionIndexes:
     def drop(self, keys: Sequence[Hashable]) -> None:
         with self._lock:
             for key in keys:
-                self._held.pop(key, None)
+                dropped = self._held.pop(key, None)
+                if dropped is not None:
+                    self._rows -= len(dropped[3].ids)
 
     def clear(self) -> None:
         with self._lock:
             self._held.clear()
+            self._rows = 0
