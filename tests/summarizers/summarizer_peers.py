@@ -36,7 +36,11 @@ def completion(text: str | None, finish_reason: str = "stop", refusal: str | Non
 
 
 class ScriptedServer:
-    def __init__(self) -> None:
+    """``path`` picks the endpoint served: OpenAI's by default; any other path-matching predicate
+    (e.g. Bedrock Converse's ``/model/{id}/converse``) turns the server into that provider's peer."""
+
+    def __init__(self, path: Callable[[str], bool] | None = None) -> None:
+        accepts = path or (lambda p: p == "/v1/chat/completions")
         self.replies: list[Reply | Callable[[dict[str, Any]], Reply]] = []
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
@@ -52,7 +56,7 @@ class ScriptedServer:
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
-                if self.path.split("?")[0] != "/v1/chat/completions":
+                if not accepts(self.path.split("?")[0]):
                     self._send(Reply(status=404, body=b'{"error": "not found"}'))
                     return
                 body = json.loads(raw)
