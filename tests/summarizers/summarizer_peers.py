@@ -23,6 +23,8 @@ class Reply:
     body: bytes = b""
     delay: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    trickle: float = 0.0  # seconds between bytes: the answer is sent one byte at a time...
+    trickle_head: bool = True  # ...status line and headers included (else they come at once, then the body trickles)
 
 
 def completion(text: str | None, finish_reason: str = "stop", refusal: str | None = None) -> Reply:
@@ -70,6 +72,9 @@ class ScriptedServer:
                 self._send(reply)
 
             def _send(self, reply: Reply) -> None:
+                if reply.trickle:
+                    self._trickle(reply)
+                    return
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
@@ -80,6 +85,22 @@ class ScriptedServer:
                     self.wfile.write(reply.body)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout tests)
+
+            def _trickle(self, reply: Reply) -> None:
+                head = (f"HTTP/1.1 {reply.status} OK\r\nContent-Type: application/json\r\n"
+                        f"Content-Length: {len(reply.body)}\r\n\r\n").encode()
+                self.close_connection = True
+                try:
+                    if not reply.trickle_head:
+                        self.wfile.write(head)
+                        head = b""
+                    for i, byte in enumerate(head + reply.body):
+                        if i or not reply.trickle_head:
+                            time.sleep(reply.trickle)
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    pass  # the client gave up
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
