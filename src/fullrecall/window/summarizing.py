@@ -221,6 +221,7 @@ class SummarizingConversationManager(ConversationManager):
         doomed = [i for i in range(len(tail)) if not is_pinned(tail, i)]
         gone = [m for i, m in enumerate(front) if i in loose] + [body[i] for i in doomed]
         if gone:
+            self._check_leaving(messages, [layout.pinned + i for i in sorted(loose)] + [layout.start + i for i in doomed])
             self._release(RemovedMessages(messages=gone, reason="cleared", shape=shape))
         kept_front = [i for i in range(layout.front) if i not in loose]
         kept_tail = [i for i in range(len(tail)) if i not in doomed]
@@ -286,6 +287,9 @@ class SummarizingConversationManager(ConversationManager):
         head = [m for i, m in enumerate(front) if i in loose] + [body[i] for i in range(cut) if i not in kept]
         if not head:
             raise ContextWindowOverflowError("cannot summarize: every message in the summarize range is pinned") from error
+        # before the summarizer runs: a message the archive would refuse costs no model call
+        self._check_leaving(messages, [layout.pinned + i for i in sorted(loose)]
+                            + [layout.start + i for i in range(cut) if i not in kept])
         previous = self._previous_summary(messages, layout, shape)
         try:
             text = self._summarize(head, previous.text if previous else None)
@@ -322,6 +326,7 @@ class SummarizingConversationManager(ConversationManager):
         doomed = [i for i in range(chosen) if not is_pinned(tail, i)]
         if not doomed:
             return False
+        self._check_leaving(messages, (layout.start + i for i in doomed))
         log.warning("summarizer failed (%s: %s); archiving and dropping %d messages instead", type(exc).__name__, exc,
                     len(doomed))
         self._release(RemovedMessages(messages=[body[i] for i in doomed], reason="fallback", shape=shape,
