@@ -374,3 +374,35 @@ def test_a_bad_query_or_limit_is_named_before_anything_is_embedded(store_url, de
         assert len(mem.messages()) == 1 and run(mem.recall_from_memory("locker"))["count"] >= 1
     finally:
         mem.close()
+
+
+def test_a_session_whose_messages_were_all_cleared_is_no_longer_listed(store_url, default_embedder):
+    """Cleared by role, by time or by id, a session left with no message and no fact from it is not listed
+    (nor counted); one a fact still comes from stays listed until that fact goes; a new turn lists it again."""
+    mem = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="roles")
+    try:
+        run(mem.record([{"role": "assistant", "content": "Hello, how can I help?"},
+                        {"role": "assistant", "content": "Anything else?"}]))
+        old = memory(mem.store, default_embedder, user_id="u", agent_id="a", session_id="old")
+        run(old.record([{"role": "user", "content": "an old question", "timestamp": "2020-01-01T00:00:00Z"}]))
+        facty = memory(mem.store, default_embedder, user_id="u", agent_id="a", session_id="facty")
+        run(facty.record([{"role": "user", "content": "My car is a Volvo."}]))
+        kept = memory(mem.store, default_embedder, user_id="u", agent_id="a", session_id="kept")
+        run(kept.record([{"role": "user", "content": "a question"}, {"role": "assistant", "content": "an answer"}]))
+        (fact,) = mem.facts.history()
+        assert mem.sessions() == ["roles", "old", "facty", "kept"]
+
+        assert mem.clear(roles=["assistant"])["messages"] == 3  # every message of "roles", one of "kept"
+        assert mem.clear(until=time.mktime((2021, 1, 1, 0, 0, 0, 0, 0, 0)))["messages"] == 1  # all of "old"
+        assert mem.clear(session_id="facty")["messages"] == 1  # all of "facty", but the fact came from it
+        assert mem.sessions() == ["facty", "kept"] and mem.stats()["session_count"] == 2
+        assert memory(mem.store, default_embedder, user_id="u", agent_id="a").sessions() == ["facty", "kept"]
+
+        assert mem.clear(ids=[fact.id])["facts"] == 1
+        assert mem.sessions() == ["kept"]
+
+        run(old.record([{"role": "user", "content": "a new question"}]))  # the same session, recorded again
+        assert mem.sessions() == ["old", "kept"] and [m.session_id for m in mem.messages(roles=["user"])] == [
+            "old", "kept"]
+    finally:
+        mem.close()

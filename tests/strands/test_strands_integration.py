@@ -313,3 +313,28 @@ def test_an_object_that_merely_has_a_model_is_not_taken_for_an_agent():
     assert StrandsChatModel(agent).model is model and StrandsChatModel(agent).system_prompt == AGENT_PROMPT
     with pytest.raises(TypeError, match="must be a strands Agent"):
         SummarizingConversationManager(summarization_agent=Holder())
+
+
+def test_a_tool_input_with_nan_stops_the_reduction_naming_the_field_and_keeps_the_window():
+    """The model's tool input holds NaN (Python's JSON reader takes it): the archive cannot keep it, so the
+    overflow is raised naming the message and field, no summary is asked for and nothing leaves the window."""
+    @tool
+    def scale(factor: float) -> str:
+        """Scale the catalogue by a factor."""
+        return f"scaled by {factor}"
+
+    model = ScriptedModel([("tool", "scale", {"factor": float("nan")}, "t-1"), "Scaled."] + ANSWERS,
+                          summary_reply=SUMMARY, max_prompt_chars=LIMIT)
+    manager = SemanticSummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2)
+    agent = Agent(model=model, system_prompt=AGENT_PROMPT, tools=[scale], conversation_manager=manager,
+                  callback_handler=None)
+    agent("Scale the catalogue, please.")
+    assert agent.messages[1]["content"][0]["toolUse"]["input"]["factor"] != 0  # NaN, as the model sent it
+    with pytest.raises(ContextWindowOverflowException,
+                       match=r"cannot archive message 1: 'content\[0\]\.toolUse\.input\.factor' is nan"):
+        for question in QUESTIONS:
+            before = list(agent.messages)
+            agent(question)
+    assert agent.messages[: len(before)] == before and len(agent.messages) == len(before) + 1
+    assert manager.removed_message_count == 0 and manager.summary_message is None and model.side_calls == []
+    assert manager.archive.store.count(manager.archive.scope) == 0

@@ -23,6 +23,8 @@ class Reply:
     body: bytes = b""
     delay: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    trickle: float = 0.0  # seconds between bytes: the answer is sent one byte at a time...
+    trickle_head: bool = True  # ...status line and headers included (else they come at once, then the body trickles)
 
 
 def completion(text: str | None, finish_reason: str = "stop", refusal: str | None = None) -> Reply:
@@ -36,7 +38,11 @@ def completion(text: str | None, finish_reason: str = "stop", refusal: str | Non
 
 
 class ScriptedServer:
-    def __init__(self) -> None:
+    """``path`` picks the endpoint served: OpenAI's by default; any other path-matching predicate
+    (e.g. Bedrock Converse's ``/model/{id}/converse``) turns the server into that provider's peer."""
+
+    def __init__(self, path: Callable[[str], bool] | None = None) -> None:
+        accepts = path or (lambda p: p == "/v1/chat/completions")
         self.replies: list[Reply | Callable[[dict[str, Any]], Reply]] = []
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
@@ -52,7 +58,7 @@ class ScriptedServer:
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
-                if self.path.split("?")[0] != "/v1/chat/completions":
+                if not accepts(self.path.split("?")[0]):
                     self._send(Reply(status=404, body=b'{"error": "not found"}'))
                     return
                 body = json.loads(raw)
@@ -66,6 +72,9 @@ class ScriptedServer:
                 self._send(reply)
 
             def _send(self, reply: Reply) -> None:
+                if reply.trickle:
+                    self._trickle(reply)
+                    return
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
@@ -76,6 +85,22 @@ class ScriptedServer:
                     self.wfile.write(reply.body)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout tests)
+
+            def _trickle(self, reply: Reply) -> None:
+                head = (f"HTTP/1.1 {reply.status} OK\r\nContent-Type: application/json\r\n"
+                        f"Content-Length: {len(reply.body)}\r\n\r\n").encode()
+                self.close_connection = True
+                try:
+                    if not reply.trickle_head:
+                        self.wfile.write(head)
+                        head = b""
+                    for i, byte in enumerate(head + reply.body):
+                        if i or not reply.trickle_head:
+                            time.sleep(reply.trickle)
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    pass  # the client gave up
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

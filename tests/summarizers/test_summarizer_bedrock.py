@@ -6,7 +6,11 @@ import pytest
 
 boto3 = pytest.importorskip("boto3")
 
+import json  # noqa: E402
+
+from botocore.config import Config  # noqa: E402
 from botocore.stub import ANY, Stubber  # noqa: E402
+from summarizer_peers import Reply, ScriptedServer  # noqa: E402
 
 from fullrecall.summarizers import BedrockChatModel, LLMSummarizer, chat_model_from_env  # noqa: E402
 from fullrecall.summarizers.llm import DEFAULT_SYSTEM_PROMPT  # noqa: E402
@@ -24,6 +28,33 @@ def bedrock():
     with Stubber(client) as stubber:
         yield client, stubber
         stubber.assert_no_pending_responses()
+
+
+@pytest.fixture(scope="module")
+def converse_server():
+    """A real Converse peer on a loopback port: botocore parses what it sends, as it would AWS's answers."""
+    server = ScriptedServer(path=lambda p: p.startswith("/model/") and p.endswith("/converse"))
+    yield server
+    server.close()
+
+
+def converse_client(server: ScriptedServer):
+    host, port = server.httpd.server_address[:2]
+    return boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=f"http://{host}:{port}",
+                        aws_access_key_id="test", aws_secret_access_key="test",
+                        config=Config(retries={"max_attempts": 1, "mode": "standard"}))
+
+
+def raw_reply(body: dict) -> Reply:
+    return Reply(body=json.dumps(body).encode())
+
+
+NO_MESSAGE = [
+    {"output": {}, "stopReason": "end_turn"},
+    {"output": {"reasoning": {"text": "thinking"}}, "stopReason": "end_turn"},  # a union member botocore lacks
+    {"output": {"message": {"role": "assistant", "content": None}}, "stopReason": "end_turn"},
+    {"stopReason": "end_turn"},
+]
 
 
 def model(client, **kw) -> BedrockChatModel:
@@ -99,3 +130,24 @@ def test_bedrock_from_env(monkeypatch):
     chosen = chat_model_from_env()
     assert isinstance(chosen, BedrockChatModel)
     assert (chosen.model_id, chosen.region) == ("us.amazon.nova-pro-v1:0", "eu-west-1")
+
+
+@pytest.mark.parametrize("bad", NO_MESSAGE)
+def test_answer_without_message_is_retried_by_the_client(converse_server, tech_conversation, good_summary,
+                                                          citations, bad):
+    converse_server.script(raw_reply(bad), raw_reply(converse_reply(good_summary)))
+    summary = LLMSummarizer(model(converse_client(converse_server), max_retries=1)).summarize(tech_conversation)
+    assert summary.method == "llm" and summary.report.attempts == 1 and summary.report.errors == []
+    assert len(converse_server.requests) == 2
+    assert all(c in summary.text for c in citations)
+
+
+@pytest.mark.parametrize("bad", NO_MESSAGE)
+def test_answers_without_message_are_retried_then_fall_back(converse_server, tech_conversation, citations, bad):
+    """As with the OpenAI client: the client retries, then the summarizer asks again, then falls back."""
+    converse_server.script(*[raw_reply(bad)] * 4)
+    summary = LLMSummarizer(model(converse_client(converse_server), max_retries=1), retries=1
+                            ).summarize(tech_conversation)
+    assert summary.method == "extractive" and len(converse_server.requests) == 4
+    assert len(summary.report.errors) == 2 and all("malformed" in e for e in summary.report.errors)
+    assert all(c in summary.text for c in citations) and "700" not in summary.text

@@ -66,3 +66,42 @@ def test_llm_failure_with_raise_keeps_every_message(llm_server):
         manager.reduce_context(messages, overflow)
     assert info.value is overflow
     assert messages == before and manager.removed_message_count == 0
+
+
+def test_a_smaller_manager_budget_cuts_prose_and_keeps_the_preserved_details(llm_server, tech_conversation):
+    """The summarizer (800 tokens) appends the items its model dropped as "Preserved details"; the manager's
+    own budget is smaller, so it shortens the summary: the prose goes, the exact details stay."""
+    prose = "\n".join(f"* Point {i}: the user compared GPUs, the RTX 4090 and the A100, and configured the server "
+                      f"for Llama-3.1 70B inference." for i in range(12))
+    answer = "## Conversation Summary\n" + prose
+    model = OpenAIChatModel("m", base_url=llm_server.base_url, timeout=2.0, max_retries=0)
+    summarizer = LLMSummarizer(model)
+    removed = []
+    messages = [dict(m) for m in tech_conversation]
+    manager = SummarizingConversationManager(summarizer=summarizer, summary_ratio=0.8, preserve_recent_messages=2,
+                                             max_summary_tokens=120, on_remove=removed.append)
+    llm_server.script(completion(answer), completion(answer))
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    text = manager.summary_message["content"]
+
+    llm_server.script(completion(answer), completion(answer))  # the same messages, summarized alone
+    alone = summarizer.summarize(removed[0].messages)
+    assert alone.report.appended and "## Preserved details" in alone.text  # the setting this test is about
+    assert manager.token_counter.count(alone.text) > 120
+    assert manager.token_counter.count(text) <= 120
+    assert "[summary shortened to fit its token budget]" in text and "* Point 11" not in text
+    assert text.startswith("## Conversation Summary\n* Point 0:")
+    assert text.endswith("\n\n" + alone.text[alone.text.index("## Preserved details"):])
+    for item in alone.report.appended:
+        assert item in text, item
+
+
+def test_preserved_details_over_the_budget_on_their_own_are_cut_like_any_text():
+    details = "## Preserved details\n" + "\n".join(f"* item-{i}" for i in range(300))
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(10)]
+    manager = SummarizingConversationManager(summarizer=lambda m, p: "* prose\n\n" + details,
+                                             max_summary_tokens=60, preserve_recent_messages=2)
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    text = manager.summary_message["content"]
+    assert manager.token_counter.count(text) <= 60 and text.endswith("[summary shortened to fit its token budget]")
+    assert text.startswith("* prose\n\n## Preserved details\n* item-0")

@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 
 import pytest
 
@@ -330,3 +331,33 @@ def test_required_items_fit_in_the_budget_before_prose_does(llm_server, tech_con
     assert summary.token_count <= 200 and not summary.report.over_budget
     assert "* Point 0:" in summary.text and "* Point 8:" not in summary.text
     assert_safe(summary, tech_conversation, citations)
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+@pytest.mark.parametrize("head", [True, False], ids=["trickled-head", "trickled-body"])
+def test_a_server_trickling_bytes_hits_the_deadline_per_request(llm_server, tech_conversation, good_summary,
+                                                                citations, run, head):
+    """Each byte comes well within the read timeout, yet the whole answer would take a minute: the deadline
+    per request ends each try, whether the bytes trickle in the status line and headers or in the body."""
+    body = completion(good_summary).body
+    llm_server.script(*[Reply(body=body, trickle=0.05, trickle_head=head)] * 2)
+    model = client(llm_server, timeout=2.0, deadline=0.6, max_retries=1)
+    summarizer = LLMSummarizer(model)
+    started = time.monotonic()
+    summary = (summarizer.summarize(tech_conversation) if run == "sync"
+               else asyncio.run(summarizer.asummarize(tech_conversation)))
+    elapsed = time.monotonic() - started
+    assert summary.method == "extractive" and len(llm_server.requests) == 2
+    assert elapsed < 4.0, elapsed  # two tries of 0.6 s plus backoff, not the ~100 s the trickle takes
+    assert "deadline of 0.6 s per request" in summary.report.errors[0], summary.report.errors
+    assert_safe(summary, tech_conversation, citations)
+
+
+def test_deadline_defaults_to_twice_the_timeout_and_reads_the_environment(llm_server, monkeypatch):
+    assert client(llm_server, timeout=5.0).deadline == 10.0
+    assert OpenAIChatModel("m").deadline == 120.0
+    monkeypatch.setenv("FULLRECALL_LLM_MODEL", "m")
+    monkeypatch.setenv("FULLRECALL_LLM_DEADLINE", "42")
+    assert OpenAIChatModel.from_env().deadline == 42.0
+    with pytest.raises(ValueError, match="deadline"):
+        OpenAIChatModel("m", deadline=0)

@@ -364,3 +364,66 @@ def test_recall_reaches_the_newest_archived_message_when_a_message_is_pinned():
     assert manager.removed_message_count == 9
     assert manager.first_active_position == 10
     assert 9 in [m.position for m in manager.recall("vault code", radius=0).messages]
+
+
+class _Unjsonable:
+    pass
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), _Unjsonable(), {1, 2}],
+                         ids=["nan", "infinity", "object", "set"])
+@pytest.mark.parametrize("kind", ["sliding", "summarizing", "semantic"])
+@pytest.mark.parametrize("act", ["apply_management", "reduce_context", "clear"])
+def test_a_tool_input_json_cannot_hold_is_named_and_the_window_stays_as_it_was(kind, act, value):
+    """A Strands toolUse whose input holds NaN or a Python object: the archive could not keep it, so the
+    manager names the message (its index in the list) and the field, calls no summarizer and changes nothing."""
+    from fullrecall.archive import Archive, SemanticSummarizingConversationManager
+
+    calls = []
+
+    def summarizer(messages, previous):
+        calls.append(messages)
+        return "summary"
+
+    bad = {"role": "assistant", "content": [{"toolUse": {"toolUseId": "t1", "name": "calc",
+                                                         "input": {"when": value}}}]}
+    messages = [user("q0"), assistant("a0"), user("q1"), bad, tool_result("t1"), assistant("a1"), *chat(6)]
+    snapshot = list(messages)
+    archive = Archive()
+    manager = {
+        "sliding": lambda: SlidingWindowConversationManager(window_size=2, on_remove=archive),
+        "summarizing": lambda: SummarizingConversationManager(summarizer=summarizer, preserve_recent_messages=2,
+                                                              max_history_turns=1, on_remove=archive.write),
+        "semantic": lambda: SemanticSummarizingConversationManager(summarizer=summarizer, preserve_recent_messages=2,
+                                                                   max_history_turns=1),
+    }[kind]()
+    store = manager.archive if kind == "semantic" else archive
+    args = (messages, RuntimeError("overflow")) if act == "reduce_context" else (messages,)
+    with pytest.raises(ArchiveError, match=r"^cannot archive message 3: 'content\[0\]\.toolUse\.input\.when' is "
+                                           r".*stays in the window"):
+        getattr(manager, act)(*args)
+    assert len(messages) == len(snapshot) and all(a is b for a, b in zip(messages, snapshot, strict=True))
+    assert bad["content"][0]["toolUse"]["input"]["when"] is value
+    assert manager.removed_message_count == 0 and getattr(manager, "summary_message", None) is None
+    assert calls == [] and store.store.count(store.scope) == 0
+
+
+def test_an_unstorable_message_is_named_by_its_index_in_the_list_not_in_the_batch():
+    from fullrecall.archive import Archive
+
+    messages = [{"role": "system", "content": "be brief"}] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(16)]
+    messages[8]["extra"] = float("nan")
+    manager = SlidingWindowConversationManager(window_size=2, on_remove=Archive())
+    with pytest.raises(ArchiveError, match="^cannot archive message 8: 'extra' is nan"):
+        manager.apply_management(messages)
+    assert len(messages) == 17 and manager.removed_message_count == 0
+
+
+def test_a_listener_that_keeps_python_objects_gets_them():
+    removed = []
+    bad = {"role": "assistant", "content": [{"toolUse": {"toolUseId": "t1", "name": "calc",
+                                                         "input": {"when": float("nan")}}}]}
+    messages = [user("q0"), bad, tool_result("t1"), assistant("a0"), *chat(4)]
+    SlidingWindowConversationManager(window_size=2, on_remove=removed.append).apply_management(messages)
+    assert len(messages) == 2 and sum(len(e.messages) for e in removed) == 10

@@ -92,6 +92,10 @@ class Archive:
     stores and books, and embeds nothing.
     """
 
+    # a window manager checks that each message it hands over is a JSON value (no NaN, no Python
+    # object) before it summarizes or removes anything, and names the one that is not
+    stores_json = True
+
     def __init__(
         self,
         store: Store | str | None = None,

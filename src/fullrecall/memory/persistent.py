@@ -46,6 +46,7 @@ log = logging.getLogger("fullrecall.memory")
 
 DEFAULT_STORE = "sqlite:///fullrecall_memory.db"
 _SESSIONS = "sessions"
+_EMPTIED = "emptied"  # a session record's mark: a selective clear deleted every message the session had
 _EVERYTHING = 2**62  # a position past any session's end
 _EARLIEST, _LATEST = -62_135_596_800, 253_402_300_800  # 0001-01-01 and 10000-01-01, UTC: the times a date has
 MIN_FACT_SIMILARITY = 0.3
@@ -359,8 +360,20 @@ class PersistentMemory:
 
     # -- listing, clearing, export -------------------------------------------------------------
     def sessions(self) -> list[str]:
-        """The owner's sessions that hold memory, oldest first."""
-        return [r.id for r in self._sessions.all()]
+        """The owner's sessions that hold memory, oldest first.
+
+        A session whose messages a selective :meth:`clear` deleted, every one of them, is not listed
+        while it holds no message and no fact names one of its messages among its ``sources``; a
+        message recorded in it later lists it again.
+        """
+        records = self._sessions.all()
+        emptied = [r.id for r in records if r.data.get(_EMPTIED) is True]
+        if not emptied:
+            return [r.id for r in records]
+        cited = {source.get("session_id") or self.session_id for fact in self.facts.history()
+                 for source in fact.sources}
+        hidden = {s for s in emptied if s not in cited and not self.store.count(replace(self.owner, session_id=s))}
+        return [r.id for r in records if r.id not in hidden]
 
     def messages(
         self, *, roles: Iterable[str] | None = None, since: float | None = None, until: float | None = None,
@@ -404,10 +417,23 @@ class PersistentMemory:
         for m in self.messages(roles=roles, since=since, until=until, session_id=session_id, ids=ids):
             by_session.setdefault(m.session_id or "", []).append(m.id)
         for s, gone in by_session.items():
-            counts["messages"] += self.store.delete(replace(self.owner, session_id=s), gone)
+            scope = replace(self.owner, session_id=s)
+            counts["messages"] += self.store.delete(scope, gone)
+            if not self.store.count(scope):
+                self._mark_emptied(s)
         if ids is not None and roles is None and since is None and until is None and session_id is None:
             counts["facts"] = sum(1 for i in ids if self.facts.forget(i))
         return counts
+
+    def _mark_emptied(self, session_id: str) -> None:
+        """Note that ``session_id`` lost its last message; :meth:`sessions` then lists it only while it
+        holds a message again (recorded by any instance) or a fact names one of its messages.
+        """
+        record = self._sessions.get(session_id)
+        if record is not None and record.data.get(_EMPTIED) is not True:
+            record.data[_EMPTIED] = True
+            record.updated_at = time.time()
+            self._sessions.put(record)
 
     def export_jsonl(self, target: str | Path | IO[str]) -> int:
         """Write every message and fact of this owner as JSON lines; return how many lines."""

@@ -7,16 +7,25 @@ Every message that leaves the window goes through :meth:`ConversationManager._re
 *before* the list is changed. Listeners (the archive) run there; if one
 fails, the list is left as it was and the error propagates, so a message is
 never gone from the window without being somewhere else first.
+
+Before that, when a listener that stores JSON is attached (an
+:class:`~fullrecall.archive.Archive`, or any listener, or the object of a bound
+method, with a true ``stores_json`` attribute), :meth:`ConversationManager._check_leaving`
+checks that each leaving message is a JSON value a store can hold (no NaN, no
+Python object, valid Unicode): one that is not stops the operation before any
+summarizer call, with an :class:`ArchiveError` naming its index in the caller's
+list and the field, and the list as it was.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, MutableSequence, Sequence
+from collections.abc import Callable, Iterable, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ArchiveError, ContextWindowOverflowError
+from .._json import MAX_MESSAGE_BYTES, check_json_value
+from ..errors import ArchiveError, ContextWindowOverflowError, InvalidInput
 from ..messages.formats import parse_messages, render_message
 from ..messages.model import Message
 
@@ -73,6 +82,7 @@ class ConversationManager:
         start = self._window_start(messages)
         shape, body = self._parse(messages[start:], pinned + self.removed_message_count, start)
         if body:
+            self._check_leaving(messages, range(start, len(messages)))
             self._release(RemovedMessages(messages=body, reason="cleared", shape=shape))
         del messages[pinned:]
         self.removed_message_count += len(body)
@@ -98,6 +108,21 @@ class ConversationManager:
     def add_removal_listener(self, listener: RemovalListener) -> None:
         """Call ``listener`` with every :class:`RemovedMessages`, before the window changes."""
         self._listeners.append(listener)
+
+    def _check_leaving(self, messages: Sequence[dict[str, Any]], indexes: Iterable[int]) -> None:
+        """Each ``messages[i]`` about to leave must be storable JSON when a listener archives it.
+
+        Raises :class:`ArchiveError` naming the first that is not (its index in ``messages`` and the
+        field) before anything is summarized, released or removed: the window stays as it was.
+        """
+        if not any(_stores_json(listener) for listener in self._listeners):
+            return
+        for index in indexes:
+            try:
+                check_json_value(messages[index], f"message {index}", limit=MAX_MESSAGE_BYTES)
+            except InvalidInput as exc:
+                raise ArchiveError(f"cannot archive {exc}; nothing was archived or removed, every message "
+                                   "stays in the window") from exc
 
     def _release(self, event: RemovedMessages) -> None:
         for listener in self._listeners:
@@ -135,6 +160,12 @@ class ConversationManager:
     @staticmethod
     def _render(msg: Message, shape: str) -> dict[str, Any]:
         return render_message(msg, shape)
+
+
+def _stores_json(listener: RemovalListener) -> bool:
+    """True for a listener (or a bound method of an object) that declares ``stores_json = True``, as an Archive does."""
+    return getattr(listener, "stores_json", False) is True or \
+        getattr(getattr(listener, "__self__", None), "stores_json", False) is True
 
 
 def _message_id(msg: Message) -> str:

@@ -132,6 +132,7 @@ class SlidingWindowConversationManager(ConversationManager):
                 raise ContextWindowOverflowError("cannot trim the window: every message in the trim range is pinned") from error
             log.warning("every message in the trim range is pinned; the window keeps %d messages", len(body))
             return messages
+        self._check_leaving(messages, (system + i for i in doomed))
         self._release(RemovedMessages(messages=[body[i] for i in doomed], reason=reason, shape=shape))
         for i in reversed(doomed):
             del messages[system + i]
@@ -160,6 +161,7 @@ class SlidingWindowConversationManager(ConversationManager):
         content = [self._shorten(b) if isinstance(b, ToolResultBlock) else b for b in msg.content]
         if content == msg.content:
             return False
+        self._check_leaving(messages, (system + index,))
         self._release(RemovedMessages(messages=[msg], reason="truncated", shape=shape))
         messages[system + index] = self._render(msg.with_content(content), shape)
         return True

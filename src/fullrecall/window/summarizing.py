@@ -9,6 +9,7 @@ summarized messages are reported (to the archive) before they leave.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, MutableSequence, Sequence
 from typing import Any, cast
 
@@ -25,6 +26,8 @@ SummarizerLike = Any  # an object with .summarize(messages, previous_summary) or
 SUMMARY_ROLES = ("user", "assistant", "system")
 FALLBACKS = (None, "sliding_window")
 SHORTENED_NOTICE = "[summary shortened to fit its token budget]"
+# the block fullrecall's summarizers append with the exact items their prose lacks (summarizers.checks)
+_PRESERVED = re.compile(r"^## Preserved details[ \t]*$", re.MULTILINE)
 
 
 class SummarizingConversationManager(ConversationManager):
@@ -118,11 +121,33 @@ class SummarizingConversationManager(ConversationManager):
         return self._bound(text.strip())
 
     def _bound(self, text: str) -> str:
-        """Keep the summary within ``max_summary_tokens``, cutting at a line end where possible."""
+        """Keep the summary within ``max_summary_tokens``, cutting at a line end where possible.
+
+        A trailing "Preserved details" block (exact items a summarizer appended because its
+        prose lacked them) is kept whole while any prose is left to cut: the prose goes first.
+        """
         count = self.token_counter.count
         if count(text) <= self.max_summary_tokens:
             return text
-        budget = self.max_summary_tokens - count("\n" + SHORTENED_NOTICE)
+        match = _PRESERVED.search(text)
+        if match is not None:
+            prose, details = text[: match.start()].rstrip(), text[match.start():].strip()
+            room = self.max_summary_tokens - count("\n\n" + details)
+            for _ in range(3):  # a tokenizer may count the joined text a little differently
+                if room < count(SHORTENED_NOTICE):
+                    break
+                kept = self._cut(prose, room)
+                bounded = f"{kept}\n\n{details}"
+                over = count(bounded) - self.max_summary_tokens
+                if over <= 0:
+                    return bounded
+                room -= over
+        return self._cut(text, self.max_summary_tokens)  # no details, or they alone overflow: cut from the end
+
+    def _cut(self, text: str, limit: int) -> str:
+        """``text`` cut to at most ``limit`` tokens from its end, with the shortened notice last."""
+        count = self.token_counter.count
+        budget = limit - count("\n" + SHORTENED_NOTICE)
         kept: list[str] = []
         used = 0
         for line in text.splitlines():
@@ -138,7 +163,7 @@ class SummarizingConversationManager(ConversationManager):
                 mid = (lo + hi + 1) // 2
                 lo, hi = (mid, hi) if count(text[:mid]) <= budget else (lo, mid - 1)
             body = text[:lo]
-        return f"{body}\n{SHORTENED_NOTICE}"
+        return f"{body}\n{SHORTENED_NOTICE}" if body.strip() else SHORTENED_NOTICE
 
     # -- state -----------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
@@ -221,6 +246,7 @@ class SummarizingConversationManager(ConversationManager):
         doomed = [i for i in range(len(tail)) if not is_pinned(tail, i)]
         gone = [m for i, m in enumerate(front) if i in loose] + [body[i] for i in doomed]
         if gone:
+            self._check_leaving(messages, [layout.pinned + i for i in sorted(loose)] + [layout.start + i for i in doomed])
             self._release(RemovedMessages(messages=gone, reason="cleared", shape=shape))
         kept_front = [i for i in range(layout.front) if i not in loose]
         kept_tail = [i for i in range(len(tail)) if i not in doomed]
@@ -286,6 +312,9 @@ class SummarizingConversationManager(ConversationManager):
         head = [m for i, m in enumerate(front) if i in loose] + [body[i] for i in range(cut) if i not in kept]
         if not head:
             raise ContextWindowOverflowError("cannot summarize: every message in the summarize range is pinned") from error
+        # before the summarizer runs: a message the archive would refuse costs no model call
+        self._check_leaving(messages, [layout.pinned + i for i in sorted(loose)]
+                            + [layout.start + i for i in range(cut) if i not in kept])
         previous = self._previous_summary(messages, layout, shape)
         try:
             text = self._summarize(head, previous.text if previous else None)
@@ -322,6 +351,7 @@ class SummarizingConversationManager(ConversationManager):
         doomed = [i for i in range(chosen) if not is_pinned(tail, i)]
         if not doomed:
             return False
+        self._check_leaving(messages, (layout.start + i for i in doomed))
         log.warning("summarizer failed (%s: %s); archiving and dropping %d messages instead", type(exc).__name__, exc,
                     len(doomed))
         self._release(RemovedMessages(messages=[body[i] for i in doomed], reason="fallback", shape=shape,

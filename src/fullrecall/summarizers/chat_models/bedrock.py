@@ -25,7 +25,11 @@ _STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
 
 
 class BedrockChatModel:
-    """Converse client; retries throttling, timeouts and 5xx-like errors with backoff.
+    """Converse client; retries throttling, timeouts, 5xx-like errors and malformed answers with backoff.
+
+    An answer without a message (or whose content is not a list of blocks) is
+    malformed and retried like a transport failure, as :class:`OpenAIChatModel`
+    does; the summarizer then judges it as a bad answer worth asking again for.
 
     Pass ``client`` (a ``bedrock-runtime`` client) to reuse one or to stub it in
     tests; otherwise one is made with botocore's own retries off, so this class
@@ -70,6 +74,7 @@ class BedrockChatModel:
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.parsers import ResponseParserError
 
         kwargs: dict[str, Any] = {
             "modelId": self.model_id,
@@ -90,6 +95,11 @@ class BedrockChatModel:
             except BotoCoreError as exc:  # read timeouts, connection errors
                 error = ChatModelError(f"{self.name} failed: {type(exc).__name__}: {exc}", retryable=True)
                 error.__cause__ = exc
+            except ResponseParserError as exc:  # a body botocore cannot read, e.g. an output with no member
+                error = ChatModelError(f"{self.name} sent a malformed response: {exc}", retryable=True)
+                error.__cause__ = exc
+            except ChatModelError as exc:  # a malformed answer
+                error = exc
             if not error.retryable or attempt == self.max_retries:
                 raise error
             delay = backoff_delay(attempt, self.backoff, self.max_backoff)
@@ -103,8 +113,13 @@ class BedrockChatModel:
     def _parse(self, response: dict[str, Any]) -> ChatResponse:
         try:
             blocks = response["output"]["message"]["content"]
+            if not isinstance(blocks, list):
+                raise TypeError(f"content is {type(blocks).__name__}, not a list of blocks")
         except (KeyError, TypeError) as exc:
-            raise ChatModelError(f"{self.name} sent no message: {str(response)[:200]}", retryable=True) from exc
+            shown = {k: v for k, v in response.items() if k != "ResponseMetadata"} if isinstance(response, dict) \
+                else response
+            raise ChatModelError(f"{self.name} sent a malformed response (no message; {type(exc).__name__}: "
+                                 f"{exc}): {str(shown)[:200]}", retryable=True) from exc
         text = "".join(b["text"] for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str))
         stop = str(response.get("stopReason") or "end_turn")
         return ChatResponse(text=text, finish_reason=_STOP.get(stop, stop), model=self.model_id,

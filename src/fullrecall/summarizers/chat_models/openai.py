@@ -5,15 +5,17 @@ OpenAI, Azure OpenAI (its ``/openai/v1`` endpoint, or a deployment URL with
 ``POST {base_url}/chat/completions``. Environment variables (read by
 :meth:`OpenAIChatModel.from_env`): ``FULLRECALL_LLM_BASE_URL`` or
 ``OPENAI_BASE_URL``; ``FULLRECALL_LLM_API_KEY`` or ``OPENAI_API_KEY``;
-``FULLRECALL_LLM_MODEL`` or ``OPENAI_MODEL``; ``FULLRECALL_LLM_TIMEOUT`` (seconds).
+``FULLRECALL_LLM_MODEL`` or ``OPENAI_MODEL``; ``FULLRECALL_LLM_TIMEOUT`` and
+``FULLRECALL_LLM_DEADLINE`` (seconds).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import math
 import os
-import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,11 +29,16 @@ _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 class OpenAIChatModel:
-    """Chat completions client: timeout per request, retries with exponential backoff.
+    """Chat completions client: a deadline per request, retries with exponential backoff.
 
-    Retries cover timeouts, connection errors, 408/409/425/429 and 5xx (honouring
-    ``Retry-After``); other 4xx fail at once. ``api_key_header="api-key"`` and
-    ``api_version`` serve Azure deployment URLs.
+    ``timeout`` bounds each wait (connecting, sending, each read); ``deadline``
+    bounds one whole HTTP request, from connecting to the last byte of the
+    answer (default: twice ``timeout``), so a server that trickles bytes cannot
+    hold a call forever. Retries cover timeouts, connection errors,
+    408/409/425/429 and 5xx (honouring ``Retry-After``); other 4xx fail at once.
+    ``api_key_header="api-key"`` and ``api_version`` serve Azure deployment URLs.
+    The sync :meth:`complete` runs the same request on a private event loop in a
+    worker thread, so both paths honour the deadline alike.
     """
 
     def __init__(
@@ -41,6 +48,7 @@ class OpenAIChatModel:
         base_url: str = DEFAULT_BASE_URL,
         api_key: str | None = None,
         timeout: float = 60.0,
+        deadline: float | None = None,
         max_retries: int = 2,
         backoff: float = 0.5,
         max_backoff: float = 8.0,
@@ -53,6 +61,9 @@ class OpenAIChatModel:
         self.base_url = _checked_base_url(base_url)
         self.api_key = api_key
         self.timeout = timeout
+        self.deadline = float(2 * timeout if deadline is None else deadline)
+        if not (math.isfinite(self.deadline) and self.deadline > 0):
+            raise InvalidInput(f"deadline must be a positive number of seconds, got {deadline!r}")
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -75,6 +86,8 @@ class OpenAIChatModel:
         }
         if env.get("FULLRECALL_LLM_TIMEOUT"):
             kwargs["timeout"] = float(env["FULLRECALL_LLM_TIMEOUT"])
+        if env.get("FULLRECALL_LLM_DEADLINE"):
+            kwargs["deadline"] = float(env["FULLRECALL_LLM_DEADLINE"])
         kwargs.update(overrides)
         return cls(model, **kwargs)
 
@@ -97,20 +110,10 @@ class OpenAIChatModel:
                 "temperature": request.temperature, **self.extra_body}
 
     def complete(self, request: ChatRequest) -> ChatResponse:
-        import httpx
-
-        body = self._body(request)
-        with httpx.Client(timeout=self.timeout) as client:
-            for attempt in range(self.max_retries + 1):
-                try:
-                    response = client.post(self._url(), json=body, headers=self._headers())
-                    return self._parse(response)
-                except (httpx.TimeoutException, httpx.TransportError) as exc:
-                    error = self._transport_error(exc)
-                except ChatModelError as exc:
-                    error = exc
-                time.sleep(self._next_delay(error, attempt))
-        raise AssertionError("unreachable")
+        # httpx's sync client cannot bound a whole request (its timeouts are per read), and an event
+        # loop may already run in this thread: run acomplete on a loop of its own in a worker thread.
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fullrecall-llm") as pool:
+            return pool.submit(lambda: asyncio.run(self.acomplete(request))).result()
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         import httpx
@@ -119,8 +122,13 @@ class OpenAIChatModel:
         async with httpx.AsyncClient(timeout=self.timeout) as client:
             for attempt in range(self.max_retries + 1):
                 try:
-                    response = await client.post(self._url(), json=body, headers=self._headers())
+                    response = await asyncio.wait_for(
+                        client.post(self._url(), json=body, headers=self._headers()), self.deadline)
                     return self._parse(response)
+                except TimeoutError as exc:  # the deadline, not httpx's per-read timeout
+                    error = ChatModelError(f"{self.name} timed out: no complete answer within the deadline of "
+                                           f"{self.deadline:g} s per request", retryable=True)
+                    error.__cause__ = exc
                 except (httpx.TimeoutException, httpx.TransportError) as exc:
                     error = self._transport_error(exc)
                 except ChatModelError as exc:
