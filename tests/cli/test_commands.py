@@ -322,3 +322,14 @@ def test_jsonl_round_trip_on_every_backend(tmp_path, store_url):
     inproc("export", "b.jsonl", "--store", store_url, "--user", "u", cwd=tmp_path)
     a, b = ((tmp_path / n).read_text(encoding="utf-8").split("\n")[1:] for n in ("a.jsonl", "b.jsonl"))
     assert [json.loads(x) for x in a if x] == [json.loads(x) for x in b if x]
+
+
+def test_forget_one_conversation_unlists_it_for_every_agent(tmp_path, store_url):
+    """``forget --session S`` without ``--agent`` forgets every agent's S, and its place in their conversation lists."""
+    (tmp_path / "s.json").write_text(json.dumps([{"role": "user", "content": "my pin is 0042"},
+                                                 {"role": "assistant", "content": "noted"}]))
+    again("import", "s.json", "--store", store_url, "--user", "ann", "--agent", "bot", "--no-embed", cwd=tmp_path)
+    gone = again("forget", "--user", "ann", "--session", "s", "--yes", "--store", store_url, cwd=tmp_path)
+    assert gone["messages"] == 2
+    left = again("stats", "--store", store_url, "--user", "ann", "--agent", "bot", cwd=tmp_path)
+    assert left["message_count"] == 0 and left["record_count"] == 0 and left["listed_conversations"] == 0
