@@ -227,3 +227,64 @@ def test_record_lines_are_checked_and_version_1_files_stay_readable():
         with pytest.raises(MessageFormatError, match=f"line 3: {named}"):
             jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join(lines)))
     assert store.count(Scope(session_id="c")) == 1 and store.get_records(Scope(user_id="ann"), "facts") == []
+
+
+def _two_conversations() -> str:
+    """A jsonl export of two conversations of ann, each at positions 0 and 1, one message id shared by both."""
+    source = open_store("sqlite:///:memory:")
+    try:
+        for conv, words in (("c1", ("alpha", "beta")), ("c2", ("gamma", "delta"))):
+            own = Scope(user_id="ann", session_id=conv)
+            msgs = [{"role": "user", "content": words[0], "id": f"{conv}-0"},
+                    {"role": "assistant", "content": words[1], "id": "ack"}]
+            openai.import_openai(source, own, io.StringIO(json.dumps(msgs)))
+        buf = io.StringIO()
+        jsonl.export_jsonl(source, Scope(user_id="ann"), buf)
+        return buf.getvalue()
+    finally:
+        source.close()
+
+
+def test_jsonl_import_merging_conversations_loses_nothing_and_writes_nothing_partial(store_url):
+    """``--session`` gathers several conversations into one: their positions clash and an id may be reused.
+
+    A clash is never half-written (the store refused the second conversation's positions after the first's were
+    written), and no message is acknowledged then dropped (a reused id silently kept the first message only).
+    """
+    text = _two_conversations()
+    store = open_store(store_url)
+    try:
+        with pytest.raises(MessageFormatError, match=r"line \d+: conversation 'all': id 'ack' is also line \d+'s"):
+            jsonl.import_jsonl(store, Scope(session_id="all"), io.StringIO(text))
+        assert store.stats(Scope(user_id="ann")).get("message_count") == 0
+
+        distinct = text.replace('"ack"', '"ack-c2"', 1)  # ids unique across both: merged, in file order
+        counts = jsonl.import_jsonl(store, Scope(session_id="all"), io.StringIO(distinct))
+        assert counts["messages"] == counts["written"] == 4
+        merged = store.range(Scope(user_id="ann", session_id="all"), 0, 100)
+        assert [m.data["content"] for m in merged] == ["alpha", "beta", "gamma", "delta"]
+        assert [m.position for m in merged] == [0, 1, 2, 3]
+        assert jsonl.import_jsonl(store, Scope(session_id="all"), io.StringIO(distinct))["written"] == 0
+    finally:
+        store.close()
+
+
+def test_jsonl_import_refuses_a_position_another_message_holds_before_writing(store_url):
+    """A conversation that is in the store with other messages at the file's positions: refused, nothing written."""
+    text = _two_conversations()
+    store = open_store(store_url)
+    try:
+        own = Scope(user_id="ann", session_id="c2")
+        openai.import_openai(store, own, io.StringIO(json.dumps([{"role": "user", "content": "mine", "id": "x"}])))
+        with pytest.raises(MessageFormatError, match=r"line \d+: conversation 'c2': position 0 holds another "
+                                                     r"message \(id 'x'\)"):
+            jsonl.import_jsonl(store, Scope(), io.StringIO(text))
+        assert store.count(Scope(user_id="ann", session_id="c1")) == 0  # the first conversation was not written
+        assert [m.id for m in store.range(own, 0, 10)] == ["x"]
+        lines = text.split("\n")
+        clash = [lines[0], lines[1], lines[1].replace('"c1-0"', '"other"')]  # two ids at one position of c1
+        with pytest.raises(MessageFormatError, match=r"line 3: conversation 'c1': position 0 is also line 2's"):
+            jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join(clash)))
+        assert store.count(Scope(user_id="ann", session_id="c1")) == 0
+    finally:
+        store.close()
