@@ -333,3 +333,18 @@ def test_forget_one_conversation_unlists_it_for_every_agent(tmp_path, store_url)
     assert gone["messages"] == 2
     left = again("stats", "--store", store_url, "--user", "ann", "--agent", "bot", cwd=tmp_path)
     assert left["message_count"] == 0 and left["record_count"] == 0 and left["listed_conversations"] == 0
+
+
+def test_strands_export_never_writes_outside_its_folder(tmp_path):
+    """A conversation id is any string; one with '../' must not make the strands export write elsewhere."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    for session in ("fine", "x/../../../escaped"):
+        again("import", "t.json", "--store", store, "--session", session, "--no-embed", cwd=tmp_path)
+    (tmp_path / "out" / "sessions").mkdir(parents=True)
+    done = fr("export", "out/sessions", "--format", "strands", "--store", store, cwd=tmp_path, ok=False)
+    assert done.returncode == 2 and "conversation 'x/../../../escaped' cannot name a Strands session folder" in done.stderr
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "out" / "escaped").exists()
+    assert list((tmp_path / "out" / "sessions").iterdir()) == []  # refused before anything was written
+    assert again("export", "out/sessions", "--format", "strands", "--store", store, "--session", "fine",
+                 cwd=tmp_path)["messages"] == 1

@@ -27,9 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import MessageFormatError
+from ..errors import InvalidInput, MessageFormatError
 from ..stores.base import Scope, Store
-from ._common import Progress, each_conversation, no_progress, records_for, write_all
+from ._common import Progress, conversations, each_conversation, no_progress, records_for, write_all
 
 SESSION_PREFIX = "session_"
 AGENT_PREFIX = "agent_"
@@ -105,11 +105,28 @@ def _dump(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
+def _folder_name(kind: str, value: str, folder: str) -> str:
+    """``value`` if it can name one folder (a Strands session or agent); InvalidInput naming it otherwise.
+
+    A conversation id may hold any character: one with a path separator would name a folder elsewhere
+    (``a/../../x`` one outside the storage directory), and Strands refuses such ids too.
+    """
+    if any(c in value for c in ("/", "\\", "\x00")):
+        raise InvalidInput(f"{kind} {value!r} cannot name a Strands {folder} folder: it holds a path "
+                           "separator ('/' or '\\'); export it in another format")
+    return value
+
+
 def export_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *,
                    progress: Progress = no_progress) -> dict[str, int]:
-    """Write each conversation of ``scope`` as a Strands session under the storage directory ``path``."""
+    """Write each conversation of ``scope`` as a Strands session under the storage directory ``path``.
+
+    Every conversation id (and the agent id) is checked before anything is written: each names a folder.
+    """
     root = Path(path)
-    agent = str(scope.agent_id) or "default"
+    agent = _folder_name("agent", str(scope.agent_id) or "default", "agent")
+    for session in conversations(store, scope):
+        _folder_name("conversation", session, "session")
     counts = {"conversations": 0, "messages": 0}
     for session, stored, messages in each_conversation(store, scope, "converse", progress):
         first, last = _iso(stored[0].created_at), _iso(stored[-1].created_at)
