@@ -288,3 +288,29 @@ def test_jsonl_import_refuses_a_position_another_message_holds_before_writing(st
         assert store.count(Scope(user_id="ann", session_id="c1")) == 0
     finally:
         store.close()
+
+
+def test_strands_import_keeps_every_message_whatever_its_message_id(tmp_path):
+    """Message files without a ``message_id`` (or with one repeated) were stored as one: the rest acknowledged, lost."""
+    from fullrecall.transfer import strands
+
+    folder = tmp_path / "session_s1" / "agents" / "agent_a" / "messages"
+    folder.mkdir(parents=True)
+    for i in range(3):
+        item = {"message": {"role": ("user", "assistant")[i % 2], "content": [{"text": f"msg {i}"}]}}
+        if i:
+            item["message_id"] = 1  # the first has none, the others one each, the same
+        (folder / f"message_{i}.json").write_text(json.dumps(item))
+    store = open_store("sqlite:///:memory:")
+    try:
+        counts = strands.import_strands(store, Scope(), tmp_path)
+        assert counts["messages"] == counts["written"] == 3
+        stored = store.range(Scope(agent_id="a", session_id="s1"), 0, 10)
+        assert [m.data["content"][0]["text"] for m in stored] == ["msg 0", "msg 1", "msg 2"]
+        assert [m.id for m in stored] == [f"strands:s1:a:{i}" for i in range(3)]
+        assert strands.import_strands(store, Scope(), tmp_path)["written"] == 0
+        (folder / "message_01.json").write_text((folder / "message_1.json").read_text())
+        with pytest.raises(MessageFormatError, match=r"message index 1 is also message_01.json's"):
+            strands.import_strands(store, Scope(), tmp_path)
+    finally:
+        store.close()

@@ -60,21 +60,27 @@ def session_dirs(path: Path) -> list[Path]:
     return found
 
 
-def read_session(directory: Path) -> list[tuple[str, str, list[dict[str, Any]]]]:
-    """(session id, agent id, message files in order) of each agent of a session directory."""
+def read_session(directory: Path) -> list[tuple[str, str, list[tuple[int, dict[str, Any]]]]]:
+    """(session id, agent id, (index, message file) in index order) of each agent of a session directory.
+
+    A message's index is its file's (``message_<index>.json``, the SDK's ``message_id``); two files of one
+    index (``message_1.json``, ``message_01.json``) are refused, naming them.
+    """
     meta = _load(directory / "session.json") if (directory / "session.json").is_file() else {}
     session = meta.get("session_id") or directory.name.removeprefix(SESSION_PREFIX)
     out = []
     for agent_dir in sorted((directory / "agents").glob(f"{AGENT_PREFIX}*")):
         agent_meta = _load(agent_dir / "agent.json") if (agent_dir / "agent.json").is_file() else {}
         agent = agent_meta.get("agent_id") or agent_dir.name.removeprefix(AGENT_PREFIX)
-        files = []
-        for f in (agent_dir / "messages").glob(f"{MESSAGE_PREFIX}*.json"):
+        files: dict[int, Path] = {}
+        for f in sorted((agent_dir / "messages").glob(f"{MESSAGE_PREFIX}*.json")):
             try:
-                files.append((int(f.name[len(MESSAGE_PREFIX):-5]), f))
+                index = int(f.name[len(MESSAGE_PREFIX):-5])
             except ValueError:
                 continue
-        out.append((str(session), str(agent), [_load(f) for _, f in sorted(files)]))
+            if files.setdefault(index, f) != f:
+                raise MessageFormatError(f"{f}: message index {index} is also {files[index].name}'s")
+        out.append((str(session), str(agent), [(i, _load(files[i])) for i in sorted(files)]))
     return out
 
 
@@ -85,11 +91,11 @@ def import_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *, 
     for directory in session_dirs(Path(path)):
         for session, agent, items in read_session(directory):
             raws, ids, times = [], [], []
-            for item in items:
+            for index, item in items:
                 if not isinstance(item, dict) or not isinstance(item.get("message"), dict):
-                    raise MessageFormatError(f"{directory}: agent {agent!r}: a message file lacks 'message'")
+                    raise MessageFormatError(f"{directory}: agent {agent!r}: message {index} lacks 'message'")
                 raws.append(item.get("redact_message") or item["message"])
-                ids.append(f"strands:{session}:{agent}:{item.get('message_id')}")
+                ids.append(f"strands:{session}:{agent}:{index}")  # the file's index: its message_id may be absent
                 times.append(_time(item.get("created_at")))
             own = replace(scope, session_id=scope.session or session, agent_id=agent_id or agent)
             prepared.append((own, records_for(raws, ids, times=times, where=f"session {session!r}, agent {agent!r}: ")))
