@@ -314,3 +314,28 @@ def test_strands_import_keeps_every_message_whatever_its_message_id(tmp_path):
             strands.import_strands(store, Scope(), tmp_path)
     finally:
         store.close()
+
+
+def test_an_id_given_to_two_different_messages_is_refused_not_dropped():
+    """The store keeps the first message of an id: a second, different one was counted as read and never stored."""
+    from fullrecall.transfer import locomo
+
+    store = open_store("sqlite:///:memory:")
+    try:
+        clash = [{"role": "user", "content": "first", "id": "m1"}, {"role": "assistant", "content": "second", "id": "m1"}]
+        with pytest.raises(MessageFormatError, match=r"conversation 't': message 1: 'id' 'm1' is also message 0's"):
+            openai.import_openai(store, Scope(session_id="t"), io.StringIO(json.dumps(clash)))
+        assert store.count(Scope(session_id="t")) == 0
+        same = [clash[0], clash[0], {"role": "assistant", "content": "second", "id": "m2"}]  # a repeat is one message
+        assert openai.import_openai(store, Scope(session_id="t"), io.StringIO(json.dumps(same)))["written"] == 2
+
+        sample = {"sample_id": "s", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [
+            {"speaker": "A", "dia_id": "D1:1", "text": "hello"}]}}
+        other = {**sample, "conversation": {**sample["conversation"], "session_1": [
+            {"speaker": "B", "dia_id": "D1:1", "text": "another day"}]}}
+        with pytest.raises(MessageFormatError, match=r"conversation 's': message 0: 'id' 'D1:1' is also message 0 of "
+                                                     r"an earlier part of the file's"):
+            locomo.import_locomo(store, Scope(), io.StringIO(json.dumps([sample, other])))
+        assert store.count(Scope(session_id="s")) == 0
+    finally:
+        store.close()

@@ -116,7 +116,12 @@ def write(store: Store, scope: Scope, records: Sequence[StoredMessage], progress
 
 def write_all(store: Store, prepared: Sequence[tuple[Scope, Sequence[StoredMessage]]], conversations: int,
               progress: Progress = no_progress, embedder: Any = None) -> dict[str, int]:
-    """Write each parsed and checked conversation of an import (see :func:`write`); the import's counts."""
+    """Write each parsed and checked conversation of an import (see :func:`write`); the import's counts.
+
+    An id names one message of a conversation: two different messages a file gives one id (the store would
+    keep the first and drop the other) are refused, naming them, before anything is written.
+    """
+    check_ids(prepared)
     counts = Counts(conversations=conversations)
     for own, records in prepared:
         written, embedded = write(store, own, records, progress, embedder)
@@ -124,6 +129,22 @@ def write_all(store: Store, prepared: Sequence[tuple[Scope, Sequence[StoredMessa
         counts.written += written
         counts.embedded += embedded
     return counts.as_dict()
+
+
+def check_ids(prepared: Sequence[tuple[Scope, Sequence[StoredMessage]]]) -> None:
+    """``MessageFormatError`` for an id given to two different messages of one conversation."""
+    from ..errors import MessageFormatError
+
+    seen: dict[tuple[str, str, str, str], dict[str, tuple[int, int, StoredMessage]]] = {}
+    for part, (own, records) in enumerate(prepared):
+        ids = seen.setdefault((own.tenant, str(own.user_id), str(own.agent_id), str(own.session_id)), {})
+        for index, record in enumerate(records):
+            first = ids.setdefault(record.id, (part, index, record))
+            if first[2] is not record and first[2].data != record.data:
+                earlier = f"message {first[1]}" + (" of an earlier part of the file" if first[0] != part else "")
+                raise MessageFormatError(f"conversation {own.session_id!r}: message {index}: 'id' {record.id!r} is "
+                                         f"also {earlier}'s, a different message; ids are unique within a "
+                                         "conversation")
 
 
 def embed(store: Store, scope: Scope, ids: Sequence[str], embedder: Any, progress: Progress = no_progress) -> int:
