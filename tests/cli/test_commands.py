@@ -348,3 +348,16 @@ def test_strands_export_never_writes_outside_its_folder(tmp_path):
     assert list((tmp_path / "out" / "sessions").iterdir()) == []  # refused before anything was written
     assert again("export", "out/sessions", "--format", "strands", "--store", store, "--session", "fine",
                  cwd=tmp_path)["messages"] == 1
+
+
+def test_an_empty_session_option_is_refused_not_read_as_every_conversation(tmp_path):
+    """``forget --session "$S"`` with S empty forgot every conversation of the user (an empty session is "all")."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "keep.json").write_text(json.dumps([{"role": "user", "content": "keep me"}]))
+    again("import", "keep.json", "--store", store, "--user", "ann", "--no-embed", cwd=tmp_path)
+    done = fr("forget", "--user", "ann", "--session", "", "--yes", "--store", store, cwd=tmp_path, ok=False)
+    assert done.returncode == 2 and "--session is empty" in done.stderr
+    for command in (("stats",), ("export", "-"), ("search", "keep")):
+        refused = inproc(*command, "--session", "", "--store", store, "--user", "ann", cwd=tmp_path, ok=False)
+        assert refused.returncode == 2 and "--session is empty" in refused.stderr
+    assert again("stats", "--store", store, "--user", "ann", cwd=tmp_path)["message_count"] == 1
