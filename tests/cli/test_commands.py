@@ -361,3 +361,12 @@ def test_an_empty_session_option_is_refused_not_read_as_every_conversation(tmp_p
         refused = inproc(*command, "--session", "", "--store", store, "--user", "ann", cwd=tmp_path, ok=False)
         assert refused.returncode == 2 and "--session is empty" in refused.stderr
     assert again("stats", "--store", store, "--user", "ann", cwd=tmp_path)["message_count"] == 1
+
+
+def test_keys_create_with_an_empty_limit_is_refused_not_made_for_anyone(tmp_path):
+    """``keys create --users "$U"`` with U empty made a key for every user of the tenant."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    for option in ("--users", "--agents"):
+        done = fr("keys", "create", "--tenant", "acme", option, "", "--store", store, cwd=tmp_path, ok=False)
+        assert done.returncode == 2 and "limits the key to no one" in done.stderr
+    assert again("keys", "list", "--store", store, cwd=tmp_path) == []
