@@ -339,3 +339,46 @@ def test_an_id_given_to_two_different_messages_is_refused_not_dropped():
         assert store.count(Scope(session_id="s")) == 0
     finally:
         store.close()
+
+
+def _vector(model: str, dim: int) -> dict:
+    import base64
+
+    import numpy as np
+
+    return {"model": model, "dim": dim, "b64": base64.b64encode(np.ones(dim, dtype="<f4").tobytes()).decode()}
+
+
+def test_jsonl_import_refuses_what_the_store_would_refuse_mid_write_before_writing(store_url):
+    """A bad owner on a long-term line, or vectors of two models in a conversation, were refused by the store after
+    the file's messages had been written (a raw numpy error for the vectors); now each is named, nothing written.
+    """
+    header = json.dumps({"format": "fullrecall", "version": 2})
+
+    def message(i: int, **extra) -> str:
+        return json.dumps({"type": "message", "conversation_id": "c1", "user_id": "ann", "id": f"m{i}", "position": i,
+                           "role": "user", "text": "hello", "created_at": 1.7e9, "archived_at": 1.7e9,
+                           "message": {"role": "user", "content": "hello"}, **extra})
+
+    fact = json.dumps({"type": "fact", "user_id": "bad\x00user", "id": "f1", "text": "My city is Lyon.",
+                       "created_at": 1.7e9, "updated_at": 1.7e9, "data": {"attribute": "city", "value": "Lyon"}})
+    store = open_store(store_url)
+    try:
+        cases = [
+            ([message(0), fact], r"line 3: 'user_id' contains a NUL character"),
+            ([message(0, vector=_vector("m", 4)), message(1, vector=_vector("m", 8))],
+             r"line 3: 'vector' is 'm' of 8 dimensions, line 2's 'm' of 4"),
+            ([message(0, vector=_vector("m", 4)), message(1, vector=_vector("other", 4))],
+             r"line 3: 'vector' is 'other' of 4 dimensions, line 2's 'm' of 4"),
+        ]
+        for body, error in cases:
+            with pytest.raises(MessageFormatError, match=error):
+                jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join([header, *body])))
+            assert store.stats(Scope(user_id="ann")).get("message_count") == 0
+        jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join([header, message(0, vector=_vector("m", 4))])))
+        with pytest.raises(MessageFormatError, match=r"line 2: 'vector' is 'm' of 8 dimensions; conversation 'c1' "
+                                                     r"holds vectors of 'm' of 4"):
+            jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join([header, message(1, vector=_vector("m", 8))])))
+        assert store.count(Scope(user_id="ann", session_id="c1")) == 1
+    finally:
+        store.close()

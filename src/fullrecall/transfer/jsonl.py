@@ -50,7 +50,7 @@ from ..memory.persistent import _SESSIONS as SESSIONS
 from ..memory.procedural import NAMESPACE as PROCEDURES
 from ..memory.procedural import check_pattern_data, owned_pattern
 from ..stores._common import check_messages
-from ..stores._validate import check_record
+from ..stores._validate import check_id, check_record
 from ..stores.base import ANY, Record, Scope, Store, StoredMessage
 from ._common import BATCH, Counts, Progress, conversations, embed, no_progress, records_for, register
 
@@ -191,7 +191,18 @@ def conversation_of(line: dict[str, Any]) -> str:
     conv = line.get("conversation_id")
     if not isinstance(conv, str) or not conv or "\x00" in conv:
         raise MessageFormatError(f"line {line.get('_line', '?')}: 'conversation_id' must be a non-empty string")
+    _identifier(line, "conversation_id", conv)
     return conv
+
+
+def _identifier(line: dict[str, Any], key: str, value: str) -> None:
+    """Refuse, naming the line, an id no store keeps (a NUL, a lone surrogate, too long): found while reading,
+    not when its conversation or record is written, after others were.
+    """
+    try:
+        check_id(value, f"line {line.get('_line', '?')}: '{key}'", empty=True)
+    except ValueError as exc:
+        raise MessageFormatError(str(exc)) from None
 
 
 def owner_of(line: dict[str, Any], key: str) -> str:
@@ -199,6 +210,7 @@ def owner_of(line: dict[str, Any], key: str) -> str:
     value = line.get(key) or ""
     if not isinstance(value, str):
         raise MessageFormatError(f"line {line.get('_line', '?')}: '{key}' must be a string or null")
+    _identifier(line, key, value)
     return value
 
 
@@ -249,6 +261,7 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
     records: dict[tuple[str, str, str], list[tuple[Record, np.ndarray | None]]] = {}
     sources: dict[tuple[str, str, str], set[str]] = {}  # the file's conversations each target gathers
     numbers: dict[tuple[str, str, str], list[int]] = {}  # the line of each message of a target
+    models: dict[tuple[str, str, str], tuple[str, int, int]] = {}  # a target's vectors: (model, dim, first line)
     for line in read(fp):
         user = owner_of(line, "user_id") if keep_owner else str(scope.user_id or "")
         agent = owner_of(line, "agent_id") if keep_owner else str(scope.agent_id or "")
@@ -266,6 +279,12 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
             numbers.setdefault((user, agent, conv), []).append(line["_line"])
             vector = vector_of(line)
             if vector is not None:
+                model, dim = vector[0], int(vector[1].shape[0])
+                first = models.setdefault((user, agent, conv), (model, dim, line["_line"]))
+                if first[:2] != (model, dim):
+                    raise MessageFormatError(f"line {line['_line']}: 'vector' is {model!r} of {dim} dimensions, line "
+                                             f"{first[2]}'s {first[0]!r} of {first[1]}: a conversation's vectors are "
+                                             "of one model")
                 vectors[m.id] = vector
         elif line["type"] == "state":
             if line.get("key") not in STATE_KEYS or not isinstance(line.get("value"), dict):
@@ -286,6 +305,10 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
                 m.position = None
             states.clear()
         _check_places(store, targets[key], messages, numbers.get(key, []))
+        held = store.vector_model(targets[key]) if key in models else None
+        if held is not None and tuple(held) != models[key][:2]:
+            raise MessageFormatError(f"line {models[key][2]}: 'vector' is {models[key][0]!r} of {models[key][1]} "
+                                     f"dimensions; conversation {key[2]!r} holds vectors of {held[0]!r} of {held[1]}")
     counts = Counts(conversations=len(groups))
     total = sum(len(g[0]) for g in groups.values())
     for key, (messages, vectors, states) in groups.items():
