@@ -382,3 +382,34 @@ def test_jsonl_import_refuses_what_the_store_would_refuse_mid_write_before_writi
         assert store.count(Scope(user_id="ann", session_id="c1")) == 1
     finally:
         store.close()
+
+
+def test_every_export_reads_past_gaps_in_the_positions(store_url):
+    """Exports read a conversation a batch of positions at a time and stopped at the first empty batch: after 500
+    deleted messages in a row (or an import at far apart positions) the rest was silently left out.
+    """
+    from fullrecall.stores.base import StoredMessage
+    from fullrecall.transfer import locomo
+
+    store = open_store(store_url)
+    try:
+        own = Scope(user_id="ann", session_id="c")
+        store.append(own, [StoredMessage(id=f"m{i}", role="user", text=f"t{i}", data={"role": "user",
+                                                                                     "content": f"t{i}"})
+                           for i in range(600)])
+        store.delete(own, [f"m{i}" for i in range(1, 560)])
+        far = StoredMessage(id="far", role="user", text="far", data={"role": "user", "content": "far"},
+                            position=10**12)
+        store.append(own, [far])
+        _common.register(store, own)
+        want = ["t0", *(f"t{i}" for i in range(560, 600)), "far"]
+        buf = io.StringIO()
+        assert jsonl.export_jsonl(store, Scope(user_id="ann"), buf)["messages"] == len(want)
+        assert [line["message"]["content"] for line in _body(buf)] == want
+        buf = io.StringIO()
+        openai.export_openai(store, Scope(user_id="ann"), buf)
+        assert [m["content"] for m in json.loads(buf.getvalue())["messages"]] == want
+        buf = io.StringIO()
+        assert locomo.export_locomo(store, Scope(user_id="ann"), buf)["messages"] == len(want)
+    finally:
+        store.close()

@@ -16,6 +16,7 @@ from ..stores.base import Record, Scope, Store, StoredMessage
 
 CONVERSATIONS = "conversations"  # record namespace: one record per conversation of an owner (export lists them)
 BATCH = 500  # messages per append: an interrupted import keeps every batch it finished
+END = 2**62  # past any position a store holds
 
 Progress = Callable[[str, int, int], None]
 """``progress(what, done, total)``: called as work advances (``what`` names the step)."""
@@ -161,16 +162,26 @@ def embed(store: Store, scope: Scope, ids: Sequence[str], embedder: Any, progres
     return done
 
 
+def chunks(store: Store, scope: Scope) -> Iterator[list[StoredMessage]]:
+    """Every message of one conversation, in order, a batch at a time (about :data:`BATCH` positions a read).
+
+    Positions may have gaps (deleted messages, an import at the file's positions): an empty read is no end.
+    Past one, the span read doubles until a message or the conversation's newest position is reached.
+    """
+    newest = int(store.stats(scope).get("newest_position", -1))
+    start, size = 0, BATCH
+    while start <= newest:
+        chunk = store.range(scope, start, min(start + size - 1, END))
+        if chunk:
+            yield chunk
+            start, size = int(chunk[-1].position or 0) + 1, BATCH
+        else:
+            start, size = start + size, size * 2
+
+
 def read_all(store: Store, scope: Scope) -> list[StoredMessage]:
-    """Every message of one conversation, in order (read in batches)."""
-    out: list[StoredMessage] = []
-    start = 0
-    while True:
-        chunk = store.range(scope, start, start + BATCH - 1)
-        if not chunk:
-            return out
-        out.extend(chunk)
-        start = int(chunk[-1].position or 0) + 1
+    """Every message of one conversation, in order (read in batches, across gaps in the positions)."""
+    return [m for chunk in chunks(store, scope) for m in chunk]
 
 
 def each_conversation(store: Store, scope: Scope, shape: str,

@@ -52,7 +52,7 @@ from ..memory.procedural import check_pattern_data, owned_pattern
 from ..stores._common import check_messages
 from ..stores._validate import check_id, check_record
 from ..stores.base import ANY, Record, Scope, Store, StoredMessage
-from ._common import BATCH, Counts, Progress, conversations, embed, no_progress, records_for, register
+from ._common import BATCH, Counts, Progress, chunks, conversations, embed, no_progress, records_for, register
 
 FORMAT = "fullrecall"
 VERSION = 2
@@ -86,13 +86,11 @@ def lines(store: Store, scope: Scope, *, vectors: bool = True, progress: Progres
     for n, session in enumerate(sessions):
         own = replace(scope, session_id=session)
         model = (store.vector_model(own) or (None, 0))[0] if vectors else None
-        start = 0
-        while chunk := store.range(own, start, start + BATCH - 1):
+        for chunk in chunks(store, own):
             found = store.get_vectors(own, [m.id for m in chunk]) if model else {}
             for m in chunk:
                 m.session_id = m.session_id or session
                 yield message_line(m, found.get(m.id), model)
-            start = int(chunk[-1].position or 0) + 1
         for key in STATE_KEYS:
             value = store.get_state(own, key)
             if value is not None:
