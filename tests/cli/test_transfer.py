@@ -413,3 +413,25 @@ def test_every_export_reads_past_gaps_in_the_positions(store_url):
         assert locomo.export_locomo(store, Scope(user_id="ann"), buf)["messages"] == len(want)
     finally:
         store.close()
+
+
+def test_locomo_import_reads_every_session_whatever_its_number():
+    """Sessions were read from 1 up to the first missing number: a file without session_2 lost session 3 on."""
+    from fullrecall.transfer import locomo
+
+    conversation = {"speaker_a": "Ann", "speaker_b": "Bob",
+                    "session_1_date_time": "1:56 pm on 8 May, 2023",
+                    "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "first"}],
+                    "session_3_date_time": "2:00 pm on 10 May, 2023",
+                    "session_3": [{"speaker": "Bob", "dia_id": "D3:1", "text": "third"}],
+                    "session_10": [{"speaker": "Ann", "dia_id": "D10:1", "text": "tenth"}]}
+    store = open_store("sqlite:///:memory:")
+    try:
+        counts = locomo.import_locomo(store, Scope(), io.StringIO(json.dumps([{"sample_id": "s", "conversation":
+                                                                                 conversation}])))
+        assert counts["messages"] == counts["written"] == 3
+        stored = store.range(Scope(session_id="s"), 0, 10)
+        assert [(m.data["content"], m.data["locomo"]["session"]) for m in stored] == [("first", 1), ("third", 3),
+                                                                                      ("tenth", 10)]
+    finally:
+        store.close()
