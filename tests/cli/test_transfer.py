@@ -435,3 +435,31 @@ def test_locomo_import_reads_every_session_whatever_its_number():
                                                                                       ("tenth", 10)]
     finally:
         store.close()
+
+
+def test_strands_export_over_a_longer_earlier_export_is_refused(tmp_path):
+    """Exporting again into a folder after a message was deleted left the earlier export's last message file there:
+    Strands and an import loaded the deleted message back with the conversation.
+    """
+    from fullrecall.errors import InvalidInput
+    from fullrecall.transfer import strands
+
+    store = open_store("sqlite:///:memory:")
+    try:
+        own = Scope(session_id="t")
+        said = [{"role": "user", "content": "one", "id": "a"}, {"role": "assistant", "content": "two", "id": "b"},
+                {"role": "user", "content": "my secret three", "id": "c"}]
+        openai.import_openai(store, own, io.StringIO(json.dumps(said)))
+        assert strands.export_strands(store, Scope(), tmp_path / "out")["messages"] == 3
+        assert strands.export_strands(store, Scope(), tmp_path / "out")["messages"] == 3  # the same again: fine
+        store.delete(own, ["c"])
+        with pytest.raises(InvalidInput, match=r"message_2.json is not a message of the conversation \(2 messages\)"):
+            strands.export_strands(store, Scope(), tmp_path / "out")
+        assert strands.export_strands(store, Scope(), tmp_path / "fresh")["messages"] == 2
+        other = open_store("sqlite:///:memory:")
+        strands.import_strands(other, Scope(), tmp_path / "fresh")
+        assert [m.data["content"][0]["text"] for m in other.range(Scope(agent_id="default", session_id="t"), 0, 9)
+                ] == ["one", "two"]
+        other.close()
+    finally:
+        store.close()

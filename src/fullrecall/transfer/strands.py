@@ -123,6 +123,21 @@ def _folder_name(kind: str, value: str, folder: str) -> str:
     return value
 
 
+def _check_no_stale_messages(folder: Path, count: int) -> None:
+    """Refuse to export over a folder holding message files the conversation has not (an earlier, longer export's,
+    or an agent's own): left there, Strands and an import would load them with the conversation, a message deleted
+    since among them; deleting them is not the export's to do.
+    """
+    for found in folder.glob(f"{MESSAGE_PREFIX}*.json") if folder.is_dir() else ():
+        try:
+            number = int(found.name[len(MESSAGE_PREFIX):-5])
+        except ValueError:
+            continue  # no message file: neither Strands nor an import reads it
+        if number >= count or found.name != f"{MESSAGE_PREFIX}{number}.json":
+            raise InvalidInput(f"{found} is not a message of the conversation ({count} messages): export into an "
+                               "empty folder, or remove that session's folder first")
+
+
 def export_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *,
                    progress: Progress = no_progress) -> dict[str, int]:
     """Write each conversation of ``scope`` as a Strands session under the storage directory ``path``.
@@ -133,6 +148,8 @@ def export_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *,
     agent = _folder_name("agent", str(scope.agent_id) or "default", "agent")
     for session in conversations(store, scope):
         _folder_name("conversation", session, "session")
+        _check_no_stale_messages(root / f"{SESSION_PREFIX}{session}" / "agents" / f"{AGENT_PREFIX}{agent}" / "messages",
+                                 store.count(replace(scope, session_id=session)))
     counts = {"conversations": 0, "messages": 0}
     for session, stored, messages in each_conversation(store, scope, "converse", progress):
         first, last = _iso(stored[0].created_at), _iso(stored[-1].created_at)
