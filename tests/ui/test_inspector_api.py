@@ -138,3 +138,21 @@ def test_the_page_is_served_with_headers_that_keep_it_to_itself(api):
     assert "<title>fullrecall inspector</title>" in api.get("/ui/").text
     assert api.get("/ui", follow_redirects=False).status_code in (307, 308)
     assert api.get("/ui/nothing.js").status_code == 404
+
+
+def test_lists_the_conversations_the_command_line_wrote(api):
+    """``fullrecall import`` and ``chat`` keep the service's conversation list, but without the owner the tenant-wide
+    listing needs: what an operator imported never showed in the inspector.
+    """
+    import io
+    import json
+
+    from fullrecall.transfer import openai
+
+    said = [{"role": "user", "content": "imported hello"}, {"role": "assistant", "content": "hi"}]
+    openai.import_openai(api.service.store, Scope(tenant="tenant-a", user_id="cli", agent_id="bot",
+                                                  session_id="imported"), io.StringIO(json.dumps(said)))
+    listed = api.get("/v1/inspector/conversations", headers=auth(api.keys["a"])).json()["conversations"]
+    assert ("cli", "bot", "imported", 2) in [(c["user_id"], c["agent_id"], c["conversation_id"], c["messages"])
+                                             for c in listed]
+    assert api.get("/v1/inspector/conversations", headers=auth(api.keys["b"])).json()["conversations"] == []

@@ -59,9 +59,14 @@ def conversations(store: Store, scope: Scope) -> list[str]:
 
 
 def register(store: Store, scope: Scope) -> None:
-    """Put the conversation of ``scope`` in its owner's list (idempotent; the service keeps the same list)."""
+    """Put the conversation of ``scope`` in its owner's list (idempotent; the service keeps the same list).
+
+    The record names its owner, as the service's do, so a tenant-wide listing (the inspector) shows it.
+    """
     session = str(scope.require_session().session_id)
-    store.put_record(replace(scope, session_id=None), Record(id=session, namespace=CONVERSATIONS, text=session))
+    owner = {"user_id": str(scope.user_id), "agent_id": str(scope.agent_id)}
+    store.put_record(replace(scope, session_id=None), Record(id=session, namespace=CONVERSATIONS, text=session,
+                                                             data=owner))
 
 
 def records_for(raws: Sequence[dict[str, Any]], ids: Sequence[str], *, speakers: Sequence[str | None] | None = None,
