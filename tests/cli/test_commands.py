@@ -370,3 +370,19 @@ def test_keys_create_with_an_empty_limit_is_refused_not_made_for_anyone(tmp_path
         done = fr("keys", "create", "--tenant", "acme", option, "", "--store", store, cwd=tmp_path, ok=False)
         assert done.returncode == 2 and "limits the key to no one" in done.stderr
     assert again("keys", "list", "--store", store, cwd=tmp_path) == []
+
+
+def test_inspect_finds_the_first_and_last_messages_across_gaps(tmp_path):
+    """``inspect`` took position 0 for the first message (gone once deleted: no first position, no first date)."""
+    from fullrecall.stores import Scope, open_store
+
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "g.json").write_text(json.dumps([{"role": "user", "content": f"turn {i}", "id": f"m{i}"}
+                                                for i in range(6)]))
+    again("import", "g.json", "--store", store, "--no-embed", cwd=tmp_path)
+    opened = open_store(store)
+    opened.delete(Scope(session_id="g"), ["m0", "m1", "m5"])
+    opened.close()
+    report = out("inspect", "g", "--store", store, cwd=tmp_path)
+    assert report["messages"] == 3 and report["positions"] == [2, 4]
+    assert report["first_at"] is not None and report["last_message"]["id"] == "m4"
