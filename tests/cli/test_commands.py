@@ -386,3 +386,19 @@ def test_inspect_finds_the_first_and_last_messages_across_gaps(tmp_path):
     report = out("inspect", "g", "--store", store, cwd=tmp_path)
     assert report["messages"] == 3 and report["positions"] == [2, 4]
     assert report["first_at"] is not None and report["last_message"]["id"] == "m4"
+
+
+def test_chat_and_inspect_keep_to_their_tenant(tmp_path):
+    """``chat --tenant`` wrote the conversation to the default tenant, and ``inspect --tenant`` showed the window
+    and summaries of the default tenant's conversation of that name.
+    """
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    turns = fr("chat", "--model", "scripted", "--store", store, "--tenant", "acme", "--session", "s", "--json",
+               cwd=tmp_path, stdin="my acme code is 42\n").stdout
+    assert json.loads(turns.split("\n")[0])["window"] == 2
+    assert again("stats", "--store", store, "--tenant", "acme", cwd=tmp_path)["message_count"] == 2
+    assert again("stats", "--store", store, cwd=tmp_path)["message_count"] == 0
+    inproc("chat", "--model", "scripted", "--store", store, "--session", "s", cwd=tmp_path, stdin="default's own\n")
+    report = again("inspect", "s", "--store", store, "--tenant", "acme", cwd=tmp_path)
+    assert report["tenant"] == "acme" and report["messages"] == 2
+    assert "acme code" in json.dumps(report["window"]["items"]) and "default's own" not in json.dumps(report)

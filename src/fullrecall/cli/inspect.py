@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
                                f"user {own.user_id or '(default)'!r}, agent {own.agent_id or '(default)'!r})")
         oldest, last = _at(store, own, "oldest_position"), _at(store, own, "newest_position")
         first = [oldest] if oldest else []
-        memory = SyncConversationMemory(store, args.session, user_id=own.user_id or None, agent_id=own.agent_id or None)
+        memory = SyncConversationMemory(store, args.session, user_id=own.user_id or None, agent_id=own.agent_id or None,
+                                        tenant=own.tenant)
         window = memory.messages
         manager = memory.manager
         summary = getattr(manager, "summary_message", None)
