@@ -402,3 +402,15 @@ def test_chat_and_inspect_keep_to_their_tenant(tmp_path):
     report = again("inspect", "s", "--store", store, "--tenant", "acme", cwd=tmp_path)
     assert report["tenant"] == "acme" and report["messages"] == 2
     assert "acme code" in json.dumps(report["window"]["items"]) and "default's own" not in json.dumps(report)
+
+
+def test_import_reads_files_that_start_with_a_byte_order_mark(tmp_path):
+    """Windows tools often write UTF-8 with a BOM: every such file was "not valid JSON (Unexpected UTF-8 BOM)"."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    bom = "\ufeff"
+    (tmp_path / "t.json").write_text(bom + json.dumps([{"role": "user", "content": "héllo"}]), encoding="utf-8")
+    assert again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)["written"] == 1
+    inproc("export", "t.jsonl", "--store", store, "--session", "t", cwd=tmp_path)
+    (tmp_path / "b.jsonl").write_text(bom + (tmp_path / "t.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
+    done = again("import", "b.jsonl", "--store", store, "--session", "copy", "--no-embed", cwd=tmp_path)
+    assert done["format"] == "jsonl" and done["written"] == 1

@@ -38,7 +38,7 @@ MESSAGE_PREFIX = "message_"
 
 def _load(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MessageFormatError(f"{path}: not a readable JSON file ({exc})") from None
 
