@@ -322,3 +322,95 @@ def test_jsonl_round_trip_on_every_backend(tmp_path, store_url):
     inproc("export", "b.jsonl", "--store", store_url, "--user", "u", cwd=tmp_path)
     a, b = ((tmp_path / n).read_text(encoding="utf-8").split("\n")[1:] for n in ("a.jsonl", "b.jsonl"))
     assert [json.loads(x) for x in a if x] == [json.loads(x) for x in b if x]
+
+
+def test_forget_one_conversation_unlists_it_for_every_agent(tmp_path, store_url):
+    """``forget --session S`` without ``--agent`` forgets every agent's S, and its place in their conversation lists."""
+    (tmp_path / "s.json").write_text(json.dumps([{"role": "user", "content": "my pin is 0042"},
+                                                 {"role": "assistant", "content": "noted"}]))
+    again("import", "s.json", "--store", store_url, "--user", "ann", "--agent", "bot", "--no-embed", cwd=tmp_path)
+    gone = again("forget", "--user", "ann", "--session", "s", "--yes", "--store", store_url, cwd=tmp_path)
+    assert gone["messages"] == 2
+    left = again("stats", "--store", store_url, "--user", "ann", "--agent", "bot", cwd=tmp_path)
+    assert left["message_count"] == 0 and left["record_count"] == 0 and left["listed_conversations"] == 0
+
+
+def test_strands_export_never_writes_outside_its_folder(tmp_path):
+    """A conversation id is any string; one with '../' must not make the strands export write elsewhere."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    for session in ("fine", "x/../../../escaped"):
+        again("import", "t.json", "--store", store, "--session", session, "--no-embed", cwd=tmp_path)
+    (tmp_path / "out" / "sessions").mkdir(parents=True)
+    done = fr("export", "out/sessions", "--format", "strands", "--store", store, cwd=tmp_path, ok=False)
+    assert done.returncode == 2 and "conversation 'x/../../../escaped' cannot name a Strands session folder" in done.stderr
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "out" / "escaped").exists()
+    assert list((tmp_path / "out" / "sessions").iterdir()) == []  # refused before anything was written
+    assert again("export", "out/sessions", "--format", "strands", "--store", store, "--session", "fine",
+                 cwd=tmp_path)["messages"] == 1
+
+
+def test_an_empty_session_option_is_refused_not_read_as_every_conversation(tmp_path):
+    """``forget --session "$S"`` with S empty forgot every conversation of the user (an empty session is "all")."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "keep.json").write_text(json.dumps([{"role": "user", "content": "keep me"}]))
+    again("import", "keep.json", "--store", store, "--user", "ann", "--no-embed", cwd=tmp_path)
+    done = fr("forget", "--user", "ann", "--session", "", "--yes", "--store", store, cwd=tmp_path, ok=False)
+    assert done.returncode == 2 and "--session is empty" in done.stderr
+    for command in (("stats",), ("export", "-"), ("search", "keep")):
+        refused = inproc(*command, "--session", "", "--store", store, "--user", "ann", cwd=tmp_path, ok=False)
+        assert refused.returncode == 2 and "--session is empty" in refused.stderr
+    assert again("stats", "--store", store, "--user", "ann", cwd=tmp_path)["message_count"] == 1
+
+
+def test_keys_create_with_an_empty_limit_is_refused_not_made_for_anyone(tmp_path):
+    """``keys create --users "$U"`` with U empty made a key for every user of the tenant."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    for option in ("--users", "--agents"):
+        done = fr("keys", "create", "--tenant", "acme", option, "", "--store", store, cwd=tmp_path, ok=False)
+        assert done.returncode == 2 and "limits the key to no one" in done.stderr
+    assert again("keys", "list", "--store", store, cwd=tmp_path) == []
+
+
+def test_inspect_finds_the_first_and_last_messages_across_gaps(tmp_path):
+    """``inspect`` took position 0 for the first message (gone once deleted: no first position, no first date)."""
+    from fullrecall.stores import Scope, open_store
+
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "g.json").write_text(json.dumps([{"role": "user", "content": f"turn {i}", "id": f"m{i}"}
+                                                for i in range(6)]))
+    again("import", "g.json", "--store", store, "--no-embed", cwd=tmp_path)
+    opened = open_store(store)
+    opened.delete(Scope(session_id="g"), ["m0", "m1", "m5"])
+    opened.close()
+    report = out("inspect", "g", "--store", store, cwd=tmp_path)
+    assert report["messages"] == 3 and report["positions"] == [2, 4]
+    assert report["first_at"] is not None and report["last_message"]["id"] == "m4"
+
+
+def test_chat_and_inspect_keep_to_their_tenant(tmp_path):
+    """``chat --tenant`` wrote the conversation to the default tenant, and ``inspect --tenant`` showed the window
+    and summaries of the default tenant's conversation of that name.
+    """
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    turns = fr("chat", "--model", "scripted", "--store", store, "--tenant", "acme", "--session", "s", "--json",
+               cwd=tmp_path, stdin="my acme code is 42\n").stdout
+    assert json.loads(turns.split("\n")[0])["window"] == 2
+    assert again("stats", "--store", store, "--tenant", "acme", cwd=tmp_path)["message_count"] == 2
+    assert again("stats", "--store", store, cwd=tmp_path)["message_count"] == 0
+    inproc("chat", "--model", "scripted", "--store", store, "--session", "s", cwd=tmp_path, stdin="default's own\n")
+    report = again("inspect", "s", "--store", store, "--tenant", "acme", cwd=tmp_path)
+    assert report["tenant"] == "acme" and report["messages"] == 2
+    assert "acme code" in json.dumps(report["window"]["items"]) and "default's own" not in json.dumps(report)
+
+
+def test_import_reads_files_that_start_with_a_byte_order_mark(tmp_path):
+    """Windows tools often write UTF-8 with a BOM: every such file was "not valid JSON (Unexpected UTF-8 BOM)"."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    bom = "\ufeff"
+    (tmp_path / "t.json").write_text(bom + json.dumps([{"role": "user", "content": "héllo"}]), encoding="utf-8")
+    assert again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)["written"] == 1
+    inproc("export", "t.jsonl", "--store", store, "--session", "t", cwd=tmp_path)
+    (tmp_path / "b.jsonl").write_text(bom + (tmp_path / "t.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
+    done = again("import", "b.jsonl", "--store", store, "--session", "copy", "--no-embed", cwd=tmp_path)
+    assert done["format"] == "jsonl" and done["written"] == 1

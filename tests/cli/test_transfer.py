@@ -227,3 +227,239 @@ def test_record_lines_are_checked_and_version_1_files_stay_readable():
         with pytest.raises(MessageFormatError, match=f"line 3: {named}"):
             jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join(lines)))
     assert store.count(Scope(session_id="c")) == 1 and store.get_records(Scope(user_id="ann"), "facts") == []
+
+
+def _two_conversations() -> str:
+    """A jsonl export of two conversations of ann, each at positions 0 and 1, one message id shared by both."""
+    source = open_store("sqlite:///:memory:")
+    try:
+        for conv, words in (("c1", ("alpha", "beta")), ("c2", ("gamma", "delta"))):
+            own = Scope(user_id="ann", session_id=conv)
+            msgs = [{"role": "user", "content": words[0], "id": f"{conv}-0"},
+                    {"role": "assistant", "content": words[1], "id": "ack"}]
+            openai.import_openai(source, own, io.StringIO(json.dumps(msgs)))
+        buf = io.StringIO()
+        jsonl.export_jsonl(source, Scope(user_id="ann"), buf)
+        return buf.getvalue()
+    finally:
+        source.close()
+
+
+def test_jsonl_import_merging_conversations_loses_nothing_and_writes_nothing_partial(store_url):
+    """``--session`` gathers several conversations into one: their positions clash and an id may be reused.
+
+    A clash is never half-written (the store refused the second conversation's positions after the first's were
+    written), and no message is acknowledged then dropped (a reused id silently kept the first message only).
+    """
+    text = _two_conversations()
+    store = open_store(store_url)
+    try:
+        with pytest.raises(MessageFormatError, match=r"line \d+: conversation 'all': id 'ack' is also line \d+'s"):
+            jsonl.import_jsonl(store, Scope(session_id="all"), io.StringIO(text))
+        assert store.stats(Scope(user_id="ann")).get("message_count") == 0
+
+        distinct = text.replace('"ack"', '"ack-c2"', 1)  # ids unique across both: merged, in file order
+        counts = jsonl.import_jsonl(store, Scope(session_id="all"), io.StringIO(distinct))
+        assert counts["messages"] == counts["written"] == 4
+        merged = store.range(Scope(user_id="ann", session_id="all"), 0, 100)
+        assert [m.data["content"] for m in merged] == ["alpha", "beta", "gamma", "delta"]
+        assert [m.position for m in merged] == [0, 1, 2, 3]
+        assert jsonl.import_jsonl(store, Scope(session_id="all"), io.StringIO(distinct))["written"] == 0
+    finally:
+        store.close()
+
+
+def test_jsonl_import_refuses_a_position_another_message_holds_before_writing(store_url):
+    """A conversation that is in the store with other messages at the file's positions: refused, nothing written."""
+    text = _two_conversations()
+    store = open_store(store_url)
+    try:
+        own = Scope(user_id="ann", session_id="c2")
+        openai.import_openai(store, own, io.StringIO(json.dumps([{"role": "user", "content": "mine", "id": "x"}])))
+        with pytest.raises(MessageFormatError, match=r"line \d+: conversation 'c2': position 0 holds another "
+                                                     r"message \(id 'x'\)"):
+            jsonl.import_jsonl(store, Scope(), io.StringIO(text))
+        assert store.count(Scope(user_id="ann", session_id="c1")) == 0  # the first conversation was not written
+        assert [m.id for m in store.range(own, 0, 10)] == ["x"]
+        lines = text.split("\n")
+        clash = [lines[0], lines[1], lines[1].replace('"c1-0"', '"other"')]  # two ids at one position of c1
+        with pytest.raises(MessageFormatError, match=r"line 3: conversation 'c1': position 0 is also line 2's"):
+            jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join(clash)))
+        assert store.count(Scope(user_id="ann", session_id="c1")) == 0
+    finally:
+        store.close()
+
+
+def test_strands_import_keeps_every_message_whatever_its_message_id(tmp_path):
+    """Message files without a ``message_id`` (or with one repeated) were stored as one: the rest acknowledged, lost."""
+    from fullrecall.transfer import strands
+
+    folder = tmp_path / "session_s1" / "agents" / "agent_a" / "messages"
+    folder.mkdir(parents=True)
+    for i in range(3):
+        item = {"message": {"role": ("user", "assistant")[i % 2], "content": [{"text": f"msg {i}"}]}}
+        if i:
+            item["message_id"] = 1  # the first has none, the others one each, the same
+        (folder / f"message_{i}.json").write_text(json.dumps(item))
+    store = open_store("sqlite:///:memory:")
+    try:
+        counts = strands.import_strands(store, Scope(), tmp_path)
+        assert counts["messages"] == counts["written"] == 3
+        stored = store.range(Scope(agent_id="a", session_id="s1"), 0, 10)
+        assert [m.data["content"][0]["text"] for m in stored] == ["msg 0", "msg 1", "msg 2"]
+        assert [m.id for m in stored] == [f"strands:s1:a:{i}" for i in range(3)]
+        assert strands.import_strands(store, Scope(), tmp_path)["written"] == 0
+        (folder / "message_01.json").write_text((folder / "message_1.json").read_text())
+        with pytest.raises(MessageFormatError, match=r"message index 1 is also message_01.json's"):
+            strands.import_strands(store, Scope(), tmp_path)
+    finally:
+        store.close()
+
+
+def test_an_id_given_to_two_different_messages_is_refused_not_dropped():
+    """The store keeps the first message of an id: a second, different one was counted as read and never stored."""
+    from fullrecall.transfer import locomo
+
+    store = open_store("sqlite:///:memory:")
+    try:
+        clash = [{"role": "user", "content": "first", "id": "m1"}, {"role": "assistant", "content": "second", "id": "m1"}]
+        with pytest.raises(MessageFormatError, match=r"conversation 't': message 1: 'id' 'm1' is also message 0's"):
+            openai.import_openai(store, Scope(session_id="t"), io.StringIO(json.dumps(clash)))
+        assert store.count(Scope(session_id="t")) == 0
+        same = [clash[0], clash[0], {"role": "assistant", "content": "second", "id": "m2"}]  # a repeat is one message
+        assert openai.import_openai(store, Scope(session_id="t"), io.StringIO(json.dumps(same)))["written"] == 2
+
+        sample = {"sample_id": "s", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [
+            {"speaker": "A", "dia_id": "D1:1", "text": "hello"}]}}
+        other = {**sample, "conversation": {**sample["conversation"], "session_1": [
+            {"speaker": "B", "dia_id": "D1:1", "text": "another day"}]}}
+        with pytest.raises(MessageFormatError, match=r"conversation 's': message 0: 'id' 'D1:1' is also message 0 of "
+                                                     r"an earlier part of the file's"):
+            locomo.import_locomo(store, Scope(), io.StringIO(json.dumps([sample, other])))
+        assert store.count(Scope(session_id="s")) == 0
+    finally:
+        store.close()
+
+
+def _vector(model: str, dim: int) -> dict:
+    import base64
+
+    import numpy as np
+
+    return {"model": model, "dim": dim, "b64": base64.b64encode(np.ones(dim, dtype="<f4").tobytes()).decode()}
+
+
+def test_jsonl_import_refuses_what_the_store_would_refuse_mid_write_before_writing(store_url):
+    """A bad owner on a long-term line, or vectors of two models in a conversation, were refused by the store after
+    the file's messages had been written (a raw numpy error for the vectors); now each is named, nothing written.
+    """
+    header = json.dumps({"format": "fullrecall", "version": 2})
+
+    def message(i: int, **extra) -> str:
+        return json.dumps({"type": "message", "conversation_id": "c1", "user_id": "ann", "id": f"m{i}", "position": i,
+                           "role": "user", "text": "hello", "created_at": 1.7e9, "archived_at": 1.7e9,
+                           "message": {"role": "user", "content": "hello"}, **extra})
+
+    fact = json.dumps({"type": "fact", "user_id": "bad\x00user", "id": "f1", "text": "My city is Lyon.",
+                       "created_at": 1.7e9, "updated_at": 1.7e9, "data": {"attribute": "city", "value": "Lyon"}})
+    store = open_store(store_url)
+    try:
+        cases = [
+            ([message(0), fact], r"line 3: 'user_id' contains a NUL character"),
+            ([message(0, vector=_vector("m", 4)), message(1, vector=_vector("m", 8))],
+             r"line 3: 'vector' is 'm' of 8 dimensions, line 2's 'm' of 4"),
+            ([message(0, vector=_vector("m", 4)), message(1, vector=_vector("other", 4))],
+             r"line 3: 'vector' is 'other' of 4 dimensions, line 2's 'm' of 4"),
+        ]
+        for body, error in cases:
+            with pytest.raises(MessageFormatError, match=error):
+                jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join([header, *body])))
+            assert store.stats(Scope(user_id="ann")).get("message_count") == 0
+        jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join([header, message(0, vector=_vector("m", 4))])))
+        with pytest.raises(MessageFormatError, match=r"line 2: 'vector' is 'm' of 8 dimensions; conversation 'c1' "
+                                                     r"holds vectors of 'm' of 4"):
+            jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join([header, message(1, vector=_vector("m", 8))])))
+        assert store.count(Scope(user_id="ann", session_id="c1")) == 1
+    finally:
+        store.close()
+
+
+def test_every_export_reads_past_gaps_in_the_positions(store_url):
+    """Exports read a conversation a batch of positions at a time and stopped at the first empty batch: after 500
+    deleted messages in a row (or an import at far apart positions) the rest was silently left out.
+    """
+    from fullrecall.stores.base import StoredMessage
+    from fullrecall.transfer import locomo
+
+    store = open_store(store_url)
+    try:
+        own = Scope(user_id="ann", session_id="c")
+        store.append(own, [StoredMessage(id=f"m{i}", role="user", text=f"t{i}", data={"role": "user",
+                                                                                     "content": f"t{i}"})
+                           for i in range(600)])
+        store.delete(own, [f"m{i}" for i in range(1, 560)])
+        far = StoredMessage(id="far", role="user", text="far", data={"role": "user", "content": "far"},
+                            position=10**12)
+        store.append(own, [far])
+        _common.register(store, own)
+        want = ["t0", *(f"t{i}" for i in range(560, 600)), "far"]
+        buf = io.StringIO()
+        assert jsonl.export_jsonl(store, Scope(user_id="ann"), buf)["messages"] == len(want)
+        assert [line["message"]["content"] for line in _body(buf)] == want
+        buf = io.StringIO()
+        openai.export_openai(store, Scope(user_id="ann"), buf)
+        assert [m["content"] for m in json.loads(buf.getvalue())["messages"]] == want
+        buf = io.StringIO()
+        assert locomo.export_locomo(store, Scope(user_id="ann"), buf)["messages"] == len(want)
+    finally:
+        store.close()
+
+
+def test_locomo_import_reads_every_session_whatever_its_number():
+    """Sessions were read from 1 up to the first missing number: a file without session_2 lost session 3 on."""
+    from fullrecall.transfer import locomo
+
+    conversation = {"speaker_a": "Ann", "speaker_b": "Bob",
+                    "session_1_date_time": "1:56 pm on 8 May, 2023",
+                    "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "first"}],
+                    "session_3_date_time": "2:00 pm on 10 May, 2023",
+                    "session_3": [{"speaker": "Bob", "dia_id": "D3:1", "text": "third"}],
+                    "session_10": [{"speaker": "Ann", "dia_id": "D10:1", "text": "tenth"}]}
+    store = open_store("sqlite:///:memory:")
+    try:
+        counts = locomo.import_locomo(store, Scope(), io.StringIO(json.dumps([{"sample_id": "s", "conversation":
+                                                                                 conversation}])))
+        assert counts["messages"] == counts["written"] == 3
+        stored = store.range(Scope(session_id="s"), 0, 10)
+        assert [(m.data["content"], m.data["locomo"]["session"]) for m in stored] == [("first", 1), ("third", 3),
+                                                                                      ("tenth", 10)]
+    finally:
+        store.close()
+
+
+def test_strands_export_over_a_longer_earlier_export_is_refused(tmp_path):
+    """Exporting again into a folder after a message was deleted left the earlier export's last message file there:
+    Strands and an import loaded the deleted message back with the conversation.
+    """
+    from fullrecall.errors import InvalidInput
+    from fullrecall.transfer import strands
+
+    store = open_store("sqlite:///:memory:")
+    try:
+        own = Scope(session_id="t")
+        said = [{"role": "user", "content": "one", "id": "a"}, {"role": "assistant", "content": "two", "id": "b"},
+                {"role": "user", "content": "my secret three", "id": "c"}]
+        openai.import_openai(store, own, io.StringIO(json.dumps(said)))
+        assert strands.export_strands(store, Scope(), tmp_path / "out")["messages"] == 3
+        assert strands.export_strands(store, Scope(), tmp_path / "out")["messages"] == 3  # the same again: fine
+        store.delete(own, ["c"])
+        with pytest.raises(InvalidInput, match=r"message_2.json is not a message of the conversation \(2 messages\)"):
+            strands.export_strands(store, Scope(), tmp_path / "out")
+        assert strands.export_strands(store, Scope(), tmp_path / "fresh")["messages"] == 2
+        other = open_store("sqlite:///:memory:")
+        strands.import_strands(other, Scope(), tmp_path / "fresh")
+        assert [m.data["content"][0]["text"] for m in other.range(Scope(agent_id="default", session_id="t"), 0, 9)
+                ] == ["one", "two"]
+        other.close()
+    finally:
+        store.close()

@@ -173,6 +173,10 @@ def test_view_records_each_message_once_and_reuses_unchanged_objects(make_window
     more, _ = window.view([*messages, AIMessage("ciao", id="a2")], config)
     assert [m.id for m in more] == ["h1", "a1", "h2", "a2"]
     assert window.scope(config) == Scope(user_id="", agent_id="", session_id="once")
+    # ids that are falsy are ids: user 0's thread 0 was the default owner's "default" thread, another user's memory
+    assert window.scope({"configurable": {"user_id": 0, "thread_id": 0}}) == Scope(user_id="0", session_id="0")
+    assert window.scope({"configurable": {"user_id": "", "thread_id": ""}}) == Scope(session_id="default")
+    assert window.scope({"configurable": {"user_id": None}}) == Scope(session_id="default")
 
     bare = [HumanMessage("no id"), AIMessage("none here either"), HumanMessage("no id")]  # as a caller may pass
     config = {"configurable": {"thread_id": "bare"}}

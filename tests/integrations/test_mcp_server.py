@@ -114,6 +114,9 @@ BAD_CALLS = [
     ("append_messages", {"session_id": "s", "messages": [{"role": "user", "content": "fine"}, {"role": "bogus"}]},
      "message 1"),
     ("append_messages", {"session_id": "s\x00", "messages": [{"role": "user", "content": "x"}]}, "session_id"),
+    ("append_messages", {"session_id": "s", "messages": [{"role": "user", "content": "one", "id": "x"},
+                                                         {"role": "user", "content": "two", "id": "x"}]},
+     "message 1: 'id' 'x' is also message 0's"),
     ("get_context", {"session_id": "s", "max_tokens": 0}, "max_tokens"),
     ("get_context", {"session_id": "s\x00"}, "session_id"),
     ("expand", {"id": "m1", "session_id": "s\x00"}, "session_id"),
@@ -308,3 +311,31 @@ def test_every_tool_over_http_with_the_scope_of_the_request(http_server: str) ->
     assert fact["id"] in [h["id"] for h in carol["results"]]
     default = run(lambda: Client(http_server), lambda c: call(c, "search_memory", {"query": "city Oslo"}))
     assert fact["id"] not in [h["id"] for h in default["results"]]  # the command line's user "u" does not see it
+
+
+def test_forget_deletes_a_message_search_memory_found(store_url: str, default_embedder: Any) -> None:
+    """append_messages keeps a conversation; search_memory finds its messages, so forget must delete them by id
+    (it answered "nothing in memory has the id": it looked only in the sessions long-term memory had recorded into).
+    """
+    store = open_store(store_url)
+    server = create_server(store, user_id="u", embedder=default_embedder)
+    other = create_server(store, user_id="someone-else", embedder=default_embedder)
+
+    async def scenario(client: Client) -> None:
+        said = [{"role": "user", "content": "My bank PIN is 8812.", "id": "pin"},
+                {"role": "assistant", "content": "Noted.", "id": "ack"}]
+        await call(client, "append_messages", {"session_id": "chat", "messages": said})
+        hit = next(h for h in (await call(client, "search_memory", {"query": "bank PIN"}))["results"] if h["id"] == "pin")
+        assert hit["session_id"] == "chat"
+        gone = await call(client, "forget", {"id": "pin"})
+        assert gone["deleted"] == 1 and gone["messages"] == 1
+        assert "pin" not in [h["id"] for h in (await call(client, "search_memory", {"query": "bank PIN"}))["results"]]
+        assert [m["id"] for m in (await call(client, "get_context", {"session_id": "chat"}))["messages"]] == ["ack"]
+
+    async def stranger(client: Client) -> None:  # another owner's forget reaches nothing of u's
+        await error(client, "forget", {"id": "ack"})
+
+    run(lambda: Client(server), scenario)
+    run(lambda: Client(other), stranger)
+    assert [m.id for m in store.range(Scope(user_id="u", session_id="chat"), 0, 10)] == ["ack"]
+    store.close()

@@ -172,3 +172,19 @@ def test_bad_input_is_refused_before_anything_is_written(bad, server, default_em
 def test_an_unknown_errors_mode_is_refused(server):
     with pytest.raises(ValueError, match="errors"):
         MemoryAgent(model(server), store="sqlite:///:memory:", errors="ignore")
+
+
+def test_the_window_log_lives_in_the_memorys_tenant(server, default_embedder):
+    """A long-term memory of tenant "acme" passed in: the window's log went to the default tenant all the same."""
+    from fullrecall import PersistentMemory
+    from fullrecall.stores import Scope
+
+    store = open_store("sqlite:///:memory:")
+    server.script(completion("noted"))
+    memory = PersistentMemory("ann", "bot", "s1", store=store, tenant="acme", embedder=default_embedder)
+    agent = MemoryAgent(model(server), memory=memory, embedder=default_embedder)
+    chat(agent, "My acme badge is 7.")
+    assert agent.conversation.scope.tenant == "acme"
+    assert store.stats(Scope(user_id="ann", agent_id=Scope.everyone().agent_id)).get("message_count") == 0
+    assert store.stats(Scope(tenant="acme", user_id="ann", agent_id=Scope.everyone().agent_id))["message_count"] >= 2
+    store.close()

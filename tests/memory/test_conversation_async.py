@@ -77,6 +77,9 @@ def test_delete_removes_for_good_and_bad_index_changes_nothing(store_url):
         run(memory.delete(9))
     with pytest.raises(IndexError):
         run(memory.delete([1, -1]))
+    for bad in (1.0, None, "1"):  # not an index, nor indexes: named as one (was a bare TypeError, or '1' read as ['1'])
+        with pytest.raises(IndexError, match=rf"no message at \[{bad!r}\]"):
+            run(memory.delete(bad))
     assert run(memory.size()) == 6
     run(memory.delete(3))
     assert contents(run(memory.get_messages())) == ["rules", "question 1", "answer 1", "question 2", "answer 2"]

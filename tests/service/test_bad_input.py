@@ -80,6 +80,9 @@ def test_every_other_route(api):
         ("POST", "/v1/search", {"json": {"query": "x", "top_k": 0}}, "top_k"),
         ("POST", "/v1/search", {"json": {"query": "x", "scope": {"tenant": "tenant-b"}}}, "scope.tenant"),
         ("POST", "/v1/search", {"json": {"query": "x", "filters": {"roles": "user"}}}, "filters.roles"),
+        # a NUL in a filter matched 'user' on SQLite (vectors) and Redis, and on PostgreSQL was "a value refused"
+        ("POST", "/v1/search", {"json": {"query": "x", "filters": {"roles": ["user\x00"]}}},
+         "filters 'roles'[0] contains a NUL character"),
         ("POST", "/v1/search", {"json": {"query": "x\x00"}}, "query"),
         ("POST", "/v1/export", {"json": {"conversation_id": 3}}, "conversation_id"),
         ("POST", "/v1/import", {"content": b"\xff\xfe"}, None),

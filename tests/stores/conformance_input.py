@@ -138,6 +138,8 @@ class InputConformance:
             ({"roles": "user"}, "filters 'roles' must be a list of strings, got 'user'"),
             ({"exclude_ids": "m0"}, "filters 'exclude_ids' must be a list of strings, got 'm0'"),
             ({"kinds": ["message", 5]}, "filters 'kinds' must be a list of strings, got ['message', 5]"),
+            ({"roles": ["user\x00"]}, "filters 'roles'[0] contains a NUL character (not allowed in identifiers)"),
+            ({"exclude_ids": ["m0", ""]}, "filters 'exclude_ids'[1] must not be empty"),
             ({"since": "1"}, "filters 'since' must be Unix seconds (a finite number), got '1'"),
             ({"until": math.nan}, "filters 'until' must be Unix seconds (a finite number), got nan"),
         ]:

@@ -138,3 +138,51 @@ def test_the_page_is_served_with_headers_that_keep_it_to_itself(api):
     assert "<title>fullrecall inspector</title>" in api.get("/ui/").text
     assert api.get("/ui", follow_redirects=False).status_code in (307, 308)
     assert api.get("/ui/nothing.js").status_code == 404
+
+
+def test_lists_the_conversations_the_command_line_wrote(api):
+    """``fullrecall import`` and ``chat`` keep the service's conversation list, but without the owner the tenant-wide
+    listing needs: what an operator imported never showed in the inspector.
+    """
+    import io
+    import json
+
+    from fullrecall.transfer import openai
+
+    said = [{"role": "user", "content": "imported hello"}, {"role": "assistant", "content": "hi"}]
+    openai.import_openai(api.service.store, Scope(tenant="tenant-a", user_id="cli", agent_id="bot",
+                                                  session_id="imported"), io.StringIO(json.dumps(said)))
+    listed = api.get("/v1/inspector/conversations", headers=auth(api.keys["a"])).json()["conversations"]
+    assert ("cli", "bot", "imported", 2) in [(c["user_id"], c["agent_id"], c["conversation_id"], c["messages"])
+                                             for c in listed]
+    assert api.get("/v1/inspector/conversations", headers=auth(api.keys["b"])).json()["conversations"] == []
+
+
+def test_an_archive_page_reads_a_page_whatever_gaps_deletions_left(api, monkeypatch):
+    """``last_position`` read from position ``count - 1`` to the end: with deleted messages before it, every
+    message past it (the whole conversation, at worst) for each page, where the page promises to read a page.
+    """
+    from fullrecall.stores.base import StoredMessage
+    from fullrecall.transfer._common import register
+
+    store = api.service.store
+    own = Scope(tenant="tenant-a", user_id="gap", session_id="gappy")
+    store.append(own, [StoredMessage(id=f"g{i}", role="user", text=f"t{i}", data={"role": "user", "content": f"t{i}"})
+                       for i in range(1000)])
+    register(store, own)
+    store.delete(own, [f"g{i}" for i in range(900)])  # 100 left, at positions 900 to 999
+    read: list[int] = []
+    real = store.range
+
+    def counted(scope, start, end):
+        found = real(scope, start, end)
+        if scope.session_id == "gappy":  # the service's background work reads the seeded conversations meanwhile
+            read.append(len(found))
+        return found
+
+    monkeypatch.setattr(store, "range", counted)
+    page = api.get("/v1/inspector/conversations/gappy/archive", params={"user_id": "gap", "offset": 990, "limit": 5},
+                   headers=auth(api.keys["a"])).json()
+    assert page["total"] == 100 and page["last_position"] == 999
+    assert [m["id"] for m in page["messages"]] == [f"g{i}" for i in range(990, 995)]
+    assert sum(read) <= 5, read

@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         own = scope(args, args.session)
         register(store, own)
         memory = SyncConversationMemory(store, args.session, user_id=own.user_id or None,
-                                        agent_id=own.agent_id or None, max_history_turns=args.max_turns,
+                                        agent_id=own.agent_id or None, tenant=own.tenant, max_history_turns=args.max_turns,
                                         preserve_recent_messages=max(1, args.max_turns // 2))
         interactive = sys.stdin.isatty()
         if not args.json:

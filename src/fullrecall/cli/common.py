@@ -53,8 +53,16 @@ def opened_store(args: argparse.Namespace) -> Iterator[Any]:
 
 
 def scope(args: argparse.Namespace, session: str | None = None) -> Any:
-    """The scope the options name (``session`` overrides ``--session``)."""
+    """The scope the options name (``session`` overrides ``--session``).
+
+    An empty ``--session`` is refused: left out, it means every conversation of the owner, and a script's
+    empty variable must not turn ``forget --session "$S"`` into forgetting them all.
+    """
+    from ..errors import InvalidInput
     from ..stores.base import Scope
+
+    if getattr(args, "session", None) == "":
+        raise InvalidInput("--session is empty: name a conversation, or leave the option out for all of them")
 
     return Scope(tenant=args.tenant, user_id=args.user, agent_id=args.agent,
                  session_id=session or getattr(args, "session", None))

@@ -39,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
             if answer not in ("y", "yes"):
                 raise CommandError("nothing forgotten (not confirmed; --yes skips the question)")
         counts = store.forget(own)
-        if own.session_id:  # the owner's conversation list no longer names it
-            store.delete_record(replace(own, session_id=None, agent_id=args.agent or ""), CONVERSATIONS, own.session_id)
+        if own.session_id:  # no conversation list of the owner (of any agent's, without --agent) names it now
+            store.delete_record(replace(own, session_id=None), CONVERSATIONS, own.session_id)
         kinds = {k: v for k, v in counts.items() if k != "remaining"}
         text = f"forgot {what}: " + ", ".join(f"{v:,} {k}" for k, v in kinds.items())
         for r in counts.get("remaining") or []:

@@ -30,7 +30,7 @@ def detect(path: str) -> str:
     p = Path(path)
     if p.is_dir():
         return "strands"
-    with p.open(encoding="utf-8") as fp:
+    with p.open(encoding="utf-8-sig") as fp:
         first = fp.readline()
         try:
             line = json.loads(first)
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
                 counts = strands.import_strands(store, own, args.path, agent_id=args.agent, progress=progress,
                                                 embedder=embedder)
             else:
-                fp = sys.stdin if args.path == "-" else open(args.path, encoding="utf-8")
+                fp = sys.stdin if args.path == "-" else open(args.path, encoding="utf-8-sig")  # a BOM (Windows tools) is no JSON
                 try:
                     if fmt == "jsonl":
                         counts = jsonl.import_jsonl(store, own, fp, keep_owner=args.user is None and args.agent is None,

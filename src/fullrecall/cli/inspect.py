@@ -28,8 +28,10 @@ def run(args: argparse.Namespace) -> int:
         if not total:
             raise CommandError(f"conversation {args.session!r} not found (tenant {own.tenant!r}, "
                                f"user {own.user_id or '(default)'!r}, agent {own.agent_id or '(default)'!r})")
-        first, last = store.range(own, 0, 0), _last(store, own, total)
-        memory = SyncConversationMemory(store, args.session, user_id=own.user_id or None, agent_id=own.agent_id or None)
+        oldest, last = _at(store, own, "oldest_position"), _at(store, own, "newest_position")
+        first = [oldest] if oldest else []
+        memory = SyncConversationMemory(store, args.session, user_id=own.user_id or None, agent_id=own.agent_id or None,
+                                        tenant=own.tenant)
         window = memory.messages
         manager = memory.manager
         summary = getattr(manager, "summary_message", None)
@@ -64,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _last(store, own, total):
-    tail = store.range(own, max(0, total - 1), 2**62)
-    return tail[-1] if tail else None
+def _at(store, own, which):
+    """The oldest or newest message (``which``: ``oldest_position`` or ``newest_position``): positions may have
+    gaps (deleted messages), so neither is found by counting.
+    """
+    position = int(store.stats(own).get(which, -1))
+    found = store.range(own, position, position) if position >= 0 else []
+    return found[0] if found else None

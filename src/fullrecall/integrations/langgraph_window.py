@@ -95,8 +95,10 @@ class FullrecallWindow:
     def scope(self, config: Mapping[str, Any] | None = None) -> Scope:
         """The fullrecall scope of the thread a run config names."""
         configurable = (config or {}).get("configurable") or {}
-        user = self.user_id if self.user_id is not None else str(configurable.get("user_id") or "")
-        thread = str(configurable.get("thread_id") or "default")
+        given_user, given_thread = configurable.get("user_id"), configurable.get("thread_id")
+        # an id that is falsy is still an id: user 0 is not the default owner, nor thread 0 the "default" thread
+        user = self.user_id if self.user_id is not None else "" if given_user is None else str(given_user)
+        thread = "default" if given_thread is None or given_thread == "" else str(given_thread)
         return Scope(user_id=user, agent_id=self.agent_id, session_id=thread)
 
     def memory(self, scope: Scope) -> SyncConversationMemory:

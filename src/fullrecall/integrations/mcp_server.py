@@ -57,6 +57,20 @@ class MemoryConversations:
         self._cache: LockedCache[SyncConversationMemory] = LockedCache(_CACHED_SCOPES)
 
     def append(self, scope: Scope, messages: list[dict[str, Any]]) -> None:
+        """Append ``messages``; two different ones of one call with one ``"id"`` are refused, as the service does
+        (the conversation keeps an id's first message: the other would be acknowledged and lost).
+        """
+        from ..errors import MessageFormatError
+
+        first: dict[str, int] = {}
+        for index, message in enumerate(messages):
+            mid = message.get("id") if isinstance(message, dict) else None
+            if isinstance(mid, bool) or not isinstance(mid, (str, int)):
+                continue  # no id, or one the memory refuses by itself, naming it
+            earlier = first.setdefault(str(mid), index)  # the memory stores an integer id as its digits
+            if messages[earlier] != message:
+                raise MessageFormatError(f"message {index}: 'id' {mid!r} is also message {earlier}'s, a different "
+                                         "message; ids are unique within a call")
         conversation, lock = self._conversation(scope)
         with lock:
             conversation.add(messages)

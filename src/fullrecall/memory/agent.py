@@ -107,6 +107,7 @@ class MemoryAgent:
         # the window's log lives beside long-term memory, under its own agent id: the same words are not found twice
         self._conversation_options: dict[str, Any] = {
             "user_id": self.memory.user_id, "agent_id": f"{self.memory.agent_id}{WINDOW_SUFFIX}",
+            "tenant": self.memory.tenant,  # a memory passed in of another tenant: its window log is there too
             "embedding_model": self.embedder, **(window_options or {}),
         }
         if self.memory_model is not None:

@@ -182,7 +182,7 @@ class SyncConversationMemory:
         Deleting the summary drops it (what it summarized stays in the archive).
         """
         self._sync()
-        wanted = [index] if isinstance(index, int) else list(index)
+        wanted: list[Any] = list(index) if isinstance(index, Iterable) and not isinstance(index, (str, bytes)) else [index]
         bad = [i for i in wanted if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self._messages)]
         if bad:
             raise IndexError(f"delete: no message at {bad} (the window holds {len(self._messages)})")

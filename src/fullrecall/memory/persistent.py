@@ -37,7 +37,7 @@ from ..errors import InvalidInput, MemoryInputError, MessageFormatError, Summari
 from ..stores import _validate as V
 from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Store, StoredMessage
-from ._records import RecordBook, change_logs, owner_scope
+from ._records import LOG_PREFIX, RecordBook, change_logs, owner_scope
 from .facts import NAMESPACE as FACTS
 from .facts import Fact, FactMemory
 from .procedural import NAMESPACE as PROCEDURES
@@ -379,20 +379,28 @@ class PersistentMemory:
         self, *, roles: Iterable[str] | None = None, since: float | None = None, until: float | None = None,
         session_id: str | None = None, ids: Iterable[str] | None = None,
     ) -> list[StoredMessage]:
-        """Archived messages matching every given criterion (times on ``created_at``, ``until`` exclusive)."""
+        """Archived messages matching every given criterion (times on ``created_at``, ``until`` exclusive).
+
+        Messages named by ``ids`` are looked up in every session of the owner, as search and ``expand`` find
+        them (a conversation kept by :class:`~fullrecall.memory.ConversationMemory` too); without ids, the
+        sessions this memory recorded into (:meth:`sessions`) are listed.
+        """
         wanted, role_set = _names("ids", ids), _names("roles", roles)
         _check_times(since=since, until=until)
-        sessions = [session_id] if session_id is not None else self.sessions()
-        out = []
-        for s in sessions:
-            scope = replace(self.owner, session_id=s)
-            batch = self.store.get(scope, wanted) if wanted is not None else self.store.range(scope, 0, _EVERYTHING)
-            out += [
-                replace(m, session_id=s) for m in batch
-                if (role_set is None or m.role in role_set) and (since is None or m.created_at >= since)
-                and (until is None or m.created_at < until)
-            ]
-        return out
+        if wanted is not None and session_id is None:  # one look-up across the owner's sessions, logs aside
+            found = [(m.session_id or "", m) for m in self.store.get(self.owner, wanted)
+                     if not (m.session_id or "").startswith(LOG_PREFIX)]
+        else:
+            found = []
+            for s in [session_id] if session_id is not None else self.sessions():
+                scope = replace(self.owner, session_id=s)
+                batch = self.store.get(scope, wanted) if wanted is not None else self.store.range(scope, 0, _EVERYTHING)
+                found += [(s, m) for m in batch]
+        return [
+            replace(m, session_id=s) for s, m in found
+            if (role_set is None or m.role in role_set) and (since is None or m.created_at >= since)
+            and (until is None or m.created_at < until)
+        ]
 
     def clear(
         self, *, roles: Iterable[str] | None = None, since: float | None = None, until: float | None = None,

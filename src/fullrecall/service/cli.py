@@ -98,8 +98,8 @@ class Keys:
         try:
             keys = KeyStore(store)
             if args.action == "create":
-                def split(v: str | None) -> list[str] | None:
-                    return [x.strip() for x in v.split(",") if x.strip()] if v else None
+                def split(v: str | None) -> list[str] | None:  # given empty, a limit to no one: refused, never "any"
+                    return [x.strip() for x in v.split(",") if x.strip()] if v is not None else None
 
                 try:
                     key, p = keys.create(args.tenant, split(args.users), split(args.agents), args.name)

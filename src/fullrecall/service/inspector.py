@@ -51,8 +51,11 @@ def inspector_router(service: Any, key: Any) -> APIRouter:
         return s
 
     def last_position(s: Scope, count: int) -> int:
-        tail = store.range(s, max(0, count - 1), _END)
-        return tail[-1].position if tail else count - 1
+        """The newest position, from the conversation's counters: positions may have gaps (deleted messages), and
+        reading from ``count - 1`` on read every message past it, not a page.
+        """
+        newest = store.stats(s).get("newest_position")
+        return int(newest) if isinstance(newest, int) and newest >= 0 else count - 1
 
     @router.get("/conversations")
     def conversations(p: Principal = key) -> dict:

@@ -149,8 +149,11 @@ class Filters:
 
     def __post_init__(self) -> None:
         """Any iterable of strings becomes a tuple (a frozenset for ``exclude_ids``), any real time a float;
-        one string, other types and times that are not finite numbers raise InvalidInput, on every backend.
+        one string, other types, an item that is no identifier (a NUL, which one backend dropped and another
+        refused) and times that are not finite numbers raise InvalidInput, on every backend.
         """
+        from ._validate import check_id
+
         for name in ("roles", "kinds", "exclude_ids"):
             value = getattr(self, name)
             if value is None:
@@ -158,6 +161,8 @@ class Filters:
             items = list(value) if isinstance(value, Iterable) and not isinstance(value, (str, bytes)) else None
             if items is None or not all(isinstance(v, str) for v in items):
                 raise InvalidInput(f"filters {name!r} must be a list of strings, got {value!r}")
+            for i, item in enumerate(items):
+                check_id(item, f"filters {name!r}[{i}]")
             kind = frozenset if name == "exclude_ids" else tuple
             if not isinstance(value, kind):  # one given as its type is kept as it is
                 object.__setattr__(self, name, kind(items))

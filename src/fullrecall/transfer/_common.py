@@ -16,6 +16,7 @@ from ..stores.base import Record, Scope, Store, StoredMessage
 
 CONVERSATIONS = "conversations"  # record namespace: one record per conversation of an owner (export lists them)
 BATCH = 500  # messages per append: an interrupted import keeps every batch it finished
+END = 2**62  # past any position a store holds
 
 Progress = Callable[[str, int, int], None]
 """``progress(what, done, total)``: called as work advances (``what`` names the step)."""
@@ -58,9 +59,14 @@ def conversations(store: Store, scope: Scope) -> list[str]:
 
 
 def register(store: Store, scope: Scope) -> None:
-    """Put the conversation of ``scope`` in its owner's list (idempotent; the service keeps the same list)."""
+    """Put the conversation of ``scope`` in its owner's list (idempotent; the service keeps the same list).
+
+    The record names its owner, as the service's do, so a tenant-wide listing (the inspector) shows it.
+    """
     session = str(scope.require_session().session_id)
-    store.put_record(replace(scope, session_id=None), Record(id=session, namespace=CONVERSATIONS, text=session))
+    owner = {"user_id": str(scope.user_id), "agent_id": str(scope.agent_id)}
+    store.put_record(replace(scope, session_id=None), Record(id=session, namespace=CONVERSATIONS, text=session,
+                                                             data=owner))
 
 
 def records_for(raws: Sequence[dict[str, Any]], ids: Sequence[str], *, speakers: Sequence[str | None] | None = None,
@@ -116,7 +122,12 @@ def write(store: Store, scope: Scope, records: Sequence[StoredMessage], progress
 
 def write_all(store: Store, prepared: Sequence[tuple[Scope, Sequence[StoredMessage]]], conversations: int,
               progress: Progress = no_progress, embedder: Any = None) -> dict[str, int]:
-    """Write each parsed and checked conversation of an import (see :func:`write`); the import's counts."""
+    """Write each parsed and checked conversation of an import (see :func:`write`); the import's counts.
+
+    An id names one message of a conversation: two different messages a file gives one id (the store would
+    keep the first and drop the other) are refused, naming them, before anything is written.
+    """
+    check_ids(prepared)
     counts = Counts(conversations=conversations)
     for own, records in prepared:
         written, embedded = write(store, own, records, progress, embedder)
@@ -124,6 +135,22 @@ def write_all(store: Store, prepared: Sequence[tuple[Scope, Sequence[StoredMessa
         counts.written += written
         counts.embedded += embedded
     return counts.as_dict()
+
+
+def check_ids(prepared: Sequence[tuple[Scope, Sequence[StoredMessage]]]) -> None:
+    """``MessageFormatError`` for an id given to two different messages of one conversation."""
+    from ..errors import MessageFormatError
+
+    seen: dict[tuple[str, str, str, str], dict[str, tuple[int, int, StoredMessage]]] = {}
+    for part, (own, records) in enumerate(prepared):
+        ids = seen.setdefault((own.tenant, str(own.user_id), str(own.agent_id), str(own.session_id)), {})
+        for index, record in enumerate(records):
+            first = ids.setdefault(record.id, (part, index, record))
+            if first[2] is not record and first[2].data != record.data:
+                earlier = f"message {first[1]}" + (" of an earlier part of the file" if first[0] != part else "")
+                raise MessageFormatError(f"conversation {own.session_id!r}: message {index}: 'id' {record.id!r} is "
+                                         f"also {earlier}'s, a different message; ids are unique within a "
+                                         "conversation")
 
 
 def embed(store: Store, scope: Scope, ids: Sequence[str], embedder: Any, progress: Progress = no_progress) -> int:
@@ -140,16 +167,26 @@ def embed(store: Store, scope: Scope, ids: Sequence[str], embedder: Any, progres
     return done
 
 
+def chunks(store: Store, scope: Scope) -> Iterator[list[StoredMessage]]:
+    """Every message of one conversation, in order, a batch at a time (about :data:`BATCH` positions a read).
+
+    Positions may have gaps (deleted messages, an import at the file's positions): an empty read is no end.
+    Past one, the span read doubles until a message or the conversation's newest position is reached.
+    """
+    newest = int(store.stats(scope).get("newest_position", -1))
+    start, size = 0, BATCH
+    while start <= newest:
+        chunk = store.range(scope, start, min(start + size - 1, END))
+        if chunk:
+            yield chunk
+            start, size = int(chunk[-1].position or 0) + 1, BATCH
+        else:
+            start, size = start + size, size * 2
+
+
 def read_all(store: Store, scope: Scope) -> list[StoredMessage]:
-    """Every message of one conversation, in order (read in batches)."""
-    out: list[StoredMessage] = []
-    start = 0
-    while True:
-        chunk = store.range(scope, start, start + BATCH - 1)
-        if not chunk:
-            return out
-        out.extend(chunk)
-        start = int(chunk[-1].position or 0) + 1
+    """Every message of one conversation, in order (read in batches, across gaps in the positions)."""
+    return [m for chunk in chunks(store, scope) for m in chunk]
 
 
 def each_conversation(store: Store, scope: Scope, shape: str,

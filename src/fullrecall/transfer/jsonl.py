@@ -50,9 +50,9 @@ from ..memory.persistent import _SESSIONS as SESSIONS
 from ..memory.procedural import NAMESPACE as PROCEDURES
 from ..memory.procedural import check_pattern_data, owned_pattern
 from ..stores._common import check_messages
-from ..stores._validate import check_record
+from ..stores._validate import check_id, check_record
 from ..stores.base import ANY, Record, Scope, Store, StoredMessage
-from ._common import BATCH, Counts, Progress, conversations, embed, no_progress, records_for, register
+from ._common import BATCH, Counts, Progress, chunks, conversations, embed, no_progress, records_for, register
 
 FORMAT = "fullrecall"
 VERSION = 2
@@ -86,13 +86,11 @@ def lines(store: Store, scope: Scope, *, vectors: bool = True, progress: Progres
     for n, session in enumerate(sessions):
         own = replace(scope, session_id=session)
         model = (store.vector_model(own) or (None, 0))[0] if vectors else None
-        start = 0
-        while chunk := store.range(own, start, start + BATCH - 1):
+        for chunk in chunks(store, own):
             found = store.get_vectors(own, [m.id for m in chunk]) if model else {}
             for m in chunk:
                 m.session_id = m.session_id or session
                 yield message_line(m, found.get(m.id), model)
-            start = int(chunk[-1].position or 0) + 1
         for key in STATE_KEYS:
             value = store.get_state(own, key)
             if value is not None:
@@ -191,7 +189,18 @@ def conversation_of(line: dict[str, Any]) -> str:
     conv = line.get("conversation_id")
     if not isinstance(conv, str) or not conv or "\x00" in conv:
         raise MessageFormatError(f"line {line.get('_line', '?')}: 'conversation_id' must be a non-empty string")
+    _identifier(line, "conversation_id", conv)
     return conv
+
+
+def _identifier(line: dict[str, Any], key: str, value: str) -> None:
+    """Refuse, naming the line, an id no store keeps (a NUL, a lone surrogate, too long): found while reading,
+    not when its conversation or record is written, after others were.
+    """
+    try:
+        check_id(value, f"line {line.get('_line', '?')}: '{key}'", empty=True)
+    except ValueError as exc:
+        raise MessageFormatError(str(exc)) from None
 
 
 def owner_of(line: dict[str, Any], key: str) -> str:
@@ -199,6 +208,7 @@ def owner_of(line: dict[str, Any], key: str) -> str:
     value = line.get(key) or ""
     if not isinstance(value, str):
         raise MessageFormatError(f"line {line.get('_line', '?')}: '{key}' must be a string or null")
+    _identifier(line, key, value)
     return value
 
 
@@ -247,6 +257,9 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
     groups: dict[tuple[str, str, str], tuple[list[StoredMessage], dict[str, tuple[str, np.ndarray]],
                                              dict[str, dict[str, Any]]]] = {}
     records: dict[tuple[str, str, str], list[tuple[Record, np.ndarray | None]]] = {}
+    sources: dict[tuple[str, str, str], set[str]] = {}  # the file's conversations each target gathers
+    numbers: dict[tuple[str, str, str], list[int]] = {}  # the line of each message of a target
+    models: dict[tuple[str, str, str], tuple[str, int, int]] = {}  # a target's vectors: (model, dim, first line)
     for line in read(fp):
         user = owner_of(line, "user_id") if keep_owner else str(scope.user_id or "")
         agent = owner_of(line, "agent_id") if keep_owner else str(scope.agent_id or "")
@@ -256,11 +269,20 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
             continue
         conv = scope.session or conversation_of(line)
         messages, vectors, states = groups.setdefault((user, agent, conv), ([], {}, {}))
+        if line.get("conversation_id") is not None or not scope.session:
+            sources.setdefault((user, agent, conv), set()).add(str(line.get("conversation_id")))
         if line["type"] == "message":
             m = stored_message(line)
             messages.append(m)
+            numbers.setdefault((user, agent, conv), []).append(line["_line"])
             vector = vector_of(line)
             if vector is not None:
+                model, dim = vector[0], int(vector[1].shape[0])
+                first = models.setdefault((user, agent, conv), (model, dim, line["_line"]))
+                if first[:2] != (model, dim):
+                    raise MessageFormatError(f"line {line['_line']}: 'vector' is {model!r} of {dim} dimensions, line "
+                                             f"{first[2]}'s {first[0]!r} of {first[1]}: a conversation's vectors are "
+                                             "of one model")
                 vectors[m.id] = vector
         elif line["type"] == "state":
             if line.get("key") not in STATE_KEYS or not isinstance(line.get("value"), dict):
@@ -270,12 +292,21 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
         else:
             raise MessageFormatError(f"line {line['_line']}: unknown type {line['type']!r}")
     targets = {key: Scope(tenant=scope.tenant, user_id=key[0], agent_id=key[1], session_id=key[2]) for key in groups}
-    for key, (messages, _, _) in groups.items():  # validate everything before writing anything
+    for key, (messages, _, states) in groups.items():  # validate everything before writing anything
         targets[key].require_session()
         try:
             check_messages(messages)
         except ValueError as exc:
             raise type(exc)(f"conversation {key[2]!r}: {exc}") from None
+        if len(sources.get(key, ())) > 1:  # conversations merged into one (--session): appended in file order;
+            for m in messages:               # their positions and window states describe conversations gone
+                m.position = None
+            states.clear()
+        _check_places(store, targets[key], messages, numbers.get(key, []))
+        held = store.vector_model(targets[key]) if key in models else None
+        if held is not None and tuple(held) != models[key][:2]:
+            raise MessageFormatError(f"line {models[key][2]}: 'vector' is {models[key][0]!r} of {models[key][1]} "
+                                     f"dimensions; conversation {key[2]!r} holds vectors of {held[0]!r} of {held[1]}")
     counts = Counts(conversations=len(groups))
     total = sum(len(g[0]) for g in groups.values())
     for key, (messages, vectors, states) in groups.items():
@@ -304,6 +335,46 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
     out["records_written"] = sum(put_records(store, Scope(tenant=scope.tenant, user_id=user, agent_id=agent),
                                              namespace, recs) for (user, agent, namespace), recs in records.items())
     return out
+
+
+def _check_places(store: Store, own: Scope, messages: list[StoredMessage], lines: list[int]) -> None:
+    """Refuse, before anything is written, a message the store would drop: an id the conversation (in the
+    file or the store) gives another message, or a position another message holds.
+    """
+    where = f"conversation {own.session!r}"
+    first: dict[str, int] = {}
+    taken: dict[int, int] = {}
+    for n, m in enumerate(messages):
+        earlier = first.setdefault(m.id, n)
+        if earlier != n and (messages[earlier].data != m.data or messages[earlier].position != m.position):
+            raise MessageFormatError(f"line {lines[n]}: {where}: id {m.id!r} is also line {lines[earlier]}'s, a "
+                                     "different message; ids are unique within a conversation")
+        if m.position is not None and earlier == n:
+            other = taken.setdefault(m.position, n)
+            if other != n:
+                raise MessageFormatError(f"line {lines[n]}: {where}: position {m.position} is also line "
+                                         f"{lines[other]}'s (id {messages[other].id!r})")
+    if not messages or not store.count(own):
+        return
+    held = {m.id: m for m in store.get(own, list(first))}
+    for n, m in enumerate(messages):
+        have = held.get(m.id)
+        if have is not None and m.position is not None and have.position != m.position:
+            raise MessageFormatError(f"line {lines[n]}: {where}: id {m.id!r} is held at position {have.position}, "
+                                     f"not {m.position}")
+    todo = sorted({m.position for m in messages if m.id not in held and m.position is not None})
+    spans: list[tuple[int, int]] = []
+    for p in todo:
+        if spans and spans[-1][1] == p - 1:
+            spans[-1] = (spans[-1][0], p)
+        else:
+            spans.append((p, p))
+    by_position = {m.position: n for n, m in enumerate(messages) if m.id not in held}
+    for found in store.ranges(own, spans) if spans else []:
+        for have in found:
+            n = by_position[int(have.position or 0)]
+            raise MessageFormatError(f"line {lines[n]}: {where}: position {have.position} holds another message "
+                                     f"(id {have.id!r})")
 
 
 def record_of(line: dict[str, Any]) -> Record:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import re
 import time
 from dataclasses import replace
 from typing import IO, Any
@@ -25,6 +26,7 @@ from ..stores.base import Scope, Store
 from ._common import Progress, conversations, no_progress, read_all, records_for, write_all
 
 DATE_FORMAT = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
+_SESSION = re.compile(r"session_([1-9][0-9]{0,8})(?:_date_time)?")  # a session's turns, or its date
 
 
 def session_time(value: str) -> float | None:
@@ -42,8 +44,8 @@ def turns(sample: dict[str, Any]) -> list[dict[str, Any]]:
         raise MessageFormatError(f"sample {sample.get('sample_id')!r}: 'conversation' must be an object")
     speaker_a = conv.get("speaker_a")
     out = []
-    n = 1
-    while f"session_{n}" in conv or f"session_{n}_date_time" in conv:
+    numbers = sorted({int(m.group(1)) for key in conv if (m := _SESSION.fullmatch(str(key)))})
+    for n in numbers:  # every session the sample has, in order (a trimmed file may skip a number)
         date = conv.get(f"session_{n}_date_time") or ""
         for i, turn in enumerate(conv.get(f"session_{n}") or []):
             if not isinstance(turn, dict) or not isinstance(turn.get("text"), str) or not turn.get("dia_id"):
@@ -54,7 +56,6 @@ def turns(sample: dict[str, Any]) -> list[dict[str, Any]]:
             out.append({"role": "user" if speaker == speaker_a else "assistant", "content": turn["text"],
                         "name": speaker, "id": str(turn["dia_id"]),
                         "locomo": {"session": n, "date_time": date, **extra}})
-        n += 1
     return out
 
 

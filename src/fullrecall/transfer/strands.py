@@ -27,9 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import MessageFormatError
+from ..errors import InvalidInput, MessageFormatError
 from ..stores.base import Scope, Store
-from ._common import Progress, each_conversation, no_progress, records_for, write_all
+from ._common import Progress, conversations, each_conversation, no_progress, records_for, write_all
 
 SESSION_PREFIX = "session_"
 AGENT_PREFIX = "agent_"
@@ -38,7 +38,7 @@ MESSAGE_PREFIX = "message_"
 
 def _load(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MessageFormatError(f"{path}: not a readable JSON file ({exc})") from None
 
@@ -60,21 +60,27 @@ def session_dirs(path: Path) -> list[Path]:
     return found
 
 
-def read_session(directory: Path) -> list[tuple[str, str, list[dict[str, Any]]]]:
-    """(session id, agent id, message files in order) of each agent of a session directory."""
+def read_session(directory: Path) -> list[tuple[str, str, list[tuple[int, dict[str, Any]]]]]:
+    """(session id, agent id, (index, message file) in index order) of each agent of a session directory.
+
+    A message's index is its file's (``message_<index>.json``, the SDK's ``message_id``); two files of one
+    index (``message_1.json``, ``message_01.json``) are refused, naming them.
+    """
     meta = _load(directory / "session.json") if (directory / "session.json").is_file() else {}
     session = meta.get("session_id") or directory.name.removeprefix(SESSION_PREFIX)
     out = []
     for agent_dir in sorted((directory / "agents").glob(f"{AGENT_PREFIX}*")):
         agent_meta = _load(agent_dir / "agent.json") if (agent_dir / "agent.json").is_file() else {}
         agent = agent_meta.get("agent_id") or agent_dir.name.removeprefix(AGENT_PREFIX)
-        files = []
-        for f in (agent_dir / "messages").glob(f"{MESSAGE_PREFIX}*.json"):
+        files: dict[int, Path] = {}
+        for f in sorted((agent_dir / "messages").glob(f"{MESSAGE_PREFIX}*.json")):
             try:
-                files.append((int(f.name[len(MESSAGE_PREFIX):-5]), f))
+                index = int(f.name[len(MESSAGE_PREFIX):-5])
             except ValueError:
                 continue
-        out.append((str(session), str(agent), [_load(f) for _, f in sorted(files)]))
+            if files.setdefault(index, f) != f:
+                raise MessageFormatError(f"{f}: message index {index} is also {files[index].name}'s")
+        out.append((str(session), str(agent), [(i, _load(files[i])) for i in sorted(files)]))
     return out
 
 
@@ -85,11 +91,11 @@ def import_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *, 
     for directory in session_dirs(Path(path)):
         for session, agent, items in read_session(directory):
             raws, ids, times = [], [], []
-            for item in items:
+            for index, item in items:
                 if not isinstance(item, dict) or not isinstance(item.get("message"), dict):
-                    raise MessageFormatError(f"{directory}: agent {agent!r}: a message file lacks 'message'")
+                    raise MessageFormatError(f"{directory}: agent {agent!r}: message {index} lacks 'message'")
                 raws.append(item.get("redact_message") or item["message"])
-                ids.append(f"strands:{session}:{agent}:{item.get('message_id')}")
+                ids.append(f"strands:{session}:{agent}:{index}")  # the file's index: its message_id may be absent
                 times.append(_time(item.get("created_at")))
             own = replace(scope, session_id=scope.session or session, agent_id=agent_id or agent)
             prepared.append((own, records_for(raws, ids, times=times, where=f"session {session!r}, agent {agent!r}: ")))
@@ -105,11 +111,45 @@ def _dump(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
+def _folder_name(kind: str, value: str, folder: str) -> str:
+    """``value`` if it can name one folder (a Strands session or agent); InvalidInput naming it otherwise.
+
+    A conversation id may hold any character: one with a path separator would name a folder elsewhere
+    (``a/../../x`` one outside the storage directory), and Strands refuses such ids too.
+    """
+    if any(c in value for c in ("/", "\\", "\x00")):
+        raise InvalidInput(f"{kind} {value!r} cannot name a Strands {folder} folder: it holds a path "
+                           "separator ('/' or '\\'); export it in another format")
+    return value
+
+
+def _check_no_stale_messages(folder: Path, count: int) -> None:
+    """Refuse to export over a folder holding message files the conversation has not (an earlier, longer export's,
+    or an agent's own): left there, Strands and an import would load them with the conversation, a message deleted
+    since among them; deleting them is not the export's to do.
+    """
+    for found in folder.glob(f"{MESSAGE_PREFIX}*.json") if folder.is_dir() else ():
+        try:
+            number = int(found.name[len(MESSAGE_PREFIX):-5])
+        except ValueError:
+            continue  # no message file: neither Strands nor an import reads it
+        if number >= count or found.name != f"{MESSAGE_PREFIX}{number}.json":
+            raise InvalidInput(f"{found} is not a message of the conversation ({count} messages): export into an "
+                               "empty folder, or remove that session's folder first")
+
+
 def export_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *,
                    progress: Progress = no_progress) -> dict[str, int]:
-    """Write each conversation of ``scope`` as a Strands session under the storage directory ``path``."""
+    """Write each conversation of ``scope`` as a Strands session under the storage directory ``path``.
+
+    Every conversation id (and the agent id) is checked before anything is written: each names a folder.
+    """
     root = Path(path)
-    agent = str(scope.agent_id) or "default"
+    agent = _folder_name("agent", str(scope.agent_id) or "default", "agent")
+    for session in conversations(store, scope):
+        _folder_name("conversation", session, "session")
+        _check_no_stale_messages(root / f"{SESSION_PREFIX}{session}" / "agents" / f"{AGENT_PREFIX}{agent}" / "messages",
+                                 store.count(replace(scope, session_id=session)))
     counts = {"conversations": 0, "messages": 0}
     for session, stored, messages in each_conversation(store, scope, "converse", progress):
         first, last = _iso(stored[0].created_at), _iso(stored[-1].created_at)
