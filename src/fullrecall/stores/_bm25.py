@@ -41,11 +41,18 @@ class Tokenizer:
         except ImportError:  # plain words still match exactly
             self._stem = lambda words: words
             self.stems = False
+        self._known: dict[str, str] = {}  # word -> its token (a vocabulary is small: one look-up a word)
 
     def __call__(self, text: str) -> list[str]:
         words = WORD.findall(text.lower())
-        # as FTS5's porter: words under 3 or over 64 characters pass unstemmed ("us" stays "us")
-        return [s if 3 <= len(w) <= 64 else w for w, s in zip(words, self._stem(words))]
+        known = self._known
+        new = [w for w in words if w not in known]
+        if new:
+            if len(known) > 200_000:
+                known.clear()
+            # as FTS5's porter: words under 3 or over 64 characters pass unstemmed ("us" stays "us")
+            known.update((w, s if 3 <= len(w) <= 64 else w) for w, s in zip(new, self._stem(new)))
+        return [known[w] for w in words]
 
 
 @dataclass
@@ -58,16 +65,17 @@ class LexicalIndex:
     kinds: np.ndarray
     created: np.ndarray
     lengths: np.ndarray  # tokens per message
-    postings: dict[str, tuple[np.ndarray, np.ndarray]]  # term or "term term" pair -> (row numbers, frequencies)
+    postings: dict[str, tuple[np.ndarray, np.ndarray]]  # term -> (row numbers, term frequencies)
     owner: Owner | None = None  # the session's (user_id, agent_id, session_id)
     positions: list[int | None] | None = None  # each message's position, parallel to ids
+    tokens: list[list[str]] | None = None  # each message's tokens in order, for phrases; parallel to ids
 
     @classmethod
     def build(cls, rows: Sequence[LexicalRow], owner: Owner | None = None) -> LexicalIndex:
         """``rows``: (id, key, role, kind, created_at, tokens, position) of one session's messages."""
         counts: dict[str, dict[int, int]] = {}
-        for n, (_, _, _, _, _, tokens, _) in enumerate(rows):  # each token, and each pair of adjacent ones
-            for t in (*tokens, *map(" ".join, zip(tokens, tokens[1:]))):
+        for n, (_, _, _, _, _, tokens, _) in enumerate(rows):
+            for t in tokens:
                 doc = counts.setdefault(t, {})
                 doc[n] = doc.get(n, 0) + 1
         postings = {
@@ -84,6 +92,7 @@ class LexicalIndex:
             postings,
             owner,
             [r[6] for r in rows],
+            [r[5] for r in rows],
         )
 
     def extend(self, other: LexicalIndex) -> LexicalIndex:
@@ -106,6 +115,7 @@ class LexicalIndex:
             postings,
             self.owner,
             (self.positions or [None] * len(self.ids)) + (other.positions or [None] * len(other.ids)),
+            (self.tokens or [[]] * len(self.ids)) + (other.tokens or [[]] * len(other.ids)),
         )
 
 
@@ -120,11 +130,10 @@ def bm25_search(
     """Okapi BM25 over several sessions with their shared statistics, scored as SQLite FTS5's ``bm25()``
     scores (so that the backends and SQLite's two engines rank alike): an OR of ``phrases``, each the
     tokens of one search term; IDF ``log((N - n + 0.5) / (n + 0.5))``, at least 1e-6. A term of several
-    tokens ("self-portrait") counts as one phrase, found where its tokens stand side by side (every
-    adjacent pair of them: exact for two tokens). A term found in half the rows or more weighs nothing and only widens the matches, so
-    it is left out unless every term is that common, or there are fewer than 64 rows (as the SQLite
-    store does for FTS5).
-    Each row's length counts ``LENGTH_OFFSET`` tokens more, as an FTS5 row's scope column does.
+    tokens ("self-portrait") counts as one phrase, found where its tokens stand side by side. A term
+    found in half the rows or more weighs nothing and only widens the matches, so it is left out
+    unless every term is that common, or there are fewer than 64 rows (as the SQLite store does for
+    FTS5). Each row's length counts ``LENGTH_OFFSET`` tokens more, as an FTS5 row's scope column does.
     """
     n_docs = sum(len(ix.ids) for ix in indexes)
     terms = [tuple(p) for p in phrases if p]  # a term given twice ("dogs", "dog") counts twice, as in FTS5
@@ -170,18 +179,24 @@ _FEW_ROWS = 64
 
 
 def _phrase_rows(ix: LexicalIndex, tokens: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """The rows holding ``tokens`` in this order, each next to the next (every adjacent pair of them:
-    exact for two tokens), and how often the rarest pair occurs there.
-    """
-    pairs = [" ".join(pair) for pair in zip(tokens, tokens[1:])] or list(tokens)
-    held = [ix.postings.get(t) for t in dict.fromkeys(pairs)]
+    """The rows holding ``tokens`` side by side, in this order, and how often they do."""
+    held = [ix.postings.get(t) for t in dict.fromkeys(tokens)]
     if any(h is None for h in held):
         return _NONE
     rows, tf = held[0]  # type: ignore[misc]
-    for other_rows, other_tf in held[1:]:  # type: ignore[misc]
-        common, mine, theirs = np.intersect1d(rows, other_rows, assume_unique=True, return_indices=True)
-        rows, tf = common, np.minimum(tf[mine], other_tf[theirs])
-    return rows, tf
+    if len(held) == 1 and len(tokens) == 1:
+        return rows, tf
+    for other_rows, _ in held[1:]:  # type: ignore[misc]
+        rows = np.intersect1d(rows, other_rows, assume_unique=True)
+    found, counts, n = [], [], len(tokens)
+    want = list(tokens)
+    for row in rows.tolist():  # rows holding every token: count where they stand in order
+        words = ix.tokens[row] if ix.tokens else []
+        c = sum(1 for i in range(len(words) - n + 1) if words[i:i + n] == want)
+        if c:
+            found.append(row)
+            counts.append(c)
+    return np.array(found, np.int64), np.array(counts, np.float64)
 
 
 _NONE = (np.zeros(0, np.int64), np.zeros(0, np.float64))
