@@ -166,8 +166,7 @@ def bm25_search(
         found = found[scores[found] >= kth]
     starts = np.cumsum([0] + [len(ix.ids) for ix in indexes])
     hits: list[tuple[float, str, str, Owner | None, int | None]] = []
-    for row in found.tolist():
-        ix_n = int(np.searchsorted(starts, row, side="right")) - 1
+    for row, ix_n in zip(found.tolist(), (np.searchsorted(starts, found, side="right") - 1).tolist()):
         ix, i = indexes[ix_n], row - int(starts[ix_n])
         hits.append((float(scores[row]), ix.ids[i], ix.keys[i], ix.owner, ix.positions[i] if ix.positions else None))
     hits.sort(key=lambda h: (-h[0], len(h[2]), h[2]))  # a shorter key first: a SQL row id is older
