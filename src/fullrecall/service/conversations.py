@@ -373,8 +373,12 @@ class Conversations:
                 check_text(record.data, f"line {n + 1}: 'data'")
                 records.setdefault(record.namespace, []).append(record)
                 continue
-            if line.get("type", "message") != "message":
+            kind = line.get("type", "message")
+            if kind == "state":  # the library's window state: not the service's to restore
                 continue
+            if kind != "message":  # a typo ("mesage") must not drop the line silently: the command refuses it too
+                raise MessageFormatError(f"line {n + 1}: unknown type {kind!r}; expected 'message', 'state' or one "
+                                         f"of {sorted(jsonl.RECORD_TYPES)}")
             conv = jsonl.conversation_of({**line, "_line": n + 1})
             msg, mid = line.get("message"), line.get("id")
             if len(conv) > MAX_ID_LENGTH:
