@@ -463,3 +463,20 @@ def test_strands_export_over_a_longer_earlier_export_is_refused(tmp_path):
         other.close()
     finally:
         store.close()
+
+
+def test_jsonl_lines_without_ids_take_ids_from_their_place_and_content():
+    """A line without an id was 'line-<n>': another file's different message at that line had the same id and was
+    skipped as already there (a silent loss).
+    """
+    store = open_store("sqlite:///:memory:")
+    try:
+        def line(text: str) -> str:
+            return json.dumps({"conversation_id": "c", "message": {"role": "user", "content": text}})
+
+        assert jsonl.import_jsonl(store, Scope(), io.StringIO(line("first file")))["written"] == 1
+        assert jsonl.import_jsonl(store, Scope(), io.StringIO(line("second file")))["written"] == 1
+        assert jsonl.import_jsonl(store, Scope(), io.StringIO(line("second file")))["written"] == 0  # a retry
+        assert [m.data["content"] for m in store.range(Scope(session_id="c"), 0, 9)] == ["first file", "second file"]
+    finally:
+        store.close()

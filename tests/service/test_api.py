@@ -112,6 +112,18 @@ def test_export_import_round_trip(api, texts):
     assert [b["message"] for b in back] == msgs
 
 
+def test_importing_lines_without_ids_again_stores_them_once(api):
+    """A line and message without an id got a fresh id at each import: a retried import stored the message again."""
+    conv = f"c-{uuid.uuid4().hex}"
+    body = "\n".join(json.dumps({"conversation_id": conv, "message": {"role": "user", "content": t}})
+                     for t in ("no id here", "nor here"))
+    for _ in range(2):
+        r = api.client.post("/v1/import", content=body.encode(), headers={**api.a, "content-type": "application/x-ndjson"})
+        assert r.status_code == 200, r.text
+    window = api.client.get(f"/v1/conversations/{conv}/messages", headers=api.a).json()["messages"]
+    assert [m["message"]["content"] for m in window] == ["no id here", "nor here"]
+
+
 def test_forget_stats_and_metrics(make_api):
     api = make_api(rate_limit=5, burst=5)
     admin, _ = api.service.keys.create("admin")

@@ -90,6 +90,10 @@ def test_every_other_route(api):
         ("POST", "/v1/import", {"content": b'{"conversation_id": "d", "message": {"role": "user", "content": "ok"}}\n'
                                            b'{"conversation_id": "e", "message": {"role": "tool", "content": "x"}}'},
          None),
+        # a line of a type misspelt was skipped, its message silently not imported
+        ("POST", "/v1/import", {"content": b'{"conversation_id": "d", "message": {"role": "user", "content": "ok"}}\n'
+                                           b'{"type": "mesage", "conversation_id": "d", "message": {"role": "user", '
+                                           b'"content": "lost"}}'}, "line 2: unknown type 'mesage'"),
         ("GET", "/v1/stats", {"params": {"everyone": "perhaps"}}, "everyone"),
     ]
     for method, url, kwargs, field in cases:

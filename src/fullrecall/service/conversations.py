@@ -358,6 +358,7 @@ class Conversations:
         owner's long-term records); state lines are the library's (``fullrecall import``) and are skipped here.
         """
         from ..transfer import jsonl
+        from ..transfer._common import stable_id
 
         by_conversation: dict[str, tuple[list[dict[str, Any]], list[str | None]]] = {}
         records: dict[str, list[Record]] = {}  # namespace -> the long-term lines' records
@@ -373,8 +374,12 @@ class Conversations:
                 check_text(record.data, f"line {n + 1}: 'data'")
                 records.setdefault(record.namespace, []).append(record)
                 continue
-            if line.get("type", "message") != "message":
+            kind = line.get("type", "message")
+            if kind == "state":  # the library's window state: not the service's to restore
                 continue
+            if kind != "message":  # a typo ("mesage") must not drop the line silently: the command refuses it too
+                raise MessageFormatError(f"line {n + 1}: unknown type {kind!r}; expected 'message', 'state' or one "
+                                         f"of {sorted(jsonl.RECORD_TYPES)}")
             conv = jsonl.conversation_of({**line, "_line": n + 1})
             msg, mid = line.get("message"), line.get("id")
             if len(conv) > MAX_ID_LENGTH:
@@ -383,7 +388,9 @@ class Conversations:
                 raise MessageFormatError(f"line {n + 1}: 'message' must be an object")
             msgs, ids = by_conversation.setdefault(conv, ([], []))
             msgs.append(msg)
-            ids.append(mid)
+            # without an id, one from its place and content, as the command's import gives: a retried import of
+            # the file stores each message once (a fresh id each time stored them again)
+            ids.append(mid if mid is not None or msg.get("id") is not None else stable_id(n + 1, msg))
         for conv, (msgs, ids) in by_conversation.items():  # validate everything before writing anything
             try:
                 self.prepare(replace(scope, session_id=conv), msgs, ids)

@@ -52,7 +52,18 @@ from ..memory.procedural import check_pattern_data, owned_pattern
 from ..stores._common import check_messages
 from ..stores._validate import check_id, check_record
 from ..stores.base import ANY, Record, Scope, Store, StoredMessage
-from ._common import BATCH, Counts, Progress, chunks, conversations, embed, no_progress, records_for, register
+from ._common import (
+    BATCH,
+    Counts,
+    Progress,
+    chunks,
+    conversations,
+    embed,
+    no_progress,
+    records_for,
+    register,
+    stable_id,
+)
 
 FORMAT = "fullrecall"
 VERSION = 2
@@ -220,7 +231,9 @@ def stored_message(line: dict[str, Any]) -> StoredMessage:
         raise MessageFormatError(f"{where}: 'message' must be an object")
     if "text" not in line or "role" not in line:  # a line of the service's first export: index it as it would
         mid = line.get("id")
-        return records_for([data], [mid if isinstance(mid, str) and mid else f"line-{line.get('_line')}"],
+        # without an id, one from its place and content (as an OpenAI message's): "line-<n>" named another file's
+        # different message at that line the same, and a second file's was skipped as already there
+        return records_for([data], [mid if isinstance(mid, str) and mid else stable_id(int(line.get("_line") or 0), data)],
                            where=f"{where}: ")[0]
     fields = {k: line[k] for k in _MESSAGE_FIELDS if line.get(k) is not None}
     for key in ("id", "role", "text"):
