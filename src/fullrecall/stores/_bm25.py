@@ -22,6 +22,14 @@ from ._vectors import Owner, filter_mask
 from .base import Filters, Hit
 
 WORD = re.compile(r"\w+", re.UNICODE)
+_NOT_WORD = str.maketrans({chr(c): " " for c in range(128) if not (chr(c).isalnum() or chr(c) == "_")})
+
+
+def words(text: str) -> list[str]:
+    """The lower-cased words (runs of letters, digits and underscores) of ``text``; an ASCII text is split without the regex (half the time)."""
+    low = text.lower()
+    return low.translate(_NOT_WORD).split() if low.isascii() else WORD.findall(low)
+
 
 LexicalRow = tuple[str, str, str, str, float, list[str], int | None]
 """(id, key, role, kind, created_at, tokens, position) of one message."""
@@ -44,15 +52,15 @@ class Tokenizer:
         self._known: dict[str, str] = {}  # word -> its token (a vocabulary is small: one look-up a word)
 
     def __call__(self, text: str) -> list[str]:
-        words = WORD.findall(text.lower())
+        found = words(text)
         known = self._known
-        new = [w for w in words if w not in known]
+        new = [w for w in found if w not in known]
         if new:
             if len(known) > 200_000:
                 known.clear()
             # as FTS5's porter: words under 3 or over 64 characters pass unstemmed ("us" stays "us")
             known.update((w, s if 3 <= len(w) <= 64 else w) for w, s in zip(new, self._stem(new)))
-        return [known[w] for w in words]
+        return [known[w] for w in found]
 
 
 @dataclass

@@ -1,0 +1,17 @@
+"""The in-process keyword index's word splitting: the fast path for ASCII text is the regex's result exactly."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fullrecall.stores._bm25 import WORD, words
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F)) | st.text())
+def test_words_are_the_regex_words_of_the_lower_cased_text(text: str) -> None:
+    assert words(text) == WORD.findall(text.lower())
+
+
+def test_words_split_on_every_ascii_separator_and_keep_underscores_and_digits() -> None:
+    assert words("Self-portrait_2\tREF-48213;x\x00y \u212a") == ["self", "portrait_2", "ref", "48213", "x", "y", "k"]
