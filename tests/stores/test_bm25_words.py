@@ -15,3 +15,12 @@ def test_words_are_the_regex_words_of_the_lower_cased_text(text: str) -> None:
 
 def test_words_split_on_every_ascii_separator_and_keep_underscores_and_digits() -> None:
     assert words("Self-portrait_2\tREF-48213;x\x00y \u212a") == ["self", "portrait_2", "ref", "48213", "x", "y", "k"]
+
+
+def test_the_tokenizer_gives_the_same_tokens_after_its_word_memory_is_renewed() -> None:
+    from fullrecall.stores._bm25 import Tokenizer
+
+    tokenize = Tokenizer()
+    first = tokenize("Running dogs used us")
+    tokenize._known.update({f"w{i}": f"w{i}" for i in range(200_001)})  # full: the next call starts a new one
+    assert tokenize("Running dogs used us") == first

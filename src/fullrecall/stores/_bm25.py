@@ -2,9 +2,9 @@
 search over several sessions with the statistics of those sessions alone, and a per-process cache of
 the indexes for a store that reads its rows in SQL.
 
-Redis (no text index) searches this way always; SQLite for a scope of at most
-``IN_PROCESS_ROWS`` messages, where FTS5's ``bm25()`` would read each query word's posting
-list across the whole file (every user's rows) to weigh it.
+Redis (no text index) searches this way always; SQLite for a scope of at most ``lexical_in_process``
+messages, where FTS5's ``bm25()`` would read each query word's posting list across the whole file
+(every user's rows) to weigh it.
 """
 
 from __future__ import annotations
@@ -49,17 +49,20 @@ class Tokenizer:
         except ImportError:  # plain words still match exactly
             self._stem = lambda words: words
             self.stems = False
+        self._stem_lock = threading.Lock()  # a PyStemmer stemmer is not safe to share between threads
         self._known: dict[str, str] = {}  # word -> its token (a vocabulary is small: one look-up a word)
 
     def __call__(self, text: str) -> list[str]:
         found = words(text)
-        known = self._known
+        known = self._known  # never emptied in place: another thread may be reading it
+        if len(known) > 200_000:
+            known = self._known = {}
         new = [w for w in found if w not in known]
         if new:
-            if len(known) > 200_000:
-                known.clear()
+            with self._stem_lock:
+                stems = self._stem(new)
             # as FTS5's porter: words under 3 or over 64 characters pass unstemmed ("us" stays "us")
-            known.update((w, s if 3 <= len(w) <= 64 else w) for w, s in zip(new, self._stem(new)))
+            known.update((w, s if 3 <= len(w) <= 64 else w) for w, s in zip(new, stems))
         return [known[w] for w in found]
 
 
