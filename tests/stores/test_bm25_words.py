@@ -24,3 +24,17 @@ def test_the_tokenizer_gives_the_same_tokens_after_its_word_memory_is_renewed() 
     first = tokenize("Running dogs used us")
     tokenize._known.update({f"w{i}": f"w{i}" for i in range(200_001)})  # full: the next call starts a new one
     assert tokenize("Running dogs used us") == first
+
+
+@given(st.lists(st.lists(st.sampled_from(["a", "b", "c", "dog", "us"]), max_size=6), max_size=8))
+def test_postings_hold_each_terms_rows_in_order_with_their_counts(token_lists: list[list[str]]) -> None:
+    from collections import Counter
+
+    from fullrecall.stores._bm25 import LexicalIndex
+
+    index = LexicalIndex.build([(f"m{n}", str(n), "user", "message", 0.0, t, n) for n, t in enumerate(token_lists)])
+    expected: dict[str, list[tuple[int, int]]] = {}
+    for n, tokens in enumerate(token_lists):
+        for term, count in sorted(Counter(tokens).items()):
+            expected.setdefault(term, []).append((n, count))
+    assert {t: list(zip(r.tolist(), f.tolist())) for t, (r, f) in index.postings.items()} == expected

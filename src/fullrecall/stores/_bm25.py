@@ -9,6 +9,7 @@ messages, where FTS5's ``bm25()`` would read each query word's posting list acro
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import threading
@@ -84,15 +85,6 @@ class LexicalIndex:
     @classmethod
     def build(cls, rows: Sequence[LexicalRow], owner: Owner | None = None) -> LexicalIndex:
         """``rows``: (id, key, role, kind, created_at, tokens, position) of one session's messages."""
-        counts: dict[str, dict[int, int]] = {}
-        for n, (_, _, _, _, _, tokens, _) in enumerate(rows):
-            for t in tokens:
-                doc = counts.setdefault(t, {})
-                doc[n] = doc.get(n, 0) + 1
-        postings = {
-            t: (np.fromiter(d.keys(), np.int64, len(d)), np.fromiter(d.values(), np.float64, len(d)))
-            for t, d in counts.items()
-        }
         return cls(
             [r[0] for r in rows],
             [r[1] for r in rows],
@@ -100,7 +92,7 @@ class LexicalIndex:
             np.array([r[3] for r in rows], dtype=object),
             np.array([r[4] for r in rows], dtype=np.float64),
             np.array([len(r[5]) for r in rows], dtype=np.float64),
-            postings,
+            _postings([r[5] for r in rows]),
             owner,
             [r[6] for r in rows],
             [r[5] for r in rows],
@@ -128,6 +120,23 @@ class LexicalIndex:
             (self.positions or [None] * len(self.ids)) + (other.positions or [None] * len(other.ids)),
             (self.tokens or [[]] * len(self.ids)) + (other.tokens or [[]] * len(other.ids)),
         )
+
+
+def _postings(token_lists: Sequence[Sequence[str]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each term's rows (ascending) and its frequency in each, counted in numpy: every (term, row) pair
+    as one integer, sorted and counted at once, each term's postings a slice of the result.
+    """
+    n = len(token_lists)
+    vocabulary: dict[str, int] = {}
+    ids = [vocabulary.setdefault(t, len(vocabulary)) for t in itertools.chain.from_iterable(token_lists)]
+    if not ids:
+        return {}
+    rows = np.repeat(np.arange(n, dtype=np.int64), [len(t) for t in token_lists])
+    pairs, counts = np.unique(np.array(ids, np.int64) * n + rows, return_counts=True)
+    terms, places = np.divmod(pairs, n)
+    bounds = np.searchsorted(terms, np.arange(len(vocabulary) + 1)).tolist()
+    tf = counts.astype(np.float64)
+    return {t: (places[bounds[i]:bounds[i + 1]], tf[bounds[i]:bounds[i + 1]]) for t, i in vocabulary.items()}
 
 
 def bm25_search(
