@@ -60,17 +60,12 @@ class MemoryConversations:
         """Append ``messages``; two different ones of one call with one ``"id"`` are refused, as the service does
         (the conversation keeps an id's first message: the other would be acknowledged and lost).
         """
-        from ..errors import MessageFormatError
+        from ..messages.formats import check_unique_ids
 
-        first: dict[str, int] = {}
-        for index, message in enumerate(messages):
-            mid = message.get("id") if isinstance(message, dict) else None
-            if isinstance(mid, bool) or not isinstance(mid, (str, int)):
-                continue  # no id, or one the memory refuses by itself, naming it
-            earlier = first.setdefault(str(mid), index)  # the memory stores an integer id as its digits
-            if messages[earlier] != message:
-                raise MessageFormatError(f"message {index}: 'id' {mid!r} is also message {earlier}'s, a different "
-                                         "message; ids are unique within a call")
+        ids = [m.get("id") if isinstance(m, dict) else None for m in messages]
+        # no id, or one the memory refuses by itself (naming it), takes no part
+        check_unique_ids(messages, [i if isinstance(i, (str, int)) and not isinstance(i, bool) else None for i in ids],
+                         "a call")
         conversation, lock = self._conversation(scope)
         with lock:
             conversation.add(messages)

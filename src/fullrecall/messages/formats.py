@@ -103,6 +103,21 @@ def parse_messages(
     return shape, out
 
 
+def check_unique_ids(messages: Sequence[Any], ids: Sequence[Any], within: str) -> None:
+    """``MessageFormatError`` naming the first message whose id (``ids[i]``, None for none) an earlier,
+    different message of the same batch holds: a conversation keeps an id's first message, so the other
+    would be acknowledged and lost. An integer id counts as its digits, as the memory stores it.
+    """
+    first: dict[str, int] = {}
+    for index, mid in enumerate(ids):
+        if mid is None:
+            continue
+        earlier = first.setdefault(str(mid), index)
+        if messages[earlier] != messages[index]:
+            raise MessageFormatError(f"message {index}: 'id' {mid!r} is also message {earlier}'s, a different "
+                                     f"message; ids are unique within {within}")
+
+
 def parse_message(msg: dict[str, Any], shape: str) -> Message:
     return parse_messages([msg], shape)[1][0]
 

@@ -26,7 +26,7 @@ from ..archive.recall import format_enrichment, merge_ranges
 from ..errors import InvalidInput, MessageFormatError
 from ..memory.facts import NAMESPACE as FACTS
 from ..memory.procedural import NAMESPACE as PROCEDURES
-from ..messages.formats import parse_messages, render_message
+from ..messages.formats import check_unique_ids, parse_messages, render_message
 from ..messages.model import TextBlock
 from ..search.terms import index_text
 from ..stores import _validate as V
@@ -143,7 +143,7 @@ class Conversations:
         shape, parsed = parse_messages(messages)
         given = ids or [None] * len(messages)
         mids = [self._id(raw if mid is None else {"id": mid}, i) for i, (raw, mid) in enumerate(zip(messages, given))]
-        self._check_repeats(messages, mids)
+        check_unique_ids(messages, mids, "a request")
         if any(m.has_tool_result for m in parsed):  # only then is the conversation's tail needed
             recent = self._tail(scope, self.window_messages)
             self._check_tool_pairs(parsed, recent, {m.id for m in recent}, mids)
@@ -176,18 +176,6 @@ class Conversations:
             raise MessageFormatError(f"message {index}: 'id' must be a non-empty string of at most "
                                      f"{MAX_ID_LENGTH} characters")
         return mid
-
-    @staticmethod
-    def _check_repeats(messages: list[dict[str, Any]], ids: list[str]) -> None:
-        """An id given twice in one request must name the same message (stored once): the store keeps the first
-        message of an id, so a different second one would be acknowledged and lost.
-        """
-        first: dict[str, int] = {}
-        for index, mid in enumerate(ids):
-            earlier = first.setdefault(mid, index)
-            if messages[earlier] != messages[index]:
-                raise MessageFormatError(f"message {index}: 'id' {mid!r} is also message {earlier}'s, a different "
-                                         "message; ids are unique within a request")
 
     @staticmethod
     def _check_tool_pairs(parsed, recent: list[StoredMessage], known: set[str], ids: list[str]) -> None:
