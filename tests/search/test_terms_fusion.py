@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fullrecall.search import index_text, query_terms
-from fullrecall.search.fusion import Candidate, fuse, near_best, rrf, spread_out
+from fullrecall.search.fusion import Candidate, Ranking, fuse, near_best, rrf, spread_out
 
 
 def test_query_terms_drop_question_words_keep_names_numbers_ids():
@@ -62,12 +63,26 @@ def test_spread_out_skips_placeholders_that_do_not_exist():
     assert [c.id for c in spread_out(ranked, 4, 0, resolve)] == ["z", "x", "w", "y"]
 
 
+def test_a_ranking_reads_its_candidates_once_and_takes_no_boost_after():
+    ranked = fuse({("a", 1): 0.9, ("b", 1): 0.9, ("a", 0): 0.1}, {}, {("a", 1): "x", ("b", 1): "y", ("a", 0): "z"})
+    first = list(ranked)
+    assert [c.key for c in first] == [("a", 1), ("b", 1), ("a", 0)]  # a tie goes to the lower key
+    first[1].id = "filled in"
+    assert [id(c) for c in ranked] == [id(c) for c in first] and ranked[1].id == "filled in"
+    with pytest.raises(RuntimeError):
+        ranked.add([0], [0.5])
+
+
 def test_rrf_baseline():
     ranked = rrf({("a", 1): 0.9, ("a", 2): 0.1}, {("a", 2): 5.0}, {})
     assert ranked[0].key == ("a", 2)
 
 
-def _ranked(scores: dict[tuple[str, int], float]) -> list[Candidate]:
+def _ranked(scores: dict[tuple[str, int], float]) -> Ranking:
+    return Ranking.of(list(scores), [f"{key[0]}{key[1]}" for key in scores], np.array(list(scores.values()), dtype=float))
+
+
+def _candidates(scores: dict[tuple[str, int], float]) -> list[Candidate]:
     out = [Candidate(key, f"{key[0]}{key[1]}", fused=f) for key, f in scores.items()]
     out.sort(key=lambda c: (-c.fused, c.key))
     return out
@@ -76,7 +91,8 @@ def _ranked(scores: dict[tuple[str, int], float]) -> list[Candidate]:
 def test_near_best_prefers_the_part_of_the_conversation_where_the_best_hits_are():
     # two equally good candidates: the one 5 turns from the best hit wins over the one 50 turns away
     ranked = _ranked({("a", 55): 1.0, ("a", 60): 0.5, ("a", 5): 0.5, ("b", 55): 0.5})
-    assert [c.key for c in ranked] == [("a", 55), ("a", 5), ("a", 60), ("b", 55)]  # a tie goes to the lower key
+    assert [c.key for c in _ranked({("a", 55): 1.0, ("a", 60): 0.5, ("a", 5): 0.5, ("b", 55): 0.5})] == [
+        ("a", 55), ("a", 5), ("a", 60), ("b", 55)]  # a tie goes to the lower key
     out = near_best(ranked, weight=0.2, window=30, depth=1)
     by_key = {c.key: c for c in out}
     assert [c.key for c in out][:2] == [("a", 55), ("a", 60)]
@@ -121,6 +137,6 @@ def _near_best_by_definition(ranked: list[Candidate], weight: float, window: int
     st.integers(0, 40), st.integers(1, 12),
 )
 def test_near_best_adds_to_each_candidate_the_best_nearby_head_score_in_its_session(scores, window, depth):
-    want = _near_best_by_definition(_ranked(scores), 0.2, window, depth)
+    want = _near_best_by_definition(_candidates(scores), 0.2, window, depth)
     got = near_best(_ranked(scores), weight=0.2, window=window, depth=depth)
     assert [(c.key, c.fused, c.boost) for c in got] == want

@@ -18,7 +18,7 @@ does better still.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +43,80 @@ class Candidate:
     boost: float = 0.0  # added by query facets (speaker, date) and nearness to the best, already in ``fused``
 
 
+class Ranking:
+    """Fused candidates, best first: one row each in numpy arrays, and a :class:`Candidate` made only for the
+    rows a caller reaches (a search reads the first few of a few hundred).
+
+    A row's key is ``(owners[session], position)``; ``owners`` is sorted, so ties go to the lower key. Boosts
+    (:meth:`add`) come before the first candidate is read.
+    """
+
+    def __init__(self, owners: Sequence[str], session: np.ndarray, position: np.ndarray, ids: Sequence[str | None],
+                 fused: np.ndarray, dense: np.ndarray | None = None, lexical: np.ndarray | None = None) -> None:
+        n = len(ids)
+        self.owners = list(owners)
+        self.session = session
+        self.position = position
+        self.ids = list(ids)
+        self.fused = np.asarray(fused, dtype=np.float64)
+        self.boost = np.zeros(n)
+        self.dense = np.full(n, np.nan) if dense is None else dense  # NaN: not a dense candidate
+        self.lexical = np.zeros(n) if lexical is None else lexical
+        self._order: np.ndarray | None = None
+        self._made: list[Candidate] = []
+
+    @classmethod
+    def of(cls, keys: Sequence[Key], ids: Sequence[str | None], fused: np.ndarray,
+           dense: np.ndarray | None = None, lexical: np.ndarray | None = None) -> Ranking:
+        """A ranking of candidates given by key."""
+        owners = sorted({key[0] for key in keys})
+        rank = {owner: i for i, owner in enumerate(owners)}
+        session = np.fromiter((rank[key[0]] for key in keys), np.int64, len(keys))
+        position = np.fromiter((key[1] for key in keys), np.int64, len(keys))
+        return cls(owners, session, position, ids, fused, dense, lexical)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def order(self) -> np.ndarray:
+        """Row numbers, best first."""
+        if self._order is None:
+            self._order = np.lexsort((self.position, self.session, -self.fused))
+        return self._order
+
+    def head(self, n: int) -> list[int]:
+        """The rows of the ``n`` best."""
+        return self.order()[:n].tolist()
+
+    def add(self, rows: Sequence[int] | np.ndarray, gains: Sequence[float] | np.ndarray) -> None:
+        """Add ``gains`` to these (distinct) rows' fused scores and boosts."""
+        if self._made:
+            raise RuntimeError("boosts come before the candidates are read")
+        rows, gains = np.asarray(rows, dtype=np.int64), np.asarray(gains, dtype=np.float64)
+        self.boost[rows] += gains
+        self.fused[rows] += gains
+        self._order = None
+
+    def __iter__(self) -> Iterator[Candidate]:
+        """The candidates, best first; the same objects each time (a caller may fill in an ``id``)."""
+        yield from self._made
+        while len(self._made) < len(self.ids):
+            yield self[len(self._made)]
+
+    def __getitem__(self, i: int) -> Candidate:
+        order, made = self.order(), self._made
+        while len(made) <= i:
+            r = int(order[len(made)])
+            cos = float(self.dense[r])
+            key = (self.owners[self.session[r]], int(self.position[r]))
+            made.append(Candidate(key, self.ids[r], None if cos != cos else cos, float(self.lexical[r]),
+                                  float(self.fused[r]), float(self.boost[r])))
+        return made[i]
+
+
+_SHIFT = 40  # a key as one integer: its owner's rank << _SHIFT | its position
+
+
 def fuse(
     dense: dict[Key, float],
     lexical: dict[Key, float],
@@ -51,40 +125,64 @@ def fuse(
     lexical_weight: float = LEXICAL_WEIGHT,
     neighbour_weight: float = NEIGHBOUR_WEIGHT,
     unknown_neighbours: bool = True,
-) -> list[Candidate]:
+) -> Ranking:
     """All candidates, best first. ``ids`` maps the keys that are known to message ids.
 
     With ``unknown_neighbours=False`` lexical scores spread only to keys in ``ids``
     (for a caller that cannot look neighbours up).
     """
-    smoothed: dict[Key, float] = {}
-    for (session, pos), score in lexical.items():
-        smoothed[(session, pos)] = smoothed.get((session, pos), 0.0) + score
-        if neighbour_weight:
-            for near in ((session, pos - 1), (session, pos + 1)):
-                if near[1] >= 0 and (unknown_neighbours or near in ids):
-                    smoothed[near] = smoothed.get(near, 0.0) + neighbour_weight * score
+    owners = sorted({key[0] for key in dense} | {key[0] for key in lexical} | {key[0] for key in ids})
+    rank = {owner: i for i, owner in enumerate(owners)}
+
+    def codes(keys: Iterable[Key], n: int) -> np.ndarray:
+        return np.fromiter(((rank[owner] << _SHIFT) | pos for owner, pos in keys), np.int64, n)
+
+    lex = codes(lexical, len(lexical))
+    score = np.fromiter(lexical.values(), np.float64, len(lexical))
+    at, add = lex, score  # lexical scores spread to keys, in the order a loop over the hits would add them
+    if neighbour_weight and len(lex):
+        before, after = lex - 1, lex + 1
+        keep = np.ones((len(lex), 3), dtype=bool)
+        keep[:, 1] = lex & ((1 << _SHIFT) - 1) > 0  # no position -1
+        if not unknown_neighbours:
+            known = codes(ids, len(ids))
+            keep[:, 1] &= np.isin(before, known)
+            keep[:, 2] = np.isin(after, known)
+        spread = neighbour_weight * score
+        at = np.stack([lex, before, after], axis=1)[keep]
+        add = np.stack([score, spread, spread], axis=1)[keep]
+    cosine = np.fromiter(dense.values(), np.float64, len(dense))
+    keys, where = np.unique(np.concatenate([at, codes(dense, len(dense))]), return_inverse=True)
+    n = len(keys)
+    smoothed = np.zeros(n)
+    np.add.at(smoothed, where[: len(at)], add)  # in order: each sum exactly as a plain loop adds it
     # Divide by the best score, but never by less than LEXICAL_FLOOR: in a handful of messages BM25's IDF
     # is ~0 for every word, and scaling such noise up to 1.0 would outvote the dense signal.
-    lex_scale = 1.0 / max(max(smoothed.values(), default=0.0), LEXICAL_FLOOR)
-    floor, dense_scale = 0.0, 0.0
-    if dense:
-        best, floor = max(dense.values()), min(dense.values())
+    lex_scale = 1.0 / max(float(smoothed.max()) if n else 0.0, LEXICAL_FLOOR)
+    cos = np.full(n, np.nan)
+    d = np.zeros(n)
+    if len(cosine):
+        rows = where[len(at):]
+        cos[rows] = cosine
+        best, floor = float(cosine.max()), float(cosine.min())
         dense_scale = 1.0 / (best - floor) if best > floor else 0.0
-    w_lex, w_dense = lexical_weight, 1.0 - lexical_weight
-    out: list[Candidate] = []
-    for key in dense.keys() | smoothed.keys():
-        cos = dense.get(key)
-        d = 0.0 if cos is None else ((cos - floor) * dense_scale if dense_scale else 1.0)
-        fused = w_lex * smoothed.get(key, 0.0) * lex_scale + w_dense * d
-        out.append(Candidate(key, ids.get(key), cos, lexical.get(key, 0.0), fused))
-    out.sort(key=lambda c: (-c.fused, c.key))
-    return out
+        d[rows] = (cosine - floor) * dense_scale if dense_scale else 1.0
+    own = np.zeros(n)
+    own[np.searchsorted(keys, lex)] = score
+    named: list[str | None] = [None] * n
+    if ids:
+        found = codes(ids, len(ids))
+        rows = np.searchsorted(keys, found)
+        for r, ok, key in zip(rows.tolist(), (keys[np.minimum(rows, n - 1)] == found).tolist(), ids.values()):
+            if ok:
+                named[r] = key
+    fused = lexical_weight * smoothed * lex_scale + (1.0 - lexical_weight) * d
+    return Ranking(owners, keys >> _SHIFT, keys & ((1 << _SHIFT) - 1), named, fused, cos, own)
 
 
 def near_best(
-    ranked: list[Candidate], *, weight: float = NEAR_WEIGHT, window: int = NEAR_WINDOW, depth: int = NEAR_DEPTH
-) -> list[Candidate]:
+    ranked: Ranking, *, weight: float = NEAR_WEIGHT, window: int = NEAR_WINDOW, depth: int = NEAR_DEPTH
+) -> Ranking:
     """``ranked`` re-ranked by nearness to its ``depth`` best (best first, fused scores >= 0).
 
     A candidate within ``window`` positions of one of the ``depth`` best in the same
@@ -92,41 +190,35 @@ def near_best(
     the part of a conversation where the best hits sit is where the rest of the
     answer usually is (LoCoMo: recall@10 +0.02, see ``docs/search.md``).
     """
-    if weight <= 0 or not ranked or depth <= 0:
+    if weight <= 0 or not len(ranked) or depth <= 0:
         return ranked
-    top = ranked[0].fused
+    head = ranked.order()[:depth]
+    top = float(ranked.fused[head[0]])
     if top <= 0:
         return ranked
-    # one (candidates x head) comparison in numpy: same session, within the window -> that head's score
-    n = len(ranked)
-    sessions: dict[str, int] = {}
-    session = np.fromiter((sessions.setdefault(c.key[0], len(sessions)) for c in ranked), np.int64, n)
-    position = np.fromiter((c.key[1] for c in ranked), np.int64, n)
-    head = min(depth, n)
-    fused = np.fromiter((c.fused for c in ranked[:head]), np.float64, head)
-    near = (session[:, None] == session[None, :head]) & (np.abs(position[:, None] - position[None, :head]) <= window)
-    best = np.where(near, fused[None, :], 0.0).max(axis=1)
-    for i in np.flatnonzero(best > 0).tolist():
-        c, gain = ranked[i], weight * (float(best[i]) / top)  # best <= top: no overflow for a tiny top
-        c.boost += gain
-        c.fused += gain
-    ranked.sort(key=lambda c: (-c.fused, c.key))
+    # one (candidates x head) comparison: same session, within the window -> that head's score
+    session, position = ranked.session, ranked.position
+    near = (session[:, None] == session[None, head]) & (np.abs(position[:, None] - position[None, head]) <= window)
+    best = np.where(near, ranked.fused[None, head], 0.0).max(axis=1)
+    rows = np.flatnonzero(best > 0)
+    ranked.add(rows, weight * (best[rows] / top))  # best <= top: no overflow for a tiny top
     return ranked
 
 
-def rrf(dense: dict[Key, float], lexical: dict[Key, float], ids: dict[Key, str], *, k: int = 60) -> list[Candidate]:
+def rrf(dense: dict[Key, float], lexical: dict[Key, float], ids: dict[Key, str], *, k: int = 60) -> Ranking:
     """Plain reciprocal rank fusion, kept as the baseline the benchmark compares against."""
     scores: dict[Key, float] = {}
     for ranking in (dense, lexical):
         for rank, key in enumerate(sorted(ranking, key=lambda key: -ranking[key])):
             scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank + 1)
-    out = [Candidate(key=key, id=ids.get(key), dense=dense.get(key), lexical=lexical.get(key, 0.0), fused=s) for key, s in scores.items()]
-    out.sort(key=lambda c: (-c.fused, c.key))
-    return out
+    keys = list(scores)
+    return Ranking.of(keys, [ids.get(key) for key in keys], np.array(list(scores.values()), dtype=np.float64),
+                   np.array([dense.get(key, np.nan) for key in keys], dtype=np.float64),
+                   np.array([lexical.get(key, 0.0) for key in keys], dtype=np.float64))
 
 
 def spread_out(
-    ranked: list[Candidate], k: int, spread: int, resolve: Callable[[Candidate], bool] | None = None
+    ranked: Iterable[Candidate], k: int, spread: int, resolve: Callable[[Candidate], bool] | None = None
 ) -> list[Candidate]:
     """The best ``k``, skipping any within ``spread`` positions of a better one in its session.
 

@@ -27,7 +27,18 @@ from ..stores import _validate as V
 from ..stores._common import filters_match
 from ..stores.base import Filters, Hit, Scope, Store, StoredMessage
 from .facets import DATE_BOOST, SPEAKER_BOOST, Signals, boost, query_facets, signals
-from .fusion import LEXICAL_WEIGHT, NEAR_WEIGHT, NEIGHBOUR_WEIGHT, Candidate, Key, fuse, near_best, rrf, spread_out
+from .fusion import (
+    LEXICAL_WEIGHT,
+    NEAR_WEIGHT,
+    NEIGHBOUR_WEIGHT,
+    Candidate,
+    Key,
+    Ranking,
+    fuse,
+    near_best,
+    rrf,
+    spread_out,
+)
 from .terms import index_text, query_terms
 
 T = TypeVar("T")
@@ -498,8 +509,8 @@ class SemanticSearch:
             hits.sort(key=lambda h: -h.score)
         return [h for h in hits if h.score >= threshold][:k]
 
-    def _apply_facets(self, query: str, ranked: list[Candidate], scope: Scope,
-                      found: dict[str | None, StoredMessage]) -> list[Candidate]:
+    def _apply_facets(self, query: str, ranked: Ranking, scope: Scope,
+                      found: dict[str | None, StoredMessage]) -> Ranking:
         """Add the question's facet boosts (speaker, date: see :mod:`.facets`) to the best ``facet_depth``;
         candidates seen by an earlier search are boosted from their kept signals, the others are read,
         and what is read is left in ``found`` (by store key) for the hits.
@@ -507,21 +518,23 @@ class SemanticSearch:
         facets = query_facets(query)
         if not facets or self.facet_depth <= 0 or not (self.speaker_boost or self.date_boost):
             return ranked
-        head = [c for c in ranked[: self.facet_depth] if c.id is not None]
+        head = [(row, key) for row in ranked.head(self.facet_depth) if (key := ranked.ids[row]) is not None]
         known = self._signals
-        unread = [c.id for c in head if c.id is not None and c.id not in found and known.get(c.id) is None]
+        unread = [key for _, key in head if key not in found and known.get(key) is None]
         if unread:
             found.update((m.key, m) for m in self.store.get_keys(scope, unread))
-        for c in head:
-            got = known.get(c.id)
+        rows, gains = [], []
+        for row, key in head:
+            got = known.get(key)
             if got is None:
-                m = found.get(c.id)
-                if m is None or c.id is None:
+                m = found.get(key)
+                if m is None:
                     continue  # gone since the search
-                got = known.learn(c.id, m)
-            c.boost = boost(facets, got, speaker_boost=self.speaker_boost, date_boost=self.date_boost)
-            c.fused += c.boost
-        return sorted(ranked, key=lambda c: (-c.fused, c.key))
+                got = known.learn(key, m)
+            rows.append(row)
+            gains.append(boost(facets, got, speaker_boost=self.speaker_boost, date_boost=self.date_boost))
+        ranked.add(rows, gains)
+        return ranked
 
     def messages_at(self, positions: Sequence[int], session_id: str | None = None) -> list[StoredMessage]:
         """Archived messages at these positions of one session of the owner (default: the scope's), in order.
