@@ -36,8 +36,8 @@ from ..archive.archive import archived_summaries
 from ..errors import InvalidInput, MemoryInputError, MessageFormatError, SummarizationError
 from ..stores import _validate as V
 from ..stores import open_store
-from ..stores.base import DEFAULT_TENANT, Record, Store, StoredMessage
-from ._records import LOG_PREFIX, RecordBook, change_logs, owner_scope
+from ..stores.base import DEFAULT_TENANT, Record, Scope, Store, StoredMessage
+from ._records import LOG_PREFIX, RecordBook, change_logs, owner_scope, record_owner
 from .facts import NAMESPACE as FACTS
 from .facts import Fact, FactMemory
 from .procedural import NAMESPACE as PROCEDURES
@@ -526,6 +526,19 @@ class PersistentMemory:
         session = session_id or self.session_id
         if self._sessions.get(session) is None:  # checked each time (one small round trip): the owner may be cleared
             self._sessions.put(Record(id=session, namespace=_SESSIONS, text=session))
+
+
+def unlist_session(store: Store, scope: Scope) -> int:
+    """Take ``scope``'s session out of the session list of every owner ``scope`` covers (its agent may be
+    :data:`~fullrecall.stores.base.ANY`), with the change-log events that name it, so that neither a list
+    nor a memory holding one cached names it any more (see :meth:`RecordBook.erase`); how many lists did.
+    """
+    session = scope.session
+    if session is None:
+        return 0
+    owners = {owner for r in store.get_records(replace(scope, session_id=None), _SESSIONS)
+              if r.id == session and (owner := record_owner(r)) is not None}
+    return sum(RecordBook(store, owner, _SESSIONS).erase(session) for owner in owners)
 
 
 class _QueryVectors:

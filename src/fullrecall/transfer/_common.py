@@ -69,6 +69,18 @@ def register(store: Store, scope: Scope) -> None:
                                                              data=owner))
 
 
+def unlist(store: Store, scope: Scope) -> None:
+    """Take the conversation of ``scope`` out of its owners' lists (``scope``'s agent may be
+    :data:`~fullrecall.stores.base.ANY`: every agent's): the conversation list, and the session list of
+    long-term memory with the change-log events that name it (so no memory that holds it cached lists it).
+    """
+    from ..memory.persistent import unlist_session
+
+    session = str(scope.session_id)
+    store.delete_record(replace(scope, session_id=None), CONVERSATIONS, session)
+    unlist_session(store, scope)
+
+
 def records_for(raws: Sequence[dict[str, Any]], ids: Sequence[str], *, speakers: Sequence[str | None] | None = None,
                 times: Sequence[float | None] | None = None, where: str = "") -> list[StoredMessage]:
     """Stored messages for ``raws`` (kept verbatim), with the given ids, indexed as the library indexes them.
