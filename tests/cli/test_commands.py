@@ -371,6 +371,26 @@ def test_forget_one_conversation_leaves_no_session_name_in_long_term_memory(tmp_
         store.close()
 
 
+def test_export_takes_every_conversation_of_the_owner_listed_or_not(tmp_path, store_url):
+    """A conversation written through the library alone (a ConversationMemory's) was left out of an owner's export."""
+    from fullrecall.stores import Scope, StoredMessage, open_store
+
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "imported"}]))
+    again("import", "t.json", "--store", store_url, "--user", "ann", "--no-embed", cwd=tmp_path)
+    store = open_store(store_url)
+    try:
+        said = StoredMessage(id="x", role="user", text="library", data={"role": "user", "content": "library"})
+        store.append(Scope(user_id="ann", session_id="lib"), [said])
+        store.append(Scope(user_id="bob", session_id="lib"), [said])  # another owner's
+        store.put_state(Scope(user_id="ann", session_id="state-only"), "window", {"n": 1})
+    finally:
+        store.close()
+    done = again("export", "all.jsonl", "--store", store_url, "--user", "ann", cwd=tmp_path)
+    assert (done["conversations"], done["messages"], done["unlisted_conversations"]) == (2, 2, 1)
+    lines = [json.loads(x) for x in (tmp_path / "all.jsonl").read_text(encoding="utf-8").split("\n")[1:] if x]
+    assert sorted(x["conversation_id"] for x in lines if x["type"] == "message") == ["lib", "t"]
+
+
 def test_strands_export_never_writes_outside_its_folder(tmp_path):
     """A conversation id is any string; one with '../' must not make the strands export write elsewhere."""
     store = f"sqlite:///{tmp_path / 'm.db'}"

@@ -41,12 +41,12 @@ class Counts:
 
 
 def conversations(store: Store, scope: Scope) -> list[str]:
-    """The conversation ids of ``scope``: its own session, or every one the owner's conversation list names.
+    """The conversation ids of ``scope``: its own session, or every conversation of the owner.
 
-    The list is kept by the service, ``fullrecall import`` and ``fullrecall chat``; the conversations
-    :class:`~fullrecall.memory.PersistentMemory` keeps memory of are listed too. Long-term memory's change
-    logs (``_log.*``) are bookkeeping, never a conversation. A conversation written only through the
-    library otherwise is exported by naming it (``--session``).
+    That is every one the owner's conversation list names (kept by the service, ``fullrecall import`` and
+    ``fullrecall chat``), every session :class:`~fullrecall.memory.PersistentMemory` keeps memory of, and
+    every other that holds messages (``Store.sessions``: one a ``ConversationMemory`` keeps, say).
+    Long-term memory's change logs (``_log.*``) are bookkeeping, never a conversation.
     """
     from ..memory._records import LOG_PREFIX
     from ..memory.persistent import _SESSIONS
@@ -55,6 +55,7 @@ def conversations(store: Store, scope: Scope) -> list[str]:
         return [scope.session]
     owner = replace(scope, session_id=None)
     listed = {r.id for namespace in (CONVERSATIONS, _SESSIONS) for r in store.get_records(owner, namespace)}
+    listed.update(s for s in (sc.session for sc in store.sessions(owner)) if s is not None)
     return sorted(s for s in listed if not s.startswith(LOG_PREFIX))
 
 
