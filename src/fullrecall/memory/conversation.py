@@ -349,7 +349,8 @@ class ConversationMemory:
     """The chat loop's memory with MassGen's API, as coroutines: durable and with full recall.
 
     ``await add(messages)`` records a dict or a list (an ``"id"`` is added to a copy of a message
-    that has none; a message whose id the window holds is skipped unless ``allow_duplicates``),
+    that has none; a message whose id the window, or an earlier message of the call, holds is skipped
+    unless ``allow_duplicates``),
     ``await get_messages(limit)`` is the active window (copies), ``clear`` empties the window into
     the archive, ``delete`` removes messages for good, ``truncate_to_size`` moves the oldest out of
     the window into the archive, ``retrieve``/``recall`` search what left the window. Construction
