@@ -335,6 +335,62 @@ def test_forget_one_conversation_unlists_it_for_every_agent(tmp_path, store_url)
     assert left["message_count"] == 0 and left["record_count"] == 0 and left["listed_conversations"] == 0
 
 
+def test_forget_one_conversation_leaves_no_session_name_in_long_term_memory(tmp_path, store_url, default_embedder):
+    """``forget --session S`` took S's messages but left S in long-term memory's session list (and its change
+    log): every agent's list, a memory holding the list already and a new one no longer name it."""
+    import asyncio
+    from dataclasses import replace
+
+    from fullrecall import PersistentMemory
+    from fullrecall.stores import open_store
+
+    secret = "s-divorce-lawyer"
+    store = open_store(store_url)
+    try:
+        mems = {(agent, s): PersistentMemory("ann", agent, s, store=store, embedder=default_embedder)
+                for agent in ("bot", "aide") for s in (secret, "other")}
+        for (agent, s), mem in mems.items():
+            asyncio.run(mem.record([{"role": "user", "content": f"note for {agent} in {s}"}]))
+        live = mems[("bot", "other")]
+        assert live.sessions() == [secret, "other"]  # cached by this memory
+        gone = again("forget", "--user", "ann", "--session", secret, "--yes", "--store", store_url, cwd=tmp_path)
+        assert gone["messages"] == 2
+        for agent in ("bot", "aide"):
+            fresh = PersistentMemory("ann", agent, store=store, embedder=default_embedder)
+            assert fresh.sessions() == ["other"]
+            assert [m.data["content"] for m in fresh.messages()] == [f"note for {agent} in other"]
+            kept = [m for s in ("_log.sessions", "other") for m in store.range(replace(fresh.owner, session_id=s), 0,
+                                                                                 10**9)]
+            assert kept and secret not in json.dumps([[m.text, m.data] for m in kept])
+        assert live.sessions() == ["other"] and live.stats()["session_count"] == 1
+        listed = again("stats", "--store", store_url, "--user", "ann", "--agent", "bot", cwd=tmp_path)
+        assert listed["listed_conversations"] == 1
+        asyncio.run(mems[("bot", secret)].record([{"role": "user", "content": "a new start"}]))  # listed again
+        assert live.sessions() == ["other", secret]
+    finally:
+        store.close()
+
+
+def test_export_takes_every_conversation_of_the_owner_listed_or_not(tmp_path, store_url):
+    """A conversation written through the library alone (a ConversationMemory's) was left out of an owner's export."""
+    from fullrecall.stores import Scope, StoredMessage, open_store
+
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "imported"}]))
+    again("import", "t.json", "--store", store_url, "--user", "ann", "--no-embed", cwd=tmp_path)
+    store = open_store(store_url)
+    try:
+        said = StoredMessage(id="x", role="user", text="library", data={"role": "user", "content": "library"})
+        store.append(Scope(user_id="ann", session_id="lib"), [said])
+        store.append(Scope(user_id="bob", session_id="lib"), [said])  # another owner's
+        store.put_state(Scope(user_id="ann", session_id="state-only"), "window", {"n": 1})
+    finally:
+        store.close()
+    done = again("export", "all.jsonl", "--store", store_url, "--user", "ann", cwd=tmp_path)
+    assert (done["conversations"], done["messages"], done["unlisted_conversations"]) == (2, 2, 1)
+    lines = [json.loads(x) for x in (tmp_path / "all.jsonl").read_text(encoding="utf-8").split("\n")[1:] if x]
+    assert sorted(x["conversation_id"] for x in lines if x["type"] == "message") == ["lib", "t"]
+
+
 def test_strands_export_never_writes_outside_its_folder(tmp_path):
     """A conversation id is any string; one with '../' must not make the strands export write elsewhere."""
     store = f"sqlite:///{tmp_path / 'm.db'}"

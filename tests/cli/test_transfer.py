@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from fullrecall.errors import MessageFormatError
 from fullrecall.stores import open_store
-from fullrecall.stores.base import Scope
+from fullrecall.stores.base import ANY, Scope
 from fullrecall.transfer import _common, jsonl, openai
 
 TEXT = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=40)
@@ -164,7 +164,8 @@ def test_long_term_memory_round_trips_losslessly_on_every_backend(store_url, def
         assert carried.patterns() == patterns.patterns() and len(carried.patterns()) == 1
         assert carried.plan_tool_sequence("book a flight to Rome")["suggested_tools"] == ["search_flights", "book"]
         assert FactMemory(target, user_id="bob", embedder=default_embedder).history() == []
-        assert PersistentMemory("ann", store=target, embedder=default_embedder).sessions() == ["p1"]
+        # the session long-term memory recorded into, then the owner's other conversation
+        assert PersistentMemory("ann", store=target, embedder=default_embedder).sessions() == ["p1", "c1"]
     finally:
         source.close()
         target.close()
@@ -458,11 +459,44 @@ def test_strands_export_over_a_longer_earlier_export_is_refused(tmp_path):
         assert strands.export_strands(store, Scope(), tmp_path / "fresh")["messages"] == 2
         other = open_store("sqlite:///:memory:")
         strands.import_strands(other, Scope(), tmp_path / "fresh")
-        assert [m.data["content"][0]["text"] for m in other.range(Scope(agent_id="default", session_id="t"), 0, 9)
-                ] == ["one", "two"]
+        assert [m.data["content"][0]["text"] for m in other.range(Scope(session_id="t"), 0, 9)] == ["one", "two"]
         other.close()
     finally:
         store.close()
+
+
+def test_a_strands_round_trip_of_the_default_owner_restores_the_default_owner(tmp_path):
+    """The default owner's conversation (agent "") is exported under Strands' agent folder ``agent_default``: its
+    import came back under agent "default", another owner. A Strands session's own "default" agent stays that."""
+    from fullrecall.transfer import strands
+
+    store, other = open_store("sqlite:///:memory:"), open_store("sqlite:///:memory:")
+    try:
+        said = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
+        for own in (Scope(session_id="t"), Scope(user_id="ann", session_id="t")):
+            openai.import_openai(store, own, io.StringIO(json.dumps(said)))
+        strands.export_strands(store, Scope(), tmp_path / "default")
+        strands.export_strands(store, Scope(user_id="ann"), tmp_path / "ann")
+        agent_json = json.loads((tmp_path / "default" / "session_t" / "agents" / "agent_default" / "agent.json")
+                                .read_text())
+        assert agent_json["agent_id"] == "default"  # what Strands' own default agent loads
+        assert strands.import_strands(other, Scope(), tmp_path / "default")["written"] == 2
+        assert strands.import_strands(other, Scope(user_id="ann"), tmp_path / "ann")["written"] == 2
+        for user in (None, "ann"):
+            assert [m.data["content"][0]["text"] for m in other.range(Scope(user_id=user, session_id="t"), 0, 9)
+                    ] == ["hello", "hi"]
+        assert other.count(Scope(user_id=ANY, agent_id="default")) == 0
+        assert strands.import_strands(other, Scope(), tmp_path / "default", agent_id="bot")["written"] == 2
+        assert other.count(Scope(agent_id="bot", session_id="t")) == 2  # a named agent still wins
+
+        agent_json.pop("fullrecall_agent_id", None)  # a session Strands wrote: its "default" agent is "default"
+        (tmp_path / "default" / "session_t" / "agents" / "agent_default" / "agent.json").write_text(
+            json.dumps(agent_json))
+        strands.import_strands(other, Scope(), tmp_path / "default")
+        assert other.count(Scope(agent_id="default", session_id="t")) == 2
+    finally:
+        store.close()
+        other.close()
 
 
 def test_jsonl_lines_without_ids_take_ids_from_their_place_and_content():

@@ -63,6 +63,27 @@ def test_duplicates_are_skipped_unless_allowed_and_a_restart_keeps_everything(st
     assert run(again.get_messages()) == run(memory.get_messages())
 
 
+def test_one_add_with_two_messages_of_one_id_keeps_the_first_in_both_classes(store_url):
+    """The id is the key: of two messages sharing one in a batch, both classes keep the first (a retry
+    would find it anyway); ``allow_duplicates`` keeps both, as MassGen's flag says. An integer id is its digits.
+    """
+    batch = [{"id": "a", "role": "user", "content": "first"}, {"id": "b", "role": "assistant", "content": "ok"},
+             {"id": "a", "role": "user", "content": "second"}, {"id": 7, "role": "assistant", "content": "x"},
+             {"id": "7", "role": "assistant", "content": "y"}]
+    sync = SyncConversationMemory(store_url, uuid.uuid4().hex, user_id="ann", summarizer=lambda m, p: "summary",
+                                  embedding_model=HashEmbedder())
+    sync.add([dict(m) for m in batch])
+    memory = make(store_url, uuid.uuid4().hex)
+    run(memory.add(batch))
+    assert contents(sync.messages) == contents(run(memory.get_messages())) == ["first", "ok", "x"]
+    assert memory.store.count(memory.scope) == sync.store.count(sync.scope) == 3
+    allowed = make(store_url, uuid.uuid4().hex)
+    run(allowed.add(batch, allow_duplicates=True))
+    assert contents(run(allowed.get_messages())) == ["first", "ok", "second", "x", "y"]
+    assert contents(run(make(store_url, allowed.scope.session_id).get_messages())) == ["first", "ok", "second", "x",
+                                                                                       "y"]
+
+
 def test_empty_memory():
     memory = make()
     assert run(memory.get_last_message()) is None and run(memory.size()) == 0 and run(memory.get_messages()) == []

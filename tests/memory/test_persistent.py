@@ -406,3 +406,33 @@ def test_a_session_whose_messages_were_all_cleared_is_no_longer_listed(store_url
             "old", "kept"]
     finally:
         mem.close()
+
+
+def test_messages_and_export_cover_every_conversation_of_the_owner(store_url, default_embedder, tmp_path):
+    """A conversation of the owner that no long-term memory recorded into (kept by ConversationMemory, written by
+    the service or an import) was found by search but left out of ``messages()``, ``export_jsonl`` and ``clear``."""
+    from dataclasses import replace
+
+    from fullrecall import SyncConversationMemory
+    from fullrecall.stores import Scope, StoredMessage
+
+    mem = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="pm")
+    try:
+        run(mem.record([{"role": "user", "content": "recorded by long-term memory"}]))
+        chat = SyncConversationMemory(mem.store, "chat", user_id="u", agent_id="a", summarizer=lambda m, p: "s",
+                                      embedding_model=default_embedder)
+        chat.add({"role": "user", "content": "said in a conversation"})
+        imported = StoredMessage(id="i0", role="user", text="imported words", data={"content": "imported words"})
+        mem.store.append(Scope(user_id="u", agent_id="a", session_id="imported"), [imported])
+        mem.store.append(Scope(user_id="u", agent_id="b", session_id="other"), [replace(imported, id="b0")])
+        assert mem.sessions() == ["pm", "chat", "imported"] and mem.stats()["session_count"] == 3
+        assert [(m.session_id, m.text) for m in mem.messages(roles=["user"])][1:] == [
+            ("chat", chat.store.range(chat.scope, 0, 0)[0].text), ("imported", "imported words")]
+        path = tmp_path / "all.jsonl"
+        assert mem.export_jsonl(path) == 3
+        copy = memory("sqlite:///:memory:", default_embedder, user_id="u", agent_id="a")
+        assert copy.import_jsonl(path)["messages"] == 3 and sorted(copy.sessions()) == ["chat", "imported", "pm"]
+        assert mem.clear(roles=["user"])["messages"] == 3  # the same messages a read covers
+        assert mem.messages() == [] and mem.store.count(Scope(user_id="u", agent_id="b")) == 1
+    finally:
+        mem.close()

@@ -120,3 +120,19 @@ def test_embedding_cache_gives_the_same_figures_without_embedding_again(tmp_path
     second = _run(tmp_path, capsys, "--scale", "0", "--embedding-cache", str(cache))
     for key in ("recall", "all_hit", "recall_radius", "delivered_recall", "recall_at_turns", "by_category"):
         assert second[key] == first[key]
+
+
+def test_every_session_is_loaded_whatever_its_number():
+    """Sessions were loaded from 1 up to the first missing number: session_1, session_2, session_4 lost session_4."""
+    conversation = {"speaker_a": "Ann", "speaker_b": "Bob",
+                    "session_1_date_time": "1:56 pm on 8 May, 2023",
+                    "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "first"}],
+                    "session_2": [{"speaker": "Bob", "dia_id": "D2:1", "text": "second"}],
+                    "session_4_date_time": "2:00 pm on 10 May, 2023",
+                    "session_4": [{"speaker": "Ann", "dia_id": "D4:1", "text": "fourth"}],
+                    "session_10": [{"speaker": "Bob", "dia_id": "D10:1", "text": "tenth"}],
+                    "session_x": [{"speaker": "Bob", "dia_id": "Dx:1", "text": "no session"}]}
+    turns = locomo.conversation_turns({"sample_id": "gaps", "conversation": conversation})
+    assert [(t["session"], t["id"], t["text"], t["date"]) for t in turns] == [
+        (1, "D1:1", "first", "1:56 pm on 8 May, 2023"), (2, "D2:1", "second", ""),
+        (4, "D4:1", "fourth", "2:00 pm on 10 May, 2023"), (10, "D10:1", "tenth", "")]

@@ -67,6 +67,38 @@ class CoreConformance:
         assert {m.user_id for m in got[:12]} == {f"amy{tag}"}
         assert [m.key for m in store.get_keys(everyone, [m.key for m in reversed(got) if m.key])] == [m.key for m in got]
 
+    def test_sessions_lists_the_conversations_that_hold_messages(self, store: Store) -> None:
+        """An owner's sessions (or, with ANY, every owner's), as exact scopes in ``get``'s order; a session with
+        state only, one whose messages were all deleted, a forgotten one and another tenant's are not listed."""
+        tag = uuid.uuid4().hex[:6]
+        u, v = f"u{tag}", f"v{tag}"
+        written = [Scope(user_id=u, agent_id="a", session_id="s2"), Scope(user_id=u, agent_id="a", session_id="s1"),
+                   Scope(user_id=u, agent_id="b", session_id="s3"), Scope(user_id=u, session_id="s0"),
+                   Scope(user_id=v, agent_id="a", session_id="s1")]
+        for n, sc in enumerate(written):
+            store.append(sc, [note(n, f"words {n}")])
+        store.put_state(Scope(user_id=u, agent_id="a", session_id="state-only"), "window", {"n": 1})
+        drained, gone = Scope(user_id=u, agent_id="a", session_id="drained"), Scope(user_id=u, agent_id="a", session_id="gone")
+        store.append(drained, [note("d")])
+        store.append(gone, [note("g")])
+        assert store.delete(drained, ["md"]) == 1
+        store.forget(gone)
+        store.append(Scope(tenant=f"t{tag}", user_id=u, agent_id="a", session_id="s9"), [note("t")])
+
+        def listed(scope: Scope) -> list[tuple[str, str, str, str]]:
+            return [(str(sc.tenant), str(sc.user_id), str(sc.agent_id), str(sc.session_id))
+                    for sc in store.sessions(scope) if str(sc.user_id).endswith(tag)]
+
+        assert listed(Scope(user_id=u, agent_id="a")) == [("default", u, "a", "s1"), ("default", u, "a", "s2")]
+        assert listed(Scope(user_id=u)) == [("default", u, "", "s0")]  # unset agent: the default owner, not ANY
+        assert [s for *_, s in listed(Scope(user_id=u, agent_id=ANY))] == ["s0", "s1", "s2", "s3"]
+        assert listed(Scope(user_id=ANY, agent_id="a", session_id="s1")) == [("default", u, "a", "s1"),
+                                                                               ("default", v, "a", "s1")]
+        assert len(listed(Scope.everyone())) == len(written)
+        assert listed(Scope(tenant=f"t{tag}", user_id=u, agent_id="a")) == [(f"t{tag}", u, "a", "s9")]
+        assert all(store.count(sc) == 1 for sc in store.sessions(Scope(user_id=u, agent_id=ANY)))
+        assert store.sessions(Scope(user_id=f"w{tag}")) == []
+
     def test_state_needs_one_conversation_and_reads_its_own(self, store: Store) -> None:
         """``get_state`` names one conversation; a partial scope is refused the same way everywhere."""
         tag = uuid.uuid4().hex[:6]

@@ -72,18 +72,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def conversation_turns(sample: dict[str, Any]) -> list[dict[str, Any]]:
-    """Turns in order with their speaker, session date and text (caption added to picture turns)."""
+    """Turns in order with their speaker, session date and text (caption added to picture turns); every
+    ``session_<n>`` is read, in numeric order, as the import reads them (a file may skip a number).
+    """
+    from ..transfer.locomo import session_numbers
+
     conv = sample["conversation"]
     turns: list[dict[str, Any]] = []
-    n = 1
-    while f"session_{n}" in conv or f"session_{n}_date_time" in conv:
+    for n in session_numbers(conv):
         date = conv.get(f"session_{n}_date_time", "")
         for t in conv.get(f"session_{n}") or []:
             text = t.get("text", "")
             if t.get("blip_caption"):
                 text = f"{text} [shares a photo: {t['blip_caption']}]"
             turns.append({"id": t["dia_id"], "speaker": t.get("speaker", ""), "date": date, "text": text, "session": n})
-        n += 1
     return turns
 
 

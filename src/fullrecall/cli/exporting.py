@@ -57,10 +57,10 @@ def run(args: argparse.Namespace) -> int:
         logs = change_logs(store, own, list(jsonl.RECORD_TYPES.values()))[1]  # long-term memory's bookkeeping
         unlisted = 0 if own.session_id else store.stats(own).get("session_count", 0) - len(found) - logs
         result = {"format": args.format, "path": args.path, **counts, "unlisted_conversations": max(0, unlisted)}
+        empty = f"; {unlisted} conversations hold no message (only a state, or every message deleted): not exported"
         text = (f"exported {counts['conversations']} conversations, {counts['messages']:,} messages"
                 + (f", {counts['records']:,} long-term records" if counts.get("records") else "")
-                + f" to {args.path} ({args.format})" + (f"; {unlisted} conversations written only through the library are not listed: "
-                                      "export them with --session" if unlisted > 0 else ""))
+                + f" to {args.path} ({args.format})" + (empty if unlisted > 0 else ""))
         if args.path == "-":
             print(text, file=sys.stderr)
         else:

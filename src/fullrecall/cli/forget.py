@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from ..stores.base import ANY
-    from ..transfer._common import CONVERSATIONS
+    from ..transfer._common import unlist
 
     with opened_store(args) as store:
         own = scope(args)
@@ -39,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
             if answer not in ("y", "yes"):
                 raise CommandError("nothing forgotten (not confirmed; --yes skips the question)")
         counts = store.forget(own)
-        if own.session_id:  # no conversation list of the owner (of any agent's, without --agent) names it now
-            store.delete_record(replace(own, session_id=None), CONVERSATIONS, own.session_id)
+        if own.session_id:  # no list of the owner (of any agent's, without --agent) names it now
+            unlist(store, own)
         kinds = {k: v for k, v in counts.items() if k != "remaining"}
         text = f"forgot {what}: " + ", ".join(f"{v:,} {k}" for k, v in kinds.items())
         for r in counts.get("remaining") or []:

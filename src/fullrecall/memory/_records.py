@@ -167,6 +167,20 @@ class RecordBook:
             self._changed(record_id, None)
         return gone
 
+    def erase(self, record_id: str) -> bool:
+        """Delete one of the owner's records and every event of the change log that names it, so that
+        nothing the book keeps names the id any more; an event that names nothing tells other processes'
+        caches to read again. Whether the record was there.
+        """
+        gone = self.store.delete_record(self.scope, self.namespace, record_id)
+        named = [e.id for e in self.store.range(self._log, 0, _END)
+                 if e.text == record_id or e.data.get("record") == record_id]
+        if named:
+            self.store.delete(self._log, named)
+        if gone or named:
+            self._changed(record_id, None, named=False)
+        return gone
+
     @contextlib.contextmanager
     def writes(self) -> Iterator[None]:
         """Log this thread's writes inside the block with one append at its end (one round trip, not one a write)."""
@@ -181,11 +195,13 @@ class RecordBook:
             if events:
                 self.store.append(self._log, events)
 
-    def _changed(self, record_id: str, entry: Entry | None) -> None:
-        """Log a write (after it landed: a reader that sees the event finds the record) and apply it here."""
+    def _changed(self, record_id: str, entry: Entry | None, *, named: bool = True) -> None:
+        """Log a write (after it landed: a reader that sees the event finds the record) and apply it here;
+        the event names the record unless not ``named``.
+        """
         now = time.time()
-        event = StoredMessage(id=uuid.uuid4().hex, role="event", text=record_id, data={"record": record_id},
-                              created_at=now, archived_at=now)
+        event = StoredMessage(id=uuid.uuid4().hex, role="event", text=record_id if named else "",
+                              data={"record": record_id} if named else {}, created_at=now, archived_at=now)
         if self._pending is not None:
             self._pending.append(event)
         else:
@@ -350,6 +366,14 @@ class RecordBook:
         matrix = np.stack(vectors)
         self._stacked = (vectors, matrix)
         return matrix
+
+
+def record_owner(record: Record) -> Scope | None:
+    """The exact scope of the owner a record names in its data (see :func:`owner_scope`), or None."""
+    owner = record.data.get(_OWNER)
+    if isinstance(owner, list) and len(owner) == 3 and all(isinstance(part, str) for part in owner):
+        return owner_scope(owner[0], owner[1], owner[2])
+    return None
 
 
 def change_logs(store: Store, owner: Scope, namespaces: Sequence[str]) -> tuple[int, int]:

@@ -349,7 +349,8 @@ class ConversationMemory:
     """The chat loop's memory with MassGen's API, as coroutines: durable and with full recall.
 
     ``await add(messages)`` records a dict or a list (an ``"id"`` is added to a copy of a message
-    that has none; a message whose id the window holds is skipped unless ``allow_duplicates``),
+    that has none; a message whose id the window, or an earlier message of the call, holds is skipped
+    unless ``allow_duplicates``),
     ``await get_messages(limit)`` is the active window (copies), ``clear`` empties the window into
     the archive, ``delete`` removes messages for good, ``truncate_to_size`` moves the oldest out of
     the window into the archive, ``retrieve``/``recall`` search what left the window. Construction
@@ -392,8 +393,10 @@ class ConversationMemory:
                   allow_duplicates: bool = False) -> None:
         """Record one message or several, durably, then let the manager keep the window in budget.
 
-        A message without ``"id"`` gets one (on a copy). One whose id the window holds already
-        is skipped (a retried ``add`` stores once) unless ``allow_duplicates``. A message that
+        A message without ``"id"`` gets one (on a copy). One whose id the window or an earlier
+        message of the call holds already is skipped (a retried ``add`` stores once; of two messages
+        sharing an id the first is kept, as :class:`SyncConversationMemory` keeps it) unless
+        ``allow_duplicates``, which keeps each. A message that
         left the window (``clear``, ``truncate_to_size``, the manager) and is added again comes
         back into the window, as a new log entry: so MassGen's compressor, ``clear()`` then
         ``add(kept)``, leaves exactly ``kept``.
@@ -413,8 +416,13 @@ class ConversationMemory:
             message.setdefault("id", f"msg_{uuid.uuid4().hex[:12]}")
             _message_id(message, index)  # a bad id is refused before anything is stored
         window = {str(m["id"]) for m in self.sync.messages if "id" in m}
-        if not allow_duplicates:
-            batch = [m for m in batch if str(m["id"]) not in window]
+        if not allow_duplicates:  # an id the window or an earlier message of the batch holds: skipped
+            held, fresh = set(window), []
+            for message in batch:
+                if str(message["id"]) not in held:
+                    held.add(str(message["id"]))
+                    fresh.append(message)
+            batch = fresh
         ids = [str(m["id"]) for m in batch]
         logged = {row.id for row in self.store.get(self.scope, ids)} if ids else set()
         start = self.sync._pinned + self.sync.manager.removed_message_count

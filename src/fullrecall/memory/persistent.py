@@ -36,8 +36,8 @@ from ..archive.archive import archived_summaries
 from ..errors import InvalidInput, MemoryInputError, MessageFormatError, SummarizationError
 from ..stores import _validate as V
 from ..stores import open_store
-from ..stores.base import DEFAULT_TENANT, Record, Store, StoredMessage
-from ._records import LOG_PREFIX, RecordBook, change_logs, owner_scope
+from ..stores.base import DEFAULT_TENANT, Record, Scope, Store, StoredMessage
+from ._records import LOG_PREFIX, RecordBook, change_logs, owner_scope, record_owner
 from .facts import NAMESPACE as FACTS
 from .facts import Fact, FactMemory
 from .procedural import NAMESPACE as PROCEDURES
@@ -360,7 +360,9 @@ class PersistentMemory:
 
     # -- listing, clearing, export -------------------------------------------------------------
     def sessions(self) -> list[str]:
-        """The owner's sessions that hold memory, oldest first.
+        """The owner's sessions that hold memory: those long-term memory recorded into, oldest first, then
+        the owner's other conversations that hold messages (kept by a
+        :class:`~fullrecall.memory.ConversationMemory`, the service or an import), as the store lists them.
 
         A session whose messages a selective :meth:`clear` deleted, every one of them, is not listed
         while it holds no message and no fact names one of its messages among its ``sources``; a
@@ -368,12 +370,15 @@ class PersistentMemory:
         """
         records = self._sessions.all()
         emptied = [r.id for r in records if r.data.get(_EMPTIED) is True]
-        if not emptied:
-            return [r.id for r in records]
-        cited = {source.get("session_id") or self.session_id for fact in self.facts.history()
-                 for source in fact.sources}
-        hidden = {s for s in emptied if s not in cited and not self.store.count(replace(self.owner, session_id=s))}
-        return [r.id for r in records if r.id not in hidden]
+        hidden: set[str] = set()
+        if emptied:
+            cited = {source.get("session_id") or self.session_id for fact in self.facts.history()
+                     for source in fact.sources}
+            hidden = {s for s in emptied if s not in cited and not self.store.count(replace(self.owner, session_id=s))}
+        listed = [r.id for r in records if r.id not in hidden]
+        known = set(listed)
+        return listed + [s for s in (sc.session for sc in self.store.sessions(self.owner))
+                         if s is not None and s not in known and not s.startswith(LOG_PREFIX)]
 
     def messages(
         self, *, roles: Iterable[str] | None = None, since: float | None = None, until: float | None = None,
@@ -381,9 +386,8 @@ class PersistentMemory:
     ) -> list[StoredMessage]:
         """Archived messages matching every given criterion (times on ``created_at``, ``until`` exclusive).
 
-        Messages named by ``ids`` are looked up in every session of the owner, as search and ``expand`` find
-        them (a conversation kept by :class:`~fullrecall.memory.ConversationMemory` too); without ids, the
-        sessions this memory recorded into (:meth:`sessions`) are listed.
+        Messages are looked up in every session of the owner (:meth:`sessions`), as search and ``expand`` find
+        them: a conversation kept by :class:`~fullrecall.memory.ConversationMemory` too.
         """
         wanted, role_set = _names("ids", ids), _names("roles", roles)
         _check_times(since=since, until=until)
@@ -526,6 +530,19 @@ class PersistentMemory:
         session = session_id or self.session_id
         if self._sessions.get(session) is None:  # checked each time (one small round trip): the owner may be cleared
             self._sessions.put(Record(id=session, namespace=_SESSIONS, text=session))
+
+
+def unlist_session(store: Store, scope: Scope) -> int:
+    """Take ``scope``'s session out of the session list of every owner ``scope`` covers (its agent may be
+    :data:`~fullrecall.stores.base.ANY`), with the change-log events that name it, so that neither a list
+    nor a memory holding one cached names it any more (see :meth:`RecordBook.erase`); how many lists did.
+    """
+    session = scope.session
+    if session is None:
+        return 0
+    owners = {owner for r in store.get_records(replace(scope, session_id=None), _SESSIONS)
+              if r.id == session and (owner := record_owner(r)) is not None}
+    return sum(RecordBook(store, owner, _SESSIONS).erase(session) for owner in owners)
 
 
 class _QueryVectors:

@@ -31,7 +31,7 @@ from ..messages.model import TextBlock
 from ..search.terms import index_text
 from ..stores import _validate as V
 from ..stores.base import Filters, Record, Scope, Store, StoredMessage
-from ..transfer._common import CONVERSATIONS
+from ..transfer._common import CONVERSATIONS, unlist
 from ..window.cuts import clean_cuts
 from .windows import ManagedWindows
 
@@ -305,7 +305,7 @@ class Conversations:
             counts = self.windows.forget(scope, lambda: self.store.forget(scope))
         else:
             counts = self.store.forget(scope)
-        self.store.delete_record(replace(scope, session_id=None), CONVERSATIONS, str(scope.session_id))
+        unlist(self.store, scope)
         self._registered.discard((scope.tenant, scope.user_id, scope.agent_id, scope.session_id))
         return counts
 

@@ -193,6 +193,11 @@ def in_conversation_order(messages: list[StoredMessage]) -> list[StoredMessage]:
     return sorted(messages, key=lambda m: (m.user_id or "", m.agent_id or "", m.session_id or "", m.position or 0))
 
 
+def session_scopes(tenant: str, owners: Iterable[tuple[str, str, str]]) -> list[Scope]:
+    """One exact scope per (user_id, agent_id, session_id), in one order on every backend: by owner, then session."""
+    return [Scope(tenant=tenant, user_id=u, agent_id=a, session_id=s) for u, a, s in sorted(set(owners))]
+
+
 def session_owners(sessions: Iterable[Any]) -> dict[int, tuple[str, str, str]]:
     """Each session row's (user_id, agent_id, session_id) by its ``sid``: the owner a search hit carries."""
     return {r["sid"]: (r["user_id"], r["agent_id"], r["session_id"]) for r in sessions}

@@ -233,6 +233,12 @@ class SqlStore(StoreBase):
                            params)
         return int(rows[0]["n"])
 
+    def sessions(self, scope: Scope) -> list[Scope]:
+        where, params = self.sql.scope_where(scope)  # the sessions' counters: one row each, whatever their size
+        rows = self._fetch(f"SELECT user_id, agent_id, session_id FROM {self.sql.t('sessions')} s"
+                           f" WHERE {where} AND s.message_count > 0", params)
+        return C.session_scopes(scope.tenant, [(r["user_id"], r["agent_id"], r["session_id"]) for r in rows])
+
     def vector_model(self, scope: Scope) -> tuple[str, int] | None:
         where, params = self.sql.scope_where(scope)
         models = self._fetch(

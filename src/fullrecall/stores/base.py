@@ -242,6 +242,13 @@ class Store(Protocol):
         """Delete messages (and their vectors) by id; return how many went."""
         ...
 
+    def sessions(self, scope: Scope) -> list[Scope]:
+        """The sessions within ``scope`` that hold at least one message, one exact scope each (tenant, user,
+        agent, session), ordered by (user, agent, session) as ``get`` orders them: an owner's conversations,
+        or with :data:`ANY` every owner's.
+        """
+        ...
+
     # -- vectors -------------------------------------------------------------
     def set_vectors(self, scope: Scope, ids: Sequence[str], vectors: np.ndarray, model: str) -> None:
         """Store one float32 vector per message id, tagged with the embedding model."""

@@ -343,6 +343,16 @@ class RedisStore(StoreBase):
                 pipe.zcard(s.key("order"))
             return int(sum(pipe.execute())) if sessions else 0
 
+    def sessions(self, scope: Scope) -> list[Scope]:
+        sessions = self._sessions(scope)
+        with self._errors("read from"):
+            pipe = self._r.pipeline(transaction=False)
+            for s in sessions:
+                pipe.zcard(s.key("order"))
+            sizes = pipe.execute() if sessions else []
+        return C.session_scopes(scope.tenant, [(s.meta.get("user_id", ""), s.meta.get("agent_id", ""), s.session_id)
+                                               for s, n in zip(sessions, sizes) if n])
+
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         ids = C.read_ids(ids)
         if not ids:

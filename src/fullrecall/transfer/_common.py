@@ -41,12 +41,12 @@ class Counts:
 
 
 def conversations(store: Store, scope: Scope) -> list[str]:
-    """The conversation ids of ``scope``: its own session, or every one the owner's conversation list names.
+    """The conversation ids of ``scope``: its own session, or every conversation of the owner.
 
-    The list is kept by the service, ``fullrecall import`` and ``fullrecall chat``; the conversations
-    :class:`~fullrecall.memory.PersistentMemory` keeps memory of are listed too. Long-term memory's change
-    logs (``_log.*``) are bookkeeping, never a conversation. A conversation written only through the
-    library otherwise is exported by naming it (``--session``).
+    That is every one the owner's conversation list names (kept by the service, ``fullrecall import`` and
+    ``fullrecall chat``), every session :class:`~fullrecall.memory.PersistentMemory` keeps memory of, and
+    every other that holds messages (``Store.sessions``: one a ``ConversationMemory`` keeps, say).
+    Long-term memory's change logs (``_log.*``) are bookkeeping, never a conversation.
     """
     from ..memory._records import LOG_PREFIX
     from ..memory.persistent import _SESSIONS
@@ -55,6 +55,7 @@ def conversations(store: Store, scope: Scope) -> list[str]:
         return [scope.session]
     owner = replace(scope, session_id=None)
     listed = {r.id for namespace in (CONVERSATIONS, _SESSIONS) for r in store.get_records(owner, namespace)}
+    listed.update(s for s in (sc.session for sc in store.sessions(owner)) if s is not None)
     return sorted(s for s in listed if not s.startswith(LOG_PREFIX))
 
 
@@ -67,6 +68,18 @@ def register(store: Store, scope: Scope) -> None:
     owner = {"user_id": str(scope.user_id), "agent_id": str(scope.agent_id)}
     store.put_record(replace(scope, session_id=None), Record(id=session, namespace=CONVERSATIONS, text=session,
                                                              data=owner))
+
+
+def unlist(store: Store, scope: Scope) -> None:
+    """Take the conversation of ``scope`` out of its owners' lists (``scope``'s agent may be
+    :data:`~fullrecall.stores.base.ANY`: every agent's): the conversation list, and the session list of
+    long-term memory with the change-log events that name it (so no memory that holds it cached lists it).
+    """
+    from ..memory.persistent import unlist_session
+
+    session = str(scope.session_id)
+    store.delete_record(replace(scope, session_id=None), CONVERSATIONS, session)
+    unlist_session(store, scope)
 
 
 def records_for(raws: Sequence[dict[str, Any]], ids: Sequence[str], *, speakers: Sequence[str | None] | None = None,

@@ -37,6 +37,13 @@ def session_time(value: str) -> float | None:
         return None
 
 
+def session_numbers(conv: dict[str, Any]) -> list[int]:
+    """The numbers of every session a LoCoMo conversation has (``session_<n>`` or its date), in numeric
+    order: a trimmed file may skip a number, and ``session_10`` comes after ``session_9``.
+    """
+    return sorted({int(m.group(1)) for key in conv if (m := _SESSION.fullmatch(str(key)))})
+
+
 def turns(sample: dict[str, Any]) -> list[dict[str, Any]]:
     """The sample's turns as messages, in order."""
     conv = sample.get("conversation")
@@ -44,8 +51,7 @@ def turns(sample: dict[str, Any]) -> list[dict[str, Any]]:
         raise MessageFormatError(f"sample {sample.get('sample_id')!r}: 'conversation' must be an object")
     speaker_a = conv.get("speaker_a")
     out = []
-    numbers = sorted({int(m.group(1)) for key in conv if (m := _SESSION.fullmatch(str(key)))})
-    for n in numbers:  # every session the sample has, in order (a trimmed file may skip a number)
+    for n in session_numbers(conv):
         date = conv.get(f"session_{n}_date_time") or ""
         for i, turn in enumerate(conv.get(f"session_{n}") or []):
             if not isinstance(turn, dict) or not isinstance(turn.get("text"), str) or not turn.get("dia_id"):

@@ -12,8 +12,10 @@
 
 Import reads a storage directory (every ``session_*`` in it) or one session directory: each
 agent's messages, in index order, become a conversation (the session's id; the agent's id
-unless the caller names one); a redacted message is imported as the agent sees it (its
-``redact_message``). Message ids are ``strands:<session>:<agent>:<n>``, so importing again
+unless the caller names one, or ``agent.json`` names the owner's: the export of the default owner,
+whose agent ``""`` cannot name a folder, writes it as Strands' ``default`` agent and names ``""``
+there, so importing it back restores the same owner); a redacted message is imported as the agent
+sees it (its ``redact_message``). Message ids are ``strands:<session>:<agent>:<n>``, so importing again
 writes nothing new. Export writes that layout, one session a conversation, the messages in
 the Converse shape Strands uses (verbatim when stored in it), so ``FileSessionManager`` loads them.
 """
@@ -31,6 +33,8 @@ from ..errors import InvalidInput, MessageFormatError
 from ..stores.base import Scope, Store
 from ._common import Progress, conversations, each_conversation, no_progress, records_for, write_all
 
+OWNER_KEY = "fullrecall_agent_id"  # agent.json: the owner's agent when Strands' id differs (Strands ignores it)
+DEFAULT_AGENT = "default"  # Strands' agent id for an agent given none: the folder of fullrecall's default owner
 SESSION_PREFIX = "session_"
 AGENT_PREFIX = "agent_"
 MESSAGE_PREFIX = "message_"
@@ -60,11 +64,14 @@ def session_dirs(path: Path) -> list[Path]:
     return found
 
 
-def read_session(directory: Path) -> list[tuple[str, str, list[tuple[int, dict[str, Any]]]]]:
-    """(session id, agent id, (index, message file) in index order) of each agent of a session directory.
+def read_session(directory: Path) -> list[tuple[str, str, str, list[tuple[int, dict[str, Any]]]]]:
+    """(session id, agent id, owner's agent id, (index, message file) in index order) of each agent of a
+    session directory.
 
-    A message's index is its file's (``message_<index>.json``, the SDK's ``message_id``); two files of one
-    index (``message_1.json``, ``message_01.json``) are refused, naming them.
+    The owner's agent is the agent's id, unless ``agent.json`` names another (:data:`OWNER_KEY`, which the
+    export writes for the default owner's agent ``""``). A message's index is its file's
+    (``message_<index>.json``, the SDK's ``message_id``); two files of one index (``message_1.json``,
+    ``message_01.json``) are refused, naming them.
     """
     meta = _load(directory / "session.json") if (directory / "session.json").is_file() else {}
     session = meta.get("session_id") or directory.name.removeprefix(SESSION_PREFIX)
@@ -72,6 +79,7 @@ def read_session(directory: Path) -> list[tuple[str, str, list[tuple[int, dict[s
     for agent_dir in sorted((directory / "agents").glob(f"{AGENT_PREFIX}*")):
         agent_meta = _load(agent_dir / "agent.json") if (agent_dir / "agent.json").is_file() else {}
         agent = agent_meta.get("agent_id") or agent_dir.name.removeprefix(AGENT_PREFIX)
+        owner = agent_meta.get(OWNER_KEY)
         files: dict[int, Path] = {}
         for f in sorted((agent_dir / "messages").glob(f"{MESSAGE_PREFIX}*.json")):
             try:
@@ -80,7 +88,8 @@ def read_session(directory: Path) -> list[tuple[str, str, list[tuple[int, dict[s
                 continue
             if files.setdefault(index, f) != f:
                 raise MessageFormatError(f"{f}: message index {index} is also {files[index].name}'s")
-        out.append((str(session), str(agent), [(i, _load(files[i])) for i in sorted(files)]))
+        out.append((str(session), str(agent), owner if isinstance(owner, str) else str(agent),
+                    [(i, _load(files[i])) for i in sorted(files)]))
     return out
 
 
@@ -89,7 +98,7 @@ def import_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *, 
     """Import Strands sessions into ``scope``'s user (``scope.session_id``, when set, takes every message)."""
     prepared = []
     for directory in session_dirs(Path(path)):
-        for session, agent, items in read_session(directory):
+        for session, agent, owner, items in read_session(directory):
             raws, ids, times = [], [], []
             for index, item in items:
                 if not isinstance(item, dict) or not isinstance(item.get("message"), dict):
@@ -97,7 +106,7 @@ def import_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *, 
                 raws.append(item.get("redact_message") or item["message"])
                 ids.append(f"strands:{session}:{agent}:{index}")  # the file's index: its message_id may be absent
                 times.append(_time(item.get("created_at")))
-            own = replace(scope, session_id=scope.session or session, agent_id=agent_id or agent)
+            own = replace(scope, session_id=scope.session or session, agent_id=agent_id or owner)
             prepared.append((own, records_for(raws, ids, times=times, where=f"session {session!r}, agent {agent!r}: ")))
     return write_all(store, prepared, len({(s.agent_id, s.session_id) for s, _ in prepared}), progress, embedder)
 
@@ -145,7 +154,8 @@ def export_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *,
     Every conversation id (and the agent id) is checked before anything is written: each names a folder.
     """
     root = Path(path)
-    agent = _folder_name("agent", str(scope.agent_id) or "default", "agent")
+    agent = _folder_name("agent", str(scope.agent_id) or DEFAULT_AGENT, "agent")
+    owner = {OWNER_KEY: str(scope.agent_id)} if agent != str(scope.agent_id) else {}  # the default owner's ""
     for session in conversations(store, scope):
         _folder_name("conversation", session, "session")
         _check_no_stale_messages(root / f"{SESSION_PREFIX}{session}" / "agents" / f"{AGENT_PREFIX}{agent}" / "messages",
@@ -159,7 +169,7 @@ def export_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *,
         (directory / "multi_agents").mkdir(exist_ok=True)
         agent_dir = directory / "agents" / f"{AGENT_PREFIX}{agent}"
         _dump(agent_dir / "agent.json", {"agent_id": agent, "state": {}, "conversation_manager_state": {},
-                                         "_internal_state": {}, "created_at": first, "updated_at": last})
+                                         "_internal_state": {}, "created_at": first, "updated_at": last, **owner})
         for index, (m, message) in enumerate(zip(stored, messages)):
             when = _iso(m.created_at)
             _dump(agent_dir / "messages" / f"{MESSAGE_PREFIX}{index}.json",
