@@ -343,18 +343,22 @@ class Conversations:
         """Append the messages of a JSONL export to the caller's own conversations (idempotent on ids).
 
         The format is :mod:`fullrecall.transfer.jsonl`'s (a header line, then one line a message, then the
-        owner's long-term records); state lines are the library's (``fullrecall import``) and are skipped here.
+        owner's long-term records, then the end line); state lines are the library's (``fullrecall import``) and
+        are skipped here. A body of version 3 without its end line was cut short and is refused.
         """
         from ..transfer import jsonl
         from ..transfer._common import stable_id
 
         by_conversation: dict[str, tuple[list[dict[str, Any]], list[str | None]]] = {}
         records: dict[str, list[Record]] = {}  # namespace -> the long-term lines' records
+        whole = jsonl.Whole("the body")  # an export of version 3 ends with its end line: without it, cut short
         for n, line in enumerate(lines):
             if not isinstance(line, dict):
                 raise MessageFormatError(f"line {n + 1}: expected a JSON object")
             if jsonl.is_header(line):
-                jsonl.check_header(line, n + 1)
+                whole.header(line, n + 1)
+                continue
+            if whole.line(line, n + 1):
                 continue
             if line.get("type") in jsonl.RECORD_TYPES:
                 record = jsonl.record_of({**line, "_line": n + 1})
@@ -379,6 +383,7 @@ class Conversations:
             # without an id, one from its place and content, as the command's import gives: a retried import of
             # the file stores each message once (a fresh id each time stored them again)
             ids.append(mid if mid is not None or msg.get("id") is not None else stable_id(n + 1, msg))
+        whole.close()
         for conv, (msgs, ids) in by_conversation.items():  # validate everything before writing anything
             try:
                 self.prepare(replace(scope, session_id=conv), msgs, ids)
