@@ -78,6 +78,21 @@ def test_window_context_and_recall(make_api, manager):
     assert 0 < len(small["messages"]) < 4
 
 
+def test_context_with_a_budget_below_the_newest_message_is_refused_naming_the_budget(api):
+    """Not an empty context (a model sent nothing of the conversation): an error naming ``max_tokens`` and what the
+    newest message needs, as MCP's ``get_context`` answers; that budget gives the newest message."""
+    _append(api, "c", [{"role": "user", "content": "an older question"}, {"role": "assistant", "content": "its answer"},
+                       {"role": "user", "content": "the newest question, " + "long " * 40}])
+    r = api.client.get("/v1/conversations/c/context", params={"max_tokens": 5}, headers=api.a)
+    assert r.status_code == 422 and r.json()["error"]["type"] == "invalid", r.text
+    message = r.json()["error"]["message"]
+    assert message.startswith("'max_tokens' 5 is below the newest message's "), message
+    needed = int(message.split("'s ")[1].split(" tokens")[0])
+    fits = api.client.get("/v1/conversations/c/context", params={"max_tokens": needed}, headers=api.a)
+    assert fits.status_code == 200, fits.text
+    assert [m["content"] for m in fits.json()["messages"]] == ["the newest question, " + "long " * 40]
+
+
 def test_search_scores_ranges_and_filters(api):
     _append(api, "c1", [{"role": "user", "content": "the invoice REF-48213 is overdue"},
                         {"role": "assistant", "content": "I will chase it"}, {"role": "user", "content": "thanks"}])

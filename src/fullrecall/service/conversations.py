@@ -229,7 +229,11 @@ class Conversations:
                 for row, raw in self._window_records(scope)]
 
     def context(self, scope: Scope, max_tokens: int | None, query: str | None) -> dict[str, Any]:
-        """The window within ``max_tokens``, the newest user message enriched with recalled context."""
+        """The window within ``max_tokens``, the newest user message enriched with recalled context.
+
+        A budget below the newest message (with the tool call it answers) is refused, naming ``max_tokens``:
+        an empty context would send a model nothing of the conversation.
+        """
         from ..tokens import default_token_counter
 
         window = self._window_records(scope)
@@ -247,6 +251,11 @@ class Conversations:
                     break
                 if clean[c]:
                     start = c
+            if window and start == len(window):  # not even the newest message fits: refused, as MCP's get_context
+                newest = max(c for c in range(len(window)) if clean[c])
+                what = ("newest message's" if newest == len(window) - 1 else
+                        f"newest {len(window) - newest} messages' (a tool call and its results, kept together)")
+                raise InvalidInput(f"'max_tokens' {max_tokens} is below the {what} {sum(sizes[newest:])} tokens")
             window, parsed = window[start:], parsed[start:]
         messages = [raw for _, raw in window]
         rows = [row for row, _ in window]
