@@ -93,6 +93,35 @@ def test_context_with_a_budget_below_the_newest_message_is_refused_naming_the_bu
     assert [m["content"] for m in fits.json()["messages"]] == ["the newest question, " + "long " * 40]
 
 
+def test_the_sliding_window_reads_the_newest_messages_whatever_gaps_deletions_left(make_api, monkeypatch):
+    """The window was read from position ``count - n`` on: with the older messages deleted, every message after it
+    (here 1,000 for a window of 5). It steps back from the newest position held instead, over gaps too."""
+    from fullrecall.stores.base import StoredMessage
+    from fullrecall.transfer._common import register
+
+    api = make_api(window_messages=5, manager="sliding")
+    own = Scope(tenant="tenant-a", session_id="c")
+    api.store.append(own, [StoredMessage(id=f"m{i}", role="user", text=f"t{i}", data={"role": "user",
+                                                                                      "content": f"t{i}"})
+                           for i in range(2000)])
+    register(api.store, own)
+    gone = [f"m{i}" for i in range(1000)] + [f"m{i}" for i in range(1500, 2000) if i not in (1500, 1700, 1999)]
+    api.store.delete(own, gone)  # 503 left: 1000 to 1499, then 1500, 1700 and 1999 across gaps
+    read: list[int] = []
+    real = api.store.ranges
+
+    def counted(scope, spans):
+        found = real(scope, spans)
+        if scope.session_id == "c":
+            read.append(sum(len(f) for f in found))
+        return found
+
+    monkeypatch.setattr(api.store, "ranges", counted)
+    window = api.client.get("/v1/conversations/c/messages", headers=api.a).json()["messages"]
+    assert [m["position"] for m in window] == [1498, 1499, 1500, 1700, 1999]
+    assert sum(read) <= 20 and len(read) <= 10, read  # a few reads across the gaps, not 503 messages
+
+
 def test_search_scores_ranges_and_filters(api):
     _append(api, "c1", [{"role": "user", "content": "the invoice REF-48213 is overdue"},
                         {"role": "assistant", "content": "I will chase it"}, {"role": "user", "content": "thanks"}])

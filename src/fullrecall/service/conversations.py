@@ -36,7 +36,6 @@ from ..window.cuts import clean_cuts
 from .windows import ManagedWindows
 
 MAX_ID_LENGTH = 200
-_END = 2**62
 
 
 class NotFound(LookupError):
@@ -194,10 +193,10 @@ class Conversations:
 
     # -- reading ------------------------------------------------------------------------------
     def _tail(self, scope: Scope, n: int) -> list[StoredMessage]:
-        count = self.store.count(scope)
-        if not count:
-            return []
-        return self.store.range(scope, max(0, count - n), _END)[-n:]
+        """The newest ``n`` messages, stepping over the gaps deleted messages left (not every message past them)."""
+        from ..transfer._common import newest
+
+        return newest(self.store, scope, n)
 
     def _require(self, scope: Scope) -> None:
         if not self.store.count(scope):
