@@ -112,7 +112,7 @@ def test_locomo_import_is_idempotent_and_jsonl_round_trips_losslessly(tmp_path, 
     counts = out("export", str(exported), "--store", a, "--user", "ann", cwd=tmp_path)
     assert counts["messages"] == turns and counts["conversations"] == 2
     lines = exported.read_text().split("\n")
-    assert json.loads(lines[0])["format"] == "fullrecall" and json.loads(lines[0])["version"] == 2
+    assert json.loads(lines[0])["format"] == "fullrecall" and json.loads(lines[0])["version"] == 3
     imported = again("import", str(exported), "--store", b, "--no-embed", cwd=tmp_path)  # the owner from the file
     assert imported["format"] == "jsonl" and imported["written"] == turns
     assert again("import", str(exported), "--store", b, "--no-embed", cwd=tmp_path)["written"] == 0
@@ -168,6 +168,9 @@ def test_bad_input_is_named_and_nothing_is_written(tmp_path):
     (tmp_path / "new.jsonl").write_text(header + "\n")
     done = inproc("import", "new.jsonl", "--store", store, cwd=tmp_path, ok=False)
     assert done.returncode == 2 and "version 99" in done.stderr
+    (tmp_path / "cut.jsonl").write_text(json.dumps({"format": "fullrecall", "version": 3}) + "\n")  # no end line
+    done = inproc("import", "cut.jsonl", "--store", store, cwd=tmp_path, ok=False)
+    assert done.returncode == 2 and "file 'cut.jsonl' is cut short" in done.stderr
     for scalar in ('"hello"', "42", "null"):  # JSON, but no transcript
         (tmp_path / "scalar.json").write_text(scalar)
         done = inproc("import", "scalar.json", "--store", store, cwd=tmp_path, ok=False)

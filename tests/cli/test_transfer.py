@@ -18,7 +18,10 @@ TEXT = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="
 
 
 def _body(buf: io.StringIO) -> list[dict]:
-    return [json.loads(x) for x in buf.getvalue().split("\n")[1:] if x]  # after the header (not splitlines: U+2028)
+    """The lines between the header and the end line (split on \\n only, not splitlines: U+2028)."""
+    lines = [json.loads(x) for x in buf.getvalue().split("\n")[1:] if x]
+    assert lines[-1]["type"] == "end"
+    return lines[:-1]
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -283,7 +286,8 @@ def test_jsonl_import_refuses_a_position_another_message_holds_before_writing(st
         assert store.count(Scope(user_id="ann", session_id="c1")) == 0  # the first conversation was not written
         assert [m.id for m in store.range(own, 0, 10)] == ["x"]
         lines = text.split("\n")
-        clash = [lines[0], lines[1], lines[1].replace('"c1-0"', '"other"')]  # two ids at one position of c1
+        clash = [lines[0].replace('"version": 3', '"version": 2'),  # a file made by hand, no end line: version 2
+                 lines[1], lines[1].replace('"c1-0"', '"other"')]  # two ids at one position of c1
         with pytest.raises(MessageFormatError, match=r"line 3: conversation 'c1': position 0 is also line 2's"):
             jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join(clash)))
         assert store.count(Scope(user_id="ann", session_id="c1")) == 0
@@ -514,3 +518,47 @@ def test_jsonl_lines_without_ids_take_ids_from_their_place_and_content():
         assert [m.data["content"] for m in store.range(Scope(session_id="c"), 0, 9)] == ["first file", "second file"]
     finally:
         store.close()
+
+
+def test_a_jsonl_export_ends_with_its_counts_and_a_file_cut_short_is_refused(tmp_path):
+    """The end line proves a file whole: a file cut at any line's end, or whose end line's counts disagree with its
+    lines, is refused naming the file before anything is written; a version 2 file (no end line) still imports."""
+    source = open_store("sqlite:///:memory:")
+    own = Scope(user_id="ann", session_id="c1")
+    openai.import_openai(source, own, io.StringIO(json.dumps([{"role": "user", "content": f"m{i}"} for i in range(3)])))
+    source.put_state(own, "summaries", {"items": []})
+    path = tmp_path / "x.jsonl"
+    with open(path, "w", encoding="utf-8") as fp:
+        jsonl.export_jsonl(source, Scope(user_id="ann"), fp)
+    lines = path.read_text(encoding="utf-8").split("\n")[:-1]
+    assert json.loads(lines[-1]) == {"type": "end", "messages": 3, "records": 0, "states": 1}
+
+    def imported(text: str) -> tuple[dict | None, str, int]:
+        """(counts or None, the refusal, messages written) of importing ``text`` from a file into a fresh store."""
+        path.write_text(text, encoding="utf-8")
+        target = open_store("sqlite:///:memory:")
+        try:
+            with open(path, encoding="utf-8") as fp:
+                return jsonl.import_jsonl(target, Scope(), fp), "", target.count(own)
+        except MessageFormatError as exc:
+            return None, str(exc), target.count(own)
+        finally:
+            target.close()
+
+    whole = imported("\n".join(lines) + "\n")
+    assert whole[0] is not None and whole[0]["written"] == 3 and whole[2] == 3
+    for cut in range(1, len(lines)):  # cut after the header, after each message, after the state
+        counts, refusal, written = imported("\n".join(lines[:cut]) + "\n")
+        assert counts is None and written == 0
+        assert refusal.startswith(f"file {str(path)!r} is cut short"), refusal
+    more = json.dumps({**json.loads(lines[-1]), "messages": 4})
+    counts, refusal, written = imported("\n".join([*lines[:-1], more]) + "\n")
+    assert counts is None and written == 0 and "the end line counts 4 messages, the lines before it hold 3" in refusal
+    assert f"file {str(path)!r}: line {len(lines)}" in refusal
+    after = imported("\n".join([*lines, lines[1]]) + "\n")
+    assert after[0] is None and f"line {len(lines) + 1} follows the end line (line {len(lines)})" in after[1]
+    twice = imported("\n".join(lines + lines) + "\n")  # two whole exports, one after the other: both whole
+    assert twice[0] is not None and twice[2] == 3
+    old = [json.dumps({**json.loads(lines[0]), "version": 2}), *lines[1:-1]]  # an older fullrecall's file: no end line
+    assert imported("\n".join(old) + "\n")[2] == 3
+    source.close()

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -156,3 +159,64 @@ def test_openai_errors_are_clear(server):
         load_embedder("openai:broken", base_url=server, api_key="k").embed(["x"])
     with pytest.raises(EmbeddingError, match="failed"):
         load_embedder("openai:m", base_url="http://127.0.0.1:9/v1", api_key="k").embed(["x"])
+
+
+# -- a whole request within its deadline -------------------------------------------------
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
+from summarizer_peers import Reply, ScriptedServer  # noqa: E402
+
+
+def _embeddings(n: int, dim: int = 4) -> bytes:
+    return json.dumps({"data": [{"index": i, "embedding": [1.0] * dim} for i in range(n)]}).encode()
+
+
+@pytest.mark.parametrize("head", [True, False], ids=["trickled-head", "trickled-body"])
+def test_openai_embeddings_from_a_server_trickling_bytes_end_at_the_deadline(head, monkeypatch):
+    """Each byte well within the read timeout, the whole answer a minute away: the request ends at its deadline."""
+    server = ScriptedServer(path=lambda p: p == "/v1/embeddings")
+    try:
+        server.script(Reply(body=_embeddings(1)), Reply(body=_embeddings(1, 400), trickle=0.05, trickle_head=head))
+        emb = load_embedder("openai:m", base_url=server.base_url, api_key="k")
+        emb.timeout, emb.deadline = 2.0, 0.6
+        assert emb.embed(["fast"]).shape == (1, 4) and server.headers[0]["authorization"] == "Bearer k"
+        started = time.monotonic()
+        with pytest.raises(EmbeddingError, match=r"deadline of 0\.6 s per request"):
+            emb.embed(["slow"])
+        assert time.monotonic() - started < 2.0  # not the ~70 s the trickle takes
+    finally:
+        server.close()
+    from fullrecall.embeddings.openai import OpenAIEmbedder
+
+    assert OpenAIEmbedder("m", timeout=5.0).deadline == 10.0
+    monkeypatch.setenv("FULLRECALL_LLM_DEADLINE", "42")
+    assert OpenAIEmbedder("m").deadline == 42.0 and OpenAIEmbedder("m", deadline=3).deadline == 3.0
+    with pytest.raises(ValueError, match="deadline"):
+        OpenAIEmbedder("m", deadline=0)
+
+
+def test_bedrock_embeddings_from_a_server_trickling_bytes_end_at_the_deadline(monkeypatch):
+    """The client the embedder makes signs its requests as ever, and ends each one at its deadline."""
+    server = ScriptedServer(path=lambda p: p.startswith("/model/") and p.endswith("/invoke"))
+    host, port = server.httpd.server_address[:2]
+    for name, value in (("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", f"http://{host}:{port}"), ("AWS_ACCESS_KEY_ID", "x"),
+                        ("AWS_SECRET_ACCESS_KEY", "y"), ("AWS_CONFIG_FILE", "/nonexistent"),
+                        ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")):
+        monkeypatch.setenv(name, value)
+    try:
+        one = json.dumps({"embedding": [1.0] * 256}).encode()
+        server.script(Reply(body=one), *[Reply(body=one, trickle=0.02)] * 5)  # a try and botocore's retries
+        emb = load_embedder("bedrock:amazon.titan-embed-text-v2:0", embedding_dimensions=256, aws_region="us-east-1")
+        assert emb.deadline == 120.0
+        emb = type(emb)("amazon.titan-embed-text-v2:0", embedding_dimensions=256, aws_region="us-east-1",
+                        timeout=2.0, deadline=0.5)
+        assert emb.embed(["fast"]).shape == (1, 256)
+        assert server.requests[0] == {"inputText": "fast", "dimensions": 256, "normalize": True}
+        assert server.headers[0]["authorization"].startswith("AWS4-HMAC-SHA256 Credential=")  # signed as ever
+        started = time.monotonic()
+        with pytest.raises(EmbeddingError, match=r"deadline of 0\.5 s per request"):
+            emb.embed(["slow"])
+        tries = len(server.requests) - 1
+        assert 1 <= tries <= 5 and time.monotonic() - started < 0.5 * tries + 3.0  # not the ~70 s a trickle takes
+    finally:
+        server.close()

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fullrecall.stores import Scope
+from fullrecall.stores.sqlite import SQLiteStore
 
 
 def _append(api, conv, messages, key=None, **params):
@@ -43,7 +44,7 @@ def test_concurrent_appends_all_land(api):
     for t in threads:
         t.join()
     exported = api.client.post("/v1/export", json={"conversation_id": "shared"}, headers=api.a).text.split("\n")
-    rows = [json.loads(x) for x in exported if x][1:]  # after the format header
+    rows = [json.loads(x) for x in exported if x][1:-1]  # between the format header and the end line
     assert sorted(r["id"] for r in rows) == sorted(f"w{n}-{i}" for n in range(4) for i in range(10))
     assert [r["position"] for r in rows] == list(range(40))
 
@@ -77,6 +78,50 @@ def test_window_context_and_recall(make_api, manager):
     assert 0 < len(small["messages"]) < 4
 
 
+def test_context_with_a_budget_below_the_newest_message_is_refused_naming_the_budget(api):
+    """Not an empty context (a model sent nothing of the conversation): an error naming ``max_tokens`` and what the
+    newest message needs, as MCP's ``get_context`` answers; that budget gives the newest message."""
+    _append(api, "c", [{"role": "user", "content": "an older question"}, {"role": "assistant", "content": "its answer"},
+                       {"role": "user", "content": "the newest question, " + "long " * 40}])
+    r = api.client.get("/v1/conversations/c/context", params={"max_tokens": 5}, headers=api.a)
+    assert r.status_code == 422 and r.json()["error"]["type"] == "invalid", r.text
+    message = r.json()["error"]["message"]
+    assert message.startswith("'max_tokens' 5 is below the newest message's "), message
+    needed = int(message.split("'s ")[1].split(" tokens")[0])
+    fits = api.client.get("/v1/conversations/c/context", params={"max_tokens": needed}, headers=api.a)
+    assert fits.status_code == 200, fits.text
+    assert [m["content"] for m in fits.json()["messages"]] == ["the newest question, " + "long " * 40]
+
+
+def test_the_sliding_window_reads_the_newest_messages_whatever_gaps_deletions_left(make_api, monkeypatch):
+    """The window was read from position ``count - n`` on: with the older messages deleted, every message after it
+    (here 1,000 for a window of 5). It steps back from the newest position held instead, over gaps too."""
+    from fullrecall.stores.base import StoredMessage
+    from fullrecall.transfer._common import register
+
+    api = make_api(window_messages=5, manager="sliding")
+    own = Scope(tenant="tenant-a", session_id="c")
+    api.store.append(own, [StoredMessage(id=f"m{i}", role="user", text=f"t{i}", data={"role": "user",
+                                                                                      "content": f"t{i}"})
+                           for i in range(2000)])
+    register(api.store, own)
+    gone = [f"m{i}" for i in range(1000)] + [f"m{i}" for i in range(1500, 2000) if i not in (1500, 1700, 1999)]
+    api.store.delete(own, gone)  # 503 left: 1000 to 1499, then 1500, 1700 and 1999 across gaps
+    read: list[int] = []
+    real = api.store.ranges
+
+    def counted(scope, spans):
+        found = real(scope, spans)
+        if scope.session_id == "c":
+            read.append(sum(len(f) for f in found))
+        return found
+
+    monkeypatch.setattr(api.store, "ranges", counted)
+    window = api.client.get("/v1/conversations/c/messages", headers=api.a).json()["messages"]
+    assert [m["position"] for m in window] == [1498, 1499, 1500, 1700, 1999]
+    assert sum(read) <= 20 and len(read) <= 10, read  # a few reads across the gaps, not 503 messages
+
+
 def test_search_scores_ranges_and_filters(api):
     _append(api, "c1", [{"role": "user", "content": "the invoice REF-48213 is overdue"},
                         {"role": "assistant", "content": "I will chase it"}, {"role": "user", "content": "thanks"}])
@@ -108,8 +153,51 @@ def test_export_import_round_trip(api, texts):
     again = api.client.post("/v1/import", content=exported.encode(), headers=api.b)  # idempotent
     assert again.status_code == 200
     back = [json.loads(x) for x in api.client.post("/v1/export", json={"conversation_id": conv}, headers=api.b
-                                                   ).text.split("\n") if x][1:]  # after the format header
+                                                   ).text.split("\n") if x][1:-1]  # header, end line aside
     assert [b["message"] for b in back] == msgs
+
+
+class _FailingStore(SQLiteStore):
+    """A real SQLite store whose reads of messages fail once ``armed`` rows have been read: a disk gone mid-export."""
+
+    armed: int | None = None
+
+    def range(self, scope, start, end):
+        if self.armed is not None and self.armed <= 0:
+            raise OSError("the disk is gone")
+        rows = super().range(scope, start, end)
+        if self.armed is not None:
+            self.armed -= len(rows)
+        return rows
+
+
+def test_an_export_failing_part_way_has_no_end_line_and_its_import_says_it_is_cut_short(tmp_path, default_embedder):
+    from fastapi.testclient import TestClient
+
+    from fullrecall.service.app import create_app
+    from fullrecall.service.config import Settings
+
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    store = _FailingStore(str(tmp_path / "f.db"))
+    with TestClient(create_app(Settings(store=url), store=store, embedder=default_embedder),
+                    raise_server_exceptions=False) as client:
+        key, _ = client.app.state.service.keys.create("t")
+        auth = {"Authorization": f"Bearer {key}"}
+        for conv in ("c1", "c2"):
+            r = client.post(f"/v1/conversations/{conv}/messages", headers=auth,
+                            json={"messages": [{"role": "user", "content": f"{conv} {i}"} for i in range(3)]})
+            assert r.status_code == 201, r.text
+        whole = [json.loads(x) for x in client.post("/v1/export", json={}, headers=auth).text.split("\n") if x]
+        assert whole[-1] == {"type": "end", "messages": 6, "records": 0, "states": 0}
+        store.armed = 3  # the first conversation is read, the second's read fails
+        cut = client.post("/v1/export", json={}, headers=auth)
+        body = [json.loads(x) for x in cut.text.split("\n") if x]
+        assert body[1:] == whole[1:4] and cut.status_code == 200  # the header, c1's messages, then no end line
+        store.armed = None
+        r = client.post("/v1/import", content=cut.text.encode(), headers={**auth, "content-type": "application/x-ndjson"},
+                        params={"user_id": "other"})
+        assert r.status_code == 422 and "the body is cut short" in r.text, r.text
+        assert client.get("/v1/conversations/c1/messages", headers=auth, params={"user_id": "other"}).status_code == 404
 
 
 def test_importing_lines_without_ids_again_stores_them_once(api):

@@ -9,7 +9,7 @@ import numpy as np
 
 
 def _lines(text: str) -> list[dict]:
-    return [json.loads(x) for x in text.split("\n") if x][1:]  # after the format header
+    return [json.loads(x) for x in text.split("\n") if x][1:-1]  # between the format header and the end line
 
 
 def test_export_import_carries_facts_and_patterns_to_the_callers_owner(api):

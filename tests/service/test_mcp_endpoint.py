@@ -78,6 +78,8 @@ def test_mcp_in_the_service_keeps_tenants_and_users_apart(served: tuple[str, Any
             await structured(c, "append_messages", {"session_id": "s1", "messages": turn})  # a retry stores once
             context = await structured(c, "get_context", {"session_id": "s1"})
             assert [m["content"] for m in context["messages"]] == [m["content"] for m in turn]
+            tiny = await c.call_tool("get_context", {"session_id": "s1", "max_tokens": 1})  # as /context: an error
+            assert tiny.is_error and "'max_tokens' 1 is below the newest message's" in tiny.content[0].text
             assert fact["id"] in [h["id"] for h in (await structured(c, "search_memory", {"query": "city"}))["results"]]
             assert "message 0" in " ".join(x.text for x in (await c.call_tool(
                 "append_messages", {"session_id": "s1", "messages": [{"role": "bogus"}]})).content)

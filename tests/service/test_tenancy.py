@@ -119,7 +119,7 @@ def test_every_route_keeps_tenants_apart(api):
     assert stats["tenant"] == "tenant-b" and stats["store"]["message_count"] == 1
     assert api.client.get("/v1/stats", params={"everyone": True}, headers=api.b).json()["store"]["message_count"] == 1
     exported = api.client.post("/v1/export", json={}, headers=api.b).text
-    assert SECRET not in exported and len(exported.strip().split("\n")) == 2  # the format header, B's one message
+    assert SECRET not in exported and len(exported.strip().split("\n")) == 3  # the header, B's one message, the end
     assert api.client.post("/v1/export", json={"conversation_id": "conv-x"}, headers=api.b).status_code == 404
     line = json.dumps({"conversation_id": "conv-a", "id": "a-9", "message": {"role": "user", "content": "imported"}})
     r = api.client.post("/v1/import", content=line, headers={**api.b, "content-type": "application/x-ndjson"})

@@ -38,3 +38,43 @@ def test_postings_hold_each_terms_rows_in_order_with_their_counts(token_lists: l
         for term, count in sorted(Counter(tokens).items()):
             expected.setdefault(term, []).append((n, count))
     assert {t: list(zip(r.tolist(), f.tolist())) for t, (r, f) in index.postings.items()} == expected
+
+
+def _tokenize_in_child(tokenize, queue) -> None:
+    queue.put(tokenize("Stemming unseen words"))
+
+
+def test_a_process_forked_while_another_thread_stems_tokenizes_in_the_child() -> None:
+    """The stem lock a parent's thread held across a fork was held for ever in the child: its first new word
+    waited for ever. The child gets a fresh lock (and stemmer), and tokenizes as the parent does."""
+    import multiprocessing
+    import threading
+
+    from fullrecall.stores._bm25 import Tokenizer
+
+    tokenize = Tokenizer()
+    held, release = threading.Event(), threading.Event()
+
+    def stemming() -> None:  # a thread in the middle of stemming when the process forks
+        with tokenize._stem_lock:
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=stemming)
+    thread.start()
+    try:
+        assert held.wait(10)
+        fork = multiprocessing.get_context("fork")
+        queue = fork.Queue()
+        child = fork.Process(target=_tokenize_in_child, args=(tokenize, queue))
+        child.start()
+        child.join(20)
+        if child.is_alive():
+            child.kill()
+            child.join()
+        assert child.exitcode == 0, "the child waited for ever on the stem lock"
+        release.set()
+        assert queue.get(timeout=5) == tokenize("Stemming unseen words")
+    finally:
+        release.set()
+        thread.join()

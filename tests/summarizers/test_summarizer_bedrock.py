@@ -7,6 +7,7 @@ import pytest
 boto3 = pytest.importorskip("boto3")
 
 import json  # noqa: E402
+import time  # noqa: E402
 
 from botocore.config import Config  # noqa: E402
 from botocore.stub import ANY, Stubber  # noqa: E402
@@ -151,3 +152,35 @@ def test_answers_without_message_are_retried_then_fall_back(converse_server, tec
     assert summary.method == "extractive" and len(converse_server.requests) == 4
     assert len(summary.report.errors) == 2 and all("malformed" in e for e in summary.report.errors)
     assert all(c in summary.text for c in citations) and "700" not in summary.text
+
+
+@pytest.mark.parametrize("head", [True, False], ids=["trickled-head", "trickled-body"])
+def test_a_converse_server_trickling_bytes_hits_the_deadline_per_request(converse_server, tech_conversation,
+                                                                         good_summary, citations, monkeypatch, head):
+    """The client the model makes signs each request as ever and ends it at its deadline, as the OpenAI client
+    does: each byte comes well within the read timeout, yet the whole answer would take a minute."""
+    host, port = converse_server.httpd.server_address[:2]
+    for name, value in (("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", f"http://{host}:{port}"), ("AWS_ACCESS_KEY_ID", "test"),
+                        ("AWS_SECRET_ACCESS_KEY", "test"), ("AWS_CONFIG_FILE", "/nonexistent"),
+                        ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")):
+        monkeypatch.setenv(name, value)
+    answer = json.dumps(converse_reply(good_summary)).encode()
+    converse_server.script(Reply(body=answer), *[Reply(body=answer, trickle=0.05, trickle_head=head)] * 2)
+    bedrock = BedrockChatModel(region="us-east-1", timeout=2.0, deadline=0.6, max_retries=1, backoff=0.01)
+    assert LLMSummarizer(bedrock).summarize(tech_conversation).method == "llm"  # sent through the deadline's path
+    assert converse_server.headers[0]["authorization"].startswith("AWS4-HMAC-SHA256 Credential=")  # signed as ever
+    started = time.monotonic()
+    summary = LLMSummarizer(bedrock, retries=0).summarize(tech_conversation)
+    elapsed = time.monotonic() - started
+    assert summary.method == "extractive" and len(converse_server.requests) == 3
+    assert elapsed < 4.0, elapsed  # two tries of 0.6 s plus backoff, not the minute the trickle takes
+    assert "deadline of 0.6 s per request" in summary.report.errors[0], summary.report.errors
+    assert all(c in summary.text for c in citations) and "700" not in summary.text
+
+
+def test_bedrock_deadline_defaults_to_twice_the_timeout_and_reads_the_environment(monkeypatch):
+    assert BedrockChatModel(timeout=5.0).deadline == 10.0 and BedrockChatModel().deadline == 120.0
+    monkeypatch.setenv("FULLRECALL_LLM_DEADLINE", "42")
+    assert BedrockChatModel.from_env().deadline == 42.0
+    with pytest.raises(ValueError, match="deadline"):
+        BedrockChatModel(deadline=-1)

@@ -186,3 +186,35 @@ def test_an_archive_page_reads_a_page_whatever_gaps_deletions_left(api, monkeypa
     assert page["total"] == 100 and page["last_position"] == 999
     assert [m["id"] for m in page["messages"]] == [f"g{i}" for i in range(990, 995)]
     assert sum(read) <= 5, read
+
+
+def test_the_timeline_samples_the_messages_held_whatever_gaps_deletions_left(api, monkeypatch):
+    """Samples at positions since deleted were dropped: a conversation whose positions are mostly deleted showed
+    its newest message only. Each sample is now the first message held from its position on, read a few at a time.
+    """
+    from fullrecall.stores.base import StoredMessage
+    from fullrecall.transfer._common import register
+
+    store = api.service.store
+    own = Scope(tenant="tenant-a", user_id="gap", session_id="sparse")
+    store.append(own, [StoredMessage(id=f"s{i}", role="user", text=f"t{i}", data={"role": "user", "content": f"t{i}"})
+                       for i in range(1000)])
+    register(store, own)
+    kept = [p for p in range(1000) if p % 50 == 7] + [999]  # 21 of 1000; no sampled position but the last
+    store.delete(own, [f"s{i}" for i in range(1000) if i not in kept])
+    read: list[int] = []
+    real = store.ranges
+
+    def counted(scope, spans):
+        found = real(scope, spans)
+        if scope.session_id == "sparse":  # the service's background work reads the seeded conversations meanwhile
+            read.append(sum(len(f) for f in found))
+        return found
+
+    monkeypatch.setattr(store, "ranges", counted)
+    body = api.get("/v1/inspector/conversations/sparse/timeline", params={"user_id": "gap", "points": 12},
+                   headers=auth(api.keys["a"])).json()
+    positions = [p["position"] for p in body["series"]]
+    assert positions == [7, 107, 207, 307, 407, 457, 557, 657, 757, 857, 957, 999], positions
+    assert [p["archived"] for p in body["series"]] == [p + 1 for p in positions] and body["total"] == 21
+    assert sum(read) <= 2 * len(positions) and len(read) <= 8, read  # a few rounds, never the spans' every message

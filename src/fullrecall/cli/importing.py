@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     if fmt == "jsonl":
                         counts = jsonl.import_jsonl(store, own, fp, keep_owner=args.user is None and args.agent is None,
-                                                    progress=progress, embedder=embedder)
+                                                    progress=progress, embedder=embedder,
+                                                    name="stdin" if args.path == "-" else f"file {args.path!r}")
                     elif fmt == "locomo":
                         counts = locomo.import_locomo(store, own, fp, progress=progress, embedder=embedder)
                     else:

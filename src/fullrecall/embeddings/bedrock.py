@@ -2,17 +2,21 @@
 
 Titan embeds one text a request, so batches go out on a small thread pool;
 Cohere takes up to 96 texts a request and distinguishes documents from queries.
+``timeout`` bounds each wait, ``deadline`` a whole request (default twice ``timeout``, or
+``FULLRECALL_LLM_DEADLINE``), as the chat models' do.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from .. import _deadline
 from ..errors import EmbeddingError
 from .base import batched, empty, l2_normalize
 
@@ -25,7 +29,12 @@ COHERE_BATCH = 96
 
 
 class BedrockEmbedder:
-    """``bedrock:<model id>``; ``client`` may be given (tests pass a Stubber-wrapped one)."""
+    """``bedrock:<model id>``; ``client`` may be given (tests pass a Stubber-wrapped one).
+
+    The client made here bounds each wait by ``timeout`` and each whole request by ``deadline`` (default
+    twice ``timeout``), so a server that trickles bytes cannot hold an embedding forever; a ``client``
+    given keeps its own configuration.
+    """
 
     def __init__(
         self,
@@ -35,6 +44,8 @@ class BedrockEmbedder:
         embedding_dimensions: int | None = None,
         client: Any = None,
         max_workers: int = 8,
+        timeout: float = 60.0,
+        deadline: float | None = None,
     ) -> None:
         if model_id not in MODELS:
             raise ValueError(f"unsupported Bedrock embedding model {model_id!r}; supported: {sorted(MODELS)}")
@@ -48,12 +59,18 @@ class BedrockEmbedder:
         self.dimension = int(embedding_dimensions or MODELS[model_id])
         self.name = f"bedrock:{model_id}" + (f"@{self.dimension}" if model_id == TITAN_V2 else "")
         self.max_workers = max_workers
+        self.timeout = timeout
+        self.deadline = _deadline.resolve(os.environ.get(_deadline.ENV) or None if deadline is None else deadline,
+                                          timeout)
         if client is None:
             try:
                 import boto3
+                from botocore.config import Config
             except ImportError as exc:  # pragma: no cover
                 raise EmbeddingError("Bedrock embeddings need boto3: pip install 'fullrecall[bedrock]'") from exc
-            client = boto3.client("bedrock-runtime", region_name=aws_region) if aws_region else boto3.client("bedrock-runtime")
+            config = Config(read_timeout=timeout, connect_timeout=min(timeout, 10.0))
+            client = boto3.client("bedrock-runtime", region_name=aws_region, config=config)
+            _deadline.attach(client, "InvokeModel", timeout=timeout, deadline=self.deadline)
         self._client = client
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

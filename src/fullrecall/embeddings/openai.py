@@ -2,7 +2,8 @@
 
 Configuration: ``base_url`` / ``api_key`` arguments, else the ``OPENAI_BASE_URL``
 and ``OPENAI_API_KEY`` environment variables (base URL default
-``https://api.openai.com/v1``).
+``https://api.openai.com/v1``). ``timeout`` bounds each wait, ``deadline`` a whole request
+(default twice ``timeout``, or ``FULLRECALL_LLM_DEADLINE``), as the chat models' do.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _deadline
 from ..errors import EmbeddingError
 from .base import batched, empty, l2_normalize
 
@@ -20,7 +22,11 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
 class OpenAIEmbedder:
-    """``openai:<model>``; texts go out ``batch_size`` at a time, one request each."""
+    """``openai:<model>``; texts go out ``batch_size`` at a time, one request each.
+
+    ``timeout`` bounds each wait (connecting, each read); ``deadline`` one whole request, connecting to the
+    last byte (default twice ``timeout``), so a server that trickles bytes cannot hold an embedding forever.
+    """
 
     def __init__(
         self,
@@ -31,16 +37,19 @@ class OpenAIEmbedder:
         embedding_dimensions: int | None = None,
         batch_size: int = 256,
         timeout: float = 60.0,
+        deadline: float | None = None,
     ) -> None:
         try:
-            import httpx
+            import httpx  # noqa: F401 - refused here, not at the first request
         except ImportError as exc:  # pragma: no cover
             raise EmbeddingError("OpenAI-compatible embeddings need httpx: pip install 'fullrecall[openai]'") from exc
         self.model = model
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.timeout = timeout
+        self.deadline = _deadline.resolve(os.environ.get(_deadline.ENV) or None if deadline is None else deadline,
+                                          timeout)
         self._dimensions_arg = embedding_dimensions
         self._dimension = embedding_dimensions
         self.batch_size = batch_size
@@ -65,7 +74,11 @@ class OpenAIEmbedder:
         if self._dimensions_arg:
             payload["dimensions"] = self._dimensions_arg
         try:
-            response = self._client.post("/embeddings", json=payload)
+            response = _deadline.request("POST", f"{self.base_url}/embeddings", json=payload, headers=self._headers,
+                                         timeout=self.timeout, deadline=self.deadline)
+        except TimeoutError:
+            raise EmbeddingError(f"embedding request to {self.base_url} failed: no complete answer within the "
+                                 f"deadline of {self.deadline:g} s per request") from None
         except Exception as exc:
             raise EmbeddingError(f"embedding request to {self.base_url} failed: {exc}") from exc
         if response.status_code != 200:
@@ -83,7 +96,7 @@ class OpenAIEmbedder:
         return vectors
 
     def close(self) -> None:
-        self._client.close()
+        """Nothing to release: each request opens and closes its own connection."""
 
     def __repr__(self) -> str:
         return f"OpenAIEmbedder({self.name!r}, base_url={self.base_url!r})"

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
+from ..errors import InvalidInput
 from ..stores.base import DEFAULT_TENANT, Scope, Store
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ _APPEND = ("Record messages of the conversation `session_id` durably (one atomic
            "'id' field makes a retried append store it once. Any common shape: OpenAI, Anthropic, Bedrock/Strands.")
 _CONTEXT = ("What to send the model for the conversation `session_id`: its active window, the newest user message "
             "enriched with recalled earlier messages; at most `max_tokens` tokens when given (oldest turns left out "
-            "first; they stay in memory).")
+            "first; they stay in memory; a budget below the newest turn is an error).")
 
 
 class Conversations(Protocol):
@@ -246,7 +247,7 @@ def _within_budget(messages: list[dict[str, Any]], max_tokens: int | None, count
         tokens = sum(sizes[:pinned]) + sum(sizes[start:])
         if max_tokens is None or tokens <= max_tokens:
             return {"messages": messages[:pinned] + messages[start:], "tokens": tokens, "left_out": start - pinned}
-    raise ValueError(f"'max_tokens' {max_tokens} is below the newest turn's {tokens} tokens")
+    raise InvalidInput(f"'max_tokens' {max_tokens} is below the newest turn's {tokens} tokens")
 
 
 # -- ``fullrecall mcp`` ----------------------------------------------------------------------------

@@ -36,7 +36,6 @@ from ..window.cuts import clean_cuts
 from .windows import ManagedWindows
 
 MAX_ID_LENGTH = 200
-_END = 2**62
 
 
 class NotFound(LookupError):
@@ -194,10 +193,10 @@ class Conversations:
 
     # -- reading ------------------------------------------------------------------------------
     def _tail(self, scope: Scope, n: int) -> list[StoredMessage]:
-        count = self.store.count(scope)
-        if not count:
-            return []
-        return self.store.range(scope, max(0, count - n), _END)[-n:]
+        """The newest ``n`` messages, stepping over the gaps deleted messages left (not every message past them)."""
+        from ..transfer._common import newest
+
+        return newest(self.store, scope, n)
 
     def _require(self, scope: Scope) -> None:
         if not self.store.count(scope):
@@ -229,7 +228,11 @@ class Conversations:
                 for row, raw in self._window_records(scope)]
 
     def context(self, scope: Scope, max_tokens: int | None, query: str | None) -> dict[str, Any]:
-        """The window within ``max_tokens``, the newest user message enriched with recalled context."""
+        """The window within ``max_tokens``, the newest user message enriched with recalled context.
+
+        A budget below the newest message (with the tool call it answers) is refused, naming ``max_tokens``:
+        an empty context would send a model nothing of the conversation.
+        """
         from ..tokens import default_token_counter
 
         window = self._window_records(scope)
@@ -247,6 +250,11 @@ class Conversations:
                     break
                 if clean[c]:
                     start = c
+            if window and start == len(window):  # not even the newest message fits: refused, as MCP's get_context
+                newest = max(c for c in range(len(window)) if clean[c])
+                what = ("newest message's" if newest == len(window) - 1 else
+                        f"newest {len(window) - newest} messages' (a tool call and its results, kept together)")
+                raise InvalidInput(f"'max_tokens' {max_tokens} is below the {what} {sum(sizes[newest:])} tokens")
             window, parsed = window[start:], parsed[start:]
         messages = [raw for _, raw in window]
         rows = [row for row, _ in window]
@@ -343,18 +351,22 @@ class Conversations:
         """Append the messages of a JSONL export to the caller's own conversations (idempotent on ids).
 
         The format is :mod:`fullrecall.transfer.jsonl`'s (a header line, then one line a message, then the
-        owner's long-term records); state lines are the library's (``fullrecall import``) and are skipped here.
+        owner's long-term records, then the end line); state lines are the library's (``fullrecall import``) and
+        are skipped here. A body of version 3 without its end line was cut short and is refused.
         """
         from ..transfer import jsonl
         from ..transfer._common import stable_id
 
         by_conversation: dict[str, tuple[list[dict[str, Any]], list[str | None]]] = {}
         records: dict[str, list[Record]] = {}  # namespace -> the long-term lines' records
+        whole = jsonl.Whole("the body")  # an export of version 3 ends with its end line: without it, cut short
         for n, line in enumerate(lines):
             if not isinstance(line, dict):
                 raise MessageFormatError(f"line {n + 1}: expected a JSON object")
             if jsonl.is_header(line):
-                jsonl.check_header(line, n + 1)
+                whole.header(line, n + 1)
+                continue
+            if whole.line(line, n + 1):
                 continue
             if line.get("type") in jsonl.RECORD_TYPES:
                 record = jsonl.record_of({**line, "_line": n + 1})
@@ -379,6 +391,7 @@ class Conversations:
             # without an id, one from its place and content, as the command's import gives: a retried import of
             # the file stores each message once (a fresh id each time stored them again)
             ids.append(mid if mid is not None or msg.get("id") is not None else stable_id(n + 1, msg))
+        whole.close()
         for conv, (msgs, ids) in by_conversation.items():  # validate everything before writing anything
             try:
                 self.prepare(replace(scope, session_id=conv), msgs, ids)

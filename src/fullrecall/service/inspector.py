@@ -23,6 +23,7 @@ from starlette.types import Scope as AsgiScope
 
 from ..archive.archive import archived_summaries
 from ..stores.base import ANY, Scope
+from ..transfer._common import first_at_or_after
 from .auth import Principal
 from .conversations import CONVERSATIONS, NotFound, message_out
 from .tenancy import scope_for
@@ -94,6 +95,9 @@ def inspector_router(service: Any, key: Any) -> APIRouter:
                  points: int = Query(40, ge=2, le=200, description="samples at most")) -> dict:
         """The archive, the summarized messages and the active window over time (sampled positions).
 
+        Each sample is the first message held from its position on: messages deleted since leave no hole in the
+        series (``archived`` counts the positions taken by ``t``, deleted messages included).
+
         ``archived`` counts the messages stored by ``t``; ``summarized`` the messages covered by the summaries
         made by ``t``; ``window`` the active window then: the messages not summarized and the summary (a
         summarizing manager), or the newest ``window_messages`` messages (a sliding window).
@@ -106,12 +110,15 @@ def inspector_router(service: Any, key: Any) -> APIRouter:
         sampled = sorted({round(i * last / max(1, n - 1)) for i in range(n)})
         window = service.conversations.window_messages
         managed = service.conversations.windows is not None  # older messages summarized (else a sliding window)
+        # each sample is the first message held from its position on, up to the next sample's (deleted messages
+        # leave gaps): the newest message is the last sample's, whatever was deleted before it
+        ends = [b - 1 for b in sampled[1:]] + [last]
+        firsts = first_at_or_after(store, s, sampled[:-1], ends[:-1]) + store.ranges(s, [(last, last)])[0][:1]
         series = []
-        for position in sampled:
-            found = store.range(s, position, position)
-            if not found:
+        for found in firsts:
+            if found is None:
                 continue
-            t = found[0].created_at
+            position, t = int(found.position or 0), found.created_at
             archived = position + 1
             summarized = max((c["covers"][1] + 1 for c in summaries
                               if float(c.get("created_at") or 0) <= t and c.get("covers")), default=0)

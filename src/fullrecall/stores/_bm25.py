@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import re
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -39,19 +41,28 @@ LexicalRow = tuple[str, str, str, str, float, list[str], int | None]
 class Tokenizer:
     """Lower-cased word tokens, stemmed by PyStemmer's Porter stemmer (the algorithm of FTS5's ``porter``
     tokenizer) when it is installed; ``stems`` says whether it is.
+
+    A process forked while another thread stems (its lock held, its stemmer mid-word) gives each tokenizer
+    a fresh lock and stemmer in the child: the thread that held them is not there to let go.
     """
 
     def __init__(self, algorithm: str = "porter") -> None:
+        self.algorithm = algorithm
+        self._renew()
+        self._known: dict[str, str] = {}  # word -> its token (a vocabulary is small: one look-up a word)
+        _TOKENIZERS.add(self)
+
+    def _renew(self) -> None:
+        """A new stemmer and its lock (at creation, and in a forked child)."""
         try:
             import Stemmer
 
-            self._stem = Stemmer.Stemmer(algorithm).stemWords
+            self._stem = Stemmer.Stemmer(self.algorithm).stemWords
             self.stems = True
         except ImportError:  # plain words still match exactly
             self._stem = lambda words: words
             self.stems = False
         self._stem_lock = threading.Lock()  # a PyStemmer stemmer is not safe to share between threads
-        self._known: dict[str, str] = {}  # word -> its token (a vocabulary is small: one look-up a word)
 
     def __call__(self, text: str) -> list[str]:
         found = words(text)
@@ -65,6 +76,22 @@ class Tokenizer:
             # as FTS5's porter: words under 3 or over 64 characters pass unstemmed ("us" stays "us")
             known.update((w, s if 3 <= len(w) <= 64 else w) for w, s in zip(new, stems))
         return [known[w] for w in found]
+
+
+_TOKENIZERS: weakref.WeakSet[Tokenizer] = weakref.WeakSet()  # every live tokenizer, renewed in a forked child
+
+
+def _renew_after_fork() -> None:
+    """In a forked child, a fresh stem lock and stemmer for each tokenizer: a lock some thread of the parent
+    held when it forked stays held in the child for ever (that thread is not there), and the first
+    tokenization of a new word there would wait on it for ever.
+    """
+    for tokenizer in list(_TOKENIZERS):
+        tokenizer._renew()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=_renew_after_fork)
 
 
 @dataclass

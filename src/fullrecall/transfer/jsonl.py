@@ -1,6 +1,6 @@
 """fullrecall's own JSON Lines format: lossless, versioned, one JSON object a line.
 
-The first line is the header, ``{"format": "fullrecall", "version": 2, ...}``. Every other
+The first line is the header, ``{"format": "fullrecall", "version": 3, ...}``. Every other
 line has a ``"type"``:
 
 * ``"message"``: one stored message, verbatim (``"message"``) with everything the store
@@ -22,7 +22,12 @@ line has a ``"type"``:
   memory (not with one conversation); expired patterns are left out. An import writes a record it
   does not hold, or holds in an older version (``updated_at``): the same record twice is written once.
   A pattern takes the id its new owner's memory gives the same task and steps (the file's id when
-  the owner is the same), so owners importing one file never share an id.
+  the owner is the same), so owners importing one file never share an id;
+* ``"end"`` (version 3): the last line, ``{"type": "end", "messages": M, "states": S, "records": R}``,
+  the counts of the lines before it. It proves the file whole: an export that fails part-way writes
+  none, and an import refuses a version 3 file without it (cut short) or with counts the file does
+  not hold, before anything is written. Files of versions 1 and 2 have no end line and are read as
+  they always were: nothing tells whether one was cut at a line's end.
 
 The change logs long-term memory keeps (conversations named ``_log.*``) are bookkeeping and are
 never exported: an import writes its own events. A line without ``"type"`` is a message (the
@@ -66,9 +71,11 @@ from ._common import (
 )
 
 FORMAT = "fullrecall"
-VERSION = 2
+VERSION = 3
+END_SINCE = 3  # the first version whose files end with an end line
 STATE_KEYS = ("window", "archive", "summaries")
 RECORD_TYPES = {"fact": FACTS, "pattern": PROCEDURES, "session": SESSIONS}  # line type -> record namespace
+_COUNTED = {"message": "messages", "state": "states", **dict.fromkeys(RECORD_TYPES, "records")}  # type -> count
 _MESSAGE_FIELDS = ("id", "position", "role", "kind", "created_at", "archived_at", "summary_id", "metadata", "text")
 
 
@@ -91,8 +98,20 @@ def message_line(m: StoredMessage, vector: np.ndarray | None = None, model: str 
 
 def lines(store: Store, scope: Scope, *, vectors: bool = True, progress: Progress = no_progress
           ) -> Iterator[dict[str, Any]]:
-    """The export of ``scope`` (one conversation, or all the owner's listed ones), header first."""
+    """The export of ``scope`` (one conversation, or all the owner's listed ones), header first, end line last.
+
+    The end line comes only once every other line has: a store failing part-way raises before it.
+    """
     yield header()
+    counts = dict.fromkeys(sorted(set(_COUNTED.values())), 0)
+    for line in _body(store, scope, vectors, progress):
+        yield line
+        counts[_COUNTED[line["type"]]] += 1
+    yield {"type": "end", **counts}
+
+
+def _body(store: Store, scope: Scope, vectors: bool, progress: Progress) -> Iterator[dict[str, Any]]:
+    """The lines of an export between its header and its end line."""
     sessions = conversations(store, scope)
     for n, session in enumerate(sessions):
         own = replace(scope, session_id=session)
@@ -162,8 +181,12 @@ def export_jsonl(store: Store, scope: Scope, fp: IO[str], *, vectors: bool = Tru
     return counts
 
 
-def read(fp: IO[str] | Iterable[str]) -> Iterator[dict[str, Any]]:
-    """The lines of a file as objects, header checked and skipped; ``MessageFormatError`` names the line."""
+def read(fp: IO[str] | Iterable[str], name: str = "the file") -> Iterator[dict[str, Any]]:
+    """The lines of a file as objects, header checked and skipped; ``MessageFormatError`` names the line.
+
+    A file of version 3 or later must end with its end line (checked, not yielded; see :class:`Whole`).
+    """
+    whole = Whole(name)
     for n, text in enumerate(fp):
         if not text.strip():
             continue
@@ -174,11 +197,61 @@ def read(fp: IO[str] | Iterable[str]) -> Iterator[dict[str, Any]]:
         if not isinstance(line, dict):
             raise MessageFormatError(f"line {n + 1}: expected a JSON object")
         if is_header(line):
-            check_header(line, n + 1)
+            whole.header(line, n + 1)
+            continue
+        if whole.line(line, n + 1):
             continue
         line.setdefault("type", "message")
         line["_line"] = n + 1
         yield line
+    whole.close()
+
+
+class Whole:
+    """Checks that a file is whole: each header of version 3 or later opens an export that must close with an
+    end line whose counts are the lines of that export; nothing but another export's header follows it.
+
+    ``name`` names the file in every refusal (``"file 'x.jsonl'"``, ``"the body"``).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.opened: int | None = None  # the header's line of an export still owing its end line
+        self.ended: int | None = None  # the line of the end line that closed the latest export
+        self.counts = dict.fromkeys(set(_COUNTED.values()), 0)
+
+    def header(self, line: dict[str, Any], number: int) -> None:
+        """A header (checked): the export before it must be whole, and a new one begins."""
+        check_header(line, number)
+        self.close()
+        self.opened = number if line["version"] >= END_SINCE else None
+        self.ended = None
+        self.counts = dict.fromkeys(self.counts, 0)
+
+    def line(self, line: dict[str, Any], number: int) -> bool:
+        """Count a typed line; True for an end line (checked against the counts, and then to be skipped)."""
+        if self.ended is not None:
+            raise MessageFormatError(f"{self.name}: line {number} follows the end line (line {self.ended})")
+        kind = line.get("type", "message")
+        if kind != "end":
+            if kind in _COUNTED:
+                self.counts[_COUNTED[kind]] += 1
+            return False
+        for key, held in sorted(self.counts.items()):
+            said = line.get(key)
+            if isinstance(said, bool) or not isinstance(said, int):
+                raise MessageFormatError(f"{self.name}: line {number}: the end line's {key!r} must be an integer")
+            if said != held:
+                raise MessageFormatError(f"{self.name}: line {number}: the end line counts {said} {key}, the "
+                                         f"lines before it hold {held}: the file is not whole; export it again")
+        self.opened, self.ended = None, number
+        return True
+
+    def close(self) -> None:
+        """Refuse an export of version 3 or later that has no end line: it was cut short."""
+        if self.opened is not None:
+            raise MessageFormatError(f"{self.name} is cut short: the export its line {self.opened} begins has no "
+                                     "end line (every export of version 3 or later ends with one); export it again")
 
 
 def is_header(line: dict[str, Any]) -> bool:
@@ -259,13 +332,14 @@ def vector_of(line: dict[str, Any]) -> tuple[str, np.ndarray] | None:
 
 
 def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, keep_owner: bool = True,
-                 progress: Progress = no_progress, embedder: Any = None) -> dict[str, int]:
+                 progress: Progress = no_progress, embedder: Any = None, name: str | None = None) -> dict[str, int]:
     """Import an export into ``scope``'s tenant; counts (``written`` 0 when it was all there already).
 
     With ``keep_owner`` each conversation goes back to the user and agent its lines name, else to
     ``scope``'s; ``scope.session_id``, when set, puts every message in that one conversation.
     Everything is read and checked before anything is written. Vectors in the file are stored as they
-    are; with an ``embedder``, messages that came without one are embedded.
+    are; with an ``embedder``, messages that came without one are embedded. A file cut short (a version 3 file
+    without its end line, or whose end line's counts disagree) is refused naming ``name`` (default: ``fp``'s).
     """
     groups: dict[tuple[str, str, str], tuple[list[StoredMessage], dict[str, tuple[str, np.ndarray]],
                                              dict[str, dict[str, Any]]]] = {}
@@ -273,7 +347,9 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
     sources: dict[tuple[str, str, str], set[str]] = {}  # the file's conversations each target gathers
     numbers: dict[tuple[str, str, str], list[int]] = {}  # the line of each message of a target
     models: dict[tuple[str, str, str], tuple[str, int, int]] = {}  # a target's vectors: (model, dim, first line)
-    for line in read(fp):
+    path = getattr(fp, "name", None)
+    where = name or (f"file {path!r}" if isinstance(path, str) else "the file")
+    for line in read(fp, where):
         user = owner_of(line, "user_id") if keep_owner else str(scope.user_id or "")
         agent = owner_of(line, "agent_id") if keep_owner else str(scope.agent_id or "")
         if line["type"] in RECORD_TYPES:

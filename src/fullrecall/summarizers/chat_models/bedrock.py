@@ -3,6 +3,8 @@
 Model id e.g. ``us.amazon.nova-lite-v1:0``; region from the argument,
 ``FULLRECALL_BEDROCK_REGION``, ``AWS_REGION`` or boto3's own configuration.
 Credentials come from boto3's usual chain (environment, profile, role).
+``timeout`` bounds each wait, ``deadline`` a whole request (default twice ``timeout``, or
+``FULLRECALL_LLM_DEADLINE`` through :meth:`BedrockChatModel.from_env`), as :class:`OpenAIChatModel`'s.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import time
 from typing import Any
 
+from ... import _deadline
 from .base import ChatModelError, ChatRequest, ChatResponse, backoff_delay
 
 logger = logging.getLogger("fullrecall.summarizers")
@@ -33,7 +36,10 @@ class BedrockChatModel:
 
     Pass ``client`` (a ``bedrock-runtime`` client) to reuse one or to stub it in
     tests; otherwise one is made with botocore's own retries off, so this class
-    alone decides when to try again.
+    alone decides when to try again. That client bounds each wait by ``timeout``
+    and each whole request by ``deadline`` (default twice ``timeout``), so a
+    server that trickles bytes cannot stall a summarizer: past it the try counts
+    as a timeout and is retried. A ``client`` given keeps its own configuration.
     """
 
     def __init__(
@@ -43,6 +49,7 @@ class BedrockChatModel:
         region: str | None = None,
         client: Any = None,
         timeout: float = 60.0,
+        deadline: float | None = None,
         max_retries: int = 2,
         backoff: float = 0.5,
         max_backoff: float = 8.0,
@@ -50,6 +57,7 @@ class BedrockChatModel:
         self.model_id = model_id
         self.region = region or os.environ.get("FULLRECALL_BEDROCK_REGION") or os.environ.get("AWS_REGION")
         self.timeout = timeout
+        self.deadline = _deadline.resolve(deadline, timeout)
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -59,6 +67,8 @@ class BedrockChatModel:
     @classmethod
     def from_env(cls, **overrides: Any) -> BedrockChatModel:
         model_id = overrides.pop("model_id", None) or os.environ.get("FULLRECALL_BEDROCK_MODEL_ID") or DEFAULT_MODEL_ID
+        if os.environ.get(_deadline.ENV):
+            overrides.setdefault("deadline", os.environ[_deadline.ENV])
         return cls(model_id, **overrides)
 
     @property
@@ -68,8 +78,9 @@ class BedrockChatModel:
             from botocore.config import Config
 
             config = Config(read_timeout=self.timeout, connect_timeout=min(self.timeout, 10.0),
-                            retries={"max_attempts": 1, "mode": "standard"})
+                            retries={"total_max_attempts": 1, "mode": "standard"})  # one request a try
             self._client = boto3.client("bedrock-runtime", region_name=self.region, config=config)
+            _deadline.attach(self._client, "Converse", timeout=self.timeout, deadline=self.deadline)
         return self._client
 
     def complete(self, request: ChatRequest) -> ChatResponse:

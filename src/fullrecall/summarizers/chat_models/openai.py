@@ -12,13 +12,12 @@ OpenAI, Azure OpenAI (its ``/openai/v1`` endpoint, or a deployment URL with
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
-import math
 import os
 from typing import Any
 from urllib.parse import urlsplit
 
+from ... import _deadline
 from ...errors import InvalidInput
 from .base import ChatModelError, ChatRequest, ChatResponse, backoff_delay
 
@@ -61,9 +60,7 @@ class OpenAIChatModel:
         self.base_url = _checked_base_url(base_url)
         self.api_key = api_key
         self.timeout = timeout
-        self.deadline = float(2 * timeout if deadline is None else deadline)
-        if not (math.isfinite(self.deadline) and self.deadline > 0):
-            raise InvalidInput(f"deadline must be a positive number of seconds, got {deadline!r}")
+        self.deadline = _deadline.resolve(deadline, timeout)
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -86,8 +83,8 @@ class OpenAIChatModel:
         }
         if env.get("FULLRECALL_LLM_TIMEOUT"):
             kwargs["timeout"] = float(env["FULLRECALL_LLM_TIMEOUT"])
-        if env.get("FULLRECALL_LLM_DEADLINE"):
-            kwargs["deadline"] = float(env["FULLRECALL_LLM_DEADLINE"])
+        if env.get(_deadline.ENV):
+            kwargs["deadline"] = float(env[_deadline.ENV])
         kwargs.update(overrides)
         return cls(model, **kwargs)
 
@@ -112,8 +109,7 @@ class OpenAIChatModel:
     def complete(self, request: ChatRequest) -> ChatResponse:
         # httpx's sync client cannot bound a whole request (its timeouts are per read), and an event
         # loop may already run in this thread: run acomplete on a loop of its own in a worker thread.
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fullrecall-llm") as pool:
-            return pool.submit(lambda: asyncio.run(self.acomplete(request))).result()
+        return _deadline.run_sync(lambda: self.acomplete(request))
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         import httpx
@@ -122,7 +118,7 @@ class OpenAIChatModel:
         async with httpx.AsyncClient(timeout=self.timeout) as client:
             for attempt in range(self.max_retries + 1):
                 try:
-                    response = await asyncio.wait_for(
+                    response = await _deadline.within(
                         client.post(self._url(), json=body, headers=self._headers()), self.deadline)
                     return self._parse(response)
                 except TimeoutError as exc:  # the deadline, not httpx's per-read timeout
