@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fullrecall import FactMemory, PersistentMemory
-from fullrecall.memory._records import owner_scope
-from fullrecall.stores import open_store
+from fullrecall.memory._records import RecordBook, owner_scope
+from fullrecall.stores import Record, open_store
 
 
 class Counting:
@@ -223,3 +223,37 @@ def test_fact_search_follows_every_write_after_searching_the_same_facts_again(tm
         assert [f.text for f, _ in facts.search("which city do I live in?", 5)] == ["I like chess"]
     finally:
         facts.close()
+
+
+class CountingRows:
+    """A store whose ``range`` calls and the messages they return are counted."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.rows = inner, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def range(self, *args, **kwargs):
+        found = self.inner.range(*args, **kwargs)
+        self.rows += len(found)
+        return found
+
+
+def test_a_cache_load_reads_the_newest_change_alone_whatever_gaps_erasing_left(store_url, default_embedder):
+    store = open_store(store_url)
+    try:
+        scope = owner_scope("default", "alice", None)
+        writer = RecordBook(store, scope, "notes", embedder=default_embedder)
+        for i in range(120):
+            writer.put(Record(id=f"r{i}", namespace="notes", text=f"note {i}"))
+        for i in range(110):  # their change-log events go too: gaps in the log, newest events kept
+            writer.erase(f"r{i}")
+        counting = CountingRows(store)
+        reader = RecordBook(counting, scope, "notes", embedder=default_embedder)
+        assert [r.id for r in reader.all()] == [f"r{i}" for i in range(110, 120)]
+        assert counting.rows <= 2, counting.rows  # the newest event, not every event past count - 1
+        writer.put(Record(id="late", namespace="notes", text="late"))
+        assert "late" in {r.id for r in reader.all()}  # the mark it read still finds later writes
+    finally:
+        store.close()

@@ -319,8 +319,11 @@ class RecordBook:
         return True
 
     def _last_event(self) -> tuple[int, str] | None:
-        count = self.store.count(self._log)
-        events = self.store.range(self._log, max(0, count - 1), _END) if count else []
+        """The log's newest event, read alone (its position from the store's counters: deleted events leave
+        gaps, so ``count - 1`` is no position to read from).
+        """
+        newest = int(self.store.stats(self._log).get("newest_position", -1))
+        events = self.store.range(self._log, newest, newest) if newest >= 0 else []
         return (int(events[-1].position or 0), events[-1].id) if events else None
 
     @staticmethod
