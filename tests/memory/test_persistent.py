@@ -225,11 +225,34 @@ def test_export_then_import_into_another_store_keeps_everything(tmp_path, defaul
     assert "tulip-88" in run(dst.retrieve("wifi password"))
     assert [f.value for f in dst.facts.current(attribute="city")] == ["Lyon"]
 
-    bad = io.StringIO(path.read_text() + '{"kind": "message", "id": "x"}\n')
+    lines = path.read_text().splitlines()  # the format line, a message, two facts, the end line
+    bad = io.StringIO("\n".join([*lines[:-1], '{"kind": "message", "id": "x"}', lines[-1]]))
     fresh = memory("sqlite:///:memory:", default_embedder, user_id="u")
-    with pytest.raises(MemoryInputError, match="line 4: 'session_id' must be a non-empty string"):
+    with pytest.raises(MemoryInputError, match="line 5: 'session_id' must be a non-empty string"):
         fresh.import_jsonl(bad)
     assert fresh.messages() == [] and fresh.facts.history() == []
+
+
+def test_an_export_cut_short_is_refused_and_nothing_of_it_is_written(tmp_path, default_embedder):
+    src = memory("sqlite:///:memory:", default_embedder, user_id="u", agent_id="a", session_id="s1")
+    run(src.record([{"role": "user", "content": "The gate code is 4471."}, {"role": "assistant", "content": "Noted."}]))
+    src.remember("My city is Lyon")
+    out = io.StringIO()
+    assert src.export_jsonl(out) == 3
+    lines = out.getvalue().splitlines()
+    assert json.loads(lines[-1]) == {"kind": "end", "messages": 2, "facts": 1}
+    fresh = memory("sqlite:///:memory:", default_embedder, user_id="u", agent_id="a")
+    for cut in range(1, len(lines)):  # cut at every line boundary before the end line
+        with pytest.raises(MemoryInputError, match="cut short"):
+            fresh.import_jsonl(io.StringIO("\n".join(lines[:cut]) + "\n"))
+    dropped = lines[:1] + lines[2:]  # a message lost in the middle
+    with pytest.raises(MemoryInputError, match="line 4: the end line counts 2 messages and 1 facts"):
+        fresh.import_jsonl(io.StringIO("\n".join(dropped)))
+    with pytest.raises(MemoryInputError, match="line 6: a line after the end line"):
+        fresh.import_jsonl(io.StringIO("\n".join([*lines, lines[1]])))
+    assert fresh.messages() == [] and fresh.facts.history() == []
+    assert fresh.import_jsonl(io.StringIO("\n".join(lines[1:-1]))) == {"messages": 2, "facts": 1}  # no format line: an older file
+    assert fresh.import_jsonl(io.StringIO(out.getvalue())) == {"messages": 2, "facts": 1}
 
 
 def test_stats_count_what_is_kept(default_embedder):

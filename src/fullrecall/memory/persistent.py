@@ -448,34 +448,54 @@ class PersistentMemory:
             self._sessions.put(record)
 
     def export_jsonl(self, target: str | Path | IO[str]) -> int:
-        """Write every message and fact of this owner as JSON lines; return how many lines."""
-        lines = [json.dumps({"kind": "message", **_message_doc(m)}, ensure_ascii=False) for m in self.messages()]
-        lines += [json.dumps({"kind": "fact", **f.to_dict()}, ensure_ascii=False) for f in self.facts.history()]
+        """Write every message and fact of this owner as JSON lines, between a first line naming the format
+        and a last line counting them (what proves the file whole); return how many messages and facts.
+        """
+        messages, facts = self.messages(), self.facts.history()
+        lines = [json.dumps(_HEADER)]
+        lines += [json.dumps({"kind": "message", **_message_doc(m)}, ensure_ascii=False) for m in messages]
+        lines += [json.dumps({"kind": "fact", **f.to_dict()}, ensure_ascii=False) for f in facts]
+        lines.append(json.dumps({"kind": "end", "messages": len(messages), "facts": len(facts)}))
         text = "".join(line + "\n" for line in lines)
         if isinstance(target, (str, Path)):
             Path(target).write_text(text, encoding="utf-8")
         else:
             target.write(text)
-        return len(lines)
+        return len(messages) + len(facts)
 
     def import_jsonl(self, source: str | Path | IO[str]) -> dict[str, int]:
         """Read lines written by :meth:`export_jsonl` into this owner's memory (idempotent on ids).
 
         Every line is checked before anything is written; a bad one raises
-        :class:`~fullrecall.errors.MemoryInputError` naming its line number and field.
+        :class:`~fullrecall.errors.MemoryInputError` naming its line number and field, and so does a file
+        cut short: one that starts with the format line but lacks its end line, or whose counts disagree.
+        (A file without the format line, written before it existed, is read as it is.)
         """
         text = Path(source).read_text(encoding="utf-8") if isinstance(source, (str, Path)) else source.read()
         messages: dict[str, list[StoredMessage]] = {}
         facts: list[Fact] = []
+        headed, end = False, None
         for n, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 and the like are in the text
             if not line.strip():
                 continue
-            kind, item = _parse_line(n, line)
-            if kind == "message":
+            if end is not None:
+                raise MemoryInputError(f"line {n}: a line after the end line")
+            kind, item = _parse_line(n, line, first=not (headed or messages or facts))
+            if kind == "header":
+                headed = True
+            elif kind == "end":
+                end = (n, item)
+            elif kind == "message":
                 session, message = item
                 messages.setdefault(session, []).append(message)
             else:
                 facts.append(item)
+        held = (sum(len(b) for b in messages.values()), len(facts))
+        if headed and end is None:
+            raise MemoryInputError("the file is cut short: its end line (the counts of what it holds) is missing")
+        if end is not None and end[1] != held:
+            raise MemoryInputError(f"line {end[0]}: the end line counts {end[1][0]} messages and {end[1][1]} facts, "
+                                   f"the file holds {held[0]} and {held[1]}: it is not whole")
         for session, batch in messages.items():
             self._note_session(session)
             self._archive(session, [replace(m, position=None) for m in batch])
@@ -728,12 +748,28 @@ def _message_doc(m: StoredMessage) -> dict[str, Any]:
             "created_at": m.created_at, "archived_at": m.archived_at, "metadata": m.metadata}
 
 
-def _parse_line(n: int, line: str) -> tuple[str, Any]:
+_HEADER = {"kind": "header", "format": "fullrecall.memory", "version": 2}
+
+
+def _parse_line(n: int, line: str, *, first: bool = False) -> tuple[str, Any]:
+    """One line of :meth:`PersistentMemory.export_jsonl`'s file: its kind and what it holds (the format line,
+    the first, holds nothing; the end line, its counts of messages and facts).
+    """
     try:
         doc = json.loads(line)
     except json.JSONDecodeError as exc:
         raise MemoryInputError(f"line {n}: not JSON ({exc.msg})") from None
-    if not isinstance(doc, dict) or doc.get("kind") not in ("message", "fact"):
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    if kind == "header" and first:
+        if doc.get("format") != _HEADER["format"] or doc.get("version") != _HEADER["version"]:
+            raise MemoryInputError(f"line {n}: not a file of this version of long-term memory's export ({line[:80]})")
+        return "header", None
+    if kind == "end":
+        counts = (doc.get("messages"), doc.get("facts"))
+        if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
+            raise MemoryInputError(f"line {n}: the end line's 'messages' and 'facts' must be counts")
+        return "end", counts
+    if kind not in ("message", "fact"):
         raise MemoryInputError(f"line {n}: 'kind' must be \"message\" or \"fact\"")
     strings = ("session_id", "id", "role", "text") if doc["kind"] == "message" else ("id", "text")
     for key in strings:
