@@ -62,9 +62,9 @@ def _redact(url: str) -> str:
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(url)
-    if parts.password:
-        parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
-    return urlunsplit(parts)
+    if not parts.password:  # as given: urlunsplit would turn sqlite:///memory.db into sqlite:/memory.db
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")))
 
 
 class Keys:
