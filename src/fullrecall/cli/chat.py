@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--system", default=SYSTEM, help="the system prompt")
     parser.add_argument("--max-turns", type=int, default=10,
                         help="the window manager's max_history_turns: past it, the window is summarized (default 10)")
-    parser.add_argument("--max-answer-tokens", type=int, default=800)
+    parser.add_argument("--max-answer-tokens", type=int, default=800,
+                        help="the most tokens the model may answer with (default 800)")
 
 
 class ScriptedModel:

@@ -20,14 +20,15 @@ class CommandError(Exception):
     """A command cannot go on (a conversation that does not exist, a refused confirmation): exit code 1."""
 
 
-def add_store(parser: argparse.ArgumentParser, *, session: bool = True, json_flag: bool = True) -> None:
+def add_store(parser: argparse.ArgumentParser, *, session: bool = True, json_flag: bool = True,
+              session_help: str = "one conversation (default: all of the owner's)") -> None:
     """``--store --tenant --user --agent [--session] [--json]``."""
     parser.add_argument("--store", help=f"store URL (env FULLRECALL_STORE; default {DEFAULT_STORE})")
     parser.add_argument("--tenant", default="default", help="tenant (default: default)")
     parser.add_argument("--user", help="user id (default: the default owner)")
     parser.add_argument("--agent", help="agent id (default: the default owner)")
     if session:
-        parser.add_argument("--session", help="one conversation (default: all of the owner's)")
+        parser.add_argument("--session", help=session_help)
     if json_flag:
         parser.add_argument("--json", action="store_true", help="print JSON for scripts")
 

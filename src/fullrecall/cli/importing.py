@@ -20,7 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="a file (jsonl, openai, locomo) or a folder (strands); '-' reads stdin")
     parser.add_argument("--format", choices=("auto", *FORMATS), default="auto", help="the file's format (default: "
                         "guessed: a folder is strands, a fullrecall header jsonl, a list of samples locomo, else openai)")
-    add_store(parser)
+    add_store(parser, session_help="import every message into this one conversation (default: each conversation of the file "
+              "as its own)")
     parser.add_argument("--no-embed", action="store_true",
                         help="do not embed messages that come without vectors (lexical search only until indexed)")
 

@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:  # ``fullrecall serv
     parser.add_argument("--port", type=int, help="port (env FULLRECALL_PORT; default 8080)")
     parser.add_argument("--config", help="a TOML settings file (env FULLRECALL_CONFIG)")
     parser.add_argument("--workers", type=int, help="worker processes (env FULLRECALL_WORKERS; default 1)")
-    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--log-level", default="info", help="uvicorn's log level (default info)")
     parser.add_argument("--access-log", action="store_true", help="log every request (off by default: it costs CPU "
                         "on every request)")
 
