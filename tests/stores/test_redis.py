@@ -288,3 +288,13 @@ def test_lua_scripts_are_files_shipped_as_package_data() -> None:
     globs = pyproject["tool"]["setuptools"]["package-data"]["fullrecall"]
     assert all(any(fnmatch.fnmatch(f"stores/lua/{name}", g) for g in globs) for name in files)
     assert all("redis.call" in src for src in _lua_sources().values())
+
+
+def test_every_option_of_the_store_is_also_a_url_option(redis_url: str, prefix: str) -> None:
+    separator = "&" if "?" in redis_url else "?"
+    store = open_store(f"{redis_url}{separator}prefix={prefix}&ttl_days=3&cache_sessions=7&socket_timeout=5")
+    try:
+        assert (store.prefix, store.ttl_seconds, store._cache_sessions) == (prefix, 3 * 86400, 7)
+        assert store.count(Scope(session_id="s")) == 0
+    finally:
+        store.close()

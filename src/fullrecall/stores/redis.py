@@ -66,7 +66,7 @@ from ._store import StoreBase
 from .base import DEFAULT_TENANT, Filters, Hit, Record, Scope, StoredMessage
 
 DEFAULT_TTL_SECONDS = 210 * 24 * 3600
-_OWN_OPTIONS = ("prefix", "ttl_seconds", "ttl_days")
+_OWN_OPTIONS = ("prefix", "ttl_seconds", "ttl_days", "cache_sessions")  # the others (socket_timeout, ...) are redis-py's
 _MAX_TTL_SECONDS = 2**53 - 1  # exact in a script's Lua number, and far below EXPIRE's limit (2**63 ms)
 _FAMILIES = ("meta", "msgs", "order", "vecs", "state", "added")
 _SCAN_ABOVE = 20_000  # sessions with more messages are read for search in pages
@@ -157,7 +157,7 @@ class RedisStore(StoreBase):
         self._r = redis_lib.Redis.from_url(conn_url, socket_timeout=socket_timeout, socket_connect_timeout=5)
         self._scripts = {name: self._r.register_script(src) for name, src in _lua_sources().items()}
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
-        self._cache_sessions = cache_sessions
+        self._cache_sessions = int(opts.get("cache_sessions", cache_sessions))
         self._lock = threading.Lock()
         self._tokenize = B.Tokenizer()
         self._closed = False
