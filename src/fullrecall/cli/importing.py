@@ -36,13 +36,13 @@ def detect(path: str) -> str:
         try:
             line = json.loads(first)
         except json.JSONDecodeError:
-            return "openai"  # JSON Lines, or a JSON document spread over lines: read it whole below
+            line = None  # a JSON document spread over lines (LoCoMo as exported): read it whole below
         if isinstance(line, dict) and line.get("format") == "fullrecall":
             return "jsonl"
         try:
             whole = json.loads(first + fp.read())
         except json.JSONDecodeError:
-            return "openai"
+            return "openai"  # JSON Lines
     sample = whole[0] if isinstance(whole, list) and whole else whole
     return "locomo" if isinstance(sample, dict) and isinstance(sample.get("conversation"), dict) else "openai"
 
