@@ -82,9 +82,13 @@ def chat_model(args: argparse.Namespace) -> Any:
 
         return OpenAIChatModel.from_env(**{k: v for k, v in (("model", args.model), ("base_url", args.base_url),
                                                            ("api_key", args.api_key)) if v})
+    from ..summarizers.chat_models.base import ChatModelError
     from ..summarizers.chat_models.env import chat_model_from_env
 
-    return chat_model_from_env()
+    try:
+        return chat_model_from_env()
+    except ChatModelError as exc:
+        raise ChatModelError(f"{exc}; or --model with --provider, or --model scripted to chat offline") from None
 
 
 def as_chat(messages: list[dict[str, Any]]) -> tuple[dict[str, str], ...]:

@@ -31,4 +31,4 @@ def chat_model_from_env() -> ChatModel:
         from .openai import OpenAIChatModel
 
         return OpenAIChatModel.from_env()
-    raise ChatModelError(f"no LLM configured for summarization: {ENV_HELP}")
+    raise ChatModelError(f"no LLM configured: {ENV_HELP}")  # for summaries, MemoryAgent("env"), the chat alike
