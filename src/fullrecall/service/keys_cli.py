@@ -1,4 +1,7 @@
-"""``fullrecall keys``: create, list and revoke API keys of the service (see :mod:`.cli`)."""
+"""``fullrecall keys``: create, list and revoke the service's API keys.
+
+The commands themselves are :class:`fullrecall.service.cli.Keys`.
+"""
 
 from .cli import Keys
 
