@@ -35,6 +35,9 @@ def test_sqlite_urls() -> None:
             parse_url(bad)
     with pytest.raises(ValueError, match="scheme"):
         open_store("mongodb://localhost/x")
+    with pytest.raises(ValueError, match="unknown option.* synchronus"):  # misspelt: refused, as the keyword is
+        open_store("sqlite:///:memory:?synchronus=FULL")
+    open_store("sqlite:///:memory:?synchronous=FULL&busy_timeout=5&lexical_in_process=0").close()
     with pytest.raises(ValueError, match="synchronous"):
         SQLiteStore(":memory:", synchronous="SOMETIMES")
 

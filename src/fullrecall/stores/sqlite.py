@@ -223,7 +223,15 @@ def parse_url(url: str) -> tuple[str, dict[str, str]]:
         raise ValueError(f"sqlite URL {url!r} has a host; use sqlite:///relative.db or sqlite:////absolute.db")
     if not path:
         raise ValueError(f"sqlite URL {url!r} names no file; use sqlite:///:memory: for a throwaway store")
-    return path, dict(parse_qsl(parts.query))
+    options = dict(parse_qsl(parts.query))
+    unknown = sorted(options.keys() - _URL_OPTIONS)
+    if unknown:  # a misspelt option is refused, as the same misspelt keyword is
+        raise ValueError(f"sqlite URL {url!r}: unknown option(s) {', '.join(unknown)}; the options are "
+                         f"{', '.join(sorted(_URL_OPTIONS))}")
+    return path, options
+
+
+_URL_OPTIONS = frozenset({"synchronous", "busy_timeout", "vector_cache_mb", "fts_batch", "lexical_in_process"})
 
 
 def _token(prefix: str, *parts: str) -> str:
