@@ -51,7 +51,7 @@ def test_bench_serve_small(store_url, servers, capsys):
                  "--searches", "2", "--json"])
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 0 and result["ok"]
-    assert (result["lost"], result["duplicated"], result["cross_tenant"]) == (0, 0, 0)
+    assert (result["lost"], result["duplicated"], result["cross_tenant"], result["cut_exports"]) == (0, 0, 0, 0)
     assert result["appends"] == 36 and result["searches"] == 12
     assert result["append_ms"]["p50"] > 0 and result["searchable_delay_ms"]["p95_ms"] is not None
     library = result["library"]  # the in-process side did the server's work: its indexer embedded every append

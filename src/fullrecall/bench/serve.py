@@ -4,7 +4,8 @@ Starts the server on loopback (a private PostgreSQL too with ``--backend postgre
 ``--clients`` concurrent clients (half per tenant) each append ``--messages`` messages to
 their own conversations (every fifth one sent twice, as a client retrying would) and run
 ``--searches`` searches for words only their own messages hold. It then checks that
-nothing was lost or duplicated (each tenant's export holds exactly the acknowledged ids)
+nothing was lost or duplicated (each tenant's export holds exactly the acknowledged ids, and ends
+with its end line counting them)
 and that no search hit crossed tenants, and reports p50/p95/p99 of append and search over
 HTTP, the searchable delay p95 the server measured, and the same work in-process as the
 baseline: the server's own ``Service`` (its indexer embedding every append, the same
@@ -171,12 +172,14 @@ async def _drive(urls: list[str], keys: list[str], args: argparse.Namespace) -> 
     for c in conns:
         c.close()
     admin = _Connection(urls[0])
-    lost, duplicated = 0, 0
+    lost, duplicated, cut = 0, 0, 0
     for tenant, key in enumerate(keys):  # writes of one tenant landed on every server: export sees them all
         exported = await _send(admin, "/v1/export", {}, key)
         text = exported.decode() if isinstance(exported, bytes) else json.dumps(exported)
         rows = [json.loads(line) for line in text.split("\n") if line]
         ids = [row["id"] for row in rows if row.get("type") == "message"]  # after the format header
+        end = rows[-1] if rows else {}
+        cut += end.get("type") != "end" or end.get("messages") != len(ids)  # an export proves itself whole
         duplicated += len(ids) - len(set(ids))
         lost += len(acked[tenant] - set(ids))
         crossed += [i for i in ids if not i.startswith(f"t{tenant}-")]
@@ -189,6 +192,7 @@ async def _drive(urls: list[str], keys: list[str], args: argparse.Namespace) -> 
     return {"appends": len(appends), "searches": len(searches), "elapsed_s": round(elapsed, 2),
             "append_ms": _pct(appends), "search_ms": _pct(searches),
             "searchable_delay_ms": stats["searchable_delay"], "lost": lost, "duplicated": duplicated,
+            "cut_exports": cut,
             "cross_tenant": len(crossed), "client_cpu_share": round(cpu / elapsed, 2)}
 
 
@@ -284,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
         if result["search_ms"]["p50"] else None,
     }
     result.update(backend=args.backend, clients=args.clients, servers=args.servers)
-    ok = result["lost"] == 0 and result["duplicated"] == 0 and result["cross_tenant"] == 0
+    ok = result["lost"] == result["duplicated"] == result["cross_tenant"] == result["cut_exports"] == 0
     result["ok"] = ok
     if args.json:
         print(json.dumps(result))
@@ -302,6 +306,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"server CPU {r['server_cpu_ms_per_request']} ms a request (embedding included; in-process "
                   f"{lib['cpu_ms_per_request']} ms); the server(s) got {r['server_cpu_share']} of a core, the bench's "
                   f"clients {r['client_cpu_share']}")
-        print(f"lost {r['lost']}, duplicated {r['duplicated']}, cross-tenant {r['cross_tenant']}: "
+        print(f"lost {r['lost']}, duplicated {r['duplicated']}, cross-tenant {r['cross_tenant']}, "
+              f"exports cut short {r['cut_exports']}: "
               f"{'OK' if ok else 'FAILED'}")
     return 0 if ok else 1
