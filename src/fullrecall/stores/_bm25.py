@@ -14,7 +14,7 @@ import math
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +24,7 @@ from .base import Filters, Hit
 
 WORD = re.compile(r"\w+", re.UNICODE)
 _NOT_WORD = str.maketrans({chr(c): " " for c in range(128) if not (chr(c).isalnum() or chr(c) == "_")})
+_NOT_WORD_BUT_NUL = {c: " " for c in range(1, 128) if not (chr(c).isalnum() or chr(c) == "_")}
 
 
 def words(text: str) -> list[str]:
@@ -55,6 +56,11 @@ class Tokenizer:
 
     def __call__(self, text: str) -> list[str]:
         found = words(text)
+        known = self._learn(found)
+        return [known[w] for w in found]
+
+    def _learn(self, found: Iterable[str]) -> dict[str, str]:
+        """The word memory, holding each of ``found`` (the words not yet in it stemmed, at once)."""
         known = self._known  # never emptied in place: another thread may be reading it
         if len(known) > 200_000:
             known = self._known = {}
@@ -64,7 +70,25 @@ class Tokenizer:
                 stems = self._stem(new)
             # as FTS5's porter: words under 3 or over 64 characters pass unstemmed ("us" stays "us")
             known.update((w, s if 3 <= len(w) <= 64 else w) for w, s in zip(new, stems))
-        return [known[w] for w in found]
+        return known
+
+
+def _split_many(texts: Sequence[str]) -> list[str] | None:
+    r"""The words of every text, one after another, as :func:`words` splits each, with a NUL (no word)
+    between one text's and the next's: found in one pass over the texts joined by a NUL between two
+    spaces (so ``lower()``, whose Greek final sigma looks at its neighbours, sees a space at each end of
+    a text as at the ends of a string), every character that is no word character (``\w``) turned
+    into a space and the result split. None when a text holds a NUL of its own.
+    """
+    if not texts:
+        return []
+    low = " \0 ".join(texts).lower()
+    if low.count("\0") != len(texts) - 1:
+        return None
+    table = _NOT_WORD_BUT_NUL
+    if not low.isascii():  # and the text's other characters that are no word character
+        table = {**table, **{ord(c): " " for c in set(low) if not c.isalnum() and c > "\x7f"}}
+    return low.translate(table).split()
 
 
 @dataclass
@@ -98,6 +122,49 @@ class LexicalIndex:
             [r[5] for r in rows],
         )
 
+    @classmethod
+    def of_texts(
+        cls, rows: Sequence[tuple[str, str, str, str, float, str, int | None]], tokenizer: Tokenizer,
+        owner: Owner | None = None,
+    ) -> LexicalIndex:
+        """:meth:`build` of ``rows`` (id, key, role, kind, created_at, text, position) with each text's
+        ``tokenizer(text)``, the texts tokenized together: split in one pass (:func:`_split_many`),
+        each distinct word stemmed and numbered once, each position's term found in numpy.
+        """
+        if not rows:
+            return cls.build([], owner)
+        ids, keys, roles, kinds, created, texts, positions = map(list, zip(*rows))
+        found = _split_many(texts)
+        if found is None:
+            return cls.build([(*r[:5], tokenizer(r[5]), r[6]) for r in rows], owner)
+        words_ = dict.fromkeys(found)  # each distinct word, in order of first use
+        words_.pop("\0", None)
+        known = tokenizer._learn(words_)
+        terms = list(dict.fromkeys(known[w] for w in words_))  # in order of first use, as build numbers them
+        numbers = {t: i for i, t in enumerate(terms)}
+        word_term = np.array([numbers[known[w]] for w in words_] + [-1], np.int64)  # -1: the NUL between texts
+        places = {w: i for i, w in enumerate(words_)}
+        places["\0"] = len(places)
+        term = word_term[np.fromiter(map(places.__getitem__, found), np.int64, len(found))]
+        between = term < 0
+        row = np.cumsum(between)[~between]
+        term = term[~between]
+        lengths = np.bincount(row, minlength=len(texts))
+        bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+        tokens = np.array(terms, dtype=object)[term].tolist() if terms else []
+        return cls(
+            ids,
+            keys,
+            np.array(roles, dtype=object),
+            np.array(kinds, dtype=object),
+            np.array(created, dtype=np.float64),
+            lengths.astype(np.float64),
+            _count(term, row, len(texts), terms),
+            owner,
+            positions,
+            [tokens[a:b] for a, b in zip(bounds, bounds[1:])],
+        )
+
     def extend(self, other: LexicalIndex) -> LexicalIndex:
         """This index plus ``other``'s rows (messages added since it was built); neither is changed."""
         if not other.ids:
@@ -127,16 +194,22 @@ def _postings(token_lists: Sequence[Sequence[str]]) -> dict[str, tuple[np.ndarra
     as one integer, sorted and counted at once, each term's postings a slice of the result.
     """
     n = len(token_lists)
-    vocabulary: dict[str, int] = {}
-    ids = [vocabulary.setdefault(t, len(vocabulary)) for t in itertools.chain.from_iterable(token_lists)]
-    if not ids:
+    flat = list(itertools.chain.from_iterable(token_lists))
+    terms = list(dict.fromkeys(flat))  # each term's number: its place in order of first use
+    numbers = {t: i for i, t in enumerate(terms)}
+    ids = np.fromiter(map(numbers.__getitem__, flat), np.int64, len(flat))
+    return _count(ids, np.repeat(np.arange(n, dtype=np.int64), [len(t) for t in token_lists]), n, terms)
+
+
+def _count(ids: np.ndarray, rows: np.ndarray, n: int, terms: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The postings of the term numbers ``ids`` (of ``terms``) found in ``rows`` (ascending) of ``n``."""
+    if not len(ids):
         return {}
-    rows = np.repeat(np.arange(n, dtype=np.int64), [len(t) for t in token_lists])
-    pairs, counts = np.unique(np.array(ids, np.int64) * n + rows, return_counts=True)
-    terms, places = np.divmod(pairs, n)
-    bounds = np.searchsorted(terms, np.arange(len(vocabulary) + 1)).tolist()
+    pairs, counts = np.unique(ids * n + rows, return_counts=True)
+    numbers, places = np.divmod(pairs, n)
+    bounds = np.searchsorted(numbers, np.arange(len(terms) + 1)).tolist()
     tf = counts.astype(np.float64)
-    return {t: (places[bounds[i]:bounds[i + 1]], tf[bounds[i]:bounds[i + 1]]) for t, i in vocabulary.items()}
+    return {t: (places[bounds[i]:bounds[i + 1]], tf[bounds[i]:bounds[i + 1]]) for i, t in enumerate(terms)}
 
 
 def bm25_search(
@@ -231,7 +304,7 @@ class SessionIndexes:
     rows are held (least recently used sessions are dropped first).
     """
 
-    def __init__(self, tokenize: Callable[[str], list[str]], max_rows: int = 500_000) -> None:
+    def __init__(self, tokenize: Tokenizer, max_rows: int = 500_000) -> None:
         self.tokenize = tokenize
         self._max_rows = max_rows
         self._held: OrderedDict[Hashable, tuple[Hashable, int, int, LexicalIndex]] = OrderedDict()
@@ -271,8 +344,7 @@ class SessionIndexes:
         return index
 
     def _build(self, rows: Sequence[tuple[str, str, str, str, float, str, int]], owner: Owner) -> LexicalIndex:
-        tokenize = self.tokenize
-        return LexicalIndex.build([(i, k, r, kind, t, tokenize(text), p) for i, k, r, kind, t, text, p in rows], owner)
+        return LexicalIndex.of_texts(rows, self.tokenize, owner)
 
     def drop(self, keys: Sequence[Hashable]) -> None:
         with self._lock:
