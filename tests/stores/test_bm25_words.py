@@ -68,6 +68,9 @@ def test_an_index_of_texts_tokenized_together_is_the_index_of_each_texts_tokens(
     expected = LexicalIndex.build([(*r[:5], tokenize(r[5]), r[6]) for r in rows], ("u", "a", "s"))
     _same_index(expected, LexicalIndex.of_texts(rows, Tokenizer(), ("u", "a", "s")))
     _same_index(expected, LexicalIndex.of_texts(rows, tokenize, ("u", "a", "s")))  # its word memory full
+    half = len(rows) // 2  # rows added later extend the index as if it had been built with them
+    extended = LexicalIndex.of_texts(rows[:half], tokenize, ("u", "a", "s")).extend(LexicalIndex.of_texts(rows[half:], tokenize))
+    _same_index(expected, extended)
 
 
 def test_texts_tokenized_together_keep_each_texts_words_apart() -> None:

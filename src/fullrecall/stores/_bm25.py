@@ -14,7 +14,7 @@ import math
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,7 +64,7 @@ class Tokenizer:
         known = self._known  # never emptied in place: another thread may be reading it
         if len(known) > 200_000:
             known = self._known = {}
-        new = [w for w in found if w not in known]
+        new = list(set(found).difference(known))
         if new:
             with self._stem_lock:
                 stems = self._stem(new)
@@ -101,7 +101,7 @@ class LexicalIndex:
     kinds: np.ndarray
     created: np.ndarray
     lengths: np.ndarray  # tokens per message
-    postings: dict[str, tuple[np.ndarray, np.ndarray]]  # term -> (row numbers, term frequencies)
+    postings: Mapping[str, tuple[np.ndarray, np.ndarray]]  # term -> (row numbers, term frequencies)
     owner: Owner | None = None  # the session's (user_id, agent_id, session_id)
     positions: list[int | None] | None = None  # each message's position, parallel to ids
     tokens: list[list[str]] | None = None  # each message's tokens in order, for phrases; parallel to ids
@@ -137,15 +137,15 @@ class LexicalIndex:
         found = _split_many(texts)
         if found is None:
             return cls.build([(*r[:5], tokenizer(r[5]), r[6]) for r in rows], owner)
-        words_ = dict.fromkeys(found)  # each distinct word, in order of first use
-        words_.pop("\0", None)
-        known = tokenizer._learn(words_)
-        terms = list(dict.fromkeys(known[w] for w in words_))  # in order of first use, as build numbers them
-        numbers = {t: i for i, t in enumerate(terms)}
-        word_term = np.array([numbers[known[w]] for w in words_] + [-1], np.int64)  # -1: the NUL between texts
-        places = {w: i for i, w in enumerate(words_)}
-        places["\0"] = len(places)
-        term = word_term[np.fromiter(map(places.__getitem__, found), np.int64, len(found))]
+        first: dict[str, int] = {}  # each distinct word -> where it is first found, in order of first use
+        at = np.fromiter(map(first.setdefault, found, itertools.count()), np.int64, len(found))
+        first.pop("\0", None)
+        stems = list(map(tokenizer._learn(first).__getitem__, first))
+        terms = list(dict.fromkeys(stems))  # in order of first use, as build numbers them
+        numbers = dict(zip(terms, range(len(terms))))
+        word_term = np.full(len(found), -1, np.int64)  # -1: the NUL between texts
+        word_term[list(first.values())] = list(map(numbers.__getitem__, stems))
+        term = word_term[at]
         between = term < 0
         row = np.cumsum(between)[~between]
         term = term[~between]
@@ -159,7 +159,7 @@ class LexicalIndex:
             np.array(kinds, dtype=object),
             np.array(created, dtype=np.float64),
             lengths.astype(np.float64),
-            _count(term, row, len(texts), terms),
+            _count(term, row, len(texts), numbers),
             owner,
             positions,
             [tokens[a:b] for a, b in zip(bounds, bounds[1:])],
@@ -189,27 +189,51 @@ class LexicalIndex:
         )
 
 
-def _postings(token_lists: Sequence[Sequence[str]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _postings(token_lists: Sequence[Sequence[str]]) -> Mapping[str, tuple[np.ndarray, np.ndarray]]:
     """Each term's rows (ascending) and its frequency in each, counted in numpy: every (term, row) pair
     as one integer, sorted and counted at once, each term's postings a slice of the result.
     """
     n = len(token_lists)
     flat = list(itertools.chain.from_iterable(token_lists))
-    terms = list(dict.fromkeys(flat))  # each term's number: its place in order of first use
-    numbers = {t: i for i, t in enumerate(terms)}
+    terms = dict.fromkeys(flat)  # each term's number: its place in order of first use
+    numbers = dict(zip(terms, range(len(terms))))
     ids = np.fromiter(map(numbers.__getitem__, flat), np.int64, len(flat))
-    return _count(ids, np.repeat(np.arange(n, dtype=np.int64), [len(t) for t in token_lists]), n, terms)
+    return _count(ids, np.repeat(np.arange(n, dtype=np.int64), [len(t) for t in token_lists]), n, numbers)
 
 
-def _count(ids: np.ndarray, rows: np.ndarray, n: int, terms: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """The postings of the term numbers ``ids`` (of ``terms``) found in ``rows`` (ascending) of ``n``."""
+def _count(ids: np.ndarray, rows: np.ndarray, n: int, numbers: dict[str, int]) -> Mapping[str, tuple[np.ndarray, np.ndarray]]:
+    """The postings of the term numbers ``ids`` (``numbers``: term -> number, 0 on) found in ``rows`` (ascending) of ``n``."""
     if not len(ids):
         return {}
     pairs, counts = np.unique(ids * n + rows, return_counts=True)
-    numbers, places = np.divmod(pairs, n)
-    bounds = np.searchsorted(numbers, np.arange(len(terms) + 1)).tolist()
-    tf = counts.astype(np.float64)
-    return {t: (places[bounds[i]:bounds[i + 1]], tf[bounds[i]:bounds[i + 1]]) for i, t in enumerate(terms)}
+    held, places = np.divmod(pairs, n)
+    bounds = np.searchsorted(held, np.arange(len(numbers) + 1)).tolist()
+    return Postings(numbers, bounds, places, counts.astype(np.float64))
+
+
+class Postings(Mapping[str, tuple[np.ndarray, np.ndarray]]):
+    """Term -> (rows, frequencies): each term's slice of the rows and frequencies of all terms, cut when
+    the term is asked for (a search asks for a few terms of the thousands a session holds).
+    """
+
+    __slots__ = ("_numbers", "_bounds", "_rows", "_tf")
+
+    def __init__(self, numbers: dict[str, int], bounds: list[int], rows: np.ndarray, tf: np.ndarray) -> None:
+        self._numbers = numbers  # term -> its number: its postings are rows[bounds[i]:bounds[i + 1]]
+        self._bounds = bounds
+        self._rows = rows
+        self._tf = tf
+
+    def __getitem__(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        i = self._numbers[term]
+        a, b = self._bounds[i], self._bounds[i + 1]
+        return self._rows[a:b], self._tf[a:b]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._numbers)
+
+    def __len__(self) -> int:
+        return len(self._numbers)
 
 
 def bm25_search(
