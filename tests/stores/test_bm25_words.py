@@ -78,3 +78,51 @@ def test_a_process_forked_while_another_thread_stems_tokenizes_in_the_child() ->
     finally:
         release.set()
         thread.join()
+
+
+def _same_index(a: object, b: object) -> None:
+    import numpy as np
+
+    from fullrecall.stores._bm25 import LexicalIndex
+
+    assert isinstance(a, LexicalIndex) and isinstance(b, LexicalIndex)
+    assert (a.ids, a.keys, a.positions, a.tokens) == (b.ids, b.keys, b.positions, b.tokens)
+    for x, y in [(a.roles, b.roles), (a.kinds, b.kinds), (a.created, b.created), (a.lengths, b.lengths)]:
+        assert x.dtype == y.dtype and x.tolist() == y.tolist()
+    assert list(a.postings) == list(b.postings)  # the same terms, in the same order
+    for term, (rows, tf) in a.postings.items():
+        other_rows, other_tf = b.postings[term]
+        assert np.array_equal(rows, other_rows) and rows.dtype == other_rows.dtype
+        assert np.array_equal(tf, other_tf) and tf.dtype == other_tf.dtype
+
+
+_WORDY = st.text(alphabet=st.sampled_from(list("ab Running dogs, us!\t\u03a3\u03c3\u03a3\u212a\u0130\u00e9\u2019\xa0_7")))
+
+
+@given(st.lists(st.text(alphabet=st.characters(max_codepoint=0x7F)) | st.text() | _WORDY, max_size=8))
+def test_an_index_of_texts_tokenized_together_is_the_index_of_each_texts_tokens(texts: list[str]) -> None:
+    from fullrecall.stores._bm25 import LexicalIndex, Tokenizer
+
+    rows = [(f"m{n}", str(n), "user", "message", float(n), t, n) for n, t in enumerate(texts)]
+    tokenize = Tokenizer()
+    expected = LexicalIndex.build([(*r[:5], tokenize(r[5]), r[6]) for r in rows], ("u", "a", "s"))
+    _same_index(expected, LexicalIndex.of_texts(rows, Tokenizer(), ("u", "a", "s")))
+    _same_index(expected, LexicalIndex.of_texts(rows, tokenize, ("u", "a", "s")))  # its word memory full
+    half = len(rows) // 2  # rows added later extend the index as if it had been built with them
+    extended = LexicalIndex.of_texts(rows[:half], tokenize, ("u", "a", "s")).extend(LexicalIndex.of_texts(rows[half:], tokenize))
+    _same_index(expected, extended)
+
+
+def test_texts_tokenized_together_keep_each_texts_words_apart() -> None:
+    from fullrecall.stores._bm25 import LexicalIndex, Tokenizer
+
+    texts = ["Running dogs", "", "caf\u00e9 \u039f\u0394\u039f\u03a3", "\u03a3\u03a3 us", "x\x00y running", "DOGS"]
+    rows = [(f"m{n}", str(n), "user", "message", 0.0, t, n) for n, t in enumerate(texts)]
+    index = LexicalIndex.of_texts(rows, Tokenizer())  # a NUL in a text: each text tokenized alone
+    assert index.tokens == [["run", "dog"], [], ["caf\u00e9", "\u03bf\u03b4\u03bf\u03c2"], ["\u03c3\u03c2", "us"],
+                            ["x", "y", "run"], ["dog"]]
+    index = LexicalIndex.of_texts(rows[:4] + rows[5:], Tokenizer())
+    assert index.tokens == [["run", "dog"], [], ["caf\u00e9", "\u03bf\u03b4\u03bf\u03c2"], ["\u03c3\u03c2", "us"], ["dog"]]
+    assert index.lengths.tolist() == [2.0, 0.0, 2.0, 2.0, 1.0]
+    assert index.postings["dog"][0].tolist() == [0, 4]
+    assert LexicalIndex.of_texts([], Tokenizer()).ids == []

@@ -16,7 +16,7 @@ import re
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +26,7 @@ from .base import Filters, Hit
 
 WORD = re.compile(r"\w+", re.UNICODE)
 _NOT_WORD = str.maketrans({chr(c): " " for c in range(128) if not (chr(c).isalnum() or chr(c) == "_")})
+_NOT_WORD_BUT_NUL = {c: " " for c in range(1, 128) if not (chr(c).isalnum() or chr(c) == "_")}
 
 
 def words(text: str) -> list[str]:
@@ -66,16 +67,39 @@ class Tokenizer:
 
     def __call__(self, text: str) -> list[str]:
         found = words(text)
+        known = self._learn(found)
+        return [known[w] for w in found]
+
+    def _learn(self, found: Iterable[str]) -> dict[str, str]:
+        """The word memory, holding each of ``found`` (the words not yet in it stemmed, at once)."""
         known = self._known  # never emptied in place: another thread may be reading it
         if len(known) > 200_000:
             known = self._known = {}
-        new = [w for w in found if w not in known]
+        new = list(set(found).difference(known))
         if new:
             with self._stem_lock:
                 stems = self._stem(new)
             # as FTS5's porter: words under 3 or over 64 characters pass unstemmed ("us" stays "us")
             known.update((w, s if 3 <= len(w) <= 64 else w) for w, s in zip(new, stems))
-        return [known[w] for w in found]
+        return known
+
+
+def _split_many(texts: Sequence[str]) -> list[str] | None:
+    r"""The words of every text, one after another, as :func:`words` splits each, with a NUL (no word)
+    between one text's and the next's: found in one pass over the texts joined by a NUL between two
+    spaces (so ``lower()``, whose Greek final sigma looks at its neighbours, sees a space at each end of
+    a text as at the ends of a string), every character that is no word character (``\w``) turned
+    into a space and the result split. None when a text holds a NUL of its own.
+    """
+    if not texts:
+        return []
+    low = " \0 ".join(texts).lower()
+    if low.count("\0") != len(texts) - 1:
+        return None
+    table = _NOT_WORD_BUT_NUL
+    if not low.isascii():  # and the text's other characters that are no word character
+        table = {**table, **{ord(c): " " for c in set(low) if not c.isalnum() and c > "\x7f"}}
+    return low.translate(table).split()
 
 
 _TOKENIZERS: weakref.WeakSet[Tokenizer] = weakref.WeakSet()  # every live tokenizer, renewed in a forked child
@@ -104,7 +128,7 @@ class LexicalIndex:
     kinds: np.ndarray
     created: np.ndarray
     lengths: np.ndarray  # tokens per message
-    postings: dict[str, tuple[np.ndarray, np.ndarray]]  # term -> (row numbers, term frequencies)
+    postings: Mapping[str, tuple[np.ndarray, np.ndarray]]  # term -> (row numbers, term frequencies)
     owner: Owner | None = None  # the session's (user_id, agent_id, session_id)
     positions: list[int | None] | None = None  # each message's position, parallel to ids
     tokens: list[list[str]] | None = None  # each message's tokens in order, for phrases; parallel to ids
@@ -123,6 +147,49 @@ class LexicalIndex:
             owner,
             [r[6] for r in rows],
             [r[5] for r in rows],
+        )
+
+    @classmethod
+    def of_texts(
+        cls, rows: Sequence[tuple[str, str, str, str, float, str, int | None]], tokenizer: Tokenizer,
+        owner: Owner | None = None,
+    ) -> LexicalIndex:
+        """:meth:`build` of ``rows`` (id, key, role, kind, created_at, text, position) with each text's
+        ``tokenizer(text)``, the texts tokenized together: split in one pass (:func:`_split_many`),
+        each distinct word stemmed and numbered once, each position's term found in numpy.
+        """
+        if not rows:
+            return cls.build([], owner)
+        ids, keys, roles, kinds, created, texts, positions = map(list, zip(*rows))
+        found = _split_many(texts)
+        if found is None:
+            return cls.build([(*r[:5], tokenizer(r[5]), r[6]) for r in rows], owner)
+        first: dict[str, int] = {}  # each distinct word -> where it is first found, in order of first use
+        at = np.fromiter(map(first.setdefault, found, itertools.count()), np.int64, len(found))
+        first.pop("\0", None)
+        stems = list(map(tokenizer._learn(first).__getitem__, first))
+        terms = list(dict.fromkeys(stems))  # in order of first use, as build numbers them
+        numbers = dict(zip(terms, range(len(terms))))
+        word_term = np.full(len(found), -1, np.int64)  # -1: the NUL between texts
+        word_term[list(first.values())] = list(map(numbers.__getitem__, stems))
+        term = word_term[at]
+        between = term < 0
+        row = np.cumsum(between)[~between]
+        term = term[~between]
+        lengths = np.bincount(row, minlength=len(texts))
+        bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+        tokens = np.array(terms, dtype=object)[term].tolist() if terms else []
+        return cls(
+            ids,
+            keys,
+            np.array(roles, dtype=object),
+            np.array(kinds, dtype=object),
+            np.array(created, dtype=np.float64),
+            lengths.astype(np.float64),
+            _count(term, row, len(texts), numbers),
+            owner,
+            positions,
+            [tokens[a:b] for a, b in zip(bounds, bounds[1:])],
         )
 
     def extend(self, other: LexicalIndex) -> LexicalIndex:
@@ -149,21 +216,51 @@ class LexicalIndex:
         )
 
 
-def _postings(token_lists: Sequence[Sequence[str]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _postings(token_lists: Sequence[Sequence[str]]) -> Mapping[str, tuple[np.ndarray, np.ndarray]]:
     """Each term's rows (ascending) and its frequency in each, counted in numpy: every (term, row) pair
     as one integer, sorted and counted at once, each term's postings a slice of the result.
     """
     n = len(token_lists)
-    vocabulary: dict[str, int] = {}
-    ids = [vocabulary.setdefault(t, len(vocabulary)) for t in itertools.chain.from_iterable(token_lists)]
-    if not ids:
+    flat = list(itertools.chain.from_iterable(token_lists))
+    terms = dict.fromkeys(flat)  # each term's number: its place in order of first use
+    numbers = dict(zip(terms, range(len(terms))))
+    ids = np.fromiter(map(numbers.__getitem__, flat), np.int64, len(flat))
+    return _count(ids, np.repeat(np.arange(n, dtype=np.int64), [len(t) for t in token_lists]), n, numbers)
+
+
+def _count(ids: np.ndarray, rows: np.ndarray, n: int, numbers: dict[str, int]) -> Mapping[str, tuple[np.ndarray, np.ndarray]]:
+    """The postings of the term numbers ``ids`` (``numbers``: term -> number, 0 on) found in ``rows`` (ascending) of ``n``."""
+    if not len(ids):
         return {}
-    rows = np.repeat(np.arange(n, dtype=np.int64), [len(t) for t in token_lists])
-    pairs, counts = np.unique(np.array(ids, np.int64) * n + rows, return_counts=True)
-    terms, places = np.divmod(pairs, n)
-    bounds = np.searchsorted(terms, np.arange(len(vocabulary) + 1)).tolist()
-    tf = counts.astype(np.float64)
-    return {t: (places[bounds[i]:bounds[i + 1]], tf[bounds[i]:bounds[i + 1]]) for t, i in vocabulary.items()}
+    pairs, counts = np.unique(ids * n + rows, return_counts=True)
+    held, places = np.divmod(pairs, n)
+    bounds = np.searchsorted(held, np.arange(len(numbers) + 1)).tolist()
+    return Postings(numbers, bounds, places, counts.astype(np.float64))
+
+
+class Postings(Mapping[str, tuple[np.ndarray, np.ndarray]]):
+    """Term -> (rows, frequencies): each term's slice of the rows and frequencies of all terms, cut when
+    the term is asked for (a search asks for a few terms of the thousands a session holds).
+    """
+
+    __slots__ = ("_numbers", "_bounds", "_rows", "_tf")
+
+    def __init__(self, numbers: dict[str, int], bounds: list[int], rows: np.ndarray, tf: np.ndarray) -> None:
+        self._numbers = numbers  # term -> its number: its postings are rows[bounds[i]:bounds[i + 1]]
+        self._bounds = bounds
+        self._rows = rows
+        self._tf = tf
+
+    def __getitem__(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        i = self._numbers[term]
+        a, b = self._bounds[i], self._bounds[i + 1]
+        return self._rows[a:b], self._tf[a:b]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._numbers)
+
+    def __len__(self) -> int:
+        return len(self._numbers)
 
 
 def bm25_search(
@@ -258,7 +355,7 @@ class SessionIndexes:
     rows are held (least recently used sessions are dropped first).
     """
 
-    def __init__(self, tokenize: Callable[[str], list[str]], max_rows: int = 500_000) -> None:
+    def __init__(self, tokenize: Tokenizer, max_rows: int = 500_000) -> None:
         self.tokenize = tokenize
         self._max_rows = max_rows
         self._held: OrderedDict[Hashable, tuple[Hashable, int, int, LexicalIndex]] = OrderedDict()
@@ -298,8 +395,7 @@ class SessionIndexes:
         return index
 
     def _build(self, rows: Sequence[tuple[str, str, str, str, float, str, int]], owner: Owner) -> LexicalIndex:
-        tokenize = self.tokenize
-        return LexicalIndex.build([(i, k, r, kind, t, tokenize(text), p) for i, k, r, kind, t, text, p in rows], owner)
+        return LexicalIndex.of_texts(rows, self.tokenize, owner)
 
     def drop(self, keys: Sequence[Hashable]) -> None:
         with self._lock:

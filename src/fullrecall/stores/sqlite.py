@@ -727,12 +727,13 @@ class SQLiteStore(SqlStore):
 
         def reader(sid: int) -> Any:
             def read(after: int) -> list[tuple[str, str, str, str, float, str, int]]:
-                rows = conn.execute(
-                    f"SELECT id, rid, role, kind, created_at, {_indexed('text')}, position FROM messages"
+                cursor = conn.cursor()
+                cursor.row_factory = None  # plain tuples, in the shape the index reads (the key as text)
+                return cursor.execute(
+                    f"SELECT id, CAST(rid AS TEXT), role, kind, created_at, {_indexed('text')}, position FROM messages"
                     " WHERE sid = ? AND position >= ? ORDER BY position",
                     (sid, after),
                 ).fetchall()
-                return [(r[0], str(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
             return read
 
         indexes = [
