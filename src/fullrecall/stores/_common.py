@@ -141,7 +141,7 @@ def message_from_row(
         created_at=float(row["created_at"]),
         archived_at=float(row["archived_at"]),
         summary_id=row.get("summary_id") or None,
-        metadata=V.loads(row["metadata"]) if row.get("metadata") else {},
+        metadata=V.loads(row["metadata"]) if row.get("metadata") not in (None, "", "{}") else {},
         session_id=session_id,
         user_id=user_id,
         agent_id=agent_id,
