@@ -79,7 +79,7 @@ class Quantized:
             self._coarse = faiss.IndexFlatIP(dim)  # kept referenced: the inverted file does not own it
             sq8 = faiss.ScalarQuantizer.QT_8bit_uniform
             self._index = faiss.IndexIVFScalarQuantizer(self._coarse, dim, LISTS, sq8, ip)
-            with _one_thread(faiss):  # the same clusters every time (two threads sum in either order)
+            with _one_thread(faiss):  # as the searches; with two threads a recall test failed one run in seven
                 self._index.train(np.ascontiguousarray(matrix[:: max(1, len(matrix) // (64 * LISTS))]))
         else:
             self._index = faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_8bit_direct_signed, ip)
