@@ -73,6 +73,11 @@ def test_a_ranking_reads_its_candidates_once_and_takes_no_boost_after():
         ranked.add([0], [0.5])
 
 
+def test_nothing_found_is_an_empty_ranking_whatever_ids_are_known():
+    for ranked in (fuse({}, {}, {("a", 1): "x"}), fuse({}, {}, {}), rrf({}, {}, {("a", 1): "x"})):
+        assert len(ranked) == 0 and list(near_best(ranked)) == [] and spread_out(ranked, 3, 2) == []
+
+
 def test_rrf_baseline():
     ranked = rrf({("a", 1): 0.9, ("a", 2): 0.1}, {("a", 2): 5.0}, {})
     assert ranked[0].key == ("a", 2)
@@ -140,3 +145,37 @@ def test_near_best_adds_to_each_candidate_the_best_nearby_head_score_in_its_sess
     want = _near_best_by_definition(_candidates(scores), 0.2, window, depth)
     got = near_best(_ranked(scores), weight=0.2, window=window, depth=depth)
     assert [(c.key, c.fused, c.boost) for c in got] == want
+
+
+def _fuse_by_definition(dense, lexical, ids, lexical_weight, neighbour_weight, unknown_neighbours):
+    """The rule as fusion's docstring states it, one key at a time (a plain loop, as fusion was first written)."""
+    smoothed: dict = {}
+    for (session, pos), score in lexical.items():
+        smoothed[(session, pos)] = smoothed.get((session, pos), 0.0) + score
+        for near in ((session, pos - 1), (session, pos + 1)):
+            if neighbour_weight and near[1] >= 0 and (unknown_neighbours or near in ids):
+                smoothed[near] = smoothed.get(near, 0.0) + neighbour_weight * score
+    lex_scale = 1.0 / max(max(smoothed.values(), default=0.0), 1.0)
+    floor = scale = 0.0
+    if dense:
+        best, floor = max(dense.values()), min(dense.values())
+        scale = 1.0 / (best - floor) if best > floor else 0.0
+    out = []
+    for key in dense.keys() | smoothed.keys():
+        cos = dense.get(key)
+        d = 0.0 if cos is None else ((cos - floor) * scale if scale else 1.0)
+        fused = lexical_weight * smoothed.get(key, 0.0) * lex_scale + (1.0 - lexical_weight) * d
+        out.append((key, ids.get(key), cos, lexical.get(key, 0.0), fused))
+    return sorted(out, key=lambda t: (-t[4], t[0]))
+
+
+keys = st.tuples(st.sampled_from(["a", "b", "c\u00e9"]), st.integers(0, 40))
+
+
+@given(st.dictionaries(keys, st.floats(-1.0, 1.0), max_size=30), st.dictionaries(keys, st.floats(0.0, 30.0), max_size=30),
+       st.sets(keys, max_size=40), st.sampled_from([0.0, 0.3, 1.0]), st.booleans())
+def test_fuse_scores_and_orders_each_candidate_exactly_as_the_rule_states(dense, lexical, known, spread, unknown):
+    ids = {key: f"{key[0]}{key[1]}" for key in known | dense.keys() | lexical.keys() if key in known or key in dense}
+    want = _fuse_by_definition(dense, lexical, ids, 0.6, spread, unknown)
+    got = fuse(dense, lexical, ids, lexical_weight=0.6, neighbour_weight=spread, unknown_neighbours=unknown)
+    assert [(c.key, c.id, c.dense, c.lexical, c.fused) for c in got] == want  # to the last bit

@@ -170,7 +170,7 @@ def fuse(
     own = np.zeros(n)
     own[np.searchsorted(keys, lex)] = score
     named: list[str | None] = [None] * n
-    if ids:
+    if ids and n:
         found = codes(ids, len(ids))
         rows = np.searchsorted(keys, found)
         for r, ok, key in zip(rows.tolist(), (keys[np.minimum(rows, n - 1)] == found).tolist(), ids.values()):
