@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import io
 import math
+import os
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -37,6 +38,11 @@ def resolve(deadline: float | str | None, timeout: float) -> float:
     if not (math.isfinite(value) and value > 0):
         raise InvalidInput(f"deadline must be a positive number of seconds, got {deadline!r}")
     return value
+
+
+def from_env(deadline: float | str | None, timeout: float) -> float:
+    """:func:`resolve` of ``deadline``, or when None of ``FULLRECALL_LLM_DEADLINE`` (when set)."""
+    return resolve(os.environ.get(ENV) or None if deadline is None else deadline, timeout)
 
 
 def run_sync(make: Callable[[], Awaitable[T]]) -> T:

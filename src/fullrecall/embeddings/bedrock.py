@@ -9,7 +9,6 @@ Cohere takes up to 96 texts a request and distinguishes documents from queries.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -60,8 +59,7 @@ class BedrockEmbedder:
         self.name = f"bedrock:{model_id}" + (f"@{self.dimension}" if model_id == TITAN_V2 else "")
         self.max_workers = max_workers
         self.timeout = timeout
-        self.deadline = _deadline.resolve(os.environ.get(_deadline.ENV) or None if deadline is None else deadline,
-                                          timeout)
+        self.deadline = _deadline.from_env(deadline, timeout)
         if client is None:
             try:
                 import boto3

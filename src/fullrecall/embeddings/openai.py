@@ -48,8 +48,7 @@ class OpenAIEmbedder:
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.timeout = timeout
-        self.deadline = _deadline.resolve(os.environ.get(_deadline.ENV) or None if deadline is None else deadline,
-                                          timeout)
+        self.deadline = _deadline.from_env(deadline, timeout)
         self._dimensions_arg = embedding_dimensions
         self._dimension = embedding_dimensions
         self.batch_size = batch_size

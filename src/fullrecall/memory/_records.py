@@ -40,6 +40,7 @@ import numpy as np
 
 from ..errors import InvalidInput, MemoryInputError
 from ..stores import _validate as V
+from ..stores._common import newest
 from ..stores.base import Record, Scope, Store, StoredMessage
 
 _VEC = "_vec"
@@ -322,8 +323,7 @@ class RecordBook:
         """The log's newest event, read alone (its position from the store's counters: deleted events leave
         gaps, so ``count - 1`` is no position to read from).
         """
-        newest = int(self.store.stats(self._log).get("newest_position", -1))
-        events = self.store.range(self._log, newest, newest) if newest >= 0 else []
+        events = newest(self.store, self._log, 1)
         return (int(events[-1].position or 0), events[-1].id) if events else None
 
     @staticmethod

@@ -369,16 +369,15 @@ class PersistentMemory:
         message recorded in it later lists it again.
         """
         records = self._sessions.all()
-        emptied = [r.id for r in records if r.data.get(_EMPTIED) is True]
-        hidden: set[str] = set()
+        holding = [s for s in (sc.session for sc in self.store.sessions(self.owner))  # one read: those with messages
+                   if s is not None and not s.startswith(LOG_PREFIX)]
+        emptied = {r.id for r in records if r.data.get(_EMPTIED) is True}.difference(holding)
         if emptied:
-            cited = {source.get("session_id") or self.session_id for fact in self.facts.history()
-                     for source in fact.sources}
-            hidden = {s for s in emptied if s not in cited and not self.store.count(replace(self.owner, session_id=s))}
-        listed = [r.id for r in records if r.id not in hidden]
+            emptied -= {source.get("session_id") or self.session_id for fact in self.facts.history()
+                        for source in fact.sources}
+        listed = [r.id for r in records if r.id not in emptied]
         known = set(listed)
-        return listed + [s for s in (sc.session for sc in self.store.sessions(self.owner))
-                         if s is not None and s not in known and not s.startswith(LOG_PREFIX)]
+        return listed + [s for s in holding if s not in known]
 
     def messages(
         self, *, roles: Iterable[str] | None = None, since: float | None = None, until: float | None = None,

@@ -30,6 +30,7 @@ from ..messages.formats import check_unique_ids, parse_messages, render_message
 from ..messages.model import TextBlock
 from ..search.terms import index_text
 from ..stores import _validate as V
+from ..stores._common import newest
 from ..stores.base import Filters, Record, Scope, Store, StoredMessage
 from ..transfer._common import CONVERSATIONS, unlist
 from ..window.cuts import clean_cuts
@@ -194,8 +195,6 @@ class Conversations:
     # -- reading ------------------------------------------------------------------------------
     def _tail(self, scope: Scope, n: int) -> list[StoredMessage]:
         """The newest ``n`` messages, stepping over the gaps deleted messages left (not every message past them)."""
-        from ..transfer._common import newest
-
         return newest(self.store, scope, n)
 
     def _require(self, scope: Scope) -> None:

@@ -22,8 +22,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import Scope as AsgiScope
 
 from ..archive.archive import archived_summaries
+from ..stores._common import first_at_or_after
 from ..stores.base import ANY, Scope
-from ..transfer._common import first_at_or_after
 from .auth import Principal
 from .conversations import CONVERSATIONS, NotFound, message_out
 from .tenancy import scope_for

@@ -25,8 +25,8 @@ from ._vectors import Owner, filter_mask
 from .base import Filters, Hit
 
 WORD = re.compile(r"\w+", re.UNICODE)
-_NOT_WORD = str.maketrans({chr(c): " " for c in range(128) if not (chr(c).isalnum() or chr(c) == "_")})
-_NOT_WORD_BUT_NUL = {c: " " for c in range(1, 128) if not (chr(c).isalnum() or chr(c) == "_")}
+_NOT_WORD_BUT_NUL = {c: " " for c in range(1, 128) if not (chr(c).isalnum() or chr(c) == "_")}  # ASCII non-\w
+_NOT_WORD = {**_NOT_WORD_BUT_NUL, 0: " "}
 
 
 def words(text: str) -> list[str]:
@@ -67,10 +67,10 @@ class Tokenizer:
 
     def __call__(self, text: str) -> list[str]:
         found = words(text)
-        known = self._learn(found)
+        known = self.learn(found)
         return [known[w] for w in found]
 
-    def _learn(self, found: Iterable[str]) -> dict[str, str]:
+    def learn(self, found: Iterable[str]) -> dict[str, str]:
         """The word memory, holding each of ``found`` (the words not yet in it stemmed, at once)."""
         known = self._known  # never emptied in place: another thread may be reading it
         if len(known) > 200_000:
@@ -167,7 +167,7 @@ class LexicalIndex:
         first: dict[str, int] = {}  # each distinct word -> where it is first found, in order of first use
         at = np.fromiter(map(first.setdefault, found, itertools.count()), np.int64, len(found))
         first.pop("\0", None)
-        stems = list(map(tokenizer._learn(first).__getitem__, first))
+        stems = list(map(tokenizer.learn(first).__getitem__, first))
         terms = list(dict.fromkeys(stems))  # in order of first use, as build numbers them
         numbers = dict(zip(terms, range(len(terms))))
         word_term = np.full(len(found), -1, np.int64)  # -1: the NUL between texts

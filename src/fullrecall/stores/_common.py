@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from ..errors import InvalidInput, StateConflict
 from . import _validate as V
 from ._bm25 import WORD
-from .base import ANY, Filters, Record, Scope, StoredMessage
+from .base import ANY, Filters, Record, Scope, Store, StoredMessage
 
 # -- scopes ------------------------------------------------------------------
 
@@ -191,6 +191,51 @@ def split_spans(messages: Sequence[StoredMessage], spans: Sequence[tuple[int, in
 def in_conversation_order(messages: list[StoredMessage]) -> list[StoredMessage]:
     """Messages of one or several sessions in one order on every backend: by owner, session, then position."""
     return sorted(messages, key=lambda m: (m.user_id or "", m.agent_id or "", m.session_id or "", m.position or 0))
+
+
+def newest(store: Store, scope: Scope, n: int) -> list[StoredMessage]:
+    """The newest ``n`` messages of one conversation, in order, stepping back over the gaps deletions left.
+
+    Read back from the newest position held, as many positions at a time as messages are still missing while
+    reads find some; across empty spans the span read doubles, so a gap of ``g`` positions costs about
+    ``log2(g / n)`` reads, and the read that ends it at most about ``g`` messages more than wanted: never a
+    read of every position, nor of every message past ``count - n``.
+    """
+    if n < 1:
+        return []
+    at = store.stats(scope)
+    oldest, end = int(at.get("oldest_position", -1)), int(at.get("newest_position", -1))
+    found: list[StoredMessage] = []
+    span = n
+    while end >= max(oldest, 0) and len(found) < n:
+        start = max(oldest, end - span + 1, 0)
+        chunk = store.range(scope, start, end)
+        found = chunk + found
+        end, span = start - 1, (n - len(found) if chunk else span * 2)
+    return found[-n:]
+
+
+def first_at_or_after(store: Store, scope: Scope, starts: Sequence[int], ends: Sequence[int]
+                      ) -> list[StoredMessage | None]:
+    """For each span ``starts[i]..ends[i]``, its first message (None when it holds none), all spans read together.
+
+    Each round reads the positions of a span not read yet, twice as many as the round before (1, 2, 4, ...):
+    a span whose first positions were deleted costs a few rounds and about as many messages as positions
+    stepped over, never the whole span.
+    """
+    out: list[StoredMessage | None] = [None] * len(starts)
+    todo = {i: (int(s), 1) for i, (s, e) in enumerate(zip(starts, ends)) if s <= e}  # span -> (next start, width)
+    while todo:
+        spans = {i: (at, min(at + width - 1, int(ends[i]))) for i, (at, width) in todo.items()}
+        for i, found in zip(spans, store.ranges(scope, list(spans.values()))):
+            if found:
+                out[i] = found[0]
+                del todo[i]
+            elif spans[i][1] >= ends[i]:
+                del todo[i]
+            else:
+                todo[i] = (spans[i][1] + 1, todo[i][1] * 2)
+    return out
 
 
 def session_scopes(tenant: str, owners: Iterable[tuple[str, str, str]]) -> list[Scope]:
