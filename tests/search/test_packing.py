@@ -92,9 +92,11 @@ def test_query_facets_names_and_when():
     assert not query_facets("what did they cook?")
     assert query_facets("How long ago was the trip?").wants_date
     assert not query_facets("What is the name of the dog?").wants_date
-    for dated in ("We went last Saturday.", "Back in May it rained", "two years ago", "in 2022"):
+    for dated in ("We went last Saturday.", "Back in May it rained", "two years ago", "in 2022", "THIS Morning!",
+                  "Since SUNDAY"):
         assert states_date(dated), dated
-    assert not states_date("I like pottery and painting.")
+    for undated in ("I like pottery and painting.", "Lastly, a THIS-MORNINGS word", "Sundays' 20222 mays"):
+        assert not states_date(undated), undated
 
 
 def test_boost_prefers_the_named_speaker_and_dated_turns_for_when_questions():

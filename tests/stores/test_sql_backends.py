@@ -529,3 +529,38 @@ def test_sqlite_small_scope_keyword_search_ranks_as_fts5_does(tmp_path) -> None:
     assert [h.id for h in cached.search_text(scope, ["self-portrait"], 10)] == ["m2"]  # "self ... portrait" is not it
     fts.close()
     cached.close()
+
+
+def _append_vectors(path: str, session: str, ids: list[str], forget: bool) -> None:
+    store = SQLiteStore(path)
+    scope = Scope(user_id="u", session_id=session)
+    if forget:
+        store.forget(scope)
+    store.append(scope, [StoredMessage(id=i, role="user", text=f"walrus {i}", data={}) for i in ids])
+    store.set_vectors(scope, ids, np.stack([np.eye(4, dtype=np.float32)[n % 4] for n in range(len(ids))]), "m")
+    store.close()
+
+
+def test_sqlite_vector_search_sees_every_commit_of_another_process(tmp_path) -> None:
+    """A vector search reuses its scope's block without a version query while nothing was committed (SQLite's
+    data_version): each commit of another process, an append or a forget then an append, is seen at once.
+    """
+    path = str(tmp_path / "v.db")
+    reader = SQLiteStore(path)
+    ctx = multiprocessing.get_context("spawn")
+    query = np.eye(4, dtype=np.float32)[0]
+    live: dict[str, set[str]] = {"s1": set(), "s2": set()}
+    try:
+        for n, (session, forget) in enumerate([("s1", False), ("s1", False), ("s2", False), ("s1", True)]):
+            batch = [f"m{n}-{i}" for i in range(3)]
+            worker = ctx.Process(target=_append_vectors, args=(path, session, batch, forget))
+            worker.start()
+            worker.join(60)
+            assert worker.exitcode == 0
+            live[session] = (set() if forget else live[session]) | set(batch)
+            for name, ids in live.items():
+                found = {h.id for h in reader.search_vectors(Scope(user_id="u", session_id=name), query, 100)}
+                assert found == ids, (n, name)
+            assert {h.id for h in reader.search_vectors(Scope(user_id="u"), query, 100)} == live["s1"] | live["s2"]
+    finally:
+        reader.close()

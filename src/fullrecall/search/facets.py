@@ -30,10 +30,10 @@ _WHEN = re.compile(
 )
 _MONTHS = "january february march april may june july august september october november december"
 _WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday"
+# matched against lower-cased text: a case-insensitive pattern of many words is about 3x slower in ``re``
 DATE_WORDS = re.compile(
     r"\b(yesterday|today|tonight|tomorrow|recently|lately|ago|last|next|this (morning|afternoon|evening|week|weekend"
     r"|month|year)|weekend|since|(19|20)\d\d|" + "|".join((_MONTHS + " " + _WEEKDAYS).split()) + r")\b",
-    re.IGNORECASE,
 )
 
 
@@ -70,7 +70,7 @@ def speaker_of(message: StoredMessage) -> str:
 
 def states_date(text: str) -> bool:
     """Whether a text states or implies a date (a month, a weekday, "last week", "2 years ago", a year)."""
-    return bool(DATE_WORDS.search(text))
+    return bool(DATE_WORDS.search(text.lower()))
 
 
 @dataclass(frozen=True)

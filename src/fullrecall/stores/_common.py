@@ -131,21 +131,35 @@ def message_from_row(
     agent_id: str | None = None, key: str | None = None,
 ) -> StoredMessage:
     """A stored message from its row, with where it lives (owner, session, store-global key)."""
+    return stored_message(
+        row["id"], row["role"], row["text"], row["data"], row["kind"], row["created_at"], row["archived_at"],
+        row.get("summary_id"), row.get("metadata"), key, position, session_id, user_id, agent_id,
+    )
+
+
+def stored_message(
+    id: str, role: str, text: str, data: str, kind: str, created_at: float, archived_at: float,
+    summary_id: str | None, metadata: str | None, key: Any, position: int, session_id: str | None,
+    user_id: str | None = None, agent_id: str | None = None,
+) -> StoredMessage:
+    """A stored message from its columns, in the order a SQL read selects them (a plain tuple row is
+    ``stored_message(*row)``: no mapping made a row); ``data`` and ``metadata`` as stored JSON.
+    """
     return StoredMessage(
-        id=row["id"],
-        role=row["role"],
-        text=row["text"],
-        data=V.loads(row["data"]),
+        id=id,
+        role=role,
+        text=text,
+        data=V.loads(data),
         position=int(position),
-        kind=row["kind"],
-        created_at=float(row["created_at"]),
-        archived_at=float(row["archived_at"]),
-        summary_id=row.get("summary_id") or None,
-        metadata=V.loads(row["metadata"]) if row.get("metadata") not in (None, "", "{}") else {},
+        kind=kind,
+        created_at=float(created_at),
+        archived_at=float(archived_at),
+        summary_id=summary_id or None,
+        metadata=V.loads(metadata) if metadata not in (None, "", "{}") else {},
         session_id=session_id,
         user_id=user_id,
         agent_id=agent_id,
-        key=key,
+        key=str(key) if key is not None else None,
     )
 
 

@@ -280,6 +280,8 @@ class SQLiteStore(SqlStore):
         self._cache_budget = int(vector_cache_mb * 2**20)
         self._fts_batch = max(1, int(fts_batch))
         self._cache: OrderedDict[tuple[int, ...], tuple[dict[int, tuple[int, Any]], int, Vec.VectorBlock]] = OrderedDict()
+        # scope -> (the database's state when its block was last checked, the block's cache key): see _stamp
+        self._checked: dict[Scope, tuple[tuple[int, int, int], tuple[int, ...]]] = {}
         self._df: dict[str, tuple[int, int]] = {}  # word -> (rows when counted, rows matching it)
         tokenize = B.Tokenizer()
         self._in_process_rows = int(lexical_in_process)
@@ -537,11 +539,9 @@ class SQLiteStore(SqlStore):
             f"SELECT {_MSG_COLS}, m.rid, m.position, s.session_id, s.user_id, s.agent_id"
             f" FROM messages m JOIN sessions s ON {join} WHERE {where} ORDER BY m.sid, m.position"
         )
-        return [
-            C.message_from_row(dict(r), r["position"], r["session_id"], user_id=r["user_id"], agent_id=r["agent_id"],
-                               key=str(r["rid"]))
-            for r in conn.execute(sql, params)
-        ]
+        read = conn.cursor()
+        read.row_factory = None  # plain tuples, in stored_message's order
+        return [C.stored_message(*r) for r in read.execute(sql, params)]
 
     def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
         rids = C.int_keys(keys)
@@ -687,9 +687,34 @@ class SQLiteStore(SqlStore):
     ) -> list[Hit]:
         C.check_positive_k(k)
         query = Vec.as_query(vector)
-        with self._read() as conn:
-            block = self._vector_block(conn, self._sids(conn, scope))
+        with self._lock:
+            conn = self._conn()
+            stamp = self._stamp(conn)
+            checked = self._checked.get(scope)
+            cached = self._cache.get(checked[1]) if checked is not None and checked[0] == stamp else None
+            if cached is not None:  # nothing written anywhere since this scope's block was checked
+                self._cache.move_to_end(checked[1])  # type: ignore[index]
+                block: Vec.VectorBlock | None = cached[2]
+            else:
+                with self._snapshot(conn):
+                    sids = self._sids(conn, scope)
+                    block = self._vector_block(conn, sids)
+                if len(self._checked) >= 4096:
+                    self._checked.clear()
+                self._checked[scope] = (stamp, tuple(sids))
         return block.search(query, k, filters) if block is not None else []
+
+    def _stamp(self, conn: sqlite3.Connection) -> tuple[int, int, int]:
+        """The database's state as this connection sees it: the same stamp twice means no connection, of this
+        process or another, committed a change in between (SQLite's ``data_version`` counts the others'
+        commits, ``total_changes`` this connection's own rows). Read outside a transaction, before the
+        snapshot it vouches for: a commit in between only makes the next check look again.
+        """
+        try:
+            version = conn.execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite read from {self.path!r} failed: {exc}") from exc
+        return id(conn), int(version), conn.total_changes
 
     def search_text(
         self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None
