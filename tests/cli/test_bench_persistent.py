@@ -32,12 +32,16 @@ def test_bench_persistent_reports_latency_ratios_without_llm_calls(service_urls,
         # the ratio is taken before the times are rounded to the microsecond
         assert r["record_ratio"] == pytest.approx(r["record_p50_ms"] / r["embed_turn_p50_ms"], rel=0.01, abs=0.01)
         assert r["retrieve_ratio"] == pytest.approx(r["retrieve_p50_ms"] / r["embed_query_p50_ms"], rel=0.01, abs=0.01)
+        # 4 questions of 2 users: each asked user's first question is timed apart from the later ones
+        assert 1 <= r["first_questions"] <= 2 and r["retrieve_first_p50_ms"] > 0 and r["retrieve_again_p50_ms"] > 0
+        assert r["retrieve_again_ratio"] > 0
 
 
 def test_bench_persistent_prints_a_table_with_the_targets(capsys):
     assert main(["bench", "persistent", "--backends", "sqlite", "--users", "1", "--turns", "2", "--queries", "2"]) == 0
     out = capsys.readouterr().out
     assert "| sqlite | 1 x 2 |" in out and "target <= 1.2" in out and "target <= 1.5" in out
+    assert "sqlite: a user's first question" in out and "(n=1), later ones" in out
 
 
 def test_timed_turns_load_the_history_first_and_the_embedding_cache_keeps_its_vectors(tmp_path, capsys):
