@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fullrecall.search import index_text, query_terms
@@ -159,7 +159,7 @@ def _fuse_by_definition(dense, lexical, ids, lexical_weight, neighbour_weight, u
     floor = scale = 0.0
     if dense:
         best, floor = max(dense.values()), min(dense.values())
-        scale = 1.0 / (best - floor) if best > floor else 0.0
+        scale = 1.0 / (best - floor) if best - floor > 1e-12 else 0.0  # closer cosines count as equal
     out = []
     for key in dense.keys() | smoothed.keys():
         cos = dense.get(key)
@@ -174,6 +174,7 @@ keys = st.tuples(st.sampled_from(["a", "b", "c\u00e9"]), st.integers(0, 40))
 
 @given(st.dictionaries(keys, st.floats(-1.0, 1.0), max_size=30), st.dictionaries(keys, st.floats(0.0, 30.0), max_size=30),
        st.sets(keys, max_size=40), st.sampled_from([0.0, 0.3, 1.0]), st.booleans())
+@example(dense={("a", 0): 0.0, ("a", 1): 2.225073858507e-311}, lexical={}, known=set(), spread=0.0, unknown=False)
 def test_fuse_scores_and_orders_each_candidate_exactly_as_the_rule_states(dense, lexical, known, spread, unknown):
     ids = {key: f"{key[0]}{key[1]}" for key in known | dense.keys() | lexical.keys() if key in known or key in dense}
     want = _fuse_by_definition(dense, lexical, ids, 0.6, spread, unknown)

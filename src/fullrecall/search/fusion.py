@@ -114,6 +114,7 @@ class Ranking:
         return made[i]
 
 
+FLAT = 1e-12  # dense candidates whose cosines differ by less are all equally good (never a scale of 1 / 1e-311)
 _SHIFT = 40  # a key as one integer: its owner's rank << _SHIFT | its position
 
 
@@ -165,7 +166,7 @@ def fuse(
         rows = where[len(at):]
         cos[rows] = cosine
         best, floor = float(cosine.max()), float(cosine.min())
-        dense_scale = 1.0 / (best - floor) if best > floor else 0.0
+        dense_scale = 1.0 / (best - floor) if best - floor > FLAT else 0.0
         d[rows] = (cosine - floor) * dense_scale if dense_scale else 1.0
     own = np.zeros(n)
     own[np.searchsorted(keys, lex)] = score
