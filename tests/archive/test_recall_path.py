@@ -11,6 +11,7 @@ from test_archive_write_path import HashEmbedder, removed, words
 
 from fullrecall.archive import Archive
 from fullrecall.bench.archive import CountingStore
+from fullrecall.errors import InvalidInput
 from fullrecall.search import SemanticSearch
 from fullrecall.stores import Scope, StoredMessage, open_store
 
@@ -45,12 +46,58 @@ def test_recall_reads_each_candidate_once_and_all_its_ranges_in_one_call(store_u
         assert len(result.ranges) >= 2, query  # several ranges: still one read
         assert store.calls["ranges"] == 1 and store.calls["range"] == 0
         assert store.calls["search_vectors"] == 1 and store.calls["search_text"] == 1
-        assert store.calls["get_keys"] <= 2
-        assert max(store.keys_read.values()) == 1, "a candidate was read twice"
+        assert store.calls["get_keys"] == 0, "the hits are read with their ranges, not by key"
+        assert len(store.calls) == 3, dict(store.calls)  # three round trips, the keyword one while embedding
         for r in result.ranges:  # what one read gave each range is what reading it alone gives
             assert [m.id for m in r.messages] == [m.id for m in store.inner.range(scope, r.start, r.end)]
             assert set(r.hit_positions) <= {m.position for m in r.messages}
     store.inner.close()
+
+
+def test_search_around_reads_the_hits_with_their_neighbours_in_one_call(store_url):
+    """``around=r`` gives each hit the stored messages within r positions of it, read with the hits in one
+    ``ranges`` call; across sessions (the hits may sit in several) the hits are read by key and get none."""
+    store = KeyCountingStore(open_store(store_url))
+    search = SemanticSearch(HashEmbedder(), store=store, scope=Scope(user_id="u", session_id="s"))
+    search.add([words(i) for i in range(30)])
+    SemanticSearch(HashEmbedder(), store=store, scope=Scope(user_id="u", session_id="t")).add(
+        [words(i) for i in range(5)])
+    with pytest.raises(InvalidInput, match="around"):
+        search.search("topic3", around=-1)
+    for query in ("invoice 1012 topic3", "message about topic5"):
+        store.reset()
+        hits = search.search(query, top_k=3, spread=2, around=2)
+        assert hits and dict(store.calls) == {"search_vectors": 1, "search_text": 1, "ranges": 1}
+        for h in hits:
+            p = h.position
+            assert h.context is not None
+            assert [m.id for m in h.context] == [m.id for m in store.inner.range(search.scope, p - 2, p + 2)]
+            assert h.message.id in {m.id for m in h.context}
+        assert [h.id for h in hits] == [h.id for h in search.search(query, top_k=3, spread=2)]  # the same hits
+        store.reset()
+        both = search.search(words(2), top_k=6, around=2, scope=Scope(user_id="u"))
+        assert {h.session_id for h in both} == {"s", "t"}  # words(0)-words(4) are in both
+        assert all(h.context is None for h in both) and store.calls["ranges"] == 0
+    store.inner.close()
+
+
+def test_search_around_after_the_session_began_again_gives_the_new_messages(store_url):
+    """Places learned before a forget name positions that now hold other messages: a hit read by span is the
+    message the store holds now, never one a cached place remembers."""
+    store = open_store(store_url)
+    scope = Scope(user_id="u", session_id="s")
+    search = SemanticSearch(HashEmbedder(), store=store, scope=scope)
+    search.add([words(i) for i in range(20)])
+    first = search.search("invoice 1012 topic3", top_k=3, spread=2, around=1)
+    store.forget(scope)
+    search.add([f"walrus {i} {words(i + 100)}" for i in range(20)])
+    again = search.search("invoice 1012 topic3 walrus", top_k=3, spread=2, around=1)
+    live = {m.id: m for m in store.range(scope, 0, 100)}
+    assert first and again
+    for h in again:
+        assert live[h.id].text == h.message.text and "walrus" in h.text
+        assert [m.id for m in h.context or []] == [m.id for m in store.range(scope, h.position - 1, h.position + 1)]
+    store.close()
 
 
 def test_messages_at_reads_every_run_in_one_call(store_url):

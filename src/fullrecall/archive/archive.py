@@ -47,7 +47,7 @@ from ..stores._vectors import as_matrix
 from ..stores.base import Filters, Record, Scope, Store, StoredMessage
 from ..window.base import RemovedMessages
 from .indexer import BackgroundIndexer, Job
-from .recall import RecalledRange, merge_ranges, original_question
+from .recall import RecalledRange, fill_ranges, merge_ranges, original_question
 
 log = logging.getLogger("fullrecall.archive")
 
@@ -488,15 +488,12 @@ class Archive:
                 filters = filters or Filters()
                 exclude = (filters.exclude_ids or frozenset()) | {m.id for m in unarchived}
                 filters = replace(filters, exclude_ids=frozenset(exclude))
-        hits = self.search_engine.search(query, top_k=top_k, min_score=min_score, filters=filters, spread=radius)
+        hits = self.search_engine.search(query, top_k=top_k, min_score=min_score, filters=filters, spread=radius,
+                                         around=radius)  # the hits read with their neighbours: one read
         if before is not None:
             hits = [h for h in hits if h.position is not None and first <= h.position < before]
         ranges = merge_ranges([(h.position, h.score) for h in hits if h.position is not None], radius, before=before)
-        if ranges:  # every range in one read
-            spans = self.store.ranges(self.scope, [(max(r.start, first), r.end) for r in ranges])
-            for r, messages in zip(ranges, spans):
-                r.messages = messages
-        ranges = [r for r in ranges if r.messages]
+        ranges = fill_ranges(self.store, self.scope, ranges, hits, first)
         return Recall(query, ranges, hits, (time.perf_counter() - started) * 1000)
 
     def get(self, start: int, end: int) -> list[StoredMessage]:

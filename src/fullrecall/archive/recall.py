@@ -52,6 +52,21 @@ def merge_ranges(hits: list[tuple[int, float]], radius: int, *, before: int | No
     return merged
 
 
+def fill_ranges(store: Any, scope: Any, ranges: list[RecalledRange], hits: Sequence[Any],
+                first: int = 0) -> list[RecalledRange]:
+    """Give each range its messages (none before ``first``) and drop the empty ones: from the hits' ``context``
+    when the search read it with them (``search(..., around=radius)``), else every range in one ``ranges`` read.
+    """
+    if ranges and all(h.context is not None for h in hits):
+        near = {m.position: m for h in hits for m in h.context or ()}
+        for r in ranges:
+            r.messages = [near[p] for p in range(max(r.start, first), r.end + 1) if p in near]
+    elif ranges:
+        for r, messages in zip(ranges, store.ranges(scope, [(max(r.start, first), r.end) for r in ranges])):
+            r.messages = messages
+    return [r for r in ranges if r.messages]
+
+
 def format_enrichment(question: str, ranges: list[RecalledRange], *, max_context_length: int = 2000,
                       include_metadata: bool = True) -> str | None:
     """The enrichment text, within ``max_context_length`` characters of context.

@@ -64,6 +64,9 @@ class SearchHit:
     score: float
     scores: dict[str, float]
     message: StoredMessage = field(repr=False)
+    # with ``search(..., around=r)``: the stored messages within r positions of this one (itself included), in
+    # order, read in the same call as the hit; None when they were not read
+    context: list[StoredMessage] | None = field(default=None, repr=False, compare=False)
 
     @property
     def position(self) -> int | None:
@@ -90,6 +93,18 @@ def _verbatim_text(m: StoredMessage) -> str:
         if parts:
             return "\n".join(parts)
     return m.text
+
+
+def _runs_around(positions: list[int], radius: int) -> list[tuple[int, int]]:
+    """The spans within ``radius`` of any of ``positions``, merged where they touch, in order."""
+    spans: list[tuple[int, int]] = []
+    for p in sorted(positions):
+        start, end = max(0, p - radius), p + radius
+        if spans and start <= spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+        else:
+            spans.append((start, end))
+    return spans
 
 
 def _runs(positions: list[int]) -> list[tuple[int, int]]:
@@ -422,6 +437,7 @@ class SemanticSearch:
         filters: Filters | None = None,
         *,
         spread: int = 0,
+        around: int = 0,
         scope: Scope | None = None,
         vector: np.ndarray | None = None,
     ) -> list[SearchHit]:
@@ -429,9 +445,14 @@ class SemanticSearch:
 
         ``spread`` > 0 skips hits within that many positions of a better hit in
         the same session (use the context radius when the caller adds neighbours).
+        ``around`` > 0 reads, with the hits, the messages within that many positions of each
+        (one ``ranges`` read in place of reading the hits by key, when they sit in one session) into
+        each hit's ``context``: a caller that shows a context radius needs no read of its own.
         ``vector`` is the query's embedding (:meth:`embed_query`) when the caller has it.
         """
         V.check_query("search", query, "top_k", top_k)
+        if isinstance(around, bool) or not isinstance(around, int) or around < 0:
+            raise InvalidInput(f"search: 'around' must be an integer >= 0, got {around!r}")
         if min_score is not None and (isinstance(min_score, bool) or not isinstance(min_score, (int, float))):
             raise InvalidInput(f"search: 'min_score' must be a number or None, got {min_score!r}")
         k = self.top_k if top_k is None else top_k
@@ -490,8 +511,15 @@ class SemanticSearch:
 
         while True:
             chosen = spread_out(ranked, depth, spread, resolve=resolve)
-            unread = [c.id for c in chosen if c.id is not None and c.id not in found]
-            found.update((m.key, m) for m in (self.store.get_keys(scope, unread) if unread else []))
+            owners = {c.key[0] for c in chosen}
+            spans = _runs_around([c.key[1] for c in chosen], around) if around and len(owners) == 1 else []
+            if spans:  # the hits and their neighbours, one read (a hit whose message is gone is not among them)
+                read = [m for run in self.store.ranges(_owner_scope(scope, owners.pop()), spans) for m in run]
+                near = {m.position: m for m in read}
+                found.update((m.key, m) for m in read)
+            else:
+                unread = [c.id for c in chosen if c.id is not None and c.id not in found]
+                found.update((m.key, m) for m in (self.store.get_keys(scope, unread) if unread else []))
             # a neighbour placed from the cache whose message is gone (forgotten, the session begun again):
             # forget that place and choose again, so it is read by position this time
             stale = [c for c in chosen if id(c) in placeholders and c.id not in found]
@@ -501,6 +529,10 @@ class SemanticSearch:
                 self._places.drop(c.key)
                 c.id = None
         hits = [self._hit(c, found[c.id]) for c in chosen if c.id in found]  # a neighbour may be gone by now
+        if spans:
+            for h in hits:
+                p = int(h.message.position or 0)
+                h.context = [near[q] for q in range(p - around, p + around + 1) if q in near]
         if self.reranker is not None and hits:
             logits = self.reranker.score(query, [h.message.text for h in hits])
             for h, s in zip(hits, logits):

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from ..archive.archive import archived_summaries
-from ..archive.recall import format_enrichment, merge_ranges
+from ..archive.recall import fill_ranges, format_enrichment, merge_ranges
 from ..errors import InvalidInput, MessageFormatError
 from ..memory.facts import NAMESPACE as FACTS
 from ..memory.procedural import NAMESPACE as PROCEDURES
@@ -267,13 +267,11 @@ class Conversations:
                           if rows[i] is not None and parsed[i].role == "user" and not parsed[i].has_tool_result), None)
         question = query if query is not None else (parsed[last_user].text if last_user is not None else "")
         if question.strip() and before:
-            hits = self._searcher(scope).search(question, top_k=3, spread=2)
+            hits = self._searcher(scope).search(question, top_k=3, spread=2, around=2)
             in_window = set(positions)
-            ranges = merge_ranges([(h.position, h.score) for h in hits if h.position is not None
-                                   and h.position < before and h.position not in in_window], 2, before=before)
-            for r in ranges:
-                r.messages = self.store.range(scope, r.start, r.end)
-            ranges = [r for r in ranges if r.messages]
+            hits = [h for h in hits if h.position is not None and h.position < before and h.position not in in_window]
+            ranges = fill_ranges(self.store, scope, merge_ranges([(h.position, h.score) for h in hits], 2,
+                                                                 before=before), hits)
             recalled = [message_out(m) for r in ranges for m in r.messages]
             row = rows[last_user] if last_user is not None else None
             if last_user is not None and row is not None:
@@ -323,13 +321,14 @@ class Conversations:
     def search(self, scope: Scope, query: str, top_k: int, radius: int, filters: Filters | None
                ) -> list[dict[str, Any]]:
         """The best ``top_k`` messages in ``scope`` with every score and ``radius`` neighbours each."""
-        hits = self._searcher(scope).search(query, top_k=top_k, min_score=-1e9, filters=filters, spread=radius)
+        hits = self._searcher(scope).search(query, top_k=top_k, min_score=-1e9, filters=filters, spread=radius,
+                                            around=radius)
         out = []
         for h in hits:
             m = h.message
             own = replace(scope, session_id=m.session_id, user_id=m.user_id, agent_id=m.agent_id)
             lo, hi = max(0, (m.position or 0) - radius), (m.position or 0) + radius
-            around = self.store.range(own, lo, hi) if radius else [m]
+            around = h.context if h.context is not None else self.store.range(own, lo, hi) if radius else [m]
             out.append({**message_out(m), "score": h.score, "scores": h.scores,
                         "range": {"start": around[0].position if around else m.position,
                                   "end": around[-1].position if around else m.position,
