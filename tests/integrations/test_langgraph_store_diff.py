@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from langgraph.store.base import (
@@ -379,3 +379,65 @@ StoresAgree.TestCase.settings = settings(
     max_examples=80, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 TestStoresAgree = StoresAgree.TestCase
+
+
+# -- semantic search, with a cheap deterministic embedder on both sides -------------------------------------
+
+TEXTS = st.sampled_from(["grey kitten", "a cat on the mat", "revenue grew", "ünïcødé tea", "", "tea", "kitten"])
+INDEXED_VALUES = st.fixed_dictionaries(
+    {"text": TEXTS, "n": st.integers(0, 3)},  # "n" always there: InMemoryStore raises on a range over a missing one
+    optional={"notes": st.lists(st.fixed_dictionaries({"body": TEXTS}), max_size=3)},
+)
+INDEX_CHOICES = st.sampled_from([None, False, ["notes[*].body"], ["text", "notes[*].body"], ["missing"]])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    puts=st.lists(st.tuples(st.sampled_from([("d",), ("d", "x"), ("e",)]), st.sampled_from(["k1", "k2", "k3", "k4"]),
+                            INDEXED_VALUES, INDEX_CHOICES), min_size=1, max_size=8,
+                   unique_by=lambda put: (put[0], put[1])),  # each item put once: see below
+    query=TEXTS.filter(bool),
+    prefix=st.sampled_from([(), ("d",), ("e",)]),
+    filter=st.one_of(st.none(), st.fixed_dictionaries({"n": st.one_of(st.integers(0, 3),
+                                                                       st.fixed_dictionaries({"$gte": st.integers(0, 3)}))})),
+    page=st.tuples(st.integers(1, 4), st.integers(0, 4)),
+)
+def test_semantic_search_scores_as_in_memory_store(tmp_path_factory, puts, query, prefix, filter, page) -> None:
+    """Scores are InMemoryStore's (the best cosine over an item's vectors, to float32 precision); ours come
+    best first, the items without a vector after them, unscored, and every page is a slice of that order.
+
+    InMemoryStore pages its unscored items without the offset (each page repeats them from the first): an
+    artefact, so unscored items are compared over the whole result, and pages on our side only. Ties are in
+    each store's own order (insertion order there, newest first here), so scores are compared per item.
+    An overwrite keeps the old vectors in InMemoryStore (put ``index=False`` or other fields, and the item
+    still scores by its old text); ours replaces them: so each item is put once here. And InMemoryStore
+    fails a put whose indexed paths hold the same text twice ("Number of embeddings (1) does not match
+    number of indices (2)"): such examples are skipped.
+    """
+    from lg_helpers import CharEmbeddings
+
+    fields = ["text"]
+    mem = InMemoryStore(index={"dims": 64, "embed": CharEmbeddings(), "fields": fields})
+    path = tmp_path_factory.mktemp("sem") / "lg.db"
+    with FullrecallStore(f"sqlite:///{path}", index={"dims": 64, "embed": CharEmbeddings(), "fields": fields}) as ours:
+        for namespace, key, value, index in puts:
+            try:
+                mem.put(namespace, key, value, index=index)
+            except ValueError as exc:
+                assert "does not match number of indices" in str(exc)
+                reject()
+            ours.put(namespace, key, value, index=index)
+        theirs = mem.search(prefix, query=query, filter=filter, limit=EVERYTHING)
+        mine = ours.search(prefix, query=query, filter=filter, limit=EVERYTHING)
+        assert sorted(_rows(mine)) == sorted(_rows(theirs))
+        scores = {(i.namespace, i.key): i.score for i in theirs}
+        for item in mine:
+            expected = scores[(item.namespace, item.key)]
+            assert (item.score is None) == (expected is None), item
+            if expected is not None:
+                assert item.score == pytest.approx(expected, abs=1e-5)
+        scored = [i.score for i in mine if i.score is not None]
+        assert [i.score for i in mine[: len(scored)]] == scored == sorted(scored, reverse=True)
+        limit, offset = page
+        assert _rows(ours.search(prefix, query=query, filter=filter, limit=limit, offset=offset)) == _rows(
+            mine)[offset : offset + limit]
