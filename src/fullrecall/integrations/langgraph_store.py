@@ -25,6 +25,8 @@ the public :class:`~fullrecall.stores.Store` records API only:
 Every op of a batch is checked (namespaces, keys, values, filters, paging) and
 every text embedded before anything is written, so a bad op or a failing
 embedder writes nothing. Ops run in order: a read sees the writes before it.
+A get or delete where no put can write (an empty namespace, the reserved root,
+a key or label no record can hold) finds nothing, as in LangGraph's own stores.
 """
 
 from __future__ import annotations
@@ -176,18 +178,19 @@ def _compare(value: Any, operator: str, wanted: Any) -> bool:
         return value == wanted
     if operator == "$ne":
         return value != wanted
-    a, b = _number(value), _number(wanted)
+    a: Any = _number(value)
+    b: Any = _number(wanted)
     if a is None or b is None:
         if not (isinstance(value, str) and isinstance(wanted, str)):
             return False  # a missing field, or values that do not order, never match a range
-        a, b = value, wanted  # type: ignore[assignment]  # two strings, not both numbers: compared as strings
+        a, b = value, wanted  # two strings, not both numbers: compared as strings
     if operator == "$gt":
-        return a > b  # type: ignore[operator]
+        return bool(a > b)
     if operator == "$gte":
-        return a >= b  # type: ignore[operator]
+        return bool(a >= b)
     if operator == "$lt":
-        return a < b  # type: ignore[operator]
-    return a <= b  # type: ignore[operator]
+        return bool(a < b)
+    return bool(a <= b)
 
 
 def _matches(value: Any, wanted: Any) -> bool:
