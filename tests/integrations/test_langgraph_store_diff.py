@@ -55,7 +55,7 @@ from fullrecall.integrations.langgraph_store import FullrecallStore
 LABELS = st.sampled_from(["a", "b", "ü", "日本", "🦜", "x y", "*", "A", "a-b"])
 NAMESPACES = st.lists(LABELS, min_size=1, max_size=3).map(tuple)
 PREFIXES = st.lists(st.one_of(LABELS, st.just("*")), min_size=0, max_size=3).map(tuple)
-KEYS = st.sampled_from(["k", "", "ü", "a.b", "*", " ", "k2", "🔑"])
+KEYS = st.sampled_from(["k", "", "ü", "a.b", "*", " ", "k2", "🔑", "k\x00"])
 FIELDS = st.sampled_from(["n", "s", "tags", "meta", "flag", "ü"])
 TOP_FIELDS = st.one_of(FIELDS, st.just("$kind"))  # a top-level filter key is a field name, even with a "$"
 SCALARS = st.one_of(

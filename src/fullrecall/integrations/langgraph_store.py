@@ -5,7 +5,7 @@
 the public :class:`~fullrecall.stores.Store` records API only:
 
 * an item is one record: namespace ``"langgraph:" + ".".join(labels)``, id = the
-  item's key, ``data`` = ``{"value", "vectors", "model", "ttl", "expires_at"}``;
+  item's key (its hash if long or with a NUL), ``data`` = ``{"value", "vectors", "model", "ttl", "expires_at"}``;
 * the namespaces in use are indexed by prefix: namespace ``("a", "b")`` is a
   record in each of ``"langgraph-index:"``, ``"langgraph-index:a"`` and
   ``"langgraph-index:a.b"``, so a search or a listing under a prefix reads only
@@ -245,11 +245,9 @@ def _bad_labels(i: int, labels: Iterable[Any]) -> str | None:
 
 
 def _unstorable(i: int, namespace: tuple[str, ...], key: str) -> str | None:
-    """Why no record can hold this item (its key or a label not valid Unicode, a NUL in the key, the
-    namespace too long for the index bucket it names), or None.
+    """Why no record can hold this item (its key or a label not valid Unicode, the namespace too long for
+    the index bucket it names), or None.
     """
-    if "\x00" in key:
-        return f"op {i}: key {key!r} contains a NUL character"
     try:
         check_text(key, f"op {i}: key")
     except InvalidInput as exc:
@@ -690,11 +688,11 @@ class FullrecallStore(BaseStore):
 
 
 def _record_id(key: str) -> str:
-    """The record id of an item key. LangGraph allows any key, empty or long; a record id is a
-    non-empty identifier of at most 256 bytes, so a long key is named by its hash (the key itself
-    is kept in the record's data).
+    """The record id of an item key. LangGraph allows any key, empty, long or with a NUL; a record id
+    is a non-empty identifier of at most 256 bytes without NUL, so such a key is named by its hash (the
+    key itself is kept in the record's data).
     """
-    if len(key.encode("utf-8")) <= 200:
+    if "\x00" not in key and len(key.encode("utf-8")) <= 200:
         return "k" + key
     return "h" + hashlib.sha256(key.encode("utf-8")).hexdigest()
 
