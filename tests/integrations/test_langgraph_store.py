@@ -214,7 +214,7 @@ def test_a_namespace_is_listed_while_it_holds_items(ns_store: FullrecallStore) -
 # -- odd keys and namespaces, bad input -------------------------------------------------------------------
 
 ODD_KEYS = ["", " ", "a/b", "a.b", "a:b", "50%", "quote'\"", "tab\tnew\nline", "ünïcødé", "日本語", "🦜🔗",
-            "x" * 500, "*", "[0]", "$gt", "langgraph"]
+            "x" * 500, "*", "[0]", "$gt", "langgraph", "k\x00", "\x00", "x" * 200 + "\x00"]  # NUL: as InMemoryStore
 ODD_LABELS = ["with space", "a/b", "a:b", "50%", "ünï", "🦜", "*", "-", "'", "UPPER", "x" * 200]
 
 
@@ -248,7 +248,6 @@ BAD_OPS = [
     (PutOp((), "k", {"x": 1}), InvalidNamespaceError, "empty"),
     (PutOp(("langgraph", "x"), "k", {"x": 1}), InvalidNamespaceError, "reserved"),
     (PutOp(("a", 3), "k", {"x": 1}), InvalidNamespaceError, "strings"),  # type: ignore[arg-type]
-    (PutOp(("a",), "k\x00", {"x": 1}), ItemError, "NUL"),
     (PutOp(("a",), 7, {"x": 1}), ItemError, "key must be a string"),  # type: ignore[arg-type]
     (PutOp(("a",), "k", {"x": object()}), ItemError, "not JSON-serialisable"),
     (PutOp(("a",), "k", {"x": math.nan}), ItemError, "not JSON-serialisable"),
@@ -265,9 +264,10 @@ BAD_OPS = [
     (ListNamespacesOp(offset=-2), ItemError, "offset"),
     (ListNamespacesOp(match_conditions=(MatchCondition("infix", ("a",)),)), ItemError, "match type"),
     (GetOp(("a.b",), "k"), InvalidNamespaceError, "periods"),
-    (GetOp(("a", "b\udc80"), "k"), ItemError, "label"),
-    (SearchOp(("\ud800",)), ItemError, "label"),
-    (ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("a", "\ud800")),)), ItemError, "label"),
+    (PutOp(("a",), "k", {"x": 1}, ttl=1e308), ItemError, "finite"),  # its expiry would be infinity
+    (PutOp(("a",), "k", {"x": 1}, ttl=math.inf), ItemError, "finite"),
+    (SearchOp(("a",), filter={"n": {"$gt": 1, "m": 2}}), ItemError, "operators only"),
+    (SearchOp(("a",), filter={"n": {"$eq": 1, "$in": [2]}}), ItemError, "$in"),
 ]
 
 
@@ -277,6 +277,75 @@ def test_a_bad_op_is_refused_and_nothing_of_its_batch_is_written(lg_store: Fullr
             lg_store.batch([PutOp(("good",), "first", {"x": 1}), op])
         assert lg_store.get(("good",), "first") is None, op
         assert lg_store.list_namespaces() == [], op
+
+
+UNREACHABLE = [  # (namespace, key) that no put can fill: LangGraph's stores find nothing there, and so do we
+    ((), "k"),
+    (("langgraph",), "k"),
+    (("langgraph", "x"), "k"),
+    (("a",), "k\ud800"),
+    (("a", "b\udc80"), "k"),
+    (("a" * 120, "b" * 120), "k"),
+]
+
+
+def test_reads_and_deletes_where_nothing_can_be_put_find_nothing(lg_store: FullrecallStore) -> None:
+    """As in InMemoryStore: get answers None and delete does nothing (they raised before), while put refuses."""
+    lg_store.put(("a",), "k", {"x": 1})
+    for namespace, key in UNREACHABLE:
+        assert lg_store.get(namespace, key) is None, (namespace, key)
+        assert lg_store.delete(namespace, key) is None
+        assert asyncio.run(lg_store.aget(namespace, key)) is None
+        assert lg_store.batch([PutOp(namespace, key, None), GetOp(namespace, key)]) == [None, None]
+        with pytest.raises((InvalidNamespaceError, ItemError)):
+            lg_store.put(namespace, key, {"x": 1})
+    assert lg_store.search(("a", "\ud800")) == []
+    assert lg_store.list_namespaces(prefix=("a", "\ud800")) == []
+    assert lg_store.list_namespaces(suffix=("\udc80",)) == []
+    assert lg_store.batch([SearchOp(("\ud800",)), GetOp(("a",), "k")])[0] == []
+    assert lg_store.get(("a",), "k").value == {"x": 1} and lg_store.list_namespaces() == [("a",)]
+
+
+RANGES = [  # as InMemoryStore reads a range (float(value)), where it answers at all
+    ({"n": {"$gt": "9.5"}}, {"ten"}),  # numeric strings compare as numbers, not as strings ("10" < "9.5")
+    ({"n": {"$gt": 9}}, {"ten"}),
+    ({"n": {"$lt": "1e2"}}, {"ten", "nine"}),
+    ({"m": {"$gte": "10"}}, {"ten"}),  # a number against a numeric string
+    ({"flag": {"$gt": 0}}, {"ten"}),  # True is 1, False is 0
+    ({"flag": {"$lte": False}}, {"nine"}),
+    ({"big": {"$gt": 2**60}}, {"ten"}),  # two ints compare exactly (a float would make them equal)
+    ({"word": {"$gt": "abc"}}, {"nine"}),  # strings that are not numbers compare as strings (InMemoryStore raises)
+    ({"word": {"$gt": 5}}, set()),  # a word against a number, or a missing field: no match (it raises)
+    ({"missing": {"$lt": 5}}, set()),
+    ({"n": {"$gt": "abc"}}, set()),  # "10" and "abc": two strings, compared as strings ("1" < "a")
+]
+
+
+def test_ranges_read_numbers_as_langgraph_does(lg_store: FullrecallStore) -> None:
+    lg_store.put(("r",), "ten", {"n": "10", "m": 10, "flag": True, "big": 2**60 + 1, "word": "abc"})
+    lg_store.put(("r",), "nine", {"n": " 9 ", "m": 9, "flag": False, "big": 2**60, "word": "abd"})
+    for filter, expected in RANGES:
+        assert {i.key for i in lg_store.search(("r",), filter=filter)} == expected, filter
+
+
+def test_filter_keys_are_fields_and_operands_are_values(lg_store: FullrecallStore) -> None:
+    lg_store.put(("f",), "k", {"$kind": "odd", "meta": {"$x": 1}, "n": 3})
+    assert [i.key for i in lg_store.search(("f",), filter={"$kind": "odd"})] == ["k"]  # a field named "$kind"
+    assert [i.key for i in lg_store.search(("f",), filter={"meta": {"$eq": {"$x": 1}}})] == ["k"]  # compared whole
+    assert lg_store.search(("f",), filter={"meta": {"$eq": {"$x": 2}}}) == []
+    with pytest.raises(ValueError, match="operators only"):
+        lg_store.search(("f",), filter={"n": {"$gt": 1, "n": 2}})  # it was read as {"$gt": 1, "$lte": 2}
+
+
+def test_a_listing_before_a_put_of_its_batch_does_not_see_it(lg_store: FullrecallStore) -> None:
+    lg_store.put(("old",), "k", {"x": 1})
+    results = lg_store.batch([
+        ListNamespacesOp(), SearchOp(()), PutOp(("new", "ns"), "k", {"x": 2}), ListNamespacesOp(),
+        ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("new",)),)), SearchOp(("new",)),
+    ])
+    assert results[0] == [("old",)] and [i.key for i in results[1]] == ["k"]
+    assert results[3] == [("new", "ns"), ("old",)] and results[4] == [("new", "ns")]
+    assert [i.namespace for i in results[5]] == [("new", "ns")]
 
 
 def test_owners_do_not_see_each_others_items(make_store) -> None:

@@ -5,7 +5,7 @@
 the public :class:`~fullrecall.stores.Store` records API only:
 
 * an item is one record: namespace ``"langgraph:" + ".".join(labels)``, id = the
-  item's key, ``data`` = ``{"value", "vectors", "model", "ttl", "expires_at"}``;
+  item's key (its hash if long or with a NUL), ``data`` = ``{"value", "vectors", "model", "ttl", "expires_at"}``;
 * the namespaces in use are indexed by prefix: namespace ``("a", "b")`` is a
   record in each of ``"langgraph-index:"``, ``"langgraph-index:a"`` and
   ``"langgraph-index:a.b"``, so a search or a listing under a prefix reads only
@@ -25,6 +25,8 @@ the public :class:`~fullrecall.stores.Store` records API only:
 Every op of a batch is checked (namespaces, keys, values, filters, paging) and
 every text embedded before anything is written, so a bad op or a failing
 embedder writes nothing. Ops run in order: a read sees the writes before it.
+A get or delete where no put can write (an empty namespace, the reserved root,
+a key or label no record can hold) finds nothing, as in LangGraph's own stores.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import base64
 import hashlib
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -155,23 +158,39 @@ def _decode(text: str) -> np.ndarray:
 # -- filters and namespace matching ---------------------------------------------------------------
 
 
+def _number(x: Any) -> float | int | None:
+    """``x`` as a range reads it, as LangGraph's InMemoryStore does (``float(x)``): a number (a bool
+    counts as 0 or 1) or a string that reads as one (``"10"``, ``" 2.5 "``, ``"1e3"``); None otherwise.
+    Numbers are kept as they are, so that two ints compare exactly, whatever their size.
+    """
+    if isinstance(x, (int, float)):
+        return x
+    if isinstance(x, str):
+        try:
+            return float(x)
+        except ValueError:
+            return None
+    return None
+
+
 def _compare(value: Any, operator: str, wanted: Any) -> bool:
     if operator == "$eq":
         return value == wanted
     if operator == "$ne":
         return value != wanted
-    number = (int, float)
-    if isinstance(value, number) and isinstance(wanted, number) and not isinstance(value, bool):
-        pass
-    elif not (isinstance(value, str) and isinstance(wanted, str)):
-        return False  # a missing field, or values that do not order, never match a range
+    a: Any = _number(value)
+    b: Any = _number(wanted)
+    if a is None or b is None:
+        if not (isinstance(value, str) and isinstance(wanted, str)):
+            return False  # a missing field, or values that do not order, never match a range
+        a, b = value, wanted  # two strings, not both numbers: compared as strings
     if operator == "$gt":
-        return value > wanted
+        return bool(a > b)
     if operator == "$gte":
-        return value >= wanted
+        return bool(a >= b)
     if operator == "$lt":
-        return value < wanted
-    return value <= wanted
+        return bool(a < b)
+    return bool(a <= b)
 
 
 def _matches(value: Any, wanted: Any) -> bool:
@@ -189,32 +208,58 @@ def _matches(value: Any, wanted: Any) -> bool:
     return value == wanted
 
 
-def _check_filter(wanted: Any, where: str) -> None:
+def _check_filter(filter: dict[Any, Any], where: str) -> None:
+    """A search filter: its keys are field names (even one starting with ``$``), each value a condition."""
+    for k, w in filter.items():
+        if not isinstance(k, str):
+            raise ItemError(f"{where}: filter keys must be strings, got {k!r}")
+        _check_condition(w, f"{where}.{k}")
+
+
+def _check_condition(wanted: Any, where: str) -> None:
+    """A condition: a dict of operators (``$eq``: any operand, compared whole), a dict of field conditions,
+    a list of element conditions, or a value to equal.
+    """
     if isinstance(wanted, dict):
-        for k, w in wanted.items():
-            if not isinstance(k, str):
-                raise ItemError(f"{where}: filter keys must be strings, got {k!r}")
-            if k.startswith("$") and k not in _OPERATORS:
-                raise ItemError(f"{where}: unsupported filter operator {k!r}; expected one of {_OPERATORS}")
-            _check_filter(w, f"{where}.{k}")
+        operators = [k for k in wanted if isinstance(k, str) and k.startswith("$")]
+        if operators:
+            for k in wanted:
+                if k not in _OPERATORS:
+                    raise ItemError(f"{where}: unsupported filter operator {k!r} (a dict with an operator holds "
+                                    f"operators only); expected one of {_OPERATORS}")
+            return
+        _check_filter(wanted, where)
     elif isinstance(wanted, (list, tuple)):
         for i, w in enumerate(wanted):
-            _check_filter(w, f"{where}[{i}]")
+            _check_condition(w, f"{where}[{i}]")
 
 
-def _check_labels(i: int, op: Op) -> None:
-    """Every label an op names is valid Unicode (a lone surrogate cannot be stored, nor looked up)."""
-    if isinstance(op, (GetOp, PutOp)):
-        labels: Iterable[Any] = op.namespace
-    elif isinstance(op, SearchOp):
-        labels = op.namespace_prefix
-    else:
-        labels = [label for condition in op.match_conditions or () for label in condition.path]
+def _bad_labels(i: int, labels: Iterable[Any]) -> str | None:
+    """Why no record can hold these labels (a lone surrogate is not valid Unicode), or None."""
     try:
         for label in labels:
             check_text(label, f"op {i}: namespace label {label!r}")
     except InvalidInput as exc:
-        raise ItemError(str(exc)) from None
+        return str(exc)
+    return None
+
+
+def _unstorable(i: int, namespace: tuple[str, ...], key: str) -> str | None:
+    """Why no record can hold this item (its key or a label not valid Unicode, the namespace too long for
+    the index bucket it names), or None.
+    """
+    try:
+        check_text(key, f"op {i}: key")
+    except InvalidInput as exc:
+        return str(exc)
+    bad = _bad_labels(i, namespace)
+    if bad:
+        return bad
+    size = len((INDEX_PREFIX + ".".join(namespace)).encode("utf-8"))
+    if size > MAX_ID_BYTES:
+        return (f"op {i}: namespace {namespace} is too long: its labels and dots take "
+                f"{size - len(INDEX_PREFIX)} bytes, at most {MAX_ID_BYTES - len(INDEX_PREFIX)}")
+    return None
 
 
 def _path_matches(namespace: tuple[str, ...], condition: MatchCondition) -> bool:
@@ -237,6 +282,7 @@ class _Batch:
     namespaces: dict[str, dict[str, Record]] = field(default_factory=dict)
     index: dict[tuple[str, ...], list[tuple[str, ...]]] = field(default_factory=dict)  # prefix -> namespaces
     emptied: set[str] = field(default_factory=set)
+    registered: dict[str, tuple[str, ...]] = field(default_factory=dict)  # listed ahead of this batch's puts
 
 
 class FullrecallStore(BaseStore):
@@ -283,62 +329,79 @@ class FullrecallStore(BaseStore):
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         ops = list(ops)
-        self._check(ops)
+        void = self._check(ops)
         texts, queries = self._texts(ops), self._queries(ops)
         vectors = self.embeddings.documents([t for _, _, t in texts]) if texts and self.embeddings else None
         query_vectors = {q: self.embeddings.query(q) for q in queries} if self.embeddings else {}
-        return self._run(ops, self._vectors_by_op(texts, vectors), query_vectors)
+        return self._run(ops, self._vectors_by_op(texts, vectors), query_vectors, void)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         ops = list(ops)
-        self._check(ops)
+        void = self._check(ops)
         texts, queries = self._texts(ops), self._queries(ops)
         vectors = await self.embeddings.adocuments([t for _, _, t in texts]) if texts and self.embeddings else None
         query_vectors: dict[str, np.ndarray] = {}
         if self.embeddings and queries:
             found = await asyncio.gather(*(self.embeddings.aquery(q) for q in queries))
             query_vectors = dict(zip(queries, found))
-        return await asyncio.to_thread(self._run, ops, self._vectors_by_op(texts, vectors), query_vectors)
+        return await asyncio.to_thread(self._run, ops, self._vectors_by_op(texts, vectors), query_vectors, void)
 
     # -- checks and embedding, before anything is written ----------------------------------------------
 
-    def _check(self, ops: list[Op]) -> None:
+    def _check(self, ops: list[Op]) -> set[int]:
+        """Refuse a bad op (nothing of the batch is then written); return the ops that address nothing storable.
+
+        Such an op (a get or delete of an empty namespace, of the reserved root, of a key or label no record
+        can hold; a search or listing under a label no record can hold) finds nothing, as in LangGraph's own
+        stores, where nothing can be put there either: a get answers None, a delete does nothing, a search or
+        a listing answers [].
+        """
+        void: set[int] = set()
         for i, op in enumerate(ops):
             if not isinstance(op, (GetOp, PutOp, SearchOp, ListNamespacesOp)):
                 raise ItemError(f"op {i}: unknown operation type {type(op).__name__}")
             validate_op_namespace(op)
-            _check_labels(i, op)
-            if isinstance(op, (GetOp, PutOp)):
-                if not op.namespace:
-                    raise InvalidNamespaceError(f"op {i}: namespace cannot be empty")
+            if isinstance(op, PutOp) and op.value is not None:
+                self._check_put(i, op)
+            elif isinstance(op, (GetOp, PutOp)):
                 if not isinstance(op.key, str):
                     raise ItemError(f"op {i}: key must be a string, got {type(op.key).__name__}")
-                if "\x00" in op.key:
-                    raise ItemError(f"op {i}: key {op.key!r} contains a NUL character")
-            if isinstance(op, PutOp):
-                self._check_put(i, op)
+                if not op.namespace or op.namespace[0] == "langgraph" or _unstorable(i, op.namespace, op.key):
+                    void.add(i)
             elif isinstance(op, SearchOp):
                 if op.filter is not None and not isinstance(op.filter, dict):
                     raise ItemError(f"op {i}: filter must be a dict, got {type(op.filter).__name__}")
                 _check_filter(op.filter or {}, f"op {i}: filter")
                 self._check_paging(i, op.limit, op.offset)
-            elif isinstance(op, ListNamespacesOp):
+                if _bad_labels(i, op.namespace_prefix):
+                    void.add(i)
+            else:
                 self._check_paging(i, op.limit, op.offset)
                 if op.max_depth is not None and op.max_depth < 1:
                     raise ItemError(f"op {i}: max_depth must be at least 1, got {op.max_depth}")
                 for condition in op.match_conditions or ():
                     _path_matches((), condition)  # the match type is checked here
+                    if _bad_labels(i, condition.path):
+                        void.add(i)
+        return void
 
     def _check_put(self, i: int, op: PutOp) -> None:
+        """A put of a value: LangGraph's rules for its namespace, then ours for what a record can hold."""
+        if not op.namespace:
+            raise InvalidNamespaceError(f"op {i}: namespace cannot be empty")
         if op.namespace[0] == "langgraph":
             raise InvalidNamespaceError(f'op {i}: the root label "langgraph" is reserved; got {op.namespace}')
-        self._check_storable(i, op)
-        if op.value is None:
-            return
+        if not isinstance(op.key, str):
+            raise ItemError(f"op {i}: key must be a string, got {type(op.key).__name__}")
+        unstorable = _unstorable(i, op.namespace, op.key)
+        if unstorable:
+            raise ItemError(unstorable)
         if not isinstance(op.value, Mapping):
             raise ItemError(f"op {i}: value must be a mapping or None, got {type(op.value).__name__}")
-        if op.ttl is not None and not (isinstance(op.ttl, (int, float)) and op.ttl > 0):
-            raise ItemError(f"op {i}: ttl must be a positive number of minutes or None, got {op.ttl!r}")
+        if op.ttl is not None and not (
+            isinstance(op.ttl, (int, float)) and op.ttl > 0 and math.isfinite(self._clock() + op.ttl * 60)
+        ):  # an expiry past the largest float could not be stored (JSON has no infinity)
+            raise ItemError(f"op {i}: ttl must be a positive, finite number of minutes or None, got {op.ttl!r}")
         if op.index not in (None, False) and not (
             isinstance(op.index, list) and all(isinstance(p, str) for p in op.index)
         ):
@@ -351,18 +414,6 @@ class FullrecallStore(BaseStore):
             check_json_value(dict(op.value), f"op {i}: value of key {op.key!r}")
         except InvalidInput as exc:
             raise ItemError(str(exc)) from None
-
-    @staticmethod
-    def _check_storable(i: int, op: PutOp) -> None:
-        """The key and the namespace fit the records they name (valid Unicode; the index bucket an identifier)."""
-        try:
-            check_text(op.key, f"op {i}: key")
-        except InvalidInput as exc:
-            raise ItemError(str(exc)) from None
-        size = len((INDEX_PREFIX + ".".join(op.namespace)).encode("utf-8"))
-        if size > MAX_ID_BYTES:
-            raise ItemError(f"op {i}: namespace {op.namespace} is too long: its labels and dots take "
-                            f"{size - len(INDEX_PREFIX)} bytes, at most {MAX_ID_BYTES - len(INDEX_PREFIX)}")
 
     @staticmethod
     def _check_paging(i: int, limit: Any, offset: Any) -> None:
@@ -401,15 +452,22 @@ class FullrecallStore(BaseStore):
     # -- execution, in op order ----------------------------------------------------------------------
 
     def _run(
-        self, ops: list[Op], vectors: dict[int, dict[str, tuple[str, str]]], queries: dict[str, np.ndarray]
+        self,
+        ops: list[Op],
+        vectors: dict[int, dict[str, tuple[str, str]]],
+        queries: dict[str, np.ndarray],
+        void: set[int],
     ) -> list[Result]:
         batch = _Batch()
         results: list[Result] = []
         puts = [op for op in ops if isinstance(op, PutOp) and op.value is not None]
         for namespace in dict.fromkeys(op.namespace for op in puts):
             self._register(namespace)  # before the items: a crash never leaves an item unlisted
+            batch.registered[ITEM_PREFIX + ".".join(namespace)] = namespace
         for i, op in enumerate(ops):
-            if isinstance(op, GetOp):
+            if i in void:  # it addresses nothing storable (see _check): nothing found, nothing to delete
+                results.append([] if isinstance(op, (SearchOp, ListNamespacesOp)) else None)
+            elif isinstance(op, GetOp):
                 results.append(self._get(batch, op))
             elif isinstance(op, PutOp):
                 self._put(batch, op, vectors.get(i, {}))
@@ -542,6 +600,9 @@ class FullrecallStore(BaseStore):
         if prefix not in batch.index:
             bucket = self.store.get_records(self.scope, INDEX_PREFIX + ".".join(prefix))
             batch.index[prefix] = [tuple(r.data["namespace"]) for r in bucket]
+        for name, namespace in batch.registered.items():
+            if namespace[: len(prefix)] == prefix:
+                self._records(batch, name)  # listed ahead of a put of this batch: listed here if it holds items
         held = {tuple(n.removeprefix(ITEM_PREFIX).split(".")): bool(rs) for n, rs in batch.namespaces.items()}
         found = {ns for ns in batch.index[prefix] if held.get(ns, True)}
         found |= {ns for ns, has in held.items() if has and ns[: len(prefix)] == prefix}
@@ -627,11 +688,11 @@ class FullrecallStore(BaseStore):
 
 
 def _record_id(key: str) -> str:
-    """The record id of an item key. LangGraph allows any key, empty or long; a record id is a
-    non-empty identifier of at most 256 bytes, so a long key is named by its hash (the key itself
-    is kept in the record's data).
+    """The record id of an item key. LangGraph allows any key, empty, long or with a NUL; a record id
+    is a non-empty identifier of at most 256 bytes without NUL, so such a key is named by its hash (the
+    key itself is kept in the record's data).
     """
-    if len(key.encode("utf-8")) <= 200:
+    if "\x00" not in key and len(key.encode("utf-8")) <= 200:
         return "k" + key
     return "h" + hashlib.sha256(key.encode("utf-8")).hexdigest()
 
