@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fullrecall.search.facets import Facets, boost, query_facets, states_date
-from fullrecall.search.packing import SHORT_REPLY, neighbour_positions, pack, paying_neighbours
+from fullrecall.search.packing import SHORT_REPLY, neighbour_positions, pack, paying_neighbours, spans_around
 from fullrecall.stores import StoredMessage
 
 
@@ -107,3 +107,11 @@ def test_boost_prefers_the_named_speaker_and_dated_turns_for_when_questions():
     assert boost(f, ann, "we met", speaker_boost=0.1, date_boost=0.2) == 0.1
     assert boost(f, bob, "we met", speaker_boost=0.1, date_boost=0.2) == 0.0
     assert boost(Facets(frozenset({"bob"})), bob, "we met") > 0  # the role names the speaker when no metadata does
+
+
+@given(st.lists(st.integers(0, 60), max_size=12), st.integers(0, 4))
+def test_spans_around_cover_each_position_radius_once_in_order(positions, radius):
+    spans = spans_around(positions, radius)
+    covered = [p for a, b in spans for p in range(a, b + 1)]
+    assert covered == sorted({q for p in positions for q in range(max(0, p - radius), p + radius + 1)})
+    assert all(b + 1 < c for (_, b), (c, _) in zip(spans, spans[1:]))  # apart: touching spans are merged

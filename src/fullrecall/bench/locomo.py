@@ -137,22 +137,12 @@ class Tally:
         }
 
 
-def _merge(positions: list[int], radius: int) -> list[tuple[int, int]]:
-    """Ranges [p - r, p + r] in order, overlapping or touching ones merged."""
-    ranges: list[tuple[int, int]] = []
-    for p in sorted(positions):
-        lo, hi = max(0, p - radius), p + radius
-        if ranges and lo <= ranges[-1][1] + 1:
-            ranges[-1] = (ranges[-1][0], max(ranges[-1][1], hi))
-        else:
-            ranges.append((lo, hi))
-    return ranges
-
-
 def recall_context(search: Any, question: str, k: int, radius: int, spread: bool) -> tuple[list[Any], list[Any], str]:
     """The recall path: search, context ranges from the store, formatted text (what a hook injects)."""
+    from ..search.packing import spans_around
+
     hits = search.search(question, top_k=k, spread=radius if spread else 0)
-    ranges = _merge([h.position for h in hits], radius)
+    ranges = spans_around([h.position for h in hits], radius)
     messages = search.messages_at([p for lo, hi in ranges for p in range(lo, hi + 1)])
     text = "\n".join(f"[Message {m.position}, {m.role}]: {m.data.get('text', m.text)}" for m in messages)
     return hits, messages, text
@@ -292,6 +282,7 @@ def _busy_process():
 
 def _run(args: argparse.Namespace, samples: list[Any], data_path: Path, embedder: Any, load_s: float, t_start: float) -> int:
     from ..search import SemanticSearch
+    from ..search.packing import spans_around
     from ..stores.base import Scope
 
     options: dict[str, Any] = {"fusion": args.fusion}
@@ -348,7 +339,7 @@ def _run(args: argparse.Namespace, samples: list[Any], data_path: Path, embedder
                 found = len(wanted & got)
                 tally.add(f"recall@{k}", found / len(wanted))
                 tally.add(f"all@{k}", float(found == len(wanted)))
-                covered = {p for lo, hi in _merge([h.position for h in hits[:k]], args.radius) for p in range(lo, hi + 1)}
+                covered = {p for lo, hi in spans_around([h.position for h in hits[:k]], args.radius) for p in range(lo, hi + 1)}
                 covered &= set(position.values())
                 found_r = len(wanted & covered)
                 tally.add(f"recall_r@{k}", found_r / len(wanted))

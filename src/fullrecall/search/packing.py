@@ -65,6 +65,20 @@ def paying_neighbours(hit: StoredMessage, around: Mapping[int, StoredMessage]) -
     return out
 
 
+def spans_around(positions: Sequence[int], radius: int) -> list[tuple[int, int]]:
+    """The spans ``[p - radius, p + radius]`` (from 0) around ``positions``, in order, overlapping or touching
+    ones merged.
+    """
+    spans: list[tuple[int, int]] = []
+    for p in sorted(positions):
+        start, end = max(0, p - radius), p + radius
+        if spans and start <= spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+        else:
+            spans.append((start, end))
+    return spans
+
+
 def neighbour_positions(hits: Sequence[StoredMessage], *, radius: int = 0, radius_hits: int = 0) -> list[int]:
     """Positions :func:`pack` may want beside ``hits``: one each side, ``radius`` around the first ``radius_hits``."""
     wanted: set[int] = set()

@@ -39,6 +39,7 @@ from .fusion import (
     rrf,
     spread_out,
 )
+from .packing import spans_around
 from .terms import index_text, query_terms
 
 T = TypeVar("T")
@@ -93,18 +94,6 @@ def _verbatim_text(m: StoredMessage) -> str:
         if parts:
             return "\n".join(parts)
     return m.text
-
-
-def _runs_around(positions: list[int], radius: int) -> list[tuple[int, int]]:
-    """The spans within ``radius`` of any of ``positions``, merged where they touch, in order."""
-    spans: list[tuple[int, int]] = []
-    for p in sorted(positions):
-        start, end = max(0, p - radius), p + radius
-        if spans and start <= spans[-1][1] + 1:
-            spans[-1] = (spans[-1][0], max(spans[-1][1], end))
-        else:
-            spans.append((start, end))
-    return spans
 
 
 def _runs(positions: list[int]) -> list[tuple[int, int]]:
@@ -512,7 +501,7 @@ class SemanticSearch:
         while True:
             chosen = spread_out(ranked, depth, spread, resolve=resolve)
             owners = {c.key[0] for c in chosen}
-            spans = _runs_around([c.key[1] for c in chosen], around) if around and len(owners) == 1 else []
+            spans = spans_around([c.key[1] for c in chosen], around) if around and len(owners) == 1 else []
             if spans:  # the hits and their neighbours, one read (a hit whose message is gone is not among them)
                 read = [m for run in self.store.ranges(_owner_scope(scope, owners.pop()), spans) for m in run]
                 near = {m.position: m for m in read}
