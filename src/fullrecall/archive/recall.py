@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..search.packing import Packed, neighbour_positions, pack
-from ..stores.base import StoredMessage
+from ..stores.base import Scope, Store, StoredMessage
 
 ENRICHMENT_HEADER = "Based on our previous conversation, these earlier exchanges may be relevant:"
 CONTEXT_START = "---Previous Context---"
@@ -52,7 +52,7 @@ def merge_ranges(hits: list[tuple[int, float]], radius: int, *, before: int | No
     return merged
 
 
-def fill_ranges(store: Any, scope: Any, ranges: list[RecalledRange], hits: Sequence[Any],
+def fill_ranges(store: Store, scope: Scope, ranges: list[RecalledRange], hits: Sequence[Any],
                 first: int = 0) -> list[RecalledRange]:
     """Give each range its messages (none before ``first``) and drop the empty ones: from the hits' ``context``
     when the search read it with them (``search(..., around=radius)``), else every range in one ``ranges`` read.
