@@ -210,6 +210,7 @@ _MAX_TOKEN_SESSIONS = 64  # above this many sessions, scope by user/tenant token
 _CHUNK = 500  # ids per IN (...) list
 _SCRUB_TRIES, _SCRUB_WAIT_MS, _SCRUB_PAUSE = 4, 200, 0.05  # forget's checkpoint: at most ~1 s for readers
 SQL = Dialect("?", chunk=_CHUNK, vector=np.ndarray.tobytes)
+# a message's columns, then (in _select_messages) its key, position and owner: the order of _common.stored_message
 _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
 
 
