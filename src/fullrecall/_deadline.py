@@ -3,10 +3,11 @@
 An HTTP client's timeout bounds each wait (connecting, each read): a server that sends one byte
 within each wait holds a request for as long as it likes. Here a request runs on httpx's async
 client under :func:`asyncio.wait_for`, which cancels it, connection and all, when its deadline
-passes; sync callers run it on a private event loop in a worker thread (their own thread may
-already run a loop). Bedrock's clients (botocore) sign their requests as ever and send them this
-way (:func:`attach`). The deadline defaults to twice the timeout; ``FULLRECALL_LLM_DEADLINE``
-sets it from the environment where a client reads its settings there.
+passes; sync requests (:func:`request`) go out on one event loop a process, on a thread of its own
+(the caller's thread may already run a loop), their connections kept alive. Bedrock's clients
+(botocore) sign their requests as ever and send them this way (:func:`attach`). The deadline
+defaults to twice the timeout; ``FULLRECALL_LLM_DEADLINE`` sets it from the environment where a
+client reads its settings there.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import concurrent.futures
 import io
 import math
 import os
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -59,19 +61,49 @@ async def within(call: Awaitable[T], deadline: float) -> T:
     return await asyncio.wait_for(call, deadline)
 
 
+class _Sender:
+    """This process's event loop for sync requests, on a daemon thread, with one ``httpx.AsyncClient`` per
+    timeout on it: connections are kept alive between requests, and a client (whose SSL context takes tens of
+    milliseconds to make) is made once, not once a request.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.clients: dict[float, Any] = {}  # used on the loop's thread only
+        threading.Thread(target=self.loop.run_forever, name="fullrecall-http", daemon=True).start()
+
+    def send(self, method: str, url: str, timeout: float, deadline: float, kwargs: dict[str, Any]) -> Any:
+        async def send() -> Any:
+            import httpx
+
+            client = self.clients.get(timeout)
+            if client is None:
+                client = self.clients[timeout] = httpx.AsyncClient(timeout=timeout)
+            return await within(client.request(method, url, **kwargs), deadline)  # cancelled: its connection closed
+
+        return asyncio.run_coroutine_threadsafe(send(), self.loop).result()
+
+
+_sender: _Sender | None = None
+_sender_lock = threading.Lock()
+
+
 def request(method: str, url: str, *, timeout: float, deadline: float, **kwargs: Any) -> Any:
     """One HTTP request (``httpx.Response``, body read) from sync code, ended by ``TimeoutError`` past ``deadline``.
 
     ``timeout`` bounds each wait as httpx's does; ``kwargs`` are :meth:`httpx.AsyncClient.request`'s. httpx's
-    own errors (``httpx.TransportError``, ``httpx.TimeoutException``) come through as they are.
+    own errors (``httpx.TransportError``, ``httpx.TimeoutException``) come through as they are. Requests go out
+    on one event loop a process (a forked child makes its own), reusing connections.
     """
-    import httpx
+    import httpx  # noqa: F401 - refused here, before the loop's thread starts
 
-    async def send() -> Any:
-        async with httpx.AsyncClient(timeout=timeout) as client:
-            return await within(client.request(method, url, **kwargs), deadline)
-
-    return run_sync(send)
+    global _sender
+    with _sender_lock:
+        if _sender is None or _sender.pid != os.getpid():
+            _sender = _Sender()
+        sender = _sender
+    return sender.send(method, url, timeout, deadline, kwargs)
 
 
 class _Body(io.BytesIO):

@@ -220,3 +220,48 @@ def test_bedrock_embeddings_from_a_server_trickling_bytes_end_at_the_deadline(mo
         assert 1 <= tries <= 5 and time.monotonic() - started < 0.5 * tries + 3.0  # not the ~70 s a trickle takes
     finally:
         server.close()
+
+
+def test_openai_embeddings_keep_their_connection_and_recover_after_a_deadline():
+    """Requests from sync code share one kept-alive connection (no client and no TLS handshake a request); a
+    request ended at its deadline drops its connection, and the next one is answered on a new one."""
+    ports: list[int] = []
+    slow = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            ports.append(self.client_address[1])
+            if slow.is_set():
+                slow.clear()
+                time.sleep(1.5)  # past the deadline: the client goes away
+                return
+            out = _embeddings(len(body["input"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        emb = load_embedder("openai:m", base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1", api_key="k")
+        emb.deadline = 0.5
+        for text in ("a", "b", "c"):
+            assert emb.embed([text]).shape == (1, 4)
+        assert len(ports) == 3 and len(set(ports)) == 1, ports  # one connection for all three
+        slow.set()
+        with pytest.raises(EmbeddingError, match="deadline"):
+            emb.embed(["slow"])
+        assert emb.embed(["after"]).shape == (1, 4)
+        assert ports[-1] != ports[0]  # the connection the deadline ended is not used again
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

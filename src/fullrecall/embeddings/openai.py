@@ -95,7 +95,7 @@ class OpenAIEmbedder:
         return vectors
 
     def close(self) -> None:
-        """Nothing to release: each request opens and closes its own connection."""
+        """Nothing to release: the process keeps the connections (see :func:`fullrecall._deadline.request`)."""
 
     def __repr__(self) -> str:
         return f"OpenAIEmbedder({self.name!r}, base_url={self.base_url!r})"

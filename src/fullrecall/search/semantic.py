@@ -96,17 +96,6 @@ def _verbatim_text(m: StoredMessage) -> str:
     return m.text
 
 
-def _runs(positions: list[int]) -> list[tuple[int, int]]:
-    """Sorted positions as inclusive runs of consecutive numbers: [1, 2, 3, 7] -> [(1, 3), (7, 7)]."""
-    runs: list[tuple[int, int]] = []
-    for p in positions:
-        if runs and p == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], p)
-        else:
-            runs.append((p, p))
-    return runs
-
-
 _blas_controller: Any = None
 
 
@@ -564,7 +553,7 @@ class SemanticSearch:
         positions are read as one span each, all spans in one ``ranges`` call.
         """
         scope = replace(self.scope, session_id=session_id if session_id is not None else self.scope.session_id)
-        runs = _runs(sorted(set(p for p in positions if p >= 0)))
+        runs = spans_around([p for p in positions if p >= 0], 0)
         return [m for run in (self.store.ranges(scope, runs) if runs else []) for m in run]
 
     def _resolve(self, scope: Scope, c: Candidate, filters: Filters | None,

@@ -164,21 +164,15 @@ def _owned_by(owner: Any, scope: Scope) -> bool:
 def export_jsonl(store: Store, scope: Scope, fp: IO[str], *, vectors: bool = True,
                  progress: Progress = no_progress) -> dict[str, int]:
     """Write the export of ``scope`` to ``fp``; counts of conversations, messages, states and records written."""
-    counts = {"conversations": 0, "messages": 0, "states": 0, "records": 0}
     seen: set[str] = set()
+    counts: dict[str, int] = {}
     for line in lines(store, scope, vectors=vectors, progress=progress):
         fp.write(json.dumps(line, ensure_ascii=False) + "\n")
-        kind = line.get("type")
-        if kind == "message":
-            counts["messages"] += 1
+        if line.get("type") in ("message", "state"):
             seen.add(line["conversation_id"])
-        elif kind == "state":
-            counts["states"] += 1
-            seen.add(line["conversation_id"])
-        elif kind in RECORD_TYPES:
-            counts["records"] += 1
-    counts["conversations"] = len(seen)
-    return counts
+        elif line.get("type") == "end":  # the lines' counts, as the file states them
+            counts = {key: line[key] for key in sorted(set(_COUNTED.values()))}
+    return {"conversations": len(seen), **counts}
 
 
 def read(fp: IO[str] | Iterable[str], name: str = "the file") -> Iterator[dict[str, Any]]:

@@ -84,7 +84,7 @@ class OpenAIChatModel:
         if env.get("FULLRECALL_LLM_TIMEOUT"):
             kwargs["timeout"] = float(env["FULLRECALL_LLM_TIMEOUT"])
         if env.get(_deadline.ENV):
-            kwargs["deadline"] = float(env[_deadline.ENV])
+            kwargs["deadline"] = env[_deadline.ENV]  # checked by _deadline.resolve, as every client's
         kwargs.update(overrides)
         return cls(model, **kwargs)
 
