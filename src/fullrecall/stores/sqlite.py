@@ -295,6 +295,10 @@ class SQLiteStore(SqlStore):
         self._scrub_pending = False  # deleted page images may still be in the WAL
         self._text_lock = threading.Lock()
         self._text_conn: tuple[int, sqlite3.Connection] | None = None  # (pid, the keyword search's reader)
+        # One bulk read of rows at a time (a scope's vectors, a session's words for its keyword index): two
+        # side by side, on two connections, hand the GIL back and forth on every row. A user's first question
+        # loads both at once; taking turns made it 85 -> 65 ms (2,000 messages, 2 cores).
+        self._bulk = threading.Lock()
         self._connect()
 
     # -- connection & transactions ---------------------------------------------
@@ -663,11 +667,12 @@ class SQLiteStore(SqlStore):
         for cond, p in SQL.in_chunks("v.sid", list(owners)):
             read = conn.cursor()
             read.row_factory = None  # plain tuples: a cold load reads every vector of the scope
-            found += read.execute(
-                "SELECT v.vid, m.id, m.rid, v.vec, m.role, m.kind, m.created_at, m.sid, m.position"
-                f" FROM vectors v JOIN messages m ON m.rid = v.rid WHERE {cond} AND v.vid > ?",
-                (*p, after),
-            ).fetchall()
+            with self._bulk:
+                found += read.execute(
+                    "SELECT v.vid, m.id, m.rid, v.vec, m.role, m.kind, m.created_at, m.sid, m.position"
+                    f" FROM vectors v JOIN messages m ON m.rid = v.rid WHERE {cond} AND v.vid > ?",
+                    (*p, after),
+                ).fetchall()
         rows = [(r[1], str(r[2]), r[3], r[4], r[5], r[6], owners[r[7]], r[8]) for r in found]
         return Vec.VectorBlock.build(rows, dim), max((r[0] for r in found), default=after)
 
@@ -755,11 +760,12 @@ class SQLiteStore(SqlStore):
             def read(after: int) -> list[tuple[str, str, str, str, float, str, int]]:
                 cursor = conn.cursor()
                 cursor.row_factory = None  # plain tuples, in the shape the index reads (the key as text)
-                return cursor.execute(
-                    f"SELECT id, CAST(rid AS TEXT), role, kind, created_at, {_indexed('text')}, position FROM messages"
-                    " WHERE sid = ? AND position >= ? ORDER BY position",
-                    (sid, after),
-                ).fetchall()
+                with self._bulk:
+                    return cursor.execute(
+                        f"SELECT id, CAST(rid AS TEXT), role, kind, created_at, {_indexed('text')}, position"
+                        " FROM messages WHERE sid = ? AND position >= ? ORDER BY position",
+                        (sid, after),
+                    ).fetchall()
             return read
 
         indexes = [
