@@ -211,7 +211,9 @@ class RecordBook:
             if self._cache is None:
                 return
             self._own.add(event.id)
-            cache = dict(self._cache)  # a new dict: a reader may be iterating the old one
+            old = self._cache
+            cache = dict(old)  # a new dict: a reader may be iterating the old one
+            replaced = cache.get(record_id)
             if entry is None:
                 cache.pop(record_id, None)
             elif record_id in cache:
@@ -222,6 +224,10 @@ class RecordBook:
                 if last is not None and (last[1][0].created_at, last[0]) > (entry[0].created_at, record_id):
                     cache = dict(sorted(cache.items(), key=lambda kv: (kv[1][0].created_at, kv[0])))
             self._cache = cache
+            memo = self._soonest
+            if memo is not None and memo[0] is old and (replaced is None or _expiry(replaced[0]) > memo[1]):
+                # the soonest expiry moves only by the new entry (the one it replaces did not set it): no scan
+                self._soonest = (cache, min(memo[1], _expiry(entry[0]) if entry is not None else math.inf))
 
     def owned_id(self, *parts: str) -> str:
         """A stable record id for ``parts``, different for every owner."""
@@ -254,8 +260,7 @@ class RecordBook:
         if memo is not None and memo[0] is entries:
             soonest = memo[1]
         else:
-            soonest = min((float(r.data[EXPIRES_AT]) for r, _ in entries.values()
-                           if r.data.get(EXPIRES_AT) is not None), default=math.inf)
+            soonest = min((_expiry(r) for r, _ in entries.values()), default=math.inf)
             self._soonest = (entries, soonest)
         if soonest > now:
             return entries
@@ -383,6 +388,12 @@ def change_logs(store: Store, owner: Scope, namespaces: Sequence[str]) -> tuple[
     """(events, non-empty logs) the change logs of these namespaces hold for an owner: bookkeeping, not memory."""
     sizes = [store.count(replace(owner, session_id=LOG_PREFIX + ns)) for ns in namespaces]
     return sum(sizes), sum(1 for n in sizes if n)
+
+
+def _expiry(record: Record) -> float:
+    """When a record expires (Unix seconds), or infinity."""
+    at = record.data.get(EXPIRES_AT)
+    return math.inf if at is None else float(at)
 
 
 def _copy(record: Record) -> Record:

@@ -179,6 +179,8 @@ class FactMemory:
         self.chat_model = chat_model
         self.duplicate_similarity = duplicate_similarity
         self.clock = clock
+        # what a write compares of each stored fact, by the cached record object (never changed in place)
+        self._traits: dict[int, tuple[Record, _Traits]] = {}
 
     # -- writing -----------------------------------------------------------------------------
     def remember(
@@ -247,7 +249,6 @@ class FactMemory:
     def _store(self, fact: Fact, vector: np.ndarray | None, checked: bool) -> tuple[Fact, bool]:
         """Write ``fact``, or merge it into the current fact it repeats; (the stored fact, whether it is new)."""
         entries = self.book.entries(check=not checked)  # cached: one small round trip when nothing changed elsewhere
-        mine = [e for e in entries if e[0].data.get("subject", USER) == fact.subject]
         embedded: list[np.ndarray] = [] if vector is None else [vector]
 
         def fact_vector() -> np.ndarray:
@@ -255,14 +256,17 @@ class FactMemory:
                 embedded.append(self.book.embed([fact.text])[0])
             return embedded[0]
 
-        same = self._duplicate_of(fact, [e for e in mine if e[0].data.get("valid_to") is None], fact_vector)
+        same, loose, rivals = self._read_subject(fact, entries)
+        if same is None and not fact.attribute and loose:  # no attribute to compare: a close enough meaning
+            best = self.book.similar(fact_vector(), loose, 1)
+            if best and best[0][1] >= self.duplicate_similarity:
+                same = best[0][0]
         if same is not None:
-            found, base = same
+            found = _from_record(same)
             found.mentions += 1
             found.sources += [s for s in fact.sources if s not in found.sources]
-            self._put(found, base=base)
+            self._put(found, base=same)
             return found, False
-        rivals = [(_from_record(r), r) for r, _ in mine if fact.attribute and r.data.get("attribute") == fact.attribute]
         later = [f for f, _ in rivals if f.valid_from > fact.valid_from]
         if later:  # told late about an older value: it held until the next known one
             nxt = min(later, key=lambda f: f.valid_from)
@@ -273,6 +277,39 @@ class FactMemory:
                 old.valid_to, old.superseded_by = fact.valid_from, fact.id
                 self._put(old, base=base)
         return fact, True
+
+    def _read_subject(self, fact: Fact, entries: Sequence[Entry]
+                      ) -> tuple[Record | None, list[Entry], list[tuple[Fact, Record]]]:
+        """What ``fact`` meets among the facts of its subject, in one pass (oldest first): the first current
+        fact it repeats (the same words, or the same attribute with the same value), else None, with the
+        current facts without an attribute (to compare meanings) and the facts of its attribute, current or
+        not (its rivals, as facts with their records).
+        """
+        key, value = normalize(fact.text), normalize(fact.value or "")
+        subject, attribute = fact.subject, fact.attribute
+        loose: list[Entry] = []
+        rivals: list[tuple[Fact, Record]] = []
+        known = self._traits
+        if len(known) > 2 * len(entries) + 1024:  # records replaced since: forget them
+            known.clear()
+        for entry in entries:
+            r = entry[0]
+            held = known.get(id(r))
+            if held is not None and held[0] is r:
+                traits = held[1]
+            else:
+                traits = _traits(r)
+                known[id(r)] = (r, traits)
+            if traits.subject != subject:
+                continue
+            if traits.current:
+                if traits.text == key or (attribute and traits.attribute == attribute and traits.value == value):
+                    return r, [], []
+                if traits.attribute is None:
+                    loose.append(entry)
+            if attribute and traits.attribute == attribute:
+                rivals.append((_from_record(r), r))
+        return None, loose, rivals
 
     def _settle(self, subject: str, attribute: str) -> None:
         """Leave one current fact per subject and attribute, even after concurrent writers.
@@ -418,24 +455,6 @@ class FactMemory:
             if (subject is None or f.subject == subject) and (attribute is None or f.attribute == attribute)
         ]
 
-    def _duplicate_of(
-        self, fact: Fact, current: list[Entry], vector: Callable[[], np.ndarray]
-    ) -> tuple[Fact, Record] | None:
-        """The current fact (of the same subject) that ``fact`` repeats, with its stored record; None if new."""
-        key, value = normalize(fact.text), normalize(fact.value or "")
-        for r, _ in current:
-            if normalize(r.text) == key or (
-                    fact.attribute and r.data.get("attribute") == fact.attribute
-                    and normalize(r.data.get("value") or "") == value):
-                return _from_record(r), r
-        if fact.attribute:
-            return None
-        loose = [e for e in current if e[0].data.get("attribute") is None]
-        best = self.book.similar(vector(), loose, 1) if loose else []
-        if best and best[0][1] >= self.duplicate_similarity:
-            return _from_record(best[0][0]), best[0][0]
-        return None
-
     def _put(self, fact: Fact, *, vector: Any = None, base: Record | None = None) -> None:
         """Write a fact; ``base`` is its stored record when rewriting it (its vector is kept)."""
         data = fact.to_dict()
@@ -450,6 +469,22 @@ class FactMemory:
         """Close the store if this memory opened it (a store passed in is the caller's to close)."""
         if self._owns_store:
             self.store.close()
+
+
+class _Traits(NamedTuple):
+    """What a write compares of a stored fact: whose, which attribute, whether current, its words normalized."""
+
+    subject: str
+    attribute: str | None
+    current: bool
+    text: str
+    value: str
+
+
+def _traits(record: Record) -> _Traits:
+    data = record.data
+    return _Traits(data.get("subject", USER), data.get("attribute"), data.get("valid_to") is None,
+                   normalize(record.text), normalize(data.get("value") or ""))
 
 
 def _current(record: Record) -> bool:
