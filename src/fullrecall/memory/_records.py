@@ -32,9 +32,9 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -52,6 +52,8 @@ _END = 2**62  # a position past any log's end
 _MAX_VIEWS = 8  # selections :meth:`RecordBook.nearest` keeps
 
 Entry = tuple[Record, "np.ndarray | None"]
+# (the cache before, the cache after, the record's id, its entry before or None, its entry after or None)
+Follower = Callable[[Mapping[str, Entry], Mapping[str, Entry], str, "Entry | None", "Entry | None"], None]
 
 
 def owner_scope(tenant: str, user_id: str | None, agent_id: str | None) -> Scope:
@@ -116,6 +118,7 @@ class RecordBook:
         self._soonest: tuple[dict[str, Entry], float] | None = None  # (a state of the cache, its soonest expiry)
         # :meth:`nearest`'s selections, by the predicate that made them
         self._views: dict[Callable[[Record], bool], tuple[dict[str, Entry], Sequence[Entry], np.ndarray]] = {}
+        self._followers: list[Follower] = []  # told of each change this book applies to its cache
 
     @property
     def embedder(self) -> Any:
@@ -224,6 +227,8 @@ class RecordBook:
                 if last is not None and (last[1][0].created_at, last[0]) > (entry[0].created_at, record_id):
                     cache = dict(sorted(cache.items(), key=lambda kv: (kv[1][0].created_at, kv[0])))
             self._cache = cache
+            for follow in self._followers:
+                follow(old, cache, record_id, replaced, entry)
             memo = self._soonest
             if memo is not None and memo[0] is old and (replaced is None or _expiry(replaced[0]) > memo[1]):
                 # the soonest expiry moves only by the new entry (the one it replaces did not set it): no scan
@@ -240,6 +245,18 @@ class RecordBook:
 
     def get(self, record_id: str) -> Record | None:
         return next((_copy(r) for r, _ in self.entries() if r.id == record_id), None)
+
+    def follow(self, follower: Follower) -> None:
+        """Call ``follower(old, new, record_id, replaced, entry)`` for each change this book applies to its
+        cache (under its lock, in order): the cache ``old`` became ``new``, the record ``record_id`` (was
+        ``replaced``, None if new) now ``entry`` (None: deleted). A cache read again from the store (another
+        process wrote) is a new state no follower is told of: it starts again from :meth:`state`.
+        """
+        self._followers.append(follower)
+
+    def state(self, *, check: bool = True) -> Mapping[str, Entry]:
+        """The live entries by id (oldest first): the cached mapping itself, to read, never to change."""
+        return self._live(check)
 
     def entries(self, *, check: bool = True) -> list[Entry]:
         """The owner's live records with their vectors, oldest first, as cached: read them, never change them.
@@ -337,12 +354,15 @@ class RecordBook:
         return _decode(encoded) if isinstance(encoded, str) else None
 
     def similar(self, query: str | np.ndarray, records: Sequence[Record] | Sequence[Entry],
-                k: int) -> list[tuple[Record, float]]:
+                k: int, *, matrix: np.ndarray | None = None) -> list[tuple[Record, float]]:
         """The ``k`` records most similar to ``query`` by cosine, best first (records without a vector skipped).
 
         ``query`` is a text (embedded here) or its vector; ``records`` are records or
-        :meth:`entries` (their vectors already decoded).
+        :meth:`entries` (their vectors already decoded). ``matrix``: the caller's stack of the entries'
+        vectors, in order (every entry has one), when it keeps one.
         """
+        if matrix is not None:
+            return self._rank(query, cast("Sequence[Entry]", records), matrix, k)
         with_vectors = [(r, v) for r, v in map(_entry, records) if v is not None]
         matrix = self._matrix([v for _, v in with_vectors]) if with_vectors else np.zeros((0, 0), dtype=np.float32)
         return self._rank(query, with_vectors, matrix, k)

@@ -21,12 +21,11 @@ while it holds). It links to the archived messages it came from (``sources``).
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
@@ -35,11 +34,11 @@ import numpy as np
 from ..errors import MemoryInputError
 from ..stores import _validate as V
 from ..stores.base import DEFAULT_TENANT, Record, Store
+from ._fact_index import USER, FactIndex, normalize
 from ._records import Entry, check_unicode, open_book, public_data
 
 NAMESPACE = "facts"
 DEFAULT_DUPLICATE_SIMILARITY = 0.92
-USER = "user"
 
 
 @dataclass
@@ -68,12 +67,6 @@ class Fact:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@functools.lru_cache(maxsize=65_536)
-def normalize(text: str) -> str:
-    """Lower case, words only, single spaces: how duplicates are recognized."""
-    return " ".join(re.findall(r"\w+", text.lower()))
 
 
 # -- rules: facts without an LLM ----------------------------------------------------------------
@@ -179,8 +172,8 @@ class FactMemory:
         self.chat_model = chat_model
         self.duplicate_similarity = duplicate_similarity
         self.clock = clock
-        # what a write compares of each stored fact, by the cached record object (never changed in place)
-        self._traits: dict[int, tuple[Record, _Traits]] = {}
+        self._index: FactIndex | None = None  # the facts a write looks up, following the book's cache
+        self.book.follow(self._follow)
 
     # -- writing -----------------------------------------------------------------------------
     def remember(
@@ -248,7 +241,7 @@ class FactMemory:
 
     def _store(self, fact: Fact, vector: np.ndarray | None, checked: bool) -> tuple[Fact, bool]:
         """Write ``fact``, or merge it into the current fact it repeats; (the stored fact, whether it is new)."""
-        entries = self.book.entries(check=not checked)  # cached: one small round trip when nothing changed elsewhere
+        index = self._facts(check=not checked)  # cached: one small round trip when nothing changed elsewhere
         embedded: list[np.ndarray] = [] if vector is None else [vector]
 
         def fact_vector() -> np.ndarray:
@@ -256,9 +249,10 @@ class FactMemory:
                 embedded.append(self.book.embed([fact.text])[0])
             return embedded[0]
 
-        same, loose, rivals = self._read_subject(fact, entries)
-        if same is None and not fact.attribute and loose:  # no attribute to compare: a close enough meaning
-            best = self.book.similar(fact_vector(), loose, 1)
+        same = index.repeated(fact.subject, normalize(fact.text), fact.attribute, normalize(fact.value or ""))
+        if same is None and not fact.attribute:  # no attribute to compare: a close enough meaning
+            loose, matrix = index.loose(fact.subject)
+            best = self.book.similar(fact_vector(), loose, 1, matrix=matrix) if matrix is not None else []
             if best and best[0][1] >= self.duplicate_similarity:
                 same = best[0][0]
         if same is not None:
@@ -267,6 +261,7 @@ class FactMemory:
             found.sources += [s for s in fact.sources if s not in found.sources]
             self._put(found, base=same)
             return found, False
+        rivals = [(_from_record(r), r) for r in index.holding(fact.subject, fact.attribute)] if fact.attribute else []
         later = [f for f, _ in rivals if f.valid_from > fact.valid_from]
         if later:  # told late about an older value: it held until the next known one
             nxt = min(later, key=lambda f: f.valid_from)
@@ -278,38 +273,20 @@ class FactMemory:
                 self._put(old, base=base)
         return fact, True
 
-    def _read_subject(self, fact: Fact, entries: Sequence[Entry]
-                      ) -> tuple[Record | None, list[Entry], list[tuple[Fact, Record]]]:
-        """What ``fact`` meets among the facts of its subject, in one pass (oldest first): the first current
-        fact it repeats (the same words, or the same attribute with the same value), else None, with the
-        current facts without an attribute (to compare meanings) and the facts of its attribute, current or
-        not (its rivals, as facts with their records).
-        """
-        key, value = normalize(fact.text), normalize(fact.value or "")
-        subject, attribute = fact.subject, fact.attribute
-        loose: list[Entry] = []
-        rivals: list[tuple[Fact, Record]] = []
-        known = self._traits
-        if len(known) > 2 * len(entries) + 1024:  # records replaced since: forget them
-            known.clear()
-        for entry in entries:
-            r = entry[0]
-            held = known.get(id(r))
-            if held is not None and held[0] is r:
-                traits = held[1]
-            else:
-                traits = _traits(r)
-                known[id(r)] = (r, traits)
-            if traits.subject != subject:
-                continue
-            if traits.current:
-                if traits.text == key or (attribute and traits.attribute == attribute and traits.value == value):
-                    return r, [], []
-                if traits.attribute is None:
-                    loose.append(entry)
-            if attribute and traits.attribute == attribute:
-                rivals.append((_from_record(r), r))
-        return None, loose, rivals
+    def _facts(self, *, check: bool = True) -> FactIndex:
+        """The index of the live facts (the book's cache checked first unless not ``check``)."""
+        live = self.book.state(check=check)
+        index = self._index
+        if index is None or index.basis is not live:
+            index = self._index = FactIndex.of(live)
+        return index
+
+    def _follow(self, old: Mapping[str, Entry], new: Mapping[str, Entry], record_id: str,
+                replaced: Entry | None, entry: Entry | None) -> None:
+        """The book changed its cache: the index follows (or is made again from the next state read)."""
+        index = self._index
+        self._index = index.applied(new, record_id, replaced, entry) if index is not None and index.basis is old \
+            else None
 
     def _settle(self, subject: str, attribute: str) -> None:
         """Leave one current fact per subject and attribute, even after concurrent writers.
@@ -317,9 +294,8 @@ class FactMemory:
         Each writer re-reads after its own write, so the later of two racing writers sees
         both facts and closes the one that started earlier (ties: stated earlier, then by id).
         """
-        current = [(_from_record(r), r) for r, _ in self.book.entries()
-                   if r.data.get("valid_to") is None and r.data.get("subject") == subject
-                   and r.data.get("attribute") == attribute]
+        current = [(_from_record(r), r) for r in self._facts().holding(subject, attribute)
+                   if r.data.get("valid_to") is None]
         if len(current) < 2:
             return
         winner = max((f for f, _ in current), key=lambda f: (f.valid_from, f.stated_at, f.id))
@@ -469,22 +445,6 @@ class FactMemory:
         """Close the store if this memory opened it (a store passed in is the caller's to close)."""
         if self._owns_store:
             self.store.close()
-
-
-class _Traits(NamedTuple):
-    """What a write compares of a stored fact: whose, which attribute, whether current, its words normalized."""
-
-    subject: str
-    attribute: str | None
-    current: bool
-    text: str
-    value: str
-
-
-def _traits(record: Record) -> _Traits:
-    data = record.data
-    return _Traits(data.get("subject", USER), data.get("attribute"), data.get("valid_to") is None,
-                   normalize(record.text), normalize(data.get("value") or ""))
 
 
 def _current(record: Record) -> bool:
