@@ -141,9 +141,10 @@ class FactIndex:
             put(self._attribute, (t.subject, t.attribute), r)
         if t.current and not t.attribute:
             stacked = self._stacks.pop(t.subject, None)
-            if not fresh and stacked is not None and entry[1] is not None and (
+            vector = entry[1]
+            if not fresh and stacked is not None and vector is not None and vector.shape == stacked[1].shape[1:] and (
                     not stacked[0] or _order(stacked[0][-1][0]) < _order(r)):  # the newest: one row more
-                self._stacks[t.subject] = ([*stacked[0], entry], np.vstack([stacked[1], entry[1][None, :]]))
+                self._stacks[t.subject] = ([*stacked[0], entry], np.vstack([stacked[1], vector[None, :]]))
 
     def _remove(self, entry: Entry) -> None:
         r = entry[0]

@@ -285,8 +285,11 @@ class FactMemory:
                 replaced: Entry | None, entry: Entry | None) -> None:
         """The book changed its cache: the index follows (or is made again from the next state read)."""
         index = self._index
-        self._index = index.applied(new, record_id, replaced, entry) if index is not None and index.basis is old \
-            else None
+        try:
+            self._index = index.applied(new, record_id, replaced, entry) if index is not None and index.basis is old \
+                else None
+        except Exception:  # noqa: BLE001 - never fail the write the book has applied: made again when next needed
+            self._index = None
 
     def _settle(self, subject: str, attribute: str) -> None:
         """Leave one current fact per subject and attribute, even after concurrent writers.
