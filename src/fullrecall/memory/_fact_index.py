@@ -90,10 +90,9 @@ class FactIndex:
         if stacked is None:
             entries = sorted((e for e in self._loose.get(subject, {}).values() if e[1] is not None),
                              key=lambda e: _order(e[0]))
-            matrix = np.stack([e[1] for e in entries]) if entries else None  # type: ignore[misc]
-            if matrix is None:
+            if not entries:
                 return [], None
-            stacked = self._stacks[subject] = (entries, matrix)  # a cache of this snapshot's own contents
+            stacked = self._stacks[subject] = (entries, np.stack([e[1] for e in entries]))  # type: ignore[misc]
         return stacked
 
     def holding(self, subject: str, attribute: str) -> list[Record]:
@@ -109,7 +108,7 @@ class FactIndex:
         index = FactIndex(basis)
         index._text, index._value = dict(self._text), dict(self._value)
         index._attribute, index._loose, index._stacks = dict(self._attribute), dict(self._loose), dict(self._stacks)
-        stacked = self._stacks.get(entry[0].data.get("subject", USER)) if entry is not None else None
+        stacked = self._stacks.get(traits(entry[0]).subject) if entry is not None else None
         if replaced is not None:
             index._remove(replaced)
         if entry is not None:

@@ -328,7 +328,10 @@ class Conversations:
             m = h.message
             own = replace(scope, session_id=m.session_id, user_id=m.user_id, agent_id=m.agent_id)
             lo, hi = max(0, (m.position or 0) - radius), (m.position or 0) + radius
-            around = h.context if h.context is not None else self.store.range(own, lo, hi) if radius else [m]
+            if h.context is not None:  # read with the hit
+                around = h.context
+            else:
+                around = self.store.range(own, lo, hi) if radius else [m]
             out.append({**message_out(m), "score": h.score, "scores": h.scores,
                         "range": {"start": around[0].position if around else m.position,
                                   "end": around[-1].position if around else m.position,

@@ -350,8 +350,10 @@ class SQLiteStore(SqlStore):
             raise StoreError(f"store {self.url} is closed")
         if self._conn_obj is None or self._pid != os.getpid():
             # After a fork the inherited connection belongs to the parent: open our own
-            # (never close the inherited one here, that would drop the parent's locks).
+            # (never close the inherited one here, that would drop the parent's locks). Stamps (see _stamp)
+            # are one connection's: none taken on the other is compared with the new one's.
             self._cache.clear()
+            self._checked.clear()
             return self._connect()
         return self._conn_obj
 
