@@ -125,12 +125,14 @@ def _vector_store(url: str, schema: str, n: int, seed: int, options: str) -> tup
 def test_postgres_large_scope_uses_hnsw_and_stays_correct(service_urls: dict[str, Callable[[], str]]) -> None:
     url = service_urls["postgres"]()
     store, scope, vecs = _vector_store(url, "hnsw", 300, 0, "exact_limit=50&hnsw_min_rows=100")
+    index = "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)"
     assert store.wait_for_indexes(timeout=120)
-    with psycopg.connect(url) as conn:  # crossing hnsw_min_rows built the index
-        assert conn.execute(
-            "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)",
-            (f"{store.schema}.vectors_8_hnsw",),
-        ).fetchone() == (True,)
+    with psycopg.connect(url) as conn:  # writes alone build no index, however many vectors they bring
+        assert conn.execute(index, (f"{store.schema}.vectors_8_hnsw",)).fetchone() is None
+    assert store.search_vectors(scope, vecs[42], 5)[0][0] == "m42"  # exact, and it asks for the index
+    assert store.wait_for_indexes(timeout=120)
+    with psycopg.connect(url) as conn:
+        assert conn.execute(index, (f"{store.schema}.vectors_8_hnsw",)).fetchone() == (True,)
     hits = store.search_vectors(scope, vecs[42], 5)  # 300 > exact_limit: the HNSW path
     assert hits[0][0] == "m42" and hits[0][1] == pytest.approx(1.0, abs=1e-4)
     keep = list(range(0, 300, 30))  # filters leave 10 rows: the index finds too few, exact fallback
@@ -143,8 +145,29 @@ def test_postgres_large_scope_uses_hnsw_and_stays_correct(service_urls: dict[str
     store.close()
 
 
-def test_postgres_index_build_never_blocks_the_writer(service_urls: dict[str, Callable[[], str]]) -> None:
-    """The write that crosses hnsw_min_rows returns at once; the HNSW index is built beside it."""
+def test_postgres_small_scopes_never_build_the_index(service_urls: dict[str, Callable[[], str]]) -> None:
+    """A table of many small scopes (users among many) is searched exactly, and writers never pay for a graph."""
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    store = open_store(f"{url}{sep}schema=small{uuid.uuid4().hex[:8]}&exact_limit=50&hnsw_min_rows=100")
+    vecs = np.random.default_rng(2).normal(size=(10, 40, 8)).astype(np.float32)
+    for u in range(10):
+        scope = Scope(user_id=f"u{u}", session_id="s")
+        store.append(scope, [_msg(i, f"text {i}") for i in range(40)])
+        store.set_vectors(scope, [f"m{i}" for i in range(40)], vecs[u], "m")
+    with store._tx() as conn:  # type: ignore[attr-defined]  # the planner's row count, as autovacuum keeps it
+        conn.execute(f"ANALYZE {store.schema}.vectors_8")
+    for u in range(10):
+        assert store.search_vectors(Scope(user_id=f"u{u}"), vecs[u][7], 1)[0].id == "m7"
+    assert store.wait_for_indexes(timeout=120)
+    with psycopg.connect(url) as conn:  # 400 vectors, each scope a tenth of them: exact, no index
+        assert conn.execute("SELECT count(*) FROM pg_index WHERE indexrelid = to_regclass(%s)",
+                            (f"{store.schema}.vectors_8_hnsw",)).fetchone() == (0,)
+    store.close()
+
+
+def test_postgres_index_build_never_blocks_the_search(service_urls: dict[str, Callable[[], str]]) -> None:
+    """The search that asks for the HNSW index returns at once, exactly; the index is built beside it."""
     url = service_urls["postgres"]()
     sep = "&" if "?" in url else "?"
     store = open_store(f"{url}{sep}schema=bg{uuid.uuid4().hex[:8]}&exact_limit=10&hnsw_min_rows=100")
@@ -159,7 +182,12 @@ def test_postgres_index_build_never_blocks_the_writer(service_urls: dict[str, Ca
                                                                   vecs[10:], "m"))
         writer.start()
         writer.join(20)
-        assert not writer.is_alive()  # returned although the build is waiting
+        assert not writer.is_alive()
+        assert store.wait_for_indexes(timeout=0)  # the writes started no build
+        searcher = threading.Thread(target=lambda: store.search_vectors(scope, vecs[150], 1))
+        searcher.start()
+        searcher.join(20)
+        assert not searcher.is_alive()  # returned although the build it asked for is waiting
         assert store.search_vectors(scope, vecs[150], 1)[0].id == "m150"  # exact search serves meanwhile
         assert not store.wait_for_indexes(timeout=0.2)  # the build is still waiting for the lock
         with psycopg.connect(url) as conn:
@@ -168,6 +196,17 @@ def test_postgres_index_build_never_blocks_the_writer(service_urls: dict[str, Ca
     with psycopg.connect(url) as conn:
         assert conn.execute(index_exists, (f"{store.schema}.vectors_8_hnsw",)).fetchone() == (1,)
     assert store.search_vectors(scope, vecs[150], 1)[0].id == "m150"
+    store.close()
+
+
+def test_postgres_connections_plan_no_parallel_workers(service_urls: dict[str, Callable[[], str]]) -> None:
+    """Starting parallel workers costs more than a scoped search takes; stale statistics must not buy them."""
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    store = open_store(f"{url}{sep}schema=par{uuid.uuid4().hex[:8]}&pool_min=2")
+    with store._read() as a, store._read() as b:  # type: ignore[attr-defined]  # two pooled connections
+        for conn in (a, b):
+            assert conn.execute("SHOW max_parallel_workers_per_gather").fetchone() == {"max_parallel_workers_per_gather": "0"}
     store.close()
 
 

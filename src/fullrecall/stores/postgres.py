@@ -13,16 +13,21 @@ Design, and why:
   BM25 (binary term frequency), planned from the column's statistics so that a common
   word costs no more than a rare one (:mod:`._topk`).
 * **Vectors** go to one table per dimension (``vectors_384``: pgvector needs a fixed
-  dimension to index) with an HNSW cosine index, built in a background thread on its own
-  connection (``CREATE INDEX CONCURRENTLY``: writes go on, and no writer waits for it) once
-  the table holds ``hnsw_min_rows`` vectors (default 5,000), or on demand by
-  :meth:`PostgresStore.build_indexes` (bulk loads: building once is far faster than
-  inserting into the graph); :meth:`PostgresStore.wait_for_indexes` waits for a build. The index serves scopes over ``exact_limit`` vectors
-  (default 20,000) or holding most of the table, with ``hnsw.ef_search`` raised as the
-  scope's share of the table shrinks; smaller scopes (one conversation among many) are
-  searched exactly, and an approximate search that filters leave short of ``k`` rows
-  falls back to an exact one. The graph walk runs alone (``ORDER BY ... LIMIT ef``) and the
-  scope and filters apply to its rows, so that the planner never trades it for a sort.
+  dimension to index), with an HNSW cosine index once a search needs one. The index serves
+  scopes over ``exact_limit`` vectors (default 20,000) or holding most of the table, with
+  ``hnsw.ef_search`` raised as the scope's share of the table shrinks; smaller scopes (one
+  user or conversation among many) are searched exactly through the session index, and an
+  approximate search that filters leave short of ``k`` rows falls back to an exact one.
+  The index is built in a background thread on its own connection (``CREATE INDEX
+  CONCURRENTLY``: writes go on, and neither a writer nor a searcher waits for it) the first
+  time a search of such a scope meets a table of at least ``hnsw_min_rows`` vectors
+  (default 5,000) without one; that search and those after it run exactly until it is
+  built. A store of many small scopes never builds it, so its writers never pay for
+  inserting into the graph (about 3 ms a vector write at 40,000 vectors, measured).
+  :meth:`PostgresStore.build_indexes` builds it at once (bulk loads: building once is far
+  faster than inserting into the graph); :meth:`PostgresStore.wait_for_indexes` waits for a
+  build. The graph walk runs alone (``ORDER BY ... LIMIT ef``) and the scope and filters
+  apply to its rows, so that the planner never trades it for a sort.
 * **Vector and record writes** are one statement each in autocommit: ``set_vectors`` locks the
   session's row, checks the model and the ids, and writes the vectors and the counters only when the
   checks pass (else nothing is written and the checks say which error to raise); vectors travel in
@@ -86,7 +91,7 @@ log = logging.getLogger("fullrecall.stores.postgres")
 _HNSW_MAX_DIM = 2000  # pgvector's limit for indexing the ``vector`` type
 _EXACT_ALWAYS = 2_000  # scopes this small are searched exactly (a few ms)
 _MAX_EF = 1_000
-_HNSW_MIN_ROWS = 5_000  # build the index once the table holds this many vectors
+_HNSW_MIN_ROWS = 5_000  # a search that wants the index builds it once the table holds this many vectors
 _LEXICAL_BUDGET = 2_000  # a word expected in more rows than this only scores candidates (see _topk)
 _CANDIDATE_CAP = 20_000  # most rows one lexical search ranks (only a query of very common words reaches it)
 # Cosine similarity with a vector parameter; pgvector's distance is NaN where a vector is zero: 0 there, as in-process
@@ -269,7 +274,7 @@ class PostgresStore(SqlStore):
         self._indexed: set[int] = set()  # dimensions whose HNSW index is known to be built
         self._known_dims: list[int] = []  # dimensions whose vector table exists (read again when one is missing)
         self._builds: dict[int, threading.Thread] = {}  # dim -> its background index build
-        self._unchecked: dict[int, int] = {}  # dim -> vectors written since its size was last checked
+        self._build_tried: dict[int, float] = {}  # dim -> when a search last asked for its index
         self._build_conns: set[Conn] = set()  # cancelled by close()
         self._conn_ef: weakref.WeakKeyDictionary[Conn, int] = weakref.WeakKeyDictionary()  # hnsw.ef_search set
         self._timeout = connect_timeout
@@ -317,8 +322,11 @@ class PostgresStore(SqlStore):
 
             def configure(conn: Conn) -> None:
                 register_vector(conn)
-                # JIT compiles a query the planner thinks costly in ~50-100 ms; ours take a few ms
+                # JIT compiles a query the planner thinks costly in ~50-100 ms; ours take a few ms. Parallel
+                # workers cost 5-10 ms to start, and statistics a little behind a busy table make the planner
+                # want them for one user's 2,000 rows (12 ms instead of 2.7 ms, measured)
                 conn.execute("SET jit = off")
+                conn.execute("SET max_parallel_workers_per_gather = 0")
 
             lo, hi = self._pool_sizes
             self._pool_obj = ConnectionPool(
@@ -520,36 +528,39 @@ class PostgresStore(SqlStore):
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in self._builds.values())
 
-    def _schedule_index(self, dim: int, written: int) -> None:
-        """After ``written`` vectors of ``dim``: check the table's size in the background now and then,
-        and build its HNSW index there once it is big enough. A writer never waits for either.
+    def _schedule_index(self, dim: int, scope_size: int) -> None:
+        """A search of ``scope_size`` vectors wants ``vectors_{dim}``'s HNSW index, which is missing: build
+        it in the background (if the table, counted there, holds ``hnsw_min_rows`` vectors and the scope
+        would use the index), at most once a ``_STATS_TTL`` while none is running. The search goes on
+        exactly; it never waits for the build.
         """
         if dim in self._indexed or dim > _HNSW_MAX_DIM:
             return
         with self._lock:
-            self._unchecked[dim] = self._unchecked.get(dim, 0) + written
             running = self._builds.get(dim)
-            first = running is None
+            now = time.monotonic()
             if (running is not None and running.is_alive()) or self._closed or (
-                not first and self._unchecked[dim] < max(1, self._hnsw_min_rows // 10)
+                now - self._build_tried.get(dim, -_STATS_TTL) < _STATS_TTL
             ):
                 return
-            self._unchecked[dim] = 0
-            thread = threading.Thread(target=self._build_quietly, args=(dim,), name=f"fullrecall-hnsw-{dim}",
+            self._build_tried[dim] = now
+            thread = threading.Thread(target=self._build_quietly, args=(dim, scope_size), name=f"fullrecall-hnsw-{dim}",
                                       daemon=True)
             self._builds[dim] = thread
             thread.start()
 
-    def _build_quietly(self, dim: int) -> None:
+    def _build_quietly(self, dim: int, scope_size: int) -> None:
         try:
-            self._build_index(dim, self._hnsw_min_rows)
+            self._build_index(dim, self._hnsw_min_rows, wanted_by=scope_size)
         except Exception as exc:  # noqa: BLE001 - a background build: exact search serves until the next try
             if not self._closed:
                 log.warning("building the HNSW index of %s.vectors_%d failed (%s); searches stay exact until a "
-                            "later write retries", self.schema, dim, exc)
+                            "later search retries", self.schema, dim, exc)
 
-    def _build_index(self, dim: int, min_rows: int) -> bool:
-        """Create ``vectors_{dim}``'s HNSW index once it holds ``min_rows``; True if it exists now."""
+    def _build_index(self, dim: int, min_rows: int, wanted_by: int | None = None) -> bool:
+        """Create ``vectors_{dim}``'s HNSW index once it holds ``min_rows`` (and, given ``wanted_by``, a
+        scope of that size would use it: over ``exact_limit``, or half the table); True if it exists now.
+        """
         if dim in self._indexed:
             return True
         if dim > _HNSW_MAX_DIM:
@@ -561,10 +572,13 @@ class PostgresStore(SqlStore):
                 if self._index_state(conn, table) == "valid":
                     self._indexed.add(dim)
                     return True
+                # a scope within exact_limit uses the index while it is at least half the table
+                too_many = 2 * wanted_by + 1 if wanted_by is not None and wanted_by <= self._exact_limit else 0
                 n = conn.execute(
-                    f"SELECT count(*) AS n FROM (SELECT 1 FROM {s}.{table} LIMIT %s) x", (max(min_rows, 1),)
+                    f"SELECT count(*) AS n FROM (SELECT 1 FROM {s}.{table} LIMIT %s) x",
+                    (max(min_rows, 1, too_many),),
                 ).fetchone()["n"]
-            if n < min_rows:
+            if n < min_rows or n >= too_many > 0:
                 return False
             # Its own connection (autocommit: CONCURRENTLY cannot run in a transaction), so a build of
             # minutes holds no pooled connection; close() cancels it.
@@ -645,7 +659,6 @@ class PostgresStore(SqlStore):
             found = set(row["found"] or ())
             missing = [i for i in ids if i not in found]
             raise ValueError(f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}")
-        self._schedule_index(dim, len(ids))
 
     def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """One round trip: every known dimension's table read in one statement, which also says whether the
@@ -749,13 +762,12 @@ class PostgresStore(SqlStore):
 
         The index walks the whole table and the scope filter applies after it, so it pays when
         the scope is big (over ``exact_limit``) or most of the table; ef grows as the scope's
-        share shrinks, so that about 2k of the candidates belong to the scope.
+        share shrinks, so that about 2k of the candidates belong to the scope. A scope that
+        would use the index while the table has none asks for it to be built (see
+        :meth:`_schedule_index`) and is searched exactly meanwhile.
         """
         if scope_size < min(_EXACT_ALWAYS, self._exact_limit) or dim > _HNSW_MAX_DIM:
             return None
-        if dim not in self._indexed and self._index_state(conn, f"vectors_{dim}") != "valid":
-            return None
-        self._indexed.add(dim)
         cached = self._table_rows.get(dim)
         if cached is None or time.monotonic() - cached[0] > _STATS_TTL:
             n = conn.execute(
@@ -766,6 +778,12 @@ class PostgresStore(SqlStore):
         rows = max(cached[1], scope_size)
         if scope_size <= self._exact_limit and scope_size < rows / 2:
             return None
+        if dim not in self._indexed:
+            if self._index_state(conn, f"vectors_{dim}") != "valid":
+                if rows >= self._hnsw_min_rows:
+                    self._schedule_index(dim, scope_size)
+                return None
+            self._indexed.add(dim)
         return int(min(_MAX_EF, max(self._ef_search, k, 2 * k * rows / scope_size)))
 
     def search_text(
