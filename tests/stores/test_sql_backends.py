@@ -289,7 +289,7 @@ def test_postgres_pruned_lexical_search_ranks_like_every_row_ranked(
     pruned.append(scope, [_msg(i, t) for i, t in enumerate(texts)])
     pruned.build_indexes()  # ANALYZE: the statistics that tell common words from rare ones
     with pruned._tx() as conn:
-        assert len(pruned._lexeme_shares(conn)) >= 30  # the query words are known: pruning is on
+        assert len(pruned._lexeme_stats(conn)[0]) >= 30  # the query words are known: pruning is on
     for _ in range(25):
         query = list(rng.choice(words[:30], size=3, replace=False))
         got, want = pruned.search_text(scope, query, 8), everything.search_text(scope, query, 8)
@@ -299,6 +299,45 @@ def test_postgres_pruned_lexical_search_ranks_like_every_row_ranked(
         assert {h.id for h in got if round(h.score, 3) not in tied} == {h.id for h in want if round(h.score, 3) not in tied}
     pruned.close()
     everything.close()
+
+
+def test_postgres_lexical_search_of_one_user_among_many_reads_the_same_rows_either_way(
+    service_urls: dict[str, Callable[[], str]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Common words list most of the table: a small scope's rows are then read first and tested, and
+    the hits and scores are those the words' index gives, filters and pruning included."""
+    from fullrecall.stores import postgres as P
+
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    store = open_store(f"{url}{sep}schema=lexu{uuid.uuid4().hex[:8]}&lexical_budget=20")
+    rng = np.random.default_rng(5)
+    words = [f"w{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(60)]
+    weights = 1.0 / np.arange(1, 61) ** 1.1
+    for u in range(10):
+        for sess in ("a", "b"):
+            texts = [" ".join(rng.choice(words, size=int(rng.integers(2, 12)), p=weights / weights.sum()))
+                     for _ in range(80)]
+            store.append(Scope(user_id=f"u{u}", session_id=sess), [
+                StoredMessage(id=f"m{i}", role="user" if i % 2 else "assistant", text=t, data={}, created_at=1000.0 + i)
+                for i, t in enumerate(texts)])
+    store.build_indexes()  # ANALYZE: the word statistics and the table's size
+    user = Scope(user_id="u3")
+    filters = [None, Filters(roles=("user",)), Filters(exclude_ids=frozenset(f"m{i}" for i in range(0, 80, 3)),
+                                                        since=1010.0)]
+    cases = [(list(rng.choice(words[:30], size=int(rng.integers(1, 4)), replace=False)), filters[j % 3])
+             for j in range(30)]
+
+    def run() -> list[list[tuple[str, Any, float]]]:
+        store._shares = None  # type: ignore[attr-defined]
+        return [[(h.id, h.owner, round(h.score, 6)) for h in store.search_text(user, q, 8, f)] for q, f in cases]
+
+    monkeypatch.setattr(P, "_SCOPE_FIRST", float("inf"))  # the words' index, always
+    by_index = run()
+    monkeypatch.setattr(P, "_SCOPE_FIRST", 0.0)  # the scope's rows first, whenever a word is known to be common
+    assert run() == by_index
+    assert sum(map(len, by_index)) > 100
+    store.close()
 
 
 def test_postgres_unreachable_is_a_store_error() -> None:
