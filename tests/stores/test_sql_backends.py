@@ -149,7 +149,7 @@ def test_postgres_small_scopes_never_build_the_index(service_urls: dict[str, Cal
     """A table of many small scopes (users among many) is searched exactly, and writers never pay for a graph."""
     url = service_urls["postgres"]()
     sep = "&" if "?" in url else "?"
-    store = open_store(f"{url}{sep}schema=small{uuid.uuid4().hex[:8]}&exact_limit=50&hnsw_min_rows=100")
+    store = open_store(f"{url}{sep}schema=small{uuid.uuid4().hex[:8]}&exact_limit=40&hnsw_min_rows=100")
     vecs = np.random.default_rng(2).normal(size=(10, 40, 8)).astype(np.float32)
     for u in range(10):
         scope = Scope(user_id=f"u{u}", session_id="s")
@@ -160,7 +160,7 @@ def test_postgres_small_scopes_never_build_the_index(service_urls: dict[str, Cal
     for u in range(10):
         assert store.search_vectors(Scope(user_id=f"u{u}"), vecs[u][7], 1)[0].id == "m7"
     assert store.wait_for_indexes(timeout=120)
-    with psycopg.connect(url) as conn:  # 400 vectors, each scope a tenth of them: exact, no index
+    with psycopg.connect(url) as conn:  # 400 vectors, each scope (40, at exact_limit) a tenth of them: exact, no index
         assert conn.execute("SELECT count(*) FROM pg_index WHERE indexrelid = to_regclass(%s)",
                             (f"{store.schema}.vectors_8_hnsw",)).fetchone() == (0,)
     store.close()
