@@ -130,20 +130,20 @@ class FactIndex:
             inner[r.id] = value
             table[key] = inner
 
-        if t.current:
-            put(self._text, (t.subject, t.text), r)
-            if t.attribute:
-                put(self._value, (t.subject, t.attribute, t.value), r)
-            else:
-                put(self._loose, t.subject, entry)
         if t.attribute:
             put(self._attribute, (t.subject, t.attribute), r)
-        if t.current and not t.attribute:
-            stacked = self._stacks.pop(t.subject, None)
-            vector = entry[1]
-            if not fresh and stacked is not None and vector is not None and vector.shape == stacked[1].shape[1:] and (
-                    not stacked[0] or _order(stacked[0][-1][0]) < _order(r)):  # the newest: one row more
-                self._stacks[t.subject] = ([*stacked[0], entry], np.vstack([stacked[1], vector[None, :]]))
+        if not t.current:
+            return
+        put(self._text, (t.subject, t.text), r)
+        if t.attribute:
+            put(self._value, (t.subject, t.attribute, t.value), r)
+            return
+        put(self._loose, t.subject, entry)
+        stacked = self._stacks.pop(t.subject, None)
+        vector = entry[1]
+        if not fresh and stacked is not None and vector is not None and vector.shape == stacked[1].shape[1:] and (
+                not stacked[0] or _order(stacked[0][-1][0]) < _order(r)):  # the newest: one row more
+            self._stacks[t.subject] = ([*stacked[0], entry], np.vstack([stacked[1], vector[None, :]]))
 
     def _remove(self, entry: Entry) -> None:
         r = entry[0]

@@ -22,6 +22,7 @@ while it holds). It links to the archived messages it came from (``sources``).
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 import uuid
@@ -38,6 +39,7 @@ from ._fact_index import USER, FactIndex, normalize
 from ._records import Entry, check_unicode, open_book, public_data
 
 NAMESPACE = "facts"
+log = logging.getLogger("fullrecall.memory.facts")
 DEFAULT_DUPLICATE_SIMILARITY = 0.92
 
 
@@ -289,6 +291,8 @@ class FactMemory:
             self._index = index.applied(new, record_id, replaced, entry) if index is not None and index.basis is old \
                 else None
         except Exception:  # noqa: BLE001 - never fail the write the book has applied: made again when next needed
+            log.warning("the facts index could not follow a change of record %s; it is built again", record_id,
+                        exc_info=True)
             self._index = None
 
     def _settle(self, subject: str, attribute: str) -> None:

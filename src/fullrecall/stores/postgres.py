@@ -811,26 +811,16 @@ class PostgresStore(SqlStore):
                 [*params, list(words)],
             ).fetchone()
             sessions = row["sessions"]
-            queries = self._word_queries(conn, row["words"]) if sessions else []
+            if not sessions:
+                return []
+            shares, table_rows = self._lexeme_stats(conn)
+            queries = _word_queries(shares, row["words"])
             if not queries:
                 return []
             n = max(1, sum(r["message_count"] for r in sessions))
             mean_length = max(1.0, sum(r["lexemes"] for r in sessions) / n)
-            table_rows = self._lexeme_stats(conn)[1]
-            return _Lexical(self, conn, C.session_owners(sessions), n, mean_length, queries, filters,
-                            table_rows).top(k)
-
-    def _word_queries(self, conn: Conn, words: Sequence[Sequence[Any]]) -> list[tuple[str, float | None]]:
-        """(tsquery text, share of rows holding it or None if not among the frequent words) per distinct
-        query of ``words``, given as (tsquery text, its lexemes).
-        """
-        shares = self._lexeme_stats(conn)[0]
-        out: dict[str, float | None] = {}
-        for q, lexemes in words:
-            if q and q not in out:  # a stop word gives an empty query
-                known = [shares.get(lexeme) for lexeme in lexemes]
-                out[q] = min(known) if known and None not in known else None  # type: ignore[type-var]
-        return list(out.items())
+            return _Lexical(self, conn, C.session_owners(sessions), n, mean_length, table_rows, queries,
+                            filters).top(k)
 
     def _lexeme_stats(self, conn: Conn) -> tuple[dict[str, float], int]:
         """The frequent words of the ``tsv`` column and the share of rows holding each, from
@@ -979,6 +969,18 @@ class PostgresStore(SqlStore):
         )]
 
 
+def _word_queries(shares: dict[str, float], words: Sequence[Sequence[Any]]) -> list[tuple[str, float | None]]:
+    """(tsquery text, share of rows holding it or None if not among the frequent words ``shares``) per
+    distinct query of ``words``, given as (tsquery text, its lexemes).
+    """
+    out: dict[str, float | None] = {}
+    for q, lexemes in words:
+        if q and q not in out:  # a stop word gives an empty query
+            known = [shares.get(lexeme) for lexeme in lexemes]
+            out[q] = min(known) if known and None not in known else None  # type: ignore[type-var]
+    return list(out.items())
+
+
 def _hits(rows: Iterable[dict[str, Any]], owners: dict[int, tuple[str, str, str]]) -> list[Hit]:
     """Hits of rows holding ``id``, ``rid``, ``sid``, ``position`` and ``score``, each with its place."""
     return [Hit(r["id"], float(r["score"]), str(r["rid"]), owners[r["sid"]], int(r["position"])) for r in rows]
@@ -994,9 +996,9 @@ class _Lexical:
         owners: dict[int, tuple[str, str, str]],
         n: int,
         mean_length: float,
+        table_rows: int,
         queries: list[tuple[str, float | None]],
         filters: Filters | None,
-        table_rows: int = 0,
     ) -> None:
         self.store, self.conn, self.n, self.mean_length = store, conn, n, mean_length
         self.table_rows = table_rows
