@@ -231,6 +231,70 @@ def test_postgres_bm25_statistics_follow_deletes(service_urls: dict[str, Callabl
     fresh.close()
 
 
+def test_postgres_appends_keep_the_word_count_bm25_weighs_with(service_urls: dict[str, Callable[[], str]]) -> None:
+    """Each session's word count (BM25's mean row length) equals a recount of its rows, whichever way an append
+    went: the one-statement path (new ids), or the general one (a retry, explicit positions, repeated ids).
+    """
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    store = open_store(f"{url}{sep}schema=lex{uuid.uuid4().hex[:8]}")
+    one, two = Scope(user_id="u", session_id="one"), Scope(user_id="u", session_id="two")
+    odd = ["Ünïcödé wörds, and punctuation: e.g. [3]!", "nul\x00inside", "pad " * 16_400 + "zebra words past the indexed prefix", "", "the of and"]
+    store.append(one, [_msg(i, t) for i, t in enumerate(odd)])  # a new session
+    store.append(one, [_msg(i + 10, t.upper()) for i, t in enumerate(odd)])  # an existing one
+    store.append(one, [_msg(3, "a retry"), _msg(20, "beside a retry")])  # m3 is held: the general path
+    store.append(two, [StoredMessage(id="p", role="user", text="placed at nine", data={}, position=9)])
+    store.append(two, [_msg(1, "repeated id"), _msg(1, "repeated id")])
+    store.delete(one, ["m11"])
+    recount = (f"SELECT s.session_id, s.lexemes, (SELECT coalesce(sum(length(m.tsv)), 0) FROM {store.schema}.messages m"
+               f" WHERE m.sid = s.sid) AS words FROM {store.schema}.sessions s ORDER BY s.session_id")
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(recount).fetchall()
+    assert [r[0] for r in rows] == ["one", "two"]
+    assert all(r[1] == r[2] and r[2] > 0 for r in rows), rows
+    assert [m.position for m in store.range(one, 0, 99)] == [0, 1, 2, 3, 4, 5, 7, 8, 9, 10]
+    assert [(m.id, m.position) for m in store.range(two, 0, 99)] == [("p", 9), ("m1", 10)]
+    store.close()
+
+
+def test_postgres_an_append_racing_another_for_the_same_id_stores_it_once(
+    service_urls: dict[str, Callable[[], str]],
+) -> None:
+    """A writer that stored an id after a one-statement append began (its snapshot could not see it) makes
+    that append fail on the unique id; it is then made again the general way: the id's place is returned,
+    nothing is stored twice and the session's counters and positions move once.
+    """
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    store = open_store(f"{url}{sep}schema=race{uuid.uuid4().hex[:8]}")
+    scope = Scope(user_id="u", session_id="s")
+    store.append(scope, [_msg(0, "first")])
+    s = store.schema
+    result: list[Any] = []
+    with psycopg.connect(url) as other:  # another writer, mid-transaction, holding the session's row
+        sid, pos = other.execute(f"SELECT sid, next_position FROM {s}.sessions WHERE session_id = 's' FOR UPDATE"
+                                 ).fetchone()
+        writer = threading.Thread(target=lambda: result.append(store.append(scope, [_msg(1, "second")])))
+        writer.start()
+        deadline = time.monotonic() + 20
+        while not other.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                                " AND query LIKE %s", (f"%{s}.sessions%",)).fetchone()[0]:
+            assert time.monotonic() < deadline, "the append never waited for the session's row"
+            time.sleep(0.01)
+        other.execute(f"INSERT INTO {s}.messages (sid, position, id, role, kind, text, data, created_at, archived_at,"
+                      " metadata) VALUES (%s, %s, 'm1', 'user', 'message', 'second', '{}', 0, 0, '{}')", (sid, pos))
+        other.execute(f"UPDATE {s}.sessions SET next_position = next_position + 1, message_count = message_count + 1,"
+                      " lexemes = lexemes + 1 WHERE sid = %s", (sid,))
+        other.commit()
+        writer.join(20)
+        assert not writer.is_alive()
+    assert result == [[pos]]
+    assert store.append(scope, [_msg(2, "third")]) == [pos + 1]
+    assert [(m.id, m.position) for m in store.range(scope, 0, 99)] == [("m0", 0), ("m1", 1), ("m2", 2)]
+    assert store.count(scope) == 3
+    store.close()
+
+
 def test_postgres_vectors_of_a_dimension_another_handle_created_are_read(
     service_urls: dict[str, Callable[[], str]],
 ) -> None:

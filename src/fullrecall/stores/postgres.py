@@ -100,6 +100,9 @@ _SCOPE_FIRST = 3.0
 _COSINE = "1 - coalesce(nullif(v.embedding <=> %s, 'NaN'), 1)"
 _STATS_TTL = 60.0  # seconds the column statistics are cached
 _SCRUB_LOCK_WAIT = "2s"  # forget's VACUUM gives up on a table lock after this
+# The columns an append writes (after sid and position), in the order of its arrays
+_APPEND_COLS = ("id", "role", "kind", "text", "data", "created_at", "archived_at", "summary_id", "metadata", "nbytes",
+                "ibytes")
 _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
 # Punctuation becomes a space before tokenising, in the index and in queries alike.
 _PUNCT_SQL = r"regexp_replace(text, '[^\w\s]+', ' ', 'g')"
@@ -419,6 +422,61 @@ class PostgresStore(SqlStore):
     # -- archived messages ---------------------------------------------------------
 
     def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
+        if len({m.id for m in messages}) == len(messages) and all(m.position is None for m in messages):
+            start = self._append_new(scope, messages)
+            if start is not None:
+                return list(range(start, start + len(messages)))
+        return self._append_any(scope, messages)
+
+    def _append_new(self, scope: Scope, messages: list[StoredMessage]) -> int | None:
+        """The usual append (ids new to the session, positions from its counter) in one statement, in autocommit:
+        the session's upsert takes its row lock and moves its counters, the messages follow it. The position of
+        the first message, or None when the session already holds one of the ids (nothing written then).
+        """
+        s = self.schema
+        rows = [C.message_row(m) for m in messages]
+        for r in rows:
+            r["text"] = _pg_text(r["text"])
+        arrays = [[r[c] for r in rows] for c in _APPEND_COLS]
+        n = len(rows)
+        sizes = (sum(r["kind"] == "summary" for r in rows), sum(r["nbytes"] for r in rows),
+                 sum(r["ibytes"] for r in rows))
+        owner = (scope.tenant, scope.user_id or "", scope.agent_id or "", scope.session_id)
+        try:
+            with self._write_one() as conn:
+                row = conn.execute(
+                    f"WITH new AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
+                    " %s::float8[], %s::float8[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+                    f" WITH ORDINALITY AS u({', '.join(_APPEND_COLS)}, ord)),"
+                    f" held AS (SELECT 1 FROM {s}.messages m JOIN {s}.sessions h ON h.sid = m.sid"
+                    " WHERE h.tenant = %s AND h.user_id = %s AND h.agent_id = %s AND h.session_id = %s"
+                    " AND m.id IN (SELECT id FROM new) LIMIT 1),"
+                    f" sess AS (INSERT INTO {s}.sessions AS t (tenant, user_id, agent_id, session_id, created_at,"
+                    " next_position, message_count, summary_count, text_bytes, index_bytes, lexemes)"
+                    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+                    f" (SELECT coalesce(sum(length(to_tsvector('english'::regconfig, {_INDEXED_SQL}))), 0) FROM new)"
+                    " WHERE NOT EXISTS (SELECT 1 FROM held)"
+                    " ON CONFLICT (tenant, user_id, agent_id, session_id) DO UPDATE SET"
+                    " next_position = t.next_position + excluded.next_position,"
+                    " message_count = t.message_count + excluded.message_count,"
+                    " summary_count = t.summary_count + excluded.summary_count,"
+                    " text_bytes = t.text_bytes + excluded.text_bytes, index_bytes = t.index_bytes + excluded.index_bytes,"
+                    " lexemes = t.lexemes + excluded.lexemes"
+                    " RETURNING sid, next_position - %s AS start),"
+                    f" ins AS (INSERT INTO {s}.messages (sid, position, {', '.join(_APPEND_COLS)})"
+                    f" SELECT sess.sid, sess.start + new.ord - 1, {', '.join('new.' + c for c in _APPEND_COLS)}"
+                    " FROM sess, new)"
+                    " SELECT start FROM sess",
+                    (*arrays, *owner, *owner, time.time(), n, n, *sizes, n),
+                ).fetchone()
+        except ValueError as exc:  # another writer stored one of the ids since this statement's snapshot
+            if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
+                return None
+            raise
+        return None if row is None else int(row["start"])
+
+    def _append_any(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
+        """Any append: ids the session holds keep their positions, explicit positions are taken as given."""
         s = self.schema
         with self._tx() as conn:  # 3 round trips: lock the session, look up ids, insert
             sess = self._session_row(conn, scope)
@@ -432,17 +490,15 @@ class PostgresStore(SqlStore):
             positions, new, next_pos = C.assign_positions(messages, known, sess["next_position"])
             if not new:
                 return positions
-            cols = ("id", "role", "kind", "text", "data", "created_at", "archived_at", "summary_id", "metadata",
-                    "nbytes", "ibytes")
             rows = [C.message_row(m) for m, _ in new]
             for r in rows:
                 r["text"] = _pg_text(r["text"])
-            arrays = [[r[c] for r in rows] for c in cols]
+            arrays = [[r[c] for r in rows] for c in _APPEND_COLS]
             sizes = (sum(r["kind"] == "summary" for r in rows), sum(r["nbytes"] for r in rows),
                      sum(r["ibytes"] for r in rows))
             try:
                 conn.execute(
-                    f"WITH ins AS (INSERT INTO {s}.messages (sid, position, {', '.join(cols)})"
+                    f"WITH ins AS (INSERT INTO {s}.messages (sid, position, {', '.join(_APPEND_COLS)})"
                     " SELECT %s, * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],"
                     " %s::text[], %s::float8[], %s::float8[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
                     " RETURNING length(tsv) AS n)"
@@ -627,10 +683,12 @@ class PostgresStore(SqlStore):
         """
         dim = int(mat.shape[1])
         s = self.schema
-        if dim not in self._known_dims:  # its table may not exist yet: made (once), after the checks pass
+        if dim not in self._known_dims:  # its table may not exist yet: made (once), kept only if the checks pass
             with self._tx() as conn:
-                self._vector_targets(conn, scope, ids, model, dim)
+                # the table first: its foreign key locks the messages table, which an append (one statement) locks
+                # before its session's row, so the session's row is locked second here too (no deadlock)
                 self._vector_table(conn, dim)
+                self._vector_targets(conn, scope, ids, model, dim)
                 self._dims(conn)
         last = {i: n for n, i in enumerate(ids)}  # an id given twice: its last vector (as upserts in turn would)
         where, params = self.sql.scope_where(scope)
