@@ -224,6 +224,27 @@ def test_question_facets_prefer_the_named_speaker_and_dated_turns(default_embedd
         assert all("boost" not in h.scores for h in plain.search("When did Cy go hiking?", top_k=4))
 
 
+def test_facets_read_beside_the_embedding_rank_as_facets_read_after_it(default_embedder, store_url):
+    """A question with facets has its best keyword hits read (and their signals learned) while it is embedded;
+    ranking and hits are those of the same search given its vector (nothing read beside it), on every backend.
+    """
+    store = open_store(store_url)
+    scope = Scope(user_id="u", session_id="s")
+    speakers = ["Ann", "Bob", "Cy"]
+    texts = [f"{speakers[i % 3]} talked about hiking trip {i} in the Dolomites" + (" last August." if i % 4 == 0 else ".")
+             for i in range(40)] + ["Bob bought new boots for hiking yesterday.", "The weather was fine."]
+    SemanticSearch(default_embedder, store=store, scope=scope).add(
+        texts, ids=[f"m{i}" for i in range(len(texts))], metadata=[{"speaker": speakers[i % 3]} for i in range(len(texts))])
+    for question in ("When did Ann go hiking in the Dolomites?", "Did Bob talk about a hiking trip?",
+                     "What did Cy say about the Dolomites last August?", "When did Bob buy boots?"):
+        beside, after = (SemanticSearch(default_embedder, store=store, scope=scope) for _ in range(2))
+        got = beside.search(question, top_k=8)
+        want = after.search(question, top_k=8, vector=after.embed_query(question))
+        assert any("boost" in h.scores for h in want)  # the facets count in this question
+        assert [(h.id, h.text, h.scores) for h in got] == [(h.id, h.text, h.scores) for h in want]
+    store.close()
+
+
 def test_a_conversation_forgotten_and_begun_again_is_searched_as_a_new_search_would(default_embedder):
     """Neighbours placed by an earlier search are not served from where forgotten messages sat."""
     store = open_store("sqlite:///:memory:")

@@ -468,19 +468,20 @@ class SemanticSearch:
         self._check_vector_space()
         n = max(self.candidates, k)
         terms = query_terms(query)
-        keyword: Future[list[Hit]] | None = None
+        keyword: Future[tuple[list[Hit], list[StoredMessage]]] | None = None
         if vector is None and terms:  # the keyword query runs while the question is embedded
-            keyword = _in_background(self.store.search_text, scope, terms, n, filters)
+            keyword = _in_background(self._keyword_search, scope, terms, n, filters, query)
         if vector is None:
             vector = self.embed_query(query)
         with _one_blas_thread():
             dense_hits = self.store.search_vectors(scope, vector, n, filters)
+        found: dict[str | None, StoredMessage] = {}  # store key -> message read for this query
         if keyword is not None:
-            lexical_hits = keyword.result()
+            lexical_hits, read = keyword.result()
+            found.update((m.key, m) for m in read)
         else:
             lexical_hits = self.store.search_text(scope, terms, n, filters) if terms else []
         places = self._places
-        found: dict[str | None, StoredMessage] = {}  # store key -> message read for this query
         every = dense_hits + lexical_hits
         where = places.place_hits(every)
         unplaced = [h.key for h in every if h.key not in where]
@@ -545,6 +546,24 @@ class SemanticSearch:
                 h.score = float(s)
             hits.sort(key=lambda h: -h.score)
         return [h for h in hits if h.score >= threshold][:k]
+
+    def _keyword_search(self, scope: Scope, terms: list[str], n: int, filters: Filters | None,
+                        query: str) -> tuple[list[Hit], list[StoredMessage]]:
+        """(the hits, the messages read) of the keyword query run beside the embedding.
+
+        For a question with facets, the messages of its best ``facet_depth`` hits this process has not met are
+        read and their signals learned meanwhile: the facets then read only what the vector search adds.
+        """
+        hits = self.store.search_text(scope, terms, n, filters)
+        if self.facet_depth <= 0 or not (self.speaker_boost or self.date_boost) or not query_facets(query):
+            return hits, []
+        known = self._signals
+        unread = [h.key for h in hits[: self.facet_depth] if h.key is not None and known.get(h.key) is None]
+        read = self.store.get_keys(scope, unread) if unread else []
+        for m in read:
+            if m.key is not None:
+                known.learn(m.key, m)
+        return hits, read
 
     def _apply_facets(self, query: str, ranked: Ranking, scope: Scope,
                       found: dict[str | None, StoredMessage]) -> Ranking:
