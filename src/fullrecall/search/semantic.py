@@ -469,10 +469,12 @@ class SemanticSearch:
         n = max(self.candidates, k)
         terms = query_terms(query)
         keyword: Future[tuple[list[Hit], list[StoredMessage]]] | None = None
+        embedded = threading.Event()
         if vector is None and terms:  # the keyword query runs while the question is embedded
-            keyword = _in_background(self._keyword_search, scope, terms, n, filters, query)
+            keyword = _in_background(self._keyword_search, scope, terms, n, filters, query, embedded)
         if vector is None:
             vector = self.embed_query(query)
+            embedded.set()
         with _one_blas_thread():
             dense_hits = self.store.search_vectors(scope, vector, n, filters)
         found: dict[str | None, StoredMessage] = {}  # store key -> message read for this query
@@ -548,14 +550,17 @@ class SemanticSearch:
         return [h for h in hits if h.score >= threshold][:k]
 
     def _keyword_search(self, scope: Scope, terms: list[str], n: int, filters: Filters | None,
-                        query: str) -> tuple[list[Hit], list[StoredMessage]]:
+                        query: str, embedded: threading.Event) -> tuple[list[Hit], list[StoredMessage]]:
         """(the hits, the messages read) of the keyword query run beside the embedding.
 
-        For a question with facets, the messages of its best ``facet_depth`` hits this process has not met are
-        read and their signals learned meanwhile: the facets then read only what the vector search adds.
+        For a question with facets, when the question is still being embedded, the messages of the query's best
+        ``facet_depth`` hits this process has not met are read and their signals learned meanwhile: the facets
+        then read only what the vector search adds. A keyword query that outlasted the embedding (a server's,
+        over a large scope) reads nothing more: the search is waiting for it.
         """
         hits = self.store.search_text(scope, terms, n, filters)
-        if self.facet_depth <= 0 or not (self.speaker_boost or self.date_boost) or not query_facets(query):
+        if (embedded.is_set() or self.facet_depth <= 0 or not (self.speaker_boost or self.date_boost)
+                or not query_facets(query)):
             return hits, []
         known = self._signals
         unread = [h.key for h in hits[: self.facet_depth] if h.key is not None and known.get(h.key) is None]
