@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conformance_core import CoreConformance, assert_counters_exact
+from conformance_core import CoreConformance, assert_counters_exact, race
 from conformance_input import InputConformance
 from conformance_places import PlacesConformance
 from hypothesis import HealthCheck, example, given, settings
@@ -556,20 +556,8 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
     # -- processes -------------------------------------------------------------------------
 
     def test_two_processes_append_to_one_session(self, store: Store, store_url: str, scope: Scope) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        ready, start = ctx.Semaphore(0), ctx.Event()
         n = 100
-        workers = [
-            ctx.Process(target=append_worker, args=(store_url, scope, f"w{w}", n, ready, start)) for w in range(2)
-        ]
-        for p in workers:
-            p.start()
-        for _ in workers:  # both have imported and opened the store: now they race
-            assert ready.acquire(timeout=60), "a worker did not start"
-        start.set()
-        for p in workers:
-            p.join(120)
-            assert p.exitcode == 0, f"worker exited with {p.exitcode}"
+        race([(append_worker, (store_url, scope, f"w{w}", n)) for w in range(2)])
         stored = store.range(scope, 0, 10**6)
         assert sorted(m.id for m in stored) == sorted(f"w{w}-{i}" for w in range(2) for i in range(n))
         assert [m.position for m in stored] == list(range(2 * n))  # unique and contiguous
@@ -582,18 +570,8 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
     def test_two_processes_appending_the_same_messages_store_each_once(
         self, store: Store, store_url: str, scope: Scope
     ) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        ready, start = ctx.Semaphore(0), ctx.Event()
         n = 60  # both write w0-0 .. w0-59, in the same order: each append races the other's for the same id
-        workers = [ctx.Process(target=append_worker, args=(store_url, scope, "w0", n, ready, start)) for _ in range(2)]
-        for p in workers:
-            p.start()
-        for _ in workers:
-            assert ready.acquire(timeout=60), "a worker did not start"
-        start.set()
-        for p in workers:
-            p.join(120)
-            assert p.exitcode == 0, f"worker exited with {p.exitcode}"
+        race([(append_worker, (store_url, scope, "w0", n)) for _ in range(2)])
         stored = store.range(scope, 0, 10**6)
         assert [m.id for m in stored] == [f"w0-{i}" for i in range(n)]  # once each, in order
         assert [m.position for m in stored] == list(range(n))  # a lost race leaves no gap

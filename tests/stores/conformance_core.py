@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -149,18 +150,7 @@ class CoreConformance:
     def test_two_processes_writing_leave_counters_exact_and_lose_no_state_update(
         self, store: Store, store_url: str, scope: Scope
     ) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        ready, start = ctx.Semaphore(0), ctx.Event()
-        workers = [ctx.Process(target=churn_worker, args=(store_url, scope, f"w{w}", 60, ready, start))
-                   for w in range(2)]
-        for p in workers:
-            p.start()
-        for _ in workers:
-            assert ready.acquire(timeout=60), "a worker did not start"
-        start.set()
-        for p in workers:
-            p.join(120)
-            assert p.exitcode == 0, f"worker exited with {p.exitcode}"
+        race([(churn_worker, (store_url, scope, f"w{w}", 60)) for w in range(2)])
         stats = assert_counters_exact(store, scope)
         assert stats["message_count"] == 2 * 40 and stats["vector_count"] == 2 * 20
         doc, version = store.get_versioned_state(scope, "archive")  # read-modify-writes of one document
@@ -235,6 +225,23 @@ def assert_counters_exact(store: Store, scope: Scope) -> dict[str, int]:
     assert {k: stats[k] for k in expected} == expected
     assert store.count(scope) == len(held)
     return stats
+
+
+def race(workers: list[tuple[Callable[..., None], tuple[Any, ...]]]) -> None:
+    """Run each ``(target, args)`` in a process of its own, called with ``(*args, ready, start)``: all let go at
+    once when every one has released ``ready``; each must exit cleanly.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    ready, start = ctx.Semaphore(0), ctx.Event()
+    processes = [ctx.Process(target=target, args=(*args, ready, start)) for target, args in workers]
+    for p in processes:
+        p.start()
+    for _ in processes:  # every one has imported and opened its store: now they race
+        assert ready.acquire(timeout=60), "a worker did not start"
+    start.set()
+    for p in processes:
+        p.join(120)
+        assert p.exitcode == 0, f"worker exited with {p.exitcode}"
 
 
 def churn_worker(url: str, scope: Scope, prefix: str, n: int, ready: Any, start: Any) -> None:
