@@ -16,7 +16,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from fullrecall.errors import StoreError
+from fullrecall.errors import StateConflict, StoreError
 from fullrecall.stores import ANY, Filters, Scope, StoredMessage, open_store
 from fullrecall.stores._servers import free_port
 from fullrecall.stores.sqlite import SCHEMA_VERSION, SQLiteStore, parse_url
@@ -292,6 +292,31 @@ def test_postgres_an_append_racing_another_for_the_same_id_stores_it_once(
     assert store.append(scope, [_msg(2, "third")]) == [pos + 1]
     assert [(m.id, m.position) for m in store.range(scope, 0, 99)] == [("m0", 0), ("m1", 1), ("m2", 2)]
     assert store.count(scope) == 3
+    store.close()
+
+
+def test_postgres_a_refused_compare_and_set_leaves_no_session(service_urls: dict[str, Callable[[], str]]) -> None:
+    """A state write is one statement; one refused by its expected version creates nothing, not even the
+    conversation's row, and one that may create the document does.
+    """
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    store = open_store(f"{url}{sep}schema=cas{uuid.uuid4().hex[:8]}")
+    scope = Scope(user_id="u", session_id="s")
+    rows = f"SELECT count(*) FROM {store.schema}.sessions"
+    with pytest.raises(StateConflict) as refused:
+        store.put_state(scope, "w", {"n": 1}, expected=2)
+    assert refused.value.current == 0
+    with psycopg.connect(url) as conn:
+        assert conn.execute(rows).fetchone() == (0,)
+    assert store.put_state(scope, "w", {"n": 1}, expected=0) == 1
+    with pytest.raises(StateConflict) as refused:
+        store.put_state(scope, "w", {"n": 2}, expected=0)
+    assert refused.value.current == 1 and store.get_versioned_state(scope, "w") == ({"n": 1}, 1)
+    assert store.put_state(scope, "w", {"n": 2}, expected=1) == 2
+    assert store.put_state(Scope(user_id="u", session_id="t"), "w", {"n": 1}) == 1  # a new conversation, no expected
+    with psycopg.connect(url) as conn:
+        assert conn.execute(rows).fetchone() == (2,)
     store.close()
 
 

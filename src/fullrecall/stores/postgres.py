@@ -68,7 +68,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..errors import InvalidInput, StoreError
+from ..errors import InvalidInput, StateConflict, StoreError
 from . import _common as C
 from . import _forget as F
 from . import _topk
@@ -525,6 +525,45 @@ class PostgresStore(SqlStore):
                                user_id=r["user_id"], agent_id=r["agent_id"], key=str(r["rid"]))
             for r in rows
         ]
+
+    # -- state documents ------------------------------------------------------------
+
+    def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
+        """One statement in autocommit, the session's row held so that writers of its state take turns.
+
+        Without ``expected``, or with 0, the session is made if new and the document upserted (with 0, an
+        existing document is a conflict); with a version, the session must exist and the document is updated
+        only if it is at that version when its row is locked. A refused write leaves nothing, not even a session.
+        """
+        doc = C.state_json(key, value)
+        if expected is not None:
+            C.check_expected(key, expected, expected)  # its type; the version is compared in the statement
+        scope.require_session()
+        s = self.schema
+        owner = (scope.tenant, scope.user_id or "", scope.agent_id or "", scope.session_id)
+        with self._write_one() as conn:
+            row = conn.execute(
+                f"WITH made AS (INSERT INTO {s}.sessions AS t (tenant, user_id, agent_id, session_id, created_at)"
+                " SELECT %s, %s, %s, %s, %s WHERE coalesce(%s::bigint, 0) = 0"
+                " ON CONFLICT (tenant, user_id, agent_id, session_id)"
+                " DO UPDATE SET next_position = t.next_position RETURNING sid),"
+                f" held AS (SELECT sid FROM {s}.sessions WHERE tenant = %s AND user_id = %s AND agent_id = %s"
+                " AND session_id = %s AND %s::bigint > 0 FOR UPDATE),"
+                f" put AS (INSERT INTO {s}.state AS d (sid, key, value, updated_at, version)"
+                " SELECT sid, %s, %s, %s, 1 FROM made"
+                " ON CONFLICT (sid, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at,"
+                " version = d.version + 1 WHERE %s::bigint IS NULL RETURNING version),"
+                f" moved AS (UPDATE {s}.state AS d SET value = %s, updated_at = %s, version = d.version + 1"
+                " FROM held WHERE d.sid = held.sid AND d.key = %s AND d.version = %s::bigint RETURNING d.version)"
+                " SELECT coalesce((SELECT version FROM put), (SELECT version FROM moved)) AS version",
+                (*owner, time.time(), expected, *owner, expected, key, doc, time.time(), expected,
+                 doc, time.time(), key, expected),
+            ).fetchone()
+        if row is not None and row["version"] is not None:
+            return int(row["version"])
+        current = self.get_versioned_state(scope, key)[1]  # read after the refusal: what the store holds now
+        raise StateConflict(f"state {key!r} is at version {current}, not the expected {expected}: nothing was written",
+                            current=current)
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         where, params = self.sql.scope_where(scope)
