@@ -26,7 +26,7 @@ from ..errors import InvalidInput
 from ..stores import _validate as V
 from ..stores._common import filters_match
 from ..stores.base import Filters, Hit, Scope, Store, StoredMessage
-from .facets import DATE_BOOST, SPEAKER_BOOST, Signals, boost, query_facets, signals
+from .facets import DATE_BOOST, SPEAKER_BOOST, Facets, Signals, boost, query_facets, signals
 from .fusion import (
     LEXICAL_WEIGHT,
     NEAR_WEIGHT,
@@ -468,10 +468,11 @@ class SemanticSearch:
         self._check_vector_space()
         n = max(self.candidates, k)
         terms = query_terms(query)
+        facets = self._facets(query)
         keyword: Future[tuple[list[Hit], list[StoredMessage]]] | None = None
         embedded = threading.Event()
         if vector is None and terms:  # the keyword query runs while the question is embedded
-            keyword = _in_background(self._keyword_search, scope, terms, n, filters, query, embedded)
+            keyword = _in_background(self._keyword_search, scope, terms, n, filters, facets, embedded)
         if vector is None:
             vector = self.embed_query(query)
             embedded.set()
@@ -507,7 +508,8 @@ class SemanticSearch:
                 dense, lexical, keys,
                 lexical_weight=self.lexical_weight, neighbour_weight=self.neighbour_weight,
             )
-        ranked = self._apply_facets(query, ranked, scope, found)
+        if facets is not None:
+            ranked = self._apply_facets(facets, ranked, scope, found)
         if self.fusion == "weighted":
             ranked = near_best(ranked, weight=self.near_weight)
         depth = max(k, self.rerank_depth) if self.reranker is not None else k
@@ -549,8 +551,14 @@ class SemanticSearch:
             hits.sort(key=lambda h: -h.score)
         return [h for h in hits if h.score >= threshold][:k]
 
+    def _facets(self, query: str) -> Facets | None:
+        """The question's facets (see :mod:`.facets`), or None when it has none or they are turned off."""
+        if self.facet_depth <= 0 or not (self.speaker_boost or self.date_boost):
+            return None
+        return query_facets(query) or None
+
     def _keyword_search(self, scope: Scope, terms: list[str], n: int, filters: Filters | None,
-                        query: str, embedded: threading.Event) -> tuple[list[Hit], list[StoredMessage]]:
+                        facets: Facets | None, embedded: threading.Event) -> tuple[list[Hit], list[StoredMessage]]:
         """(the hits, the messages read) of the keyword query run beside the embedding.
 
         For a question with facets, when the question is still being embedded, the messages of the query's best
@@ -559,8 +567,7 @@ class SemanticSearch:
         over a large scope) reads nothing more: the search is waiting for it.
         """
         hits = self.store.search_text(scope, terms, n, filters)
-        if (embedded.is_set() or self.facet_depth <= 0 or not (self.speaker_boost or self.date_boost)
-                or not query_facets(query)):
+        if facets is None or embedded.is_set():
             return hits, []
         known = self._signals
         unread = [h.key for h in hits[: self.facet_depth] if h.key is not None and known.get(h.key) is None]
@@ -570,15 +577,12 @@ class SemanticSearch:
                 known.learn(m.key, m)
         return hits, read
 
-    def _apply_facets(self, query: str, ranked: Ranking, scope: Scope,
+    def _apply_facets(self, facets: Facets, ranked: Ranking, scope: Scope,
                       found: dict[str | None, StoredMessage]) -> Ranking:
         """Add the question's facet boosts (speaker, date: see :mod:`.facets`) to the best ``facet_depth``;
         candidates seen by an earlier search are boosted from their kept signals, the others are read,
         and what is read is left in ``found`` (by store key) for the hits.
         """
-        facets = query_facets(query)
-        if not facets or self.facet_depth <= 0 or not (self.speaker_boost or self.date_boost):
-            return ranked
         head = [(row, key) for row in ranked.head(self.facet_depth) if (key := ranked.ids[row]) is not None]
         known = self._signals
         unread = [key for _, key in head if key not in found and known.get(key) is None]

@@ -57,12 +57,17 @@ def state_json(key: str, value: Any) -> str:
     return V.check_json(value, f"state {key!r}", limit=V.MAX_DOCUMENT_BYTES, tuples=True)
 
 
+def check_version(key: str, expected: int | None) -> None:
+    """InvalidInput unless ``expected`` is None or a version (an int >= 0)."""
+    if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool) or expected < 0):
+        raise V.InvalidInput(f"state {key!r}: expected must be a version (an int >= 0), got {expected!r}")
+
+
 def check_expected(key: str, expected: int | None, current: int) -> None:
     """A compare-and-set's check: InvalidInput for a bad ``expected``, StateConflict when it is not ``current``."""
+    check_version(key, expected)
     if expected is None:
         return
-    if not isinstance(expected, int) or isinstance(expected, bool) or expected < 0:
-        raise V.InvalidInput(f"state {key!r}: expected must be a version (an int >= 0), got {expected!r}")
     if expected != current:
         raise StateConflict(f"state {key!r} is at version {current}, not the expected {expected}: nothing was written",
                             current=current)

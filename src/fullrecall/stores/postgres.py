@@ -409,12 +409,11 @@ class PostgresStore(SqlStore):
         The no-op upsert takes the row lock in the same round trip, so appenders of one
         conversation take turns and nobody else waits.
         """
-        scope.require_session()
         row = conn.execute(
             f"INSERT INTO {self.schema}.sessions AS t (tenant, user_id, agent_id, session_id, created_at)"
             " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (tenant, user_id, agent_id, session_id)"
             " DO UPDATE SET next_position = t.next_position RETURNING sid, next_position",
-            (scope.tenant, scope.user_id or "", scope.agent_id or "", scope.session_id, time.time()),
+            (scope.tenant, *scope.owner(), time.time()),
         ).fetchone()
         assert row is not None  # an upsert with RETURNING always yields its row
         return row
@@ -434,16 +433,11 @@ class PostgresStore(SqlStore):
         the first message, or None when the session already holds one of the ids (nothing written then).
         """
         s = self.schema
-        rows = [C.message_row(m) for m in messages]
-        for r in rows:
-            r["text"] = _pg_text(r["text"])
-        arrays = [[r[c] for r in rows] for c in _APPEND_COLS]
-        n = len(rows)
-        sizes = (sum(r["kind"] == "summary" for r in rows), sum(r["nbytes"] for r in rows),
-                 sum(r["ibytes"] for r in rows))
-        owner = (scope.tenant, scope.user_id or "", scope.agent_id or "", scope.session_id)
-        try:
-            with self._write_one() as conn:
+        arrays, sizes = _message_arrays(messages)
+        n = len(messages)
+        owner = (scope.tenant, *scope.owner())
+        with self._write_one() as conn:
+            try:
                 row = conn.execute(
                     f"WITH new AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
                     " %s::float8[], %s::float8[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
@@ -469,10 +463,8 @@ class PostgresStore(SqlStore):
                     " SELECT start FROM sess",
                     (*arrays, *owner, *owner, time.time(), n, n, *sizes, n),
                 ).fetchone()
-        except ValueError as exc:  # another writer stored one of the ids since this statement's snapshot
-            if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
+            except psycopg.errors.UniqueViolation:  # another writer stored one of the ids since its snapshot
                 return None
-            raise
         return None if row is None else int(row["start"])
 
     def _append_any(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
@@ -490,12 +482,7 @@ class PostgresStore(SqlStore):
             positions, new, next_pos = C.assign_positions(messages, known, sess["next_position"])
             if not new:
                 return positions
-            rows = [C.message_row(m) for m, _ in new]
-            for r in rows:
-                r["text"] = _pg_text(r["text"])
-            arrays = [[r[c] for r in rows] for c in _APPEND_COLS]
-            sizes = (sum(r["kind"] == "summary" for r in rows), sum(r["nbytes"] for r in rows),
-                     sum(r["ibytes"] for r in rows))
+            arrays, sizes = _message_arrays([m for m, _ in new])
             try:
                 conn.execute(
                     f"WITH ins AS (INSERT INTO {s}.messages (sid, position, {', '.join(_APPEND_COLS)})"
@@ -536,11 +523,9 @@ class PostgresStore(SqlStore):
         only if it is at that version when its row is locked. A refused write leaves nothing, not even a session.
         """
         doc = C.state_json(key, value)
-        if expected is not None:
-            C.check_expected(key, expected, expected)  # its type; the version is compared in the statement
-        scope.require_session()
+        C.check_version(key, expected)  # compared with the stored one in the statement
         s = self.schema
-        owner = (scope.tenant, scope.user_id or "", scope.agent_id or "", scope.session_id)
+        owner, now = (scope.tenant, *scope.owner()), time.time()  # owner(): InvalidInput without one session
         with self._write_one() as conn:
             row = conn.execute(
                 f"WITH made AS (INSERT INTO {s}.sessions AS t (tenant, user_id, agent_id, session_id, created_at)"
@@ -556,8 +541,7 @@ class PostgresStore(SqlStore):
                 f" moved AS (UPDATE {s}.state AS d SET value = %s, updated_at = %s, version = d.version + 1"
                 " FROM held WHERE d.sid = held.sid AND d.key = %s AND d.version = %s::bigint RETURNING d.version)"
                 " SELECT coalesce((SELECT version FROM put), (SELECT version FROM moved)) AS version",
-                (*owner, time.time(), expected, *owner, expected, key, doc, time.time(), expected,
-                 doc, time.time(), key, expected),
+                (*owner, now, expected, *owner, expected, key, doc, now, expected, doc, now, key, expected),
             ).fetchone()
         if row is not None and row["version"] is not None:
             return int(row["version"])
@@ -1064,6 +1048,18 @@ class PostgresStore(SqlStore):
             until="autovacuum of pg_statistic and new statistics reuse the space; VACUUM FULL"
             " pg_catalog.pg_statistic by a superuser rewrites it",
         )]
+
+
+def _message_arrays(messages: Sequence[StoredMessage]) -> tuple[list[list[Any]], tuple[int, int, int]]:
+    """An append's column arrays (in ``_APPEND_COLS`` order) and what it adds to the session's counters:
+    (summaries, text bytes, indexed bytes).
+    """
+    rows = [C.message_row(m) for m in messages]
+    for r in rows:
+        r["text"] = _pg_text(r["text"])
+    sizes = (sum(r["kind"] == "summary" for r in rows), sum(r["nbytes"] for r in rows),
+             sum(r["ibytes"] for r in rows))
+    return [[r[c] for r in rows] for c in _APPEND_COLS], sizes
 
 
 def _word_queries(shares: dict[str, float], words: Sequence[Sequence[Any]]) -> list[tuple[str, float | None]]:
