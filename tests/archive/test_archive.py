@@ -15,7 +15,7 @@ from fullrecall.archive import (
     stored_as_message,
 )
 from fullrecall.archive.recall import CONTEXT_END, CONTEXT_START, ENRICHMENT_HEADER, QUESTION_PREFIX
-from fullrecall.stores import open_store
+from fullrecall.stores import Scope, open_store
 
 
 def user(text):
@@ -248,3 +248,15 @@ def test_recall_failure_sends_the_message_unenriched_and_says_so(caplog):
     hook = SemanticMemoryHook(manager=m)
     out = hook.enrich(messages + [question])
     assert out[-1] is question and "recall failed" in caplog.text and hook.last_error is not None
+
+
+def test_an_option_the_search_does_not_take_is_refused_when_the_archive_is_made():
+    # Archive("...", session_id="s1") looked like a conversation's name, was passed on to the search
+    # engine, and made every write fail later (each kept in the window as an archive error)
+    with pytest.raises(TypeError, match=r"'session_id'.*scope=Scope\(session_id=") as refused:
+        Archive("sqlite:///:memory:", session_id="s1")
+    assert "candidates" in str(refused.value)  # what it does take
+    with pytest.raises(TypeError, match="'top_kk'"):
+        Archive("sqlite:///:memory:", top_kk=3)
+    archive = Archive("sqlite:///:memory:", Scope(session_id="s1"), candidates=20, near_weight=0.0)
+    assert archive.search_engine.candidates == 20 and archive.search_engine.near_weight == 0.0

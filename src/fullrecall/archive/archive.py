@@ -118,6 +118,7 @@ class Archive:
                             ("catch_up_batch", catch_up_batch)):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be a positive integer or None, got {value}")
+        _check_search_options(search_options)
         if store is None or isinstance(store, str):
             from ..stores import open_store
 
@@ -578,6 +579,22 @@ def message_record(msg: Message, shape: str, *, data: dict[str, Any] | None = No
         summary_id=summary_id,
         metadata={"shape": shape, "reason": reason},
     )
+
+
+def _check_search_options(options: dict[str, Any]) -> None:
+    """Refuse, when the archive is made, an option the search engine does not take (it is made on the first
+    write: every write would fail then, each kept in the window as an archive error).
+    """
+    import inspect
+
+    from ..search import SemanticSearch
+
+    taken = set(inspect.signature(SemanticSearch).parameters) - {"store", "scope"}
+    unknown = sorted(set(options) - taken)
+    if unknown:
+        hint = " (a conversation is chosen with scope=Scope(session_id=...))" if "session_id" in unknown else ""
+        raise TypeError(f"Archive() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}{hint}; "
+                        f"search options are {', '.join(sorted(taken))}")
 
 
 @functools.lru_cache(maxsize=64)
