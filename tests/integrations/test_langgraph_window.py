@@ -251,3 +251,27 @@ def test_when_nothing_else_fits_the_model_gets_the_window_without_recall(make_wi
     assert model.overflows > 0
     assert HEADER not in model.calls[-1][-1].content  # the enriched question did not fit; the plain one did
     assert model.calls[-1][-1].content == FILLER[-1]
+
+
+@pytest.mark.parametrize("build", [react_agent, middleware_agent], ids=["create_react_agent", "create_agent"])
+def test_an_edited_question_or_a_deleted_reply_leaves_the_models_view(store, build) -> None:
+    from langchain_core.messages import RemoveMessage
+
+    from fullrecall import SlidingWindowConversationManager
+
+    window = FullrecallWindow(store, recall=False, manager=lambda scope: SlidingWindowConversationManager(window_size=8))
+    model = ScriptedChatModel(replies=["reply 0", "reply 1", "reply to the edit", "a new reply 2"])
+    agent = build(model, window)
+    config = {"configurable": {"thread_id": "forked"}}
+    converse(agent, config, ["question 0", "question 1"])
+    # the user edits "question 1": the thread forks from the checkpoint before it (as chat UIs do)
+    before = next(s for s in agent.get_state_history(config)
+                  if [m.content for m in s.values.get("messages", [])] == ["question 0", "reply 0"] and not s.next)
+    forked = agent.invoke({"messages": [HumanMessage("question 1, edited")]}, before.config)
+    assert [m.content for m in model.calls[-1]] == ["question 0", "reply 0", "question 1, edited"]
+    assert [m.content for m in forked["messages"]] == ["question 0", "reply 0", "question 1, edited", "reply to the edit"]
+    # the user deletes the last reply and asks again: the deleted reply is not shown to the model
+    agent.update_state(forked_config := {"configurable": {"thread_id": "forked"}},
+                       {"messages": [RemoveMessage(id=forked["messages"][-1].id)]})
+    agent.invoke({"messages": [HumanMessage("question 2")]}, forked_config)
+    assert [m.content for m in model.calls[-1]] == ["question 0", "reply 0", "question 1, edited", "question 2"]

@@ -155,7 +155,10 @@ class FullrecallWindow:
                 # keyed by their LangChain ids, so a message the memory holds already is never stored twice
                 memory._append([_to_dict(messages[i], ids[i]) for i in new], [ids[i] for i in new])
             originals = dict(zip(ids, messages))
-            return _to_langchain(memory.messages, originals), _to_langchain(memory.model_input(), originals)
+            # a message the graph no longer holds (deleted, or left behind by a fork from an earlier checkpoint
+            # when a question was edited or a reply regenerated) is not shown: the state is the conversation
+            window = [d for d in memory.messages if (mark := _mark(d)) is None or mark in originals]
+            return _to_langchain(window, originals), _to_langchain(memory.hook.enrich(window), originals)
 
     def reduce(
         self, messages: Sequence[AnyMessage], config: Mapping[str, Any] | None, error: BaseException | None = None
