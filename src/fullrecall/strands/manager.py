@@ -261,7 +261,10 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
     when no ``store`` was given either (the archive is in memory), a restored
     agent's archive is rebuilt from the session's own message log, which holds
     every message the manager removed. Without a session manager and a store,
-    the archive lives in memory, for this process only.
+    the archive lives in memory, for this process only. Without a session
+    manager and a ``session_id``, the archive is this manager's own (a fresh
+    session id, kept in its state, so a restored snapshot finds it), never a
+    session another agent of the store writes.
     """
 
     core: _archive.SemanticSummarizingConversationManager
@@ -275,6 +278,9 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
                  proactive_compression: Any = None, **core_options: Any) -> None:
         self._agent_ref = None
         chosen = _summarizer(self, summarizer, summarization_agent, summarization_system_prompt, llm_options)
+        self._session_id_given = "session_id" in core_options
+        if not self._session_id_given:  # never the store's shared "default": another agent's conversation is there
+            core_options["session_id"] = f"strands-{uuid.uuid4().hex}"
         core = _archive.SemanticSummarizingConversationManager(
             summary_ratio, preserve_recent_messages, chosen, None, message_context_radius, semantic_search_top_k,
             semantic_search_min_score, max_num_archived_messages, max_memory_archived_messages, embedding_model,
@@ -283,7 +289,6 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
         self.summarization_agent = summarization_agent
         self.summarization_system_prompt = summarization_system_prompt
         self._store_given = core_options.get("store") is not None
-        self._session_id_given = "session_id" in core_options
         self._agent_id_given = core_options.get("agent_id") is not None
 
     @property
@@ -337,4 +342,7 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
         if self._session_id_given and stored is not None and stored != self.archive.scope.session_id:
             log.warning("restoring state of archive session %r into a manager for session %r: recall reads %r",
                         stored, self.archive.scope.session_id, self.archive.scope.session_id)
+        elif not self._session_id_given and isinstance(stored, str) and stored:
+            # no id given: the restored conversation's archive is the one its state names
+            self.archive.scope = dataclasses.replace(self.archive.scope, session_id=stored)
         return super().restore_from_session(state)
