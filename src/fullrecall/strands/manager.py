@@ -24,7 +24,7 @@ from strands.types.exceptions import ContextWindowOverflowException
 
 from .. import archive as _archive
 from .. import window as _window
-from ..errors import ArchiveError, ContextWindowOverflowError
+from ..errors import ArchiveError, ContextWindowOverflowError, InvalidInput
 from ..window.base import RemovedMessages
 from .summarizer import AgentModelSummarizer, ModelReplySummarizer, SummarizationAgentSummarizer
 
@@ -66,8 +66,9 @@ class _Adapter(_StrandsConversationManager):
         self._bind(agent)
         try:
             self.core.apply_management(agent.messages)
-        except ArchiveError as exc:  # nothing was removed; the next turn tries again
-            log.warning("%s", exc)
+        except (ArchiveError, InvalidInput) as exc:  # nothing was removed; the next turn tries again
+            # (a message the window cannot read must not turn a finished turn, its answer given, into an error)
+            log.warning("window not managed, every message kept: %s", exc)
 
     def reduce_context(self, agent: Any, e: Exception | None = None, **kwargs: Any) -> None:
         """On overflow (``e`` set) shrink or raise :class:`ContextWindowOverflow`; proactive (``e`` None) is best effort."""
@@ -78,7 +79,7 @@ class _Adapter(_StrandsConversationManager):
             if e is not None:
                 raise
             log.info("proactive reduction skipped: the window could not shrink")
-        except (ContextWindowOverflowError, ArchiveError) as exc:
+        except (ContextWindowOverflowError, ArchiveError, InvalidInput) as exc:
             if e is None:
                 log.warning("proactive reduction skipped, every message kept: %s", exc)
                 return
