@@ -205,6 +205,30 @@ def test_a_window_of_only_a_summary_never_takes_back_what_it_summarized(store) -
     assert [m.id for m in store.range(scope, 0, 100)] == ["h1", "a1", "h2", "a2", "h3"]  # each message stored once
 
 
+def test_a_summary_in_a_trimmed_state_is_never_recorded_as_a_message(store) -> None:
+    """With ``trim_state`` the state holds the window, summary included: the summary is not a new user message."""
+    from langchain_core.messages import RemoveMessage
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+
+    from fullrecall import SummarizingConversationManager
+
+    window = FullrecallWindow(store, recall=False, trim_state=True, manager=lambda scope: SummarizingConversationManager(
+        summary_ratio=0.8, preserve_recent_messages=0, summarizer=lambda messages, previous: "Earlier talk."))
+    config = {"configurable": {"thread_id": "trimmed"}}
+    state = [HumanMessage("q1", id="h1"), AIMessage("a1", id="a1"), HumanMessage("q2", id="h2"), AIMessage("a2", id="a2")]
+    window.reduce(state, config, RuntimeError("overflow"))
+    shrunk, _ = window.reduce(state, config, RuntimeError("overflow"))  # the window is the summary alone
+    state = add_messages(state, [RemoveMessage(id=REMOVE_ALL_MESSAGES), *shrunk, HumanMessage("q3", id="h3")])
+    seen, model_input = window.view(state, config)
+    assert [m.content for m in seen] == [m.content for m in model_input] == ["Earlier talk.", "q3"]
+    state = add_messages(state, [RemoveMessage(id=REMOVE_ALL_MESSAGES), *seen, AIMessage("a3", id="a3")])
+    window.view(state, config)  # a3 recorded (a tool call's model turn, say)
+    state = add_messages(state, [RemoveMessage(id="a3"), HumanMessage("q4", id="h4")])  # the reply deleted
+    seen, _ = window.view(state, config)
+    assert [m.content for m in seen] == ["Earlier talk.", "q3", "q4"]
+    assert [m.id for m in store.range(window.scope(config), 0, 100)] == ["h1", "a1", "h2", "a2", "h3", "a3", "h4"]
+
+
 def test_a_plain_sliding_window_without_recall(store) -> None:
     from fullrecall import SlidingWindowConversationManager
 
