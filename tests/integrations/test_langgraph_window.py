@@ -205,6 +205,30 @@ def test_a_window_of_only_a_summary_never_takes_back_what_it_summarized(store) -
     assert [m.id for m in store.range(scope, 0, 100)] == ["h1", "a1", "h2", "a2", "h3"]  # each message stored once
 
 
+def test_a_summary_in_a_trimmed_state_is_never_recorded_as_a_message(store) -> None:
+    """With ``trim_state`` the state holds the window, summary included: the summary is not a new user message."""
+    from langchain_core.messages import RemoveMessage
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+
+    from fullrecall import SummarizingConversationManager
+
+    window = FullrecallWindow(store, recall=False, trim_state=True, manager=lambda scope: SummarizingConversationManager(
+        summary_ratio=0.8, preserve_recent_messages=0, summarizer=lambda messages, previous: "Earlier talk."))
+    config = {"configurable": {"thread_id": "trimmed"}}
+    state = [HumanMessage("q1", id="h1"), AIMessage("a1", id="a1"), HumanMessage("q2", id="h2"), AIMessage("a2", id="a2")]
+    window.reduce(state, config, RuntimeError("overflow"))
+    shrunk, _ = window.reduce(state, config, RuntimeError("overflow"))  # the window is the summary alone
+    state = add_messages(state, [RemoveMessage(id=REMOVE_ALL_MESSAGES), *shrunk, HumanMessage("q3", id="h3")])
+    seen, model_input = window.view(state, config)
+    assert [m.content for m in seen] == [m.content for m in model_input] == ["Earlier talk.", "q3"]
+    state = add_messages(state, [RemoveMessage(id=REMOVE_ALL_MESSAGES), *seen, AIMessage("a3", id="a3")])
+    window.view(state, config)  # a3 recorded (a tool call's model turn, say)
+    state = add_messages(state, [RemoveMessage(id="a3"), HumanMessage("q4", id="h4")])  # the reply deleted
+    seen, _ = window.view(state, config)
+    assert [m.content for m in seen] == ["Earlier talk.", "q3", "q4"]
+    assert [m.id for m in store.range(window.scope(config), 0, 100)] == ["h1", "a1", "h2", "a2", "h3", "a3", "h4"]
+
+
 def test_a_plain_sliding_window_without_recall(store) -> None:
     from fullrecall import SlidingWindowConversationManager
 
@@ -251,3 +275,27 @@ def test_when_nothing_else_fits_the_model_gets_the_window_without_recall(make_wi
     assert model.overflows > 0
     assert HEADER not in model.calls[-1][-1].content  # the enriched question did not fit; the plain one did
     assert model.calls[-1][-1].content == FILLER[-1]
+
+
+@pytest.mark.parametrize("build", [react_agent, middleware_agent], ids=["create_react_agent", "create_agent"])
+def test_an_edited_question_or_a_deleted_reply_leaves_the_models_view(store, build) -> None:
+    from langchain_core.messages import RemoveMessage
+
+    from fullrecall import SlidingWindowConversationManager
+
+    window = FullrecallWindow(store, recall=False, manager=lambda scope: SlidingWindowConversationManager(window_size=8))
+    model = ScriptedChatModel(replies=["reply 0", "reply 1", "reply to the edit", "a new reply 2"])
+    agent = build(model, window)
+    config = {"configurable": {"thread_id": "forked"}}
+    converse(agent, config, ["question 0", "question 1"])
+    # the user edits "question 1": the thread forks from the checkpoint before it (as chat UIs do)
+    before = next(s for s in agent.get_state_history(config)
+                  if [m.content for m in s.values.get("messages", [])] == ["question 0", "reply 0"] and not s.next)
+    forked = agent.invoke({"messages": [HumanMessage("question 1, edited")]}, before.config)
+    assert [m.content for m in model.calls[-1]] == ["question 0", "reply 0", "question 1, edited"]
+    assert [m.content for m in forked["messages"]] == ["question 0", "reply 0", "question 1, edited", "reply to the edit"]
+    # the user deletes the last reply and asks again: the deleted reply is not shown to the model
+    agent.update_state(forked_config := {"configurable": {"thread_id": "forked"}},
+                       {"messages": [RemoveMessage(id=forked["messages"][-1].id)]})
+    agent.invoke({"messages": [HumanMessage("question 2")]}, forked_config)
+    assert [m.content for m in model.calls[-1]] == ["question 0", "reply 0", "question 1, edited", "question 2"]

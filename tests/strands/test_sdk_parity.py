@@ -10,6 +10,7 @@ window is in the archive, verbatim.
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 from pydantic import BaseModel
@@ -247,6 +248,26 @@ def test_per_turn_manages_inside_one_invocation(per_turn):
     assert len(seen[1][-1]) < 15  # managed before model calls, not only at the end of the invocation
     pair.assert_same()
     assert pair.ours.conversation_manager.get_state()["model_call_count"] == 8
+
+
+def test_a_message_the_window_cannot_read_never_fails_a_finished_turn(caplog):
+    """A tool's output holding a lone surrogate (``os.fsdecode`` of a non-UTF-8 file name) cannot be archived:
+    each turn still returns its answer, as with the SDK's manager; the window keeps every message, and says why.
+    """
+    @tool
+    def list_files() -> str:
+        """List the files."""
+        return "report.txt\n" + os.fsdecode(b"caf\xe9.txt")
+
+    replies = [("tool", "list_files", {}, "c1"), "Two files."] + [f"ok {i}" for i in range(3)]
+    pair = Pair(SdkSliding(window_size=4), fr.SlidingWindowConversationManager(window_size=4),
+                model=lambda: ScriptedModel(list(replies)), tools=[list_files])
+    for question in ("list my files", "thanks", "more"):
+        assert str(pair.sdk(question)) == str(pair.ours(question))  # no error: the model's answer comes back
+    assert "message 2: 'content[0].toolResult.content[0].text' is not valid UTF-8" in caplog.text
+    assert len(pair.ours.messages) == 8 and pair.ours.conversation_manager.removed_message_count == 0
+    with pytest.raises(ContextWindowOverflowException, match="not valid UTF-8"):  # on overflow: the SDK's error
+        pair.ours.conversation_manager.reduce_context(pair.ours, OVERFLOW)
 
 
 def test_null_manager_reraises_and_changes_nothing():

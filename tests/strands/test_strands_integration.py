@@ -292,6 +292,34 @@ def test_two_agents_of_one_session_sharing_a_store_keep_their_archives_apart(tmp
         assert codename in recalled and other not in recalled  # never the other agent's words
 
 
+def test_agents_without_a_session_sharing_a_store_keep_their_archives_apart(tmp_path):
+    """The README's agent (a store, no session manager, no session_id), one per user: nothing lost, nothing shared."""
+    def agent(codename):
+        manager = SemanticSummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2,
+                                                         store=f"sqlite:///{tmp_path / 'archive.db'}")
+        answers = [a.replace("bluefalcon", codename) for a in ANSWERS]
+        return Agent(model=ScriptedModel(answers, summary_reply=SUMMARY, max_prompt_chars=LIMIT),
+                     system_prompt=AGENT_PROMPT, conversation_manager=manager, callback_handler=None)
+
+    alice, bob = agent("bluefalcon"), agent("redowl")
+    for question in QUESTIONS:
+        alice(question)
+    for question in QUESTIONS:
+        bob(question.replace("bluefalcon", "redowl"))
+    for who, codename, other in ((alice, "bluefalcon", "redowl"), (bob, "redowl", "bluefalcon")):
+        manager = who.conversation_manager
+        archived = manager.archive.get(0, manager.removed_message_count - 1)
+        assert manager.removed_message_count > 0 and len(archived) == manager.removed_message_count
+        assert codename in archived[0].text and other not in " ".join(m.text for m in archived)
+        assert other not in " ".join(m.text for m in manager.recall("project codename").messages)
+    # an agent restored from a snapshot (a new manager, no id given) reads the archive its state names
+    restored = Agent(model=ScriptedModel(), conversation_manager=SemanticSummarizingConversationManager(
+        store=f"sqlite:///{tmp_path / 'archive.db'}"), callback_handler=None)
+    restored.load_snapshot(bob.take_snapshot(preset="session"))
+    assert restored.conversation_manager.archive.scope == bob.conversation_manager.archive.scope
+    assert "redowl" in " ".join(m.text for m in restored.conversation_manager.recall("project codename").messages)
+
+
 def test_without_a_session_manager_the_archive_is_in_memory_under_the_given_id():
     manager = SemanticSummarizingConversationManager(session_id="mine")
     Agent(model=ScriptedModel(), conversation_manager=manager, callback_handler=None)

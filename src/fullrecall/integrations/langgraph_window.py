@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -49,6 +50,7 @@ from ..stores.base import Scope, Store
 __all__ = ["FullrecallWindow"]
 
 _MARK = "langgraph_id"  # metadata key: the LangChain id of the message a window dict came from
+_MADE = re.compile(r"fullrecall-(?:user|assistant|system)-[0-9a-f]{20}")  # the id of a message the managers made
 
 ManagerFactory = Callable[[Scope], Any]
 
@@ -155,7 +157,10 @@ class FullrecallWindow:
                 # keyed by their LangChain ids, so a message the memory holds already is never stored twice
                 memory._append([_to_dict(messages[i], ids[i]) for i in new], [ids[i] for i in new])
             originals = dict(zip(ids, messages))
-            return _to_langchain(memory.messages, originals), _to_langchain(memory.model_input(), originals)
+            # a message the graph no longer holds (deleted, or left behind by a fork from an earlier checkpoint
+            # when a question was edited or a reply regenerated) is not shown: the state is the conversation
+            window = [d for d in memory.messages if (mark := _mark(d)) is None or mark in originals]
+            return _to_langchain(window, originals), _to_langchain(memory.hook.enrich(window), originals)
 
     def reduce(
         self, messages: Sequence[AnyMessage], config: Mapping[str, Any] | None, error: BaseException | None = None
@@ -226,14 +231,19 @@ def _mark(d: dict[str, Any]) -> str | None:
 
 
 def _unseen(window: list[dict[str, Any]], ids: list[str], removed: int) -> list[int]:
-    """Indices of the graph messages the memory has not recorded: those after the newest one it has."""
+    """Indices of the graph messages the memory has not recorded: those after the newest one it has.
+
+    A summary the managers wrote (back in the state with ``trim_state``) is never one of them.
+    """
     marks = [m for m in (_mark(d) for d in window) if m]
     if not marks and not removed:
-        return list(range(len(ids)))  # a new thread
-    if marks and marks[-1] in ids:
-        return list(range(len(ids) - ids[::-1].index(marks[-1]), len(ids)))
-    known = set(marks)
-    return [i for i, m in enumerate(ids) if m not in known]  # the graph's state was rewritten by someone else
+        found = list(range(len(ids)))  # a new thread
+    elif marks and marks[-1] in ids:
+        found = list(range(len(ids) - ids[::-1].index(marks[-1]), len(ids)))
+    else:
+        known = set(marks)
+        found = [i for i, m in enumerate(ids) if m not in known]  # the graph's state was rewritten by someone else
+    return [i for i in found if not _MADE.fullmatch(ids[i])]
 
 
 def _to_langchain(window: list[dict[str, Any]], originals: dict[str, AnyMessage]) -> list[BaseMessage]:

@@ -24,7 +24,7 @@ from strands.types.exceptions import ContextWindowOverflowException
 
 from .. import archive as _archive
 from .. import window as _window
-from ..errors import ArchiveError, ContextWindowOverflowError
+from ..errors import ArchiveError, ContextWindowOverflowError, InvalidInput
 from ..window.base import RemovedMessages
 from .summarizer import AgentModelSummarizer, ModelReplySummarizer, SummarizationAgentSummarizer
 
@@ -66,8 +66,9 @@ class _Adapter(_StrandsConversationManager):
         self._bind(agent)
         try:
             self.core.apply_management(agent.messages)
-        except ArchiveError as exc:  # nothing was removed; the next turn tries again
-            log.warning("%s", exc)
+        except (ArchiveError, InvalidInput) as exc:  # nothing was removed; the next turn tries again
+            # (a message the window cannot read must not turn a finished turn, its answer given, into an error)
+            log.warning("window not managed, every message kept: %s", exc)
 
     def reduce_context(self, agent: Any, e: Exception | None = None, **kwargs: Any) -> None:
         """On overflow (``e`` set) shrink or raise :class:`ContextWindowOverflow`; proactive (``e`` None) is best effort."""
@@ -78,7 +79,7 @@ class _Adapter(_StrandsConversationManager):
             if e is not None:
                 raise
             log.info("proactive reduction skipped: the window could not shrink")
-        except (ContextWindowOverflowError, ArchiveError) as exc:
+        except (ContextWindowOverflowError, ArchiveError, InvalidInput) as exc:
             if e is None:
                 log.warning("proactive reduction skipped, every message kept: %s", exc)
                 return
@@ -261,7 +262,10 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
     when no ``store`` was given either (the archive is in memory), a restored
     agent's archive is rebuilt from the session's own message log, which holds
     every message the manager removed. Without a session manager and a store,
-    the archive lives in memory, for this process only.
+    the archive lives in memory, for this process only. Without a session
+    manager and a ``session_id``, the archive is this manager's own (a fresh
+    session id, kept in its state, so a restored snapshot finds it), never a
+    session another agent of the store writes.
     """
 
     core: _archive.SemanticSummarizingConversationManager
@@ -275,6 +279,9 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
                  proactive_compression: Any = None, **core_options: Any) -> None:
         self._agent_ref = None
         chosen = _summarizer(self, summarizer, summarization_agent, summarization_system_prompt, llm_options)
+        self._session_id_given = "session_id" in core_options
+        if not self._session_id_given:  # never the store's shared "default": another agent's conversation is there
+            core_options["session_id"] = f"strands-{uuid.uuid4().hex}"
         core = _archive.SemanticSummarizingConversationManager(
             summary_ratio, preserve_recent_messages, chosen, None, message_context_radius, semantic_search_top_k,
             semantic_search_min_score, max_num_archived_messages, max_memory_archived_messages, embedding_model,
@@ -283,7 +290,6 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
         self.summarization_agent = summarization_agent
         self.summarization_system_prompt = summarization_system_prompt
         self._store_given = core_options.get("store") is not None
-        self._session_id_given = "session_id" in core_options
         self._agent_id_given = core_options.get("agent_id") is not None
 
     @property
@@ -337,4 +343,7 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
         if self._session_id_given and stored is not None and stored != self.archive.scope.session_id:
             log.warning("restoring state of archive session %r into a manager for session %r: recall reads %r",
                         stored, self.archive.scope.session_id, self.archive.scope.session_id)
+        elif not self._session_id_given and isinstance(stored, str) and stored:
+            # no id given: the restored conversation's archive is the one its state names
+            self.archive.scope = dataclasses.replace(self.archive.scope, session_id=stored)
         return super().restore_from_session(state)
