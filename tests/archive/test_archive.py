@@ -260,3 +260,26 @@ def test_an_option_the_search_does_not_take_is_refused_when_the_archive_is_made(
         Archive("sqlite:///:memory:", top_kk=3)
     archive = Archive("sqlite:///:memory:", Scope(session_id="s1"), candidates=20, near_weight=0.0)
     assert archive.search_engine.candidates == 20 and archive.search_engine.near_weight == 0.0
+
+
+def test_an_archive_moved_to_another_conversation_searches_that_one(default_embedder):
+    # a Strands manager moves its archive to the restored session's conversation (the session manager's id,
+    # or the one its saved state names); a search engine made before must follow it
+    from dataclasses import replace
+
+    from fullrecall.messages import parse_messages
+    from fullrecall.window import RemovedMessages
+
+    def removed(text):
+        _, msgs = parse_messages([user(text)])
+        return RemovedMessages([replace(msgs[0], position=0)], reason="trimmed", shape="converse")
+
+    store = open_store("sqlite:///:memory:")
+    first, second = Scope(session_id="first"), Scope(session_id="second")
+    Archive(store, second, embedding_model=default_embedder).write(removed("The boat is called Seagull."))
+    archive = Archive(store, first, embedding_model=default_embedder)
+    archive.write(removed("The boat is called Albatross."))
+    assert "Albatross" in archive.recall("What is the boat called?", radius=0).hits[0].text
+    archive.scope = second
+    hits = archive.recall("What is the boat called?", radius=0).hits
+    assert [h.text for h in hits] == ["The boat is called Seagull."]

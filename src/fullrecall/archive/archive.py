@@ -159,6 +159,8 @@ class Archive:
             from ..search import SemanticSearch
 
             self._search = SemanticSearch(store=self.store, scope=self.scope, **self._search_args)
+        elif self._search.scope != self.scope:  # the archive was moved to another conversation (a session restored)
+            self._search.rescope(self.scope)
         return self._search
 
     # -- writing ------------------------------------------------------------------------------

@@ -399,6 +399,11 @@ class SemanticSearch:
             self.store.set_vectors(scope, [m.id for m in todo], vectors, self.embedder.name)
         return ids
 
+    def rescope(self, scope: Scope) -> None:
+        """Search and index ``scope`` from now on (its vectors' model is checked again on the next use)."""
+        self.scope = scope
+        self._checked_space = False
+
     def delete(self, ids: Sequence[str]) -> int:
         """Remove messages, their vectors and their index entries; return how many went.
 
