@@ -95,8 +95,10 @@ class MemoryAgent:
 
         self.model = _chat_model(model)
         self.memory_model = CountingChatModel(memory_model) if memory_model is not None else None
-        if isinstance(store, str) and (memory is None or conversation is None):
-            store = open_store(store)
+        # a store opened here from a URL is this agent's to close; the conversation is kept on the memory's store
+        self._opened_store = open_store(store) if isinstance(store, str) and memory is None else None
+        store = self._opened_store or store
+        self._owns_memory, self._owns_conversation = memory is None, conversation is None
         self.session_id = session_id or (conversation.scope.session_id if conversation else None) \
             or (memory.session_id if memory else None) or f"s-{uuid.uuid4().hex}"
         if embedder is None and memory is not None:
@@ -183,8 +185,19 @@ class MemoryAgent:
         return out
 
     def close(self) -> None:
-        """Close the memories this agent opened."""
-        self.memory.close()
+        """Close what this agent opened: the memories it made (the window's background indexing finished) and
+        the store it opened from a URL. A memory, conversation or store passed in is the caller's to close.
+        Calling it twice is harmless.
+        """
+        if self._owns_conversation:
+            self._owns_conversation = False
+            self.conversation.close()
+        if self._owns_memory:
+            self._owns_memory = False
+            self.memory.close()
+        if self._opened_store is not None:
+            store, self._opened_store = self._opened_store, None
+            store.close()
 
     # -- steps ---------------------------------------------------------------------------------
     def _retrieve(self, query: list[dict[str, Any]]) -> str:
