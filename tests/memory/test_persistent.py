@@ -337,6 +337,8 @@ def test_a_turn_recorded_after_a_full_clear_is_listed_again(tmp_path, default_em
     '{"kind": "fact", "id": "f1", "text": "I like tea", "sources": 5}',
     '{"kind": "fact", "id": "f1", "text": "I like tea", "mentions": "x"}',
     '{"kind": "fact", "id": "f1", "text": "\\udfff"}',
+    '{"kind": "message", "session_id": "_log.facts", "id": "m2", "role": "user", "text": "x", '
+    '"data": {"role": "user", "content": "x"}, "created_at": 1, "archived_at": 1}',
 ])
 def test_an_import_checks_every_line_before_writing_anything(store_url, default_embedder, line):
     """A bad line 2 raises MemoryInputError naming it; line 1 (another session) is not written either."""
@@ -347,6 +349,26 @@ def test_an_import_checks_every_line_before_writing_anything(store_url, default_
         with pytest.raises(MemoryInputError, match="line 2: '"):
             mem.import_jsonl(io.StringIO(good + "\n" + line + "\n"))
         assert mem.messages() == [] and mem.facts.history() == [] and mem.sessions() == []
+    finally:
+        mem.close()
+
+
+def test_memorys_own_change_logs_are_no_session_of_the_owner(store_url, default_embedder):
+    """A session id starting with ``_log.`` names memory's bookkeeping (the facts' change log): a memory opened
+    on one, or a read or clear of one, is refused by name, so its events never show up as the owner's messages.
+    """
+    mem = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="s")
+    try:
+        mem.remember("My city is Lyon")
+        with pytest.raises(MemoryInputError, match="'session_id': '_log.facts' is reserved"):
+            memory(mem.store, default_embedder, user_id="u", agent_id="a", session_id="_log.facts")
+        for call in (lambda: mem.messages(session_id="_log.facts"), lambda: mem.clear(session_id="_log.facts"),
+                     lambda: mem.expand("x", session_id="_log.facts")):
+            with pytest.raises(MemoryInputError, match="reserved"):
+                call()
+        stats = mem.stats()
+        assert mem.sessions() == ["s"] and stats["message_count"] == 0 and stats["messages_by_role"] == {}
+        assert [f.text for f in mem.facts.current()] == ["My city is Lyon"]
     finally:
         mem.close()
 

@@ -103,7 +103,8 @@ class PersistentMemory:
 
         self.user_id = _one_of("user_id", user_id, "user_name", user_name) or ""
         self.agent_id = _one_of("agent_id", agent_id, "agent_name", agent_name) or ""
-        self.session_id = _one_of("session_id", session_id, "session_name", session_name) or f"s-{uuid.uuid4().hex}"
+        self.session_id = _session("PersistentMemory: 'session_id'", _one_of(
+            "session_id", session_id, "session_name", session_name)) or f"s-{uuid.uuid4().hex}"
         self._owns_store = isinstance(store, str)
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self.tenant = tenant
@@ -341,6 +342,7 @@ class PersistentMemory:
 
         ``session_id`` narrows the look-up to one session (message ids may repeat across sessions).
         """
+        _session("expand: 'session_id'", session_id)
         found = self.store.get(replace(self.owner, session_id=session_id), [memory_id])
         if found:
             return found
@@ -389,6 +391,7 @@ class PersistentMemory:
         them: a conversation kept by :class:`~fullrecall.memory.ConversationMemory` too.
         """
         wanted, role_set = _names("ids", ids), _names("roles", roles)
+        _session("'session_id'", session_id)
         _check_times(since=since, until=until)
         if wanted is not None and session_id is None:  # one look-up across the owner's sessions, logs aside
             found = [(m.session_id or "", m) for m in self.store.get(self.owner, wanted)
@@ -414,6 +417,7 @@ class PersistentMemory:
         With no criterion at all, everything of this owner goes (messages, vectors, facts,
         sessions). Returns per-kind counts (the change logs of cached records not counted).
         """
+        _session("clear: 'session_id'", session_id)
         if roles is None and since is None and until is None and session_id is None and ids is None:
             events, logs = change_logs(self.store, self.owner, (FACTS, _SESSIONS, PROCEDURES))
             counts = self.store.forget(self.owner)
@@ -602,6 +606,16 @@ def _one_of(name: str, value: str | None, alias: str, alias_value: str | None) -
     if chosen is not None and not isinstance(chosen, str):
         raise MemoryInputError(f"PersistentMemory: {name} must be a string, not {type(chosen).__name__}")
     return chosen
+
+
+def _session(where: str, session_id: str | None) -> str | None:
+    """``session_id``, unless it names one of memory's own change logs (``_log.<namespace>``), which hold its
+    bookkeeping, not the owner's messages: MemoryInputError naming ``where``.
+    """
+    if isinstance(session_id, str) and session_id.startswith(LOG_PREFIX):
+        raise MemoryInputError(f"{where}: {session_id!r} is reserved (a session id starting with {LOG_PREFIX!r} "
+                               "is memory's own change log)")
+    return session_id
 
 
 def _names(name: str, values: Iterable[str] | None) -> set[str] | None:
@@ -793,7 +807,7 @@ def _parse_line(n: int, line: str, *, first: bool = False) -> tuple[str, Any]:
         id=doc["id"], role=doc["role"], text=doc["text"], data=doc["data"], created_at=float(doc["created_at"]),
         archived_at=float(doc["archived_at"]), metadata=dict(doc.get("metadata") or {}), kind="message")
     try:  # what the store would refuse, refused before anything of the file is written
-        V.check_id(doc["session_id"], "'session_id'")
+        V.check_id(_session("'session_id'", doc["session_id"]), "'session_id'")
         V.check_message(message, 0)
     except InvalidInput as exc:
         raise MemoryInputError(f"line {n}: {str(exc).removeprefix('message 0: ')}") from None
