@@ -111,6 +111,29 @@ def test_bad_pattern_is_refused_naming_the_field(memory):
     assert memory.patterns() == []
 
 
+def test_numbers_no_store_can_keep_and_arguments_of_the_wrong_kind_are_named(memory, default_embedder):
+    """An infinite or overflowing run time is refused by name before anything is written (it reached the store,
+    which refused the record, or raised OverflowError); the scorer's and planner's arguments are checked, as is
+    the constructor's (a zero fast time divided by zero on the first slow run).
+    """
+    for ms in (float("inf"), 10**400):
+        with pytest.raises(MemoryInputError, match="^pattern 'q': 'execution_time_ms' must be a finite number >= 0"):
+            memory.store_pattern("q", ["t"], 0.9, ms)
+    assert memory.patterns() == []
+    for args, field in [((["t"], ["ok"], True, float("nan")), "execution_time_ms"),
+                        ((["t"], None, True, 10), "tool_results"), (("search", [], True, 10), "tools_used")]:
+        with pytest.raises(MemoryInputError, match=f"^evaluate_workflow: '{field}'"):
+            memory.evaluate_workflow(*args)
+    for past in ([{"query": "q"}], "search"):
+        with pytest.raises(MemoryInputError, match="^plan_tool_sequence: "):
+            memory.plan_tool_sequence("q", past)
+    for setting in ({"fast_execution_ms": 0}, {"ttl_days": float("nan")}, {"ttl_days": -1},
+                    {"min_success_score": 2}, {"min_similarity": float("nan")}):
+        with pytest.raises(MemoryInputError, match=f"^ProceduralMemory: '{next(iter(setting))}'"):
+            ProceduralMemory(embedder=default_embedder, **setting)
+    assert ProceduralMemory(embedder=default_embedder, ttl_days=None).ttl_days is None
+
+
 def test_ttl_and_owner_isolation_on_every_backend(store_url, default_embedder):
     clock = Clock()
     store = open_store(store_url)
