@@ -266,10 +266,24 @@ def test_arguments_of_the_wrong_type_are_named_and_change_nothing(store_url):
         (lambda: memory.sync.recall(b"answer"), "recall: 'query' must be a string, got bytes"),
         (lambda: memory.load_state_dict(None), "load_state_dict: the state must be a dict, got NoneType"),
         (lambda: memory.load_state_dict({"messages": "abc"}), "load_state_dict: 'messages' must be a list, got str"),
+        (lambda: memory.load_state_dict({"messages": [*turn(2), {"role": "user", "content": 5}]}),
+         "message 2: 'content' must be a string, a list of parts or null, got int"),
+        (lambda: memory.load_state_dict({"messages": [{"role": "zzz", "content": "x"}]}), "message 0: 'role' must be"),
+        (lambda: memory.load_state_dict({"messages": [{"role": "user", "content": "x", "at": object()}]}),
+         "message 0: 'at' is a object, not a JSON value"),
     ]:
         with pytest.raises(InvalidInput) as info:
             call()
         assert str(info.value).startswith(error)
+    assert run(memory.get_messages()) == window
+
+
+def test_a_load_in_another_shape_than_the_pinned_system_message_is_refused_before_the_window_changes():
+    memory = make()
+    run(memory.add([{"role": "system", "content": "be brief"}, *turn(1)]))
+    window = run(memory.get_messages())
+    with pytest.raises(InvalidInput, match="message 1"):
+        memory.load_state_dict({"messages": [{"role": "user", "content": [{"text": "a Bedrock message"}]}]})
     assert run(memory.get_messages()) == window
 
 

@@ -490,6 +490,8 @@ class ConversationMemory:
         """Make the window ``state_dict["messages"]`` (what was there goes to the archive, as ``clear``).
 
         Raises ``ValueError`` when ``messages`` is missing and ``strict``; non-dict entries are skipped.
+        A malformed message raises :class:`~fullrecall.errors.MessageFormatError` naming it, and the
+        window stays as it was.
         """
         if not isinstance(state_dict, dict):
             raise InvalidInput(f"load_state_dict: the state must be a dict, got {type(state_dict).__name__}")
@@ -502,7 +504,12 @@ class ConversationMemory:
         for index, message in enumerate(messages):
             message.setdefault("id", f"msg_{uuid.uuid4().hex[:12]}")
             _message_id(message, index)
+        if messages:
+            parse_messages(messages, storable=True)  # named before the window is touched
         with self._lock:
+            head = self.sync.messages[:self.sync._pinned]  # the pinned system message stays: one shape with it
+            if messages and head and head[0] not in messages:
+                parse_messages(head + messages)
             self.sync.clear()
             self.sync._rebuild(messages)
 
