@@ -160,6 +160,25 @@ def test_previous_winners_memories_are_marked_and_turn_filtered(default_embedder
     assert context.startswith("[From agent_b Turn 1]") and "towel" in context and "spoon" not in context
 
 
+def test_a_winners_turn_is_found_however_many_better_matches_its_other_turns_hold(store_url, default_embedder):
+    """MassGen filters a winner's memory by turn in the store: the turn's messages are found even when the
+    winner's other turns hold more than a few times ``limit`` better matches (they were cut before the filter).
+    """
+    store = open_store(store_url)
+    try:
+        a = memory(store, default_embedder, user_id="u", agent_id="agent_a", session_id="s", extract_facts=False)
+        b = memory(store, default_embedder, user_id="u", agent_id="agent_b", session_id="s", extract_facts=False)
+        for t in range(1, 31):
+            run(b.record([{"role": "assistant", "content": f"The weather report {t}: sunny weather all day."}],
+                         metadata={"turn": t}))
+        run(b.record([{"role": "assistant", "content": "Pack an umbrella, the weather may turn."}], metadata={"turn": 31}))
+        context = run(a.retrieve("weather report", limit=2, previous_winners=[{"agent_id": "agent_b", "turn": 31}]))
+        assert context.startswith("[From agent_b Turn 31]") and "umbrella" in context and "sunny" not in context
+        assert run(a.retrieve("weather report", limit=2, previous_winners=[{"agent_id": "agent_b", "turn": 99}])) == ""
+    finally:
+        store.close()
+
+
 def test_save_and_recall_keep_massgen_shapes(default_embedder):
     mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s")
     saved = run(mem.save_to_memory("user told me their birthday", ["User's birthday is March 15", "User owns a red bike"]))

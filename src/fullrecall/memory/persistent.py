@@ -314,12 +314,10 @@ class PersistentMemory:
         facts_checked = _io().submit(facts.book.entries) if want_facts else None  # while the query is embedded
         for query in queries:
             if "message" in kinds:  # the search embeds the question (its keyword query may run meanwhile) ...
-                depth = limit * 4 if turn is not None else limit
-                for h in self._search.search(query, top_k=depth, scope=scope):
-                    if turn is None or h.metadata.get("turn") == turn:
-                        _keep_best(hits, MemoryHit(
-                            "message", h.id, h.text, h.score, agent, h.session_id, h.message.role,
-                            h.message.created_at, h.metadata))
+                for h in self._message_hits(query, limit, scope, turn):
+                    _keep_best(hits, MemoryHit(
+                        "message", h.id, h.text, h.score, agent, h.session_id, h.message.role,
+                        h.message.created_at, h.metadata))
             if facts_checked is not None:  # ... and its vector serves the facts too: embedded once
                 vector = self._query_vectors.take(query)
                 if vector is None:
@@ -330,6 +328,22 @@ class PersistentMemory:
                         _keep_best(hits, _fact_hit(fact, score, agent))
         found = sorted(hits.values(), key=lambda h: (h.kind != "fact", -h.score))
         return [h for h in found if h.kind == "fact"][:limit] + [h for h in found if h.kind == "message"][:limit]
+
+    def _message_hits(self, query: str, limit: int, scope: Scope, turn: Any) -> list[Any]:
+        """The ``limit`` best messages for ``query`` in ``scope``; given a ``turn``, the best of that turn: the
+        search goes deeper (4 times each round) until ``limit`` of them are found or the scope has no more.
+        """
+        if turn is None:
+            return list(self._search.search(query, top_k=limit, scope=scope))
+        depth, vector = limit * 4, None
+        while True:
+            found = self._search.search(query, top_k=depth, scope=scope, vector=vector)
+            of_turn = [h for h in found if h.metadata.get("turn") == turn]
+            if len(of_turn) >= limit or len(found) < depth:
+                return of_turn[:limit]
+            if vector is None:  # embedded once more, then reused by every deeper round (and by the facts)
+                vector = self._search.embed_query(query)
+            depth *= 4
 
     def remember(self, fact: str, **details: Any) -> Fact:
         """Keep a fact stated outright (see :meth:`FactMemory.remember` for ``details``)."""
