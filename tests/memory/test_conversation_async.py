@@ -128,6 +128,24 @@ def test_truncate_keeps_the_newest_and_the_rest_stays_recallable(store_url):
         run(memory.truncate_to_size(-1))
 
 
+def test_truncating_a_window_with_a_pinned_system_message_again_changes_nothing(store_url):
+    """The pinned system message stays besides the newest ``n``: a window already that small is left as it is
+    (each call archived its messages and added them back, so the log and recall's duplicates grew every turn).
+    """
+    memory = make(store_url, uuid.uuid4().hex)
+    run(memory.add([{"role": "system", "content": "be brief"}, *turn(1), *turn(2)]))
+    run(memory.truncate_to_size(3))
+    window = run(memory.get_messages())
+    assert contents(window) == ["be brief", "answer 1", "question 2", "answer 2"]
+    logged, recalled = memory.store.count(memory.scope), contents(run(memory.retrieve("question 1")))
+    for _ in range(3):
+        run(memory.truncate_to_size(3))
+    assert run(memory.get_messages()) == window and memory.store.count(memory.scope) == logged
+    assert contents(run(memory.retrieve("question 1"))) == recalled and len(set(recalled)) == len(recalled)
+    run(memory.truncate_to_size(0))
+    assert contents(run(memory.get_messages())) == ["be brief"]
+
+
 def test_clear_then_add_kept_leaves_exactly_kept(store_url):
     """MassGen's context compressor: clear() then add(the messages it keeps)."""
     memory = make(store_url, uuid.uuid4().hex)

@@ -194,12 +194,17 @@ class SyncConversationMemory:
         self._rebuild(kept, [row for i in sorted(doomed) if (row := rows[i]) is not None])
 
     def truncate_to_size(self, max_messages: int) -> None:
-        """Keep the newest ``max_messages`` in the window; the older ones leave it for the archive (recallable)."""
+        """Keep the newest ``max_messages`` in the window; the older ones leave it for the archive (recallable).
+
+        A pinned system message stays besides them (as with :meth:`clear`), so a window already
+        that small is left as it is: nothing is archived or added again.
+        """
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 0:
             raise InvalidInput(f"truncate_to_size: 'max_messages' must be an integer >= 0, got {max_messages!r}")
         self._sync()
-        if len(self._messages) > max_messages:
-            self._rebuild(self._messages[len(self._messages) - max_messages:] if max_messages else [])
+        body = self._messages[self._pinned:]
+        if len(body) > max_messages:
+            self._rebuild(body[len(body) - max_messages:] if max_messages else [])
 
     def forget(self) -> dict[str, Any]:
         """Delete this conversation everywhere (window, archive, vectors, summaries); per-kind counts."""
@@ -458,7 +463,9 @@ class ConversationMemory:
         await self._run(self.sync.delete, index)
 
     async def truncate_to_size(self, max_messages: int) -> None:
-        """Keep the newest ``max_messages`` in the window; the older leave it for the archive (recallable)."""
+        """Keep the newest ``max_messages`` in the window; the older leave it for the archive (recallable).
+        A pinned system message stays besides them.
+        """
         await self._run(self.sync.truncate_to_size, max_messages)
 
     async def clear(self) -> None:
