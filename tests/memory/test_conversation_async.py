@@ -175,6 +175,22 @@ def test_state_dict_round_trip_and_strict():
     assert run(other.get_messages()) == []
 
 
+def test_loading_the_state_the_window_already_is_archives_nothing(store_url):
+    """An application that saves ``state_dict()`` and loads it back into the same durable session on restart:
+    the window is unchanged, and nothing is archived and added again (recall would find each message twice).
+    """
+    session = uuid.uuid4().hex
+    memory = make(store_url, session)
+    run(memory.add([{"role": "system", "content": "be brief"}, *turn(1), *turn(2)]))
+    state = memory.state_dict()
+    logged = memory.store.count(memory.scope)
+    restarted = make(store_url, session)
+    restarted.load_state_dict(state)
+    restarted.load_state_dict(restarted.state_dict())
+    assert restarted.state_dict() == state and restarted.store.count(restarted.scope) == logged
+    assert run(restarted.retrieve("question 1")) == []
+
+
 def test_the_window_is_managed_and_model_input_recalls():
     memory = make(max_history_turns=3)
     run(memory.add([{"role": "user", "content": "My locker code is 3141."}, {"role": "assistant", "content": "Noted."}]))

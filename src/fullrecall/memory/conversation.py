@@ -498,7 +498,7 @@ class ConversationMemory:
 
         Raises ``ValueError`` when ``messages`` is missing and ``strict``; non-dict entries are skipped.
         A malformed message raises :class:`~fullrecall.errors.MessageFormatError` naming it, and the
-        window stays as it was.
+        window stays as it was; loading the window it already is changes nothing.
         """
         if not isinstance(state_dict, dict):
             raise InvalidInput(f"load_state_dict: the state must be a dict, got {type(state_dict).__name__}")
@@ -514,7 +514,10 @@ class ConversationMemory:
         if messages:
             parse_messages(messages, storable=True)  # named before the window is touched
         with self._lock:
-            head = self.sync.messages[:self.sync._pinned]  # the pinned system message stays: one shape with it
+            window = self.sync.messages
+            if messages == window:  # the window it is already (a restart loading what it saved): nothing to do
+                return
+            head = window[:self.sync._pinned]  # the pinned system message stays: one shape with it
             if messages and head and head[0] not in messages:
                 parse_messages(head + messages)
             self.sync.clear()
