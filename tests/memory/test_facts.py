@@ -94,6 +94,26 @@ def test_duplicates_merge_by_normalized_text_and_similarity(facts):
     assert facts.remember("My city is Lyon").id == facts.remember("my city is lyon").id
 
 
+def test_an_attribute_fact_without_a_value_is_compared_by_its_words(store_url, default_embedder):
+    """``remember(text, attribute=...)`` with no value (the service's remember allows it): a new statement of the
+    attribute supersedes the current one, it is not merged into it as if both had the same (empty) value.
+    """
+    clock = Clock()
+    facts = FactMemory(store_url, embedder=default_embedder, user_id="alice", clock=clock)
+    try:
+        paris = facts.remember("I moved to Paris", attribute="city")
+        clock.now += 10
+        rome = facts.remember("I moved to Rome", attribute="city")
+        assert rome.id != paris.id and rome.text == "I moved to Rome" and rome.mentions == 1
+        assert [f.text for f in facts.current(attribute="city")] == ["I moved to Rome"]
+        assert facts.get(paris.id).superseded_by == rome.id
+        clock.now += 10
+        assert facts.remember("i moved to ROME", attribute="city").id == rome.id  # a repeat still merges
+        assert facts.get(rome.id).mentions == 2
+    finally:
+        facts.close()
+
+
 def test_rules_find_documented_facts_in_user_words():
     text = ("Hi! My name is Ada Lovelace. I live in London. I work for the Analytical Engine Company. "
             "I'm 36 years old. I really like mathematics. Remember that my favourite colour is green. "

@@ -251,7 +251,8 @@ class FactMemory:
                 embedded.append(self.book.embed([fact.text])[0])
             return embedded[0]
 
-        same = index.repeated(fact.subject, normalize(fact.text), fact.attribute, normalize(fact.value or ""))
+        # an attribute fact without a value is compared by its words: "I moved to Rome" is no repeat of "... Paris"
+        same = index.repeated(fact.subject, normalize(fact.text), fact.attribute, normalize(fact.value or fact.text))
         if same is None and not fact.attribute:  # no attribute to compare: a close enough meaning
             loose, matrix = index.loose(fact.subject)
             best = self.book.similar(fact_vector(), loose, 1, matrix=matrix) if matrix is not None else []
