@@ -190,6 +190,19 @@ def test_save_and_recall_keep_massgen_shapes(default_embedder):
     assert len(mem.facts.history()) == 2
 
 
+def test_a_message_of_the_epoch_keeps_its_time(store_url, default_embedder):
+    """A ``timestamp`` of 0 (or 1970-01-01 in ISO 8601) is a time like any other: it was taken for none (now)."""
+    mem = memory(store_url, default_embedder, user_id="u", session_id="s", extract_facts=False)
+    try:
+        run(mem.record([{"role": "user", "content": "epoch seconds", "timestamp": 0},
+                        {"role": "user", "content": "epoch text", "created_at": "1970-01-01T00:00:00Z"}]))
+        assert sorted((m.data["content"], m.created_at) for m in mem.messages()) == [
+            ("epoch seconds", 0.0), ("epoch text", 0.0)]
+        assert [m.data["content"] for m in mem.messages(until=1)] == ["epoch seconds", "epoch text"]
+    finally:
+        mem.close()
+
+
 def test_selective_clearing_by_role_time_session_and_id(default_embedder):
     store = open_store("sqlite:///:memory:")
     one = memory(store, default_embedder, user_id="u", session_id="one")

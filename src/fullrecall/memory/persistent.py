@@ -201,7 +201,8 @@ class PersistentMemory:
         now = time.time()
         stored, words_of = [], {}
         for i, (msg, parsed, shape) in enumerate(kept):
-            created = _message_time(msg) or now
+            created = _message_time(msg)
+            created = now if created is None else created  # 0 is a time: 1970-01-01
             stored.append(StoredMessage(
                 id=self._message_id(msg, i, metadata), role=parsed.role,
                 text=_index_text(parsed.text, parsed.role, created), data=msg,
