@@ -265,6 +265,31 @@ def test_export_then_import_into_another_store_keeps_everything(tmp_path, defaul
     assert fresh.messages() == [] and fresh.facts.history() == []
 
 
+def test_restoring_an_old_backup_leaves_one_current_value_per_attribute(store_url, default_embedder):
+    """A backup taken while Paris was the city, imported after the user moved to Lyon: Lyon stays the one
+    current city (the import wrote Paris back as current beside it, and search answered both).
+    """
+    mem = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="s")
+    other = memory(mem.store, default_embedder, user_id="v", agent_id="a", session_id="s")
+    try:
+        paris = mem.remember("My city is Paris")
+        backup = io.StringIO()
+        mem.export_jsonl(backup)
+        lyon = mem.remember("My city is Lyon", valid_from=paris.valid_from + 10)
+        other.remember("My city is Oslo", valid_from=paris.valid_from - 10)
+        merged = io.StringIO()
+        other.export_jsonl(merged)
+        for file in (backup, merged):
+            mem.import_jsonl(io.StringIO(file.getvalue()))
+            assert [f.id for f in mem.facts.current(attribute="city")] == [lyon.id]
+            assert [h.text for h in mem.search("which city?") if h.kind == "fact"] == ["My city is Lyon"]
+        assert mem.facts.get(paris.id).superseded_by == lyon.id
+        fresh = memory(mem.store, default_embedder, user_id="u", agent_id="a", session_id="s2")  # another process
+        assert [f.id for f in fresh.facts.current(attribute="city")] == [lyon.id]
+    finally:
+        mem.close()
+
+
 def test_an_export_cut_short_is_refused_and_nothing_of_it_is_written(tmp_path, default_embedder):
     src = memory("sqlite:///:memory:", default_embedder, user_id="u", agent_id="a", session_id="s1")
     run(src.record([{"role": "user", "content": "The gate code is 4471."}, {"role": "assistant", "content": "Noted."}]))

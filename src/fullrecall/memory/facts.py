@@ -387,7 +387,9 @@ class FactMemory:
         """Write facts exactly as given (ids, intervals, sources kept: an import), logged as one change.
 
         Only a fact the owner does not hold with the same text is embedded (in one batch): a repeated
-        import embeds nothing again.
+        import embeds nothing again. Then one fact per subject and attribute is left current, as after any
+        write: of an imported current fact and the owner's, the later valid one holds (an old backup
+        restored, or another memory merged in, does not bring back a value the owner has since replaced).
         """
         facts = list(facts)
         held = {r.id: (r.text, v) for r, v in self.book.entries()}
@@ -397,6 +399,8 @@ class FactMemory:
         with self.book.writes():
             for fact in facts:
                 self._put(fact, vector=vectors.get(fact.id, known.get(fact.id)))
+        for subject, attribute in dict.fromkeys((f.subject, f.attribute) for f in facts if f.attribute and f.is_current):
+            self._settle(subject, attribute)
 
     def forget(self, fact_id: str) -> bool:
         """Delete one fact (for good); True if it existed."""
