@@ -34,6 +34,15 @@ def test_threshold_keeps_exactly_point_seven_and_drops_below(memory):
     assert [p["query"] for p in memory.patterns()] == ["show my workout history"]
 
 
+def test_a_run_without_tools_is_not_kept_and_never_outranks_a_procedure(memory):
+    """A pattern of no tools was kept and, scored higher, was the plan: an empty tool order at high confidence."""
+    kept = memory.store_pattern("analyze my weight trends", WEIGHT_TOOLS, 0.8, 900)
+    assert memory.store_pattern("analyze my weight trends", [], 1.0, 10) is None
+    assert [p["id"] for p in memory.patterns()] == [kept]
+    plan = memory.plan_tool_sequence("analyze my weight trends")
+    assert plan["suggested_tools"] == WEIGHT_TOOLS and plan["pattern_id"] == kept
+
+
 def test_threshold_is_configurable(default_embedder):
     strict = ProceduralMemory(embedder=default_embedder, min_success_score=0.9)
     assert strict.store_pattern("analyze my weight trends", WEIGHT_TOOLS, 0.85, 900) is None

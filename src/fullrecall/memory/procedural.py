@@ -136,14 +136,15 @@ class ProceduralMemory:
         """Keep a workflow if ``success_score`` reaches the threshold; return its pattern id, else None.
 
         The same task solved with the same tools again updates one pattern (success count,
-        average time, last use, expiry) instead of adding another.
+        average time, last use, expiry) instead of adding another. A run that used no tool is not
+        kept either, whatever its score: it holds no procedure to suggest.
         """
         _check_pattern(query, tools_used, success_score, execution_time_ms)
         if query_type is not None:
             if not isinstance(query_type, str):
                 raise MemoryInputError(f"pattern {query!r}: 'query_type' must be a string or None, not {query_type!r}")
             check_unicode(query_type, f"pattern {query!r}: 'query_type'")
-        if success_score < self.min_success_score:
+        if success_score < self.min_success_score or not tools_used:
             return None
         signature = task_signature(query)
         steps = [str(t) for t in tools_used]
