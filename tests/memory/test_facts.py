@@ -129,6 +129,22 @@ def test_rules_find_documented_facts_in_user_words():
     ]
 
 
+def test_a_dot_inside_a_word_does_not_cut_a_facts_value():
+    """A decimal, an email, a domain, an address or a version: the sentence went on after the dot, so the rule
+    kept a cut value ("My weight is 72." with the value "72"), which then superseded the right one.
+    """
+    text = ("My weight is 72.5 kg. My email is ann@example.com! My IP is 10.0.0.1. My version is v1.2.3?\n"
+            "I live in Lyon")
+    assert extract_facts(text) == [
+        ("weight", "72.5 kg", "My weight is 72.5 kg."),
+        ("email", "ann@example.com", "My email is ann@example.com!"),
+        ("ip", "10.0.0.1", "My IP is 10.0.0.1."),
+        ("version", "v1.2.3", "My version is v1.2.3?"),
+        ("lives in", "Lyon", "I live in Lyon"),
+    ]
+    assert extract_facts("!" * 100_000 + " my dog is Rex") == [("dog", "Rex", "my dog is Rex")]
+
+
 def test_learn_links_each_fact_to_its_message_and_reads_only_user_words(facts):
     messages = [
         {"role": "system", "content": "You are helpful. My name is System."},

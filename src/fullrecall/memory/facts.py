@@ -73,7 +73,9 @@ class Fact:
 
 # -- rules: facts without an LLM ----------------------------------------------------------------
 
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
+# a sentence ends at . ! or ? followed by a space, or at a line's end: not at a dot inside a word (72.5,
+# ann@example.com, v1.2), which cut a fact's value short
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")
 _END = r"\s*[.!?]*\s*$"
 _RULES: list[tuple[re.Pattern[str], str | None]] = [
     (re.compile(r"^my (?P<attr>[a-z][\w' -]{0,40}?) (?:is|are) (?P<value>.+?)" + _END, re.IGNORECASE), None),
@@ -88,15 +90,15 @@ _REMEMBER = re.compile(r"^(?:please )?remember(?: that)?,? (?P<inner>.+)$", re.I
 def extract_facts(text: str) -> list[tuple[str | None, str | None, str]]:
     """Facts a user's message states, by simple rules: ``(attribute, value, sentence)`` per fact.
 
-    Per sentence, in order: "my <attribute> is/are <value>" (attribute facts: a new value
+    Per sentence (ended by . ! or ? before a space, or by a line's end), in order: "my <attribute> is/are <value>" (attribute facts: a new value
     supersedes the old one); "I live in <value>" ("lives in"); "I work at/for <value>"
     ("works at"); "I am <n> years old" ("age"); "I like/love/prefer/enjoy <value>" (no
     attribute: several can hold at once). "Remember (that) ..." applies the rules to the rest,
     and is kept as a fact of its own when none matches.
     """
     found: list[tuple[str | None, str | None, str]] = []
-    for m in _SENTENCE.finditer(text):
-        sentence = m.group(0).strip()
+    for sentence in _SENTENCE_END.split(text):
+        sentence = sentence.strip()
         if not sentence:
             continue
         remember = _REMEMBER.match(sentence)
