@@ -214,3 +214,20 @@ def test_close_closes_what_the_agent_opened_and_nothing_passed_in(server, defaul
     assert [f.text for f in memory.facts.current()] == ["My dog is Rex."]  # the caller's memory: still open
     assert not (tmp_path / "fullrecall_memory.db").exists()  # nothing opened from the default URL
     memory.close()
+
+
+def test_a_turn_with_both_kinds_of_recall_counts_once(server, default_embedder):
+    """``recalls`` counts turns whose model call got remembered context: long-term memory and the window's
+    archive recalling in one turn counted it twice.
+    """
+    server.script(*[completion("noted") for _ in range(4)])
+    agent = MemoryAgent(model(server), store="sqlite:///:memory:", user_id="u", embedder=default_embedder,
+                        window_options={"max_history_turns": 1, "preserve_recent_messages": 1,
+                                        "summarizer": lambda messages, previous: "earlier talk"})
+    for text in ("My locker code is 4417.", "The weather is nice today.", "What is my locker code?",
+                 "Tell me my locker code again."):
+        chat(agent, text)
+    long_term = ["Memory (" in system_of(r) for r in server.requests]
+    archive = ["Previous Context" in r["messages"][-1]["content"] for r in server.requests]
+    assert any(a and b for a, b in zip(long_term, archive))  # a turn got both
+    assert agent.stats()["recalls"] == sum(a or b for a, b in zip(long_term, archive))

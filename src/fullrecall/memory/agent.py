@@ -126,6 +126,7 @@ class MemoryAgent:
         self.errors = errors
         self._tokens = default_token_counter()
         self._turn = 0
+        self._recalled = False  # whether this turn's model call got remembered context
         self._counts = {"messages": 0, "bytes": 0, "recalls": 0, "failures": 0, "tokens_recorded": 0}
         self.last_context = ""  # the memory the last turn's model call was given (for inspection)
 
@@ -149,8 +150,11 @@ class MemoryAgent:
         with self._guard("add to the conversation"):
             self.conversation.add(new)
         query = [m for m in new if m.get("role") != "system"] or new
+        self._recalled = False  # set by either step that adds remembered context: the turn counts once
         context = self._retrieve(query)
         window = new if clear_history else self._window(new)
+        if self._recalled:
+            self._counts["recalls"] += 1
         request = ChatRequest(system=self._system(new, context), messages=tuple(_chat_messages(window)),
                               max_tokens=self.max_tokens, temperature=self.temperature)
         parts: list[str] = []
@@ -216,7 +220,7 @@ class MemoryAgent:
                     blocks.append(f"Tools that solved similar tasks:\n- in order: {', '.join(plan['suggested_tools'])} "
                                   f"({plan['reasoning']})")
         if blocks:
-            self._counts["recalls"] += 1
+            self._recalled = True
         self.last_context = "\n\n".join(blocks)
         return self.last_context
 
@@ -228,7 +232,7 @@ class MemoryAgent:
             if stored:
                 window = stored
                 if stored != self.conversation.messages:
-                    self._counts["recalls"] += 1
+                    self._recalled = True
         return window
 
     def _system(self, new: list[dict[str, Any]], context: str) -> str:
