@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fullrecall import MemoryInputError, MessageFormatError, PersistentMemory
+from fullrecall import MemoryInputError, MemoryTools, MessageFormatError, PersistentMemory
 from fullrecall.stores import open_store
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
@@ -177,6 +177,21 @@ def test_a_winners_turn_is_found_however_many_better_matches_its_other_turns_hol
         assert run(a.retrieve("weather report", limit=2, previous_winners=[{"agent_id": "agent_b", "turn": 99}])) == ""
     finally:
         store.close()
+
+
+def test_a_refused_fact_leaves_no_session_behind(store_url, default_embedder):
+    """``remember`` (the agent tool too) of a fact refused by name listed the session all the same."""
+    mem = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="s")
+    try:
+        for bad in ("bad \ud800", "   "):
+            with pytest.raises(MemoryInputError, match="fact"):
+                mem.remember(bad)
+        assert "error" in MemoryTools(mem).call("remember", {"fact": "bad \udfff"})
+        assert mem.sessions() == [] and mem.stats()["session_count"] == 0
+        mem.remember("My city is Lyon")
+        assert mem.sessions() == ["s"]
+    finally:
+        mem.close()
 
 
 def test_save_and_recall_keep_massgen_shapes(default_embedder):

@@ -347,9 +347,13 @@ class PersistentMemory:
             depth *= 4
 
     def remember(self, fact: str, **details: Any) -> Fact:
-        """Keep a fact stated outright (see :meth:`FactMemory.remember` for ``details``)."""
+        """Keep a fact stated outright (see :meth:`FactMemory.remember` for ``details``).
+
+        The session is listed once the fact is kept: a fact refused (``MemoryInputError``) leaves nothing behind.
+        """
+        kept = self.facts.remember(fact, **details)
         self._note_session()
-        return self.facts.remember(fact, **details)
+        return kept
 
     def expand(self, memory_id: str, session_id: str | None = None) -> list[StoredMessage]:
         """The exact archived messages behind an id, in order: a message itself, a fact's source
