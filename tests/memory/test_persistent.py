@@ -121,6 +121,25 @@ def test_a_bad_message_is_named_and_nothing_is_written(default_embedder):
     assert mem.messages() == [] and mem.facts.history() == [] and mem.stats()["message_count"] == 0
 
 
+def test_what_no_store_could_keep_is_named_before_the_session_is_listed(store_url, default_embedder):
+    """A value that is not JSON in a message or in ``metadata`` reached the store, which refused it as a bare
+    InvalidInput after the turn was embedded and its session listed; now it is named first and nothing is left.
+    """
+    mem = memory(store_url, default_embedder, user_id="u", session_id="s")
+    try:
+        fine = {"role": "user", "content": "My city is Lyon"}
+        with pytest.raises(MessageFormatError, match=r"^message 2: 'meta.deep\[1\]' is a set, not a JSON value"):
+            run(mem.record([fine, {"role": "system", "content": "x"}, {**fine, "meta": {"deep": [1, {2}]}}]))
+        with pytest.raises(MessageFormatError, match="^message 0: 'score' is nan"):
+            run(mem.record([{**fine, "score": float("nan")}]))
+        for metadata, error in [({"at": object()}, "'metadata.at' is a object"), ({"k": "\ud800"}, "'metadata.k' is not valid Unicode")]:
+            with pytest.raises(MemoryInputError, match=f"^record: {error}"):
+                run(mem.record([fine], metadata=metadata))
+        assert mem.sessions() == [] and mem.messages() == [] and mem.facts.history() == []
+    finally:
+        mem.close()
+
+
 def test_no_memory_crosses_users_on_any_backend(store_url, default_embedder):
     store = open_store(store_url)
     try:

@@ -195,7 +195,11 @@ class PersistentMemory:
         """What :meth:`record` does, for synchronous callers."""
         if metadata is not None and not isinstance(metadata, dict):
             raise MemoryInputError(f"record: 'metadata' must be a dict or None, not {type(metadata).__name__}")
-        kept = _conversation(messages)
+        try:  # what the store would refuse, refused before anything is embedded or written (the session listed)
+            V.check_json_value(metadata or {}, "record: 'metadata'")
+        except InvalidInput as exc:
+            raise MemoryInputError(str(exc)) from None
+        kept = _conversation(messages, storable=True)
         if not kept:
             return []
         now = time.time()
@@ -660,9 +664,11 @@ def _is_empty(content: Any) -> bool:
     return content is None or (isinstance(content, list) and not content)
 
 
-def _conversation(messages: Any) -> list[tuple[dict[str, Any], Any, str]]:
-    """(message, parsed, shape) for each message worth keeping; the first malformed one raises."""
-    from ..messages.formats import detect_shape, parse_message
+def _conversation(messages: Any, *, storable: bool = False) -> list[tuple[dict[str, Any], Any, str]]:
+    """(message, parsed, shape) for each message worth keeping; the first malformed one raises (with
+    ``storable``, one no store could keep verbatim too: a value that is not JSON, a lone surrogate).
+    """
+    from ..messages.formats import detect_shape, parse_messages
 
     if messages is None:
         return []
@@ -679,8 +685,8 @@ def _conversation(messages: Any) -> list[tuple[dict[str, Any], Any, str]]:
             continue
         try:
             shape = detect_shape([msg])
-            parsed = parse_message(msg, shape)
-            _message_time(msg)
+            _message_time(msg)  # a bad time named as a time, before the JSON check names a NaN one
+            parsed = parse_messages([msg], shape, storable=storable)[1][0]
         except MessageFormatError as exc:
             raise MessageFormatError(f"message {i}: {str(exc).removeprefix('message 0: ')}") from None
         if parsed.text.strip():
