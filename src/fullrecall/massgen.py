@@ -51,7 +51,10 @@ class Memories(tuple[ConversationMemory, PersistentMemory]):
         return self[1]
 
     def close(self) -> None:
-        """Close the store if :func:`memories` opened it from a URL (idempotent); a store passed in is left open."""
+        """Finish the conversation's background indexing, then close the store if :func:`memories` opened it
+        from a URL (idempotent); a store passed in is left open.
+        """
+        self.conversation.close()  # before the store: its indexer may still be embedding what left the window
         store, self._store = self._store, None
         if store is not None:
             store.close()

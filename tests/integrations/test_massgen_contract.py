@@ -144,3 +144,32 @@ def test_memories_leave_a_store_passed_in_open(tmp_path, default_embedder):
         with memories(store, user_id="ann", persistent_options={"embedder": default_embedder}) as (conversation, _):
             run(conversation.add({"role": "user", "content": "hi"}))
         assert store.count(conversation.scope) == 1  # still open: the caller's to close
+
+
+def test_closing_memories_finishes_the_windows_background_indexing_first(store_url, default_embedder):
+    """With ``background_indexing`` the conversation embeds what leaves its window on a worker thread: closing
+    the pair lets it finish before the store closes (it failed on the closed store, leaving them unembedded).
+    """
+    import time
+
+    from fullrecall.stores import Scope, open_store
+
+    class SlowEmbedder:
+        name, dimension = default_embedder.name, default_embedder.dimension
+
+        def embed(self, texts: list[str]) -> Any:
+            time.sleep(0.2)
+            return default_embedder.embed(texts)
+
+    session = uuid.uuid4().hex
+    window = {"background_indexing": True, "max_history_turns": 1, "preserve_recent_messages": 1,
+              "summarizer": lambda messages, previous: "summary", "embedding_model": SlowEmbedder()}
+    with memories(store_url, user_id="ann", session_id=session, conversation_options=window,
+                  persistent_options={"embedder": default_embedder}) as (conversation, _):
+        for i in range(4):
+            run(conversation.add([{"role": "user", "content": f"question {i}"},
+                                  {"role": "assistant", "content": f"answer {i}"}]))
+        archived = conversation.manager.removed_message_count
+    assert archived > 0
+    with open_store(store_url) as store:
+        assert store.stats(Scope(user_id="ann", session_id=session))["vector_count"] == archived

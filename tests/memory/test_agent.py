@@ -188,3 +188,46 @@ def test_the_window_log_lives_in_the_memorys_tenant(server, default_embedder):
     assert store.stats(Scope(user_id="ann", agent_id=Scope.everyone().agent_id)).get("message_count") == 0
     assert store.stats(Scope(tenant="acme", user_id="ann", agent_id=Scope.everyone().agent_id))["message_count"] >= 2
     store.close()
+
+
+def test_close_closes_what_the_agent_opened_and_nothing_passed_in(server, default_embedder, tmp_path, open_handles,
+                                                                 monkeypatch):
+    """A store opened from a URL is closed by ``close()`` (its files released at once, not when the agent is
+    collected); a memory passed in stays open and usable, and no store is opened for it from the default URL.
+    """
+    from fullrecall import PersistentMemory
+
+    server.script(completion("noted"), completion("again"))
+    monkeypatch.chdir(tmp_path)
+    before = open_handles()
+    agent = MemoryAgent(model(server), store=f"sqlite:///{tmp_path / 'own.db'}", user_id="u",
+                        embedder=default_embedder)
+    chat(agent, "My city is Lyon.")
+    agent.close()
+    agent.close()  # twice: harmless
+    assert not [h for h in open_handles() - before if "own.db" in h]
+
+    memory = PersistentMemory("u", store=f"sqlite:///{tmp_path / 'theirs.db'}", embedder=default_embedder)
+    agent = MemoryAgent(model(server), memory=memory, embedder=default_embedder)
+    chat(agent, "My dog is Rex.")
+    agent.close()
+    assert [f.text for f in memory.facts.current()] == ["My dog is Rex."]  # the caller's memory: still open
+    assert not (tmp_path / "fullrecall_memory.db").exists()  # nothing opened from the default URL
+    memory.close()
+
+
+def test_a_turn_with_both_kinds_of_recall_counts_once(server, default_embedder):
+    """``recalls`` counts turns whose model call got remembered context: long-term memory and the window's
+    archive recalling in one turn counted it twice.
+    """
+    server.script(*[completion("noted") for _ in range(4)])
+    agent = MemoryAgent(model(server), store="sqlite:///:memory:", user_id="u", embedder=default_embedder,
+                        window_options={"max_history_turns": 1, "preserve_recent_messages": 1,
+                                        "summarizer": lambda messages, previous: "earlier talk"})
+    for text in ("My locker code is 4417.", "The weather is nice today.", "What is my locker code?",
+                 "Tell me my locker code again."):
+        chat(agent, text)
+    long_term = ["Memory (" in system_of(r) for r in server.requests]
+    archive = ["Previous Context" in r["messages"][-1]["content"] for r in server.requests]
+    assert any(a and b for a, b in zip(long_term, archive))  # a turn got both
+    assert agent.stats()["recalls"] == sum(a or b for a, b in zip(long_term, archive))

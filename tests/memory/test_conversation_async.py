@@ -128,6 +128,24 @@ def test_truncate_keeps_the_newest_and_the_rest_stays_recallable(store_url):
         run(memory.truncate_to_size(-1))
 
 
+def test_truncating_a_window_with_a_pinned_system_message_again_changes_nothing(store_url):
+    """The pinned system message stays besides the newest ``n``: a window already that small is left as it is
+    (each call archived its messages and added them back, so the log and recall's duplicates grew every turn).
+    """
+    memory = make(store_url, uuid.uuid4().hex)
+    run(memory.add([{"role": "system", "content": "be brief"}, *turn(1), *turn(2)]))
+    run(memory.truncate_to_size(3))
+    window = run(memory.get_messages())
+    assert contents(window) == ["be brief", "answer 1", "question 2", "answer 2"]
+    logged, recalled = memory.store.count(memory.scope), contents(run(memory.retrieve("question 1")))
+    for _ in range(3):
+        run(memory.truncate_to_size(3))
+    assert run(memory.get_messages()) == window and memory.store.count(memory.scope) == logged
+    assert contents(run(memory.retrieve("question 1"))) == recalled and len(set(recalled)) == len(recalled)
+    run(memory.truncate_to_size(0))
+    assert contents(run(memory.get_messages())) == ["be brief"]
+
+
 def test_clear_then_add_kept_leaves_exactly_kept(store_url):
     """MassGen's context compressor: clear() then add(the messages it keeps)."""
     memory = make(store_url, uuid.uuid4().hex)
@@ -155,6 +173,22 @@ def test_state_dict_round_trip_and_strict():
         other.load_state_dict({})
     other.load_state_dict({}, strict=False)
     assert run(other.get_messages()) == []
+
+
+def test_loading_the_state_the_window_already_is_archives_nothing(store_url):
+    """An application that saves ``state_dict()`` and loads it back into the same durable session on restart:
+    the window is unchanged, and nothing is archived and added again (recall would find each message twice).
+    """
+    session = uuid.uuid4().hex
+    memory = make(store_url, session)
+    run(memory.add([{"role": "system", "content": "be brief"}, *turn(1), *turn(2)]))
+    state = memory.state_dict()
+    logged = memory.store.count(memory.scope)
+    restarted = make(store_url, session)
+    restarted.load_state_dict(state)
+    restarted.load_state_dict(restarted.state_dict())
+    assert restarted.state_dict() == state and restarted.store.count(restarted.scope) == logged
+    assert run(restarted.retrieve("question 1")) == []
 
 
 def test_the_window_is_managed_and_model_input_recalls():
@@ -266,10 +300,24 @@ def test_arguments_of_the_wrong_type_are_named_and_change_nothing(store_url):
         (lambda: memory.sync.recall(b"answer"), "recall: 'query' must be a string, got bytes"),
         (lambda: memory.load_state_dict(None), "load_state_dict: the state must be a dict, got NoneType"),
         (lambda: memory.load_state_dict({"messages": "abc"}), "load_state_dict: 'messages' must be a list, got str"),
+        (lambda: memory.load_state_dict({"messages": [*turn(2), {"role": "user", "content": 5}]}),
+         "message 2: 'content' must be a string, a list of parts or null, got int"),
+        (lambda: memory.load_state_dict({"messages": [{"role": "zzz", "content": "x"}]}), "message 0: 'role' must be"),
+        (lambda: memory.load_state_dict({"messages": [{"role": "user", "content": "x", "at": object()}]}),
+         "message 0: 'at' is a object, not a JSON value"),
     ]:
         with pytest.raises(InvalidInput) as info:
             call()
         assert str(info.value).startswith(error)
+    assert run(memory.get_messages()) == window
+
+
+def test_a_load_in_another_shape_than_the_pinned_system_message_is_refused_before_the_window_changes():
+    memory = make()
+    run(memory.add([{"role": "system", "content": "be brief"}, *turn(1)]))
+    window = run(memory.get_messages())
+    with pytest.raises(InvalidInput, match="message 1"):
+        memory.load_state_dict({"messages": [{"role": "user", "content": [{"text": "a Bedrock message"}]}]})
     assert run(memory.get_messages()) == window
 
 

@@ -94,6 +94,26 @@ def test_duplicates_merge_by_normalized_text_and_similarity(facts):
     assert facts.remember("My city is Lyon").id == facts.remember("my city is lyon").id
 
 
+def test_an_attribute_fact_without_a_value_is_compared_by_its_words(store_url, default_embedder):
+    """``remember(text, attribute=...)`` with no value (the service's remember allows it): a new statement of the
+    attribute supersedes the current one, it is not merged into it as if both had the same (empty) value.
+    """
+    clock = Clock()
+    facts = FactMemory(store_url, embedder=default_embedder, user_id="alice", clock=clock)
+    try:
+        paris = facts.remember("I moved to Paris", attribute="city")
+        clock.now += 10
+        rome = facts.remember("I moved to Rome", attribute="city")
+        assert rome.id != paris.id and rome.text == "I moved to Rome" and rome.mentions == 1
+        assert [f.text for f in facts.current(attribute="city")] == ["I moved to Rome"]
+        assert facts.get(paris.id).superseded_by == rome.id
+        clock.now += 10
+        assert facts.remember("i moved to ROME", attribute="city").id == rome.id  # a repeat still merges
+        assert facts.get(rome.id).mentions == 2
+    finally:
+        facts.close()
+
+
 def test_rules_find_documented_facts_in_user_words():
     text = ("Hi! My name is Ada Lovelace. I live in London. I work for the Analytical Engine Company. "
             "I'm 36 years old. I really like mathematics. Remember that my favourite colour is green. "
@@ -107,6 +127,22 @@ def test_rules_find_documented_facts_in_user_words():
         ("favourite colour", "green", "my favourite colour is green."),
         (None, None, "to buy milk."),
     ]
+
+
+def test_a_dot_inside_a_word_does_not_cut_a_facts_value():
+    """A decimal, an email, a domain, an address or a version: the sentence went on after the dot, so the rule
+    kept a cut value ("My weight is 72." with the value "72"), which then superseded the right one.
+    """
+    text = ("My weight is 72.5 kg. My email is ann@example.com! My IP is 10.0.0.1. My version is v1.2.3?\n"
+            "I live in Lyon")
+    assert extract_facts(text) == [
+        ("weight", "72.5 kg", "My weight is 72.5 kg."),
+        ("email", "ann@example.com", "My email is ann@example.com!"),
+        ("ip", "10.0.0.1", "My IP is 10.0.0.1."),
+        ("version", "v1.2.3", "My version is v1.2.3?"),
+        ("lives in", "Lyon", "I live in Lyon"),
+    ]
+    assert extract_facts("!" * 100_000 + " my dog is Rex") == [("dog", "Rex", "my dog is Rex")]
 
 
 def test_learn_links_each_fact_to_its_message_and_reads_only_user_words(facts):

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fullrecall import MemoryInputError, MessageFormatError, PersistentMemory
+from fullrecall import MemoryInputError, MemoryTools, MessageFormatError, PersistentMemory
 from fullrecall.stores import open_store
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
@@ -121,6 +121,25 @@ def test_a_bad_message_is_named_and_nothing_is_written(default_embedder):
     assert mem.messages() == [] and mem.facts.history() == [] and mem.stats()["message_count"] == 0
 
 
+def test_what_no_store_could_keep_is_named_before_the_session_is_listed(store_url, default_embedder):
+    """A value that is not JSON in a message or in ``metadata`` reached the store, which refused it as a bare
+    InvalidInput after the turn was embedded and its session listed; now it is named first and nothing is left.
+    """
+    mem = memory(store_url, default_embedder, user_id="u", session_id="s")
+    try:
+        fine = {"role": "user", "content": "My city is Lyon"}
+        with pytest.raises(MessageFormatError, match=r"^message 2: 'meta.deep\[1\]' is a set, not a JSON value"):
+            run(mem.record([fine, {"role": "system", "content": "x"}, {**fine, "meta": {"deep": [1, {2}]}}]))
+        with pytest.raises(MessageFormatError, match="^message 0: 'score' is nan"):
+            run(mem.record([{**fine, "score": float("nan")}]))
+        for metadata, error in [({"at": object()}, "'metadata.at' is a object"), ({"k": "\ud800"}, "'metadata.k' is not valid Unicode")]:
+            with pytest.raises(MemoryInputError, match=f"^record: {error}"):
+                run(mem.record([fine], metadata=metadata))
+        assert mem.sessions() == [] and mem.messages() == [] and mem.facts.history() == []
+    finally:
+        mem.close()
+
+
 def test_no_memory_crosses_users_on_any_backend(store_url, default_embedder):
     store = open_store(store_url)
     try:
@@ -160,6 +179,40 @@ def test_previous_winners_memories_are_marked_and_turn_filtered(default_embedder
     assert context.startswith("[From agent_b Turn 1]") and "towel" in context and "spoon" not in context
 
 
+def test_a_winners_turn_is_found_however_many_better_matches_its_other_turns_hold(store_url, default_embedder):
+    """MassGen filters a winner's memory by turn in the store: the turn's messages are found even when the
+    winner's other turns hold more than a few times ``limit`` better matches (they were cut before the filter).
+    """
+    store = open_store(store_url)
+    try:
+        a = memory(store, default_embedder, user_id="u", agent_id="agent_a", session_id="s", extract_facts=False)
+        b = memory(store, default_embedder, user_id="u", agent_id="agent_b", session_id="s", extract_facts=False)
+        for t in range(1, 31):
+            run(b.record([{"role": "assistant", "content": f"The weather report {t}: sunny weather all day."}],
+                         metadata={"turn": t}))
+        run(b.record([{"role": "assistant", "content": "Pack an umbrella, the weather may turn."}], metadata={"turn": 31}))
+        context = run(a.retrieve("weather report", limit=2, previous_winners=[{"agent_id": "agent_b", "turn": 31}]))
+        assert context.startswith("[From agent_b Turn 31]") and "umbrella" in context and "sunny" not in context
+        assert run(a.retrieve("weather report", limit=2, previous_winners=[{"agent_id": "agent_b", "turn": 99}])) == ""
+    finally:
+        store.close()
+
+
+def test_a_refused_fact_leaves_no_session_behind(store_url, default_embedder):
+    """``remember`` (the agent tool too) of a fact refused by name listed the session all the same."""
+    mem = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="s")
+    try:
+        for bad in ("bad \ud800", "   "):
+            with pytest.raises(MemoryInputError, match="fact"):
+                mem.remember(bad)
+        assert "error" in MemoryTools(mem).call("remember", {"fact": "bad \udfff"})
+        assert mem.sessions() == [] and mem.stats()["session_count"] == 0
+        mem.remember("My city is Lyon")
+        assert mem.sessions() == ["s"]
+    finally:
+        mem.close()
+
+
 def test_save_and_recall_keep_massgen_shapes(default_embedder):
     mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s")
     saved = run(mem.save_to_memory("user told me their birthday", ["User's birthday is March 15", "User owns a red bike"]))
@@ -169,6 +222,19 @@ def test_save_and_recall_keep_massgen_shapes(default_embedder):
     bad = run(mem.save_to_memory("x", ["ok", ""]))
     assert bad["success"] is False and "content item 1" in bad["message"] and bad["memory_ids"] == []
     assert len(mem.facts.history()) == 2
+
+
+def test_a_message_of_the_epoch_keeps_its_time(store_url, default_embedder):
+    """A ``timestamp`` of 0 (or 1970-01-01 in ISO 8601) is a time like any other: it was taken for none (now)."""
+    mem = memory(store_url, default_embedder, user_id="u", session_id="s", extract_facts=False)
+    try:
+        run(mem.record([{"role": "user", "content": "epoch seconds", "timestamp": 0},
+                        {"role": "user", "content": "epoch text", "created_at": "1970-01-01T00:00:00Z"}]))
+        assert sorted((m.data["content"], m.created_at) for m in mem.messages()) == [
+            ("epoch seconds", 0.0), ("epoch text", 0.0)]
+        assert [m.data["content"] for m in mem.messages(until=1)] == ["epoch seconds", "epoch text"]
+    finally:
+        mem.close()
 
 
 def test_selective_clearing_by_role_time_session_and_id(default_embedder):
@@ -231,6 +297,31 @@ def test_export_then_import_into_another_store_keeps_everything(tmp_path, defaul
     with pytest.raises(MemoryInputError, match="line 5: 'session_id' must be a non-empty string"):
         fresh.import_jsonl(bad)
     assert fresh.messages() == [] and fresh.facts.history() == []
+
+
+def test_restoring_an_old_backup_leaves_one_current_value_per_attribute(store_url, default_embedder):
+    """A backup taken while Paris was the city, imported after the user moved to Lyon: Lyon stays the one
+    current city (the import wrote Paris back as current beside it, and search answered both).
+    """
+    mem = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="s")
+    other = memory(mem.store, default_embedder, user_id="v", agent_id="a", session_id="s")
+    try:
+        paris = mem.remember("My city is Paris")
+        backup = io.StringIO()
+        mem.export_jsonl(backup)
+        lyon = mem.remember("My city is Lyon", valid_from=paris.valid_from + 10)
+        other.remember("My city is Oslo", valid_from=paris.valid_from - 10)
+        merged = io.StringIO()
+        other.export_jsonl(merged)
+        for file in (backup, merged):
+            mem.import_jsonl(io.StringIO(file.getvalue()))
+            assert [f.id for f in mem.facts.current(attribute="city")] == [lyon.id]
+            assert [h.text for h in mem.search("which city?") if h.kind == "fact"] == ["My city is Lyon"]
+        assert mem.facts.get(paris.id).superseded_by == lyon.id
+        fresh = memory(mem.store, default_embedder, user_id="u", agent_id="a", session_id="s2")  # another process
+        assert [f.id for f in fresh.facts.current(attribute="city")] == [lyon.id]
+    finally:
+        mem.close()
 
 
 def test_an_export_cut_short_is_refused_and_nothing_of_it_is_written(tmp_path, default_embedder):
@@ -337,6 +428,8 @@ def test_a_turn_recorded_after_a_full_clear_is_listed_again(tmp_path, default_em
     '{"kind": "fact", "id": "f1", "text": "I like tea", "sources": 5}',
     '{"kind": "fact", "id": "f1", "text": "I like tea", "mentions": "x"}',
     '{"kind": "fact", "id": "f1", "text": "\\udfff"}',
+    '{"kind": "message", "session_id": "_log.facts", "id": "m2", "role": "user", "text": "x", '
+    '"data": {"role": "user", "content": "x"}, "created_at": 1, "archived_at": 1}',
 ])
 def test_an_import_checks_every_line_before_writing_anything(store_url, default_embedder, line):
     """A bad line 2 raises MemoryInputError naming it; line 1 (another session) is not written either."""
@@ -347,6 +440,26 @@ def test_an_import_checks_every_line_before_writing_anything(store_url, default_
         with pytest.raises(MemoryInputError, match="line 2: '"):
             mem.import_jsonl(io.StringIO(good + "\n" + line + "\n"))
         assert mem.messages() == [] and mem.facts.history() == [] and mem.sessions() == []
+    finally:
+        mem.close()
+
+
+def test_memorys_own_change_logs_are_no_session_of_the_owner(store_url, default_embedder):
+    """A session id starting with ``_log.`` names memory's bookkeeping (the facts' change log): a memory opened
+    on one, or a read or clear of one, is refused by name, so its events never show up as the owner's messages.
+    """
+    mem = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="s")
+    try:
+        mem.remember("My city is Lyon")
+        with pytest.raises(MemoryInputError, match="'session_id': '_log.facts' is reserved"):
+            memory(mem.store, default_embedder, user_id="u", agent_id="a", session_id="_log.facts")
+        for call in (lambda: mem.messages(session_id="_log.facts"), lambda: mem.clear(session_id="_log.facts"),
+                     lambda: mem.expand("x", session_id="_log.facts")):
+            with pytest.raises(MemoryInputError, match="reserved"):
+                call()
+        stats = mem.stats()
+        assert mem.sessions() == ["s"] and stats["message_count"] == 0 and stats["messages_by_role"] == {}
+        assert [f.text for f in mem.facts.current()] == ["My city is Lyon"]
     finally:
         mem.close()
 

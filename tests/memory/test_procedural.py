@@ -34,6 +34,15 @@ def test_threshold_keeps_exactly_point_seven_and_drops_below(memory):
     assert [p["query"] for p in memory.patterns()] == ["show my workout history"]
 
 
+def test_a_run_without_tools_is_not_kept_and_never_outranks_a_procedure(memory):
+    """A pattern of no tools was kept and, scored higher, was the plan: an empty tool order at high confidence."""
+    kept = memory.store_pattern("analyze my weight trends", WEIGHT_TOOLS, 0.8, 900)
+    assert memory.store_pattern("analyze my weight trends", [], 1.0, 10) is None
+    assert [p["id"] for p in memory.patterns()] == [kept]
+    plan = memory.plan_tool_sequence("analyze my weight trends")
+    assert plan["suggested_tools"] == WEIGHT_TOOLS and plan["pattern_id"] == kept
+
+
 def test_threshold_is_configurable(default_embedder):
     strict = ProceduralMemory(embedder=default_embedder, min_success_score=0.9)
     assert strict.store_pattern("analyze my weight trends", WEIGHT_TOOLS, 0.85, 900) is None
@@ -109,6 +118,29 @@ def test_bad_pattern_is_refused_naming_the_field(memory):
     with pytest.raises(MemoryInputError, match="'tools_used\\[1\\]' is not valid Unicode"):
         memory.store_pattern("book", ["t", "pay\ud800"], 0.9, 10)
     assert memory.patterns() == []
+
+
+def test_numbers_no_store_can_keep_and_arguments_of_the_wrong_kind_are_named(memory, default_embedder):
+    """An infinite or overflowing run time is refused by name before anything is written (it reached the store,
+    which refused the record, or raised OverflowError); the scorer's and planner's arguments are checked, as is
+    the constructor's (a zero fast time divided by zero on the first slow run).
+    """
+    for ms in (float("inf"), 10**400):
+        with pytest.raises(MemoryInputError, match="^pattern 'q': 'execution_time_ms' must be a finite number >= 0"):
+            memory.store_pattern("q", ["t"], 0.9, ms)
+    assert memory.patterns() == []
+    for args, field in [((["t"], ["ok"], True, float("nan")), "execution_time_ms"),
+                        ((["t"], None, True, 10), "tool_results"), (("search", [], True, 10), "tools_used")]:
+        with pytest.raises(MemoryInputError, match=f"^evaluate_workflow: '{field}'"):
+            memory.evaluate_workflow(*args)
+    for past in ([{"query": "q"}], "search"):
+        with pytest.raises(MemoryInputError, match="^plan_tool_sequence: "):
+            memory.plan_tool_sequence("q", past)
+    for setting in ({"fast_execution_ms": 0}, {"ttl_days": float("nan")}, {"ttl_days": -1},
+                    {"min_success_score": 2}, {"min_similarity": float("nan")}):
+        with pytest.raises(MemoryInputError, match=f"^ProceduralMemory: '{next(iter(setting))}'"):
+            ProceduralMemory(embedder=default_embedder, **setting)
+    assert ProceduralMemory(embedder=default_embedder, ttl_days=None).ttl_days is None
 
 
 def test_ttl_and_owner_isolation_on_every_backend(store_url, default_embedder):

@@ -96,6 +96,15 @@ def test_handle_leaves_other_tools_calls_alone(tools):
     assert [r["tool_call_id"] for r in replies] == ["call_1"]
 
 
+def test_handle_passes_over_entries_that_are_no_tool_call(tools):
+    """A model's malformed ``tool_calls`` (a string, a list, a call whose ``function`` is not an object) raised
+    ValueError or AttributeError out of the loop; they are no memory tool's call and are left out.
+    """
+    odd = ["x", ["id", "function"], None, 5, {"id": "c", "function": "remember"}, {"id": "d"}]
+    replies = tools.handle([*odd, tool_call("remember", {"fact": "I like tea"}, 7)])
+    assert [r["tool_call_id"] for r in replies] == ["call_7"]
+
+
 def test_expand_a_summary_gives_the_messages_it_covers(default_embedder):
     store = open_store("sqlite:///:memory:")
     chat = SyncConversationMemory(store, "chat", user_id="u", agent_id="a", summarizer=lambda m, p: "summary",

@@ -44,7 +44,7 @@ class Traits(NamedTuple):
 def traits(record: Record) -> Traits:
     data = record.data
     return Traits(data.get("subject", USER), data.get("attribute"), data.get("valid_to") is None,
-                  normalize(record.text), normalize(data.get("value") or ""))
+                  normalize(record.text), normalize(data.get("value") or record.text))  # no value: its words
 
 
 def _order(record: Record) -> tuple[float, str]:

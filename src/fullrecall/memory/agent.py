@@ -95,8 +95,10 @@ class MemoryAgent:
 
         self.model = _chat_model(model)
         self.memory_model = CountingChatModel(memory_model) if memory_model is not None else None
-        if isinstance(store, str) and (memory is None or conversation is None):
-            store = open_store(store)
+        # a store opened here from a URL is this agent's to close; the conversation is kept on the memory's store
+        self._opened_store = open_store(store) if isinstance(store, str) and memory is None else None
+        store = self._opened_store or store
+        self._owns_memory, self._owns_conversation = memory is None, conversation is None
         self.session_id = session_id or (conversation.scope.session_id if conversation else None) \
             or (memory.session_id if memory else None) or f"s-{uuid.uuid4().hex}"
         if embedder is None and memory is not None:
@@ -124,6 +126,7 @@ class MemoryAgent:
         self.errors = errors
         self._tokens = default_token_counter()
         self._turn = 0
+        self._recalled = False  # whether this turn's model call got remembered context
         self._counts = {"messages": 0, "bytes": 0, "recalls": 0, "failures": 0, "tokens_recorded": 0}
         self.last_context = ""  # the memory the last turn's model call was given (for inspection)
 
@@ -147,8 +150,11 @@ class MemoryAgent:
         with self._guard("add to the conversation"):
             self.conversation.add(new)
         query = [m for m in new if m.get("role") != "system"] or new
+        self._recalled = False  # set by either step that adds remembered context: the turn counts once
         context = self._retrieve(query)
         window = new if clear_history else self._window(new)
+        if self._recalled:
+            self._counts["recalls"] += 1
         request = ChatRequest(system=self._system(new, context), messages=tuple(_chat_messages(window)),
                               max_tokens=self.max_tokens, temperature=self.temperature)
         parts: list[str] = []
@@ -183,8 +189,19 @@ class MemoryAgent:
         return out
 
     def close(self) -> None:
-        """Close the memories this agent opened."""
-        self.memory.close()
+        """Close what this agent opened: the memories it made (the window's background indexing finished) and
+        the store it opened from a URL. A memory, conversation or store passed in is the caller's to close.
+        Calling it twice is harmless.
+        """
+        if self._owns_conversation:
+            self._owns_conversation = False
+            self.conversation.close()
+        if self._owns_memory:
+            self._owns_memory = False
+            self.memory.close()
+        if self._opened_store is not None:
+            store, self._opened_store = self._opened_store, None
+            store.close()
 
     # -- steps ---------------------------------------------------------------------------------
     def _retrieve(self, query: list[dict[str, Any]]) -> str:
@@ -203,7 +220,7 @@ class MemoryAgent:
                     blocks.append(f"Tools that solved similar tasks:\n- in order: {', '.join(plan['suggested_tools'])} "
                                   f"({plan['reasoning']})")
         if blocks:
-            self._counts["recalls"] += 1
+            self._recalled = True
         self.last_context = "\n\n".join(blocks)
         return self.last_context
 
@@ -215,7 +232,7 @@ class MemoryAgent:
             if stored:
                 window = stored
                 if stored != self.conversation.messages:
-                    self._counts["recalls"] += 1
+                    self._recalled = True
         return window
 
     def _system(self, new: list[dict[str, Any]], context: str) -> str:

@@ -194,12 +194,17 @@ class SyncConversationMemory:
         self._rebuild(kept, [row for i in sorted(doomed) if (row := rows[i]) is not None])
 
     def truncate_to_size(self, max_messages: int) -> None:
-        """Keep the newest ``max_messages`` in the window; the older ones leave it for the archive (recallable)."""
+        """Keep the newest ``max_messages`` in the window; the older ones leave it for the archive (recallable).
+
+        A pinned system message stays besides them (as with :meth:`clear`), so a window already
+        that small is left as it is: nothing is archived or added again.
+        """
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 0:
             raise InvalidInput(f"truncate_to_size: 'max_messages' must be an integer >= 0, got {max_messages!r}")
         self._sync()
-        if len(self._messages) > max_messages:
-            self._rebuild(self._messages[len(self._messages) - max_messages:] if max_messages else [])
+        body = self._messages[self._pinned:]
+        if len(body) > max_messages:
+            self._rebuild(body[len(body) - max_messages:] if max_messages else [])
 
     def forget(self) -> dict[str, Any]:
         """Delete this conversation everywhere (window, archive, vectors, summaries); per-kind counts."""
@@ -458,7 +463,9 @@ class ConversationMemory:
         await self._run(self.sync.delete, index)
 
     async def truncate_to_size(self, max_messages: int) -> None:
-        """Keep the newest ``max_messages`` in the window; the older leave it for the archive (recallable)."""
+        """Keep the newest ``max_messages`` in the window; the older leave it for the archive (recallable).
+        A pinned system message stays besides them.
+        """
         await self._run(self.sync.truncate_to_size, max_messages)
 
     async def clear(self) -> None:
@@ -490,6 +497,8 @@ class ConversationMemory:
         """Make the window ``state_dict["messages"]`` (what was there goes to the archive, as ``clear``).
 
         Raises ``ValueError`` when ``messages`` is missing and ``strict``; non-dict entries are skipped.
+        A malformed message raises :class:`~fullrecall.errors.MessageFormatError` naming it, and the
+        window stays as it was; loading the window it already is changes nothing.
         """
         if not isinstance(state_dict, dict):
             raise InvalidInput(f"load_state_dict: the state must be a dict, got {type(state_dict).__name__}")
@@ -502,7 +511,15 @@ class ConversationMemory:
         for index, message in enumerate(messages):
             message.setdefault("id", f"msg_{uuid.uuid4().hex[:12]}")
             _message_id(message, index)
+        if messages:
+            parse_messages(messages, storable=True)  # named before the window is touched
         with self._lock:
+            window = self.sync.messages
+            if messages == window:  # the window it is already (a restart loading what it saved): nothing to do
+                return
+            head = window[:self.sync._pinned]  # the pinned system message stays: one shape with it
+            if messages and head and head[0] not in messages:
+                parse_messages(head + messages)
             self.sync.clear()
             self.sync._rebuild(messages)
 

@@ -73,7 +73,9 @@ class Fact:
 
 # -- rules: facts without an LLM ----------------------------------------------------------------
 
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
+# a sentence ends at . ! or ? followed by a space, or at a line's end: not at a dot inside a word (72.5,
+# ann@example.com, v1.2), which cut a fact's value short
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")
 _END = r"\s*[.!?]*\s*$"
 _RULES: list[tuple[re.Pattern[str], str | None]] = [
     (re.compile(r"^my (?P<attr>[a-z][\w' -]{0,40}?) (?:is|are) (?P<value>.+?)" + _END, re.IGNORECASE), None),
@@ -88,15 +90,15 @@ _REMEMBER = re.compile(r"^(?:please )?remember(?: that)?,? (?P<inner>.+)$", re.I
 def extract_facts(text: str) -> list[tuple[str | None, str | None, str]]:
     """Facts a user's message states, by simple rules: ``(attribute, value, sentence)`` per fact.
 
-    Per sentence, in order: "my <attribute> is/are <value>" (attribute facts: a new value
+    Per sentence (ended by . ! or ? before a space, or by a line's end), in order: "my <attribute> is/are <value>" (attribute facts: a new value
     supersedes the old one); "I live in <value>" ("lives in"); "I work at/for <value>"
     ("works at"); "I am <n> years old" ("age"); "I like/love/prefer/enjoy <value>" (no
     attribute: several can hold at once). "Remember (that) ..." applies the rules to the rest,
     and is kept as a fact of its own when none matches.
     """
     found: list[tuple[str | None, str | None, str]] = []
-    for m in _SENTENCE.finditer(text):
-        sentence = m.group(0).strip()
+    for sentence in _SENTENCE_END.split(text):
+        sentence = sentence.strip()
         if not sentence:
             continue
         remember = _REMEMBER.match(sentence)
@@ -251,7 +253,8 @@ class FactMemory:
                 embedded.append(self.book.embed([fact.text])[0])
             return embedded[0]
 
-        same = index.repeated(fact.subject, normalize(fact.text), fact.attribute, normalize(fact.value or ""))
+        # an attribute fact without a value is compared by its words: "I moved to Rome" is no repeat of "... Paris"
+        same = index.repeated(fact.subject, normalize(fact.text), fact.attribute, normalize(fact.value or fact.text))
         if same is None and not fact.attribute:  # no attribute to compare: a close enough meaning
             loose, matrix = index.loose(fact.subject)
             best = self.book.similar(fact_vector(), loose, 1, matrix=matrix) if matrix is not None else []
@@ -386,7 +389,9 @@ class FactMemory:
         """Write facts exactly as given (ids, intervals, sources kept: an import), logged as one change.
 
         Only a fact the owner does not hold with the same text is embedded (in one batch): a repeated
-        import embeds nothing again.
+        import embeds nothing again. Then one fact per subject and attribute is left current, as after any
+        write: of an imported current fact and the owner's, the later valid one holds (an old backup
+        restored, or another memory merged in, does not bring back a value the owner has since replaced).
         """
         facts = list(facts)
         held = {r.id: (r.text, v) for r, v in self.book.entries()}
@@ -396,6 +401,8 @@ class FactMemory:
         with self.book.writes():
             for fact in facts:
                 self._put(fact, vector=vectors.get(fact.id, known.get(fact.id)))
+        for subject, attribute in dict.fromkeys((f.subject, f.attribute) for f in facts if f.attribute and f.is_current):
+            self._settle(subject, attribute)
 
     def forget(self, fact_id: str) -> bool:
         """Delete one fact (for good); True if it existed."""

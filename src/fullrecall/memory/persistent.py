@@ -103,7 +103,8 @@ class PersistentMemory:
 
         self.user_id = _one_of("user_id", user_id, "user_name", user_name) or ""
         self.agent_id = _one_of("agent_id", agent_id, "agent_name", agent_name) or ""
-        self.session_id = _one_of("session_id", session_id, "session_name", session_name) or f"s-{uuid.uuid4().hex}"
+        self.session_id = _session("PersistentMemory: 'session_id'", _one_of(
+            "session_id", session_id, "session_name", session_name)) or f"s-{uuid.uuid4().hex}"
         self._owns_store = isinstance(store, str)
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self.tenant = tenant
@@ -194,13 +195,18 @@ class PersistentMemory:
         """What :meth:`record` does, for synchronous callers."""
         if metadata is not None and not isinstance(metadata, dict):
             raise MemoryInputError(f"record: 'metadata' must be a dict or None, not {type(metadata).__name__}")
-        kept = _conversation(messages)
+        try:  # what the store would refuse, refused before anything is embedded or written (the session listed)
+            V.check_json_value(metadata or {}, "record: 'metadata'")
+        except InvalidInput as exc:
+            raise MemoryInputError(str(exc)) from None
+        kept = _conversation(messages, storable=True)
         if not kept:
             return []
         now = time.time()
         stored, words_of = [], {}
         for i, (msg, parsed, shape) in enumerate(kept):
-            created = _message_time(msg) or now
+            created = _message_time(msg)
+            created = now if created is None else created  # 0 is a time: 1970-01-01
             stored.append(StoredMessage(
                 id=self._message_id(msg, i, metadata), role=parsed.role,
                 text=_index_text(parsed.text, parsed.role, created), data=msg,
@@ -313,12 +319,10 @@ class PersistentMemory:
         facts_checked = _io().submit(facts.book.entries) if want_facts else None  # while the query is embedded
         for query in queries:
             if "message" in kinds:  # the search embeds the question (its keyword query may run meanwhile) ...
-                depth = limit * 4 if turn is not None else limit
-                for h in self._search.search(query, top_k=depth, scope=scope):
-                    if turn is None or h.metadata.get("turn") == turn:
-                        _keep_best(hits, MemoryHit(
-                            "message", h.id, h.text, h.score, agent, h.session_id, h.message.role,
-                            h.message.created_at, h.metadata))
+                for h in self._message_hits(query, limit, scope, turn):
+                    _keep_best(hits, MemoryHit(
+                        "message", h.id, h.text, h.score, agent, h.session_id, h.message.role,
+                        h.message.created_at, h.metadata))
             if facts_checked is not None:  # ... and its vector serves the facts too: embedded once
                 vector = self._query_vectors.take(query)
                 if vector is None:
@@ -330,10 +334,30 @@ class PersistentMemory:
         found = sorted(hits.values(), key=lambda h: (h.kind != "fact", -h.score))
         return [h for h in found if h.kind == "fact"][:limit] + [h for h in found if h.kind == "message"][:limit]
 
+    def _message_hits(self, query: str, limit: int, scope: Scope, turn: Any) -> list[Any]:
+        """The ``limit`` best messages for ``query`` in ``scope``; given a ``turn``, the best of that turn: the
+        search goes deeper (4 times each round) until ``limit`` of them are found or the scope has no more.
+        """
+        if turn is None:
+            return list(self._search.search(query, top_k=limit, scope=scope))
+        depth, vector = limit * 4, None
+        while True:
+            found = self._search.search(query, top_k=depth, scope=scope, vector=vector)
+            of_turn = [h for h in found if h.metadata.get("turn") == turn]
+            if len(of_turn) >= limit or len(found) < depth:
+                return of_turn[:limit]
+            if vector is None:  # embedded once more, then reused by every deeper round (and by the facts)
+                vector = self._search.embed_query(query)
+            depth *= 4
+
     def remember(self, fact: str, **details: Any) -> Fact:
-        """Keep a fact stated outright (see :meth:`FactMemory.remember` for ``details``)."""
+        """Keep a fact stated outright (see :meth:`FactMemory.remember` for ``details``).
+
+        The session is listed once the fact is kept: a fact refused (``MemoryInputError``) leaves nothing behind.
+        """
+        kept = self.facts.remember(fact, **details)
         self._note_session()
-        return self.facts.remember(fact, **details)
+        return kept
 
     def expand(self, memory_id: str, session_id: str | None = None) -> list[StoredMessage]:
         """The exact archived messages behind an id, in order: a message itself, a fact's source
@@ -341,6 +365,7 @@ class PersistentMemory:
 
         ``session_id`` narrows the look-up to one session (message ids may repeat across sessions).
         """
+        _session("expand: 'session_id'", session_id)
         found = self.store.get(replace(self.owner, session_id=session_id), [memory_id])
         if found:
             return found
@@ -389,6 +414,7 @@ class PersistentMemory:
         them: a conversation kept by :class:`~fullrecall.memory.ConversationMemory` too.
         """
         wanted, role_set = _names("ids", ids), _names("roles", roles)
+        _session("'session_id'", session_id)
         _check_times(since=since, until=until)
         if wanted is not None and session_id is None:  # one look-up across the owner's sessions, logs aside
             found = [(m.session_id or "", m) for m in self.store.get(self.owner, wanted)
@@ -414,6 +440,7 @@ class PersistentMemory:
         With no criterion at all, everything of this owner goes (messages, vectors, facts,
         sessions). Returns per-kind counts (the change logs of cached records not counted).
         """
+        _session("clear: 'session_id'", session_id)
         if roles is None and since is None and until is None and session_id is None and ids is None:
             events, logs = change_logs(self.store, self.owner, (FACTS, _SESSIONS, PROCEDURES))
             counts = self.store.forget(self.owner)
@@ -604,6 +631,16 @@ def _one_of(name: str, value: str | None, alias: str, alias_value: str | None) -
     return chosen
 
 
+def _session(where: str, session_id: str | None) -> str | None:
+    """``session_id``, unless it names one of memory's own change logs (``_log.<namespace>``), which hold its
+    bookkeeping, not the owner's messages: MemoryInputError naming ``where``.
+    """
+    if isinstance(session_id, str) and session_id.startswith(LOG_PREFIX):
+        raise MemoryInputError(f"{where}: {session_id!r} is reserved (a session id starting with {LOG_PREFIX!r} "
+                               "is memory's own change log)")
+    return session_id
+
+
 def _names(name: str, values: Iterable[str] | None) -> set[str] | None:
     """``values`` as a set of strings (None: no criterion); one string is refused, not read as its letters."""
     if values is None:
@@ -627,9 +664,11 @@ def _is_empty(content: Any) -> bool:
     return content is None or (isinstance(content, list) and not content)
 
 
-def _conversation(messages: Any) -> list[tuple[dict[str, Any], Any, str]]:
-    """(message, parsed, shape) for each message worth keeping; the first malformed one raises."""
-    from ..messages.formats import detect_shape, parse_message
+def _conversation(messages: Any, *, storable: bool = False) -> list[tuple[dict[str, Any], Any, str]]:
+    """(message, parsed, shape) for each message worth keeping; the first malformed one raises (with
+    ``storable``, one no store could keep verbatim too: a value that is not JSON, a lone surrogate).
+    """
+    from ..messages.formats import detect_shape, parse_messages
 
     if messages is None:
         return []
@@ -646,8 +685,8 @@ def _conversation(messages: Any) -> list[tuple[dict[str, Any], Any, str]]:
             continue
         try:
             shape = detect_shape([msg])
-            parsed = parse_message(msg, shape)
-            _message_time(msg)
+            _message_time(msg)  # a bad time named as a time, before the JSON check names a NaN one
+            parsed = parse_messages([msg], shape, storable=storable)[1][0]
         except MessageFormatError as exc:
             raise MessageFormatError(f"message {i}: {str(exc).removeprefix('message 0: ')}") from None
         if parsed.text.strip():
@@ -793,7 +832,7 @@ def _parse_line(n: int, line: str, *, first: bool = False) -> tuple[str, Any]:
         id=doc["id"], role=doc["role"], text=doc["text"], data=doc["data"], created_at=float(doc["created_at"]),
         archived_at=float(doc["archived_at"]), metadata=dict(doc.get("metadata") or {}), kind="message")
     try:  # what the store would refuse, refused before anything of the file is written
-        V.check_id(doc["session_id"], "'session_id'")
+        V.check_id(_session("'session_id'", doc["session_id"]), "'session_id'")
         V.check_message(message, 0)
     except InvalidInput as exc:
         raise MemoryInputError(f"line {n}: {str(exc).removeprefix('message 0: ')}") from None

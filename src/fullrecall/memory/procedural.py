@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -111,6 +111,8 @@ class ProceduralMemory:
         default_tools: Sequence[str] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
+        _check_settings(min_success_score=min_success_score, ttl_days=ttl_days, min_similarity=min_similarity,
+                        fast_execution_ms=fast_execution_ms)
         self.store: Store
         self.store, self._owns_store, self.book = open_book(store, NAMESPACE, tenant=tenant, user_id=user_id,
                                                             agent_id=agent_id, embedder=embedder, clock=clock)
@@ -134,14 +136,15 @@ class ProceduralMemory:
         """Keep a workflow if ``success_score`` reaches the threshold; return its pattern id, else None.
 
         The same task solved with the same tools again updates one pattern (success count,
-        average time, last use, expiry) instead of adding another.
+        average time, last use, expiry) instead of adding another. A run that used no tool is not
+        kept either, whatever its score: it holds no procedure to suggest.
         """
         _check_pattern(query, tools_used, success_score, execution_time_ms)
         if query_type is not None:
             if not isinstance(query_type, str):
                 raise MemoryInputError(f"pattern {query!r}: 'query_type' must be a string or None, not {query_type!r}")
             check_unicode(query_type, f"pattern {query!r}: 'query_type'")
-        if success_score < self.min_success_score:
+        if success_score < self.min_success_score or not tools_used:
             return None
         signature = task_signature(query)
         steps = [str(t) for t in tools_used]
@@ -180,7 +183,15 @@ class ProceduralMemory:
         results without an error, see :func:`is_tool_error`), a response came (0.25), fast enough (0.15).
 
         A run that called no tool scores at most 0.4: there is no procedure to learn from it.
+        Arguments of the wrong kind (a string of tool names, results that are not a list, a time that
+        is not a number or is NaN) raise :class:`~fullrecall.errors.MemoryInputError` naming them.
         """
+        if isinstance(tools_used, (str, bytes)) or not isinstance(tools_used, Sequence):
+            raise MemoryInputError(f"evaluate_workflow: 'tools_used' must be a list of tool names, not {tools_used!r}")
+        if isinstance(tool_results, (str, bytes)) or not isinstance(tool_results, Iterable):
+            raise MemoryInputError(f"evaluate_workflow: 'tool_results' must be a list, not {tool_results!r}")
+        if not _is_number(execution_time_ms) or math.isnan(float(execution_time_ms)):
+            raise MemoryInputError(f"evaluate_workflow: 'execution_time_ms' must be a number, not {execution_time_ms!r}")
         score = 0.0
         if tools_used:
             score += W_TOOLS
@@ -218,7 +229,7 @@ class ProceduralMemory:
         ``past_patterns`` defaults to :meth:`retrieve_patterns` of ``query``. With none, the
         fallback suggests ``default_tools`` with a confidence of 0.3, below any stored pattern's.
         """
-        patterns = list(self.retrieve_patterns(query) if past_patterns is None else past_patterns)
+        patterns = list(self.retrieve_patterns(query) if past_patterns is None else _checked_patterns(past_patterns))
         if not patterns:
             return {
                 "suggested_tools": list(self.default_tools),
@@ -266,6 +277,47 @@ def _check_pattern(query: Any, tools_used: Any, success_score: Any, execution_ti
         check_unicode(tool, f"pattern {query!r}: 'tools_used[{i}]'")
     checks = (("success_score", success_score, 1.0), ("execution_time_ms", execution_time_ms, math.inf))
     for name, value, upper in checks:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= upper:
-            bound = "in [0, 1]" if upper == 1.0 else ">= 0"
-            raise MemoryInputError(f"pattern {query!r}: {name!r} must be a number {bound}, not {value!r}")
+        if not _is_number(value) or not 0 <= value <= upper or not math.isfinite(float(value)):
+            bound = "a number in [0, 1]" if upper == 1.0 else "a finite number >= 0"
+            raise MemoryInputError(f"pattern {query!r}: {name!r} must be {bound}, not {value!r}")
+
+
+def _is_number(value: Any) -> bool:
+    """An int or float (not a bool) that a float holds: an integer too large for one is no run time."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
+def _check_settings(**settings: Any) -> None:
+    """The constructor's numbers: the score in [0, 1], the similarity in [-1, 1] (a cosine), the TTL (or None)
+    and the fast time finite and above 0.
+    """
+    bounds = {"min_success_score": (0.0, 1.0), "min_similarity": (-1.0, 1.0)}
+    for name, value in settings.items():
+        if name == "ttl_days" and value is None:
+            continue
+        low, high = bounds.get(name, (0.0, math.inf))
+        if not _is_number(value) or not low <= value <= high or not math.isfinite(float(value)) \
+                or (name not in bounds and value == 0):
+            bound = f"a number in [{low:g}, {high:g}]" if name in bounds else "a finite number > 0"
+            raise MemoryInputError(f"ProceduralMemory: {name!r} must be {bound}"
+                                   f"{' (or None)' if name == 'ttl_days' else ''}, not {value!r}")
+
+
+def _checked_patterns(patterns: Any) -> list[dict[str, Any]]:
+    """``plan_tool_sequence``'s ``past_patterns``: dicts with their tools and a success score, else named."""
+    if isinstance(patterns, (str, bytes, dict)) or not isinstance(patterns, Iterable):
+        raise MemoryInputError(f"plan_tool_sequence: 'past_patterns' must be a list of patterns, not {patterns!r}")
+    checked = list(patterns)
+    for i, p in enumerate(checked):
+        tools = p.get("tools_used") if isinstance(p, dict) else None
+        if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools) \
+                or not _is_number(p.get("success_score")):
+            raise MemoryInputError(f"plan_tool_sequence: past pattern {i} must be a dict with 'tools_used' (a list of "
+                                   f"tool names) and a numeric 'success_score', not {p!r}")
+    return checked

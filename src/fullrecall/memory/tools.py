@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..stores.base import StoredMessage
@@ -144,13 +144,14 @@ class MemoryTools:
     def handle(self, tool_calls: Sequence[Any]) -> list[dict[str, Any]]:
         """Answer an assistant message's ``tool_calls`` (OpenAI shape): one ``role: "tool"`` message each.
 
-        Calls to other tools are left out, for the loop's other dispatchers.
+        Calls to other tools are left out, for the loop's other dispatchers, and so is an entry that is no
+        tool call (neither a dict nor an SDK object, or without a ``function`` object): none of this loop's.
         """
         replies = []
-        for call in tool_calls:
-            call = call if isinstance(call, dict) else _as_dict(call)
-            function = call.get("function") or {}
-            if function.get("name") not in self.names:
+        for entry in tool_calls:
+            call = entry if isinstance(entry, dict) else _as_dict(entry)
+            function = call.get("function") if call is not None else None
+            if call is None or not isinstance(function, dict) or function.get("name") not in self.names:
                 continue
             result = self.call(function["name"], function.get("arguments"))
             content = json.dumps(result, ensure_ascii=False)
@@ -207,10 +208,15 @@ def _check_args(name: str, args: dict[str, Any], props: dict[str, Any], required
     return None
 
 
-def _as_dict(obj: Any) -> dict[str, Any]:
-    """An SDK object (e.g. openai's ChatCompletionMessageToolCall) as a dict."""
+def _as_dict(obj: Any) -> dict[str, Any] | None:
+    """An SDK object (e.g. openai's ChatCompletionMessageToolCall) or another mapping as a dict; None for
+    anything else.
+    """
+    if isinstance(obj, Mapping):
+        return dict(obj)
     dump = getattr(obj, "model_dump", None)
-    return dump() if callable(dump) else dict(obj)
+    found = dump() if callable(dump) else None
+    return found if isinstance(found, dict) else None
 
 
 def _date(ts: float | None) -> str | None:
