@@ -353,3 +353,15 @@ def test_a_bad_id_is_named_alike_by_both_twins_on_every_backend(store_url, bad_i
             add()
         assert str(info.value).startswith(error)
     assert run(memory.get_messages()) == [] and memory.store.count(memory.scope) == 0
+
+
+def test_a_session_named_as_long_term_memorys_change_log_is_refused(tmp_path):
+    # a conversation under "_log.facts" would write its messages into the owner's facts change log, which
+    # long-term memory then reads as changes of its facts
+    url = f"sqlite:///{tmp_path}/m.db"
+    for make in (SyncConversationMemory, ConversationMemory):
+        with pytest.raises(InvalidInput, match=r"'session_id' '_log\.facts' is reserved"):
+            make(url, "_log.facts", user_id="ann")
+    with SyncConversationMemory(url, "log.facts", user_id="ann") as memory:  # only the prefix is reserved
+        memory.add([{"role": "user", "content": "hello"}])
+        assert len(memory) == 1

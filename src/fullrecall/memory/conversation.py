@@ -40,6 +40,7 @@ from ..errors import ArchiveError, InvalidInput, MessageFormatError
 from ..messages.formats import parse_messages
 from ..stores._validate import MAX_ID_BYTES, check_id
 from ..stores.base import DEFAULT_TENANT, Scope, Store, StoredMessage
+from ._records import LOG_PREFIX
 
 log = logging.getLogger("fullrecall.memory")
 
@@ -74,6 +75,9 @@ class SyncConversationMemory:
         from ..archive import SemanticMemoryHook, SemanticSummarizingConversationManager
         from ..stores import open_store
 
+        if isinstance(session_id, str) and session_id.startswith(LOG_PREFIX):  # refused before a store is opened
+            raise InvalidInput(f"ConversationMemory: 'session_id' {session_id!r} is reserved (a session id starting "
+                               f"with {LOG_PREFIX!r} is long-term memory's own change log)")
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self._owns_store = isinstance(store, str)  # opened here from a URL: closed by close()
         self._owns_manager = manager is None
