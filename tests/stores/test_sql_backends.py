@@ -295,6 +295,49 @@ def test_postgres_an_append_racing_another_for_the_same_id_stores_it_once(
     store.close()
 
 
+@pytest.mark.parametrize("write", ["append", "forget"])
+def test_postgres_writes_take_the_messages_table_before_the_session_row(
+    service_urls: dict[str, Callable[[], str]], write: str
+) -> None:
+    """The first vectors of a dimension create their table, whose foreign key locks the messages table, then
+    lock the session's row. A write that locked the session's row first and the messages table second (an
+    append at explicit places, a forget) could deadlock with it: each now takes the messages table first.
+    """
+    from dataclasses import replace
+
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    store = open_store(f"{url}{sep}schema=order{uuid.uuid4().hex[:8]}")
+    scope = Scope(user_id="u", session_id="s")
+    store.append(scope, [_msg(0, "first")])
+    s = store.schema
+    result: list[Any] = []
+
+    def run() -> None:
+        try:
+            result.append(store.append(scope, [replace(_msg(1, "second"), position=1)]) if write == "append"
+                          else store.forget(scope)["messages"])
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            result.append(exc)
+
+    with psycopg.connect(url) as other:  # the first vectors of a dimension, mid-transaction
+        other.execute(f"CREATE TABLE {s}.probe (rid BIGINT REFERENCES {s}.messages (rid))")
+        writer = threading.Thread(target=run)
+        writer.start()
+        deadline = time.monotonic() + 20
+        while not other.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                                " AND datname = current_database()").fetchone()[0]:
+            assert time.monotonic() < deadline, "the write never waited for the messages table"
+            time.sleep(0.01)
+        other.execute("SET lock_timeout = '10s'")
+        other.execute(f"SELECT sid FROM {s}.sessions WHERE session_id = 's' FOR UPDATE")  # then the session's row
+        other.rollback()
+        writer.join(20)
+        assert not writer.is_alive()
+    assert result == ([[1]] if write == "append" else [1])
+    store.close()
+
+
 def test_postgres_a_refused_compare_and_set_leaves_no_session(service_urls: dict[str, Callable[[], str]]) -> None:
     """A state write is one statement; one refused by its expected version creates nothing, not even the
     conversation's row, and one that may create the document does.

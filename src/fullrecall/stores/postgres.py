@@ -407,14 +407,21 @@ class PostgresStore(SqlStore):
         """(sid, next_position) of the session, created if new; its row stays locked until commit.
 
         The no-op upsert takes the row lock in the same round trip, so appenders of one
-        conversation take turns and nobody else waits.
+        conversation take turns and nobody else waits. The messages table's write lock is taken
+        first, in the same round trip: every write takes the two in that order (a one-statement
+        append locks the tables it names before any row, and the first vectors of a dimension create
+        their table, whose foreign key locks messages, before the session's row), so no two wait
+        on each other.
         """
-        row = conn.execute(
-            f"INSERT INTO {self.schema}.sessions AS t (tenant, user_id, agent_id, session_id, created_at)"
-            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (tenant, user_id, agent_id, session_id)"
-            " DO UPDATE SET next_position = t.next_position RETURNING sid, next_position",
-            (scope.tenant, *scope.owner(), time.time()),
-        ).fetchone()
+        with conn.pipeline():
+            conn.execute(f"LOCK TABLE {self.schema}.messages IN ROW EXCLUSIVE MODE")
+            cursor = conn.execute(
+                f"INSERT INTO {self.schema}.sessions AS t (tenant, user_id, agent_id, session_id, created_at)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (tenant, user_id, agent_id, session_id)"
+                " DO UPDATE SET next_position = t.next_position RETURNING sid, next_position",
+                (scope.tenant, *scope.owner(), time.time()),
+            )
+        row = cursor.fetchone()
         assert row is not None  # an upsert with RETURNING always yields its row
         return row
 
@@ -930,7 +937,9 @@ class PostgresStore(SqlStore):
         s = self.schema
         with self._tx() as conn:
             # Lock the sessions first (appenders take the same row lock): what is counted is what is deleted,
-            # and an append that waits for the lock lands after the forget, in a session started anew.
+            # and an append that waits for the lock lands after the forget, in a session started anew. The
+            # messages table's write lock comes before them, as in every write (see _session_row).
+            conn.execute(f"LOCK TABLE {s}.messages IN ROW EXCLUSIVE MODE")
             sids = [r["sid"] for r in conn.execute(
                 f"SELECT sid FROM {s}.sessions s WHERE {where} ORDER BY sid FOR UPDATE", params)]
             kinds = {
