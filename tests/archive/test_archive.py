@@ -283,3 +283,60 @@ def test_an_archive_moved_to_another_conversation_searches_that_one(default_embe
     archive.scope = second
     hits = archive.recall("What is the boat called?", radius=0).hits
     assert [h.text for h in hits] == ["The boat is called Seagull."]
+
+
+def _removed(texts, start):
+    from dataclasses import replace
+
+    from fullrecall.messages import parse_messages
+    from fullrecall.window import RemovedMessages
+
+    _, msgs = parse_messages([user(t) for t in texts])
+    return RemovedMessages([replace(m, position=start + i, id=f"m{start + i}") for i, m in enumerate(msgs)],
+                           reason="trimmed", shape="converse")
+
+
+def test_a_second_conversation_under_one_session_id_is_refused_not_taken_for_a_rerun(tmp_path):
+    # messages without ids of their own are stored under their places (m0, m1, ...): a new run that starts
+    # its conversation again under the same session id used to be taken for a rerun, its messages never stored
+    url, scope = f"sqlite:///{tmp_path}/a.db", Scope(session_id="default")
+    first = Archive(url, scope)
+    first.write(_removed(["My locker code is 4471.", "Noted."], 0))
+    first.store.close()
+    rerun = Archive(url, scope)  # a restart writing the same messages again: stored once, no error
+    rerun.write(_removed(["My locker code is 4471.", "Noted."], 0))
+    second = Archive(rerun.store, scope)
+    with pytest.raises(ArchiveError, match=r"'default' holds other messages at positions \[0, 1\].*own session id"):
+        second.write(_removed(["My parking spot is B12.", "Got it."], 0))
+    kept = rerun.store.range(scope, 0, 10)
+    assert [m.data["content"][0]["text"] for m in kept] == ["My locker code is 4471.", "Noted."]
+    second.write(_removed(["My parking spot is B12."], 2))  # a new place: written as ever
+    assert rerun.store.count(scope) == 3
+
+
+def test_a_rewound_conversation_is_refused_where_it_differs(tmp_path):
+    archive = Archive(f"sqlite:///{tmp_path}/a.db", Scope(session_id="c"))
+    archive.write(_removed(["one", "two"], 0))
+    archive.write(_removed(["three", "four"], 2))
+    archive.write(_removed(["three"], 2))  # a rerun of a place it wrote: the same message, nothing new
+    with pytest.raises(ArchiveError, match=r"positions \[3\]"):
+        archive.write(_removed(["three", "four, again but otherwise"], 2))
+    assert [m.data["content"][0]["text"] for m in archive.store.range(archive.scope, 0, 9)] == ["one", "two", "three", "four"]
+
+
+def test_a_window_keeps_the_messages_another_conversation_holds_the_places_of(tmp_path):
+    from fullrecall.window import SlidingWindowConversationManager
+
+    url = f"sqlite:///{tmp_path}/a.db"
+    for run, word in enumerate(("apples", "pears")):
+        archive = Archive(url, Scope(session_id="shared"))
+        manager = SlidingWindowConversationManager(window_size=4, on_remove=archive)
+        messages = [user(f"I like {word} {i}") if i % 2 == 0 else assistant("ok") for i in range(8)]
+        if run == 0:
+            manager.apply_management(messages)
+            assert len(messages) == 4
+        else:
+            with pytest.raises(ArchiveError, match="own session id"):
+                manager.apply_management(messages)
+            assert len(messages) == 8 and manager.removed_message_count == 0  # nothing left the window
+        archive.store.close()

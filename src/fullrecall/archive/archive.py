@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..errors import ArchiveError
 from ..messages.formats import parse_message, render_message
 from ..messages.model import Message, TextBlock
 from ..search.terms import index_text
@@ -137,6 +138,7 @@ class Archive:
         self._origin: int | None = None  # first archived position, once known (conversations that do not log)
         self._oldest: int | None = None  # where the oldest archived message was last seen (a hint)
         self._writing: int | None = None  # during a write: the newest position it archives
+        self._high: int | None = None  # the furthest place this archive wrote a message at (see _check_places)
         self._next_catch_up = 0.0  # when to look for waiting batches again (0: on the next write)
         self._failed: set[str] = set()  # waiting batches this archive's worker could not embed (queued nowhere)
         self._indexer = BackgroundIndexer(self._index_jobs, batch_size=catch_up_batch) if background_indexing \
@@ -183,6 +185,7 @@ class Archive:
             summary_id = event.summary.id if event.summary is not None else None
             records = [message_record(m, event.shape, reason=event.reason, summary_id=summary_id)
                        for m in event.messages]
+            self._check_places(records)
             positions = self.store.append(self.scope, records)  # raises: the manager keeps the messages
             records = self._keep_reused_ids(records, positions)
         if not (self.logged and event.reason == "truncated"):  # a shortened original is still in the window
@@ -204,6 +207,34 @@ class Archive:
             self._writing = None
 
     __call__ = write
+
+    def _check_places(self, records: list[StoredMessage]) -> None:
+        """Refuse to take another conversation's messages for a rerun of this write.
+
+        A message without an id of its own is stored under its place (``m3``), and the store takes a
+        write of an id it holds for a rerun. Where a write reaches no further than what this archive
+        wrote before (its first write, or after a rewind) the places are read first: one the
+        conversation holds with another message (a second conversation under this session id, or
+        an agent rewound to an earlier snapshot) is an ArchiveError, and nothing is written. A place
+        whose message was archived whole before the window cut it (reason ``truncated``) takes the
+        cut copy as the same message: the archive keeps the whole one.
+        """
+        placed = {r.position: r for r in records if r.position is not None and r.id == f"m{r.position}"}
+        if not placed:
+            return
+        if self._high is not None and min(placed) > self._high:  # past everything it wrote: new places
+            self._high = max(placed)
+            return
+        held = self.store.range(self.scope, min(placed), max(placed))
+        # the same message again, or the shortened copy of one archived whole when a tool result was cut
+        taken = [m.position for m in held if m.position in placed and (m.id != placed[m.position].id or (
+            m.data != placed[m.position].data and (m.metadata or {}).get("reason") != "truncated"))]
+        if taken:
+            raise ArchiveError(
+                f"conversation {self.scope.session_id!r} holds other messages at positions {taken}: a second "
+                "conversation is written under this session id, or the conversation was rewound to an earlier "
+                "point; give each conversation its own session id (nothing was written)")
+        self._high = max(placed) if self._high is None else max(self._high, max(placed))
 
     def _keep_reused_ids(self, records: list[StoredMessage], positions: list[int]) -> list[StoredMessage]:
         """Store under ``id@position`` each message whose id an earlier one holds (a caller reusing ids).
