@@ -340,3 +340,14 @@ def test_a_window_keeps_the_messages_another_conversation_holds_the_places_of(tm
                 manager.apply_management(messages)
             assert len(messages) == 8 and manager.removed_message_count == 0  # nothing left the window
         archive.store.close()
+
+
+def test_a_message_of_the_epoch_keeps_its_time():
+    from dataclasses import replace
+
+    event = _removed(["sent at 1970-01-01T00:00:00Z", "sent later"], 0)
+    event.messages[0] = replace(event.messages[0], timestamp=0.0)
+    event.messages[1] = replace(event.messages[1], timestamp=86400.0)
+    archive = Archive("sqlite:///:memory:", Scope(session_id="c"))
+    archive.write(event)
+    assert [m.created_at for m in archive.get(0, 1)] == [0.0, 86400.0]  # 0 was taken for no time, and made now

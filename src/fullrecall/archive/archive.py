@@ -598,7 +598,7 @@ def message_record(msg: Message, shape: str, *, data: dict[str, Any] | None = No
     """``msg`` as the store keeps it: verbatim ``data`` (rendered in ``shape`` unless given), indexed text."""
     msg = _as_written(msg)
     now = time.time()
-    created = msg.timestamp or now
+    created = now if msg.timestamp is None else msg.timestamp  # 0 is a time: 1970-01-01
     date = _utc_date(int(created // 86400))
     return StoredMessage(
         id=msg.id or f"m{msg.position}",
