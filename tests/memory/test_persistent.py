@@ -121,6 +121,29 @@ def test_a_bad_message_is_named_and_nothing_is_written(default_embedder):
     assert mem.messages() == [] and mem.facts.history() == [] and mem.stats()["message_count"] == 0
 
 
+def test_a_timestamp_of_the_wrong_type_is_refused_not_taken_for_now(default_embedder):
+    """A ``timestamp`` (or ``created_at``) that is neither Unix seconds nor an ISO 8601 string (``True``, a dict,
+    a list) was silently replaced by now; it is named, with nothing written. ``None`` is no time, as before.
+    """
+    mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s")
+    fine = {"role": "user", "content": "My city is Lyon"}
+    for key in ("timestamp", "created_at"):
+        for when in (True, False, {"at": 1}, [1700000000], b"2020-01-01"):
+            with pytest.raises(MessageFormatError, match=f"message 1: '{key}' must be Unix seconds or ISO 8601, "
+                                                         f"not {type(when).__name__}"):
+                run(mem.record([fine, {"role": "user", "content": "x", key: when}]))
+    with pytest.raises(MessageFormatError, match="message 0: 'timestamp' must be"):  # a good created_at aside
+        run(mem.record([{**fine, "timestamp": True, "created_at": 1700000000}]))
+    assert mem.messages() == [] and mem.facts.history() == [] and mem.sessions() == []
+    before = time.time()
+    run(mem.record([{**fine, "timestamp": None}, {"role": "user", "content": "then", "timestamp": 1700000000},
+                    {"role": "user", "content": "iso", "created_at": "2020-01-01T00:00:00+02:00"}]))
+    times = {m.data["content"]: m.created_at for m in mem.messages()}
+    assert times["My city is Lyon"] >= before and times["then"] == 1700000000.0
+    assert times["iso"] == 1577829600.0
+    mem.close()
+
+
 def test_what_no_store_could_keep_is_named_before_the_session_is_listed(store_url, default_embedder):
     """A value that is not JSON in a message or in ``metadata`` reached the store, which refused it as a bare
     InvalidInput after the turn was embedded and its session listed; now it is named first and nothing is left.

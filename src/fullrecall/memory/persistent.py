@@ -695,22 +695,33 @@ def _conversation(messages: Any, *, storable: bool = False) -> list[tuple[dict[s
 
 
 def _message_time(msg: dict[str, Any]) -> float | None:
-    """A message's own time: its ``timestamp`` or ``created_at`` key, Unix seconds or ISO 8601."""
+    """A message's own time: its ``timestamp`` or ``created_at`` key, Unix seconds or ISO 8601 (a key set to
+    ``None`` is no time; one set to anything else, ``True`` or a dict, is refused, not taken for now).
+    """
     from datetime import datetime
 
     for key in ("timestamp", "created_at"):
         value = msg.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise MessageFormatError(f"{key!r} must be Unix seconds or ISO 8601, not {type(value).__name__} "
+                                     f"{_short(value)}")
+        if isinstance(value, (int, float)):
             if not _EARLIEST <= value < _LATEST:  # NaN too: a date is made of it (for the index), as of ISO 8601
                 raise MessageFormatError(f"{key!r} must be Unix seconds of the years 1 to 9999, not {value!r}")
             return float(value)
-        if isinstance(value, str):
-            try:
-                when = datetime.fromisoformat(value)
-            except ValueError:
-                raise MessageFormatError(f"{key!r} must be Unix seconds or ISO 8601, not {value!r}") from None
-            return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+        try:
+            when = datetime.fromisoformat(value)
+        except ValueError:
+            raise MessageFormatError(f"{key!r} must be Unix seconds or ISO 8601, not {value!r}") from None
+        return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
     return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _queries(query: Any) -> list[str]:
