@@ -385,8 +385,9 @@ class FactMemory:
             checked.append((source, attr if isinstance(attr, str) and attr.strip() else None, value, text))
         return checked
 
-    def restore(self, facts: Sequence[Fact]) -> None:
-        """Write facts exactly as given (ids, intervals, sources kept: an import), logged as one change.
+    def restore(self, facts: Sequence[Fact]) -> int:
+        """Write facts exactly as given (ids, intervals, sources kept: an import), logged as one change; how
+        many of them the owner did not hold as given (new, or held in another version).
 
         Only a fact the owner does not hold with the same text is embedded (in one batch): a repeated
         import embeds nothing again. Then one fact per subject and attribute is left current, as after any
@@ -394,7 +395,10 @@ class FactMemory:
         restored, or another memory merged in, does not bring back a value the owner has since replaced).
         """
         facts = list(facts)
-        held = {r.id: (r.text, v) for r, v in self.book.entries()}
+        entries = self.book.entries()
+        held = {r.id: (r.text, v) for r, v in entries}
+        before = {r.id: _from_record(r) for r, _ in entries}
+        new = len({f.id for f in facts if before.get(f.id) != f})
         known = {f.id: held[f.id][1] for f in facts if f.id in held and held[f.id][0] == f.text}
         todo = [f for f in facts if known.get(f.id) is None]
         vectors = dict(zip([f.id for f in todo], self.book.embed([f.text for f in todo]))) if todo else {}
@@ -403,6 +407,7 @@ class FactMemory:
                 self._put(fact, vector=vectors.get(fact.id, known.get(fact.id)))
         for subject, attribute in dict.fromkeys((f.subject, f.attribute) for f in facts if f.attribute and f.is_current):
             self._settle(subject, attribute)
+        return new
 
     def forget(self, fact_id: str) -> bool:
         """Delete one fact (for good); True if it existed."""

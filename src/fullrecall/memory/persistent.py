@@ -490,7 +490,9 @@ class PersistentMemory:
         return len(messages) + len(facts)
 
     def import_jsonl(self, source: str | Path | IO[str]) -> dict[str, int]:
-        """Read lines written by :meth:`export_jsonl` into this owner's memory (idempotent on ids).
+        """Read lines written by :meth:`export_jsonl` into this owner's memory (idempotent on ids); the counts
+        of what the file holds (``messages``, ``facts``) and of what was new to the owner and written
+        (``written``: messages; a message whose session and id the owner holds is skipped; ``facts_written``).
 
         Every line is checked before anything is written; a bad one raises
         :class:`~fullrecall.errors.MemoryInputError` naming its line number and field, and so does a file
@@ -522,13 +524,14 @@ class PersistentMemory:
         if end is not None and end[1] != held:
             raise MemoryInputError(f"line {end[0]}: the end line counts {end[1][0]} messages and {end[1][1]} facts, "
                                    f"the file holds {held[0]} and {held[1]}: it is not whole")
+        written = facts_written = 0
         for session, batch in messages.items():
             self._note_session(session)
-            self._archive(session, [replace(m, position=None) for m in batch])
+            written += self._archive(session, [replace(m, position=None) for m in batch])
         if facts:
             self._note_session()
-            self.facts.restore(facts)
-        return {"messages": sum(len(b) for b in messages.values()), "facts": len(facts)}
+            facts_written = self.facts.restore(facts)
+        return {"messages": held[0], "written": written, "facts": held[1], "facts_written": facts_written}
 
     def stats(self) -> dict[str, Any]:
         """Usage: messages (total and by role), sessions, facts (total and current), bytes, time span."""
@@ -555,17 +558,22 @@ class PersistentMemory:
         if self._owns_store:
             self.store.close()
 
-    def _archive(self, session_id: str, messages: list[StoredMessage]) -> None:
-        """Store messages (idempotent on id) and embed the words of those without a vector, in one batch."""
+    def _archive(self, session_id: str, messages: list[StoredMessage]) -> int:
+        """Store messages (idempotent on id) and embed the words of those without a vector, in one batch; how
+        many the session did not hold.
+        """
         from ..search.semantic import _verbatim_text
 
         searcher = self._searcher(session_id)
+        before = self.store.count(searcher.scope)
         self.store.append(searcher.scope, messages)
+        written = self.store.count(searcher.scope) - before
         have = self.store.get_vectors(searcher.scope, [m.id for m in messages])
         todo = list({m.id: m for m in messages if m.id not in have}.values())
         if todo:
             vectors = _embed_once(searcher.embedder, [_words(_verbatim_text(m)) for m in todo])
             searcher.index(todo, append=False, vectors=vectors)
+        return written
 
     def _searcher(self, session_id: str) -> Any:
         from ..search import SemanticSearch
