@@ -174,6 +174,34 @@ def test_an_unknown_errors_mode_is_refused(server):
         MemoryAgent(model(server), store="sqlite:///:memory:", errors="ignore")
 
 
+def test_erasing_a_user_as_documented_leaves_no_word_of_any_session(server, default_embedder):
+    """``agent.memory.clear()`` leaves the window logs (another owner: ``<agent>#window``); the documented call
+    erases them too, every session's, and the conversation writes none of its old words back.
+    """
+    from dataclasses import replace
+
+    from fullrecall.stores import Scope
+
+    store = open_store("sqlite:///:memory:")
+    server.script(*[completion(f"a{i}") for i in range(3)])
+    agents = [MemoryAgent(model(server), store=store, user_id="alice", agent_id="bot", session_id=s,
+                          embedder=default_embedder) for s in ("mon", "tue")]
+    for agent in agents:
+        chat(agent, f"My locker code is 44-{agent.session_id}.")
+    alice = Scope(user_id="alice", agent_id=Scope.everyone().agent_id)
+    agent = agents[-1]
+    agent.memory.clear()
+    assert store.stats(alice)["message_count"] == 4  # the two sessions' window logs
+    agent.memory.store.forget(replace(agent.conversation.scope, session_id=None))
+    assert store.stats(alice)["message_count"] == 0
+    chat(agent, "Hello again.")
+    kept = json.dumps([m.data for s in store.sessions(alice) for m in store.range(s, 0, 2**62)])
+    assert "Hello again." in kept and "44-" not in kept
+    for agent in agents:
+        agent.close()
+    store.close()
+
+
 def test_the_window_log_lives_in_the_memorys_tenant(server, default_embedder):
     """A long-term memory of tenant "acme" passed in: the window's log went to the default tenant all the same."""
     from fullrecall import PersistentMemory

@@ -151,7 +151,7 @@ def test_importing_the_same_facts_again_embeds_none_of_them(tmp_path, default_em
         dst.import_jsonl(path)
         assert sorted(t for call in embedder.calls for t in call) == ["I like chess", "My city is Lyon"]  # one batch
         embedder.calls.clear()
-        assert dst.import_jsonl(path) == {"messages": 0, "facts": 2}
+        assert dst.import_jsonl(path) == {"messages": 0, "written": 0, "facts": 2, "facts_written": 0}
         assert embedder.calls == [] and len(dst.facts.current()) == 2
     finally:
         src.close()

@@ -129,6 +129,24 @@ def test_rules_find_documented_facts_in_user_words():
     ]
 
 
+def test_a_negated_statement_is_no_fact_of_its_negation():
+    """"my city is not Paris" was kept as the fact city = "not Paris", which then superseded the real city."""
+    for text in ("My city is not Paris.", "my city is NOT Paris", "My city isn't Paris.", "My kids aren't at home.",
+                 "My city is no longer Paris.", "My city is still not Paris!", "My car is never clean.",
+                 "My city is not Paris it is Lyon.", "My city is no more Paris."):
+        assert extract_facts(text) == [], text
+    assert extract_facts("Remember that my city is not Paris.") == [(None, None, "my city is not Paris.")]
+    assert extract_facts("My city is not Paris. My city is Lyon. My answer is no. My knot is nothing.") == [
+        ("city", "Lyon", "My city is Lyon."), ("answer", "no", "My answer is no."),
+        ("knot", "nothing", "My knot is nothing.")]
+
+
+def test_a_negated_statement_supersedes_no_fact(facts):
+    facts.learn([{"role": "user", "content": "My city is Lyon."}])
+    facts.learn([{"role": "user", "content": "My city is not Paris. My city is no longer Rome."}])
+    assert [(f.attribute, f.value) for f in facts.current()] == [("city", "Lyon")]
+
+
 def test_a_dot_inside_a_word_does_not_cut_a_facts_value():
     """A decimal, an email, a domain, an address or a version: the sentence went on after the dot, so the rule
     kept a cut value ("My weight is 72." with the value "72"), which then superseded the right one.

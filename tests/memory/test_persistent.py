@@ -8,6 +8,7 @@ import json
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,29 @@ def test_a_bad_message_is_named_and_nothing_is_written(default_embedder):
         with pytest.raises(MessageFormatError, match="message 1: 'created_at' must be Unix seconds"):
             run(mem.record([{"role": "user", "content": "fine"}, {"role": "user", "content": "x", "created_at": when}]))
     assert mem.messages() == [] and mem.facts.history() == [] and mem.stats()["message_count"] == 0
+
+
+def test_a_timestamp_of_the_wrong_type_is_refused_not_taken_for_now(default_embedder):
+    """A ``timestamp`` (or ``created_at``) that is neither Unix seconds nor an ISO 8601 string (``True``, a dict,
+    a list) was silently replaced by now; it is named, with nothing written. ``None`` is no time, as before.
+    """
+    mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s")
+    fine = {"role": "user", "content": "My city is Lyon"}
+    for key in ("timestamp", "created_at"):
+        for when in (True, False, {"at": 1}, [1700000000], b"2020-01-01"):
+            with pytest.raises(MessageFormatError, match=f"message 1: '{key}' must be Unix seconds or ISO 8601, "
+                                                         f"not {type(when).__name__}"):
+                run(mem.record([fine, {"role": "user", "content": "x", key: when}]))
+    with pytest.raises(MessageFormatError, match="message 0: 'timestamp' must be"):  # a good created_at aside
+        run(mem.record([{**fine, "timestamp": True, "created_at": 1700000000}]))
+    assert mem.messages() == [] and mem.facts.history() == [] and mem.sessions() == []
+    before = time.time()
+    run(mem.record([{**fine, "timestamp": None}, {"role": "user", "content": "then", "timestamp": 1700000000},
+                    {"role": "user", "content": "iso", "created_at": "2020-01-01T00:00:00+02:00"}]))
+    times = {m.data["content"]: m.created_at for m in mem.messages()}
+    assert times["My city is Lyon"] >= before and times["then"] == 1700000000.0
+    assert times["iso"] == 1577829600.0
+    mem.close()
 
 
 def test_what_no_store_could_keep_is_named_before_the_session_is_listed(store_url, default_embedder):
@@ -283,8 +307,8 @@ def test_export_then_import_into_another_store_keeps_everything(tmp_path, defaul
     path = tmp_path / "memory.jsonl"
     assert src.export_jsonl(path) == 3
     dst = memory(f"sqlite:///{tmp_path / 'other.db'}", default_embedder, user_id="u", agent_id="a")
-    assert dst.import_jsonl(path) == {"messages": 1, "facts": 2}
-    assert dst.import_jsonl(path) == {"messages": 1, "facts": 2}  # idempotent
+    assert dst.import_jsonl(path) == {"messages": 1, "written": 1, "facts": 2, "facts_written": 2}
+    assert dst.import_jsonl(path) == {"messages": 1, "written": 0, "facts": 2, "facts_written": 0}  # idempotent
     assert [(m.id, m.data) for m in dst.messages()] == [(m.id, m.data) for m in src.messages()]
     assert [(f.id, f.value, f.valid_to) for f in dst.facts.history()] == [
         (f.id, f.value, f.valid_to) for f in src.facts.history()]
@@ -297,6 +321,31 @@ def test_export_then_import_into_another_store_keeps_everything(tmp_path, defaul
     with pytest.raises(MemoryInputError, match="line 5: 'session_id' must be a non-empty string"):
         fresh.import_jsonl(bad)
     assert fresh.messages() == [] and fresh.facts.history() == []
+
+
+def test_an_import_counts_what_it_wrote_apart_from_what_it_read(store_url, default_embedder):
+    """Imported into another owner who already holds a message of the same session and id, the message was
+    skipped but counted as imported: the counts say what the file held and, apart, what was written.
+    """
+    src = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="s1")
+    dst = memory(src.store, default_embedder, user_id="v", agent_id="a", session_id="s1")
+    try:
+        run(src.record([{"role": "user", "content": "The gate code is 4471.", "id": "m1"},
+                        {"role": "assistant", "content": "Noted.", "id": "m2"}]))
+        src.remember("My city is Lyon")
+        out = io.StringIO()
+        src.export_jsonl(out)
+        held = src.messages(ids=[src.messages()[0].id])[0]  # the other owner holds the first message already
+        dst.store.append(replace(dst.owner, session_id="s1"), [replace(held, position=None, session_id=None)])
+        city = src.facts.current(attribute="city")[0]
+        assert dst.import_jsonl(io.StringIO(out.getvalue())) == {"messages": 2, "written": 1, "facts": 1,
+                                                                 "facts_written": 1}
+        assert sorted(m.data["content"] for m in dst.messages()) == ["Noted.", "The gate code is 4471."]
+        assert [f.id for f in dst.facts.current(attribute="city")] == [city.id]
+        assert dst.import_jsonl(io.StringIO(out.getvalue())) == {"messages": 2, "written": 0, "facts": 1,
+                                                                 "facts_written": 0}
+    finally:
+        src.close()
 
 
 def test_restoring_an_old_backup_leaves_one_current_value_per_attribute(store_url, default_embedder):
@@ -342,8 +391,10 @@ def test_an_export_cut_short_is_refused_and_nothing_of_it_is_written(tmp_path, d
     with pytest.raises(MemoryInputError, match="line 6: a line after the end line"):
         fresh.import_jsonl(io.StringIO("\n".join([*lines, lines[1]])))
     assert fresh.messages() == [] and fresh.facts.history() == []
-    assert fresh.import_jsonl(io.StringIO("\n".join(lines[1:-1]))) == {"messages": 2, "facts": 1}  # no format line: an older file
-    assert fresh.import_jsonl(io.StringIO(out.getvalue())) == {"messages": 2, "facts": 1}
+    assert fresh.import_jsonl(io.StringIO("\n".join(lines[1:-1]))) == {  # no format line: an older file
+        "messages": 2, "written": 2, "facts": 1, "facts_written": 1}
+    assert fresh.import_jsonl(io.StringIO(out.getvalue())) == {"messages": 2, "written": 0, "facts": 1,
+                                                                "facts_written": 0}
 
 
 def test_stats_count_what_is_kept(default_embedder):
@@ -474,7 +525,7 @@ def test_an_export_with_unicode_line_separators_imports_back_verbatim(store_url,
     assert src.export_jsonl(out) == 2
     dst = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="s")
     try:
-        assert dst.import_jsonl(io.StringIO(out.getvalue())) == {"messages": 1, "facts": 1}
+        assert dst.import_jsonl(io.StringIO(out.getvalue())) == {"messages": 1, "written": 1, "facts": 1, "facts_written": 1}
         assert [m.data["content"] for m in dst.messages()] == [text]
         assert [f.text for f in dst.facts.history()] == [f"My motto is {text}"]
     finally:

@@ -84,6 +84,10 @@ _RULES: list[tuple[re.Pattern[str], str | None]] = [
     (re.compile(r"^i(?: am|'m) (?P<value>\d{1,3}) years old" + _END, re.IGNORECASE), "age"),
     (re.compile(r"^i (?:really )?(?:like|love|prefer|enjoy) (?P<value>.+?)" + _END, re.IGNORECASE), ""),
 ]
+# "my city is not Paris", "... is no longer ...", "... isn't ...": a statement of what is not so, no value
+_NEGATED_VALUE = re.compile(r"^(?:(?:still|also|really|actually|definitely|certainly|surely) )?"
+                            r"(?:not|never|no longer|no more)\b", re.IGNORECASE)
+_NEGATED_ATTR = re.compile(r"\b(?:not|never|no longer)\b|n't\b", re.IGNORECASE)
 _REMEMBER = re.compile(r"^(?:please )?remember(?: that)?,? (?P<inner>.+)$", re.IGNORECASE)
 
 
@@ -93,8 +97,9 @@ def extract_facts(text: str) -> list[tuple[str | None, str | None, str]]:
     Per sentence (ended by . ! or ? before a space, or by a line's end), in order: "my <attribute> is/are <value>" (attribute facts: a new value
     supersedes the old one); "I live in <value>" ("lives in"); "I work at/for <value>"
     ("works at"); "I am <n> years old" ("age"); "I like/love/prefer/enjoy <value>" (no
-    attribute: several can hold at once). "Remember (that) ..." applies the rules to the rest,
-    and is kept as a fact of its own when none matches.
+    attribute: several can hold at once). A negated "my <attribute> is/are" ("is not", "isn't",
+    "is never", "is no longer") states no value: no fact. "Remember (that) ..." applies the rules to
+    the rest, and is kept as a fact of its own when none matches.
     """
     found: list[tuple[str | None, str | None, str]] = []
     for sentence in _SENTENCE_END.split(text):
@@ -115,6 +120,8 @@ def _match_rule(sentence: str) -> tuple[str | None, str | None, str] | None:
     for pattern, attribute in _RULES:
         m = pattern.match(sentence)
         if m:
+            if attribute is None and (_NEGATED_VALUE.match(m.group("value")) or _NEGATED_ATTR.search(m.group("attr"))):
+                return None  # what the attribute is not: the sentence gives no value
             attr = (m.group("attr").strip().lower() if attribute is None else attribute) or None
             return attr, m.group("value").strip(), sentence
     return None
@@ -385,8 +392,9 @@ class FactMemory:
             checked.append((source, attr if isinstance(attr, str) and attr.strip() else None, value, text))
         return checked
 
-    def restore(self, facts: Sequence[Fact]) -> None:
-        """Write facts exactly as given (ids, intervals, sources kept: an import), logged as one change.
+    def restore(self, facts: Sequence[Fact]) -> int:
+        """Write facts exactly as given (ids, intervals, sources kept: an import), logged as one change; how
+        many of them the owner did not hold as given (new, or held in another version).
 
         Only a fact the owner does not hold with the same text is embedded (in one batch): a repeated
         import embeds nothing again. Then one fact per subject and attribute is left current, as after any
@@ -394,7 +402,10 @@ class FactMemory:
         restored, or another memory merged in, does not bring back a value the owner has since replaced).
         """
         facts = list(facts)
-        held = {r.id: (r.text, v) for r, v in self.book.entries()}
+        entries = self.book.entries()
+        held = {r.id: (r.text, v) for r, v in entries}
+        before = {r.id: _from_record(r) for r, _ in entries}
+        new = len({f.id for f in facts if before.get(f.id) != f})
         known = {f.id: held[f.id][1] for f in facts if f.id in held and held[f.id][0] == f.text}
         todo = [f for f in facts if known.get(f.id) is None]
         vectors = dict(zip([f.id for f in todo], self.book.embed([f.text for f in todo]))) if todo else {}
@@ -403,6 +414,7 @@ class FactMemory:
                 self._put(fact, vector=vectors.get(fact.id, known.get(fact.id)))
         for subject, attribute in dict.fromkeys((f.subject, f.attribute) for f in facts if f.attribute and f.is_current):
             self._settle(subject, attribute)
+        return new
 
     def forget(self, fact_id: str) -> bool:
         """Delete one fact (for good); True if it existed."""

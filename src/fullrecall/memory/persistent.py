@@ -490,7 +490,9 @@ class PersistentMemory:
         return len(messages) + len(facts)
 
     def import_jsonl(self, source: str | Path | IO[str]) -> dict[str, int]:
-        """Read lines written by :meth:`export_jsonl` into this owner's memory (idempotent on ids).
+        """Read lines written by :meth:`export_jsonl` into this owner's memory (idempotent on ids); the counts
+        of what the file holds (``messages``, ``facts``) and of what was new to the owner and written
+        (``written``: messages; a message whose session and id the owner holds is skipped; ``facts_written``).
 
         Every line is checked before anything is written; a bad one raises
         :class:`~fullrecall.errors.MemoryInputError` naming its line number and field, and so does a file
@@ -522,13 +524,14 @@ class PersistentMemory:
         if end is not None and end[1] != held:
             raise MemoryInputError(f"line {end[0]}: the end line counts {end[1][0]} messages and {end[1][1]} facts, "
                                    f"the file holds {held[0]} and {held[1]}: it is not whole")
+        written = facts_written = 0
         for session, batch in messages.items():
             self._note_session(session)
-            self._archive(session, [replace(m, position=None) for m in batch])
+            written += self._archive(session, [replace(m, position=None) for m in batch])
         if facts:
             self._note_session()
-            self.facts.restore(facts)
-        return {"messages": sum(len(b) for b in messages.values()), "facts": len(facts)}
+            facts_written = self.facts.restore(facts)
+        return {"messages": held[0], "written": written, "facts": held[1], "facts_written": facts_written}
 
     def stats(self) -> dict[str, Any]:
         """Usage: messages (total and by role), sessions, facts (total and current), bytes, time span."""
@@ -555,17 +558,22 @@ class PersistentMemory:
         if self._owns_store:
             self.store.close()
 
-    def _archive(self, session_id: str, messages: list[StoredMessage]) -> None:
-        """Store messages (idempotent on id) and embed the words of those without a vector, in one batch."""
+    def _archive(self, session_id: str, messages: list[StoredMessage]) -> int:
+        """Store messages (idempotent on id) and embed the words of those without a vector, in one batch; how
+        many the session did not hold.
+        """
         from ..search.semantic import _verbatim_text
 
         searcher = self._searcher(session_id)
+        before = self.store.count(searcher.scope)
         self.store.append(searcher.scope, messages)
+        written = self.store.count(searcher.scope) - before
         have = self.store.get_vectors(searcher.scope, [m.id for m in messages])
         todo = list({m.id: m for m in messages if m.id not in have}.values())
         if todo:
             vectors = _embed_once(searcher.embedder, [_words(_verbatim_text(m)) for m in todo])
             searcher.index(todo, append=False, vectors=vectors)
+        return written
 
     def _searcher(self, session_id: str) -> Any:
         from ..search import SemanticSearch
@@ -695,22 +703,33 @@ def _conversation(messages: Any, *, storable: bool = False) -> list[tuple[dict[s
 
 
 def _message_time(msg: dict[str, Any]) -> float | None:
-    """A message's own time: its ``timestamp`` or ``created_at`` key, Unix seconds or ISO 8601."""
+    """A message's own time: its ``timestamp`` or ``created_at`` key, Unix seconds or ISO 8601 (a key set to
+    ``None`` is no time; one set to anything else, ``True`` or a dict, is refused, not taken for now).
+    """
     from datetime import datetime
 
     for key in ("timestamp", "created_at"):
         value = msg.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise MessageFormatError(f"{key!r} must be Unix seconds or ISO 8601, not {type(value).__name__} "
+                                     f"{_short(value)}")
+        if isinstance(value, (int, float)):
             if not _EARLIEST <= value < _LATEST:  # NaN too: a date is made of it (for the index), as of ISO 8601
                 raise MessageFormatError(f"{key!r} must be Unix seconds of the years 1 to 9999, not {value!r}")
             return float(value)
-        if isinstance(value, str):
-            try:
-                when = datetime.fromisoformat(value)
-            except ValueError:
-                raise MessageFormatError(f"{key!r} must be Unix seconds or ISO 8601, not {value!r}") from None
-            return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+        try:
+            when = datetime.fromisoformat(value)
+        except ValueError:
+            raise MessageFormatError(f"{key!r} must be Unix seconds or ISO 8601, not {value!r}") from None
+        return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
     return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _queries(query: Any) -> list[str]:
