@@ -259,3 +259,30 @@ def test_a_turn_with_both_kinds_of_recall_counts_once(server, default_embedder):
     archive = ["Previous Context" in r["messages"][-1]["content"] for r in server.requests]
     assert any(a and b for a, b in zip(long_term, archive))  # a turn got both
     assert agent.stats()["recalls"] == sum(a or b for a, b in zip(long_term, archive))
+
+
+def test_forget_erases_every_word_of_the_user_and_the_window_starts_empty(server, default_embedder):
+    from fullrecall.stores import Scope
+
+    store = open_store("sqlite:///:memory:")
+    server.script(*[completion(f"a{i}") for i in range(4)])
+    agents = [MemoryAgent(model(server), store=store, user_id="alice", agent_id="bot", session_id=s,
+                          embedder=default_embedder) for s in ("mon", "tue")]
+    for agent in agents:
+        chat(agent, f"My locker code is 44-{agent.session_id}.")
+    bob = MemoryAgent(model(server), store=store, user_id="bob", agent_id="bot", session_id="mon",
+                      embedder=default_embedder)
+    chat(bob, "My locker code is 55-bob.")
+    agent = agents[-1]
+    counts = asyncio.run(agent.forget())
+    alice = Scope(user_id="alice", agent_id=Scope.everyone().agent_id)
+    assert store.stats(alice)["message_count"] == 0 and counts["messages"] >= 8  # 2 sessions x (memory + window)
+    assert agent.conversation.messages == [] and agent.memory.facts.current() == []
+    chat(agent, "Hello again.")
+    kept = json.dumps([m.data for s in store.sessions(alice) for m in store.range(s, 0, 2**62)])
+    assert "Hello again." in kept and "44-" not in kept
+    assert "55-bob" in json.dumps(bob.conversation.messages)  # another user's memory is untouched
+    assert bob.memory.facts.current()
+    for a in (*agents, bob):
+        a.close()
+    store.close()

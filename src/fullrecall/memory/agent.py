@@ -22,6 +22,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..summarizers.chat_models.base import ChatRequest, ChatResponse
@@ -168,6 +169,21 @@ class MemoryAgent:
         """Clear this session's conversation (its window goes to the archive); long-term memory stays."""
         with self._guard("reset the conversation"):
             self.conversation.clear()
+
+    async def forget(self) -> dict[str, Any]:
+        """Erase what this agent keeps of its user: long-term memory (every session's messages, facts, patterns
+        and sessions under the memory's owner, as ``memory.clear()``) and the conversation window's log of
+        every session (another owner, the agent id with ``#window``), this session's included: its window
+        starts empty. Returns the per-kind counts of both, added up, and what may remain (``remaining``,
+        as a store's ``forget`` says). A failure raises, whatever ``errors`` says: an erasure is never
+        taken for done when it is not.
+        """
+        counts = [self.memory.clear(), self.conversation.store.forget(replace(self.conversation.scope, session_id=None))]
+        self.conversation.forget()  # its window, read again from the store: empty
+        out: dict[str, Any] = {k: sum(c.get(k, 0) for c in counts) for k in dict.fromkeys(k for c in counts for k in c)
+                               if k != "remaining"}
+        out["remaining"] = [r for c in counts for r in c.get("remaining", [])]
+        return out
 
     def stats(self) -> dict[str, Any]:
         """What memory did: messages and bytes recorded, tokens the window saved by summaries and trimming,
