@@ -158,6 +158,32 @@ def test_openai_and_strands_formats(tmp_path):
     assert json.loads(exported) == {"conversation_id": "t", "messages": transcript}
 
 
+def test_a_strands_export_of_tool_calls_loads_in_strands_and_imports_back(tmp_path):
+    """An OpenAI tool result (role "tool") was exported to Strands with role "tool", which Converse has not: the
+    folder could not be imported back (its shape read as OpenAI's) and Bedrock refuses the role.
+    """
+    from strands.session.file_session_manager import FileSessionManager
+
+    store, other = f"sqlite:///{tmp_path / 'm.db'}", f"sqlite:///{tmp_path / 'o.db'}"
+    call = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+    transcript = [{"role": "user", "content": "weather in Paris?"},
+                  {"role": "assistant", "content": None, "tool_calls": [call]},
+                  {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                  {"role": "assistant", "content": "It is sunny."}]
+    (tmp_path / "t.json").write_text(json.dumps(transcript))
+    again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
+    fr("export", "sessions", "--format", "strands", "--store", store, cwd=tmp_path)
+    loaded = [m.message for m in FileSessionManager(session_id="t", storage_dir=str(tmp_path / "sessions"))
+              .list_messages("t", "default")]
+    assert [m["role"] for m in loaded] == ["user", "assistant", "user", "assistant"]
+    assert loaded[2]["content"] == [{"toolResult": {"toolUseId": "call_1", "status": "success",
+                                                    "content": [{"text": "sunny"}]}}]
+    assert again("import", "sessions", "--store", other, "--no-embed", cwd=tmp_path)["written"] == 4
+    back = json.loads(fr("export", "-", "--format", "openai", "--store", other, cwd=tmp_path).stdout)
+    assert [m["role"] for m in back["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert back["messages"][2]["tool_call_id"] == "call_1" and back["messages"][2]["content"] == "sunny"
+
+
 def test_bad_input_is_named_and_nothing_is_written(tmp_path):
     store = f"sqlite:///{tmp_path / 'm.db'}"
     (tmp_path / "bad.json").write_text(json.dumps([{"role": "user", "content": "fine"}, {"content": "no role"}]))
