@@ -184,6 +184,25 @@ def test_a_strands_export_of_tool_calls_loads_in_strands_and_imports_back(tmp_pa
     assert back["messages"][2]["tool_call_id"] == "call_1" and back["messages"][2]["content"] == "sunny"
 
 
+def test_an_import_of_a_file_without_messages_says_so(tmp_path):
+    """An empty file (or an empty list) read as 'all were there already', and the list listed an empty conversation
+    the store never held: a failed export piped into an import looked like a repeated one.
+    """
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "list.json").write_text("[]")
+    done = fr("import", "empty.jsonl", "--store", store, "--no-embed", cwd=tmp_path)
+    assert "holds no message" in done.stdout and "there already" not in done.stdout
+    for name in ("list.json", "empty.jsonl"):
+        printed = inproc("import", name, "--store", store, "--no-embed", cwd=tmp_path).stdout
+        assert "holds no message" in printed and "there already" not in printed, printed
+        assert again("import", name, "--store", store, "--no-embed", cwd=tmp_path)["conversations"] == 0
+    assert again("stats", "--store", store, cwd=tmp_path).get("listed_conversations", 0) == 0
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
+    assert "all were there already" in inproc("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path).stdout
+
+
 def test_bad_input_is_named_and_nothing_is_written(tmp_path):
     store = f"sqlite:///{tmp_path / 'm.db'}"
     (tmp_path / "bad.json").write_text(json.dumps([{"role": "user", "content": "fine"}, {"content": "no role"}]))
