@@ -218,3 +218,22 @@ def test_two_messages_under_one_id_in_a_request_write_nothing(api):
     r = api.client.post(url, json={"messages": [b]}, headers=api.a)  # across requests the first write wins
     assert r.status_code == 201 and r.json()["messages"] == [{"id": "m1", "position": 0}]
     assert [m.data for m in api.store.range(SCOPE, 0, 10)] == [a]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_a_json_body_sent_without_its_content_type_is_named_so(api):
+    """``curl -d '{...}'`` sends form encoding, a client's raw bytes none: the answer was 'body: Input should be a
+    valid dictionary', as if the JSON were wrong; it names the header the body needs.
+    """
+    body = json.dumps({"messages": [GOOD]}).encode()
+    for headers in ({}, {"content-type": "application/x-www-form-urlencoded"}, {"content-type": "text/plain"}):
+        for url in ("/v1/conversations/c/messages", "/v1/search", "/v1/facts"):
+            error = _error(api.client.post(url, content=body, headers={**api.a, **headers}))
+            assert error["field"] == "body" and "Content-Type: application/json" in error["message"], error
+            if headers:
+                assert headers["content-type"] in error["message"], error
+    error = _error(api.client.post("/v1/search", json=["x"], headers=api.a))  # JSON, but not an object
+    assert "Content-Type" not in error["message"] and error["field"] == "body", error
+    assert api.store.count(SCOPE) == 0
+    assert api.client.post("/v1/conversations/c/messages", content=body, headers={
+        **api.a, "content-type": "application/json; charset=utf-8"}).status_code == 201

@@ -220,6 +220,10 @@ def _errors(app: FastAPI) -> None:
         message = f"{field}: {str(first.get('msg', 'invalid')).removeprefix('Value error, ')}"
         if first.get("type") == "json_invalid":
             message, field = "the body is not valid JSON (UTF-8)", "body"
+        elif loc == ["body"] and isinstance(first.get("input"), bytes):  # a body read as bytes: not sent as JSON
+            sent = request.headers.get("content-type")
+            message = ("the body must be JSON sent with 'Content-Type: application/json' (it came "
+                       + (f"as {sent!r})" if sent else "without a Content-Type)"))
         return _error(422, "invalid", message, field)
 
     @app.exception_handler(StarletteHTTPException)
