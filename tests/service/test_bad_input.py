@@ -237,3 +237,20 @@ def test_a_json_body_sent_without_its_content_type_is_named_so(api):
     assert api.store.count(SCOPE) == 0
     assert api.client.post("/v1/conversations/c/messages", content=body, headers={
         **api.a, "content-type": "application/json; charset=utf-8"}).status_code == 201
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_a_message_of_one_long_word_is_appended_in_seconds(api):
+    """A message of one 50,000-letter word (a DNA sequence, a long number) took a write thread for over a minute:
+    the window's token estimate searched for ids from every letter of the word to its end (quadratic). Eight such
+    requests held every write thread of the service, for every tenant.
+    """
+    import time
+
+    for word in ("a" * 50_000, "7" * 50_000):
+        started = time.perf_counter()
+        r = api.client.post("/v1/conversations/c/messages", json={"messages": [{"role": "user", "content": word}]},
+                            headers=api.a)
+        assert r.status_code == 201, r.text
+        assert time.perf_counter() - started < 10
+    assert api.store.count(SCOPE) == 2
