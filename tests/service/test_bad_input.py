@@ -254,3 +254,23 @@ def test_a_message_of_one_long_word_is_appended_in_seconds(api):
         assert r.status_code == 201, r.text
         assert time.perf_counter() - started < 10
     assert api.store.count(SCOPE) == 2
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_an_import_names_the_lines_of_the_body_blank_ones_counted(api):
+    """Blank lines were not counted: an error named line 2 for the body's fifth line, and a message without an id
+    took its id from that count, not from its line as ``fullrecall import`` gives it (the same file imported both
+    ways was stored twice).
+    """
+    ok = b'{"conversation_id": "d", "message": {"role": "user", "content": "ok"}}'
+    for fifth, named in ((b'{"conversation_id": "d", "message": {"role": "bogus", "content": "x"}}', "line 5: 'role'"),
+                         (b'{"conversation_id": "d", "mesage": {"role": "user", "content": "x"}}', "line 5: 'message'"),
+                         (b'{"type": "fact", "id": "f", "text": "", "data": {}}', "line 5: 'text'")):
+        error = _error(api.client.post("/v1/import", content=b"\n\n" + ok + b"\n\n" + fifth + b"\n", headers=api.a))
+        assert named in error["message"], error
+    assert api.store.count(Scope(tenant="tenant-a", session_id="d")) == 0
+    assert api.client.post("/v1/import", content=b"\n\n" + ok + b"\n", headers=api.a).status_code == 200
+    from fullrecall.transfer._common import stable_id
+
+    [stored] = api.store.range(Scope(tenant="tenant-a", session_id="d"), 0, 9)
+    assert stored.id == stable_id(3, {"role": "user", "content": "ok"})  # line 3, as the command names it

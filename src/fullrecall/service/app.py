@@ -432,17 +432,18 @@ def _routes(app: FastAPI, service: Service) -> None:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ValueError(f"the body is not valid UTF-8 (byte {exc.start})") from None
-        lines = []
+        lines, numbers = [], []  # each line and its number in the body, blank lines counted
         for n, line in enumerate(text.split("\n")):  # not splitlines(): U+0085 and U+2028 live in JSON strings
             if line.strip():
                 try:
                     lines.append(json.loads(line))
                 except json.JSONDecodeError as exc:
                     raise MessageFormatError(f"line {n + 1}: not valid JSON ({exc.msg})") from None
+                numbers.append(n + 1)
         s = scope(p, user_id, agent_id)
         from starlette.concurrency import run_in_threadpool
 
-        return await run_in_threadpool(conv.import_lines, s, lines)
+        return await run_in_threadpool(conv.import_lines, s, lines, numbers)
 
     app.include_router(longterm_router(service, principal))  # /v1/memories, /v1/facts, /v1/patterns
     app.include_router(inspector_router(service, Key))  # the read routes of the browser inspector
