@@ -203,6 +203,23 @@ def test_an_import_of_a_file_without_messages_says_so(tmp_path):
     assert "all were there already" in inproc("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path).stdout
 
 
+def test_a_reading_command_on_a_store_file_that_does_not_exist_says_so(tmp_path):
+    """A typo in --store (or a command run in the wrong folder) made a new empty database there and answered
+    'no hits' or zero messages, as if the store were empty.
+    """
+    missing = f"sqlite:///{tmp_path / 'typo.db'}"
+    done = fr("search", "hello", "--store", missing, cwd=tmp_path, ok=False)
+    assert done.returncode == 1 and "typo.db" in done.stderr and "does not exist" in done.stderr, done.stderr
+    for args in (("stats",), ("inspect", "c"), ("export", "out.jsonl"), ("forget", "--user", "ann", "--yes")):
+        done = inproc(*args, "--store", missing, cwd=tmp_path, ok=False)
+        assert done.returncode == 1 and "does not exist" in done.stderr, (args, done.stderr)
+    assert not (tmp_path / "typo.db").exists() and not (tmp_path / "out.jsonl").exists()
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    again("import", "t.json", "--store", missing, "--no-embed", cwd=tmp_path)  # an import makes the store
+    assert again("stats", "--store", missing, cwd=tmp_path)["message_count"] == 1
+    assert inproc("stats", "--store", "sqlite:///:memory:", cwd=tmp_path).returncode == 0
+
+
 def test_bad_input_is_named_and_nothing_is_written(tmp_path):
     store = f"sqlite:///{tmp_path / 'm.db'}"
     (tmp_path / "bad.json").write_text(json.dumps([{"role": "user", "content": "fine"}, {"content": "no role"}]))

@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from ..memory.conversation import SyncConversationMemory
     from ..service.conversations import message_out
 
-    with opened_store(args) as store:
+    with opened_store(args, create=False) as store:
         own = scope(args, args.session)
         total = store.count(own)
         if not total:
