@@ -192,6 +192,14 @@ BAD_RECORD_LINES = [  # a fact or pattern line is checked as POST /v1/facts and 
     (_record_line("fact", data={"value": "Ly\u0000on"}), "'data'"),
     (_record_line("pattern", text="book a\u0000flight"), "'text'"),
     (_record_line("fact", text="My city is \ud800"), "'text'"),
+    # a fact long-term memory cannot read was imported, and then every read of the owner's facts was refused (and
+    # every new fact a 500) until it was deleted
+    (_record_line("fact", data={"sources": "chat"}), "'data.sources'"),
+    (_record_line("fact", data={"sources": [{"session_id": "c"}]}), "'data.sources'"),
+    (_record_line("fact", data={"valid_from": "yesterday"}), "'data.valid_from'"),
+    (_record_line("fact", data={"valid_to": "never"}), "'data.valid_to'"),
+    (_record_line("fact", data={"mentions": "many"}), "'data.mentions'"),
+    (_record_line("fact", data={"attribute": ["city"]}), "'data.attribute'"),
 ]
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
@@ -479,9 +480,36 @@ def record_of(line: dict[str, Any]) -> Record:
         check_record(record)  # what the store would refuse, refused before anything is written
         if record.namespace == PROCEDURES:  # its id is made again for the owner it goes to (see put_records)
             check_pattern_data(record.data)
+        if record.namespace == FACTS:
+            check_fact_data(record.data)
     except ValueError as exc:
         raise MessageFormatError(f"{where}: {exc}") from None
     return record
+
+
+def check_fact_data(data: dict[str, Any]) -> None:
+    """Refuse a fact record's data long-term memory could not read back (each field of
+    :class:`~fullrecall.memory.facts.Fact` of its type): imported, one such fact refused every read of its owner's
+    facts until it was deleted.
+    """
+    def time_value(value: Any) -> bool:
+        return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+    for key, ok, what in (
+        ("subject", lambda v: isinstance(v, str), "a string"),
+        ("origin", lambda v: isinstance(v, str), "a string"),
+        ("attribute", lambda v: v is None or isinstance(v, str), "a string or null"),
+        ("value", lambda v: v is None or isinstance(v, str), "a string or null"),
+        ("superseded_by", lambda v: v is None or isinstance(v, str), "a string or null"),
+        ("stated_at", time_value, "a time in Unix seconds"),
+        ("valid_from", time_value, "a time in Unix seconds"),
+        ("valid_to", lambda v: v is None or time_value(v), "a time in Unix seconds or null"),
+        ("mentions", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a positive integer"),
+        ("sources", lambda v: isinstance(v, list) and all(isinstance(s, dict) and isinstance(s.get("id"), str)
+                                                          for s in v), "a list of objects with a message 'id'"),
+    ):
+        if key in data and not ok(data[key]):
+            raise MessageFormatError(f"a fact's 'data.{key}' must be {what}, got {data[key]!r}")
 
 
 def record_vector(line: dict[str, Any]) -> np.ndarray | None:
