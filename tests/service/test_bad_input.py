@@ -182,7 +182,8 @@ def test_lone_surrogates_are_bad_input(api):
 
 
 def _record_line(kind: str, **fields) -> dict:
-    data = {"signature": "book a flight", "tools_used": ["search", "book"]} if kind == "pattern" else {}
+    data = {"signature": "book a flight", "tools_used": ["search", "book"], "success_score": 0.9, "success_count": 1,
+            "avg_execution_time_ms": 10.0} if kind == "pattern" else {}
     return {"type": kind, "id": "r1", "text": "My city is Lyon", "created_at": 1.0, "updated_at": 1.0, "data": data,
             **fields}
 
@@ -200,6 +201,7 @@ BAD_RECORD_LINES = [  # a fact or pattern line is checked as POST /v1/facts and 
     (_record_line("fact", data={"valid_to": "never"}), "'data.valid_to'"),
     (_record_line("fact", data={"mentions": "many"}), "'data.mentions'"),
     (_record_line("fact", data={"attribute": ["city"]}), "'data.attribute'"),
+    (_record_line("pattern", data={"signature": "book a flight", "tools_used": ["book"]}), "'data.success_score'"),
 ]
 
 
