@@ -149,9 +149,10 @@ def test_export_import_round_trip(api, texts):
     _append(api, conv, msgs)
     exported = api.client.post("/v1/export", json={"conversation_id": conv}, headers=api.a).text
     r = api.client.post("/v1/import", content=exported.encode(), headers={**api.b, "content-type": "application/x-ndjson"})
-    assert r.json() == {"conversations": 1, "messages": len(texts)}
+    assert r.json() == {"conversations": 1, "messages": len(texts), "written": len(texts)}
     again = api.client.post("/v1/import", content=exported.encode(), headers=api.b)  # idempotent
     assert again.status_code == 200
+    assert again.json() == {"conversations": 1, "messages": len(texts), "written": 0}  # a retry says it wrote none
     back = [json.loads(x) for x in api.client.post("/v1/export", json={"conversation_id": conv}, headers=api.b
                                                    ).text.split("\n") if x][1:-1]  # header, end line aside
     assert [b["message"] for b in back] == msgs

@@ -400,16 +400,20 @@ class Conversations:
             # the file stores each message once (a fresh id each time stored them again)
             ids.append(mid if mid is not None or msg.get("id") is not None else stable_id(n + 1, msg))
         whole.close()
+        final: dict[str, set[str]] = {}  # conversation -> the ids its messages are stored under
         for conv, (msgs, ids) in by_conversation.items():  # validate everything before writing anything
             try:
-                self.prepare(replace(scope, session_id=conv), msgs, ids)
+                final[conv] = {r.id for r in self.prepare(replace(scope, session_id=conv), msgs, ids)}
             except MessageFormatError as exc:  # "message 3" (of the conversation's) named by its line of the body
                 text = _by_line(str(exc), at[conv])
                 raise MessageFormatError(f"conversation {conv!r}: {text}") from None
-        written = 0
+        read = written = 0
         for conv, (msgs, ids) in by_conversation.items():
-            written += len(self.append(replace(scope, session_id=conv), msgs, ids))
-        out = {"conversations": len(by_conversation), "messages": written}
+            own = replace(scope, session_id=conv)
+            held = {m.id for m in self.store.get(own, list(final[conv]))}  # a retried import's: kept, not counted
+            read += len(self.append(own, msgs, ids))
+            written += len(final[conv] - held)
+        out = {"conversations": len(by_conversation), "messages": read, "written": written}
         if records:  # facts, patterns, memory sessions: the caller's own, each written once
             out["records"] = sum(jsonl.put_records(self.store, replace(scope, session_id=None), namespace,
                                                    self._embedded(namespace, recs))
