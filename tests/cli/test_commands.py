@@ -220,6 +220,21 @@ def test_a_reading_command_on_a_store_file_that_does_not_exist_says_so(tmp_path)
     assert inproc("stats", "--store", "sqlite:///:memory:", cwd=tmp_path).returncode == 0
 
 
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path):
+    """``fullrecall export - | head`` printed 'error: [Errno 32] Broken pipe' (and exit 1) once head had its lines."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": f"message {i} " + "x" * 200}
+                                                 for i in range(2000)]))
+    again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
+    reader = subprocess.Popen([sys.executable, "-m", "fullrecall", "export", "-", "--store", store], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert reader.stdout is not None and reader.stderr is not None
+    assert json.loads(reader.stdout.readline())["format"] == "fullrecall"
+    reader.stdout.close()  # as head does once it has its lines
+    err = reader.stderr.read().decode()
+    assert reader.wait(timeout=120) == 141 and err == "", err
+
+
 def test_bad_input_is_named_and_nothing_is_written(tmp_path):
     store = f"sqlite:///{tmp_path / 'm.db'}"
     (tmp_path / "bad.json").write_text(json.dumps([{"role": "user", "content": "fine"}, {"content": "no role"}]))
