@@ -235,6 +235,19 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path):
     assert reader.wait(timeout=120) == 141 and err == "", err
 
 
+def test_everyone_with_a_user_or_agent_is_refused(tmp_path):
+    """``search --everyone --user ann`` searched every user (and stats counted everyone's) while the command named
+    one: what a script asking about ann got was everyone's.
+    """
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
+    for args in (("search", "hello", "--everyone", "--user", "ann"), ("stats", "--everyone", "--agent", "bot")):
+        done = inproc(*args, "--store", store, cwd=tmp_path, ok=False)
+        assert done.returncode == 2 and "--everyone" in done.stderr and done.stdout == "", done
+    assert again("search", "hello", "--everyone", "--store", store, cwd=tmp_path)["hits"]
+
+
 def test_bad_input_is_named_and_nothing_is_written(tmp_path):
     store = f"sqlite:///{tmp_path / 'm.db'}"
     (tmp_path / "bad.json").write_text(json.dumps([{"role": "user", "content": "fine"}, {"content": "no role"}]))

@@ -74,6 +74,9 @@ def scope(args: argparse.Namespace, session: str | None = None) -> Any:
 
     if getattr(args, "session", None) == "":
         raise InvalidInput("--session is empty: name a conversation, or leave the option out for all of them")
+    if getattr(args, "everyone", False) and (args.user is not None or args.agent is not None):
+        raise InvalidInput("--everyone takes every user and agent of the tenant: leave --user and --agent out "
+                           "(or leave --everyone out, for one owner)")
 
     return Scope(tenant=args.tenant, user_id=args.user, agent_id=args.agent,
                  session_id=session or getattr(args, "session", None))
