@@ -346,3 +346,20 @@ def test_appends_wait_while_the_embedding_backlog_is_full(store_url, default_emb
     assert set(store.get_vectors(scope, ids + late)) == set(ids + late)
     indexer.close()
     store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_the_conversations_a_process_remembers_listing_stay_bounded(api):
+    """Every conversation ever appended to stayed in a set of the process: a server that lives long grew without
+    bound. Past the bound the set starts again, and the listing (idempotent) is written again when needed.
+    """
+    conversations = api.service.conversations
+    conversations.max_registered = 2
+    for n in range(5):
+        assert api.client.post(f"/v1/conversations/c{n}/messages", json={"messages": [{"role": "user", "content": "hi"}]},
+                               headers=api.a).status_code == 201
+    assert len(conversations._registered) <= 2
+    listed = api.client.get("/v1/inspector/conversations", headers=api.a).json()["conversations"]
+    assert sorted(c["conversation_id"] for c in listed) == [f"c{n}" for n in range(5)]
+    assert api.client.post("/v1/conversations/c0/messages", json={"messages": [{"role": "user", "content": "again"}]},
+                           headers=api.a).status_code == 201

@@ -38,6 +38,7 @@ from ..window.cuts import clean_cuts
 from .windows import ManagedWindows
 
 MAX_ID_LENGTH = 200
+MAX_REGISTERED = 100_000  # conversations a process remembers having listed (then it forgets them all: listing is idempotent)
 
 
 class NotFound(LookupError):
@@ -114,6 +115,7 @@ class Conversations:
         self.max_context_length = max_context_length
         self.search_options = search_options or {}
         self._registered: set[tuple] = set()
+        self.max_registered = MAX_REGISTERED
 
     # -- writing ------------------------------------------------------------------------------
     def append(self, scope: Scope, messages: list[dict[str, Any]], ids: list[str | None] | None = None
@@ -165,6 +167,8 @@ class Conversations:
         owner = {"user_id": str(scope.user_id), "agent_id": str(scope.agent_id)}  # so a tenant-wide listing names it
         self.store.put_record(replace(scope, session_id=None), Record(
             id=str(scope.session_id), namespace=CONVERSATIONS, text=str(scope.session_id), data=owner))
+        if len(self._registered) >= self.max_registered:  # a long-running server sees conversations without end
+            self._registered.clear()
         self._registered.add(key)
         return True
 
