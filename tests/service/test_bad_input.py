@@ -80,6 +80,8 @@ def test_every_other_route(api):
         ("POST", "/v1/search", {"json": {"query": "x", "top_k": 0}}, "top_k"),
         ("POST", "/v1/search", {"json": {"query": "x", "scope": {"tenant": "tenant-b"}}}, "scope.tenant"),
         ("POST", "/v1/search", {"json": {"query": "x", "filters": {"roles": "user"}}}, "filters.roles"),
+        # no role at all searched every role (as if the filter were left out)
+        ("POST", "/v1/search", {"json": {"query": "x", "filters": {"roles": []}}}, "filters.roles"),
         # a NUL in a filter matched 'user' on SQLite (vectors) and Redis, and on PostgreSQL was "a value refused"
         ("POST", "/v1/search", {"json": {"query": "x", "filters": {"roles": ["user\x00"]}}},
          "filters 'roles'[0] contains a NUL character"),

@@ -112,7 +112,7 @@ class SearchScope(BaseModel):
 
 class SearchFilters(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    roles: list[str] | None = None
+    roles: list[str] | None = Field(None, min_length=1, description="the roles to keep (left out: every role)")
     since: float | None = None
     until: float | None = None
 
