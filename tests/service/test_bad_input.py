@@ -7,6 +7,7 @@ import json
 import pytest
 
 from fullrecall.stores import Scope
+from fullrecall.stores.base import ANY
 
 GOOD = {"role": "user", "content": "fine"}
 SCOPE = Scope(tenant="tenant-a", session_id="c")
@@ -286,3 +287,30 @@ def test_an_import_names_the_lines_of_the_body_blank_ones_counted(api):
 
     [stored] = api.store.range(Scope(tenant="tenant-a", session_id="d"), 0, 9)
     assert stored.id == stable_id(3, {"role": "user", "content": "ok"})  # line 3, as the command names it
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_an_owner_or_conversation_refused_is_named_in_field(api):
+    """The errors say 'a 4xx naming the field', but a bad user, agent or conversation id (and a NUL in a query, a
+    user the key may not act for) came back with ``"field": null``; one of over 256 UTF-8 bytes was refused by the
+    store, as "scope 'user_id'".
+    """
+    post = {"json": {"messages": [GOOD]}}
+    cases = [
+        ("POST", "/v1/conversations/c/messages", {**post, "params": {"user_id": "x" * 201}}, "user_id"),
+        ("POST", "/v1/conversations/c/messages", {**post, "params": {"agent_id": "\U0001f600" * 100}}, "agent_id"),
+        ("POST", "/v1/conversations/a%00b/messages", post, "conversation_id"),
+        ("GET", "/v1/conversations/c/context", {"params": {"query": "a\x00b"}}, "query"),
+        ("POST", "/v1/search", {"json": {"query": "x", "scope": {"user_id": "\U0001f600" * 100}}}, "user_id"),
+        ("POST", "/v1/search", {"json": {"query": "x\x00"}}, "query"),
+        ("POST", "/v1/export", {"json": {"conversation_id": "\U0001f600" * 100}}, "conversation_id"),
+        ("POST", "/v1/memories/record", {"json": {"messages": [GOOD], "session_id": "\U0001f600" * 100}}, "session_id"),
+    ]
+    for method, url, kwargs, field in cases:
+        error = _error(api.client.request(method, url, headers=api.a, **kwargs))
+        assert error["field"] == field and field in error["message"], (url, kwargs, error)
+    limited, _ = api.service.keys.create("tenant-a", users=["ann"])
+    error = _error(api.client.post("/v1/conversations/c/messages", params={"user_id": "bob"}, json={"messages": [GOOD]},
+                                   headers=api.headers(limited)))
+    assert error["type"] == "forbidden" and error["field"] == "user_id", error
+    assert api.store.stats(Scope(tenant="tenant-a", user_id=ANY, agent_id=ANY))["message_count"] == 0

@@ -31,7 +31,7 @@ from .limits import RateLimiter
 from .longterm import router as longterm_router
 from .mcp_endpoint import mount_mcp
 from .metrics import Metrics
-from .tenancy import Forbidden, scope_for
+from .tenancy import Forbidden, InvalidName, scope_for
 from .windows import MANAGERS, ManagedWindows
 
 log = logging.getLogger("fullrecall.service")
@@ -236,8 +236,8 @@ def _errors(app: FastAPI) -> None:
                       "body" if exc.status_code == 400 else None)
 
     def plain(status: int, kind: str | None, field: str | None = None, prefix: str = "") -> Any:
-        async def handler(request: Request, exc: Exception) -> JSONResponse:
-            return _error(status, kind or type(exc).__name__, prefix + str(exc), field)
+        async def handler(request: Request, exc: Exception) -> JSONResponse:  # an error naming its field wins
+            return _error(status, kind or type(exc).__name__, prefix + str(exc), getattr(exc, "field", None) or field)
 
         return handler
 
@@ -405,7 +405,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         """Sizes of the caller's data, the embedding queue and the searchable delay."""
         if everyone:
             if p.users is not None or p.agents is not None:
-                raise Forbidden("a key limited to some users or agents cannot read the whole tenant's stats")
+                raise Forbidden("a key limited to some users or agents cannot read the whole tenant's stats", "everyone")
             s = Scope(tenant=p.tenant, user_id=ANY, agent_id=ANY)
         else:
             s = scope(p, user_id, agent_id, conversation_id)
@@ -462,7 +462,7 @@ def _routes(app: FastAPI, service: Service) -> None:
 
 
 def _nul(field: str) -> None:
-    raise ValueError(f"'{field}' holds a NUL character")
+    raise InvalidName(f"'{field}' holds a NUL character", field)
 
 
 class _Unauthorized(Exception):
