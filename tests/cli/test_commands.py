@@ -248,6 +248,16 @@ def test_everyone_with_a_user_or_agent_is_refused(tmp_path):
     assert again("search", "hello", "--everyone", "--store", store, cwd=tmp_path)["hits"]
 
 
+def test_inspect_refuses_a_negative_limit(tmp_path):
+    """``inspect --limit -3`` showed no window message and said all of them were earlier ones."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
+    done = inproc("inspect", "t", "--store", store, "--limit", "-3", cwd=tmp_path, ok=False)
+    assert done.returncode == 2 and "--limit" in done.stderr and done.stdout == "", done
+    assert "hello" in inproc("inspect", "t", "--store", store, "--limit", "1", cwd=tmp_path).stdout
+
+
 def test_bad_input_is_named_and_nothing_is_written(tmp_path):
     store = f"sqlite:///{tmp_path / 'm.db'}"
     (tmp_path / "bad.json").write_text(json.dumps([{"role": "user", "content": "fine"}, {"content": "no role"}]))
