@@ -314,3 +314,11 @@ def test_an_owner_or_conversation_refused_is_named_in_field(api):
                                    headers=api.headers(limited)))
     assert error["type"] == "forbidden" and error["field"] == "user_id", error
     assert api.store.stats(Scope(tenant="tenant-a", user_id=ANY, agent_id=ANY))["message_count"] == 0
+
+
+def test_a_nul_in_a_fact_or_pattern_id_is_refused_alike_on_every_backend(api):
+    """``DELETE /v1/patterns/a%00b`` was a 404 on SQLite and Redis, and on PostgreSQL a 422 quoting the driver."""
+    for kind, field in (("facts", "fact_id"), ("patterns", "pattern_id")):
+        error = _error(api.client.delete(f"/v1/{kind}/a%00b", headers=api.a))
+        assert error["type"] == "invalid" and error["field"] == field and "NUL" in error["message"], error
+        assert api.client.delete(f"/v1/{kind}/nope", headers=api.a).status_code == 404
