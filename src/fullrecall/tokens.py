@@ -82,7 +82,9 @@ def _dumps(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
-_MIXED = re.compile(r"[A-Za-z0-9]*(?:[A-Za-z][0-9]|[0-9][A-Za-z])[A-Za-z0-9]*")  # ids, hashes
+# ids, hashes: a run of letters and digits mixing both; tried only where a run starts (from inside one, the search
+# read to the run's end from every character: quadratic, minutes for one 100 KB word)
+_MIXED = re.compile(r"(?<![A-Za-z0-9])[A-Za-z0-9]*(?:[A-Za-z][0-9]|[0-9][A-Za-z])[A-Za-z0-9]*")
 _WORD = re.compile(r"[A-Za-z]+")
 _CASE_CHANGE = re.compile(r"[a-z][A-Z]")  # camelCase splits into more tokens
 _ACRONYM = re.compile(r"(?<![A-Za-z ])[A-Z]{3,}(?![a-z])")  # "RTX" with no leading space: rare pieces, two tokens

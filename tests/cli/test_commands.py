@@ -158,6 +158,106 @@ def test_openai_and_strands_formats(tmp_path):
     assert json.loads(exported) == {"conversation_id": "t", "messages": transcript}
 
 
+def test_a_strands_export_of_tool_calls_loads_in_strands_and_imports_back(tmp_path):
+    """An OpenAI tool result (role "tool") was exported to Strands with role "tool", which Converse has not: the
+    folder could not be imported back (its shape read as OpenAI's) and Bedrock refuses the role.
+    """
+    from strands.session.file_session_manager import FileSessionManager
+
+    store, other = f"sqlite:///{tmp_path / 'm.db'}", f"sqlite:///{tmp_path / 'o.db'}"
+    call = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+    transcript = [{"role": "user", "content": "weather in Paris?"},
+                  {"role": "assistant", "content": None, "tool_calls": [call]},
+                  {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                  {"role": "assistant", "content": "It is sunny."}]
+    (tmp_path / "t.json").write_text(json.dumps(transcript))
+    again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
+    fr("export", "sessions", "--format", "strands", "--store", store, cwd=tmp_path)
+    loaded = [m.message for m in FileSessionManager(session_id="t", storage_dir=str(tmp_path / "sessions"))
+              .list_messages("t", "default")]
+    assert [m["role"] for m in loaded] == ["user", "assistant", "user", "assistant"]
+    assert loaded[2]["content"] == [{"toolResult": {"toolUseId": "call_1", "status": "success",
+                                                    "content": [{"text": "sunny"}]}}]
+    assert again("import", "sessions", "--store", other, "--no-embed", cwd=tmp_path)["written"] == 4
+    back = json.loads(fr("export", "-", "--format", "openai", "--store", other, cwd=tmp_path).stdout)
+    assert [m["role"] for m in back["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert back["messages"][2]["tool_call_id"] == "call_1" and back["messages"][2]["content"] == "sunny"
+
+
+def test_an_import_of_a_file_without_messages_says_so(tmp_path):
+    """An empty file (or an empty list) read as 'all were there already', and the list listed an empty conversation
+    the store never held: a failed export piped into an import looked like a repeated one.
+    """
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "list.json").write_text("[]")
+    done = fr("import", "empty.jsonl", "--store", store, "--no-embed", cwd=tmp_path)
+    assert "holds no message" in done.stdout and "there already" not in done.stdout
+    for name in ("list.json", "empty.jsonl"):
+        printed = inproc("import", name, "--store", store, "--no-embed", cwd=tmp_path).stdout
+        assert "holds no message" in printed and "there already" not in printed, printed
+        assert again("import", name, "--store", store, "--no-embed", cwd=tmp_path)["conversations"] == 0
+    assert again("stats", "--store", store, cwd=tmp_path).get("listed_conversations", 0) == 0
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
+    assert "all were there already" in inproc("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path).stdout
+
+
+def test_a_reading_command_on_a_store_file_that_does_not_exist_says_so(tmp_path):
+    """A typo in --store (or a command run in the wrong folder) made a new empty database there and answered
+    'no hits' or zero messages, as if the store were empty.
+    """
+    missing = f"sqlite:///{tmp_path / 'typo.db'}"
+    done = fr("search", "hello", "--store", missing, cwd=tmp_path, ok=False)
+    assert done.returncode == 1 and "typo.db" in done.stderr and "does not exist" in done.stderr, done.stderr
+    for args in (("stats",), ("inspect", "c"), ("export", "out.jsonl"), ("forget", "--user", "ann", "--yes")):
+        done = inproc(*args, "--store", missing, cwd=tmp_path, ok=False)
+        assert done.returncode == 1 and "does not exist" in done.stderr, (args, done.stderr)
+    assert not (tmp_path / "typo.db").exists() and not (tmp_path / "out.jsonl").exists()
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    again("import", "t.json", "--store", missing, "--no-embed", cwd=tmp_path)  # an import makes the store
+    assert again("stats", "--store", missing, cwd=tmp_path)["message_count"] == 1
+    assert inproc("stats", "--store", "sqlite:///:memory:", cwd=tmp_path).returncode == 0
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path):
+    """``fullrecall export - | head`` printed 'error: [Errno 32] Broken pipe' (and exit 1) once head had its lines."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": f"message {i} " + "x" * 200}
+                                                 for i in range(2000)]))
+    again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
+    reader = subprocess.Popen([sys.executable, "-m", "fullrecall", "export", "-", "--store", store], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert reader.stdout is not None and reader.stderr is not None
+    assert json.loads(reader.stdout.readline())["format"] == "fullrecall"
+    reader.stdout.close()  # as head does once it has its lines
+    err = reader.stderr.read().decode()
+    assert reader.wait(timeout=120) == 141 and err == "", err
+
+
+def test_everyone_with_a_user_or_agent_is_refused(tmp_path):
+    """``search --everyone --user ann`` searched every user (and stats counted everyone's) while the command named
+    one: what a script asking about ann got was everyone's.
+    """
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
+    for args in (("search", "hello", "--everyone", "--user", "ann"), ("stats", "--everyone", "--agent", "bot")):
+        done = inproc(*args, "--store", store, cwd=tmp_path, ok=False)
+        assert done.returncode == 2 and "--everyone" in done.stderr and done.stdout == "", done
+    assert again("search", "hello", "--everyone", "--store", store, cwd=tmp_path)["hits"]
+
+
+def test_inspect_refuses_a_negative_limit(tmp_path):
+    """``inspect --limit -3`` showed no window message and said all of them were earlier ones."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
+    done = inproc("inspect", "t", "--store", store, "--limit", "-3", cwd=tmp_path, ok=False)
+    assert done.returncode == 2 and "--limit" in done.stderr and done.stdout == "", done
+    assert "hello" in inproc("inspect", "t", "--store", store, "--limit", "1", cwd=tmp_path).stdout
+
+
 def test_bad_input_is_named_and_nothing_is_written(tmp_path):
     store = f"sqlite:///{tmp_path / 'm.db'}"
     (tmp_path / "bad.json").write_text(json.dumps([{"role": "user", "content": "fine"}, {"content": "no role"}]))

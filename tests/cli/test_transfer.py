@@ -207,12 +207,21 @@ def test_patterns_imported_under_another_owner_take_that_owners_ids(store_url, d
 def test_a_pattern_line_without_its_steps_is_refused_before_anything_is_written():
     store = open_store("sqlite:///:memory:")
     pattern = {"type": "pattern", "user_id": "ann", "agent_id": None, "id": "p1", "text": "book a flight",
-               "created_at": 1.0, "updated_at": 1.0, "data": {"signature": "book a flight", "tools_used": ["book"]}}
+               "created_at": 1.0, "updated_at": 1.0, "data": {"signature": "book a flight", "tools_used": ["book"],
+                                                               "success_score": 0.9, "success_count": 1,
+                                                               "avg_execution_time_ms": 10.0}}
+    # a pattern procedural memory cannot read back (no score, a count that is no number) failed every plan of its
+    # owner once imported
     for bad, named in (({"tools_used": "book"}, "tools_used"), ({"tools_used": None}, "tools_used"),
-                       ({"signature": 3}, "signature")):
+                       ({"signature": 3}, "signature"), ({"success_score": "high"}, "success_score"),
+                       ({"success_count": "x"}, "success_count"), ({"avg_execution_time_ms": None},
+                                                                    "avg_execution_time_ms")):
         lines = [json.dumps(pattern | {"id": "p0"}), json.dumps(pattern | {"data": pattern["data"] | bad})]
         with pytest.raises(MessageFormatError, match=f"line 2: .*'data.{named}'"):
             jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join(lines)))
+    without = {k: v for k, v in pattern["data"].items() if k != "success_score"}
+    with pytest.raises(MessageFormatError, match="line 1: .*'data.success_score' is missing"):
+        jsonl.import_jsonl(store, Scope(), io.StringIO(json.dumps(pattern | {"data": without})))
     assert store.get_records(Scope(user_id="ann"), "procedures") == []
     assert jsonl.import_jsonl(store, Scope(), io.StringIO(json.dumps(pattern)))["records_written"] == 1
 

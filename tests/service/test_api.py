@@ -149,9 +149,10 @@ def test_export_import_round_trip(api, texts):
     _append(api, conv, msgs)
     exported = api.client.post("/v1/export", json={"conversation_id": conv}, headers=api.a).text
     r = api.client.post("/v1/import", content=exported.encode(), headers={**api.b, "content-type": "application/x-ndjson"})
-    assert r.json() == {"conversations": 1, "messages": len(texts)}
+    assert r.json() == {"conversations": 1, "messages": len(texts), "written": len(texts)}
     again = api.client.post("/v1/import", content=exported.encode(), headers=api.b)  # idempotent
     assert again.status_code == 200
+    assert again.json() == {"conversations": 1, "messages": len(texts), "written": 0}  # a retry says it wrote none
     back = [json.loads(x) for x in api.client.post("/v1/export", json={"conversation_id": conv}, headers=api.b
                                                    ).text.split("\n") if x][1:-1]  # header, end line aside
     assert [b["message"] for b in back] == msgs
@@ -345,3 +346,20 @@ def test_appends_wait_while_the_embedding_backlog_is_full(store_url, default_emb
     assert set(store.get_vectors(scope, ids + late)) == set(ids + late)
     indexer.close()
     store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_the_conversations_a_process_remembers_listing_stay_bounded(api):
+    """Every conversation ever appended to stayed in a set of the process: a server that lives long grew without
+    bound. Past the bound the set starts again, and the listing (idempotent) is written again when needed.
+    """
+    conversations = api.service.conversations
+    conversations.max_registered = 2
+    for n in range(5):
+        assert api.client.post(f"/v1/conversations/c{n}/messages", json={"messages": [{"role": "user", "content": "hi"}]},
+                               headers=api.a).status_code == 201
+    assert len(conversations._registered) <= 2
+    listed = api.client.get("/v1/inspector/conversations", headers=api.a).json()["conversations"]
+    assert sorted(c["conversation_id"] for c in listed) == [f"c{n}" for n in range(5)]
+    assert api.client.post("/v1/conversations/c0/messages", json={"messages": [{"role": "user", "content": "again"}]},
+                           headers=api.a).status_code == 201

@@ -31,7 +31,7 @@ def test_export_import_carries_facts_and_patterns_to_the_callers_owner(api):
     assert [x["type"] for x in one] == ["message"]  # one conversation: no long-term memory
 
     first = c.post("/v1/import", content=exported.encode(), params=owner, headers=api.b).json()
-    assert first == {"conversations": 1, "messages": 1, "records": 3}
+    assert first == {"conversations": 1, "messages": 1, "written": 1, "records": 3}
     again = c.post("/v1/import", content=exported.encode(), params=owner, headers=api.b).json()
     assert again["records"] == 0  # idempotent
     back = _lines(c.post("/v1/export", json=owner, headers=api.b).text)

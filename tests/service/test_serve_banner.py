@@ -15,3 +15,13 @@ def test_a_url_without_password_is_printed_as_given(url):
 
 def test_a_password_is_hidden():
     assert _redact("postgresql://ann:s3cret@db:5432/agents") == "postgresql://ann:***@db:5432/agents"
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://ann@db/agents?password=s3cret&schema=x", "postgresql://ann@db/agents?password=***&schema=x"),
+    ("postgresql://db/agents?schema=x&sslpassword=s3cret", "postgresql://db/agents?schema=x&sslpassword=***"),
+    ("postgresql://ann:s3cret@db/agents?password=s3cret", "postgresql://ann:***@db/agents?password=***"),
+])
+def test_a_password_in_the_query_is_hidden(url, shown):
+    """libpq takes the password as a query parameter too: the banner printed it in the clear."""
+    assert _redact(url) == shown

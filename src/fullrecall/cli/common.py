@@ -38,15 +38,25 @@ def store_url(args: argparse.Namespace) -> str:
 
 
 @contextmanager
-def opened_store(args: argparse.Namespace) -> Iterator[Any]:
+def opened_store(args: argparse.Namespace, *, create: bool = True) -> Iterator[Any]:
     """The store the options name (created if new, as every store is), closed when the block ends, however it ends.
 
     Every command opens its store this way; :func:`fullrecall.cli.main.main` maps what a command raises to
-    its message and exit code.
+    its message and exit code. A command that only reads (or deletes) passes ``create=False``: a SQLite file that
+    does not exist is then a :class:`CommandError`, not a new empty store that answers "no hits" (a typo in
+    ``--store``, a command run in another folder).
     """
     from ..stores import open_store
 
-    store = open_store(store_url(args))
+    url = store_url(args)
+    if not create and url.lower().startswith("sqlite:"):
+        from ..stores.sqlite import parse_url
+
+        path = parse_url(url)[0]
+        if path != ":memory:" and not os.path.exists(path):
+            raise CommandError(f"no store at {url}: {path!r} does not exist (import, chat, serve and mcp make a "
+                               "new store)")
+    store = open_store(url)
     try:
         yield store
     finally:
@@ -64,6 +74,9 @@ def scope(args: argparse.Namespace, session: str | None = None) -> Any:
 
     if getattr(args, "session", None) == "":
         raise InvalidInput("--session is empty: name a conversation, or leave the option out for all of them")
+    if getattr(args, "everyone", False) and (args.user is not None or args.agent is not None):
+        raise InvalidInput("--everyone takes every user and agent of the tenant: leave --user and --agent out "
+                           "(or leave --everyone out, for one owner)")
 
     return Scope(tenant=args.tenant, user_id=args.user, agent_id=args.agent,
                  session_id=session or getattr(args, "session", None))

@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from ..transfer import jsonl, locomo, openai, strands
     from ..transfer._common import conversations
 
-    with opened_store(args) as store:
+    with opened_store(args, create=False) as store:
         own = scope(args)
         found = conversations(store, own)
         if own.session_id and not store.count(own):

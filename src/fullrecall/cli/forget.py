@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from ..stores.base import ANY
     from ..transfer._common import unlist
 
-    with opened_store(args) as store:
+    with opened_store(args, create=False) as store:
         own = scope(args)
         if args.agent is None:
             own = replace(own, agent_id=ANY)

@@ -104,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
                         fp.close()
         text = (f"imported {args.path} ({fmt}): {counts['conversations']} conversations, {counts['messages']:,} "
                 f"messages read, {counts['written']:,} new"
-                + ("" if counts["written"] else " (all were there already)")
+                + ("" if counts["written"] else " (all were there already)" if counts["messages"]
+                   else f" ({'stdin' if args.path == '-' else 'the file'} holds no message)")
                 + "".join(f", {v:,} {k}" for k, v in counts.items() if k in ("embedded", "vectors") and v)
                 + (f"; {counts['records']:,} long-term records, {counts['records_written']:,} new"
                    if counts.get("records") else ""))

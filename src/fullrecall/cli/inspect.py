@@ -19,10 +19,13 @@ def _date(t: float | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..errors import InvalidInput
     from ..memory.conversation import SyncConversationMemory
     from ..service.conversations import message_out
 
-    with opened_store(args) as store:
+    if args.limit < 0:  # it showed no message and said every one was earlier
+        raise InvalidInput(f"inspect: --limit must be >= 0, got {args.limit}")
+    with opened_store(args, create=False) as store:
         own = scope(args, args.session)
         total = store.count(own)
         if not total:

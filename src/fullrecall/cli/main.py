@@ -74,6 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted (what was written is kept; run the command again to go on)", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout stopped (``| head``): no error of ours, nothing more to say
+        import contextlib
+        import os
+
+        with contextlib.suppress(OSError, ValueError):  # a stdout without a descriptor (in process) has no flush
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush goes nowhere, quietly
+        return 141  # as a command killed by SIGPIPE
     except (ValueError, CommandError, FullRecallError, OSError, ImportError) as exc:
         print(f"error: {_one_line(str(exc))}", file=sys.stderr)
         return 2 if isinstance(exc, ValueError) else 1

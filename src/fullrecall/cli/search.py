@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInput("search: the query is empty")
     if args.top_k < 1 or args.radius < 0:
         raise InvalidInput("search: --top-k must be >= 1 and --radius >= 0")
-    with opened_store(args) as store:
+    with opened_store(args, create=False) as store:
         own = scope(args)
         if args.everyone:
             from ..stores.base import ANY

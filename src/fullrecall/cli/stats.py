@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
     from ..stores.base import ANY
     from ..transfer._common import conversations
 
-    with opened_store(args) as store:
+    with opened_store(args, create=False) as store:
         own = scope(args)
         if args.everyone:
             own = replace(own, user_id=ANY, agent_id=ANY)

@@ -217,7 +217,9 @@ def _converse_result_part(part: Any, where: str) -> Block:
 
 def _render_converse(msg: Message) -> dict[str, Any]:
     out = {k: v for k, v in (msg.raw or {}).items() if k not in ("role", "content")}
-    return {"role": "user" if msg.role == "system" else msg.role, "content": [_converse_out(b) for b in msg.content], **out}
+    # Converse has two roles: a system message and a tool result (OpenAI's role "tool") are the user's turn
+    role = "user" if msg.role in ("system", "tool") else msg.role
+    return {"role": role, "content": [_converse_out(b) for b in msg.content], **out}
 
 
 def _converse_out(block: Block) -> dict[str, Any]:

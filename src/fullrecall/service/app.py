@@ -31,7 +31,7 @@ from .limits import RateLimiter
 from .longterm import router as longterm_router
 from .mcp_endpoint import mount_mcp
 from .metrics import Metrics
-from .tenancy import Forbidden, scope_for
+from .tenancy import Forbidden, InvalidName, scope_for
 from .windows import MANAGERS, ManagedWindows
 
 log = logging.getLogger("fullrecall.service")
@@ -112,7 +112,7 @@ class SearchScope(BaseModel):
 
 class SearchFilters(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    roles: list[str] | None = None
+    roles: list[str] | None = Field(None, min_length=1, description="the roles to keep (left out: every role)")
     since: float | None = None
     until: float | None = None
 
@@ -220,6 +220,10 @@ def _errors(app: FastAPI) -> None:
         message = f"{field}: {str(first.get('msg', 'invalid')).removeprefix('Value error, ')}"
         if first.get("type") == "json_invalid":
             message, field = "the body is not valid JSON (UTF-8)", "body"
+        elif loc == ["body"] and isinstance(first.get("input"), bytes):  # a body read as bytes: not sent as JSON
+            sent = request.headers.get("content-type")
+            message = ("the body must be JSON sent with 'Content-Type: application/json' (it came "
+                       + (f"as {sent!r})" if sent else "without a Content-Type)"))
         return _error(422, "invalid", message, field)
 
     @app.exception_handler(StarletteHTTPException)
@@ -232,8 +236,8 @@ def _errors(app: FastAPI) -> None:
                       "body" if exc.status_code == 400 else None)
 
     def plain(status: int, kind: str | None, field: str | None = None, prefix: str = "") -> Any:
-        async def handler(request: Request, exc: Exception) -> JSONResponse:
-            return _error(status, kind or type(exc).__name__, prefix + str(exc), field)
+        async def handler(request: Request, exc: Exception) -> JSONResponse:  # an error naming its field wins
+            return _error(status, kind or type(exc).__name__, prefix + str(exc), getattr(exc, "field", None) or field)
 
         return handler
 
@@ -401,7 +405,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         """Sizes of the caller's data, the embedding queue and the searchable delay."""
         if everyone:
             if p.users is not None or p.agents is not None:
-                raise Forbidden("a key limited to some users or agents cannot read the whole tenant's stats")
+                raise Forbidden("a key limited to some users or agents cannot read the whole tenant's stats", "everyone")
             s = Scope(tenant=p.tenant, user_id=ANY, agent_id=ANY)
         else:
             s = scope(p, user_id, agent_id, conversation_id)
@@ -428,17 +432,18 @@ def _routes(app: FastAPI, service: Service) -> None:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ValueError(f"the body is not valid UTF-8 (byte {exc.start})") from None
-        lines = []
+        lines, numbers = [], []  # each line and its number in the body, blank lines counted
         for n, line in enumerate(text.split("\n")):  # not splitlines(): U+0085 and U+2028 live in JSON strings
             if line.strip():
                 try:
                     lines.append(json.loads(line))
                 except json.JSONDecodeError as exc:
                     raise MessageFormatError(f"line {n + 1}: not valid JSON ({exc.msg})") from None
+                numbers.append(n + 1)
         s = scope(p, user_id, agent_id)
         from starlette.concurrency import run_in_threadpool
 
-        return await run_in_threadpool(conv.import_lines, s, lines)
+        return await run_in_threadpool(conv.import_lines, s, lines, numbers)
 
     app.include_router(longterm_router(service, principal))  # /v1/memories, /v1/facts, /v1/patterns
     app.include_router(inspector_router(service, Key))  # the read routes of the browser inspector
@@ -457,7 +462,7 @@ def _routes(app: FastAPI, service: Service) -> None:
 
 
 def _nul(field: str) -> None:
-    raise ValueError(f"'{field}' holds a NUL character")
+    raise InvalidName(f"'{field}' holds a NUL character", field)
 
 
 class _Unauthorized(Exception):

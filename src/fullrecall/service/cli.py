@@ -59,12 +59,16 @@ def app_from_env():
 
 
 def _redact(url: str) -> str:
+    """``url`` with its password hidden, in the address (``user:***@``) or the query (libpq's ``password=``)."""
+    import re
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(url)
-    if not parts.password:  # as given: urlunsplit would turn sqlite:///memory.db into sqlite:/memory.db
+    query = re.sub(r"(^|&)([^=&]*password=)[^&]*", r"\1\2***", parts.query, flags=re.IGNORECASE)
+    if not parts.password and query == parts.query:  # as given: urlunsplit would turn sqlite:///a.db into sqlite:/a.db
         return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")))
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@") if parts.password else parts.netloc
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 class Keys:

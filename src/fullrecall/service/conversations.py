@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -37,6 +38,7 @@ from ..window.cuts import clean_cuts
 from .windows import ManagedWindows
 
 MAX_ID_LENGTH = 200
+MAX_REGISTERED = 100_000  # conversations a process remembers having listed (then it forgets them all: listing is idempotent)
 
 
 class NotFound(LookupError):
@@ -113,6 +115,7 @@ class Conversations:
         self.max_context_length = max_context_length
         self.search_options = search_options or {}
         self._registered: set[tuple] = set()
+        self.max_registered = MAX_REGISTERED
 
     # -- writing ------------------------------------------------------------------------------
     def append(self, scope: Scope, messages: list[dict[str, Any]], ids: list[str | None] | None = None
@@ -164,6 +167,8 @@ class Conversations:
         owner = {"user_id": str(scope.user_id), "agent_id": str(scope.agent_id)}  # so a tenant-wide listing names it
         self.store.put_record(replace(scope, session_id=None), Record(
             id=str(scope.session_id), namespace=CONVERSATIONS, text=str(scope.session_id), data=owner))
+        if len(self._registered) >= self.max_registered:  # a long-running server sees conversations without end
+            self._registered.clear()
         self._registered.add(key)
         return True
 
@@ -348,12 +353,15 @@ class Conversations:
 
         return jsonl.lines(self.store, scope, vectors=False)
 
-    def import_lines(self, scope: Scope, lines: Iterable[dict[str, Any]]) -> dict[str, int]:
+    def import_lines(self, scope: Scope, lines: Iterable[dict[str, Any]], numbers: list[int] | None = None
+                     ) -> dict[str, int]:
         """Append the messages of a JSONL export to the caller's own conversations (idempotent on ids).
 
         The format is :mod:`fullrecall.transfer.jsonl`'s (a header line, then one line a message, then the
         owner's long-term records, then the end line); state lines are the library's (``fullrecall import``) and
-        are skipped here. A body of version 3 without its end line was cut short and is refused.
+        are skipped here. A body of version 3 without its end line was cut short and is refused. ``numbers`` are
+        the lines' numbers in the body (blank lines counted, as ``fullrecall import`` counts them; default: 1, 2,
+        ...): errors name them, and a message without an id takes its id from its line.
         """
         from ..transfer import jsonl
         from ..transfer._common import stable_id
@@ -361,7 +369,9 @@ class Conversations:
         by_conversation: dict[str, tuple[list[dict[str, Any]], list[str | None]]] = {}
         records: dict[str, list[Record]] = {}  # namespace -> the long-term lines' records
         whole = jsonl.Whole("the body")  # an export of version 3 ends with its end line: without it, cut short
-        for n, line in enumerate(lines):
+        at: dict[str, list[int]] = {}  # conversation -> the line of each of its messages
+        for i, line in enumerate(lines):
+            n = numbers[i] - 1 if numbers is not None else i  # the line's index in the body
             if not isinstance(line, dict):
                 raise MessageFormatError(f"line {n + 1}: expected a JSON object")
             if jsonl.is_header(line):
@@ -388,20 +398,26 @@ class Conversations:
             if not isinstance(msg, dict):
                 raise MessageFormatError(f"line {n + 1}: 'message' must be an object")
             msgs, ids = by_conversation.setdefault(conv, ([], []))
+            at.setdefault(conv, []).append(n + 1)
             msgs.append(msg)
             # without an id, one from its place and content, as the command's import gives: a retried import of
             # the file stores each message once (a fresh id each time stored them again)
             ids.append(mid if mid is not None or msg.get("id") is not None else stable_id(n + 1, msg))
         whole.close()
+        final: dict[str, set[str]] = {}  # conversation -> the ids its messages are stored under
         for conv, (msgs, ids) in by_conversation.items():  # validate everything before writing anything
             try:
-                self.prepare(replace(scope, session_id=conv), msgs, ids)
-            except MessageFormatError as exc:
-                raise MessageFormatError(f"conversation {conv!r}: {exc}") from None
-        written = 0
+                final[conv] = {r.id for r in self.prepare(replace(scope, session_id=conv), msgs, ids)}
+            except MessageFormatError as exc:  # "message 3" (of the conversation's) named by its line of the body
+                text = _by_line(str(exc), at[conv])
+                raise MessageFormatError(f"conversation {conv!r}: {text}") from None
+        read = written = 0
         for conv, (msgs, ids) in by_conversation.items():
-            written += len(self.append(replace(scope, session_id=conv), msgs, ids))
-        out = {"conversations": len(by_conversation), "messages": written}
+            own = replace(scope, session_id=conv)
+            held = {m.id for m in self.store.get(own, list(final[conv]))}  # a retried import's: kept, not counted
+            read += len(self.append(own, msgs, ids))
+            written += len(final[conv] - held)
+        out = {"conversations": len(by_conversation), "messages": read, "written": written}
         if records:  # facts, patterns, memory sessions: the caller's own, each written once
             out["records"] = sum(jsonl.put_records(self.store, replace(scope, session_id=None), namespace,
                                                    self._embedded(namespace, recs))
@@ -415,6 +431,11 @@ class Conversations:
         if namespace not in (FACTS, PROCEDURES):
             return [(r, None) for r in records]
         return list(zip(records, self.indexer.embedder.embed([r.text for r in records])))
+
+
+def _by_line(text: str, lines: list[int]) -> str:
+    """``text`` naming messages by their line of the body (``lines[i]``), not their index ("message 3")."""
+    return re.sub(r"\bmessage (\d+)(?=:|'s)", lambda m: f"line {lines[int(m[1])]}", text)
 
 
 def _parse(m: StoredMessage):

@@ -177,6 +177,7 @@ def router(service: Service, principal: Callable[..., Any]) -> APIRouter:
     def forget_fact(fact_id: str, p: Principal = Key, user_id: str | None = User, agent_id: str | None = Agent
                     ) -> dict:
         """Delete one fact for good."""
+        check_name(fact_id, "fact_id")  # a NUL was a 404 on one store and a driver's refusal (422) on another
         if not facts(p, user_id, agent_id).forget(fact_id):
             raise NotFound(f"fact {fact_id!r} not found")
         return {"id": fact_id, "deleted": True}
@@ -216,6 +217,7 @@ def router(service: Service, principal: Callable[..., Any]) -> APIRouter:
     def forget_pattern(pattern_id: str, p: Principal = Key, user_id: str | None = User,
                        agent_id: str | None = Agent) -> dict:
         """Delete one pattern for good."""
+        check_name(pattern_id, "pattern_id")
         if not procedures(p, user_id, agent_id).delete_pattern(pattern_id):
             raise NotFound(f"pattern {pattern_id!r} not found")
         return {"id": pattern_id, "deleted": True}

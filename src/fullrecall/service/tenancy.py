@@ -8,6 +8,7 @@ name one of its users when it is limited.
 
 from __future__ import annotations
 
+from ..stores._validate import check_id
 from ..stores.base import Scope
 from .auth import Principal
 
@@ -15,15 +16,31 @@ MAX_NAME = 200
 
 
 class Forbidden(PermissionError):
-    """The key may not act for this user or agent."""
+    """The key may not act for this user or agent (``field`` names which)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InvalidName(ValueError):
+    """A user, agent, conversation or session id the service does not take; ``field`` names it (a 422's ``field``)."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def check_name(value: str | None, field: str) -> str | None:
-    """A user, agent or conversation id: a non-empty string of at most 200 characters, or None."""
+    """A user, agent or conversation id: a non-empty string of at most 200 characters that a store keeps, or None."""
     if value is None:
         return None
     if not isinstance(value, str) or not value or len(value) > MAX_NAME or "\x00" in value:
-        raise ValueError(f"'{field}' must be a non-empty string of at most {MAX_NAME} characters without NUL")
+        raise InvalidName(f"'{field}' must be a non-empty string of at most {MAX_NAME} characters without NUL", field)
+    try:
+        check_id(value, f"'{field}'")  # what every store refuses (a lone surrogate, over 256 UTF-8 bytes), named here
+    except ValueError as exc:
+        raise InvalidName(str(exc), field) from None
     return value
 
 
@@ -35,5 +52,5 @@ def scope_for(principal: Principal, *, user_id: str | None = None, agent_id: str
     check_name(conversation_id, "conversation_id")
     for field, value, allowed in (("user_id", user_id, principal.users), ("agent_id", agent_id, principal.agents)):
         if allowed is not None and value not in allowed:
-            raise Forbidden(f"this key may not act for {field} {value!r}; it is limited to {list(allowed)}")
+            raise Forbidden(f"this key may not act for {field} {value!r}; it is limited to {list(allowed)}", field)
     return Scope(tenant=principal.tenant, user_id=user_id, agent_id=agent_id, session_id=conversation_id)

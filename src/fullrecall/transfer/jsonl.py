@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
@@ -479,9 +480,73 @@ def record_of(line: dict[str, Any]) -> Record:
         check_record(record)  # what the store would refuse, refused before anything is written
         if record.namespace == PROCEDURES:  # its id is made again for the owner it goes to (see put_records)
             check_pattern_data(record.data)
+            check_pattern_fields(record.data)
+        if record.namespace == FACTS:
+            check_fact_data(record.data)
     except ValueError as exc:
         raise MessageFormatError(f"{where}: {exc}") from None
     return record
+
+
+def _time(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _string(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _string_or_none(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+_FACT_FIELDS: dict[str, tuple[Any, str]] = {  # what long-term memory reads back of a fact: (check, what it must be)
+    "subject": (_string, "a string"), "origin": (_string, "a string"),
+    "attribute": (_string_or_none, "a string or null"), "value": (_string_or_none, "a string or null"),
+    "superseded_by": (_string_or_none, "a string or null"),
+    "stated_at": (_time, "a time in Unix seconds"), "valid_from": (_time, "a time in Unix seconds"),
+    "valid_to": (lambda v: v is None or _time(v), "a time in Unix seconds or null"),
+    "mentions": (_count, "a positive integer"),
+    "sources": (lambda v: isinstance(v, list) and all(isinstance(x, dict) and isinstance(x.get("id"), str) for x in v),
+                "a list of objects with a message 'id'"),
+}
+_PATTERN_FIELDS: dict[str, tuple[Any, str]] = {  # and of a pattern (the first three it needs)
+    "success_score": (lambda v: _time(v) and 0 <= v <= 1, "a number from 0 to 1"),
+    "success_count": (_count, "a positive integer"),
+    "avg_execution_time_ms": (lambda v: _time(v) and v >= 0, "a number >= 0"),
+    "last_used": (_time, "a time in Unix seconds"),
+    EXPIRES_AT: (lambda v: v is None or _time(v), "a time in Unix seconds or null"),
+    "query": (_string, "a string"), "query_type": (_string_or_none, "a string or null"),
+}
+_PATTERN_NEEDS = ("success_score", "success_count", "avg_execution_time_ms")
+
+
+def check_fact_data(data: dict[str, Any]) -> None:
+    """Refuse a fact record's data long-term memory could not read back (a field of
+    :class:`~fullrecall.memory.facts.Fact` not of its type): imported, one such fact failed every read of its
+    owner's facts until it was deleted.
+    """
+    _check_fields("fact", data, _FACT_FIELDS, ())
+
+
+def check_pattern_fields(data: dict[str, Any]) -> None:
+    """Refuse a pattern record's data procedural memory could not read back (its score, count and time missing or
+    not numbers): imported, one such pattern failed every plan and store of its owner's patterns.
+    """
+    _check_fields("pattern", data, _PATTERN_FIELDS, _PATTERN_NEEDS)
+
+
+def _check_fields(kind: str, data: dict[str, Any], fields: dict[str, tuple[Any, str]], needed: tuple[str, ...]
+                  ) -> None:
+    for key, (ok, what) in fields.items():
+        if key in needed and key not in data:
+            raise MessageFormatError(f"a {kind}'s 'data.{key}' is missing; it must be {what}")
+        if key in data and not ok(data[key]):
+            raise MessageFormatError(f"a {kind}'s 'data.{key}' must be {what}, got {data[key]!r}")
 
 
 def record_vector(line: dict[str, Any]) -> np.ndarray | None:

@@ -61,7 +61,7 @@ def import_openai(store: Store, scope: Scope, fp: IO[str], *, name: str = "trans
 
     Everything is parsed and checked first; then each conversation is written in batches.
     """
-    found = parse(fp.read(), name)
+    found = [(conv, messages) for conv, messages in parse(fp.read(), name) if messages]  # no empty one listed
     prepared = []
     for n, (conv, messages) in enumerate(found):
         ids = [m["id"] if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]
