@@ -1,4 +1,4 @@
-"""A MassGen-style agent with both memories: the seed's examples 1-3 with ``fullrecall.MemoryAgent``.
+"""A MassGen-style agent with both memories (``fullrecall.MemoryAgent``), in three steps.
 
 1. Conversation memory: within a session the agent sees what was said (durable, summarized when long).
 2. Persistent memory: a new session (a new agent object, as after a restart) still knows the user.

@@ -60,8 +60,7 @@ def main() -> None:
         preserve_recent_messages=2,
         max_history_turns=2,  # keep the window small, so the example shows recall from the archive
         summarizer=None if real else ExtractiveSummarizer(),  # the agent's own model summarizes when real
-        store=store_url("strands"),
-        session_id="user-42",
+        store=store_url("strands"),  # no session_id: this run's conversation gets a fresh one (one id, one conversation)
     )
     hook = SemanticMemoryHook(max_context_length=2000)
     agent = Agent(model=model(), conversation_manager=manager, hooks=[hook], callback_handler=None,

@@ -50,6 +50,15 @@ def test_strands_example_recalls_what_left_the_window(tmp_path):
     assert "summaries" in out and "window: 4 messages" in out
 
 
+def test_strands_example_runs_again_on_the_same_store(tmp_path):
+    # examples/README.md offers FULLRECALL_EXAMPLE_STORE: a second run is a second conversation, with its own session
+    pytest.importorskip("strands")
+    store = f"sqlite:///{tmp_path / 'kept.db'}"
+    run_example("strands_semantic_memory.py", tmp_path, FULLRECALL_EXAMPLE_STORE=store)
+    out = run_example("strands_semantic_memory.py", tmp_path, FULLRECALL_EXAMPLE_STORE=store)
+    assert "4417" in answers(out)[-1] and "could not archive" not in out
+
+
 def test_procedural_example_learns_the_tool_order(tmp_path):
     out = run_example("procedural_tools_agent.py", tmp_path)
     plans = [line for line in out.splitlines() if line.strip().startswith("plan:")]

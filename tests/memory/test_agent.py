@@ -286,3 +286,17 @@ def test_forget_erases_every_word_of_the_user_and_the_window_starts_empty(server
     for a in (*agents, bob):
         a.close()
     store.close()
+
+
+def test_forget_leaves_no_tokens_counted_as_saved(server, default_embedder):
+    # tokens_saved is what summaries and trimming keep out of the window; erased words were not saved by them
+    store = open_store("sqlite:///:memory:")
+    server.script(*[completion(f"answer {i}") for i in range(2)])
+    agent = MemoryAgent(model(server), store=store, user_id="alice", agent_id="bot", embedder=default_embedder)
+    chat(agent, "My locker code is 4417 and I like long walks by the river.")
+    asyncio.run(agent.forget())
+    assert agent.stats()["tokens_saved"] == 0
+    chat(agent, "Hello again.")
+    assert agent.stats()["tokens_saved"] == 0  # the window holds every word recorded since
+    agent.close()
+    store.close()

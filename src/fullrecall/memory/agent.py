@@ -180,6 +180,7 @@ class MemoryAgent:
         """
         counts = [self.memory.clear(), self.conversation.store.forget(replace(self.conversation.scope, session_id=None))]
         self.conversation.forget()  # its window, read again from the store: empty
+        self._counts["tokens_recorded"] = 0  # erased words are not tokens the window saved
         out: dict[str, Any] = {k: sum(c.get(k, 0) for c in counts) for k in dict.fromkeys(k for c in counts for k in c)
                                if k != "remaining"}
         out["remaining"] = [r for c in counts for r in c.get("remaining", [])]

@@ -6,7 +6,7 @@ from .base import ConversationManager
 
 
 class NullConversationManager(ConversationManager):
-    """Leaves the window as it is; on overflow re-raises, so the caller's retry ends.
+    """Leaves the window as it is; on overflow raises ContextWindowOverflowError (from the model's error), so a retry ends.
 
     For short conversations, debugging, or apps that manage context themselves.
     """
