@@ -573,3 +573,28 @@ def test_import_reads_files_that_start_with_a_byte_order_mark(tmp_path):
     (tmp_path / "b.jsonl").write_text(bom + (tmp_path / "t.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
     done = again("import", "b.jsonl", "--store", store, "--session", "copy", "--no-embed", cwd=tmp_path)
     assert done["format"] == "jsonl" and done["written"] == 1
+
+
+def test_a_long_term_memorys_export_imports_into_another_owners_memory(tmp_path, default_embedder):
+    """A file of ``PersistentMemory.export_jsonl`` (its header names the format ``fullrecall.memory``) was taken
+    for an OpenAI transcript and refused ("'messages' must be a list"); it is now read into a memory."""
+    import asyncio
+
+    from fullrecall import PersistentMemory
+
+    source = PersistentMemory(user_id="ann", agent_id="bot", session_id="s1", store=f"sqlite:///{tmp_path}/a.db",
+                              embedder=default_embedder)
+    asyncio.run(source.record([{"role": "user", "content": "My city is Lyon."},
+                               {"role": "assistant", "content": "Noted, Lyon."}]))
+    source.export_jsonl(tmp_path / "ann.jsonl")
+    source.close()
+    store = f"sqlite:///{tmp_path}/b.db"
+    done = json.loads(fr("import", "ann.jsonl", "--store", store, "--user", "bea", "--json", cwd=tmp_path).stdout)
+    assert done == {"format": "memory", "messages": 2, "written": 2, "facts": 1, "facts_written": 1}
+    assert again("import", "ann.jsonl", "--store", store, "--user", "bea", cwd=tmp_path)["written"] == 0
+    bea = PersistentMemory(user_id="bea", store=store, embedder=default_embedder)
+    assert [m.data["content"] for m in bea.messages()] == ["My city is Lyon.", "Noted, Lyon."]
+    assert [f.value for f in bea.facts.current()] == ["Lyon"]
+    bea.close()
+    refused = inproc("import", "ann.jsonl", "--store", store, "--no-embed", cwd=tmp_path, ok=False)
+    assert refused.returncode == 2 and "--no-embed" in refused.stderr

@@ -1,4 +1,5 @@
-"""``fullrecall import PATH``: conversations into a store, from jsonl, openai, strands or locomo files.
+"""``fullrecall import PATH``: conversations into a store, from jsonl, openai, strands or locomo files, and a
+long-term memory's own export (``PersistentMemory.export_jsonl``: messages and facts).
 
 Idempotent and resumable: every message has a stable id the store skips when it holds it,
 so importing twice changes nothing, and an interrupted import is finished by running it again.
@@ -13,13 +14,14 @@ from typing import Any
 
 from .common import add_store, emit, opened_store, progress_bars, scope
 
-FORMATS = ("jsonl", "openai", "strands", "locomo")
+FORMATS = ("jsonl", "memory", "openai", "strands", "locomo")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="a file (jsonl, openai, locomo) or a folder (strands); '-' reads stdin")
     parser.add_argument("--format", choices=("auto", *FORMATS), default="auto", help="the file's format (default: "
-                        "guessed: a folder is strands, a fullrecall header jsonl, a list of samples locomo, else openai)")
+                        "guessed: a folder is strands, a fullrecall header jsonl, a long-term memory's header memory, "
+                        "a list of samples locomo, else openai)")
     add_store(parser, session_help="import every message into this one conversation (default: each conversation of the file "
               "as its own)")
     parser.add_argument("--no-embed", action="store_true",
@@ -39,6 +41,8 @@ def detect(path: str) -> str:
             line = None  # a JSON document spread over lines (LoCoMo as exported): read it whole below
         if isinstance(line, dict) and line.get("format") == "fullrecall":
             return "jsonl"
+        if isinstance(line, dict) and line.get("format") == "fullrecall.memory":
+            return "memory"
         try:
             whole = json.loads(first + fp.read())
         except json.JSONDecodeError:
@@ -80,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.format
     if fmt == "auto":
         fmt = "jsonl" if args.path == "-" else detect(args.path)
+    if fmt == "memory":
+        return _import_memory(args)
     with opened_store(args) as store:
         embedder = None if args.no_embed else LazyEmbedder()
         own = scope(args)
@@ -110,4 +116,30 @@ def run(args: argparse.Namespace) -> int:
                 + (f"; {counts['records']:,} long-term records, {counts['records_written']:,} new"
                    if counts.get("records") else ""))
         emit(args, {"format": fmt, **counts}, text)
+    return 0
+
+
+def _import_memory(args: argparse.Namespace) -> int:
+    """A long-term memory's export into the memory of ``--user`` / ``--agent`` (the default owner when left
+    out), each message in its own conversation as exported, its words embedded and its facts kept as they were.
+    """
+    import sys
+
+    from ..errors import InvalidInput
+    from ..memory import PersistentMemory
+
+    if getattr(args, "session", None) is not None:
+        raise InvalidInput("--session: a long-term memory's export keeps each message's own conversation")
+    if args.no_embed:
+        raise InvalidInput("--no-embed: a long-term memory is searched by its vectors; its import embeds what it "
+                           "writes")
+    with opened_store(args) as store:
+        memory = PersistentMemory(user_id=args.user, agent_id=args.agent, tenant=args.tenant, store=store)
+        try:
+            counts = memory.import_jsonl(sys.stdin if args.path == "-" else Path(args.path))
+        finally:
+            memory.close()
+    emit(args, {"format": "memory", **counts},
+         f"imported {args.path} (memory): {counts['messages']:,} messages read, {counts['written']:,} new; "
+         f"{counts['facts']:,} facts read, {counts['facts_written']:,} new")
     return 0
