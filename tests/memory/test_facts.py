@@ -163,6 +163,28 @@ def test_a_dot_inside_a_word_does_not_cut_a_facts_value():
     assert extract_facts("!" * 100_000 + " my dog is Rex") == [("dog", "Rex", "my dog is Rex")]
 
 
+def test_a_clause_of_its_own_is_no_part_of_the_previous_value():
+    """'My locker code is 4711 and I live in Lyon' was kept as locker code = '4711 and I live in Lyon' (and no
+    city): a clause that starts with the speaker's "I" or "my" after "and" / "but", or after a semicolon, is
+    read on its own; an "and" inside a value stays in it."""
+    assert extract_facts("My locker code is 4711 and I live in Lyon. My name is Ann; my city is Rome, but I "
+                         "work at Acme") == [
+        ("locker code", "4711", "My locker code is 4711"),
+        ("lives in", "Lyon", "I live in Lyon."),
+        ("name", "Ann", "My name is Ann"),
+        ("city", "Rome", "my city is Rome"),
+        ("works at", "Acme", "I work at Acme"),
+    ]
+    assert extract_facts("I like rock and roll. My favourite duo is Simon and Garfunkel. My friend is Ian and "
+                         "Irene") == [
+        (None, "rock and roll", "I like rock and roll."),
+        ("favourite duo", "Simon and Garfunkel", "My favourite duo is Simon and Garfunkel."),
+        ("friend", "Ian and Irene", "My friend is Ian and Irene"),
+    ]
+    assert extract_facts("Remember that my badge is 12 and I work at Acme") == [
+        ("badge", "12", "my badge is 12"), ("works at", "Acme", "I work at Acme")]
+
+
 def test_learn_links_each_fact_to_its_message_and_reads_only_user_words(facts):
     messages = [
         {"role": "system", "content": "You are helpful. My name is System."},

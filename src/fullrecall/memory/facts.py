@@ -76,6 +76,9 @@ class Fact:
 # a sentence ends at . ! or ? followed by a space, or at a line's end: not at a dot inside a word (72.5,
 # ann@example.com, v1.2), which cut a fact's value short
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")
+# a clause of its own within a sentence: after a semicolon, or an "and" / "but" that the speaker's "I" or "my"
+# follows ("my locker code is 4711 and I live in Lyon"), which would otherwise end up in the first one's value
+_CLAUSE = re.compile(r"\s*;\s*|,?\s+(?:and|but)\s+(?=(?:i|my)\b)", re.IGNORECASE)
 _END = r"\s*[.!?]*\s*$"
 _RULES: list[tuple[re.Pattern[str], str | None]] = [
     (re.compile(r"^my (?P<attr>[a-z][\w' -]{0,40}?) (?:is|are) (?P<value>.+?)" + _END, re.IGNORECASE), None),
@@ -94,7 +97,8 @@ _REMEMBER = re.compile(r"^(?:please )?remember(?: that)?,? (?P<inner>.+)$", re.I
 def extract_facts(text: str) -> list[tuple[str | None, str | None, str]]:
     """Facts a user's message states, by simple rules: ``(attribute, value, sentence)`` per fact.
 
-    Per sentence (ended by . ! or ? before a space, or by a line's end), in order: "my <attribute> is/are <value>" (attribute facts: a new value
+    Per sentence (ended by . ! or ? before a space, or by a line's end) and per clause of it (after a
+    semicolon, or an "and" / "but" followed by "I" or "my"), in order: "my <attribute> is/are <value>" (attribute facts: a new value
     supersedes the old one); "I live in <value>" ("lives in"); "I work at/for <value>"
     ("works at"); "I am <n> years old" ("age"); "I like/love/prefer/enjoy <value>" (no
     attribute: several can hold at once). A negated "my <attribute> is/are" ("is not", "isn't",
@@ -108,9 +112,9 @@ def extract_facts(text: str) -> list[tuple[str | None, str | None, str]]:
             continue
         remember = _REMEMBER.match(sentence)
         inner = remember.group("inner").strip() if remember else sentence
-        fact = _match_rule(inner)
-        if fact is not None:
-            found.append(fact)
+        facts = [fact for clause in _CLAUSE.split(inner) if clause and (fact := _match_rule(clause)) is not None]
+        if facts:
+            found += facts
         elif remember:
             found.append((None, None, inner))
     return found
