@@ -220,6 +220,20 @@ def test_a_reading_command_on_a_store_file_that_does_not_exist_says_so(tmp_path)
     assert inproc("stats", "--store", "sqlite:///:memory:", cwd=tmp_path).returncode == 0
 
 
+def test_stats_of_a_conversation_that_does_not_exist_says_so(tmp_path):
+    """``stats --session nope`` printed zeros, where ``export`` and ``inspect`` say the conversation is not found."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    again("import", "t.json", "--store", store, "--user", "ann", "--no-embed", cwd=tmp_path)
+    assert again("stats", "--store", store, "--user", "ann", "--session", "t", cwd=tmp_path)["message_count"] == 1
+    for who in (("--user", "ann"), ("--user", "bob")):
+        done = inproc("stats", "--store", store, *who, "--session", "nope", cwd=tmp_path, ok=False)
+        assert done.returncode == 1 and "conversation 'nope' not found" in done.stderr, done.stderr
+    done = inproc("stats", "--store", store, "--user", "bob", "--session", "t", cwd=tmp_path, ok=False)
+    assert done.returncode == 1 and "user 'bob'" in done.stderr  # another owner's conversation is not found either
+    assert again("stats", "--store", store, "--user", "bob", cwd=tmp_path)["message_count"] == 0  # an owner: zeros
+
+
 def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path):
     """``fullrecall export - | head`` printed 'error: [Errno 32] Broken pipe' (and exit 1) once head had its lines."""
     store = f"sqlite:///{tmp_path / 'm.db'}"
