@@ -117,6 +117,10 @@ BAD_CALLS = [
     ("append_messages", {"session_id": "s", "messages": [{"role": "user", "content": "one", "id": "x"},
                                                          {"role": "user", "content": "two", "id": "x"}]},
      "message 1: 'id' 'x' is also message 0's"),
+    ("append_messages", {"session_id": "s", "messages": []}, "messages"),
+    ("append_messages", {"session_id": "s", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "tool", "tool_call_id": "call-9", "content": "42"}]}, "message 1: tool result 'call-9' answers no tool call"),
     ("get_context", {"session_id": "s", "max_tokens": 0}, "max_tokens"),
     ("get_context", {"session_id": "s\x00"}, "session_id"),
     ("expand", {"id": "m1", "session_id": "s\x00"}, "session_id"),
@@ -133,6 +137,24 @@ def test_bad_arguments_are_tool_errors_and_write_nothing(default_embedder: Any) 
             assert named in await error(client, tool, args)
         assert (await call(client, "get_context", {"session_id": "s"}))["messages"] == []  # nothing partial
         assert (await call(client, "search_memory", {"query": "fine"}))["results"] == []  # the server still serves
+
+    run(lambda: Client(server), scenario)
+
+
+def test_a_tool_result_answers_a_call_of_the_same_append_or_of_the_window(default_embedder: Any) -> None:
+    """An orphaned tool result was stored (the service's route refuses it): every later context then held a
+    result no tool call asked for, which model providers refuse."""
+    server = create_server(open_store("sqlite:///:memory:"), user_id="u", embedder=default_embedder)
+    ask = {"role": "assistant", "content": None,
+           "tool_calls": [{"id": "call-1", "type": "function", "function": {"name": "add", "arguments": "{}"}}]}
+
+    async def scenario(client: Client) -> None:
+        await call(client, "append_messages", {"session_id": "s", "messages": [{"role": "user", "content": "2+2?"}, ask]})
+        answer = {"role": "tool", "tool_call_id": "call-1", "content": "4"}
+        await call(client, "append_messages", {"session_id": "s", "messages": [answer]})  # its call is in the window
+        assert "call-2" in await error(client, "append_messages", {"session_id": "s", "messages": [
+            {"role": "tool", "tool_call_id": "call-2", "content": "5"}]})
+        assert len((await call(client, "get_context", {"session_id": "s"}))["messages"]) == 3  # nothing partial
 
     run(lambda: Client(server), scenario)
 

@@ -61,14 +61,25 @@ class MemoryConversations:
         """Append ``messages``; two different ones of one call with one ``"id"`` are refused, as the service does
         (the conversation keeps an id's first message: the other would be acknowledged and lost).
         """
-        from ..messages.formats import check_unique_ids
+        from ..errors import MessageFormatError
+        from ..messages.formats import check_unique_ids, parse_messages
 
         ids = [m.get("id") if isinstance(m, dict) else None for m in messages]
         # no id, or one the memory refuses by itself (naming it), takes no part
         check_unique_ids(messages, [i if isinstance(i, (str, int)) and not isinstance(i, bool) else None for i in ids],
                          "a call")
+        parsed = parse_messages(messages)[1]  # a malformed message is named before anything is read or written
         conversation, lock = self._conversation(scope)
         with lock:
+            # a tool result must answer a tool call of this call or of the window, as the service's route checks:
+            # an orphaned one would make every later context one that no model provider accepts
+            calls = {i for m in conversation.messages for i in parse_messages([m])[1][0].tool_use_ids}
+            for index, msg in enumerate(parsed):
+                for tool_id in msg.tool_result_ids:
+                    if tool_id not in calls:
+                        raise MessageFormatError(f"message {index}: tool result {tool_id!r} answers no tool call "
+                                                 "of this conversation")
+                calls.update(msg.tool_use_ids)
             conversation.add(messages)
 
     def context(self, scope: Scope, max_tokens: int | None, query: str | None = None) -> dict[str, Any]:
@@ -209,7 +220,8 @@ def create_server(
         return memory_tool("recall_patterns", ctx, {"task": task})
 
     def append_messages(session_id: Annotated[str, Field(description="the conversation", min_length=1)],
-                        messages: Annotated[list[dict[str, Any]], Field(description="the new messages, oldest first")],
+                        messages: Annotated[list[dict[str, Any]], Field(description="the new messages, oldest first",
+                                                                        min_length=1)],
                         ctx: Context | None = None) -> dict[str, Any]:
         scope = who(ctx, session_id)
         checked({"messages": messages})
