@@ -351,3 +351,13 @@ def test_a_message_of_the_epoch_keeps_its_time():
     archive = Archive("sqlite:///:memory:", Scope(session_id="c"))
     archive.write(event)
     assert [m.created_at for m in archive.get(0, 1)] == [0.0, 86400.0]  # 0 was taken for no time, and made now
+
+
+def test_an_archive_moved_to_another_conversation_checks_its_places_there_again(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path}/a.db")
+    Archive(store, Scope(session_id="theirs")).write(_removed(["x"] * 6, 0))  # another conversation, 6 places
+    archive = Archive(store, Scope(session_id="mine"))
+    archive.write(_removed(["one", "two"], 0))
+    archive.scope = Scope(session_id="theirs")  # as a Strands manager moves its archive to a restored session
+    with pytest.raises(ArchiveError, match=r"'theirs' holds other messages at positions \[2, 3\]"):
+        archive.write(_removed(["three", "four"], 2))  # past what it wrote in "mine", not in "theirs"

@@ -138,7 +138,8 @@ class Archive:
         self._origin: int | None = None  # first archived position, once known (conversations that do not log)
         self._oldest: int | None = None  # where the oldest archived message was last seen (a hint)
         self._writing: int | None = None  # during a write: the newest position it archives
-        self._high: int | None = None  # the furthest place this archive wrote a message at (see _check_places)
+        self._high: tuple[Scope, int] | None = None  # the furthest place this archive wrote at, in which scope
+        # (see _check_places; an archive moved to another conversation starts again)
         self._next_catch_up = 0.0  # when to look for waiting batches again (0: on the next write)
         self._failed: set[str] = set()  # waiting batches this archive's worker could not embed (queued nowhere)
         self._indexer = BackgroundIndexer(self._index_jobs, batch_size=catch_up_batch) if background_indexing \
@@ -222,8 +223,9 @@ class Archive:
         placed = {r.position: r for r in records if r.position is not None and r.id == f"m{r.position}"}
         if not placed:
             return
-        if self._high is not None and min(placed) > self._high:  # past everything it wrote: new places
-            self._high = max(placed)
+        high = self._high[1] if self._high is not None and self._high[0] == self.scope else None
+        if high is not None and min(placed) > high:  # past everything it wrote here: new places
+            self._high = (self.scope, max(placed))
             return
         held = self.store.range(self.scope, min(placed), max(placed))
         # the same message again, or the shortened copy of one archived whole when a tool result was cut
@@ -234,7 +236,7 @@ class Archive:
                 f"conversation {self.scope.session_id!r} holds other messages at positions {taken}: a second "
                 "conversation is written under this session id, or the conversation was rewound to an earlier "
                 "point; give each conversation its own session id (nothing was written)")
-        self._high = max(placed) if self._high is None else max(self._high, max(placed))
+        self._high = (self.scope, max(placed) if high is None else max(high, max(placed)))
 
     def _keep_reused_ids(self, records: list[StoredMessage], positions: list[int]) -> list[StoredMessage]:
         """Store under ``id@position`` each message whose id an earlier one holds (a caller reusing ids).
