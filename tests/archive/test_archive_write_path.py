@@ -253,6 +253,22 @@ def test_memory_limit_calls_stats_once_a_write_and_keeps_under_the_limit(store_u
         assert stats["total_memory"] <= 40_000
 
 
+def test_memory_limit_holds_after_a_huge_message_behind_many_small_ones(store_url):
+    """One huge message puts the archive over the limit: one write evicts as many small old ones as it takes
+    (it read 2n + 64 of them, n from the average size the huge one inflates, and left the archive over)."""
+    archive = Archive(store_url, Scope(session_id="s"), embedding_model=HashEmbedder())
+    archive.write(removed([f"small note {i}" for i in range(600)], 0))
+    archive.write(removed(["huge " + "x" * 200_000], 600))
+    before = archive.get_memory_usage_stats()
+    archive.max_memory_archived_messages = before["total_memory"] - 60_000
+    archive.write(removed(["one more small note"], 601))
+    after = archive.get_memory_usage_stats()
+    freed = before["text_memory"] + before["embedding_memory"] - after["text_memory"] - after["embedding_memory"]
+    assert freed >= 60_000 - 500  # the excess, less what the new note added
+    assert 0 < after["evicted_count"] < 600 and after["newest_position"] == 601  # the newest and the huge one stay
+    assert after["evicted_count"] + after["message_count"] == 602
+
+
 def evict_worker(url: str, scope: Scope, worker: int, n: int, ready: Any, start: Any) -> None:
     archive = Archive(url, scope, embedding_model=HashEmbedder(), max_num_archived_messages=10)
     ready.release()

@@ -453,15 +453,22 @@ class Archive:
         newest = self._newest_position(start)
         if start is None or newest is None:
             return 0
-        victims = self.store.range(self.scope, start, min(newest, start + 2 * n + PROBE))
+        end = min(newest, start + 2 * n + PROBE)
+        victims = self.store.range(self.scope, start, end)
         if free is not None:
             wanted, overhead = free
             freed, count = 0.0, 0
-            for m in victims:
-                if count >= n and freed >= wanted:
+            while True:
+                for m in victims[count:]:
+                    if count >= n and freed >= wanted:
+                        break
+                    freed += m.size_bytes() + overhead
+                    count += 1
+                if (count >= n and freed >= wanted) or end >= newest:
                     break
-                freed += m.size_bytes() + overhead
-                count += 1
+                # the oldest are small beside what put the archive over (one huge message): read further on
+                start, end = end + 1, min(newest, end + 2 * len(victims) + PROBE)
+                victims += self.store.range(self.scope, start, end)
             n = count
         victims = victims[:n]
         if not victims:
