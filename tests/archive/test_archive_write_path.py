@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fullrecall.archive import Archive
+from fullrecall.archive.archive import END
 from fullrecall.bench.archive import CountingStore
 from fullrecall.messages import parse_messages
 from fullrecall.stores import Scope, open_store
@@ -424,3 +425,33 @@ def test_a_row_is_indexed_with_the_utc_date_of_its_message(timestamp, role):
     row = message_record(replace(msg, timestamp=timestamp, position=0), "converse")
     assert row.text.startswith(f"{role} ({time.strftime('%Y-%m-%d', time.gmtime(timestamp))}): hello")
     assert row.created_at == timestamp
+
+
+class EvictingStore(CountingStore):
+    """A real store where another writer evicts one of this writer's messages just before each of its
+    ``set_vectors`` calls, as long as ``evict`` names one."""
+
+    def __init__(self, inner: Any, other: Any, evict: list[str]) -> None:
+        super().__init__(inner)
+        self.other, self.evict = other, evict
+
+    def set_vectors(self, scope: Scope, ids: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.evict:
+            self.other.delete(scope, [self.evict.pop(0)])
+        return self.inner.set_vectors(scope, ids, *args, **kwargs)
+
+
+def test_vectors_are_stored_while_another_writer_keeps_evicting(store_url):
+    """Another writer evicts one message before the write stores its vectors, and one more before its second
+    try: the third stores the vectors of those left (the second try's ValueError came out of the write,
+    after its messages were committed, and a background batch stayed waiting)."""
+    scope = Scope(session_id="s")
+    other = open_store(store_url)
+    store = EvictingStore(open_store(store_url), other, ["m0", "m1"])
+    archive = Archive(store, scope, embedding_model=HashEmbedder())
+    archive.write(removed([words(i) for i in range(6)], 0))
+    left = [m.id for m in other.range(scope, 0, END)]
+    assert left == ["m2", "m3", "m4", "m5"] and set(other.get_vectors(scope, left)) == set(left)
+    assert archive.get_memory_usage_stats()["unindexed_count"] == 0
+    store.inner.close()
+    other.close()

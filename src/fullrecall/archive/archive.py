@@ -287,14 +287,19 @@ class Archive:
                         "keyword search, and embedded later", len(messages), type(exc).__name__, exc)
             return False
         ids = [m.id for m in messages]
-        try:
-            self.store.set_vectors(self.scope, ids, vectors, engine.embedder.name)
-        except ValueError:  # some were forgotten or evicted meanwhile: store the vectors of those still here
-            present = {m.id for m in self.store.get(self.scope, ids)}
-            keep = [i for i, m in enumerate(messages) if m.id in present]
-            if keep:
-                self.store.set_vectors(self.scope, [ids[i] for i in keep], vectors[keep], engine.embedder.name)
-        return True
+        while True:
+            try:
+                self.store.set_vectors(self.scope, ids, vectors, engine.embedder.name)
+                return True
+            except ValueError:  # some were forgotten or evicted meanwhile: store the vectors of those still here
+                present = {m.id for m in self.store.get(self.scope, ids)}
+                keep = [i for i, mid in enumerate(ids) if mid in present]
+                if len(keep) == len(ids):  # none went: the refusal is about the vectors themselves
+                    raise
+                if not keep:
+                    return True
+                # another writer may evict more before this try: each try has fewer ids, so this ends
+                ids, vectors = [ids[i] for i in keep], vectors[keep]
 
     def _wait_for_vectors(self, messages: Sequence[StoredMessage]) -> str:
         """Record one batch as waiting for its vectors (a new record: nothing is rewritten); its id."""
