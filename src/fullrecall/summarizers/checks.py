@@ -106,10 +106,26 @@ def missing_items(text: str, items: Iterable[str]) -> list[str]:
 
 # -- exclusion -----------------------------------------------------------------
 
+_SUMMARY = r"(?:summar\w*|recaps?)\b"
 _REQUEST = re.compile(
-    r"(?:(?:\b(?:do not|don't|dont|please don't|not to|without)|(?:^|[.!?]\s+|please\s+)never)\s+(?:\w+\s+){0,4}?"
+    # "never" after a clause's start or a word that makes it a request ("..., never put it", "and never
+    # mention", "you should never include"), not after a subject ("I never include dates in my summaries")
+    r"(?:(?:\b(?:do not|don't|dont|please don't|not to|without)|(?:^|[.!?,;:\u2013\u2014-]\s*|"
+    r"\b(?:please|and|but|so|should|must|shall|will|to)\s+)never)\s+(?:\w+\s+){0,4}?"
     r"(?:include|put|mention|add|record|write|note|repeat|keep|store|save|list)\w*\b[^.?!\n]{0,80}?"
-    r"\b(?:summar\w*|recaps?)\b)"
+    r"\b" + _SUMMARY + ")"
+    # "make sure it never appears in a summary", "don't let it end up in any summary" (a request, not a
+    # question or complaint about what a summary holds: "why does the date not appear in the summary?")
+    r"|(?:\b(?:make sure|ensure|see to it)\s+(?:that\s+)?(?:\w+\s+){0,3}?(?:never|not|n't|won't)\s+"
+    r"(?:appear\w*|end up|make it|get|go)\s+in(?:to)?\s+(?:\w+\s+){0,2}?" + _SUMMARY + ")"
+    r"|(?:\b(?:don't|do not|dont|never)\s+let\s+(?:\w+\s+){0,3}?(?:appear|end up|make it|get|go)\s+in(?:to)?\s+"
+    r"(?:\w+\s+){0,2}?" + _SUMMARY + ")"
+    # "the summary must never mention it", "make sure the summary doesn't include it", "not for the summary"
+    r"|(?:\b" + _SUMMARY + r"\s+(?:must|should|shall)(?:\s+not|n't|\s+never)\s+"
+    r"(?:include|mention|contain|list|show)\w*\b)"
+    r"|(?:\b(?:make sure|ensure)\s+(?:that\s+)?(?:the\s+|any\s+|your\s+|a\s+)?" + _SUMMARY
+    + r"\s+(?:never|doesn't|does not|won't|will not)\s+(?:include|mention|contain|list|show)\w*\b)"
+    r"|(?:\bnot for\s+(?:the\s+|any\s+|a\s+)?" + _SUMMARY + ")"
     r"|(?:\b(?:keep|leave)\s+(?:[\w']+\s+){0,5}?out of\s+(?:\w+\s+){0,3}?(?:summar\w*|recaps?)\b)"
     r"|(?:\bexclud\w*\s+[^.?!\n]{0,80}?\bfrom\s+(?:\w+\s+){0,3}?summar\w*)"
     r"|(?:\b(?:do not|don't|never)\s+summari[sz]e\s+(?:this|that|it)\b)"
