@@ -43,6 +43,7 @@ from typing import Any
 from ..messages.formats import parse_message, render_message
 from ..messages.model import Message, TextBlock
 from ..search.terms import index_text
+from ..stores._validate import check_filters
 from ..stores._vectors import as_matrix
 from ..stores.base import Filters, Record, Scope, Store, StoredMessage
 from ..window.base import RemovedMessages
@@ -491,6 +492,7 @@ class Archive:
         ``before`` is the first position still in the active window: nothing at
         or after it is recalled (the model already sees it).
         """
+        check_filters("recall", filters)
         started = time.perf_counter()
         first = 0
         if self.archived_span is not None:
