@@ -133,6 +133,8 @@ _REQUEST = re.compile(
     re.IGNORECASE,
 )
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+_LONG_NUMBER = re.compile(r"(?<!\d)\d{5,}(?!\d)")
+_PARTS = re.compile(r"[^\W_]+")
 _DIGIT_TOKEN = re.compile(r"(?<![\w])[\w$€£#@./:+-]*\d[\w./:+-]*")
 _QUOTED = re.compile(r"\"([^\"\n]{2,80})\"|“([^”\n]{2,80})”|(?<!\w)'([^'\n]{2,80})'(?!\w)")
 _COPULA = re.compile(r"\b(?:is|are|was|were|called|named)\s*[:=]?\s+(?:(?:a|an|the|my|our|your)\s+)?"
@@ -159,6 +161,8 @@ def private_values(text: str) -> list[str]:
         token = m.group(0).strip(".:/+-")
         if token:
             values.append(token)
+            # an id's long number alone ("account 55123" for ACCT-55123): a year's four digits are not enough
+            values.extend(run for run in _LONG_NUMBER.findall(token) if run != token)
     for m in _QUOTED.finditer(text):
         values.append(next(g for g in m.groups() if g))
     for m in re.finditer(DEFAULT_PROTECTED["email"], text):
@@ -246,7 +250,7 @@ class ExclusionPlan:
         return not (self.private_indexes or self.terms or self.patterns)
 
     def matchers(self) -> list[Pattern[str]]:
-        words = [re.compile(rf"(?<![A-Za-z0-9]){re.escape(t)}(?![A-Za-z0-9])", re.IGNORECASE) for t in self.terms]
+        words = [re.compile(rf"(?<![A-Za-z0-9]){_term_pattern(t)}(?![A-Za-z0-9])", re.IGNORECASE) for t in self.terms]
         return words + list(self.patterns)
 
     def leaks(self, text: str) -> list[str]:
@@ -280,6 +284,16 @@ class ExclusionPlan:
 
     def is_private_text(self, text: str) -> bool:
         return bool(self.leaks(text))
+
+
+def _term_pattern(term: str) -> str:
+    """A private term as a regex whose words may be joined by any few separators: "ACCT-55123" is found as
+    "ACCT 55123", "ACCT\u201155123" (a non-breaking hyphen) or "ACCT_55123" too, as a model may write it.
+    """
+    parts = _PARTS.findall(term)
+    if len(parts) < 2 or "".join(parts) == term:
+        return re.escape(term)
+    return r"[\W_]{0,3}".join(map(re.escape, parts))
 
 
 def _sub_nonempty(pattern: Pattern[str], repl: str, text: str) -> tuple[str, int]:
