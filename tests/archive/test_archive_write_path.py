@@ -455,3 +455,44 @@ def test_vectors_are_stored_while_another_writer_keeps_evicting(store_url):
     assert archive.get_memory_usage_stats()["unindexed_count"] == 0
     store.inner.close()
     other.close()
+
+
+def test_a_text_the_embedding_model_refuses_leaves_only_itself_without_vectors():
+    """An OpenAI-compatible peer refuses (HTTP 400) any request holding a text over its length limit: the other
+    messages of the batch get their vectors, and a catch-up asks again for that one text alone (the whole batch
+    stayed without vectors, and each catch-up sent it again, failing, for good)."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
+    from summarizer_peers import Reply, ScriptedServer
+
+    from fullrecall.embeddings import load_embedder
+
+    asked: list[int] = []
+
+    def answer(body: dict[str, Any]) -> Reply:
+        texts = body["input"]
+        asked.append(len(texts))
+        if any(len(t) > 2000 for t in texts):
+            return Reply(status=400, body=b'{"error": {"message": "maximum context length is 512 tokens"}}')
+        data = [{"index": i, "embedding": [1.0, float(len(t)), 0.5, 0.25]} for i, t in enumerate(texts)]
+        return Reply(body=json.dumps({"data": data}).encode())
+
+    server = ScriptedServer(path=lambda p: p == "/v1/embeddings")
+    try:
+        server.script(*[answer] * 40)
+        embedder = load_embedder("openai:m", embedding_dimensions=4, base_url=server.base_url, api_key="k")
+        archive = Archive("sqlite:///:memory:", Scope(session_id="s"), embedding_model=embedder)
+        texts = [words(0), words(1), "pasted log " + "x" * 5000, words(3), words(4)]
+        archive.write(removed(texts, 0))
+        vectors = archive.store.get_vectors(archive.scope, [f"m{i}" for i in range(5)])
+        assert set(vectors) == {"m0", "m1", "m3", "m4"}
+        assert archive.get_memory_usage_stats()["unindexed_count"] >= 1
+        asked.clear()
+        assert archive.catch_up() == 0 and asked == [1]  # the refused text alone, not the batch again
+        assert archive.get_memory_usage_stats()["unindexed_count"] == 1
+        assert [h.id for h in archive.search_engine.search("pasted log", top_k=1)] == ["m2"]  # by its words
+    finally:
+        server.close()

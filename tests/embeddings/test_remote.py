@@ -321,3 +321,28 @@ def test_bedrock_answer_that_is_not_an_embedding_is_an_embedding_error(raw, says
                                            "contentType": "application/json"})
         with pytest.raises(EmbeddingError, match=f"titan-embed-text-v2:0.* {says}"):
             emb.embed(["x"])
+
+
+def test_an_input_the_model_refuses_is_told_from_a_failure_that_may_pass():
+    """``EmbeddingError.rejected``: the model refused the texts (HTTP 400/413/422, Bedrock's ValidationException),
+    so the archive embeds the batch apart; a throttle or a server error is not, and the batch waits whole."""
+    client = _client()
+    emb = load_embedder("bedrock:amazon.titan-embed-text-v1", client=client)
+    with Stubber(client) as stub:
+        stub.add_client_error("invoke_model", service_error_code="ValidationException", service_message="too long")
+        stub.add_client_error("invoke_model", service_error_code="ThrottlingException", service_message="slow down")
+        for rejected in (True, False):
+            with pytest.raises(EmbeddingError) as info:
+                emb.embed(["x"])
+            assert info.value.rejected is rejected
+    server = ScriptedServer(path=lambda p: p == "/v1/embeddings")
+    try:
+        server.script(Reply(status=400, body=b'{"error": "too many tokens"}'), Reply(status=429, body=b"{}"),
+                      Reply(status=503, body=b"{}"))
+        emb = load_embedder("openai:m", base_url=server.base_url, api_key="k")
+        for rejected in (True, False, False):
+            with pytest.raises(EmbeddingError) as info:
+                emb.embed(["x"])
+            assert info.value.rejected is rejected
+    finally:
+        server.close()

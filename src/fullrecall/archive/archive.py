@@ -194,8 +194,8 @@ class Archive:
             pass
         elif self._indexer is not None:
             self._indexer.submit((self._wait_for_vectors(records), records))
-        elif not self._embed(records):
-            self._wait_for_vectors(records)
+        elif left := self._embed(records):
+            self._wait_for_vectors(left)
             self._next_catch_up = 0.0  # as soon as a write embeds again
         elif time.monotonic() >= self._next_catch_up:
             self.catch_up()
@@ -274,33 +274,44 @@ class Archive:
         return archived_summaries(self.store, self.scope)
 
     # -- indexing -------------------------------------------------------------------------------
-    def _embed(self, messages: Sequence[StoredMessage]) -> bool:
-        """Embed ``messages`` in one batch and store the vectors; False (logged) if that failed."""
+    def _embed(self, messages: Sequence[StoredMessage]) -> list[StoredMessage]:
+        """Embed ``messages`` in one batch and store the vectors; those left without them (logged): none, all,
+        or, when the model refused the batch's input, the texts it refuses alone (see :meth:`_embed_apart`).
+        """
         if not messages:
-            return True
+            return []
         engine = self.search_engine
         try:
             engine._check_vector_space()
             # vectors no store takes (NaN, too few rows) are the embedder's failure too, found before storing
             vectors = as_matrix(engine.embedder.embed([m.text for m in messages]), len(messages))
         except Exception as exc:  # noqa: BLE001 - the text is committed; only vectors are late
+            if getattr(exc, "rejected", False) and len(messages) > 1:
+                return self._embed_apart(messages)
             log.warning("archived %d message(s) but could not embed them (%s: %s); they are kept, found by "
                         "keyword search, and embedded later", len(messages), type(exc).__name__, exc)
-            return False
+            return list(messages)
         ids = [m.id for m in messages]
         while True:
             try:
                 self.store.set_vectors(self.scope, ids, vectors, engine.embedder.name)
-                return True
+                return []
             except ValueError:  # some were forgotten or evicted meanwhile: store the vectors of those still here
                 present = {m.id for m in self.store.get(self.scope, ids)}
                 keep = [i for i, mid in enumerate(ids) if mid in present]
                 if len(keep) == len(ids):  # none went: the refusal is about the vectors themselves
                     raise
                 if not keep:
-                    return True
+                    return []
                 # another writer may evict more before this try: each try has fewer ids, so this ends
                 ids, vectors = [ids[i] for i in keep], vectors[keep]
+
+    def _embed_apart(self, messages: Sequence[StoredMessage]) -> list[StoredMessage]:
+        """Embed a batch the model refused in halves, down to single messages, so that one text it always
+        refuses (one over its length limit) leaves only itself without vectors; those left without them.
+        """
+        half = len(messages) // 2
+        return self._embed(messages[:half]) + self._embed(messages[half:])
 
     def _wait_for_vectors(self, messages: Sequence[StoredMessage]) -> str:
         """Record one batch as waiting for its vectors (a new record: nothing is rewritten); its id."""
@@ -313,7 +324,7 @@ class Archive:
 
     def _index_jobs(self, jobs: list[Job]) -> None:
         """The background worker's step: embed the queued batches at once, then catch up if due."""
-        if self._embed([m for _, batch in jobs for m in batch]):
+        if not self._embed([m for _, batch in jobs for m in batch]):
             for batch_id, _ in jobs:
                 self.store.delete_record(self.scope, UNEMBEDDED, batch_id)
             if time.monotonic() >= self._next_catch_up:
@@ -347,9 +358,15 @@ class Archive:
         ids = list(dict.fromkeys(ids))
         have = self.store.get_vectors(self.scope, ids) if ids else {}
         todo = [m for m in self.store.get(self.scope, [i for i in ids if i not in have])]
-        if not self._embed(todo):
+        left = self._embed(todo)
+        if left:
             self._next_catch_up = time.monotonic() + BACKLOG_RECHECK_S
-            return 0
+            if len(left) < len(ids):  # some were embedded (apart, or before) or forgotten: one record for the rest
+                self._failed.add(self._wait_for_vectors(left))
+                for record in taken:
+                    self.store.delete_record(self.scope, UNEMBEDDED, record.id)
+                    self._failed.discard(record.id)
+            return len(todo) - len(left)
         for record in taken:
             self.store.delete_record(self.scope, UNEMBEDDED, record.id)
             self._failed.discard(record.id)

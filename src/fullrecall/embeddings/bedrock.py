@@ -114,7 +114,10 @@ class BedrockEmbedder:
             )
             raw = response["body"].read()
         except Exception as exc:  # botocore raises many kinds; keep the cause
-            raise EmbeddingError(f"Bedrock {self.model_id} embedding request failed: {exc}") from exc
+            response = getattr(exc, "response", None)  # a ClientError's parsed answer (None on other errors)
+            code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+            raise EmbeddingError(f"Bedrock {self.model_id} embedding request failed: {exc}",
+                                 rejected=code == "ValidationException") from exc
         try:
             return json.loads(raw)
         except ValueError:

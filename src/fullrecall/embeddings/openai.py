@@ -19,6 +19,7 @@ from ..errors import EmbeddingError
 from .base import batched, empty, l2_normalize, remote_vectors
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+REJECTED = (400, 413, 422)  # the input itself was refused (a text over the model's limit): it fails again
 
 
 class OpenAIEmbedder:
@@ -81,7 +82,8 @@ class OpenAIEmbedder:
         except Exception as exc:
             raise EmbeddingError(f"embedding request to {self.base_url} failed: {exc}") from exc
         if response.status_code != 200:
-            raise EmbeddingError(f"embedding request to {self.base_url} failed: HTTP {response.status_code}: {response.text[:300]}")
+            raise EmbeddingError(f"embedding request to {self.base_url} failed: HTTP {response.status_code}: "
+                                 f"{response.text[:300]}", rejected=response.status_code in REJECTED)
         try:
             data = sorted(response.json()["data"], key=lambda d: d["index"])
             rows = [d["embedding"] for d in data]
