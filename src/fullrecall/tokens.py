@@ -96,7 +96,9 @@ _NEWLINES = re.compile(r"\n+")
 # (rare scripts, emoji, symbols) tokenizers fall back to one token per byte.
 _COMMON_NON_ASCII = re.compile(
     "[\u00a0-\u024f\u0370-\u052f\u0590-\u06ff\u0900-\u097f\u0e00-\u0e7f"
-    "\u3000-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef]+"
+    "\u3000-\u30ff\u4e00-\u9fff\uac00-\ud7af"
+    # full-width digits and punctuation; not full-width Latin letters nor half-width katakana (two tokens each)
+    "\uff00-\uff20\uff3b-\uff40\uff5b-\uff64\uffa0-\uffef]+"
 )
 _OTHER_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 

@@ -22,6 +22,8 @@ SAMPLES = [
     "Bye!",
     "Downloading " + "".join("\b" * 8 + f"{i:3d}% done" for i in range(0, 101, 5)),  # a progress bar's backspaces
     "\x1b[1m\x1b[32mPASSED\x1b[0m\x00\x07\x7f",  # escapes, NUL, bell, DEL: a token each
+    "ＰＤＦとＣＳＶのＥＸＰＯＲＴ機能はＯＫです。" * 3,  # full-width Latin letters: two tokens each
+    "ｶﾀｶﾅﾃﾞｽ ｺﾝﾆﾁﾊ ｱﾘｶﾞﾄｳ",  # half-width katakana: two tokens each
 ]
 
 
