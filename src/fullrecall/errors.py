@@ -47,7 +47,16 @@ class StateConflict(StoreError):
 
 
 class EmbeddingError(FullRecallError):
-    """An embedder failed or returned vectors of the wrong shape."""
+    """An embedder failed or returned vectors of the wrong shape.
+
+    ``rejected`` is True when the model refused the input itself (a text over its length limit: HTTP 400,
+    413 or 422, Bedrock's ValidationException), so the same texts will fail again; a timeout, a connection
+    error, a throttle or a server error may pass on the next try.
+    """
+
+    def __init__(self, message: str, *, rejected: bool = False) -> None:
+        super().__init__(message)
+        self.rejected = rejected
 
 
 class MemoryInputError(InvalidInput):

@@ -92,12 +92,15 @@ _LINE_START_WORD = re.compile(r"(?<=\n)[A-Za-z]{3,}")  # no leading space: rarer
 _DIGITS = re.compile(r"\d+")
 _SPACED = re.compile(r"(?<=\s)[\d\s]")  # a space before a digit or another space is a token of its own
 _PUNCT = re.compile(r"[!-/:-@\[-`{-~]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # backspaces, escapes, NUL: one token each
 _NEWLINES = re.compile(r"\n+")
 # Scripts BPE vocabularies cover well: about half a token per UTF-8 byte. Elsewhere
 # (rare scripts, emoji, symbols) tokenizers fall back to one token per byte.
 _COMMON_NON_ASCII = re.compile(
     "[\u00a0-\u024f\u0370-\u052f\u0590-\u06ff\u0900-\u097f\u0e00-\u0e7f"
-    "\u3000-\u30ff\u4e00-\u9fff\uac00-\ud7af\uff00-\uffef]+"
+    "\u3000-\u30ff\u4e00-\u9fff\uac00-\ud7af"
+    # full-width digits and punctuation; not full-width Latin letters nor half-width katakana (two tokens each)
+    "\uff00-\uff20\uff3b-\uff40\uff5b-\uff64\uffa0-\uffef]+"
 )
 _OTHER_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 
@@ -107,7 +110,7 @@ class EstimatingTokenCounter(_MessageCounting):
 
     Words: one token per started 5 letters; digits: one per started 3; runs
     mixing letters and digits (ids, hashes): three per 4 characters; each
-    punctuation mark and newline run: one; non-ASCII: half a token per UTF-8
+    punctuation mark, control character (a backspace, an escape) and newline run: one; non-ASCII: half a token per UTF-8
     byte in well-covered scripts (Latin, Greek, Cyrillic, Hebrew, Arabic,
     Devanagari, Thai, CJK, Hangul), one per byte elsewhere; plus one per text. On English prose it reads about 1.2x the exact cl100k count; it is
     meant to be safe (>= exact) for every script, for code and for JSON.
@@ -127,7 +130,7 @@ class EstimatingTokenCounter(_MessageCounting):
         total += sum((len(w) + 4) // 5 for w in words) + len(_CASE_CHANGE.findall(text))
         total += len(_LINE_START_WORD.findall(text)) + len(_ACRONYM.findall(text))
         total += sum((len(d) + 2) // 3 for d in digits) + len(_SPACED.findall(text))
-        total += len(_PUNCT.findall(text)) + len(_NEWLINES.findall(text))
+        total += len(_PUNCT.findall(text)) + len(_NEWLINES.findall(text)) + len(_CONTROL.findall(text))
         total += sum((len(run.encode("utf-8")) + 1) // 2 for run in _COMMON_NON_ASCII.findall(text))
         total += sum(len(run.encode("utf-8")) for run in _OTHER_NON_ASCII.findall(_COMMON_NON_ASCII.sub("", text)))
         return total

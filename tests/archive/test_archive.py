@@ -107,6 +107,23 @@ def test_enrichment_format_budget_and_history_untouched():
     assert SemanticMemoryHook(enabled=False, manager=m).enrich(history)[-1] is question
 
 
+def test_one_hook_recalling_for_two_owners_keeps_each_context_within_its_budget():
+    """Two users' conversations with one session id, one hook: each enrichment is within max_context_length
+    (the hook kept a line's cost by session id and position, so Bob's long message cost what Ann's short one did,
+    and his context came out at 447 characters of 300)."""
+    store = open_store("sqlite:///:memory:")
+    hook = SemanticMemoryHook(max_context_length=300)
+    managers = {}
+    for who, pad in (("ann", ""), ("bob", " Please remember it well." * 12)):
+        managers[who] = manager(store=store, session_id="chat-1", user_id=who)
+        managers[who].reduce_context(conversation(f"REF-{who}{pad}"), RuntimeError("overflow"))
+    for who in ("ann", "bob", "ann"):
+        text = hook.enrich_text("What was our shared reference number?", managers[who])
+        context = text.split(CONTEXT_START + "\n", 1)[1].split("\n" + CONTEXT_END, 1)[0]
+        assert len(context) <= 300, (who, len(context))
+        assert ("REF-ann" in context or who == "bob") and "REF-bob" not in context
+
+
 def test_enriched_user_message_is_archived_as_written():
     m = manager(preserve_recent_messages=2)
     messages = conversation()

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fullrecall.archive import Archive
+from fullrecall.archive.archive import END
 from fullrecall.bench.archive import CountingStore
 from fullrecall.messages import parse_messages
 from fullrecall.stores import Scope, open_store
@@ -253,6 +254,22 @@ def test_memory_limit_calls_stats_once_a_write_and_keeps_under_the_limit(store_u
         assert stats["total_memory"] <= 40_000
 
 
+def test_memory_limit_holds_after_a_huge_message_behind_many_small_ones(store_url):
+    """One huge message puts the archive over the limit: one write evicts as many small old ones as it takes
+    (it read 2n + 64 of them, n from the average size the huge one inflates, and left the archive over)."""
+    archive = Archive(store_url, Scope(session_id="s"), embedding_model=HashEmbedder())
+    archive.write(removed([f"small note {i}" for i in range(600)], 0))
+    archive.write(removed(["huge " + "x" * 200_000], 600))
+    before = archive.get_memory_usage_stats()
+    archive.max_memory_archived_messages = before["total_memory"] - 60_000
+    archive.write(removed(["one more small note"], 601))
+    after = archive.get_memory_usage_stats()
+    freed = before["text_memory"] + before["embedding_memory"] - after["text_memory"] - after["embedding_memory"]
+    assert freed >= 60_000 - 500  # the excess, less what the new note added
+    assert 0 < after["evicted_count"] < 600 and after["newest_position"] == 601  # the newest and the huge one stay
+    assert after["evicted_count"] + after["message_count"] == 602
+
+
 def evict_worker(url: str, scope: Scope, worker: int, n: int, ready: Any, start: Any) -> None:
     archive = Archive(url, scope, embedding_model=HashEmbedder(), max_num_archived_messages=10)
     ready.release()
@@ -408,3 +425,74 @@ def test_a_row_is_indexed_with_the_utc_date_of_its_message(timestamp, role):
     row = message_record(replace(msg, timestamp=timestamp, position=0), "converse")
     assert row.text.startswith(f"{role} ({time.strftime('%Y-%m-%d', time.gmtime(timestamp))}): hello")
     assert row.created_at == timestamp
+
+
+class EvictingStore(CountingStore):
+    """A real store where another writer evicts one of this writer's messages just before each of its
+    ``set_vectors`` calls, as long as ``evict`` names one."""
+
+    def __init__(self, inner: Any, other: Any, evict: list[str]) -> None:
+        super().__init__(inner)
+        self.other, self.evict = other, evict
+
+    def set_vectors(self, scope: Scope, ids: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.evict:
+            self.other.delete(scope, [self.evict.pop(0)])
+        return self.inner.set_vectors(scope, ids, *args, **kwargs)
+
+
+def test_vectors_are_stored_while_another_writer_keeps_evicting(store_url):
+    """Another writer evicts one message before the write stores its vectors, and one more before its second
+    try: the third stores the vectors of those left (the second try's ValueError came out of the write,
+    after its messages were committed, and a background batch stayed waiting)."""
+    scope = Scope(session_id="s")
+    other = open_store(store_url)
+    store = EvictingStore(open_store(store_url), other, ["m0", "m1"])
+    archive = Archive(store, scope, embedding_model=HashEmbedder())
+    archive.write(removed([words(i) for i in range(6)], 0))
+    left = [m.id for m in other.range(scope, 0, END)]
+    assert left == ["m2", "m3", "m4", "m5"] and set(other.get_vectors(scope, left)) == set(left)
+    assert archive.get_memory_usage_stats()["unindexed_count"] == 0
+    store.inner.close()
+    other.close()
+
+
+def test_a_text_the_embedding_model_refuses_leaves_only_itself_without_vectors():
+    """An OpenAI-compatible peer refuses (HTTP 400) any request holding a text over its length limit: the other
+    messages of the batch get their vectors, and a catch-up asks again for that one text alone (the whole batch
+    stayed without vectors, and each catch-up sent it again, failing, for good)."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
+    from summarizer_peers import Reply, ScriptedServer
+
+    from fullrecall.embeddings import load_embedder
+
+    asked: list[int] = []
+
+    def answer(body: dict[str, Any]) -> Reply:
+        texts = body["input"]
+        asked.append(len(texts))
+        if any(len(t) > 2000 for t in texts):
+            return Reply(status=400, body=b'{"error": {"message": "maximum context length is 512 tokens"}}')
+        data = [{"index": i, "embedding": [1.0, float(len(t)), 0.5, 0.25]} for i, t in enumerate(texts)]
+        return Reply(body=json.dumps({"data": data}).encode())
+
+    server = ScriptedServer(path=lambda p: p == "/v1/embeddings")
+    try:
+        server.script(*[answer] * 40)
+        embedder = load_embedder("openai:m", embedding_dimensions=4, base_url=server.base_url, api_key="k")
+        archive = Archive("sqlite:///:memory:", Scope(session_id="s"), embedding_model=embedder)
+        texts = [words(0), words(1), "pasted log " + "x" * 5000, words(3), words(4)]
+        archive.write(removed(texts, 0))
+        vectors = archive.store.get_vectors(archive.scope, [f"m{i}" for i in range(5)])
+        assert set(vectors) == {"m0", "m1", "m3", "m4"}
+        assert archive.get_memory_usage_stats()["unindexed_count"] >= 1
+        asked.clear()
+        assert archive.catch_up() == 0 and asked == [1]  # the refused text alone, not the batch again
+        assert archive.get_memory_usage_stats()["unindexed_count"] == 1
+        assert [h.id for h in archive.search_engine.search("pasted log", top_k=1)] == ["m2"]  # by its words
+    finally:
+        server.close()

@@ -182,3 +182,17 @@ def test_a_question_with_facets_asked_again_reads_only_its_hits_and_ranks_the_sa
     assert [(h.id, h.scores) for h in again] == [(h.id, h.scores) for h in first]
     assert sum(store.keys_read.values()) <= 4, "candidates seen before are boosted without being read again"
     store.inner.close()
+
+
+def test_filters_given_as_a_dict_are_refused_by_search_and_recall():
+    """A dict of filters is an InvalidInput naming 'filters' (it was an AttributeError from inside the store,
+    worded differently on each backend; the archive's recall raised TypeError)."""
+    from fullrecall.stores import Filters
+
+    archive = Archive("sqlite:///:memory:", Scope(session_id="s"), embedding_model=HashEmbedder())
+    archive.write(removed([words(i) for i in range(4)], 0))
+    for call, where in [(lambda f: archive.search_engine.search("invoice", filters=f), "search"),
+                        (lambda f: archive.recall("invoice", filters=f), "recall")]:
+        with pytest.raises(InvalidInput, match=f"^{where}: 'filters' must be a Filters .* got dict$"):
+            call({"roles": ["user"]})
+        assert call(Filters(roles=["user"]))  # the same, as a Filters

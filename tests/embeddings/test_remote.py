@@ -265,3 +265,84 @@ def test_openai_embeddings_keep_their_connection_and_recover_after_a_deadline():
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+# -- a peer's answer that is not embeddings ------------------------------------------------
+
+BAD_OPENAI_ANSWERS = {
+    "NaN": (b'{"data": [{"index": 0, "embedding": [NaN, 1.0, 1.0, 1.0]}]}', "NaN or infinite"),
+    "Infinity": (b'{"data": [{"index": 0, "embedding": [Infinity, 1.0, 1.0, 1.0]}]}', "NaN or infinite"),
+    "beyond float32": (b'{"data": [{"index": 0, "embedding": [1e39, 1.0, 1.0, 1.0]}]}', "NaN or infinite"),
+    "empty vector": (b'{"data": [{"index": 0, "embedding": []}]}', "dimension 0, expected at least 1"),
+    "nested": (b'{"data": [{"index": 0, "embedding": [[1.0], [2.0]]}]}', r"shape \(1, 2, 1\) for 1 texts"),
+    "base64": (b'{"data": [{"index": 0, "embedding": "AACAPwAAgD8="}]}', "not lists of numbers"),
+    "repeated index": (b'{"data": [{"index": 0, "embedding": [1, 0, 0, 0]}, {"index": 0, "embedding": [0, 1, 0, 0]}]}',
+                       r"indexes \[0, 0\] for 2 texts"),
+}
+
+
+@pytest.mark.parametrize("answer", BAD_OPENAI_ANSWERS, ids=list(BAD_OPENAI_ANSWERS))
+def test_openai_answer_that_is_not_embeddings_is_an_embedding_error(answer):
+    """A peer's NaN, empty or misnumbered vectors are refused, naming the model, and teach the embedder no
+    dimension: a search's question gets an EmbeddingError (it got a ValueError about its query vector), and
+    the next good answer is taken."""
+    from fullrecall.search import SemanticSearch
+
+    body, says = BAD_OPENAI_ANSWERS[answer]
+    server = ScriptedServer(path=lambda p: p == "/v1/embeddings")
+    try:
+        server.script(Reply(body=body), Reply(body=_embeddings(1)))
+        emb = load_embedder("openai:m", base_url=server.base_url, api_key="k")
+        with pytest.raises(EmbeddingError, match=f"openai:m returned .*{says}"):
+            emb.embed(["a", "b"] if "index" in answer else ["a"])
+        assert emb.embed(["a"]).shape == (1, 4) and emb.dimension == 4
+        server.script(Reply(body=_embeddings(1)), Reply(body=body))
+        with SemanticSearch(emb) as search:
+            search.add(["the cat sat"])
+            with pytest.raises(EmbeddingError, match="openai:m returned"):
+                search.search("cat")
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(("raw", "says"), [
+    (b"<html>502 Bad Gateway</html>", "not JSON"),
+    (b'{"message": "throttled"}', r"without a list in 'embedding' \(got \['message'\]\)"),
+    (b'{"embedding": [NaN' + b", 1.0" * 255 + b"]}", "NaN or infinite"),
+    (b'{"embedding": [1.0, 2.0]}', "dimension 2, expected 256"),
+], ids=["not JSON", "no embedding", "NaN", "short"])
+def test_bedrock_answer_that_is_not_an_embedding_is_an_embedding_error(raw, says):
+    """A Titan answer that is no embedding is an EmbeddingError naming the model (it was a JSONDecodeError,
+    a KeyError, or NaN vectors stored for a message and a ValueError for a question)."""
+    client = _client()
+    emb = load_embedder("bedrock:amazon.titan-embed-text-v2:0", embedding_dimensions=256, client=client)
+    with Stubber(client) as stub:
+        stub.add_response("invoke_model", {"body": StreamingBody(io.BytesIO(raw), len(raw)),
+                                           "contentType": "application/json"})
+        with pytest.raises(EmbeddingError, match=f"titan-embed-text-v2:0.* {says}"):
+            emb.embed(["x"])
+
+
+def test_an_input_the_model_refuses_is_told_from_a_failure_that_may_pass():
+    """``EmbeddingError.rejected``: the model refused the texts (HTTP 400/413/422, Bedrock's ValidationException),
+    so the archive embeds the batch apart; a throttle or a server error is not, and the batch waits whole."""
+    client = _client()
+    emb = load_embedder("bedrock:amazon.titan-embed-text-v1", client=client)
+    with Stubber(client) as stub:
+        stub.add_client_error("invoke_model", service_error_code="ValidationException", service_message="too long")
+        stub.add_client_error("invoke_model", service_error_code="ThrottlingException", service_message="slow down")
+        for rejected in (True, False):
+            with pytest.raises(EmbeddingError) as info:
+                emb.embed(["x"])
+            assert info.value.rejected is rejected
+    server = ScriptedServer(path=lambda p: p == "/v1/embeddings")
+    try:
+        server.script(Reply(status=400, body=b'{"error": "too many tokens"}'), Reply(status=429, body=b"{}"),
+                      Reply(status=503, body=b"{}"))
+        emb = load_embedder("openai:m", base_url=server.base_url, api_key="k")
+        for rejected in (True, False, False):
+            with pytest.raises(EmbeddingError) as info:
+                emb.embed(["x"])
+            assert info.value.rejected is rejected
+    finally:
+        server.close()

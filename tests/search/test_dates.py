@@ -78,6 +78,25 @@ def test_index_text_notes_each_phrase_once_after_the_text():
     assert date_note("yesterday", None) == "" and resolve_dates("yesterday", None) == []
 
 
+@pytest.mark.parametrize(("text", "written", "other"), [
+    ("see you tomorrow", "9999-12-31", "[yesterday: 30 December 9999]"),
+    ("next month", "9999-12-05", "[yesterday: 4 December 9999]"),
+    ("next week", "9999-12-28", "[yesterday: 27 December 9999]"),
+    ("yesterday", "0001-01-01", "[tomorrow: 2 January 1]"),
+    ("last week", "0001-01-03", "[tomorrow: 4 January 1]"),
+    ("5 years ago", "0003-06-01", "[tomorrow: 2 June 3]"),
+])
+def test_a_phrase_meaning_a_day_past_the_calendar_is_left_unresolved(text, written, other, default_embedder):
+    """A message dated at the calendar's ends is added, its phrase left as written (add raised OverflowError or
+    ValueError), and the other phrases still resolved."""
+    assert date_note(text, written) == ""
+    phrase = other[1:other.index(":")]
+    assert date_note(f"{text}, and {phrase}", written) == f" {other}"
+    with SemanticSearch(default_embedder) as search:
+        search.add([f"the launch is {text}"], metadata=[{"date": written}])
+        assert search.search("launch", top_k=1)[0].text == f"the launch is {text}"
+
+
 def test_a_question_naming_the_day_finds_the_relative_turn(default_embedder):
     other = ["The weather has been nice lately.", "I painted the fence.", "My sister called me.",
              "Work was busy this week.", "I read a novel about sailors.", "We cooked pasta for dinner."]

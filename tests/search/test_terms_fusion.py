@@ -19,6 +19,12 @@ def test_query_terms_drop_question_words_keep_names_numbers_ids():
     assert query_terms("a b c 9") == ["9"]
 
 
+def test_query_terms_keep_a_word_with_a_dotted_capital_i_whole():
+    """"İstanbul" asks for "istanbul", as every store indexes it ("İ".lower() is "i" and a combining dot:
+    the question asked for "stanbul", and found nothing)."""
+    assert query_terms("Trip to İstanbul and İZMİR?") == ["trip", "istanbul", "izmir"]
+
+
 def test_index_text_puts_speaker_and_date_first():
     assert index_text("hi", speaker="Ann", date="8 May, 2023") == "Ann (8 May, 2023): hi"
     assert index_text("hi", speaker="Ann") == "Ann: hi"

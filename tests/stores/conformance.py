@@ -152,6 +152,16 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
         assert store.search_text(scope, ["reference"], 1) != []
         assert len(store.search_text(scope, ["reference"], 1)) == 1
 
+    def test_search_text_folds_a_dotted_capital_i_as_every_backend_does(self, store: Store, scope: Scope) -> None:
+        """Turkish "İstanbul" is one word, "istanbul", written and asked either way, on every backend (in
+        process it was "i" and "stanbul": neither spelling found the other's messages there, as they did on
+        PostgreSQL and SQLite's FTS5)."""
+        store.append(scope, [msg("a", "İstanbul trip planned for İzmir too"), msg("b", "istanbul again"),
+                             msg("c", "ISTANBUL by night"), msg("d", "stanbul is not a word")])
+        for term in ("istanbul", "İstanbul", "ISTANBUL"):
+            assert set(ids(store.search_text(scope, [term], 5))) == {"ma", "mb", "mc"}, term
+        assert ids(store.search_text(scope, ["izmir"], 5)) == ["ma"]
+
     def test_search_text_ranks_better_matches_first(self, store: Store, scope: Scope) -> None:
         store.append(
             scope,

@@ -146,6 +146,14 @@ class InputConformance:
             with pytest.raises(InvalidInput) as info:
                 store.search_text(scope, ["plain"], 5, Filters(**kwargs))
             assert str(info.value) == error
+        query = np.ones(4, dtype=np.float32)
+        for call, where in [(lambda f: store.search_text(scope, ["plain"], 5, f), "search_text"),
+                            (lambda f: store.search_vectors(scope, query, 5, f), "search_vectors")]:
+            for given in ({"roles": ["user"]}, ["user"], "user"):  # a dict was an AttributeError, on each its own
+                with pytest.raises(InvalidInput) as info:
+                    call(given)
+                assert str(info.value) == (f"{where}: 'filters' must be a Filters (fullrecall.stores.Filters) or "
+                                           f"None, got {type(given).__name__}")
         lists = Filters(roles=["user"], kinds=["message"], exclude_ids=["m0"], since=np.float32(0), until=np.int64(2**40))
         assert [h[0] for h in store.search_text(scope, ["plain"], 5, lists)] == ["m1"]
 

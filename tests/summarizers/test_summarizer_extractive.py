@@ -148,11 +148,34 @@ def test_a_private_value_stays_out_of_later_summaries_too():
     ("The special word is pineapple. Don't mention it in the summary.", True, {"pineapple"}),
     ("I never include dates in my summaries at work.", False, set()),
     ("Can you summarize what we did so far?", False, set()),
+    # a request after a clause, or phrased around the summary: each missed, so its value went into summaries
+    ("My email is Bob.Smith@example.com, never put it in a summary.", True, {"Bob.Smith@example.com"}),
+    ("My PIN is 4821 and never include it in any summary.", True, {"4821"}),
+    ("My PIN is 4821; you should never mention it in the summaries.", True, {"4821"}),
+    ("The door code is 7710. Make sure it never appears in a summary.", True, {"7710"}),
+    ("Make sure the summary never mentions my badge number 88213.", True, {"88213"}),
+    ("Don't let the code 5521 end up in any summary.", True, {"5521"}),
+    ("My PIN is 4821 and the summary must not include it.", True, {"4821"}),
+    ("My PIN is 4821 \u2014 not for the summary.", True, {"4821"}),
+    # questions and complaints about what a summary holds are not requests (their values would be kept out)
+    ("Why does the date 2024-05-03 not appear in the summary?", False, set()),
+    ("The summary doesn't include the date 2024-05-03.", False, set()),
+    ("Summaries never mention tool calls in this app, which is odd.", False, set()),
+    ("The summary should include every citation.", False, set()),
 ])
 def test_requests_to_keep_things_out_of_summaries(text, asks, values):
     assert is_exclusion_request(text) is asks
     if asks:
         assert values <= set(private_values(text))
+
+
+def test_an_email_asked_out_of_summaries_after_a_comma_stays_out():
+    """'..., never put it in a summary' makes the message private and its email an excluded term everywhere."""
+    msgs = [{"role": "user", "content": "My email is Bob.Smith@example.com, never put it in a summary."},
+            {"role": "assistant", "content": "Sure."},
+            {"role": "user", "content": "Send the A100 cluster report to bob.smith@example.com by Friday."}]
+    text = ExtractiveSummarizer().summarize(msgs).text
+    assert "example.com" not in text.lower() and "A100" in text
 
 
 def test_summarizing_twice_carries_facts_not_layout():

@@ -110,6 +110,19 @@ def test_leaked_private_number_is_redacted(llm_server, tech_conversation, good_s
     assert_safe(summary, tech_conversation, citations)
 
 
+@pytest.mark.parametrize("written", ["ACCT 55123", "ACCT\u201155123", "acct_55123", "account number 55123"])
+def test_a_private_id_rewritten_by_the_model_is_redacted(llm_server, tech_conversation, good_summary, citations,
+                                                        written):
+    """A private id the model spells its own way (a space or a non-breaking hyphen for the hyphen, the number
+    alone) is a leak too: it went into the summary, only the id as written was looked for."""
+    conversation = [{"role": "user", "content": "My account is ACCT-55123. Don't include it in any summary."},
+                    *tech_conversation]
+    llm_server.script(completion(good_summary + f"\n* The user's account is {written}."))
+    summary = LLMSummarizer(client(llm_server)).summarize(conversation)
+    assert "55123" not in summary.text and summary.report.leaked >= 1
+    assert_safe(summary, conversation, citations)
+
+
 def test_leak_in_the_reask_is_redacted_too(llm_server, tech_conversation, good_summary, citations):
     llm_server.script(completion(good_summary.replace(" [3]", "")), completion(good_summary + " Ref 700."))
     summary = LLMSummarizer(client(llm_server)).summarize(tech_conversation)

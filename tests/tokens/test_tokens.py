@@ -20,6 +20,10 @@ SAMPLES = [
     "مرحبا بكم في هذا الاختبار للنصوص العربية",
     "यह एक परीक्षण वाक्य है जो हिंदी में लिखा गया है",
     "Bye!",
+    "Downloading " + "".join("\b" * 8 + f"{i:3d}% done" for i in range(0, 101, 5)),  # a progress bar's backspaces
+    "\x1b[1m\x1b[32mPASSED\x1b[0m\x00\x07\x7f",  # escapes, NUL, bell, DEL: a token each
+    "ＰＤＦとＣＳＶのＥＸＰＯＲＴ機能はＯＫです。" * 3,  # full-width Latin letters: two tokens each
+    "ｶﾀｶﾅﾃﾞｽ ｺﾝﾆﾁﾊ ｱﾘｶﾞﾄｳ",  # half-width katakana: two tokens each
 ]
 
 
@@ -42,7 +46,9 @@ json_docs = st.recursive(words | st.integers() | st.booleans(), lambda inner: st
                          | st.dictionaries(st.sampled_from(WORDS), inner, max_size=4)).map(json.dumps)
 code = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(lambda ws: f"def {ws[0].replace('-', '_')}(x):\n    return {ws!r}\n")
 rare_text = st.text(alphabet=st.characters(min_codepoint=0x10000, max_codepoint=0x1FFFF, exclude_categories=("Cs", "Co", "Cn")), max_size=20)
-mixed_text = st.lists(st.sampled_from(SAMPLES) | prose | json_docs | code | rare_text, min_size=1, max_size=6).map("\n".join)
+control_text = st.text(alphabet=st.characters(max_codepoint=0x7F, categories=("Cc",)), max_size=20)
+mixed_text = st.lists(st.sampled_from(SAMPLES) | prose | json_docs | code | rare_text | control_text, min_size=1,
+                      max_size=6).map("\n".join)
 
 
 @given(mixed_text)

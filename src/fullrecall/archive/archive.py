@@ -44,6 +44,7 @@ from ..errors import ArchiveError
 from ..messages.formats import parse_message, render_message
 from ..messages.model import Message, TextBlock
 from ..search.terms import index_text
+from ..stores._validate import check_filters
 from ..stores._vectors import as_matrix
 from ..stores.base import Filters, Record, Scope, Store, StoredMessage
 from ..window.base import RemovedMessages
@@ -197,8 +198,8 @@ class Archive:
             pass
         elif self._indexer is not None:
             self._indexer.submit((self._wait_for_vectors(records), records))
-        elif not self._embed(records):
-            self._wait_for_vectors(records)
+        elif left := self._embed(records):
+            self._wait_for_vectors(left)
             self._next_catch_up = 0.0  # as soon as a write embeds again
         elif time.monotonic() >= self._next_catch_up:
             self.catch_up()
@@ -306,28 +307,44 @@ class Archive:
         return archived_summaries(self.store, self.scope)
 
     # -- indexing -------------------------------------------------------------------------------
-    def _embed(self, messages: Sequence[StoredMessage]) -> bool:
-        """Embed ``messages`` in one batch and store the vectors; False (logged) if that failed."""
+    def _embed(self, messages: Sequence[StoredMessage]) -> list[StoredMessage]:
+        """Embed ``messages`` in one batch and store the vectors; those left without them (logged): none, all,
+        or, when the model refused the batch's input, the texts it refuses alone (see :meth:`_embed_apart`).
+        """
         if not messages:
-            return True
+            return []
         engine = self.search_engine
         try:
             engine._check_vector_space()
             # vectors no store takes (NaN, too few rows) are the embedder's failure too, found before storing
             vectors = as_matrix(engine.embedder.embed([m.text for m in messages]), len(messages))
         except Exception as exc:  # noqa: BLE001 - the text is committed; only vectors are late
+            if getattr(exc, "rejected", False) and len(messages) > 1:
+                return self._embed_apart(messages)
             log.warning("archived %d message(s) but could not embed them (%s: %s); they are kept, found by "
                         "keyword search, and embedded later", len(messages), type(exc).__name__, exc)
-            return False
+            return list(messages)
         ids = [m.id for m in messages]
-        try:
-            self.store.set_vectors(self.scope, ids, vectors, engine.embedder.name)
-        except ValueError:  # some were forgotten or evicted meanwhile: store the vectors of those still here
-            present = {m.id for m in self.store.get(self.scope, ids)}
-            keep = [i for i, m in enumerate(messages) if m.id in present]
-            if keep:
-                self.store.set_vectors(self.scope, [ids[i] for i in keep], vectors[keep], engine.embedder.name)
-        return True
+        while True:
+            try:
+                self.store.set_vectors(self.scope, ids, vectors, engine.embedder.name)
+                return []
+            except ValueError:  # some were forgotten or evicted meanwhile: store the vectors of those still here
+                present = {m.id for m in self.store.get(self.scope, ids)}
+                keep = [i for i, mid in enumerate(ids) if mid in present]
+                if len(keep) == len(ids):  # none went: the refusal is about the vectors themselves
+                    raise
+                if not keep:
+                    return []
+                # another writer may evict more before this try: each try has fewer ids, so this ends
+                ids, vectors = [ids[i] for i in keep], vectors[keep]
+
+    def _embed_apart(self, messages: Sequence[StoredMessage]) -> list[StoredMessage]:
+        """Embed a batch the model refused in halves, down to single messages, so that one text it always
+        refuses (one over its length limit) leaves only itself without vectors; those left without them.
+        """
+        half = len(messages) // 2
+        return self._embed(messages[:half]) + self._embed(messages[half:])
 
     def _wait_for_vectors(self, messages: Sequence[StoredMessage]) -> str:
         """Record one batch as waiting for its vectors (a new record: nothing is rewritten); its id."""
@@ -340,7 +357,7 @@ class Archive:
 
     def _index_jobs(self, jobs: list[Job]) -> None:
         """The background worker's step: embed the queued batches at once, then catch up if due."""
-        if self._embed([m for _, batch in jobs for m in batch]):
+        if not self._embed([m for _, batch in jobs for m in batch]):
             for batch_id, _ in jobs:
                 self.store.delete_record(self.scope, UNEMBEDDED, batch_id)
             if time.monotonic() >= self._next_catch_up:
@@ -374,9 +391,15 @@ class Archive:
         ids = list(dict.fromkeys(ids))
         have = self.store.get_vectors(self.scope, ids) if ids else {}
         todo = [m for m in self.store.get(self.scope, [i for i in ids if i not in have])]
-        if not self._embed(todo):
+        left = self._embed(todo)
+        if left:
             self._next_catch_up = time.monotonic() + BACKLOG_RECHECK_S
-            return 0
+            if len(left) < len(ids):  # some were embedded (apart, or before) or forgotten: one record for the rest
+                self._failed.add(self._wait_for_vectors(left))
+                for record in taken:
+                    self.store.delete_record(self.scope, UNEMBEDDED, record.id)
+                    self._failed.discard(record.id)
+            return len(todo) - len(left)
         for record in taken:
             self.store.delete_record(self.scope, UNEMBEDDED, record.id)
             self._failed.discard(record.id)
@@ -486,15 +509,22 @@ class Archive:
         newest = self._newest_position(start)
         if start is None or newest is None:
             return 0
-        victims = self.store.range(self.scope, start, min(newest, start + 2 * n + PROBE))
+        end = min(newest, start + 2 * n + PROBE)
+        victims = self.store.range(self.scope, start, end)
         if free is not None:
             wanted, overhead = free
             freed, count = 0.0, 0
-            for m in victims:
-                if count >= n and freed >= wanted:
+            while True:
+                for m in victims[count:]:
+                    if count >= n and freed >= wanted:
+                        break
+                    freed += m.size_bytes() + overhead
+                    count += 1
+                if (count >= n and freed >= wanted) or end >= newest:
                     break
-                freed += m.size_bytes() + overhead
-                count += 1
+                # the oldest are small beside what put the archive over (one huge message): read further on
+                start, end = end + 1, min(newest, end + 2 * len(victims) + PROBE)
+                victims += self.store.range(self.scope, start, end)
             n = count
         victims = victims[:n]
         if not victims:
@@ -512,6 +542,7 @@ class Archive:
         ``before`` is the first position still in the active window: nothing at
         or after it is recalled (the model already sees it).
         """
+        check_filters("recall", filters)
         started = time.perf_counter()
         first = 0
         if self.archived_span is not None:

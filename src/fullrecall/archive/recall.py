@@ -13,6 +13,7 @@ ENRICHMENT_HEADER = "Based on our previous conversation, these earlier exchanges
 CONTEXT_START = "---Previous Context---"
 CONTEXT_END = "---End Previous Context---"
 QUESTION_PREFIX = "Current question: "
+COST_CACHE_SIZE = 100_000  # messages whose line costs a packing cost keeps (a long-lived hook's recalls)
 
 
 @dataclass
@@ -121,16 +122,23 @@ def line_cost(counter: Any | None, include_metadata: bool = True):
 
     ``counter`` is a :class:`~fullrecall.tokens.TokenCounter`; None counts characters only (tokens 0).
     Without metadata a line may follow a blank line (a new range): one more character, counted always.
+    Costs are kept by the message's store key, which names one message for good (a session id and a position
+    do not: one hook recalls for several owners, and a forgotten conversation begun again reuses positions).
     """
-    cache: dict[tuple[str | None, int | None], tuple[int, int]] = {}
+    cache: dict[str, tuple[int, int]] = {}
     newlines = 1 if include_metadata else 2
 
     def cost(m: StoredMessage) -> tuple[int, int]:
-        key = (m.session_id, m.position)
-        if key not in cache or m.position is None:
-            line = _line(m, include_metadata)
-            cache[key] = (len(line) + newlines, (counter.count(line) + 1) if counter is not None else 0)
-        return cache[key]
+        known = cache.get(m.key) if m.key is not None else None
+        if known is not None:
+            return known
+        line = _line(m, include_metadata)
+        known = (len(line) + newlines, (counter.count(line) + 1) if counter is not None else 0)
+        if m.key is not None:
+            if len(cache) >= COST_CACHE_SIZE:
+                cache.clear()
+            cache[m.key] = known
+        return known
 
     return cost
 

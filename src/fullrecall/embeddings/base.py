@@ -7,6 +7,8 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+from ..errors import EmbeddingError
+
 T = TypeVar("T")
 
 
@@ -49,3 +51,23 @@ def batched(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
 
 def empty(dimension: int) -> np.ndarray:
     return np.zeros((0, dimension), dtype=np.float32)
+
+
+def remote_vectors(name: str, rows: object, count: int, dimension: int | None) -> np.ndarray:
+    """A remote model's answer for ``count`` texts as a float32 (count, dimension) matrix, or an EmbeddingError
+    saying what is wrong with it: another shape, no numbers, or values float32 cannot hold (NaN, infinity, 1e39).
+
+    ``dimension`` is the one expected (None: not known yet, any above 0 is taken).
+    """
+    try:
+        with np.errstate(over="ignore"):
+            vectors = np.asarray(rows, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise EmbeddingError(f"{name} returned embeddings that are not lists of numbers ({exc})") from None
+    if vectors.ndim != 2 or vectors.shape[0] != count:
+        raise EmbeddingError(f"{name} returned embeddings of shape {vectors.shape} for {count} texts")
+    if vectors.shape[1] == 0 or vectors.shape[1] != (dimension or vectors.shape[1]):
+        raise EmbeddingError(f"{name} returned dimension {vectors.shape[1]}, expected {dimension or 'at least 1'}")
+    if not np.isfinite(vectors).all():
+        raise EmbeddingError(f"{name} returned an embedding with NaN or infinite values (or beyond float32's range)")
+    return vectors

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import _deadline
 from ..errors import EmbeddingError
-from .base import batched, empty, l2_normalize
+from .base import batched, empty, l2_normalize, remote_vectors
 
 TITAN_V1 = "amazon.titan-embed-text-v1"
 TITAN_V2 = "amazon.titan-embed-text-v2:0"
@@ -85,22 +85,27 @@ class BedrockEmbedder:
             rows: list[list[float]] = []
             for chunk in batched(texts, COHERE_BATCH):
                 body = {"texts": list(chunk), "input_type": input_type, "truncate": "END"}
-                rows += self._invoke(body)["embeddings"]
+                rows += self._field(self._invoke(body), "embeddings")
         elif len(texts) == 1 or self.max_workers <= 1:
             rows = [self._titan(t) for t in texts]
         else:
             with ThreadPoolExecutor(max_workers=min(self.max_workers, len(texts))) as pool:
                 rows = list(pool.map(self._titan, texts))
-        vectors = np.asarray(rows, dtype=np.float32)
-        if vectors.shape != (len(texts), self.dimension):
-            raise EmbeddingError(f"{self.name} returned vectors of shape {vectors.shape}, expected ({len(texts)}, {self.dimension})")
-        return l2_normalize(vectors)
+        return l2_normalize(remote_vectors(self.name, rows, len(texts), self.dimension))
 
     def _titan(self, text: str) -> list[float]:
         body: dict[str, Any] = {"inputText": text}
         if self.model_id == TITAN_V2:
             body.update(dimensions=self.dimension, normalize=True)
-        return self._invoke(body)["embedding"]
+        return self._field(self._invoke(body), "embedding")
+
+    def _field(self, answer: Any, key: str) -> Any:
+        """``answer[key]``, a list, or an EmbeddingError naming the answer's keys."""
+        value = answer.get(key) if isinstance(answer, dict) else None
+        if not isinstance(value, list):
+            got = sorted(answer)[:10] if isinstance(answer, dict) else type(answer).__name__
+            raise EmbeddingError(f"Bedrock {self.model_id} answered without a list in {key!r} (got {got})")
+        return value
 
     def _invoke(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -109,8 +114,14 @@ class BedrockEmbedder:
             )
             raw = response["body"].read()
         except Exception as exc:  # botocore raises many kinds; keep the cause
-            raise EmbeddingError(f"Bedrock {self.model_id} embedding request failed: {exc}") from exc
-        return json.loads(raw)
+            response = getattr(exc, "response", None)  # a ClientError's parsed answer (None on other errors)
+            code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+            raise EmbeddingError(f"Bedrock {self.model_id} embedding request failed: {exc}",
+                                 rejected=code == "ValidationException") from exc
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise EmbeddingError(f"Bedrock {self.model_id} answered with a body that is not JSON: {raw[:300]!r}") from None
 
     def __repr__(self) -> str:
         return f"BedrockEmbedder({self.name!r}, dimension={self.dimension})"

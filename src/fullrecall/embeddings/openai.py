@@ -16,9 +16,10 @@ import numpy as np
 
 from .. import _deadline
 from ..errors import EmbeddingError
-from .base import batched, empty, l2_normalize
+from .base import batched, empty, l2_normalize, remote_vectors
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+REJECTED = (400, 413, 422)  # the input itself was refused (a text over the model's limit): it fails again
 
 
 class OpenAIEmbedder:
@@ -81,16 +82,17 @@ class OpenAIEmbedder:
         except Exception as exc:
             raise EmbeddingError(f"embedding request to {self.base_url} failed: {exc}") from exc
         if response.status_code != 200:
-            raise EmbeddingError(f"embedding request to {self.base_url} failed: HTTP {response.status_code}: {response.text[:300]}")
+            raise EmbeddingError(f"embedding request to {self.base_url} failed: HTTP {response.status_code}: "
+                                 f"{response.text[:300]}", rejected=response.status_code in REJECTED)
         try:
             data = sorted(response.json()["data"], key=lambda d: d["index"])
-            vectors = np.asarray([d["embedding"] for d in data], dtype=np.float32)
+            rows = [d["embedding"] for d in data]
+            indexes = [d["index"] for d in data]
         except (KeyError, TypeError, ValueError) as exc:
             raise EmbeddingError(f"unexpected embeddings response from {self.base_url}: {response.text[:300]}") from exc
-        if vectors.ndim != 2 or vectors.shape[0] != len(texts):
-            raise EmbeddingError(f"{self.name} returned {vectors.shape[0]} vectors for {len(texts)} texts")
-        if self._dimension is not None and vectors.shape[1] != self._dimension:
-            raise EmbeddingError(f"{self.name} returned dimension {vectors.shape[1]}, expected {self._dimension}")
+        if indexes != list(range(len(indexes))):  # a repeated or missing index: which vector is whose is unknown
+            raise EmbeddingError(f"{self.name} returned embeddings with indexes {indexes[:20]} for {len(texts)} texts")
+        vectors = remote_vectors(self.name, rows, len(texts), self._dimension)
         self._dimension = int(vectors.shape[1])
         return vectors
 

@@ -88,6 +88,14 @@ def resolve(phrase: str, anchor: date) -> str | None:
 
 
 def _resolved(m: re.Match[str], anchor: date) -> str | None:
+    """What the phrase ``m`` meant on ``anchor``; None for a day past the calendar's ends (tomorrow on 9999-12-31)."""
+    try:
+        return _meant(m, anchor)
+    except (OverflowError, ValueError):
+        return None
+
+
+def _meant(m: re.Match[str], anchor: date) -> str | None:
     if m[1]:
         return day(anchor + timedelta(days=-1 if m[1].lower() == "yesterday" else 1))
     if m[2]:
@@ -112,7 +120,7 @@ def _resolved(m: re.Match[str], anchor: date) -> str | None:
         return f"the week of {day(anchor - timedelta(days=7 * count))}"
     if unit == "month":
         return month(_shift_months(anchor, -count))
-    return str(anchor.year - count)
+    return str(anchor.year - count) if anchor.year > count else None
 
 
 def resolve_dates(text: str, written: str | None) -> list[tuple[str, str]]:

@@ -461,6 +461,7 @@ class SemanticSearch:
         ``vector`` is the query's embedding (:meth:`embed_query`) when the caller has it.
         """
         V.check_query("search", query, "top_k", top_k)
+        V.check_filters("search", filters)
         if isinstance(around, bool) or not isinstance(around, int) or around < 0:
             raise InvalidInput(f"search: 'around' must be an integer >= 0, got {around!r}")
         if min_score is not None and (isinstance(min_score, bool) or not isinstance(min_score, (int, float))):

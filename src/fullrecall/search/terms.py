@@ -40,7 +40,7 @@ def query_terms(text: str, *, max_terms: int = 32) -> list[str]:
     Possessives lose their ``'s`` ("Caroline's" -> "caroline"); single letters
     go unless they are digits. The store's tokenizer stems what remains.
     """
-    text = text.replace("\u2019", "'")
+    text = text.replace("\u2019", "'").replace("\u0130", "I")  # "İ".lower() is "i" and a combining dot
     out: list[str] = []
     seen: set[str] = set()
     for raw in _TOKEN.findall(text.lower()):

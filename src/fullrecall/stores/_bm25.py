@@ -30,9 +30,14 @@ _NOT_WORD = {**_NOT_WORD_BUT_NUL, 0: " "}
 
 
 def words(text: str) -> list[str]:
-    """The lower-cased words (runs of letters, digits and underscores) of ``text``; an ASCII text is split without the regex (half the time)."""
-    low = text.lower()
-    return low.translate(_NOT_WORD).split() if low.isascii() else WORD.findall(low)
+    """The lower-cased words (runs of letters, digits and underscores) of ``text``; an ASCII text is split without the regex (half the time).
+
+    A dotted capital I (Turkish "İstanbul") is lower-cased to a plain i, as FTS5 and PostgreSQL fold it: Python
+    gives "i" and a combining dot, which splits the word in two ("i", "stanbul").
+    """
+    if text.isascii():
+        return text.lower().translate(_NOT_WORD).split()
+    return WORD.findall(text.replace("\u0130", "I").lower())
 
 
 LexicalRow = tuple[str, str, str, str, float, list[str], int | None]
@@ -93,7 +98,7 @@ def _split_many(texts: Sequence[str]) -> list[str] | None:
     """
     if not texts:
         return []
-    low = " \0 ".join(texts).lower()
+    low = " \0 ".join(texts).replace("\u0130", "I").lower()  # a dotted capital I as words() folds it
     if low.count("\0") != len(texts) - 1:
         return None
     table = _NOT_WORD_BUT_NUL

@@ -41,6 +41,12 @@ def check_positive_k(k: int) -> int:
     return k
 
 
+def check_search(where: str, k: int, filters: Filters | None) -> None:
+    """A store search's result count and filters, checked the same way on every backend."""
+    check_positive_k(k)
+    V.check_filters(where, filters)
+
+
 # -- messages ----------------------------------------------------------------
 
 

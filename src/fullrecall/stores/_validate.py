@@ -31,7 +31,7 @@ from .._json import check_json as check_json
 from .._json import dumps as dumps
 from .._json import loads as loads
 from ..errors import InvalidInput
-from .base import Record, Scope, StoredMessage
+from .base import Filters, Record, Scope, StoredMessage
 
 MAX_DOCUMENT_BYTES = 256 * 2**20  # one state document (a window of several large messages)
 MAX_ID_BYTES = 256  # six of them fit in one PostgreSQL index entry (2,704 bytes)
@@ -91,6 +91,16 @@ def check_query(where: str, query: Any, limit_name: str, limit: Any) -> str:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
         raise InvalidInput(f"{where}: {limit_name!r} must be an integer, got {limit!r}")
     return query
+
+
+def check_filters(where: str, filters: Any) -> Filters | None:
+    """A search's ``filters``: a :class:`~fullrecall.stores.base.Filters` or None (a dict, a common slip, is
+    refused here, the same on every backend, not found wanting deep in one).
+    """
+    if filters is not None and not isinstance(filters, Filters):
+        raise InvalidInput(f"{where}: 'filters' must be a Filters (fullrecall.stores.Filters) or None, "
+                           f"got {type(filters).__name__}")
+    return filters
 
 
 def check_scope(scope: Any) -> Scope:

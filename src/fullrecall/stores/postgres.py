@@ -784,7 +784,7 @@ class PostgresStore(SqlStore):
     def search_vectors(
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
     ) -> list[Hit]:
-        C.check_positive_k(k)
+        C.check_search("search_vectors", k, filters)
         query = Vec.as_query(vector)
         s = self.schema
         where, params = self.sql.scope_where(scope)
@@ -883,7 +883,7 @@ class PostgresStore(SqlStore):
         """BM25 (binary term frequency) in SQL, with MaxScore pruning so that a common word
         costs no more than a rare one (see :mod:`._topk`).
         """
-        C.check_positive_k(k)
+        C.check_search("search_text", k, filters)
         words = _ts_terms(C.split_terms(terms))
         if not words or k == 0:
             return []

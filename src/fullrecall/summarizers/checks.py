@@ -106,10 +106,26 @@ def missing_items(text: str, items: Iterable[str]) -> list[str]:
 
 # -- exclusion -----------------------------------------------------------------
 
+_SUMMARY = r"(?:summar\w*|recaps?)\b"
 _REQUEST = re.compile(
-    r"(?:(?:\b(?:do not|don't|dont|please don't|not to|without)|(?:^|[.!?]\s+|please\s+)never)\s+(?:\w+\s+){0,4}?"
+    # "never" after a clause's start or a word that makes it a request ("..., never put it", "and never
+    # mention", "you should never include"), not after a subject ("I never include dates in my summaries")
+    r"(?:(?:\b(?:do not|don't|dont|please don't|not to|without)|(?:^|[.!?,;:\u2013\u2014-]\s*|"
+    r"\b(?:please|and|but|so|should|must|shall|will|to)\s+)never)\s+(?:\w+\s+){0,4}?"
     r"(?:include|put|mention|add|record|write|note|repeat|keep|store|save|list)\w*\b[^.?!\n]{0,80}?"
-    r"\b(?:summar\w*|recaps?)\b)"
+    r"\b" + _SUMMARY + ")"
+    # "make sure it never appears in a summary", "don't let it end up in any summary" (a request, not a
+    # question or complaint about what a summary holds: "why does the date not appear in the summary?")
+    r"|(?:\b(?:make sure|ensure|see to it)\s+(?:that\s+)?(?:\w+\s+){0,3}?(?:never|not|n't|won't)\s+"
+    r"(?:appear\w*|end up|make it|get|go)\s+in(?:to)?\s+(?:\w+\s+){0,2}?" + _SUMMARY + ")"
+    r"|(?:\b(?:don't|do not|dont|never)\s+let\s+(?:\w+\s+){0,3}?(?:appear|end up|make it|get|go)\s+in(?:to)?\s+"
+    r"(?:\w+\s+){0,2}?" + _SUMMARY + ")"
+    # "the summary must never mention it", "make sure the summary doesn't include it", "not for the summary"
+    r"|(?:\b" + _SUMMARY + r"\s+(?:must|should|shall)(?:\s+not|n't|\s+never)\s+"
+    r"(?:include|mention|contain|list|show)\w*\b)"
+    r"|(?:\b(?:make sure|ensure)\s+(?:that\s+)?(?:the\s+|any\s+|your\s+|a\s+)?" + _SUMMARY
+    + r"\s+(?:never|doesn't|does not|won't|will not)\s+(?:include|mention|contain|list|show)\w*\b)"
+    r"|(?:\bnot for\s+(?:the\s+|any\s+|a\s+)?" + _SUMMARY + ")"
     r"|(?:\b(?:keep|leave)\s+(?:[\w']+\s+){0,5}?out of\s+(?:\w+\s+){0,3}?(?:summar\w*|recaps?)\b)"
     r"|(?:\bexclud\w*\s+[^.?!\n]{0,80}?\bfrom\s+(?:\w+\s+){0,3}?summar\w*)"
     r"|(?:\b(?:do not|don't|never)\s+summari[sz]e\s+(?:this|that|it)\b)"
@@ -117,6 +133,8 @@ _REQUEST = re.compile(
     re.IGNORECASE,
 )
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+_LONG_NUMBER = re.compile(r"(?<!\d)\d{5,}(?!\d)")
+_PARTS = re.compile(r"[^\W_]+")
 _DIGIT_TOKEN = re.compile(r"(?<![\w])[\w$€£#@./:+-]*\d[\w./:+-]*")
 _QUOTED = re.compile(r"\"([^\"\n]{2,80})\"|“([^”\n]{2,80})”|(?<!\w)'([^'\n]{2,80})'(?!\w)")
 _COPULA = re.compile(r"\b(?:is|are|was|were|called|named)\s*[:=]?\s+(?:(?:a|an|the|my|our|your)\s+)?"
@@ -143,6 +161,8 @@ def private_values(text: str) -> list[str]:
         token = m.group(0).strip(".:/+-")
         if token:
             values.append(token)
+            # an id's long number alone ("account 55123" for ACCT-55123): a year's four digits are not enough
+            values.extend(run for run in _LONG_NUMBER.findall(token) if run != token)
     for m in _QUOTED.finditer(text):
         values.append(next(g for g in m.groups() if g))
     for m in re.finditer(DEFAULT_PROTECTED["email"], text):
@@ -230,7 +250,7 @@ class ExclusionPlan:
         return not (self.private_indexes or self.terms or self.patterns)
 
     def matchers(self) -> list[Pattern[str]]:
-        words = [re.compile(rf"(?<![A-Za-z0-9]){re.escape(t)}(?![A-Za-z0-9])", re.IGNORECASE) for t in self.terms]
+        words = [re.compile(rf"(?<![A-Za-z0-9]){_term_pattern(t)}(?![A-Za-z0-9])", re.IGNORECASE) for t in self.terms]
         return words + list(self.patterns)
 
     def leaks(self, text: str) -> list[str]:
@@ -264,6 +284,16 @@ class ExclusionPlan:
 
     def is_private_text(self, text: str) -> bool:
         return bool(self.leaks(text))
+
+
+def _term_pattern(term: str) -> str:
+    """A private term as a regex whose words may be joined by any few separators: "ACCT-55123" is found as
+    "ACCT 55123", "ACCT\u201155123" (a non-breaking hyphen) or "ACCT_55123" too, as a model may write it.
+    """
+    parts = _PARTS.findall(term)
+    if len(parts) < 2 or "".join(parts) == term:
+        return re.escape(term)
+    return r"[\W_]{0,3}".join(map(re.escape, parts))
 
 
 def _sub_nonempty(pattern: Pattern[str], repl: str, text: str) -> tuple[str, int]:
