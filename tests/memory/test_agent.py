@@ -174,6 +174,15 @@ def test_an_unknown_errors_mode_is_refused(server):
         MemoryAgent(model(server), store="sqlite:///:memory:", errors="ignore")
 
 
+def _alice_on_two_days(server: ScriptedServer, store: Any, embedder: Any) -> list[MemoryAgent]:
+    """Two agents of user alice, sessions "mon" and "tue", each told a locker code (one turn each)."""
+    agents = [MemoryAgent(model(server), store=store, user_id="alice", agent_id="bot", session_id=s,
+                          embedder=embedder) for s in ("mon", "tue")]
+    for agent in agents:
+        chat(agent, f"My locker code is 44-{agent.session_id}.")
+    return agents
+
+
 def test_erasing_a_user_as_documented_leaves_no_word_of_any_session(server, default_embedder):
     """``agent.memory.clear()`` leaves the window logs (another owner: ``<agent>#window``); the documented call
     erases them too, every session's, and the conversation writes none of its old words back.
@@ -184,10 +193,7 @@ def test_erasing_a_user_as_documented_leaves_no_word_of_any_session(server, defa
 
     store = open_store("sqlite:///:memory:")
     server.script(*[completion(f"a{i}") for i in range(3)])
-    agents = [MemoryAgent(model(server), store=store, user_id="alice", agent_id="bot", session_id=s,
-                          embedder=default_embedder) for s in ("mon", "tue")]
-    for agent in agents:
-        chat(agent, f"My locker code is 44-{agent.session_id}.")
+    agents = _alice_on_two_days(server, store, default_embedder)
     alice = Scope(user_id="alice", agent_id=Scope.everyone().agent_id)
     agent = agents[-1]
     agent.memory.clear()
@@ -266,10 +272,7 @@ def test_forget_erases_every_word_of_the_user_and_the_window_starts_empty(server
 
     store = open_store("sqlite:///:memory:")
     server.script(*[completion(f"a{i}") for i in range(4)])
-    agents = [MemoryAgent(model(server), store=store, user_id="alice", agent_id="bot", session_id=s,
-                          embedder=default_embedder) for s in ("mon", "tue")]
-    for agent in agents:
-        chat(agent, f"My locker code is 44-{agent.session_id}.")
+    agents = _alice_on_two_days(server, store, default_embedder)
     bob = MemoryAgent(model(server), store=store, user_id="bob", agent_id="bot", session_id="mon",
                       embedder=default_embedder)
     chat(bob, "My locker code is 55-bob.")

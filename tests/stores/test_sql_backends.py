@@ -257,6 +257,16 @@ def test_postgres_appends_keep_the_word_count_bm25_weighs_with(service_urls: dic
     store.close()
 
 
+def _postgres_with_one_message(service_urls: dict[str, Callable[[], str]], name: str) -> tuple[str, Any, Scope]:
+    """(the server's URL, a store in a new schema named from ``name``, the scope of its one message "m0")."""
+    url = service_urls["postgres"]()
+    sep = "&" if "?" in url else "?"
+    store = open_store(f"{url}{sep}schema={name}{uuid.uuid4().hex[:8]}")
+    scope = Scope(user_id="u", session_id="s")
+    store.append(scope, [_msg(0, "first")])
+    return url, store, scope
+
+
 def test_postgres_an_append_racing_another_for_the_same_id_stores_it_once(
     service_urls: dict[str, Callable[[], str]],
 ) -> None:
@@ -264,11 +274,7 @@ def test_postgres_an_append_racing_another_for_the_same_id_stores_it_once(
     that append fail on the unique id; it is then made again the general way: the id's place is returned,
     nothing is stored twice and the session's counters and positions move once.
     """
-    url = service_urls["postgres"]()
-    sep = "&" if "?" in url else "?"
-    store = open_store(f"{url}{sep}schema=race{uuid.uuid4().hex[:8]}")
-    scope = Scope(user_id="u", session_id="s")
-    store.append(scope, [_msg(0, "first")])
+    url, store, scope = _postgres_with_one_message(service_urls, "race")
     s = store.schema
     result: list[Any] = []
     with psycopg.connect(url) as other:  # another writer, mid-transaction, holding the session's row
@@ -305,11 +311,7 @@ def test_postgres_writes_take_the_messages_table_before_the_session_row(
     """
     from dataclasses import replace
 
-    url = service_urls["postgres"]()
-    sep = "&" if "?" in url else "?"
-    store = open_store(f"{url}{sep}schema=order{uuid.uuid4().hex[:8]}")
-    scope = Scope(user_id="u", session_id="s")
-    store.append(scope, [_msg(0, "first")])
+    url, store, scope = _postgres_with_one_message(service_urls, "order")
     s = store.schema
     result: list[Any] = []
 
