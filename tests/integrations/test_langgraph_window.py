@@ -299,3 +299,21 @@ def test_an_edited_question_or_a_deleted_reply_leaves_the_models_view(store, bui
                        {"messages": [RemoveMessage(id=forked["messages"][-1].id)]})
     agent.invoke({"messages": [HumanMessage("question 2")]}, forked_config)
     assert [m.content for m in model.calls[-1]] == ["question 0", "reply 0", "question 1, edited", "question 2"]
+
+
+@pytest.mark.parametrize("build", [react_agent, middleware_agent], ids=["create_react_agent", "create_agent"])
+def test_a_message_edited_in_place_reaches_the_model_as_edited(store, build) -> None:
+    """A message replaced in the state under its own id (``update_state``, as a human in the loop corrects an
+    earlier question) reached the model as it was first recorded; a message the window shortened itself (a long
+    tool result cut) stays as the window has it."""
+    from fullrecall import SlidingWindowConversationManager
+
+    window = FullrecallWindow(store, recall=False, manager=lambda scope: SlidingWindowConversationManager(window_size=8))
+    model = ScriptedChatModel(replies=["reply 0", "reply 1", "reply 2"])
+    agent = build(model, window)
+    config = {"configurable": {"thread_id": "edited"}}
+    said = converse(agent, config, ["question 0", "question 1"])
+    agent.update_state(config, {"messages": [HumanMessage("question 0, corrected", id=said[0].id)]})
+    agent.invoke({"messages": [HumanMessage("question 2")]}, config)
+    assert [m.content for m in model.calls[-1]] == ["question 0, corrected", "reply 0", "question 1", "reply 1",
+                                                    "question 2"]

@@ -157,9 +157,7 @@ class FullrecallWindow:
                 # keyed by their LangChain ids, so a message the memory holds already is never stored twice
                 memory._append([_to_dict(messages[i], ids[i]) for i in new], [ids[i] for i in new])
             originals = dict(zip(ids, messages))
-            # a message the graph no longer holds (deleted, or left behind by a fork from an earlier checkpoint
-            # when a question was edited or a reply regenerated) is not shown: the state is the conversation
-            window = [d for d in memory.messages if (mark := _mark(d)) is None or mark in originals]
+            window = _as_the_state_has_it(memory.messages, memory._window_rows(), originals)
             return _to_langchain(window, originals), _to_langchain(memory.hook.enrich(window), originals)
 
     def reduce(
@@ -222,6 +220,26 @@ def _to_dict(message: BaseMessage, message_id: str) -> dict[str, Any]:
     """The OpenAI-shape dict of a LangChain message, marked with its id (the archive's id for it too)."""
     (out,) = convert_to_openai_messages([message])
     out["metadata"] = {"id": message_id, _MARK: message_id}
+    return out
+
+
+def _as_the_state_has_it(window: list[dict[str, Any]], rows: list[Any], originals: dict[str, AnyMessage]
+                         ) -> list[dict[str, Any]]:
+    """The memory's window as the graph's state has it now: the state is the conversation.
+
+    A message the state no longer holds (deleted, or left behind by a fork from an earlier checkpoint when a
+    question was edited or a reply regenerated) is not shown (it stays in the store). A message the state holds
+    otherwise than it was recorded (replaced under its own id: a correction by a human in the loop) is shown as
+    the state has it; one the window changed itself (a long tool result it cut) as the window has it.
+    """
+    out = []
+    for d, row in zip(window, rows, strict=True):
+        mark = _mark(d)
+        if mark is not None and mark not in originals:
+            continue
+        if mark is not None and row is not None and (now := _to_dict(originals[mark], mark)) != row.data:
+            d = now
+        out.append(d)
     return out
 
 
