@@ -20,6 +20,12 @@ class CommandError(Exception):
     """A command cannot go on (a conversation that does not exist, a refused confirmation): exit code 1."""
 
 
+def not_found(own: Any) -> CommandError:
+    """The error of a command given a conversation (``own``, a scope with its session) the owner does not have."""
+    return CommandError(f"conversation {own.session_id!r} not found (tenant {own.tenant!r}, "
+                        f"user {own.user_id or '(default)'!r}, agent {own.agent_id or '(default)'!r})")
+
+
 def add_store(parser: argparse.ArgumentParser, *, session: bool = True, json_flag: bool = True,
               session_help: str = "one conversation (default: all of the owner's)") -> None:
     """``--store --tenant --user --agent [--session] [--json]``."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from .common import CommandError, add_store, emit, message_text, opened_store, scope, shorten, speaker
+from .common import add_store, emit, message_text, not_found, opened_store, scope, shorten, speaker
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,8 +29,7 @@ def run(args: argparse.Namespace) -> int:
         own = scope(args, args.session)
         total = store.count(own)
         if not total:
-            raise CommandError(f"conversation {args.session!r} not found (tenant {own.tenant!r}, "
-                               f"user {own.user_id or '(default)'!r}, agent {own.agent_id or '(default)'!r})")
+            raise not_found(own)
         oldest, last = _at(store, own, "oldest_position"), _at(store, own, "newest_position")
         first = [oldest] if oldest else []
         memory = SyncConversationMemory(store, args.session, user_id=own.user_id or None, agent_id=own.agent_id or None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import CommandError, add_store, emit, opened_store, scope
+from .common import add_store, emit, not_found, opened_store, scope
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,8 +24,7 @@ def run(args: argparse.Namespace) -> int:
             own = replace(own, user_id=ANY, agent_id=ANY)
         stats = dict(store.stats(own))
         if own.session_id and not stats.get("session_count"):  # as export and inspect say: a typo is no empty one
-            raise CommandError(f"conversation {own.session_id!r} not found (tenant {own.tenant!r}, "
-                               f"user {own.user_id or '(default)'!r}, agent {own.agent_id or '(default)'!r})")
+            raise not_found(own)
         if not args.everyone:
             stats["listed_conversations"] = len(conversations(store, replace(own, session_id=None)))
         who = "everyone" if args.everyone else f"user {own.user_id or '(default)'!r}, agent {own.agent_id or '(default)'!r}"

@@ -178,8 +178,9 @@ class MemoryAgent:
         as a store's ``forget`` says). A failure raises, whatever ``errors`` says: an erasure is never
         taken for done when it is not.
         """
-        counts = [self.memory.clear(), self.conversation.store.forget(replace(self.conversation.scope, session_id=None))]
-        self.conversation.forget()  # its window, read again from the store: empty
+        counts = [self.memory.clear(),
+                  self.conversation.forget(),  # this session's log, and its window in process: empty
+                  self.conversation.store.forget(replace(self.conversation.scope, session_id=None))]  # the others'
         self._counts["tokens_recorded"] = 0  # erased words are not tokens the window saved
         out: dict[str, Any] = {k: sum(c.get(k, 0) for c in counts) for k in dict.fromkeys(k for c in counts for k in c)
                                if k != "remaining"}

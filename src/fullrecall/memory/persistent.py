@@ -346,8 +346,10 @@ class PersistentMemory:
             of_turn = [h for h in found if h.metadata.get("turn") == turn]
             if len(of_turn) >= limit or len(found) < depth:
                 return of_turn[:limit]
-            if vector is None:  # embedded once more, then reused by every deeper round (and by the facts)
-                vector = self._search.embed_query(query)
+            if vector is None:  # the first round's, reused by every deeper one
+                vector = self._query_vectors.take(query)
+                if vector is None:
+                    vector = self._search.embed_query(query)
             depth *= 4
 
     def remember(self, fact: str, **details: Any) -> Fact:
@@ -565,15 +567,15 @@ class PersistentMemory:
         from ..search.semantic import _verbatim_text
 
         searcher = self._searcher(session_id)
-        before = self.store.count(searcher.scope)
+        ids = {m.id for m in messages}
+        held = {m.id for m in self.store.get(searcher.scope, list(ids))}
         self.store.append(searcher.scope, messages)
-        written = self.store.count(searcher.scope) - before
         have = self.store.get_vectors(searcher.scope, [m.id for m in messages])
         todo = list({m.id: m for m in messages if m.id not in have}.values())
         if todo:
             vectors = _embed_once(searcher.embedder, [_words(_verbatim_text(m)) for m in todo])
             searcher.index(todo, append=False, vectors=vectors)
-        return written
+        return len(ids - held)
 
     def _searcher(self, session_id: str) -> Any:
         from ..search import SemanticSearch

@@ -37,7 +37,12 @@ def words(text: str) -> list[str]:
     """
     if text.isascii():
         return text.lower().translate(_NOT_WORD).split()
-    return WORD.findall(text.replace("\u0130", "I").lower())
+    return WORD.findall(_lower(text))
+
+
+def _lower(text: str) -> str:
+    """``text`` lower-cased with a dotted capital I as a plain i (see :func:`words`)."""
+    return text.replace("\u0130", "I").lower()
 
 
 LexicalRow = tuple[str, str, str, str, float, list[str], int | None]
@@ -98,7 +103,7 @@ def _split_many(texts: Sequence[str]) -> list[str] | None:
     """
     if not texts:
         return []
-    low = " \0 ".join(texts).replace("\u0130", "I").lower()  # a dotted capital I as words() folds it
+    low = _lower(" \0 ".join(texts))
     if low.count("\0") != len(texts) - 1:
         return None
     table = _NOT_WORD_BUT_NUL

@@ -75,8 +75,13 @@ def check_expected(key: str, expected: int | None, current: int) -> None:
     if expected is None:
         return
     if expected != current:
-        raise StateConflict(f"state {key!r} is at version {current}, not the expected {expected}: nothing was written",
-                            current=current)
+        raise state_conflict(key, expected, current)
+
+
+def state_conflict(key: str, expected: int | None, current: int) -> StateConflict:
+    """The refusal of a compare-and-set whose ``expected`` version is not the ``current`` one."""
+    return StateConflict(f"state {key!r} is at version {current}, not the expected {expected}: nothing was written",
+                         current=current)
 
 
 def record_json(record: Record) -> str:

@@ -68,7 +68,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..errors import InvalidInput, StateConflict, StoreError
+from ..errors import InvalidInput, StoreError
 from . import _common as C
 from . import _forget as F
 from . import _topk
@@ -553,8 +553,7 @@ class PostgresStore(SqlStore):
         if row is not None and row["version"] is not None:
             return int(row["version"])
         current = self.get_versioned_state(scope, key)[1]  # read after the refusal: what the store holds now
-        raise StateConflict(f"state {key!r} is at version {current}, not the expected {expected}: nothing was written",
-                            current=current)
+        raise C.state_conflict(key, expected, current)
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         where, params = self.sql.scope_where(scope)

@@ -126,7 +126,7 @@ _REQUEST = re.compile(
     r"|(?:\b(?:make sure|ensure)\s+(?:that\s+)?(?:the\s+|any\s+|your\s+|a\s+)?" + _SUMMARY
     + r"\s+(?:never|doesn't|does not|won't|will not)\s+(?:include|mention|contain|list|show)\w*\b)"
     r"|(?:\bnot for\s+(?:the\s+|any\s+|a\s+)?" + _SUMMARY + ")"
-    r"|(?:\b(?:keep|leave)\s+(?:[\w']+\s+){0,5}?out of\s+(?:\w+\s+){0,3}?(?:summar\w*|recaps?)\b)"
+    r"|(?:\b(?:keep|leave)\s+(?:[\w']+\s+){0,5}?out of\s+(?:\w+\s+){0,3}?" + _SUMMARY + ")"
     r"|(?:\bexclud\w*\s+[^.?!\n]{0,80}?\bfrom\s+(?:\w+\s+){0,3}?summar\w*)"
     r"|(?:\b(?:do not|don't|never)\s+summari[sz]e\s+(?:this|that|it)\b)"
     r"|(?:\boff the record\b)",
