@@ -226,7 +226,9 @@ def test_a_summary_in_a_trimmed_state_is_never_recorded_as_a_message(store) -> N
     state = add_messages(state, [RemoveMessage(id="a3"), HumanMessage("q4", id="h4")])  # the reply deleted
     seen, _ = window.view(state, config)
     assert [m.content for m in seen] == ["Earlier talk.", "q3", "q4"]
-    assert [m.id for m in store.range(window.scope(config), 0, 100)] == ["h1", "a1", "h2", "a2", "h3", "a3", "h4"]
+    stored = store.range(window.scope(config), 0, 100)  # every message kept (q3 again, after the deleted reply)
+    assert {"h1", "a1", "h2", "a2", "h3", "a3", "h4"} <= {m.id for m in stored}
+    assert "Earlier talk." not in [m.data.get("content") for m in stored]
 
 
 def test_a_plain_sliding_window_without_recall(store) -> None:
@@ -317,3 +319,30 @@ def test_a_message_edited_in_place_reaches_the_model_as_edited(store, build) -> 
     agent.invoke({"messages": [HumanMessage("question 2")]}, config)
     assert [m.content for m in model.calls[-1]] == ["question 0, corrected", "reply 0", "question 1", "reply 1",
                                                     "question 2"]
+
+
+@pytest.mark.parametrize("build", [react_agent, middleware_agent], ids=["create_react_agent", "create_agent"])
+def test_messages_removed_from_the_state_leave_the_window_and_its_budget(make_window, store, build) -> None:
+    """Messages the graph removed (``RemoveMessage``, one by one or ``REMOVE_ALL_MESSAGES``) still counted toward
+    the window's budget: it summarized them (the summary showing the removed words) while the state was small.
+    Now they leave the window for the archive: not shown, not counted, and still recallable."""
+    from langchain_core.messages import RemoveMessage
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+    summarized: list = []
+    model = ScriptedChatModel(replies=[f"Answer {n}." for n in range(len(FILLER))])
+    window = make_window(summarizer=lambda messages, previous: summarized.append(messages) or "Earlier talk.")
+    agent = build(model, window)
+    config = {"configurable": {"thread_id": "pruned", "user_id": "bo"}}
+    for question in [SECRET, *FILLER[:-1]]:  # the graph keeps only the newest exchange in its state
+        said = agent.invoke({"messages": [HumanMessage(question)]}, config)["messages"]
+        asked = model.calls[-1]  # what the state held: the exchange before, and the question
+        assert [m.content for m in asked[:-1]] == [m.content for m in said[:-2]] and asked[-1].content.endswith(question)
+        agent.update_state(config, {"messages": [RemoveMessage(id=m.id) for m in said[:-2]]})
+    agent.invoke({"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), HumanMessage(QUESTION)]}, config)  # a new start
+    asked = model.calls[-1]
+    assert len(asked) == 1 and asked[0].content.endswith(QUESTION)
+    assert summarized == []  # never over budget: the removed messages did not count
+    assert HEADER in asked[0].content and "3141" in asked[0].content  # removed from the state, still recallable
+    scope = Scope(user_id="bo", agent_id="", session_id="pruned")
+    assert SECRET in [m.data["content"] for m in store.range(scope, 0, 100)]  # archived, never deleted

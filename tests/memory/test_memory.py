@@ -157,3 +157,17 @@ def test_the_archive_holds_what_left_the_window_never_the_window_or_the_system_m
     assert [m.data for m in archived] + window[2:] == [m.data for m in memory.store.range(memory.scope, 1, 10**9)]
     recalled = memory.recall("lockers locker questions").messages
     assert recalled and all(1 <= m.position < first for m in recalled)
+
+
+def test_deleting_a_message_keeps_the_summary_a_summary(store_url):
+    """Deleting a message after a summary turned the summary into an ordinary message of the log (to be summarized
+    later as if a person had said it); it stays the window's summary."""
+    memory = SyncConversationMemory(store_url, "s1", summarizer=lambda m, p: "Earlier: a chat.", max_history_turns=2,
+                                    preserve_recent_messages=2)
+    for i in range(3):
+        memory.add([{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}])
+    summary = memory.manager.summary_message
+    assert summary is not None and memory.messages[0] == summary
+    memory.delete(len(memory.messages) - 1)
+    assert memory.manager.summary_message == summary and memory.messages[0] == summary
+    assert "Earlier: a chat." not in [m.data.get("content") for m in memory.store.range(memory.scope, 0, 100)]

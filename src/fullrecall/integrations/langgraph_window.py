@@ -152,6 +152,9 @@ class FullrecallWindow:
         with self._lock(scope):
             memory = self.memory(scope)
             ids = [_message_id(m, i) for i, m in enumerate(messages)]
+            # what the state no longer holds leaves the window for the archive first: it is not shown, not counted
+            held = set(ids)
+            memory._leave(i for i, d in enumerate(memory.messages) if (mark := _mark(d)) is not None and mark not in held)
             new = _unseen(memory.messages, ids, memory.manager.removed_message_count)
             if new:
                 # keyed by their LangChain ids, so a message the memory holds already is never stored twice
@@ -227,8 +230,9 @@ def _as_the_state_has_it(window: list[dict[str, Any]], rows: list[Any], original
                          ) -> list[dict[str, Any]]:
     """The memory's window as the graph's state has it now: the state is the conversation.
 
-    A message the state no longer holds (deleted, or left behind by a fork from an earlier checkpoint when a
-    question was edited or a reply regenerated) is not shown (it stays in the store). A message the state holds
+    A message the state no longer holds (removed, or left behind by a fork from an earlier checkpoint when a
+    question was edited or a reply regenerated) has left the window for the archive (``view``); one that cannot
+    leave it (a pinned system message) is not shown either. A message the state holds
     otherwise than it was recorded (replaced under its own id: a correction by a human in the loop) is shown as
     the state has it; one the window changed itself (a long tool result it cut) as the window has it.
     """

@@ -40,6 +40,7 @@ from ..errors import ArchiveError, InvalidInput, MessageFormatError
 from ..messages.formats import parse_messages
 from ..stores._validate import MAX_ID_BYTES, check_id
 from ..stores.base import DEFAULT_TENANT, Scope, Store, StoredMessage
+from ..window.base import ConversationManager, RemovedMessages
 from ._records import LOG_PREFIX
 
 log = logging.getLogger("fullrecall.memory")
@@ -210,6 +211,33 @@ class SyncConversationMemory:
         if len(body) > max_messages:
             self._rebuild(body[len(body) - max_messages:] if max_messages else [])
 
+    def _leave(self, indexes: Iterable[int]) -> None:
+        """The window's messages at ``indexes`` leave it for the archive (recallable, never deleted); the rest stay.
+
+        They no longer count toward the budget. A pinned system message stays (as with :meth:`clear`); the
+        summary, if named, is dropped (what it summarized is archived). The oldest messages leave as a trim's
+        do; any others by a rebuild (see :meth:`_rebuild`).
+        """
+        self._sync()
+        gone = {i for i in indexes if self._pinned <= i < len(self._messages)}
+        if not gone:
+            return
+        lead = len(self._messages) - len(self._rows)  # the pinned message and the summary come before the log rows
+        oldest = gone == set(range(lead, lead + len(gone)))
+        if oldest and isinstance(self.manager, ConversationManager) and not getattr(self.manager, "_front_positions", None):
+            self._manage(lambda window: self._release_oldest(window, lead, len(gone)))
+        else:
+            self._rebuild([m for i, m in enumerate(self._messages) if i not in gone])
+
+    def _release_oldest(self, window: list[dict[str, Any]], lead: int, count: int) -> None:
+        """Archive the ``count`` oldest log rows of the window (at ``lead`` on) and take them out of it."""
+        manager, rows = self.manager, self._rows[:count]
+        manager._check_leaving(window, range(lead, lead + count))
+        shape, parsed = manager._parse_at([row.data for row in rows], [int(row.position or 0) for row in rows], lead)
+        manager._release(RemovedMessages(messages=parsed, reason="cleared", shape=shape))
+        del window[lead:lead + count]
+        manager.removed_message_count += count
+
     def forget(self) -> dict[str, Any]:
         """Delete this conversation everywhere (window, archive, vectors, summaries); per-kind counts."""
         counts = self.store.forget(self.scope)
@@ -231,14 +259,20 @@ class SyncConversationMemory:
         The log only grows and the window is always a suffix of it, so: clear the window into the
         archive, delete the doomed rows, and append the kept messages still missing as new log
         entries (their own ``"id"`` unchanged, a fresh key each). A crash half-way loses nothing:
-        every kept message is in the archive, at worst not yet back in the window.
+        every kept message is in the archive, at worst not yet back in the window. A summary kept stays the
+        summary (never a message of the log).
         """
+        summary = getattr(self.manager, "summary_message", None)
         self._manage(self.manager.clear)
         if doomed:
             self.store.delete(self.scope, [row.id for row in doomed])
             if self._head is not None and any(row.id == self._head.id for row in doomed):
                 self.manager.removed_message_count += 1  # position 0 is no longer pinned: it counts as gone
                 self._save()
+            self._sync()
+        if summary is not None and summary in kept:
+            self.manager.restore_from_state({**self.manager.get_state(), "summary_message": summary})
+            self._save()
             self._sync()
         missing = _without(kept, self._messages)
         self._append(missing, [_derived_key(str(raw.get("id", "m")), uuid.uuid4().hex) for raw in missing])
