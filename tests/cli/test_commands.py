@@ -612,3 +612,40 @@ def test_a_long_term_memorys_export_imports_into_another_owners_memory(tmp_path,
     bea.close()
     refused = inproc("import", "ann.jsonl", "--store", store, "--no-embed", cwd=tmp_path, ok=False)
     assert refused.returncode == 2 and "--no-embed" in refused.stderr
+
+
+def test_forget_counts_what_the_user_stored_by_its_name(tmp_path, store_url, default_embedder):
+    """``forget`` counted the archive's summaries, facts and patterns as "records" (its "summaries" said 0), and
+    long-term memory's change logs as messages and sessions. Now each kind is named, on every backend, the same in
+    the CLI's report, ``PersistentMemory.clear()`` and the store's ``forget``."""
+    import asyncio
+
+    from fullrecall import PersistentMemory, SyncConversationMemory
+    from fullrecall.memory.procedural import ProceduralMemory
+    from fullrecall.stores import open_store
+
+    def fill(store) -> None:
+        chat = SyncConversationMemory(store, "chat", user_id="ann", summarizer=lambda m, p: "Earlier: a chat.",
+                                      max_history_turns=2, preserve_recent_messages=2, embedding_model=default_embedder)
+        for i in range(5):
+            chat.add([{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}])
+        assert len(chat.manager.archive.summaries()) == 3
+        memory = PersistentMemory("ann", "", "notes", store=store, embedder=default_embedder)
+        asyncio.run(memory.record([{"role": "user", "content": "I live in Oslo."}]))  # a fact learned from it
+        ProceduralMemory(store, user_id="ann", embedder=default_embedder).store_pattern("book a flight", ["search"],
+                                                                                        0.9, 100.0)
+
+    store = open_store(store_url)
+    try:
+        fill(store)
+        done = again("forget", "--user", "ann", "--yes", "--store", store_url, cwd=tmp_path)
+        kinds = {k: done[k] for k in ("messages", "summaries", "facts", "patterns", "sessions")}
+        assert kinds == {"messages": 11, "summaries": 3, "facts": 1, "patterns": 1, "sessions": 2}
+        assert done["records"] >= 1  # the session list and long-term memory's change logs: bookkeeping
+        text = inproc("forget", "--user", "ann", "--yes", "--store", store_url, cwd=tmp_path).stdout
+        assert "0 summaries" in text and "0 facts" in text and "0 patterns" in text
+        fill(store)
+        cleared = PersistentMemory("ann", "", store=store, embedder=default_embedder).clear()
+        assert {k: cleared[k] for k in kinds} == kinds and cleared["records"] == done["records"]
+    finally:
+        store.close()

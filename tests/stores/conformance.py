@@ -27,7 +27,7 @@ from fullrecall.errors import InvalidInput, StoreError
 from fullrecall.stores import ANY, Filters, Record, Scope, Store, StoredMessage, open_store
 
 DIM = 16
-FORGET_COUNTS = ("messages", "summaries", "vectors", "state", "records", "sessions")
+FORGET_COUNTS = ("messages", "summaries", "facts", "patterns", "vectors", "state", "records", "sessions")
 
 
 def msg(
@@ -393,7 +393,7 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
         assert store.count(s2) == 2
 
         counts = store.forget(user)
-        assert counts["messages"] == 1 and counts["summaries"] == 1 and counts["records"] == 1
+        assert counts["messages"] == 1 and counts["summaries"] == 1 and counts["facts"] == 1 and counts["records"] == 0
         assert store.count(user) == 0 and store.get_records(user, "facts") == []
         assert store.search_vectors(user, unit(0), 5) == [] and store.search_text(user, ["zanzibar"], 5) == []
         assert store.count(bystander) == 2 and ids(store.search_text(bystander, ["zanzibar"], 5))
@@ -404,7 +404,24 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
         store.set_vectors(scope, ["m0"], unit(0)[None], "m")
         result = store.forget(Scope(user_id=scope.user_id, agent_id=scope.agent_id))
         assert list(result) == [*FORGET_COUNTS, "remaining"]
-        assert [result[k] for k in FORGET_COUNTS] == [1, 1, 1, 0, 0, 1]
+        assert [result[k] for k in FORGET_COUNTS] == [1, 1, 0, 0, 1, 0, 0, 1]
+
+    def test_forget_names_each_kind_as_its_user_knows_it(self, store: Store, scope: Scope) -> None:
+        """The archive's summaries, facts and patterns were counted as "records", long-term memory's change logs
+        as messages and sessions; each is now counted under its own name."""
+        from fullrecall.archive.archive import SUMMARIES
+        from fullrecall.memory._records import LOG_PREFIX
+        from fullrecall.memory.facts import NAMESPACE as FACTS
+        from fullrecall.memory.procedural import NAMESPACE as PROCEDURES
+
+        owner = Scope(user_id=scope.user_id, agent_id=scope.agent_id)
+        store.append(scope, [msg(0, "one"), msg(1, "two")])
+        store.append(dataclasses.replace(scope, session_id=LOG_PREFIX + FACTS), [msg(0, "a change")])
+        for n, namespace in enumerate((SUMMARIES, SUMMARIES, FACTS, PROCEDURES, "conversations")):
+            store.put_record(scope, Record(id=f"r{n}", namespace=namespace, text=f"record {n}"))
+        result = store.forget(owner)
+        assert {k: result[k] for k in FORGET_COUNTS} == {"messages": 2, "summaries": 2, "facts": 1, "patterns": 1,
+                                                          "vectors": 0, "state": 0, "records": 2, "sessions": 1}
         assert isinstance(result["remaining"], list)
         for entry in result["remaining"]:  # each place a copy may remain: named, with what removes it
             assert set(entry) == {"where", "what", "until"} and all(isinstance(v, str) and v for v in entry.values())

@@ -113,7 +113,7 @@ def test_forget_leaves_no_key_of_the_user(redis_url: str, raw: redis.Redis, pref
     _fill(store, Scope(user_id="alice", session_id="s2"))
     _fill(store, Scope(user_id="carol", session_id="s1"))
     counts = store.forget(Scope(user_id="alice", agent_id=ANY))  # alice, with every agent
-    assert counts["messages"] == 6 and counts["records"] == 1 and counts["sessions"] == 2
+    assert counts["messages"] == 6 and counts["facts"] == 1 and counts["sessions"] == 2
     left = [k.decode() for k in _keys(raw, prefix)]
     assert left and not [k for k in left if "alice" in k]
     assert b"alice" not in b"".join(raw.smembers(f"{prefix}:users"))
@@ -127,7 +127,7 @@ def test_forget_of_records_alone_drops_the_user_whatever_the_prefix(redis_url: s
     store = open_store(f"{redis_url}?prefix={odd}")
     store.put_record(Scope(user_id="dora"), Record(id="r", namespace="facts", text="likes tea"))
     store.put_record(Scope(user_id="erin"), Record(id="r", namespace="facts", text="likes coffee"))
-    assert store.forget(Scope(user_id="dora"))["records"] == 1
+    assert store.forget(Scope(user_id="dora"))["facts"] == 1
     assert b"dora" not in b"".join(raw.smembers(f"{odd}:users"))
     assert not [k for k in _keys(raw, prefix) if b"dora" in k]
     assert [r.text for r in store.get_records(Scope(user_id="erin"), "facts")] == ["likes coffee"]

@@ -32,8 +32,9 @@ def run(args: argparse.Namespace) -> int:
         what = (f"conversation {own.session_id!r} of user {args.user!r}" if own.session_id
                 else f"everything of user {args.user!r}") + (f" with agent {args.agent!r}" if args.agent else "")
         if not args.yes:
-            print(f"Forget {what} in tenant {own.tenant!r}: {held['message_count']:,} messages, "
-                  f"{held.get('record_count', 0):,} records? This cannot be undone. [y/N] ", end="",
+            print(f"Forget {what} in tenant {own.tenant!r}: {held['message_count']:,} stored messages, "
+                  f"{held.get('record_count', 0):,} records (summaries, facts, patterns, lists)? This cannot be "
+                  "undone. [y/N] ", end="",
                   file=sys.stderr, flush=True)
             answer = sys.stdin.readline().strip().lower()
             if answer not in ("y", "yes"):

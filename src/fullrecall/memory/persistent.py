@@ -37,10 +37,8 @@ from ..errors import InvalidInput, MemoryInputError, MessageFormatError, Summari
 from ..stores import _validate as V
 from ..stores import open_store
 from ..stores.base import DEFAULT_TENANT, Record, Scope, Store, StoredMessage
-from ._records import LOG_PREFIX, RecordBook, change_logs, owner_scope, record_owner
-from .facts import NAMESPACE as FACTS
+from ._records import LOG_PREFIX, RecordBook, owner_scope, record_owner
 from .facts import Fact, FactMemory
-from .procedural import NAMESPACE as PROCEDURES
 
 log = logging.getLogger("fullrecall.memory")
 
@@ -439,17 +437,13 @@ class PersistentMemory:
     ) -> dict[str, int]:
         """Delete the archived messages matching every given criterion (and facts among ``ids``).
 
-        With no criterion at all, everything of this owner goes (messages, vectors, facts,
-        sessions). Returns per-kind counts (the change logs of cached records not counted).
+        With no criterion at all, everything of this owner goes (messages, summaries, facts, patterns,
+        vectors, sessions): the store's ``forget`` counts (see :meth:`fullrecall.stores.Store.forget`).
         """
         _session("clear: 'session_id'", session_id)
         if roles is None and since is None and until is None and session_id is None and ids is None:
-            events, logs = change_logs(self.store, self.owner, (FACTS, _SESSIONS, PROCEDURES))
-            counts = self.store.forget(self.owner)
+            counts = self.store.forget(self.owner)  # the change logs counted as records, not messages or sessions
             self._noted = False
-            for key, n in (("messages", events), ("sessions", logs)):
-                if isinstance(counts.get(key), int):
-                    counts[key] = max(0, counts[key] - n)
             return counts
         ids = list(_names("ids", ids) or ()) if ids is not None else None
         counts = {"messages": 0, "facts": 0}

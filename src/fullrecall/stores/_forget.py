@@ -13,7 +13,14 @@ import time
 from collections.abc import Callable
 from typing import Any, TypedDict
 
-COUNT_KEYS = ("messages", "summaries", "vectors", "state", "records", "sessions")
+COUNT_KEYS = ("messages", "summaries", "facts", "patterns", "vectors", "state", "records", "sessions")
+
+# What the layers above keep as records, counted under their own names (the archive's summaries, long-term
+# memory's facts and patterns); every other record (lists of conversations and sessions, the archive's
+# bookkeeping, LangGraph store items, ...) is a "record". Long-term memory's change logs are sessions whose id
+# starts with LOG_PREFIX: bookkeeping, so their entries are records too, neither messages nor sessions.
+RECORD_KINDS = {"archive.summaries": "summaries", "facts": "facts", "procedures": "patterns"}
+LOG_PREFIX = "_log."
 
 
 class Remaining(TypedDict):
@@ -24,9 +31,23 @@ class Remaining(TypedDict):
     until: str  # what removes it, and when
 
 
-def result(counts: dict[str, int], left: list[Remaining]) -> dict[str, Any]:
-    """``forget``'s answer: every count of :data:`COUNT_KEYS` (0 when absent) and ``remaining``."""
+def result(counts: dict[str, int], left: list[Remaining], *, namespaces: dict[str, int] | None = None,
+           log_messages: int = 0, log_sessions: int = 0) -> dict[str, Any]:
+    """``forget``'s answer: every count of :data:`COUNT_KEYS` (0 when absent) and ``remaining``.
+
+    ``counts`` are the backend's raw counts: ``messages`` and ``summaries`` by message kind, ``records`` and
+    ``sessions`` all of them; ``namespaces`` the deleted records per namespace, ``log_messages`` and
+    ``log_sessions`` what of the messages and sessions were change logs. The answer names each kind as its
+    user knows it (see :data:`RECORD_KINDS`).
+    """
     out: dict[str, Any] = {key: int(counts.get(key, 0)) for key in COUNT_KEYS}
+    for namespace, n in (namespaces or {}).items():
+        if namespace in RECORD_KINDS:
+            out[RECORD_KINDS[namespace]] += n
+            out["records"] -= n
+    out["messages"] -= log_messages
+    out["records"] += log_messages
+    out["sessions"] -= log_sessions
     out["remaining"] = list(left)
     return out
 

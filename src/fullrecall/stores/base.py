@@ -312,9 +312,13 @@ class Store(Protocol):
 
     # -- housekeeping ----------------------------------------------------------
     def forget(self, scope: Scope) -> dict[str, Any]:
-        """Delete everything of the scope; return counts per kind (``messages``, ``summaries``,
-        ``vectors``, ``state``, ``records``, ``sessions``) and ``remaining``, a list of
+        """Delete everything of the scope; return counts per kind and ``remaining``, a list of
         ``{"where", "what", "until"}`` for each place that may still hold a copy.
+
+        The kinds, named as their user knows them (see ``fullrecall.stores._forget``): ``messages`` (of
+        conversations), ``summaries`` (the archive's), ``facts`` and ``patterns`` (long-term memory's),
+        ``vectors``, ``state``, ``records`` (every other record: lists, bookkeeping such as long-term
+        memory's change logs, LangGraph store items) and ``sessions`` (conversations).
         """
         ...
 

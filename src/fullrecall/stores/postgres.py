@@ -59,6 +59,7 @@ import re
 import threading
 import time
 import weakref
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -953,9 +954,16 @@ class PostgresStore(SqlStore):
                 for d in dims
             )
             state = conn.execute(f"SELECT count(*) AS n FROM {s}.state WHERE sid = ANY(%s)", (sids,)).fetchone()["n"]
+            logs = [r["sid"] for r in conn.execute(  # long-term memory's change logs
+                f"SELECT sid FROM {s}.sessions WHERE sid = ANY(%s) AND substr(session_id, 1, %s) = %s",
+                (sids, len(F.LOG_PREFIX), F.LOG_PREFIX))]
+            log_messages = conn.execute(f"SELECT count(*) AS n FROM {s}.messages WHERE sid = ANY(%s)",
+                                        (logs,)).fetchone()["n"]
             # Sessions cascade to messages (and so vectors) and state.
             sessions = conn.execute(f"DELETE FROM {s}.sessions WHERE sid = ANY(%s)", (sids,)).rowcount
-            records = conn.execute(f"DELETE FROM {s}.records r WHERE {rwhere}", rparams).rowcount
+            namespaces = Counter(r["namespace"] for r in conn.execute(
+                f"DELETE FROM {s}.records r WHERE {rwhere} RETURNING r.namespace", rparams))
+            records = sum(namespaces.values())
             xid = conn.execute("SELECT txid_current() AS x").fetchone()["x"]
         counts = {
             "messages": kinds.get("message", 0),
@@ -968,7 +976,8 @@ class PostgresStore(SqlStore):
         self._shares = None  # word statistics of the forgotten rows: read them again
         tables = [f"{s}.{t}" for t in ("messages", "sessions", "state", "records")]
         vector_tables = [f"{s}.vectors_{d}" for d in dims]
-        return F.result(counts, self._scrub(tables, vector_tables, xid) if any(counts.values()) else [])
+        return F.result(counts, self._scrub(tables, vector_tables, xid) if any(counts.values()) else [],
+                        namespaces=namespaces, log_messages=log_messages, log_sessions=len(logs))
 
     def _scrub(self, tables: list[str], vector_tables: list[str], xid: int) -> list[F.Remaining]:
         """VACUUM (ANALYZE) the tables that held forgotten rows: dead tuples are pruned and index

@@ -46,7 +46,7 @@ import contextlib
 import functools
 import json
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -656,21 +656,27 @@ class RedisStore(StoreBase):
     def forget(self, scope: Scope) -> dict[str, Any]:
         sessions = self._sessions(scope)
         counts = {"messages": 0, "summaries": 0, "vectors": 0, "state": 0, "records": 0, "sessions": len(sessions)}
+        logs = [s for s in sessions if s.session_id.startswith(F.LOG_PREFIX)]  # long-term memory's change logs
+        log_messages, namespaces = 0, Counter[str]()
         p = self._p(scope)  # a records key is {p}:user:{u}:records:{ns}; the prefix may itself hold ":user:"
         with self._errors("delete from"):
             for s in sessions:
                 for name, n in self._forget_session(p, s).items():
                     counts[name] += n
+                    log_messages += n if name == "messages" and s in logs else 0
                 with self._lock:
                     self._cache.pop(s.base, None)
             fields = self._record_fields(scope, None, exact=True)
-            for key, field, _ in fields:
-                counts["records"] += self._r.hdel(key, field)
+            for key, field, doc in fields:
+                gone = self._r.hdel(key, field)
+                counts["records"] += gone
+                namespaces[doc["namespace"]] += gone
             users = {_q(s.meta["user_id"]) for s in sessions} | {
                 k[len(f"{p}:user:"):].split(":", 1)[0] for k, _, _ in fields
             }
             self._drop_empty_users(p, users)
-        return F.result(counts, self._scrub() if any(counts.values()) else [])
+        return F.result(counts, self._scrub() if any(counts.values()) else [], namespaces=dict(namespaces),
+                        log_messages=log_messages, log_sessions=len(logs))
 
     def _forget_session(self, p: str, s: _Session) -> dict[str, int]:
         """Count one session's keys and delete them in one script, so what is counted is what is deleted."""

@@ -871,6 +871,12 @@ class SQLiteStore(SqlStore):
                     f"SELECT count(*) FROM messages WHERE kind = ? AND sid IN ({sub})", [kind, *params]
                 ).fetchone()[0]
             counts["vectors"] = conn.execute(f"SELECT count(*) FROM vectors WHERE sid IN ({sub})", params).fetchone()[0]
+            logs = f"{sub} AND substr(s.session_id, 1, {len(F.LOG_PREFIX)}) = ?"
+            log_messages = conn.execute(f"SELECT count(*) FROM messages WHERE sid IN ({logs})",
+                                        [*params, F.LOG_PREFIX]).fetchone()[0]
+            log_sessions = conn.execute(f"SELECT count(*) FROM ({logs})", [*params, F.LOG_PREFIX]).fetchone()[0]
+            namespaces = dict(conn.execute(
+                f"SELECT r.namespace, count(*) FROM records r WHERE {rwhere} GROUP BY r.namespace", rparams).fetchall())
             conn.execute(f"DELETE FROM messages WHERE sid IN ({sub})", params)  # triggers drop FTS rows and vectors
             conn.execute(f"DELETE FROM vectors WHERE sid IN ({sub})", params)
             counts["state"] = conn.execute(f"DELETE FROM state WHERE sid IN ({sub})", params).rowcount
@@ -887,7 +893,8 @@ class SQLiteStore(SqlStore):
                 self._lexicons.drop(sids)
             self._df.clear()
             clean = self._checkpoint(tries=_SCRUB_TRIES, wait_ms=_SCRUB_WAIT_MS)
-        return F.result(counts, [] if clean else [self._wal_remaining()])
+        return F.result(counts, [] if clean else [self._wal_remaining()], namespaces=namespaces,
+                        log_messages=log_messages, log_sessions=log_sessions)
 
     def _checkpoint(self, tries: int, wait_ms: int) -> bool:
         """Copy the WAL into the file and truncate it, so no old page image is left; False while
