@@ -162,6 +162,25 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
             assert set(ids(store.search_text(scope, [term], 5))) == {"ma", "mb", "mc"}, term
         assert ids(store.search_text(scope, ["izmir"], 5)) == ["ma"]
 
+    def test_search_text_folds_accents_and_splits_words_as_fts5_does(self, store: Store, scope: Scope) -> None:
+        """Accents are folded as SQLite FTS5's unicode61 folds them ("café" is "cafe"), an underscore and an
+        apostrophe split words, a Greek final sigma is a sigma: the same query finds the same messages on every
+        backend and on SQLite's two engines (the in-process index and PostgreSQL kept the accents: "cafe"
+        did not find "café" there, as it did on FTS5)."""
+        if type(store).__name__ == "PostgresStore":
+            pytest.xfail("PostgreSQL's tsvector keeps accents and underscores (its 'english' parser): not yet folded")
+        store.append(scope, [msg("a", "Rendez-vous au café Montréal"), msg("b", "CAFÉ NOIR à emporter"),
+                             msg("c", "see my_notes and l'été"), msg("d", "ΟΔΟΣ μακριά"), msg("e", "a plain cafeteria")])
+        for term in ("cafe", "Café", "CAFE", "cafe\u0301"):
+            assert set(ids(store.search_text(scope, [term], 5))) == {"ma", "mb"}, term
+        for term in ("cafe montreal", "Montréal", "montreal"):
+            assert ids(store.search_text(scope, [term], 5)) == ["ma"], term
+        assert ids(store.search_text(scope, ["a emporter"], 5)) == ["mb"]  # "à" is the word "a"
+        assert ids(store.search_text(scope, ["notes"], 5)) == ["mc"]
+        assert ids(store.search_text(scope, ["ete"], 5)) == ["mc"]
+        assert ids(store.search_text(scope, ["οδοσ"], 5)) == ["md"]
+        assert ids(store.search_text(scope, ["οδός"], 5)) == []  # a Greek accent stays, as in FTS5
+
     def test_search_text_ranks_better_matches_first(self, store: Store, scope: Scope) -> None:
         store.append(
             scope,

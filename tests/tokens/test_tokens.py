@@ -1,5 +1,6 @@
 """Token counting: the estimate never undercounts; exact counters agree with the encodings."""
 
+import base64
 import json
 
 import pytest
@@ -89,3 +90,58 @@ def test_hugging_face_tokenizer_json(tmp_path):
 def test_unknown_encoding_is_a_clear_error():
     with pytest.raises(ValueError, match="no offline tokenizer for encoding 'nope'"):
         TiktokenCounter("nope")
+
+
+def test_a_tokenizer_json_that_truncates_and_pads_counts_the_texts_own_tokens(shipped_dir):
+    """The shipped MiniLM tokenizer.json truncates and pads to 128 tokens: every text counted 128, and a window
+    counted with it overflowed. A text's own tokens are counted, every one."""
+    counter = HuggingFaceTokenCounter(str(shipped_dir / "tokenizer.json"))
+    assert counter.count("memory " * 1000) == 1000
+    assert counter.count("memory") == 1
+
+
+BLOB_FLOOR, ANY_TEXT_FLOOR = 0.9, 0.7
+"""The estimate is at least BLOB_FLOOR of the count of the BPE encodings LLMs use (cl100k, o200k) for runs without
+spaces, and ANY_TEXT_FLOOR of theirs and of a WordPiece tokenizer's (MiniLM's) for any text at all (rare CJK
+characters cost BPE two tokens each, a run of random capitals one per 1.5 letters: no cheap rule sees them)."""
+
+
+@pytest.fixture(scope="module")
+def exact_counters(shipped_dir):
+    return [TiktokenCounter("cl100k_base"), TiktokenCounter("o200k_base"),
+            HuggingFaceTokenCounter(str(shipped_dir / "tokenizer.json"))]
+
+
+LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+CJK = "".join(sorted({c for text in SAMPLES[:2] for c in text if "\u4e00" <= c <= "\u9fff" or "\u3040" <= c <= "\u30ff"}))
+unspaced = (
+    st.text(alphabet=st.sampled_from(LETTERS), min_size=20, max_size=600)  # a blob of letters alone
+    | st.text(alphabet=st.sampled_from(LETTERS[:26]), min_size=20, max_size=600)
+    | st.binary(min_size=10, max_size=600).map(lambda b: base64.b64encode(b).decode())
+    | st.binary(min_size=10, max_size=300).map(bytes.hex)
+    | st.lists(st.sampled_from(WORDS), min_size=2, max_size=40).map("".join)  # words run together
+    | st.lists(words, min_size=1, max_size=30).map(lambda ws: "https://example.com/" + "/".join(ws))
+    | json_docs.map(lambda d: d.replace(" ", ""))  # minified JSON
+    | st.text(alphabet=st.sampled_from(CJK), min_size=1, max_size=300)
+)
+
+
+@given(text=st.lists(unspaced, min_size=1, max_size=4).map(" ".join))
+@example(text="Donaudampfschifffahrtsgesellschaftskapitänswitwe " * 20)  # long compound words
+@example(text="qwhzkvjxmtprlsdfgnbcqwhzkvjxmtprlsdfgnbc" * 50)  # a run of letters: ~2 characters a token, not 5
+def test_the_estimate_never_undercounts_a_run_without_spaces_badly(text, exact_counters):
+    """A run without spaces (a blob of letters, words run together, a long compound) counted one token per 5
+    letters, as prose does: a third of its real count, and a window thought within budget overflowed."""
+    assert EstimatingTokenCounter().count(text) >= BLOB_FLOOR * max(c.count(text) for c in exact_counters[:2])
+
+
+@given(text=st.lists(unspaced | mixed_text | st.text(max_size=300), min_size=1, max_size=4).map(" ".join))
+def test_the_estimate_is_never_far_below_any_tokenizers_count(text, exact_counters):
+    assert EstimatingTokenCounter().count(text) >= ANY_TEXT_FLOOR * max(c.count(text) for c in exact_counters)
+
+
+def test_the_estimate_of_english_prose_stays_close_to_exact(exact):
+    """Prose is counted as before: long runs cost more, its words (rarely over 12 letters) do not."""
+    text = ("Summaries keep the conversation within its budget, while the archive keeps every word verbatim; "
+            "searching it later brings back the exact message, its neighbours and the decisions around it. ") * 10
+    assert exact[0].count(text) <= EstimatingTokenCounter().count(text) <= 1.35 * exact[0].count(text)

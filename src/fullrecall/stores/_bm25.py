@@ -9,10 +9,10 @@ messages, where FTS5's ``bm25()`` would read each query word's posting list acro
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import os
-import re
 import threading
 import weakref
 from collections import OrderedDict
@@ -21,28 +21,37 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _unicode61 as U
 from ._vectors import Owner, filter_mask
 from .base import Filters, Hit
 
-WORD = re.compile(r"\w+", re.UNICODE)
-_NOT_WORD_BUT_NUL = {c: " " for c in range(1, 128) if not (chr(c).isalnum() or chr(c) == "_")}  # ASCII non-\w
+_NOT_WORD_BUT_NUL = {c: " " for c in range(1, 128) if not chr(c).isalnum()}  # ASCII separators ("_" among them)
 _NOT_WORD = {**_NOT_WORD_BUT_NUL, 0: " "}
+_WORD_STARTS = [first for first, _ in U.WORD_RANGES]
+_BECOMES: dict[int, str] = {}  # code point -> what it becomes in a word (" ": it separates words), as met
 
 
 def words(text: str) -> list[str]:
-    """The lower-cased words (runs of letters, digits and underscores) of ``text``; an ASCII text is split without the regex (half the time).
-
-    A dotted capital I (Turkish "İstanbul") is lower-cased to a plain i, as FTS5 and PostgreSQL fold it: Python
-    gives "i" and a combining dot, which splits the word in two ("i", "stanbul").
+    """The words of ``text`` as SQLite FTS5's ``unicode61`` tokenizer finds them: runs of letters, digits and
+    combining accents (an underscore, an apostrophe, an emoji separate words), each lower-cased with its accents
+    dropped ("Café" is "cafe"; :mod:`._unicode61`). An ASCII text is split without the table (half the time).
     """
     if text.isascii():
         return text.lower().translate(_NOT_WORD).split()
-    return WORD.findall(_lower(text))
+    return text.translate(_table(text)).split()
 
 
-def _lower(text: str) -> str:
-    """``text`` lower-cased with a dotted capital I as a plain i (see :func:`words`)."""
-    return text.replace("\u0130", "I").lower()
+def _table(text: str) -> dict[int, str]:
+    """What each character of ``text`` becomes (see :func:`words`), for ``str.translate``."""
+    global _BECOMES
+    points = {ord(c) for c in set(text)}
+    becomes = _BECOMES
+    if len(becomes) > 100_000:  # a new memory, never one emptied in place: another thread may be reading it
+        becomes = _BECOMES = {}
+    for p in points.difference(becomes):
+        i = bisect.bisect_right(_WORD_STARTS, p) - 1
+        becomes[p] = U.FOLDS.get(p, chr(p)) if i >= 0 and p <= U.WORD_RANGES[i][1] else " "
+    return {p: becomes[p] for p in points}
 
 
 LexicalRow = tuple[str, str, str, str, float, list[str], int | None]
@@ -50,7 +59,7 @@ LexicalRow = tuple[str, str, str, str, float, list[str], int | None]
 
 
 class Tokenizer:
-    """Lower-cased word tokens, stemmed by PyStemmer's Porter stemmer (the algorithm of FTS5's ``porter``
+    """The words FTS5's ``unicode61`` finds (see :func:`words`), stemmed by PyStemmer's Porter stemmer (the algorithm of FTS5's ``porter``
     tokenizer) when it is installed; ``stems`` says whether it is.
 
     A process forked while another thread stems (its lock held, its stemmer mid-word) gives each tokenizer
@@ -95,21 +104,18 @@ class Tokenizer:
 
 
 def _split_many(texts: Sequence[str]) -> list[str] | None:
-    r"""The words of every text, one after another, as :func:`words` splits each, with a NUL (no word)
+    """The words of every text, one after another, as :func:`words` splits each, with a NUL (no word)
     between one text's and the next's: found in one pass over the texts joined by a NUL between two
-    spaces (so ``lower()``, whose Greek final sigma looks at its neighbours, sees a space at each end of
-    a text as at the ends of a string), every character that is no word character (``\w``) turned
-    into a space and the result split. None when a text holds a NUL of its own.
+    spaces. None when a text holds a NUL of its own.
     """
     if not texts:
         return []
-    low = _lower(" \0 ".join(texts))
-    if low.count("\0") != len(texts) - 1:
+    joined = " \0 ".join(texts)
+    if joined.count("\0") != len(texts) - 1:
         return None
-    table = _NOT_WORD_BUT_NUL
-    if not low.isascii():  # and the text's other characters that are no word character
-        table = {**table, **{ord(c): " " for c in set(low) if not c.isalnum() and c > "\x7f"}}
-    return low.translate(table).split()
+    if joined.isascii():
+        return joined.lower().translate(_NOT_WORD_BUT_NUL).split()
+    return joined.translate({**_table(joined), 0: "\0"}).split()
 
 
 _TOKENIZERS: weakref.WeakSet[Tokenizer] = weakref.WeakSet()  # every live tokenizer, renewed in a forked child

@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import InvalidInput, StateConflict
 from . import _validate as V
-from ._bm25 import WORD
+from ._bm25 import words as _words
 from .base import ANY, Filters, Record, Scope, Store, StoredMessage
 
 # -- scopes ------------------------------------------------------------------
@@ -346,11 +346,11 @@ def filters_match(f: Filters | None, *, id: str, role: str, kind: str, created_a
 
 
 def split_terms(terms: Sequence[str]) -> list[str]:
-    """Search terms that hold at least one word character; InvalidInput for a bare string (a common slip)."""
+    """Search terms that hold at least one word (as FTS5 finds words); InvalidInput for a bare string (a common slip)."""
     if isinstance(terms, str):
         raise InvalidInput("terms must be a sequence of words, not one string")
     words = (V.check_text(str(t), f"search term {i}").replace("\x00", " ").strip() for i, t in enumerate(terms))
-    return [t for t in words if WORD.search(t)]
+    return [t for t in words if _words(t)]
 
 
 def json_loads(text: str | bytes) -> Any:
