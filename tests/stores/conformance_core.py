@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fullrecall.errors import InvalidInput, StateConflict, StoreError
-from fullrecall.stores import ANY, Scope, Store, StoredMessage, open_store
+from fullrecall.stores import ANY, Record, Scope, Store, StoredMessage, open_store
 from fullrecall.stores._validate import indexed_prefix
 
 
@@ -177,6 +177,34 @@ class CoreConformance:
         assert store.update_state(scope, "window", lambda doc: {"n": (doc or {"n": 0})["n"] + 1}) == {"n": 4}
         assert store.update_state(scope, "other", lambda doc: {"was": doc}) == {"was": None}
         assert store.forget(scope)["state"] == 2
+
+    def test_put_record_compare_and_set(self, store: Store, scope: Scope) -> None:
+        """A record's version (1 when first written, one up each write) guards a read-modify-write of it."""
+        owner = Scope(user_id=scope.user_id, agent_id=scope.agent_id)
+
+        def put(text: str, expected: int | None = None) -> int:
+            return store.put_record(owner, Record(id="r", namespace="facts", text=text), expected=expected)
+
+        def held() -> list[tuple[str, int]]:
+            return [(r.text, r.version) for r in store.get_records(owner, "facts")]
+
+        with pytest.raises(StateConflict, match="record 'r' is at version 0") as lost:
+            put("a", expected=2)  # no such record: nothing to update
+        assert lost.value.current == 0 and held() == []
+        assert put("a", expected=0) == 1  # create only if absent
+        with pytest.raises(StateConflict, match="record 'r' is at version 1, not the expected 0"):
+            put("b", expected=0)
+        assert put("b") == 2  # without expected: always written
+        with pytest.raises(StateConflict) as lost:
+            put("c", expected=1)  # read at version 1, written by another since
+        assert lost.value.current == 2 and held() == [("b", 2)]
+        assert put("c", expected=2) == 3 and held() == [("c", 3)]
+        for bad in (-1, True, "2", 1.0):
+            with pytest.raises(InvalidInput, match="expected"):
+                put("d", expected=bad)  # type: ignore[arg-type]
+        assert held() == [("c", 3)]
+        store.delete_record(owner, "facts", "r")
+        assert put("e", expected=0) == 1  # made again: a new record
 
 
     # -- batched range reads ----------------------------------------------------------------

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fullrecall.stores import Scope, StoredMessage, open_store
+from fullrecall.errors import StateConflict
+from fullrecall.stores import Record, Scope, Store, StoredMessage, open_store
 from fullrecall.stores import postgres as pg
 from fullrecall.stores import sqlite as sq
 from fullrecall.stores._validate import INDEXED_CHARS
@@ -91,6 +92,52 @@ def test_postgres_v3_schema_migrates_to_prefix_index(
         store.close()
 
 
+_OLD_RECORD = ("INSERT INTO {t} (tenant, user_id, agent_id, session_id, namespace, id, text, data, created_at,"
+               " updated_at) VALUES ('default', 'ann', '', '', 'facts', 'r', 'likes tea', '{{}}', 1.0, 1.0)")
+
+
+def _records_take_versions(store: Store) -> None:
+    """A record written before records had versions is at version 1, and a compare-and-set goes from there."""
+    owner = Scope(user_id="ann")
+    [old] = store.get_records(owner, "facts")
+    assert (old.text, old.version) == ("likes tea", 1)
+    with pytest.raises(StateConflict):
+        store.put_record(owner, Record(id="r", namespace="facts", text="likes green tea"), expected=0)
+    assert store.put_record(owner, Record(id="r", namespace="facts", text="likes green tea"), expected=1) == 2
+    assert [(r.text, r.version) for r in store.get_records(owner, "facts")] == [("likes green tea", 2)]
+
+
+def test_sqlite_v3_records_take_versions(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "old.db"
+    with monkeypatch.context() as old:
+        old.setattr(sq, "SCHEMA_VERSION", 3)
+        store = sq.SQLiteStore(path)
+        with store._write() as conn:
+            conn.execute(_OLD_RECORD.format(t="records"))
+        store.close()
+    store = sq.SQLiteStore(path)
+    _records_take_versions(store)
+    store.close()
+
+
+def test_postgres_v5_records_take_versions(
+    service_urls: dict[str, Callable[[], str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = service_urls["postgres"]()
+    url = f"{url}{'&' if '?' in url else '?'}schema=mig{uuid.uuid4().hex[:8]}"
+    with monkeypatch.context() as old:
+        old.setattr(pg, "SCHEMA_VERSION", 5)
+        store = open_store(url)
+        with store._tx() as conn:
+            conn.execute(_OLD_RECORD.format(t=f"{store.schema}.records"))
+        store.close()
+    store = open_store(url)
+    try:
+        _records_take_versions(store)
+    finally:
+        store.close()
+
+
 @given(st.text(alphabet=st.sampled_from(["a", " ", "\x00", "\ufdd0", "é", "\n"]), max_size=30))
 def test_postgres_text_escaping_round_trips(text: str) -> None:
     stored = pg._pg_text(text)
@@ -106,6 +153,7 @@ _RELEASED: dict[ModuleType, dict[int, str]] = {
         1: "4fb78170b86a7d8521b3eb3f307a52bd7c27f4b2b2ac9e62ceaf8531a5eb8ca4",
         2: "75f062bda13caaf1c1e3229ce5c149d00f550e3b666024b41989bb6cb452d3cd",
         3: "e9069df92d0248b0a4f080651c722610791b9d46a8a4083265acc1fc2505721a",
+        4: "431e9c09980daf33c16f6b052a5f20196afb610efe41669880b657c05fa7790e",
     },
     pg: {
         1: "19df2b1c5eb390ec729286b567bd98a66cbed65fefc99334a1bc684bb4cc1606",
@@ -113,6 +161,7 @@ _RELEASED: dict[ModuleType, dict[int, str]] = {
         3: "88bc8536ed199c91bf098201da351b03f202edbe7d7587ac5ccb4053534b351d",
         4: "e5c8da6cc54de107c8cc7acac4476db979d9e2405d6db8244791b5555434b6fa",
         5: "5a03f6fcbc690e0a380d9524f1cf556c0ffbe56f0779b13408479c0861790d49",
+        6: "acab9ac301053af0d7a5192f1b78193d90c066145ab346299fed4f212cedb320",
     },
 }
 

@@ -142,6 +142,22 @@ def test_records_alone_get_ttls_too(redis_url: str, raw: redis.Redis, prefix: st
     store.close()
 
 
+def test_a_record_from_before_versions_is_at_version_1(redis_url: str, raw: redis.Redis, prefix: str) -> None:
+    """A record stored before records had versions (its JSON without one) reads at 1, and a compare-and-set
+    goes on from there.
+    """
+    store = open_store(f"{redis_url}?prefix={prefix}")
+    owner = Scope(user_id="ann")
+    store.put_record(owner, Record(id="r", namespace="facts", text="likes tea"))
+    [(key, field, doc)] = [(k, f, d) for k in _keys(raw, prefix) if b":records:" in k for f, d in raw.hgetall(k).items()]
+    assert doc.endswith(b', "version": 1}')
+    raw.hset(key, field, doc.replace(b', "version": 1}', b"}"))  # as an older fullrecall wrote it
+    assert [r.version for r in store.get_records(owner, "facts")] == [1]
+    assert store.put_record(owner, Record(id="r", namespace="facts", text="likes green tea"), expected=1) == 2
+    assert [(r.text, r.version) for r in store.get_records(owner, "facts")] == [("likes green tea", 2)]
+    store.close()
+
+
 def test_a_large_conversation_is_read_in_pages_with_the_same_results(
     redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -21,6 +21,9 @@ protocol, identically on every backend:
   if that event is still there and every later one is this book's own (already applied), the
   cache is current; otherwise (another process wrote, or the owner was forgotten) everything is
   read again. The cache holds at most ``cache_limit`` records (beyond that, reads go to the store).
+* **updates that lose nothing**: :meth:`RecordBook.update` changes a record as read and writes it only if
+  the store still holds it at the version read (a compare-and-set, part of the write itself); if another
+  writer got in first, the record is read again and the change made again.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import base64
 import contextlib
 import hashlib
 import math
+import random
 import threading
 import time
 import uuid
@@ -38,7 +42,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..errors import InvalidInput, MemoryInputError
+from ..errors import InvalidInput, MemoryInputError, StateConflict
 from ..stores import _validate as V
 from ..stores._common import newest
 from ..stores.base import Record, Scope, Store, StoredMessage
@@ -50,6 +54,7 @@ LOG_PREFIX = "_log."
 CACHE_LIMIT = 10_000
 _END = 2**62  # a position past any log's end
 _MAX_VIEWS = 8  # selections :meth:`RecordBook.nearest` keeps
+UPDATE_ATTEMPTS = 32  # lost races :meth:`RecordBook.update` takes before it gives up
 
 Entry = tuple[Record, "np.ndarray | None"]
 # (the cache before, the cache after, the record's id, its entry before or None, its entry after or None)
@@ -149,8 +154,11 @@ class RecordBook:
         """Vectors for texts, in one batched call."""
         return self.embedder.embed(list(texts))
 
-    def put(self, record: Record, vector: np.ndarray | None = None) -> Record:
-        """Write (or replace) a record; ``vector`` (if any) is kept with it for :meth:`similar`."""
+    def put(self, record: Record, vector: np.ndarray | None = None, *, expected: int | None = None) -> Record:
+        """Write (or replace) a record; ``vector`` (if any) is kept with it for :meth:`similar`. The record
+        gets its new version. With ``expected``, only if the store holds it at that version (0: not at all),
+        else :class:`~fullrecall.errors.StateConflict`, nothing written and the cache read again on next use.
+        """
         record.namespace = self.namespace
         record.data = dict(record.data)
         record.data[_OWNER] = self._owner
@@ -158,9 +166,38 @@ class RecordBook:
             record.data[_VEC] = _encode(vector)
         else:  # a record read back and written again keeps the vector it had
             vector = self.vector(record)
-        self.store.put_record(self.scope, record, vector)
+        try:
+            record.version = self.store.put_record(self.scope, record, vector, expected=expected)
+        except StateConflict:
+            with self._lock:  # another writer got in first: the cache is behind the store, whatever the log says
+                self._cache = None  # (that writer may not have logged its write yet)
+            raise
         self._changed(record.id, (_copy(record), None if vector is None else np.asarray(vector, dtype=np.float32)))
         return record
+
+    def update(self, record_id: str, change: Callable[[Record | None], tuple[Record, np.ndarray | None] | None],
+               *, check: bool = True, attempts: int = UPDATE_ATTEMPTS) -> Record | None:
+        """Read-modify-write one record without losing another writer's update (another handle's, another
+        process's): ``change`` gets the record as held (a copy the caller may change, or None) and gives the
+        record to write with its vector (None: the one it has), or None to write nothing. It is written only
+        if nobody wrote that record in between (compare-and-set on its version); if somebody did, it is read
+        again and ``change`` called again, so ``change`` must do nothing else. The written record, or None.
+
+        Costs what a read of the cache (``check=False``: one the caller has just checked, no round trip) and
+        a :meth:`put` cost; more only when another writer got in first. StateConflict after ``attempts``
+        lost races.
+        """
+        for attempt in range(max(1, attempts)):
+            entry = self._live(check or attempt > 0).get(record_id)
+            held = _copy(entry[0]) if entry is not None else None
+            made = change(held)
+            if made is None:
+                return None
+            try:
+                return self.put(*made, expected=held.version if held is not None else 0)
+            except StateConflict:
+                time.sleep(0.001 * random.random())  # let the winner finish (and log its write) before reading again
+        raise StateConflict(f"record {record_id!r} kept changing under {attempts} attempts to update it", current=-1)
 
     def delete(self, record_id: str) -> bool:
         """Delete one of the owner's records; an id the owner does not hold deletes nothing (the store

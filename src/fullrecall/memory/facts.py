@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import re
 import time
 import uuid
@@ -32,11 +33,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import MemoryInputError
+from ..errors import MemoryInputError, StateConflict
 from ..stores import _validate as V
 from ..stores.base import DEFAULT_TENANT, Record, Store
 from ._fact_index import USER, FactIndex, normalize
-from ._records import Entry, check_unicode, open_book, public_data
+from ._records import UPDATE_ATTEMPTS, Entry, check_unicode, open_book, public_data
 
 NAMESPACE = "facts"
 log = logging.getLogger("fullrecall.memory.facts")
@@ -255,8 +256,12 @@ class FactMemory:
         return stored
 
     def _store(self, fact: Fact, vector: np.ndarray | None, checked: bool) -> tuple[Fact, bool]:
-        """Write ``fact``, or merge it into the current fact it repeats; (the stored fact, whether it is new)."""
-        index = self._facts(check=not checked)  # cached: one small round trip when nothing changed elsewhere
+        """Write ``fact``, or merge it into the current fact it repeats; (the stored fact, whether it is new).
+
+        A merge is written only if nobody wrote the repeated fact meanwhile (any process): else the facts
+        are read again and the fact placed again, so that two writers repeating one fact at once count two
+        mentions, and a repeat never reopens a fact another writer has just closed.
+        """
         embedded: list[np.ndarray] = [] if vector is None else [vector]
 
         def fact_vector() -> np.ndarray:
@@ -264,30 +269,51 @@ class FactMemory:
                 embedded.append(self.book.embed([fact.text])[0])
             return embedded[0]
 
-        # an attribute fact without a value is compared by its words: "I moved to Rome" is no repeat of "... Paris"
-        same = index.repeated(fact.subject, normalize(fact.text), fact.attribute, normalize(fact.value or fact.text))
-        if same is None and not fact.attribute:  # no attribute to compare: a close enough meaning
-            loose, matrix = index.loose(fact.subject)
-            best = self.book.similar(fact_vector(), loose, 1, matrix=matrix) if matrix is not None else []
-            if best and best[0][1] >= self.duplicate_similarity:
-                same = best[0][0]
-        if same is not None:
+        for attempt in range(UPDATE_ATTEMPTS):
+            index = self._facts(check=not checked or attempt > 0)  # cached: one small round trip when nothing changed
+            # an attribute fact without a value is compared by its words: "I moved to Rome" is no repeat of "... Paris"
+            same = index.repeated(fact.subject, normalize(fact.text), fact.attribute, normalize(fact.value or fact.text))
+            if same is None and not fact.attribute:  # no attribute to compare: a close enough meaning
+                loose, matrix = index.loose(fact.subject)
+                best = self.book.similar(fact_vector(), loose, 1, matrix=matrix) if matrix is not None else []
+                if best and best[0][1] >= self.duplicate_similarity:
+                    same = best[0][0]
+            if same is None:
+                break
             found = _from_record(same)
             found.mentions += 1
             found.sources += [s for s in fact.sources if s not in found.sources]
-            self._put(found, base=same)
+            try:
+                self._put(found, base=same, expected=same.version)
+            except StateConflict:
+                time.sleep(0.001 * random.random())  # let the other writer finish before reading again
+                continue
             return found, False
-        rivals = [(_from_record(r), r) for r in index.holding(fact.subject, fact.attribute)] if fact.attribute else []
-        later = [f for f, _ in rivals if f.valid_from > fact.valid_from]
+        else:
+            raise StateConflict(f"fact {fact.text!r} kept changing under {UPDATE_ATTEMPTS} attempts to store it",
+                                current=-1)
+        rivals = [_from_record(r) for r in index.holding(fact.subject, fact.attribute)] if fact.attribute else []
+        later = [f for f in rivals if f.valid_from > fact.valid_from]
         if later:  # told late about an older value: it held until the next known one
             nxt = min(later, key=lambda f: f.valid_from)
             fact.valid_to, fact.superseded_by = nxt.valid_from, nxt.id
         self._put(fact, vector=fact_vector())  # durable before any old fact is closed
-        for old, base in rivals:
-            if old.valid_at(fact.valid_from):
-                old.valid_to, old.superseded_by = fact.valid_from, fact.id
-                self._put(old, base=base)
+        for old in rivals:
+            self._close(old.id, fact.valid_from, fact.id, lambda f: f.valid_at(fact.valid_from))
         return fact, True
+
+    def _close(self, fact_id: str, until: float, by: str, holds: Callable[[Fact], bool]) -> None:
+        """Close one fact at ``until``, superseded by the fact ``by``, if it ``holds`` as held now: read again
+        and decided again when another writer changed it meanwhile (nothing it wrote is lost).
+        """
+        def closed(record: Record | None) -> tuple[Record, None] | None:
+            fact = _from_record(record) if record is not None else None
+            if fact is None or not holds(fact):
+                return None
+            fact.valid_to, fact.superseded_by = until, by
+            return self._as_record(fact, base=record), None
+
+        self.book.update(fact_id, closed, check=False)  # the cache was just checked, or holds this writer's writes
 
     def _facts(self, *, check: bool = True) -> FactIndex:
         """The index of the live facts (the book's cache checked first unless not ``check``)."""
@@ -320,10 +346,9 @@ class FactMemory:
         if len(current) < 2:
             return
         winner = max((f for f, _ in current), key=lambda f: (f.valid_from, f.stated_at, f.id))
-        for f, base in current:
+        for f, _ in current:
             if f.id != winner.id:
-                f.valid_to, f.superseded_by = winner.valid_from, winner.id
-                self._put(f, base=base)
+                self._close(f.id, winner.valid_from, winner.id, _is_current)
 
     def learn(
         self, messages: Sequence[dict[str, Any]], sources: Sequence[dict[str, str]] | None = None,
@@ -461,20 +486,29 @@ class FactMemory:
             if (subject is None or f.subject == subject) and (attribute is None or f.attribute == attribute)
         ]
 
-    def _put(self, fact: Fact, *, vector: Any = None, base: Record | None = None) -> None:
-        """Write a fact; ``base`` is its stored record when rewriting it (its vector is kept)."""
+    def _put(self, fact: Fact, *, vector: Any = None, base: Record | None = None, expected: int | None = None) -> None:
+        """Write a fact; ``base`` is its stored record when rewriting it (its vector is kept); ``expected``: only
+        if the store holds it at that version (see :meth:`RecordBook.put`).
+        """
+        self.book.put(self._as_record(fact, base=base), vector, expected=expected)
+
+    def _as_record(self, fact: Fact, *, base: Record | None = None) -> Record:
+        """The record of a fact (written now); ``base``: its stored record, whose other data it keeps."""
         data = fact.to_dict()
         record_id, text = data.pop("id"), data.pop("text")
         if base is not None:
             data = {**base.data, **data}
-        record = Record(id=record_id, namespace=NAMESPACE, text=text, data=data,
-                        created_at=fact.stated_at, updated_at=self.clock())
-        self.book.put(record, vector)
+        return Record(id=record_id, namespace=NAMESPACE, text=text, data=data,
+                      created_at=fact.stated_at, updated_at=self.clock())
 
     def close(self) -> None:
         """Close the store if this memory opened it (a store passed in is the caller's to close)."""
         if self._owns_store:
             self.store.close()
+
+
+def _is_current(fact: Fact) -> bool:
+    return fact.is_current
 
 
 def _current(record: Record) -> bool:

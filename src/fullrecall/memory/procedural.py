@@ -150,26 +150,32 @@ class ProceduralMemory:
         steps = [str(t) for t in tools_used]
         new_id = pattern_id(self.book, signature, steps)
         now = self.clock()
-        old = self.book.get(new_id)
-        if old is None:
-            data: dict[str, Any] = {
-                "query": query, "query_type": query_type, "signature": signature, "tools_used": steps,
-                "success_score": float(success_score), "success_count": 1,
-                "avg_execution_time_ms": float(execution_time_ms), "last_used": now,
-            }
-            record = Record(id=new_id, namespace=NAMESPACE, text=query, data=data, created_at=now, updated_at=now)
-            vector = self.book.embed([query])[0]
-        else:
-            record, data, vector = old, old.data, None
-            n = int(data["success_count"])
-            data["avg_execution_time_ms"] = (data["avg_execution_time_ms"] * n + float(execution_time_ms)) / (n + 1)
-            data["success_score"] = (data["success_score"] * n + float(success_score)) / (n + 1)
-            data["success_count"] = n + 1
-            data["last_used"] = now
-            data["query_type"] = query_type or data.get("query_type")
-            record.updated_at = now
-        data[EXPIRES_AT] = now + self.ttl_days * 86400.0 if self.ttl_days is not None else None
-        self.book.put(record, vector)
+        embedded: list[Any] = []  # the query's vector, made once even when a lost race runs ``stored`` again
+
+        def stored(old: Record | None) -> tuple[Record, Any]:
+            """The pattern as this run leaves it, from the pattern as held (None: new)."""
+            if old is None:
+                data: dict[str, Any] = {
+                    "query": query, "query_type": query_type, "signature": signature, "tools_used": steps,
+                    "success_score": float(success_score), "success_count": 1,
+                    "avg_execution_time_ms": float(execution_time_ms), "last_used": now,
+                }
+                record = Record(id=new_id, namespace=NAMESPACE, text=query, data=data, created_at=now, updated_at=now)
+                embedded[:] = embedded or [self.book.embed([query])[0]]
+                vector = embedded[0]
+            else:
+                record, data, vector = old, old.data, None
+                n = int(data["success_count"])
+                data["avg_execution_time_ms"] = (data["avg_execution_time_ms"] * n + float(execution_time_ms)) / (n + 1)
+                data["success_score"] = (data["success_score"] * n + float(success_score)) / (n + 1)
+                data["success_count"] = n + 1
+                data["last_used"] = now
+                data["query_type"] = query_type or data.get("query_type")
+                record.updated_at = now
+            data[EXPIRES_AT] = now + self.ttl_days * 86400.0 if self.ttl_days is not None else None
+            return record, vector
+
+        self.book.update(new_id, stored)  # another writer's run of the same pattern at once is counted too
         return new_id
 
     def evaluate_workflow(

@@ -63,10 +63,10 @@ def state_json(key: str, value: Any) -> str:
     return V.check_json(value, f"state {key!r}", limit=V.MAX_DOCUMENT_BYTES, tuples=True)
 
 
-def check_version(key: str, expected: int | None) -> None:
+def check_version(key: str, expected: int | None, what: str = "state") -> None:
     """InvalidInput unless ``expected`` is None or a version (an int >= 0)."""
     if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool) or expected < 0):
-        raise V.InvalidInput(f"state {key!r}: expected must be a version (an int >= 0), got {expected!r}")
+        raise V.InvalidInput(f"{what} {key!r}: expected must be a version (an int >= 0), got {expected!r}")
 
 
 def check_expected(key: str, expected: int | None, current: int) -> None:
@@ -78,9 +78,11 @@ def check_expected(key: str, expected: int | None, current: int) -> None:
         raise state_conflict(key, expected, current)
 
 
-def state_conflict(key: str, expected: int | None, current: int) -> StateConflict:
-    """The refusal of a compare-and-set whose ``expected`` version is not the ``current`` one."""
-    return StateConflict(f"state {key!r} is at version {current}, not the expected {expected}: nothing was written",
+def state_conflict(key: str, expected: int | None, current: int, what: str = "state") -> StateConflict:
+    """The refusal of a compare-and-set whose ``expected`` version is not the ``current`` one (of a state
+    document, or of another ``what``: a record).
+    """
+    return StateConflict(f"{what} {key!r} is at version {current}, not the expected {expected}: nothing was written",
                          current=current)
 
 
@@ -300,7 +302,9 @@ def split_url(url: str, schemes: Sequence[str], own_options: Sequence[str], sche
 
 
 def record_from_row(row: Any) -> Record:
-    """A long-term record from a stored row or hash (``data`` as JSON text)."""
+    """A long-term record from a stored row or hash (``data`` as JSON text; a row written before records had
+    versions is at version 1).
+    """
     return Record(
         id=row["id"],
         namespace=row["namespace"],
@@ -308,6 +312,7 @@ def record_from_row(row: Any) -> Record:
         data=V.loads(row["data"]),
         created_at=float(row["created_at"]),
         updated_at=float(row["updated_at"]),
+        version=int(row.get("version") or 1),
     )
 
 

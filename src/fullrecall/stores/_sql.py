@@ -330,19 +330,37 @@ class SqlStore(StoreBase):
     # -- long-term records --------------------------------------------------------------------
 
     def _put_record(
-        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None
-    ) -> None:
+        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None,
+        expected: int | None,
+    ) -> int:
+        # one statement whatever ``expected`` is, its new version returned: an upsert (a new row is at 1, a
+        # held one goes one up), an insert of a row not held (0), or an update of the row at that version
+        ph, t = self.sql.ph, self.sql.t("records")
+        key = " AND ".join(f"{c} = {ph}" for c in _RECORD_KEY)
+        values = [*owner, record.namespace, record.id, self.sql.text_in(record.text), data, record.created_at,
+                  record.updated_at, self.sql.vector(vector) if vector is not None else None]
+        changed = [c for c in _RECORD_COLUMNS if c not in _RECORD_KEY]
+        if expected:
+            params = [*values[len(_RECORD_KEY):], *values[:len(_RECORD_KEY)], expected]
+            statement = (f"UPDATE {t} SET {', '.join(f'{c} = {ph}' for c in changed)}, version = version + 1"
+                         f" WHERE {key} AND version = {ph}")
+        else:
+            replace = f"UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in changed)}, version = r.version + 1"
+            params = values
+            statement = (f"INSERT INTO {t} AS r ({', '.join(_RECORD_COLUMNS)}, version)"
+                         f" VALUES ({', '.join([ph] * len(values))}, 1) ON CONFLICT ({', '.join(_RECORD_KEY)})"
+                         f" DO {'NOTHING' if expected == 0 else replace}")
         with self._write_one() as conn:
-            conn.execute(
-                self.sql.upsert("records", _RECORD_COLUMNS, _RECORD_KEY),
-                (*owner, record.namespace, record.id, self.sql.text_in(record.text), data, record.created_at,
-                 record.updated_at, self.sql.vector(vector) if vector is not None else None),
-            )
+            rows = conn.execute(f"{statement} RETURNING version", params).fetchall()  # all: SQLite ends it there
+            if rows:
+                return int(rows[0]["version"])
+            held = conn.execute(f"SELECT version FROM {t} WHERE {key}", values[:len(_RECORD_KEY)]).fetchone()
+        raise C.state_conflict(record.id, expected, int(held["version"]) if held else 0, what="record")
 
     def get_records(self, scope: Scope, namespace: str) -> list[Record]:
         where, params = self.sql.record_where(scope)
         rows = self._fetch(
-            f"SELECT id, namespace, text, data, created_at, updated_at FROM {self.sql.t('records')} r"
+            f"SELECT id, namespace, text, data, created_at, updated_at, version FROM {self.sql.t('records')} r"
             f" WHERE {where} AND namespace = {self.sql.ph} ORDER BY created_at, id",
             [*params, namespace],
         )

@@ -43,9 +43,12 @@ class StoreBase:
         raise NotImplementedError
 
     def _put_record(
-        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None
-    ) -> None:
-        """Upsert a valid record for ``owner`` (tenant, user, agent, session or ""), ``data`` as JSON text."""
+        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None,
+        expected: int | None,
+    ) -> int:
+        """Upsert a valid record for ``owner`` (tenant, user, agent, session or ""), ``data`` as JSON text, if its
+        stored version is ``expected`` (0: none; None: any, else StateConflict); its new version.
+        """
         raise NotImplementedError
 
     def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
@@ -75,11 +78,14 @@ class StoreBase:
         if ids:
             self._set_vectors(scope, ids, matrix, model)
 
-    def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
-        """Save a long-term record (and its vector) for the scope's owner."""
+    def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None,
+                   expected: int | None = None) -> int:
+        """Save a long-term record (and its vector) for the scope's owner; its new version (see :class:`Store`)."""
         data = C.record_json(record)
         owner = C.record_scope(scope)
-        self._put_record(scope, owner, record, data, Vec.as_matrix(vector, 1)[0] if vector is not None else None)
+        C.check_version(record.id, expected, "record")
+        return self._put_record(scope, owner, record, data, Vec.as_matrix(vector, 1)[0] if vector is not None else None,
+                                expected)
 
     # -- built on the hooks ---------------------------------------------------------------------
 

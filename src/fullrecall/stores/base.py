@@ -16,6 +16,9 @@ Contract shared by every backend (checked by ``tests/stores/conformance.py``):
   session, assigned atomically (two processes appending at once never collide).
 * A write returns only once it is durable (committed); a crash after return
   loses nothing.
+* ``put_state`` and ``put_record`` return the document's or record's new version (1, 2, ...); with
+  ``expected`` they are a compare-and-set on it (``StateConflict``, nothing written, when another
+  writer got in first).
 * ``search_text`` ranks by a stemmed BM25-like score (higher is better) over
   ``StoredMessage.text``; ``search_vectors`` by cosine similarity (higher is better).
 * ``forget`` really deletes (messages, vectors, summaries, state, records),
@@ -176,7 +179,11 @@ class Filters:
 
 @dataclass
 class Record:
-    """A long-term memory record (a fact, a preference, a procedure)."""
+    """A long-term memory record (a fact, a preference, a procedure).
+
+    ``version`` is filled in on read: the record's version in its store (1 when first written, one up
+    each write), for a later ``put_record(expected=...)``; a record not read from a store has 0.
+    """
 
     id: str
     namespace: str  # e.g. "facts", "procedures"
@@ -184,6 +191,7 @@ class Record:
     data: dict[str, Any] = field(default_factory=dict)
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
+    version: int = 0
 
 
 class Hit(NamedTuple):
@@ -301,7 +309,14 @@ class Store(Protocol):
         """
         ...
 
-    def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None) -> None:
+    def put_record(self, scope: Scope, record: Record, vector: np.ndarray | None = None,
+                   expected: int | None = None) -> int:
+        """Save a long-term record (replaced whole when its id is held) for the scope's owner; return its
+        new version (1, 2, ...).
+
+        With ``expected``, a compare-and-set: the write happens only if the stored version is ``expected``
+        (0: no such record yet), else :class:`~fullrecall.errors.StateConflict` and nothing is written.
+        """
         ...
 
     def get_records(self, scope: Scope, namespace: str) -> list[Record]:

@@ -81,7 +81,7 @@ from .base import Filters, Hit, Scope, StoredMessage
 Conn = psycopg.Connection[dict[str, Any]]
 """A connection of ours: rows come as dicts (``row_factory=dict_row``)."""
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _OWN_OPTIONS = (
     "schema", "pool_min", "pool_max", "exact_limit", "ef_search", "hnsw_min_rows", "index_build_memory",
     "lexical_budget", "candidate_cap", "forget_vacuum",
@@ -200,6 +200,10 @@ MIGRATIONS: dict[int, str] = {
                            ' + (SELECT count(*) FROM {{s}}.vectors_%s v WHERE v.sid = s.sid)', d);
         END LOOP;
     END $$;
+    """,
+    # each long-term record's version (1, 2, ...: one up a write), for the compare-and-set of a read-modify-write
+    6: """
+    ALTER TABLE {s}.records ADD COLUMN version BIGINT NOT NULL DEFAULT 1;
     """,
 }
 

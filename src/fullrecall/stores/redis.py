@@ -9,7 +9,7 @@ tenant other than ``default``; user/agent/session values are %-quoted, ``*`` mea
     ...:session:{s}:vecs                       hash  message id -> float32 bytes
     ...:session:{s}:state                      hash  key -> JSON document, key NUL "v" -> its version
     ...:session:{s}:added                      list  'm'/'v' + id of each addition since the last deletion
-    P:user:{u}:records:{namespace}             hash  long-term records of the user
+    P:user:{u}:records:{namespace}             hash  long-term records of the user (JSON, ending in its version)
     P:user:{u}:record-namespaces, P:user:{u}:sessions, P:users, P:sessions:{s}   index sets
 
 * **Every key has a TTL** (default 210 days; ``ttl_seconds=`` per store,
@@ -79,7 +79,7 @@ _PERSISTING = ("aof_rewrite_in_progress", "aof_rewrite_scheduled", "rdb_bgsave_i
 # The Lua scripts, one a file in ``lua/`` (package data); the write scripts run after ``_prelude.lua``,
 # which documents the KEYS and ARGV they share.
 _WRITE_SCRIPTS = ("append", "set_vectors", "delete", "put_state", "set_ttl", "recount")
-_OWN_SCRIPTS = ("ranges", "additions", "forget_session")  # standalone: their KEYS differ
+_OWN_SCRIPTS = ("ranges", "additions", "forget_session", "put_record")  # standalone: their KEYS differ
 
 
 @functools.cache
@@ -583,8 +583,9 @@ class RedisStore(StoreBase):
         return f"{self._p(scope)}:user:{user_seg}:records:{quote(namespace, safe='')}"
 
     def _put_record(
-        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None
-    ) -> None:
+        self, scope: Scope, owner: tuple[str, str, str, str], record: Record, data: str, vector: np.ndarray | None,
+        expected: int | None,
+    ) -> int:
         _, user, agent, session = owner
         doc = {
             "id": record.id,
@@ -598,18 +599,16 @@ class RedisStore(StoreBase):
             "vector": vector.tolist() if vector is not None else None,
         }
         p, u = self._p(scope), _q(user)
-        key = self._records_key(scope, u, record.namespace)
-        field = json.dumps([agent, session, record.id])
-        with self._errors("write to"):
-            pipe = self._r.pipeline(transaction=True)
-            pipe.hset(key, field, json.dumps(doc, ensure_ascii=False))
-            pipe.sadd(f"{p}:user:{u}:record-namespaces", record.namespace)
-            pipe.sadd(f"{p}:users", u)
-            pipe.expire(key, self.ttl_seconds)
-            pipe.expire(f"{p}:user:{u}:record-namespaces", self.ttl_seconds)
-            pipe.expire(f"{p}:users", self.ttl_seconds, nx=True)  # a new set gets one,
-            pipe.expire(f"{p}:users", self.ttl_seconds, gt=True)  # an index set is never shortened
-            pipe.execute()
+        keys = [self._records_key(scope, u, record.namespace), f"{p}:user:{u}:record-namespaces", f"{p}:users"]
+        args = [json.dumps([agent, session, record.id]), json.dumps(doc, ensure_ascii=False),
+                "" if expected is None else expected, record.namespace, u, self.ttl_seconds]
+        try:
+            with self._errors("write to"):
+                return int(self._scripts["put_record"](keys=keys, args=args))
+        except _ScriptError as exc:
+            if exc.kind != "conflict":
+                raise
+            raise C.state_conflict(record.id, expected, int(exc.detail), what="record") from None
 
     def _members(self, key: str) -> list[str]:
         """The members of the set at ``key``, decoded (the client returns bytes: no decode_responses)."""

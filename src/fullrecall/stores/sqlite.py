@@ -69,7 +69,7 @@ from . import _vectors as Vec
 from ._sql import Dialect, SqlStore, records_table
 from .base import ANY, Filters, Hit, Scope, StoredMessage
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def _indexed(column: str) -> str:
@@ -200,6 +200,10 @@ MIGRATIONS: dict[int, str] = {
         WHERE sid = old.sid;
         DELETE FROM vectors WHERE rid = old.rid;
     END;
+    """,
+    # each long-term record's version (1, 2, ...: one up a write), for the compare-and-set of a read-modify-write
+    4: """
+    ALTER TABLE records ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
     """,
 }
 

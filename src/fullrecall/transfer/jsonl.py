@@ -43,7 +43,7 @@ import base64
 import json
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import IO, Any
 
@@ -573,20 +573,22 @@ def put_records(store: Store, owner: Scope, namespace: str, records: list[tuple[
     """
     now = time.time() if now is None else now
     book = RecordBook(store, owner_scope(owner.tenant, str(owner.user_id), str(owner.agent_id)), namespace)
-    held = {r.id: r for r in book.all()}
+    book.state()  # checked once: each record is then looked up in the cache, which follows this import's writes
     written = 0
     with book.writes():
         for record, vector in records:
             if namespace == PROCEDURES:
                 record = owned_pattern(book, record)
-            have = held.get(record.id)
-            expired = record.data.get(EXPIRES_AT) is not None and float(record.data[EXPIRES_AT]) <= now
-            if expired or (have is not None and have.updated_at >= record.updated_at):
+            if record.data.get(EXPIRES_AT) is not None and float(record.data[EXPIRES_AT]) <= now:
                 continue
-            book.put(record, vector)
-            held[record.id] = record
-            written += 1
+            # written only over the version compared: a pattern another process updates meanwhile is compared again
+            written += book.update(record.id, _unless_held_newer(record, vector), check=False) is not None
     return written
+
+
+def _unless_held_newer(record: Record, vector: np.ndarray | None) -> Callable[[Record | None], Any]:
+    """The change that writes ``record`` (with ``vector``) unless the owner holds it as recent or more recent."""
+    return lambda have: None if have is not None and have.updated_at >= record.updated_at else (record, vector)
 
 
 def _result(counts: Counts) -> dict[str, int]:
