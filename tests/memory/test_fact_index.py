@@ -42,11 +42,12 @@ _FORGET = st.tuples(st.just("forget"), st.integers(0, 20), st.none(), st.none(),
 
 
 def _expected(memory: FactMemory, text: str, subject: str, attribute: str | None, value: str | None,
-              vector: np.ndarray) -> str | None:
-    """The id of the current fact a new one repeats, by a plain scan of the live facts in order; or None."""
+              vector: np.ndarray, when: float) -> str | None:
+    """The id of the fact valid at ``when`` a new one repeats, by a plain scan of the live facts in order; or None."""
     mine = [(r, v) for r, v in memory.book.entries() if r.data.get("subject", "user") == subject]
-    current = [(r, v) for r, v in mine if r.data.get("valid_to") is None]
-    for r, _ in current:
+    valid = [(r, v) for r, v in mine if r.data["valid_from"] <= when
+             and (r.data.get("valid_to") is None or when < r.data["valid_to"])]
+    for r, _ in valid:
         if normalize(r.text) == normalize(text) or (
                 attribute and r.data.get("attribute") == attribute
                 and normalize(r.data.get("value") or "") == normalize(value or "")):
@@ -54,8 +55,8 @@ def _expected(memory: FactMemory, text: str, subject: str, attribute: str | None
     if attribute:
         return None
     best, best_id = -np.inf, None
-    for r, v in current:
-        if r.data.get("attribute") is None and v is not None:
+    for r, v in valid:
+        if r.data.get("attribute") is None and r.data.get("valid_to") is None and v is not None:
             score = float(np.dot(v, vector))
             if score > best:
                 best, best_id = score, r.id
@@ -74,9 +75,10 @@ def _same_answers(a: FactIndex, b: FactIndex) -> None:
             assert [r.id for r in a.holding(subject, attribute)] == [r.id for r in b.holding(subject, attribute)]
         for words in _WORDS + [f"{x} {y}" for x in _WORDS for y in _WORDS]:
             for attribute in (None, "city", "pet"):
-                found_a = a.repeated(subject, normalize(words), attribute, normalize(words))
-                found_b = b.repeated(subject, normalize(words), attribute, normalize(words))
-                assert (found_a and found_a.id) == (found_b and found_b.id)
+                for when in (1000.0, 1003.0, 1005.0):
+                    found_a = a.repeated(subject, normalize(words), attribute, normalize(words), when)
+                    found_b = b.repeated(subject, normalize(words), attribute, normalize(words), when)
+                    assert (found_a and found_a.id) == (found_b and found_b.id)
 
 
 @settings(max_examples=100, deadline=None)
@@ -97,7 +99,8 @@ def test_a_write_finds_what_a_scan_finds_and_the_index_follows(steps: list[tuple
             else:
                 text = " ".join(words)
                 vector = embedder.embed([text])[0]
-                want = _expected(memory, text, (subject or "user"), attribute, value if attribute else None, vector)
+                want = _expected(memory, text, (subject or "user"), attribute, value if attribute else None, vector,
+                                 1000.0 + when)
                 before = {r.id for r, _ in memory.book.entries()}
                 fact = memory.remember(text, subject=subject, attribute=attribute,
                                        value=value if attribute else None, valid_from=1000.0 + when, vector=vector)

@@ -295,3 +295,45 @@ def test_bad_times_and_origin_are_refused_by_name_on_every_backend(store_url, de
         assert facts.history() == []
     finally:
         facts.store.close()
+
+
+def test_a_future_dated_fact_holds_once_its_time_comes_on_every_backend(store_url, default_embedder):
+    """A fact valid from next month is not current today: what holds today stays current (listed, searched),
+    a repeat of it today is merged into it, and the future one takes over when its time comes.
+    """
+    clock = Clock()
+    facts = FactMemory(store_url, embedder=default_embedder, user_id="alice", clock=clock)
+    try:
+        paris = facts.remember("My office is in Paris")
+        berlin = facts.remember("My office is in Berlin", valid_from=T0 + 1000)  # from next month
+        jazz = facts.remember("I will love jazz", valid_from=T0 + 1000)
+        assert [f.id for f in facts.current()] == [paris.id]
+        assert [f.id for f in facts.current(attribute="office")] == [paris.id]
+        assert [f.id for f, _ in facts.search("where is my office?")] == [paris.id]
+        assert {f.id for f in facts.current(at=T0 + 1000)} == {berlin.id, jazz.id}
+        assert [(f.value, f.valid_from, f.valid_to) for f in facts.history(attribute="office")] == [
+            ("in Paris", T0, T0 + 1000), ("in Berlin", T0 + 1000, None)]
+        clock.now += 10
+        assert facts.remember("my office is in paris").id == paris.id  # holds today: a repeat
+        assert facts.get(paris.id).mentions == 2
+
+        clock.now = T0 + 1000  # its time has come
+        assert {f.id for f in facts.current()} == {berlin.id, jazz.id}
+        assert [f.id for f, _ in facts.search("where is my office?")][:1] == [berlin.id]
+        assert paris.id not in [f.id for f, _ in facts.search("where is my office?")]
+    finally:
+        facts.close()
+
+
+def test_a_value_stated_today_before_a_future_one_holds_until_then(facts):
+    """Told now of a value that a future-dated fact also names: it holds from now, not only from the future
+    date (it is no repeat of a fact that does not hold yet), and the future one still takes over on its date.
+    """
+    paris = facts.remember("My office is in Paris", valid_from=T0 - 100)
+    berlin = facts.remember("My office is in Berlin", valid_from=T0 + 1000)
+    now = facts.remember("My office is in Berlin")
+    assert now.id != berlin.id
+    assert [f.id for f in facts.current()] == [now.id]
+    assert [(f.id, f.valid_from, f.valid_to) for f in facts.history(attribute="office")] == [
+        (paris.id, T0 - 100, T0), (now.id, T0, T0 + 1000), (berlin.id, T0 + 1000, None)]
+    assert [f.id for f in facts.current(at=T0 + 1000)] == [berlin.id]

@@ -7,12 +7,14 @@ while it holds). It links to the archived messages it came from (``sources``).
 
 :class:`FactMemory` keeps them in any store:
 
-* a newer fact about the same subject and attribute **supersedes** the older one: the old
-  one gets ``valid_to`` and ``superseded_by`` and stays (``history()`` and ``current(at=...)``
-  see it; ``current()`` does not);
-* a fact that repeats a current one (same normalized text; for facts without an attribute,
-  also a cosine similarity of at least ``duplicate_similarity``; for attribute facts, the same
-  value) is **merged** into it: its sources are added and ``mentions`` counts up;
+* a fact is current while it is valid (``valid_from`` <= now < ``valid_to``): a fact dated in the
+  future (``valid_from``) is current once its time comes, and until then the one it supersedes is;
+* a newer fact about the same subject and attribute **supersedes** the older one from its
+  ``valid_from`` on: the old one gets ``valid_to`` and ``superseded_by`` and stays (``history()``
+  and ``current(at=...)`` see it; ``current()`` once its ``valid_to`` has passed does not);
+* a fact that repeats one valid at its ``valid_from`` (same normalized text; for facts without an
+  attribute, also a cosine similarity of at least ``duplicate_similarity``; for attribute facts,
+  the same value) is **merged** into it: its sources are added and ``mentions`` counts up;
 * without an LLM, facts come from :meth:`FactMemory.remember` and from the rules of
   :func:`extract_facts` (user messages only); with a ``chat_model``, from an extraction prompt
   whose every answer is checked against the source message (its value must be found there
@@ -35,7 +37,7 @@ import numpy as np
 from ..errors import MemoryInputError
 from ..stores import _validate as V
 from ..stores.base import DEFAULT_TENANT, Record, Store
-from ._fact_index import USER, FactIndex, normalize
+from ._fact_index import USER, FactIndex, holds, normalize
 from ._records import Entry, check_unicode, open_book, public_data
 
 NAMESPACE = "facts"
@@ -62,7 +64,10 @@ class Fact:
 
     @property
     def is_current(self) -> bool:
-        return self.valid_to is None
+        """Whether the fact holds at this moment (by the system clock; :meth:`FactMemory.current` asks the
+        memory's own clock): valid from ``valid_from`` on, until ``valid_to`` if it has one.
+        """
+        return self.valid_at(time.time())
 
     def valid_at(self, when: float) -> bool:
         return self.valid_from <= when and (self.valid_to is None or when < self.valid_to)
@@ -250,12 +255,15 @@ class FactMemory:
         """Store a built fact (``checked``: the caller has just checked the cached facts are current)."""
         with self.book.writes():  # the fact and the old ones it closes: logged in one append, before settling
             stored, new = self._store(fact, vector, checked)
-        if new and fact.attribute and fact.is_current:
+        if new and fact.attribute and fact.valid_to is None:
             self._settle(fact.subject, fact.attribute)
         return stored
 
     def _store(self, fact: Fact, vector: np.ndarray | None, checked: bool) -> tuple[Fact, bool]:
-        """Write ``fact``, or merge it into the current fact it repeats; (the stored fact, whether it is new)."""
+        """Write ``fact``, or merge it into the fact valid at its ``valid_from`` that it repeats; (the stored fact,
+        whether it is new). A fact valid only later is no repeat: what holds from now is told apart from what
+        will hold from next month.
+        """
         index = self._facts(check=not checked)  # cached: one small round trip when nothing changed elsewhere
         embedded: list[np.ndarray] = [] if vector is None else [vector]
 
@@ -265,12 +273,18 @@ class FactMemory:
             return embedded[0]
 
         # an attribute fact without a value is compared by its words: "I moved to Rome" is no repeat of "... Paris"
-        same = index.repeated(fact.subject, normalize(fact.text), fact.attribute, normalize(fact.value or fact.text))
+        when = fact.valid_from
+        same = index.repeated(fact.subject, normalize(fact.text), fact.attribute, normalize(fact.value or fact.text),
+                              when)
         if same is None and not fact.attribute:  # no attribute to compare: a close enough meaning
             loose, matrix = index.loose(fact.subject)
-            best = self.book.similar(fact_vector(), loose, 1, matrix=matrix) if matrix is not None else []
-            if best and best[0][1] >= self.duplicate_similarity:
-                same = best[0][0]
+            ranked = self.book.similar(fact_vector(), loose, len(loose), matrix=matrix) if matrix is not None else []
+            for record, score in ranked:
+                if score < self.duplicate_similarity:
+                    break
+                if holds(record, when):
+                    same = record
+                    break
         if same is not None:
             found = _from_record(same)
             found.mentions += 1
@@ -310,17 +324,18 @@ class FactMemory:
             self._index = None
 
     def _settle(self, subject: str, attribute: str) -> None:
-        """Leave one current fact per subject and attribute, even after concurrent writers.
+        """Leave one open fact (``valid_to`` None) per subject and attribute, even after concurrent writers.
 
         Each writer re-reads after its own write, so the later of two racing writers sees
-        both facts and closes the one that started earlier (ties: stated earlier, then by id).
+        both facts and closes the one that starts earlier, at the other's ``valid_from`` (ties: stated
+        earlier, then by id): it stays current until then.
         """
-        current = [(_from_record(r), r) for r in self._facts().holding(subject, attribute)
-                   if r.data.get("valid_to") is None]
-        if len(current) < 2:
+        open_ = [(_from_record(r), r) for r in self._facts().holding(subject, attribute)
+                 if r.data.get("valid_to") is None]
+        if len(open_) < 2:
             return
-        winner = max((f for f, _ in current), key=lambda f: (f.valid_from, f.stated_at, f.id))
-        for f, base in current:
+        winner = max((f for f, _ in open_), key=lambda f: (f.valid_from, f.stated_at, f.id))
+        for f, base in open_:
             if f.id != winner.id:
                 f.valid_to, f.superseded_by = winner.valid_from, winner.id
                 self._put(f, base=base)
@@ -416,7 +431,8 @@ class FactMemory:
         with self.book.writes():
             for fact in facts:
                 self._put(fact, vector=vectors.get(fact.id, known.get(fact.id)))
-        for subject, attribute in dict.fromkeys((f.subject, f.attribute) for f in facts if f.attribute and f.is_current):
+        for subject, attribute in dict.fromkeys((f.subject, f.attribute) for f in facts
+                                                if f.attribute and f.valid_to is None):
             self._settle(subject, attribute)
         return new
 
@@ -431,11 +447,9 @@ class FactMemory:
     def current(
         self, subject: str | None = None, attribute: str | None = None, *, at: float | None = None
     ) -> list[Fact]:
-        """Facts that hold now (or at time ``at``), oldest first."""
-        return [
-            f for f in self._select(subject, attribute)
-            if (f.is_current if at is None else f.valid_at(at))
-        ]
+        """Facts that hold now (or at time ``at``), oldest first: a fact dated in the future is not yet current."""
+        when = self.clock() if at is None else at
+        return [f for f in self._select(subject, attribute) if f.valid_at(when)]
 
     def history(self, subject: str | None = None, attribute: str | None = None) -> list[Fact]:
         """Every fact, superseded ones included, by ``valid_from``."""
@@ -444,10 +458,12 @@ class FactMemory:
     def search(
         self, query: str | np.ndarray, limit: int = 5, *, include_history: bool = False, checked: bool = False,
     ) -> list[tuple[Fact, float]]:
-        """The facts most similar to ``query`` (a text, or its vector), current ones only unless
+        """The facts most similar to ``query`` (a text, or its vector), current ones only (valid now) unless
         ``include_history``, with cosines. ``checked``: as in :meth:`keep`.
         """
-        found = self.book.nearest(query, limit, keep=_any if include_history else _current, check=not checked)
+        now = self.clock()
+        found = self.book.nearest(query, limit, keep=_any, where=None if include_history else lambda r: holds(r, now),
+                                  check=not checked)
         return [(_from_record(r), s) for r, s in found]
 
     # -- internals ---------------------------------------------------------------------------
@@ -475,10 +491,6 @@ class FactMemory:
         """Close the store if this memory opened it (a store passed in is the caller's to close)."""
         if self._owns_store:
             self.store.close()
-
-
-def _current(record: Record) -> bool:
-    return record.data.get("valid_to") is None
 
 
 def _any(record: Record) -> bool:
