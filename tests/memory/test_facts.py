@@ -337,3 +337,47 @@ def test_a_value_stated_today_before_a_future_one_holds_until_then(facts):
     assert [(f.id, f.valid_from, f.valid_to) for f in facts.history(attribute="office")] == [
         (paris.id, T0 - 100, T0), (now.id, T0, T0 + 1000), (berlin.id, T0 + 1000, None)]
     assert [f.id for f in facts.current(at=T0 + 1000)] == [berlin.id]
+
+
+_NEVER_MERGED = [  # each pair differs in an exact value: both facts are kept, whatever their cosine
+    ("Invoice INV-2231 is paid", "Invoice INV-2232 is paid"),
+    ("Call Bob at 555-1234", "Call Bob at 555-1243"),
+    ("The meeting is at 10:30", "The meeting is at 11:30"),
+    ("Meeting with Anna on Tuesday", "Meeting with Anna on Thursday"),
+    ("ann@example.com is my email", "ann@example.org is my email"),
+    ("Wifi password is hunter2", "Wifi password is hunter3"),
+    ("Flight LH 402", "Flight LH 404"),
+    ("The door code is 4417", "The door code is 9921"),
+    ("The temperature in the cabin is -5", "The temperature in the cabin is 5"),  # the same words but a sign
+    ("I like C++", "I like C#"),
+    ("I like pizza 🍕", "I like pizza 🍣"),
+    ("🎉", "❤️"), ("???", "!!!"), ("4417", "9921"), ("Jazz", "Blues"),
+]
+_MERGED = [  # the same values in other words: one fact, mentioned twice
+    ("Invoice INV-2231 is paid", "Invoice INV-2231 has been paid"),
+    ("I met Anna on Tuesday", "On Tuesday I met Anna"),
+    ("I like pizza 🍕", "I love pizza 🍕"),
+    ("I like C++", "I really like C++"),
+    ("I like jazz", "I love jazz"),
+    ("The gate code is 4417.", "the gate code is 4417"),
+]
+
+
+def test_facts_that_differ_in_an_exact_value_are_never_merged_on_every_backend(store_url, default_embedder):
+    clock = Clock()
+    facts = FactMemory(store_url, embedder=default_embedder, user_id="alice", clock=clock)
+    try:
+        for i, (a, b) in enumerate(_NEVER_MERGED + _MERGED):
+            first, second = facts.remember(a, subject=f"p{i}"), facts.remember(b, subject=f"p{i}")
+            if i < len(_NEVER_MERGED):
+                assert first.id != second.id and {f.text for f in facts.current(f"p{i}")} == {a, b}, (a, b)
+            else:
+                assert first.id == second.id and facts.get(first.id).mentions == 2, (a, b)
+        paid = next(f for f in facts.current("p0") if f.text == "Invoice INV-2231 is paid")
+        assert facts.remember("Invoice INV-2231 has been paid", subject="p0").id == paid.id  # past INV-2232's
+        balance = facts.remember("My balance is -50")
+        clock.now += 10
+        assert facts.remember("My balance is 50").id != balance.id  # a new value: it supersedes, it is kept
+        assert [f.value for f in facts.history(attribute="balance")] == ["-50", "50"]
+    finally:
+        facts.close()

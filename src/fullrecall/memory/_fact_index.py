@@ -81,14 +81,14 @@ class FactIndex:
         return index
 
     # -- what a write asks -------------------------------------------------------------------
-    def repeated(self, subject: str, text: str, attribute: str | None, value: str, when: float) -> Record | None:
-        """The oldest fact of ``subject`` valid at ``when`` with these normalized words, or (given an attribute)
-        with this attribute and normalized value; None if there is none.
+    def repeated(self, subject: str, text: str, attribute: str | None, value: str, when: float) -> list[Record]:
+        """The facts of ``subject`` valid at ``when`` with these normalized words, or (given an attribute) with
+        this attribute and normalized value, oldest first.
         """
-        found = list(self._text.get((subject, text), {}).values())
+        found = dict(self._text.get((subject, text), {}))
         if attribute:
-            found += self._value.get((subject, attribute, value), {}).values()
-        return min((r for r in found if holds(r, when)), key=_order, default=None)
+            found.update(self._value.get((subject, attribute, value), {}))
+        return sorted((r for r in found.values() if holds(r, when)), key=_order)
 
     def loose(self, subject: str) -> tuple[list[Entry], np.ndarray | None]:
         """The open facts of ``subject`` without an attribute that have a vector, oldest first, with those

@@ -14,7 +14,9 @@ while it holds). It links to the archived messages it came from (``sources``).
   and ``current(at=...)`` see it; ``current()`` once its ``valid_to`` has passed does not);
 * a fact that repeats one valid at its ``valid_from`` (same normalized text; for facts without an
   attribute, also a cosine similarity of at least ``duplicate_similarity``; for attribute facts,
-  the same value) is **merged** into it: its sources are added and ``mentions`` counts up;
+  the same value) is **merged** into it: its sources are added and ``mentions`` counts up. Both
+  must agree on their exact values (numbers, codes, names: :mod:`._values`), so that "The door
+  code is 4417" is never merged into "The door code is 9921";
 * without an LLM, facts come from :meth:`FactMemory.remember` and from the rules of
   :func:`extract_facts` (user messages only); with a ``chat_model``, from an extraction prompt
   whose every answer is checked against the source message (its value must be found there
@@ -39,6 +41,7 @@ from ..stores import _validate as V
 from ..stores.base import DEFAULT_TENANT, Record, Store
 from ._fact_index import USER, FactIndex, holds, normalize
 from ._records import Entry, check_unicode, open_book, public_data
+from ._values import agree
 
 NAMESPACE = "facts"
 log = logging.getLogger("fullrecall.memory.facts")
@@ -273,16 +276,17 @@ class FactMemory:
             return embedded[0]
 
         # an attribute fact without a value is compared by its words: "I moved to Rome" is no repeat of "... Paris"
-        when = fact.valid_from
-        same = index.repeated(fact.subject, normalize(fact.text), fact.attribute, normalize(fact.value or fact.text),
-                              when)
-        if same is None and not fact.attribute:  # no attribute to compare: a close enough meaning
+        when, value = fact.valid_from, fact.value or fact.text
+        same = next((r for r in index.repeated(fact.subject, normalize(fact.text), fact.attribute, normalize(value), when)
+                     if agree(fact.text, r.text) or (fact.attribute and r.data.get("attribute") == fact.attribute
+                                                     and agree(value, r.data.get("value") or r.text))), None)
+        if same is None and not fact.attribute:  # no attribute to compare: a close enough meaning, the same values
             loose, matrix = index.loose(fact.subject)
             ranked = self.book.similar(fact_vector(), loose, len(loose), matrix=matrix) if matrix is not None else []
             for record, score in ranked:
                 if score < self.duplicate_similarity:
                     break
-                if holds(record, when):
+                if holds(record, when) and agree(fact.text, record.text):
                     same = record
                     break
         if same is not None:
