@@ -75,6 +75,11 @@ def _same_answers(a: FactIndex, b: FactIndex) -> None:
         assert (matrix_a is None) == (matrix_b is None)
         if matrix_a is not None and matrix_b is not None:
             assert np.array_equal(matrix_a, matrix_b)
+        for when in (999.0, 1000.0, 1003.0, 1005.0):
+            valid_a, stack_a = a.valid(when)
+            valid_b, stack_b = b.valid(when)
+            assert [e[0].id for e in valid_a] == [e[0].id for e in valid_b]
+            assert (stack_a is None and stack_b is None) or np.array_equal(stack_a, stack_b)
         for attribute in ("city", "pet"):
             assert [r.id for r in a.holding(subject, attribute)] == [r.id for r in b.holding(subject, attribute)]
         for words in _WORDS + [f"{x} {y}" for x in _WORDS for y in _WORDS]:

@@ -13,6 +13,7 @@ only what it touches, so a reader holding the old one is never disturbed.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Hashable, Mapping
 from typing import Any, NamedTuple
@@ -63,7 +64,7 @@ def _order(record: Record) -> tuple[float, str]:
 class FactIndex:
     """The facts of one state of the book's cache (``basis``), by what a write looks up."""
 
-    __slots__ = ("basis", "_text", "_value", "_attribute", "_loose", "_stacks")
+    __slots__ = ("basis", "_text", "_value", "_attribute", "_loose", "_stacks", "_valid")
 
     def __init__(self, basis: Mapping[str, Entry]) -> None:
         self.basis = basis
@@ -72,6 +73,7 @@ class FactIndex:
         self._attribute: dict[tuple[str, str], dict[str, Record]] = {}  # every fact by (subject, attribute)
         self._loose: dict[str, dict[str, Entry]] = {}  # open facts without an attribute, by subject
         self._stacks: dict[str, tuple[list[Entry], np.ndarray]] = {}  # their vectors, stacked in order
+        self._valid: tuple[float, float, list[Entry], np.ndarray | None] | None = None  # see valid()
 
     @classmethod
     def of(cls, basis: Mapping[str, Entry]) -> FactIndex:
@@ -102,6 +104,22 @@ class FactIndex:
                 return [], None
             stacked = self._stacks[subject] = (entries, np.stack([e[1] for e in entries]))  # type: ignore[misc]
         return stacked
+
+    def valid(self, when: float) -> tuple[list[Entry], np.ndarray | None]:
+        """The facts valid at ``when`` (of every subject) that have a vector, in the basis's order, with those
+        vectors stacked (None when there are none): what a search of current facts ranks. Kept for the next
+        call while no fact starts or ends between the two times.
+        """
+        view = self._valid
+        if view is None or not view[0] <= when < view[1]:
+            entries = [e for e in self.basis.values() if e[1] is not None and holds(e[0], when)]
+            times = [t for r, _ in self.basis.values() for t in (r.data.get("valid_from"), r.data.get("valid_to"))
+                     if t is not None]
+            since, until = max((t for t in times if t <= when), default=-math.inf), \
+                min((t for t in times if t > when), default=math.inf)
+            matrix = np.stack([v for _, v in entries]) if entries else None  # type: ignore[misc]
+            view = self._valid = (since, until, entries, matrix)
+        return view[2], view[3]
 
     def holding(self, subject: str, attribute: str) -> list[Record]:
         """The facts of ``subject`` with this attribute, current or not, oldest first."""

@@ -288,12 +288,11 @@ class RecordBook:
         return {i: e for i, e in entries.items() if i not in expired}
 
     def nearest(self, query: str | np.ndarray, k: int, *, keep: Callable[[Record], bool],
-                where: Callable[[Record], bool] | None = None, check: bool = True) -> list[tuple[Record, float]]:
+                check: bool = True) -> list[tuple[Record, float]]:
         """:meth:`similar` over the live records ``keep`` accepts: the selection and its stacked vectors are
         made once per state of the cache and reused until a record changes, so a search of unchanged records
         scans none of them in Python. They are kept by ``keep`` itself: pass a function defined once (a
-        module-level one), not a new lambda a call, or nothing is reused. ``where`` (any function: it is
-        not kept) further accepts records of the selection, asked best first until ``k`` are found.
+        module-level one), not a new lambda a call, or nothing is reused.
         """
         live = self._live(check)
         with self._lock:
@@ -310,7 +309,7 @@ class RecordBook:
                     if len(self._views) >= _MAX_VIEWS and keep not in self._views:
                         self._views.clear()  # a caller making a new predicate a call: keep the memo bounded
                     self._views[keep] = (live, chosen, matrix)
-        return self._rank(query, chosen, matrix, k, where)
+        return self._rank(query, chosen, matrix, k)
 
     def _entries(self) -> dict[str, Entry]:
         if self._cache is not None and self._fresh():
@@ -369,10 +368,8 @@ class RecordBook:
         return self._rank(query, with_vectors, matrix, k)
 
     def _rank(self, query: str | np.ndarray, with_vectors: Sequence[Entry], matrix: np.ndarray,
-              k: int, where: Callable[[Record], bool] | None = None) -> list[tuple[Record, float]]:
-        """The ``k`` entries (rows of ``matrix``) most similar to ``query`` (of those ``where`` accepts, when
-        given), best first, with cosines.
-        """
+              k: int) -> list[tuple[Record, float]]:
+        """The ``k`` entries (rows of ``matrix``) most similar to ``query``, best first, with cosines."""
         if isinstance(query, str) and not query.strip():
             return []
         if not with_vectors or k <= 0:
@@ -384,16 +381,8 @@ class RecordBook:
                 f"{getattr(self.embedder, 'name', '?')!r} makes {q.shape[0]}-dimensional ones: use the same model"
             )
         scores = matrix @ q
-        order = np.argsort(-scores, kind="stable")
-        if where is None:
-            return [(with_vectors[i][0], float(scores[i])) for i in order[:k]]
-        found: list[tuple[Record, float]] = []
-        for i in order:
-            if where(with_vectors[i][0]):
-                found.append((with_vectors[i][0], float(scores[i])))
-                if len(found) == k:
-                    break
-        return found
+        order = np.argsort(-scores, kind="stable")[:k]
+        return [(with_vectors[i][0], float(scores[i])) for i in order]
 
     def _matrix(self, vectors: list[np.ndarray]) -> np.ndarray:
         """The vectors stacked, reusing the last stack when they are the same arrays (cached records' vectors

@@ -465,9 +465,11 @@ class FactMemory:
         """The facts most similar to ``query`` (a text, or its vector), current ones only (valid now) unless
         ``include_history``, with cosines. ``checked``: as in :meth:`keep`.
         """
-        now = self.clock()
-        found = self.book.nearest(query, limit, keep=_any, where=None if include_history else lambda r: holds(r, now),
-                                  check=not checked)
+        if include_history:
+            found = self.book.nearest(query, limit, keep=_any, check=not checked)
+        else:
+            valid, matrix = self._facts(check=not checked).valid(self.clock())
+            found = self.book.similar(query, valid, limit, matrix=matrix) if matrix is not None else []
         return [(_from_record(r), s) for r, s in found]
 
     # -- internals ---------------------------------------------------------------------------
