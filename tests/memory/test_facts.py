@@ -381,3 +381,22 @@ def test_facts_that_differ_in_an_exact_value_are_never_merged_on_every_backend(s
         assert [f.value for f in facts.history(attribute="balance")] == ["-50", "50"]
     finally:
         facts.close()
+
+
+def test_an_llm_value_cut_inside_a_word_or_without_its_sign_is_not_taken_as_said(default_embedder):
+    """The extraction check finds a value in its message word for word: "441" is not said in "4417", nor
+    "-5" in "5", nor "Ann" in "Anna"; the value said is kept.
+    """
+    server = ScriptedServer()
+    try:
+        from fullrecall.summarizers.chat_models.openai import OpenAIChatModel
+
+        answer = [{"source": 0, "attribute": "locker code", "value": v, "text": f"The locker code is {v}."}
+                  for v in ("441", "-5", "Ann", "4417")]
+        server.script(completion(json.dumps(answer)))
+        model = OpenAIChatModel("scripted", base_url=server.base_url, api_key="k", max_retries=0)
+        memory = FactMemory(embedder=default_embedder, user_id="u", chat_model=model)
+        learned = memory.learn([{"role": "user", "content": "Anna says my locker code is 4417, floor 5."}])
+        assert [f.value for f in learned] == ["4417"]
+    finally:
+        server.close()

@@ -34,10 +34,13 @@ def _words(text: str) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(w.casefold() for w in words), frozenset(w.casefold() for w in words if _carries(w))
 
 
+def within(a: str, b: str) -> bool:
+    """Whether every value word of ``a`` is a word of ``b`` (case aside)."""
+    return _words(a)[1] <= _words(b)[0]
+
+
 def agree(a: str, b: str) -> bool:
     """Whether two texts agree on their exact values (see the module docstring): each one's value words are
     words of the other.
     """
-    words_a, values_a = _words(a)
-    words_b, values_b = _words(b)
-    return values_a <= words_b and values_b <= words_a
+    return within(a, b) and within(b, a)

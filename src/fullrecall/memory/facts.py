@@ -20,7 +20,7 @@ while it holds). It links to the archived messages it came from (``sources``).
 * without an LLM, facts come from :meth:`FactMemory.remember` and from the rules of
   :func:`extract_facts` (user messages only); with a ``chat_model``, from an extraction prompt
   whose every answer is checked against the source message (its value must be found there
-  verbatim) before it is stored.
+  word for word, its exact values as written) before it is stored.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from ..stores import _validate as V
 from ..stores.base import DEFAULT_TENANT, Record, Store
 from ._fact_index import USER, FactIndex, holds, normalize
 from ._records import Entry, check_unicode, open_book, public_data
-from ._values import agree
+from ._values import agree, within
 
 NAMESPACE = "facts"
 log = logging.getLogger("fullrecall.memory.facts")
@@ -410,8 +410,9 @@ class FactMemory:
             if not (isinstance(source, int) and 0 <= source < len(transcript) and isinstance(value, str)
                     and value.strip() and isinstance(text, str) and text.strip()):
                 continue
-            if normalize(value) not in normalize(transcript[source][1]):
-                continue  # not said there: an invention, dropped
+            said = transcript[source][1]
+            if f" {normalize(value)} " not in f" {normalize(said)} " or not within(value, said):
+                continue  # not said there word for word (its values too: "441" is not in "4417"): dropped
             checked.append((source, attr if isinstance(attr, str) and attr.strip() else None, value, text))
         return checked
 
