@@ -13,10 +13,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fullrecall.memory._fact_index import FactIndex, normalize
+from fullrecall.memory._values import agree
 from fullrecall.memory.facts import FactMemory
 from fullrecall.stores import open_store
 
-_WORDS = ["lyon", "paris", "cats", "dogs", "tea"]
+_WORDS = ["lyon", "paris", "cats", "dogs", "tea", "Lyon", "4417", "9921"]  # with values: repeats must agree on them
 _SUBJECTS = [None, "alice"]
 _ATTRIBUTES = [None, "city", "pet"]
 
@@ -42,20 +43,24 @@ _FORGET = st.tuples(st.just("forget"), st.integers(0, 20), st.none(), st.none(),
 
 
 def _expected(memory: FactMemory, text: str, subject: str, attribute: str | None, value: str | None,
-              vector: np.ndarray) -> str | None:
-    """The id of the current fact a new one repeats, by a plain scan of the live facts in order; or None."""
+              vector: np.ndarray, when: float) -> str | None:
+    """The id of the fact valid at ``when`` a new one repeats (agreeing on its exact values), by a plain scan of the
+    live facts in order; or None.
+    """
     mine = [(r, v) for r, v in memory.book.entries() if r.data.get("subject", "user") == subject]
-    current = [(r, v) for r, v in mine if r.data.get("valid_to") is None]
-    for r, _ in current:
-        if normalize(r.text) == normalize(text) or (
+    valid = [(r, v) for r, v in mine if r.data["valid_from"] <= when
+             and (r.data.get("valid_to") is None or when < r.data["valid_to"])]
+    for r, _ in valid:
+        if (normalize(r.text) == normalize(text) and agree(r.text, text)) or (
                 attribute and r.data.get("attribute") == attribute
-                and normalize(r.data.get("value") or "") == normalize(value or "")):
+                and normalize(r.data.get("value") or "") == normalize(value or "")
+                and agree(r.data.get("value") or "", value or "")):
             return r.id
     if attribute:
         return None
     best, best_id = -np.inf, None
-    for r, v in current:
-        if r.data.get("attribute") is None and v is not None:
+    for r, v in valid:
+        if r.data.get("attribute") is None and r.data.get("valid_to") is None and v is not None and agree(r.text, text):
             score = float(np.dot(v, vector))
             if score > best:
                 best, best_id = score, r.id
@@ -70,13 +75,19 @@ def _same_answers(a: FactIndex, b: FactIndex) -> None:
         assert (matrix_a is None) == (matrix_b is None)
         if matrix_a is not None and matrix_b is not None:
             assert np.array_equal(matrix_a, matrix_b)
+        for when in (999.0, 1000.0, 1003.0, 1005.0):
+            valid_a, stack_a = a.valid(when)
+            valid_b, stack_b = b.valid(when)
+            assert [e[0].id for e in valid_a] == [e[0].id for e in valid_b]
+            assert (stack_a is None and stack_b is None) or np.array_equal(stack_a, stack_b)
         for attribute in ("city", "pet"):
             assert [r.id for r in a.holding(subject, attribute)] == [r.id for r in b.holding(subject, attribute)]
         for words in _WORDS + [f"{x} {y}" for x in _WORDS for y in _WORDS]:
             for attribute in (None, "city", "pet"):
-                found_a = a.repeated(subject, normalize(words), attribute, normalize(words))
-                found_b = b.repeated(subject, normalize(words), attribute, normalize(words))
-                assert (found_a and found_a.id) == (found_b and found_b.id)
+                for when in (1000.0, 1003.0, 1005.0):
+                    found_a = a.repeated(subject, normalize(words), attribute, normalize(words), when)
+                    found_b = b.repeated(subject, normalize(words), attribute, normalize(words), when)
+                    assert [r.id for r in found_a] == [r.id for r in found_b]
 
 
 @settings(max_examples=100, deadline=None)
@@ -97,7 +108,8 @@ def test_a_write_finds_what_a_scan_finds_and_the_index_follows(steps: list[tuple
             else:
                 text = " ".join(words)
                 vector = embedder.embed([text])[0]
-                want = _expected(memory, text, (subject or "user"), attribute, value if attribute else None, vector)
+                want = _expected(memory, text, (subject or "user"), attribute, value if attribute else None, vector,
+                                 1000.0 + when)
                 before = {r.id for r, _ in memory.book.entries()}
                 fact = memory.remember(text, subject=subject, attribute=attribute,
                                        value=value if attribute else None, valid_from=1000.0 + when, vector=vector)

@@ -295,3 +295,108 @@ def test_bad_times_and_origin_are_refused_by_name_on_every_backend(store_url, de
         assert facts.history() == []
     finally:
         facts.store.close()
+
+
+def test_a_future_dated_fact_holds_once_its_time_comes_on_every_backend(store_url, default_embedder):
+    """A fact valid from next month is not current today: what holds today stays current (listed, searched),
+    a repeat of it today is merged into it, and the future one takes over when its time comes.
+    """
+    clock = Clock()
+    facts = FactMemory(store_url, embedder=default_embedder, user_id="alice", clock=clock)
+    try:
+        paris = facts.remember("My office is in Paris")
+        berlin = facts.remember("My office is in Berlin", valid_from=T0 + 1000)  # from next month
+        jazz = facts.remember("I will love jazz", valid_from=T0 + 1000)
+        assert [f.id for f in facts.current()] == [paris.id]
+        assert [f.id for f in facts.current(attribute="office")] == [paris.id]
+        assert [f.id for f, _ in facts.search("where is my office?")] == [paris.id]
+        assert {f.id for f in facts.current(at=T0 + 1000)} == {berlin.id, jazz.id}
+        assert [(f.value, f.valid_from, f.valid_to) for f in facts.history(attribute="office")] == [
+            ("in Paris", T0, T0 + 1000), ("in Berlin", T0 + 1000, None)]
+        clock.now += 10
+        assert facts.remember("my office is in paris").id == paris.id  # holds today: a repeat
+        assert facts.get(paris.id).mentions == 2
+
+        clock.now = T0 + 1000  # its time has come
+        assert {f.id for f in facts.current()} == {berlin.id, jazz.id}
+        assert [f.id for f, _ in facts.search("where is my office?")][:1] == [berlin.id]
+        assert paris.id not in [f.id for f, _ in facts.search("where is my office?")]
+    finally:
+        facts.close()
+
+
+def test_a_value_stated_today_before_a_future_one_holds_until_then(facts):
+    """Told now of a value that a future-dated fact also names: it holds from now, not only from the future
+    date (it is no repeat of a fact that does not hold yet), and the future one still takes over on its date.
+    """
+    paris = facts.remember("My office is in Paris", valid_from=T0 - 100)
+    berlin = facts.remember("My office is in Berlin", valid_from=T0 + 1000)
+    now = facts.remember("My office is in Berlin")
+    assert now.id != berlin.id
+    assert [f.id for f in facts.current()] == [now.id]
+    assert [(f.id, f.valid_from, f.valid_to) for f in facts.history(attribute="office")] == [
+        (paris.id, T0 - 100, T0), (now.id, T0, T0 + 1000), (berlin.id, T0 + 1000, None)]
+    assert [f.id for f in facts.current(at=T0 + 1000)] == [berlin.id]
+
+
+_NEVER_MERGED = [  # each pair differs in an exact value: both facts are kept, whatever their cosine
+    ("Invoice INV-2231 is paid", "Invoice INV-2232 is paid"),
+    ("Call Bob at 555-1234", "Call Bob at 555-1243"),
+    ("The meeting is at 10:30", "The meeting is at 11:30"),
+    ("Meeting with Anna on Tuesday", "Meeting with Anna on Thursday"),
+    ("ann@example.com is my email", "ann@example.org is my email"),
+    ("Wifi password is hunter2", "Wifi password is hunter3"),
+    ("Flight LH 402", "Flight LH 404"),
+    ("The door code is 4417", "The door code is 9921"),
+    ("The temperature in the cabin is -5", "The temperature in the cabin is 5"),  # the same words but a sign
+    ("I like C++", "I like C#"),
+    ("I like pizza 🍕", "I like pizza 🍣"),
+    ("🎉", "❤️"), ("???", "!!!"), ("4417", "9921"), ("Jazz", "Blues"),
+]
+_MERGED = [  # the same values in other words: one fact, mentioned twice
+    ("Invoice INV-2231 is paid", "Invoice INV-2231 has been paid"),
+    ("I met Anna on Tuesday", "On Tuesday I met Anna"),
+    ("I like pizza 🍕", "I love pizza 🍕"),
+    ("I like C++", "I really like C++"),
+    ("I like jazz", "I love jazz"),
+    ("The gate code is 4417.", "the gate code is 4417"),
+]
+
+
+def test_facts_that_differ_in_an_exact_value_are_never_merged_on_every_backend(store_url, default_embedder):
+    clock = Clock()
+    facts = FactMemory(store_url, embedder=default_embedder, user_id="alice", clock=clock)
+    try:
+        for i, (a, b) in enumerate(_NEVER_MERGED + _MERGED):
+            first, second = facts.remember(a, subject=f"p{i}"), facts.remember(b, subject=f"p{i}")
+            if i < len(_NEVER_MERGED):
+                assert first.id != second.id and {f.text for f in facts.current(f"p{i}")} == {a, b}, (a, b)
+            else:
+                assert first.id == second.id and facts.get(first.id).mentions == 2, (a, b)
+        paid = next(f for f in facts.current("p0") if f.text == "Invoice INV-2231 is paid")
+        assert facts.remember("Invoice INV-2231 has been paid", subject="p0").id == paid.id  # past INV-2232's
+        balance = facts.remember("My balance is -50")
+        clock.now += 10
+        assert facts.remember("My balance is 50").id != balance.id  # a new value: it supersedes, it is kept
+        assert [f.value for f in facts.history(attribute="balance")] == ["-50", "50"]
+    finally:
+        facts.close()
+
+
+def test_an_llm_value_cut_inside_a_word_or_without_its_sign_is_not_taken_as_said(default_embedder):
+    """The extraction check finds a value in its message word for word: "441" is not said in "4417", nor
+    "-5" in "5", nor "Ann" in "Anna"; the value said is kept.
+    """
+    server = ScriptedServer()
+    try:
+        from fullrecall.summarizers.chat_models.openai import OpenAIChatModel
+
+        answer = [{"source": 0, "attribute": "locker code", "value": v, "text": f"The locker code is {v}."}
+                  for v in ("441", "-5", "Ann", "4417")]
+        server.script(completion(json.dumps(answer)))
+        model = OpenAIChatModel("scripted", base_url=server.base_url, api_key="k", max_retries=0)
+        memory = FactMemory(embedder=default_embedder, user_id="u", chat_model=model)
+        learned = memory.learn([{"role": "user", "content": "Anna says my locker code is 4417, floor 5."}])
+        assert [f.value for f in learned] == ["4417"]
+    finally:
+        server.close()

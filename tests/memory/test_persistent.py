@@ -355,7 +355,7 @@ def test_restoring_an_old_backup_leaves_one_current_value_per_attribute(store_ur
     mem = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="s")
     other = memory(mem.store, default_embedder, user_id="v", agent_id="a", session_id="s")
     try:
-        paris = mem.remember("My city is Paris")
+        paris = mem.remember("My city is Paris", valid_from=time.time() - 100)  # Lyon since, 10 s later
         backup = io.StringIO()
         mem.export_jsonl(backup)
         lyon = mem.remember("My city is Lyon", valid_from=paris.valid_from + 10)
@@ -621,5 +621,17 @@ def test_messages_and_export_cover_every_conversation_of_the_owner(store_url, de
         assert copy.import_jsonl(path)["messages"] == 3 and sorted(copy.sessions()) == ["chat", "imported", "pm"]
         assert mem.clear(roles=["user"])["messages"] == 3  # the same messages a read covers
         assert mem.messages() == [] and mem.store.count(Scope(user_id="u", agent_id="b")) == 1
+    finally:
+        mem.close()
+
+
+def test_a_future_dated_fact_is_not_recalled_as_current_on_every_backend(store_url, default_embedder):
+    mem = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="s")
+    try:
+        mem.remember("My office is in Paris")
+        mem.remember("My office is in Berlin", valid_from=time.time() + 30 * 86400)  # from next month
+        context = run(mem.retrieve("where is my office?"))
+        assert "[fact] My office is in Paris" in context and "Berlin" not in context
+        assert (mem.stats()["fact_count"], mem.stats()["current_fact_count"]) == (2, 1)
     finally:
         mem.close()

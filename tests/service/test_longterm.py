@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 
 def test_record_and_retrieve_keep_every_word_and_the_facts_stated(api):
     c, h = api.client, api.a
@@ -41,7 +43,8 @@ def test_record_and_retrieve_keep_every_word_and_the_facts_stated(api):
 
 def test_facts_remember_list_forget_per_owner(api):
     c, h = api.client, api.a
-    made = c.post("/v1/facts", json={"text": "My employer is Acme", "user_id": "u1"}, headers=h)
+    made = c.post("/v1/facts", json={"text": "My employer is Acme", "user_id": "u1", "valid_from": time.time() - 100},
+                  headers=h)  # Globex since, 10 s later (a fact dated in the future is not current yet)
     assert made.status_code == 201
     fact = made.json()["fact"]
     assert (fact["attribute"], fact["value"], fact["current"]) == ("employer", "Acme", True)

@@ -1,8 +1,8 @@
 """What a fact's write looks up among the owner's facts, indexed as the record book's cache changes.
 
-A write asks: which current fact does this one repeat (the same words, or the same attribute with
-the same value), which current facts without an attribute might mean the same (compared by vector),
-and which facts hold its attribute (its rivals). Scanning every fact for that costs a millisecond at a
+A write asks: which fact holding at its ``valid_from`` does this one repeat (the same words, or the
+same attribute with the same value), which open facts (``valid_to`` None) without an attribute might
+mean the same (compared by vector), and which facts hold its attribute (its rivals). Scanning every fact for that costs a millisecond at a
 few hundred facts; this index answers from dictionaries and a kept stack of vectors, and follows each
 change the book makes (:meth:`FactIndex.applied`) instead of being built again.
 
@@ -13,6 +13,7 @@ only what it touches, so a reader holding the old one is never disturbed.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Hashable, Mapping
 from typing import Any, NamedTuple
@@ -31,12 +32,20 @@ def normalize(text: str) -> str:
     return " ".join(re.findall(r"\w+", text.lower()))
 
 
+def holds(record: Record, when: float) -> bool:
+    """Whether a stored fact is valid at ``when``: from its ``valid_from`` (included) to its ``valid_to``."""
+    start, end = record.data.get("valid_from"), record.data.get("valid_to")
+    return (start is None or start <= when) and (end is None or when < end)
+
+
 class Traits(NamedTuple):
-    """What a write compares of a stored fact: whose, which attribute, whether current, its words normalized."""
+    """What a write compares of a stored fact: whose, which attribute, whether open-ended (``valid_to`` None:
+    current, or to be once its ``valid_from`` comes), its words normalized.
+    """
 
     subject: str
     attribute: str | None
-    current: bool
+    open: bool
     text: str
     value: str
 
@@ -55,15 +64,16 @@ def _order(record: Record) -> tuple[float, str]:
 class FactIndex:
     """The facts of one state of the book's cache (``basis``), by what a write looks up."""
 
-    __slots__ = ("basis", "_text", "_value", "_attribute", "_loose", "_stacks")
+    __slots__ = ("basis", "_text", "_value", "_attribute", "_loose", "_stacks", "_valid")
 
     def __init__(self, basis: Mapping[str, Entry]) -> None:
         self.basis = basis
-        self._text: dict[tuple[str, str], dict[str, Record]] = {}  # current facts by (subject, words)
+        self._text: dict[tuple[str, str], dict[str, Record]] = {}  # every fact by (subject, words)
         self._value: dict[tuple[str, str, str], dict[str, Record]] = {}  # ... by (subject, attribute, value)
         self._attribute: dict[tuple[str, str], dict[str, Record]] = {}  # every fact by (subject, attribute)
-        self._loose: dict[str, dict[str, Entry]] = {}  # current facts without an attribute, by subject
+        self._loose: dict[str, dict[str, Entry]] = {}  # open facts without an attribute, by subject
         self._stacks: dict[str, tuple[list[Entry], np.ndarray]] = {}  # their vectors, stacked in order
+        self._valid: tuple[float, float, list[Entry], np.ndarray | None] | None = None  # see valid()
 
     @classmethod
     def of(cls, basis: Mapping[str, Entry]) -> FactIndex:
@@ -73,17 +83,17 @@ class FactIndex:
         return index
 
     # -- what a write asks -------------------------------------------------------------------
-    def repeated(self, subject: str, text: str, attribute: str | None, value: str) -> Record | None:
-        """The oldest current fact of ``subject`` with these normalized words, or (given an attribute) with
-        this attribute and normalized value; None if there is none.
+    def repeated(self, subject: str, text: str, attribute: str | None, value: str, when: float) -> list[Record]:
+        """The facts of ``subject`` valid at ``when`` with these normalized words, or (given an attribute) with
+        this attribute and normalized value, oldest first.
         """
-        found = list(self._text.get((subject, text), {}).values())
+        found = dict(self._text.get((subject, text), {}))
         if attribute:
-            found += self._value.get((subject, attribute, value), {}).values()
-        return min(found, key=_order) if found else None
+            found.update(self._value.get((subject, attribute, value), {}))
+        return sorted((r for r in found.values() if holds(r, when)), key=_order)
 
     def loose(self, subject: str) -> tuple[list[Entry], np.ndarray | None]:
-        """The current facts of ``subject`` without an attribute that have a vector, oldest first, with those
+        """The open facts of ``subject`` without an attribute that have a vector, oldest first, with those
         vectors stacked (None when there are none).
         """
         stacked = self._stacks.get(subject)
@@ -94,6 +104,22 @@ class FactIndex:
                 return [], None
             stacked = self._stacks[subject] = (entries, np.stack([e[1] for e in entries]))  # type: ignore[misc]
         return stacked
+
+    def valid(self, when: float) -> tuple[list[Entry], np.ndarray | None]:
+        """The facts valid at ``when`` (of every subject) that have a vector, in the basis's order, with those
+        vectors stacked (None when there are none): what a search of current facts ranks. Kept for the next
+        call while no fact starts or ends between the two times.
+        """
+        view = self._valid
+        if view is None or not view[0] <= when < view[1]:
+            entries = [e for e in self.basis.values() if e[1] is not None and holds(e[0], when)]
+            times = [t for r, _ in self.basis.values() for t in (r.data.get("valid_from"), r.data.get("valid_to"))
+                     if t is not None]
+            since, until = max((t for t in times if t <= when), default=-math.inf), \
+                min((t for t in times if t > when), default=math.inf)
+            matrix = np.stack([v for _, v in entries]) if entries else None  # type: ignore[misc]
+            view = self._valid = (since, until, entries, matrix)
+        return view[2], view[3]
 
     def holding(self, subject: str, attribute: str) -> list[Record]:
         """The facts of ``subject`` with this attribute, current or not, oldest first."""
@@ -130,13 +156,12 @@ class FactIndex:
             inner[r.id] = value
             table[key] = inner
 
-        if t.attribute:
-            put(self._attribute, (t.subject, t.attribute), r)
-        if not t.current:
-            return
         put(self._text, (t.subject, t.text), r)
         if t.attribute:
+            put(self._attribute, (t.subject, t.attribute), r)
             put(self._value, (t.subject, t.attribute, t.value), r)
+            return
+        if not t.open:
             return
         put(self._loose, t.subject, entry)
         stacked = self._stacks.pop(t.subject, None)
@@ -159,20 +184,18 @@ class FactIndex:
                 else:
                     del table[key]
 
-        if t.current:
-            drop(self._text, (t.subject, t.text))
-            if t.attribute:
-                drop(self._value, (t.subject, t.attribute, t.value))
-            else:
-                drop(self._loose, t.subject)
-                self._stacks.pop(t.subject, None)
+        drop(self._text, (t.subject, t.text))
         if t.attribute:
             drop(self._attribute, (t.subject, t.attribute))
+            drop(self._value, (t.subject, t.attribute, t.value))
+        elif t.open:
+            drop(self._loose, t.subject)
+            self._stacks.pop(t.subject, None)
 
 
 def _same_loose(old: Entry, new: Entry) -> bool:
-    """Whether two entries are the same current fact without an attribute, with the same vector."""
+    """Whether two entries are the same open fact without an attribute, with the same vector."""
     a, b = traits(old[0]), traits(new[0])
-    return (old[0].id == new[0].id and a.current and b.current and not a.attribute and not b.attribute
+    return (old[0].id == new[0].id and a.open and b.open and not a.attribute and not b.attribute
             and a.subject == b.subject and old[1] is not None and new[1] is not None
             and bool(np.array_equal(old[1], new[1])))

@@ -7,16 +7,20 @@ while it holds). It links to the archived messages it came from (``sources``).
 
 :class:`FactMemory` keeps them in any store:
 
-* a newer fact about the same subject and attribute **supersedes** the older one: the old
-  one gets ``valid_to`` and ``superseded_by`` and stays (``history()`` and ``current(at=...)``
-  see it; ``current()`` does not);
-* a fact that repeats a current one (same normalized text; for facts without an attribute,
-  also a cosine similarity of at least ``duplicate_similarity``; for attribute facts, the same
-  value) is **merged** into it: its sources are added and ``mentions`` counts up;
+* a fact is current while it is valid (``valid_from`` <= now < ``valid_to``): a fact dated in the
+  future (``valid_from``) is current once its time comes, and until then the one it supersedes is;
+* a newer fact about the same subject and attribute **supersedes** the older one from its
+  ``valid_from`` on: the old one gets ``valid_to`` and ``superseded_by`` and stays (``history()``
+  and ``current(at=...)`` see it; ``current()`` once its ``valid_to`` has passed does not);
+* a fact that repeats one valid at its ``valid_from`` (same normalized text; for facts without an
+  attribute, also a cosine similarity of at least ``duplicate_similarity``; for attribute facts,
+  the same value) is **merged** into it: its sources are added and ``mentions`` counts up. Both
+  must agree on their exact values (numbers, codes, names: :mod:`._values`), so that "The door
+  code is 4417" is never merged into "The door code is 9921";
 * without an LLM, facts come from :meth:`FactMemory.remember` and from the rules of
   :func:`extract_facts` (user messages only); with a ``chat_model``, from an extraction prompt
   whose every answer is checked against the source message (its value must be found there
-  verbatim) before it is stored.
+  word for word, its exact values as written) before it is stored.
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ import numpy as np
 from ..errors import MemoryInputError, StateConflict
 from ..stores import _validate as V
 from ..stores.base import DEFAULT_TENANT, Record, Store
-from ._fact_index import USER, FactIndex, normalize
+from ._fact_index import USER, FactIndex, holds, normalize
 from ._records import UPDATE_ATTEMPTS, Entry, check_unicode, open_book, public_data
+from ._values import agree, within
 
 NAMESPACE = "facts"
 log = logging.getLogger("fullrecall.memory.facts")
@@ -63,7 +68,10 @@ class Fact:
 
     @property
     def is_current(self) -> bool:
-        return self.valid_to is None
+        """Whether the fact holds at this moment (by the system clock; :meth:`FactMemory.current` asks the
+        memory's own clock): valid from ``valid_from`` on, until ``valid_to`` if it has one.
+        """
+        return self.valid_at(time.time())
 
     def valid_at(self, when: float) -> bool:
         return self.valid_from <= when and (self.valid_to is None or when < self.valid_to)
@@ -251,12 +259,14 @@ class FactMemory:
         """Store a built fact (``checked``: the caller has just checked the cached facts are current)."""
         with self.book.writes():  # the fact and the old ones it closes: logged in one append, before settling
             stored, new = self._store(fact, vector, checked)
-        if new and fact.attribute and fact.is_current:
+        if new and fact.attribute and fact.valid_to is None:
             self._settle(fact.subject, fact.attribute)
         return stored
 
     def _store(self, fact: Fact, vector: np.ndarray | None, checked: bool) -> tuple[Fact, bool]:
-        """Write ``fact``, or merge it into the current fact it repeats; (the stored fact, whether it is new).
+        """Write ``fact``, or merge it into the fact valid at its ``valid_from`` that it repeats; (the stored fact,
+        whether it is new). A fact valid only later is no repeat: what holds from now is told apart from what
+        will hold from next month.
 
         A merge is written only if nobody wrote the repeated fact meanwhile (any process): else the facts
         are read again and the fact placed again, so that two writers repeating one fact at once count two
@@ -272,12 +282,20 @@ class FactMemory:
         for attempt in range(UPDATE_ATTEMPTS):
             index = self._facts(check=not checked or attempt > 0)  # cached: one small round trip when nothing changed
             # an attribute fact without a value is compared by its words: "I moved to Rome" is no repeat of "... Paris"
-            same = index.repeated(fact.subject, normalize(fact.text), fact.attribute, normalize(fact.value or fact.text))
-            if same is None and not fact.attribute:  # no attribute to compare: a close enough meaning
+            when, value = fact.valid_from, fact.value or fact.text
+            same = next((r for r in index.repeated(fact.subject, normalize(fact.text), fact.attribute, normalize(value),
+                                                   when)
+                         if agree(fact.text, r.text) or (fact.attribute and r.data.get("attribute") == fact.attribute
+                                                         and agree(value, r.data.get("value") or r.text))), None)
+            if same is None and not fact.attribute:  # no attribute to compare: a close enough meaning, the same values
                 loose, matrix = index.loose(fact.subject)
-                best = self.book.similar(fact_vector(), loose, 1, matrix=matrix) if matrix is not None else []
-                if best and best[0][1] >= self.duplicate_similarity:
-                    same = best[0][0]
+                ranked = self.book.similar(fact_vector(), loose, len(loose), matrix=matrix) if matrix is not None else []
+                for record, score in ranked:
+                    if score < self.duplicate_similarity:
+                        break
+                    if holds(record, when) and agree(fact.text, record.text):
+                        same = record
+                        break
             if same is None:
                 break
             found = _from_record(same)
@@ -302,13 +320,13 @@ class FactMemory:
             self._close(old.id, fact.valid_from, fact.id, lambda f: f.valid_at(fact.valid_from))
         return fact, True
 
-    def _close(self, fact_id: str, until: float, by: str, holds: Callable[[Fact], bool]) -> None:
-        """Close one fact at ``until``, superseded by the fact ``by``, if it ``holds`` as held now: read again
+    def _close(self, fact_id: str, until: float, by: str, applies: Callable[[Fact], bool]) -> None:
+        """Close one fact at ``until``, superseded by the fact ``by``, if it still ``applies`` as held now: read again
         and decided again when another writer changed it meanwhile (nothing it wrote is lost).
         """
         def closed(record: Record | None) -> tuple[Record, None] | None:
             fact = _from_record(record) if record is not None else None
-            if fact is None or not holds(fact):
+            if fact is None or not applies(fact):
                 return None
             fact.valid_to, fact.superseded_by = until, by
             return self._as_record(fact, base=record), None
@@ -336,19 +354,20 @@ class FactMemory:
             self._index = None
 
     def _settle(self, subject: str, attribute: str) -> None:
-        """Leave one current fact per subject and attribute, even after concurrent writers.
+        """Leave one open fact (``valid_to`` None) per subject and attribute, even after concurrent writers.
 
         Each writer re-reads after its own write, so the later of two racing writers sees
-        both facts and closes the one that started earlier (ties: stated earlier, then by id).
+        both facts and closes the one that starts earlier, at the other's ``valid_from`` (ties: stated
+        earlier, then by id): it stays current until then.
         """
-        current = [(_from_record(r), r) for r in self._facts().holding(subject, attribute)
-                   if r.data.get("valid_to") is None]
-        if len(current) < 2:
+        open_ = [(_from_record(r), r) for r in self._facts().holding(subject, attribute)
+                 if r.data.get("valid_to") is None]
+        if len(open_) < 2:
             return
-        winner = max((f for f, _ in current), key=lambda f: (f.valid_from, f.stated_at, f.id))
-        for f, _ in current:
+        winner = max((f for f, _ in open_), key=lambda f: (f.valid_from, f.stated_at, f.id))
+        for f, _ in open_:
             if f.id != winner.id:
-                self._close(f.id, winner.valid_from, winner.id, _is_current)
+                self._close(f.id, winner.valid_from, winner.id, _is_open)
 
     def learn(
         self, messages: Sequence[dict[str, Any]], sources: Sequence[dict[str, str]] | None = None,
@@ -416,8 +435,9 @@ class FactMemory:
             if not (isinstance(source, int) and 0 <= source < len(transcript) and isinstance(value, str)
                     and value.strip() and isinstance(text, str) and text.strip()):
                 continue
-            if normalize(value) not in normalize(transcript[source][1]):
-                continue  # not said there: an invention, dropped
+            said = transcript[source][1]
+            if f" {normalize(value)} " not in f" {normalize(said)} " or not within(value, said):
+                continue  # not said there word for word (its values too: "441" is not in "4417"): dropped
             checked.append((source, attr if isinstance(attr, str) and attr.strip() else None, value, text))
         return checked
 
@@ -441,7 +461,8 @@ class FactMemory:
         with self.book.writes():
             for fact in facts:
                 self._put(fact, vector=vectors.get(fact.id, known.get(fact.id)))
-        for subject, attribute in dict.fromkeys((f.subject, f.attribute) for f in facts if f.attribute and f.is_current):
+        for subject, attribute in dict.fromkeys((f.subject, f.attribute) for f in facts
+                                                if f.attribute and f.valid_to is None):
             self._settle(subject, attribute)
         return new
 
@@ -456,11 +477,9 @@ class FactMemory:
     def current(
         self, subject: str | None = None, attribute: str | None = None, *, at: float | None = None
     ) -> list[Fact]:
-        """Facts that hold now (or at time ``at``), oldest first."""
-        return [
-            f for f in self._select(subject, attribute)
-            if (f.is_current if at is None else f.valid_at(at))
-        ]
+        """Facts that hold now (or at time ``at``), oldest first: a fact dated in the future is not yet current."""
+        when = self.clock() if at is None else at
+        return [f for f in self._select(subject, attribute) if f.valid_at(when)]
 
     def history(self, subject: str | None = None, attribute: str | None = None) -> list[Fact]:
         """Every fact, superseded ones included, by ``valid_from``."""
@@ -469,10 +488,14 @@ class FactMemory:
     def search(
         self, query: str | np.ndarray, limit: int = 5, *, include_history: bool = False, checked: bool = False,
     ) -> list[tuple[Fact, float]]:
-        """The facts most similar to ``query`` (a text, or its vector), current ones only unless
+        """The facts most similar to ``query`` (a text, or its vector), current ones only (valid now) unless
         ``include_history``, with cosines. ``checked``: as in :meth:`keep`.
         """
-        found = self.book.nearest(query, limit, keep=_any if include_history else _current, check=not checked)
+        if include_history:
+            found = self.book.nearest(query, limit, keep=_any, check=not checked)
+        else:
+            valid, matrix = self._facts(check=not checked).valid(self.clock())
+            found = self.book.similar(query, valid, limit, matrix=matrix) if matrix is not None else []
         return [(_from_record(r), s) for r, s in found]
 
     # -- internals ---------------------------------------------------------------------------
@@ -507,12 +530,8 @@ class FactMemory:
             self.store.close()
 
 
-def _is_current(fact: Fact) -> bool:
-    return fact.is_current
-
-
-def _current(record: Record) -> bool:
-    return record.data.get("valid_to") is None
+def _is_open(fact: Fact) -> bool:
+    return fact.valid_to is None
 
 
 def _any(record: Record) -> bool:

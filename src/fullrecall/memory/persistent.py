@@ -536,13 +536,13 @@ class PersistentMemory:
         by_role: dict[str, int] = {}
         for m in msgs:
             by_role[m.role] = by_role.get(m.role, 0) + 1
-        facts = self.facts.history()
+        facts, now = self.facts.history(), self.facts.clock()
         return {
             "message_count": len(msgs),
             "messages_by_role": by_role,
             "session_count": len(self.sessions()),
             "fact_count": len(facts),
-            "current_fact_count": sum(1 for f in facts if f.is_current),
+            "current_fact_count": sum(1 for f in facts if f.valid_at(now)),
             "text_bytes": int(store_stats.get("text_bytes", 0)),
             "vector_bytes": int(store_stats.get("vector_bytes", 0)),
             "oldest": min((m.created_at for m in msgs), default=None),
