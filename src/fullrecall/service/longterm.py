@@ -173,7 +173,7 @@ def router(service: Service, principal: Callable[..., Any]) -> APIRouter:
         found = f.history(subject, attribute) if history else f.current(subject, attribute)
         return {"facts": [fact_out(x) for x in sorted(found, key=lambda x: (x.valid_from, x.stated_at))]}
 
-    @routes.delete("/v1/facts/{fact_id}")
+    @routes.delete("/v1/facts/{fact_id:path}")
     def forget_fact(fact_id: str, p: Principal = Key, user_id: str | None = User, agent_id: str | None = Agent
                     ) -> dict:
         """Delete one fact for good."""
@@ -213,7 +213,7 @@ def router(service: Service, principal: Callable[..., Any]) -> APIRouter:
         service.metrics.recalls.labels(p.tenant, "patterns").inc()
         return procedural.plan_tool_sequence(body.query, found)
 
-    @routes.delete("/v1/patterns/{pattern_id}")
+    @routes.delete("/v1/patterns/{pattern_id:path}")
     def forget_pattern(pattern_id: str, p: Principal = Key, user_id: str | None = User,
                        agent_id: str | None = Agent) -> dict:
         """Delete one pattern for good."""
