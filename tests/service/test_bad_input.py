@@ -21,7 +21,7 @@ BAD_APPENDS = [
     ({"messages": [GOOD, {"role": "user", "content": 5}]}, "message 1"),
     ({"messages": [GOOD, {"role": "user", "content": "nul \u0000 here"}]}, "NUL"),
     ({"messages": [GOOD, {"role": "tool", "tool_call_id": "t9", "content": "orphan result"}]}, "t9"),
-    ({"messages": [GOOD, {"role": "user", "content": "x", "id": 5}]}, "'id'"),
+    ({"messages": [GOOD, {"role": "user", "content": "x", "id": 5.5}]}, "'id'"),
     ({"messages": [GOOD], "extra": 1}, "extra"),
 ]
 
@@ -231,6 +231,32 @@ def test_two_messages_under_one_id_in_a_request_write_nothing(api):
     r = api.client.post(url, json={"messages": [b]}, headers=api.a)  # across requests the first write wins
     assert r.status_code == 201 and r.json()["messages"] == [{"id": "m1", "position": 0}]
     assert [m.data for m in api.store.range(SCOPE, 0, 10)] == [a]
+
+
+def test_a_message_id_is_taken_or_refused_as_the_library_takes_or_refuses_it(api):
+    """The service had its own rule for a message's ``id``: it refused an integer id and one of 201 characters, which
+    the library stores, and stored a blank id or ``null`` (as no id), which the library refuses; an id of 100 emoji
+    was a 422 of type 'invalid' naming no field. The same message now meets the same rule and the same words.
+    """
+    from fullrecall.errors import MessageFormatError
+    from fullrecall.memory import SyncConversationMemory
+
+    library = SyncConversationMemory(api.store, "library", tenant="library")
+    url = "/v1/conversations/c/messages"
+    for bad in (None, "  ", "", "\U0001F600" * 100, "a\x00b", 5.5, True, [1]):
+        msg = {"role": "user", "content": "x", "id": bad}
+        with pytest.raises(MessageFormatError) as refused:
+            library.add([GOOD, msg])
+        error = _error(api.client.post(url, json={"messages": [GOOD, msg]}, headers=api.a))
+        assert (error["type"], error["field"], error["message"]) == ("invalid_message", "messages", str(refused.value))
+    assert api.store.count(SCOPE) == 0
+    for taken in (5, "x" * 201):
+        r = api.client.post(url, json={"messages": [{"role": "user", "content": "y", "id": taken}]}, headers=api.a)
+        assert r.status_code == 201 and r.json()["messages"][0]["id"] == str(taken), r.text
+    # an integer id is its digits, as the library keeps it: a retry under "5" is the same message
+    r = api.client.post(url, json={"messages": [{"role": "user", "content": "y", "id": "5"}]}, headers=api.a)
+    assert r.json()["messages"] == [{"id": "5", "position": 0}]
+    assert api.store.count(SCOPE) == 2
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])

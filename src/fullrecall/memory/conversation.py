@@ -36,9 +36,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..archive.archive import END, message_record
-from ..errors import ArchiveError, InvalidInput, MessageFormatError
-from ..messages.formats import parse_messages
-from ..stores._validate import MAX_ID_BYTES, check_id
+from ..errors import ArchiveError, InvalidInput
+from ..messages.formats import message_id, parse_messages
+from ..stores._validate import MAX_ID_BYTES
 from ..stores.base import DEFAULT_TENANT, Scope, Store, StoredMessage
 from ._records import LOG_PREFIX
 
@@ -140,7 +140,7 @@ class SyncConversationMemory:
             parse_messages(self._messages + new)  # one shape per conversation (indices count the window)
         records = []
         for index, (raw, msg) in enumerate(zip(new, parsed)):
-            msg.id = _message_id(raw, index)
+            msg.id = message_id(raw, index)
             if keys is not None and keys[index]:
                 msg.id = keys[index]
             records.append(message_record(msg, shape, data=raw))
@@ -321,19 +321,6 @@ class SyncConversationMemory:
         # the window is as the manager left it; the next operation reads the store again anyway
 
 
-def _message_id(raw: dict[str, Any], index: int) -> str:
-    """The message's own ``"id"`` (its idempotency key), or a fresh unique one."""
-    if "id" not in raw:
-        return uuid.uuid4().hex
-    value = raw["id"]
-    if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
-        raise MessageFormatError(f"message {index}: 'id' must be a non-empty string or an integer, got {value!r}")
-    try:  # named here, as the store would name it, before the id is looked up anywhere
-        return check_id(str(value), f"message {index}: 'id'")
-    except InvalidInput as exc:
-        raise MessageFormatError(str(exc)) from None
-
-
 def _derived_key(message_id: str, suffix: str) -> str:
     """The store key of a message added again: ``id@suffix``, the id hashed when that would be too long a key."""
     key = f"{message_id}@{suffix}"
@@ -423,7 +410,7 @@ class ConversationMemory:
     def _add(self, batch: list[dict[str, Any]], allow_duplicates: bool) -> None:
         for index, message in enumerate(batch):
             message.setdefault("id", f"msg_{uuid.uuid4().hex[:12]}")
-            _message_id(message, index)  # a bad id is refused before anything is stored
+            message_id(message, index)  # a bad id is refused before anything is stored
         window = {str(m["id"]) for m in self.sync.messages if "id" in m}
         if not allow_duplicates:  # an id the window or an earlier message of the batch holds: skipped
             held, fresh = set(window), []
@@ -514,7 +501,7 @@ class ConversationMemory:
         messages = [dict(m) for m in state_dict.get("messages") or [] if isinstance(m, dict)]
         for index, message in enumerate(messages):
             message.setdefault("id", f"msg_{uuid.uuid4().hex[:12]}")
-            _message_id(message, index)
+            message_id(message, index)
         if messages:
             parse_messages(messages, storable=True)  # named before the window is touched
         with self._lock:
