@@ -259,6 +259,21 @@ def test_a_message_id_is_taken_or_refused_as_the_library_takes_or_refuses_it(api
     assert api.store.count(SCOPE) == 2
 
 
+def test_a_forged_summary_id_is_not_found(api):
+    """A summary id is opaque (base64 of its conversation and summary): one forged with an empty, NUL or over-long
+    conversation was a 422 "this write needs a session" or "scope 'session_id' contains a NUL", naming no field,
+    where every other id that is not a summary of the caller's is a 404.
+    """
+    import base64
+
+    assert api.client.post("/v1/conversations/c/messages", json={"messages": [GOOD]}, headers=api.a).status_code == 201
+    for session in ("", "a\x00b", "\ud800", "x" * 300):
+        raw = json.dumps(["", "", session, "s1"]).encode()
+        token = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        r = api.client.get(f"/v1/summaries/{token}/messages", headers=api.a)
+        assert r.status_code == 404 and r.json()["error"]["type"] == "not_found", (session, r.text)
+
+
 @pytest.mark.parametrize("backend", ["sqlite"])
 def test_a_json_body_sent_without_its_content_type_is_named_so(api):
     """``curl -d '{...}'`` sends form encoding, a client's raw bytes none: the answer was 'body: Input should be a

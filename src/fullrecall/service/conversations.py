@@ -86,8 +86,10 @@ def summary_token(scope: Scope, summary_id: str) -> str:
 def parse_summary_token(token: str) -> tuple[str, str, str, str]:
     try:
         user, agent, session, sid = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        if not all(isinstance(x, str) for x in (user, agent, session, sid)):
-            raise ValueError
+        V.check_id(user, "user", empty=True)
+        V.check_id(agent, "agent", empty=True)
+        V.check_id(session, "session")  # a forged one: no conversation of the caller's, not a bad scope
+        V.check_id(sid, "summary")
         return user, agent, session, sid
     except Exception:  # noqa: BLE001 - any malformed token is simply not a summary of the caller's
         raise NotFound(f"summary {token!r} not found") from None
