@@ -259,6 +259,24 @@ def test_a_message_id_is_taken_or_refused_as_the_library_takes_or_refuses_it(api
     assert api.store.count(SCOPE) == 2
 
 
+def test_a_message_holding_nan_is_refused_as_the_library_refuses_it(api):
+    """Python's JSON reads ``NaN`` and ``Infinity``; such a message was refused by the store, as a 422 of type
+    'invalid' naming no field and the field as stored ("'data.meta'"), not as the library names it.
+    """
+    from fullrecall.errors import MessageFormatError
+    from fullrecall.memory import SyncConversationMemory
+
+    library = SyncConversationMemory(api.store, "library", tenant="library")
+    for value, raw in ((float("nan"), b"NaN"), (float("inf"), b"Infinity")):
+        with pytest.raises(MessageFormatError) as refused:
+            library.add([GOOD, {"role": "user", "content": "x", "meta": value}])
+        body = b'{"messages": [{"role": "user", "content": "fine"}, {"role": "user", "content": "x", "meta": ' + raw + b"}]}"
+        error = _error(api.client.post("/v1/conversations/c/messages", content=body,
+                                       headers={**api.a, "content-type": "application/json"}))
+        assert (error["type"], error["field"], error["message"]) == ("invalid_message", "messages", str(refused.value))
+    assert api.store.count(SCOPE) == 0
+
+
 def test_a_forged_summary_id_is_not_found(api):
     """A summary id is opaque (base64 of its conversation and summary): one forged with an empty, NUL or over-long
     conversation was a 422 "this write needs a session" or "scope 'session_id' contains a NUL", naming no field,

@@ -147,7 +147,7 @@ class Conversations:
         mids = [message_id(raw if mid is None else {"id": mid}, i) if isinstance(raw, dict) else ""
                 for i, (raw, mid) in enumerate(zip(messages, given))]  # the library's rule and words
         check_text(messages, "messages")
-        shape, parsed = parse_messages(messages)
+        shape, parsed = parse_messages(messages, storable=True)  # what a store keeps verbatim, as the library asks
         check_unique_ids(messages, mids, "a request")
         if any(m.has_tool_result for m in parsed):  # only then is the conversation's tail needed
             recent = self._tail(scope, self.window_messages)
