@@ -277,6 +277,23 @@ def test_a_message_holding_nan_is_refused_as_the_library_refuses_it(api):
     assert api.store.count(SCOPE) == 0
 
 
+@pytest.mark.parametrize("url, body, field", [
+    ("/v1/search", b'{"query": "x", "filters": {"since": NaN}}', "filters.since"),
+    ("/v1/search", b'{"query": "x", "filters": {"until": Infinity}}', "filters.until"),
+    ("/v1/facts", b'{"text": "My city is Oslo", "valid_from": NaN}', "valid_from"),
+    ("/v1/patterns", b'{"query": "q", "tools_used": ["a"], "success_score": 1, "execution_time_ms": Infinity}',
+     "execution_time_ms"),
+])
+def test_a_number_that_is_not_finite_is_named_by_its_field(api, url, body, field):
+    """``NaN`` and ``Infinity`` (which Python's JSON reads) in a number field were refused deeper down, naming the
+    field in the words only: the error's ``field`` was null.
+    """
+    error = _error(api.client.post(url, content=body, headers={**api.a, "content-type": "application/json"}))
+    assert error["field"] == field and "finite" in error["message"], error
+    assert api.client.get("/v1/facts", headers=api.a).json()["facts"] == []
+    assert api.client.get("/v1/patterns", headers=api.a).json()["patterns"] == []
+
+
 def test_a_forged_summary_id_is_not_found(api):
     """A summary id is opaque (base64 of its conversation and summary): one forged with an empty, NUL or over-long
     conversation was a 422 "this write needs a session" or "scope 'session_id' contains a NUL", naming no field,

@@ -111,7 +111,7 @@ class SearchScope(BaseModel):
 
 
 class SearchFilters(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN and Infinity, which Python's JSON reads
     roles: list[str] | None = Field(None, min_length=1, description="the roles to keep (left out: every role)")
     since: float | None = None
     until: float | None = None

@@ -41,9 +41,11 @@ DEFAULT_SESSION = "default"
 
 
 class _Body(BaseModel):
-    """A request body: no unknown fields, no NUL character anywhere, an owner (user and agent) to act for."""
+    """A request body: no unknown fields, no NUL character anywhere, no NaN or Infinity in a number, an owner (user
+    and agent) to act for.
+    """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     user_id: str | None = Field(None, max_length=200, description="the user (default owner if unset)")
     agent_id: str | None = Field(None, max_length=200, description="the agent (default owner if unset)")
 
