@@ -36,9 +36,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..archive.archive import END, message_record
-from ..errors import ArchiveError, InvalidInput
-from ..messages.formats import message_id, parse_messages
-from ..stores._validate import MAX_ID_BYTES
+from ..errors import ArchiveError, InvalidInput, MessageFormatError
+from ..messages.formats import parse_messages
+from ..stores._validate import MAX_ID_BYTES, check_id
 from ..stores.base import DEFAULT_TENANT, Scope, Store, StoredMessage
 from ._records import LOG_PREFIX
 
@@ -319,6 +319,21 @@ class SyncConversationMemory:
         self.store.put_state(self.scope, _WINDOW_KEY,
                              {"manager": self.manager.get_state(), "replaced": replaced, "version": self._version})
         # the window is as the manager left it; the next operation reads the store again anyway
+
+
+def message_id(raw: dict[str, Any], index: int) -> str:
+    """The message's own ``"id"`` (its idempotency key; an integer as its digits), or a fresh unique one: the one rule
+    of the library and the service.
+    """
+    if "id" not in raw:
+        return uuid.uuid4().hex
+    value = raw["id"]
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
+        raise MessageFormatError(f"message {index}: 'id' must be a non-empty string or an integer, got {value!r}")
+    try:  # named here, as the store would name it, before the id is looked up anywhere
+        return check_id(str(value), f"message {index}: 'id'")
+    except InvalidInput as exc:
+        raise MessageFormatError(str(exc)) from None
 
 
 def _derived_key(message_id: str, suffix: str) -> str:

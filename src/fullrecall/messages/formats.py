@@ -14,13 +14,11 @@ An unchanged message renders to the very dict it came from.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .._json import MAX_MESSAGE_BYTES, check_json
 from ..errors import InvalidInput, MessageFormatError
-from ..stores._validate import check_id
 from .model import Block, Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
 
 SHAPES = ("converse", "openai", "anthropic")
@@ -103,21 +101,6 @@ def parse_messages(
         except InvalidInput as exc:
             raise MessageFormatError(str(exc)) from None
     return shape, out
-
-
-def message_id(raw: dict[str, Any], index: int) -> str:
-    """The message's own ``"id"`` (its idempotency key; an integer as its digits), or a fresh unique one: the one rule
-    of the library and the service.
-    """
-    if "id" not in raw:
-        return uuid.uuid4().hex
-    value = raw["id"]
-    if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
-        raise MessageFormatError(f"message {index}: 'id' must be a non-empty string or an integer, got {value!r}")
-    try:  # named here, as the store would name it, before the id is looked up anywhere
-        return check_id(str(value), f"message {index}: 'id'")
-    except InvalidInput as exc:
-        raise MessageFormatError(str(exc)) from None
 
 
 def check_unique_ids(messages: Sequence[Any], ids: Sequence[Any], within: str) -> None:

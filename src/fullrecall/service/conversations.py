@@ -24,9 +24,10 @@ from typing import Any, Protocol
 from ..archive.archive import archived_summaries
 from ..archive.recall import fill_ranges, format_enrichment, merge_ranges
 from ..errors import InvalidInput, MessageFormatError
+from ..memory.conversation import message_id
 from ..memory.facts import NAMESPACE as FACTS
 from ..memory.procedural import NAMESPACE as PROCEDURES
-from ..messages.formats import check_unique_ids, message_id, parse_messages, render_message
+from ..messages.formats import check_unique_ids, parse_messages, render_message
 from ..messages.model import TextBlock
 from ..search.terms import index_text
 from ..stores import _validate as V
