@@ -214,6 +214,31 @@ def test_importing_lines_without_ids_again_stores_them_once(api):
     assert [m["message"]["content"] for m in window] == ["no id here", "nor here"]
 
 
+def test_a_conversation_whose_id_holds_a_slash_is_read_and_forgotten(api):
+    """A conversation imported (or written over MCP or by the library) as "team/42" was listed by the inspector, but
+    every route naming it answered 404 "Not Found": its slash, sent as %2F, split the path. It could not be read,
+    nor forgotten.
+    """
+    line = json.dumps({"conversation_id": "team/42", "id": "m0", "message": {"role": "user", "content": "hello"}})
+    r = api.client.post("/v1/import", content=line, headers={**api.a, "content-type": "application/x-ndjson"})
+    assert r.status_code == 200, r.text
+    assert _append(api, "team%2F42", [{"role": "assistant", "content": "hi", "id": "m1"}]) == [{"id": "m1", "position": 1}]
+    window = api.client.get("/v1/conversations/team%2F42/messages", headers=api.a)
+    assert window.status_code == 200, window.text
+    assert [m["id"] for m in window.json()["messages"]] == ["m0", "m1"]
+    assert window.json()["conversation_id"] == "team/42"
+    for path in ("/v1/conversations/team%2F42/context", "/v1/conversations/team%2F42/summaries",
+                 "/v1/inspector/conversations/team%2F42/archive", "/v1/inspector/conversations/team%2F42/timeline"):
+        assert api.client.get(path, headers=api.a).status_code == 200, path
+    page = api.client.get("/v1/inspector/conversations/team%2F42/archive", headers=api.a).json()
+    assert [m["id"] for m in page["messages"]] == ["m0", "m1"]
+    assert api.client.get("/v1/conversations/team/messages", headers=api.a).status_code == 404  # not a prefix of it
+    assert api.client.get("/v1/conversations/team%2F42/messages", headers=api.b).status_code == 404  # A's own
+    deleted = api.client.delete("/v1/conversations/team%2F42", headers=api.a)
+    assert deleted.status_code == 200 and deleted.json()["deleted"]["messages"] == 2, deleted.text
+    assert api.store.count(Scope(tenant="tenant-a", session_id="team/42")) == 0
+
+
 def test_forget_stats_and_metrics(make_api):
     api = make_api(rate_limit=5, burst=5)
     admin, _ = api.service.keys.create("admin")

@@ -21,7 +21,7 @@ BAD_APPENDS = [
     ({"messages": [GOOD, {"role": "user", "content": 5}]}, "message 1"),
     ({"messages": [GOOD, {"role": "user", "content": "nul \u0000 here"}]}, "NUL"),
     ({"messages": [GOOD, {"role": "tool", "tool_call_id": "t9", "content": "orphan result"}]}, "t9"),
-    ({"messages": [GOOD, {"role": "user", "content": "x", "id": 5}]}, "'id'"),
+    ({"messages": [GOOD, {"role": "user", "content": "x", "id": 5.5}]}, "'id'"),
     ({"messages": [GOOD], "extra": 1}, "extra"),
 ]
 
@@ -231,6 +231,82 @@ def test_two_messages_under_one_id_in_a_request_write_nothing(api):
     r = api.client.post(url, json={"messages": [b]}, headers=api.a)  # across requests the first write wins
     assert r.status_code == 201 and r.json()["messages"] == [{"id": "m1", "position": 0}]
     assert [m.data for m in api.store.range(SCOPE, 0, 10)] == [a]
+
+
+def test_a_message_id_is_taken_or_refused_as_the_library_takes_or_refuses_it(api):
+    """The service had its own rule for a message's ``id``: it refused an integer id and one of 201 characters, which
+    the library stores, and stored a blank id or ``null`` (as no id), which the library refuses; an id of 100 emoji
+    was a 422 of type 'invalid' naming no field. The same message now meets the same rule and the same words.
+    """
+    from fullrecall.errors import MessageFormatError
+    from fullrecall.memory import SyncConversationMemory
+
+    library = SyncConversationMemory(api.store, "library", tenant="library")
+    url = "/v1/conversations/c/messages"
+    for bad in (None, "  ", "", "\U0001F600" * 100, "a\x00b", 5.5, True, [1]):
+        msg = {"role": "user", "content": "x", "id": bad}
+        with pytest.raises(MessageFormatError) as refused:
+            library.add([GOOD, msg])
+        error = _error(api.client.post(url, json={"messages": [GOOD, msg]}, headers=api.a))
+        assert (error["type"], error["field"], error["message"]) == ("invalid_message", "messages", str(refused.value))
+    assert api.store.count(SCOPE) == 0
+    for taken in (5, "x" * 201):
+        r = api.client.post(url, json={"messages": [{"role": "user", "content": "y", "id": taken}]}, headers=api.a)
+        assert r.status_code == 201 and r.json()["messages"][0]["id"] == str(taken), r.text
+    # an integer id is its digits, as the library keeps it: a retry under "5" is the same message
+    r = api.client.post(url, json={"messages": [{"role": "user", "content": "y", "id": "5"}]}, headers=api.a)
+    assert r.json()["messages"] == [{"id": "5", "position": 0}]
+    assert api.store.count(SCOPE) == 2
+
+
+def test_a_message_holding_nan_is_refused_as_the_library_refuses_it(api):
+    """Python's JSON reads ``NaN`` and ``Infinity``; such a message was refused by the store, as a 422 of type
+    'invalid' naming no field and the field as stored ("'data.meta'"), not as the library names it.
+    """
+    from fullrecall.errors import MessageFormatError
+    from fullrecall.memory import SyncConversationMemory
+
+    library = SyncConversationMemory(api.store, "library", tenant="library")
+    for value, raw in ((float("nan"), b"NaN"), (float("inf"), b"Infinity")):
+        with pytest.raises(MessageFormatError) as refused:
+            library.add([GOOD, {"role": "user", "content": "x", "meta": value}])
+        body = b'{"messages": [{"role": "user", "content": "fine"}, {"role": "user", "content": "x", "meta": ' + raw + b"}]}"
+        error = _error(api.client.post("/v1/conversations/c/messages", content=body,
+                                       headers={**api.a, "content-type": "application/json"}))
+        assert (error["type"], error["field"], error["message"]) == ("invalid_message", "messages", str(refused.value))
+    assert api.store.count(SCOPE) == 0
+
+
+@pytest.mark.parametrize("url, body, field", [
+    ("/v1/search", b'{"query": "x", "filters": {"since": NaN}}', "filters.since"),
+    ("/v1/search", b'{"query": "x", "filters": {"until": Infinity}}', "filters.until"),
+    ("/v1/facts", b'{"text": "My city is Oslo", "valid_from": NaN}', "valid_from"),
+    ("/v1/patterns", b'{"query": "q", "tools_used": ["a"], "success_score": 1, "execution_time_ms": Infinity}',
+     "execution_time_ms"),
+])
+def test_a_number_that_is_not_finite_is_named_by_its_field(api, url, body, field):
+    """``NaN`` and ``Infinity`` (which Python's JSON reads) in a number field were refused deeper down, naming the
+    field in the words only: the error's ``field`` was null.
+    """
+    error = _error(api.client.post(url, content=body, headers={**api.a, "content-type": "application/json"}))
+    assert error["field"] == field and "finite" in error["message"], error
+    assert api.client.get("/v1/facts", headers=api.a).json()["facts"] == []
+    assert api.client.get("/v1/patterns", headers=api.a).json()["patterns"] == []
+
+
+def test_a_forged_summary_id_is_not_found(api):
+    """A summary id is opaque (base64 of its conversation and summary): one forged with an empty, NUL or over-long
+    conversation was a 422 "this write needs a session" or "scope 'session_id' contains a NUL", naming no field,
+    where every other id that is not a summary of the caller's is a 404.
+    """
+    import base64
+
+    assert api.client.post("/v1/conversations/c/messages", json={"messages": [GOOD]}, headers=api.a).status_code == 201
+    for session in ("", "a\x00b", "\ud800", "x" * 300):
+        raw = json.dumps(["", "", session, "s1"]).encode()
+        token = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        r = api.client.get(f"/v1/summaries/{token}/messages", headers=api.a)
+        assert r.status_code == 404 and r.json()["error"]["type"] == "not_found", (session, r.text)
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])

@@ -192,3 +192,84 @@ def test_a_key_limited_to_a_user_sees_that_user_only(shot, browser, served, arti
     assert [o.text for o in rows(browser, "#user option")] == ["ann", "bob"]
     Select(browser.find_element(_by().ID, "user")).select_by_visible_text("bob")
     wait(browser, lambda d: [b.text for b in rows(d, "[data-conversation]")] == ["bobs-notes\n1"])
+
+
+HOSTILE = "<img src=x onerror=\"window.pwned=1\"></script><script>window.pwned=2</script>"
+RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE: what follows it shows reversed, to the end of its paragraph
+
+
+def _left(driver: Any, element_id: str, needle: str) -> float:
+    """Where ``needle`` (found in one text node of the element) begins on screen, from the left, the element's text
+    kept on one line (so the order of words on screen is the order from left to right).
+    """
+    return driver.execute_script("""
+        const root = document.getElementById(arguments[0]);
+        root.style.whiteSpace = "nowrap";
+        const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+          const i = node.data.indexOf(arguments[1]);
+          if (i >= 0) {
+            const range = document.createRange();
+            range.setStart(node, i);
+            range.setEnd(node, i + arguments[1].length);
+            return range.getBoundingClientRect().left;
+          }
+        }
+        return null;""", element_id, needle)
+
+
+def test_stored_markup_and_direction_overrides_render_as_text(shot, browser, served, artifacts):
+    """Messages, ids, facts and patterns holding markup show as the text they are, and nothing of them runs; a
+    right-to-left override in a conversation id or a fact reversed the rest of the sentence that named it (the
+    question before forgetting it read "Forget conversation "abc" (...) ?enod nu eb tonnac sihT"), so the dialog
+    misstated what would be forgotten. Each stored string is isolated from the words around it.
+    """
+    from fullrecall.memory import FactMemory, ProceduralMemory
+
+    base, service, _ = served
+    tenant, user, conversation = "mischief", f"<b>{HOSTILE}</b>", f"chat {HOSTILE} {RLO}gnp.exe"
+    texts = [HOSTILE, "[see this](javascript:window.pwned=3)", f"{RLO}reversed, and only this"]
+    service.conversations.append(Scope(tenant=tenant, user_id=user, session_id=conversation),
+                                 [{"role": "user", "content": t} for t in texts])
+    embedder = service.indexer.embedder
+    fact = FactMemory(service.store, user_id=user, tenant=tenant, embedder=embedder).remember(
+        f"My motto is {RLO}{HOSTILE}")
+    ProceduralMemory(service.store, user_id=user, tenant=tenant, embedder=embedder).store_pattern(
+        f"run {HOSTILE}", [HOSTILE, "javascript:window.pwned=4"], 0.9, 10)
+    browser.get(f"{base}/ui/")
+    browser.execute_script("sessionStorage.clear()")
+    shot.open_inspector(browser, base, service.keys.create(tenant)[0])
+    wait(browser, lambda d: rows(d, "[data-conversation]"))
+    assert [o.text for o in rows(browser, "#user option")] == [user]
+    button = rows(browser, "[data-conversation]")[0]
+    assert button.get_attribute("data-conversation") == conversation
+    button.click()
+    wait(browser, lambda d: len(rows(d, "#timeline li")) == 3)
+    wait(browser, lambda d: rows(d, "#facts tr[data-fact]") and rows(d, "#patterns .pattern"))
+    shown = [r.find_element(_by().CLASS_NAME, "text").get_attribute("textContent") for r in rows(browser, "#timeline li")]
+    assert shown == texts
+    assert browser.find_element(_by().ID, "conversation-title").get_attribute("textContent") == conversation
+    assert HOSTILE in browser.find_element(_by().ID, "facts").get_attribute("textContent")
+    assert HOSTILE in browser.find_element(_by().ID, "patterns").get_attribute("textContent")
+    # nothing of it became an element: no image, no link, no script but the page's own
+    assert browser.execute_script("return [window.pwned, document.querySelectorAll('img, a').length, "
+                                  "document.scripts.length]") == [None, 0, 1]
+    browser.save_screenshot(str(artifacts / "8-markup.png"))
+
+    # the question before forgetting names the conversation, and reads in order after it
+    click(browser, "#forget-conversation")
+    wait(browser, lambda d: d.find_element(_by().ID, "confirm").is_displayed())
+    assert _left(browser, "confirm-text", "Forget") < _left(browser, "confirm-text", "messages") < _left(
+        browser, "confirm-text", "undone")
+    browser.save_screenshot(str(artifacts / "9-confirm.png"))
+    click(browser, "#confirm-no")
+    click(browser, f"tr[data-fact='{fact.id}'] button.forget-fact")
+    wait(browser, lambda d: d.find_element(_by().ID, "confirm").is_displayed())
+    assert _left(browser, "confirm-text", "Forget") < _left(browser, "confirm-text", "for good")
+    click(browser, "#confirm-yes")
+    wait(browser, lambda d: not rows(d, "#facts tr[data-fact]"))
+    click(browser, "#forget-conversation")
+    click(browser, "#confirm-yes")
+    wait(browser, lambda d: "Forgot" in text(d, "pick"))
+    assert _left(browser, "pick", "Forgot") < _left(browser, "pick", "messages") < _left(browser, "pick", "vectors")
+    assert browser.execute_script("return window.pwned") is None

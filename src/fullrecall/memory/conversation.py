@@ -141,7 +141,7 @@ class SyncConversationMemory:
             parse_messages(self._messages + new)  # one shape per conversation (indices count the window)
         records = []
         for index, (raw, msg) in enumerate(zip(new, parsed)):
-            msg.id = _message_id(raw, index)
+            msg.id = message_id(raw, index)
             if keys is not None and keys[index]:
                 msg.id = keys[index]
             records.append(message_record(msg, shape, data=raw))
@@ -355,8 +355,10 @@ class SyncConversationMemory:
         # the window is as the manager left it; the next operation reads the store again anyway
 
 
-def _message_id(raw: dict[str, Any], index: int) -> str:
-    """The message's own ``"id"`` (its idempotency key), or a fresh unique one."""
+def message_id(raw: dict[str, Any], index: int) -> str:
+    """The message's own ``"id"`` (its idempotency key; an integer as its digits), or a fresh unique one: the one rule
+    of the library and the service.
+    """
     if "id" not in raw:
         return uuid.uuid4().hex
     value = raw["id"]
@@ -457,7 +459,7 @@ class ConversationMemory:
     def _add(self, batch: list[dict[str, Any]], allow_duplicates: bool) -> None:
         for index, message in enumerate(batch):
             message.setdefault("id", f"msg_{uuid.uuid4().hex[:12]}")
-            _message_id(message, index)  # a bad id is refused before anything is stored
+            message_id(message, index)  # a bad id is refused before anything is stored
         window = {str(m["id"]) for m in self.sync.messages if "id" in m}
         if not allow_duplicates:  # an id the window or an earlier message of the batch holds: skipped
             held, fresh = set(window), []
@@ -548,7 +550,7 @@ class ConversationMemory:
         messages = [dict(m) for m in state_dict.get("messages") or [] if isinstance(m, dict)]
         for index, message in enumerate(messages):
             message.setdefault("id", f"msg_{uuid.uuid4().hex[:12]}")
-            _message_id(message, index)
+            message_id(message, index)
         if messages:
             parse_messages(messages, storable=True)  # named before the window is touched
         with self._lock:

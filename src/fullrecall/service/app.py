@@ -111,7 +111,7 @@ class SearchScope(BaseModel):
 
 
 class SearchFilters(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN and Infinity, which Python's JSON reads
     roles: list[str] | None = Field(None, min_length=1, description="the roles to keep (left out: every role)")
     since: float | None = None
     until: float | None = None
@@ -282,8 +282,8 @@ class Measure:
         try:
             await self.app(scope, receive, sending)
         finally:
-            route = scope.get("route")
-            self.metrics.request(scope["state"].get("tenant", ""), getattr(route, "path", "unmatched"),
+            route = scope.get("route")  # its template as the schema names it ("{conversation_id}", not ":path")
+            self.metrics.request(scope["state"].get("tenant", ""), getattr(route, "path_format", "unmatched"),
                                  scope["method"], status, time.perf_counter() - started)
 
 
@@ -338,7 +338,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         return JSONResponse({"status": "ready", "embedding_queue": service.indexer.pending})
 
     # the hot routes answer with their JSON directly (no response model to validate the answer against)
-    @app.post("/v1/conversations/{conversation_id}/messages", status_code=201, tags=["conversations"],
+    @app.post("/v1/conversations/{conversation_id:path}/messages", status_code=201, tags=["conversations"],
               response_model=dict)
     async def append(conversation_id: str, body: AppendBody, p: Principal = Key, user_id: str | None = User,
                      agent_id: str | None = Agent) -> JSONResponse:
@@ -348,13 +348,13 @@ def _routes(app: FastAPI, service: Service) -> None:
         service.metrics.messages.labels(p.tenant).inc(len(written))
         return JSONResponse({"conversation_id": conversation_id, "messages": written}, status_code=201)
 
-    @app.get("/v1/conversations/{conversation_id}/messages", tags=["conversations"])
+    @app.get("/v1/conversations/{conversation_id:path}/messages", tags=["conversations"])
     def window(conversation_id: str, p: Principal = Key, user_id: str | None = User, agent_id: str | None = Agent
                ) -> dict:
         """The active window (the newest messages), verbatim."""
         return {"conversation_id": conversation_id, "messages": conv.window(scope(p, user_id, agent_id, conversation_id))}
 
-    @app.get("/v1/conversations/{conversation_id}/context", tags=["conversations"])
+    @app.get("/v1/conversations/{conversation_id:path}/context", tags=["conversations"])
     def context(conversation_id: str, p: Principal = Key, user_id: str | None = User, agent_id: str | None = Agent,
                 max_tokens: int | None = Query(None, ge=1, le=10_000_000), query: str | None = Query(None, max_length=10_000)
                 ) -> dict:
@@ -365,7 +365,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         service.metrics.recalls.labels(p.tenant, "context").inc()
         return {"conversation_id": conversation_id, **out}
 
-    @app.get("/v1/conversations/{conversation_id}/summaries", tags=["conversations"])
+    @app.get("/v1/conversations/{conversation_id:path}/summaries", tags=["conversations"])
     def summaries(conversation_id: str, p: Principal = Key, user_id: str | None = User, agent_id: str | None = Agent
                   ) -> dict:
         """Summaries of the conversation, oldest first; expand one with ``/v1/summaries/{id}/messages``."""
@@ -378,7 +378,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         """The archived messages a summary covers, verbatim."""
         return {"summary_id": summary_id, "messages": conv.summary_messages(scope(p, user_id, agent_id), summary_id)}
 
-    @app.delete("/v1/conversations/{conversation_id}", tags=["conversations"])
+    @app.delete("/v1/conversations/{conversation_id:path}", tags=["conversations"])
     def forget(conversation_id: str, p: Principal = Key, user_id: str | None = User, agent_id: str | None = Agent
                ) -> dict:
         """Delete the conversation everywhere; counts per kind."""

@@ -17,7 +17,6 @@ import base64
 import json
 import re
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any, Protocol
@@ -25,6 +24,7 @@ from typing import Any, Protocol
 from ..archive.archive import archived_summaries
 from ..archive.recall import fill_ranges, format_enrichment, merge_ranges
 from ..errors import InvalidInput, MessageFormatError
+from ..memory.conversation import message_id
 from ..memory.facts import NAMESPACE as FACTS
 from ..memory.procedural import NAMESPACE as PROCEDURES
 from ..messages.formats import check_unique_ids, parse_messages, render_message
@@ -87,8 +87,10 @@ def summary_token(scope: Scope, summary_id: str) -> str:
 def parse_summary_token(token: str) -> tuple[str, str, str, str]:
     try:
         user, agent, session, sid = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        if not all(isinstance(x, str) for x in (user, agent, session, sid)):
-            raise ValueError
+        V.check_id(user, "user", empty=True)
+        V.check_id(agent, "agent", empty=True)
+        V.check_id(session, "session")  # a forged one: no conversation of the caller's, not a bad scope
+        V.check_id(sid, "summary")
         return user, agent, session, sid
     except Exception:  # noqa: BLE001 - any malformed token is simply not a summary of the caller's
         raise NotFound(f"summary {token!r} not found") from None
@@ -142,10 +144,11 @@ class Conversations:
         scope = scope.require_session()
         if not isinstance(messages, list) or not messages:
             raise MessageFormatError("messages must be a non-empty list")
-        check_text(messages, "messages")
-        shape, parsed = parse_messages(messages)
         given = ids or [None] * len(messages)
-        mids = [self._id(raw if mid is None else {"id": mid}, i) for i, (raw, mid) in enumerate(zip(messages, given))]
+        mids = [message_id(raw if mid is None else {"id": mid}, i) if isinstance(raw, dict) else ""
+                for i, (raw, mid) in enumerate(zip(messages, given))]  # the library's rule and words
+        check_text(messages, "messages")
+        shape, parsed = parse_messages(messages, storable=True)  # what a store keeps verbatim, as the library asks
         check_unique_ids(messages, mids, "a request")
         if any(m.has_tool_result for m in parsed):  # only then is the conversation's tail needed
             recent = self._tail(scope, self.window_messages)
@@ -171,16 +174,6 @@ class Conversations:
             self._registered.clear()
         self._registered.add(key)
         return True
-
-    @staticmethod
-    def _id(raw: dict[str, Any], index: int) -> str:
-        mid = raw.get("id")
-        if mid is None:
-            return uuid.uuid4().hex
-        if not isinstance(mid, str) or not mid or len(mid) > MAX_ID_LENGTH:
-            raise MessageFormatError(f"message {index}: 'id' must be a non-empty string of at most "
-                                     f"{MAX_ID_LENGTH} characters")
-        return mid
 
     @staticmethod
     def _check_tool_pairs(parsed, recent: list[StoredMessage], known: set[str], ids: list[str]) -> None:

@@ -79,7 +79,7 @@ def inspector_router(service: Any, key: Any) -> APIRouter:
         out.sort(key=lambda c: (c["user_id"] or "", c["agent_id"] or "", c["conversation_id"]))
         return {"tenant": p.tenant, "conversations": out, "truncated": len(out) >= MAX_LISTED}
 
-    @router.get("/conversations/{conversation_id}/archive")
+    @router.get("/conversations/{conversation_id:path}/archive")
     def archive(conversation_id: str, p: Principal = key, user_id: str | None = User, agent_id: str | None = Agent,
                 offset: int = Query(0, ge=0, le=_END, description="the first position of the page"),
                 limit: int = Query(100, ge=1, le=MAX_PAGE, description="positions per page")) -> dict:
@@ -90,7 +90,7 @@ def inspector_router(service: Any, key: Any) -> APIRouter:
         return {"conversation_id": conversation_id, "total": count, "last_position": last_position(s, count),
                 "offset": offset, "limit": limit, "messages": [message_out(m) for m in messages]}
 
-    @router.get("/conversations/{conversation_id}/timeline")
+    @router.get("/conversations/{conversation_id:path}/timeline")
     def timeline(conversation_id: str, p: Principal = key, user_id: str | None = User, agent_id: str | None = Agent,
                  points: int = Query(40, ge=2, le=200, description="samples at most")) -> dict:
         """The archive, the summarized messages and the active window over time (sampled positions).

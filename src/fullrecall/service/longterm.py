@@ -41,9 +41,11 @@ DEFAULT_SESSION = "default"
 
 
 class _Body(BaseModel):
-    """A request body: no unknown fields, no NUL character anywhere, an owner (user and agent) to act for."""
+    """A request body: no unknown fields, no NUL character anywhere, no NaN or Infinity in a number, an owner (user
+    and agent) to act for.
+    """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     user_id: str | None = Field(None, max_length=200, description="the user (default owner if unset)")
     agent_id: str | None = Field(None, max_length=200, description="the agent (default owner if unset)")
 
@@ -173,7 +175,7 @@ def router(service: Service, principal: Callable[..., Any]) -> APIRouter:
         found = f.history(subject, attribute) if history else f.current(subject, attribute)
         return {"facts": [fact_out(x) for x in sorted(found, key=lambda x: (x.valid_from, x.stated_at))]}
 
-    @routes.delete("/v1/facts/{fact_id}")
+    @routes.delete("/v1/facts/{fact_id:path}")
     def forget_fact(fact_id: str, p: Principal = Key, user_id: str | None = User, agent_id: str | None = Agent
                     ) -> dict:
         """Delete one fact for good."""
@@ -213,7 +215,7 @@ def router(service: Service, principal: Callable[..., Any]) -> APIRouter:
         service.metrics.recalls.labels(p.tenant, "patterns").inc()
         return procedural.plan_tool_sequence(body.query, found)
 
-    @routes.delete("/v1/patterns/{pattern_id}")
+    @routes.delete("/v1/patterns/{pattern_id:path}")
     def forget_pattern(pattern_id: str, p: Principal = Key, user_id: str | None = User,
                        agent_id: str | None = Agent) -> dict:
         """Delete one pattern for good."""

@@ -19,6 +19,10 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// A stored string (an id, a message, a fact) among the page's words: isolated, so a direction override or
+// right-to-left text in it cannot reorder the words around it.
+const bdi = (s) => el("bdi", {}, s);
+
 function when(t) {
   return t ? new Date(t * 1000).toISOString().replace("T", " ").slice(0, 19) : "";
 }
@@ -92,7 +96,7 @@ function messageRow(m) {
   if (m.kind === "summary") {  // a managed window starts with the summary of what left it
     const covers = m.covers ? ` of positions ${m.covers[0]}–${m.covers[1]}` : "";
     return el("li", { class: "summary-row" }, el("span", { class: "pos" }, "Σ"), el("span", { class: "role" }, "summary"),
-      el("span", { class: "text" }, `${textOf(m.message)}`, el("span", { class: "muted" }, ` (the newest summary${covers})`)));
+      el("span", { class: "text" }, bdi(textOf(m.message)), el("span", { class: "muted" }, ` (the newest summary${covers})`)));
   }
   return el("li", { "data-position": m.position, "data-id": m.id },
     el("span", { class: "pos", title: when(m.created_at) }, `#${m.position}`),
@@ -115,10 +119,10 @@ $("key-form").addEventListener("submit", (event) => {
 });
 $("change-key").addEventListener("click", () => askKey());
 
-function confirmed(text) {
+function confirmed(...parts) {  // words and stored strings (bdi)
   return new Promise((resolve) => {
     const dialog = $("confirm");
-    $("confirm-text").textContent = text;
+    $("confirm-text").replaceChildren(...parts);
     const done = (answer) => () => { dialog.close(); $("confirm-yes").onclick = $("confirm-no").onclick = null; resolve(answer); };
     $("confirm-yes").onclick = done(true);
     $("confirm-no").onclick = done(false);
@@ -128,13 +132,15 @@ function confirmed(text) {
 
 // -- users and conversations -----------------------------------------------------------------
 const ownerKey = (c) => JSON.stringify([c.user_id || "", c.agent_id || ""]);
-const ownerLabel = (o) => `${o.user_id || "(default user)"}${o.agent_id ? ` · agent ${o.agent_id}` : ""}`;
+const isolated = (s) => `\u2068${s}\u2069`;  // bdi's isolation inside an <option>, which holds text only
+const ownerLabel = (o) => (o.agent_id ? `${isolated(o.user_id || "(default user)")} · agent ${isolated(o.agent_id)}`
+  : o.user_id || "(default user)");
 
 async function start() {
   const listed = await api("/v1/inspector/conversations").catch((error) => { $("pick").textContent = error.message; });
   if (!listed) return;
   const { tenant, conversations } = listed;
-  $("who").textContent = `tenant ${tenant}`;
+  $("who").replaceChildren("tenant ", bdi(tenant));
   state.conversations = conversations;
   const owners = new Map();
   for (const c of conversations) owners.set(ownerKey(c), { user_id: c.user_id, agent_id: c.agent_id });
@@ -316,12 +322,14 @@ $("search-form").addEventListener("submit", async (event) => {
 // -- forget ------------------------------------------------------------------------------------
 $("forget-conversation").addEventListener("click", async () => {
   const c = state.conv;
-  if (!(await confirmed(`Forget conversation “${c.conversation_id}” (${c.messages} messages) everywhere? This cannot be undone.`))) return;
+  if (!(await confirmed("Forget conversation “", bdi(c.conversation_id),
+    `” (${c.messages} messages) everywhere? This cannot be undone.`))) return;
   const { deleted } = await api(convPath() + query(ownerParams()), { method: "DELETE" });
   state.conv = null;
   $("conversation").hidden = true;
   $("pick").hidden = false;
-  $("pick").textContent = `Forgot ${c.conversation_id}: ${deleted.messages} messages, ${deleted.vectors ?? 0} vectors.`;
+  $("pick").replaceChildren("Forgot ", bdi(c.conversation_id),
+    `: ${deleted.messages} messages, ${deleted.vectors ?? 0} vectors.`);
   await start();
 });
 
@@ -347,11 +355,11 @@ function renderFacts(facts) {
   if (!facts.length) return $("facts").replaceChildren(el("p", { class: "muted" }, "No facts for this user."));
   const rows = facts.map((f) => {
     const forget = el("button", { type: "button", class: "danger forget-fact", onclick: async () => {
-      if (!(await confirmed(`Forget the fact “${f.text}” for good?`))) return;
+      if (!(await confirmed("Forget the fact “", bdi(f.text), "” for good?"))) return;
       await api(`/v1/facts/${encodeURIComponent(f.id)}` + query(ownerParams()), { method: "DELETE" });
       loadFacts();
     } }, "Forget");
-    const about = f.attribute ? `${f.subject} · ${f.attribute} = ${f.value ?? ""}` : f.subject;
+    const about = f.attribute ? [bdi(f.subject), " · ", bdi(f.attribute), " = ", bdi(f.value ?? "")] : f.subject;
     return el("tr", { class: f.current ? "current" : "superseded", "data-fact": f.id },
       el("td", {}, f.text), el("td", { class: "muted" }, about),
       el("td", {}, when(f.valid.from)), el("td", {}, f.valid.to ? when(f.valid.to) : "now"),
@@ -373,7 +381,7 @@ async function loadPatterns(event) {
     const patterns = body.patterns || [];
     if (!patterns.length) return node.replaceChildren(el("p", { class: "muted" }, task ? "No similar pattern." : "No patterns for this user."));
     node.replaceChildren(...patterns.map((p) => el("div", { class: "pattern", "data-pattern": p.id },
-      el("b", {}, p.query), p.query_type ? el("span", { class: "muted" }, ` (${p.query_type})`) : "",
+      el("b", {}, bdi(p.query)), p.query_type ? el("span", { class: "muted" }, " (", bdi(p.query_type), ")") : "",
       el("div", { class: "scores" },
         el("span", {}, "success ", el("b", { class: "success" }, num(p.success_score))),
         p.similarity !== undefined ? el("span", {}, "similarity ", el("b", { class: "similarity" }, num(p.similarity))) : "",
