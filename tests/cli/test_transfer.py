@@ -571,3 +571,33 @@ def test_a_jsonl_export_ends_with_its_counts_and_a_file_cut_short_is_refused(tmp
     old = [json.dumps({**json.loads(lines[0]), "version": 2}), *lines[1:-1]]  # an older fullrecall's file: no end line
     assert imported("\n".join(old) + "\n")[2] == 3
     source.close()
+
+
+def test_a_conversation_holding_an_image_as_bytes_exports_in_every_format(tmp_path, store_url):
+    """A Strands message with an image (bytes, which every store accepts) failed every jsonl and strands export
+    with a TypeError; now bytes are written as Strands writes them, and read back as bytes.
+    """
+    from strands.session.file_session_manager import FileSessionManager
+
+    from fullrecall.memory.conversation import SyncConversationMemory
+    from fullrecall.transfer import locomo, strands
+
+    picture = {"image": {"format": "png", "source": {"bytes": b"\x89PNG\x00\xff"}}}
+    said = [{"role": "user", "content": [{"text": "look"}, picture]},
+            {"role": "assistant", "content": [{"toolUse": {"toolUseId": "t1", "name": "shot", "input": {}}}]},
+            {"role": "user", "content": [{"toolResult": {"toolUseId": "t1", "status": "success", "content": [picture]}}]}]
+    store = open_store(store_url)
+    try:
+        SyncConversationMemory(store, session_id="c").add(said)
+        buf = io.StringIO()
+        assert jsonl.export_jsonl(store, Scope(), buf)["messages"] == 3
+        again = open_store("sqlite:///:memory:")
+        jsonl.import_jsonl(again, Scope(), io.StringIO(buf.getvalue()))
+        assert [m.data for m in again.range(Scope(session_id="c"), 0, 10)] == said
+        assert strands.export_strands(store, Scope(), tmp_path)["messages"] == 3
+        loaded = FileSessionManager(session_id="c", storage_dir=str(tmp_path)).list_messages("c", "default")
+        assert [m.message for m in loaded] == said
+        for export in (openai.export_openai, locomo.export_locomo):
+            assert export(store, Scope(), io.StringIO())["messages"] == 3
+    finally:
+        store.close()

@@ -49,6 +49,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from .._json import dumps_text
 from ..errors import MessageFormatError
 from ..memory._records import _OWNER, _VEC, EXPIRES_AT, RecordBook, owner_scope, public_data
 from ..memory.facts import NAMESPACE as FACTS
@@ -168,7 +169,7 @@ def export_jsonl(store: Store, scope: Scope, fp: IO[str], *, vectors: bool = Tru
     seen: set[str] = set()
     counts: dict[str, int] = {}
     for line in lines(store, scope, vectors=vectors, progress=progress):
-        fp.write(json.dumps(line, ensure_ascii=False) + "\n")
+        fp.write(dumps_text(line) + "\n")
         if line.get("type") in ("message", "state"):
             seen.add(line["conversation_id"])
         elif line.get("type") == "end":  # the lines' counts, as the file states them

@@ -20,6 +20,7 @@ import time
 from dataclasses import replace
 from typing import IO, Any
 
+from .._json import dumps_text
 from ..errors import MessageFormatError
 from ..search.terms import index_text
 from ..stores.base import Scope, Store
@@ -121,6 +122,6 @@ def export_locomo(store: Store, scope: Scope, fp: IO[str], *, progress: Progress
             count += 1
         samples.append({"sample_id": session, "conversation": conv, "qa": []})
         progress("exporting", n + 1, len(sessions))
-    json.dump(samples, fp, ensure_ascii=False, indent=1)
+    fp.write(dumps_text(samples, indent=1))
     fp.write("\n")
     return {"conversations": len(samples), "messages": count}

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .._json import dumps_text
 from ..errors import InvalidInput, MessageFormatError
 from ..stores.base import Scope, Store
 from ._common import Progress, conversations, each_conversation, no_progress, records_for, write_all
@@ -117,7 +118,7 @@ def _iso(t: float) -> str:
 
 def _dump(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+    path.write_text(dumps_text(data, indent=2), encoding="utf-8")
 
 
 def _folder_name(kind: str, value: str, folder: str) -> str:
