@@ -50,14 +50,13 @@ from typing import IO, Any
 import numpy as np
 
 from .._json import dumps_text
-from ..errors import MessageFormatError
+from ..errors import InvalidInput, MessageFormatError
 from ..memory._records import _OWNER, _VEC, EXPIRES_AT, RecordBook, owner_scope, public_data
 from ..memory.facts import NAMESPACE as FACTS
 from ..memory.persistent import _SESSIONS as SESSIONS
 from ..memory.procedural import NAMESPACE as PROCEDURES
 from ..memory.procedural import check_pattern_data, owned_pattern
-from ..stores._common import check_messages
-from ..stores._validate import check_id, check_record
+from ..stores._validate import MAX_DOCUMENT_BYTES, check_id, check_json_value, check_message, check_record
 from ..stores.base import ANY, Record, Scope, Store, StoredMessage
 from ._common import (
     BATCH,
@@ -184,6 +183,8 @@ def read(fp: IO[str] | Iterable[str], name: str = "the file") -> Iterator[dict[s
     """
     whole = Whole(name)
     for n, text in enumerate(fp):
+        if n == 0:
+            text = text.removeprefix("\ufeff")  # a byte order mark (a Windows tool's file, on stdin too) is no JSON
         if not text.strip():
             continue
         try:
@@ -308,9 +309,16 @@ def stored_message(line: dict[str, Any]) -> StoredMessage:
     for key in ("id", "role", "text"):
         if not isinstance(fields.get(key), str):
             raise MessageFormatError(f"{where}: '{key}' must be a string")
-    if "position" in fields and (not isinstance(fields["position"], int) or fields["position"] < 0):
+    position = fields.get("position")
+    if position is not None and (not isinstance(position, int) or isinstance(position, bool) or position < 0):
         raise MessageFormatError(f"{where}: 'position' must be an integer >= 0")
-    return StoredMessage(data=data, **fields)
+    message = StoredMessage(data=data, **fields)
+    try:  # what the store would refuse, refused naming the line before anything is written
+        check_json_value(data, f"{where}: 'message'")
+        check_message(message, 0, where)
+    except InvalidInput as exc:
+        raise MessageFormatError(str(exc)) from None
+    return message
 
 
 def vector_of(line: dict[str, Any]) -> tuple[str, np.ndarray] | None:
@@ -373,16 +381,16 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
             if line.get("key") not in STATE_KEYS or not isinstance(line.get("value"), dict):
                 raise MessageFormatError(f"line {line['_line']}: a state needs a 'key' in {STATE_KEYS} and an "
                                          "object 'value'")
+            try:
+                check_json_value(line["value"], f"line {line['_line']}: 'value'", limit=MAX_DOCUMENT_BYTES)
+            except InvalidInput as exc:
+                raise MessageFormatError(str(exc)) from None
             states[line["key"]] = line["value"]
         else:
             raise MessageFormatError(f"line {line['_line']}: unknown type {line['type']!r}")
     targets = {key: Scope(tenant=scope.tenant, user_id=key[0], agent_id=key[1], session_id=key[2]) for key in groups}
     for key, (messages, _, states) in groups.items():  # validate everything before writing anything
         targets[key].require_session()
-        try:
-            check_messages(messages)
-        except ValueError as exc:
-            raise type(exc)(f"conversation {key[2]!r}: {exc}") from None
         if len(sources.get(key, ())) > 1:  # conversations merged into one (--session): appended in file order;
             for m in messages:               # their positions and window states describe conversations gone
                 m.position = None
@@ -398,6 +406,8 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
         own = targets[key]
         register(store, own)
         before = store.count(own)
+        placed = [m for m in messages if m.position is not None]  # a message without a position takes the next
+        messages = placed + [m for m in messages if m.position is None]  # free one: after all the file places
         for start in range(0, len(messages), BATCH):
             chunk = messages[start:start + BATCH]
             store.append(own, chunk)
