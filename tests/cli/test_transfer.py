@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -599,5 +600,30 @@ def test_a_conversation_holding_an_image_as_bytes_exports_in_every_format(tmp_pa
         assert [m.message for m in loaded] == said
         for export in (openai.export_openai, locomo.export_locomo):
             assert export(store, Scope(), io.StringIO())["messages"] == 3
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("when", [1e300, 253402300800.0, -62135596801.0])
+def test_a_time_no_calendar_date_holds_is_refused_by_the_dated_formats_naming_the_message(tmp_path, store_url, when):
+    """Every store takes any finite time; the Strands and LoCoMo exports write dates and failed with a raw
+    OverflowError or ValueError for one before year 1 or past 9999. jsonl keeps it.
+    """
+    from fullrecall.errors import InvalidInput
+    from fullrecall.stores.base import StoredMessage
+    from fullrecall.transfer import locomo, strands
+
+    store = open_store(store_url)
+    try:
+        store.append(Scope(session_id="c"), [StoredMessage(id="m0", role="user", text="x", created_at=when,
+                                                           data={"role": "user", "content": "x"})])
+        error = rf"conversation 'c': message 'm0': 'created_at' {re.escape(repr(when))} is no date from year 1 to 9999"
+        with pytest.raises(InvalidInput, match=error):
+            strands.export_strands(store, Scope(), tmp_path)
+        with pytest.raises(InvalidInput, match=error):
+            locomo.export_locomo(store, Scope(), io.StringIO())
+        buf = io.StringIO()
+        jsonl.export_jsonl(store, Scope(), buf)
+        assert _body(buf)[0]["created_at"] == when
     finally:
         store.close()

@@ -7,9 +7,11 @@ import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from ..archive.archive import message_record
+from ..errors import InvalidInput
 from ..messages.formats import parse_messages, render_messages
 from ..search.terms import index_text
 from ..stores.base import Record, Scope, Store, StoredMessage
@@ -195,6 +197,19 @@ def chunks(store: Store, scope: Scope) -> Iterator[list[StoredMessage]]:
             start, size = int(chunk[-1].position or 0) + 1, BATCH
         else:
             start, size = start + size, size * 2
+
+
+def created_date(m: StoredMessage, session: str, fmt: str) -> datetime:
+    """When ``m`` was created, as a UTC date for a format that writes dates (``fmt``: strands, locomo).
+
+    Every store keeps any finite time; one before year 1 or past 9999 is no date: InvalidInput names the
+    message (jsonl keeps it).
+    """
+    try:
+        return datetime.fromtimestamp(m.created_at, UTC)
+    except (OverflowError, ValueError, OSError):
+        raise InvalidInput(f"conversation {session!r}: message {m.id!r}: 'created_at' {m.created_at!r} is no date "
+                           f"from year 1 to 9999, which the {fmt} format writes; export it as jsonl") from None
 
 
 def read_all(store: Store, scope: Scope) -> list[StoredMessage]:
