@@ -89,3 +89,20 @@ def test_messages_without_a_position_follow_those_the_file_places(store_url):
         assert jsonl.import_jsonl(store, Scope(), io.StringIO(text))["written"] == 0
     finally:
         store.close()
+
+
+def test_a_line_whose_id_the_conversation_holds_with_another_message_is_refused(store_url):
+    """The store keeps the first message of an id: a file giving a held id to another message was read as 'all there
+    already', its message silently dropped. Now it is refused, naming the line; the same message again is no change.
+    """
+    store = open_store(store_url)
+    try:
+        jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join([HEADER, line(1)])))
+        other = line(1, message={"role": "user", "content": "edited since"})
+        with pytest.raises(MessageFormatError, match=r"^line 3: conversation 'b': id 'm1' is held with another "
+                                                     r"message"):
+            jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join([HEADER, GOOD, other, line(2)])))
+        assert store.stats(Scope(user_id="ann")).get("message_count") == 1
+        assert jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join([HEADER, line(1), line(2)])))["written"] == 1
+    finally:
+        store.close()

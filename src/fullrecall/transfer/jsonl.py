@@ -49,7 +49,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from .._json import dumps_text
+from .._json import dumps, dumps_text
 from ..errors import InvalidInput, MessageFormatError
 from ..memory._records import _OWNER, _VEC, EXPIRES_AT, RecordBook, owner_scope, public_data
 from ..memory.facts import NAMESPACE as FACTS
@@ -457,6 +457,9 @@ def _check_places(store: Store, own: Scope, messages: list[StoredMessage], lines
         if have is not None and m.position is not None and have.position != m.position:
             raise MessageFormatError(f"line {lines[n]}: {where}: id {m.id!r} is held at position {have.position}, "
                                      f"not {m.position}")
+        if have is not None and dumps(have.data) != dumps(m.data):  # as JSON: bytes held, their encoding in the file
+            raise MessageFormatError(f"line {lines[n]}: {where}: id {m.id!r} is held with another message; ids are "
+                                     "unique within a conversation")
     todo = sorted({m.position for m in messages if m.id not in held and m.position is not None})
     spans: list[tuple[int, int]] = []
     for p in todo:
