@@ -627,3 +627,43 @@ def test_a_time_no_calendar_date_holds_is_refused_by_the_dated_formats_naming_th
         assert _body(buf)[0]["created_at"] == when
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("bad", ["x\x00y", "é" * 200])
+def test_an_id_no_store_keeps_is_refused_naming_its_conversation_before_anything_is_written(store_url, bad):
+    """OpenAI and LoCoMo imports gave a message id the store refuses (a NUL, over 256 bytes) to the store as it was:
+    the conversations before it were written, and the error named 'message 0' of no conversation.
+    """
+    from fullrecall.transfer import locomo
+
+    chats = "\n".join(json.dumps({"conversation_id": c, "messages": [{"role": "user", "content": "hi", "id": i}]})
+                      for c, i in (("a", "ok"), ("b", bad)))
+
+    def sample(name: str, dia: str) -> dict:
+        return {"sample_id": name, "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [
+            {"speaker": "A", "dia_id": dia, "text": "hello"}]}}
+
+    store = open_store(store_url)
+    try:
+        with pytest.raises(MessageFormatError, match=r"^conversation 'b': message 0: 'id' (contains a NUL|is 400 bytes)"):
+            openai.import_openai(store, Scope(), io.StringIO(chats))
+        with pytest.raises(MessageFormatError, match=r"^sample 's2': message 0: 'id' (contains a NUL|is 400 bytes)"):
+            locomo.import_locomo(store, Scope(), io.StringIO(json.dumps([sample("s1", "D1:1"), sample("s2", bad)])))
+        assert store.stats(Scope()).get("message_count") == 0
+    finally:
+        store.close()
+
+
+def test_openai_and_locomo_files_may_start_with_a_byte_order_mark():
+    """Given on stdin (the command opens files with utf-8-sig, not stdin) or to the library."""
+    from fullrecall.transfer import locomo
+
+    store = open_store("sqlite:///:memory:")
+    try:
+        chat = "\ufeff" + json.dumps([{"role": "user", "content": "hi"}])
+        assert openai.import_openai(store, Scope(), io.StringIO(chat), name="t")["written"] == 1
+        sample = {"sample_id": "s", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [
+            {"speaker": "A", "dia_id": "D1:1", "text": "hello"}]}}
+        assert locomo.import_locomo(store, Scope(), io.StringIO("\ufeff" + json.dumps([sample])))["written"] == 1
+    finally:
+        store.close()

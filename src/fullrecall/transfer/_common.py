@@ -11,9 +11,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..archive.archive import message_record
-from ..errors import InvalidInput
+from ..errors import InvalidInput, MessageFormatError
 from ..messages.formats import parse_messages, render_messages
 from ..search.terms import index_text
+from ..stores._validate import check_message
 from ..stores.base import Record, Scope, Store, StoredMessage
 
 CONVERSATIONS = "conversations"  # record namespace: one record per conversation of an owner (export lists them)
@@ -91,8 +92,6 @@ def records_for(raws: Sequence[dict[str, Any]], ids: Sequence[str], *, speakers:
     ``speakers`` and ``times`` replace the role in the indexed text and the creation time.
     A bad message raises :class:`~fullrecall.errors.MessageFormatError` naming it (prefixed by ``where``).
     """
-    from ..errors import MessageFormatError
-
     try:
         shape, parsed = parse_messages(list(raws), storable=True)
     except MessageFormatError as exc:
@@ -107,6 +106,10 @@ def records_for(raws: Sequence[dict[str, Any]], ids: Sequence[str], *, speakers:
         speaker = speakers[i] if speakers is not None else None
         if speaker:
             record.text = index_text(msg.text, speaker=speaker, date=time.strftime("%Y-%m-%d", time.gmtime(record.created_at)))
+        try:  # what the store would refuse (an id with a NUL, or too long), refused before any conversation is written
+            check_message(record, i, f"{where}message {i}")
+        except InvalidInput as exc:
+            raise MessageFormatError(str(exc)) from None
         out.append(record)
     return out
 
@@ -154,8 +157,6 @@ def write_all(store: Store, prepared: Sequence[tuple[Scope, Sequence[StoredMessa
 
 def check_ids(prepared: Sequence[tuple[Scope, Sequence[StoredMessage]]]) -> None:
     """``MessageFormatError`` for an id given to two different messages of one conversation."""
-    from ..errors import MessageFormatError
-
     seen: dict[tuple[str, str, str, str], dict[str, tuple[int, int, StoredMessage]]] = {}
     for part, (own, records) in enumerate(prepared):
         ids = seen.setdefault((own.tenant, str(own.user_id), str(own.agent_id), str(own.session_id)), {})

@@ -70,7 +70,7 @@ def import_locomo(store: Store, scope: Scope, fp: IO[str], *, progress: Progress
                   embedder: Any = None) -> dict[str, int]:
     """Import every sample of a LoCoMo file into ``scope``'s owner (``scope.session_id`` takes them all)."""
     try:
-        data = json.load(fp)
+        data = json.loads(fp.read().removeprefix("\ufeff"))  # a byte order mark (on stdin too) is no JSON
     except json.JSONDecodeError as exc:
         raise MessageFormatError(f"not a LoCoMo file: invalid JSON ({exc.msg})") from None
     samples = data if isinstance(data, list) else [data]

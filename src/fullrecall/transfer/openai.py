@@ -62,7 +62,8 @@ def import_openai(store: Store, scope: Scope, fp: IO[str], *, name: str = "trans
 
     Everything is parsed and checked first; then each conversation is written in batches.
     """
-    found = [(conv, messages) for conv, messages in parse(fp.read(), name) if messages]  # no empty one listed
+    text = fp.read().removeprefix("\ufeff")  # a byte order mark (a Windows tool's file, on stdin too) is no JSON
+    found = [(conv, messages) for conv, messages in parse(text, name) if messages]  # no empty one listed
     prepared = []
     for n, (conv, messages) in enumerate(found):
         ids = [m["id"] if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]
