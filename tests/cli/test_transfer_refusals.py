@@ -5,10 +5,12 @@ imports each message once.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fullrecall.errors import MessageFormatError
@@ -24,6 +26,11 @@ def line(i: int, conversation: str = "b", **change: Any) -> str:
               "role": "user", "kind": "message", "created_at": 1.7e9, "archived_at": 1.7e9, "metadata": {},
               "text": f"message {i}", "message": {"role": "user", "content": f"message {i}"}}
     return json.dumps({**fields, **change})
+
+
+def _vector(values: list[float]) -> dict[str, Any]:
+    raw = np.asarray(values, dtype="<f4")
+    return {"model": "m", "dim": int(raw.shape[0]), "b64": base64.b64encode(raw.tobytes()).decode()}
 
 
 GOOD = line(0, "a")  # line 2: a whole conversation the refusal must not leave written
@@ -44,6 +51,10 @@ BAD: list[tuple[list[str], str]] = [  # (lines 3 on, what the refusal says)
     ([line(1), json.dumps({"type": "state", "conversation_id": "b", "user_id": "ann", "key": "window",
                            "value": {"x": float("nan")}})], r"^line 4: 'value.x' is nan; JSON has no NaN or infinity$"),
     ([line(1), line(2)[:40]], r"^line 4: not valid JSON"),
+    ([line(1, vector=_vector([1.0, 2.0])), line(2, vector=_vector([float("nan"), 1.0]))],
+     r"^line 4: 'vector' holds NaN or infinity$"),
+    ([line(1, vector=_vector([float("inf")]))], r"^line 3: 'vector' holds NaN or infinity$"),
+    ([line(1, vector=_vector([]))], r"^line 3: 'vector' is malformed$"),
 ]
 
 

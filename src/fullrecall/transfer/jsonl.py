@@ -328,11 +328,18 @@ def vector_of(line: dict[str, Any]) -> tuple[str, np.ndarray] | None:
         return None
     try:
         vec = np.frombuffer(base64.b64decode(v["b64"]), dtype="<f4").astype(np.float32)
-        if vec.shape[0] != int(v["dim"]) or not isinstance(v["model"], str):
+        if vec.shape[0] != int(v["dim"]) or not vec.shape[0] or not isinstance(v["model"], str):
             raise ValueError
     except Exception:  # noqa: BLE001 - any malformed vector is named, whatever broke
         raise MessageFormatError(f"line {line.get('_line', '?')}: 'vector' is malformed") from None
-    return v["model"], vec
+    return v["model"], _finite(vec, line)
+
+
+def _finite(vec: np.ndarray, line: dict[str, Any]) -> np.ndarray:
+    """``vec``, if every value is finite (the store refuses others, after the file's messages were written)."""
+    if not np.isfinite(vec).all():
+        raise MessageFormatError(f"line {line.get('_line', '?')}: 'vector' holds NaN or infinity")
+    return vec
 
 
 def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, keep_owner: bool = True,
@@ -574,7 +581,7 @@ def record_vector(line: dict[str, Any]) -> np.ndarray | None:
             raise ValueError
     except Exception:  # noqa: BLE001 - any malformed vector is named, whatever broke
         raise MessageFormatError(f"line {line.get('_line', '?')}: 'vector' is malformed") from None
-    return vec
+    return _finite(vec, line)
 
 
 def put_records(store: Store, owner: Scope, namespace: str, records: list[tuple[Record, np.ndarray | None]],
