@@ -43,6 +43,14 @@ def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_encode_bytes)
 
 
+def dumps_text(value: Any, *, indent: int | None = None) -> str:
+    """JSON of a value for a file or stream people and other tools read (an export): not ASCII-escaped, and
+    bytes (an image in a Strands message) in the tagged base64 object :func:`loads` restores, the encoding
+    Strands sessions use, as :func:`dumps` writes them.
+    """
+    return json.dumps(value, ensure_ascii=False, indent=indent, default=_encode_bytes)
+
+
 # json.loads's own scanner (C, an attribute typeshed leaves out), called on a text's first character
 _scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 

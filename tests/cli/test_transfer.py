@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -571,3 +572,98 @@ def test_a_jsonl_export_ends_with_its_counts_and_a_file_cut_short_is_refused(tmp
     old = [json.dumps({**json.loads(lines[0]), "version": 2}), *lines[1:-1]]  # an older fullrecall's file: no end line
     assert imported("\n".join(old) + "\n")[2] == 3
     source.close()
+
+
+def test_a_conversation_holding_an_image_as_bytes_exports_in_every_format(tmp_path, store_url):
+    """A Strands message with an image (bytes, which every store accepts) failed every jsonl and strands export
+    with a TypeError; now bytes are written as Strands writes them, and read back as bytes.
+    """
+    from strands.session.file_session_manager import FileSessionManager
+
+    from fullrecall.memory.conversation import SyncConversationMemory
+    from fullrecall.transfer import locomo, strands
+
+    picture = {"image": {"format": "png", "source": {"bytes": b"\x89PNG\x00\xff"}}}
+    said = [{"role": "user", "content": [{"text": "look"}, picture]},
+            {"role": "assistant", "content": [{"toolUse": {"toolUseId": "t1", "name": "shot", "input": {}}}]},
+            {"role": "user", "content": [{"toolResult": {"toolUseId": "t1", "status": "success", "content": [picture]}}]}]
+    store = open_store(store_url)
+    try:
+        SyncConversationMemory(store, session_id="c").add(said)
+        buf = io.StringIO()
+        assert jsonl.export_jsonl(store, Scope(), buf)["messages"] == 3
+        again = open_store("sqlite:///:memory:")
+        jsonl.import_jsonl(again, Scope(), io.StringIO(buf.getvalue()))
+        assert [m.data for m in again.range(Scope(session_id="c"), 0, 10)] == said
+        assert strands.export_strands(store, Scope(), tmp_path)["messages"] == 3
+        loaded = FileSessionManager(session_id="c", storage_dir=str(tmp_path)).list_messages("c", "default")
+        assert [m.message for m in loaded] == said
+        for export in (openai.export_openai, locomo.export_locomo):
+            assert export(store, Scope(), io.StringIO())["messages"] == 3
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("when", [1e300, 253402300800.0, -62135596801.0])
+def test_a_time_no_calendar_date_holds_is_refused_by_the_dated_formats_naming_the_message(tmp_path, store_url, when):
+    """Every store takes any finite time; the Strands and LoCoMo exports write dates and failed with a raw
+    OverflowError or ValueError for one before year 1 or past 9999. jsonl keeps it.
+    """
+    from fullrecall.errors import InvalidInput
+    from fullrecall.stores.base import StoredMessage
+    from fullrecall.transfer import locomo, strands
+
+    store = open_store(store_url)
+    try:
+        store.append(Scope(session_id="c"), [StoredMessage(id="m0", role="user", text="x", created_at=when,
+                                                           data={"role": "user", "content": "x"})])
+        error = rf"conversation 'c': message 'm0': 'created_at' {re.escape(repr(when))} is no date from year 1 to 9999"
+        with pytest.raises(InvalidInput, match=error):
+            strands.export_strands(store, Scope(), tmp_path)
+        with pytest.raises(InvalidInput, match=error):
+            locomo.export_locomo(store, Scope(), io.StringIO())
+        buf = io.StringIO()
+        jsonl.export_jsonl(store, Scope(), buf)
+        assert _body(buf)[0]["created_at"] == when
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("bad", ["x\x00y", "é" * 200])
+def test_an_id_no_store_keeps_is_refused_naming_its_conversation_before_anything_is_written(store_url, bad):
+    """OpenAI and LoCoMo imports gave a message id the store refuses (a NUL, over 256 bytes) to the store as it was:
+    the conversations before it were written, and the error named 'message 0' of no conversation.
+    """
+    from fullrecall.transfer import locomo
+
+    chats = "\n".join(json.dumps({"conversation_id": c, "messages": [{"role": "user", "content": "hi", "id": i}]})
+                      for c, i in (("a", "ok"), ("b", bad)))
+
+    def sample(name: str, dia: str) -> dict:
+        return {"sample_id": name, "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [
+            {"speaker": "A", "dia_id": dia, "text": "hello"}]}}
+
+    store = open_store(store_url)
+    try:
+        with pytest.raises(MessageFormatError, match=r"^conversation 'b': message 0: 'id' (contains a NUL|is 400 bytes)"):
+            openai.import_openai(store, Scope(), io.StringIO(chats))
+        with pytest.raises(MessageFormatError, match=r"^sample 's2': message 0: 'id' (contains a NUL|is 400 bytes)"):
+            locomo.import_locomo(store, Scope(), io.StringIO(json.dumps([sample("s1", "D1:1"), sample("s2", bad)])))
+        assert store.stats(Scope()).get("message_count") == 0
+    finally:
+        store.close()
+
+
+def test_openai_and_locomo_files_may_start_with_a_byte_order_mark():
+    """Given on stdin (the command opens files with utf-8-sig, not stdin) or to the library."""
+    from fullrecall.transfer import locomo
+
+    store = open_store("sqlite:///:memory:")
+    try:
+        chat = "\ufeff" + json.dumps([{"role": "user", "content": "hi"}])
+        assert openai.import_openai(store, Scope(), io.StringIO(chat), name="t")["written"] == 1
+        sample = {"sample_id": "s", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [
+            {"speaker": "A", "dia_id": "D1:1", "text": "hello"}]}}
+        assert locomo.import_locomo(store, Scope(), io.StringIO("\ufeff" + json.dumps([sample])))["written"] == 1
+    finally:
+        store.close()

@@ -158,6 +158,19 @@ def test_export_import_round_trip(api, texts):
     assert [b["message"] for b in back] == msgs
 
 
+def test_an_export_of_a_message_holding_bytes_is_whole(api):
+    """An image as bytes (a Strands agent writing to the same store) broke the export's stream after its header."""
+    from fullrecall.stores import StoredMessage
+
+    said = {"role": "user", "content": [{"image": {"format": "png", "source": {"bytes": b"\x89PNG\x00"}}}]}
+    api.store.append(Scope(tenant="tenant-a", session_id="pics"), [StoredMessage(id="m0", role="user", text="a picture",
+                                                                                 data=said)])
+    lines = [json.loads(x) for x in api.client.post("/v1/export", json={"conversation_id": "pics"}, headers=api.a
+                                                    ).text.split("\n") if x]
+    assert lines[-1]["type"] == "end" and lines[1]["message"]["content"][0]["image"]["source"]["bytes"] == {
+        "__bytes_encoded__": True, "data": "iVBORwA="}
+
+
 class _FailingStore(SQLiteStore):
     """A real SQLite store whose reads of messages fail once ``armed`` rows have been read: a disk gone mid-export."""
 

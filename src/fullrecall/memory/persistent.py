@@ -32,6 +32,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from .._json import dumps_text
 from ..archive.archive import archived_summaries
 from ..errors import InvalidInput, MemoryInputError, MessageFormatError, SummarizationError
 from ..stores import _validate as V
@@ -475,7 +476,7 @@ class PersistentMemory:
         """
         messages, facts = self.messages(), self.facts.history()
         lines = [json.dumps(_HEADER)]
-        lines += [json.dumps({"kind": "message", **_message_doc(m)}, ensure_ascii=False) for m in messages]
+        lines += [dumps_text({"kind": "message", **_message_doc(m)}) for m in messages]
         lines += [json.dumps({"kind": "fact", **f.to_dict()}, ensure_ascii=False) for f in facts]
         lines.append(json.dumps({"kind": "end", "messages": len(messages), "facts": len(facts)}))
         text = "".join(line + "\n" for line in lines)

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .._json import dumps_text
 from ..errors import FullRecallError, InvalidInput, MemoryInputError, MessageFormatError, StoreError
 from ..stores.base import ANY, Filters, Scope
 from .auth import KeyStore, Principal
@@ -419,7 +420,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         s = scope(p, body.user_id, body.agent_id, body.conversation_id)
         if body.conversation_id is not None and not service.store.count(s):
             raise NotFound(f"conversation {body.conversation_id!r} not found")
-        lines = (json.dumps(line, ensure_ascii=False) + "\n" for line in conv.export(s))
+        lines = (dumps_text(line) + "\n" for line in conv.export(s))
         return StreamingResponse(lines, media_type="application/x-ndjson")
 
     @app.post("/v1/import", tags=["admin"], openapi_extra={

@@ -129,8 +129,11 @@ def check_messages(messages: Sequence[Any]) -> None:
         check_message(m, i)
 
 
-def check_message(m: Any, index: int) -> None:
-    where = f"message {index}"
+def check_message(m: Any, index: int, where: str | None = None) -> None:
+    """InvalidInput naming ``where`` (default: ``message <index>``) and the field for a message no backend could
+    store faithfully.
+    """
+    where = where or f"message {index}"
     if not isinstance(m, StoredMessage):
         raise InvalidInput(f"{where} is a {type(m).__name__}, not a StoredMessage")
     check_id(m.id, f"{where}: 'id'")

@@ -7,11 +7,14 @@ import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from ..archive.archive import message_record
+from ..errors import InvalidInput, MessageFormatError
 from ..messages.formats import parse_messages, render_messages
 from ..search.terms import index_text
+from ..stores._validate import check_message
 from ..stores.base import Record, Scope, Store, StoredMessage
 
 CONVERSATIONS = "conversations"  # record namespace: one record per conversation of an owner (export lists them)
@@ -89,8 +92,6 @@ def records_for(raws: Sequence[dict[str, Any]], ids: Sequence[str], *, speakers:
     ``speakers`` and ``times`` replace the role in the indexed text and the creation time.
     A bad message raises :class:`~fullrecall.errors.MessageFormatError` naming it (prefixed by ``where``).
     """
-    from ..errors import MessageFormatError
-
     try:
         shape, parsed = parse_messages(list(raws), storable=True)
     except MessageFormatError as exc:
@@ -105,6 +106,10 @@ def records_for(raws: Sequence[dict[str, Any]], ids: Sequence[str], *, speakers:
         speaker = speakers[i] if speakers is not None else None
         if speaker:
             record.text = index_text(msg.text, speaker=speaker, date=time.strftime("%Y-%m-%d", time.gmtime(record.created_at)))
+        try:  # what the store would refuse (an id with a NUL, or too long), refused before any conversation is written
+            check_message(record, i, f"{where}message {i}")
+        except InvalidInput as exc:
+            raise MessageFormatError(str(exc)) from None
         out.append(record)
     return out
 
@@ -152,8 +157,6 @@ def write_all(store: Store, prepared: Sequence[tuple[Scope, Sequence[StoredMessa
 
 def check_ids(prepared: Sequence[tuple[Scope, Sequence[StoredMessage]]]) -> None:
     """``MessageFormatError`` for an id given to two different messages of one conversation."""
-    from ..errors import MessageFormatError
-
     seen: dict[tuple[str, str, str, str], dict[str, tuple[int, int, StoredMessage]]] = {}
     for part, (own, records) in enumerate(prepared):
         ids = seen.setdefault((own.tenant, str(own.user_id), str(own.agent_id), str(own.session_id)), {})
@@ -195,6 +198,19 @@ def chunks(store: Store, scope: Scope) -> Iterator[list[StoredMessage]]:
             start, size = int(chunk[-1].position or 0) + 1, BATCH
         else:
             start, size = start + size, size * 2
+
+
+def created_date(m: StoredMessage, session: str, fmt: str) -> datetime:
+    """When ``m`` was created, as a UTC date for a format that writes dates (``fmt``: strands, locomo).
+
+    Every store keeps any finite time; one before year 1 or past 9999 is no date: InvalidInput names the
+    message (jsonl keeps it).
+    """
+    try:
+        return datetime.fromtimestamp(m.created_at, UTC)
+    except (OverflowError, ValueError, OSError):
+        raise InvalidInput(f"conversation {session!r}: message {m.id!r}: 'created_at' {m.created_at!r} is no date "
+                           f"from year 1 to 9999, which the {fmt} format writes; export it as jsonl") from None
 
 
 def read_all(store: Store, scope: Scope) -> list[StoredMessage]:

@@ -49,14 +49,14 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..errors import MessageFormatError
+from .._json import dumps, dumps_text
+from ..errors import InvalidInput, MessageFormatError
 from ..memory._records import _OWNER, _VEC, EXPIRES_AT, RecordBook, owner_scope, public_data
 from ..memory.facts import NAMESPACE as FACTS
 from ..memory.persistent import _SESSIONS as SESSIONS
 from ..memory.procedural import NAMESPACE as PROCEDURES
 from ..memory.procedural import check_pattern_data, owned_pattern
-from ..stores._common import check_messages
-from ..stores._validate import check_id, check_record
+from ..stores._validate import MAX_DOCUMENT_BYTES, check_id, check_json_value, check_message, check_record
 from ..stores.base import ANY, Record, Scope, Store, StoredMessage
 from ._common import (
     BATCH,
@@ -168,7 +168,7 @@ def export_jsonl(store: Store, scope: Scope, fp: IO[str], *, vectors: bool = Tru
     seen: set[str] = set()
     counts: dict[str, int] = {}
     for line in lines(store, scope, vectors=vectors, progress=progress):
-        fp.write(json.dumps(line, ensure_ascii=False) + "\n")
+        fp.write(dumps_text(line) + "\n")
         if line.get("type") in ("message", "state"):
             seen.add(line["conversation_id"])
         elif line.get("type") == "end":  # the lines' counts, as the file states them
@@ -183,6 +183,8 @@ def read(fp: IO[str] | Iterable[str], name: str = "the file") -> Iterator[dict[s
     """
     whole = Whole(name)
     for n, text in enumerate(fp):
+        if n == 0:
+            text = text.removeprefix("\ufeff")  # a byte order mark (a Windows tool's file, on stdin too) is no JSON
         if not text.strip():
             continue
         try:
@@ -307,9 +309,16 @@ def stored_message(line: dict[str, Any]) -> StoredMessage:
     for key in ("id", "role", "text"):
         if not isinstance(fields.get(key), str):
             raise MessageFormatError(f"{where}: '{key}' must be a string")
-    if "position" in fields and (not isinstance(fields["position"], int) or fields["position"] < 0):
+    position = fields.get("position")
+    if position is not None and (not isinstance(position, int) or isinstance(position, bool) or position < 0):
         raise MessageFormatError(f"{where}: 'position' must be an integer >= 0")
-    return StoredMessage(data=data, **fields)
+    message = StoredMessage(data=data, **fields)
+    try:  # what the store would refuse, refused naming the line before anything is written
+        check_json_value(data, f"{where}: 'message'")
+        check_message(message, 0, where)
+    except InvalidInput as exc:
+        raise MessageFormatError(str(exc)) from None
+    return message
 
 
 def vector_of(line: dict[str, Any]) -> tuple[str, np.ndarray] | None:
@@ -319,11 +328,18 @@ def vector_of(line: dict[str, Any]) -> tuple[str, np.ndarray] | None:
         return None
     try:
         vec = np.frombuffer(base64.b64decode(v["b64"]), dtype="<f4").astype(np.float32)
-        if vec.shape[0] != int(v["dim"]) or not isinstance(v["model"], str):
+        if vec.shape[0] != int(v["dim"]) or not vec.shape[0] or not isinstance(v["model"], str):
             raise ValueError
     except Exception:  # noqa: BLE001 - any malformed vector is named, whatever broke
         raise MessageFormatError(f"line {line.get('_line', '?')}: 'vector' is malformed") from None
-    return v["model"], vec
+    return v["model"], _finite(vec, line)
+
+
+def _finite(vec: np.ndarray, line: dict[str, Any]) -> np.ndarray:
+    """``vec``, if every value is finite (the store refuses others, after the file's messages were written)."""
+    if not np.isfinite(vec).all():
+        raise MessageFormatError(f"line {line.get('_line', '?')}: 'vector' holds NaN or infinity")
+    return vec
 
 
 def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, keep_owner: bool = True,
@@ -372,16 +388,16 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
             if line.get("key") not in STATE_KEYS or not isinstance(line.get("value"), dict):
                 raise MessageFormatError(f"line {line['_line']}: a state needs a 'key' in {STATE_KEYS} and an "
                                          "object 'value'")
+            try:
+                check_json_value(line["value"], f"line {line['_line']}: 'value'", limit=MAX_DOCUMENT_BYTES)
+            except InvalidInput as exc:
+                raise MessageFormatError(str(exc)) from None
             states[line["key"]] = line["value"]
         else:
             raise MessageFormatError(f"line {line['_line']}: unknown type {line['type']!r}")
     targets = {key: Scope(tenant=scope.tenant, user_id=key[0], agent_id=key[1], session_id=key[2]) for key in groups}
     for key, (messages, _, states) in groups.items():  # validate everything before writing anything
         targets[key].require_session()
-        try:
-            check_messages(messages)
-        except ValueError as exc:
-            raise type(exc)(f"conversation {key[2]!r}: {exc}") from None
         if len(sources.get(key, ())) > 1:  # conversations merged into one (--session): appended in file order;
             for m in messages:               # their positions and window states describe conversations gone
                 m.position = None
@@ -397,6 +413,8 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
         own = targets[key]
         register(store, own)
         before = store.count(own)
+        placed = [m for m in messages if m.position is not None]  # a message without a position takes the next
+        messages = placed + [m for m in messages if m.position is None]  # free one: after all the file places
         for start in range(0, len(messages), BATCH):
             chunk = messages[start:start + BATCH]
             store.append(own, chunk)
@@ -446,6 +464,9 @@ def _check_places(store: Store, own: Scope, messages: list[StoredMessage], lines
         if have is not None and m.position is not None and have.position != m.position:
             raise MessageFormatError(f"line {lines[n]}: {where}: id {m.id!r} is held at position {have.position}, "
                                      f"not {m.position}")
+        if have is not None and dumps(have.data) != dumps(m.data):  # as JSON: bytes held, their encoding in the file
+            raise MessageFormatError(f"line {lines[n]}: {where}: id {m.id!r} is held with another message; ids are "
+                                     "unique within a conversation")
     todo = sorted({m.position for m in messages if m.id not in held and m.position is not None})
     spans: list[tuple[int, int]] = []
     for p in todo:
@@ -560,7 +581,7 @@ def record_vector(line: dict[str, Any]) -> np.ndarray | None:
             raise ValueError
     except Exception:  # noqa: BLE001 - any malformed vector is named, whatever broke
         raise MessageFormatError(f"line {line.get('_line', '?')}: 'vector' is malformed") from None
-    return vec
+    return _finite(vec, line)
 
 
 def put_records(store: Store, owner: Scope, namespace: str, records: list[tuple[Record, np.ndarray | None]],

@@ -20,10 +20,11 @@ import time
 from dataclasses import replace
 from typing import IO, Any
 
+from .._json import dumps_text
 from ..errors import MessageFormatError
 from ..search.terms import index_text
 from ..stores.base import Scope, Store
-from ._common import Progress, conversations, no_progress, read_all, records_for, write_all
+from ._common import Progress, conversations, created_date, no_progress, read_all, records_for, write_all
 
 DATE_FORMAT = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
 _SESSION = re.compile(r"session_([1-9][0-9]{0,8})(?:_date_time)?")  # a session's turns, or its date
@@ -69,7 +70,7 @@ def import_locomo(store: Store, scope: Scope, fp: IO[str], *, progress: Progress
                   embedder: Any = None) -> dict[str, int]:
     """Import every sample of a LoCoMo file into ``scope``'s owner (``scope.session_id`` takes them all)."""
     try:
-        data = json.load(fp)
+        data = json.loads(fp.read().removeprefix("\ufeff"))  # a byte order mark (on stdin too) is no JSON
     except json.JSONDecodeError as exc:
         raise MessageFormatError(f"not a LoCoMo file: invalid JSON ({exc.msg})") from None
     samples = data if isinstance(data, list) else [data]
@@ -111,7 +112,7 @@ def export_locomo(store: Store, scope: Scope, fp: IO[str], *, progress: Progress
                 conv.setdefault("speaker_b", speaker)
             number = meta.get("session", 1)
             conv.setdefault(f"session_{number}_date_time", meta.get("date_time") or
-                            time.strftime(DATE_FORMAT, time.gmtime(m.created_at)).lower().lstrip("0"))
+                            created_date(m, session, "locomo").strftime(DATE_FORMAT).lower().lstrip("0"))
             content = data.get("content")
             text = content if isinstance(content, str) else " ".join(
                 p.get("text", "") for p in content or [] if isinstance(p, dict))
@@ -121,6 +122,6 @@ def export_locomo(store: Store, scope: Scope, fp: IO[str], *, progress: Progress
             count += 1
         samples.append({"sample_id": session, "conversation": conv, "qa": []})
         progress("exporting", n + 1, len(sessions))
-    json.dump(samples, fp, ensure_ascii=False, indent=1)
+    fp.write(dumps_text(samples, indent=1))
     fp.write("\n")
     return {"conversations": len(samples), "messages": count}

@@ -15,6 +15,7 @@ import json
 from dataclasses import replace
 from typing import IO, Any
 
+from .._json import dumps_text
 from ..errors import MessageFormatError
 from ..stores.base import Scope, Store
 from ._common import Progress, each_conversation, no_progress, records_for, stable_id, write_all
@@ -61,7 +62,8 @@ def import_openai(store: Store, scope: Scope, fp: IO[str], *, name: str = "trans
 
     Everything is parsed and checked first; then each conversation is written in batches.
     """
-    found = [(conv, messages) for conv, messages in parse(fp.read(), name) if messages]  # no empty one listed
+    text = fp.read().removeprefix("\ufeff")  # a byte order mark (a Windows tool's file, on stdin too) is no JSON
+    found = [(conv, messages) for conv, messages in parse(text, name) if messages]  # no empty one listed
     prepared = []
     for n, (conv, messages) in enumerate(found):
         ids = [m["id"] if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]
@@ -77,7 +79,7 @@ def export_openai(store: Store, scope: Scope, fp: IO[str], *, progress: Progress
     """Write one chat record a conversation of ``scope``, as JSON Lines; counts."""
     counts = {"conversations": 0, "messages": 0}
     for session, _, messages in each_conversation(store, scope, "openai", progress):
-        fp.write(json.dumps({"conversation_id": session, "messages": messages}, ensure_ascii=False) + "\n")
+        fp.write(dumps_text({"conversation_id": session, "messages": messages}) + "\n")
         counts["conversations"] += 1
         counts["messages"] += len(messages)
     return counts

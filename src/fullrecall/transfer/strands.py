@@ -25,13 +25,14 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from .._json import dumps_text
 from ..errors import InvalidInput, MessageFormatError
 from ..stores.base import Scope, Store
-from ._common import Progress, conversations, each_conversation, no_progress, records_for, write_all
+from ._common import Progress, conversations, created_date, each_conversation, no_progress, records_for, write_all
 
 OWNER_KEY = "fullrecall_agent_id"  # agent.json: the owner's agent when Strands' id differs (Strands ignores it)
 DEFAULT_AGENT = "default"  # Strands' agent id for an agent given none: the folder of fullrecall's default owner
@@ -111,13 +112,9 @@ def import_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *, 
     return write_all(store, prepared, len({(s.agent_id, s.session_id) for s, _ in prepared}), progress, embedder)
 
 
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat()
-
-
 def _dump(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+    path.write_text(dumps_text(data, indent=2), encoding="utf-8")
 
 
 def _folder_name(kind: str, value: str, folder: str) -> str:
@@ -162,7 +159,8 @@ def export_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *,
                                  store.count(replace(scope, session_id=session)))
     counts = {"conversations": 0, "messages": 0}
     for session, stored, messages in each_conversation(store, scope, "converse", progress):
-        first, last = _iso(stored[0].created_at), _iso(stored[-1].created_at)
+        dates = [created_date(m, session, "strands").isoformat() for m in stored]  # all checked before writing
+        first, last = dates[0], dates[-1]
         directory = root / f"{SESSION_PREFIX}{session}"
         _dump(directory / "session.json", {"session_id": session, "session_type": "AGENT", "created_at": first,
                                            "updated_at": last})
@@ -170,8 +168,7 @@ def export_strands(store: Store, scope: Scope, path: str | os.PathLike[str], *,
         agent_dir = directory / "agents" / f"{AGENT_PREFIX}{agent}"
         _dump(agent_dir / "agent.json", {"agent_id": agent, "state": {}, "conversation_manager_state": {},
                                          "_internal_state": {}, "created_at": first, "updated_at": last, **owner})
-        for index, (m, message) in enumerate(zip(stored, messages)):
-            when = _iso(m.created_at)
+        for index, (when, message) in enumerate(zip(dates, messages)):
             _dump(agent_dir / "messages" / f"{MESSAGE_PREFIX}{index}.json",
                   {"message": message, "message_id": index, "redact_message": None, "created_at": when,
                    "updated_at": when})

@@ -1,0 +1,119 @@
+"""A malformed or hostile jsonl file, on every backend: refused with a fullrecall error naming its line and field,
+before anything is written (a good conversation before the bad line stays unwritten), and the corrected file then
+imports each message once.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fullrecall.errors import MessageFormatError
+from fullrecall.stores import open_store
+from fullrecall.stores.base import Scope
+from fullrecall.transfer import jsonl
+
+HEADER = json.dumps({"format": "fullrecall", "version": 2})
+
+
+def line(i: int, conversation: str = "b", **change: Any) -> str:
+    fields = {"type": "message", "conversation_id": conversation, "user_id": "ann", "id": f"m{i}", "position": i,
+              "role": "user", "kind": "message", "created_at": 1.7e9, "archived_at": 1.7e9, "metadata": {},
+              "text": f"message {i}", "message": {"role": "user", "content": f"message {i}"}}
+    return json.dumps({**fields, **change})
+
+
+def _vector(values: list[float]) -> dict[str, Any]:
+    raw = np.asarray(values, dtype="<f4")
+    return {"model": "m", "dim": int(raw.shape[0]), "b64": base64.b64encode(raw.tobytes()).decode()}
+
+
+GOOD = line(0, "a")  # line 2: a whole conversation the refusal must not leave written
+BAD: list[tuple[list[str], str]] = [  # (lines 3 on, what the refusal says)
+    ([line(1), line(2, text="lone \ud800")], r"^line 4: 'text' is not valid Unicode \(a lone surrogate at character 5\)$"),
+    ([line(1, message={"role": "user", "content": "\udcff"})], r"^line 3: 'message.content' is not valid Unicode"),
+    ([line(1, kind="weird")], r"^line 3: 'kind' is 'weird'; expected one of \('message', 'summary'\)$"),
+    ([line(1, created_at="yesterday")], r"^line 3: 'created_at' is 'yesterday'; expected a finite number"),
+    ([line(1, archived_at=float("inf"))], r"^line 3: 'archived_at' is inf; expected a finite number"),
+    ([line(1, metadata=[1])], r"^line 3: 'metadata' must be a dict, got list$"),
+    ([line(1, metadata={"score": float("nan")})], r"^line 3: 'metadata.score' is nan; JSON has no NaN or infinity$"),
+    ([line(1, message={"role": "user", "x": [float("nan")]})], r"^line 3: 'message.x\[0\]' is nan; JSON has no NaN"),
+    ([line(1, position=True)], r"^line 3: 'position' must be an integer >= 0$"),
+    ([line(1, position=2**53)], r"^line 3: 'position' is 9007199254740992; positions are at most"),
+    ([line(1, role="")], r"^line 3: 'role' must not be empty$"),
+    ([line(1, summary_id="")], r"^line 3: 'summary_id' must not be empty$"),
+    ([line(1, id="x\x00y")], r"^line 3: 'id' contains a NUL character"),
+    ([line(1), json.dumps({"type": "state", "conversation_id": "b", "user_id": "ann", "key": "window",
+                           "value": {"x": float("nan")}})], r"^line 4: 'value.x' is nan; JSON has no NaN or infinity$"),
+    ([line(1), line(2)[:40]], r"^line 4: not valid JSON"),
+    ([line(1, vector=_vector([1.0, 2.0])), line(2, vector=_vector([float("nan"), 1.0]))],
+     r"^line 4: 'vector' holds NaN or infinity$"),
+    ([line(1, vector=_vector([float("inf")]))], r"^line 3: 'vector' holds NaN or infinity$"),
+    ([line(1, vector=_vector([]))], r"^line 3: 'vector' is malformed$"),
+]
+
+
+@pytest.mark.parametrize(("body", "error"), BAD, ids=[str(i) for i in range(len(BAD))])
+def test_a_bad_line_is_named_and_nothing_is_written(store_url, body, error):
+    store = open_store(store_url)
+    try:
+        text = "\n".join([HEADER, GOOD, *body])
+        with pytest.raises(MessageFormatError, match=error):
+            jsonl.import_jsonl(store, Scope(), io.StringIO(text))
+        owner = Scope(user_id="ann")
+        assert store.stats(owner).get("message_count") == 0
+        assert store.get_state(Scope(user_id="ann", session_id="b"), "window") is None
+        good = "\n".join([HEADER, GOOD, line(1), line(2)])  # corrected: written once, however often it is run
+        assert jsonl.import_jsonl(store, Scope(), io.StringIO(good))["written"] == 3
+        assert jsonl.import_jsonl(store, Scope(), io.StringIO(good))["written"] == 0
+        assert store.stats(owner).get("message_count") == 3
+    finally:
+        store.close()
+
+
+def test_a_byte_order_mark_and_crlf_line_ends_are_read(store_url):
+    """A file from a Windows tool, given on stdin or to the library (the command opened files with utf-8-sig)."""
+    store = open_store(store_url)
+    try:
+        text = "\ufeff" + "\r\n".join([HEADER, GOOD, line(1), ""])
+        assert jsonl.import_jsonl(store, Scope(), io.StringIO(text, newline=""))["written"] == 2
+        assert [m.data["content"] for m in store.range(Scope(user_id="ann", session_id="b"), 0, 9)] == ["message 1"]
+    finally:
+        store.close()
+
+
+def test_messages_without_a_position_follow_those_the_file_places(store_url):
+    """A line without a position took the next free one as it came, and a later line's position then clashed with
+    it: the store refused that batch after earlier ones were written. Now they are appended after the file's others.
+    """
+    store = open_store(store_url)
+    try:
+        text = "\n".join([HEADER, line(5, position=None), line(0), line(6, position=None), line(1), line(3)])
+        assert jsonl.import_jsonl(store, Scope(), io.StringIO(text))["written"] == 5
+        stored = store.range(Scope(user_id="ann", session_id="b"), 0, 99)
+        assert [(m.id, m.position) for m in stored] == [("m0", 0), ("m1", 1), ("m3", 3), ("m5", 4), ("m6", 5)]
+        assert jsonl.import_jsonl(store, Scope(), io.StringIO(text))["written"] == 0
+    finally:
+        store.close()
+
+
+def test_a_line_whose_id_the_conversation_holds_with_another_message_is_refused(store_url):
+    """The store keeps the first message of an id: a file giving a held id to another message was read as 'all there
+    already', its message silently dropped. Now it is refused, naming the line; the same message again is no change.
+    """
+    store = open_store(store_url)
+    try:
+        jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join([HEADER, line(1)])))
+        other = line(1, message={"role": "user", "content": "edited since"})
+        with pytest.raises(MessageFormatError, match=r"^line 3: conversation 'b': id 'm1' is held with another "
+                                                     r"message"):
+            jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join([HEADER, GOOD, other, line(2)])))
+        assert store.stats(Scope(user_id="ann")).get("message_count") == 1
+        assert jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join([HEADER, line(1), line(2)])))["written"] == 1
+    finally:
+        store.close()
