@@ -137,6 +137,17 @@ def plain(messages):
     pin_first=2,
     rounds=3,
 )
+# the same kept message before the summary when nothing after the summary may be cut (the pinned call and the
+# preserved messages): the SDK summarizes that message alone, and so does fullrecall (it raised instead)
+@example(
+    conversation=[("ask", ""), ("calls", [("call_0", "search", {"q": ""})]), ("results", [("call_0", "")]),
+                  ("calls", [("call_0", "search", {"q": ""})]), ("results", [("call_0", "")]), ("answer", "")],
+    pins={3},
+    ratio=0.5,
+    preserve=2,
+    pin_first=None,
+    rounds=2,
+)
 def test_summarizing_summarizes_what_the_sdk_summarizes(conversation, pins, ratio, preserve, pin_first, rounds):
     from strands.agent.conversation_manager import SummarizingConversationManager as SdkSummarizing
 

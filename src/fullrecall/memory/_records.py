@@ -45,12 +45,12 @@ import numpy as np
 from ..errors import InvalidInput, MemoryInputError, StateConflict
 from ..stores import _validate as V
 from ..stores._common import newest
+from ..stores._forget import LOG_PREFIX
 from ..stores.base import Record, Scope, Store, StoredMessage
 
 _VEC = "_vec"
 _OWNER = "_owner"
 EXPIRES_AT = "expires_at"
-LOG_PREFIX = "_log."
 CACHE_LIMIT = 10_000
 _END = 2**62  # a position past any log's end
 _MAX_VIEWS = 8  # selections :meth:`RecordBook.nearest` keeps

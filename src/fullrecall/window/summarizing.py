@@ -302,13 +302,15 @@ class SummarizingConversationManager(ConversationManager):
             raise ValueError(f"summary_role='system' needs chat-completions messages; these are {shape}")
         limit = len(body) - max(self.preserve_recent_messages, 0)
         cut = self._choose_cut(body, min(target, limit), limit)
+        front, loose = self._front(messages, layout, layout.front if reach is None else reach)
+        if cut is None and loose:  # no cut after the summary keeps each tool call with its result, but messages
+            cut = 0  # kept before it have lost their pins: they are summarized alone, as the SDK does
         if cut is None:
             raise ContextWindowOverflowError(
                 f"cannot summarize: {len(body)} message(s) in the window, {self.preserve_recent_messages} must be "
                 "preserved, and no earlier cut keeps every tool call with its result"
             ) from error
         kept = [i for i in range(cut) if is_pinned(tail, i)]
-        front, loose = self._front(messages, layout, layout.front if reach is None else reach)
         head = [m for i, m in enumerate(front) if i in loose] + [body[i] for i in range(cut) if i not in kept]
         if not head:
             raise ContextWindowOverflowError("cannot summarize: every message in the summarize range is pinned") from error
