@@ -38,6 +38,19 @@ def holds(record: Record, when: float) -> bool:
     return (start is None or start <= when) and (end is None or when < end)
 
 
+def repeatable(record: Record, when: float, *, undated: bool = False) -> bool:
+    """Whether a stored fact takes a repeat stated for ``when``: it is valid then; or, for a repeat stated
+    without a date (``undated``: valid from when it was said), it is open-ended and was itself said without one.
+    Two writers stating one fact at once then make one fact, whichever read its clock first; a fact dated
+    ahead, or one dated back, still takes repeats only for the times it is valid.
+    """
+    if holds(record, when):
+        return True
+    data = record.data
+    return undated and data.get("valid_to") is None and data.get("valid_from") is not None \
+        and data.get("valid_from") == data.get("stated_at")
+
+
 class Traits(NamedTuple):
     """What a write compares of a stored fact: whose, which attribute, whether open-ended (``valid_to`` None:
     current, or to be once its ``valid_from`` comes), its words normalized.
@@ -83,14 +96,15 @@ class FactIndex:
         return index
 
     # -- what a write asks -------------------------------------------------------------------
-    def repeated(self, subject: str, text: str, attribute: str | None, value: str, when: float) -> list[Record]:
-        """The facts of ``subject`` valid at ``when`` with these normalized words, or (given an attribute) with
-        this attribute and normalized value, oldest first.
+    def repeated(self, subject: str, text: str, attribute: str | None, value: str, when: float, *,
+                 undated: bool = False) -> list[Record]:
+        """The facts of ``subject`` that take a repeat stated for ``when`` (:func:`repeatable`, ``undated``) with these
+        normalized words, or (given an attribute) with this attribute and normalized value, oldest first.
         """
         found = dict(self._text.get((subject, text), {}))
         if attribute:
             found.update(self._value.get((subject, attribute, value), {}))
-        return sorted((r for r in found.values() if holds(r, when)), key=_order)
+        return sorted((r for r in found.values() if repeatable(r, when, undated=undated)), key=_order)
 
     def loose(self, subject: str) -> tuple[list[Entry], np.ndarray | None]:
         """The open facts of ``subject`` without an attribute that have a vector, oldest first, with those

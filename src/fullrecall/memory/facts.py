@@ -32,7 +32,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -40,7 +40,7 @@ import numpy as np
 from ..errors import MemoryInputError, StateConflict
 from ..stores import _validate as V
 from ..stores.base import DEFAULT_TENANT, Record, Store
-from ._fact_index import USER, FactIndex, holds, normalize
+from ._fact_index import USER, FactIndex, normalize, repeatable
 from ._records import UPDATE_ATTEMPTS, Entry, check_unicode, open_book, public_data
 from ._values import agree, within
 
@@ -282,9 +282,9 @@ class FactMemory:
         for attempt in range(UPDATE_ATTEMPTS):
             index = self._facts(check=not checked or attempt > 0)  # cached: one small round trip when nothing changed
             # an attribute fact without a value is compared by its words: "I moved to Rome" is no repeat of "... Paris"
-            when, value = fact.valid_from, fact.value or fact.text
+            when, value, undated = fact.valid_from, fact.value or fact.text, fact.valid_from == fact.stated_at
             same = next((r for r in index.repeated(fact.subject, normalize(fact.text), fact.attribute, normalize(value),
-                                                   when)
+                                                   when, undated=undated)
                          if agree(fact.text, r.text) or (fact.attribute and r.data.get("attribute") == fact.attribute
                                                          and agree(value, r.data.get("value") or r.text))), None)
             if same is None and not fact.attribute:  # no attribute to compare: a close enough meaning, the same values
@@ -293,7 +293,7 @@ class FactMemory:
                 for record, score in ranked:
                     if score < self.duplicate_similarity:
                         break
-                    if holds(record, when) and agree(fact.text, record.text):
+                    if repeatable(record, when, undated=undated) and agree(fact.text, record.text):
                         same = record
                         break
             if same is None:
@@ -358,16 +358,54 @@ class FactMemory:
 
         Each writer re-reads after its own write, so the later of two racing writers sees
         both facts and closes the one that starts earlier, at the other's ``valid_from`` (ties: stated
-        earlier, then by id): it stays current until then.
+        earlier, then by id): it stays current until then. One with the same value is the same fact,
+        stated by two writers at once: it is folded into the other (see :meth:`_fold`).
         """
         open_ = [(_from_record(r), r) for r in self._facts().holding(subject, attribute)
                  if r.data.get("valid_to") is None]
         if len(open_) < 2:
             return
         winner = max((f for f, _ in open_), key=lambda f: (f.valid_from, f.stated_at, f.id))
+        value = winner.value or winner.text
         for f, _ in open_:
-            if f.id != winner.id:
+            if f.id == winner.id:
+                continue
+            if normalize(f.value or f.text) == normalize(value) and agree(f.value or f.text, value):
+                self._fold(f.id, winner.id)
+            else:
                 self._close(f.id, winner.valid_from, winner.id, _is_open)
+
+    def _fold(self, fact_id: str, into: str) -> None:
+        """Fold a duplicate fact into the fact ``into`` (its mentions and sources), then delete it.
+
+        It is first closed where it starts (valid at no time, so no repeat merges into it any more), by a
+        compare-and-set that only one of several writers folding it at once wins: only that one adds its
+        mentions, so none is counted twice.
+        """
+        taken: list[Fact] = []
+
+        def closed(record: Record | None) -> tuple[Record, None] | None:
+            fact = _from_record(record) if record is not None else None
+            if fact is None or fact.valid_to is not None:  # folded or closed by another writer meanwhile
+                return None
+            taken[:] = [replace(fact, sources=list(fact.sources))]
+            fact.valid_to, fact.superseded_by = fact.valid_from, into
+            return self._as_record(fact, base=record), None
+
+        if self.book.update(fact_id, closed, check=False) is None:
+            return
+        duplicate = taken[0]
+
+        def grown(record: Record | None) -> tuple[Record, None] | None:
+            fact = _from_record(record) if record is not None else None
+            if fact is None:
+                return None
+            fact.mentions += duplicate.mentions
+            fact.sources += [s for s in duplicate.sources if s not in fact.sources]
+            return self._as_record(fact, base=record), None
+
+        self.book.update(into, grown, check=False)
+        self.book.delete(fact_id)
 
     def learn(
         self, messages: Sequence[dict[str, Any]], sources: Sequence[dict[str, str]] | None = None,
