@@ -60,3 +60,16 @@ def test_bench_serve_small(store_url, servers, capsys):
     assert 0 <= result["client_cpu_share"] < 2
     if sys.platform == "linux":  # the servers' CPU time, read from /proc
         assert result["server_cpu_ms_per_request"] > 0 and result["server_cpu_share"] > 0
+
+
+def test_made_up_keys_never_push_a_valid_key_out_of_the_cache(tmp_path):
+    """A flood of requests with made-up keys: each is refused, and the valid key stays cached (no store read)."""
+    store = open_store(f"sqlite:///{tmp_path / 'k.db'}")
+    keys = KeyStore(store, cache_seconds=3600)
+    key, principal = keys.create("acme")
+    assert keys.verify(key) == principal and keys.cached(key) == principal
+    made_up = [f"fr_{i:016x}_{'x' * 43}" for i in range(10_050)]
+    assert all(keys.verify(k) is None for k in made_up)
+    assert keys.cached(key) == principal  # still cached: the refused keys took no place
+    assert all(keys.cached(k) is None for k in made_up[:50])
+    store.close()

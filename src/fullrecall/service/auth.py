@@ -5,8 +5,9 @@ The store keeps ``HMAC-SHA256(salt, secret)`` and a random salt per key (never t
 records of the reserved tenant ``__keys__`` (namespace ``api-keys``), so every backend
 works and every server process sharing a store shares its keys. A fast keyed hash is the
 right tool for a 256-bit random secret (there is nothing to guess); verification compares
-digests with :func:`hmac.compare_digest`. Verified keys are cached for a few seconds, so a
-revocation reaches every process within ``cache_seconds``.
+digests with :func:`hmac.compare_digest`. Valid keys are cached for a few seconds, so a
+revocation reaches every process within ``cache_seconds``; a refused key is never cached, so
+requests with made-up keys, however many, never push a valid key out of the cache.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class KeyStore:
     def __init__(self, store: Store, *, cache_seconds: float = 5.0) -> None:
         self.store = store
         self.cache_seconds = cache_seconds
-        self._cache: dict[str, tuple[float, Principal | None]] = {}
+        self._cache: dict[str, tuple[float, Principal]] = {}  # valid keys only: nobody else can fill it
         self._lock = threading.Lock()
 
     def create(self, tenant: str, users: list[str] | None = None, agents: list[str] | None = None,
@@ -94,7 +95,7 @@ class KeyStore:
         """The principal of a recently verified valid key, without touching the store (else None)."""
         with self._lock:
             found = self._cache.get(key)
-        if found is not None and found[1] is not None and time.monotonic() - found[0] < self.cache_seconds:
+        if found is not None and time.monotonic() - found[0] < self.cache_seconds:
             return found[1]
         return None
 
@@ -106,10 +107,11 @@ class KeyStore:
         if cached is not None and now - cached[0] < self.cache_seconds:
             return cached[1]
         principal = self._check(key)
-        with self._lock:
-            if len(self._cache) > 10_000:
-                self._cache.clear()
-            self._cache[key] = (now, principal)
+        if principal is not None:
+            with self._lock:
+                if len(self._cache) > 10_000:  # as many valid keys in use: start again
+                    self._cache.clear()
+                self._cache[key] = (now, principal)
         return principal
 
     def _check(self, key: str) -> Principal | None:
