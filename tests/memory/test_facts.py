@@ -240,6 +240,9 @@ def test_bad_fact_is_refused_and_nothing_is_written(facts):
     with pytest.raises(MemoryInputError, match="'value' is not valid Unicode"):
         facts.remember("My city is Lyon", attribute="city", value="Ly\udc00on")
     assert facts.history() == []
+    for at in ("x", float("nan"), True):  # a time asked of current() is checked as a fact's times are
+        with pytest.raises(MemoryInputError, match="^current: 'at' must be Unix seconds"):
+            facts.current(at=at)
     assert facts.remember("a PIN with a \x00 in it").text == "a PIN with a \x00 in it"  # NUL: kept verbatim
 
 

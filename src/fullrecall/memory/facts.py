@@ -516,7 +516,9 @@ class FactMemory:
         self, subject: str | None = None, attribute: str | None = None, *, at: float | None = None
     ) -> list[Fact]:
         """Facts that hold now (or at time ``at``), oldest first: a fact dated in the future is not yet current."""
-        when = self.clock() if at is None else at
+        if at is not None and not V.is_time(at):
+            raise MemoryInputError(f"current: 'at' must be Unix seconds (a finite number), not {at!r}")
+        when = self.clock() if at is None else float(at)
         return [f for f in self._select(subject, attribute) if f.valid_at(when)]
 
     def history(self, subject: str | None = None, attribute: str | None = None) -> list[Fact]:
