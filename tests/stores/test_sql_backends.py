@@ -837,3 +837,24 @@ def test_postgres_reads_the_tsvector_written_as_meant(service_urls: dict[str, Ca
         assert conn.execute("SELECT length(%s::tsvector)", (vector,)).fetchone()[0] == len(set(words))
         for query in [*({(t,) for t in words}), *([tuple(tokens[:2])] if len(tokens) > 1 else [])]:
             assert conn.execute("SELECT %s::tsvector @@ %s::tsquery", (vector, T.tsquery(query))).fetchone()[0], query
+
+
+def test_postgres_keyword_search_is_the_same_in_a_c_locale_database(service_urls: dict[str, Callable[[], str]]) -> None:
+    """A database created with the C locale (where PostgreSQL's own parser lower-cases no accented capital) finds
+    the same words: the store writes and asks for its lexemes itself."""
+    url = service_urls["postgres"]()
+    name = f"c{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'")
+    parts = url.split("?", 1)
+    c_url = parts[0].rsplit("/", 1)[0] + f"/{name}" + (f"?{parts[1]}" if len(parts) > 1 else "")
+    store = open_store(c_url)
+    try:
+        scope = Scope(session_id="s")
+        store.append(scope, [_msg(0, "ÉTÉ AU CAFÉ ÖSTERREICH"), _msg(1, "plain words")])
+        for term in ("ete", "été", "café", "österreich", "OSTERREICH"):
+            assert [h.id for h in store.search_text(scope, [term], 5)] == ["m0"], term
+    finally:
+        store.close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
