@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import sqlite3
+import sys
 import threading
 import time
 import uuid
@@ -858,3 +859,12 @@ def test_postgres_keyword_search_is_the_same_in_a_c_locale_database(service_urls
         store.close()
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_postgres_without_pystemmer_is_refused_with_what_to_install(
+    service_urls: dict[str, Callable[[], str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without PyStemmer the store would index unstemmed words that its queries, and FTS5, stem: it is refused."""
+    monkeypatch.setitem(sys.modules, "Stemmer", None)  # as if not installed: importing it fails
+    with pytest.raises(StoreError, match=r"PyStemmer.*fullrecall\[postgres\]"):
+        open_store(service_urls["postgres"]())

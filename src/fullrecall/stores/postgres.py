@@ -940,8 +940,6 @@ class PostgresStore(SqlStore):
                 return []
             shares, table_rows = self._lexeme_stats(conn)
             queries = _word_queries(shares, phrases)
-            if not queries:
-                return []
             n = max(1, sum(r["message_count"] for r in sessions))
             mean_length = max(1.0, sum(r["lexemes"] for r in sessions) / n)
             return _Lexical(self, conn, C.session_owners(sessions), n, mean_length, table_rows, queries,
