@@ -92,6 +92,49 @@ def test_postgres_v3_schema_migrates_to_prefix_index(
         store.close()
 
 
+def test_postgres_v5_schema_is_reindexed_with_the_words_every_backend_finds(
+    service_urls: dict[str, Callable[[], str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A schema written by version 5 (its ``tsv`` PostgreSQL's english words, accents kept, "the" dropped) is
+    indexed again on open, row by row in batches: the words every backend finds, BM25's word counts recounted,
+    and appends after it index their words as well."""
+    url = service_urls["postgres"]()
+    url = f"{url}{'&' if '?' in url else '?'}schema=mig{uuid.uuid4().hex[:8]}"
+    scope = Scope(session_id="s")
+    texts = ["Rendez-vous au Café", "read the news", "nul\x00inside", "see my_notes", LONG]
+    with monkeypatch.context() as old:
+        old.setattr(pg, "SCHEMA_VERSION", 5)
+        store = open_store(url)
+        with store._tx() as conn:
+            s = store.schema
+            sid = conn.execute(f"INSERT INTO {s}.sessions (tenant, user_id, agent_id, session_id, created_at,"
+                               " next_position, message_count) VALUES ('default', '', '', 's', 1.0, 5, 5)"
+                               " RETURNING sid").fetchone()["sid"]
+            with conn.cursor() as cur:
+                cur.executemany(f"INSERT INTO {s}.messages (sid, {', '.join(_OLD_COLUMNS)}) VALUES ({sid}, %s, %s, %s,"
+                                " %s, %s, %s, %s, %s, %s)",
+                                [(*r[:4], pg._pg_text(str(r[4])), *r[5:]) for r in _old_rows(
+                                    [_msg(i, t) for i, t in enumerate(texts)])])
+            conn.execute(f"UPDATE {s}.sessions SET lexemes = (SELECT sum(length(tsv)) FROM {s}.messages)")
+        assert store.search_text(scope, ["cafe"], 5) == []  # what version 5 found
+        store.close()
+    monkeypatch.setattr(pg, "_REINDEX_BATCH", 2)
+    store = open_store(url)
+    try:
+        for term, found in [("cafe", ["m0"]), ("the", ["m1"]), ("new", ["m1"]), ("inside", ["m2"]), ("notes", ["m3"]),
+                            (EARLY, ["m4"]), (LATE, [])]:
+            assert [h.id for h in store.search_text(scope, [term], 5)] == found, term
+        store.append(scope, [_msg(5, "another café")])
+        assert {h.id for h in store.search_text(scope, ["cafe"], 5)} == {"m0", "m5"}
+        with store._tx() as conn:
+            row = conn.execute(f"SELECT s.lexemes, (SELECT sum(length(m.tsv)) FROM {s}.messages m) AS words,"
+                               f" (SELECT count(*) FROM {s}.messages WHERE tsv::text LIKE '%%\ufdd0%%') AS marks"
+                               f" FROM {s}.sessions s").fetchone()
+        assert row["lexemes"] == row["words"] > 0 and row["marks"] == 0
+    finally:
+        store.close()
+
+
 _OLD_RECORD = ("INSERT INTO {t} (tenant, user_id, agent_id, session_id, namespace, id, text, data, created_at,"
                " updated_at) VALUES ('default', 'ann', '', '', 'facts', 'r', 'likes tea', '{{}}', 1.0, 1.0)")
 
@@ -162,6 +205,7 @@ _RELEASED: dict[ModuleType, dict[int, str]] = {
         4: "e5c8da6cc54de107c8cc7acac4476db979d9e2405d6db8244791b5555434b6fa",
         5: "5a03f6fcbc690e0a380d9524f1cf556c0ffbe56f0779b13408479c0861790d49",
         6: "acab9ac301053af0d7a5192f1b78193d90c066145ab346299fed4f212cedb320",
+        7: "5f11ee993c456cdbcaf3857e6699a1ac64e7a842cc2e667d98cf75e0a7043778",
     },
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import sqlite3
+import sys
 import threading
 import time
 import uuid
@@ -788,3 +789,82 @@ def test_sqlite_vector_search_sees_every_commit_of_another_process(tmp_path) -> 
             assert {h.id for h in reader.search_vectors(Scope(user_id="u"), query, 100)} == live["s1"] | live["s2"]
     finally:
         reader.close()
+
+
+_TRICKY = ["Café", "cafe", "CAFÉ", "naïve", "my_notes", "l'été", "ΟΔΟΣ", "οδός", "the", "of", "news", "new", "skiing",
+           "skies", "generously", "İstanbul", "REF-48213", "v2.3.1", "Straße", "déjà-vu", "emoji😀word", "ﬁle",
+           "日本語", "x" * 70, "running", "runs", "Ünïcödé", "a", "42"]
+
+
+def test_postgres_keyword_search_finds_what_sqlite_finds(service_urls: dict[str, Callable[[], str]], tmp_path) -> None:
+    """Accents, underscores, apostrophes, stopwords, stems, scripts, ligatures: each word and phrase finds the same
+    messages on PostgreSQL as on SQLite's FTS5 (PostgreSQL's english configuration kept "café" and "my_notes",
+    dropped "the" and stemmed "news" apart from "new": one query found other messages by backend).
+    """
+    url = service_urls["postgres"]()
+    pg = open_store(f"{url}{'&' if '?' in url else '?'}schema=same{uuid.uuid4().hex[:8]}")
+    fts = open_store(f"sqlite:///{tmp_path / 'fts.db'}?lexical_in_process=0")
+    rng = np.random.default_rng(11)
+    texts = [" ".join(rng.choice(_TRICKY, size=int(rng.integers(1, 7)))) for _ in range(120)]
+    scope = Scope(user_id="u", session_id="s")
+    try:
+        for store in (pg, fts):
+            store.append(scope, [_msg(i, t) for i, t in enumerate(texts)])
+        for term in [*_TRICKY, "cafe naive", "the news", "Ο ΔΟΣ", "running runs"]:
+            found = {h.id for h in pg.search_text(scope, [term], 500)}
+            assert found == {h.id for h in fts.search_text(scope, [term], 500)}, term
+            assert found or " " in term, term  # every word is in some message
+    finally:
+        pg.close()
+        fts.close()
+
+
+_PIECES = st.sampled_from(["a", "é", "'", "\\", "日", "x" * 700, "é" * 1100, "😀" * 600])
+
+
+@settings(max_examples=40, deadline=None)
+@given(tokens=st.lists(st.lists(_PIECES, min_size=1, max_size=4).map("".join), max_size=40),
+       repeat=st.integers(0, 17_000))
+def test_postgres_reads_the_tsvector_written_as_meant(service_urls: dict[str, Callable[[], str]], tokens: list[str],
+                                                      repeat: int) -> None:
+    """Whatever the tokens (quotes, backslashes, lexemes past 2,047 bytes, a token repeated past 256 times and
+    positions past 16,383), PostgreSQL reads the literal without error, holds each distinct token once and
+    finds each by its tsquery; a phrase of two tokens side by side early in the text is found too."""
+    from fullrecall.stores import _tsvector as T
+
+    words = tokens + ["pad"] * repeat
+    with psycopg.connect(service_urls["postgres"]()) as conn:
+        vector = T.tsvector(words)
+        assert conn.execute("SELECT length(%s::tsvector)", (vector,)).fetchone()[0] == len(set(words))
+        for query in [*({(t,) for t in words}), *([tuple(tokens[:2])] if len(tokens) > 1 else [])]:
+            assert conn.execute("SELECT %s::tsvector @@ %s::tsquery", (vector, T.tsquery(query))).fetchone()[0], query
+
+
+def test_postgres_keyword_search_is_the_same_in_a_c_locale_database(service_urls: dict[str, Callable[[], str]]) -> None:
+    """A database created with the C locale (where PostgreSQL's own parser lower-cases no accented capital) finds
+    the same words: the store writes and asks for its lexemes itself."""
+    url = service_urls["postgres"]()
+    name = f"c{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'")
+    parts = url.split("?", 1)
+    c_url = parts[0].rsplit("/", 1)[0] + f"/{name}" + (f"?{parts[1]}" if len(parts) > 1 else "")
+    store = open_store(c_url)
+    try:
+        scope = Scope(session_id="s")
+        store.append(scope, [_msg(0, "ÉTÉ AU CAFÉ ÖSTERREICH"), _msg(1, "plain words")])
+        for term in ("ete", "été", "café", "österreich", "OSTERREICH"):
+            assert [h.id for h in store.search_text(scope, [term], 5)] == ["m0"], term
+    finally:
+        store.close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_postgres_without_pystemmer_is_refused_with_what_to_install(
+    service_urls: dict[str, Callable[[], str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without PyStemmer the store would index unstemmed words that its queries, and FTS5, stem: it is refused."""
+    monkeypatch.setitem(sys.modules, "Stemmer", None)  # as if not installed: importing it fails
+    with pytest.raises(StoreError, match=r"PyStemmer.*fullrecall\[postgres\]"):
+        open_store(service_urls["postgres"]())

@@ -8,10 +8,12 @@ Design, and why:
 * **Positions** are assigned under a row lock on the session (a no-op upsert of its row,
   which also creates it), so concurrent appenders of one conversation take turns, and
   only they do. An append is 3 round trips and one commit.
-* **Lexical search** is a stored ``tsvector`` (``english`` config, punctuation split like
-  FTS5's unicode61 so ``REF-48213`` is two tokens) with a GIN index, ranked in SQL by
-  BM25 (binary term frequency), planned from the column's statistics so that a common
-  word costs no more than a rare one (:mod:`._topk`).
+* **Lexical search** is a stored ``tsvector`` with a GIN index, ranked in SQL by BM25 (binary term
+  frequency), planned from the column's statistics so that a common word costs no more than a rare one
+  (:mod:`._topk`). Its lexemes are the project's own tokens (:class:`._bm25.Tokenizer`: FTS5 unicode61's
+  words, Porter stems), computed at write time and sent as a ``tsvector`` literal, and queries are
+  ``tsquery`` literals of the same tokens (:mod:`._tsvector`): no text-search configuration or database
+  locale changes the words, and every backend finds the same messages.
 * **Vectors** go to one table per dimension (``vectors_384``: pgvector needs a fixed
   dimension to index), with an HNSW cosine index once a search needs one. The index serves
   scopes over ``exact_limit`` vectors (default 20,000) or holding most of the table, with
@@ -70,9 +72,11 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import InvalidInput, StoreError
+from . import _bm25 as B
 from . import _common as C
 from . import _forget as F
 from . import _topk
+from . import _tsvector as T
 from . import _validate as V
 from . import _vectors as Vec
 from ._sql import Dialect, SqlStore, records_table
@@ -81,7 +85,7 @@ from .base import Filters, Hit, Scope, StoredMessage
 Conn = psycopg.Connection[dict[str, Any]]
 """A connection of ours: rows come as dicts (``row_factory=dict_row``)."""
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 _OWN_OPTIONS = (
     "schema", "pool_min", "pool_max", "exact_limit", "ef_search", "hnsw_min_rows", "index_build_memory",
     "lexical_budget", "candidate_cap", "forget_vacuum",
@@ -103,12 +107,13 @@ _STATS_TTL = 60.0  # seconds the column statistics are cached
 _SCRUB_LOCK_WAIT = "2s"  # forget's VACUUM gives up on a table lock after this
 # The columns an append writes (after sid and position), in the order of its arrays
 _APPEND_COLS = ("id", "role", "kind", "text", "data", "created_at", "archived_at", "summary_id", "metadata", "nbytes",
-                "ibytes")
+                "ibytes", "tsv")
+_APPEND_TYPES = ("text", "text", "text", "text", "text", "float8", "float8", "text", "text", "bigint", "bigint", "tsvector")
+_APPEND_ARRAYS = ", ".join(f"%s::{t}[]" for t in _APPEND_TYPES)
 _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
-# Punctuation becomes a space before tokenising, in the index and in queries alike.
+# The text PostgreSQL's parser tokenised for the generated ``tsv`` of schema versions 1 to 5 (migrations 1 and 4):
+# punctuation as spaces; from version 4 on, the first INDEXED_CHARS characters. Version 6 writes the words itself.
 _PUNCT_SQL = r"regexp_replace(text, '[^\w\s]+', ' ', 'g')"
-_PUNCT = re.compile(r"[^\w\s]+", re.UNICODE)
-# What lexical search indexes of a message: its first INDEXED_CHARS characters, punctuation as spaces.
 _INDEXED_SQL = rf"regexp_replace(left(text, {V.INDEXED_CHARS}), '[^\w\s]+', ' ', 'g')"
 # PostgreSQL's text cannot hold NUL: a text holding one is stored escaped behind this mark (see _pg_text).
 _MARK = "\ufdd0"
@@ -205,7 +210,44 @@ MIGRATIONS: dict[int, str] = {
     6: """
     ALTER TABLE {s}.records ADD COLUMN version BIGINT NOT NULL DEFAULT 1;
     """,
+    # the words every backend finds (FTS5 unicode61's, Porter stems): the column is written by each append from
+    # here on, and every row's words are computed again in Python right after this (_reindex), its index then
+    7: """
+    ALTER TABLE {s}.messages ALTER COLUMN tsv DROP EXPRESSION;
+    DROP INDEX {s}.messages_tsv;
+    """,
 }
+_REINDEX_BATCH = 2_000  # messages read and rewritten at a time by _reindex
+
+
+def _reindex(conn: psycopg.Connection[Any], s: str, tokenize: B.Tokenizer) -> None:
+    """Migration 7, after its SQL: each message's ``tsv`` from its own words, in batches of ``_REINDEX_BATCH``
+    (bounded memory, one transaction: the migration's), then the GIN index, the sessions' word counts and
+    the column's statistics anew.
+    """
+    last = 0
+    while True:  # an escaped text (see _pg_text) is at most twice as long: enough of it for the indexed prefix
+        rows = conn.execute(f"SELECT rid, left(text, %s) FROM {s}.messages WHERE rid > %s ORDER BY rid LIMIT %s",
+                            (2 * V.INDEXED_CHARS + 1, last, _REINDEX_BATCH)).fetchall()
+        if not rows:
+            break
+        conn.execute(f"UPDATE {s}.messages m SET tsv = u.tsv FROM unnest(%s::bigint[], %s::tsvector[]) AS u(rid, tsv)"
+                     " WHERE m.rid = u.rid",
+                     ([r[0] for r in rows], [_tsv(tokenize, _py_text(r[1])) for r in rows]))
+        last = rows[-1][0]
+    conn.execute(f"""
+    CREATE INDEX messages_tsv ON {s}.messages USING gin (tsv);
+    UPDATE {s}.sessions s SET lexemes = (SELECT coalesce(sum(length(m.tsv)), 0) FROM {s}.messages m WHERE m.sid = s.sid);
+    ANALYZE {s}.messages;
+    """)
+
+
+_AFTER_MIGRATION = {7: _reindex}  # Python run in a migration's transaction, after its SQL
+
+
+def _tsv(tokenize: B.Tokenizer, text: str) -> str:
+    """The ``tsvector`` literal of what lexical search indexes of ``text`` (its prefix, :func:`V.indexed_prefix`)."""
+    return T.tsvector(tokenize(V.indexed_prefix(text)))
 
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
@@ -234,10 +276,6 @@ def _py_text(stored: str) -> str:
     if not stored.startswith(_MARK):
         return stored
     return _UNESCAPE.sub(lambda m: _MARK if m.group(1) == _MARK else "\x00", stored[1:])
-
-
-def _ts_terms(terms: Sequence[str]) -> list[str]:
-    return [t for t in (_PUNCT.sub(" ", t).strip() for t in terms) if t]
 
 
 class PostgresStore(SqlStore):
@@ -289,6 +327,10 @@ class PostgresStore(SqlStore):
         self._build_conns: set[Conn] = set()  # cancelled by close()
         self._conn_ef: weakref.WeakKeyDictionary[Conn, int] = weakref.WeakKeyDictionary()  # hnsw.ef_search set
         self._timeout = connect_timeout
+        self._tokenize = B.Tokenizer()
+        if not self._tokenize.stems:  # the index it writes would not be the one FTS5 and queries with stems read
+            raise StoreError("the PostgreSQL store stems words with PyStemmer, which is not installed:"
+                             " pip install 'fullrecall[postgres]'")
         self._lock = threading.Lock()
         self._pool_obj: ConnectionPool[Conn] | None = None
         self._pid = os.getpid()
@@ -321,6 +363,8 @@ class PostgresStore(SqlStore):
                         )
                     for version in range(current + 1, SCHEMA_VERSION + 1):
                         conn.execute(MIGRATIONS[version].replace("{s}", s))
+                        if version in _AFTER_MIGRATION:
+                            _AFTER_MIGRATION[version](conn, s, self._tokenize)
                         conn.execute(f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (version,))
         except psycopg.OperationalError as exc:
             raise StoreError(f"cannot reach PostgreSQL at {self._safe_url()}: {exc}") from exc
@@ -445,14 +489,13 @@ class PostgresStore(SqlStore):
         the first message, or None when the session already holds one of the ids (nothing written then).
         """
         s = self.schema
-        arrays, sizes = _message_arrays(messages)
+        arrays, sizes = _message_arrays(messages, self._tokenize)
         n = len(messages)
         owner = (scope.tenant, *scope.owner())
         with self._write_one() as conn:
             try:
                 row = conn.execute(
-                    f"WITH new AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
-                    " %s::float8[], %s::float8[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+                    f"WITH new AS (SELECT * FROM unnest({_APPEND_ARRAYS})"
                     f" WITH ORDINALITY AS u({', '.join(_APPEND_COLS)}, ord)),"
                     f" held AS (SELECT 1 FROM {s}.messages m JOIN {s}.sessions h ON h.sid = m.sid"
                     " WHERE h.tenant = %s AND h.user_id = %s AND h.agent_id = %s AND h.session_id = %s"
@@ -460,7 +503,7 @@ class PostgresStore(SqlStore):
                     f" sess AS (INSERT INTO {s}.sessions AS t (tenant, user_id, agent_id, session_id, created_at,"
                     " next_position, message_count, summary_count, text_bytes, index_bytes, lexemes)"
                     " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-                    f" (SELECT coalesce(sum(length(to_tsvector('english'::regconfig, {_INDEXED_SQL}))), 0) FROM new)"
+                    " (SELECT coalesce(sum(length(tsv)), 0) FROM new)"
                     " WHERE NOT EXISTS (SELECT 1 FROM held)"
                     " ON CONFLICT (tenant, user_id, agent_id, session_id) DO UPDATE SET"
                     " next_position = t.next_position + excluded.next_position,"
@@ -494,12 +537,11 @@ class PostgresStore(SqlStore):
             positions, new, next_pos = C.assign_positions(messages, known, sess["next_position"])
             if not new:
                 return positions
-            arrays, sizes = _message_arrays([m for m, _ in new])
+            arrays, sizes = _message_arrays([m for m, _ in new], self._tokenize)
             try:
                 conn.execute(
                     f"WITH ins AS (INSERT INTO {s}.messages (sid, position, {', '.join(_APPEND_COLS)})"
-                    " SELECT %s, * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[],"
-                    " %s::text[], %s::float8[], %s::float8[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+                    f" SELECT %s, * FROM unnest(%s::bigint[], {_APPEND_ARRAYS})"
                     " RETURNING length(tsv) AS n)"
                     f" UPDATE {s}.sessions SET next_position = %s, message_count = message_count + %s,"
                     " summary_count = summary_count + %s, text_bytes = text_bytes + %s, index_bytes = index_bytes + %s,"
@@ -888,27 +930,20 @@ class PostgresStore(SqlStore):
         costs no more than a rare one (see :mod:`._topk`).
         """
         C.check_search("search_text", k, filters)
-        words = _ts_terms(C.split_terms(terms))
-        if not words or k == 0:
+        phrases = [p for p in map(self._tokenize, C.split_terms(terms)) if p]
+        if not phrases or k == 0:
             return []
         where, params = self.sql.scope_where(scope)
-        with self._read() as conn:  # one round trip for the scope's sessions and the words' queries
-            row = conn.execute(
-                "SELECT (SELECT coalesce(json_agg(json_build_object('sid', sid, 'message_count', message_count,"
-                " 'lexemes', lexemes, 'user_id', user_id, 'agent_id', agent_id, 'session_id', session_id)), '[]')"
-                f" FROM {self.schema}.sessions s WHERE {where}) AS sessions,"
-                " (SELECT coalesce(json_agg(json_build_array(phraseto_tsquery('english', w)::text,"
-                " array(SELECT lexeme FROM unnest(to_tsvector('english', w)))) ORDER BY i), '[]')"
-                " FROM unnest(%s::text[]) WITH ORDINALITY AS t(w, i)) AS words",
-                [*params, list(words)],
-            ).fetchone()
-            sessions = row["sessions"]
+        with self._read() as conn:
+            sessions = conn.execute(
+                "SELECT sid, message_count, lexemes, user_id, agent_id, session_id"
+                f" FROM {self.schema}.sessions s WHERE {where}",
+                params,
+            ).fetchall()
             if not sessions:
                 return []
             shares, table_rows = self._lexeme_stats(conn)
-            queries = _word_queries(shares, row["words"])
-            if not queries:
-                return []
+            queries = _word_queries(shares, phrases)
             n = max(1, sum(r["message_count"] for r in sessions))
             mean_length = max(1.0, sum(r["lexemes"] for r in sessions) / n)
             return _Lexical(self, conn, C.session_owners(sessions), n, mean_length, table_rows, queries,
@@ -1071,27 +1106,31 @@ class PostgresStore(SqlStore):
         )]
 
 
-def _message_arrays(messages: Sequence[StoredMessage]) -> tuple[list[list[Any]], tuple[int, int, int]]:
-    """An append's column arrays (in ``_APPEND_COLS`` order) and what it adds to the session's counters:
-    (summaries, text bytes, indexed bytes).
+def _message_arrays(
+    messages: Sequence[StoredMessage], tokenize: B.Tokenizer
+) -> tuple[list[list[Any]], tuple[int, int, int]]:
+    """An append's column arrays (in ``_APPEND_COLS`` order, the words of each text's indexed prefix as a
+    ``tsvector`` literal) and what it adds to the session's counters: (summaries, text bytes, indexed bytes).
     """
     rows = [C.message_row(m) for m in messages]
     for r in rows:
+        r["tsv"] = _tsv(tokenize, r["text"])
         r["text"] = _pg_text(r["text"])
     sizes = (sum(r["kind"] == "summary" for r in rows), sum(r["nbytes"] for r in rows),
              sum(r["ibytes"] for r in rows))
     return [[r[c] for r in rows] for c in _APPEND_COLS], sizes
 
 
-def _word_queries(shares: dict[str, float], words: Sequence[Sequence[Any]]) -> list[tuple[str, float | None]]:
+def _word_queries(shares: dict[str, float], phrases: Sequence[Sequence[str]]) -> list[tuple[str, float | None]]:
     """(tsquery text, share of rows holding it or None if not among the frequent words ``shares``) per
-    distinct query of ``words``, given as (tsquery text, its lexemes).
+    distinct query of ``phrases``, each the tokens of one search term.
     """
     out: dict[str, float | None] = {}
-    for q, lexemes in words:
-        if q and q not in out:  # a stop word gives an empty query
-            known = [shares.get(lexeme) for lexeme in lexemes]
-            out[q] = min(known) if known and None not in known else None  # type: ignore[type-var]
+    for tokens in phrases:
+        q = T.tsquery(tokens)
+        if q not in out:
+            known = [shares.get(T.lexeme(t)) for t in tokens]
+            out[q] = None if None in known else min(known)  # type: ignore[type-var]
     return list(out.items())
 
 
