@@ -35,6 +35,11 @@ def probe() -> dict[int, str | None]:
     return result
 
 
+def _rows(items: list[str], per_line: int = 6) -> list[str]:
+    """``items`` as indented source lines, ``per_line`` a line."""
+    return ["    " + " ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
+
+
 def main() -> None:
     made = probe()
     ranges: list[list[int]] = []
@@ -56,24 +61,10 @@ def main() -> None:
         "# the ranges of code points that make words (first, last), in order",
         "WORD_RANGES = (",
     ]
-    row: list[str] = []
-    for a, b in ranges:
-        row.append(f"(0x{a:X}, 0x{b:X}),")
-        if len(row) == 6:
-            lines.append("    " + " ".join(row))
-            row = []
-    if row:
-        lines.append("    " + " ".join(row))
+    lines += _rows([f"(0x{a:X}, 0x{b:X})," for a, b in ranges])
     lines += [")", "", "# code point -> what it becomes in a word, where that is not itself (an empty string: dropped)",
               "FOLDS = {"]
-    row = []
-    for p, f in sorted(folds.items()):
-        row.append(f"0x{p:X}: {ascii(f)},")
-        if len(row) == 6:
-            lines.append("    " + " ".join(row))
-            row = []
-    if row:
-        lines.append("    " + " ".join(row))
+    lines += _rows([f"0x{p:X}: {ascii(f)}," for p, f in sorted(folds.items())])
     lines += ["}", ""]
     OUT.write_text("\n".join(lines))
 

@@ -33,6 +33,12 @@ def _old_rows(messages: list[StoredMessage]) -> list[tuple[object, ...]]:
     return [(m.id, n, m.role, m.kind, m.text, f'{{"i":{n}}}', 1.0, 1.0, "{}") for n, m in enumerate(messages)]
 
 
+def _fresh_schema(service_urls: dict[str, Callable[[], str]]) -> str:
+    """The test server's PostgreSQL URL with a schema of its own."""
+    url = service_urls["postgres"]()
+    return f"{url}{'&' if '?' in url else '?'}schema=mig{uuid.uuid4().hex[:8]}"
+
+
 def test_sqlite_v1_file_is_reindexed_and_deletes_leave_no_trace(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     path, scope = tmp_path / "old.db", Scope(session_id="s")
     old_messages = [_msg(0, LONG), _msg(1, "short one")]
@@ -64,8 +70,7 @@ def test_sqlite_v1_file_is_reindexed_and_deletes_leave_no_trace(tmp_path, monkey
 def test_postgres_v3_schema_migrates_to_prefix_index(
     service_urls: dict[str, Callable[[], str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url = service_urls["postgres"]()
-    url = f"{url}{'&' if '?' in url else '?'}schema=mig{uuid.uuid4().hex[:8]}"
+    url = _fresh_schema(service_urls)
     scope = Scope(session_id="s")
     with monkeypatch.context() as old:
         old.setattr(pg, "SCHEMA_VERSION", 3)
@@ -98,8 +103,7 @@ def test_postgres_v5_schema_is_reindexed_with_the_words_every_backend_finds(
     """A schema written by version 5 (its ``tsv`` PostgreSQL's english words, accents kept, "the" dropped) is
     indexed again on open, row by row in batches: the words every backend finds, BM25's word counts recounted,
     and appends after it index their words as well."""
-    url = service_urls["postgres"]()
-    url = f"{url}{'&' if '?' in url else '?'}schema=mig{uuid.uuid4().hex[:8]}"
+    url = _fresh_schema(service_urls)
     scope = Scope(session_id="s")
     texts = ["Rendez-vous au Café", "read the news", "nul\x00inside", "see my_notes", LONG]
     with monkeypatch.context() as old:
@@ -166,8 +170,7 @@ def test_sqlite_v3_records_take_versions(tmp_path, monkeypatch: pytest.MonkeyPat
 def test_postgres_v5_records_take_versions(
     service_urls: dict[str, Callable[[], str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url = service_urls["postgres"]()
-    url = f"{url}{'&' if '?' in url else '?'}schema=mig{uuid.uuid4().hex[:8]}"
+    url = _fresh_schema(service_urls)
     with monkeypatch.context() as old:
         old.setattr(pg, "SCHEMA_VERSION", 5)
         store = open_store(url)
