@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from fullrecall.errors import MemoryInputError
 from fullrecall.massgen import ConversationMemory, PersistentMemory, memories
 
 run = asyncio.run
@@ -173,3 +174,21 @@ def test_closing_memories_finishes_the_windows_background_indexing_first(store_u
     assert archived > 0
     with open_store(store_url) as store:
         assert store.stats(Scope(user_id="ann", session_id=session))["vector_count"] == archived
+
+
+def test_persistent_retrieve_takes_massgen_keyword_query(store_url, default_embedder):
+    """MassGen's ``PersistentMemory.retrieve(query, limit=5, previous_winners=None)``: called by keyword, as its
+    signature names it, it answers as called by position (it raised TypeError: a missing argument).
+    """
+    memory = PersistentMemory(user_name="ann", agent_name="agent_a", store=store_url, embedder=default_embedder)
+    run(memory.record([{"role": "user", "content": "My locker code is 4417."}]))
+    by_position = run(memory.retrieve("locker code", limit=3))
+    assert "4417" in by_position
+    assert run(memory.retrieve(query="locker code", limit=3)) == by_position
+    assert run(memory.retrieve(query={"role": "user", "content": "locker code"})) == run(
+        memory.retrieve({"role": "user", "content": "locker code"}))
+    assert run(memory.retrieve(query_or_messages="locker code", limit=3)) == by_position  # fullrecall's own name
+    with pytest.raises(MemoryInputError, match="query"):
+        run(memory.retrieve("locker code", query="weather"))  # two different queries: which one?
+    with pytest.raises(TypeError, match="query"):
+        run(memory.retrieve())
