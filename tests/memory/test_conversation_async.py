@@ -383,3 +383,17 @@ def test_messages_that_are_not_dicts_raise_what_massgen_raises(store_url):
             run(memory.add(bad))
         assert isinstance(info.value, InvalidInput) and str(info.value) == error
     assert run(memory.get_messages()) == window and memory.store.count(memory.scope) == 2
+
+
+def test_the_window_reads_as_massgens_messages_attribute(store_url):
+    """MassGen's ``ConversationMemory`` keeps its messages in a public ``messages`` list, which its users read
+    (``memory.messages == []``): ours reads the window there too (copies; it raised AttributeError).
+    """
+    memory = make(store_url, uuid.uuid4().hex)
+    assert memory.messages == []
+    run(memory.add(turn(1)))
+    assert memory.messages == run(memory.get_messages())
+    memory.messages[0]["content"] = "changed"  # a copy: change the window through add, delete, ...
+    assert contents(memory.messages) == ["question 1", "answer 1"]
+    with pytest.raises(AttributeError):
+        memory.messages = []  # not a list to replace: load_state_dict({"messages": [...]}) does that

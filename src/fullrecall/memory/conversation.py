@@ -489,6 +489,16 @@ class ConversationMemory:
         messages = await self._run(lambda: self.sync.messages)
         return [dict(m) for m in (messages[-limit:] if limit is not None and limit > 0 else messages)]
 
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The active window (copies), read at once: MassGen's public ``messages`` list, read-only here.
+
+        A plain read of the store, as ``state_dict`` is; in a coroutine, ``await get_messages()`` keeps the
+        event loop free.
+        """
+        with self._lock:
+            return [dict(m) for m in self.sync.messages]
+
     async def get_messages_by_role(self, role: str) -> list[dict[str, Any]]:
         """The window's messages of ``role`` (copies)."""
         return [m for m in await self.get_messages() if m.get("role") == role]
