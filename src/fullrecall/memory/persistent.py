@@ -81,7 +81,8 @@ class PersistentMemory:
     ``store`` is a :class:`~fullrecall.stores.base.Store` or URL (default: a SQLite file in the
     working directory); ``embedder`` an :class:`~fullrecall.embeddings.Embedder` or model name
     (default: the local MiniLM); ``extract_facts`` keeps user-stated facts (rules; the
-    ``chat_model``'s checked extraction when one is given).
+    ``chat_model``'s checked extraction when one is given). MassGen's mem0 options (``llm_config``,
+    ``embedding_backend``, ``on_disk``, ...) are accepted as written and not used (a warning names them).
     """
 
     def __init__(
@@ -98,9 +99,11 @@ class PersistentMemory:
         embedder: Any = None,
         extract_facts: bool = True,
         chat_model: Any = None,
+        **mem0_options: Any,
     ) -> None:
         from ..embeddings import load_embedder
 
+        _check_mem0_options(mem0_options)
         self.user_id = _one_of("user_id", user_id, "user_name", user_name) or ""
         self.agent_id = _one_of("agent_id", agent_id, "agent_name", agent_name) or ""
         self.session_id = _session("PersistentMemory: 'session_id'", _one_of(
@@ -631,6 +634,24 @@ class _QueryVectors:
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+_MEM0_OPTIONS = ("llm_backend", "llm_config", "embedding_backend", "embedding_config", "vector_store_config",
+                 "mem0_config", "memory_type", "qdrant_client", "debug", "on_disk")
+
+
+def _check_mem0_options(options: dict[str, Any]) -> None:
+    """MassGen's constructor takes mem0's configuration: taken as written and not needed (said once, naming what
+    was set); any other keyword is a TypeError, as Python's own.
+    """
+    unknown = [name for name in options if name not in _MEM0_OPTIONS]
+    if unknown:
+        raise TypeError(f"PersistentMemory() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}")
+    used = [name for name, value in options.items() if value is not None and value is not False]
+    if used:
+        log.warning("PersistentMemory: MassGen's mem0 options %s are not used: every turn is kept verbatim in "
+                    "'store' and found again with no LLM ('chat_model=' extracts facts with one), embedded by "
+                    "'embedder=' (default: the local MiniLM)", ", ".join(used))
+
 
 def _the_query(query_or_messages: Any, query: Any) -> Any:
     """``retrieve``'s query, given first or as ``query=`` (MassGen's name): one of them, or both the same."""
