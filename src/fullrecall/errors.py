@@ -22,6 +22,12 @@ class MessageFormatError(InvalidInput):
     """A message does not match any supported shape; the text names its index and field."""
 
 
+class MessageTypeError(MessageFormatError, TypeError):
+    """Messages given as something other than a dict or a list of dicts; also a ``TypeError``, which is what
+    MassGen's memory raises there (so its callers' ``except TypeError`` catches it). Nothing was written.
+    """
+
+
 class ArchiveError(FullRecallError):
     """Writing to the archive failed; the messages were kept in the window."""
 

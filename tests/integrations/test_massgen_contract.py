@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from fullrecall.errors import MemoryInputError
 from fullrecall.massgen import ConversationMemory, PersistentMemory, memories
 
 run = asyncio.run
@@ -173,3 +174,43 @@ def test_closing_memories_finishes_the_windows_background_indexing_first(store_u
     assert archived > 0
     with open_store(store_url) as store:
         assert store.stats(Scope(user_id="ann", session_id=session))["vector_count"] == archived
+
+
+def test_persistent_retrieve_takes_massgen_keyword_query(store_url, default_embedder):
+    """MassGen's ``PersistentMemory.retrieve(query, limit=5, previous_winners=None)``: called by keyword, as its
+    signature names it, it answers as called by position (it raised TypeError: a missing argument).
+    """
+    memory = PersistentMemory(user_name="ann", agent_name="agent_a", store=store_url, embedder=default_embedder)
+    run(memory.record([{"role": "user", "content": "My locker code is 4417."}]))
+    by_position = run(memory.retrieve("locker code", limit=3))
+    assert "4417" in by_position
+    assert run(memory.retrieve(query="locker code", limit=3)) == by_position
+    assert run(memory.retrieve(query={"role": "user", "content": "locker code"})) == run(
+        memory.retrieve({"role": "user", "content": "locker code"}))
+    assert run(memory.retrieve(query_or_messages="locker code", limit=3)) == by_position  # fullrecall's own name
+    with pytest.raises(MemoryInputError, match="query"):
+        run(memory.retrieve("locker code", query="weather"))  # two different queries: which one?
+    with pytest.raises(TypeError, match="query"):
+        run(memory.retrieve())
+
+
+def test_persistent_memory_takes_massgens_constructor_as_written(store_url, default_embedder, caplog):
+    """MassGen's ``PersistentMemory`` is built with mem0's configuration (``llm_backend``/``llm_config``,
+    ``embedding_backend``/``embedding_config``, ``on_disk``, ...), which every MassGen user passes: ours takes
+    that call as written (it raised TypeError), says once which of them it does not need, and works.
+    """
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="fullrecall.memory"):
+        memory = PersistentMemory(agent_name="agent_1", user_name="alice", store=store_url, embedder=default_embedder,
+                                  llm_config={"provider": "openai", "model": "gpt-4.1-nano-2025-04-14"},
+                                  embedding_config={"provider": "openai", "model": "text-embedding-3-small"},
+                                  llm_backend=object(), embedding_backend=object(), vector_store_config=None,
+                                  mem0_config=None, memory_type=None, qdrant_client=None, debug=False, on_disk=True)
+    warned = [r.getMessage() for r in caplog.records if "PersistentMemory" in r.getMessage()]
+    assert len(warned) == 1 and "embedding_config" in warned[0] and "llm_config" in warned[0]
+    assert "vector_store_config" not in warned[0]  # None: nothing was asked of it
+    run(memory.record([{"role": "user", "content": "My locker code is 4417."}]))
+    assert "4417" in run(memory.retrieve("locker code"))
+    with pytest.raises(TypeError, match="embeder"):
+        PersistentMemory(agent_name="agent_1", store=store_url, embeder=default_embedder)  # a typo is still one

@@ -365,3 +365,35 @@ def test_a_session_named_as_long_term_memorys_change_log_is_refused(tmp_path):
     with SyncConversationMemory(url, "log.facts", user_id="ann") as memory:  # only the prefix is reserved
         memory.add([{"role": "user", "content": "hello"}])
         assert len(memory) == 1
+
+
+def test_messages_that_are_not_dicts_raise_what_massgen_raises(store_url):
+    """MassGen's ``ConversationMemory.add`` raises ``TypeError`` for messages that are not a dict or a list of
+    dicts (its documented contract, which its callers catch): ours is a ``TypeError`` too, as well as the
+    fullrecall error naming the message (it was only an ``InvalidInput``, a ``ValueError``).
+    """
+    memory = make(store_url, uuid.uuid4().hex)
+    run(memory.add(turn(1)))
+    window = run(memory.get_messages())
+    for bad, error in [("hello", "add: messages must be a dict or a list of dicts, got str"),
+                       (5, "add: messages must be a dict or a list of dicts, got int"),
+                       ([{"role": "user", "content": "fine"}, "x"], "message 1: must be a dict, got str"),
+                       ([{"role": "user", "content": "fine"}, None], "message 1: must be a dict, got NoneType")]:
+        with pytest.raises(TypeError) as info:
+            run(memory.add(bad))
+        assert isinstance(info.value, InvalidInput) and str(info.value) == error
+    assert run(memory.get_messages()) == window and memory.store.count(memory.scope) == 2
+
+
+def test_the_window_reads_as_massgens_messages_attribute(store_url):
+    """MassGen's ``ConversationMemory`` keeps its messages in a public ``messages`` list, which its users read
+    (``memory.messages == []``): ours reads the window there too (copies; it raised AttributeError).
+    """
+    memory = make(store_url, uuid.uuid4().hex)
+    assert memory.messages == []
+    run(memory.add(turn(1)))
+    assert memory.messages == run(memory.get_messages())
+    memory.messages[0]["content"] = "changed"  # a copy: change the window through add, delete, ...
+    assert contents(memory.messages) == ["question 1", "answer 1"]
+    with pytest.raises(AttributeError):
+        memory.messages = []  # not a list to replace: load_state_dict({"messages": [...]}) does that

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..archive.archive import END, message_record
-from ..errors import ArchiveError, InvalidInput, MessageFormatError
+from ..errors import ArchiveError, InvalidInput, MessageFormatError, MessageTypeError
 from ..messages.formats import parse_messages
 from ..stores._validate import MAX_ID_BYTES, check_id
 from ..stores.base import DEFAULT_TENANT, Scope, Store, StoredMessage
@@ -450,10 +450,10 @@ class ConversationMemory:
             return
         batch = [messages] if isinstance(messages, dict) else messages
         if not isinstance(batch, (list, tuple)):
-            raise InvalidInput(f"add: messages must be a dict or a list of dicts, got {type(messages).__name__}")
+            raise MessageTypeError(f"add: messages must be a dict or a list of dicts, got {type(messages).__name__}")
         for index, message in enumerate(batch):
             if not isinstance(message, dict):
-                raise InvalidInput(f"message {index}: must be a dict, got {type(message).__name__}")
+                raise MessageTypeError(f"message {index}: must be a dict, got {type(message).__name__}")
         await self._run(self._add, [dict(m) for m in batch], allow_duplicates)
 
     def _add(self, batch: list[dict[str, Any]], allow_duplicates: bool) -> None:
@@ -488,6 +488,16 @@ class ConversationMemory:
         _check_limit("get_messages", limit)
         messages = await self._run(lambda: self.sync.messages)
         return [dict(m) for m in (messages[-limit:] if limit is not None and limit > 0 else messages)]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The active window (copies), read at once: MassGen's public ``messages`` list, read-only here.
+
+        A plain read of the store, as ``state_dict`` is; in a coroutine, ``await get_messages()`` keeps the
+        event loop free.
+        """
+        with self._lock:
+            return [dict(m) for m in self.sync.messages]
 
     async def get_messages_by_role(self, role: str) -> list[dict[str, Any]]:
         """The window's messages of ``role`` (copies)."""

@@ -48,6 +48,7 @@ _SESSIONS = "sessions"
 _EMPTIED = "emptied"  # a session record's mark: a selective clear deleted every message the session had
 _EVERYTHING = 2**62  # a position past any session's end
 _EARLIEST, _LATEST = -62_135_596_800, 253_402_300_800  # 0001-01-01 and 10000-01-01, UTC: the times a date has
+_NO_QUERY: Any = object()  # retrieve() given no query at all
 MIN_FACT_SIMILARITY = 0.3
 MAX_QUERIES = 3
 
@@ -80,7 +81,8 @@ class PersistentMemory:
     ``store`` is a :class:`~fullrecall.stores.base.Store` or URL (default: a SQLite file in the
     working directory); ``embedder`` an :class:`~fullrecall.embeddings.Embedder` or model name
     (default: the local MiniLM); ``extract_facts`` keeps user-stated facts (rules; the
-    ``chat_model``'s checked extraction when one is given).
+    ``chat_model``'s checked extraction when one is given). MassGen's mem0 options (``llm_config``,
+    ``embedding_backend``, ``on_disk``, ...) are accepted as written and not used (a warning names them).
     """
 
     def __init__(
@@ -97,9 +99,11 @@ class PersistentMemory:
         embedder: Any = None,
         extract_facts: bool = True,
         chat_model: Any = None,
+        **mem0_options: Any,
     ) -> None:
         from ..embeddings import load_embedder
 
+        _check_mem0_options(mem0_options)
         self.user_id = _one_of("user_id", user_id, "user_name", user_name) or ""
         self.agent_id = _one_of("agent_id", agent_id, "agent_name", agent_name) or ""
         self.session_id = _session("PersistentMemory: 'session_id'", _one_of(
@@ -135,17 +139,21 @@ class PersistentMemory:
 
     async def retrieve(
         self,
-        query_or_messages: str | dict[str, Any] | Sequence[dict[str, Any]],
+        query_or_messages: Any = _NO_QUERY,
         limit: int = 5,
         previous_winners: Sequence[dict[str, Any]] | None = None,
+        *,
+        query: Any = _NO_QUERY,
         **kw: Any,
     ) -> str:
         """Context ready to inject: the current facts and archived messages most relevant to the query.
 
+        The query (text, a message or messages) comes first, or as ``query=`` (MassGen's name).
         ``previous_winners`` (``[{"agent_id": "b", "turn": 1}, ...]``, MassGen's shape) adds
         what those agents recorded for the same user (in that turn, when given), each line
         marked ``[From b Turn 1]``. Returns "" when nothing is found.
         """
+        query_or_messages = _the_query(query_or_messages, query)
         winners = list(previous_winners or ())
         if isinstance(previous_winners, (str, bytes)) or not all(isinstance(w, dict) for w in winners):
             raise MemoryInputError(f"retrieve: 'previous_winners' must be a list of {{'agent_id', 'turn'}} dicts, "
@@ -626,6 +634,33 @@ class _QueryVectors:
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+_MEM0_OPTIONS = ("llm_backend", "llm_config", "embedding_backend", "embedding_config", "vector_store_config",
+                 "mem0_config", "memory_type", "qdrant_client", "debug", "on_disk")
+
+
+def _check_mem0_options(options: dict[str, Any]) -> None:
+    """MassGen's constructor takes mem0's configuration: taken as written and not needed (said once, naming what
+    was set); any other keyword is a TypeError, as Python's own.
+    """
+    unknown = [name for name in options if name not in _MEM0_OPTIONS]
+    if unknown:
+        raise TypeError(f"PersistentMemory() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}")
+    used = [name for name, value in options.items() if value is not None and value is not False]
+    if used:
+        log.warning("PersistentMemory: MassGen's mem0 options %s are not used: every turn is kept verbatim in "
+                    "'store' and found again with no LLM ('chat_model=' extracts facts with one), embedded by "
+                    "'embedder=' (default: the local MiniLM)", ", ".join(used))
+
+
+def _the_query(query_or_messages: Any, query: Any) -> Any:
+    """``retrieve``'s query, given first or as ``query=`` (MassGen's name): one of them, or both the same."""
+    if query_or_messages is _NO_QUERY and query is _NO_QUERY:
+        raise TypeError("retrieve() missing its query: retrieve(query) or retrieve(query=...)")
+    if query_or_messages is not _NO_QUERY and query is not _NO_QUERY and query_or_messages != query:
+        raise MemoryInputError(f"retrieve: the query {query_or_messages!r} and query={query!r} disagree")
+    return query if query_or_messages is _NO_QUERY else query_or_messages
+
 
 def _one_of(name: str, value: str | None, alias: str, alias_value: str | None) -> str | None:
     if value is not None and alias_value is not None and value != alias_value:
