@@ -366,3 +366,24 @@ def test_a_tool_input_with_nan_stops_the_reduction_naming_the_field_and_keeps_th
     assert agent.messages[: len(before)] == before and len(agent.messages) == len(before) + 1
     assert manager.removed_message_count == 0 and manager.summary_message is None and model.side_calls == []
     assert manager.archive.store.count(manager.archive.scope) == 0
+
+
+def test_a_message_the_user_puts_before_the_summary_is_archived_in_a_place_of_its_own(store_url):
+    """Between invocations the user puts a note first in ``agent.messages``, before the summary: the agent goes
+    on, and when the note leaves the window it is archived once, beside the rest, never over an earlier message."""
+    model = ScriptedModel(ANSWERS * 3, summary_reply=SUMMARY, max_prompt_chars=LIMIT)
+    manager = SemanticSummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2, store=store_url,
+                                                     session_id="edited")
+    agent = Agent(model=model, system_prompt=AGENT_PROMPT, conversation_manager=manager, callback_handler=None)
+    for question in QUESTIONS:
+        agent(question)
+    assert manager.removed_message_count > 0
+    note = {"role": "user", "content": [{"text": "Note from the user: the invoice number is INV-4417."}]}
+    agent.messages.insert(0, note)
+    for question in QUESTIONS:
+        agent(question)
+    archived = manager.archive.get(0, manager.removed_message_count + 10)
+    assert [m.position for m in archived] == list(range(manager.removed_message_count))
+    assert [texts([m.data]) for m in archived].count([note["content"][0]["text"]]) == 1
+    assert texts([m.data for m in archived]).count(QUESTIONS[0]) == 2  # asked twice, archived twice
+    assert "INV-4417" in " ".join(m.text for m in manager.recall("invoice number").messages)

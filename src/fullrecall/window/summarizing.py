@@ -279,9 +279,12 @@ class SummarizingConversationManager(ConversationManager):
         are reused across turns) is summarized once it no longer sits beside it.
         """
         raw = messages[layout.pinned : layout.pinned + layout.front]
-        positions = self._front_positions
-        if len(positions) != len(raw):  # pinned from the start (pin_first, the SDK's flag), nothing removed
-            positions = list(range(layout.pinned, layout.pinned + len(raw)))
+        positions = self._front_positions[: len(raw)]
+        if len(positions) < len(raw):
+            # pinned from the start (pin_first, the SDK's flag), or put before the summary by the caller since:
+            # the places just before the window's first original, never one an archived message holds
+            end = layout.first_position(self)
+            positions = [*positions, *range(end - (len(raw) - len(positions)), end)]
         _, front = self._parse_at(raw, positions, layout.pinned)
         loose = {i for i in range(min(reach, len(raw))) if not is_pinned(messages, layout.pinned + i)}
         return front, loose
