@@ -387,3 +387,28 @@ def test_a_message_the_user_puts_before_the_summary_is_archived_in_a_place_of_it
     assert [texts([m.data]) for m in archived].count([note["content"][0]["text"]]) == 1
     assert texts([m.data for m in archived]).count(QUESTIONS[0]) == 2  # asked twice, archived twice
     assert "INV-4417" in " ".join(m.text for m in manager.recall("invoice number").messages)
+
+
+def test_a_pinned_message_unpinned_later_leaves_the_sliding_window_into_its_own_place(store_url):
+    """``pin_first=1`` keeps the opening request while the window slides; the user unpins it later: the window
+    goes on sliding as the SDK's does, and the request is archived once, at its own place (0), beside the rest."""
+    from strands.agent.conversation_manager.compression.pin_message import unpin_message
+
+    from fullrecall.archive import Archive
+    from fullrecall.stores import Scope
+
+    archive = Archive(store_url, Scope(session_id="pins"))
+    manager = SlidingWindowConversationManager(window_size=4, pin_first=1, on_remove=archive)
+    agent = Agent(model=ScriptedModel(ANSWERS * 2), system_prompt=AGENT_PROMPT, conversation_manager=manager,
+                  callback_handler=None)
+    for question in QUESTIONS[:5]:
+        agent(question)
+    assert texts(agent.messages[:1]) == [QUESTIONS[0]]
+    unpin_message(agent.messages, 0)
+    for question in QUESTIONS[5:]:
+        agent(question)
+    assert len(agent.messages) == 4 and manager.removed_message_count == 2 * len(QUESTIONS) - 4
+    archived = archive.get(0, 100)
+    assert [m.position for m in archived] == list(range(manager.removed_message_count))
+    assert [texts([m.data])[0] for m in archived] == [text for q, a in zip(QUESTIONS, ANSWERS, strict=True)
+                                                     for text in (q, a)][: manager.removed_message_count]
