@@ -412,3 +412,13 @@ def test_a_pinned_message_unpinned_later_leaves_the_sliding_window_into_its_own_
     assert [m.position for m in archived] == list(range(manager.removed_message_count))
     assert [texts([m.data])[0] for m in archived] == [text for q, a in zip(QUESTIONS, ANSWERS, strict=True)
                                                      for text in (q, a)][: manager.removed_message_count]
+
+
+def test_a_prompt_without_text_leaves_every_earlier_message_as_it_was(talked):
+    """An image alone as the prompt: nothing to recall for; the previous question must not be enriched instead."""
+    agent, model = talked
+    model.replies = ["A chart of sales."]
+    agent([{"image": {"format": "png", "source": {"bytes": b"\x89PNG\r\n\x1a\n" + bytes(64)}}}])
+    sent = model.agent_calls[-1]["messages"]
+    assert "image" in sent[-1]["content"][0]
+    assert not any(ENRICHMENT_HEADER in t for t in texts(sent))
