@@ -422,3 +422,26 @@ def test_a_prompt_without_text_leaves_every_earlier_message_as_it_was(talked):
     sent = model.agent_calls[-1]["messages"]
     assert "image" in sent[-1]["content"][0]
     assert not any(ENRICHMENT_HEADER in t for t in texts(sent))
+
+
+def test_a_pinned_opening_dropped_by_a_session_restore_is_archived_and_recalled(tmp_path, store_url):
+    """With ``pin_first=1`` the opening request stays in the window, never archived; a session restore (new
+    process) reloads the window from ``removed_message_count`` without it, as the SDK does: it is archived then,
+    so recall still finds it."""
+    def agent(model):
+        return Agent(model=model, system_prompt=AGENT_PROMPT, callback_handler=None,
+                     conversation_manager=SemanticSummarizingConversationManager(
+                         summary_ratio=0.5, preserve_recent_messages=2, pin_first=1, store=store_url),
+                     session_manager=FileSessionManager(session_id="p1", storage_dir=str(tmp_path / "sessions")))
+
+    first = agent(ScriptedModel(ANSWERS, summary_reply=SUMMARY, max_prompt_chars=LIMIT))
+    for question in QUESTIONS:
+        first(question)
+    assert texts(first.messages[:1]) == [QUESTIONS[0]] and first.conversation_manager.removed_message_count > 0
+    again = agent(ScriptedModel(["It is bluefalcon."], summary_reply=SUMMARY, max_prompt_chars=LIMIT))
+    restored = again.conversation_manager
+    assert QUESTIONS[0] not in texts(again.messages)
+    assert [texts([m.data]) for m in restored.archive.get(0, 0)] == [[QUESTIONS[0]]]
+    assert "bluefalcon" in " ".join(m.text for m in restored.recall("project codename").messages)
+    again("Remind me of the project codename?")
+    assert [texts([m.data]) for m in restored.archive.get(0, 0)] == [[QUESTIONS[0]]]
