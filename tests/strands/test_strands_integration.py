@@ -445,3 +445,24 @@ def test_a_pinned_opening_dropped_by_a_session_restore_is_archived_and_recalled(
     assert "bluefalcon" in " ".join(m.text for m in restored.recall("project codename").messages)
     again("Remind me of the project codename?")
     assert [texts([m.data]) for m in restored.archive.get(0, 0)] == [[QUESTIONS[0]]]
+
+
+def test_a_sliding_window_with_a_pinned_opening_goes_on_after_the_user_empties_the_history(store_url):
+    """``agent.messages = []`` (start over) with ``pin_first=1``: the window goes on sliding, each message that
+    leaves is archived once, and nothing is written over an archived message."""
+    from fullrecall.archive import Archive
+    from fullrecall.stores import Scope
+
+    archive = Archive(store_url, Scope(session_id="reset"))
+    manager = SlidingWindowConversationManager(window_size=4, pin_first=1, on_remove=archive)
+    agent = Agent(model=ScriptedModel(ANSWERS * 2), system_prompt=AGENT_PROMPT, conversation_manager=manager,
+                  callback_handler=None)
+    for question in QUESTIONS[:5]:
+        agent(question)
+    agent.messages = []
+    for question in QUESTIONS:
+        agent(question)
+    assert len(agent.messages) == 4
+    archived = archive.get(0, 100)
+    assert sorted(m.position for m in archived) == list(range(manager.removed_message_count))
+    assert len(archived) == 2 * 5 - 1 - 4 + 2 * len(QUESTIONS) - 4  # all but the pinned opening and the windows
