@@ -466,3 +466,26 @@ def test_a_sliding_window_with_a_pinned_opening_goes_on_after_the_user_empties_t
     archived = archive.get(0, 100)
     assert sorted(m.position for m in archived) == list(range(manager.removed_message_count))
     assert len(archived) == 2 * 5 - 1 - 4 + 2 * len(QUESTIONS) - 4  # all but the pinned opening and the windows
+
+
+def test_a_summarizing_window_with_a_pinned_opening_goes_on_after_the_user_empties_the_history(store_url):
+    """``agent.messages = []`` after a summary, with ``pin_first=1``: the next overflows summarize again, each
+    message that leaves is archived once, and nothing is written over an archived message."""
+    from fullrecall.archive import Archive
+    from fullrecall.stores import Scope
+
+    archive = Archive(store_url, Scope(session_id="reset"))
+    manager = SummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2, pin_first=1,
+                                             on_remove=archive, summarizer=lambda messages, previous=None: SUMMARY)
+    agent = Agent(model=ScriptedModel(ANSWERS * 3, max_prompt_chars=LIMIT), system_prompt=AGENT_PROMPT,
+                  conversation_manager=manager, callback_handler=None)
+    for question in QUESTIONS:
+        agent(question)
+    assert texts(agent.messages[:1]) == [QUESTIONS[0]] and manager.summary_message is not None
+    before = manager.removed_message_count
+    agent.messages = []
+    for question in QUESTIONS * 2:
+        agent(question)
+    assert manager.removed_message_count > before
+    archived = archive.get(0, 100)
+    assert sorted(m.position for m in archived) == list(range(manager.removed_message_count))
