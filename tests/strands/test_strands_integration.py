@@ -366,3 +366,126 @@ def test_a_tool_input_with_nan_stops_the_reduction_naming_the_field_and_keeps_th
     assert agent.messages[: len(before)] == before and len(agent.messages) == len(before) + 1
     assert manager.removed_message_count == 0 and manager.summary_message is None and model.side_calls == []
     assert manager.archive.store.count(manager.archive.scope) == 0
+
+
+def test_a_message_the_user_puts_before_the_summary_is_archived_in_a_place_of_its_own(store_url):
+    """Between invocations the user puts a note first in ``agent.messages``, before the summary: the agent goes
+    on, and when the note leaves the window it is archived once, beside the rest, never over an earlier message."""
+    model = ScriptedModel(ANSWERS * 3, summary_reply=SUMMARY, max_prompt_chars=LIMIT)
+    manager = SemanticSummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2, store=store_url,
+                                                     session_id="edited")
+    agent = Agent(model=model, system_prompt=AGENT_PROMPT, conversation_manager=manager, callback_handler=None)
+    for question in QUESTIONS:
+        agent(question)
+    assert manager.removed_message_count > 0
+    note = {"role": "user", "content": [{"text": "Note from the user: the invoice number is INV-4417."}]}
+    agent.messages.insert(0, note)
+    for question in QUESTIONS:
+        agent(question)
+    archived = manager.archive.get(0, manager.removed_message_count + 10)
+    assert [m.position for m in archived] == list(range(manager.removed_message_count))
+    assert [texts([m.data]) for m in archived].count([note["content"][0]["text"]]) == 1
+    assert texts([m.data for m in archived]).count(QUESTIONS[0]) == 2  # asked twice, archived twice
+    assert "INV-4417" in " ".join(m.text for m in manager.recall("invoice number").messages)
+
+
+def test_a_pinned_message_unpinned_later_leaves_the_sliding_window_into_its_own_place(store_url):
+    """``pin_first=1`` keeps the opening request while the window slides; the user unpins it later: the window
+    goes on sliding as the SDK's does, and the request is archived once, at its own place (0), beside the rest."""
+    from strands.agent.conversation_manager.compression.pin_message import unpin_message
+
+    from fullrecall.archive import Archive
+    from fullrecall.stores import Scope
+
+    archive = Archive(store_url, Scope(session_id="pins"))
+    manager = SlidingWindowConversationManager(window_size=4, pin_first=1, on_remove=archive)
+    agent = Agent(model=ScriptedModel(ANSWERS * 2), system_prompt=AGENT_PROMPT, conversation_manager=manager,
+                  callback_handler=None)
+    for question in QUESTIONS[:5]:
+        agent(question)
+    assert texts(agent.messages[:1]) == [QUESTIONS[0]]
+    unpin_message(agent.messages, 0)
+    for question in QUESTIONS[5:]:
+        agent(question)
+    assert len(agent.messages) == 4 and manager.removed_message_count == 2 * len(QUESTIONS) - 4
+    archived = archive.get(0, 100)
+    assert [m.position for m in archived] == list(range(manager.removed_message_count))
+    assert [texts([m.data])[0] for m in archived] == [text for q, a in zip(QUESTIONS, ANSWERS, strict=True)
+                                                     for text in (q, a)][: manager.removed_message_count]
+
+
+def test_a_prompt_without_text_leaves_every_earlier_message_as_it_was(talked):
+    """An image alone as the prompt: nothing to recall for; the previous question must not be enriched instead."""
+    agent, model = talked
+    model.replies = ["A chart of sales."]
+    agent([{"image": {"format": "png", "source": {"bytes": b"\x89PNG\r\n\x1a\n" + bytes(64)}}}])
+    sent = model.agent_calls[-1]["messages"]
+    assert "image" in sent[-1]["content"][0]
+    assert not any(ENRICHMENT_HEADER in t for t in texts(sent))
+
+
+def test_a_pinned_opening_dropped_by_a_session_restore_is_archived_and_recalled(tmp_path, store_url):
+    """With ``pin_first=1`` the opening request stays in the window, never archived; a session restore (new
+    process) reloads the window from ``removed_message_count`` without it, as the SDK does: it is archived then,
+    so recall still finds it."""
+    def agent(model):
+        return Agent(model=model, system_prompt=AGENT_PROMPT, callback_handler=None,
+                     conversation_manager=SemanticSummarizingConversationManager(
+                         summary_ratio=0.5, preserve_recent_messages=2, pin_first=1, store=store_url),
+                     session_manager=FileSessionManager(session_id="p1", storage_dir=str(tmp_path / "sessions")))
+
+    first = agent(ScriptedModel(ANSWERS, summary_reply=SUMMARY, max_prompt_chars=LIMIT))
+    for question in QUESTIONS:
+        first(question)
+    assert texts(first.messages[:1]) == [QUESTIONS[0]] and first.conversation_manager.removed_message_count > 0
+    again = agent(ScriptedModel(["It is bluefalcon."], summary_reply=SUMMARY, max_prompt_chars=LIMIT))
+    restored = again.conversation_manager
+    assert QUESTIONS[0] not in texts(again.messages)
+    assert [texts([m.data]) for m in restored.archive.get(0, 0)] == [[QUESTIONS[0]]]
+    assert "bluefalcon" in " ".join(m.text for m in restored.recall("project codename").messages)
+    again("Remind me of the project codename?")
+    assert [texts([m.data]) for m in restored.archive.get(0, 0)] == [[QUESTIONS[0]]]
+
+
+def test_a_sliding_window_with_a_pinned_opening_goes_on_after_the_user_empties_the_history(store_url):
+    """``agent.messages = []`` (start over) with ``pin_first=1``: the window goes on sliding, each message that
+    leaves is archived once, and nothing is written over an archived message."""
+    from fullrecall.archive import Archive
+    from fullrecall.stores import Scope
+
+    archive = Archive(store_url, Scope(session_id="reset"))
+    manager = SlidingWindowConversationManager(window_size=4, pin_first=1, on_remove=archive)
+    agent = Agent(model=ScriptedModel(ANSWERS * 2), system_prompt=AGENT_PROMPT, conversation_manager=manager,
+                  callback_handler=None)
+    for question in QUESTIONS[:5]:
+        agent(question)
+    agent.messages = []
+    for question in QUESTIONS:
+        agent(question)
+    assert len(agent.messages) == 4
+    archived = archive.get(0, 100)
+    assert sorted(m.position for m in archived) == list(range(manager.removed_message_count))
+    assert len(archived) == 2 * 5 - 1 - 4 + 2 * len(QUESTIONS) - 4  # all but the pinned opening and the windows
+
+
+def test_a_summarizing_window_with_a_pinned_opening_goes_on_after_the_user_empties_the_history(store_url):
+    """``agent.messages = []`` after a summary, with ``pin_first=1``: the next overflows summarize again, each
+    message that leaves is archived once, and nothing is written over an archived message."""
+    from fullrecall.archive import Archive
+    from fullrecall.stores import Scope
+
+    archive = Archive(store_url, Scope(session_id="reset"))
+    manager = SummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2, pin_first=1,
+                                             on_remove=archive, summarizer=lambda messages, previous=None: SUMMARY)
+    agent = Agent(model=ScriptedModel(ANSWERS * 3, max_prompt_chars=LIMIT), system_prompt=AGENT_PROMPT,
+                  conversation_manager=manager, callback_handler=None)
+    for question in QUESTIONS:
+        agent(question)
+    assert texts(agent.messages[:1]) == [QUESTIONS[0]] and manager.summary_message is not None
+    before = manager.removed_message_count
+    agent.messages = []
+    for question in QUESTIONS * 2:
+        agent(question)
+    assert manager.removed_message_count > before
+    archived = archive.get(0, 100)
+    assert sorted(m.position for m in archived) == list(range(manager.removed_message_count))

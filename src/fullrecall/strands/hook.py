@@ -113,7 +113,10 @@ class SemanticMemoryHook(HookProvider):
 
 
 def _newest_user_text(messages: list[dict[str, Any]]) -> int | None:
-    """Index of the newest user message that has text and is not a tool result."""
+    """Index of the newest user message that is not a tool result, when it has text.
+
+    A prompt without text (an image alone) has nothing to recall for: an earlier question is never enriched instead.
+    """
     for index in range(len(messages) - 1, -1, -1):
         msg = messages[index]
         if msg.get("role") != "user":
@@ -121,6 +124,5 @@ def _newest_user_text(messages: list[dict[str, Any]]) -> int | None:
         content = msg.get("content")
         if not isinstance(content, list) or any(isinstance(b, dict) and "toolResult" in b for b in content):
             continue
-        if any(isinstance(b, dict) and isinstance(b.get("text"), str) for b in content):
-            return index
+        return index if any(isinstance(b, dict) and isinstance(b.get("text"), str) for b in content) else None
     return None

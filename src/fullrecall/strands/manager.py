@@ -313,18 +313,40 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
         archive = self.core.archive
         owner = {} if self._agent_id_given else {"agent_id": event.agent.agent_id}
         archive.scope = dataclasses.replace(archive.scope, session_id=session_id, **owner)
-        if self._store_given or not self.removed_message_count or archive.store.count(archive.scope):
+        if not self.removed_message_count:
             return
         repository = getattr(session, "session_repository", None)
+        rebuild = not self._store_given and not archive.store.count(archive.scope)
         if repository is None:
-            log.warning("session manager %s has no message log to read; the archive of session %r starts empty",
-                        type(session).__name__, session_id)
+            if rebuild:
+                log.warning("session manager %s has no message log to read; the archive of session %r starts empty",
+                            type(session).__name__, session_id)
             return
-        records = repository.list_messages(session_id, event.agent.agent_id, offset=0, limit=self.removed_message_count)
-        shape, removed = self.core._parse([record.to_message() for record in records], 0)
-        if removed:
-            archive.write(RemovedMessages(messages=removed, reason="restored", shape=shape))
-            log.info("archive of session %r rebuilt from its message log: %d message(s)", session_id, len(removed))
+        if rebuild:
+            records = repository.list_messages(session_id, event.agent.agent_id, offset=0, limit=self.removed_message_count)
+            shape, removed = self.core._parse([record.to_message() for record in records], 0)
+            if removed:
+                archive.write(RemovedMessages(messages=removed, reason="restored", shape=shape))
+                log.info("archive of session %r rebuilt from its message log: %d message(s)", session_id, len(removed))
+        self._archive_dropped_front(event.agent, repository, session_id)
+
+    def _archive_dropped_front(self, agent: Any, repository: Any, session_id: str) -> None:
+        """Messages kept pinned before the summary, which a session does not reload: archived from its log.
+
+        A session reloads the window from ``removed_message_count`` on, without them (as the SDK's manager
+        leaves them); archived at their places, recall still finds them.
+        """
+        positions = self.core._front_positions
+        if not positions or self.core._layout(agent.messages).front >= len(positions):
+            return
+        archive = self.core.archive
+        missing = [p for p in positions if not archive.get(p, p)]
+        found = [(p, record.to_message()) for p in missing
+                 for record in repository.list_messages(session_id, agent.agent_id, offset=p, limit=1)]
+        if found:
+            shape, dropped = self.core._parse_at([raw for _, raw in found], [p for p, _ in found])
+            archive.write(RemovedMessages(messages=dropped, reason="restored", shape=shape))
+            log.info("%d pinned message(s) the session did not reload archived from its log", len(dropped))
 
     def recall(self, query: str, **options: Any) -> _archive.Recall:
         """Archived messages relevant to ``query`` with their neighbours, never repeating the window."""

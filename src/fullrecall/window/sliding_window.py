@@ -12,7 +12,7 @@ reported (archived) before it leaves.
 
 from __future__ import annotations
 
-from collections.abc import MutableSequence
+from collections.abc import MutableSequence, Sequence
 from typing import Any
 
 from ..errors import ContextWindowOverflowError
@@ -66,6 +66,7 @@ class SlidingWindowConversationManager(ConversationManager):
         self.max_tool_result_chars = max_tool_result_chars
         self.truncation_notice = truncation_notice
         self._pin_first_applied = False
+        self._front_positions: list[int] = []  # pinned messages kept at the front by the last cut: their places
 
     def get_state(self) -> dict[str, Any]:
         return {**super().get_state(), "window_size": self.window_size, "pin_first_applied": self._pin_first_applied}
@@ -74,6 +75,7 @@ class SlidingWindowConversationManager(ConversationManager):
         super().restore_from_state(state)
         if state:
             self._pin_first_applied = bool(state.get("pin_first_applied", False))
+            self._front_positions = []  # a session reloads the window from removed_message_count, without them
 
     def apply_management(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
         if len(messages) - self._pinned_count(messages) <= self.window_size:
@@ -92,8 +94,7 @@ class SlidingWindowConversationManager(ConversationManager):
             pin_first(messages[system:], self.pin_first)
             self._pin_first_applied = True
         window = messages[system:]
-        # every message before the first unpinned one is either removed or pinned at the front
-        shape, body = self._parse(window, system + self.removed_message_count, system)
+        shape, body = self._parse_window(window, system)
         if self.window_size == 0:
             return self._remove(messages, system, body, len(body), shape, error, reason="trimmed")
         if error is not None and self.should_truncate_results and self._truncate_oldest_result(messages, system, body, shape):
@@ -137,7 +138,19 @@ class SlidingWindowConversationManager(ConversationManager):
         for i in reversed(doomed):
             del messages[system + i]
         self.removed_message_count += len(doomed)
+        gone = set(doomed)
+        self._front_positions = [body[i].position or 0 for i in range(cut) if i not in gone]
         return messages
+
+    def _parse_window(self, window: Sequence[dict[str, Any]], system: int) -> tuple[str, list[Message]]:
+        """The window's messages at their places in the conversation.
+
+        The pinned messages the last cut kept at the front keep theirs (unpinned since, they leave from
+        there); every other message came after each removed one.
+        """
+        front = self._front_positions[: len(window)]
+        start = system + self.removed_message_count + len(front)
+        return self._parse_at(window, [*front, *range(start, start + len(window) - len(front))], system)
 
     def _window_start(self, messages: Any) -> int:
         return self._pinned_count(messages) + leading_pinned(messages, self._pinned_count(messages))
@@ -145,7 +158,7 @@ class SlidingWindowConversationManager(ConversationManager):
     def clear(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
         """Empty the window but for the pinned messages; every other message is reported first."""
         system = self._pinned_count(messages)
-        shape, body = self._parse(messages[system:], system + self.removed_message_count, system)
+        shape, body = self._parse_window(messages[system:], system)
         if body:
             self._remove(messages, system, body, len(body), shape, None, reason="cleared")
         return messages

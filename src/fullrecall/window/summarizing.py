@@ -224,7 +224,7 @@ class SummarizingConversationManager(ConversationManager):
         if self.max_history_turns is not None and originals > 2 * self.max_history_turns:
             keeps.append(2 * self.max_history_turns)
         if self.max_context_tokens is not None:
-            shape, parsed = self._parse(messages[layout.start :], layout.first_position(self), layout.start)
+            shape, parsed = self._parse_tail(messages, layout)
             sizes = [self.token_counter.count_message(m) for m in parsed]
             total = sum(sizes) + sum(self.token_counter.count_message(m) for m in self._parse(messages[: layout.start], 0)[1])
             if total > self.max_context_tokens:
@@ -241,7 +241,7 @@ class SummarizingConversationManager(ConversationManager):
         """Empty the window but for pinned messages; the summary goes, every original is reported first."""
         layout = self._layout(messages)
         tail = messages[layout.start :]
-        shape, body = self._parse(tail, layout.first_position(self), layout.start)
+        shape, body = self._parse_tail(messages, layout)
         front, loose = self._front(messages, layout, reach=layout.front)
         doomed = [i for i in range(len(tail)) if not is_pinned(tail, i)]
         gone = [m for i, m in enumerate(front) if i in loose] + [body[i] for i in doomed]
@@ -271,6 +271,17 @@ class SummarizingConversationManager(ConversationManager):
         self._front_seen = front
         return _Layout(pinned=pinned, front=front, has_summary=at is not None)
 
+    def _parse_tail(self, messages: Sequence[dict[str, Any]], layout: _Layout) -> tuple[str, list[Message]]:
+        """The originals after the summary at their places in the conversation.
+
+        With the summary gone and the messages pinned before it too (the caller emptied the history),
+        the first take the places those pinned messages held: no place an archived message holds is given.
+        """
+        tail = messages[layout.start :]
+        spare = [] if layout.has_summary else self._front_positions[layout.front :][: len(tail)]
+        start = layout.first_position(self) + len(spare)
+        return self._parse_at(tail, [*spare, *range(start, start + len(tail) - len(spare))], layout.start)
+
     def _front(self, messages: Sequence[dict[str, Any]], layout: _Layout, reach: int) -> tuple[list[Message], set[int]]:
         """The messages kept before the summary, and those among the first ``reach`` no longer pinned.
 
@@ -279,9 +290,12 @@ class SummarizingConversationManager(ConversationManager):
         are reused across turns) is summarized once it no longer sits beside it.
         """
         raw = messages[layout.pinned : layout.pinned + layout.front]
-        positions = self._front_positions
-        if len(positions) != len(raw):  # pinned from the start (pin_first, the SDK's flag), nothing removed
-            positions = list(range(layout.pinned, layout.pinned + len(raw)))
+        positions = self._front_positions[: len(raw)]
+        if len(positions) < len(raw):
+            # pinned from the start (pin_first, the SDK's flag), or put before the summary by the caller since:
+            # the places just before the window's first original, never one an archived message holds
+            end = layout.first_position(self)
+            positions = [*positions, *range(end - (len(raw) - len(positions)), end)]
         _, front = self._parse_at(raw, positions, layout.pinned)
         loose = {i for i in range(min(reach, len(raw))) if not is_pinned(messages, layout.pinned + i)}
         return front, loose
@@ -297,7 +311,7 @@ class SummarizingConversationManager(ConversationManager):
     ) -> None:
         """Fold the oldest originals into the summary; front messages no longer pinned go with them."""
         tail = messages[layout.start :]
-        shape, body = self._parse(tail, layout.first_position(self), layout.start)
+        shape, body = self._parse_tail(messages, layout)
         if self.summary_role == "system" and shape != "openai":
             raise ValueError(f"summary_role='system' needs chat-completions messages; these are {shape}")
         limit = len(body) - max(self.preserve_recent_messages, 0)
@@ -361,6 +375,8 @@ class SummarizingConversationManager(ConversationManager):
         for i in reversed(doomed):
             del messages[layout.start + i]
         self.removed_message_count += len(doomed)
+        if not layout.has_summary:  # the places of pinned messages gone with the summary went to the dropped ones
+            self._front_positions = self._front_positions[: layout.front]
         return True
 
     def _choose_cut(self, body: list[Message], target: int, limit: int) -> int | None:
