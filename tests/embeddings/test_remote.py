@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import sys
 import threading
 import time
@@ -344,5 +345,30 @@ def test_an_input_the_model_refuses_is_told_from_a_failure_that_may_pass():
             with pytest.raises(EmbeddingError) as info:
                 emb.embed(["x"])
             assert info.value.rejected is rejected
+    finally:
+        server.close()
+
+
+# -- the API key is never shown ------------------------------------------------------------
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def test_an_embedding_api_key_is_sent_trimmed_and_never_shown(caplog):
+    """A key read from a file with its newline is sent without it (it was refused at the first request, in an
+    error quoting the whole header); one no header can carry is refused at once without being shown; a server
+    quoting the request's headers in its error gets the key replaced by [redacted]."""
+    server = ScriptedServer(path=lambda p: p == "/v1/embeddings")
+    try:
+        server.script(Reply(body=_embeddings(1)))
+        assert load_embedder("openai:m", base_url=server.base_url, api_key=f"{SECRET}\n").embed(["x"]).shape == (1, 4)
+        assert server.headers[0]["authorization"] == f"Bearer {SECRET}"
+        with pytest.raises(ValueError, match="api_key holds a character") as caught:
+            load_embedder("openai:m", base_url=server.base_url, api_key=f"sk-live\n{SECRET}")
+        assert "sk-live" not in str(caught.value)
+        server.script(lambda _body: Reply(status=401, body=json.dumps({"error": str(server.headers[-1])}).encode()))
+        with caplog.at_level(logging.DEBUG), pytest.raises(EmbeddingError, match=r"HTTP 401.*\[redacted\]") as caught:
+            load_embedder("openai:m", base_url=server.base_url, api_key=SECRET).embed(["x"])
+        assert SECRET not in str(caught.value) and SECRET not in caplog.text
     finally:
         server.close()

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from summarizer_peers import Reply, completion
 
-from fullrecall.errors import SummarizationError
+from fullrecall.errors import InvalidInput, SummarizationError
 from fullrecall.summarizers import ChatModelError, Exclusions, LLMSummarizer, OpenAIChatModel, summarizer_from_prompt
 from fullrecall.summarizers.llm import DEFAULT_SYSTEM_PROMPT
 
@@ -38,7 +38,8 @@ def client(server, **kw) -> OpenAIChatModel:
     kw.setdefault("timeout", 2.0)
     kw.setdefault("max_retries", 1)
     kw.setdefault("backoff", 0.01)
-    return OpenAIChatModel("scripted-model", base_url=server.base_url, api_key="sk-test", **kw)
+    kw.setdefault("api_key", "sk-test")
+    return OpenAIChatModel("scripted-model", base_url=server.base_url, **kw)
 
 
 def assert_safe(summary, conversation, citations):
@@ -374,3 +375,43 @@ def test_deadline_defaults_to_twice_the_timeout_and_reads_the_environment(llm_se
     assert OpenAIChatModel.from_env().deadline == 42.0
     with pytest.raises(ValueError, match="deadline"):
         OpenAIChatModel("m", deadline=0)
+
+
+# -- the API key is never shown --------------------------------------------------------------
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def test_an_api_key_read_with_its_newline_is_sent_without_it(llm_server, tech_conversation, good_summary):
+    llm_server.script(completion(good_summary))
+    model = OpenAIChatModel("m", base_url=llm_server.base_url, api_key=f"{SECRET}\n")
+    assert LLMSummarizer(model).summarize(tech_conversation).method == "llm"
+    assert llm_server.headers[0]["authorization"] == f"Bearer {SECRET}"
+
+
+@pytest.mark.parametrize("key", [f"sk-live\n{SECRET}", f"{SECRET}\x00", f"{SECRET}é"])
+def test_an_api_key_no_header_can_carry_is_refused_without_showing_it(llm_server, key):
+    with pytest.raises(InvalidInput, match="api_key holds a character") as caught:
+        OpenAIChatModel("m", base_url=llm_server.base_url, api_key=key)
+    assert SECRET not in str(caught.value) and "sk-live" not in str(caught.value)
+    with pytest.raises(InvalidInput, match="header 'x-api-key'") as caught:
+        OpenAIChatModel("m", base_url=llm_server.base_url, headers={"x-api-key": key})
+    assert SECRET not in str(caught.value)
+
+
+@pytest.mark.parametrize("header", ["Authorization", "api-key"])
+def test_a_server_quoting_the_api_key_in_its_error_never_gets_it_shown(llm_server, tech_conversation, caplog, header):
+    def echo(status):  # a server (a proxy, say) that quotes the request's headers in its error
+        def reply(_body):
+            sent = llm_server.headers[-1]
+            return Reply(status=status, body=json.dumps({"error": f"refused {sent}"}).encode())
+        return reply
+
+    llm_server.script(echo(500), echo(401))
+    model = client(llm_server, api_key=SECRET, api_key_header=header, headers={"X-Org-Token": "tok-9f8e7d6c5b"})
+    with caplog.at_level(logging.DEBUG):
+        summary = LLMSummarizer(model).summarize(tech_conversation)
+    assert summary.method == "extractive" and len(llm_server.requests) == 2
+    assert "HTTP 401" in summary.report.errors[0] and "[redacted]" in summary.report.errors[0]
+    for shown in (caplog.text, *summary.report.errors, summary.text):
+        assert SECRET not in shown and "tok-9f8e7d6c5b" not in shown

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _deadline
+from .. import _deadline, _secrets
 from ..errors import EmbeddingError
 from .base import batched, empty, l2_normalize, remote_vectors
 
@@ -46,8 +46,9 @@ class OpenAIEmbedder:
             raise EmbeddingError("OpenAI-compatible embeddings need httpx: pip install 'fullrecall[openai]'") from exc
         self.model = model
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        key = _secrets.checked_key(api_key if api_key is not None else os.environ.get("OPENAI_API_KEY"))
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._secrets = _secrets.secrets_of(key)  # never shown in an error: some servers echo the headers
         self.timeout = timeout
         self.deadline = _deadline.from_env(deadline, timeout)
         self._dimensions_arg = embedding_dimensions
@@ -80,21 +81,25 @@ class OpenAIEmbedder:
             raise EmbeddingError(f"embedding request to {self.base_url} failed: no complete answer within the "
                                  f"deadline of {self.deadline:g} s per request") from None
         except Exception as exc:
-            raise EmbeddingError(f"embedding request to {self.base_url} failed: {exc}") from exc
+            raise EmbeddingError(f"embedding request to {self.base_url} failed: {self._shown(str(exc))}") from exc
         if response.status_code != 200:
             raise EmbeddingError(f"embedding request to {self.base_url} failed: HTTP {response.status_code}: "
-                                 f"{response.text[:300]}", rejected=response.status_code in REJECTED)
+                                 f"{self._shown(response.text)[:300]}", rejected=response.status_code in REJECTED)
         try:
             data = sorted(response.json()["data"], key=lambda d: d["index"])
             rows = [d["embedding"] for d in data]
             indexes = [d["index"] for d in data]
         except (KeyError, TypeError, ValueError) as exc:
-            raise EmbeddingError(f"unexpected embeddings response from {self.base_url}: {response.text[:300]}") from exc
+            raise EmbeddingError(f"unexpected embeddings response from {self.base_url}: "
+                                 f"{self._shown(response.text)[:300]}") from exc
         if indexes != list(range(len(indexes))):  # a repeated or missing index: which vector is whose is unknown
             raise EmbeddingError(f"{self.name} returned embeddings with indexes {indexes[:20]} for {len(texts)} texts")
         vectors = remote_vectors(self.name, rows, len(texts), self._dimension)
         self._dimension = int(vectors.shape[1])
         return vectors
+
+    def _shown(self, text: str) -> str:
+        return _secrets.redact(text, self._secrets)
 
     def close(self) -> None:
         """Nothing to release: the process keeps the connections (see :func:`fullrecall._deadline.request`)."""
