@@ -157,6 +157,33 @@ def test_http_429_honours_retry_after(llm_server, tech_conversation, good_summar
     assert summary.method == "llm"
 
 
+def test_http_429_honours_retry_after_given_as_an_http_date(llm_server, tech_conversation, good_summary):
+    """RFC 9110 lets Retry-After be a date: it was read as no Retry-After at all (the backoff of 5 s was waited)."""
+    from email.utils import formatdate
+
+    llm_server.script(Reply(status=429, body=b"{}", headers={"Retry-After": formatdate(time.time() + 1, usegmt=True)}),
+                      completion(good_summary))
+    started = time.monotonic()
+    summary = LLMSummarizer(client(llm_server, backoff=5.0, max_backoff=30.0)).summarize(tech_conversation)
+    assert summary.method == "llm" and time.monotonic() - started < 3.5
+
+
+@pytest.mark.parametrize("value", ["86400", "1e400", "inf"])
+def test_a_huge_retry_after_waits_max_backoff_at_most(llm_server, tech_conversation, good_summary, value):
+    llm_server.script(Reply(status=429, body=b"{}", headers={"Retry-After": value}), completion(good_summary))
+    started = time.monotonic()
+    summary = LLMSummarizer(client(llm_server, backoff=5.0, max_backoff=0.2)).summarize(tech_conversation)
+    assert summary.method == "llm" and time.monotonic() - started < 3.0
+
+
+@pytest.mark.parametrize("value", ["soon", "-5", "nan", "Wed, 99 Oct 2015 07:28:00 GMT", ""])
+def test_an_unreadable_retry_after_falls_back_to_the_backoff(llm_server, tech_conversation, good_summary, value):
+    llm_server.script(Reply(status=429, body=b"{}", headers={"Retry-After": value}), completion(good_summary))
+    started = time.monotonic()
+    summary = LLMSummarizer(client(llm_server, backoff=0.01)).summarize(tech_conversation)
+    assert summary.method == "llm" and time.monotonic() - started < 3.0
+
+
 @pytest.mark.parametrize("fallback", ["extractive", "truncation"])
 def test_persistent_500_falls_back(llm_server, tech_conversation, citations, fallback):
     llm_server.script(*[Reply(status=500, body=b'{"error": "down"}')] * 2)

@@ -51,10 +51,3 @@ class ChatModel(Protocol):
     def complete(self, request: ChatRequest) -> ChatResponse: ...
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse: ...
-
-
-def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | None = None) -> float:
-    """Exponential backoff (``base * 2**attempt``, capped), or the server's Retry-After when it gave one."""
-    if retry_after is not None and retry_after >= 0:
-        return min(retry_after, cap)
-    return min(cap, base * (2 ** attempt))

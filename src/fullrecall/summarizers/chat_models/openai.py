@@ -17,14 +17,13 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
-from ... import _deadline, _secrets
+from ... import _deadline, _retry, _secrets
 from ...errors import InvalidInput
-from .base import ChatModelError, ChatRequest, ChatResponse, backoff_delay
+from .base import ChatModelError, ChatRequest, ChatResponse
 
 logger = logging.getLogger("fullrecall.summarizers")
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-_RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 class OpenAIChatModel:
@@ -137,7 +136,7 @@ class OpenAIChatModel:
         """Seconds to wait before the next try; raises ``error`` when it is final."""
         if not error.retryable or attempt == self.max_retries:
             raise error
-        delay = backoff_delay(attempt, self.backoff, self.max_backoff, getattr(error, "retry_after", None))
+        delay = _retry.backoff_delay(attempt, self.backoff, self.max_backoff, getattr(error, "retry_after", None))
         logger.warning("%s: %s; retry %d/%d in %.2f s", self.name, error, attempt + 1, self.max_retries, delay)
         return delay
 
@@ -160,13 +159,9 @@ class OpenAIChatModel:
         status = response.status_code
         if status >= 400:
             detail = self._shown(response.text)[:300].strip()
-            error = ChatModelError(f"{self.name} answered HTTP {status}: {detail}", retryable=status in _RETRY_STATUS,
+            error = ChatModelError(f"{self.name} answered HTTP {status}: {detail}", retryable=status in _retry.RETRY_STATUS,
                                    status=status)
-            retry_after = response.headers.get("retry-after")
-            try:
-                error.retry_after = float(retry_after) if retry_after else None  # type: ignore[attr-defined]
-            except ValueError:
-                error.retry_after = None  # type: ignore[attr-defined]
+            error.retry_after = _retry.retry_after(response.headers.get("retry-after"))  # type: ignore[attr-defined]
             raise error
         try:  # any body not shaped as a completion (a null choice, a bare-string message) is malformed
             data = response.json()

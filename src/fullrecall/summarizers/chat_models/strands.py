@@ -14,7 +14,8 @@ import concurrent.futures
 import logging
 from typing import Any
 
-from .base import ChatModelError, ChatRequest, ChatResponse, backoff_delay
+from ..._retry import backoff_delay
+from .base import ChatModelError, ChatRequest, ChatResponse
 
 logger = logging.getLogger("fullrecall.summarizers")
 
