@@ -179,7 +179,7 @@ def test_openai_embeddings_from_a_server_trickling_bytes_end_at_the_deadline(hea
     try:
         server.script(Reply(body=_embeddings(1)), Reply(body=_embeddings(1, 400), trickle=0.05, trickle_head=head))
         emb = load_embedder("openai:m", base_url=server.base_url, api_key="k")
-        emb.timeout, emb.deadline = 2.0, 0.6
+        emb.timeout, emb.deadline, emb.max_retries = 2.0, 0.6, 0  # one try: its deadline is what is measured
         assert emb.embed(["fast"]).shape == (1, 4) and server.headers[0]["authorization"] == "Bearer k"
         started = time.monotonic()
         with pytest.raises(EmbeddingError, match=r"deadline of 0\.6 s per request"):
@@ -254,7 +254,7 @@ def test_openai_embeddings_keep_their_connection_and_recover_after_a_deadline():
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         emb = load_embedder("openai:m", base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1", api_key="k")
-        emb.deadline = 0.5
+        emb.deadline, emb.max_retries = 0.5, 0
         for text in ("a", "b", "c"):
             assert emb.embed([text]).shape == (1, 4)
         assert len(ports) == 3 and len(set(ports)) == 1, ports  # one connection for all three
@@ -341,6 +341,7 @@ def test_an_input_the_model_refuses_is_told_from_a_failure_that_may_pass():
         server.script(Reply(status=400, body=b'{"error": "too many tokens"}'), Reply(status=429, body=b"{}"),
                       Reply(status=503, body=b"{}"))
         emb = load_embedder("openai:m", base_url=server.base_url, api_key="k")
+        emb.max_retries = 0  # a throttle or a server error tried again and again: its error at last
         for rejected in (True, False, False):
             with pytest.raises(EmbeddingError) as info:
                 emb.embed(["x"])
@@ -370,5 +371,46 @@ def test_an_embedding_api_key_is_sent_trimmed_and_never_shown(caplog):
         with caplog.at_level(logging.DEBUG), pytest.raises(EmbeddingError, match=r"HTTP 401.*\[redacted\]") as caught:
             load_embedder("openai:m", base_url=server.base_url, api_key=SECRET).embed(["x"])
         assert SECRET not in str(caught.value) and SECRET not in caplog.text
+    finally:
+        server.close()
+
+
+# -- a throttle or a server error is tried again -------------------------------------------
+
+def test_openai_embeddings_retry_a_throttle_and_a_server_error_then_succeed(caplog):
+    """A 429 (its Retry-After honoured), a 5xx and a deadline passed are tried again, as the chat models do: a
+    burst of requests over the provider's rate limit failed at once, leaving its messages unembedded."""
+    from fullrecall.embeddings.openai import OpenAIEmbedder
+
+    server = ScriptedServer(path=lambda p: p == "/v1/embeddings")
+    try:
+        emb = OpenAIEmbedder("m", base_url=server.base_url, api_key="k", backoff=5.0, deadline=0.5)
+        server.script(Reply(status=429, body=b'{"error": "rate limited"}', headers={"Retry-After": "0"}),
+                      Reply(status=503, body=b"{}", headers={"Retry-After": "0.01"}),
+                      Reply(body=_embeddings(2)))
+        with caplog.at_level(logging.WARNING):
+            assert emb.embed(["a", "b"]).shape == (2, 4)
+        assert len(server.requests) == 3 and "HTTP 429" in caplog.text and "retry 1/2" in caplog.text
+        server.script(Reply(body=_embeddings(1), delay=1.0), Reply(body=_embeddings(1)))
+        emb.backoff = 0.01
+        assert emb.embed(["c"]).shape == (1, 4) and len(server.requests) == 2
+    finally:
+        server.close()
+
+
+def test_openai_embeddings_give_up_after_max_retries_and_never_retry_a_refused_input():
+    from fullrecall.embeddings.openai import OpenAIEmbedder
+
+    server = ScriptedServer(path=lambda p: p == "/v1/embeddings")
+    try:
+        emb = OpenAIEmbedder("m", base_url=server.base_url, api_key="k", backoff=0.01, max_retries=2)
+        server.script(*[Reply(status=500, body=b'{"error": "down"}')] * 4)
+        with pytest.raises(EmbeddingError, match="HTTP 500") as caught:
+            emb.embed(["x"])
+        assert len(server.requests) == 3 and not caught.value.rejected
+        server.script(Reply(status=400, body=b'{"error": "too many tokens"}'), Reply(body=_embeddings(1)))
+        with pytest.raises(EmbeddingError, match="HTTP 400") as caught:
+            emb.embed(["x"])
+        assert len(server.requests) == 1 and caught.value.rejected
     finally:
         server.close()
