@@ -16,7 +16,7 @@ from fullrecall.stores import open_store
 from fullrecall.summarizers.chat_models import OpenAIChatModel
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
-from summarizer_peers import ScriptedServer, completion  # noqa: E402
+from summarizer_peers import Reply, ScriptedServer, completion  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -303,3 +303,22 @@ def test_forget_leaves_no_tokens_counted_as_saved(server, default_embedder):
     assert agent.stats()["tokens_saved"] == 0  # the window holds every word recorded since
     agent.close()
     store.close()
+
+
+def test_an_answer_holding_a_lone_surrogate_is_recorded(server, default_embedder):
+    """Half a surrogate pair in the model's answer (JSON may escape one) made the answer unstorable: the user saw it,
+    memory counted a failure and the turn's answer was never recorded. It comes with U+FFFD in its place now."""
+    server.script(Reply(body=completion("Paris @ is lovely.").body.replace(b"@", b"\\ud83d")))
+    agent = MemoryAgent(model(server), store="sqlite:///:memory:", embedder=default_embedder)
+    assert "".join(chat(agent, "Where should I travel?")) == "Paris \ufffd is lovely."
+    assert agent.stats()["failures"] == 0
+    assert agent.conversation.messages[-1]["content"] == "Paris \ufffd is lovely."
+
+
+def test_a_strands_answer_holding_a_lone_surrogate_is_recorded(default_embedder):
+    pytest.importorskip("strands")
+    from test_summarizer_strands import ScriptedModel
+
+    agent = MemoryAgent(ScriptedModel("Paris \ud83d is lovely."), store="sqlite:///:memory:", embedder=default_embedder)
+    assert "".join(chat(agent, "Where should I travel?")) == "Paris \ufffd is lovely."
+    assert agent.stats()["failures"] == 0 and agent.conversation.messages[-1]["content"] == "Paris \ufffd is lovely."

@@ -442,3 +442,15 @@ def test_a_server_quoting_the_api_key_in_its_error_never_gets_it_shown(llm_serve
     assert "HTTP 401" in summary.report.errors[0] and "[redacted]" in summary.report.errors[0]
     for shown in (caplog.text, *summary.report.errors, summary.text):
         assert SECRET not in shown and "tok-9f8e7d6c5b" not in shown
+
+
+def test_an_answer_holding_a_lone_surrogate_is_used_with_a_replacement_character(llm_server, tech_conversation,
+                                                                                 good_summary, citations):
+    """JSON may escape half a surrogate pair ("\\ud83d"): such a summary was no Unicode any store or counter takes,
+    and summarize() raised a UnicodeEncodeError instead of using or falling back. The half is U+FFFD now."""
+    body = completion(good_summary).body.replace(b"Topic 1:", b"Topic 1 \\ud83d:")
+    llm_server.script(Reply(body=body))
+    summary = LLMSummarizer(client(llm_server)).summarize(tech_conversation)
+    assert summary.method == "llm" and "Topic 1 \ufffd:" in summary.text
+    summary.text.encode("utf-8")  # storable
+    assert_safe(summary, tech_conversation, citations)

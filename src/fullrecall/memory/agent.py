@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..summarizers.chat_models.base import ChatRequest, ChatResponse
+from ..summarizers.chat_models.base import ChatRequest, ChatResponse, valid_text
 from ..tokens import default_token_counter
 from .conversation import SyncConversationMemory
 from .persistent import PersistentMemory
@@ -310,7 +310,7 @@ class _StrandsStream:
         async for event in self._inner.model.stream(messages, tool_specs=None, system_prompt=system):
             delta = event.get("contentBlockDelta", {}).get("delta", {}) if isinstance(event, dict) else {}
             if isinstance(delta.get("text"), str) and delta["text"]:
-                yield delta["text"]
+                yield valid_text(delta["text"])
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         return await self._inner.acomplete(request)

@@ -7,10 +7,13 @@ answer (empty, refusal, over-long, missing facts) lives in the summarizer.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ...errors import SummarizationError
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,14 @@ class ChatResponse:
     finish_reason: str = "stop"
     model: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", valid_text(self.text))
+
+
+def valid_text(text: str) -> str:
+    """``text`` with each lone surrogate (half a pair, which JSON may escape) as U+FFFD: text any store takes."""
+    return _LONE_SURROGATE.sub("\ufffd", text) if isinstance(text, str) else text
 
 
 class ChatModelError(SummarizationError):
