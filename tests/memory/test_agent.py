@@ -322,3 +322,34 @@ def test_a_strands_answer_holding_a_lone_surrogate_is_recorded(default_embedder)
     agent = MemoryAgent(ScriptedModel("Paris \ud83d is lovely."), store="sqlite:///:memory:", embedder=default_embedder)
     assert "".join(chat(agent, "Where should I travel?")) == "Paris \ufffd is lovely."
     assert agent.stats()["failures"] == 0 and agent.conversation.messages[-1]["content"] == "Paris \ufffd is lovely."
+
+
+def test_the_memory_models_failures_and_summary_fallbacks_are_counted(server, default_embedder, caplog):
+    """The memory model failing went uncounted: a fact extraction that raised was logged inside long-term memory,
+    and a window summary whose model kept failing fell back to the extractive one, while ``stats()`` showed no
+    failure at all. ``llm_failures`` counts the memory model's calls that failed, ``summary_fallbacks`` the
+    window summaries written without it."""
+    from fullrecall.memory.facts import EXTRACTION_PROMPT
+
+    def memory_model_reply(body: dict[str, Any]) -> Reply:
+        if body["messages"][0]["content"] == EXTRACTION_PROMPT:
+            return Reply(status=500, body=b'{"error": "down"}')
+        return completion("")  # a summary: an empty answer, asked again, then the extractive summary
+
+    server.script(*[completion(f"answer {i} about the topic") for i in range(4)])
+    answers, memory_server = server, ScriptedServer()
+    try:
+        memory_server.script(*[memory_model_reply] * 40)
+        agent = MemoryAgent(model(answers), store="sqlite:///:memory:", embedder=default_embedder,
+                            memory_model=model(memory_server),
+                            window_options={"max_history_turns": 1, "preserve_recent_messages": 1})
+        for i in range(4):
+            chat(agent, f"question {i}: what do you know about topic {i}?")
+        extractions = sum(r["messages"][0]["content"] == EXTRACTION_PROMPT for r in memory_server.requests)
+        summaries = len(memory_server.requests) - extractions
+    finally:
+        memory_server.close()
+    stats = agent.stats()
+    assert extractions == 4 and summaries >= 2 and stats["llm_calls"] == 4 + summaries
+    assert stats["llm_failures"] == 4 and stats["summary_fallbacks"] == summaries // 2 >= 1
+    assert stats["messages"] == 8 and stats["failures"] == 0  # every memory step itself went through
