@@ -414,3 +414,17 @@ def test_openai_embeddings_give_up_after_max_retries_and_never_retry_a_refused_i
         assert len(server.requests) == 1 and caught.value.rejected
     finally:
         server.close()
+
+
+def test_cohere_batches_answering_one_vector_too_many_and_one_too_few_are_refused():
+    """Each Cohere request's answer is checked for its own texts: one batch answering 97 vectors for 96 texts
+    and the next 3 for 4 added up to 100 for 100 texts, and every vector after the extra one was stored for
+    the text before its own."""
+    client = _client()
+    emb = load_embedder("bedrock:cohere.embed-english-v3", aws_region="eu-west-1", client=client)
+    texts = [f"t{i}" for i in range(100)]
+    with Stubber(client) as stub:
+        _expect(stub, "cohere.embed-english-v3", None, {"embeddings": [[1.0] * 1024] * 97})
+        _expect(stub, "cohere.embed-english-v3", None, {"embeddings": [[1.0] * 1024] * 3})
+        with pytest.raises(EmbeddingError, match=r"shape \(97, 1024\) for 96 texts"):
+            emb.embed(texts)
