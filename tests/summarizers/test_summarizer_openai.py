@@ -20,7 +20,14 @@ from hypothesis import strategies as st
 from summarizer_peers import Reply, completion
 
 from fullrecall.errors import InvalidInput, SummarizationError
-from fullrecall.summarizers import ChatModelError, Exclusions, LLMSummarizer, OpenAIChatModel, summarizer_from_prompt
+from fullrecall.summarizers import (
+    ChatModelError,
+    ChatResponse,
+    Exclusions,
+    LLMSummarizer,
+    OpenAIChatModel,
+    summarizer_from_prompt,
+)
 from fullrecall.summarizers.llm import DEFAULT_SYSTEM_PROMPT
 
 SEED_002_PROMPT = """
@@ -453,4 +460,24 @@ def test_an_answer_holding_a_lone_surrogate_is_used_with_a_replacement_character
     summary = LLMSummarizer(client(llm_server)).summarize(tech_conversation)
     assert summary.method == "llm" and "Topic 1 \ufffd:" in summary.text
     summary.text.encode("utf-8")  # storable
+    assert_safe(summary, tech_conversation, citations)
+
+
+@pytest.mark.parametrize("answer", ["a plain string", None, {"text": "a dict"}, ChatResponse(text=42)])
+def test_a_chat_model_answering_no_chat_response_falls_back(tech_conversation, citations, answer):
+    """A chat model of one's own returning a string (or None, or a dict) made summarize() raise an AttributeError
+    instead of falling back as documented; it is a bad answer, asked again, then the fallback."""
+    class OwnModel:
+        name = "own"
+
+        def complete(self, request):
+            return answer
+
+        async def acomplete(self, request):
+            return answer
+
+    summary = LLMSummarizer(OwnModel()).summarize(tech_conversation)
+    assert summary.method == "extractive" and summary.report.attempts == 2
+    assert "malformed: the model" in summary.report.errors[0]
+    assert asyncio.run(LLMSummarizer(OwnModel()).asummarize(tech_conversation)).method == "extractive"
     assert_safe(summary, tech_conversation, citations)
