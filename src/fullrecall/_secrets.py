@@ -10,6 +10,7 @@ passed through :func:`redact` before it goes into an error.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
 
 from .errors import InvalidInput
 
@@ -36,9 +37,14 @@ def checked_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
     return {k: checked_key(v, f"header {k!r}") or "" for k, v in (headers or {}).items()}
 
 
-def secrets_of(key: str | None, headers: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """What must never be shown: the key, and the values of headers named like credentials."""
+def secrets_of(key: str | None, headers: Mapping[str, str] | None = None, url: str | None = None) -> tuple[str, ...]:
+    """What must never be shown: the key, the values of headers named like credentials, the URL's password."""
     found = [key] if key else []
+    try:
+        password = urlsplit(url).password if url else None
+    except ValueError:
+        password = None
+    found += [password] if password else []
     found += [v for k, v in (headers or {}).items() if v and any(w in k.lower() for w in _SECRET_HEADER_WORDS)]
     return tuple(sorted(set(found), key=len, reverse=True))  # a longer secret first: it may contain a shorter one
 

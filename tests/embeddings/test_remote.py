@@ -428,3 +428,15 @@ def test_cohere_batches_answering_one_vector_too_many_and_one_too_few_are_refuse
         _expect(stub, "cohere.embed-english-v3", None, {"embeddings": [[1.0] * 1024] * 3})
         with pytest.raises(EmbeddingError, match=r"shape \(97, 1024\) for 96 texts"):
             emb.embed(texts)
+
+
+def test_a_password_in_the_base_url_is_never_shown():
+    """``https://user:password@host/v1`` (some gateways take their credentials so) was quoted whole in every error
+    of the embedder and in its repr."""
+    emb = load_embedder("openai:m", base_url="http://user:pw-0123456789@127.0.0.1:9/v1", api_key="k",
+                        embedding_dimensions=4)
+    emb.max_retries = 0
+    with pytest.raises(EmbeddingError, match="failed") as caught:
+        emb.embed(["x"])
+    assert "pw-0123456789" not in str(caught.value) and "pw-0123456789" not in repr(emb)
+    assert "user:[redacted]@127.0.0.1:9" in str(caught.value)

@@ -59,7 +59,7 @@ class OpenAIEmbedder:
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         key = _secrets.checked_key(api_key if api_key is not None else os.environ.get("OPENAI_API_KEY"))
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._secrets = _secrets.secrets_of(key)  # never shown in an error: some servers echo the headers
+        self._secrets = _secrets.secrets_of(key, url=self.base_url)  # never shown in an error: some servers echo the headers
         self.timeout = timeout
         self.deadline = _deadline.from_env(deadline, timeout)
         self._dimensions_arg = embedding_dimensions
@@ -107,18 +107,18 @@ class OpenAIEmbedder:
             response = _deadline.request("POST", f"{self.base_url}/embeddings", json=payload, headers=self._headers,
                                          timeout=self.timeout, deadline=self.deadline)
         except TimeoutError:
-            raise _Transient(EmbeddingError(f"embedding request to {self.base_url} failed: no complete answer "
+            raise _Transient(EmbeddingError(f"embedding request to {self._shown(self.base_url)} failed: no complete answer "
                                             f"within the deadline of {self.deadline:g} s per request")) from None
         except Exception as exc:
             import httpx
 
-            error = EmbeddingError(f"embedding request to {self.base_url} failed: {self._shown(str(exc))}")
+            error = EmbeddingError(f"embedding request to {self._shown(self.base_url)} failed: {self._shown(str(exc))}")
             if isinstance(exc, (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)):
                 raise _Transient(error) from exc  # a timeout, a refused or reset connection, an answer cut short
             raise error from exc
         status = response.status_code
         if status != 200:
-            error = EmbeddingError(f"embedding request to {self.base_url} failed: HTTP {status}: "
+            error = EmbeddingError(f"embedding request to {self._shown(self.base_url)} failed: HTTP {status}: "
                                    f"{self._shown(response.text)[:300]}", rejected=status in REJECTED)
             if status in _retry.RETRY_STATUS:
                 raise _Transient(error, _retry.retry_after(response.headers.get("retry-after")))
@@ -131,7 +131,7 @@ class OpenAIEmbedder:
             rows = [d["embedding"] for d in data]
             indexes = [d["index"] for d in data]
         except (KeyError, TypeError, ValueError) as exc:
-            raise EmbeddingError(f"unexpected embeddings response from {self.base_url}: "
+            raise EmbeddingError(f"unexpected embeddings response from {self._shown(self.base_url)}: "
                                  f"{self._shown(response.text)[:300]}") from exc
         if indexes != list(range(len(indexes))):  # a repeated or missing index: which vector is whose is unknown
             raise EmbeddingError(f"{self.name} returned embeddings with indexes {indexes[:20]} for {len(texts)} texts")
@@ -146,7 +146,7 @@ class OpenAIEmbedder:
         """Nothing to release: the process keeps the connections (see :func:`fullrecall._deadline.request`)."""
 
     def __repr__(self) -> str:
-        return f"OpenAIEmbedder({self.name!r}, base_url={self.base_url!r})"
+        return f"OpenAIEmbedder({self.name!r}, base_url={self._shown(self.base_url)!r})"
 
 
 class _Transient(Exception):

@@ -66,7 +66,7 @@ class OpenAIChatModel:
         self.api_key_header = api_key_header
         self.api_version = api_version
         self.headers = _secrets.checked_headers(headers)
-        self._secrets = _secrets.secrets_of(self.api_key, self.headers)  # never shown in an error or the log
+        self._secrets = _secrets.secrets_of(self.api_key, self.headers, self.base_url)  # never shown in an error or the log
         self.extra_body = dict(extra_body or {})
         self.name = f"openai:{model}"
 
