@@ -440,3 +440,4 @@ def test_a_password_in_the_base_url_is_never_shown():
         emb.embed(["x"])
     assert "pw-0123456789" not in str(caught.value) and "pw-0123456789" not in repr(emb)
     assert "user:[redacted]@127.0.0.1:9" in str(caught.value)
+    assert "failed: ConnectError: " in str(caught.value)  # the kind of failure named (a reset's message is empty)

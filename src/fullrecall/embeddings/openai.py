@@ -112,7 +112,8 @@ class OpenAIEmbedder:
         except Exception as exc:
             import httpx
 
-            error = EmbeddingError(f"embedding request to {self._shown(self.base_url)} failed: {self._shown(str(exc))}")
+            error = EmbeddingError(f"embedding request to {self._shown(self.base_url)} failed: {type(exc).__name__}: "
+                                   f"{self._shown(str(exc))}")
             if isinstance(exc, (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)):
                 raise _Transient(error) from exc  # a timeout, a refused or reset connection, an answer cut short
             raise error from exc
