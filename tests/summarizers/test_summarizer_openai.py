@@ -481,3 +481,19 @@ def test_a_chat_model_answering_no_chat_response_falls_back(tech_conversation, c
     assert "malformed: the model" in summary.report.errors[0]
     assert asyncio.run(LLMSummarizer(OwnModel()).asummarize(tech_conversation)).method == "extractive"
     assert_safe(summary, tech_conversation, citations)
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "nan", "inf"])
+def test_a_bad_timeout_is_refused_naming_it(monkeypatch, value):
+    """A timeout of 0 (or -1, NaN) was refused as 'deadline must be a positive number of seconds, got None', and
+    FULLRECALL_LLM_TIMEOUT=abc as a bare 'could not convert string to float'."""
+    from fullrecall.embeddings.openai import OpenAIEmbedder
+
+    monkeypatch.setenv("FULLRECALL_LLM_MODEL", "m")
+    monkeypatch.setenv("FULLRECALL_LLM_TIMEOUT", value)
+    with pytest.raises(InvalidInput, match=f"FULLRECALL_LLM_TIMEOUT must be a positive number of seconds, got '{value}'"):
+        OpenAIChatModel.from_env()
+    if value != "abc":
+        for make in (lambda: OpenAIChatModel("m", timeout=float(value)), lambda: OpenAIEmbedder("m", timeout=float(value))):
+            with pytest.raises(InvalidInput, match="timeout must be a positive number of seconds"):
+                make()

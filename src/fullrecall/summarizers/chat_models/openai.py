@@ -82,7 +82,7 @@ class OpenAIChatModel:
             "api_key": env.get("FULLRECALL_LLM_API_KEY") or env.get("OPENAI_API_KEY"),
         }
         if env.get("FULLRECALL_LLM_TIMEOUT"):
-            kwargs["timeout"] = float(env["FULLRECALL_LLM_TIMEOUT"])
+            kwargs["timeout"] = _deadline.seconds(env["FULLRECALL_LLM_TIMEOUT"], "FULLRECALL_LLM_TIMEOUT")
         if env.get(_deadline.ENV):
             kwargs["deadline"] = env[_deadline.ENV]  # checked by _deadline.resolve, as every client's
         kwargs.update(overrides)
