@@ -353,3 +353,30 @@ def test_the_memory_models_failures_and_summary_fallbacks_are_counted(server, de
     assert extractions == 4 and summaries >= 2 and stats["llm_calls"] == 4 + summaries
     assert stats["llm_failures"] == 4 and stats["summary_fallbacks"] == summaries // 2 >= 1
     assert stats["messages"] == 8 and stats["failures"] == 0  # every memory step itself went through
+
+
+def test_a_strands_model_trickling_its_answer_ends_at_the_deadline(default_embedder, monkeypatch):
+    """The agent streamed a Strands model's answer with no deadline: a provider that trickled (or never ended) its
+    stream held the turn for as long as it liked. The stream now ends at the model's deadline (default 120 s, or
+    FULLRECALL_LLM_DEADLINE) as the other clients' requests do, in a ChatModelError; the turn is not recorded."""
+    pytest.importorskip("strands")
+    import time
+
+    from test_summarizer_strands import TricklingModel
+
+    from fullrecall.summarizers import ChatModelError
+
+    monkeypatch.setenv("FULLRECALL_LLM_DEADLINE", "0.5")
+    agent = MemoryAgent(TricklingModel("a word every tenth of a second " * 20, pause=0.1), store="sqlite:///:memory:",
+                        embedder=default_embedder)
+    chunks: list[str] = []
+
+    async def go() -> None:
+        async for chunk in agent.chat("Tell me a story."):
+            chunks.append(chunk)
+
+    started = time.monotonic()
+    with pytest.raises(ChatModelError, match=r"deadline of 0\.5 s"):
+        asyncio.run(go())
+    assert time.monotonic() - started < 2.0 and 0 < len(chunks) < 10
+    assert [m["role"] for m in agent.conversation.messages] == ["user"]

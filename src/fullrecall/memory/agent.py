@@ -18,6 +18,7 @@ Nothing on the memory path calls an LLM unless a ``memory_model`` is given.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
@@ -26,7 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..summarizers.base import Summary
-from ..summarizers.chat_models.base import ChatRequest, ChatResponse, valid_text
+from ..summarizers.chat_models.base import ChatModelError, ChatRequest, ChatResponse, valid_text
 from ..summarizers.llm import LLMSummarizer
 from ..tokens import default_token_counter
 from .conversation import SyncConversationMemory
@@ -347,12 +348,28 @@ class _StrandsStream:
         self.name = self._inner.name
 
     async def stream_text(self, request: ChatRequest) -> AsyncIterator[str]:
+        """The answer's text as it comes, the whole stream within the model's ``deadline`` (ChatModelError past it)."""
         messages = [{"role": m["role"], "content": [{"text": m["content"]}]} for m in request.messages]
         system = "\n\n".join(p for p in (self._inner.system_prompt, request.system) if p) or None
-        async for event in self._inner.model.stream(messages, tool_specs=None, system_prompt=system):
-            delta = event.get("contentBlockDelta", {}).get("delta", {}) if isinstance(event, dict) else {}
-            if isinstance(delta.get("text"), str) and delta["text"]:
-                yield valid_text(delta["text"])
+        events = aiter(self._inner.model.stream(messages, tool_specs=None, system_prompt=system))
+        deadline = self._inner.deadline
+        end = asyncio.get_running_loop().time() + deadline
+        try:
+            while True:
+                try:
+                    event = await asyncio.wait_for(anext(events), max(0.0, end - asyncio.get_running_loop().time()))
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    raise ChatModelError(f"{self.name} timed out: no complete answer within the deadline of "
+                                         f"{deadline:g} s per request", retryable=True) from None
+                delta = event.get("contentBlockDelta", {}).get("delta", {}) if isinstance(event, dict) else {}
+                if isinstance(delta.get("text"), str) and delta["text"]:
+                    yield valid_text(delta["text"])
+        finally:  # the provider's stream closed whichever way this one ends (a caller may stop reading)
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                await close()
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         return await self._inner.acomplete(request)
