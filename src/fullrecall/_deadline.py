@@ -30,16 +30,21 @@ ENV = "FULLRECALL_LLM_DEADLINE"
 
 def resolve(deadline: float | str | None, timeout: float) -> float:
     """``deadline`` seconds (a number, or its text as the environment gives it), or twice ``timeout`` when None;
-    anything but a positive number is refused, naming it.
+    anything but a positive number is refused, naming it (``timeout`` too).
     """
-    value = 2 * timeout if deadline is None else deadline
+    timeout = seconds(timeout, "timeout")
+    return 2 * timeout if deadline is None else seconds(deadline, "deadline")
+
+
+def seconds(value: float | str, name: str) -> float:
+    """``value`` as a positive, finite number of seconds (a number, or its text), or InvalidInput naming ``name``."""
     try:
-        value = float(value)
+        number = float(value)
     except (TypeError, ValueError):
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise InvalidInput(f"deadline must be a positive number of seconds, got {deadline!r}")
-    return value
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise InvalidInput(f"{name} must be a positive number of seconds, got {value!r}")
+    return number
 
 
 def from_env(deadline: float | str | None, timeout: float) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import sys
 import threading
 import time
@@ -178,7 +179,7 @@ def test_openai_embeddings_from_a_server_trickling_bytes_end_at_the_deadline(hea
     try:
         server.script(Reply(body=_embeddings(1)), Reply(body=_embeddings(1, 400), trickle=0.05, trickle_head=head))
         emb = load_embedder("openai:m", base_url=server.base_url, api_key="k")
-        emb.timeout, emb.deadline = 2.0, 0.6
+        emb.timeout, emb.deadline, emb.max_retries = 2.0, 0.6, 0  # one try: its deadline is what is measured
         assert emb.embed(["fast"]).shape == (1, 4) and server.headers[0]["authorization"] == "Bearer k"
         started = time.monotonic()
         with pytest.raises(EmbeddingError, match=r"deadline of 0\.6 s per request"):
@@ -253,7 +254,7 @@ def test_openai_embeddings_keep_their_connection_and_recover_after_a_deadline():
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         emb = load_embedder("openai:m", base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1", api_key="k")
-        emb.deadline = 0.5
+        emb.deadline, emb.max_retries = 0.5, 0
         for text in ("a", "b", "c"):
             assert emb.embed([text]).shape == (1, 4)
         assert len(ports) == 3 and len(set(ports)) == 1, ports  # one connection for all three
@@ -340,9 +341,103 @@ def test_an_input_the_model_refuses_is_told_from_a_failure_that_may_pass():
         server.script(Reply(status=400, body=b'{"error": "too many tokens"}'), Reply(status=429, body=b"{}"),
                       Reply(status=503, body=b"{}"))
         emb = load_embedder("openai:m", base_url=server.base_url, api_key="k")
+        emb.max_retries = 0  # a throttle or a server error tried again and again: its error at last
         for rejected in (True, False, False):
             with pytest.raises(EmbeddingError) as info:
                 emb.embed(["x"])
             assert info.value.rejected is rejected
     finally:
         server.close()
+
+
+# -- the API key is never shown ------------------------------------------------------------
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def test_an_embedding_api_key_is_sent_trimmed_and_never_shown(caplog):
+    """A key read from a file with its newline is sent without it (it was refused at the first request, in an
+    error quoting the whole header); one no header can carry is refused at once without being shown; a server
+    quoting the request's headers in its error gets the key replaced by [redacted]."""
+    server = ScriptedServer(path=lambda p: p == "/v1/embeddings")
+    try:
+        server.script(Reply(body=_embeddings(1)))
+        assert load_embedder("openai:m", base_url=server.base_url, api_key=f"{SECRET}\n").embed(["x"]).shape == (1, 4)
+        assert server.headers[0]["authorization"] == f"Bearer {SECRET}"
+        with pytest.raises(ValueError, match="api_key holds a character") as caught:
+            load_embedder("openai:m", base_url=server.base_url, api_key=f"sk-live\n{SECRET}")
+        assert "sk-live" not in str(caught.value)
+        server.script(lambda _body: Reply(status=401, body=json.dumps({"error": str(server.headers[-1])}).encode()))
+        with caplog.at_level(logging.DEBUG), pytest.raises(EmbeddingError, match=r"HTTP 401.*\[redacted\]") as caught:
+            load_embedder("openai:m", base_url=server.base_url, api_key=SECRET).embed(["x"])
+        assert SECRET not in str(caught.value) and SECRET not in caplog.text
+    finally:
+        server.close()
+
+
+# -- a throttle or a server error is tried again -------------------------------------------
+
+def test_openai_embeddings_retry_a_throttle_and_a_server_error_then_succeed(caplog):
+    """A 429 (its Retry-After honoured), a 5xx and a deadline passed are tried again, as the chat models do: a
+    burst of requests over the provider's rate limit failed at once, leaving its messages unembedded."""
+    from fullrecall.embeddings.openai import OpenAIEmbedder
+
+    server = ScriptedServer(path=lambda p: p == "/v1/embeddings")
+    try:
+        emb = OpenAIEmbedder("m", base_url=server.base_url, api_key="k", backoff=5.0, deadline=0.5)
+        server.script(Reply(status=429, body=b'{"error": "rate limited"}', headers={"Retry-After": "0"}),
+                      Reply(status=503, body=b"{}", headers={"Retry-After": "0.01"}),
+                      Reply(body=_embeddings(2)))
+        with caplog.at_level(logging.WARNING):
+            assert emb.embed(["a", "b"]).shape == (2, 4)
+        assert len(server.requests) == 3 and "HTTP 429" in caplog.text and "retry 1/2" in caplog.text
+        server.script(Reply(body=_embeddings(1), delay=1.0), Reply(body=_embeddings(1)))
+        emb.backoff = 0.01
+        assert emb.embed(["c"]).shape == (1, 4) and len(server.requests) == 2
+    finally:
+        server.close()
+
+
+def test_openai_embeddings_give_up_after_max_retries_and_never_retry_a_refused_input():
+    from fullrecall.embeddings.openai import OpenAIEmbedder
+
+    server = ScriptedServer(path=lambda p: p == "/v1/embeddings")
+    try:
+        emb = OpenAIEmbedder("m", base_url=server.base_url, api_key="k", backoff=0.01, max_retries=2)
+        server.script(*[Reply(status=500, body=b'{"error": "down"}')] * 4)
+        with pytest.raises(EmbeddingError, match="HTTP 500") as caught:
+            emb.embed(["x"])
+        assert len(server.requests) == 3 and not caught.value.rejected
+        server.script(Reply(status=400, body=b'{"error": "too many tokens"}'), Reply(body=_embeddings(1)))
+        with pytest.raises(EmbeddingError, match="HTTP 400") as caught:
+            emb.embed(["x"])
+        assert len(server.requests) == 1 and caught.value.rejected
+    finally:
+        server.close()
+
+
+def test_cohere_batches_answering_one_vector_too_many_and_one_too_few_are_refused():
+    """Each Cohere request's answer is checked for its own texts: one batch answering 97 vectors for 96 texts
+    and the next 3 for 4 added up to 100 for 100 texts, and every vector after the extra one was stored for
+    the text before its own."""
+    client = _client()
+    emb = load_embedder("bedrock:cohere.embed-english-v3", aws_region="eu-west-1", client=client)
+    texts = [f"t{i}" for i in range(100)]
+    with Stubber(client) as stub:
+        _expect(stub, "cohere.embed-english-v3", None, {"embeddings": [[1.0] * 1024] * 97})
+        _expect(stub, "cohere.embed-english-v3", None, {"embeddings": [[1.0] * 1024] * 3})
+        with pytest.raises(EmbeddingError, match=r"shape \(97, 1024\) for 96 texts"):
+            emb.embed(texts)
+
+
+def test_a_password_in_the_base_url_is_never_shown():
+    """``https://user:password@host/v1`` (some gateways take their credentials so) was quoted whole in every error
+    of the embedder and in its repr."""
+    emb = load_embedder("openai:m", base_url="http://user:pw-0123456789@127.0.0.1:9/v1", api_key="k",
+                        embedding_dimensions=4)
+    emb.max_retries = 0
+    with pytest.raises(EmbeddingError, match="failed") as caught:
+        emb.embed(["x"])
+    assert "pw-0123456789" not in str(caught.value) and "pw-0123456789" not in repr(emb)
+    assert "user:[redacted]@127.0.0.1:9" in str(caught.value)
+    assert "failed: ConnectError: " in str(caught.value)  # the kind of failure named (a reset's message is empty)

@@ -16,7 +16,7 @@ from fullrecall.stores import open_store
 from fullrecall.summarizers.chat_models import OpenAIChatModel
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
-from summarizer_peers import ScriptedServer, completion  # noqa: E402
+from summarizer_peers import Reply, ScriptedServer, completion  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -303,3 +303,80 @@ def test_forget_leaves_no_tokens_counted_as_saved(server, default_embedder):
     assert agent.stats()["tokens_saved"] == 0  # the window holds every word recorded since
     agent.close()
     store.close()
+
+
+def test_an_answer_holding_a_lone_surrogate_is_recorded(server, default_embedder):
+    """Half a surrogate pair in the model's answer (JSON may escape one) made the answer unstorable: the user saw it,
+    memory counted a failure and the turn's answer was never recorded. It comes with U+FFFD in its place now."""
+    server.script(Reply(body=completion("Paris @ is lovely.").body.replace(b"@", b"\\ud83d")))
+    agent = MemoryAgent(model(server), store="sqlite:///:memory:", embedder=default_embedder)
+    assert "".join(chat(agent, "Where should I travel?")) == "Paris \ufffd is lovely."
+    assert agent.stats()["failures"] == 0
+    assert agent.conversation.messages[-1]["content"] == "Paris \ufffd is lovely."
+
+
+def test_a_strands_answer_holding_a_lone_surrogate_is_recorded(default_embedder):
+    pytest.importorskip("strands")
+    from test_summarizer_strands import ScriptedModel
+
+    agent = MemoryAgent(ScriptedModel("Paris \ud83d is lovely."), store="sqlite:///:memory:", embedder=default_embedder)
+    assert "".join(chat(agent, "Where should I travel?")) == "Paris \ufffd is lovely."
+    assert agent.stats()["failures"] == 0 and agent.conversation.messages[-1]["content"] == "Paris \ufffd is lovely."
+
+
+def test_the_memory_models_failures_and_summary_fallbacks_are_counted(server, default_embedder, caplog):
+    """The memory model failing went uncounted: a fact extraction that raised was logged inside long-term memory,
+    and a window summary whose model kept failing fell back to the extractive one, while ``stats()`` showed no
+    failure at all. ``llm_failures`` counts the memory model's calls that failed, ``summary_fallbacks`` the
+    window summaries written without it."""
+    from fullrecall.memory.facts import EXTRACTION_PROMPT
+
+    def memory_model_reply(body: dict[str, Any]) -> Reply:
+        if body["messages"][0]["content"] == EXTRACTION_PROMPT:
+            return Reply(status=500, body=b'{"error": "down"}')
+        return completion("")  # a summary: an empty answer, asked again, then the extractive summary
+
+    server.script(*[completion(f"answer {i} about the topic") for i in range(4)])
+    answers, memory_server = server, ScriptedServer()
+    try:
+        memory_server.script(*[memory_model_reply] * 40)
+        agent = MemoryAgent(model(answers), store="sqlite:///:memory:", embedder=default_embedder,
+                            memory_model=model(memory_server),
+                            window_options={"max_history_turns": 1, "preserve_recent_messages": 1})
+        for i in range(4):
+            chat(agent, f"question {i}: what do you know about topic {i}?")
+        extractions = sum(r["messages"][0]["content"] == EXTRACTION_PROMPT for r in memory_server.requests)
+        summaries = len(memory_server.requests) - extractions
+    finally:
+        memory_server.close()
+    stats = agent.stats()
+    assert extractions == 4 and summaries >= 2 and stats["llm_calls"] == 4 + summaries
+    assert stats["llm_failures"] == 4 and stats["summary_fallbacks"] == summaries // 2 >= 1
+    assert stats["messages"] == 8 and stats["failures"] == 0  # every memory step itself went through
+
+
+def test_a_strands_model_trickling_its_answer_ends_at_the_deadline(default_embedder, monkeypatch):
+    """The agent streamed a Strands model's answer with no deadline: a provider that trickled (or never ended) its
+    stream held the turn for as long as it liked. The stream now ends at the model's deadline (default 120 s, or
+    FULLRECALL_LLM_DEADLINE) as the other clients' requests do, in a ChatModelError; the turn is not recorded."""
+    pytest.importorskip("strands")
+    import time
+
+    from test_summarizer_strands import TricklingModel
+
+    from fullrecall.summarizers import ChatModelError
+
+    monkeypatch.setenv("FULLRECALL_LLM_DEADLINE", "0.5")
+    agent = MemoryAgent(TricklingModel("a word every tenth of a second " * 20, pause=0.1), store="sqlite:///:memory:",
+                        embedder=default_embedder)
+    chunks: list[str] = []
+
+    async def go() -> None:
+        async for chunk in agent.chat("Tell me a story."):
+            chunks.append(chunk)
+
+    started = time.monotonic()
+    with pytest.raises(ChatModelError, match=r"deadline of 0\.5 s"):
+        asyncio.run(go())
+    assert time.monotonic() - started < 2.0 and 0 < len(chunks) < 10
+    assert [m["role"] for m in agent.conversation.messages] == ["user"]

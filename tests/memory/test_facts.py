@@ -403,3 +403,28 @@ def test_an_llm_value_cut_inside_a_word_or_without_its_sign_is_not_taken_as_said
         assert [f.value for f in learned] == ["4417"]
     finally:
         server.close()
+
+
+def test_an_llm_fact_whose_sentence_says_other_values_than_its_source_is_not_stored(default_embedder):
+    """Only the value was checked against the message: a sentence naming another city than its value, or adding
+    a code nobody said, was stored and recalled as the user's word (and ``"source": true`` read as message 1).
+    The sentence must state its value, and every exact value it holds must be said in its message."""
+    server = ScriptedServer()
+    try:
+        from fullrecall.summarizers.chat_models.openai import OpenAIChatModel
+
+        answer = [
+            {"source": 0, "attribute": "city", "value": "Lyon", "text": "The user lives in Paris."},
+            {"source": 0, "attribute": "door code", "value": "4417", "text": "The door code is 4417, formerly 9921."},
+            {"source": True, "attribute": None, "value": "tea", "text": "The user likes tea."},
+            {"source": 0, "attribute": "door code", "value": "4417", "text": "The user's door code is 4417."},
+            {"source": 0, "attribute": "city", "value": "Lyon", "text": "The user moved to Lyon."},
+        ]
+        server.script(completion(json.dumps(answer)))
+        model = OpenAIChatModel("scripted", base_url=server.base_url, api_key="k", max_retries=0)
+        memory = FactMemory(embedder=default_embedder, user_id="u", chat_model=model)
+        learned = memory.learn([{"role": "user", "content": "I moved to Lyon; my door code is 4417."},
+                                {"role": "user", "content": "I like tea."}])
+        assert [f.text for f in learned] == ["The user's door code is 4417.", "The user moved to Lyon."]
+    finally:
+        server.close()

@@ -19,8 +19,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from summarizer_peers import Reply, completion
 
-from fullrecall.errors import SummarizationError
-from fullrecall.summarizers import ChatModelError, Exclusions, LLMSummarizer, OpenAIChatModel, summarizer_from_prompt
+from fullrecall.errors import InvalidInput, SummarizationError
+from fullrecall.summarizers import (
+    ChatModelError,
+    ChatResponse,
+    Exclusions,
+    LLMSummarizer,
+    OpenAIChatModel,
+    summarizer_from_prompt,
+)
 from fullrecall.summarizers.llm import DEFAULT_SYSTEM_PROMPT
 
 SEED_002_PROMPT = """
@@ -38,7 +45,8 @@ def client(server, **kw) -> OpenAIChatModel:
     kw.setdefault("timeout", 2.0)
     kw.setdefault("max_retries", 1)
     kw.setdefault("backoff", 0.01)
-    return OpenAIChatModel("scripted-model", base_url=server.base_url, api_key="sk-test", **kw)
+    kw.setdefault("api_key", "sk-test")
+    return OpenAIChatModel("scripted-model", base_url=server.base_url, **kw)
 
 
 def assert_safe(summary, conversation, citations):
@@ -154,6 +162,33 @@ def test_http_429_honours_retry_after(llm_server, tech_conversation, good_summar
                       completion(good_summary))
     summary = LLMSummarizer(client(llm_server, backoff=5.0)).summarize(tech_conversation)  # 5 s unless Retry-After
     assert summary.method == "llm"
+
+
+def test_http_429_honours_retry_after_given_as_an_http_date(llm_server, tech_conversation, good_summary):
+    """RFC 9110 lets Retry-After be a date: it was read as no Retry-After at all (the backoff of 5 s was waited)."""
+    from email.utils import formatdate
+
+    llm_server.script(Reply(status=429, body=b"{}", headers={"Retry-After": formatdate(time.time() + 1, usegmt=True)}),
+                      completion(good_summary))
+    started = time.monotonic()
+    summary = LLMSummarizer(client(llm_server, backoff=5.0, max_backoff=30.0)).summarize(tech_conversation)
+    assert summary.method == "llm" and time.monotonic() - started < 3.5
+
+
+@pytest.mark.parametrize("value", ["86400", "1e400", "inf"])
+def test_a_huge_retry_after_waits_max_backoff_at_most(llm_server, tech_conversation, good_summary, value):
+    llm_server.script(Reply(status=429, body=b"{}", headers={"Retry-After": value}), completion(good_summary))
+    started = time.monotonic()
+    summary = LLMSummarizer(client(llm_server, backoff=5.0, max_backoff=0.2)).summarize(tech_conversation)
+    assert summary.method == "llm" and time.monotonic() - started < 3.0
+
+
+@pytest.mark.parametrize("value", ["soon", "-5", "nan", "Wed, 99 Oct 2015 07:28:00 GMT", ""])
+def test_an_unreadable_retry_after_falls_back_to_the_backoff(llm_server, tech_conversation, good_summary, value):
+    llm_server.script(Reply(status=429, body=b"{}", headers={"Retry-After": value}), completion(good_summary))
+    started = time.monotonic()
+    summary = LLMSummarizer(client(llm_server, backoff=0.01)).summarize(tech_conversation)
+    assert summary.method == "llm" and time.monotonic() - started < 3.0
 
 
 @pytest.mark.parametrize("fallback", ["extractive", "truncation"])
@@ -374,3 +409,91 @@ def test_deadline_defaults_to_twice_the_timeout_and_reads_the_environment(llm_se
     assert OpenAIChatModel.from_env().deadline == 42.0
     with pytest.raises(ValueError, match="deadline"):
         OpenAIChatModel("m", deadline=0)
+
+
+# -- the API key is never shown --------------------------------------------------------------
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def test_an_api_key_read_with_its_newline_is_sent_without_it(llm_server, tech_conversation, good_summary):
+    llm_server.script(completion(good_summary))
+    model = OpenAIChatModel("m", base_url=llm_server.base_url, api_key=f"{SECRET}\n")
+    assert LLMSummarizer(model).summarize(tech_conversation).method == "llm"
+    assert llm_server.headers[0]["authorization"] == f"Bearer {SECRET}"
+
+
+@pytest.mark.parametrize("key", [f"sk-live\n{SECRET}", f"{SECRET}\x00", f"{SECRET}é"])
+def test_an_api_key_no_header_can_carry_is_refused_without_showing_it(llm_server, key):
+    with pytest.raises(InvalidInput, match="api_key holds a character") as caught:
+        OpenAIChatModel("m", base_url=llm_server.base_url, api_key=key)
+    assert SECRET not in str(caught.value) and "sk-live" not in str(caught.value)
+    with pytest.raises(InvalidInput, match="header 'x-api-key'") as caught:
+        OpenAIChatModel("m", base_url=llm_server.base_url, headers={"x-api-key": key})
+    assert SECRET not in str(caught.value)
+
+
+@pytest.mark.parametrize("header", ["Authorization", "api-key"])
+def test_a_server_quoting_the_api_key_in_its_error_never_gets_it_shown(llm_server, tech_conversation, caplog, header):
+    def echo(status):  # a server (a proxy, say) that quotes the request's headers in its error
+        def reply(_body):
+            sent = llm_server.headers[-1]
+            return Reply(status=status, body=json.dumps({"error": f"refused {sent}"}).encode())
+        return reply
+
+    llm_server.script(echo(500), echo(401))
+    model = client(llm_server, api_key=SECRET, api_key_header=header, headers={"X-Org-Token": "tok-9f8e7d6c5b"})
+    with caplog.at_level(logging.DEBUG):
+        summary = LLMSummarizer(model).summarize(tech_conversation)
+    assert summary.method == "extractive" and len(llm_server.requests) == 2
+    assert "HTTP 401" in summary.report.errors[0] and "[redacted]" in summary.report.errors[0]
+    for shown in (caplog.text, *summary.report.errors, summary.text):
+        assert SECRET not in shown and "tok-9f8e7d6c5b" not in shown
+
+
+def test_an_answer_holding_a_lone_surrogate_is_used_with_a_replacement_character(llm_server, tech_conversation,
+                                                                                 good_summary, citations):
+    """JSON may escape half a surrogate pair ("\\ud83d"): such a summary was no Unicode any store or counter takes,
+    and summarize() raised a UnicodeEncodeError instead of using or falling back. The half is U+FFFD now."""
+    body = completion(good_summary).body.replace(b"Topic 1:", b"Topic 1 \\ud83d:")
+    llm_server.script(Reply(body=body))
+    summary = LLMSummarizer(client(llm_server)).summarize(tech_conversation)
+    assert summary.method == "llm" and "Topic 1 \ufffd:" in summary.text
+    summary.text.encode("utf-8")  # storable
+    assert_safe(summary, tech_conversation, citations)
+
+
+@pytest.mark.parametrize("answer", ["a plain string", None, {"text": "a dict"}, ChatResponse(text=42)])
+def test_a_chat_model_answering_no_chat_response_falls_back(tech_conversation, citations, answer):
+    """A chat model of one's own returning a string (or None, or a dict) made summarize() raise an AttributeError
+    instead of falling back as documented; it is a bad answer, asked again, then the fallback."""
+    class OwnModel:
+        name = "own"
+
+        def complete(self, request):
+            return answer
+
+        async def acomplete(self, request):
+            return answer
+
+    summary = LLMSummarizer(OwnModel()).summarize(tech_conversation)
+    assert summary.method == "extractive" and summary.report.attempts == 2
+    assert "malformed: the model" in summary.report.errors[0]
+    assert asyncio.run(LLMSummarizer(OwnModel()).asummarize(tech_conversation)).method == "extractive"
+    assert_safe(summary, tech_conversation, citations)
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "nan", "inf"])
+def test_a_bad_timeout_is_refused_naming_it(monkeypatch, value):
+    """A timeout of 0 (or -1, NaN) was refused as 'deadline must be a positive number of seconds, got None', and
+    FULLRECALL_LLM_TIMEOUT=abc as a bare 'could not convert string to float'."""
+    from fullrecall.embeddings.openai import OpenAIEmbedder
+
+    monkeypatch.setenv("FULLRECALL_LLM_MODEL", "m")
+    monkeypatch.setenv("FULLRECALL_LLM_TIMEOUT", value)
+    with pytest.raises(InvalidInput, match=f"FULLRECALL_LLM_TIMEOUT must be a positive number of seconds, got '{value}'"):
+        OpenAIChatModel.from_env()
+    if value != "abc":
+        for make in (lambda: OpenAIChatModel("m", timeout=float(value)), lambda: OpenAIEmbedder("m", timeout=float(value))):
+            with pytest.raises(InvalidInput, match="timeout must be a positive number of seconds"):
+                make()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -94,3 +95,39 @@ def test_sync_call_from_inside_a_running_loop(tech_conversation, good_summary):
 def test_rejects_what_is_not_a_model():
     with pytest.raises(TypeError, match="Strands Model or Agent"):
         StrandsChatModel(object())
+
+
+class TricklingModel(ScriptedModel):
+    """A Strands Model whose provider sends a word every ``pause`` seconds: a whole answer takes minutes."""
+
+    def __init__(self, reply: str, pause: float) -> None:
+        super().__init__(reply)
+        self.pause = pause
+
+    async def stream(self, messages, tool_specs=None, system_prompt=None, **kwargs):
+        self.calls.append({"messages": messages})
+        for word in self.replies[0].split(" "):
+            await asyncio.sleep(self.pause)
+            yield {"contentBlockDelta": {"delta": {"text": word + " "}}}
+        yield {"messageStop": {"stopReason": "end_turn"}}
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_a_model_that_trickles_its_answer_ends_at_the_deadline(tech_conversation, good_summary, citations, run,
+                                                              monkeypatch):
+    """A Strands model had no deadline at all: a provider that trickled (or never finished) its stream held the
+    summarizer, and the window manager calling it, for as long as it liked. Each try now ends at ``deadline``
+    (default 120 s, or FULLRECALL_LLM_DEADLINE) as the other clients' do, counts as a timeout and is retried."""
+    scripted = TricklingModel(good_summary, pause=0.1)  # ~80 words: 8 s a try
+    summarizer = LLMSummarizer(StrandsChatModel(scripted, deadline=0.4, max_retries=1, backoff=0.01))
+    started = time.monotonic()
+    summary = (summarizer.summarize(tech_conversation) if run == "sync"
+               else asyncio.run(summarizer.asummarize(tech_conversation)))
+    assert time.monotonic() - started < 3.0 and len(scripted.calls) == 2
+    assert summary.method == "extractive" and "deadline of 0.4 s" in summary.report.errors[0]
+    assert all(c in summary.text for c in citations) and "700" not in summary.text
+    assert StrandsChatModel(scripted).deadline == 120.0
+    monkeypatch.setenv("FULLRECALL_LLM_DEADLINE", "42")
+    assert StrandsChatModel(scripted).deadline == 42.0
+    with pytest.raises(ValueError, match="deadline"):
+        StrandsChatModel(scripted, deadline=-1)

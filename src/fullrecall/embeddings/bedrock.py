@@ -82,16 +82,21 @@ class BedrockEmbedder:
         if not texts:
             return empty(self.dimension)
         if self.model_id == COHERE_EN_V3:
-            rows: list[list[float]] = []
-            for chunk in batched(texts, COHERE_BATCH):
-                body = {"texts": list(chunk), "input_type": input_type, "truncate": "END"}
-                rows += self._field(self._invoke(body), "embeddings")
-        elif len(texts) == 1 or self.max_workers <= 1:
-            rows = [self._titan(t) for t in texts]
+            return l2_normalize(np.concatenate([self._cohere(chunk, input_type)
+                                                for chunk in batched(texts, COHERE_BATCH)]))
+        if len(texts) == 1 or self.max_workers <= 1:
+            rows: list[list[float]] = [self._titan(t) for t in texts]
         else:
             with ThreadPoolExecutor(max_workers=min(self.max_workers, len(texts))) as pool:
                 rows = list(pool.map(self._titan, texts))
         return l2_normalize(remote_vectors(self.name, rows, len(texts), self.dimension))
+
+    def _cohere(self, texts: Sequence[str], input_type: str) -> np.ndarray:
+        """One request's vectors, checked for its own texts (batches adding up to the right count may still
+        have given one text's vector to another).
+        """
+        answer = self._invoke({"texts": list(texts), "input_type": input_type, "truncate": "END"})
+        return remote_vectors(self.name, self._field(answer, "embeddings"), len(texts), self.dimension)
 
     def _titan(self, text: str) -> list[float]:
         body: dict[str, Any] = {"inputText": text}

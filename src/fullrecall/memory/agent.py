@@ -18,6 +18,7 @@ Nothing on the memory path calls an LLM unless a ``memory_model`` is given.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
@@ -25,7 +26,9 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..summarizers.chat_models.base import ChatRequest, ChatResponse
+from ..summarizers.base import Summary
+from ..summarizers.chat_models.base import ChatModelError, ChatRequest, ChatResponse, valid_text
+from ..summarizers.llm import LLMSummarizer
 from ..tokens import default_token_counter
 from .conversation import SyncConversationMemory
 from .persistent import PersistentMemory
@@ -40,20 +43,31 @@ WINDOW_SUFFIX = "#window"  # the conversation window's agent id is the agent's w
 
 
 class CountingChatModel:
-    """A chat model that counts its calls (the memory's own LLM use shows in :meth:`MemoryAgent.stats`)."""
+    """A chat model that counts its calls and those that failed (the memory's own LLM use shows in
+    :meth:`MemoryAgent.stats`).
+    """
 
     def __init__(self, model: Any) -> None:
         self.model = model
         self.name = getattr(model, "name", type(model).__name__)
         self.calls = 0
+        self.failures = 0
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         self.calls += 1
-        return self.model.complete(request)
+        try:
+            return self.model.complete(request)
+        except Exception:
+            self.failures += 1
+            raise
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         self.calls += 1
-        return await self.model.acomplete(request)
+        try:
+            return await self.model.acomplete(request)
+        except Exception:
+            self.failures += 1
+            raise
 
 
 class MemoryAgent:
@@ -113,10 +127,9 @@ class MemoryAgent:
             "tenant": self.memory.tenant,  # a memory passed in of another tenant: its window log is there too
             "embedding_model": self.embedder, **(window_options or {}),
         }
+        self._summarizer: _CountingSummarizer | None = None
         if self.memory_model is not None:
-            from ..summarizers.llm import LLMSummarizer
-
-            self._conversation_options["summarizer"] = LLMSummarizer(self.memory_model)
+            self._summarizer = self._conversation_options["summarizer"] = _CountingSummarizer(self.memory_model)
         self.conversation = conversation or SyncConversationMemory(
             self.memory.store, self.session_id, **self._conversation_options)
         self.procedural = procedural
@@ -189,7 +202,9 @@ class MemoryAgent:
 
     def stats(self) -> dict[str, Any]:
         """What memory did: messages and bytes recorded, tokens the window saved by summaries and trimming,
-        recalls that reached the model, facts and patterns known, LLM calls memory made, failures.
+        recalls that reached the model, facts and patterns known, LLM calls memory made (``llm_calls``) and
+        those that failed (``llm_failures``), window summaries written without the memory model because it
+        kept failing (``summary_fallbacks``), failures of memory steps.
         """
         out: dict[str, Any] = {k: v for k, v in self._counts.items() if k != "tokens_recorded"}
         out.update(tokens_saved=0, facts=0, patterns=0)
@@ -203,6 +218,8 @@ class MemoryAgent:
             with contextlib.suppress(Exception):
                 out["patterns"] = len(self.procedural.patterns())
         out["llm_calls"] = self.memory_model.calls if self.memory_model is not None else 0
+        out["llm_failures"] = self.memory_model.failures if self.memory_model is not None else 0
+        out["summary_fallbacks"] = self._summarizer.fallbacks if self._summarizer is not None else 0
         out["failures"] = self._counts["failures"]
         return out
 
@@ -295,6 +312,32 @@ class MemoryAgent:
                 log.warning("memory could not %s (the chat goes on): %s: %s", step, type(exc).__name__, exc)
 
 
+class _CountingSummarizer(LLMSummarizer):
+    """The window's summarizer over the memory model, counting the summaries written without it (a fallback, or
+    an error that kept every message).
+    """
+
+    fallbacks = 0
+
+    def summarize(self, messages: Sequence[Any], previous_summary: str | None = None) -> Summary:
+        try:
+            return self._note(super().summarize(messages, previous_summary))
+        except Exception:
+            self.fallbacks += 1
+            raise
+
+    async def asummarize(self, messages: Sequence[Any], previous_summary: str | None = None) -> Summary:
+        try:
+            return self._note(await super().asummarize(messages, previous_summary))
+        except Exception:
+            self.fallbacks += 1
+            raise
+
+    def _note(self, summary: Summary) -> Summary:
+        self.fallbacks += summary.report.fallback is not None
+        return summary
+
+
 class _StrandsStream:
     """A Strands ``Model`` streamed as text chunks (and ``acomplete`` for completeness)."""
 
@@ -305,12 +348,28 @@ class _StrandsStream:
         self.name = self._inner.name
 
     async def stream_text(self, request: ChatRequest) -> AsyncIterator[str]:
+        """The answer's text as it comes, the whole stream within the model's ``deadline`` (ChatModelError past it)."""
         messages = [{"role": m["role"], "content": [{"text": m["content"]}]} for m in request.messages]
         system = "\n\n".join(p for p in (self._inner.system_prompt, request.system) if p) or None
-        async for event in self._inner.model.stream(messages, tool_specs=None, system_prompt=system):
-            delta = event.get("contentBlockDelta", {}).get("delta", {}) if isinstance(event, dict) else {}
-            if isinstance(delta.get("text"), str) and delta["text"]:
-                yield delta["text"]
+        events = aiter(self._inner.model.stream(messages, tool_specs=None, system_prompt=system))
+        deadline = self._inner.deadline
+        end = asyncio.get_running_loop().time() + deadline
+        try:
+            while True:
+                try:
+                    event = await asyncio.wait_for(anext(events), max(0.0, end - asyncio.get_running_loop().time()))
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    raise ChatModelError(f"{self.name} timed out: no complete answer within the deadline of "
+                                         f"{deadline:g} s per request", retryable=True) from None
+                delta = event.get("contentBlockDelta", {}).get("delta", {}) if isinstance(event, dict) else {}
+                if isinstance(delta.get("text"), str) and delta["text"]:
+                    yield valid_text(delta["text"])
+        finally:  # the provider's stream closed whichever way this one ends (a caller may stop reading)
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                await close()
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         return await self._inner.acomplete(request)

@@ -20,7 +20,8 @@ while it holds). It links to the archived messages it came from (``sources``).
 * without an LLM, facts come from :meth:`FactMemory.remember` and from the rules of
   :func:`extract_facts` (user messages only); with a ``chat_model``, from an extraction prompt
   whose every answer is checked against the source message (its value must be found there
-  word for word, its exact values as written) before it is stored.
+  word for word, its exact values as written; its sentence must state that value, and hold no
+  exact value the message does not) before it is stored.
 """
 
 from __future__ import annotations
@@ -470,12 +471,15 @@ class FactMemory:
         checked: list[tuple[int, str | None, str | None, str]] = []
         for item in _parse_extraction(answer.text):
             source, value, text, attr = item.get("source"), item.get("value"), item.get("text"), item.get("attribute")
-            if not (isinstance(source, int) and 0 <= source < len(transcript) and isinstance(value, str)
+            if not (type(source) is int and 0 <= source < len(transcript) and isinstance(value, str)
                     and value.strip() and isinstance(text, str) and text.strip()):
-                continue
+                continue  # (a bool is no message number)
             said = transcript[source][1]
             if f" {normalize(value)} " not in f" {normalize(said)} " or not within(value, said):
                 continue  # not said there word for word (its values too: "441" is not in "4417"): dropped
+            if f" {normalize(value)} " not in f" {normalize(text)} " or not within(text.split(maxsplit=1)[-1],
+                                                                                     f"{said} {value}"):
+                continue  # the sentence must state its value, and only values said there (its first word aside)
             checked.append((source, attr if isinstance(attr, str) and attr.strip() else None, value, text))
         return checked
 

@@ -257,6 +257,10 @@ class LLMSummarizer:
             cause = answer.__cause__
             detail = f" (cause: {type(cause).__name__}: {cause})" if cause is not None else ""
             return f"{type(answer).__name__}: {answer}{detail}"
+        if not isinstance(answer, ChatResponse):  # a chat model of one's own answering a string, None...
+            return f"malformed: the model returned {type(answer).__name__}, not a ChatResponse"
+        if not isinstance(answer.text, str):
+            return f"malformed: the model's ChatResponse holds {type(answer.text).__name__}, not text"
         text = (answer.text or "").strip()
         if answer.finish_reason in ("refusal", "content_filter"):
             return f"refused ({answer.finish_reason}): {text[:120]!r}"

@@ -7,10 +7,13 @@ answer (empty, refusal, over-long, missing facts) lives in the summarizer.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ...errors import SummarizationError
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,14 @@ class ChatResponse:
     model: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", valid_text(self.text))
+
+
+def valid_text(text: str) -> str:
+    """``text`` with each lone surrogate (half a pair, which JSON may escape) as U+FFFD: text any store takes."""
+    return _LONE_SURROGATE.sub("\ufffd", text) if isinstance(text, str) else text
+
 
 class ChatModelError(SummarizationError):
     """A chat model call failed; ``retryable`` says whether trying again may help."""
@@ -51,10 +62,3 @@ class ChatModel(Protocol):
     def complete(self, request: ChatRequest) -> ChatResponse: ...
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse: ...
-
-
-def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | None = None) -> float:
-    """Exponential backoff (``base * 2**attempt``, capped), or the server's Retry-After when it gave one."""
-    if retry_after is not None and retry_after >= 0:
-        return min(retry_after, cap)
-    return min(cap, base * (2 ** attempt))

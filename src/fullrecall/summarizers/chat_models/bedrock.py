@@ -16,7 +16,8 @@ import time
 from typing import Any
 
 from ... import _deadline
-from .base import ChatModelError, ChatRequest, ChatResponse, backoff_delay
+from ..._retry import backoff_delay
+from .base import ChatModelError, ChatRequest, ChatResponse
 
 logger = logging.getLogger("fullrecall.summarizers")
 

@@ -17,14 +17,13 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
-from ... import _deadline
+from ... import _deadline, _retry, _secrets
 from ...errors import InvalidInput
-from .base import ChatModelError, ChatRequest, ChatResponse, backoff_delay
+from .base import ChatModelError, ChatRequest, ChatResponse
 
 logger = logging.getLogger("fullrecall.summarizers")
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-_RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 class OpenAIChatModel:
@@ -58,7 +57,7 @@ class OpenAIChatModel:
     ) -> None:
         self.model = model
         self.base_url = _checked_base_url(base_url)
-        self.api_key = api_key
+        self.api_key = _secrets.checked_key(api_key)
         self.timeout = timeout
         self.deadline = _deadline.resolve(deadline, timeout)
         self.max_retries = max_retries
@@ -66,7 +65,8 @@ class OpenAIChatModel:
         self.max_backoff = max_backoff
         self.api_key_header = api_key_header
         self.api_version = api_version
-        self.headers = dict(headers or {})
+        self.headers = _secrets.checked_headers(headers)
+        self._secrets = _secrets.secrets_of(self.api_key, self.headers, self.base_url)  # never shown in an error or the log
         self.extra_body = dict(extra_body or {})
         self.name = f"openai:{model}"
 
@@ -82,7 +82,7 @@ class OpenAIChatModel:
             "api_key": env.get("FULLRECALL_LLM_API_KEY") or env.get("OPENAI_API_KEY"),
         }
         if env.get("FULLRECALL_LLM_TIMEOUT"):
-            kwargs["timeout"] = float(env["FULLRECALL_LLM_TIMEOUT"])
+            kwargs["timeout"] = _deadline.seconds(env["FULLRECALL_LLM_TIMEOUT"], "FULLRECALL_LLM_TIMEOUT")
         if env.get(_deadline.ENV):
             kwargs["deadline"] = env[_deadline.ENV]  # checked by _deadline.resolve, as every client's
         kwargs.update(overrides)
@@ -136,7 +136,7 @@ class OpenAIChatModel:
         """Seconds to wait before the next try; raises ``error`` when it is final."""
         if not error.retryable or attempt == self.max_retries:
             raise error
-        delay = backoff_delay(attempt, self.backoff, self.max_backoff, getattr(error, "retry_after", None))
+        delay = _retry.backoff_delay(attempt, self.backoff, self.max_backoff, getattr(error, "retry_after", None))
         logger.warning("%s: %s; retry %d/%d in %.2f s", self.name, error, attempt + 1, self.max_retries, delay)
         return delay
 
@@ -145,23 +145,23 @@ class OpenAIChatModel:
         import httpx
 
         kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "connection failed"
-        error = ChatModelError(f"{self.name} {kind} after {self.timeout:g} s: {type(exc).__name__}: {exc}"
-                               if kind == "timed out" else f"{self.name} {kind}: {type(exc).__name__}: {exc}",
-                               retryable=True)
+        said = f"{type(exc).__name__}: {self._shown(str(exc))}"
+        error = ChatModelError(f"{self.name} {kind} after {self.timeout:g} s: {said}" if kind == "timed out"
+                               else f"{self.name} {kind}: {said}", retryable=True)
         error.__cause__ = exc
         return error
+
+    def _shown(self, text: str) -> str:
+        """What a server said, fit to show: some echo the request's headers, the key among them."""
+        return _secrets.redact(text, self._secrets)
 
     def _parse(self, response: Any) -> ChatResponse:
         status = response.status_code
         if status >= 400:
-            detail = response.text[:300].strip()
-            error = ChatModelError(f"{self.name} answered HTTP {status}: {detail}", retryable=status in _RETRY_STATUS,
+            detail = self._shown(response.text)[:300].strip()
+            error = ChatModelError(f"{self.name} answered HTTP {status}: {detail}", retryable=status in _retry.RETRY_STATUS,
                                    status=status)
-            retry_after = response.headers.get("retry-after")
-            try:
-                error.retry_after = float(retry_after) if retry_after else None  # type: ignore[attr-defined]
-            except ValueError:
-                error.retry_after = None  # type: ignore[attr-defined]
+            error.retry_after = _retry.retry_after(response.headers.get("retry-after"))  # type: ignore[attr-defined]
             raise error
         try:  # any body not shaped as a completion (a null choice, a bare-string message) is malformed
             data = response.json()
@@ -175,7 +175,7 @@ class OpenAIChatModel:
             usage = dict(data.get("usage") or {})
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise ChatModelError(f"{self.name} sent a malformed response ({type(exc).__name__}): "
-                                 f"{response.text[:200]!r}", retryable=True) from exc
+                                 f"{self._shown(response.text)[:200]!r}", retryable=True) from exc
         if refusal:
             return ChatResponse(text=str(refusal), finish_reason="refusal", model=data.get("model"))
         if text is not None and not isinstance(text, str):

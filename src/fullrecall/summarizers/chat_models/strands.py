@@ -4,7 +4,10 @@ The agent itself is never invoked: calling an agent from inside its own
 conversation manager would re-enter its lock, tools and history. Like Strands'
 own summarizer, this streams from ``agent.model`` with a system prompt and no
 tools. Temperature and max tokens are the Strands model's own configuration;
-the summarizer still checks the answer's length.
+the summarizer still checks the answer's length. ``deadline`` bounds each try's
+whole stream (default 120 s, or ``FULLRECALL_LLM_DEADLINE``), as the other
+clients bound a request: a provider that trickles its answer cannot hold a
+summarizer; past it the try counts as a timeout and is retried.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import concurrent.futures
 import logging
 from typing import Any
 
-from .base import ChatModelError, ChatRequest, ChatResponse, backoff_delay
+from ... import _deadline
+from ..._retry import backoff_delay
+from .base import ChatModelError, ChatRequest, ChatResponse
 
 logger = logging.getLogger("fullrecall.summarizers")
 
@@ -26,7 +31,7 @@ class StrandsChatModel:
     """Wraps a ``strands.models.Model`` or an ``Agent`` (whose ``model`` and ``system_prompt`` it uses)."""
 
     def __init__(self, model_or_agent: Any, *, max_retries: int = 2, backoff: float = 0.5,
-                 max_backoff: float = 8.0) -> None:
+                 max_backoff: float = 8.0, deadline: float | None = None) -> None:
         model = getattr(model_or_agent, "model", None)
         if hasattr(model_or_agent, "stream"):  # a Model, even one with a ``.model`` attribute of its own
             self.model = model_or_agent
@@ -40,12 +45,13 @@ class StrandsChatModel:
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.deadline = _deadline.from_env(deadline, 60.0)
         self.name = f"strands:{type(self.model).__name__}"
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         for attempt in range(self.max_retries + 1):
             try:
-                return await self._once(request)
+                return await self._within_deadline(request)
             except ChatModelError as error:
                 if not error.retryable or attempt == self.max_retries:
                     raise
@@ -62,6 +68,13 @@ class StrandsChatModel:
         # called from inside an event loop (as Strands calls managers): run on a worker's own loop
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
             return pool.submit(asyncio.run, self.acomplete(request)).result()
+
+    async def _within_deadline(self, request: ChatRequest) -> ChatResponse:
+        try:
+            return await _deadline.within(self._once(request), self.deadline)
+        except TimeoutError as exc:
+            raise ChatModelError(f"{self.name} timed out: no complete answer within the deadline of "
+                                 f"{self.deadline:g} s per request", retryable=True) from exc
 
     async def _once(self, request: ChatRequest) -> ChatResponse:
         messages = [{"role": m["role"], "content": [{"text": m["content"]}]} for m in request.messages]

@@ -1,0 +1,36 @@
+"""When a remote model's request is worth trying again, and how long to wait before it (every HTTP client's rule)."""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+
+RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})  # may pass on the next try; other 4xx do not
+
+
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """The seconds a ``Retry-After`` header asks for: a number of seconds or an HTTP date (RFC 9110); None when
+    there is none or it cannot be read (negative, NaN, neither a number nor a date).
+    """
+    if not value or not value.strip():
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value.strip())
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when.tzinfo is None:  # an HTTP date is GMT, whether it says so or not
+            when = when.replace(tzinfo=UTC)
+        return max(0.0, when.timestamp() - (time.time() if now is None else now))
+    return seconds if seconds >= 0 and not math.isnan(seconds) else None
+
+
+def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | None = None) -> float:
+    """Exponential backoff (``base * 2**attempt``, capped), or the server's Retry-After (capped too) when it gave one."""
+    if retry_after is not None and retry_after >= 0:
+        return min(retry_after, cap)
+    return min(cap, base * (2 ** attempt))

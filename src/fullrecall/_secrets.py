@@ -1,0 +1,57 @@
+"""API keys and other credentials sent in HTTP headers, kept out of every error and log line.
+
+A key is checked once, when a client is made: surrounding whitespace goes (a key read from a file keeps
+its newline), and a character no header may carry (a control character, a non-ASCII letter) is refused
+naming its position, never the key: the HTTP library would otherwise refuse it at the first request in
+an error that quotes the whole header. Whatever a server answers (some echo the request's headers) is
+passed through :func:`redact` before it goes into an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
+
+from .errors import InvalidInput
+
+MASK = "[redacted]"
+_SECRET_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie", "signature")
+
+
+def checked_key(value: str | None, name: str = "api_key") -> str | None:
+    """``value`` without surrounding whitespace (None when nothing is left), or :class:`InvalidInput`."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(f"{name} must be a string, not {type(value).__name__}")
+    value = value.strip()
+    for i, char in enumerate(value):
+        if not " " <= char <= "~":
+            raise InvalidInput(f"{name} holds a character an HTTP header cannot carry at position {i} "
+                               "(a control character or a non-ASCII one); the value is not shown")
+    return value or None
+
+
+def checked_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
+    """Extra headers, each value checked as a key is (named by its header, its value not shown)."""
+    return {k: checked_key(v, f"header {k!r}") or "" for k, v in (headers or {}).items()}
+
+
+def secrets_of(key: str | None, headers: Mapping[str, str] | None = None, url: str | None = None) -> tuple[str, ...]:
+    """What must never be shown: the key, the values of headers named like credentials, the URL's password."""
+    found = [key] if key else []
+    try:
+        password = urlsplit(url).password if url else None
+    except ValueError:
+        password = None
+    found += [password] if password else []
+    found += [v for k, v in (headers or {}).items() if v and any(w in k.lower() for w in _SECRET_HEADER_WORDS)]
+    return tuple(sorted(set(found), key=len, reverse=True))  # a longer secret first: it may contain a shorter one
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every secret replaced by :data:`MASK`."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, MASK)
+    return text
