@@ -389,20 +389,27 @@ def test_a_message_the_user_puts_before_the_summary_is_archived_in_a_place_of_it
     assert "INV-4417" in " ".join(m.text for m in manager.recall("invoice number").messages)
 
 
-def test_a_pinned_message_unpinned_later_leaves_the_sliding_window_into_its_own_place(store_url):
-    """``pin_first=1`` keeps the opening request while the window slides; the user unpins it later: the window
-    goes on sliding as the SDK's does, and the request is archived once, at its own place (0), beside the rest."""
-    from strands.agent.conversation_manager.compression.pin_message import unpin_message
-
+def _five_questions_with_a_pinned_opening(store_url, session_id):
+    """(archive, agent): a sliding window of 4 keeping the first message pinned, after five questions."""
     from fullrecall.archive import Archive
     from fullrecall.stores import Scope
 
-    archive = Archive(store_url, Scope(session_id="pins"))
+    archive = Archive(store_url, Scope(session_id=session_id))
     manager = SlidingWindowConversationManager(window_size=4, pin_first=1, on_remove=archive)
     agent = Agent(model=ScriptedModel(ANSWERS * 2), system_prompt=AGENT_PROMPT, conversation_manager=manager,
                   callback_handler=None)
     for question in QUESTIONS[:5]:
         agent(question)
+    return archive, agent
+
+
+def test_a_pinned_message_unpinned_later_leaves_the_sliding_window_into_its_own_place(store_url):
+    """``pin_first=1`` keeps the opening request while the window slides; the user unpins it later: the window
+    goes on sliding as the SDK's does, and the request is archived once, at its own place (0), beside the rest."""
+    from strands.agent.conversation_manager.compression.pin_message import unpin_message
+
+    archive, agent = _five_questions_with_a_pinned_opening(store_url, "pins")
+    manager = agent.conversation_manager
     assert texts(agent.messages[:1]) == [QUESTIONS[0]]
     unpin_message(agent.messages, 0)
     for question in QUESTIONS[5:]:
@@ -450,15 +457,8 @@ def test_a_pinned_opening_dropped_by_a_session_restore_is_archived_and_recalled(
 def test_a_sliding_window_with_a_pinned_opening_goes_on_after_the_user_empties_the_history(store_url):
     """``agent.messages = []`` (start over) with ``pin_first=1``: the window goes on sliding, each message that
     leaves is archived once, and nothing is written over an archived message."""
-    from fullrecall.archive import Archive
-    from fullrecall.stores import Scope
-
-    archive = Archive(store_url, Scope(session_id="reset"))
-    manager = SlidingWindowConversationManager(window_size=4, pin_first=1, on_remove=archive)
-    agent = Agent(model=ScriptedModel(ANSWERS * 2), system_prompt=AGENT_PROMPT, conversation_manager=manager,
-                  callback_handler=None)
-    for question in QUESTIONS[:5]:
-        agent(question)
+    archive, agent = _five_questions_with_a_pinned_opening(store_url, "reset")
+    manager = agent.conversation_manager
     agent.messages = []
     for question in QUESTIONS:
         agent(question)
