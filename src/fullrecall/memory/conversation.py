@@ -38,6 +38,7 @@ from typing import Any
 from ..archive.archive import END, message_record
 from ..errors import ArchiveError, InvalidInput, MessageFormatError, MessageTypeError
 from ..messages.formats import parse_messages
+from ..stores._forget import is_change_log
 from ..stores._validate import MAX_ID_BYTES, check_id
 from ..stores.base import DEFAULT_TENANT, Scope, Store, StoredMessage
 from ..window.base import ConversationManager, RemovedMessages
@@ -76,7 +77,7 @@ class SyncConversationMemory:
         from ..archive import SemanticMemoryHook, SemanticSummarizingConversationManager
         from ..stores import open_store
 
-        if isinstance(session_id, str) and session_id.startswith(LOG_PREFIX):  # refused before a store is opened
+        if is_change_log(session_id):  # refused before a store is opened
             raise InvalidInput(f"ConversationMemory: 'session_id' {session_id!r} is reserved (a session id starting "
                                f"with {LOG_PREFIX!r} is long-term memory's own change log)")
         self.store: Store = open_store(store) if isinstance(store, str) else store

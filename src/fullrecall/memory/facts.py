@@ -33,7 +33,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -280,10 +280,10 @@ class FactMemory:
                 embedded.append(self.book.embed([fact.text])[0])
             return embedded[0]
 
+        # an attribute fact without a value is compared by its words: "I moved to Rome" is no repeat of "... Paris"
+        when, value, undated = fact.valid_from, fact.value or fact.text, fact.valid_from == fact.stated_at
         for attempt in range(UPDATE_ATTEMPTS):
             index = self._facts(check=not checked or attempt > 0)  # cached: one small round trip when nothing changed
-            # an attribute fact without a value is compared by its words: "I moved to Rome" is no repeat of "... Paris"
-            when, value, undated = fact.valid_from, fact.value or fact.text, fact.valid_from == fact.stated_at
             same = next((r for r in index.repeated(fact.subject, normalize(fact.text), fact.attribute, normalize(value),
                                                    when, undated=undated)
                          if agree(fact.text, r.text) or (fact.attribute and r.data.get("attribute") == fact.attribute
@@ -383,14 +383,14 @@ class FactMemory:
         compare-and-set that only one of several writers folding it at once wins: only that one adds its
         mentions, so none is counted twice.
         """
-        taken: list[Fact] = []
+        taken: list[Fact] = []  # the duplicate as the winning compare-and-set closed it
 
         def closed(record: Record | None) -> tuple[Record, None] | None:
             fact = _from_record(record) if record is not None else None
             if fact is None or fact.valid_to is not None:  # folded or closed by another writer meanwhile
                 return None
-            taken[:] = [replace(fact, sources=list(fact.sources))]
             fact.valid_to, fact.superseded_by = fact.valid_from, into
+            taken[:] = [fact]
             return self._as_record(fact, base=record), None
 
         if self.book.update(fact_id, closed, check=False) is None:

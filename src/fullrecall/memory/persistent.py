@@ -37,6 +37,7 @@ from ..archive.archive import archived_summaries
 from ..errors import InvalidInput, MemoryInputError, MessageFormatError, SummarizationError
 from ..stores import _validate as V
 from ..stores import open_store
+from ..stores._forget import is_change_log
 from ..stores.base import DEFAULT_TENANT, Record, Scope, Store, StoredMessage
 from ._records import LOG_PREFIX, RecordBook, owner_scope, record_owner
 from .facts import Fact, FactMemory
@@ -404,7 +405,7 @@ class PersistentMemory:
         """
         records = self._sessions.all()
         holding = [s for s in (sc.session for sc in self.store.sessions(self.owner))  # one read: those with messages
-                   if s is not None and not s.startswith(LOG_PREFIX)]
+                   if s is not None and not is_change_log(s)]
         emptied = {r.id for r in records if r.data.get(_EMPTIED) is True}.difference(holding)
         if emptied:
             emptied -= {source.get("session_id") or self.session_id for fact in self.facts.history()
@@ -427,7 +428,7 @@ class PersistentMemory:
         _check_times(since=since, until=until)
         if wanted is not None and session_id is None:  # one look-up across the owner's sessions, logs aside
             found = [(m.session_id or "", m) for m in self.store.get(self.owner, wanted)
-                     if not (m.session_id or "").startswith(LOG_PREFIX)]
+                     if not is_change_log(m.session_id)]
         else:
             found = []
             for s in [session_id] if session_id is not None else self.sessions():
@@ -675,7 +676,7 @@ def _session(where: str, session_id: str | None) -> str | None:
     """``session_id``, unless it names one of memory's own change logs (``_log.<namespace>``), which hold its
     bookkeeping, not the owner's messages: MemoryInputError naming ``where``.
     """
-    if isinstance(session_id, str) and session_id.startswith(LOG_PREFIX):
+    if is_change_log(session_id):
         raise MemoryInputError(f"{where}: {session_id!r} is reserved (a session id starting with {LOG_PREFIX!r} "
                                "is memory's own change log)")
     return session_id

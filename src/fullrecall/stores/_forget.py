@@ -23,6 +23,11 @@ RECORD_KINDS = {"archive.summaries": "summaries", "facts": "facts", "procedures"
 LOG_PREFIX = "_log."
 
 
+def is_change_log(session_id: object) -> bool:
+    """Whether ``session_id`` names one of long-term memory's change logs (bookkeeping, never a conversation)."""
+    return isinstance(session_id, str) and session_id.startswith(LOG_PREFIX)
+
+
 class Remaining(TypedDict):
     """A place that may still hold forgotten data after ``forget`` returned."""
 

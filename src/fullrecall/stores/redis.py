@@ -655,7 +655,7 @@ class RedisStore(StoreBase):
     def forget(self, scope: Scope) -> dict[str, Any]:
         sessions = self._sessions(scope)
         counts = {"messages": 0, "summaries": 0, "vectors": 0, "state": 0, "records": 0, "sessions": len(sessions)}
-        logs = [s for s in sessions if s.session_id.startswith(F.LOG_PREFIX)]  # long-term memory's change logs
+        logs = [s for s in sessions if F.is_change_log(s.session_id)]  # long-term memory's change logs
         log_messages, namespaces = 0, Counter[str]()
         p = self._p(scope)  # a records key is {p}:user:{u}:records:{ns}; the prefix may itself hold ":user:"
         with self._errors("delete from"):

@@ -51,15 +51,15 @@ def conversations(store: Store, scope: Scope) -> list[str]:
     every other that holds messages (``Store.sessions``: one a ``ConversationMemory`` keeps, say).
     Long-term memory's change logs (``_log.*``) are bookkeeping, never a conversation.
     """
-    from ..memory._records import LOG_PREFIX
     from ..memory.persistent import _SESSIONS
+    from ..stores._forget import is_change_log
 
     if scope.session:
         return [scope.session]
     owner = replace(scope, session_id=None)
     listed = {r.id for namespace in (CONVERSATIONS, _SESSIONS) for r in store.get_records(owner, namespace)}
     listed.update(s for s in (sc.session for sc in store.sessions(owner)) if s is not None)
-    return sorted(s for s in listed if not s.startswith(LOG_PREFIX))
+    return sorted(s for s in listed if not is_change_log(s))
 
 
 def register(store: Store, scope: Scope) -> None:
