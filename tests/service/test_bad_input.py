@@ -398,3 +398,44 @@ def test_a_nul_in_a_fact_or_pattern_id_is_refused_alike_on_every_backend(api):
         error = _error(api.client.delete(f"/v1/{kind}/a%00b", headers=api.a))
         assert error["type"] == "invalid" and error["field"] == field and "NUL" in error["message"], error
         assert api.client.delete(f"/v1/{kind}/nope", headers=api.a).status_code == 404
+
+
+DOT_IDS = [".", "..", "a/..", "../b", "a/./b", "a/../b"]
+
+
+def test_a_conversation_id_a_url_cannot_carry_is_refused_on_write_and_read(api):
+    """A conversation ``..`` (sent as %2E%2E, imported, or named in a search) was written, but no client could reach
+    it again: every HTTP client and proxy resolves the dot segments of ``/v1/conversations/../messages`` before
+    sending it. Each route now refuses such an id alike, naming ``conversation_id``, and writes nothing.
+    """
+    from urllib.parse import quote
+
+    for conv in DOT_IDS:
+        sent = quote(conv, safe="/").replace(".", "%2E")  # as a client that does not resolve them sends it
+        for method, url, kwargs in (
+            ("POST", f"/v1/conversations/{sent}/messages", {"json": {"messages": [GOOD]}}),
+            ("GET", f"/v1/conversations/{sent}/messages", {}),
+            ("GET", f"/v1/conversations/{sent}/context", {}),
+            ("DELETE", f"/v1/conversations/{sent}", {}),
+            ("POST", "/v1/search", {"json": {"query": "x", "scope": {"conversation_id": conv}}}),
+            ("POST", "/v1/export", {"json": {"conversation_id": conv}}),
+            ("GET", "/v1/stats", {"params": {"conversation_id": conv}}),
+        ):
+            error = _error(api.client.request(method, url, headers=api.a, **kwargs))
+            assert error["type"] == "invalid" and error["field"] == "conversation_id", (conv, url, error)
+            assert "'.' or '..'" in error["message"], (conv, url, error)
+        error = _error(api.client.post("/v1/memories/record", json={"messages": [GOOD], "session_id": conv},
+                                       headers=api.a))
+        assert error["field"] == "session_id" and "'.' or '..'" in error["message"], (conv, error)
+        line = json.dumps({"conversation_id": conv, "id": "m0", "message": GOOD})
+        error = _error(api.client.post("/v1/import", content=line,
+                                       headers={**api.a, "content-type": "application/x-ndjson"}))
+        assert "line 1" in error["message"] and "'.' or '..'" in error["message"], (conv, error)
+    assert api.store.stats(Scope(tenant="tenant-a", user_id=ANY, agent_id=ANY))["message_count"] == 0
+    assert _append_ok(api, "a.b/..c/...", [GOOD])  # dots inside a segment are no dot segment
+
+
+def _append_ok(api, conv, messages) -> bool:
+    r = api.client.post(f"/v1/conversations/{conv}/messages", json={"messages": messages}, headers=api.a)
+    assert r.status_code == 201, r.text
+    return api.client.get(f"/v1/conversations/{conv}/messages", headers=api.a).json()["conversation_id"] == conv

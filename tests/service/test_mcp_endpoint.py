@@ -113,10 +113,11 @@ def test_mcp_conversations_are_ones_the_routes_can_reach(served: tuple[str, Any]
 
     async def scenario() -> None:
         async with client(url, key) as c:
-            for tool, args in (("append_messages", {"session_id": long_id, "messages": [
-                    {"role": "user", "content": "hi"}]}), ("get_context", {"session_id": long_id})):
-                refused = await c.call_tool(tool, args)
-                assert refused.is_error and "session_id" in refused.content[0].text, refused.content
+            for session in (long_id, "..", "a/./b"):  # a dot segment: no URL carries it to the routes
+                for tool, args in (("append_messages", {"session_id": session, "messages": [
+                        {"role": "user", "content": "hi"}]}), ("get_context", {"session_id": session})):
+                    refused = await c.call_tool(tool, args)
+                    assert refused.is_error and "session_id" in refused.content[0].text, refused.content
 
     asyncio.run(scenario())
     from fullrecall.stores import Scope

@@ -35,6 +35,7 @@ from ..stores._common import newest
 from ..stores.base import Filters, Record, Scope, Store, StoredMessage
 from ..transfer._common import CONVERSATIONS, unlist
 from ..window.cuts import clean_cuts
+from .tenancy import InvalidName, check_conversation
 from .windows import ManagedWindows
 
 MAX_ID_LENGTH = 200
@@ -388,6 +389,10 @@ class Conversations:
             msg, mid = line.get("message"), line.get("id")
             if len(conv) > MAX_ID_LENGTH:
                 raise MessageFormatError(f"line {n + 1}: 'conversation_id' must be a non-empty string")
+            try:  # one the routes could never reach again is refused as they refuse it
+                check_conversation(conv)
+            except InvalidName as exc:
+                raise MessageFormatError(f"line {n + 1}: {exc}") from None
             if not isinstance(msg, dict):
                 raise MessageFormatError(f"line {n + 1}: 'message' must be an object")
             msgs, ids = by_conversation.setdefault(conv, ([], []))

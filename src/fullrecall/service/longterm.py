@@ -30,7 +30,7 @@ from ..memory.facts import Fact
 from ..memory.persistent import _line
 from .auth import Principal
 from .conversations import NotFound, check_text
-from .tenancy import check_name, scope_for
+from .tenancy import check_conversation, check_name, scope_for
 
 if TYPE_CHECKING:
     from ..memory import FactMemory, PersistentMemory, ProceduralMemory
@@ -124,7 +124,7 @@ def router(service: Service, principal: Callable[..., Any]) -> APIRouter:
         from ..memory import PersistentMemory
 
         tenant, user, agent = owner(p, user_id, agent_id)
-        session = check_name(session_id, "session_id") or DEFAULT_SESSION
+        session = check_conversation(session_id, "session_id") or DEFAULT_SESSION
         return PersistentMemory(user, agent, session, store=store, tenant=tenant, embedder=embedder)
 
     def facts(p: Principal, user_id: str | None, agent_id: str | None) -> FactMemory:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..stores.base import Scope
 from .conversations import check_text
-from .tenancy import check_name, scope_for
+from .tenancy import check_conversation, scope_for
 
 if TYPE_CHECKING:
     from .app import Service
@@ -76,11 +76,11 @@ class RoutableConversations:
         self.conversations = conversations
 
     def append(self, scope: Scope, messages: list[dict[str, Any]]) -> Any:
-        check_name(scope.session_id, "session_id")
+        check_conversation(scope.session_id, "session_id")
         return self.conversations.append(scope, messages)
 
     def context(self, scope: Scope, max_tokens: int | None, query: str | None) -> dict[str, Any]:
-        check_name(scope.session_id, "session_id")
+        check_conversation(scope.session_id, "session_id")
         return self.conversations.context(scope, max_tokens, query)
 
 

@@ -44,12 +44,24 @@ def check_name(value: str | None, field: str) -> str | None:
     return value
 
 
+def check_conversation(value: str | None, field: str = "conversation_id") -> str | None:
+    """A conversation id (``check_name``) that ``/v1/conversations/{id}`` can carry: no path segment ``.`` or
+    ``..``, which every HTTP client and proxy resolves away (``a/../b`` is sent as ``b``), so the conversation
+    written under one would be out of every route's reach.
+    """
+    check_name(value, field)
+    if value is not None and any(part in (".", "..") for part in value.split("/")):
+        raise InvalidName(f"'{field}' {value!r} has a path segment '.' or '..', which a URL cannot carry (clients "
+                          "resolve it away); name the conversation otherwise", field)
+    return value
+
+
 def scope_for(principal: Principal, *, user_id: str | None = None, agent_id: str | None = None,
               conversation_id: str | None = None) -> Scope:
     """The scope a request of ``principal`` may touch: its own tenant, an allowed owner."""
     check_name(user_id, "user_id")
     check_name(agent_id, "agent_id")
-    check_name(conversation_id, "conversation_id")
+    check_conversation(conversation_id)
     for field, value, allowed in (("user_id", user_id, principal.users), ("agent_id", agent_id, principal.agents)):
         if allowed is not None and value not in allowed:
             raise Forbidden(f"this key may not act for {field} {value!r}; it is limited to {list(allowed)}", field)
