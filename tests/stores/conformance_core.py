@@ -206,6 +206,37 @@ class CoreConformance:
         store.delete_record(owner, "facts", "r")
         assert put("e", expected=0) == 1  # made again: a new record
 
+    def test_get_record_reads_one_record_by_id(self, store: Store, scope: Scope) -> None:
+        """One record by its id, as ``put_record`` wrote it for the scope (a session's own first, then its owner's),
+        in one lookup: the service's key check read every key to refuse an unknown one.
+        """
+        owner = Scope(tenant=scope.tenant, user_id=scope.user_id, agent_id=scope.agent_id)
+        session = Scope(tenant=scope.tenant, user_id=scope.user_id, agent_id=scope.agent_id, session_id="s1")
+        other = Scope(tenant=scope.tenant, user_id="someone-else", agent_id=scope.agent_id)
+        assert store.get_record(owner, "facts", "r") is None
+        store.put_record(owner, Record(id="r", namespace="facts", text="owner's", data={"n": 1}))
+        store.put_record(owner, Record(id="r", namespace="facts", text="owner's", data={"n": 2}))
+        store.put_record(session, Record(id="s", namespace="facts", text="the session's"))
+        store.put_record(other, Record(id="o", namespace="facts", text="another user's"))
+        found = store.get_record(owner, "facts", "r")
+        assert found is not None and (found.id, found.namespace, found.text, found.data, found.version) == (
+            "r", "facts", "owner's", {"n": 2}, 2)
+        assert found == next(r for r in store.get_records(owner, "facts") if r.id == "r")
+        assert store.get_record(session, "facts", "r") == found  # an owner's record applies to each session
+        assert store.get_record(session, "facts", "s") is not None and store.get_record(owner, "facts", "s") is None
+        store.put_record(session, Record(id="r", namespace="facts", text="the session's own"))
+        assert store.get_record(session, "facts", "r").text == "the session's own"  # type: ignore[union-attr]
+        assert store.get_record(owner, "facts", "r") == found
+        for absent in (("facts", "o"), ("patterns", "r"), ("facts", "nope")):
+            assert store.get_record(owner, *absent) is None, absent  # another owner's, namespace's, none
+        for bad in ("", "a\x00b", "x" * 300):
+            with pytest.raises(InvalidInput):
+                store.get_record(owner, "facts", bad)
+        with pytest.raises(InvalidInput):
+            store.get_record(Scope(tenant=scope.tenant, user_id=ANY), "facts", "r")  # one owner's record
+        store.delete_record(owner, "facts", "r")
+        assert store.get_record(owner, "facts", "r") is None
+
 
     # -- batched range reads ----------------------------------------------------------------
 

@@ -5,7 +5,8 @@ The store keeps ``HMAC-SHA256(salt, secret)`` and a random salt per key (never t
 records of the reserved tenant ``__keys__`` (namespace ``api-keys``), so every backend
 works and every server process sharing a store shares its keys. A fast keyed hash is the
 right tool for a 256-bit random secret (there is nothing to guess); verification compares
-digests with :func:`hmac.compare_digest`. Valid keys are cached for a few seconds, so a
+digests with :func:`hmac.compare_digest`. A key is checked by reading its own record (one lookup, however
+many keys there are, for a refused key too). Valid keys are cached for a few seconds, so a
 revocation reaches every process within ``cache_seconds``; a refused key is never cached, so
 requests with made-up keys, however many, never push a valid key out of the cache.
 """
@@ -19,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from ..errors import InvalidInput
 from ..stores.base import Record, Scope, Store
 
 KEYS_SCOPE = Scope(tenant="__keys__")
@@ -81,15 +83,22 @@ class KeyStore:
 
     def revoke(self, key_id: str) -> bool:
         """Mark a key revoked (kept for the record); False if there is no such key."""
-        for r in self.store.get_records(KEYS_SCOPE, NAMESPACE):
-            if r.id == key_id:
-                r.data = {**r.data, "revoked": True}
-                r.updated_at = time.time()
-                self.store.put_record(KEYS_SCOPE, r)
-                with self._lock:
-                    self._cache.clear()
-                return True
-        return False
+        r = self._record(key_id)
+        if r is None:
+            return False
+        r.data = {**r.data, "revoked": True}
+        r.updated_at = time.time()
+        self.store.put_record(KEYS_SCOPE, r)
+        with self._lock:
+            self._cache.clear()
+        return True
+
+    def _record(self, key_id: str) -> Record | None:
+        """The record of ``key_id`` (one read, whatever the number of keys), or None: no key has that id."""
+        try:
+            return self.store.get_record(KEYS_SCOPE, NAMESPACE, key_id)
+        except InvalidInput:  # an id no store keeps (empty, too long): no key of ours
+            return None
 
     def cached(self, key: str) -> Principal | None:
         """The principal of a recently verified valid key, without touching the store (else None)."""
@@ -119,7 +128,7 @@ class KeyStore:
         if len(parts) != 3 or parts[0] != PREFIX:
             return None
         _, key_id, secret = parts
-        record = next((r for r in self.store.get_records(KEYS_SCOPE, NAMESPACE) if r.id == key_id), None)
+        record = self._record(key_id)
         if record is None or record.data.get("revoked"):
             hmac.compare_digest(_digest(b"x" * 16, secret), "0" * 64)  # the same work for unknown keys
             return None

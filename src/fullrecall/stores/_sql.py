@@ -366,6 +366,16 @@ class SqlStore(StoreBase):
         )
         return [C.record_from_row({**dict(r), "text": self.sql.text_out(r["text"])}) for r in rows]
 
+    def _get_record(self, owner: tuple[str, str, str, str], namespace: str, record_id: str) -> Record | None:
+        ph = self.sql.ph  # the primary key, at most two rows: the session's own sorts before its owner's ("")
+        rows = self._fetch(
+            f"SELECT id, namespace, text, data, created_at, updated_at, version FROM {self.sql.t('records')}"
+            f" WHERE tenant = {ph} AND user_id = {ph} AND agent_id = {ph} AND session_id IN ({ph}, '')"
+            f" AND namespace = {ph} AND id = {ph} ORDER BY session_id DESC LIMIT 1",
+            [*owner, namespace, record_id],
+        )
+        return C.record_from_row({**dict(rows[0]), "text": self.sql.text_out(rows[0]["text"])}) if rows else None
+
     def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
         where, params = self.sql.record_where(scope)
         ph = self.sql.ph

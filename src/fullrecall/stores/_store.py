@@ -1,7 +1,7 @@
 """The contract every backend inherits: public methods check their input once, then call small hooks.
 
 A backend subclasses :class:`StoreBase` and implements the hooks (``_append``, ``_set_vectors``,
-``_put_record``, ``ranges``, ``get_versioned_state``, ``put_state``); what is built the same way
+``_put_record``, ``_get_record``, ``ranges``, ``get_versioned_state``, ``put_state``); what is built the same way
 on every backend (``range``, ``get_state``, ``update_state``) lives here once.
 """
 
@@ -14,10 +14,11 @@ from typing import Any, Self
 
 import numpy as np
 
-from ..errors import StateConflict
+from ..errors import InvalidInput, StateConflict
 from . import _common as C
+from . import _validate as V
 from . import _vectors as Vec
-from .base import Record, Scope, StoredMessage
+from .base import ANY, Record, Scope, StoredMessage
 
 
 class StoreBase:
@@ -48,6 +49,12 @@ class StoreBase:
     ) -> int:
         """Upsert a valid record for ``owner`` (tenant, user, agent, session or ""), ``data`` as JSON text, if its
         stored version is ``expected`` (0: none; None: any, else StateConflict); its new version.
+        """
+        raise NotImplementedError
+
+    def _get_record(self, owner: tuple[str, str, str, str], namespace: str, record_id: str) -> Record | None:
+        """The record ``record_id`` of ``namespace`` held for ``owner`` (tenant, user, agent, session or ""): the
+        session's own when it holds one, else its owner's (session ""); one lookup.
         """
         raise NotImplementedError
 
@@ -86,6 +93,14 @@ class StoreBase:
         C.check_version(record.id, expected, "record")
         return self._put_record(scope, owner, record, data, Vec.as_matrix(vector, 1)[0] if vector is not None else None,
                                 expected)
+
+    def get_record(self, scope: Scope, namespace: str, record_id: str) -> Record | None:
+        """One record by id, as ``put_record(scope, ...)`` wrote it (see :class:`Store`), or None."""
+        if scope.user_id is ANY or scope.agent_id is ANY:
+            raise InvalidInput("get_record reads one owner's record: ANY is only for get_records and forget")
+        V.check_id(namespace, "get_record: 'namespace'")
+        V.check_id(record_id, "get_record: 'record_id'")
+        return self._get_record(C.record_scope(scope), namespace, record_id)
 
     # -- built on the hooks ---------------------------------------------------------------------
 

@@ -322,6 +322,15 @@ class Store(Protocol):
     def get_records(self, scope: Scope, namespace: str) -> list[Record]:
         ...
 
+    def get_record(self, scope: Scope, namespace: str, record_id: str) -> Record | None:
+        """The record ``record_id`` of ``namespace`` that ``put_record(scope, ...)`` wrote, or None, in one lookup.
+
+        A scope with a session reads that session's own record, else its owner's (one written without a session),
+        as ``get_records`` shows them; one without a session reads the owner's. The scope names one owner
+        (:data:`ANY` is refused: InvalidInput).
+        """
+        ...
+
     def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
         ...
 

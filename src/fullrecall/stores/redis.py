@@ -645,6 +645,14 @@ class RedisStore(StoreBase):
         docs.sort(key=lambda d: (d["created_at"], d["id"]))
         return [C.record_from_row(d) for d in docs]
 
+    def _get_record(self, owner: tuple[str, str, str, str], namespace: str, record_id: str) -> Record | None:
+        tenant, user, agent, session = owner
+        fields = [json.dumps([agent, s, record_id]) for s in dict.fromkeys((session, ""))]  # its own, its owner's
+        with self._errors("read from"):
+            found = self._r.hmget(self._records_key(Scope(tenant=tenant), _q(user), namespace), fields)
+        raw = next((f for f in cast("list[bytes | None]", found) if f is not None), None)
+        return C.record_from_row(json.loads(raw)) if raw is not None else None
+
     def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
         with self._errors("write to"):
             hits = [(k, f) for k, f, d in self._record_fields(scope, namespace, exact=False) if d["id"] == record_id]
