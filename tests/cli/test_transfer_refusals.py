@@ -117,3 +117,35 @@ def test_a_line_whose_id_the_conversation_holds_with_another_message_is_refused(
         assert jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join([HEADER, line(1), line(2)])))["written"] == 1
     finally:
         store.close()
+
+
+def test_written_counts_the_files_messages_alone_while_others_write_to_the_conversation(store_url):
+    """An import counted as written whatever its conversation gained meanwhile (the count after less the count
+    before): a message another writer appended while it ran was reported as one of the file's. Now ``written``
+    counts the file's messages the store did not hold, on every backend and in every format.
+    """
+    from fullrecall.stores.base import StoredMessage
+    from fullrecall.transfer import openai
+
+    store = open_store(store_url)
+    try:
+        def live(conversation: Scope):
+            def writer(what: str, done: int, total: int) -> None:  # another client, writing as the import runs
+                if what.startswith(("importing", "writing")):
+                    n = store.count(conversation)
+                    store.append(conversation, [StoredMessage(id=f"live-{n}", role="user", text="live",
+                                                              data={"role": "user", "content": "live"})])
+            return writer
+
+        text = "\n".join([HEADER, line(0), line(1), line(2)])
+        b = Scope(user_id="ann", session_id="b")
+        assert jsonl.import_jsonl(store, Scope(), io.StringIO(text), progress=live(b))["written"] == 3
+        assert jsonl.import_jsonl(store, Scope(), io.StringIO(text), progress=live(b))["written"] == 0
+        transcript = json.dumps({"conversation_id": "t", "messages": [{"role": "user", "content": "hi", "id": "h"}]})
+        t = Scope(user_id="ann", session_id="t")
+        for written in (1, 0):
+            counts = openai.import_openai(store, Scope(user_id="ann"), io.StringIO(transcript), progress=live(t))
+            assert counts["written"] == written, counts
+        assert store.count(b) == 5 and store.count(t) == 3  # the live writer's messages are there, not counted
+    finally:
+        store.close()

@@ -635,3 +635,33 @@ def test_a_future_dated_fact_is_not_recalled_as_current_on_every_backend(store_u
         assert (mem.stats()["fact_count"], mem.stats()["current_fact_count"]) == (2, 1)
     finally:
         mem.close()
+
+
+@pytest.mark.parametrize("held, file_is_newer", [("Paris", False), ("Lyon", False), ("Lyon", True)],
+                         ids=["closed by the owner's newer fact", "folded into the owner's", "the owner's folded into it"])
+def test_importing_a_file_again_writes_no_fact_the_first_import_settled(store_url, default_embedder, held,
+                                                                        file_is_newer):
+    """A fact the first import wrote and the owner's memory then settled (closed by the owner's newer value, or
+    folded with the owner's fact of the same value) was written again by every later import of the same file and
+    counted in ``facts_written``; a folded one added its mentions again each time, and the file's own fact, which
+    the owner's had been folded into, lost the mentions it had gained. Now a second import writes nothing.
+    """
+    now = time.time()
+    src = memory(store_url, default_embedder, user_id="ann", session_id="s")
+    dst = memory(src.store, default_embedder, user_id="bob", session_id="s")
+    try:
+        src.facts.remember("My city is Lyon", subject="user", attribute="city", value="Lyon",
+                           valid_from=now - (10 if file_is_newer else 1000))
+        out = io.StringIO()
+        src.export_jsonl(out)
+        dst.facts.remember(f"My city is {held}", subject="user", attribute="city", value=held,
+                           valid_from=now - (1000 if file_is_newer else 10))
+        first = dst.import_jsonl(io.StringIO(out.getvalue()))
+        assert first["facts_written"] == 1, first
+        settled = sorted((f.value, f.mentions, f.valid_to is None) for f in dst.facts.history())
+        for _ in range(2):
+            again = dst.import_jsonl(io.StringIO(out.getvalue()))
+            assert again == {"messages": 0, "written": 0, "facts": 1, "facts_written": 0}, again
+            assert sorted((f.value, f.mentions, f.valid_to is None) for f in dst.facts.history()) == settled
+    finally:
+        src.close()

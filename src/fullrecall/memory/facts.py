@@ -33,7 +33,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -48,6 +48,8 @@ from ._values import agree, within
 NAMESPACE = "facts"
 log = logging.getLogger("fullrecall.memory.facts")
 DEFAULT_DUPLICATE_SIMILARITY = 0.92
+FOLDED = "folded"  # a fact's data: the ids of the duplicates folded into it (the newest MAX_FOLDED)
+MAX_FOLDED = 100
 
 
 @dataclass
@@ -403,7 +405,9 @@ class FactMemory:
                 return None
             fact.mentions += duplicate.mentions
             fact.sources += [s for s in duplicate.sources if s not in fact.sources]
-            return self._as_record(fact, base=record), None
+            grown = self._as_record(fact, base=record)  # which facts it holds, so an import does not bring one back
+            grown.data[FOLDED] = [*(grown.data.get(FOLDED) or []), duplicate.id][-MAX_FOLDED:]
+            return grown, None
 
         self.book.update(into, grown, check=False)
         self.book.delete(fact_id)
@@ -487,16 +491,21 @@ class FactMemory:
         """Write facts exactly as given (ids, intervals, sources kept: an import), logged as one change; how
         many of them the owner did not hold as given (new, or held in another version).
 
+        A fact the owner holds as its memory settled it after an earlier import (closed since by a newer value,
+        grown by a repeat folded into it, or folded into the owner's own fact of the same value) is held already:
+        not written again, not counted, so importing one file again writes nothing.
+
         Only a fact the owner does not hold with the same text is embedded (in one batch): a repeated
         import embeds nothing again. Then one fact per subject and attribute is left current, as after any
         write: of an imported current fact and the owner's, the later valid one holds (an old backup
         restored, or another memory merged in, does not bring back a value the owner has since replaced).
         """
-        facts = list(facts)
         entries = self.book.entries()
         held = {r.id: (r.text, v) for r, v in entries}
         before = {r.id: _from_record(r) for r, _ in entries}
-        new = len({f.id for f in facts if before.get(f.id) != f})
+        folded = {i for r, _ in entries for i in r.data.get(FOLDED) or ()}
+        facts = [f for f in facts if not _settled_from(before.get(f.id), f) and f.id not in (folded - before.keys())]
+        new = len({f.id for f in facts})
         known = {f.id: held[f.id][1] for f in facts if f.id in held and held[f.id][0] == f.text}
         todo = [f for f in facts if known.get(f.id) is None]
         vectors = dict(zip([f.id for f in todo], self.book.embed([f.text for f in todo]))) if todo else {}
@@ -580,6 +589,19 @@ def _is_open(fact: Fact) -> bool:
 
 def _any(record: Record) -> bool:
     return True
+
+
+def _settled_from(held: Fact | None, given: Fact) -> bool:
+    """Whether ``held`` is ``given`` as the memory left it once written: the same, or since closed by a newer
+    value (``given`` open), or grown by the mentions and sources of repeats folded into it.
+    """
+    if held is None:
+        return False
+    if given.valid_to is None and held.valid_to is not None:
+        held = replace(held, valid_to=None, superseded_by=given.superseded_by)
+    if held.mentions >= given.mentions and all(s in held.sources for s in given.sources):
+        held = replace(held, mentions=given.mentions, sources=given.sources)
+    return held == given
 
 
 def _from_record(record: Record) -> Fact:

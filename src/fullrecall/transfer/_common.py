@@ -128,14 +128,25 @@ def write(store: Store, scope: Scope, records: Sequence[StoredMessage], progress
     again. With an ``embedder``, the messages without a vector are embedded afterwards (never one that has).
     """
     register(store, scope)
-    before = store.count(scope)
+    written = 0
     for start in range(0, len(records), BATCH):
         chunk = records[start:start + BATCH]
-        store.append(scope, chunk)
+        written += append_new(store, scope, chunk)
         progress(f"writing {scope.session}", start + len(chunk), len(records))
-    written = store.count(scope) - before
     embedded = embed(store, scope, [r.id for r in records], embedder, progress) if embedder is not None else 0
     return written, embedded
+
+
+def append_new(store: Store, scope: Scope, messages: Sequence[StoredMessage]) -> int:
+    """Append ``messages`` (idempotent on ids); how many of them the conversation did not hold before.
+
+    Counted by id, not by the conversation's size before and after: a message another client appends
+    meanwhile is not one of these.
+    """
+    ids = list(dict.fromkeys(m.id for m in messages))
+    held = {m.id for m in store.get(scope, ids)}
+    store.append(scope, messages)
+    return len(ids) - len(held)
 
 
 def write_all(store: Store, prepared: Sequence[tuple[Scope, Sequence[StoredMessage]]], conversations: int,

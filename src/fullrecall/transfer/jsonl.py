@@ -62,6 +62,7 @@ from ._common import (
     BATCH,
     Counts,
     Progress,
+    append_new,
     chunks,
     conversations,
     embed,
@@ -412,15 +413,13 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
     for key, (messages, vectors, states) in groups.items():
         own = targets[key]
         register(store, own)
-        before = store.count(own)
         placed = [m for m in messages if m.position is not None]  # a message without a position takes the next
         messages = placed + [m for m in messages if m.position is None]  # free one: after all the file places
         for start in range(0, len(messages), BATCH):
             chunk = messages[start:start + BATCH]
-            store.append(own, chunk)
+            counts.written += append_new(store, own, chunk)
             counts.messages += len(chunk)
             progress("importing", counts.messages, total)
-        counts.written += store.count(own) - before
         for model, ids in _by_model(vectors).items():
             have = store.get_vectors(own, ids)
             todo = [i for i in ids if i not in have]
