@@ -197,3 +197,43 @@ def test_an_empty_limit_never_means_any(api):
     api.service.keys._cache.clear()
     for params in ({"user_id": "bob"}, {}):
         assert api.client.get("/v1/stats", params=params, headers=api.headers(key)).status_code == 403
+
+
+def test_stats_and_readiness_say_nothing_of_another_tenants_writes(store_url, default_embedder):
+    """``/v1/stats`` gave every tenant the process's embedding queue and searchable delay (its ``samples`` one up
+    for each batch another tenant wrote), and the unauthenticated ``/readyz`` the queue: anyone could watch
+    another tenant's activity. Each tenant now sees its own; the operators' ``/metrics`` keeps the whole queue.
+    """
+    import threading
+
+    from fastapi.testclient import TestClient
+
+    from fullrecall.service.app import create_app
+    from fullrecall.service.config import Settings
+
+    gate = threading.Event()
+
+    class Gated:  # the real embedder, held until the gate opens
+        name, dimension = default_embedder.name, default_embedder.dimension
+
+        def embed(self, texts):
+            gate.wait(30)
+            return default_embedder.embed(texts)
+
+    app = create_app(Settings(store=store_url), embedder=Gated())
+    with TestClient(app, raise_server_exceptions=False) as client:
+        keys = app.state.service.keys
+        a, b, admin = ({"Authorization": f"Bearer {keys.create(t)[0]}"} for t in ("tenant-a", "tenant-b", "admin"))
+        for i in range(3):
+            r = client.post(f"/v1/conversations/c{i}/messages", json={"messages": [{"role": "user", "content": "hi"}]},
+                            headers=a)
+            assert r.status_code == 201, r.text
+        mine, theirs = (client.get("/v1/stats", headers=h).json() for h in (a, b))
+        assert mine["embedding_queue"] >= 2 and theirs["embedding_queue"] == 0, (mine, theirs)
+        assert "embedding_queue" not in client.get("/readyz").json()
+        assert "fullrecall_embedding_queue" in client.get("/metrics", headers=admin).text
+        gate.set()
+        assert app.state.service.indexer.flush()
+        mine, theirs = (client.get("/v1/stats", headers=h).json() for h in (a, b))
+        assert mine["embedding_queue"] == 0 and mine["searchable_delay"]["samples"] >= 1
+        assert theirs["searchable_delay"] == {"p50_ms": None, "p95_ms": None, "samples": 0}, theirs

@@ -336,7 +336,7 @@ def _routes(app: FastAPI, service: Service) -> None:
             service.store.count(Scope(tenant="__keys__", session_id="__ready__"))
         except Exception as exc:  # noqa: BLE001 - any failure means not ready
             return _error(503, "unavailable", f"the store is not reachable: {type(exc).__name__}")
-        return JSONResponse({"status": "ready", "embedding_queue": service.indexer.pending})
+        return JSONResponse({"status": "ready"})  # no key: nothing of any tenant's activity
 
     # the hot routes answer with their JSON directly (no response model to validate the answer against)
     @app.post("/v1/conversations/{conversation_id:path}/messages", status_code=201, tags=["conversations"],
@@ -410,8 +410,8 @@ def _routes(app: FastAPI, service: Service) -> None:
             s = Scope(tenant=p.tenant, user_id=ANY, agent_id=ANY)
         else:
             s = scope(p, user_id, agent_id, conversation_id)
-        return {"tenant": p.tenant, "store": service.store.stats(s), "embedding_queue": service.indexer.pending,
-                "searchable_delay": service.indexer.delay_percentiles()}
+        return {"tenant": p.tenant, "store": service.store.stats(s), "embedding_queue": service.indexer.pending_of(
+            p.tenant), "searchable_delay": service.indexer.delay_percentiles(p.tenant)}  # its own: no other's activity
 
     @app.post("/v1/export", tags=["admin"], response_class=StreamingResponse,
               responses={200: {"content": {"application/x-ndjson": {}}}})

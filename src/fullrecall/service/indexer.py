@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -31,6 +31,7 @@ from ..stores.base import Scope, Store, StoredMessage
 log = logging.getLogger("fullrecall.service")
 
 CATCH_UP = 64  # recent positions checked for a missing vector on every write
+DELAYS = 10_000  # searchable delays kept (of the process, and of each tenant)
 
 
 class Indexer:
@@ -51,9 +52,11 @@ class Indexer:
         self.batch = batch
         self.backlog, self.backlog_wait = backlog, backlog_wait
         self.on_indexed = on_indexed
-        self.delays: deque[float] = deque(maxlen=10_000)  # seconds from commit to stored vector
+        self.delays: deque[float] = deque(maxlen=DELAYS)  # seconds from commit to stored vector
+        self._delays: dict[str, deque[float]] = {}  # the same, of each tenant (what its own stats show)
         self._queue: deque[tuple[Scope, list[StoredMessage], float]] = deque()
         self._queued = 0  # messages in the queue
+        self._queued_by: Counter[str] = Counter()  # of each tenant
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
@@ -68,6 +71,7 @@ class Indexer:
         with self._cond:
             self._queue.append((scope, messages, committed_at))
             self._queued += len(messages)
+            self._queued_by[scope.tenant] += len(messages)
             self._cond.notify_all()
             if self.backlog > 0 and self._queued > self.backlog:
                 deadline = time.monotonic() + self.backlog_wait
@@ -79,6 +83,11 @@ class Indexer:
         """Messages committed and queued, not embedded yet."""
         with self._cond:
             return self._queued
+
+    def pending_of(self, tenant: str) -> int:
+        """The messages of ``tenant`` committed and queued, not embedded yet (a tenant sees no other's)."""
+        with self._cond:
+            return self._queued_by[tenant]
 
     def searcher(self, scope: Scope, **options: Any):
         """A :class:`~fullrecall.search.SemanticSearch` over ``scope`` with the shared embedder."""
@@ -121,7 +130,9 @@ class Indexer:
                     item = self._queue.popleft()
                     work.append(item)
                     taken += len(item[1])
+                    self._queued_by[item[0].tenant] -= len(item[1])
                 self._queued -= taken
+                self._queued_by = +self._queued_by  # no tenant kept at 0
                 self._busy = True
                 self._cond.notify_all()  # writers waiting on the backlog
             try:
@@ -182,12 +193,16 @@ class Indexer:
         now = time.time()
         delays = [now - committed[s] for s in groups]
         self.delays.extend(delays)
+        for s, delay in zip(groups, delays):
+            self._delays.setdefault(s.tenant, deque(maxlen=DELAYS)).append(delay)
         if self.on_indexed is not None:
             self.on_indexed(delays)
 
-    def delay_percentiles(self) -> dict[str, float | None]:
-        """p50 and p95 of the searchable delay, in milliseconds, over the last 10,000 batches' groups."""
-        values = sorted(self.delays)
+    def delay_percentiles(self, tenant: str | None = None) -> dict[str, float | None]:
+        """p50 and p95 of the searchable delay, in milliseconds, over the last 10,000 batches' groups (of
+        ``tenant``'s conversations, or of all).
+        """
+        values = sorted(self.delays if tenant is None else self._delays.get(tenant, ()))
         if not values:
             return {"p50_ms": None, "p95_ms": None, "samples": 0}
 
