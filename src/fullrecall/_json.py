@@ -75,6 +75,16 @@ def loads(text: str | bytes) -> Any:
     return json.loads(text, object_hook=_decode_bytes)
 
 
+def parse(text: str) -> Any:
+    """``json.loads(text)``; a document nested past Python's parser (a RecursionError) raises the
+    ``json.JSONDecodeError`` any invalid JSON does, ``msg`` "nested too deep", so every reader refuses it alike.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deep", text, 0) from None
+
+
 def check_json(value: Any, where: str, *, limit: int = MAX_FIELD_BYTES, tuples: bool = False) -> str:
     """``value`` as compact JSON text, or InvalidInput naming the first offending path under ``where``.
 

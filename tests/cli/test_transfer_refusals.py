@@ -15,7 +15,7 @@ import pytest
 
 from fullrecall.errors import MessageFormatError
 from fullrecall.stores import open_store
-from fullrecall.stores.base import Scope
+from fullrecall.stores.base import ANY, Scope
 from fullrecall.transfer import jsonl
 
 HEADER = json.dumps({"format": "fullrecall", "version": 2})
@@ -147,5 +147,30 @@ def test_written_counts_the_files_messages_alone_while_others_write_to_the_conve
             counts = openai.import_openai(store, Scope(user_id="ann"), io.StringIO(transcript), progress=live(t))
             assert counts["written"] == written, counts
         assert store.count(b) == 5 and store.count(t) == 3  # the live writer's messages are there, not counted
+    finally:
+        store.close()
+
+
+def test_a_line_nested_past_any_parser_is_refused_naming_it_in_every_format(store_url, tmp_path, default_embedder):
+    """100,000 nested brackets in a line made Python's parser raise RecursionError, which no importer took for
+    invalid JSON: ``fullrecall import`` crashed with a traceback. Each format now refuses it as invalid JSON.
+    """
+    from fullrecall.errors import MemoryInputError
+    from fullrecall.memory import PersistentMemory
+    from fullrecall.transfer import locomo, openai
+
+    deep = "[" * 100_000 + "]" * 100_000
+    store = open_store(store_url)
+    try:
+        with pytest.raises(MessageFormatError, match=r"^line 3: not valid JSON \(nested too deep\)$"):
+            jsonl.import_jsonl(store, Scope(), io.StringIO("\n".join([HEADER, line(0), deep])))
+        with pytest.raises(MessageFormatError, match=r"^line 2: not valid JSON \(nested too deep\)$"):
+            openai.import_openai(store, Scope(), io.StringIO('{"role": "user", "content": "hi"}\n' + deep))
+        with pytest.raises(MessageFormatError, match=r"nested too deep"):
+            locomo.import_locomo(store, Scope(), io.StringIO(deep))
+        memory = PersistentMemory(user_id="ann", store=store, embedder=default_embedder)
+        with pytest.raises(MemoryInputError, match=r"^line 1: not JSON \(nested too deep\)$"):
+            memory.import_jsonl(io.StringIO(deep))
+        assert store.stats(Scope(user_id=ANY, agent_id=ANY)).get("message_count") == 0
     finally:
         store.close()

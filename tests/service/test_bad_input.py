@@ -439,3 +439,15 @@ def _append_ok(api, conv, messages) -> bool:
     r = api.client.post(f"/v1/conversations/{conv}/messages", json={"messages": messages}, headers=api.a)
     assert r.status_code == 201, r.text
     return api.client.get(f"/v1/conversations/{conv}/messages", headers=api.a).json()["conversation_id"] == conv
+
+
+def test_a_line_nested_past_any_parser_is_refused_by_the_import_naming_it(api):
+    """A body line of 100,000 nested brackets (under the body limit) was a 500: Python's parser gives up with a
+    RecursionError, which the import did not take for invalid JSON. It is now refused as such, naming the line.
+    """
+    deep = "[" * 100_000 + "]" * 100_000
+    body = "\n".join([json.dumps({"conversation_id": "c", "id": "m0", "message": GOOD}),
+                      '{"conversation_id": "c", "message": {"role": "user", "content": "x", "meta": ' + deep + "}}"])
+    error = _error(api.client.post("/v1/import", content=body, headers={**api.a, "content-type": "application/x-ndjson"}))
+    assert error["message"] == "line 2: not valid JSON (nested too deep)", error
+    assert api.store.count(Scope(tenant="tenant-a", session_id="c")) == 0

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .._json import parse as parse_json
 from .common import add_store, emit, opened_store, progress_bars, scope
 
 FORMATS = ("jsonl", "memory", "openai", "strands", "locomo")
@@ -36,7 +37,7 @@ def detect(path: str) -> str:
     with p.open(encoding="utf-8-sig") as fp:
         first = fp.readline()
         try:
-            line = json.loads(first)
+            line = parse_json(first)
         except json.JSONDecodeError:
             line = None  # a JSON document spread over lines (LoCoMo as exported): read it whole below
         if isinstance(line, dict) and line.get("format") == "fullrecall":
@@ -44,7 +45,7 @@ def detect(path: str) -> str:
         if isinstance(line, dict) and line.get("format") == "fullrecall.memory":
             return "memory"
         try:
-            whole = json.loads(first + fp.read())
+            whole = parse_json(first + fp.read())
         except json.JSONDecodeError:
             return "openai"  # JSON Lines
     sample = whole[0] if isinstance(whole, list) and whole else whole

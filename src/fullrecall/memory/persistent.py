@@ -33,6 +33,7 @@ from typing import IO, Any
 import numpy as np
 
 from .._json import dumps_text
+from .._json import parse as parse_json
 from ..archive.archive import archived_summaries
 from ..errors import InvalidInput, MemoryInputError, MessageFormatError, SummarizationError
 from ..stores import _validate as V
@@ -846,7 +847,7 @@ def _parse_line(n: int, line: str, *, first: bool = False) -> tuple[str, Any]:
     the first, holds nothing; the end line, its counts of messages and facts).
     """
     try:
-        doc = json.loads(line)
+        doc = parse_json(line)
     except json.JSONDecodeError as exc:
         raise MemoryInputError(f"line {n}: not JSON ({exc.msg})") from None
     kind = doc.get("kind") if isinstance(doc, dict) else None

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._json import dumps_text
+from .._json import parse as parse_json
 from ..errors import FullRecallError, InvalidInput, MemoryInputError, MessageFormatError, StoreError
 from ..stores.base import ANY, Filters, Scope
 from .auth import KeyStore, Principal
@@ -437,7 +438,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         for n, line in enumerate(text.split("\n")):  # not splitlines(): U+0085 and U+2028 live in JSON strings
             if line.strip():
                 try:
-                    lines.append(json.loads(line))
+                    lines.append(parse_json(line))
                 except json.JSONDecodeError as exc:
                     raise MessageFormatError(f"line {n + 1}: not valid JSON ({exc.msg})") from None
                 numbers.append(n + 1)

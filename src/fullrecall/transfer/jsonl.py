@@ -50,6 +50,7 @@ from typing import IO, Any
 import numpy as np
 
 from .._json import dumps, dumps_text
+from .._json import parse as parse_json
 from ..errors import InvalidInput, MessageFormatError
 from ..memory._records import _OWNER, _VEC, EXPIRES_AT, RecordBook, owner_scope, public_data
 from ..memory.facts import NAMESPACE as FACTS
@@ -189,7 +190,7 @@ def read(fp: IO[str] | Iterable[str], name: str = "the file") -> Iterator[dict[s
         if not text.strip():
             continue
         try:
-            line = json.loads(text)
+            line = parse_json(text)
         except json.JSONDecodeError as exc:
             raise MessageFormatError(f"line {n + 1}: not valid JSON ({exc.msg})") from None
         if not isinstance(line, dict):

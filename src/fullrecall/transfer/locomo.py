@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import IO, Any
 
 from .._json import dumps_text
+from .._json import parse as parse_json
 from ..errors import MessageFormatError
 from ..search.terms import index_text
 from ..stores.base import Scope, Store
@@ -70,7 +71,7 @@ def import_locomo(store: Store, scope: Scope, fp: IO[str], *, progress: Progress
                   embedder: Any = None) -> dict[str, int]:
     """Import every sample of a LoCoMo file into ``scope``'s owner (``scope.session_id`` takes them all)."""
     try:
-        data = json.loads(fp.read().removeprefix("\ufeff"))  # a byte order mark (on stdin too) is no JSON
+        data = parse_json(fp.read().removeprefix("\ufeff"))  # a byte order mark (on stdin too) is no JSON
     except json.JSONDecodeError as exc:
         raise MessageFormatError(f"not a LoCoMo file: invalid JSON ({exc.msg})") from None
     samples = data if isinstance(data, list) else [data]

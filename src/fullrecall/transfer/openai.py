@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import IO, Any
 
 from .._json import dumps_text
+from .._json import parse as parse_json
 from ..errors import MessageFormatError
 from ..stores.base import Scope, Store
 from ._common import Progress, each_conversation, no_progress, records_for, stable_id, write_all
@@ -24,7 +25,7 @@ from ._common import Progress, each_conversation, no_progress, records_for, stab
 def parse(text: str, name: str) -> list[tuple[str, list[dict[str, Any]]]]:
     """(conversation id, messages) of each conversation in ``text``; ``name`` names an unnamed one."""
     try:
-        whole = json.loads(text)
+        whole = parse_json(text)
     except json.JSONDecodeError:
         whole = None
         lines = [(n + 1, line) for n, line in enumerate(text.split("\n")) if line.strip()]
@@ -41,7 +42,7 @@ def parse(text: str, name: str) -> list[tuple[str, list[dict[str, Any]]]]:
     single: list[dict[str, Any]] = []
     for number, line in lines:
         try:
-            item = json.loads(line) if isinstance(line, str) else line
+            item = parse_json(line) if isinstance(line, str) else line
         except json.JSONDecodeError as exc:
             raise MessageFormatError(f"line {number}: not valid JSON ({exc.msg})") from None
         if not isinstance(item, dict):

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .._json import dumps_text
+from .._json import parse as parse_json
 from ..errors import InvalidInput, MessageFormatError
 from ..stores.base import Scope, Store
 from ._common import Progress, conversations, created_date, each_conversation, no_progress, records_for, write_all
@@ -43,7 +44,7 @@ MESSAGE_PREFIX = "message_"
 
 def _load(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8-sig"))
+        return parse_json(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise MessageFormatError(f"{path}: not a readable JSON file ({exc})") from None
 
