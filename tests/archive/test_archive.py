@@ -378,3 +378,38 @@ def test_an_archive_moved_to_another_conversation_checks_its_places_there_again(
     archive.scope = Scope(session_id="theirs")  # as a Strands manager moves its archive to a restored session
     with pytest.raises(ArchiveError, match=r"'theirs' holds other messages at positions \[2, 3\]"):
         archive.write(_removed(["three", "four"], 2))  # past what it wrote in "mine", not in "theirs"
+
+
+def test_a_rewound_conversation_goes_on_in_a_branch_that_recalls_what_came_before(store_url, default_embedder):
+    """A conversation rewound to an earlier point could not go on once its older messages were archived: the
+    archive refused the new branch's messages, and a conversation under a new session id began with an empty
+    archive, recalling nothing said before the rewind. The refusal now names where the branches part and how to
+    go on; ``branch(session_id, before=P)`` copies what was archived before that place (verbatim, vectors and
+    summaries too) into the new conversation, and leaves the old one whole.
+    """
+    from fullrecall.archive.archive import SUMMARIES
+    from fullrecall.stores import Record
+
+    scope = Scope(user_id="ann", session_id="c")
+    archive = Archive(store_url, scope, embedding_model=default_embedder)
+    archive.write(_removed(["My locker code is 4471.", "Noted."], 0))
+    archive.write(_removed(["I moved to Lyon.", "Nice."], 2))
+    archive.store.put_record(scope, Record(id="s0", namespace=SUMMARIES, text="locker", data={"covers": [0, 1]}))
+    archive.store.put_record(scope, Record(id="s2", namespace=SUMMARIES, text="moved", data={"covers": [2, 3]}))
+    with pytest.raises(ArchiveError, match=r"positions \[3\].*own session id.*branch\('<new session id>', "
+                                           r"before=3\)"):
+        archive.write(_removed(["I moved to Lyon.", "I moved to Paris instead."], 2))
+    assert archive.branch("c-2", before=3) == 3
+    assert archive.branch("c-2", before=3) == 0  # what the branch holds is not copied again
+    branch = Archive(archive.store, Scope(user_id="ann", session_id="c-2"), embedding_model=default_embedder)
+    branch.write(_removed(["I moved to Lyon.", "I moved to Paris instead."], 2))  # goes on from the rewind
+    assert [m.data["content"][0]["text"] for m in branch.get(0, 9)] == [
+        "My locker code is 4471.", "Noted.", "I moved to Lyon.", "I moved to Paris instead."]
+    assert len(branch.store.get_vectors(branch.scope, ["m0", "m1", "m2"])) == 3  # copied, not embedded again
+    recalled = branch.recall("what is my locker code?", top_k=1, radius=0)
+    assert [m.data["content"][0]["text"] for m in recalled.messages] == ["My locker code is 4471."]
+    assert [s["id"] for s in branch.summaries()] == ["s0"]  # the summary of what came before only
+    assert [m.data["content"][0]["text"] for m in archive.get(0, 9)][2:] == ["I moved to Lyon.", "Nice."]
+    with pytest.raises(ValueError, match="another conversation"):
+        archive.branch("c", before=1)
+    archive.store.close()

@@ -40,6 +40,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from ..errors import ArchiveError
 from ..messages.formats import parse_message, render_message
 from ..messages.model import Message, TextBlock
@@ -60,6 +62,7 @@ ORIGIN = "archive.origin"  # the first archived position (id: the position)
 BACKLOG_RECHECK_S = 30.0  # how often a writer looks for batches other processes could not embed
 PROBE = 64  # positions read at a time when looking for the oldest archived message
 MAX_PROBE = 4096
+BRANCH_BATCH = 500  # positions copied a read by ``branch``
 
 
 @dataclass
@@ -236,7 +239,10 @@ class Archive:
             raise ArchiveError(
                 f"conversation {self.scope.session_id!r} holds other messages at positions {taken}: a second "
                 "conversation is written under this session id, or the conversation was rewound to an earlier "
-                "point; give each conversation its own session id (nothing was written)")
+                "point; give each conversation its own session id (nothing was written). To go on from the rewind "
+                f"point, branch the conversation: archive.branch('<new session id>', before={min(taken)}) copies "
+                f"what it archived before position {min(taken)} into a new conversation; go on there "
+                "(session_id='<new session id>'), and recall finds what was said before the rewind")
         self._high = (self.scope, max(placed) if high is None else max(high, max(placed)))
 
     def _keep_reused_ids(self, records: list[StoredMessage], positions: list[int]) -> list[StoredMessage]:
@@ -562,6 +568,43 @@ class Archive:
         ranges = merge_ranges([(h.position, h.score) for h in hits if h.position is not None], radius, before=before)
         ranges = fill_ranges(self.store, self.scope, ranges, hits, first)
         return Recall(query, ranges, hits, (time.perf_counter() - started) * 1000)
+
+    def branch(self, session_id: str, *, before: int) -> int:
+        """Copy what this conversation archived before position ``before`` (messages verbatim at their places,
+        their vectors, the summaries of them) into the conversation ``session_id`` of the same owner; how many
+        messages the branch did not hold yet.
+
+        For a conversation rewound to an earlier point (an agent restored from a snapshot) that goes on otherwise:
+        its archive refuses to write the new branch over the old one (an ArchiveError naming ``before``); a window
+        manager of ``session_id`` goes on from there, recalling what was said before. This conversation keeps
+        everything; a second call copies nothing again.
+        """
+        target = replace(self.scope, session_id=session_id).require_session()
+        if target == self.scope:
+            raise ValueError(f"branch: session_id {session_id!r} must name another conversation than this one")
+        if isinstance(before, bool) or not isinstance(before, int) or before < 0:
+            raise ValueError(f"branch: 'before' must be a position (an integer >= 0), got {before!r}")
+        model, copied = self.store.vector_model(self.scope), 0
+        for start in range(0, before, BRANCH_BATCH):
+            chunk = self.store.range(self.scope, start, min(start + BRANCH_BATCH, before) - 1)
+            if not chunk:
+                continue
+            held = self.store.get(target, [m.id for m in chunk])
+            self.store.append(target, [replace(m, session_id=None, user_id=None, agent_id=None, key=None)
+                                       for m in chunk])
+            copied += len(chunk) - len(held)
+            vectors = self.store.get_vectors(self.scope, [m.id for m in chunk]) if model is not None else {}
+            todo = [i for i in vectors if i not in self.store.get_vectors(target, list(vectors))]
+            if model is not None and todo:
+                self.store.set_vectors(target, todo, np.stack([vectors[i] for i in todo]), model[0])
+        for r in self.store.get_records(self.scope, SUMMARIES):
+            covers = r.data.get("covers")
+            if isinstance(covers, list) and len(covers) == 2 and isinstance(covers[1], int) and covers[1] < before:
+                self.store.put_record(target, replace(r, version=0))
+        for r in self.store.get_records(self.scope, ORIGIN):
+            if r.id.isdigit() and int(r.id) < before:
+                self.store.put_record(target, replace(r, version=0))
+        return copied
 
     def get(self, start: int, end: int) -> list[StoredMessage]:
         """Archived messages with positions in ``[start, end]``, verbatim."""
