@@ -3,7 +3,8 @@
 Configuration: ``base_url`` / ``api_key`` arguments, else the ``OPENAI_BASE_URL``
 and ``OPENAI_API_KEY`` environment variables (base URL default
 ``https://api.openai.com/v1``). ``timeout`` bounds each wait, ``deadline`` a whole request
-(default twice ``timeout``, or ``FULLRECALL_LLM_DEADLINE``), as the chat models' do.
+(default twice ``timeout``, or ``FULLRECALL_LLM_DEADLINE``), ``max_response_bytes`` the body of an answer
+(default 32 MiB, or ``FULLRECALL_LLM_MAX_RESPONSE_BYTES``), as the chat models' do.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class OpenAIEmbedder:
         max_retries: int = 2,
         backoff: float = 0.5,
         max_backoff: float = 8.0,
+        max_response_bytes: int | None = None,
     ) -> None:
         try:
             import httpx  # noqa: F401 - refused here, not at the first request
@@ -62,6 +64,7 @@ class OpenAIEmbedder:
         self._secrets = _secrets.secrets_of(key, url=self.base_url)  # never shown in an error: some servers echo the headers
         self.timeout = timeout
         self.deadline = _deadline.from_env(deadline, timeout)
+        self.max_response_bytes = _deadline.max_bytes(max_response_bytes)
         self._dimensions_arg = embedding_dimensions
         self._dimension = embedding_dimensions
         self.batch_size = batch_size
@@ -105,7 +108,9 @@ class OpenAIEmbedder:
         """The answer (HTTP 200); :class:`_Transient` when another try may pass, else an EmbeddingError."""
         try:
             response = _deadline.request("POST", f"{self.base_url}/embeddings", json=payload, headers=self._headers,
-                                         timeout=self.timeout, deadline=self.deadline)
+                                         timeout=self.timeout, deadline=self.deadline, limit=self.max_response_bytes)
+        except _deadline.ResponseTooLarge as exc:  # the same request would get the same flood: no retry
+            raise EmbeddingError(f"embedding request to {self._shown(self.base_url)} ({self.name}) failed: {exc}") from None
         except TimeoutError:
             raise _Transient(EmbeddingError(f"embedding request to {self._shown(self.base_url)} failed: no complete answer "
                                             f"within the deadline of {self.deadline:g} s per request")) from None

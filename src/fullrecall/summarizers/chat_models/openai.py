@@ -6,7 +6,7 @@ OpenAI, Azure OpenAI (its ``/openai/v1`` endpoint, or a deployment URL with
 :meth:`OpenAIChatModel.from_env`): ``FULLRECALL_LLM_BASE_URL`` or
 ``OPENAI_BASE_URL``; ``FULLRECALL_LLM_API_KEY`` or ``OPENAI_API_KEY``;
 ``FULLRECALL_LLM_MODEL`` or ``OPENAI_MODEL``; ``FULLRECALL_LLM_TIMEOUT`` and
-``FULLRECALL_LLM_DEADLINE`` (seconds).
+``FULLRECALL_LLM_DEADLINE`` (seconds); ``FULLRECALL_LLM_MAX_RESPONSE_BYTES``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ class OpenAIChatModel:
     ``timeout`` bounds each wait (connecting, sending, each read); ``deadline``
     bounds one whole HTTP request, from connecting to the last byte of the
     answer (default: twice ``timeout``), so a server that trickles bytes cannot
-    hold a call forever. Retries cover timeouts, connection errors,
+    hold a call forever; ``max_response_bytes`` bounds the answer's body (default 32 MiB, or
+    ``FULLRECALL_LLM_MAX_RESPONSE_BYTES``): a bigger one is not read on, and fails. Retries cover timeouts, connection errors,
     408/409/425/429 and 5xx (honouring ``Retry-After``); other 4xx fail at once.
     ``api_key_header="api-key"`` and ``api_version`` serve Azure deployment URLs.
     The sync :meth:`complete` runs the same request on a private event loop in a
@@ -54,12 +55,14 @@ class OpenAIChatModel:
         api_version: str | None = None,
         headers: dict[str, str] | None = None,
         extra_body: dict[str, Any] | None = None,
+        max_response_bytes: int | None = None,
     ) -> None:
         self.model = model
         self.base_url = _checked_base_url(base_url)
         self.api_key = _secrets.checked_key(api_key)
         self.timeout = timeout
         self.deadline = _deadline.resolve(deadline, timeout)
+        self.max_response_bytes = _deadline.max_bytes(max_response_bytes)
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -118,9 +121,12 @@ class OpenAIChatModel:
         async with httpx.AsyncClient(timeout=self.timeout) as client:
             for attempt in range(self.max_retries + 1):
                 try:
-                    response = await _deadline.within(
-                        client.post(self._url(), json=body, headers=self._headers()), self.deadline)
+                    response = await _deadline.within(_deadline.fetch(
+                        client, "POST", self._url(), limit=self.max_response_bytes, json=body, headers=self._headers()),
+                        self.deadline)
                     return self._parse(response)
+                except _deadline.ResponseTooLarge as exc:  # the same request would get the same flood: no retry
+                    raise ChatModelError(f"{self.name} failed: {exc}") from None
                 except TimeoutError as exc:  # the deadline, not httpx's per-read timeout
                     error = ChatModelError(f"{self.name} timed out: no complete answer within the deadline of "
                                            f"{self.deadline:g} s per request", retryable=True)
