@@ -288,8 +288,11 @@ class FactMemory:
         """Store a built fact (``checked``: the caller has just checked the cached facts are current)."""
         with self.book.writes():  # the fact and the old ones it closes: logged in one append, before settling
             stored, new = self._store(fact, vector, checked)
-        if new and fact.attribute and fact.valid_to is None:
-            self._settle(fact.subject, fact.attribute)
+        if new and fact.valid_to is None:
+            if fact.attribute:
+                self._settle(fact.subject, fact.attribute)
+            else:
+                self._settle_loose(fact)
         return stored
 
     def _store(self, fact: Fact, vector: np.ndarray | None, checked: bool) -> tuple[Fact, bool]:
@@ -403,6 +406,25 @@ class FactMemory:
                 self._fold(f.id, winner.id)
             else:
                 self._close(f.id, winner.valid_from, winner.id, _is_open)
+
+    def _settle_loose(self, fact: Fact) -> None:
+        """Leave one open fact without an attribute per subject and words, even after concurrent writers.
+
+        Writers stating one such fact at once, none having seen the others', each wrote their own. Each re-reads
+        after its write: the open facts without an attribute that its fact repeats by its words (normalized, the
+        same exact values: what :meth:`_store` merges) are folded into the one that started first (ties: stated
+        first, then by id), which every writer names alike and which no later write folds away.
+        """
+        undated = fact.valid_from == fact.stated_at
+        same = [_from_record(r) for r in self._facts().repeated(fact.subject, normalize(fact.text), None, "",
+                                                                 fact.valid_from, undated=undated)
+                if not r.data.get("attribute") and r.data.get("valid_to") is None and agree(fact.text, r.text)]
+        if len(same) < 2:
+            return
+        first = min(same, key=lambda f: (f.valid_from, f.stated_at, f.id))
+        for f in same:
+            if f.id != first.id and agree(f.text, first.text):
+                self._fold(f.id, first.id)
 
     def _fold(self, fact_id: str, into: str) -> None:
         """Fold a duplicate fact into the fact ``into`` (its mentions and sources), then delete it.
