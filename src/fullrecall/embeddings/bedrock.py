@@ -128,7 +128,7 @@ class BedrockEmbedder:
                                  rejected=code == "ValidationException") from exc
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # (nested too deep)
             raise EmbeddingError(f"Bedrock {self.model_id} answered with a body that is not JSON: {raw[:300]!r}") from None
 
     def __repr__(self) -> str:

@@ -124,8 +124,9 @@ class OpenAIEmbedder:
             raise error from exc
         status = response.status_code
         if status != 200:
-            error = EmbeddingError(f"embedding request to {self._shown(self.base_url)} failed: HTTP {status}: "
-                                   f"{self._shown(response.text)[:300]}", rejected=status in REJECTED)
+            detail = _retry.redirect(response.headers, status) or f": {self._shown(response.text)[:300]}"
+            error = EmbeddingError(f"embedding request to {self._shown(self.base_url)} failed: HTTP {status}"
+                                   f"{self._shown(detail)}", rejected=status in REJECTED)
             if status in _retry.RETRY_STATUS:
                 raise _Transient(error, _retry.retry_after(response.headers.get("retry-after")))
             raise error
@@ -136,7 +137,7 @@ class OpenAIEmbedder:
             data = sorted(response.json()["data"], key=lambda d: d["index"])
             rows = [d["embedding"] for d in data]
             indexes = [d["index"] for d in data]
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, RecursionError) as exc:  # (JSON nested too deep)
             raise EmbeddingError(f"unexpected embeddings response from {self._shown(self.base_url)}: "
                                  f"{self._shown(response.text)[:300]}") from exc
         if indexes != list(range(len(indexes))):  # a repeated or missing index: which vector is whose is unknown

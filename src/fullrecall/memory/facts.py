@@ -162,7 +162,7 @@ def _parse_extraction(answer: str, finish_reason: str = "stop") -> tuple[list[di
     if end > start:
         try:
             items = json.loads(answer[start:end + 1])
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # (nested too deep)
             pass
         else:
             return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else [], None
@@ -185,7 +185,7 @@ def _complete_elements(text: str, at: int) -> list[Any]:
             return items
         try:
             item, at = decoder.raw_decode(text, at)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return items
         items.append(item)
 

@@ -110,7 +110,7 @@ class BedrockChatModel:
             except BotoCoreError as exc:  # read timeouts, connection errors
                 error = ChatModelError(f"{self.name} failed: {type(exc).__name__}: {exc}", retryable=True)
                 error.__cause__ = exc
-            except ResponseParserError as exc:  # a body botocore cannot read, e.g. an output with no member
+            except (ResponseParserError, RecursionError) as exc:  # a body botocore cannot read (no member, too deep)
                 error = ChatModelError(f"{self.name} sent a malformed response: {exc}", retryable=True)
                 error.__cause__ = exc
             except ChatModelError as exc:  # a malformed answer

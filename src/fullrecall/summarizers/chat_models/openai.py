@@ -163,10 +163,10 @@ class OpenAIChatModel:
 
     def _parse(self, response: Any) -> ChatResponse:
         status = response.status_code
-        if status >= 400:
-            detail = self._shown(response.text)[:300].strip()
-            error = ChatModelError(f"{self.name} answered HTTP {status}: {detail}", retryable=status in _retry.RETRY_STATUS,
-                                   status=status)
+        if status >= 300:  # a redirect is not followed: the key goes to base_url's host only
+            detail = _retry.redirect(response.headers, status) or f": {self._shown(response.text)[:300].strip()}"
+            error = ChatModelError(f"{self.name} answered HTTP {status}{self._shown(detail)}",
+                                   retryable=status in _retry.RETRY_STATUS, status=status)
             error.retry_after = _retry.retry_after(response.headers.get("retry-after"))  # type: ignore[attr-defined]
             raise error
         try:  # any body not shaped as a completion (a null choice, a bare-string message) is malformed
@@ -179,7 +179,7 @@ class OpenAIChatModel:
                 text = "".join(p.get("text") or "" for p in text if isinstance(p, dict))
             finish = choice.get("finish_reason") or "stop"
             usage = dict(data.get("usage") or {})
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:  # nested too deep
             raise ChatModelError(f"{self.name} sent a malformed response ({type(exc).__name__}): "
                                  f"{self._shown(response.text)[:200]!r}", retryable=True) from exc
         if refusal:
