@@ -535,7 +535,7 @@ class FactMemory:
     def _llm_facts(self, transcript: list[tuple[str, str]]) -> tuple[list[tuple[int, str | None, str | None, str]],
                                                                      str | None]:
         """The checked facts of the chat model's answer, and why the extraction failed (None when it did not)."""
-        from ..summarizers.chat_models.base import ChatRequest
+        from ..summarizers.chat_models.base import ChatRequest, valid_text
 
         numbered = "\n".join(f"[{i}] {role}: {text}" for i, (role, text) in enumerate(transcript))
         name = getattr(self.chat_model, "name", type(self.chat_model).__name__)
@@ -549,6 +549,7 @@ class FactMemory:
             return [], f"the chat model {name} failed: {type(exc).__name__}: {exc}"
         items, problem = _parse_extraction(text, str(finish))
         checked: list[tuple[int, str | None, str | None, str]] = []
+        listed: dict[tuple[int, str | None, str, str], list[str]] = {}  # the facts taken, by their words
         for item in items:
             source, value, text, attr = item.get("source"), item.get("value"), item.get("text"), item.get("attribute")
             if not (type(source) is int and 0 <= source < len(transcript) and isinstance(value, str)
@@ -560,7 +561,12 @@ class FactMemory:
             if f" {normalize(value)} " not in f" {normalize(text)} " or not within(text.split(maxsplit=1)[-1],
                                                                                      f"{said} {value}"):
                 continue  # the sentence must state its value, and only values said there (its first word aside)
-            checked.append((source, attr if isinstance(attr, str) and attr.strip() else None, value, text))
+            attr = valid_text(attr.strip().lower()) if isinstance(attr, str) and attr.strip() else None  # (JSON's "\ud800")
+            taken = listed.setdefault((source, attr, normalize(value), normalize(text)), [])
+            if any(agree(text, t) for t in taken):
+                continue  # listed twice: one statement, one mention
+            taken.append(text)
+            checked.append((source, attr, value, text))
         return checked, None if problem is None else f"{name}: {problem}"
 
     def restore(self, facts: Sequence[Fact]) -> int:
