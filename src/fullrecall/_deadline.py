@@ -208,6 +208,6 @@ def _send(prepared: Any, timeout: float, deadline: float, limit: int) -> Any:
         raise HTTPClientError(error=f"no complete answer within the deadline of {deadline:g} s per request") from None
     except httpx.ConnectError as exc:
         raise EndpointConnectionError(endpoint_url=prepared.url, error=exc) from exc
-    except (httpx.TransportError, httpx.TimeoutException) as exc:
+    except (httpx.TransportError, httpx.TimeoutException, httpx.DecodingError) as exc:  # (a body not as encoded)
         raise HTTPClientError(error=f"{type(exc).__name__}: {exc}") from exc
     return AWSResponse(prepared.url, response.status_code, dict(response.headers), _Body(response.content))

@@ -97,3 +97,17 @@ def test_a_redirect_to_another_host_is_not_followed_and_says_where_it_pointed(ll
     finally:
         elsewhere.close()
     assert json.dumps(llm_server.headers).count("sk-secret") == 1  # sent once, to base_url's host
+
+
+def test_a_body_that_is_not_the_encoding_it_claims_is_a_malformed_answer(llm_server, aws):
+    """``Content-Encoding: gzip`` over a body that is no gzip escaped the chat models as httpx's DecodingError."""
+    bad = Reply(body=b"not gzip at all", headers={"Content-Encoding": "gzip"})
+    llm_server.script(bad, completion("fine"))
+    model = OpenAIChatModel("m", base_url=llm_server.base_url, api_key="sk-test", max_retries=1, backoff=0.01)
+    assert model.complete(REQUEST).text == "fine"  # asked again, as for any malformed answer
+    llm_server.script(bad)
+    with pytest.raises(ChatModelError, match=r"openai:m sent a malformed response \(DecodingError\)"):
+        OpenAIChatModel("m", base_url=llm_server.base_url, api_key="sk-test", max_retries=0).complete(REQUEST)
+    aws.script(bad)
+    with pytest.raises(ChatModelError, match=r"bedrock:.* failed: HTTPClientError: .*DecodingError"):
+        BedrockChatModel(region="us-east-1", max_retries=0).complete(REQUEST)

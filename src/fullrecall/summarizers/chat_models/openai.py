@@ -133,6 +133,9 @@ class OpenAIChatModel:
                     error.__cause__ = exc
                 except (httpx.TimeoutException, httpx.TransportError) as exc:
                     error = self._transport_error(exc)
+                except httpx.DecodingError as exc:  # a body that is not the encoding it claims (gzip, ...)
+                    error = ChatModelError(f"{self.name} sent a malformed response (DecodingError): "
+                                           f"{self._shown(str(exc))}", retryable=True)
                 except ChatModelError as exc:
                     error = exc
                 await asyncio.sleep(self._next_delay(error, attempt))
