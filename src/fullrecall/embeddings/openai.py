@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _deadline, _retry, _secrets
+from .. import _base_url, _deadline, _retry, _secrets
 from ..errors import EmbeddingError
 from .base import batched, empty, l2_normalize, remote_vectors
 
@@ -58,7 +58,7 @@ class OpenAIEmbedder:
         except ImportError as exc:  # pragma: no cover
             raise EmbeddingError("OpenAI-compatible embeddings need httpx: pip install 'fullrecall[openai]'") from exc
         self.model = model
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self.base_url = _base_url.checked(base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
         key = _secrets.checked_key(api_key if api_key is not None else os.environ.get("OPENAI_API_KEY"))
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._secrets = _secrets.secrets_of(key, url=self.base_url)  # never shown in an error: some servers echo the headers

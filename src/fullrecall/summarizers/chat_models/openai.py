@@ -15,10 +15,8 @@ import asyncio
 import logging
 import os
 from typing import Any
-from urllib.parse import urlsplit
 
-from ... import _deadline, _retry, _secrets
-from ...errors import InvalidInput
+from ... import _base_url, _deadline, _retry, _secrets
 from .base import ChatModelError, ChatRequest, ChatResponse
 
 logger = logging.getLogger("fullrecall.summarizers")
@@ -58,7 +56,7 @@ class OpenAIChatModel:
         max_response_bytes: int | None = None,
     ) -> None:
         self.model = model
-        self.base_url = _checked_base_url(base_url)
+        self.base_url = _base_url.checked(base_url)
         self.api_key = _secrets.checked_key(api_key)
         self.timeout = timeout
         self.deadline = _deadline.resolve(deadline, timeout)
@@ -191,13 +189,3 @@ class OpenAIChatModel:
             raise ChatModelError(f"{self.name} sent non-text content: {type(text).__name__}", retryable=True)
         return ChatResponse(text=text or "", finish_reason=str(finish), model=data.get("model"), usage=usage)
 
-
-def _checked_base_url(base_url: Any) -> str:
-    """``base_url`` without its trailing slash, if it is an http(s) URL with a host (else a clear error, at once)."""
-    try:
-        parts = urlsplit(base_url) if isinstance(base_url, str) else None
-    except ValueError:  # e.g. an unclosed IPv6 bracket
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-        raise InvalidInput(f"base_url must be an http:// or https:// URL with a host, got {base_url!r}")
-    return base_url.rstrip("/")
