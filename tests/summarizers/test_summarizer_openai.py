@@ -514,3 +514,13 @@ def test_a_chat_request_no_provider_can_take_is_refused_naming_its_field(llm_ser
         with pytest.raises(InvalidInput, match=f"^chat request: 'temperature' must be a finite number, not {bad!r}"):
             ChatRequest(system="s", messages=(), temperature=bad)  # type: ignore[arg-type]
     assert llm_server.requests == []
+
+
+def test_an_extra_body_no_json_holds_is_refused_when_the_model_is_made(llm_server):
+    """extra_body={"top_p": nan} made every request fail as a bare ValueError from httpx's JSON encoder."""
+    for bad, says in (({"top_p": float("nan")}, r"extra_body: 'top_p' is nan"),
+                      ({"stop": ["\ud800"]}, r"extra_body: 'stop\[0\]' is not valid Unicode"),
+                      ({"seed": object()}, "extra_body: 'seed' is a object, not a JSON value")):
+        with pytest.raises(InvalidInput, match=f"^{says}"):
+            client(llm_server, extra_body=bad)
+    assert llm_server.requests == []

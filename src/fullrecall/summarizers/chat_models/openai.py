@@ -16,7 +16,7 @@ import logging
 import os
 from typing import Any
 
-from ... import _base_url, _deadline, _retry, _secrets
+from ... import _base_url, _deadline, _json, _retry, _secrets
 from .base import ChatModelError, ChatRequest, ChatResponse
 
 logger = logging.getLogger("fullrecall.summarizers")
@@ -69,6 +69,7 @@ class OpenAIChatModel:
         self.headers = _secrets.checked_headers(headers)
         self._secrets = _secrets.secrets_of(self.api_key, self.headers, self.base_url)  # never shown in an error or the log
         self.extra_body = dict(extra_body or {})
+        _json.check_json_value(self.extra_body, "extra_body")  # what no request could carry, refused now
         self.name = f"openai:{model}"
 
     @classmethod
