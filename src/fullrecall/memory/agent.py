@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from .._deadline import ResponseTooLarge
 from ..errors import FactExtractionError
 from ..summarizers.base import Summary
 from ..summarizers.chat_models.base import ChatModelError, ChatRequest, ChatResponse, valid_text
@@ -359,11 +360,13 @@ class _StrandsStream:
         self.name = self._inner.name
 
     async def stream_text(self, request: ChatRequest) -> AsyncIterator[str]:
-        """The answer's text as it comes, the whole stream within the model's ``deadline`` (ChatModelError past it)."""
+        """The answer's text as it comes, the whole stream within the model's ``deadline`` and its text within its
+        ``max_response_bytes`` (UTF-8; a ChatModelError past either).
+        """
         messages = [{"role": m["role"], "content": [{"text": m["content"]}]} for m in request.messages]
         system = "\n\n".join(p for p in (self._inner.system_prompt, request.system) if p) or None
         events = aiter(self._inner.model.stream(messages, tool_specs=None, system_prompt=system))
-        deadline = self._inner.deadline
+        deadline, limit, size = self._inner.deadline, self._inner.max_response_bytes, 0
         end = asyncio.get_running_loop().time() + deadline
         try:
             while True:
@@ -376,6 +379,9 @@ class _StrandsStream:
                                          f"{deadline:g} s per request", retryable=True) from None
                 delta = event.get("contentBlockDelta", {}).get("delta", {}) if isinstance(event, dict) else {}
                 if isinstance(delta.get("text"), str) and delta["text"]:
+                    size += len(delta["text"].encode("utf-8", "surrogatepass"))
+                    if size > limit:
+                        raise ChatModelError(f"{self.name} failed: {ResponseTooLarge(limit)}")
                     yield valid_text(delta["text"])
         finally:  # the provider's stream closed whichever way this one ends (a caller may stop reading)
             close = getattr(events, "aclose", None)
