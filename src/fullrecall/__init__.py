@@ -23,6 +23,7 @@ _EXPORTS = {
     "StoreError": "fullrecall.errors",
     "EmbeddingError": "fullrecall.errors",
     "MemoryInputError": "fullrecall.errors",
+    "FactExtractionError": "fullrecall.errors",
     # messages
     "Message": "fullrecall.messages",
     "TextBlock": "fullrecall.messages",
@@ -78,6 +79,7 @@ if TYPE_CHECKING:  # editors and type checkers see every lazy export (tests/test
         ArchiveError,
         ContextWindowOverflowError,
         EmbeddingError,
+        FactExtractionError,
         FullRecallError,
         InvalidInput,
         MemoryInputError,

@@ -8,6 +8,10 @@ passes; sync requests (:func:`request`) go out on one event loop a process, on a
 (botocore) sign their requests as ever and send them this way (:func:`attach`). The deadline
 defaults to twice the timeout; ``FULLRECALL_LLM_DEADLINE`` sets it from the environment where a
 client reads its settings there.
+
+An answer's body is read up to a limit (:func:`max_bytes`: 32 MiB unless told, or
+``FULLRECALL_LLM_MAX_RESPONSE_BYTES``): a server, or a proxy gone wrong, that sends more ends the request in
+:class:`ResponseTooLarge` instead of filling the process's memory.
 """
 
 from __future__ import annotations
@@ -21,11 +25,21 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
-from .errors import InvalidInput
+from .errors import FullRecallError, InvalidInput
 
 T = TypeVar("T")
 
 ENV = "FULLRECALL_LLM_DEADLINE"
+MAX_BYTES_ENV = "FULLRECALL_LLM_MAX_RESPONSE_BYTES"
+DEFAULT_MAX_BYTES = 32 * 2**20  # a batch of 256 embeddings of 3072 numbers, as JSON, is about 16 MiB
+
+
+class ResponseTooLarge(FullRecallError):
+    """An answer's body was over ``limit`` bytes (as decoded); it was not read further."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the answer was over the limit of {limit} bytes (max_response_bytes, or {MAX_BYTES_ENV})")
+        self.limit = limit
 
 
 def resolve(deadline: float | str | None, timeout: float) -> float:
@@ -45,6 +59,44 @@ def seconds(value: float | str, name: str) -> float:
     if not (math.isfinite(number) and number > 0):
         raise InvalidInput(f"{name} must be a positive number of seconds, got {value!r}")
     return number
+
+
+def max_bytes(value: int | str | None) -> int:
+    """``value`` (a number, or its text), else ``FULLRECALL_LLM_MAX_RESPONSE_BYTES``, else 32 MiB: the most bytes of
+    an answer's body a client reads; anything but a positive whole number is refused, naming it.
+    """
+    name = "max_response_bytes"
+    if value is None:
+        value, name = os.environ.get(MAX_BYTES_ENV) or None, MAX_BYTES_ENV
+        if value is None:
+            return DEFAULT_MAX_BYTES
+    try:
+        number = int(value) if not isinstance(value, (bool, float)) else -1
+    except (TypeError, ValueError):
+        number = -1
+    if number <= 0:
+        raise InvalidInput(f"{name} must be a positive whole number of bytes, got {value!r}")
+    return number
+
+
+async def fetch(client: Any, method: str, url: str, *, limit: int, **kwargs: Any) -> Any:
+    """``client``'s answer to one request (an ``httpx.Response``, body read), its body read up to ``limit`` bytes
+    (decoded): past it, :class:`ResponseTooLarge`, the connection closed. ``kwargs`` are ``client.stream``'s.
+    """
+    import httpx
+
+    async with client.stream(method, url, **kwargs) as response:
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit and "content-encoding" not in response.headers:
+            raise ResponseTooLarge(limit)  # said at once: nothing read
+        chunks, size = [], 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                raise ResponseTooLarge(limit)
+            chunks.append(chunk)
+    headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() != "content-encoding"]  # decoded
+    return httpx.Response(response.status_code, headers=headers, content=b"".join(chunks), request=response.request)
 
 
 def from_env(deadline: float | str | None, timeout: float) -> float:
@@ -78,14 +130,14 @@ class _Sender:
         self.clients: dict[float, Any] = {}  # used on the loop's thread only
         threading.Thread(target=self.loop.run_forever, name="fullrecall-http", daemon=True).start()
 
-    def send(self, method: str, url: str, timeout: float, deadline: float, kwargs: dict[str, Any]) -> Any:
+    def send(self, method: str, url: str, timeout: float, deadline: float, limit: int, kwargs: dict[str, Any]) -> Any:
         async def send() -> Any:
             import httpx
 
             client = self.clients.get(timeout)
             if client is None:
                 client = self.clients[timeout] = httpx.AsyncClient(timeout=timeout)
-            return await within(client.request(method, url, **kwargs), deadline)  # cancelled: its connection closed
+            return await within(fetch(client, method, url, limit=limit, **kwargs), deadline)  # cancelled: closed
 
         return asyncio.run_coroutine_threadsafe(send(), self.loop).result()
 
@@ -94,8 +146,10 @@ _sender: _Sender | None = None
 _sender_lock = threading.Lock()
 
 
-def request(method: str, url: str, *, timeout: float, deadline: float, **kwargs: Any) -> Any:
-    """One HTTP request (``httpx.Response``, body read) from sync code, ended by ``TimeoutError`` past ``deadline``.
+def request(method: str, url: str, *, timeout: float, deadline: float, limit: int = DEFAULT_MAX_BYTES,
+            **kwargs: Any) -> Any:
+    """One HTTP request (``httpx.Response``, body read) from sync code, ended by ``TimeoutError`` past ``deadline``,
+    by :class:`ResponseTooLarge` past ``limit`` bytes of body.
 
     ``timeout`` bounds each wait as httpx's does; ``kwargs`` are :meth:`httpx.AsyncClient.request`'s. httpx's
     own errors (``httpx.TransportError``, ``httpx.TimeoutException``) come through as they are. Requests go out
@@ -108,7 +162,7 @@ def request(method: str, url: str, *, timeout: float, deadline: float, **kwargs:
         if _sender is None or _sender.pid != os.getpid():
             _sender = _Sender()
         sender = _sender
-    return sender.send(method, url, timeout, deadline, kwargs)
+    return sender.send(method, url, timeout, deadline, limit, kwargs)
 
 
 class _Body(io.BytesIO):
@@ -119,8 +173,9 @@ class _Body(io.BytesIO):
             yield chunk
 
 
-def attach(client: Any, operation: str, *, timeout: float, deadline: float) -> None:
-    """Send ``client``'s ``operation`` requests (e.g. ``"Converse"``; signed by botocore as ever) within ``deadline``.
+def attach(client: Any, operation: str, *, timeout: float, deadline: float, limit: int = DEFAULT_MAX_BYTES) -> None:
+    """Send ``client``'s ``operation`` requests (e.g. ``"Converse"``; signed by botocore as ever) within ``deadline``,
+    their answers read up to ``limit`` bytes (past it the call raises :class:`ResponseTooLarge`).
 
     botocore's sender bounds each read only: its ``before-send`` event lets a handler answer instead, so
     each request goes out through :func:`request`. Past the deadline the call raises botocore's
@@ -133,10 +188,10 @@ def attach(client: Any, operation: str, *, timeout: float, deadline: float) -> N
         raise ImportError("Bedrock's clients send their requests with httpx: pip install 'fullrecall[bedrock]'") from exc
     service = client.meta.service_model.service_id.hyphenize()
     client.meta.events.register(f"before-send.{service}.{operation}",
-                                lambda request, **_: _send(request, timeout, deadline))
+                                lambda request, **_: _send(request, timeout, deadline, limit))
 
 
-def _send(prepared: Any, timeout: float, deadline: float) -> Any:
+def _send(prepared: Any, timeout: float, deadline: float, limit: int) -> Any:
     import httpx
     from botocore.awsrequest import AWSResponse
     from botocore.exceptions import EndpointConnectionError, HTTPClientError
@@ -147,12 +202,12 @@ def _send(prepared: Any, timeout: float, deadline: float) -> Any:
     headers = {k: v.decode() if isinstance(v, bytes) else v for k, v in prepared.headers.items()}
     headers.setdefault("Accept-Encoding", "identity")  # botocore reads the body as sent
     try:
-        response = request(prepared.method, prepared.url, timeout=timeout, deadline=deadline, headers=headers,
-                           content=body or b"")
+        response = request(prepared.method, prepared.url, timeout=timeout, deadline=deadline, limit=limit,
+                           headers=headers, content=body or b"")
     except TimeoutError:
         raise HTTPClientError(error=f"no complete answer within the deadline of {deadline:g} s per request") from None
     except httpx.ConnectError as exc:
         raise EndpointConnectionError(endpoint_url=prepared.url, error=exc) from exc
-    except (httpx.TransportError, httpx.TimeoutException) as exc:
+    except (httpx.TransportError, httpx.TimeoutException, httpx.DecodingError) as exc:  # (a body not as encoded)
         raise HTTPClientError(error=f"{type(exc).__name__}: {exc}") from exc
     return AWSResponse(prepared.url, response.status_code, dict(response.headers), _Body(response.content))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 
@@ -27,6 +28,15 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
             when = when.replace(tzinfo=UTC)
         return max(0.0, when.timestamp() - (time.time() if now is None else now))
     return seconds if seconds >= 0 and not math.isnan(seconds) else None
+
+
+def redirect(headers: Mapping[str, str], status: int) -> str | None:
+    """What an answer's redirect says (``", a redirect to <Location> (not followed)"``), or None when it is none:
+    a client sends its key to its own ``base_url``'s host only.
+    """
+    if not 300 <= status < 400:
+        return None
+    return f", a redirect to {headers.get('location') or '(no Location)'} (not followed)"
 
 
 def backoff_delay(attempt: int, base: float, cap: float, retry_after: float | None = None) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class FullRecallError(Exception):
     """Base class for every error fullrecall raises on purpose."""
@@ -63,6 +65,20 @@ class EmbeddingError(FullRecallError):
     def __init__(self, message: str, *, rejected: bool = False) -> None:
         super().__init__(message)
         self.rejected = rejected
+
+
+class FactExtractionError(FullRecallError):
+    """Facts could not be extracted from messages: the chat model failed, or its answer was no JSON array of facts,
+    or was cut short. Every word of the messages was kept.
+
+    ``facts``: the facts stored anyway (those complete before a cut); ``ids``: the ids of the messages recorded,
+    when :class:`~fullrecall.memory.persistent.PersistentMemory` raises it (``errors="raise"``).
+    """
+
+    def __init__(self, message: str, *, facts: list[Any] | None = None, ids: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.facts = list(facts or [])
+        self.ids = list(ids or [])
 
 
 class MemoryInputError(InvalidInput):

@@ -441,3 +441,16 @@ def test_a_password_in_the_base_url_is_never_shown():
     assert "pw-0123456789" not in str(caught.value) and "pw-0123456789" not in repr(emb)
     assert "user:[redacted]@127.0.0.1:9" in str(caught.value)
     assert "failed: ConnectError: " in str(caught.value)  # the kind of failure named (a reset's message is empty)
+
+
+@pytest.mark.parametrize("url", ["localhost:8000/v1", "ftp://models.example/v1", "http://", "file:///etc"])
+def test_an_openai_embedder_base_url_that_is_no_http_url_is_refused_when_made(url, monkeypatch):
+    """The chat model refused such a base_url at once; the embedder took it and failed at its first embedding
+    (UnsupportedProtocol), a search or a record later. Both refuse it when made, naming it."""
+    from fullrecall.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match=f"^base_url must be an http:// or https:// URL with a host, got '{url}'"):
+        load_embedder("openai:m", base_url=url, api_key="k")
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    with pytest.raises(InvalidInput, match="^base_url must be an http"):
+        load_embedder("openai:m", api_key="k")

@@ -2,7 +2,8 @@
 
 Usage: python record_worker.py STORE_URL KIND COUNT GO_FILE
 KIND "pattern" stores one procedural pattern COUNT times (its success count goes up by one each);
-"fact" states one fact COUNT times (its mention count goes up by one each).
+"fact" states one fact COUNT times (its mention count goes up by one each); "loose" states COUNT facts
+without an attribute, each for the first time, in the same order as the other workers (LOOSE).
 Each worker waits for GO_FILE so that all of them write at once.
 """
 
@@ -18,6 +19,7 @@ from fullrecall import FactMemory, ProceduralMemory
 
 PATTERN = ("analyze my weight trends", ["search_records", "aggregate", "trend"])
 FACT = "My city is Lyon"
+LOOSE = "I like band {}"
 
 
 def open_memory(url, kind):
@@ -33,8 +35,10 @@ def main():
     for _ in range(count):
         if kind == "pattern":
             memory.store_pattern(*PATTERN, success_score=0.9, execution_time_ms=100.0)
-        else:
+        elif kind == "fact":
             memory.remember(FACT)
+    for i in range(count if kind == "loose" else 0):
+        memory.remember(LOOSE.format(i))
     memory.close()
 
 

@@ -352,7 +352,8 @@ def test_the_memory_models_failures_and_summary_fallbacks_are_counted(server, de
     stats = agent.stats()
     assert extractions == 4 and summaries >= 2 and stats["llm_calls"] == 4 + summaries
     assert stats["llm_failures"] == 4 and stats["summary_fallbacks"] == summaries // 2 >= 1
-    assert stats["messages"] == 8 and stats["failures"] == 0  # every memory step itself went through
+    assert stats["messages"] == 8  # every word recorded
+    assert stats["extraction_failures"] == stats["failures"] == 4  # each failed extraction is a failed memory step
 
 
 def test_a_strands_model_trickling_its_answer_ends_at_the_deadline(default_embedder, monkeypatch):
@@ -380,3 +381,20 @@ def test_a_strands_model_trickling_its_answer_ends_at_the_deadline(default_embed
         asyncio.run(go())
     assert time.monotonic() - started < 2.0 and 0 < len(chunks) < 10
     assert [m["role"] for m in agent.conversation.messages] == ["user"]
+
+
+def test_a_strands_model_streaming_without_end_stops_at_the_size_limit(default_embedder, monkeypatch):
+    """The agent gathered a Strands model's streamed answer whole, however long, until the deadline; the stream now
+    ends at max_response_bytes (FULLRECALL_LLM_MAX_RESPONSE_BYTES here), closed, in a ChatModelError naming the
+    limit, as every client's answer does; the turn is not recorded."""
+    pytest.importorskip("strands")
+    from test_summarizer_strands import FloodingModel
+
+    from fullrecall.summarizers import ChatModelError
+
+    monkeypatch.setenv("FULLRECALL_LLM_MAX_RESPONSE_BYTES", "50000")
+    FloodingModel.closed = False
+    agent = MemoryAgent(FloodingModel(), store="sqlite:///:memory:", embedder=default_embedder)
+    with pytest.raises(ChatModelError, match="over the limit of 50000 bytes"):
+        chat(agent, "Tell me everything.")
+    assert FloodingModel.closed and [m["role"] for m in agent.conversation.messages] == ["user"]

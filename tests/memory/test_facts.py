@@ -428,3 +428,24 @@ def test_an_llm_fact_whose_sentence_says_other_values_than_its_source_is_not_sto
         assert [f.text for f in learned] == ["The user's door code is 4417.", "The user moved to Lyon."]
     finally:
         server.close()
+
+
+def test_an_llm_answer_listing_a_fact_twice_or_with_half_a_surrogate_pair_keeps_each_fact_once(default_embedder):
+    """A fact the answer listed five times counted five mentions of one statement; an attribute holding half a
+    surrogate pair (JSON escapes one: "\\ud800") raised MemoryInputError, and the answer's other facts were lost.
+    Each fact is kept once a statement, the attribute with U+FFFD for the lone half, as the answer's text is."""
+    server = ScriptedServer()
+    try:
+        from fullrecall.summarizers.chat_models.openai import OpenAIChatModel
+
+        jazz = {"source": 0, "attribute": None, "value": "jazz", "text": "The user likes jazz."}
+        answer = json.dumps([jazz] * 5 + [{"source": 0, "attribute": "ci\ud800ty", "value": "Lyon",
+                                           "text": "The user lives in Lyon."}, {**jazz, "text": "the user likes JAZZ"}])
+        server.script(completion(answer))
+        model = OpenAIChatModel("scripted", base_url=server.base_url, api_key="k", max_retries=0)
+        memory = FactMemory(embedder=default_embedder, user_id="u", chat_model=model)
+        learned = memory.learn([{"role": "user", "content": "I live in Lyon and I like jazz."}])
+        assert sorted((f.text, f.attribute, f.mentions) for f in learned) == [
+            ("The user likes jazz.", None, 1), ("The user lives in Lyon.", "ci\ufffdty", 1)]
+    finally:
+        server.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from record_worker import FACT, open_memory
+from record_worker import FACT, LOOSE, open_memory
 
 WORKER = Path(__file__).with_name("record_worker.py")
 WORKERS, COUNT = 4, 12
@@ -35,4 +35,15 @@ def test_processes_updating_one_record_lose_no_update(store_url, tmp_path, kind)
     else:
         [fact] = memory.current()
         assert (fact.text, fact.mentions) == (FACT, WORKERS * COUNT)
+    memory.close()
+
+
+def test_processes_stating_a_fact_without_attribute_for_the_first_time_at_once_make_one_fact(store_url, tmp_path):
+    """Writers stating one fact without an attribute at once, none having seen the others' (a user's message
+    recorded by several workers): each wrote a fact of its own, the same fact kept two, three, four times."""
+    run_writers(store_url, "loose", tmp_path / "go")
+    memory = open_memory(store_url, "fact")
+    current = sorted((f.text, f.mentions) for f in memory.current())
+    assert current == sorted((LOOSE.format(i), WORKERS) for i in range(COUNT))
+    assert len(memory.history()) == COUNT  # the duplicates folded in are gone, not kept as closed facts
     memory.close()

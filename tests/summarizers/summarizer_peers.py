@@ -25,6 +25,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     trickle: float = 0.0  # seconds between bytes: the answer is sent one byte at a time...
     trickle_head: bool = True  # ...status line and headers included (else they come at once, then the body trickles)
+    flood: int = 0  # bytes of spaces sent after ``body``, with no Content-Length: until the client hangs up
 
 
 def completion(text: str | None, finish_reason: str = "stop", refusal: str | None = None) -> Reply:
@@ -75,6 +76,9 @@ class ScriptedServer:
                 if reply.trickle:
                     self._trickle(reply)
                     return
+                if reply.flood:
+                    self._flood(reply)
+                    return
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
@@ -101,6 +105,21 @@ class ScriptedServer:
                         self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError, OSError):
                     pass  # the client gave up
+
+            def _flood(self, reply: Reply) -> None:
+                self.close_connection = True
+                try:
+                    self.send_response(reply.status)
+                    for k, v in {"Content-Type": "application/json", "Connection": "close", **reply.headers}.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(reply.body)
+                    sent, chunk = 0, b" " * 65536
+                    while sent < reply.flood:
+                        self.wfile.write(chunk)
+                        sent += len(chunk)
+                except (BrokenPipeError, ConnectionResetError, OSError):
+                    pass  # the client hung up
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

@@ -497,3 +497,30 @@ def test_a_bad_timeout_is_refused_naming_it(monkeypatch, value):
         for make in (lambda: OpenAIChatModel("m", timeout=float(value)), lambda: OpenAIEmbedder("m", timeout=float(value))):
             with pytest.raises(InvalidInput, match="timeout must be a positive number of seconds"):
                 make()
+
+
+def test_a_chat_request_no_provider_can_take_is_refused_naming_its_field(llm_server):
+    """Half a surrogate pair in a message escaped a chat model as a bare UnicodeEncodeError (httpx cannot encode
+    it), and a NaN temperature as 'Out of range float values are not JSON compliant'; each is an InvalidInput
+    naming the message and field, and nothing is sent."""
+    from fullrecall.summarizers.chat_models.base import ChatRequest
+
+    with pytest.raises(InvalidInput, match=r"^chat request: message 1: 'content' is not valid Unicode \(a lone "
+                                           r"surrogate at character 2\)"):
+        ChatRequest(system="s", messages=({"role": "user", "content": "ok"}, {"role": "user", "content": "a \ud800"}))
+    with pytest.raises(InvalidInput, match=r"^chat request: 'system' is not valid Unicode"):
+        ChatRequest(system="\udfff", messages=())
+    for bad in (float("nan"), float("inf"), "0.3", True):
+        with pytest.raises(InvalidInput, match=f"^chat request: 'temperature' must be a finite number, not {bad!r}"):
+            ChatRequest(system="s", messages=(), temperature=bad)  # type: ignore[arg-type]
+    assert llm_server.requests == []
+
+
+def test_an_extra_body_no_json_holds_is_refused_when_the_model_is_made(llm_server):
+    """extra_body={"top_p": nan} made every request fail as a bare ValueError from httpx's JSON encoder."""
+    for bad, says in (({"top_p": float("nan")}, r"extra_body: 'top_p' is nan"),
+                      ({"stop": ["\ud800"]}, r"extra_body: 'stop\[0\]' is not valid Unicode"),
+                      ({"seed": object()}, "extra_body: 'seed' is a object, not a JSON value")):
+        with pytest.raises(InvalidInput, match=f"^{says}"):
+            client(llm_server, extra_body=bad)
+    assert llm_server.requests == []

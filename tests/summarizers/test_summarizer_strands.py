@@ -131,3 +131,35 @@ def test_a_model_that_trickles_its_answer_ends_at_the_deadline(tech_conversation
     assert StrandsChatModel(scripted).deadline == 42.0
     with pytest.raises(ValueError, match="deadline"):
         StrandsChatModel(scripted, deadline=-1)
+
+
+class FloodingModel(ScriptedModel):
+    """A Strands Model whose provider streams text without end, as fast as it can."""
+
+    closed = False
+
+    async def stream(self, messages, tool_specs=None, system_prompt=None, **kwargs):
+        self.calls.append({"messages": messages})
+        try:
+            while True:
+                yield {"contentBlockDelta": {"delta": {"text": "é" * 1000}}}
+                await asyncio.sleep(0)
+        finally:
+            FloodingModel.closed = True
+
+
+def test_a_model_streaming_without_end_stops_at_the_size_limit(monkeypatch):
+    """The OpenAI and Bedrock clients read at most max_response_bytes of an answer; a Strands model's stream was
+    gathered whole, however long, until the deadline. It now ends at the limit (UTF-8 bytes of text), the
+    provider's stream closed, in a ChatModelError naming the model and the limit, not retried."""
+    from fullrecall.summarizers.chat_models.base import ChatModelError, ChatRequest
+
+    flood = FloodingModel()
+    model = StrandsChatModel(flood, max_response_bytes=100_000, max_retries=2)
+    started = time.monotonic()
+    with pytest.raises(ChatModelError, match=r"strands:FloodingModel failed: .*over the limit of 100000 bytes"):
+        model.complete(ChatRequest(system="s", messages=({"role": "user", "content": "hi"},)))
+    assert time.monotonic() - started < 2.0 and len(flood.calls) == 1 and FloodingModel.closed
+    assert StrandsChatModel(flood).max_response_bytes == 32 * 2**20
+    monkeypatch.setenv("FULLRECALL_LLM_MAX_RESPONSE_BYTES", "5")
+    assert StrandsChatModel(flood).max_response_bytes == 5

@@ -45,6 +45,7 @@ class BedrockEmbedder:
         max_workers: int = 8,
         timeout: float = 60.0,
         deadline: float | None = None,
+        max_response_bytes: int | None = None,
     ) -> None:
         if model_id not in MODELS:
             raise ValueError(f"unsupported Bedrock embedding model {model_id!r}; supported: {sorted(MODELS)}")
@@ -60,6 +61,7 @@ class BedrockEmbedder:
         self.max_workers = max_workers
         self.timeout = timeout
         self.deadline = _deadline.from_env(deadline, timeout)
+        self.max_response_bytes = _deadline.max_bytes(max_response_bytes)
         if client is None:
             try:
                 import boto3
@@ -68,7 +70,8 @@ class BedrockEmbedder:
                 raise EmbeddingError("Bedrock embeddings need boto3: pip install 'fullrecall[bedrock]'") from exc
             config = Config(read_timeout=timeout, connect_timeout=min(timeout, 10.0))
             client = boto3.client("bedrock-runtime", region_name=aws_region, config=config)
-            _deadline.attach(client, "InvokeModel", timeout=timeout, deadline=self.deadline)
+            _deadline.attach(client, "InvokeModel", timeout=timeout, deadline=self.deadline,
+                             limit=self.max_response_bytes)
         self._client = client
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -125,7 +128,7 @@ class BedrockEmbedder:
                                  rejected=code == "ValidationException") from exc
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # (nested too deep)
             raise EmbeddingError(f"Bedrock {self.model_id} answered with a body that is not JSON: {raw[:300]!r}") from None
 
     def __repr__(self) -> str:

@@ -3,7 +3,8 @@
 Configuration: ``base_url`` / ``api_key`` arguments, else the ``OPENAI_BASE_URL``
 and ``OPENAI_API_KEY`` environment variables (base URL default
 ``https://api.openai.com/v1``). ``timeout`` bounds each wait, ``deadline`` a whole request
-(default twice ``timeout``, or ``FULLRECALL_LLM_DEADLINE``), as the chat models' do.
+(default twice ``timeout``, or ``FULLRECALL_LLM_DEADLINE``), ``max_response_bytes`` the body of an answer
+(default 32 MiB, or ``FULLRECALL_LLM_MAX_RESPONSE_BYTES``), as the chat models' do.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _deadline, _retry, _secrets
+from .. import _base_url, _deadline, _retry, _secrets
 from ..errors import EmbeddingError
 from .base import batched, empty, l2_normalize, remote_vectors
 
@@ -50,18 +51,20 @@ class OpenAIEmbedder:
         max_retries: int = 2,
         backoff: float = 0.5,
         max_backoff: float = 8.0,
+        max_response_bytes: int | None = None,
     ) -> None:
         try:
             import httpx  # noqa: F401 - refused here, not at the first request
         except ImportError as exc:  # pragma: no cover
             raise EmbeddingError("OpenAI-compatible embeddings need httpx: pip install 'fullrecall[openai]'") from exc
         self.model = model
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        self.base_url = _base_url.checked(base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
         key = _secrets.checked_key(api_key if api_key is not None else os.environ.get("OPENAI_API_KEY"))
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._secrets = _secrets.secrets_of(key, url=self.base_url)  # never shown in an error: some servers echo the headers
         self.timeout = timeout
         self.deadline = _deadline.from_env(deadline, timeout)
+        self.max_response_bytes = _deadline.max_bytes(max_response_bytes)
         self._dimensions_arg = embedding_dimensions
         self._dimension = embedding_dimensions
         self.batch_size = batch_size
@@ -105,7 +108,9 @@ class OpenAIEmbedder:
         """The answer (HTTP 200); :class:`_Transient` when another try may pass, else an EmbeddingError."""
         try:
             response = _deadline.request("POST", f"{self.base_url}/embeddings", json=payload, headers=self._headers,
-                                         timeout=self.timeout, deadline=self.deadline)
+                                         timeout=self.timeout, deadline=self.deadline, limit=self.max_response_bytes)
+        except _deadline.ResponseTooLarge as exc:  # the same request would get the same flood: no retry
+            raise EmbeddingError(f"embedding request to {self._shown(self.base_url)} ({self.name}) failed: {exc}") from None
         except TimeoutError:
             raise _Transient(EmbeddingError(f"embedding request to {self._shown(self.base_url)} failed: no complete answer "
                                             f"within the deadline of {self.deadline:g} s per request")) from None
@@ -119,8 +124,9 @@ class OpenAIEmbedder:
             raise error from exc
         status = response.status_code
         if status != 200:
-            error = EmbeddingError(f"embedding request to {self._shown(self.base_url)} failed: HTTP {status}: "
-                                   f"{self._shown(response.text)[:300]}", rejected=status in REJECTED)
+            detail = _retry.redirect(response.headers, status) or f": {self._shown(response.text)[:300]}"
+            error = EmbeddingError(f"embedding request to {self._shown(self.base_url)} failed: HTTP {status}"
+                                   f"{self._shown(detail)}", rejected=status in REJECTED)
             if status in _retry.RETRY_STATUS:
                 raise _Transient(error, _retry.retry_after(response.headers.get("retry-after")))
             raise error
@@ -131,7 +137,7 @@ class OpenAIEmbedder:
             data = sorted(response.json()["data"], key=lambda d: d["index"])
             rows = [d["embedding"] for d in data]
             indexes = [d["index"] for d in data]
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, RecursionError) as exc:  # (JSON nested too deep)
             raise EmbeddingError(f"unexpected embeddings response from {self._shown(self.base_url)}: "
                                  f"{self._shown(response.text)[:300]}") from exc
         if indexes != list(range(len(indexes))):  # a repeated or missing index: which vector is whose is unknown

@@ -26,17 +26,18 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from .._deadline import ResponseTooLarge
+from ..errors import FactExtractionError
 from ..summarizers.base import Summary
 from ..summarizers.chat_models.base import ChatModelError, ChatRequest, ChatResponse, valid_text
 from ..summarizers.llm import LLMSummarizer
 from ..tokens import default_token_counter
 from .conversation import SyncConversationMemory
-from .persistent import PersistentMemory
+from .persistent import ERROR_MODES, PersistentMemory
 from .procedural import ProceduralMemory
 
 log = logging.getLogger("fullrecall.memory")
 
-ERROR_MODES = ("log", "raise", "silent")
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant with a long-term memory of this user."
 _CHAT_ROLES = ("user", "assistant")
 WINDOW_SUFFIX = "#window"  # the conversation window's agent id is the agent's with this suffix
@@ -119,8 +120,9 @@ class MemoryAgent:
         if embedder is None and memory is not None:
             embedder = memory.embedder
         self.embedder = load_embedder(embedder)
-        self.memory = memory or PersistentMemory(
-            user_id, agent_id, self.session_id, store=store, embedder=self.embedder, chat_model=self.memory_model)
+        self.memory = memory or PersistentMemory(  # its failed fact extractions reach the agent, as any step's failure
+            user_id, agent_id, self.session_id, store=store, embedder=self.embedder, chat_model=self.memory_model,
+            errors="raise")
         # the window's log lives beside long-term memory, under its own agent id: the same words are not found twice
         self._conversation_options: dict[str, Any] = {
             "user_id": self.memory.user_id, "agent_id": f"{self.memory.agent_id}{WINDOW_SUFFIX}",
@@ -204,7 +206,8 @@ class MemoryAgent:
         """What memory did: messages and bytes recorded, tokens the window saved by summaries and trimming,
         recalls that reached the model, facts and patterns known, LLM calls memory made (``llm_calls``) and
         those that failed (``llm_failures``), window summaries written without the memory model because it
-        kept failing (``summary_fallbacks``), failures of memory steps.
+        kept failing (``summary_fallbacks``), fact extractions that failed (``extraction_failures``: in the memory
+        the agent makes, each is also a failed memory step), failures of memory steps.
         """
         out: dict[str, Any] = {k: v for k, v in self._counts.items() if k != "tokens_recorded"}
         out.update(tokens_saved=0, facts=0, patterns=0)
@@ -220,6 +223,7 @@ class MemoryAgent:
         out["llm_calls"] = self.memory_model.calls if self.memory_model is not None else 0
         out["llm_failures"] = self.memory_model.failures if self.memory_model is not None else 0
         out["summary_fallbacks"] = self._summarizer.fallbacks if self._summarizer is not None else 0
+        out["extraction_failures"] = getattr(self.memory, "extraction_failures", 0)
         out["failures"] = self._counts["failures"]
         return out
 
@@ -292,12 +296,19 @@ class MemoryAgent:
             self.conversation.add(answer)
         turn = [m for m in new if m.get("role") not in ("system", "developer")] + [answer]
         with self._guard("record to long-term memory"):
-            ids = self.memory.record_sync(turn, {"turn": f"{self.session_id}:{self._turn}"})
-            self._counts["messages"] += len(ids)
-            for m in turn:
-                text = _text(m)
-                self._counts["bytes"] += len(text.encode())
-                self._counts["tokens_recorded"] += self._tokens.count(text)
+            try:
+                ids = self.memory.record_sync(turn, {"turn": f"{self.session_id}:{self._turn}"})
+            except FactExtractionError as exc:  # the turn's words are recorded all the same
+                self._recorded(turn, exc.ids)
+                raise
+            self._recorded(turn, ids)
+
+    def _recorded(self, turn: list[dict[str, Any]], ids: list[str]) -> None:
+        self._counts["messages"] += len(ids)
+        for m in turn:
+            text = _text(m)
+            self._counts["bytes"] += len(text.encode())
+            self._counts["tokens_recorded"] += self._tokens.count(text)
 
     @contextlib.contextmanager
     def _guard(self, step: str) -> Iterator[None]:
@@ -309,6 +320,7 @@ class MemoryAgent:
             if self.errors == "raise":
                 raise
             if self.errors == "log":
+                step = "extract facts" if isinstance(exc, FactExtractionError) else step  # the words are recorded
                 log.warning("memory could not %s (the chat goes on): %s: %s", step, type(exc).__name__, exc)
 
 
@@ -348,11 +360,13 @@ class _StrandsStream:
         self.name = self._inner.name
 
     async def stream_text(self, request: ChatRequest) -> AsyncIterator[str]:
-        """The answer's text as it comes, the whole stream within the model's ``deadline`` (ChatModelError past it)."""
+        """The answer's text as it comes, the whole stream within the model's ``deadline`` and its text within its
+        ``max_response_bytes`` (UTF-8; a ChatModelError past either).
+        """
         messages = [{"role": m["role"], "content": [{"text": m["content"]}]} for m in request.messages]
         system = "\n\n".join(p for p in (self._inner.system_prompt, request.system) if p) or None
         events = aiter(self._inner.model.stream(messages, tool_specs=None, system_prompt=system))
-        deadline = self._inner.deadline
+        deadline, limit, size = self._inner.deadline, self._inner.max_response_bytes, 0
         end = asyncio.get_running_loop().time() + deadline
         try:
             while True:
@@ -365,6 +379,9 @@ class _StrandsStream:
                                          f"{deadline:g} s per request", retryable=True) from None
                 delta = event.get("contentBlockDelta", {}).get("delta", {}) if isinstance(event, dict) else {}
                 if isinstance(delta.get("text"), str) and delta["text"]:
+                    size += len(delta["text"].encode("utf-8", "surrogatepass"))
+                    if size > limit:
+                        raise ChatModelError(f"{self.name} failed: {ResponseTooLarge(limit)}")
                     yield valid_text(delta["text"])
         finally:  # the provider's stream closed whichever way this one ends (a caller may stop reading)
             close = getattr(events, "aclose", None)

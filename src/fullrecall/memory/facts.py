@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import MemoryInputError, StateConflict
+from ..errors import FactExtractionError, MemoryInputError, StateConflict
 from ..stores import _validate as V
 from ..stores.base import DEFAULT_TENANT, Record, Store
 from ._fact_index import USER, FactIndex, normalize, repeatable
@@ -153,15 +153,43 @@ Each message is numbered [i]. Answer ONLY with a JSON array; each element is an 
 use null for things several of which can hold (likes, hobbies). Answer [] if there is no durable fact."""
 
 
-def _parse_extraction(answer: str) -> list[dict[str, Any]]:
+def _parse_extraction(answer: str, finish_reason: str = "stop") -> tuple[list[dict[str, Any]], str | None]:
+    """The objects of the JSON array an extraction answer holds (other elements are passed over), and what was
+    wrong with it (None when nothing was). Of an array that cannot be read whole (cut short where the model hit
+    its max_tokens, or malformed), each object complete before the first element that cannot be read is kept.
+    """
     start, end = answer.find("["), answer.rfind("]")
-    if start < 0 or end < start:
-        return []
-    try:
-        items = json.loads(answer[start:end + 1])
-    except json.JSONDecodeError:
-        return []
-    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+    if start < 0:
+        return [], f"its answer holds no JSON array of facts: {answer[:200]!r}"
+    if end > start:
+        try:
+            items = json.loads(answer[start:end + 1])
+        except (json.JSONDecodeError, RecursionError):  # (nested too deep)
+            pass
+        else:
+            return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else [], None
+    items = _complete_elements(answer, start + 1)
+    facts = [i for i in items if isinstance(i, dict)]
+    if finish_reason == "length":
+        return facts, f"its answer was cut short (finish_reason 'length') after {len(facts)} facts"
+    return facts, f"its answer holds no JSON array of facts: element {len(items)} cannot be read, in {answer[:200]!r}"
+
+
+def _complete_elements(text: str, at: int) -> list[Any]:
+    """The JSON values of an array's elements read from ``at`` (just past its ``[``), up to the first one that
+    cannot be read (or the array's end).
+    """
+    decoder, items = json.JSONDecoder(), list[Any]()
+    while True:
+        while at < len(text) and (text[at].isspace() or text[at] == ","):
+            at += 1
+        if at == len(text) or text[at] == "]":
+            return items
+        try:
+            item, at = decoder.raw_decode(text, at)
+        except (json.JSONDecodeError, RecursionError):
+            return items
+        items.append(item)
 
 
 class Candidate(NamedTuple):
@@ -262,8 +290,11 @@ class FactMemory:
         """Store a built fact (``checked``: the caller has just checked the cached facts are current)."""
         with self.book.writes():  # the fact and the old ones it closes: logged in one append, before settling
             stored, new = self._store(fact, vector, checked)
-        if new and fact.attribute and fact.valid_to is None:
-            self._settle(fact.subject, fact.attribute)
+        if new and fact.valid_to is None:
+            if fact.attribute:
+                self._settle(fact.subject, fact.attribute)
+            else:
+                self._settle_loose(fact)
         return stored
 
     def _store(self, fact: Fact, vector: np.ndarray | None, checked: bool) -> tuple[Fact, bool]:
@@ -378,6 +409,25 @@ class FactMemory:
             else:
                 self._close(f.id, winner.valid_from, winner.id, _is_open)
 
+    def _settle_loose(self, fact: Fact) -> None:
+        """Leave one open fact without an attribute per subject and words, even after concurrent writers.
+
+        Writers stating one such fact at once, none having seen the others', each wrote their own. Each re-reads
+        after its write: the open facts without an attribute that its fact repeats by its words (normalized, the
+        same exact values: what :meth:`_store` merges) are folded into the one that started first (ties: stated
+        first, then by id), which every writer names alike and which no later write folds away.
+        """
+        undated = fact.valid_from == fact.stated_at
+        same = [_from_record(r) for r in self._facts().repeated(fact.subject, normalize(fact.text), None, "",
+                                                                 fact.valid_from, undated=undated)
+                if not r.data.get("attribute") and r.data.get("valid_to") is None and agree(fact.text, r.text)]
+        if len(same) < 2:
+            return
+        first = min(same, key=lambda f: (f.valid_from, f.stated_at, f.id))
+        for f in same:
+            if f.id != first.id and agree(f.text, first.text):
+                self._fold(f.id, first.id)
+
     def _fold(self, fact_id: str, into: str) -> None:
         """Fold a duplicate fact into the fact ``into`` (its mentions and sources), then delete it.
 
@@ -420,10 +470,16 @@ class FactMemory:
 
         With a ``chat_model``: the extraction prompt, each answer checked against its source
         message; otherwise the rules of :func:`extract_facts` on user messages. The facts found are
-        embedded in one batch. Returns the facts stored.
+        embedded in one batch. Returns the facts stored. An extraction that fails (the chat model does,
+        or its answer is no JSON array of facts, or is cut short) raises
+        :class:`~fullrecall.errors.FactExtractionError` once the facts complete before a cut are stored
+        (its ``facts``).
         """
-        found = self.candidates(messages, sources)
-        return self.keep(found, self.book.embed([c.text for c in found]) if found else None, stated_at=stated_at)
+        found, problem = self._found(messages, sources)
+        facts = self.keep(found, self.book.embed([c.text for c in found]) if found else None, stated_at=stated_at)
+        if problem is not None:
+            raise FactExtractionError(problem, facts=facts)
+        return facts
 
     def keep(
         self, found: Sequence[Candidate], vectors: np.ndarray | None, *, stated_at: float | None = None,
@@ -443,7 +499,20 @@ class FactMemory:
     def candidates(
         self, messages: Sequence[dict[str, Any]], sources: Sequence[dict[str, str]] | None = None,
     ) -> list[Candidate]:
-        """The facts :meth:`learn` would store from these messages, found but not stored (nor embedded)."""
+        """The facts :meth:`learn` would store from these messages, found but not stored (nor embedded); an
+        extraction that fails raises :class:`~fullrecall.errors.FactExtractionError`.
+        """
+        found, problem = self._found(messages, sources)
+        if problem is not None:
+            raise FactExtractionError(problem)
+        return found
+
+    def _found(
+        self, messages: Sequence[dict[str, Any]], sources: Sequence[dict[str, str]] | None,
+    ) -> tuple[list[Candidate], str | None]:
+        """The facts found in these messages, and why the extraction failed (None when it did not): the facts
+        found before an answer was cut short are found all the same.
+        """
         from ..errors import MessageFormatError
         from ..messages.formats import detect_shape, parse_message
 
@@ -456,24 +525,36 @@ class FactMemory:
             except MessageFormatError as exc:
                 raise MessageFormatError(f"message {i}: {str(exc).removeprefix('message 0: ')}") from None
         refs = list(sources) if sources is not None else [None] * len(parsed)
+        problem = None
         if self.chat_model is not None:
-            found = self._llm_facts([(m.role, m.text) for m in parsed])
+            found, problem = self._llm_facts([(m.role, m.text) for m in parsed])
             origin = "llm"
         else:
             found = [(i, attr, value, text) for i, m in enumerate(parsed) if m.role == "user"
                      for attr, value, text in extract_facts(m.text)]
             origin = "rule"
         return [Candidate(text, attr or None, value or text, [ref] if (ref := refs[i]) else [], origin)
-                for i, attr, value, text in found]
+                for i, attr, value, text in found], problem
 
-    def _llm_facts(self, transcript: list[tuple[str, str]]) -> list[tuple[int, str | None, str | None, str]]:
-        from ..summarizers.chat_models.base import ChatRequest
+    def _llm_facts(self, transcript: list[tuple[str, str]]) -> tuple[list[tuple[int, str | None, str | None, str]],
+                                                                     str | None]:
+        """The checked facts of the chat model's answer, and why the extraction failed (None when it did not)."""
+        from ..summarizers.chat_models.base import ChatRequest, valid_text
 
         numbered = "\n".join(f"[{i}] {role}: {text}" for i, (role, text) in enumerate(transcript))
-        answer = self.chat_model.complete(ChatRequest(
-            system=EXTRACTION_PROMPT, messages=({"role": "user", "content": numbered},), temperature=0.0))
+        name = getattr(self.chat_model, "name", type(self.chat_model).__name__)
+        try:
+            answer = self.chat_model.complete(ChatRequest(
+                system=EXTRACTION_PROMPT, messages=({"role": "user", "content": numbered},), temperature=0.0))
+            text, finish = answer.text, answer.finish_reason
+            if not isinstance(text, str):
+                raise TypeError(f"its answer's text is {type(text).__name__}, not str")
+        except Exception as exc:  # noqa: BLE001 - any chat model of one's own: its failure is the extraction's
+            return [], f"the chat model {name} failed: {type(exc).__name__}: {exc}"
+        items, problem = _parse_extraction(text, str(finish))
         checked: list[tuple[int, str | None, str | None, str]] = []
-        for item in _parse_extraction(answer.text):
+        listed: dict[tuple[int, str | None, str, str], list[str]] = {}  # the facts taken, by their words
+        for item in items:
             source, value, text, attr = item.get("source"), item.get("value"), item.get("text"), item.get("attribute")
             if not (type(source) is int and 0 <= source < len(transcript) and isinstance(value, str)
                     and value.strip() and isinstance(text, str) and text.strip()):
@@ -484,8 +565,13 @@ class FactMemory:
             if f" {normalize(value)} " not in f" {normalize(text)} " or not within(text.split(maxsplit=1)[-1],
                                                                                      f"{said} {value}"):
                 continue  # the sentence must state its value, and only values said there (its first word aside)
-            checked.append((source, attr if isinstance(attr, str) and attr.strip() else None, value, text))
-        return checked
+            attr = valid_text(attr.strip().lower()) if isinstance(attr, str) and attr.strip() else None  # (JSON's "\ud800")
+            taken = listed.setdefault((source, attr, normalize(value), normalize(text)), [])
+            if any(agree(text, t) for t in taken):
+                continue  # listed twice: one statement, one mention
+            taken.append(text)
+            checked.append((source, attr, value, text))
+        return checked, None if problem is None else f"{name}: {problem}"
 
     def restore(self, facts: Sequence[Fact]) -> int:
         """Write facts exactly as given (ids, intervals, sources kept: an import), logged as one change; how

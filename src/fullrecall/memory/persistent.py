@@ -35,7 +35,7 @@ import numpy as np
 from .._json import dumps_text
 from .._json import parse as parse_json
 from ..archive.archive import archived_summaries
-from ..errors import InvalidInput, MemoryInputError, MessageFormatError, SummarizationError
+from ..errors import FactExtractionError, InvalidInput, MemoryInputError, MessageFormatError
 from ..stores import _validate as V
 from ..stores import open_store
 from ..stores._forget import is_change_log
@@ -53,6 +53,7 @@ _EARLIEST, _LATEST = -62_135_596_800, 253_402_300_800  # 0001-01-01 and 10000-01
 _NO_QUERY: Any = object()  # retrieve() given no query at all
 MIN_FACT_SIMILARITY = 0.3
 MAX_QUERIES = 3
+ERROR_MODES = ("log", "raise", "silent")
 
 
 @dataclass
@@ -83,7 +84,10 @@ class PersistentMemory:
     ``store`` is a :class:`~fullrecall.stores.base.Store` or URL (default: a SQLite file in the
     working directory); ``embedder`` an :class:`~fullrecall.embeddings.Embedder` or model name
     (default: the local MiniLM); ``extract_facts`` keeps user-stated facts (rules; the
-    ``chat_model``'s checked extraction when one is given). MassGen's mem0 options (``llm_config``,
+    ``chat_model``'s checked extraction when one is given). An extraction that fails (the chat model does, or
+    its answer is no JSON array of facts, or is cut short) keeps every word recorded and, by ``errors``, is
+    logged (``"log"``, the default), raised as :class:`~fullrecall.errors.FactExtractionError` (``"raise"``)
+    or passed over (``"silent"``); ``stats()`` counts them. MassGen's mem0 options (``llm_config``,
     ``embedding_backend``, ``on_disk``, ...) are accepted as written and not used (a warning names them).
     """
 
@@ -101,10 +105,13 @@ class PersistentMemory:
         embedder: Any = None,
         extract_facts: bool = True,
         chat_model: Any = None,
+        errors: str = "log",
         **mem0_options: Any,
     ) -> None:
         from ..embeddings import load_embedder
 
+        if errors not in ERROR_MODES:
+            raise InvalidInput(f"PersistentMemory: 'errors' must be one of {ERROR_MODES}, got {errors!r}")
         _check_mem0_options(mem0_options)
         self.user_id = _one_of("user_id", user_id, "user_name", user_name) or ""
         self.agent_id = _one_of("agent_id", agent_id, "agent_name", agent_name) or ""
@@ -120,6 +127,8 @@ class PersistentMemory:
         self.facts = FactMemory(self.store, user_id=self.user_id, agent_id=self.agent_id, tenant=tenant,
                                 embedder=self.embedder, chat_model=chat_model)
         self.extract_facts = extract_facts
+        self.errors = errors
+        self.extraction_failures = 0  # this instance's, since it was made
         self._sessions = RecordBook(self.store, self.owner, _SESSIONS)
         self._noted = False  # whether this instance has put its session in the owner's list
 
@@ -257,9 +266,19 @@ class PersistentMemory:
         if self.extract_facts and not by_rules:  # the chat model reads the turn once its words are stored
             try:
                 self.facts.learn([msg for msg, _ in new], [sources[i] for i in fresh], stated_at=now)
-            except SummarizationError as exc:  # the chat model failed: the words are kept, only facts are missed
-                log.warning("recorded %d message(s) but could not extract facts from them (%s)", len(new), exc)
+            except FactExtractionError as exc:  # the words are kept; facts are missed (but those kept before a cut)
+                self._extraction_failed(exc, len(new), ids)
         return ids
+
+    def _extraction_failed(self, exc: FactExtractionError, recorded: int, ids: list[str]) -> None:
+        """Count a failed fact extraction and handle it as ``errors`` says."""
+        self.extraction_failures += 1
+        said = (f"recorded {recorded} message{'s' if recorded > 1 else ''} but could not extract facts from "
+                f"{'them' if recorded > 1 else 'it'}: {exc}")
+        if self.errors == "raise":
+            raise FactExtractionError(said, facts=exc.facts, ids=ids) from exc
+        if self.errors == "log":
+            log.warning("%s", said)
 
     def _store_words(self, messages: list[StoredMessage]) -> set[str]:
         """Append a turn's messages but those already stored with a vector (a retry); return the ids of those.
@@ -541,7 +560,9 @@ class PersistentMemory:
         return {"messages": held[0], "written": written, "facts": held[1], "facts_written": facts_written}
 
     def stats(self) -> dict[str, Any]:
-        """Usage: messages (total and by role), sessions, facts (total and current), bytes, time span."""
+        """Usage: messages (total and by role), sessions, facts (total and current), bytes, time span, and the fact
+        extractions that failed since this instance was made (``extraction_failures``).
+        """
         store_stats = self.store.stats(self.owner)
         msgs = self.messages()
         by_role: dict[str, int] = {}
@@ -558,6 +579,7 @@ class PersistentMemory:
             "vector_bytes": int(store_stats.get("vector_bytes", 0)),
             "oldest": min((m.created_at for m in msgs), default=None),
             "newest": max((m.created_at for m in msgs), default=None),
+            "extraction_failures": self.extraction_failures,
         }
 
     def close(self) -> None:

@@ -7,23 +7,40 @@ answer (empty, refusal, over-long, missing facts) lives in the summarizer.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ...errors import SummarizationError
+from ...errors import InvalidInput, SummarizationError
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
 class ChatRequest:
-    """``messages`` are ``{"role": "user"|"assistant", "content": str}`` dicts."""
+    """``messages`` are ``{"role": "user"|"assistant", "content": str}`` dicts.
+
+    What no provider can be sent is refused when it is made, an :class:`~fullrecall.errors.InvalidInput` naming
+    the field: half a surrogate pair in a text (no UTF-8 holds it), a temperature that is no finite number.
+    """
 
     system: str
     messages: tuple[dict[str, str], ...]
     max_tokens: int = 800
     temperature: float = 0.3
+
+    def __post_init__(self) -> None:
+        texts = [("'system'", self.system)] + [(f"message {i}: 'content'", m.get("content"))
+                                                 for i, m in enumerate(self.messages) if isinstance(m, dict)]
+        for field_name, text in texts:
+            lone = _LONE_SURROGATE.search(text) if isinstance(text, str) else None
+            if lone is not None:
+                raise InvalidInput(f"chat request: {field_name} is not valid Unicode (a lone surrogate at "
+                                   f"character {lone.start()})")
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+            raise InvalidInput(f"chat request: 'temperature' must be a finite number, not {t!r}")
 
 
 @dataclass(frozen=True)

@@ -54,11 +54,13 @@ class BedrockChatModel:
         max_retries: int = 2,
         backoff: float = 0.5,
         max_backoff: float = 8.0,
+        max_response_bytes: int | None = None,
     ) -> None:
         self.model_id = model_id
         self.region = region or os.environ.get("FULLRECALL_BEDROCK_REGION") or os.environ.get("AWS_REGION")
         self.timeout = timeout
         self.deadline = _deadline.resolve(deadline, timeout)
+        self.max_response_bytes = _deadline.max_bytes(max_response_bytes)
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -81,7 +83,8 @@ class BedrockChatModel:
             config = Config(read_timeout=self.timeout, connect_timeout=min(self.timeout, 10.0),
                             retries={"total_max_attempts": 1, "mode": "standard"})  # one request a try
             self._client = boto3.client("bedrock-runtime", region_name=self.region, config=config)
-            _deadline.attach(self._client, "Converse", timeout=self.timeout, deadline=self.deadline)
+            _deadline.attach(self._client, "Converse", timeout=self.timeout, deadline=self.deadline,
+                             limit=self.max_response_bytes)
         return self._client
 
     def complete(self, request: ChatRequest) -> ChatResponse:
@@ -107,11 +110,13 @@ class BedrockChatModel:
             except BotoCoreError as exc:  # read timeouts, connection errors
                 error = ChatModelError(f"{self.name} failed: {type(exc).__name__}: {exc}", retryable=True)
                 error.__cause__ = exc
-            except ResponseParserError as exc:  # a body botocore cannot read, e.g. an output with no member
+            except (ResponseParserError, RecursionError) as exc:  # a body botocore cannot read (no member, too deep)
                 error = ChatModelError(f"{self.name} sent a malformed response: {exc}", retryable=True)
                 error.__cause__ = exc
             except ChatModelError as exc:  # a malformed answer
                 error = exc
+            except _deadline.ResponseTooLarge as exc:  # the same request would get the same flood: no retry
+                raise ChatModelError(f"{self.name} failed: {exc}") from None
             if not error.retryable or attempt == self.max_retries:
                 raise error
             delay = backoff_delay(attempt, self.backoff, self.max_backoff)

@@ -6,7 +6,7 @@ OpenAI, Azure OpenAI (its ``/openai/v1`` endpoint, or a deployment URL with
 :meth:`OpenAIChatModel.from_env`): ``FULLRECALL_LLM_BASE_URL`` or
 ``OPENAI_BASE_URL``; ``FULLRECALL_LLM_API_KEY`` or ``OPENAI_API_KEY``;
 ``FULLRECALL_LLM_MODEL`` or ``OPENAI_MODEL``; ``FULLRECALL_LLM_TIMEOUT`` and
-``FULLRECALL_LLM_DEADLINE`` (seconds).
+``FULLRECALL_LLM_DEADLINE`` (seconds); ``FULLRECALL_LLM_MAX_RESPONSE_BYTES``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ import asyncio
 import logging
 import os
 from typing import Any
-from urllib.parse import urlsplit
 
-from ... import _deadline, _retry, _secrets
-from ...errors import InvalidInput
+from ... import _base_url, _deadline, _json, _retry, _secrets
 from .base import ChatModelError, ChatRequest, ChatResponse
 
 logger = logging.getLogger("fullrecall.summarizers")
@@ -32,7 +30,8 @@ class OpenAIChatModel:
     ``timeout`` bounds each wait (connecting, sending, each read); ``deadline``
     bounds one whole HTTP request, from connecting to the last byte of the
     answer (default: twice ``timeout``), so a server that trickles bytes cannot
-    hold a call forever. Retries cover timeouts, connection errors,
+    hold a call forever; ``max_response_bytes`` bounds the answer's body (default 32 MiB, or
+    ``FULLRECALL_LLM_MAX_RESPONSE_BYTES``): a bigger one is not read on, and fails. Retries cover timeouts, connection errors,
     408/409/425/429 and 5xx (honouring ``Retry-After``); other 4xx fail at once.
     ``api_key_header="api-key"`` and ``api_version`` serve Azure deployment URLs.
     The sync :meth:`complete` runs the same request on a private event loop in a
@@ -54,12 +53,14 @@ class OpenAIChatModel:
         api_version: str | None = None,
         headers: dict[str, str] | None = None,
         extra_body: dict[str, Any] | None = None,
+        max_response_bytes: int | None = None,
     ) -> None:
         self.model = model
-        self.base_url = _checked_base_url(base_url)
+        self.base_url = _base_url.checked(base_url)
         self.api_key = _secrets.checked_key(api_key)
         self.timeout = timeout
         self.deadline = _deadline.resolve(deadline, timeout)
+        self.max_response_bytes = _deadline.max_bytes(max_response_bytes)
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -68,6 +69,7 @@ class OpenAIChatModel:
         self.headers = _secrets.checked_headers(headers)
         self._secrets = _secrets.secrets_of(self.api_key, self.headers, self.base_url)  # never shown in an error or the log
         self.extra_body = dict(extra_body or {})
+        _json.check_json_value(self.extra_body, "extra_body")  # what no request could carry, refused now
         self.name = f"openai:{model}"
 
     @classmethod
@@ -118,15 +120,21 @@ class OpenAIChatModel:
         async with httpx.AsyncClient(timeout=self.timeout) as client:
             for attempt in range(self.max_retries + 1):
                 try:
-                    response = await _deadline.within(
-                        client.post(self._url(), json=body, headers=self._headers()), self.deadline)
+                    response = await _deadline.within(_deadline.fetch(
+                        client, "POST", self._url(), limit=self.max_response_bytes, json=body, headers=self._headers()),
+                        self.deadline)
                     return self._parse(response)
+                except _deadline.ResponseTooLarge as exc:  # the same request would get the same flood: no retry
+                    raise ChatModelError(f"{self.name} failed: {exc}") from None
                 except TimeoutError as exc:  # the deadline, not httpx's per-read timeout
                     error = ChatModelError(f"{self.name} timed out: no complete answer within the deadline of "
                                            f"{self.deadline:g} s per request", retryable=True)
                     error.__cause__ = exc
                 except (httpx.TimeoutException, httpx.TransportError) as exc:
                     error = self._transport_error(exc)
+                except httpx.DecodingError as exc:  # a body that is not the encoding it claims (gzip, ...)
+                    error = ChatModelError(f"{self.name} sent a malformed response (DecodingError): "
+                                           f"{self._shown(str(exc))}", retryable=True)
                 except ChatModelError as exc:
                     error = exc
                 await asyncio.sleep(self._next_delay(error, attempt))
@@ -157,10 +165,10 @@ class OpenAIChatModel:
 
     def _parse(self, response: Any) -> ChatResponse:
         status = response.status_code
-        if status >= 400:
-            detail = self._shown(response.text)[:300].strip()
-            error = ChatModelError(f"{self.name} answered HTTP {status}: {detail}", retryable=status in _retry.RETRY_STATUS,
-                                   status=status)
+        if status >= 300:  # a redirect is not followed: the key goes to base_url's host only
+            detail = _retry.redirect(response.headers, status) or f": {self._shown(response.text)[:300].strip()}"
+            error = ChatModelError(f"{self.name} answered HTTP {status}{self._shown(detail)}",
+                                   retryable=status in _retry.RETRY_STATUS, status=status)
             error.retry_after = _retry.retry_after(response.headers.get("retry-after"))  # type: ignore[attr-defined]
             raise error
         try:  # any body not shaped as a completion (a null choice, a bare-string message) is malformed
@@ -173,7 +181,7 @@ class OpenAIChatModel:
                 text = "".join(p.get("text") or "" for p in text if isinstance(p, dict))
             finish = choice.get("finish_reason") or "stop"
             usage = dict(data.get("usage") or {})
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:  # nested too deep
             raise ChatModelError(f"{self.name} sent a malformed response ({type(exc).__name__}): "
                                  f"{self._shown(response.text)[:200]!r}", retryable=True) from exc
         if refusal:
@@ -182,13 +190,3 @@ class OpenAIChatModel:
             raise ChatModelError(f"{self.name} sent non-text content: {type(text).__name__}", retryable=True)
         return ChatResponse(text=text or "", finish_reason=str(finish), model=data.get("model"), usage=usage)
 
-
-def _checked_base_url(base_url: Any) -> str:
-    """``base_url`` without its trailing slash, if it is an http(s) URL with a host (else a clear error, at once)."""
-    try:
-        parts = urlsplit(base_url) if isinstance(base_url, str) else None
-    except ValueError:  # e.g. an unclosed IPv6 bracket
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-        raise InvalidInput(f"base_url must be an http:// or https:// URL with a host, got {base_url!r}")
-    return base_url.rstrip("/")

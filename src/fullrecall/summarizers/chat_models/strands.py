@@ -7,7 +7,9 @@ tools. Temperature and max tokens are the Strands model's own configuration;
 the summarizer still checks the answer's length. ``deadline`` bounds each try's
 whole stream (default 120 s, or ``FULLRECALL_LLM_DEADLINE``), as the other
 clients bound a request: a provider that trickles its answer cannot hold a
-summarizer; past it the try counts as a timeout and is retried.
+summarizer; past it the try counts as a timeout and is retried. ``max_response_bytes`` bounds the
+answer's text (UTF-8 bytes; default 32 MiB, or ``FULLRECALL_LLM_MAX_RESPONSE_BYTES``): a stream that goes on
+past it is closed, and the call fails.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ class StrandsChatModel:
     """Wraps a ``strands.models.Model`` or an ``Agent`` (whose ``model`` and ``system_prompt`` it uses)."""
 
     def __init__(self, model_or_agent: Any, *, max_retries: int = 2, backoff: float = 0.5,
-                 max_backoff: float = 8.0, deadline: float | None = None) -> None:
+                 max_backoff: float = 8.0, deadline: float | None = None,
+                 max_response_bytes: int | None = None) -> None:
         model = getattr(model_or_agent, "model", None)
         if hasattr(model_or_agent, "stream"):  # a Model, even one with a ``.model`` attribute of its own
             self.model = model_or_agent
@@ -46,6 +49,7 @@ class StrandsChatModel:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.deadline = _deadline.from_env(deadline, 60.0)
+        self.max_response_bytes = _deadline.max_bytes(max_response_bytes)
         self.name = f"strands:{type(self.model).__name__}"
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
@@ -79,12 +83,16 @@ class StrandsChatModel:
     async def _once(self, request: ChatRequest) -> ChatResponse:
         messages = [{"role": m["role"], "content": [{"text": m["content"]}]} for m in request.messages]
         parts: list[str] = []
-        stop = "end_turn"
+        stop, size = "end_turn", 0
+        stream = self.model.stream(messages, tool_specs=None, system_prompt=request.system)
         try:
-            async for event in self.model.stream(messages, tool_specs=None, system_prompt=request.system):
+            async for event in stream:
                 delta = event.get("contentBlockDelta", {}).get("delta", {}) if isinstance(event, dict) else {}
                 if isinstance(delta.get("text"), str):
                     parts.append(delta["text"])
+                    size += len(delta["text"].encode("utf-8", "surrogatepass"))
+                    if size > self.max_response_bytes:  # the same request would get the same flood: no retry
+                        raise ChatModelError(f"{self.name} failed: {_deadline.ResponseTooLarge(self.max_response_bytes)}")
                 if isinstance(event, dict) and "messageStop" in event:
                     stop = str(event["messageStop"].get("stopReason") or stop)
         except ChatModelError:
@@ -93,6 +101,10 @@ class StrandsChatModel:
             name = type(exc).__name__
             retryable = "Throttl" in name or isinstance(exc, (TimeoutError, ConnectionError))
             raise ChatModelError(f"{self.name} failed: {name}: {exc}", retryable=retryable) from exc
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                await close()  # the provider's stream ends here, however this try did
         return ChatResponse(text="".join(parts), finish_reason=_STOP.get(stop, stop), model=self.name)
 
 
