@@ -36,7 +36,7 @@ class Agent:
     async def chat(self, messages: list[dict[str, Any]], clear_history: bool = False, reset_chat: bool = False,
                    answer: str = "ok") -> None:
         if self.conversation_memory and (clear_history or reset_chat):
-            await self.conversation_memory.clear()
+            await self.conversation_memory.clear()  # reset_chat: clear, then add the messages given (below)
         if self.persistent_memory:
             self.seen_context.append(await self.persistent_memory.retrieve(
                 messages, limit=5, previous_winners=[{"agent_id": "agent_b", "turn": 1}]))
@@ -108,6 +108,30 @@ def test_the_compressor_clear_then_add_keeps_what_it_kept(store_url):
     assert "q1" in [m["content"] for m in run(conversation.retrieve("q1"))]  # compressed away, still recallable
     run(agent.reset())
     assert run(conversation.size()) == 1  # the pinned system message stays (see docs/memory.md)
+
+
+def test_reset_chat_with_a_new_system_message_replaces_the_pinned_one(store_url):
+    session = uuid.uuid4().hex
+    conversation = ConversationMemory(store_url, session, user_id="ann")
+    agent = Agent(conversation)
+    run(agent.chat([{"role": "system", "content": "You are the planner."}, {"role": "user", "content": "q0"}],
+                   answer="a0"))
+    run(agent.chat([{"role": "system", "content": "You are the judge."}, {"role": "user", "content": "q1"}],
+                   reset_chat=True, answer="a1"))
+    window = ["You are the judge.", "q1", "a1"]  # what MassGen's own memory holds after reset_chat
+    assert [m["content"] for m in run(conversation.get_messages())] == window
+    run(agent.chat([{"role": "user", "content": "q2"}], clear_history=True, answer="a2"))
+    assert [m["content"] for m in run(conversation.get_messages())] == ["You are the judge.", "q2", "a2"]
+    assert "You are the planner." in [m["content"] for m in run(conversation.retrieve("planner"))]  # archived
+    run(agent.chat([{"role": "system", "content": "You are the judge."}, {"role": "user", "content": "q3"}],
+                   reset_chat=True, answer="a3"))  # the same prompt again: kept once
+    assert [m["content"] for m in run(conversation.get_messages())] == ["You are the judge.", "q3", "a3"]
+    conversation.close()
+    again = ConversationMemory(store_url, session, user_id="ann")  # a restart reads the same window
+    assert [m["content"] for m in run(again.get_messages())] == ["You are the judge.", "q3", "a3"]
+    assert {"q0", "a0", "q1", "a1", "q2", "a2"} <= {m["content"] for m in run(again.retrieve("q0 a0 q1 a1 q2 a2",
+                                                                                               limit=50))}
+    again.close()
 
 
 def test_massgen_base_classes_agree():

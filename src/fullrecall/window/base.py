@@ -92,6 +92,24 @@ class ConversationManager:
         """Index of the first original message (after what the manager pins or adds)."""
         return self._pinned_count(messages)
 
+    def leave(self, messages: MutableSequence[dict[str, Any]], start: int, count: int, *, positions: Sequence[int],
+              originals: Sequence[dict[str, Any]] | None = None, reason: str = "cleared") -> None:
+        """``messages[start:start + count]``, the window's oldest originals, leave it for the archive.
+
+        They are checked and reported to the listeners first (as ``originals`` when given: the verbatim
+        messages, where the window may hold shortened ones; at ``positions`` in the conversation), then
+        taken out of ``messages``, and they count as removed. If a listener fails, the list stays as it was.
+        """
+        leaving = list(messages[start:start + count])
+        if len(leaving) != count or len(positions) != count or (originals is not None and len(originals) != count):
+            raise InvalidInput(f"leave: {count} message(s) from index {start} with {len(positions)} position(s), "
+                               f"but the window holds {len(leaving)} there")
+        self._check_leaving(messages, range(start, start + count))
+        shape, parsed = self._parse_at(list(originals) if originals is not None else leaving, positions, start)
+        self._release(RemovedMessages(messages=parsed, reason=reason, shape=shape))
+        del messages[start:start + count]
+        self.removed_message_count += count
+
     # -- state -------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
         """JSON-serializable state; ``restore_from_state`` takes it back."""

@@ -178,6 +178,11 @@ class SummarizingConversationManager(ConversationManager):
             self._front_positions = [int(p) for p in state.get("front_positions") or ()]
 
     @property
+    def pinned_front(self) -> tuple[int, ...]:
+        """The conversation positions of the originals kept pinned before the summary (``pin_first``)."""
+        return tuple(self._front_positions)
+
+    @property
     def summary_message(self) -> dict[str, Any] | None:
         """The summary message now at the head of the window, if any."""
         return self._summary_message
