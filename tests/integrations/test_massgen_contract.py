@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import uuid
 from typing import Any
 
@@ -131,6 +132,47 @@ def test_reset_chat_with_a_new_system_message_replaces_the_pinned_one(store_url)
     assert [m["content"] for m in run(again.get_messages())] == ["You are the judge.", "q3", "a3"]
     assert {"q0", "a0", "q1", "a1", "q2", "a2"} <= {m["content"] for m in run(again.retrieve("q0 a0 q1 a1 q2 a2",
                                                                                                limit=50))}
+    again.close()
+
+
+# What MassGen's agents hand their memory: chat-completions messages with Claude's content blocks, and the
+# OpenAI Responses API's output items (no role; a "type" each).
+CLAUDE_TURN = [
+    {"role": "system", "content": "You are the planner."},
+    {"role": "user", "content": "What is the weather in Oslo?"},
+    {"role": "assistant", "content": [{"type": "text", "text": "Let me check."},
+                                      {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Oslo"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "drizzle, 9 degrees"}]},
+    {"role": "assistant", "content": [{"type": "thinking", "thinking": "umbrella advice", "signature": "s1"},
+                                      {"type": "text", "text": "Take an umbrella."}]},
+]
+RESPONSES_TURN = [
+    {"role": "system", "content": "You are the planner."},
+    {"role": "user", "content": "What is the weather in Bergen?"},
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "look up the forecast"}]},
+    {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "weather",
+     "arguments": "{\"city\": \"Bergen\"}", "status": "completed"},
+    {"type": "function_call_output", "call_id": "call_1", "output": "hail, 4 degrees"},
+    {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+     "content": [{"type": "output_text", "text": "Expect hail in Bergen.", "annotations": []}]},
+]
+
+
+@pytest.mark.parametrize("turn,words", [(CLAUDE_TURN, ("drizzle", "umbrella", "Oslo")),
+                                        (RESPONSES_TURN, ("hail", "forecast", "Bergen"))])
+def test_massgen_backends_message_shapes_are_kept_verbatim_and_searchable(store_url, turn, words):
+    session = uuid.uuid4().hex
+    messages = [{**m, "id": f"m{i}"} for i, m in enumerate(turn)]
+    conversation = ConversationMemory(store_url, session, user_id="ann")
+    run(conversation.add(messages))
+    assert run(conversation.get_messages()) == messages  # stored and returned exactly as given
+    run(conversation.clear())
+    conversation.close()
+    again = ConversationMemory(store_url, session, user_id="ann")
+    for word in words:
+        assert any(word in json.dumps(m) for m in run(again.retrieve(word))), word  # their text is indexed
+    found = run(again.retrieve(" ".join(words), limit=50))
+    assert all(m in messages for m in found)  # verbatim from the archive too
     again.close()
 
 

@@ -104,6 +104,9 @@ def _block_text(block: Block) -> str:
         return f"[tool result{flag}] {inner}".rstrip()
     if block.kind == "json":
         return json.dumps(block.data, ensure_ascii=False, sort_keys=True, default=_opaque)
+    if block.kind in ("thinking", "reasoning") and isinstance(block.data, dict):  # Claude's thinking, a Responses reasoning
+        said = [block.data.get("thinking")] + [p.get("text") for p in block.data.get("summary") or () if isinstance(p, dict)]
+        return "\n".join([f"[{block.kind}]", *(t for t in said if isinstance(t, str) and t)])
     return f"[{block.kind}]"
 
 
