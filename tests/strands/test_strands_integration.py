@@ -489,3 +489,28 @@ def test_a_summarizing_window_with_a_pinned_opening_goes_on_after_the_user_empti
     assert manager.removed_message_count > before
     archived = archive.get(0, 100)
     assert sorted(m.position for m in archived) == list(range(manager.removed_message_count))
+
+
+def test_the_pinned_opening_popped_beside_a_summary_is_archived_and_the_agent_goes_on(store_url):
+    """``pin_first=1`` keeps the opening request before the summary of the turns after it; the user pops it from
+    ``agent.messages``: it was lost (never archived), and the next summary was written over an archived place, so
+    the agent stopped with an overflow. It is archived at its own place now, and the window goes on summarizing."""
+    from fullrecall.archive import Archive
+    from fullrecall.stores import Scope
+
+    archive = Archive(store_url, Scope(session_id="popped"))
+    manager = SummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2, pin_first=1,
+                                             on_remove=archive, summarizer=lambda messages, previous=None: SUMMARY)
+    agent = Agent(model=ScriptedModel(ANSWERS * 3, max_prompt_chars=LIMIT), system_prompt=AGENT_PROMPT,
+                  conversation_manager=manager, callback_handler=None)
+    for question in QUESTIONS:
+        agent(question)
+    assert texts(agent.messages[:2]) == [QUESTIONS[0], SUMMARY]  # the pinned opening, then the summary
+    agent.messages.pop(0)
+    for question in QUESTIONS[1:]:
+        agent(question)
+    assert texts(agent.messages[:1]) == [SUMMARY] and QUESTIONS[0] not in texts(agent.messages)
+    archived = archive.get(0, 100)
+    assert [m.position for m in archived] == list(range(manager.removed_message_count))  # each place once, no gap
+    assert texts([m.data for m in archived]).count(QUESTIONS[0]) == 1 and archived[0].position == 0
+    assert "bluefalcon" in " ".join(m.text for m in archive.recall("project codename").messages)

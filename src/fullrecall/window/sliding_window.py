@@ -68,6 +68,11 @@ class SlidingWindowConversationManager(ConversationManager):
         self._pin_first_applied = False
         self._front_positions: list[int] = []  # pinned messages kept at the front by the last cut: their places
 
+    @property
+    def pinned_front(self) -> tuple[int, ...]:
+        """The conversation positions of the pinned messages the last cut kept at the front."""
+        return tuple(self._front_positions)
+
     def get_state(self) -> dict[str, Any]:
         return {**super().get_state(), "window_size": self.window_size, "pin_first_applied": self._pin_first_applied}
 

@@ -91,6 +91,7 @@ class SummarizingConversationManager(ConversationManager):
         self._pin_first_applied = False
         self._front_seen = 0  # pinned originals before the summary, as last seen
         self._front_positions: list[int] = []  # their positions in the conversation
+        self._front_raws: list[dict[str, Any]] = []  # and the messages themselves, as last seen in the window
         self.max_summary_tokens = max_summary_tokens
         self.token_counter = token_counter or default_token_counter()
         self._summarizer = summarizer
@@ -176,6 +177,7 @@ class SummarizingConversationManager(ConversationManager):
             self._summary_message = state.get("summary_message")
             self._pin_first_applied = bool(state.get("pin_first_applied", False))
             self._front_positions = [int(p) for p in state.get("front_positions") or ()]
+            self._front_raws = []  # not in the state: seen again in the window
 
     @property
     def pinned_front(self) -> tuple[int, ...]:
@@ -189,6 +191,7 @@ class SummarizingConversationManager(ConversationManager):
 
     # -- triggers --------------------------------------------------------------------------
     def apply_management(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
+        self._settle_front(messages)
         layout = self._layout(messages)
         keep = self._proactive_keep(messages, layout)
         if keep is None:
@@ -206,6 +209,7 @@ class SummarizingConversationManager(ConversationManager):
     def reduce_context(
         self, messages: MutableSequence[dict[str, Any]], error: BaseException | None = None
     ) -> MutableSequence[dict[str, Any]]:
+        self._settle_front(messages)
         window = len(messages) - self._pinned_count(messages)
         count = min(max(1, int(window * self.summary_ratio)), window - self.preserve_recent_messages)
         if count > 0:  # as the SDK does: a reduction that cannot summarize anything pins nothing either
@@ -244,6 +248,7 @@ class SummarizingConversationManager(ConversationManager):
 
     def clear(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
         """Empty the window but for pinned messages; the summary goes, every original is reported first."""
+        self._settle_front(messages)
         layout = self._layout(messages)
         tail = messages[layout.start :]
         shape, body = self._parse_tail(messages, layout)
@@ -257,9 +262,37 @@ class SummarizingConversationManager(ConversationManager):
         kept_tail = [i for i in range(len(tail)) if i not in doomed]
         messages[layout.pinned :] = [messages[layout.pinned + i] for i in kept_front] + [tail[i] for i in kept_tail]
         self._front_positions = [front[i].position or 0 for i in kept_front]
+        self._front_raws = list(messages[layout.pinned : layout.pinned + len(kept_front)])
         self.removed_message_count += len(gone)
         self._summary_message = None
         return messages
+
+    def _settle_front(self, messages: MutableSequence[dict[str, Any]]) -> None:
+        """Messages kept pinned before the summary that the caller took out of the window since (a pinned
+        opening popped from ``agent.messages``) are archived at their own places and count as removed, so
+        no later message is given a place one of them held, and none of them is lost.
+
+        Only when what is left is the messages seen there, in order, less some: otherwise (a restored
+        session, a window rewritten) nothing is assumed.
+        """
+        layout = self._layout(messages)
+        seen, positions = self._front_raws, self._front_positions
+        if not layout.has_summary or layout.front >= len(positions) or len(seen) != len(positions):
+            return
+        left = messages[layout.pinned : layout.pinned + layout.front]
+        gone, j = [], 0
+        for i, raw in enumerate(seen):
+            if j < len(left) and (left[j] is raw or left[j] == raw):
+                j += 1
+            else:
+                gone.append(i)
+        if j != len(left):
+            return
+        shape, parsed = self._parse_at([seen[i] for i in gone], [positions[i] for i in gone])
+        self._release(RemovedMessages(messages=parsed, reason="cleared", shape=shape))
+        self._front_positions = [p for i, p in enumerate(positions) if i not in gone]
+        self._front_raws = list(left)
+        self.removed_message_count += len(gone)
 
     def _window_start(self, messages: Sequence[dict[str, Any]]) -> int:
         return self._layout(messages).start
@@ -274,6 +307,8 @@ class SummarizingConversationManager(ConversationManager):
                   None) if summary is not None else None
         front = at - pinned if at is not None else leading_pinned(messages, pinned)
         self._front_seen = front
+        if at is not None and front == len(self._front_positions):
+            self._front_raws = list(messages[pinned:at])
         return _Layout(pinned=pinned, front=front, has_summary=at is not None)
 
     def _parse_tail(self, messages: Sequence[dict[str, Any]], layout: _Layout) -> tuple[str, list[Message]]:
@@ -356,6 +391,7 @@ class SummarizingConversationManager(ConversationManager):
             *(messages[layout.pinned + i] for i in kept_front), *(tail[i] for i in kept), summary_raw]
         self._front_positions = [front[i].position or 0 for i in kept_front] + [body[i].position or 0 for i in kept]
         self._front_seen = len(self._front_positions)
+        self._front_raws = list(messages[layout.pinned : layout.pinned + self._front_seen])
         self._summary_message = summary_raw
         self.removed_message_count += len(head)
 
@@ -382,6 +418,7 @@ class SummarizingConversationManager(ConversationManager):
         self.removed_message_count += len(doomed)
         if not layout.has_summary:  # the places of pinned messages gone with the summary went to the dropped ones
             self._front_positions = self._front_positions[: layout.front]
+            self._front_raws = self._front_raws[: layout.front]
         return True
 
     def _choose_cut(self, body: list[Message], target: int, limit: int) -> int | None:
