@@ -90,6 +90,7 @@ class FullrecallWindow:
         self._manager_options = manager_options
         self._models_loaded = False
         self._locks: dict[Scope, threading.RLock] = {}
+        self._logged: dict[Scope, set[str]] = {}  # per thread: ids of messages its log is known to hold
         self._locks_guard = threading.Lock()
 
     # -- the core: LangChain messages in, window and model input out -----------------------------------
@@ -155,14 +156,26 @@ class FullrecallWindow:
             # what the state no longer holds leaves the window for the archive first: it is not shown, not counted
             held = set(ids)
             memory._leave(i for i, d in enumerate(memory.messages) if (mark := _mark(d)) is not None and mark not in held)
-            new = _unseen(memory.messages, ids, memory.manager.removed_message_count,
-                          lambda keys: {row.id for row in memory.store.get(memory.scope, keys)})
+            new = _unseen(memory.messages, ids, memory.manager.removed_message_count, self._known_to(memory))
             if new:
                 # keyed by their LangChain ids, so a message the memory holds already is never stored twice
                 memory._append([_to_dict(messages[i], ids[i]) for i in new], [ids[i] for i in new])
             originals = dict(zip(ids, messages))
             window = _as_the_state_has_it(memory.messages, memory._window_rows(), originals)
             return _to_langchain(window, originals), _to_langchain(memory.hook.enrich(window), originals)
+
+    def _known_to(self, memory: SyncConversationMemory) -> Callable[[list[str]], set[str]]:
+        """``logged(ids)``: those of ``ids`` the thread's log holds, each looked up in the store once (a message
+        once recorded stays so; a state of a thousand messages costs no look-up per model call).
+        """
+        known = self._logged.setdefault(memory.scope, set())
+
+        def logged(ids: list[str]) -> set[str]:
+            if fresh := [i for i in ids if i not in known]:
+                known.update(row.id for row in memory.store.get(memory.scope, fresh))
+            return {i for i in ids if i in known}
+
+        return logged
 
     def reduce(
         self, messages: Sequence[AnyMessage], config: Mapping[str, Any] | None, error: BaseException | None = None
