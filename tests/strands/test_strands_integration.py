@@ -465,7 +465,8 @@ def test_a_sliding_window_with_a_pinned_opening_goes_on_after_the_user_empties_t
     assert len(agent.messages) == 4
     archived = archive.get(0, 100)
     assert sorted(m.position for m in archived) == list(range(manager.removed_message_count))
-    assert len(archived) == 2 * 5 - 1 - 4 + 2 * len(QUESTIONS) - 4  # all but the pinned opening and the windows
+    assert len(archived) == 2 * 5 - 4 + 2 * len(QUESTIONS) - 4  # all but the windows: the pinned opening too
+    assert texts([m.data for m in archived]).count(QUESTIONS[0]) == 2  # the opening, once, and the question again
 
 
 def test_a_summarizing_window_with_a_pinned_opening_goes_on_after_the_user_empties_the_history(store_url):
@@ -514,3 +515,18 @@ def test_the_pinned_opening_popped_beside_a_summary_is_archived_and_the_agent_go
     assert [m.position for m in archived] == list(range(manager.removed_message_count))  # each place once, no gap
     assert texts([m.data for m in archived]).count(QUESTIONS[0]) == 1 and archived[0].position == 0
     assert "bluefalcon" in " ".join(m.text for m in archive.recall("project codename").messages)
+
+
+def test_the_pinned_opening_popped_from_a_sliding_window_is_archived_at_its_own_place(store_url):
+    """``pin_first=1`` with a sliding window; the user pops the pinned opening: it was lost (never archived), and
+    the next message to leave was archived in its place (position 0). Now each message keeps its own place."""
+    archive, agent = _five_questions_with_a_pinned_opening(store_url, "popped-sliding")
+    manager = agent.conversation_manager
+    assert texts(agent.messages[:1]) == [QUESTIONS[0]]
+    agent.messages.pop(0)
+    for question in QUESTIONS[5:]:
+        agent(question)
+    archived = archive.get(0, 100)
+    assert [m.position for m in archived] == list(range(manager.removed_message_count))
+    spoken = [text for q, a in zip(QUESTIONS, ANSWERS, strict=True) for text in (q, a)]
+    assert [texts([m.data])[0] for m in archived] == spoken[: manager.removed_message_count]

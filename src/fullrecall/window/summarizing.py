@@ -18,7 +18,7 @@ from ..messages.model import Message, TextBlock
 from ..tokens import default_token_counter
 from .base import ConversationManager, RemovalListener, RemovedMessages
 from .cuts import clean_cuts, is_tool_pair_start, is_window_start
-from .pins import is_pinned, leading_pinned, pin_first
+from .pins import is_pinned, leading_pinned, pin_first, taken_from_front
 
 log = logging.getLogger("fullrecall.window")
 
@@ -90,8 +90,6 @@ class SummarizingConversationManager(ConversationManager):
         self.prefer_alternating_roles = prefer_alternating_roles
         self._pin_first_applied = False
         self._front_seen = 0  # pinned originals before the summary, as last seen
-        self._front_positions: list[int] = []  # their positions in the conversation
-        self._front_raws: list[dict[str, Any]] = []  # and the messages themselves, as last seen in the window
         self.max_summary_tokens = max_summary_tokens
         self.token_counter = token_counter or default_token_counter()
         self._summarizer = summarizer
@@ -180,11 +178,6 @@ class SummarizingConversationManager(ConversationManager):
             self._front_raws = []  # not in the state: seen again in the window
 
     @property
-    def pinned_front(self) -> tuple[int, ...]:
-        """The conversation positions of the originals kept pinned before the summary (``pin_first``)."""
-        return tuple(self._front_positions)
-
-    @property
     def summary_message(self) -> dict[str, Any] | None:
         """The summary message now at the head of the window, if any."""
         return self._summary_message
@@ -269,30 +262,21 @@ class SummarizingConversationManager(ConversationManager):
 
     def _settle_front(self, messages: MutableSequence[dict[str, Any]]) -> None:
         """Messages kept pinned before the summary that the caller took out of the window since (a pinned
-        opening popped from ``agent.messages``) are archived at their own places and count as removed, so
-        no later message is given a place one of them held, and none of them is lost.
+        opening popped from ``agent.messages``, or the whole history emptied) are archived at their own places
+        and count as removed, so no later message is given a place one of them held, and none of them is lost.
 
-        Only when what is left is the messages seen there, in order, less some: otherwise (a restored
-        session, a window rewritten) nothing is assumed.
+        Only when what is left there is the messages seen there, in order, less those gone from the window:
+        otherwise (a restored session, a window rewritten) nothing is assumed.
         """
         layout = self._layout(messages)
         seen, positions = self._front_raws, self._front_positions
-        if not layout.has_summary or layout.front >= len(positions) or len(seen) != len(positions):
+        if layout.front >= len(positions) or len(seen) != len(positions):
             return
+        gone = taken_from_front(seen, messages)
+        kept = [m for i, m in enumerate(seen) if i not in gone]
         left = messages[layout.pinned : layout.pinned + layout.front]
-        gone, j = [], 0
-        for i, raw in enumerate(seen):
-            if j < len(left) and (left[j] is raw or left[j] == raw):
-                j += 1
-            else:
-                gone.append(i)
-        if j != len(left):
-            return
-        shape, parsed = self._parse_at([seen[i] for i in gone], [positions[i] for i in gone])
-        self._release(RemovedMessages(messages=parsed, reason="cleared", shape=shape))
-        self._front_positions = [p for i, p in enumerate(positions) if i not in gone]
-        self._front_raws = list(left)
-        self.removed_message_count += len(gone)
+        if gone and len(kept) == len(left) and all(a is b or a == b for a, b in zip(kept, left)):
+            self._release_taken(gone)
 
     def _window_start(self, messages: Sequence[dict[str, Any]]) -> int:
         return self._layout(messages).start
