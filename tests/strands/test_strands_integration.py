@@ -243,6 +243,28 @@ def test_memory_manager_search_tool_answers_from_the_archive(talked):
     assert result["status"] == "success" and "bluefalcon" in json.dumps(result["content"])
 
 
+def test_the_memory_managers_search_result_is_archived_but_never_found_as_a_new_copy(talked, store_url):
+    """The SDK's search_memory answer quotes archived messages; the reader's own window archives it with the turn:
+    kept word for word, it is not indexed as what it quotes, so recall finds the quoted words where they were said."""
+    from fullrecall.archive import Archive
+    from fullrecall.stores import Scope
+
+    agent, _ = talked
+    store = ArchiveMemoryStore(agent.conversation_manager.archive)
+    archive = Archive(store_url, Scope(session_id="reader"))
+    model = ScriptedModel([("tool", "search_memory", {"query": "project codename"}, "mem-1"), "It is in the notes."])
+    reader = Agent(model=model, system_prompt=AGENT_PROMPT, callback_handler=None,
+                   conversation_manager=SlidingWindowConversationManager(window_size=40, on_remove=archive),
+                   memory_manager=MemoryManager(stores=[store], injection=False))
+    reader("Search your memory: what was the project codename?")
+    turn = list(reader.messages)
+    assert "bluefalcon" in json.dumps(turn)  # the tool result quotes it
+    reader.conversation_manager.clear(reader.messages)  # the whole turn goes to the reader's archive
+    assert [m.data for m in archive.get(0, 100)] == turn  # word for word
+    found = archive.recall("bluefalcon codename", top_k=1, radius=0).messages  # the best hit alone
+    assert found and all("bluefalcon" not in json.dumps(m.data) for m in found)
+
+
 def test_without_a_store_the_archive_follows_the_session_into_a_new_process(tmp_path):
     def agent(model):
         return Agent(model=model, system_prompt=AGENT_PROMPT, callback_handler=None,

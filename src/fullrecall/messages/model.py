@@ -123,9 +123,14 @@ def _recalled(text: str) -> str | None:
         answer = json.loads(text)
     except ValueError:
         return None
-    if not isinstance(answer, dict) or answer.get(RECALLED) is not True:
+    if isinstance(answer, dict) and answer.get(RECALLED) is True:  # fullrecall's memory tools
+        items = answer.get("results") or answer.get("messages") or []
+    elif isinstance(answer, list) and answer and all(  # a memory store's entries (Strands' search_memory tool)
+            isinstance(e, dict) and isinstance(e.get("metadata"), dict) and e["metadata"].get(RECALLED) is True
+            for e in answer):
+        items = answer
+    else:
         return None
-    items = answer.get("results") or answer.get("messages") or []
     return f"recalled from memory ({len(items) if isinstance(items, list) else 0} item(s))"
 
 
