@@ -19,9 +19,9 @@ Messages are converted to the OpenAI shape for the managers and back; a
 message the managers left unchanged goes to the model as the very LangChain
 object it was. Each message is added to the memory once, keyed by its
 LangChain id (also its archive id): those after the memory's newest message
-are new, and so is one inserted before it that the log lacks. The thread is ``config["configurable"]["thread_id"]``
-(``"default"`` without one); the owner is ``user_id`` (or the config's
-``user_id``) and ``agent_id``.
+are new, and so is one inserted before it that the log lacks. The thread is
+``config["configurable"]["thread_id"]`` (``"default"`` without one); the owner
+is ``user_id`` (or the config's ``user_id``) and ``agent_id``.
 """
 
 from __future__ import annotations

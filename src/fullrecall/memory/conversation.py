@@ -258,7 +258,7 @@ class SyncConversationMemory:
             return
         lead = len(self._messages) - len(self._rows)  # the pinned message and the summary come before the log rows
         oldest = gone == set(range(lead, lead + len(gone)))
-        if oldest and isinstance(self.manager, ConversationManager) and not getattr(self.manager, "pinned_front", ()):
+        if oldest and isinstance(self.manager, ConversationManager) and not self.manager.pinned_front:
             rows = self._rows[:len(gone)]
             self._manage(lambda window: self.manager.leave(
                 window, lead, len(rows), positions=[int(row.position or 0) for row in rows],

@@ -33,9 +33,9 @@ _OPENAI_ROLES = {"system", "developer", "user", "assistant", "tool"}
 _OPENAI_PART_TYPES = {"image_url", "input_audio", "refusal", "file", "input_text", "output_text"}
 _ANTHROPIC_TYPES = {"tool_use", "tool_result", "thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result"}
 _TEXT_PART_TYPES = {"text", "input_text", "output_text"}  # chat completions' text part, the Responses API's two
-# The Responses API's items that are not a message of a role: each is the assistant's (a call, a reasoning)
-# but the call's output, which answers a call as a chat-completions "tool" message does.
-_RESPONSES_ROLES = {"function_call_output": "tool", "custom_tool_call_output": "tool"}
+# The Responses API's items without a role are the assistant's (a call, a reasoning), but for a call's output,
+# which answers the call as a chat-completions "tool" message does.
+_RESPONSES_OUTPUTS = {"function_call_output", "custom_tool_call_output"}
 
 
 # -- detection -------------------------------------------------------------------------
@@ -265,11 +265,10 @@ def _parse_item(msg: dict[str, Any]) -> Message:
         blocks = _openai_parts(msg.get("content"), "content")
         return Message(role="system" if role == "developer" else role, content=blocks, shape="openai", **_common(msg))
     if kind == "function_call":
-        args = msg.get("arguments", "")
         return Message(role="assistant", content=[ToolUseBlock(
             id=_text(_require(msg, "call_id", "message"), "call_id"), name=_text(_require(msg, "name", "message"), "name"),
-            input=_arguments(args), raw=msg)], shape="openai", **_common(msg))
-    if kind in _RESPONSES_ROLES:
+            input=_arguments(msg.get("arguments", "")), raw=msg)], shape="openai", **_common(msg))
+    if kind in _RESPONSES_OUTPUTS:
         output = msg.get("output", "")
         parts = _openai_parts(output, "output") if isinstance(output, (str, list)) else [OpaqueBlock("json", output)]
         result = ToolResultBlock(tool_use_id=_text(_require(msg, "call_id", "message"), "call_id"), content=tuple(parts),
@@ -282,7 +281,7 @@ def _parse_item(msg: dict[str, Any]) -> Message:
 def _render_item(msg: Message) -> dict[str, Any]:
     """A Responses API item changed by a manager (a call's output shortened): its own keys, the new content."""
     raw = msg.raw or {}
-    if raw.get("type") in _RESPONSES_ROLES:
+    if raw.get("type") in _RESPONSES_OUTPUTS:
         results = [b for b in msg.content if isinstance(b, ToolResultBlock)]
         if len(results) == 1:
             return {**raw, "output": _openai_content(list(results[0].content), raw.get("output"))}

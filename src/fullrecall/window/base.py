@@ -121,9 +121,8 @@ class ConversationManager:
 
     def _release_taken(self, gone: Sequence[int]) -> None:
         """The pinned front messages at ``gone`` (indexes in ``_front_raws`` and ``_front_positions``) were taken
-        out of the window by the caller: they are reported
-        at their own places, no longer held at the front, and count as removed, so no later message takes a place
-        one of them held.
+        out of the window by the caller: they are reported at their own places, no longer held at the front, and
+        count as removed, so no later message takes a place one of them held.
         """
         if not gone:
             return
