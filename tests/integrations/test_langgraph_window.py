@@ -346,3 +346,31 @@ def test_messages_removed_from_the_state_leave_the_window_and_its_budget(make_wi
     assert HEADER in asked[0].content and "3141" in asked[0].content  # removed from the state, still recallable
     scope = Scope(user_id="bo", agent_id="", session_id="pruned")
     assert SECRET in [m.data["content"] for m in store.range(scope, 0, 100)]  # archived, never deleted
+
+
+@pytest.mark.parametrize("build", [react_agent, middleware_agent], ids=["create_react_agent", "create_agent"])
+def test_a_message_inserted_before_the_newest_is_recorded_and_shown_in_the_states_order(store, build) -> None:
+    """A message put into the middle of the state (the graph's messages rewritten with one inserted, not
+    appended) was never recorded: only messages after the newest recorded one were, so it was lost from the
+    archive once it left the state or the window."""
+    from langchain_core.messages import RemoveMessage
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+    from fullrecall import SlidingWindowConversationManager
+
+    window = FullrecallWindow(store, recall=False, manager=lambda scope: SlidingWindowConversationManager(window_size=20))
+    model = ScriptedChatModel(replies=["reply 0", "reply 1", "reply 2"])
+    agent = build(model, window)
+    config = {"configurable": {"thread_id": "inserted"}}
+    said = converse(agent, config, ["question 0", "question 1"])
+    note = HumanMessage("A note put in afterwards: the gate code is 7788.", id="note-1")
+    agent.update_state(config, {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *said[:2], note, *said[2:]]})
+    agent.invoke({"messages": [HumanMessage("question 2")]}, config)
+    assert [m.content for m in model.calls[-1]] == ["question 0", "reply 0", note.content, "question 1", "reply 1",
+                                                    "question 2"]
+    scope = Scope(user_id="", agent_id="", session_id="inserted")
+    assert [m.data["content"] for m in store.get(scope, ["note-1"])] == [note.content]  # in the log, never lost
+    agent.update_state(config, {"messages": [RemoveMessage(id="note-1")]})
+    agent.invoke({"messages": [HumanMessage("question 3")]}, config)
+    assert note.content not in [m.content for m in model.calls[-1]]
+    assert [m.data["content"] for m in store.get(scope, ["note-1"])] == [note.content]  # left the window: archived

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import uuid
 from typing import Any
 
@@ -36,7 +37,7 @@ class Agent:
     async def chat(self, messages: list[dict[str, Any]], clear_history: bool = False, reset_chat: bool = False,
                    answer: str = "ok") -> None:
         if self.conversation_memory and (clear_history or reset_chat):
-            await self.conversation_memory.clear()
+            await self.conversation_memory.clear()  # reset_chat: clear, then add the messages given (below)
         if self.persistent_memory:
             self.seen_context.append(await self.persistent_memory.retrieve(
                 messages, limit=5, previous_winners=[{"agent_id": "agent_b", "turn": 1}]))
@@ -108,6 +109,71 @@ def test_the_compressor_clear_then_add_keeps_what_it_kept(store_url):
     assert "q1" in [m["content"] for m in run(conversation.retrieve("q1"))]  # compressed away, still recallable
     run(agent.reset())
     assert run(conversation.size()) == 1  # the pinned system message stays (see docs/memory.md)
+
+
+def test_reset_chat_with_a_new_system_message_replaces_the_pinned_one(store_url):
+    session = uuid.uuid4().hex
+    conversation = ConversationMemory(store_url, session, user_id="ann")
+    agent = Agent(conversation)
+    run(agent.chat([{"role": "system", "content": "You are the planner."}, {"role": "user", "content": "q0"}],
+                   answer="a0"))
+    run(agent.chat([{"role": "system", "content": "You are the judge."}, {"role": "user", "content": "q1"}],
+                   reset_chat=True, answer="a1"))
+    window = ["You are the judge.", "q1", "a1"]  # what MassGen's own memory holds after reset_chat
+    assert [m["content"] for m in run(conversation.get_messages())] == window
+    run(agent.chat([{"role": "user", "content": "q2"}], clear_history=True, answer="a2"))
+    assert [m["content"] for m in run(conversation.get_messages())] == ["You are the judge.", "q2", "a2"]
+    assert "You are the planner." in [m["content"] for m in run(conversation.retrieve("planner"))]  # archived
+    run(agent.chat([{"role": "system", "content": "You are the judge."}, {"role": "user", "content": "q3"}],
+                   reset_chat=True, answer="a3"))  # the same prompt again: kept once
+    assert [m["content"] for m in run(conversation.get_messages())] == ["You are the judge.", "q3", "a3"]
+    conversation.close()
+    again = ConversationMemory(store_url, session, user_id="ann")  # a restart reads the same window
+    assert [m["content"] for m in run(again.get_messages())] == ["You are the judge.", "q3", "a3"]
+    assert {"q0", "a0", "q1", "a1", "q2", "a2"} <= {m["content"] for m in run(again.retrieve("q0 a0 q1 a1 q2 a2",
+                                                                                               limit=50))}
+    again.close()
+
+
+# What MassGen's agents hand their memory: chat-completions messages with Claude's content blocks, and the
+# OpenAI Responses API's output items (no role; a "type" each).
+CLAUDE_TURN = [
+    {"role": "system", "content": "You are the planner."},
+    {"role": "user", "content": "What is the weather in Oslo?"},
+    {"role": "assistant", "content": [{"type": "text", "text": "Let me check."},
+                                      {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Oslo"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "drizzle, 9 degrees"}]},
+    {"role": "assistant", "content": [{"type": "thinking", "thinking": "umbrella advice", "signature": "s1"},
+                                      {"type": "text", "text": "Take an umbrella."}]},
+]
+RESPONSES_TURN = [
+    {"role": "system", "content": "You are the planner."},
+    {"role": "user", "content": "What is the weather in Bergen?"},
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "look up the forecast"}]},
+    {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "weather",
+     "arguments": "{\"city\": \"Bergen\"}", "status": "completed"},
+    {"type": "function_call_output", "call_id": "call_1", "output": "hail, 4 degrees"},
+    {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+     "content": [{"type": "output_text", "text": "Expect hail in Bergen.", "annotations": []}]},
+]
+
+
+@pytest.mark.parametrize("turn,words", [(CLAUDE_TURN, ("drizzle", "umbrella", "Oslo")),
+                                        (RESPONSES_TURN, ("hail", "forecast", "Bergen"))])
+def test_massgen_backends_message_shapes_are_kept_verbatim_and_searchable(store_url, turn, words):
+    session = uuid.uuid4().hex
+    messages = [{**m, "id": f"m{i}"} for i, m in enumerate(turn)]
+    conversation = ConversationMemory(store_url, session, user_id="ann")
+    run(conversation.add(messages))
+    assert run(conversation.get_messages()) == messages  # stored and returned exactly as given
+    run(conversation.clear())
+    conversation.close()
+    again = ConversationMemory(store_url, session, user_id="ann")
+    for word in words:
+        assert any(word in json.dumps(m) for m in run(again.retrieve(word))), word  # their text is indexed
+    found = run(again.retrieve(" ".join(words), limit=50))
+    assert all(m in messages for m in found)  # verbatim from the archive too
+    again.close()
 
 
 def test_massgen_base_classes_agree():

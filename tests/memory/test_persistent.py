@@ -665,3 +665,22 @@ def test_importing_a_file_again_writes_no_fact_the_first_import_settled(store_ur
             assert sorted((f.value, f.mentions, f.valid_to is None) for f in dst.facts.history()) == settled
     finally:
         src.close()
+
+
+def test_save_to_memory_keeps_the_agents_reason_with_its_facts(store_url, default_embedder):
+    """MassGen's save_to_memory stores ``thinking`` as the saved items' context: it is kept, searchable, and
+    each saved fact leads back to it.
+    """
+    mem = memory(store_url, default_embedder, user_id="u", session_id="s")
+    try:
+        reason = "The user is planning a surprise party for their sister next month."
+        saved = run(mem.save_to_memory(reason, ["User's sister is called Ines"]))
+        assert saved["success"] is True and len(saved["memory_ids"]) == 1
+        assert "surprise party" in run(mem.retrieve("surprise party planning"))  # the reason is searchable
+        assert [m.data["content"] for m in mem.expand(saved["memory_ids"][0])] == [reason]  # and the fact's source
+        assert [f.text for f in mem.facts.history()] == ["User's sister is called Ines"]  # no fact made of it
+        bad = run(mem.save_to_memory(["not", "text"], ["User likes tea"]))
+        assert bad["success"] is False and "'thinking'" in bad["message"] and len(mem.facts.history()) == 1
+        assert run(mem.save_to_memory("", ["User likes tea"]))["success"] is True  # no reason given: facts only
+    finally:
+        mem.close()

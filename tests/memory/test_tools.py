@@ -138,3 +138,30 @@ def test_a_strands_agent_calls_the_memory_tools(tools):
     (result,) = [b["toolResult"] for b in last["content"] if "toolResult" in b]
     assert result["status"] == "success"
     assert json.loads(result["content"][0]["text"])["results"][0]["text"] == "My city is Lyon"
+
+
+def test_a_search_result_recorded_with_its_turn_is_never_found_as_a_new_copy(store_url, default_embedder):
+    """The agent's turn, the search_memory tool result included, is recorded: the result (which quotes old
+    messages) is stored verbatim, but it is not indexed as what it quotes, so a later search finds each old
+    message once, not again as the tool result."""
+    memory = PersistentMemory("u", "a", "s1", store=store_url, embedder=default_embedder)
+    try:
+        tools = MemoryTools(memory)
+        asyncio.run(memory.record([{"role": "user", "content": "My locker code is 4417."},
+                                   {"role": "assistant", "content": "Noted."}]))
+        call = tool_call("search_memory", {"query": "locker code"})
+        (reply,) = tools.handle([call])
+        assert "4417" in reply["content"]
+        turn = [{"role": "user", "content": "Which locker is mine?"},
+                {"role": "assistant", "content": None, "tool_calls": [call]}, reply,
+                {"role": "assistant", "content": "Your locker code is on file."}]
+        asyncio.run(memory.record(turn))
+        assert reply in [m.data for m in memory.messages()]  # recorded, word for word
+        hits = tools.call("search_memory", {"query": "locker code 4417", "limit": 3})["results"]
+        assert [h["role"] for h in hits if h["kind"] == "message" and "4417" in h["text"]] == ["user"]
+        expanded = tools.call("expand", {"id": next(h["id"] for h in hits if h["role"] == "user")})
+        asyncio.run(memory.record([{"role": "tool", "tool_call_id": "call_9", "content": json.dumps(expanded)}]))
+        again = tools.call("search_memory", {"query": "locker code 4417", "limit": 3})["results"]
+        assert [h["role"] for h in again if h["kind"] == "message" and "4417" in h["text"]] == ["user"]
+    finally:
+        memory.close()

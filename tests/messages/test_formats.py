@@ -141,3 +141,25 @@ def test_the_messages_layer_does_not_import_the_stores():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert out.stdout.strip() == "[]"
+
+
+MASSGEN_MIXED = [  # chat completions with Claude's blocks, then the Responses API's items (as MassGen stores them)
+    {"role": "system", "content": "be brief"},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "calc", "input": {"e": "1+1"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "2"}]},
+    {"type": "function_call", "call_id": "call_1", "name": "weather", "arguments": "{\"city\": \"Oslo\"}"},
+    {"type": "function_call_output", "call_id": "call_1", "output": "rain"},
+    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It rains."}]},
+    {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+]
+
+
+def test_massgen_mixed_shapes_are_openai_with_tool_pairs_and_text():
+    shape, parsed = parse_messages(MASSGEN_MIXED)
+    assert shape == "openai" and render_messages(parsed, shape) == MASSGEN_MIXED
+    assert parsed[1].tool_use_ids == ["toolu_1"] and parsed[2].tool_result_ids == ["toolu_1"]
+    assert parsed[3].tool_use_ids == ["call_1"] and parsed[4].tool_result_ids == ["call_1"] and parsed[4].role == "tool"
+    assert "rain" in parsed[4].text and parsed[5].text == "It rains." and parsed[6].text == "[web_search_call]"
+    for msg in parsed:
+        msg.changed = True  # rendered afresh: still the same dicts
+    assert render_messages(parsed, shape) == MASSGEN_MIXED

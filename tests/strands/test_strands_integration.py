@@ -243,6 +243,28 @@ def test_memory_manager_search_tool_answers_from_the_archive(talked):
     assert result["status"] == "success" and "bluefalcon" in json.dumps(result["content"])
 
 
+def test_the_memory_managers_search_result_is_archived_but_never_found_as_a_new_copy(talked, store_url):
+    """The SDK's search_memory answer quotes archived messages; the reader's own window archives it with the turn:
+    kept word for word, it is not indexed as what it quotes, so recall finds the quoted words where they were said."""
+    from fullrecall.archive import Archive
+    from fullrecall.stores import Scope
+
+    agent, _ = talked
+    store = ArchiveMemoryStore(agent.conversation_manager.archive)
+    archive = Archive(store_url, Scope(session_id="reader"))
+    model = ScriptedModel([("tool", "search_memory", {"query": "project codename"}, "mem-1"), "It is in the notes."])
+    reader = Agent(model=model, system_prompt=AGENT_PROMPT, callback_handler=None,
+                   conversation_manager=SlidingWindowConversationManager(window_size=40, on_remove=archive),
+                   memory_manager=MemoryManager(stores=[store], injection=False))
+    reader("Search your memory: what was the project codename?")
+    turn = list(reader.messages)
+    assert "bluefalcon" in json.dumps(turn)  # the tool result quotes it
+    reader.conversation_manager.clear(reader.messages)  # the whole turn goes to the reader's archive
+    assert [m.data for m in archive.get(0, 100)] == turn  # word for word
+    found = archive.recall("bluefalcon codename", top_k=1, radius=0).messages  # the best hit alone
+    assert found and all("bluefalcon" not in json.dumps(m.data) for m in found)
+
+
 def test_without_a_store_the_archive_follows_the_session_into_a_new_process(tmp_path):
     def agent(model):
         return Agent(model=model, system_prompt=AGENT_PROMPT, callback_handler=None,
@@ -465,7 +487,8 @@ def test_a_sliding_window_with_a_pinned_opening_goes_on_after_the_user_empties_t
     assert len(agent.messages) == 4
     archived = archive.get(0, 100)
     assert sorted(m.position for m in archived) == list(range(manager.removed_message_count))
-    assert len(archived) == 2 * 5 - 1 - 4 + 2 * len(QUESTIONS) - 4  # all but the pinned opening and the windows
+    assert len(archived) == 2 * 5 - 4 + 2 * len(QUESTIONS) - 4  # all but the windows: the pinned opening too
+    assert texts([m.data for m in archived]).count(QUESTIONS[0]) == 2  # the opening, once, and the question again
 
 
 def test_a_summarizing_window_with_a_pinned_opening_goes_on_after_the_user_empties_the_history(store_url):
@@ -489,3 +512,43 @@ def test_a_summarizing_window_with_a_pinned_opening_goes_on_after_the_user_empti
     assert manager.removed_message_count > before
     archived = archive.get(0, 100)
     assert sorted(m.position for m in archived) == list(range(manager.removed_message_count))
+
+
+def test_the_pinned_opening_popped_beside_a_summary_is_archived_and_the_agent_goes_on(store_url):
+    """``pin_first=1`` keeps the opening request before the summary of the turns after it; the user pops it from
+    ``agent.messages``: it was lost (never archived), and the next summary was written over an archived place, so
+    the agent stopped with an overflow. It is archived at its own place now, and the window goes on summarizing."""
+    from fullrecall.archive import Archive
+    from fullrecall.stores import Scope
+
+    archive = Archive(store_url, Scope(session_id="popped"))
+    manager = SummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2, pin_first=1,
+                                             on_remove=archive, summarizer=lambda messages, previous=None: SUMMARY)
+    agent = Agent(model=ScriptedModel(ANSWERS * 3, max_prompt_chars=LIMIT), system_prompt=AGENT_PROMPT,
+                  conversation_manager=manager, callback_handler=None)
+    for question in QUESTIONS:
+        agent(question)
+    assert texts(agent.messages[:2]) == [QUESTIONS[0], SUMMARY]  # the pinned opening, then the summary
+    agent.messages.pop(0)
+    for question in QUESTIONS[1:]:
+        agent(question)
+    assert texts(agent.messages[:1]) == [SUMMARY] and QUESTIONS[0] not in texts(agent.messages)
+    archived = archive.get(0, 100)
+    assert [m.position for m in archived] == list(range(manager.removed_message_count))  # each place once, no gap
+    assert texts([m.data for m in archived]).count(QUESTIONS[0]) == 1 and archived[0].position == 0
+    assert "bluefalcon" in " ".join(m.text for m in archive.recall("project codename").messages)
+
+
+def test_the_pinned_opening_popped_from_a_sliding_window_is_archived_at_its_own_place(store_url):
+    """``pin_first=1`` with a sliding window; the user pops the pinned opening: it was lost (never archived), and
+    the next message to leave was archived in its place (position 0). Now each message keeps its own place."""
+    archive, agent = _five_questions_with_a_pinned_opening(store_url, "popped-sliding")
+    manager = agent.conversation_manager
+    assert texts(agent.messages[:1]) == [QUESTIONS[0]]
+    agent.messages.pop(0)
+    for question in QUESTIONS[5:]:
+        agent(question)
+    archived = archive.get(0, 100)
+    assert [m.position for m in archived] == list(range(manager.removed_message_count))
+    spoken = [text for q, a in zip(QUESTIONS, ANSWERS, strict=True) for text in (q, a)]
+    assert [texts([m.data])[0] for m in archived] == spoken[: manager.removed_message_count]

@@ -5,6 +5,7 @@ import pytest
 from fullrecall import (
     ArchiveError,
     ContextWindowOverflowError,
+    InvalidInput,
     MessageFormatError,
     NullConversationManager,
     SlidingWindowConversationManager,
@@ -427,3 +428,23 @@ def test_a_listener_that_keeps_python_objects_gets_them():
     messages = [user("q0"), bad, tool_result("t1"), assistant("a0"), *chat(4)]
     SlidingWindowConversationManager(window_size=2, on_remove=removed.append).apply_management(messages)
     assert len(messages) == 2 and sum(len(e.messages) for e in removed) == 10
+
+
+def test_leave_reports_the_oldest_messages_before_they_leave_the_window():
+    heard = []
+    manager = SlidingWindowConversationManager(window_size=100, on_remove=heard.append)
+    messages = chat(3)
+    manager.leave(messages, 0, 2, positions=[0, 1], originals=[user("q0, verbatim"), messages[1]])
+    assert [m["content"][0]["text"] for m in messages] == ["q1", "a1", "q2", "a2"]
+    assert manager.removed_message_count == 2
+    assert [(m.position, m.text) for m in heard[0].messages] == [(0, "q0, verbatim"), (1, "a0")]
+
+    def refuse(event):
+        raise OSError("disk full")
+
+    manager.add_removal_listener(refuse)
+    with pytest.raises(ArchiveError, match="disk full"):
+        manager.leave(messages, 0, 1, positions=[2])
+    assert len(messages) == 4 and manager.removed_message_count == 2  # a failed report: nothing left
+    with pytest.raises(InvalidInput, match="leave: 5 message"):
+        manager.leave(messages, 0, 5, positions=range(5))

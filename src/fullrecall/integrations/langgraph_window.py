@@ -17,11 +17,11 @@ archived) with the newest user message enriched by recalled archived turns.
 
 Messages are converted to the OpenAI shape for the managers and back; a
 message the managers left unchanged goes to the model as the very LangChain
-object it was. Each message is added to the memory once: the memory's newest
-message carries its LangChain id (also its archive id), and only messages
-after it are new. The thread is ``config["configurable"]["thread_id"]``
-(``"default"`` without one); the owner is ``user_id`` (or the config's
-``user_id``) and ``agent_id``.
+object it was. Each message is added to the memory once, keyed by its
+LangChain id (also its archive id): those after the memory's newest message
+are new, and so is one inserted before it that the log lacks. The thread is
+``config["configurable"]["thread_id"]`` (``"default"`` without one); the owner
+is ``user_id`` (or the config's ``user_id``) and ``agent_id``.
 """
 
 from __future__ import annotations
@@ -90,6 +90,7 @@ class FullrecallWindow:
         self._manager_options = manager_options
         self._models_loaded = False
         self._locks: dict[Scope, threading.RLock] = {}
+        self._logged: dict[Scope, set[str]] = {}  # per thread: ids of messages its log is known to hold
         self._locks_guard = threading.Lock()
 
     # -- the core: LangChain messages in, window and model input out -----------------------------------
@@ -155,13 +156,26 @@ class FullrecallWindow:
             # what the state no longer holds leaves the window for the archive first: it is not shown, not counted
             held = set(ids)
             memory._leave(i for i, d in enumerate(memory.messages) if (mark := _mark(d)) is not None and mark not in held)
-            new = _unseen(memory.messages, ids, memory.manager.removed_message_count)
+            new = _unseen(memory.messages, ids, memory.manager.removed_message_count, self._known_to(memory))
             if new:
                 # keyed by their LangChain ids, so a message the memory holds already is never stored twice
                 memory._append([_to_dict(messages[i], ids[i]) for i in new], [ids[i] for i in new])
             originals = dict(zip(ids, messages))
             window = _as_the_state_has_it(memory.messages, memory._window_rows(), originals)
             return _to_langchain(window, originals), _to_langchain(memory.hook.enrich(window), originals)
+
+    def _known_to(self, memory: SyncConversationMemory) -> Callable[[list[str]], set[str]]:
+        """``logged(ids)``: those of ``ids`` the thread's log holds, each looked up in the store once (a message
+        once recorded stays so; a state of a thousand messages costs no look-up per model call).
+        """
+        known = self._logged.setdefault(memory.scope, set())
+
+        def logged(ids: list[str]) -> set[str]:
+            if fresh := [i for i in ids if i not in known]:
+                known.update(row.id for row in memory.store.get(memory.scope, fresh))
+            return {i for i in ids if i in known}
+
+        return logged
 
     def reduce(
         self, messages: Sequence[AnyMessage], config: Mapping[str, Any] | None, error: BaseException | None = None
@@ -234,7 +248,8 @@ def _as_the_state_has_it(window: list[dict[str, Any]], rows: list[Any], original
     question was edited or a reply regenerated) has left the window for the archive (``view``); one that cannot
     leave it (a pinned system message) is not shown either. A message the state holds
     otherwise than it was recorded (replaced under its own id: a correction by a human in the loop) is shown as
-    the state has it; one the window changed itself (a long tool result it cut) as the window has it.
+    the state has it; one the window changed itself (a long tool result it cut) as the window has it. The
+    state's messages are shown in the state's order.
     """
     out = []
     for d, row in zip(window, rows, strict=True):
@@ -244,6 +259,12 @@ def _as_the_state_has_it(window: list[dict[str, Any]], rows: list[Any], original
         if mark is not None and row is not None and (now := _to_dict(originals[mark], mark)) != row.data:
             d = now
         out.append(d)
+    # the state's messages in the state's order (one inserted before others was recorded after them), each
+    # kept in a place a state message held: a summary or a pinned system message stays where it is
+    order = {mark: i for i, mark in enumerate(originals)}
+    places = [k for k, d in enumerate(out) if _mark(d) is not None]
+    for k, d in zip(places, sorted((out[k] for k in places), key=lambda d: order[_mark(d) or ""])):
+        out[k] = d
     return out
 
 
@@ -252,20 +273,25 @@ def _mark(d: dict[str, Any]) -> str | None:
     return meta.get(_MARK) if isinstance(meta, dict) else None
 
 
-def _unseen(window: list[dict[str, Any]], ids: list[str], removed: int) -> list[int]:
-    """Indices of the graph messages the memory has not recorded: those after the newest one it has.
+def _unseen(window: list[dict[str, Any]], ids: list[str], removed: int, logged: Callable[[list[str]], set[str]]
+            ) -> list[int]:
+    """Indices of the graph messages the memory has not recorded, in the state's order.
 
-    A summary the managers wrote (back in the state with ``trim_state``) is never one of them.
+    Those after the newest one the window holds are new; one before it that the window does not hold is new
+    unless the log has it (``logged(ids)``: those of ``ids`` it holds): a message inserted into the state, not
+    appended, is recorded too. A summary the managers wrote (back in the state with ``trim_state``) is never new.
     """
     marks = [m for m in (_mark(d) for d in window) if m]
     if not marks and not removed:
-        found = list(range(len(ids)))  # a new thread
-    elif marks and marks[-1] in ids:
-        found = list(range(len(ids) - ids[::-1].index(marks[-1]), len(ids)))
-    else:
-        known = set(marks)
-        found = [i for i, m in enumerate(ids) if m not in known]  # the graph's state was rewritten by someone else
-    return [i for i in found if not _MADE.fullmatch(ids[i])]
+        return [i for i in range(len(ids)) if not _MADE.fullmatch(ids[i])]  # a new thread
+    known = set(marks)
+    found = [i for i, m in enumerate(ids) if m not in known and not _MADE.fullmatch(m)]
+    # after the newest recorded message all is new; before it, only what the log lacks (the state rewritten
+    # by someone else, or a message inserted): one look-up, of the ids the window does not hold
+    cut = len(ids) - ids[::-1].index(marks[-1]) if marks and marks[-1] in ids else len(ids)
+    earlier = [ids[i] for i in found if i < cut]
+    have = logged(earlier) if earlier else set()
+    return [i for i in found if i >= cut or ids[i] not in have]
 
 
 def _to_langchain(window: list[dict[str, Any]], originals: dict[str, AnyMessage]) -> list[BaseMessage]:

@@ -33,6 +33,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..archive.archive import END, message_record
@@ -41,7 +42,7 @@ from ..messages.formats import parse_messages
 from ..stores._forget import is_change_log
 from ..stores._validate import MAX_ID_BYTES, check_id
 from ..stores.base import DEFAULT_TENANT, Scope, Store, StoredMessage
-from ..window.base import ConversationManager, RemovedMessages
+from ..window.base import ConversationManager
 from ._records import LOG_PREFIX
 
 log = logging.getLogger("fullrecall.memory")
@@ -146,12 +147,40 @@ class SyncConversationMemory:
             if keys is not None and keys[index]:
                 msg.id = keys[index]
             records.append(message_record(msg, shape, data=raw))
-        self.store.append(self.scope, records)  # durable, positioned and deduplicated by the store
+        if self._cleared() and new[0].get("role") in _PINNED_ROLES:  # a reset: its system message is the pinned one
+            held = self.store.get(self.scope, [records[0].id])  # an id held already stores nothing new, as ever
+            if not held and not _same(new[0], self._head.data if self._head else {}):  # the same prompt: kept once
+                self._repin(records[0])
+            new, records = new[1:], records[1:]
+        if records:
+            self.store.append(self.scope, records)  # durable, positioned and deduplicated by the store
         self._sync()
         try:
             self._manage(self.manager.apply_management)
         except ArchiveError as exc:  # the messages are stored: a failed trim must not look like a failed add
             log.warning("messages stored, but the window could not be managed (it stays as it is): %s", exc)
+
+    def _cleared(self) -> bool:
+        """The window holds only the pinned message, the rest having left it (as after ``clear``)."""
+        return self._head is not None and self._messages == [self._head.data] and self.manager.removed_message_count > 0
+
+    def _repin(self, record: StoredMessage) -> None:
+        """``record`` becomes the pinned message at position 0; the one pinned before leaves for the archive.
+
+        The old one is appended again (its own ``"id"``, a fresh key) and leaves the window at once, as a
+        cleared message does, so it stays recallable; only then is its row at position 0 deleted and the
+        new message written there. A crash half-way loses nothing: at worst the old one is in the window too.
+        """
+        head = self._head
+        assert head is not None
+        copy = replace(head, id=_derived_key(head.id, f"unpinned-{uuid.uuid4().hex}"), position=None)
+        position = self.store.append(self.scope, [copy])[0]
+        self._sync()
+        lead = len(self._messages) - 1
+        self._manage(lambda window: self.manager.leave(window, lead, 1, positions=[position], originals=[copy.data]))
+        self.store.delete(self.scope, [head.id])
+        self.store.append(self.scope, [replace(record, position=0)])
+        self._sync()
 
     def apply_management(self) -> None:
         """Let the manager trim or summarize the window now."""
@@ -176,7 +205,11 @@ class SyncConversationMemory:
         return self.manager.recall(query)
 
     def clear(self) -> None:
-        """Empty the window; every message in it goes to the archive first (a pinned system message stays)."""
+        """Empty the window; every message in it goes to the archive first (a pinned system message stays).
+
+        A different system message opening the next ``add`` takes the pinned one's place (the old one goes
+        to the archive), as an agent reset with a new prompt expects; the same one again is kept once.
+        """
         self._sync()
         self._manage(self.manager.clear)
 
@@ -225,19 +258,13 @@ class SyncConversationMemory:
             return
         lead = len(self._messages) - len(self._rows)  # the pinned message and the summary come before the log rows
         oldest = gone == set(range(lead, lead + len(gone)))
-        if oldest and isinstance(self.manager, ConversationManager) and not getattr(self.manager, "_front_positions", None):
-            self._manage(lambda window: self._release_oldest(window, lead, len(gone)))
+        if oldest and isinstance(self.manager, ConversationManager) and not self.manager.pinned_front:
+            rows = self._rows[:len(gone)]
+            self._manage(lambda window: self.manager.leave(
+                window, lead, len(rows), positions=[int(row.position or 0) for row in rows],
+                originals=[row.data for row in rows]))
         else:
             self._rebuild([m for i, m in enumerate(self._messages) if i not in gone])
-
-    def _release_oldest(self, window: list[dict[str, Any]], lead: int, count: int) -> None:
-        """Archive the ``count`` oldest log rows of the window (at ``lead`` on) and take them out of it."""
-        manager, rows = self.manager, self._rows[:count]
-        manager._check_leaving(window, range(lead, lead + count))
-        shape, parsed = manager._parse_at([row.data for row in rows], [int(row.position or 0) for row in rows], lead)
-        manager._release(RemovedMessages(messages=parsed, reason="cleared", shape=shape))
-        del window[lead:lead + count]
-        manager.removed_message_count += count
 
     def forget(self) -> dict[str, Any]:
         """Delete this conversation everywhere (window, archive, vectors, summaries); per-kind counts."""
@@ -377,6 +404,11 @@ def _derived_key(message_id: str, suffix: str) -> str:
     if len(key.encode("utf-8")) <= MAX_ID_BYTES:
         return key
     return f"{hashlib.sha256(message_id.encode('utf-8')).hexdigest()[:32]}@{suffix}"
+
+
+def _same(message: dict[str, Any], other: dict[str, Any]) -> bool:
+    """The same message but for its ``"id"``."""
+    return {k: v for k, v in message.items() if k != "id"} == {k: v for k, v in other.items() if k != "id"}
 
 
 def _without(kept: list[dict[str, Any]], present: list[dict[str, Any]]) -> list[dict[str, Any]]:

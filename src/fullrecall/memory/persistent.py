@@ -54,6 +54,7 @@ _NO_QUERY: Any = object()  # retrieve() given no query at all
 MIN_FACT_SIMILARITY = 0.3
 MAX_QUERIES = 3
 ERROR_MODES = ("log", "raise", "silent")
+_REASON = "memory_save_reason"  # the metadata of the message that keeps save_to_memory's ``thinking``
 
 
 @dataclass
@@ -179,15 +180,27 @@ class PersistentMemory:
         return "\n".join(lines)
 
     async def save_to_memory(self, thinking: str, content: str | Sequence[str], **kw: Any) -> dict[str, Any]:
-        """Agent tool: keep each item of ``content`` as a fact; ``{"success", "message", "memory_ids"}``."""
+        """Agent tool: keep each item of ``content`` as a fact; ``{"success", "message", "memory_ids"}``.
+
+        ``thinking``, the agent's reason for saving them (MassGen keeps it as their context), is recorded as
+        one message (``{"role": "assistant", "name": "memory_save", "content": thinking}``, searchable, no fact
+        drawn from it) that each fact names among its ``sources``: ``expand(fact_id)`` returns it.
+        """
         items = [content] if isinstance(content, str) else list(content)
         try:
+            if thinking is not None and not isinstance(thinking, str):
+                raise MemoryInputError(f"save_to_memory: 'thinking' must be a string, not {thinking!r}")
             if not items:
                 raise MemoryInputError("save_to_memory: 'content' is empty")
             for i, item in enumerate(items):
                 if not isinstance(item, str) or not item.strip():
                     raise MemoryInputError(f"save_to_memory: content item {i} must be a non-empty string, not {item!r}")
-            ids = [self.remember(item).id for item in items]
+            sources: list[dict[str, str]] = []
+            if thinking and thinking.strip():
+                reason = {"role": "assistant", "name": "memory_save", "content": thinking}
+                recorded = self._record([reason], {_REASON: True}, learn=False)
+                sources = [{"session_id": self.session_id, "id": i} for i in recorded]
+            ids = [self.remember(item, sources=sources).id for item in items]
         except MemoryInputError as exc:
             return {"success": False, "message": str(exc), "memory_ids": []}
         return {"success": True, "message": f"Successfully saved {len(ids)} items to memory", "memory_ids": ids}
@@ -198,19 +211,26 @@ class PersistentMemory:
             return {"success": False, "message": f"recall_from_memory: 'keywords' must be a string or a list of them, "
                     f"not {keywords!r}", "memories": [], "count": 0}
         words = [keywords] if isinstance(keywords, str) else [str(k) for k in keywords]
-        seen: dict[str, str] = {}
         try:
-            for word in words:
-                for hit in self.search(word, limit):
-                    seen.setdefault(hit.id, hit.text)
+            hits = [hit for word in words for hit in self.search(word, limit)]
         except MemoryInputError as exc:  # a tool call's bad argument is the tool's answer, as in save_to_memory
             return {"success": False, "message": str(exc), "memories": [], "count": 0}
+        # a saved fact's reason (see save_to_memory) is not repeated beside the fact it explains
+        explained = {s.get("id") for h in hits if h.kind == "fact" for s in h.metadata.get("sources") or ()}
+        seen: dict[str, str] = {}
+        for hit in hits:
+            if not (hit.kind == "message" and hit.metadata.get(_REASON) and hit.id in explained):
+                seen.setdefault(hit.id, hit.text)
         memories = list(seen.values())
         return {"success": True, "memories": memories, "count": len(memories)}
 
     # -- the same, synchronous and structured ------------------------------------------------
     def record_sync(self, messages: Any, metadata: dict[str, Any] | None = None) -> list[str]:
         """What :meth:`record` does, for synchronous callers."""
+        return self._record(messages, metadata, learn=True)
+
+    def _record(self, messages: Any, metadata: dict[str, Any] | None, *, learn: bool) -> list[str]:
+        """Store and index ``messages``; with ``learn``, keep the facts found in them too."""
         if metadata is not None and not isinstance(metadata, dict):
             raise MemoryInputError(f"record: 'metadata' must be a dict or None, not {type(metadata).__name__}")
         try:  # what the store would refuse, refused before anything is embedded or written (the session listed)
@@ -234,7 +254,7 @@ class PersistentMemory:
         ids = [m.id for m in stored]
         turn = list({m.id: (msg, m) for (msg, _, _), m in zip(kept, stored)}.values())
         sources = [{"session_id": self.session_id, "id": m.id} for _, m in turn]
-        by_rules = self.extract_facts and self.facts.chat_model is None
+        by_rules = learn and self.extract_facts and self.facts.chat_model is None
         found = self.facts.candidates([msg for msg, _ in turn], sources) if by_rules else []
         # While the turn is embedded (one batch: its messages and the facts found in them; a fact that is a
         # message's words shares its vector), its words are made durable (a message a retry already recorded,
@@ -263,7 +283,7 @@ class PersistentMemory:
                                 stated_at=now, checked=True)
             finally:
                 indexed.result()
-        if self.extract_facts and not by_rules:  # the chat model reads the turn once its words are stored
+        if learn and self.extract_facts and not by_rules:  # the chat model reads the turn once its words are stored
             try:
                 self.facts.learn([msg for msg, _ in new], [sources[i] for i in fresh], stated_at=now)
             except FactExtractionError as exc:  # the words are kept; facts are missed (but those kept before a cut)

@@ -13,6 +13,10 @@ They are offered as OpenAI-style tool schemas (:meth:`MemoryTools.schemas`) with
 dispatcher for any agent loop (:meth:`MemoryTools.call`, :meth:`MemoryTools.handle`), and as
 Strands ``@tool`` functions (:meth:`MemoryTools.strands_tools`). Every tool returns a JSON
 object; bad arguments give ``{"error": ...}`` (the model can correct itself) instead of raising.
+
+The answers of ``search_memory`` and ``expand`` quote what memory holds already, so they carry
+``"recalled_from_memory": true``: recorded with the agent's turn (or archived by a window) they are
+kept verbatim but indexed as "recalled from memory", never as new copies of the messages they quote.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..messages.model import RECALLED
 from ..stores.base import StoredMessage
 from .persistent import PersistentMemory
 from .procedural import ProceduralMemory
@@ -72,7 +77,7 @@ class MemoryTools:
     # -- the tools -----------------------------------------------------------------------------
     def search_memory(self, query: str, limit: int | None = None) -> dict[str, Any]:
         hits = self.memory.search(query, limit or self.limit)
-        return {"results": [
+        return {RECALLED: True, "results": [
             {"id": h.id, "kind": h.kind, "text": h.text, "score": round(h.score, 4), "session_id": h.session_id,
              "role": h.role, "date": _date(h.created_at)}
             for h in hits
@@ -82,7 +87,7 @@ class MemoryTools:
         messages = self.memory.expand(id, session_id=session_id)
         if not messages:
             return {"error": f"nothing in memory has the id {id!r}"}
-        return {"id": id, "messages": [_message(m) for m in messages]}
+        return {RECALLED: True, "id": id, "messages": [_message(m) for m in messages]}
 
     def remember(self, fact: str) -> dict[str, Any]:
         stored = self.memory.remember(fact)

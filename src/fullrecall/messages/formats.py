@@ -6,6 +6,12 @@
   ``role: "tool"`` with ``tool_call_id``, ``system``);
 * ``anthropic``: Anthropic Messages (``text``, ``tool_use``, ``tool_result`` blocks).
 
+The ``openai`` shape also takes what agent frameworks built on several providers (MassGen) store
+beside chat-completions messages: Anthropic content blocks in a message's content (a system
+message beside Claude's ``tool_use`` blocks is one conversation, not two shapes), and the OpenAI
+Responses API's items (``{"type": "function_call" | "function_call_output" | "message" |
+"reasoning", ...}``, no role needed), each kept verbatim with its text indexed.
+
 :func:`parse_messages` detects the shape of a list and returns it with typed
 messages; :func:`render_messages` turns typed messages back into that shape.
 An unchanged message renders to the very dict it came from.
@@ -24,8 +30,12 @@ from .model import Block, Message, OpaqueBlock, TextBlock, ToolResultBlock, Tool
 SHAPES = ("converse", "openai", "anthropic")
 
 _OPENAI_ROLES = {"system", "developer", "user", "assistant", "tool"}
-_OPENAI_PART_TYPES = {"image_url", "input_audio", "refusal", "file"}
+_OPENAI_PART_TYPES = {"image_url", "input_audio", "refusal", "file", "input_text", "output_text"}
 _ANTHROPIC_TYPES = {"tool_use", "tool_result", "thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result"}
+_TEXT_PART_TYPES = {"text", "input_text", "output_text"}  # chat completions' text part, the Responses API's two
+# The Responses API's items without a role are the assistant's (a call, a reasoning), but for a call's output,
+# which answers the call as a chat-completions "tool" message does.
+_RESPONSES_OUTPUTS = {"function_call_output", "custom_tool_call_output"}
 
 
 # -- detection -------------------------------------------------------------------------
@@ -43,6 +53,8 @@ def detect_shape(messages: Sequence[Any], first_index: int = 0) -> str:
         shape = _signal(msg)
         if shape and shape not in found:
             found[shape] = index
+    if set(found) == {"openai", "anthropic"}:
+        return "openai"  # chat-completions messages carrying Claude's content blocks (as MassGen stores them)
     if len(found) > 1:
         (a, ia), (b, ib) = sorted(found.items(), key=lambda kv: kv[1])[:2]
         raise MessageFormatError(f"message {ib}: its shape ({b}) differs from message {ia}'s ({a}); use one shape per list")
@@ -50,6 +62,8 @@ def detect_shape(messages: Sequence[Any], first_index: int = 0) -> str:
 
 
 def _signal(msg: dict[str, Any]) -> str | None:
+    if _is_item(msg):
+        return "openai"
     if "tool_calls" in msg or "tool_call_id" in msg or msg.get("role") in ("system", "developer", "tool"):
         return "openai"
     content = msg.get("content")
@@ -237,7 +251,56 @@ def _converse_out(block: Block) -> dict[str, Any]:
 # openai
 
 
+def _is_item(msg: dict[str, Any]) -> bool:
+    """A Responses API item: a ``type`` of its own, and a role only when it is a ``message``."""
+    kind = msg.get("type")
+    return isinstance(kind, str) and (kind == "message" or "role" not in msg)
+
+
+def _parse_item(msg: dict[str, Any]) -> Message:
+    """A Responses API item: a message, a function call, its output, a reasoning (anything else kept opaque)."""
+    kind = msg["type"]
+    if kind == "message":
+        role = _role(msg, _OPENAI_ROLES)
+        blocks = _openai_parts(msg.get("content"), "content")
+        return Message(role="system" if role == "developer" else role, content=blocks, shape="openai", **_common(msg))
+    if kind == "function_call":
+        return Message(role="assistant", content=[ToolUseBlock(
+            id=_text(_require(msg, "call_id", "message"), "call_id"), name=_text(_require(msg, "name", "message"), "name"),
+            input=_arguments(msg.get("arguments", "")), raw=msg)], shape="openai", **_common(msg))
+    if kind in _RESPONSES_OUTPUTS:
+        output = msg.get("output", "")
+        parts = _openai_parts(output, "output") if isinstance(output, (str, list)) else [OpaqueBlock("json", output)]
+        result = ToolResultBlock(tool_use_id=_text(_require(msg, "call_id", "message"), "call_id"), content=tuple(parts),
+                                 raw=msg)
+        return Message(role="tool", content=[result], shape="openai", **_common(msg))
+    return Message(role="assistant", content=[OpaqueBlock(kind=_text(kind, "type"), data=msg, raw=msg)], shape="openai",
+                   **_common(msg))
+
+
+def _render_item(msg: Message) -> dict[str, Any]:
+    """A Responses API item changed by a manager (a call's output shortened): its own keys, the new content."""
+    raw = msg.raw or {}
+    if raw.get("type") in _RESPONSES_OUTPUTS:
+        results = [b for b in msg.content if isinstance(b, ToolResultBlock)]
+        if len(results) == 1:
+            return {**raw, "output": _openai_content(list(results[0].content), raw.get("output"))}
+    if raw.get("type") == "message":
+        return {**raw, "content": _openai_content(msg.content, raw.get("content"))}
+    return raw
+
+
+def _arguments(args: Any) -> Any:
+    """A tool call's arguments: the JSON they hold, or the string as given (models do emit broken JSON)."""
+    try:
+        return json.loads(args) if isinstance(args, str) and args else args
+    except json.JSONDecodeError:
+        return args
+
+
 def _parse_openai(msg: dict[str, Any]) -> Message:
+    if _is_item(msg):
+        return _parse_item(msg)
     role = _role(msg, _OPENAI_ROLES)
     content = msg.get("content")
     if role == "tool":
@@ -256,16 +319,11 @@ def _parse_openai(msg: dict[str, Any]) -> Message:
         fn = _require(call, "function", where)
         if not isinstance(fn, dict):
             raise _FieldError(f"'{where}.function' must be a dict")
-        args = fn.get("arguments", "")
-        try:
-            parsed = json.loads(args) if isinstance(args, str) and args else args
-        except json.JSONDecodeError:
-            parsed = args  # models do emit broken JSON; keep it as the string it is
         blocks.append(
             ToolUseBlock(
                 id=_text(_require(call, "id", where), f"{where}.id"),
                 name=_text(_require(fn, "name", f"{where}.function"), f"{where}.function.name"),
-                input=parsed,
+                input=_arguments(fn.get("arguments", "")),
                 raw=call,
             )
         )
@@ -284,15 +342,27 @@ def _openai_parts(content: Any, where: str) -> list[Block]:
         w = f"{where}[{i}]"
         if not isinstance(part, dict) or "type" not in part:
             raise _FieldError(f"'{w}' must be a dict with a 'type'")
-        if part["type"] == "text":
+        if part["type"] in _TEXT_PART_TYPES:
             out.append(TextBlock(_text(_require(part, "text", w), f"{w}.text"), raw=part))
+        elif part["type"] in _ANTHROPIC_TYPES:  # Claude's blocks in a chat-completions message: typed as they are
+            out.append(_anthropic_block(part, w))
         else:
             out.append(OpaqueBlock(kind=part["type"], data=part, raw=part))
     return out
 
 
+def _has_blocks(raw: dict[str, Any]) -> bool:
+    """A chat-completions message whose content holds Claude's blocks (rendered as blocks, in place)."""
+    content = raw.get("content")
+    return isinstance(content, list) and any(isinstance(p, dict) and p.get("type") in _ANTHROPIC_TYPES for p in content)
+
+
 def _render_openai(msg: Message) -> dict[str, Any]:
     raw = msg.raw or {}
+    if _is_item(raw):
+        return _render_item(msg)
+    if _has_blocks(raw):
+        return {**raw, "content": [_anthropic_out(b) for b in msg.content]}
     out = {k: v for k, v in raw.items() if k not in ("role", "content", "tool_calls", "tool_call_id")}
     results = [b for b in msg.content if isinstance(b, ToolResultBlock)]
     if results:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 ROLES = ("system", "user", "assistant", "tool")
+# The key of a memory tool's answer (``{"recalled_from_memory": true, ...}``): it quotes what memory holds already.
+RECALLED = "recalled_from_memory"
 
 
 @dataclass(frozen=True)
@@ -100,11 +102,36 @@ def _block_text(block: Block) -> str:
         return f"[tool call {block.name} {json.dumps(block.input, ensure_ascii=False, sort_keys=True, default=_opaque)}]"
     if isinstance(block, ToolResultBlock):
         inner = "\n".join(p for p in (_block_text(b) for b in block.content) if p)
+        inner = _recalled(inner) or inner
         flag = " error" if block.status == "error" else ""
         return f"[tool result{flag}] {inner}".rstrip()
     if block.kind == "json":
         return json.dumps(block.data, ensure_ascii=False, sort_keys=True, default=_opaque)
+    if block.kind in ("thinking", "reasoning") and isinstance(block.data, dict):  # Claude's thinking, a Responses reasoning
+        said = [block.data.get("thinking")] + [p.get("text") for p in block.data.get("summary") or () if isinstance(p, dict)]
+        return "\n".join([f"[{block.kind}]", *(t for t in said if isinstance(t, str) and t)])
     return f"[{block.kind}]"
+
+
+def _recalled(text: str) -> str | None:
+    """What a memory tool's answer is, instead of the old messages it quotes (None for any other result):
+    stored verbatim, it is read as "recalled from memory", so a search never finds it as a new copy of them.
+    """
+    if RECALLED not in text:
+        return None
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(answer, dict) and answer.get(RECALLED) is True:  # fullrecall's memory tools
+        items = answer.get("results") or answer.get("messages") or []
+    elif isinstance(answer, list) and answer and all(  # a memory store's entries (Strands' search_memory tool)
+            isinstance(e, dict) and isinstance(e.get("metadata"), dict) and e["metadata"].get(RECALLED) is True
+            for e in answer):
+        items = answer
+    else:
+        return None
+    return f"recalled from memory ({len(items) if isinstance(items, list) else 0} item(s))"
 
 
 def _opaque(value: object) -> str:

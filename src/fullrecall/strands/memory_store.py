@@ -16,6 +16,7 @@ from strands.memory import MemoryEntry, MemoryStore, SearchOptions
 
 from ..archive import Archive, Recall
 from ..archive.recall import display_text
+from ..messages.model import RECALLED
 
 
 class ArchiveMemoryStore(MemoryStore):
@@ -63,4 +64,5 @@ class ArchiveMemoryStore(MemoryStore):
             "hits": list(recalled.hit_positions),
             "score": recalled.best_score,
             "session_id": self._archive.scope.session_id,
+            RECALLED: True,  # the SDK's search_memory answer quotes the archive: indexed as such when archived
         })

@@ -66,6 +66,15 @@ class ConversationManager:
     def __init__(self, *, on_remove: RemovalListener | None = None) -> None:
         self.removed_message_count = 0
         self._listeners: list[RemovalListener] = [on_remove] if on_remove else []
+        self._front_positions: list[int] = []  # messages a manager keeps pinned at the front: their places
+        self._front_raws: list[dict[str, Any]] = []  # and the messages, as last seen in the window
+
+    @property
+    def pinned_front(self) -> tuple[int, ...]:
+        """The conversation positions of the original messages the manager keeps pinned at the window's front
+        (``pin_first``), which are neither removed nor after the rest: empty for most windows.
+        """
+        return tuple(self._front_positions)
 
     # -- the strategy ----------------------------------------------------------------
     def apply_management(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
@@ -91,6 +100,38 @@ class ConversationManager:
     def _window_start(self, messages: Sequence[dict[str, Any]]) -> int:
         """Index of the first original message (after what the manager pins or adds)."""
         return self._pinned_count(messages)
+
+    def leave(self, messages: MutableSequence[dict[str, Any]], start: int, count: int, *, positions: Sequence[int],
+              originals: Sequence[dict[str, Any]] | None = None, reason: str = "cleared") -> None:
+        """``messages[start:start + count]``, the window's oldest originals, leave it for the archive.
+
+        They are checked and reported to the listeners first (as ``originals`` when given: the verbatim
+        messages, where the window may hold shortened ones; at ``positions`` in the conversation), then
+        taken out of ``messages``, and they count as removed. If a listener fails, the list stays as it was.
+        """
+        leaving = list(messages[start:start + count])
+        if len(leaving) != count or len(positions) != count or (originals is not None and len(originals) != count):
+            raise InvalidInput(f"leave: {count} message(s) from index {start} with {len(positions)} position(s), "
+                               f"but the window holds {len(leaving)} there")
+        self._check_leaving(messages, range(start, start + count))
+        shape, parsed = self._parse_at(list(originals) if originals is not None else leaving, positions, start)
+        self._release(RemovedMessages(messages=parsed, reason=reason, shape=shape))
+        del messages[start:start + count]
+        self.removed_message_count += count
+
+    def _release_taken(self, gone: Sequence[int]) -> None:
+        """The pinned front messages at ``gone`` (indexes in ``_front_raws`` and ``_front_positions``) were taken
+        out of the window by the caller: they are reported at their own places, no longer held at the front, and
+        count as removed, so no later message takes a place one of them held.
+        """
+        if not gone:
+            return
+        raws, positions = self._front_raws, self._front_positions
+        shape, parsed = self._parse_at([raws[i] for i in gone], [positions[i] for i in gone])
+        self._release(RemovedMessages(messages=parsed, reason="cleared", shape=shape))
+        self._front_positions = [p for i, p in enumerate(positions) if i not in gone]
+        self._front_raws = [m for i, m in enumerate(raws) if i not in gone]
+        self.removed_message_count += len(gone)
 
     # -- state -------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:

@@ -71,3 +71,11 @@ def leading_pinned(messages: Sequence[Any], start: int = 0) -> int:
     while end < len(messages) and is_pinned(messages, end):
         end += 1
     return end - start
+
+
+def taken_from_front(seen: Sequence[dict[str, Any]], present: Sequence[dict[str, Any]]) -> list[int]:
+    """Indexes in ``seen`` (the messages a manager kept at a window's front) of those no longer anywhere in
+    ``present``, the window now: the caller took them out.
+    """
+    held = {id(m) for m in present}
+    return [i for i, m in enumerate(seen) if id(m) not in held and m not in present]

@@ -19,7 +19,7 @@ from ..errors import ContextWindowOverflowError
 from ..messages.model import Block, Message, OpaqueBlock, TextBlock, ToolResultBlock
 from .base import ConversationManager, RemovalListener, RemovedMessages, log
 from .cuts import clean_cuts, is_tool_pair_start, is_window_start
-from .pins import is_pinned, leading_pinned, pin_first
+from .pins import is_pinned, leading_pinned, pin_first, taken_from_front
 
 TRUNCATION_NOTICES = ("fullrecall", "sdk")
 TRUNCATION_NOTICE = "[... fullrecall cut {cut:,} characters of this tool result here; the full result is in the archive ...]"
@@ -66,7 +66,6 @@ class SlidingWindowConversationManager(ConversationManager):
         self.max_tool_result_chars = max_tool_result_chars
         self.truncation_notice = truncation_notice
         self._pin_first_applied = False
-        self._front_positions: list[int] = []  # pinned messages kept at the front by the last cut: their places
 
     def get_state(self) -> dict[str, Any]:
         return {**super().get_state(), "window_size": self.window_size, "pin_first_applied": self._pin_first_applied}
@@ -76,8 +75,10 @@ class SlidingWindowConversationManager(ConversationManager):
         if state:
             self._pin_first_applied = bool(state.get("pin_first_applied", False))
             self._front_positions = []  # a session reloads the window from removed_message_count, without them
+            self._front_raws = []
 
     def apply_management(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
+        self._settle_front(messages)
         if len(messages) - self._pinned_count(messages) <= self.window_size:
             return messages
         return self._reduce(messages, None)
@@ -89,6 +90,7 @@ class SlidingWindowConversationManager(ConversationManager):
 
     # -- the work --------------------------------------------------------------------------
     def _reduce(self, messages: MutableSequence[dict[str, Any]], error: BaseException | None) -> MutableSequence[dict[str, Any]]:
+        self._settle_front(messages)
         system = self._pinned_count(messages)
         if self.pin_first and not self._pin_first_applied:
             pin_first(messages[system:], self.pin_first)
@@ -140,7 +142,15 @@ class SlidingWindowConversationManager(ConversationManager):
         self.removed_message_count += len(doomed)
         gone = set(doomed)
         self._front_positions = [body[i].position or 0 for i in range(cut) if i not in gone]
+        self._front_raws = [window[i] for i in range(cut) if i not in gone]
         return messages
+
+    def _settle_front(self, messages: MutableSequence[dict[str, Any]]) -> None:
+        """Pinned messages the last cut kept at the front that the caller took out of the window since (a pinned
+        opening popped from ``agent.messages``) are archived at their own places (see :meth:`_release_taken`).
+        """
+        if self._front_positions and len(self._front_raws) == len(self._front_positions):
+            self._release_taken(taken_from_front(self._front_raws, messages))
 
     def _parse_window(self, window: Sequence[dict[str, Any]], system: int) -> tuple[str, list[Message]]:
         """The window's messages at their places in the conversation.
@@ -157,6 +167,7 @@ class SlidingWindowConversationManager(ConversationManager):
 
     def clear(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
         """Empty the window but for the pinned messages; every other message is reported first."""
+        self._settle_front(messages)
         system = self._pinned_count(messages)
         shape, body = self._parse_window(messages[system:], system)
         if body:

@@ -18,7 +18,7 @@ from ..messages.model import Message, TextBlock
 from ..tokens import default_token_counter
 from .base import ConversationManager, RemovalListener, RemovedMessages
 from .cuts import clean_cuts, is_tool_pair_start, is_window_start
-from .pins import is_pinned, leading_pinned, pin_first
+from .pins import is_pinned, leading_pinned, pin_first, taken_from_front
 
 log = logging.getLogger("fullrecall.window")
 
@@ -90,7 +90,6 @@ class SummarizingConversationManager(ConversationManager):
         self.prefer_alternating_roles = prefer_alternating_roles
         self._pin_first_applied = False
         self._front_seen = 0  # pinned originals before the summary, as last seen
-        self._front_positions: list[int] = []  # their positions in the conversation
         self.max_summary_tokens = max_summary_tokens
         self.token_counter = token_counter or default_token_counter()
         self._summarizer = summarizer
@@ -176,6 +175,7 @@ class SummarizingConversationManager(ConversationManager):
             self._summary_message = state.get("summary_message")
             self._pin_first_applied = bool(state.get("pin_first_applied", False))
             self._front_positions = [int(p) for p in state.get("front_positions") or ()]
+            self._front_raws = []  # not in the state: seen again in the window
 
     @property
     def summary_message(self) -> dict[str, Any] | None:
@@ -184,6 +184,7 @@ class SummarizingConversationManager(ConversationManager):
 
     # -- triggers --------------------------------------------------------------------------
     def apply_management(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
+        self._settle_front(messages)
         layout = self._layout(messages)
         keep = self._proactive_keep(messages, layout)
         if keep is None:
@@ -201,6 +202,7 @@ class SummarizingConversationManager(ConversationManager):
     def reduce_context(
         self, messages: MutableSequence[dict[str, Any]], error: BaseException | None = None
     ) -> MutableSequence[dict[str, Any]]:
+        self._settle_front(messages)
         window = len(messages) - self._pinned_count(messages)
         count = min(max(1, int(window * self.summary_ratio)), window - self.preserve_recent_messages)
         if count > 0:  # as the SDK does: a reduction that cannot summarize anything pins nothing either
@@ -239,6 +241,7 @@ class SummarizingConversationManager(ConversationManager):
 
     def clear(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
         """Empty the window but for pinned messages; the summary goes, every original is reported first."""
+        self._settle_front(messages)
         layout = self._layout(messages)
         tail = messages[layout.start :]
         shape, body = self._parse_tail(messages, layout)
@@ -252,9 +255,28 @@ class SummarizingConversationManager(ConversationManager):
         kept_tail = [i for i in range(len(tail)) if i not in doomed]
         messages[layout.pinned :] = [messages[layout.pinned + i] for i in kept_front] + [tail[i] for i in kept_tail]
         self._front_positions = [front[i].position or 0 for i in kept_front]
+        self._front_raws = list(messages[layout.pinned : layout.pinned + len(kept_front)])
         self.removed_message_count += len(gone)
         self._summary_message = None
         return messages
+
+    def _settle_front(self, messages: MutableSequence[dict[str, Any]]) -> None:
+        """Messages kept pinned before the summary that the caller took out of the window since (a pinned
+        opening popped from ``agent.messages``, or the whole history emptied) are archived at their own places
+        and count as removed, so no later message is given a place one of them held, and none of them is lost.
+
+        Only when what is left there is the messages seen there, in order, less those gone from the window:
+        otherwise (a restored session, a window rewritten) nothing is assumed.
+        """
+        layout = self._layout(messages)
+        seen, positions = self._front_raws, self._front_positions
+        if layout.front >= len(positions) or len(seen) != len(positions):
+            return
+        gone = taken_from_front(seen, messages)
+        kept = [m for i, m in enumerate(seen) if i not in gone]
+        left = messages[layout.pinned : layout.pinned + layout.front]
+        if gone and len(kept) == len(left) and all(a is b or a == b for a, b in zip(kept, left)):
+            self._release_taken(gone)
 
     def _window_start(self, messages: Sequence[dict[str, Any]]) -> int:
         return self._layout(messages).start
@@ -269,6 +291,8 @@ class SummarizingConversationManager(ConversationManager):
                   None) if summary is not None else None
         front = at - pinned if at is not None else leading_pinned(messages, pinned)
         self._front_seen = front
+        if at is not None and front == len(self._front_positions):
+            self._front_raws = list(messages[pinned:at])
         return _Layout(pinned=pinned, front=front, has_summary=at is not None)
 
     def _parse_tail(self, messages: Sequence[dict[str, Any]], layout: _Layout) -> tuple[str, list[Message]]:
@@ -351,6 +375,7 @@ class SummarizingConversationManager(ConversationManager):
             *(messages[layout.pinned + i] for i in kept_front), *(tail[i] for i in kept), summary_raw]
         self._front_positions = [front[i].position or 0 for i in kept_front] + [body[i].position or 0 for i in kept]
         self._front_seen = len(self._front_positions)
+        self._front_raws = list(messages[layout.pinned : layout.pinned + self._front_seen])
         self._summary_message = summary_raw
         self.removed_message_count += len(head)
 
@@ -377,6 +402,7 @@ class SummarizingConversationManager(ConversationManager):
         self.removed_message_count += len(doomed)
         if not layout.has_summary:  # the places of pinned messages gone with the summary went to the dropped ones
             self._front_positions = self._front_positions[: layout.front]
+            self._front_raws = self._front_raws[: layout.front]
         return True
 
     def _choose_cut(self, body: list[Message], target: int, limit: int) -> int | None:
