@@ -412,6 +412,21 @@ def test_chat_with_a_strands_model(tmp_path):
     assert wrong.returncode == 2 and "package.module:name" in wrong.stderr
 
 
+def test_a_strands_model_option_that_names_no_model_is_one_line_of_error(tmp_path):
+    """A --model naming no Strands model (a module, a misspelt name) ended the chat in a traceback; a module that
+    does not exist was 'error: No module named ...' with exit code 1, not naming --model."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    for target, why in [("os:path", "not a Strands Model or Agent (a module)"),
+                        ("os:getcwd", "not a Strands Model or Agent (a str)"),
+                        ("os:no_such_model", "module 'os' has no 'no_such_model'"),
+                        ("no_such_package.models:model", "no module named 'no_such_package'")]:
+        done = fr("chat", "--provider", "strands", "--model", target, "--store", store, cwd=tmp_path, stdin="hi\n",
+                  ok=False) if target == "os:path" else inproc("chat", "--provider", "strands", "--model", target,
+                                                               "--store", store, cwd=tmp_path, stdin="hi\n", ok=False)
+        assert done.returncode == 2 and done.stderr == f"error: --model {target!r}: {why}\n", done.stderr
+    assert not (tmp_path / "m.db").exists()  # refused before the store was opened
+
+
 def test_keys_through_the_command(tmp_path):
     store = f"sqlite:///{tmp_path / 'k.db'}"
     made = out("keys", "create", "--tenant", "acme", "--users", "ann", "--store", store, cwd=tmp_path)
