@@ -361,3 +361,35 @@ def test_forget_deletes_a_message_search_memory_found(store_url: str, default_em
     run(lambda: Client(other), stranger)
     assert [m.id for m in store.range(Scope(user_id="u", session_id="chat"), 0, 10)] == ["ack"]
     store.close()
+
+
+def test_the_tool_schemas_say_what_the_tools_accept(default_embedder: Any) -> None:
+    """search_memory's schema let any integer be a limit (the tool refused one below 1), and a limit or budget of
+    true, "2" or 1.0 was taken as a number (true as a budget of 1 token), which the same tools' OpenAI schemas and
+    dispatcher refuse: each is now a tool error naming the argument, and the schema says so."""
+    from fullrecall.memory import MemoryTools
+
+    store = open_store("sqlite:///:memory:")
+    openai = {s["function"]["name"]: s["function"]["parameters"]
+              for s in MemoryTools(PersistentMemory("u", store=store, embedder=default_embedder),
+                                   ProceduralMemory(store, embedder=default_embedder)).schemas()}
+    server = create_server(store, user_id="u", embedder=default_embedder)
+
+    def accepted(prop: dict[str, Any]) -> dict[str, Any]:  # the non-null branch of an optional argument
+        branch = next((b for b in prop.get("anyOf", [prop]) if b.get("type") != "null"), prop)
+        return {k: v for k, v in branch.items() if k in ("type", "minimum")}
+
+    async def scenario(client: Client) -> None:
+        listed = {t.name: t.input_schema for t in (await client.list_tools()).tools}
+        for name, params in openai.items():
+            assert set(listed[name]["required"]) == set(params["required"]), name
+            assert {k: accepted(v) for k, v in listed[name]["properties"].items()} == \
+                {k: accepted(v) for k, v in params["properties"].items()}, name
+        await call(client, "append_messages", {"session_id": "s", "messages": [{"role": "user", "content": "hi"}]})
+        for tool, args, named in [("search_memory", {"query": "x", "limit": value}, "limit")
+                                  for value in (True, "2", 1.0, 0)] + [
+                ("get_context", {"session_id": "s", "max_tokens": value}, "max_tokens") for value in (True, "100")]:
+            assert named in await error(client, tool, args), (tool, args)
+        assert (await call(client, "get_context", {"session_id": "s", "max_tokens": 100}))["tokens"] > 0
+
+    run(lambda: Client(server), scenario)

@@ -140,7 +140,9 @@ def create_server(
     from ..stores import open_store
 
     def _describe(tool: str, arg: str) -> Any:
-        return Field(description=MEMORY_TOOL_SPECS[tool][1][arg]["description"])
+        """The argument as the memory tools' own schema has it (strict: no true or "2" for an integer)."""
+        spec = MEMORY_TOOL_SPECS[tool][1][arg]
+        return Field(description=spec["description"], ge=spec.get("minimum"), strict=True)
 
     store = open_store(store) if isinstance(store, str) else store
     embedder = load_embedder(embedder)
@@ -232,7 +234,8 @@ def create_server(
         return {"session_id": session_id, "received": len(messages)}
 
     def get_context(session_id: Annotated[str, Field(description="the conversation", min_length=1)],
-                    max_tokens: Annotated[int | None, Field(description="token budget (default: none)", ge=1)] = None,
+                    max_tokens: Annotated[int | None, Field(description="token budget (default: none)", ge=1,
+                                                            strict=True)] = None,
                     ctx: Context | None = None) -> dict[str, Any]:
         scope = who(ctx, session_id)
         try:
