@@ -119,6 +119,23 @@ def test_expand_a_summary_gives_the_messages_it_covers(default_embedder):
     assert expanded["messages"][0]["message"] == {"role": "user", "content": "question 0"}
 
 
+def test_an_empty_session_id_looks_in_every_session(store_url, default_embedder):
+    """expand with ``session_id: ""`` (a model fills an optional argument with "") was 'this write needs a
+    session: Scope(session_id=...) is missing' for a summary's id or an unknown one, while a message's id was
+    found: "" now means every session, as leaving it out does (and as a store's scope reads it)."""
+    store = open_store(store_url)
+    chat = SyncConversationMemory(store, "chat", user_id="u", agent_id="a", summarizer=lambda m, p: "summary",
+                                  max_history_turns=2, preserve_recent_messages=2, embedding_model=default_embedder)
+    for i in range(5):
+        chat.add([{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}])
+    summary = chat.manager.archive.summaries()[0]
+    tools = MemoryTools(PersistentMemory("u", "a", store=store, embedder=default_embedder))
+    whole = tools.call("expand", {"id": summary["id"]})
+    assert whole["messages"] and tools.call("expand", json.dumps({"id": summary["id"], "session_id": ""})) == whole
+    assert tools.call("expand", {"id": "nope", "session_id": ""}) == {"error": "nothing in memory has the id 'nope'"}
+    store.close()
+
+
 def test_a_strands_agent_calls_the_memory_tools(tools):
     pytest.importorskip("strands")
     from strands import Agent
