@@ -393,3 +393,38 @@ def test_the_tool_schemas_say_what_the_tools_accept(default_embedder: Any) -> No
         assert (await call(client, "get_context", {"session_id": "s", "max_tokens": 100}))["tokens"] > 0
 
     run(lambda: Client(server), scenario)
+
+
+TOOL_EXCHANGES = {  # a question, a tool call, its result in a user message (Anthropic, Bedrock), the answer
+    "anthropic": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "calc", "input": {"x": 6}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "42"}]}],
+    "bedrock": [{"role": "assistant", "content": [{"toolUse": {"toolUseId": "t1", "name": "calc", "input": {"x": 6}}}]},
+                {"role": "user", "content": [{"toolResult": {"toolUseId": "t1", "content": [{"text": "42"}]}}]}],
+}
+
+
+@pytest.mark.parametrize("shape", sorted(TOOL_EXCHANGES))
+def test_get_context_never_starts_at_a_tool_result(store_url: str, default_embedder: Any, shape: str) -> None:
+    """A tool result in a user message (Anthropic, Bedrock) was taken for a turn's start: a budget could leave its
+    tool call out and begin the context at the orphaned result, which no model provider accepts."""
+    store = open_store(store_url)
+    server = create_server(store, user_id="u", embedder=default_embedder)
+    text = [{"type": "text", "text": "What is 6 times 7? " + "please " * 30}] if shape == "anthropic" else \
+        [{"text": "What is 6 times 7? " + "please " * 30}]
+    answer = [{"type": "text", "text": "It is 42."}] if shape == "anthropic" else [{"text": "It is 42."}]
+    conversation = [{"role": "user", "content": text}, *TOOL_EXCHANGES[shape], {"role": "assistant", "content": answer},
+                    {"role": "user", "content": text}]
+
+    async def scenario(client: Client) -> None:
+        await call(client, "append_messages", {"session_id": "s", "messages": conversation})
+        whole = await call(client, "get_context", {"session_id": "s"})
+        assert whole["messages"] == conversation
+        for budget in range(1, whole["tokens"] + 1):
+            result = await client.call_tool("get_context", {"session_id": "s", "max_tokens": budget})
+            if not result.is_error:
+                assert result.structured_content is not None
+                first = result.structured_content["messages"][0]
+                assert first["role"] == "user" and first["content"] == text, (budget, first)
+
+    run(lambda: Client(server), scenario)
+    store.close()

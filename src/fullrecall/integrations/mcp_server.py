@@ -250,14 +250,19 @@ def create_server(
 
 
 def _within_budget(messages: list[dict[str, Any]], max_tokens: int | None, counter: Any) -> dict[str, Any]:
-    """The context, its oldest turns left out (a turn starts at a user message) until it fits ``max_tokens``."""
+    """The context, its oldest turns left out until it fits ``max_tokens``: a turn starts at a user message that is
+    no tool result (Anthropic and Bedrock send tool results as user messages), so no tool call loses its result.
+    """
     from ..messages.formats import parse_messages
     from ..tokens import default_token_counter
+    from ..window.cuts import clean_cuts, is_window_start
 
     counter = counter or default_token_counter()
-    sizes = [counter.count_message(m) for m in parse_messages(messages)[1]] if messages else []
+    parsed = parse_messages(messages)[1] if messages else []
+    sizes = [counter.count_message(m) for m in parsed]
+    clean = clean_cuts(parsed)
     pinned = 1 if messages and messages[0].get("role") in ("system", "developer") else 0
-    starts = [pinned] + [i for i in range(pinned + 1, len(messages)) if messages[i].get("role") == "user"]
+    starts = [pinned] + [i for i in range(pinned + 1, len(messages)) if is_window_start(parsed, i, clean)]
     for start in starts:
         tokens = sum(sizes[:pinned]) + sum(sizes[start:])
         if max_tokens is None or tokens <= max_tokens:
