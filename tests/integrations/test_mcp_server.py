@@ -428,3 +428,15 @@ def test_get_context_never_starts_at_a_tool_result(store_url: str, default_embed
 
     run(lambda: Client(server), scenario)
     store.close()
+
+
+@pytest.mark.parametrize("extra, named", [(["--transport", "http", "--port", "70000"], "argument --port: 70000 is no port"),
+                                          (["--transport", "http", "--port", "0"], "argument --port: 0 is no port"),
+                                          (["--user", "x" * 300], "'user_id' is 300 bytes long")])
+def test_the_command_refuses_a_port_or_owner_it_cannot_serve(tmp_path: Path, extra: list[str], named: str) -> None:
+    """--port 70000 ended in a traceback (bind(): port must be 0-65535); a --user no store keeps served a memory
+    whose every call was then a tool error. Each is refused at once, naming the option (exit code 2)."""
+    done = subprocess.run(command(tmp_path / "memory.db", *extra), env=environment(), capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120)
+    assert done.returncode == 2 and named in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "memory.db").exists()  # refused before the store was opened

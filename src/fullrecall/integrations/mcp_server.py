@@ -280,13 +280,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--embedder", default=None, help="embedding model (default: the local MiniLM)")
     parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP address (http transport)")
-    parser.add_argument("--port", type=int, default=8765, help="HTTP port; the endpoint is /mcp (http transport)")
+    parser.add_argument("--port", type=_port, default=8765, help="HTTP port; the endpoint is /mcp (http transport)")
+
+
+def _port(text: str) -> int:
+    """``--port``: a TCP port a server can listen on."""
+    port = int(text) if text.strip().lstrip("+-").isdigit() else 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is no port (1 to 65535)")
+    return port
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until stopped (stdin closes, or Ctrl-C); the store is closed then."""
     from ..cli.common import opened_store
 
+    Scope(user_id=args.user, agent_id=args.agent)  # an owner no store keeps is refused before anything is served
     with opened_store(args) as store:
         server = create_server(store, user_id=args.user, agent_id=args.agent, embedder=args.embedder)
         if args.transport == "stdio":
