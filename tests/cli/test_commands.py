@@ -220,6 +220,23 @@ def test_a_reading_command_on_a_store_file_that_does_not_exist_says_so(tmp_path)
     assert inproc("stats", "--store", "sqlite:///:memory:", cwd=tmp_path).returncode == 0
 
 
+def test_a_file_the_command_cannot_read_or_write_is_named_as_given(tmp_path):
+    """An export into a folder that does not exist named the file it writes aside ('out.jsonl.partial'), and an
+    import of a file that is no text (a database given by mistake) was "'utf-8' codec can't decode byte 0xff in
+    position 1", naming no file."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
+    done = fr("export", "no/out.jsonl", "--store", store, cwd=tmp_path, ok=False)
+    assert done.returncode == 1 and done.stderr == "error: [Errno 2] No such file or directory: 'no/out.jsonl'\n"
+    (tmp_path / "binary.db").write_bytes(b"[\xff\xfe" + bytes(range(256)))
+    for fmt in ("auto", "jsonl", "openai", "locomo", "memory"):
+        done = inproc("import", "binary.db", "--format", fmt, "--store", store, cwd=tmp_path, ok=False)
+        assert done.returncode == 2, (fmt, done.stderr)
+        assert done.stderr == "error: binary.db: not UTF-8 text (a byte 0xff)\n", (fmt, done.stderr)
+    assert again("stats", "--store", store, cwd=tmp_path)["message_count"] == 1
+
+
 def test_stats_of_a_conversation_that_does_not_exist_says_so(tmp_path):
     """``stats --session nope`` printed zeros, where ``export`` and ``inspect`` say the conversation is not found."""
     store = f"sqlite:///{tmp_path / 'm.db'}"

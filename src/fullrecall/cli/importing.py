@@ -77,6 +77,17 @@ class LazyEmbedder:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Import the file; one that is no UTF-8 text (a database given by mistake) is refused naming it."""
+    from ..errors import InvalidInput
+
+    try:
+        return _import(args)
+    except UnicodeDecodeError as exc:
+        where = "stdin" if args.path == "-" else args.path
+        raise InvalidInput(f"{where}: not UTF-8 text (a byte 0x{exc.object[exc.start]:02x})") from None
+
+
+def _import(args: argparse.Namespace) -> int:
     import sys
 
     from ..transfer import jsonl, locomo, openai, strands
