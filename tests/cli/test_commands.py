@@ -566,6 +566,9 @@ def test_an_empty_session_option_is_refused_not_read_as_every_conversation(tmp_p
         refused = inproc(*command, "--session", "", "--store", store, "--user", "ann", cwd=tmp_path, ok=False)
         assert refused.returncode == 2 and "--session is empty" in refused.stderr
     assert again("stats", "--store", store, "--user", "ann", cwd=tmp_path)["message_count"] == 1
+    # inspect takes the conversation as its argument: an empty one named an option it has not ("--session")
+    refused = inproc("inspect", "", "--store", store, "--user", "ann", cwd=tmp_path, ok=False)
+    assert refused.returncode == 2 and refused.stderr == "error: inspect: the conversation id is empty\n"
 
 
 def test_keys_create_with_an_empty_limit_is_refused_not_made_for_anyone(tmp_path):
