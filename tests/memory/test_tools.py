@@ -136,6 +136,28 @@ def test_an_empty_session_id_looks_in_every_session(store_url, default_embedder)
     store.close()
 
 
+def test_forget_deletes_one_sessions_message_when_its_id_repeats(store_url, default_embedder):
+    """Message ids are the application's own ("1", "2", ... in each conversation): forget(id) deleted every
+    message of the owner with that id, in every session, though the search hit named one. An id held in several
+    sessions now needs the hit's session_id (an error naming the sessions, nothing deleted), and forget takes it."""
+    store = open_store(store_url)
+    for session, text in (("trip", "My passport number is X123"), ("work", "The deploy key rotates on Monday")):
+        SyncConversationMemory(store, session, user_id="u", agent_id="a", embedding_model=default_embedder).add(
+            [{"role": "user", "content": text, "id": "1"}])
+    tools = MemoryTools(PersistentMemory("u", "a", store=store, embedder=default_embedder))
+    hit = next(h for h in tools.call("search_memory", {"query": "passport number"})["results"] if h["id"] == "1")
+    assert hit["session_id"] == "trip"
+    refused = tools.call("forget", {"id": "1"})
+    assert refused == {"error": "forget: the id '1' names messages in 2 sessions ('trip', 'work'): give the hit's "
+                                "session_id"}
+    assert tools.call("forget", {"id": "1", "session_id": "trip"}) == {"deleted": 1, "messages": 1, "facts": 0}
+    kept = tools.call("expand", {"id": "1"})["messages"]
+    assert [(m["session_id"], m["message"]["content"]) for m in kept] == [("work", "The deploy key rotates on Monday")]
+    assert tools.call("forget", {"id": "1", "session_id": "trip"}) == {"error": "nothing in memory has the id '1'"}
+    assert tools.call("forget", {"id": "1"}) == {"deleted": 1, "messages": 1, "facts": 0}  # one session holds it now
+    store.close()
+
+
 def test_a_strands_agent_calls_the_memory_tools(tools):
     pytest.importorskip("strands")
     from strands import Agent

@@ -214,8 +214,10 @@ def create_server(
     def remember(fact: Annotated[str, _describe("remember", "fact")], ctx: Context | None = None) -> dict[str, Any]:
         return memory_tool("remember", ctx, {"fact": fact})
 
-    def forget(id: Annotated[str, _describe("forget", "id")], ctx: Context | None = None) -> dict[str, Any]:
-        return memory_tool("forget", ctx, {"id": id})
+    def forget(id: Annotated[str, _describe("forget", "id")],
+               session_id: Annotated[str | None, _describe("forget", "session_id")] = None,
+               ctx: Context | None = None) -> dict[str, Any]:
+        return memory_tool("forget", ctx, {"id": id, "session_id": session_id})
 
     def recall_patterns(task: Annotated[str, _describe("recall_patterns", "task")],
                         ctx: Context | None = None) -> dict[str, Any]:

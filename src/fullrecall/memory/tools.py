@@ -6,7 +6,8 @@ optionally, a :class:`~fullrecall.memory.procedural.ProceduralMemory`) as five t
 * ``search_memory(query, limit=5)``: facts and archived messages, with ids and scores;
 * ``expand(id, session_id=None)``: the exact archived messages behind a hit, a fact or a summary;
 * ``remember(fact)``: keep a fact (a newer value of the same attribute supersedes the old one);
-* ``forget(id)``: delete a message, a fact or a pattern;
+* ``forget(id, session_id=None)``: delete a message (of the hit's session: ids may repeat across sessions), a
+  fact or a pattern;
 * ``recall_patterns(task)``: tool sequences that solved similar tasks, and a suggested plan.
 
 They are offered as OpenAI-style tool schemas (:meth:`MemoryTools.schemas`) with a
@@ -49,8 +50,10 @@ _SPECS: dict[str, tuple[str, dict[str, Any], list[str]]] = {
         ["fact"],
     ),
     "forget": (
-        "Delete a message, fact or pattern from memory for good, by its id.",
-        {"id": {**_STRING, "description": "the id to delete"}},
+        ("Delete a message, fact or pattern from memory for good, by its id (and a message's session_id, from its "
+         "search hit: message ids may repeat across sessions)."),
+        {"id": {**_STRING, "description": "the id to delete"},
+         "session_id": {**_STRING, "description": "the hit's session_id, when it has one"}},
         ["id"],
     ),
     "recall_patterns": (
@@ -89,9 +92,16 @@ class MemoryTools:
         return {"id": stored.id, "text": stored.text, "attribute": stored.attribute, "value": stored.value,
                 "mentions": stored.mentions}
 
-    def forget(self, id: str) -> dict[str, Any]:
-        counts = self.memory.clear(ids=[id])
-        if self.procedural is not None and self.procedural.delete_pattern(id):
+    def forget(self, id: str, session_id: str | None = None) -> dict[str, Any]:
+        if session_id:  # that session's message
+            counts = self.memory.clear(ids=[id], session_id=session_id)
+        else:
+            sessions = sorted({m.session_id or "" for m in self.memory.messages(ids=[id])})
+            if len(sessions) > 1:  # which one the model means, only the hit's session says
+                return {"error": f"forget: the id {id!r} names messages in {len(sessions)} sessions "
+                                 f"({', '.join(map(repr, sessions))}): give the hit's session_id"}
+            counts = self.memory.clear(ids=[id])
+        if not session_id and self.procedural is not None and self.procedural.delete_pattern(id):
             counts["patterns"] = 1
         deleted = sum(counts.values())
         return {"deleted": deleted, **counts} if deleted else {"error": f"nothing in memory has the id {id!r}"}
@@ -177,8 +187,8 @@ class MemoryTools:
         def remember(fact: str) -> str:
             return self._json("remember", {"fact": fact})
 
-        def forget(id: str) -> str:
-            return self._json("forget", {"id": id})
+        def forget(id: str, session_id: str = "") -> str:
+            return self._json("forget", {"id": id, **({"session_id": session_id} if session_id else {})})
 
         def recall_patterns(task: str) -> str:
             return self._json("recall_patterns", {"task": task})
