@@ -158,6 +158,29 @@ def test_forget_deletes_one_sessions_message_when_its_id_repeats(store_url, defa
     store.close()
 
 
+def test_expand_of_a_fact_or_pattern_without_messages_is_no_unknown_id(store_url, default_embedder):
+    """expand of a fact search_memory had just returned said "nothing in memory has the id" when no archived message
+    was behind it (a remembered fact, or one whose messages were forgotten), and so did a pattern's id from
+    recall_patterns: the model was told what it had just found did not exist. Such an id has no messages; only an
+    id memory does not hold is an error."""
+    store = open_store(store_url)
+    memory = PersistentMemory("u", "a", "s1", store=store, embedder=default_embedder)
+    procedural = ProceduralMemory(store, user_id="u", agent_id="a", embedder=default_embedder)
+    pattern = procedural.store_pattern("Analyze my weight trends", ["search", "trend"], 0.9, 100)
+    tools = MemoryTools(memory, procedural)
+    remembered = tools.call("remember", {"fact": "My city is Lyon"})["id"]
+    memory.record_sync([{"role": "user", "content": "My dog is called Rex"}])
+    hits = tools.call("search_memory", {"query": "my dog"})["results"]
+    fact, message = (next(h for h in hits if h["kind"] == kind) for kind in ("fact", "message"))
+    assert [m["id"] for m in tools.call("expand", {"id": fact["id"]})["messages"]] == [message["id"]]
+    tools.call("forget", {"id": message["id"], "session_id": "s1"})
+    for held in (remembered, fact["id"], pattern):
+        assert tools.call("expand", {"id": held}) == {"id": held, "messages": []}, held
+    tools.call("forget", {"id": remembered})
+    assert tools.call("expand", {"id": remembered}) == {"error": f"nothing in memory has the id {remembered!r}"}
+    store.close()
+
+
 def test_a_strands_agent_calls_the_memory_tools(tools):
     pytest.importorskip("strands")
     from strands import Agent

@@ -83,9 +83,17 @@ class MemoryTools:
 
     def expand(self, id: str, session_id: str | None = None) -> dict[str, Any]:
         messages = self.memory.expand(id, session_id=session_id)
-        if not messages:
+        if not messages and not self._holds(id):
             return {"error": f"nothing in memory has the id {id!r}"}
         return {"id": id, "messages": [_message(m) for m in messages]}
+
+    def _holds(self, id: str) -> bool:
+        """Whether ``id`` is a fact or pattern of the owner (one without messages behind it is no unknown id: a
+        remembered fact, one whose messages were forgotten, a pattern).
+        """
+        if self.memory.facts.get(id) is not None:
+            return True
+        return self.procedural is not None and any(p["id"] == id for p in self.procedural.patterns())
 
     def remember(self, fact: str) -> dict[str, Any]:
         stored = self.memory.remember(fact)
