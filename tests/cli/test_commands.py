@@ -684,3 +684,31 @@ def test_forget_counts_what_the_user_stored_by_its_name(tmp_path, store_url, def
         assert {k: cleared[k] for k in kinds} == kinds and cleared["records"] == done["records"]
     finally:
         store.close()
+
+
+def test_forget_asks_about_what_it_then_reports_forgotten(tmp_path, store_url, default_embedder):
+    """The question counted long-term memory's change logs as stored messages ("Forget ...: 6 stored messages" of a
+    user with 2), and the answer then said "forgot ...: 2 messages": the user confirmed one thing and read another."""
+    import asyncio
+
+    from fullrecall import PersistentMemory, SyncConversationMemory
+    from fullrecall.memory.procedural import ProceduralMemory
+    from fullrecall.stores import open_store
+
+    store = open_store(store_url)
+    try:
+        SyncConversationMemory(store, "chat", user_id="ann", embedding_model=default_embedder).add(
+            [{"role": "user", "content": "My locker code is 4417."}, {"role": "assistant", "content": "Noted."}])
+        memory = PersistentMemory("ann", "", "notes", store=store, embedder=default_embedder)
+        asyncio.run(memory.record([{"role": "user", "content": "I live in Oslo."}]))  # a fact, and change logs
+        memory.remember("My dog is Rex")
+        ProceduralMemory(store, user_id="ann", embedder=default_embedder).store_pattern("book a flight", ["search"],
+                                                                                        0.9, 100.0)
+    finally:
+        store.close()
+    asked = inproc("forget", "--user", "ann", "--store", store_url, cwd=tmp_path, stdin="n\n", ok=False).stderr
+    done = again("forget", "--user", "ann", "--yes", "--store", store_url, cwd=tmp_path)
+    records = sum(done[k] for k in ("summaries", "facts", "patterns", "records"))
+    assert done["messages"] == 3 and done["facts"] == 2 and done["patterns"] == 1
+    assert f": {done['messages']} messages, {records} long-term records (" in asked, (asked, done)
+
