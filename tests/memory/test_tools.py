@@ -91,6 +91,15 @@ def test_bad_calls_answer_an_error_the_model_can_read(tools, name, args, error):
     assert tools.memory.stats()["fact_count"] == 1  # nothing was written
 
 
+def test_arguments_nested_past_any_parser_are_an_error_not_a_crash(tools):
+    """A model's (or an injected prompt's) arguments nested a hundred thousand deep raised RecursionError out of
+    call and handle, ending the agent loop, where every other unreadable argument string is an error it reads."""
+    for deep in ("[" * 100_000, '{"query": ' + "[" * 100_000 + "]" * 100_000 + "}"):
+        assert "arguments must be a JSON object" in tools.call("search_memory", deep)["error"]
+        (reply,) = tools.handle([{"id": "c", "function": {"name": "search_memory", "arguments": deep}}])
+        assert "arguments must be a JSON object" in json.loads(reply["content"])["error"]
+
+
 def test_handle_leaves_other_tools_calls_alone(tools):
     replies = tools.handle([tool_call("get_weather", {"city": "Lyon"}, 0), tool_call("remember", {"fact": "I like tea"}, 1)])
     assert [r["tool_call_id"] for r in replies] == ["call_1"]

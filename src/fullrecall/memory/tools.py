@@ -146,7 +146,7 @@ class MemoryTools:
             return {"error": f"unknown tool {name!r}; the memory tools are {self.names}"}
         try:
             args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments or {})
-        except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        except (json.JSONDecodeError, TypeError, ValueError, RecursionError) as exc:  # nested past the parser's depth
             return {"error": f"{name}: arguments must be a JSON object ({exc})"}
         if not isinstance(args, dict):
             return {"error": f"{name}: arguments must be a JSON object"}
