@@ -237,6 +237,22 @@ def test_a_file_the_command_cannot_read_or_write_is_named_as_given(tmp_path):
     assert again("stats", "--store", store, cwd=tmp_path)["message_count"] == 1
 
 
+def test_an_import_of_json_nested_past_any_parser_is_one_line_of_error(tmp_path):
+    """A file nested a hundred thousand deep (a transcript or a line of one) ended the import in a RecursionError
+    traceback; it is refused naming the file (exit code 2), and nothing is written."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "deep.json").write_text(json.dumps([{"role": "user", "content": "hi"}])[:-1] + ", " + deep + "]")
+    (tmp_path / "deep.jsonl").write_text(json.dumps({"format": "fullrecall", "version": 3}) + "\n" + deep + "\n")
+    memory = {"kind": "header", "format": "fullrecall.memory", "version": 2}
+    (tmp_path / "memory.jsonl").write_text(json.dumps(memory) + "\n" + deep + "\n")
+    for name, fmt in [("deep.json", "auto"), ("deep.json", "openai"), ("deep.json", "locomo"),
+                      ("deep.jsonl", "jsonl"), ("memory.jsonl", "memory")]:
+        done = inproc("import", name, "--format", fmt, "--store", store, cwd=tmp_path, ok=False)
+        assert done.returncode == 2 and done.stderr == f"error: {name}: JSON nested too deep to read\n", (fmt, done)
+    assert again("stats", "--store", store, "--everyone", cwd=tmp_path)["message_count"] == 0
+
+
 def test_stats_of_a_conversation_that_does_not_exist_says_so(tmp_path):
     """``stats --session nope`` printed zeros, where ``export`` and ``inspect`` say the conversation is not found."""
     store = f"sqlite:///{tmp_path / 'm.db'}"
