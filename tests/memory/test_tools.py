@@ -100,6 +100,18 @@ def test_arguments_nested_past_any_parser_are_an_error_not_a_crash(tools):
         assert "arguments must be a JSON object" in json.loads(reply["content"])["error"]
 
 
+@pytest.mark.parametrize("name, args", [
+    ("search_memory", {"query": "x\ud800"}), ("expand", {"id": "x\ud800"}), ("expand", {"id": "m", "session_id": "x\ud800"}),
+    ("remember", {"fact": "x\ud800"}), ("forget", {"id": "x\ud800"}), ("recall_patterns", {"task": "x\ud800"}),
+])
+def test_a_lone_surrogate_is_named_by_the_tools_own_argument(tools, name, args):
+    """A lone surrogate was named by whatever refused it inside: "recall_patterns: retrieve_patterns: 'query' ...",
+    "remember: fact: 'text' ...", "forget: id 0 ...": arguments the model never gave."""
+    given = next(k for k, v in args.items() if "\ud800" in v)
+    assert tools.call(name, args) == {"error": f"{name}: {given!r} is not valid Unicode (a lone surrogate at character 1)"}
+    assert tools.memory.stats()["fact_count"] == 1  # nothing was written
+
+
 def test_handle_leaves_other_tools_calls_alone(tools):
     replies = tools.handle([tool_call("get_weather", {"city": "Lyon"}, 0), tool_call("remember", {"fact": "I like tea"}, 1)])
     assert [r["tool_call_id"] for r in replies] == ["call_1"]

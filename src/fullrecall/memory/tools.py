@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..errors import InvalidInput
+from ..stores import _validate as V
 from ..stores.base import StoredMessage
 from .persistent import PersistentMemory
 from .procedural import ProceduralMemory
@@ -221,6 +223,11 @@ def _check_args(name: str, args: dict[str, Any], props: dict[str, Any], required
             continue
         if kind == "string" and (not isinstance(value, str) or (key in required and not value.strip())):
             return f"{name}: {key!r} must be a non-empty string"
+        if kind == "string":  # named by the argument the model gave, not by what would refuse it inside
+            try:
+                V.check_unicode(value, f"{name}: {key!r}")
+            except InvalidInput as exc:
+                return str(exc)
         if kind == "integer" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             return f"{name}: {key!r} must be a positive integer"
     return None
