@@ -445,6 +445,17 @@ def test_chat_with_a_strands_model(tmp_path):
     assert wrong.returncode == 2 and "package.module:name" in wrong.stderr
 
 
+def test_chat_refuses_an_answer_budget_of_no_tokens(tmp_path):
+    """--max-answer-tokens 0 (or -5) was sent to the model with the first message, after that message was stored:
+    a provider refuses it, and the conversation kept a question with no answer. It is refused at once now."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    for budget in ("0", "-5"):
+        done = inproc("chat", "--model", "scripted", "--max-answer-tokens", budget, "--store", store, cwd=tmp_path,
+                      stdin="hi\n", ok=False)
+        assert done.returncode == 2 and done.stderr == "error: --max-answer-tokens must be at least 1\n", done.stderr
+    assert not (tmp_path / "m.db").exists()
+
+
 def test_a_strands_model_option_that_names_no_model_is_one_line_of_error(tmp_path):
     """A --model naming no Strands model (a module, a misspelt name) ended the chat in a traceback; a module that
     does not exist was 'error: No module named ...' with exit code 1, not naming --model."""

@@ -135,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_turns < 2:
         raise ValueError("--max-turns must be at least 2")
+    if args.max_answer_tokens < 1:  # before any message is stored: a provider refuses it with the first one
+        raise ValueError("--max-answer-tokens must be at least 1")
     model = chat_model(args)
     with opened_store(args) as store:
         own = scope(args, args.session)
