@@ -220,6 +220,39 @@ def test_a_reading_command_on_a_store_file_that_does_not_exist_says_so(tmp_path)
     assert inproc("stats", "--store", "sqlite:///:memory:", cwd=tmp_path).returncode == 0
 
 
+def test_a_file_the_command_cannot_read_or_write_is_named_as_given(tmp_path):
+    """An export into a folder that does not exist named the file it writes aside ('out.jsonl.partial'), and an
+    import of a file that is no text (a database given by mistake) was "'utf-8' codec can't decode byte 0xff in
+    position 1", naming no file."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
+    done = fr("export", "no/out.jsonl", "--store", store, cwd=tmp_path, ok=False)
+    assert done.returncode == 1 and done.stderr == "error: [Errno 2] No such file or directory: 'no/out.jsonl'\n"
+    (tmp_path / "binary.db").write_bytes(b"[\xff\xfe" + bytes(range(256)))
+    for fmt in ("auto", "jsonl", "openai", "locomo", "memory"):
+        done = inproc("import", "binary.db", "--format", fmt, "--store", store, cwd=tmp_path, ok=False)
+        assert done.returncode == 2, (fmt, done.stderr)
+        assert done.stderr == "error: binary.db: not UTF-8 text (a byte 0xff)\n", (fmt, done.stderr)
+    assert again("stats", "--store", store, cwd=tmp_path)["message_count"] == 1
+
+
+def test_an_import_of_json_nested_past_any_parser_is_one_line_of_error(tmp_path):
+    """A file nested a hundred thousand deep (a transcript or a line of one) ended the import in a RecursionError
+    traceback; it is refused naming the file (exit code 2), and nothing is written."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "deep.json").write_text(json.dumps([{"role": "user", "content": "hi"}])[:-1] + ", " + deep + "]")
+    (tmp_path / "deep.jsonl").write_text(json.dumps({"format": "fullrecall", "version": 3}) + "\n" + deep + "\n")
+    memory = {"kind": "header", "format": "fullrecall.memory", "version": 2}
+    (tmp_path / "memory.jsonl").write_text(json.dumps(memory) + "\n" + deep + "\n")
+    for name, fmt in [("deep.json", "auto"), ("deep.json", "openai"), ("deep.json", "locomo"),
+                      ("deep.jsonl", "jsonl"), ("memory.jsonl", "memory")]:
+        done = inproc("import", name, "--format", fmt, "--store", store, cwd=tmp_path, ok=False)
+        assert done.returncode == 2 and done.stderr == f"error: {name}: JSON nested too deep to read\n", (fmt, done)
+    assert again("stats", "--store", store, "--everyone", cwd=tmp_path)["message_count"] == 0
+
+
 def test_stats_of_a_conversation_that_does_not_exist_says_so(tmp_path):
     """``stats --session nope`` printed zeros, where ``export`` and ``inspect`` say the conversation is not found."""
     store = f"sqlite:///{tmp_path / 'm.db'}"
@@ -412,6 +445,32 @@ def test_chat_with_a_strands_model(tmp_path):
     assert wrong.returncode == 2 and "package.module:name" in wrong.stderr
 
 
+def test_chat_refuses_an_answer_budget_of_no_tokens(tmp_path):
+    """--max-answer-tokens 0 (or -5) was sent to the model with the first message, after that message was stored:
+    a provider refuses it, and the conversation kept a question with no answer. It is refused at once now."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    for budget in ("0", "-5"):
+        done = inproc("chat", "--model", "scripted", "--max-answer-tokens", budget, "--store", store, cwd=tmp_path,
+                      stdin="hi\n", ok=False)
+        assert done.returncode == 2 and done.stderr == "error: --max-answer-tokens must be at least 1\n", done.stderr
+    assert not (tmp_path / "m.db").exists()
+
+
+def test_a_strands_model_option_that_names_no_model_is_one_line_of_error(tmp_path):
+    """A --model naming no Strands model (a module, a misspelt name) ended the chat in a traceback; a module that
+    does not exist was 'error: No module named ...' with exit code 1, not naming --model."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    for target, why in [("os:path", "not a Strands Model or Agent (a module)"),
+                        ("os:getcwd", "not a Strands Model or Agent (a str)"),
+                        ("os:no_such_model", "module 'os' has no 'no_such_model'"),
+                        ("no_such_package.models:model", "no module named 'no_such_package'")]:
+        done = fr("chat", "--provider", "strands", "--model", target, "--store", store, cwd=tmp_path, stdin="hi\n",
+                  ok=False) if target == "os:path" else inproc("chat", "--provider", "strands", "--model", target,
+                                                               "--store", store, cwd=tmp_path, stdin="hi\n", ok=False)
+        assert done.returncode == 2 and done.stderr == f"error: --model {target!r}: {why}\n", done.stderr
+    assert not (tmp_path / "m.db").exists()  # refused before the store was opened
+
+
 def test_keys_through_the_command(tmp_path):
     store = f"sqlite:///{tmp_path / 'k.db'}"
     made = out("keys", "create", "--tenant", "acme", "--users", "ann", "--store", store, cwd=tmp_path)
@@ -534,6 +593,9 @@ def test_an_empty_session_option_is_refused_not_read_as_every_conversation(tmp_p
         refused = inproc(*command, "--session", "", "--store", store, "--user", "ann", cwd=tmp_path, ok=False)
         assert refused.returncode == 2 and "--session is empty" in refused.stderr
     assert again("stats", "--store", store, "--user", "ann", cwd=tmp_path)["message_count"] == 1
+    # inspect takes the conversation as its argument: an empty one named an option it has not ("--session")
+    refused = inproc("inspect", "", "--store", store, "--user", "ann", cwd=tmp_path, ok=False)
+    assert refused.returncode == 2 and refused.stderr == "error: inspect: the conversation id is empty\n"
 
 
 def test_keys_create_with_an_empty_limit_is_refused_not_made_for_anyone(tmp_path):
@@ -649,3 +711,31 @@ def test_forget_counts_what_the_user_stored_by_its_name(tmp_path, store_url, def
         assert {k: cleared[k] for k in kinds} == kinds and cleared["records"] == done["records"]
     finally:
         store.close()
+
+
+def test_forget_asks_about_what_it_then_reports_forgotten(tmp_path, store_url, default_embedder):
+    """The question counted long-term memory's change logs as stored messages ("Forget ...: 6 stored messages" of a
+    user with 2), and the answer then said "forgot ...: 2 messages": the user confirmed one thing and read another."""
+    import asyncio
+
+    from fullrecall import PersistentMemory, SyncConversationMemory
+    from fullrecall.memory.procedural import ProceduralMemory
+    from fullrecall.stores import open_store
+
+    store = open_store(store_url)
+    try:
+        SyncConversationMemory(store, "chat", user_id="ann", embedding_model=default_embedder).add(
+            [{"role": "user", "content": "My locker code is 4417."}, {"role": "assistant", "content": "Noted."}])
+        memory = PersistentMemory("ann", "", "notes", store=store, embedder=default_embedder)
+        asyncio.run(memory.record([{"role": "user", "content": "I live in Oslo."}]))  # a fact, and change logs
+        memory.remember("My dog is Rex")
+        ProceduralMemory(store, user_id="ann", embedder=default_embedder).store_pattern("book a flight", ["search"],
+                                                                                        0.9, 100.0)
+    finally:
+        store.close()
+    asked = inproc("forget", "--user", "ann", "--store", store_url, cwd=tmp_path, stdin="n\n", ok=False).stderr
+    done = again("forget", "--user", "ann", "--yes", "--store", store_url, cwd=tmp_path)
+    records = sum(done[k] for k in ("summaries", "facts", "patterns", "records"))
+    assert done["messages"] == 3 and done["facts"] == 2 and done["patterns"] == 1
+    assert f": {done['messages']} messages, {records} long-term records (" in asked, (asked, done)
+

@@ -361,3 +361,82 @@ def test_forget_deletes_a_message_search_memory_found(store_url: str, default_em
     run(lambda: Client(other), stranger)
     assert [m.id for m in store.range(Scope(user_id="u", session_id="chat"), 0, 10)] == ["ack"]
     store.close()
+
+
+def test_the_tool_schemas_say_what_the_tools_accept(default_embedder: Any) -> None:
+    """search_memory's schema let any integer be a limit (the tool refused one below 1), and a limit or budget of
+    true, "2" or 1.0 was taken as a number (true as a budget of 1 token), which the same tools' OpenAI schemas and
+    dispatcher refuse: each is now a tool error naming the argument, and the schema says so."""
+    from fullrecall.memory import MemoryTools
+
+    store = open_store("sqlite:///:memory:")
+    openai = {s["function"]["name"]: s["function"]["parameters"]
+              for s in MemoryTools(PersistentMemory("u", store=store, embedder=default_embedder),
+                                   ProceduralMemory(store, embedder=default_embedder)).schemas()}
+    server = create_server(store, user_id="u", embedder=default_embedder)
+
+    def accepted(prop: dict[str, Any]) -> dict[str, Any]:  # the non-null branch of an optional argument
+        branch = next((b for b in prop.get("anyOf", [prop]) if b.get("type") != "null"), prop)
+        return {k: v for k, v in branch.items() if k in ("type", "minimum")}
+
+    async def scenario(client: Client) -> None:
+        listed = {t.name: t.input_schema for t in (await client.list_tools()).tools}
+        for name, params in openai.items():
+            assert set(listed[name]["required"]) == set(params["required"]), name
+            assert {k: accepted(v) for k, v in listed[name]["properties"].items()} == \
+                {k: accepted(v) for k, v in params["properties"].items()}, name
+        await call(client, "append_messages", {"session_id": "s", "messages": [{"role": "user", "content": "hi"}]})
+        for tool, args, named in [("search_memory", {"query": "x", "limit": value}, "limit")
+                                  for value in (True, "2", 1.0, 0)] + [
+                ("get_context", {"session_id": "s", "max_tokens": value}, "max_tokens") for value in (True, "100")]:
+            assert named in await error(client, tool, args), (tool, args)
+        assert (await call(client, "get_context", {"session_id": "s", "max_tokens": 100}))["tokens"] > 0
+
+    run(lambda: Client(server), scenario)
+
+
+TOOL_EXCHANGES = {  # a question, a tool call, its result in a user message (Anthropic, Bedrock), the answer
+    "anthropic": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "calc", "input": {"x": 6}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "42"}]}],
+    "bedrock": [{"role": "assistant", "content": [{"toolUse": {"toolUseId": "t1", "name": "calc", "input": {"x": 6}}}]},
+                {"role": "user", "content": [{"toolResult": {"toolUseId": "t1", "content": [{"text": "42"}]}}]}],
+}
+
+
+@pytest.mark.parametrize("shape", sorted(TOOL_EXCHANGES))
+def test_get_context_never_starts_at_a_tool_result(store_url: str, default_embedder: Any, shape: str) -> None:
+    """A tool result in a user message (Anthropic, Bedrock) was taken for a turn's start: a budget could leave its
+    tool call out and begin the context at the orphaned result, which no model provider accepts."""
+    store = open_store(store_url)
+    server = create_server(store, user_id="u", embedder=default_embedder)
+    text = [{"type": "text", "text": "What is 6 times 7? " + "please " * 30}] if shape == "anthropic" else \
+        [{"text": "What is 6 times 7? " + "please " * 30}]
+    answer = [{"type": "text", "text": "It is 42."}] if shape == "anthropic" else [{"text": "It is 42."}]
+    conversation = [{"role": "user", "content": text}, *TOOL_EXCHANGES[shape], {"role": "assistant", "content": answer},
+                    {"role": "user", "content": text}]
+
+    async def scenario(client: Client) -> None:
+        await call(client, "append_messages", {"session_id": "s", "messages": conversation})
+        whole = await call(client, "get_context", {"session_id": "s"})
+        assert whole["messages"] == conversation
+        for budget in range(1, whole["tokens"] + 1):
+            result = await client.call_tool("get_context", {"session_id": "s", "max_tokens": budget})
+            if not result.is_error:
+                assert result.structured_content is not None
+                first = result.structured_content["messages"][0]
+                assert first["role"] == "user" and first["content"] == text, (budget, first)
+
+    run(lambda: Client(server), scenario)
+    store.close()
+
+
+@pytest.mark.parametrize("extra, named", [(["--transport", "http", "--port", "70000"], "argument --port: 70000 is no port"),
+                                          (["--transport", "http", "--port", "0"], "argument --port: 0 is no port"),
+                                          (["--user", "x" * 300], "'user_id' is 300 bytes long")])
+def test_the_command_refuses_a_port_or_owner_it_cannot_serve(tmp_path: Path, extra: list[str], named: str) -> None:
+    """--port 70000 ended in a traceback (bind(): port must be 0-65535); a --user no store keeps served a memory
+    whose every call was then a tool error. Each is refused at once, naming the option (exit code 2)."""
+    done = subprocess.run(command(tmp_path / "memory.db", *extra), env=environment(), capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120)
+    assert done.returncode == 2 and named in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not (tmp_path / "memory.db").exists()  # refused before the store was opened

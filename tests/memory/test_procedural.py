@@ -190,3 +190,18 @@ def test_a_bad_query_or_top_k_is_named_on_every_backend(store_url, default_embed
         assert "book a train" not in [p["query"] for p in memory.retrieve_patterns("book a train", top_k=5)]
     finally:
         memory.close()
+
+
+def test_repeats_of_the_longest_run_time_keep_their_average(store_url, default_embedder):
+    """Two runs of the largest time store_pattern accepts (1e308 ms, finite) summed past a float on the way to their
+    average: the second was "record ...: 'data.avg_execution_time_ms' is inf; JSON has no NaN or infinity", and the
+    pattern's count and score stayed as before."""
+    store = open_store(store_url)
+    memory = ProceduralMemory(store, user_id="alice", embedder=default_embedder)
+    for _ in range(3):
+        memory.store_pattern("export my data", ["export"], 0.9, 1e308)
+    memory.store_pattern("export my data", ["export"], 0.7, 0.0)
+    (pattern,) = memory.patterns()
+    assert pattern["success_count"] == 4 and pattern["avg_execution_time_ms"] == pytest.approx(0.75e308)
+    assert pattern["success_score"] == pytest.approx(0.85)
+    store.close()

@@ -91,6 +91,27 @@ def test_bad_calls_answer_an_error_the_model_can_read(tools, name, args, error):
     assert tools.memory.stats()["fact_count"] == 1  # nothing was written
 
 
+def test_arguments_nested_past_any_parser_are_an_error_not_a_crash(tools):
+    """A model's (or an injected prompt's) arguments nested a hundred thousand deep raised RecursionError out of
+    call and handle, ending the agent loop, where every other unreadable argument string is an error it reads."""
+    for deep in ("[" * 100_000, '{"query": ' + "[" * 100_000 + "]" * 100_000 + "}"):
+        assert "arguments must be a JSON object" in tools.call("search_memory", deep)["error"]
+        (reply,) = tools.handle([{"id": "c", "function": {"name": "search_memory", "arguments": deep}}])
+        assert "arguments must be a JSON object" in json.loads(reply["content"])["error"]
+
+
+@pytest.mark.parametrize("name, args", [
+    ("search_memory", {"query": "x\ud800"}), ("expand", {"id": "x\ud800"}), ("expand", {"id": "m", "session_id": "x\ud800"}),
+    ("remember", {"fact": "x\ud800"}), ("forget", {"id": "x\ud800"}), ("recall_patterns", {"task": "x\ud800"}),
+])
+def test_a_lone_surrogate_is_named_by_the_tools_own_argument(tools, name, args):
+    """A lone surrogate was named by whatever refused it inside: "recall_patterns: retrieve_patterns: 'query' ...",
+    "remember: fact: 'text' ...", "forget: id 0 ...": arguments the model never gave."""
+    given = next(k for k, v in args.items() if "\ud800" in v)
+    assert tools.call(name, args) == {"error": f"{name}: {given!r} is not valid Unicode (a lone surrogate at character 1)"}
+    assert tools.memory.stats()["fact_count"] == 1  # nothing was written
+
+
 def test_handle_leaves_other_tools_calls_alone(tools):
     replies = tools.handle([tool_call("get_weather", {"city": "Lyon"}, 0), tool_call("remember", {"fact": "I like tea"}, 1)])
     assert [r["tool_call_id"] for r in replies] == ["call_1"]
@@ -117,6 +138,68 @@ def test_expand_a_summary_gives_the_messages_it_covers(default_embedder):
     start, end = summary["covers"]
     assert [m["position"] for m in expanded["messages"]] == list(range(start, end + 1))
     assert expanded["messages"][0]["message"] == {"role": "user", "content": "question 0"}
+
+
+def test_an_empty_session_id_looks_in_every_session(store_url, default_embedder):
+    """expand with ``session_id: ""`` (a model fills an optional argument with "") was 'this write needs a
+    session: Scope(session_id=...) is missing' for a summary's id or an unknown one, while a message's id was
+    found: "" now means every session, as leaving it out does (and as a store's scope reads it)."""
+    store = open_store(store_url)
+    chat = SyncConversationMemory(store, "chat", user_id="u", agent_id="a", summarizer=lambda m, p: "summary",
+                                  max_history_turns=2, preserve_recent_messages=2, embedding_model=default_embedder)
+    for i in range(5):
+        chat.add([{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}])
+    summary = chat.manager.archive.summaries()[0]
+    tools = MemoryTools(PersistentMemory("u", "a", store=store, embedder=default_embedder))
+    whole = tools.call("expand", {"id": summary["id"]})
+    assert whole["messages"] and tools.call("expand", json.dumps({"id": summary["id"], "session_id": ""})) == whole
+    assert tools.call("expand", {"id": "nope", "session_id": ""}) == {"error": "nothing in memory has the id 'nope'"}
+    store.close()
+
+
+def test_forget_deletes_one_sessions_message_when_its_id_repeats(store_url, default_embedder):
+    """Message ids are the application's own ("1", "2", ... in each conversation): forget(id) deleted every
+    message of the owner with that id, in every session, though the search hit named one. An id held in several
+    sessions now needs the hit's session_id (an error naming the sessions, nothing deleted), and forget takes it."""
+    store = open_store(store_url)
+    for session, text in (("trip", "My passport number is X123"), ("work", "The deploy key rotates on Monday")):
+        SyncConversationMemory(store, session, user_id="u", agent_id="a", embedding_model=default_embedder).add(
+            [{"role": "user", "content": text, "id": "1"}])
+    tools = MemoryTools(PersistentMemory("u", "a", store=store, embedder=default_embedder))
+    hit = next(h for h in tools.call("search_memory", {"query": "passport number"})["results"] if h["id"] == "1")
+    assert hit["session_id"] == "trip"
+    refused = tools.call("forget", {"id": "1"})
+    assert refused == {"error": "forget: the id '1' names messages in 2 sessions ('trip', 'work'): give the hit's "
+                                "session_id"}
+    assert tools.call("forget", {"id": "1", "session_id": "trip"}) == {"deleted": 1, "messages": 1, "facts": 0}
+    kept = tools.call("expand", {"id": "1"})["messages"]
+    assert [(m["session_id"], m["message"]["content"]) for m in kept] == [("work", "The deploy key rotates on Monday")]
+    assert tools.call("forget", {"id": "1", "session_id": "trip"}) == {"error": "nothing in memory has the id '1'"}
+    assert tools.call("forget", {"id": "1"}) == {"deleted": 1, "messages": 1, "facts": 0}  # one session holds it now
+    store.close()
+
+
+def test_expand_of_a_fact_or_pattern_without_messages_is_no_unknown_id(store_url, default_embedder):
+    """expand of a fact search_memory had just returned said "nothing in memory has the id" when no archived message
+    was behind it (a remembered fact, or one whose messages were forgotten), and so did a pattern's id from
+    recall_patterns: the model was told what it had just found did not exist. Such an id has no messages; only an
+    id memory does not hold is an error."""
+    store = open_store(store_url)
+    memory = PersistentMemory("u", "a", "s1", store=store, embedder=default_embedder)
+    procedural = ProceduralMemory(store, user_id="u", agent_id="a", embedder=default_embedder)
+    pattern = procedural.store_pattern("Analyze my weight trends", ["search", "trend"], 0.9, 100)
+    tools = MemoryTools(memory, procedural)
+    remembered = tools.call("remember", {"fact": "My city is Lyon"})["id"]
+    memory.record_sync([{"role": "user", "content": "My dog is called Rex"}])
+    hits = tools.call("search_memory", {"query": "my dog"})["results"]
+    fact, message = (next(h for h in hits if h["kind"] == kind) for kind in ("fact", "message"))
+    assert [m["id"] for m in tools.call("expand", {"id": fact["id"]})["messages"]] == [message["id"]]
+    tools.call("forget", {"id": message["id"], "session_id": "s1"})
+    for held in (remembered, fact["id"], pattern):
+        assert tools.call("expand", {"id": held}) == {"id": held, "messages": []}, held
+    tools.call("forget", {"id": remembered})
+    assert tools.call("expand", {"id": remembered}) == {"error": f"nothing in memory has the id {remembered!r}"}
+    store.close()
 
 
 def test_a_strands_agent_calls_the_memory_tools(tools):

@@ -25,3 +25,19 @@ def test_a_password_is_hidden():
 def test_a_password_in_the_query_is_hidden(url, shown):
     """libpq takes the password as a query parameter too: the banner printed it in the clear."""
     assert _redact(url) == shown
+
+
+@pytest.mark.parametrize("how", [["--port", "70000"], ["--port", "-1"], "FULLRECALL_PORT"])
+def test_a_port_no_server_takes_is_refused(tmp_path, how):
+    """--port 70000 (or FULLRECALL_PORT=70000) printed 'serving ... on http://127.0.0.1:70000' and bound port 4464
+    (70000 modulo 65536): clients were told a port nobody listened on."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, **({"FULLRECALL_PORT": "70000"} if how == "FULLRECALL_PORT" else {})}
+    done = subprocess.run([sys.executable, "-m", "fullrecall", "serve", "--store", f"sqlite:///{tmp_path / 'm.db'}",
+                           *([] if how == "FULLRECALL_PORT" else how)], env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=60)
+    assert done.returncode == 2 and "serving" not in done.stdout, (done.stdout, done.stderr)
+    assert done.stderr.startswith("error: setting 'port': expected a port from 1 to 65535, got "), done.stderr

@@ -170,6 +170,15 @@ class InputConformance:
                 call()
             assert str(info.value) == error
 
+    def test_a_k_beyond_any_count_finds_every_hit(self, store: Store, scope: Scope) -> None:
+        """A k past 2**63 was 'PostgreSQL refused a value, nothing was written: bigint out of range' there (an
+        agent's ``search_memory`` limit reaches it), while SQLite and Redis answered with every hit."""
+        store.append(scope, [good(0), good(1, "other words")])
+        store.set_vectors(scope, ["m0", "m1"], np.eye(2, 4, dtype=np.float32), "m")
+        for k in (2**63 - 1, 2**63, 10**30):
+            assert [h[0] for h in store.search_text(scope, ["plain"], k)] == ["m0"]
+            assert sorted(h[0] for h in store.search_vectors(scope, np.ones(4, dtype=np.float32), k)) == ["m0", "m1"]
+
     def test_bad_ids_and_documents_refused_identically(self, store: Store, scope: Scope) -> None:
         for kwargs, error in [
             ({"user_id": "al\x00ice"}, "scope 'user_id' contains a NUL character (not allowed in identifiers)"),

@@ -63,16 +63,7 @@ def chat_model(args: argparse.Namespace) -> Any:
     if args.model == "scripted":
         return ScriptedModel()
     if args.provider == "strands":
-        import importlib
-
-        from ..summarizers.chat_models.strands import StrandsChatModel
-
-        if not args.model or ":" not in args.model:
-            raise ValueError("--provider strands needs --model package.module:name (a Model, an Agent, or a "
-                             "function returning one)")
-        module, _, attr = args.model.partition(":")
-        target = getattr(importlib.import_module(module), attr)
-        return StrandsChatModel(target() if callable(target) and not hasattr(target, "stream") else target)
+        return strands_model(args.model)
     if args.provider == "bedrock":
         from ..summarizers.chat_models.bedrock import BedrockChatModel
 
@@ -89,6 +80,32 @@ def chat_model(args: argparse.Namespace) -> Any:
         return chat_model_from_env()
     except ChatModelError as exc:
         raise ChatModelError(f"{exc}; or --model with --provider, or --model scripted to chat offline") from None
+
+
+def strands_model(target: str | None) -> Any:
+    """The Strands model ``--model package.module:name`` names (a Model, an Agent, or a function returning one);
+    a ValueError naming ``--model`` when it names none.
+    """
+    import importlib
+
+    from ..summarizers.chat_models.strands import StrandsChatModel
+
+    if not target or ":" not in target:
+        raise ValueError("--provider strands needs --model package.module:name (a Model, an Agent, or a "
+                         "function returning one)")
+    module, _, attr = target.partition(":")
+    try:
+        found = importlib.import_module(module)
+    except ModuleNotFoundError as exc:  # the module, or one it imports
+        raise ValueError(f"--model {target!r}: no module named {exc.name!r}") from None
+    if not hasattr(found, attr):
+        raise ValueError(f"--model {target!r}: module {module!r} has no {attr!r}")
+    made = getattr(found, attr)
+    made = made() if callable(made) and not hasattr(made, "stream") else made
+    try:
+        return StrandsChatModel(made)
+    except TypeError:
+        raise ValueError(f"--model {target!r}: not a Strands Model or Agent (a {type(made).__name__})") from None
 
 
 def as_chat(messages: list[dict[str, Any]]) -> tuple[dict[str, str], ...]:
@@ -118,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_turns < 2:
         raise ValueError("--max-turns must be at least 2")
+    if args.max_answer_tokens < 1:  # before any message is stored: a provider refuses it with the first one
+        raise ValueError("--max-answer-tokens must be at least 1")
     model = chat_model(args)
     with opened_store(args) as store:
         own = scope(args, args.session)

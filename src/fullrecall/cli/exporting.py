@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from typing import TextIO
 
 from .common import CommandError, add_store, emit, opened_store, progress_bars, scope
 
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
                 else:
                     partial = f"{args.path}.partial"  # a complete file or none: written aside, then renamed
                     try:
-                        with open(partial, "w", encoding="utf-8") as fp:
+                        with _create(partial, args.path) as fp:
                             counts = writer(fp)
                         os.replace(partial, args.path)
                     except BaseException:  # a failed export leaves no half-written file behind
@@ -66,3 +67,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             emit(args, result, text)
     return 0
+
+
+def _create(partial: str, path: str) -> TextIO:
+    """``partial`` opened for writing; an error names ``path``, the file the user asked for."""
+    try:
+        return open(partial, "w", encoding="utf-8")
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, path) from None

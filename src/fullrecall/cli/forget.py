@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from ..stores._forget import is_change_log
     from ..stores.base import ANY
     from ..transfer._common import unlist
 
@@ -28,14 +29,15 @@ def run(args: argparse.Namespace) -> int:
         own = scope(args)
         if args.agent is None:
             own = replace(own, agent_id=ANY)
-        held = store.stats(own)
         what = (f"conversation {own.session_id!r} of user {args.user!r}" if own.session_id
                 else f"everything of user {args.user!r}") + (f" with agent {args.agent!r}" if args.agent else "")
         if not args.yes:
-            print(f"Forget {what} in tenant {own.tenant!r}: {held['message_count']:,} stored messages, "
-                  f"{held.get('record_count', 0):,} records (summaries, facts, patterns, lists)? This cannot be "
-                  "undone. [y/N] ", end="",
-                  file=sys.stderr, flush=True)
+            held = store.stats(own)
+            # long-term memory's change logs are stored as messages but are its bookkeeping: records, as forget counts
+            logs = sum(store.count(s) for s in store.sessions(own) if is_change_log(s.session))
+            print(f"Forget {what} in tenant {own.tenant!r}: {held['message_count'] - logs:,} messages, "
+                  f"{held.get('record_count', 0) + logs:,} long-term records (summaries, facts, patterns, lists, "
+                  "bookkeeping)? This cannot be undone. [y/N] ", end="", file=sys.stderr, flush=True)
             answer = sys.stdin.readline().strip().lower()
             if answer not in ("y", "yes"):
                 raise CommandError("nothing forgotten (not confirmed; --yes skips the question)")

@@ -78,6 +78,21 @@ class LazyEmbedder:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Import the file; one that is no UTF-8 text (a database given by mistake), or JSON nested past what a parser
+    reads, is refused naming it.
+    """
+    from ..errors import InvalidInput
+
+    where = "stdin" if args.path == "-" else args.path
+    try:
+        return _import(args)
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{where}: not UTF-8 text (a byte 0x{exc.object[exc.start]:02x})") from None
+    except RecursionError:
+        raise InvalidInput(f"{where}: JSON nested too deep to read") from None
+
+
+def _import(args: argparse.Namespace) -> int:
     import sys
 
     from ..transfer import jsonl, locomo, openai, strands

@@ -23,6 +23,8 @@ def run(args: argparse.Namespace) -> int:
     from ..memory.conversation import SyncConversationMemory
     from ..service.conversations import message_out
 
+    if not args.session:  # before scope(), which names the option other commands have for it
+        raise InvalidInput("inspect: the conversation id is empty")
     if args.limit < 0:  # it showed no message and said every one was earlier
         raise InvalidInput(f"inspect: --limit must be >= 0, got {args.limit}")
     with opened_store(args, create=False) as store:

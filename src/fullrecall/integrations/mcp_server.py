@@ -140,7 +140,9 @@ def create_server(
     from ..stores import open_store
 
     def _describe(tool: str, arg: str) -> Any:
-        return Field(description=MEMORY_TOOL_SPECS[tool][1][arg]["description"])
+        """The argument as the memory tools' own schema has it (strict: no true or "2" for an integer)."""
+        spec = MEMORY_TOOL_SPECS[tool][1][arg]
+        return Field(description=spec["description"], ge=spec.get("minimum"), strict=True)
 
     store = open_store(store) if isinstance(store, str) else store
     embedder = load_embedder(embedder)
@@ -212,8 +214,10 @@ def create_server(
     def remember(fact: Annotated[str, _describe("remember", "fact")], ctx: Context | None = None) -> dict[str, Any]:
         return memory_tool("remember", ctx, {"fact": fact})
 
-    def forget(id: Annotated[str, _describe("forget", "id")], ctx: Context | None = None) -> dict[str, Any]:
-        return memory_tool("forget", ctx, {"id": id})
+    def forget(id: Annotated[str, _describe("forget", "id")],
+               session_id: Annotated[str | None, _describe("forget", "session_id")] = None,
+               ctx: Context | None = None) -> dict[str, Any]:
+        return memory_tool("forget", ctx, {"id": id, "session_id": session_id})
 
     def recall_patterns(task: Annotated[str, _describe("recall_patterns", "task")],
                         ctx: Context | None = None) -> dict[str, Any]:
@@ -232,7 +236,8 @@ def create_server(
         return {"session_id": session_id, "received": len(messages)}
 
     def get_context(session_id: Annotated[str, Field(description="the conversation", min_length=1)],
-                    max_tokens: Annotated[int | None, Field(description="token budget (default: none)", ge=1)] = None,
+                    max_tokens: Annotated[int | None, Field(description="token budget (default: none)", ge=1,
+                                                            strict=True)] = None,
                     ctx: Context | None = None) -> dict[str, Any]:
         scope = who(ctx, session_id)
         try:
@@ -247,14 +252,19 @@ def create_server(
 
 
 def _within_budget(messages: list[dict[str, Any]], max_tokens: int | None, counter: Any) -> dict[str, Any]:
-    """The context, its oldest turns left out (a turn starts at a user message) until it fits ``max_tokens``."""
+    """The context, its oldest turns left out until it fits ``max_tokens``: a turn starts at a user message that is
+    no tool result (Anthropic and Bedrock send tool results as user messages), so no tool call loses its result.
+    """
     from ..messages.formats import parse_messages
     from ..tokens import default_token_counter
+    from ..window.cuts import clean_cuts, is_window_start
 
     counter = counter or default_token_counter()
-    sizes = [counter.count_message(m) for m in parse_messages(messages)[1]] if messages else []
+    parsed = parse_messages(messages)[1] if messages else []
+    sizes = [counter.count_message(m) for m in parsed]
+    clean = clean_cuts(parsed)
     pinned = 1 if messages and messages[0].get("role") in ("system", "developer") else 0
-    starts = [pinned] + [i for i in range(pinned + 1, len(messages)) if messages[i].get("role") == "user"]
+    starts = [pinned] + [i for i in range(pinned + 1, len(messages)) if is_window_start(parsed, i, clean)]
     for start in starts:
         tokens = sum(sizes[:pinned]) + sum(sizes[start:])
         if max_tokens is None or tokens <= max_tokens:
@@ -272,13 +282,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--embedder", default=None, help="embedding model (default: the local MiniLM)")
     parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP address (http transport)")
-    parser.add_argument("--port", type=int, default=8765, help="HTTP port; the endpoint is /mcp (http transport)")
+    parser.add_argument("--port", type=_port, default=8765, help="HTTP port; the endpoint is /mcp (http transport)")
+
+
+def _port(text: str) -> int:
+    """``--port``: a TCP port a server can listen on."""
+    port = int(text) if text.strip().lstrip("+-").isdigit() else 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is no port (1 to 65535)")
+    return port
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until stopped (stdin closes, or Ctrl-C); the store is closed then."""
     from ..cli.common import opened_store
 
+    Scope(user_id=args.user, agent_id=args.agent)  # an owner no store keeps is refused before anything is served
     with opened_store(args) as store:
         server = create_server(store, user_id=args.user, agent_id=args.agent, embedder=args.embedder)
         if args.transport == "stdio":

@@ -165,9 +165,9 @@ class ProceduralMemory:
                 vector = embedded[0]
             else:
                 record, data, vector = old, old.data, None
-                n = int(data["success_count"])
-                data["avg_execution_time_ms"] = (data["avg_execution_time_ms"] * n + float(execution_time_ms)) / (n + 1)
-                data["success_score"] = (data["success_score"] * n + float(success_score)) / (n + 1)
+                n = int(data["success_count"])  # running means, never a sum a float cannot hold
+                data["avg_execution_time_ms"] += (float(execution_time_ms) - data["avg_execution_time_ms"]) / (n + 1)
+                data["success_score"] += (float(success_score) - data["success_score"]) / (n + 1)
                 data["success_count"] = n + 1
                 data["last_used"] = now
                 data["query_type"] = query_type or data.get("query_type")

@@ -6,7 +6,8 @@ optionally, a :class:`~fullrecall.memory.procedural.ProceduralMemory`) as five t
 * ``search_memory(query, limit=5)``: facts and archived messages, with ids and scores;
 * ``expand(id, session_id=None)``: the exact archived messages behind a hit, a fact or a summary;
 * ``remember(fact)``: keep a fact (a newer value of the same attribute supersedes the old one);
-* ``forget(id)``: delete a message, a fact or a pattern;
+* ``forget(id, session_id=None)``: delete a message (of the hit's session: ids may repeat across sessions), a
+  fact or a pattern;
 * ``recall_patterns(task)``: tool sequences that solved similar tasks, and a suggested plan.
 
 They are offered as OpenAI-style tool schemas (:meth:`MemoryTools.schemas`) with a
@@ -26,7 +27,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..errors import InvalidInput
 from ..messages.model import RECALLED
+from ..stores import _validate as V
 from ..stores.base import StoredMessage
 from .persistent import PersistentMemory
 from .procedural import ProceduralMemory
@@ -54,8 +57,10 @@ _SPECS: dict[str, tuple[str, dict[str, Any], list[str]]] = {
         ["fact"],
     ),
     "forget": (
-        "Delete a message, fact or pattern from memory for good, by its id.",
-        {"id": {**_STRING, "description": "the id to delete"}},
+        ("Delete a message, fact or pattern from memory for good, by its id (and a message's session_id, from its "
+         "search hit: message ids may repeat across sessions)."),
+        {"id": {**_STRING, "description": "the id to delete"},
+         "session_id": {**_STRING, "description": "the hit's session_id, when it has one"}},
         ["id"],
     ),
     "recall_patterns": (
@@ -85,18 +90,33 @@ class MemoryTools:
 
     def expand(self, id: str, session_id: str | None = None) -> dict[str, Any]:
         messages = self.memory.expand(id, session_id=session_id)
-        if not messages:
+        if not messages and not self._holds(id):
             return {"error": f"nothing in memory has the id {id!r}"}
         return {RECALLED: True, "id": id, "messages": [_message(m) for m in messages]}
+
+    def _holds(self, id: str) -> bool:
+        """Whether ``id`` is a fact or pattern of the owner (one without messages behind it is no unknown id: a
+        remembered fact, one whose messages were forgotten, a pattern).
+        """
+        if self.memory.facts.get(id) is not None:
+            return True
+        return self.procedural is not None and any(p["id"] == id for p in self.procedural.patterns())
 
     def remember(self, fact: str) -> dict[str, Any]:
         stored = self.memory.remember(fact)
         return {"id": stored.id, "text": stored.text, "attribute": stored.attribute, "value": stored.value,
                 "mentions": stored.mentions}
 
-    def forget(self, id: str) -> dict[str, Any]:
-        counts = self.memory.clear(ids=[id])
-        if self.procedural is not None and self.procedural.delete_pattern(id):
+    def forget(self, id: str, session_id: str | None = None) -> dict[str, Any]:
+        if session_id:  # that session's message
+            counts = self.memory.clear(ids=[id], session_id=session_id)
+        else:
+            sessions = sorted({m.session_id or "" for m in self.memory.messages(ids=[id])})
+            if len(sessions) > 1:  # which one the model means, only the hit's session says
+                return {"error": f"forget: the id {id!r} names messages in {len(sessions)} sessions "
+                                 f"({', '.join(map(repr, sessions))}): give the hit's session_id"}
+            counts = self.memory.clear(ids=[id])
+        if not session_id and self.procedural is not None and self.procedural.delete_pattern(id):
             counts["patterns"] = 1
         deleted = sum(counts.values())
         return {"deleted": deleted, **counts} if deleted else {"error": f"nothing in memory has the id {id!r}"}
@@ -133,7 +153,7 @@ class MemoryTools:
             return {"error": f"unknown tool {name!r}; the memory tools are {self.names}"}
         try:
             args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments or {})
-        except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        except (json.JSONDecodeError, TypeError, ValueError, RecursionError) as exc:  # nested past the parser's depth
             return {"error": f"{name}: arguments must be a JSON object ({exc})"}
         if not isinstance(args, dict):
             return {"error": f"{name}: arguments must be a JSON object"}
@@ -182,8 +202,8 @@ class MemoryTools:
         def remember(fact: str) -> str:
             return self._json("remember", {"fact": fact})
 
-        def forget(id: str) -> str:
-            return self._json("forget", {"id": id})
+        def forget(id: str, session_id: str = "") -> str:
+            return self._json("forget", {"id": id, **({"session_id": session_id} if session_id else {})})
 
         def recall_patterns(task: str) -> str:
             return self._json("recall_patterns", {"task": task})
@@ -208,6 +228,11 @@ def _check_args(name: str, args: dict[str, Any], props: dict[str, Any], required
             continue
         if kind == "string" and (not isinstance(value, str) or (key in required and not value.strip())):
             return f"{name}: {key!r} must be a non-empty string"
+        if kind == "string":  # named by the argument the model gave, not by what would refuse it inside
+            try:
+                V.check_unicode(value, f"{name}: {key!r}")
+            except InvalidInput as exc:
+                return str(exc)
         if kind == "integer" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             return f"{name}: {key!r} must be a positive integer"
     return None

@@ -54,6 +54,8 @@ class Settings:
         for f in fields(cls):
             if f.name in values:
                 settings = replace(settings, **{f.name: _convert(f.name, values[f.name], getattr(cls(), f.name))})
+        if not 1 <= settings.port <= 65535:  # the socket layer would take it modulo 65536, another port than announced
+            raise ValueError(f"setting 'port': expected a port from 1 to 65535, got {settings.port}")
         return settings
 
 

@@ -41,10 +41,13 @@ def check_positive_k(k: int) -> int:
     return k
 
 
-def check_search(where: str, k: int, filters: Filters | None) -> None:
-    """A store search's result count and filters, checked the same way on every backend."""
+def check_search(where: str, k: int, filters: Filters | None) -> int:
+    """A store search's result count and filters, checked the same way on every backend; the count to use: ``k``,
+    at most ``MAX_POSITION`` (2**53 - 1, past any real count), which every database's integers hold.
+    """
     check_positive_k(k)
     V.check_filters(where, filters)
+    return min(k, V.MAX_POSITION)
 
 
 # -- messages ----------------------------------------------------------------

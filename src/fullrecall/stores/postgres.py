@@ -830,7 +830,7 @@ class PostgresStore(SqlStore):
     def search_vectors(
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
     ) -> list[Hit]:
-        C.check_search("search_vectors", k, filters)
+        k = C.check_search("search_vectors", k, filters)
         query = Vec.as_query(vector)
         s = self.schema
         where, params = self.sql.scope_where(scope)
@@ -929,7 +929,7 @@ class PostgresStore(SqlStore):
         """BM25 (binary term frequency) in SQL, with MaxScore pruning so that a common word
         costs no more than a rare one (see :mod:`._topk`).
         """
-        C.check_search("search_text", k, filters)
+        k = C.check_search("search_text", k, filters)
         phrases = [p for p in map(self._tokenize, C.split_terms(terms)) if p]
         if not phrases or k == 0:
             return []

@@ -528,7 +528,7 @@ class RedisStore(StoreBase):
     def search_vectors(
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
     ) -> list[Hit]:
-        C.check_search("search_vectors", k, filters)
+        k = C.check_search("search_vectors", k, filters)
         query = Vec.as_query(vector)
         sessions = [s for s in self._sessions(scope) if s.meta.get("vec_dim")]
         dims = {int(s.meta["vec_dim"]) for s in sessions}
@@ -546,7 +546,7 @@ class RedisStore(StoreBase):
     def search_text(
         self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None
     ) -> list[Hit]:
-        C.check_search("search_text", k, filters)
+        k = C.check_search("search_text", k, filters)
         phrases = [p for p in (self._tokenize(term) for term in C.split_terms(terms)) if p]
         if not phrases or k == 0:
             return []

@@ -697,7 +697,7 @@ class SQLiteStore(SqlStore):
     def search_vectors(
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
     ) -> list[Hit]:
-        C.check_search("search_vectors", k, filters)
+        k = C.check_search("search_vectors", k, filters)
         query = Vec.as_query(vector)
         with self._lock:
             conn = self._conn()
@@ -731,7 +731,7 @@ class SQLiteStore(SqlStore):
     def search_text(
         self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None
     ) -> list[Hit]:
-        C.check_search("search_text", k, filters)
+        k = C.check_search("search_text", k, filters)
         words = C.split_terms(terms)
         if not words or k == 0:
             return []
