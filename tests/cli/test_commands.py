@@ -239,7 +239,7 @@ def test_a_file_the_command_cannot_read_or_write_is_named_as_given(tmp_path):
 
 def test_an_import_of_json_nested_past_any_parser_is_one_line_of_error(tmp_path):
     """A file nested a hundred thousand deep (a transcript or a line of one) ended the import in a RecursionError
-    traceback; it is refused naming the file (exit code 2), and nothing is written."""
+    traceback; it is refused in one line, as any invalid JSON is (exit code 2), and nothing is written."""
     store = f"sqlite:///{tmp_path / 'm.db'}"
     deep = "[" * 100_000 + "]" * 100_000
     (tmp_path / "deep.json").write_text(json.dumps([{"role": "user", "content": "hi"}])[:-1] + ", " + deep + "]")
@@ -249,7 +249,8 @@ def test_an_import_of_json_nested_past_any_parser_is_one_line_of_error(tmp_path)
     for name, fmt in [("deep.json", "auto"), ("deep.json", "openai"), ("deep.json", "locomo"),
                       ("deep.jsonl", "jsonl"), ("memory.jsonl", "memory")]:
         done = inproc("import", name, "--format", fmt, "--store", store, cwd=tmp_path, ok=False)
-        assert done.returncode == 2 and done.stderr == f"error: {name}: JSON nested too deep to read\n", (fmt, done)
+        lines = done.stderr.splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and "nested too deep" in lines[0], (fmt, done)
     assert again("stats", "--store", store, "--everyone", cwd=tmp_path)["message_count"] == 0
 
 

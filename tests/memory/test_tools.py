@@ -196,7 +196,7 @@ def test_expand_of_a_fact_or_pattern_without_messages_is_no_unknown_id(store_url
     assert [m["id"] for m in tools.call("expand", {"id": fact["id"]})["messages"]] == [message["id"]]
     tools.call("forget", {"id": message["id"], "session_id": "s1"})
     for held in (remembered, fact["id"], pattern):
-        assert tools.call("expand", {"id": held}) == {"id": held, "messages": []}, held
+        assert tools.call("expand", {"id": held}) == {"recalled_from_memory": True, "id": held, "messages": []}, held
     tools.call("forget", {"id": remembered})
     assert tools.call("expand", {"id": remembered}) == {"error": f"nothing in memory has the id {remembered!r}"}
     store.close()
