@@ -18,7 +18,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fullrecall.errors import StateConflict, StoreError
-from fullrecall.stores import ANY, Filters, Scope, StoredMessage, open_store
+from fullrecall.stores import ANY, Filters, Record, Scope, StoredMessage, open_store
 from fullrecall.stores._servers import free_port
 from fullrecall.stores.sqlite import SCHEMA_VERSION, SQLiteStore, parse_url
 
@@ -364,6 +364,40 @@ def test_postgres_a_refused_compare_and_set_leaves_no_session(service_urls: dict
     with psycopg.connect(url) as conn:
         assert conn.execute(rows).fetchone() == (2,)
     store.close()
+
+
+def test_postgres_a_batch_is_one_transaction(service_urls: dict[str, Callable[[], str]]) -> None:
+    """A batch's writes are seen by others when it ends, all at once; a block that fails leaves none of them, and
+    the handle goes on working (its other threads never waited for the block).
+    """
+    url = service_urls["postgres"]()
+    schema = f"batch{uuid.uuid4().hex[:8]}"
+    store, other = (open_store(f"{url}{'&' if '?' in url else '?'}schema={schema}") for _ in range(2))
+    owner, log = Scope(user_id="u", agent_id="a"), Scope(user_id="u", agent_id="a", session_id="_log")
+    seen: list[tuple[int, int]] = []
+
+    def others_view() -> tuple[int, int]:
+        return len(other.get_records(owner, "facts")), other.count(log)
+
+    with store.batch():
+        store.put_record(owner, Record(id="f1", namespace="facts", text="My city is Lyon"))
+        store.append(log, [_msg(0, "f1")])
+        seen.append(others_view())
+        beside = threading.Thread(target=lambda: seen.append((len(store.get_records(owner, "facts")), 0)))
+        beside.start()
+        beside.join(10)
+    assert seen == [(0, 0), (0, 0)] and others_view() == (1, 1)
+    with pytest.raises(RuntimeError, match="midway"), store.batch():
+        store.put_record(owner, Record(id="f2", namespace="facts", text="My city is Oslo"))
+        store.append(log, [_msg(1, "f2")])
+        raise RuntimeError("midway")
+    assert others_view() == (1, 1) and [r.id for r in store.get_records(owner, "facts")] == ["f1"]
+    with pytest.raises(ValueError), store.batch():  # a statement refused inside the block: the block undone
+        store.put_record(owner, Record(id="f3", namespace="facts", text="My city is Rome"))
+        store.append(log, [StoredMessage(id="elsewhere", role="user", text="taken", data={}, position=0)])
+    assert others_view() == (1, 1) and store.append(log, [_msg(2, "f3")]) == [1]
+    store.close()
+    other.close()
 
 
 def test_postgres_vectors_of_a_dimension_another_handle_created_are_read(

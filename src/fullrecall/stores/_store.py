@@ -7,9 +7,10 @@ on every backend (``range``, ``get_state``, ``update_state``) lives here once.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -86,6 +87,13 @@ class StoreBase:
         C.check_version(record.id, expected, "record")
         return self._put_record(scope, owner, record, data, Vec.as_matrix(vector, 1)[0] if vector is not None else None,
                                 expected)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """This thread's writes in the block, committed together where each commit waits for the disk (see
+        :class:`~fullrecall.stores.base.Store`); here each write lands as it comes.
+        """
+        yield
 
     # -- built on the hooks ---------------------------------------------------------------------
 

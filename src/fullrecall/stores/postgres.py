@@ -278,6 +278,10 @@ def _py_text(stored: str) -> str:
     return _UNESCAPE.sub(lambda m: _MARK if m.group(1) == _MARK else "\x00", stored[1:])
 
 
+class _Held(threading.local):
+    conn: Conn | None = None
+
+
 class PostgresStore(SqlStore):
     """:class:`~fullrecall.stores.base.Store` on PostgreSQL + pgvector (see the module docstring)."""
 
@@ -332,6 +336,7 @@ class PostgresStore(SqlStore):
             raise StoreError("the PostgreSQL store stems words with PyStemmer, which is not installed:"
                              " pip install 'fullrecall[postgres]'")
         self._lock = threading.Lock()
+        self._held = _Held()  # per thread: the connection of its batch(), if any
         self._pool_obj: ConnectionPool[Conn] | None = None
         self._pid = os.getpid()
         self._closed = False
@@ -399,17 +404,37 @@ class PostgresStore(SqlStore):
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[Conn]:
-        """One transaction; driver errors become StoreError (unreachable) or ValueError (refused input)."""
-        with self._mapped_errors(), self._pool().connection() as conn, conn.transaction():
+        """One transaction (inside a :meth:`batch`, a savepoint of it); driver errors become StoreError
+        (unreachable) or ValueError (refused input).
+        """
+        with self._read() as conn, conn.transaction():
             yield conn
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Conn]:
         """A connection for reads in autocommit, errors mapped as :meth:`_tx` does: each statement sees its
-        own snapshot, and a read of one statement saves the BEGIN and COMMIT round trips.
+        own snapshot, and a read of one statement saves the BEGIN and COMMIT round trips. Inside this
+        thread's :meth:`batch`, its connection (in its transaction).
         """
-        with self._mapped_errors(), self._pool().connection() as conn:
+        held = self._held.conn
+        with self._mapped_errors(), (contextlib.nullcontext(held) if held is not None
+                                     else self._pool().connection()) as conn:
             yield conn
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """This thread's statements in the block run in one transaction: one commit (each commit waits for the
+        disk), and nothing of the block is kept if it fails. Nested blocks belong to the outermost.
+        """
+        if self._held.conn is not None:
+            yield
+            return
+        with self._mapped_errors(), self._pool().connection() as conn, conn.transaction():
+            self._held.conn = conn
+            try:
+                yield
+            finally:
+                self._held.conn = None
 
     @contextlib.contextmanager
     def _mapped_errors(self) -> Iterator[None]:
