@@ -400,6 +400,46 @@ def test_postgres_a_batch_is_one_transaction(service_urls: dict[str, Callable[[]
     other.close()
 
 
+def test_postgres_a_small_scope_vector_search_is_one_round_trip(
+    service_urls: dict[str, Callable[[], str]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scope's conversations and its exact best ``k`` come in one statement, the same hits as a scan in
+    process; a scope of another dimension than the query's is still refused, naming both.
+    """
+    url = service_urls["postgres"]()
+    store = open_store(f"{url}{'&' if '?' in url else '?'}schema=one{uuid.uuid4().hex[:8]}")
+    rng = np.random.default_rng(3)
+    vectors: dict[str, np.ndarray] = {}
+    for user in ("u", "v"):
+        for session in ("a", "b"):
+            scope = Scope(user_id=user, session_id=session)
+            store.append(scope, [_msg(i, f"text {i}") for i in range(30)])
+            mat = rng.standard_normal((30, 8)).astype(np.float32)
+            store.set_vectors(scope, [f"m{i}" for i in range(30)], mat, "m8")
+            vectors.update({f"{user}/{session}/m{i}": mat[i] for i in range(30)} if user == "u" else {})
+    other = Scope(user_id="w", session_id="a")
+    store.append(other, [_msg(0, "wide")])
+    store.set_vectors(other, ["m0"], np.ones((1, 16), np.float32), "m16")
+    query = rng.standard_normal(8).astype(np.float32)
+    cosine = {key: float(v @ query / np.linalg.norm(v) / np.linalg.norm(query)) for key, v in vectors.items()}
+    best = sorted(cosine, key=lambda key: -cosine[key])[:7]
+    statements: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        statements.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", counted)
+    hits = store.search_vectors(Scope(user_id="u"), query, 7)
+    assert len(statements) == 1
+    assert [f"{h.owner[2] if h.owner else ''}/{h.id}" for h in hits] == [key.split("/", 1)[1] for key in best]
+    assert [round(h.score, 5) for h in hits] == [round(cosine[key], 5) for key in best]
+    with pytest.raises(ValueError, match="16"):
+        store.search_vectors(Scope(user_id="w"), query, 3)
+    store.close()
+
+
 def test_postgres_vectors_of_a_dimension_another_handle_created_are_read(
     service_urls: dict[str, Callable[[], str]],
 ) -> None:
