@@ -194,6 +194,46 @@ def test_a_plain_turn_costs_a_retry_check_an_append_and_a_vector_write(tmp_path,
         store.inner.close()
 
 
+class Overlap:
+    """A store handle whose ``get_vectors`` of the armed session waits (5 s at most) for its words' append to begin."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.armed, self.seen = inner, None, []
+        self.appending = threading.Event()
+
+    def append(self, scope, messages):
+        if scope.session_id == self.armed:
+            self.appending.set()
+        return self.inner.append(scope, messages)
+
+    def get_vectors(self, scope, ids):
+        if scope.session_id == self.armed:
+            self.seen.append(self.appending.wait(5))
+        return self.inner.get_vectors(scope, ids)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_turns_retry_check_runs_beside_the_append_of_its_words_on_every_backend(store_url, default_embedder):
+    """While a turn is embedded, its words are appended and the store asked which of them a retry already
+    stored with a vector, side by side: neither waits for the other."""
+    store = Overlap(open_store(store_url))
+    memory = PersistentMemory("u", "a", "s1", store=store, embedder=default_embedder)
+    try:
+        turn = [{"role": "user", "content": "Question 1?"}, {"role": "assistant", "content": "Answer 1."}]
+        asyncio.run(memory.record(turn, {"turn": 1}))
+        store.armed = "s1"
+        asyncio.run(memory.record([{"role": "user", "content": "Question 2?"}], {"turn": 2}))
+        assert store.seen == [True]
+        store.appending.clear()
+        assert asyncio.run(memory.record(turn, {"turn": 1})) and store.seen == [True, True]  # a retry, the same way
+        assert [m.text.endswith(("Question 1?", "Answer 1.", "Question 2?")) for m in memory.messages()] == [True] * 3
+        assert len(store.inner.get_vectors(memory._search.scope, [m.id for m in memory.messages()])) == 3
+    finally:
+        store.inner.close()
+
+
 class Batches:
     """A store handle that writes down, for each ``batch()`` block, the writes its thread made inside it."""
 
