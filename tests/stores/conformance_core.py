@@ -231,6 +231,12 @@ class CoreConformance:
         with store.batch():
             pass  # an empty block writes nothing
         assert store.count(scope) == 2
+        with store.batch():
+            store.append(scope, [note(3, "kept")])
+            with pytest.raises(InvalidInput, match=r"forget: cannot run inside a batch\(\) block"):
+                store.forget(scope)  # its scrub needs the deletes committed: refused, nothing forgotten
+        assert store.count(scope) == 3 and len(store.get_records(owner, "facts")) == 1
+        assert store.forget(scope)["messages"] == 3  # after the block
 
     # -- batched range reads ----------------------------------------------------------------
 

@@ -332,6 +332,7 @@ class Store(Protocol):
         """A block whose writes (this thread's) are committed together where the backend can: on PostgreSQL
         one transaction, so one commit to wait for instead of one a write, and nothing of the block kept if
         it fails; reads in the block see its writes. Elsewhere each write lands as it comes. Blocks nest.
+        ``forget`` is refused inside a block (InvalidInput, nothing deleted): it needs every earlier write committed.
         """
         ...
 

@@ -424,9 +424,9 @@ class PostgresStore(SqlStore):
             yield conn
 
     @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
-        """This thread's statements in the block run in one transaction: one commit (each commit waits for the
-        disk), and nothing of the block is kept if it fails. Nested blocks belong to the outermost.
+    def _batched(self) -> Iterator[None]:
+        """This thread's statements in a :meth:`batch` run in one transaction: one commit (each commit waits for
+        the disk), and nothing of the block is kept if it fails. Nested blocks belong to the outermost.
         """
         if self._held.conn is not None:
             yield
@@ -1035,6 +1035,7 @@ class PostgresStore(SqlStore):
     # -- housekeeping ---------------------------------------------------------------------------
 
     def forget(self, scope: Scope) -> dict[str, Any]:
+        self._outside_batch("forget")
         where, params = self.sql.scope_where(scope)
         rwhere, rparams = self.sql.record_where(scope, exact=True)
         s = self.schema
