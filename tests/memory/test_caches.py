@@ -5,6 +5,8 @@ change seen (on every backend), one embedding batch per record, the question emb
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -188,6 +190,96 @@ def test_a_plain_turn_costs_a_retry_check_an_append_and_a_vector_write(tmp_path,
                                        {"role": "assistant", "content": f"Answer {turn}."}], {"turn": turn}))
             assert sorted(store.calls) == ["append", "get_vectors", "set_vectors"]  # no session or state reads
         assert len(memory.messages()) == 6 and len(memory.search("Question 3", 1)) == 1
+    finally:
+        store.inner.close()
+
+
+class Overlap:
+    """A store handle whose ``get_vectors`` of the armed session waits (5 s at most) for its words' append to begin."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.armed, self.seen = inner, None, []
+        self.appending = threading.Event()
+
+    def append(self, scope, messages):
+        if scope.session_id == self.armed:
+            self.appending.set()
+        return self.inner.append(scope, messages)
+
+    def get_vectors(self, scope, ids):
+        if scope.session_id == self.armed:
+            self.seen.append(self.appending.wait(5))
+        return self.inner.get_vectors(scope, ids)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_turns_retry_check_runs_beside_the_append_of_its_words_on_every_backend(store_url, default_embedder):
+    """While a turn is embedded, its words are appended and the store asked which of them a retry already
+    stored with a vector, side by side: neither waits for the other."""
+    store = Overlap(open_store(store_url))
+    memory = PersistentMemory("u", "a", "s1", store=store, embedder=default_embedder)
+    try:
+        turn = [{"role": "user", "content": "Question 1?"}, {"role": "assistant", "content": "Answer 1."}]
+        asyncio.run(memory.record(turn, {"turn": 1}))
+        store.armed = "s1"
+        asyncio.run(memory.record([{"role": "user", "content": "Question 2?"}], {"turn": 2}))
+        assert store.seen == [True]
+        store.appending.clear()
+        assert asyncio.run(memory.record(turn, {"turn": 1})) and store.seen == [True, True]  # a retry, the same way
+        assert [m.text.endswith(("Question 1?", "Answer 1.", "Question 2?")) for m in memory.messages()] == [True] * 3
+        assert len(store.inner.get_vectors(memory._search.scope, [m.id for m in memory.messages()])) == 3
+    finally:
+        store.inner.close()
+
+
+class Batches:
+    """A store handle that writes down, for each ``batch()`` block, the writes its thread made inside it."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.blocks, self._open = inner, [], threading.local()
+
+    @contextlib.contextmanager
+    def batch(self):
+        outer = getattr(self._open, "block", None) is None
+        if outer:
+            self._open.block = []
+        try:
+            with self.inner.batch():
+                yield
+        finally:
+            if outer:
+                self.blocks.append(self._open.block)
+                self._open.block = None
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if name not in ("put_record", "append", "delete_record", "set_vectors", "put_state"):
+            return attr
+
+        def write(*args, **kwargs):
+            block = getattr(self._open, "block", None)
+            if block is not None:
+                block.append(name)
+            return attr(*args, **kwargs)
+        return write
+
+
+def test_a_fact_turn_commits_its_fact_the_fact_it_closes_and_their_log_event_at_once_on_every_backend(
+        store_url, default_embedder):
+    """On PostgreSQL a batch is one transaction: a fact turn waits for one commit, not one a write."""
+    store = Batches(open_store(store_url))
+    memory = PersistentMemory("u", "a", "s1", store=store, embedder=default_embedder)
+    try:
+        asyncio.run(memory.record([{"role": "user", "content": "My city is Paris."}], {"turn": 1}))
+        store.blocks.clear()
+        asyncio.run(memory.record([{"role": "user", "content": "My city is Lyon."}], {"turn": 2}))
+        assert store.blocks == [["put_record", "put_record", "append"]]  # Lyon, Paris closed, one log event
+        paris, lyon = memory.facts.history(attribute="city")
+        assert (paris.value, paris.superseded_by, lyon.value, lyon.valid_to) == ("Paris", lyon.id, "Lyon", None)
+        again = PersistentMemory("u", "a", "s1", store=store.inner, embedder=default_embedder)
+        assert [f.value for f in again.facts.current(attribute="city")] == ["Lyon"]
     finally:
         store.inner.close()
 

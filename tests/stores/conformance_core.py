@@ -238,6 +238,37 @@ class CoreConformance:
         assert store.get_record(owner, "facts", "r") is None
 
 
+    def test_a_batch_keeps_its_writes_and_reads_them_inside(self, store: Store, scope: Scope) -> None:
+        """Writes in a batch (one transaction on PostgreSQL) behave as they do outside one: versions, compare-and-set,
+        appends, reads of what the block wrote; nested blocks are part of the outer one; everything stays.
+        """
+        owner = Scope(user_id=scope.user_id, agent_id=scope.agent_id)
+
+        def put(text: str, expected: int | None = None) -> int:
+            return store.put_record(owner, Record(id="r", namespace="facts", text=text), expected=expected)
+
+        with store.batch():
+            assert put("a", expected=0) == 1
+            with store.batch():
+                assert put("b", expected=1) == 2
+            with pytest.raises(StateConflict) as lost:
+                put("c", expected=1)
+            assert lost.value.current == 2
+            assert store.append(scope, [note(1, "logged"), note(2, "again")]) == [0, 1]
+            assert [(r.text, r.version) for r in store.get_records(owner, "facts")] == [("b", 2)]
+            assert [m.id for m in store.range(scope, 0, 9)] == ["m1", "m2"]
+        assert [(r.text, r.version) for r in store.get_records(owner, "facts")] == [("b", 2)]
+        assert [m.id for m in store.range(scope, 0, 9)] == ["m1", "m2"] and store.count(scope) == 2
+        with store.batch():
+            pass  # an empty block writes nothing
+        assert store.count(scope) == 2
+        with store.batch():
+            store.append(scope, [note(3, "kept")])
+            with pytest.raises(InvalidInput, match=r"forget: cannot run inside a batch\(\) block"):
+                store.forget(scope)  # its scrub needs the deletes committed: refused, nothing forgotten
+        assert store.count(scope) == 3 and len(store.get_records(owner, "facts")) == 1
+        assert store.forget(scope)["messages"] == 3  # after the block
+
     # -- batched range reads ----------------------------------------------------------------
 
     def test_ranges_reads_every_span_at_once_as_range_would(self, store: Store, scope: Scope) -> None:

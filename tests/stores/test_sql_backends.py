@@ -18,7 +18,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fullrecall.errors import StateConflict, StoreError
-from fullrecall.stores import ANY, Filters, Scope, StoredMessage, open_store
+from fullrecall.stores import ANY, Filters, Record, Scope, StoredMessage, open_store
 from fullrecall.stores._servers import free_port
 from fullrecall.stores.sqlite import SCHEMA_VERSION, SQLiteStore, parse_url
 
@@ -363,6 +363,80 @@ def test_postgres_a_refused_compare_and_set_leaves_no_session(service_urls: dict
     assert store.put_state(Scope(user_id="u", session_id="t"), "w", {"n": 1}) == 1  # a new conversation, no expected
     with psycopg.connect(url) as conn:
         assert conn.execute(rows).fetchone() == (2,)
+    store.close()
+
+
+def test_postgres_a_batch_is_one_transaction(service_urls: dict[str, Callable[[], str]]) -> None:
+    """A batch's writes are seen by others when it ends, all at once; a block that fails leaves none of them, and
+    the handle goes on working (its other threads never waited for the block).
+    """
+    url = service_urls["postgres"]()
+    schema = f"batch{uuid.uuid4().hex[:8]}"
+    store, other = (open_store(f"{url}{'&' if '?' in url else '?'}schema={schema}") for _ in range(2))
+    owner, log = Scope(user_id="u", agent_id="a"), Scope(user_id="u", agent_id="a", session_id="_log")
+    seen: list[tuple[int, int]] = []
+
+    def others_view() -> tuple[int, int]:
+        return len(other.get_records(owner, "facts")), other.count(log)
+
+    with store.batch():
+        store.put_record(owner, Record(id="f1", namespace="facts", text="My city is Lyon"))
+        store.append(log, [_msg(0, "f1")])
+        seen.append(others_view())
+        beside = threading.Thread(target=lambda: seen.append((len(store.get_records(owner, "facts")), 0)))
+        beside.start()
+        beside.join(10)
+    assert seen == [(0, 0), (0, 0)] and others_view() == (1, 1)
+    with pytest.raises(RuntimeError, match="midway"), store.batch():
+        store.put_record(owner, Record(id="f2", namespace="facts", text="My city is Oslo"))
+        store.append(log, [_msg(1, "f2")])
+        raise RuntimeError("midway")
+    assert others_view() == (1, 1) and [r.id for r in store.get_records(owner, "facts")] == ["f1"]
+    with pytest.raises(ValueError), store.batch():  # a statement refused inside the block: the block undone
+        store.put_record(owner, Record(id="f3", namespace="facts", text="My city is Rome"))
+        store.append(log, [StoredMessage(id="elsewhere", role="user", text="taken", data={}, position=0)])
+    assert others_view() == (1, 1) and store.append(log, [_msg(2, "f3")]) == [1]
+    store.close()
+    other.close()
+
+
+def test_postgres_a_small_scope_vector_search_is_one_round_trip(
+    service_urls: dict[str, Callable[[], str]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scope's conversations and its exact best ``k`` come in one statement, the same hits as a scan in
+    process; a scope of another dimension than the query's is still refused, naming both.
+    """
+    url = service_urls["postgres"]()
+    store = open_store(f"{url}{'&' if '?' in url else '?'}schema=one{uuid.uuid4().hex[:8]}")
+    rng = np.random.default_rng(3)
+    vectors: dict[str, np.ndarray] = {}
+    for user in ("u", "v"):
+        for session in ("a", "b"):
+            scope = Scope(user_id=user, session_id=session)
+            store.append(scope, [_msg(i, f"text {i}") for i in range(30)])
+            mat = rng.standard_normal((30, 8)).astype(np.float32)
+            store.set_vectors(scope, [f"m{i}" for i in range(30)], mat, "m8")
+            vectors.update({f"{user}/{session}/m{i}": mat[i] for i in range(30)} if user == "u" else {})
+    other = Scope(user_id="w", session_id="a")
+    store.append(other, [_msg(0, "wide")])
+    store.set_vectors(other, ["m0"], np.ones((1, 16), np.float32), "m16")
+    query = rng.standard_normal(8).astype(np.float32)
+    cosine = {key: float(v @ query / np.linalg.norm(v) / np.linalg.norm(query)) for key, v in vectors.items()}
+    best = sorted(cosine, key=lambda key: -cosine[key])[:7]
+    statements: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        statements.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", counted)
+    hits = store.search_vectors(Scope(user_id="u"), query, 7)
+    assert len(statements) == 1
+    assert [f"{h.owner[2] if h.owner else ''}/{h.id}" for h in hits] == [key.split("/", 1)[1] for key in best]
+    assert [round(h.score, 5) for h in hits] == [round(cosine[key], 5) for key in best]
+    with pytest.raises(ValueError, match="16"):
+        store.search_vectors(Scope(user_id="w"), query, 3)
     store.close()
 
 

@@ -224,17 +224,28 @@ class RecordBook:
 
     @contextlib.contextmanager
     def writes(self) -> Iterator[None]:
-        """Log this thread's writes inside the block with one append at its end (one round trip, not one a write)."""
+        """Log this thread's writes inside the block with one append at its end (one round trip, not one a write),
+        committed with them where the store commits a batch at once (:meth:`Store.batch`: PostgreSQL's one
+        transaction, one wait for the disk instead of one a write).
+        """
         if self._pending is not None:  # nested: the outer block logs
             yield
             return
         self._pending = []
         try:
-            yield
+            with self.store.batch():
+                try:
+                    yield
+                finally:
+                    events, self._pending = self._pending, None
+                    if events:
+                        self.store.append(self._log, events)
+        except BaseException:
+            with self._lock:  # a batch undone leaves the store without writes the cache has applied
+                self._cache = None
+            raise
         finally:
-            events, self._pending = self._pending, None
-            if events:
-                self.store.append(self._log, events)
+            self._pending = None
 
     def _changed(self, record_id: str, entry: Entry | None, *, named: bool = True) -> None:
         """Log a write (after it landed: a reader that sees the event finds the record) and apply it here;

@@ -260,11 +260,13 @@ class PersistentMemory:
         # message's words shares its vector), its words are made durable (a message a retry already recorded,
         # with its vector, is stored and learned from nothing twice) and the cached facts are checked.
         stored_words = _io().submit(self._store_words, [m for _, m in turn])
+        retried = _io().submit(self.store.get_vectors, self._search.scope, [m.id for _, m in turn])  # beside it
         facts_checked = _io().submit(self.facts.book.entries) if found else None
         try:
             vectors = _embed_once(self._search.embedder, [words_of[m.id] for _, m in turn] + [c.text for c in found])
         finally:
-            have = stored_words.result()
+            stored_words.result()
+            have = set(retried.result())
             if facts_checked is not None:
                 facts_checked.result()
         fresh = [i for i, (_, m) in enumerate(turn) if m.id not in have]
@@ -300,26 +302,22 @@ class PersistentMemory:
         if self.errors == "log":
             log.warning("%s", said)
 
-    def _store_words(self, messages: list[StoredMessage]) -> set[str]:
-        """Append a turn's messages but those already stored with a vector (a retry); return the ids of those.
+    def _store_words(self, messages: list[StoredMessage]) -> None:
+        """Append a turn's messages (idempotent: those a retry already stored keep their place, and nothing of
+        them is written again), while the caller asks which of them already have a vector.
 
         The session is added to the owner's list the first time this instance writes to it, and again
         whenever the session starts over at position 0 (the owner was forgotten, here or by another
         process): no round trip for it on the other turns.
         """
         self._search._check_vector_space()  # before anything is written: one embedding model per index
-        have = set(self.store.get_vectors(self._search.scope, [m.id for m in messages]))
-        todo = [m for m in messages if m.id not in have]
-        if todo:
-            first = not self._noted
-            if first:  # listed before its words are written: a crash in between loses no listing
-                self._note_session()
-                self._noted = True
-            # idempotent: a message stored without a vector keeps its place
-            positions = self.store.append(self._search.scope, todo)
-            if 0 in positions and not first:  # the session started over: the owner was forgotten since
-                self._note_session()
-        return have
+        first = not self._noted
+        if first:  # listed before its words are written: a crash in between loses no listing
+            self._note_session()
+            self._noted = True
+        positions = self.store.append(self._search.scope, messages)
+        if 0 in positions and not first:  # the session started over: the owner was forgotten since
+            self._note_session()
 
     def _message_id(self, msg: dict[str, Any], index: int, metadata: dict[str, Any] | None) -> str:
         """A message's id: derived from its own ``id`` key, or from ``metadata["turn"]``, its place in

@@ -7,9 +7,11 @@ on every backend (``range``, ``get_state``, ``update_state``) lives here once.
 
 from __future__ import annotations
 
+import contextlib
 import random
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -101,6 +103,31 @@ class StoreBase:
         V.check_id(namespace, "get_record: 'namespace'")
         V.check_id(record_id, "get_record: 'record_id'")
         return self._get_record(C.record_scope(scope), namespace, record_id)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """This thread's writes in the block, committed together where the backend can (see
+        :class:`~fullrecall.stores.base.Store`): :meth:`_batched` says how.
+        """
+        depth = self.__dict__.setdefault("_batch_depth", threading.local())
+        depth.n = getattr(depth, "n", 0) + 1
+        try:
+            with self._batched():
+                yield
+        finally:
+            depth.n -= 1
+
+    def _batched(self) -> contextlib.AbstractContextManager[None]:
+        """The backend's way of holding a block's writes together (PostgreSQL: one transaction); here none."""
+        return contextlib.nullcontext()
+
+    def _outside_batch(self, what: str) -> None:
+        """InvalidInput when this thread is inside a :meth:`batch` of this store (``what`` cannot be part of one)."""
+        depth = self.__dict__.get("_batch_depth")
+        inside: int = getattr(depth, "n", 0)
+        if inside:
+            raise InvalidInput(f"{what}: cannot run inside a batch() block (it needs every earlier write "
+                               "committed); call it after the block")
 
     # -- built on the hooks ---------------------------------------------------------------------
 

@@ -15,7 +15,9 @@ Contract shared by every backend (checked by ``tests/stores/conformance.py``):
   Messages whose ``position`` is ``None`` get the next free positions of their
   session, assigned atomically (two processes appending at once never collide).
 * A write returns only once it is durable (committed); a crash after return
-  loses nothing.
+  loses nothing. Inside a ``batch()`` block, the thread's writes are durable when
+  the block ends: PostgreSQL runs the block as one transaction (one commit to
+  wait for, all or nothing); SQLite and Redis write each as it comes.
 * ``put_state`` and ``put_record`` return the document's or record's new version (1, 2, ...); with
   ``expected`` they are a compare-and-set on it (``StateConflict``, nothing written, when another
   writer got in first).
@@ -32,6 +34,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from numbers import Real
 from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
@@ -332,6 +335,14 @@ class Store(Protocol):
         ...
 
     def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
+        ...
+
+    def batch(self) -> AbstractContextManager[None]:
+        """A block whose writes (this thread's) are committed together where the backend can: on PostgreSQL
+        one transaction, so one commit to wait for instead of one a write, and nothing of the block kept if
+        it fails; reads in the block see its writes. Elsewhere each write lands as it comes. Blocks nest.
+        ``forget`` is refused inside a block (InvalidInput, nothing deleted): it needs every earlier write committed.
+        """
         ...
 
     # -- housekeeping ----------------------------------------------------------

@@ -37,7 +37,8 @@ Design, and why:
   dimensions cached per store and read again only when the scope holds one it lacks.
 * **An exact vector search without filters** takes the scope's best ``k`` from its vectors (the
   session index) before joining their messages by row id: joined first, the planner (at the default
-  ``random_page_cost``) hashed the scope's vectors against a scan of every user's messages.
+  ``random_page_cost``) hashed the scope's vectors against a scan of every user's messages. A scope
+  small enough to be searched exactly gets its sessions and that search in one statement.
 * **Reads** run in autocommit (no ``BEGIN``/``COMMIT`` round trips); ``hnsw.ef_search`` is set
   on a pooled connection only when it changes. Hits carry their owner and position.
 * **forget** deletes, then runs ``VACUUM (ANALYZE)`` on the tables it deleted from: dead
@@ -56,6 +57,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import re
 import threading
@@ -278,6 +280,10 @@ def _py_text(stored: str) -> str:
     return _UNESCAPE.sub(lambda m: _MARK if m.group(1) == _MARK else "\x00", stored[1:])
 
 
+class _Held(threading.local):
+    conn: Conn | None = None
+
+
 class PostgresStore(SqlStore):
     """:class:`~fullrecall.stores.base.Store` on PostgreSQL + pgvector (see the module docstring)."""
 
@@ -332,6 +338,7 @@ class PostgresStore(SqlStore):
             raise StoreError("the PostgreSQL store stems words with PyStemmer, which is not installed:"
                              " pip install 'fullrecall[postgres]'")
         self._lock = threading.Lock()
+        self._held = _Held()  # per thread: the connection of its batch(), if any
         self._pool_obj: ConnectionPool[Conn] | None = None
         self._pid = os.getpid()
         self._closed = False
@@ -399,17 +406,37 @@ class PostgresStore(SqlStore):
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[Conn]:
-        """One transaction; driver errors become StoreError (unreachable) or ValueError (refused input)."""
-        with self._mapped_errors(), self._pool().connection() as conn, conn.transaction():
+        """One transaction (inside a :meth:`batch`, a savepoint of it); driver errors become StoreError
+        (unreachable) or ValueError (refused input).
+        """
+        with self._read() as conn, conn.transaction():
             yield conn
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[Conn]:
         """A connection for reads in autocommit, errors mapped as :meth:`_tx` does: each statement sees its
-        own snapshot, and a read of one statement saves the BEGIN and COMMIT round trips.
+        own snapshot, and a read of one statement saves the BEGIN and COMMIT round trips. Inside this
+        thread's :meth:`batch`, its connection (in its transaction).
         """
-        with self._mapped_errors(), self._pool().connection() as conn:
+        held = self._held.conn
+        with self._mapped_errors(), (contextlib.nullcontext(held) if held is not None
+                                     else self._pool().connection()) as conn:
             yield conn
+
+    @contextlib.contextmanager
+    def _batched(self) -> Iterator[None]:
+        """This thread's statements in a :meth:`batch` run in one transaction: one commit (each commit waits for
+        the disk), and nothing of the block is kept if it fails. Nested blocks belong to the outermost.
+        """
+        if self._held.conn is not None:
+            yield
+            return
+        with self._mapped_errors(), self._pool().connection() as conn, conn.transaction():
+            self._held.conn = conn
+            try:
+                yield
+            finally:
+                self._held.conn = None
 
     @contextlib.contextmanager
     def _mapped_errors(self) -> Iterator[None]:
@@ -834,15 +861,21 @@ class PostgresStore(SqlStore):
         query = Vec.as_query(vector)
         s = self.schema
         where, params = self.sql.scope_where(scope)
+        fsql, fparams = self.sql.filters(filters)
         with self._read() as conn:
-            sessions = conn.execute(
-                f"SELECT sid, vec_dim, next_position, user_id, agent_id, session_id FROM {s}.sessions s"
-                f" WHERE {where} AND vec_dim IS NOT NULL",
-                params,
-            ).fetchall()
+            if not fsql and k > 0 and query.shape[0] in self._known_dims:
+                sessions, hits = self._sessions_and_best(conn, scope, query, k)
+            else:
+                sessions, hits = conn.execute(
+                    f"SELECT sid, vec_dim, next_position, user_id, agent_id, session_id FROM {s}.sessions s"
+                    f" WHERE {where} AND vec_dim IS NOT NULL",
+                    params,
+                ).fetchall(), None
             dims = {r["vec_dim"] for r in sessions}
             if not sessions or k == 0:
                 return []
+            if not dims <= set(self._known_dims):  # their tables exist: the next search of them is one round trip
+                self._known_dims = sorted({*self._known_dims, *dims})
             if len(dims) > 1:
                 raise ValueError(f"this scope mixes vectors of dimensions {sorted(dims)}; search one session at a time")
             dim = dims.pop()
@@ -850,10 +883,11 @@ class PostgresStore(SqlStore):
                 raise Vec.dim_mismatch(dim, query.shape[0])
             owners = C.session_owners(sessions)
             table = f"{s}.vectors_{dim}"
-            fsql, fparams = self.sql.filters(filters)
             sids = list(owners)
             size = sum(r["next_position"] for r in sessions)  # messages ever appended: at least the vectors
             ef = self._hnsw_ef(conn, dim, size, k)
+            if ef is None and hits is not None:  # searched exactly with the scope's sessions: the answer
+                return _hits(hits, owners)
             if ef:
                 # The graph walk alone, the scope and filters applied to the ``ef`` rows it returns (all that
                 # pgvector's HNSW scan gives): a filter inside it would make the planner expect few rows to
@@ -885,6 +919,36 @@ class PostgresStore(SqlStore):
                 [query, sids, *fparams, k],
             ).fetchall()
         return _hits(rows, owners)
+
+    def _sessions_and_best(
+        self, conn: Conn, scope: Scope, query: np.ndarray, k: int
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+        """(the scope's sessions holding vectors, its best ``k`` by an exact search) in one round trip, the
+        search made only when the scope is small enough that :meth:`_hnsw_ef` will want it exact (else None).
+        """
+        s, dim = self.schema, int(query.shape[0])
+        where, params = self.sql.scope_where(scope)
+        cached = self._table_rows.get(dim)
+        rows = cached[1] if cached is not None and time.monotonic() - cached[0] <= _STATS_TTL else 0
+        always = min(_EXACT_ALWAYS, self._exact_limit)
+        # exact below ``always``; up to exact_limit while under half the table (see _hnsw_ef)
+        below = math.inf if dim > _HNSW_MAX_DIM else max(always, min(self._exact_limit + 1, rows / 2))
+        found = conn.execute(
+            f"WITH sess AS (SELECT sid, vec_dim, next_position, user_id, agent_id, session_id FROM {s}.sessions s"
+            f" WHERE {where} AND vec_dim IS NOT NULL),"
+            f" best AS (SELECT v.rid, {_COSINE.replace('%s', '%b')} AS score FROM {s}.vectors_{dim} v"  # %b: floats
+            " WHERE v.sid = ANY(ARRAY(SELECT sid FROM sess WHERE vec_dim = %s))"
+            " AND (SELECT sum(next_position) FROM sess) < %s::float8 ORDER BY score DESC, v.rid LIMIT %s)"
+            " SELECT NULL AS id, NULL::bigint AS rid, sid, next_position AS position, NULL::float8 AS score, vec_dim,"
+            " user_id, agent_id, session_id FROM sess UNION ALL SELECT m.id, m.rid, m.sid, m.position, best.score,"
+            f" NULL, NULL, NULL, NULL FROM best JOIN {s}.messages m ON m.rid = best.rid",
+            [*params, query, dim, below, k],
+        ).fetchall()
+        sessions = [{**r, "next_position": r["position"]} for r in found if r["id"] is None]
+        size = sum(r["next_position"] for r in sessions)
+        if size >= below or {r["vec_dim"] for r in sessions} != {dim}:
+            return sessions, None
+        return sessions, sorted((r for r in found if r["id"] is not None), key=lambda r: (-r["score"], r["rid"]))
 
     def _set_ef(self, conn: Conn, ef: int) -> None:
         """``hnsw.ef_search`` for this connection's searches: set (for its session) only when it changes, so
@@ -971,6 +1035,7 @@ class PostgresStore(SqlStore):
     # -- housekeeping ---------------------------------------------------------------------------
 
     def forget(self, scope: Scope) -> dict[str, Any]:
+        self._outside_batch("forget")
         where, params = self.sql.scope_where(scope)
         rwhere, rparams = self.sql.record_where(scope, exact=True)
         s = self.schema

@@ -661,6 +661,7 @@ class RedisStore(StoreBase):
     # -- housekeeping ------------------------------------------------------------------------------
 
     def forget(self, scope: Scope) -> dict[str, Any]:
+        self._outside_batch("forget")
         sessions = self._sessions(scope)
         counts = {"messages": 0, "summaries": 0, "vectors": 0, "state": 0, "records": 0, "sessions": len(sessions)}
         logs = [s for s in sessions if F.is_change_log(s.session_id)]  # long-term memory's change logs

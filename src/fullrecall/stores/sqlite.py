@@ -864,6 +864,7 @@ class SQLiteStore(SqlStore):
     # -- housekeeping -------------------------------------------------------------------
 
     def forget(self, scope: Scope) -> dict[str, Any]:
+        self._outside_batch("forget")
         where, params = SQL.scope_where(scope)
         rwhere, rparams = SQL.record_where(scope, exact=True)
         counts: dict[str, int] = {}
