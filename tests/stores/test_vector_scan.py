@@ -57,11 +57,12 @@ def low_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(params=["flat", "clusters"])
 def scan(request: pytest.FixtureRequest, low_threshold: None, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The 8-bit copy as one flat scan, or as an inverted file (8 clusters, the 6 nearest scanned)."""
+    """The 8-bit copy as one flat scan, or as an inverted file (8 clusters, the 7 nearest scanned: with 6, Redis's row
+    order, which changes the clusters from run to run, gave recall@10 0.94 once)."""
     if request.param == "clusters":
         monkeypatch.setattr(_quantized, "IVF_MIN_ROWS", 300)
         monkeypatch.setattr(_quantized, "LISTS", 8)
-        monkeypatch.setattr(_quantized, "PROBES", 6)
+        monkeypatch.setattr(_quantized, "PROBES", 7)
     return request.param
 
 
