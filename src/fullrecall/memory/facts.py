@@ -500,11 +500,12 @@ class FactMemory:
         self, messages: Sequence[dict[str, Any]], sources: Sequence[dict[str, str]] | None = None,
     ) -> list[Candidate]:
         """The facts :meth:`learn` would store from these messages, found but not stored (nor embedded); an
-        extraction that fails raises :class:`~fullrecall.errors.FactExtractionError`.
+        extraction that fails raises :class:`~fullrecall.errors.FactExtractionError`, whose ``facts`` are those
+        found before an answer was cut short (not stored: :meth:`keep` stores them, as :meth:`learn` does).
         """
         found, problem = self._found(messages, sources)
         if problem is not None:
-            raise FactExtractionError(problem)
+            raise FactExtractionError(problem, facts=found)
         return found
 
     def _found(
