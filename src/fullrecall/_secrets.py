@@ -4,17 +4,22 @@ A key is checked once, when a client is made: surrounding whitespace goes (a key
 its newline), and a character no header may carry (a control character, a non-ASCII letter) is refused
 naming its position, never the key: the HTTP library would otherwise refuse it at the first request in
 an error that quotes the whole header. Whatever a server answers (some echo the request's headers) is
-passed through :func:`redact` before it goes into an error.
+passed through :func:`redact` before it goes into an error: a secret anywhere in it is masked, a very short
+one (under 8 characters) wherever it stands as a whole token, so that the rest stays readable.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from .errors import InvalidInput
 
 MASK = "[redacted]"
+SHORT = 8  # a secret shorter than this is redacted only where it stands as a whole token
+_WORD = re.compile(r"[A-Za-z0-9_]")
+_NOT_AFTER_WORD, _NOT_BEFORE_WORD = r"(?<![A-Za-z0-9_])", r"(?![A-Za-z0-9_])"
 _SECRET_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie", "signature")
 
 
@@ -50,8 +55,23 @@ def secrets_of(key: str | None, headers: Mapping[str, str] | None = None, url: s
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret replaced by :data:`MASK`."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, MASK)
-    return text
+    """``text`` with every secret replaced by :data:`MASK`.
+
+    A secret shorter than :data:`SHORT` characters (``k``, Ollama's customary ``ollama``) is replaced where it
+    stands as a whole token, not inside a longer word: masking each of its occurrences would leave a server's
+    message unreadable, and such a key is only ever sent, and echoed, whole.
+    """
+    ordered = sorted({s for s in secrets if s}, key=len, reverse=True)  # a longer one first: it may hold a shorter
+    if not ordered:
+        return text
+    return re.compile("|".join(_pattern(s) for s in ordered)).sub(MASK, text)
+
+
+def _pattern(secret: str) -> str:
+    """The secret as a regular expression: a short one bounded by characters no word goes on with."""
+    escaped = re.escape(secret)
+    if len(secret) >= SHORT:
+        return escaped
+    before = _NOT_AFTER_WORD if _WORD.match(secret[0]) else ""
+    after = _NOT_BEFORE_WORD if _WORD.match(secret[-1]) else ""
+    return f"{before}{escaped}{after}"

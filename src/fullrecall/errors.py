@@ -71,7 +71,8 @@ class FactExtractionError(FullRecallError):
     """Facts could not be extracted from messages: the chat model failed, or its answer was no JSON array of facts,
     or was cut short. Every word of the messages was kept.
 
-    ``facts``: the facts stored anyway (those complete before a cut); ``ids``: the ids of the messages recorded,
+    ``facts``: the facts stored anyway (those complete before a cut), or from ``FactMemory.candidates()`` those
+    found before the cut (not stored); ``ids``: the ids of the messages recorded,
     when :class:`~fullrecall.memory.persistent.PersistentMemory` raises it (``errors="raise"``).
     """
 

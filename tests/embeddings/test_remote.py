@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import sys
 import threading
 import time
@@ -373,6 +374,25 @@ def test_an_embedding_api_key_is_sent_trimmed_and_never_shown(caplog):
         assert SECRET not in str(caught.value) and SECRET not in caplog.text
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("key", ["k", "ollama"])
+def test_a_short_api_key_is_redacted_where_it_stands_alone_and_the_error_stays_readable(key):
+    """A key of a few letters (Ollama's customary ``ollama``) had every occurrence of its letters masked, the
+    server's message made unreadable; a key shorter than 8 characters is masked where it stands as a whole
+    token (the header a server quotes, a JSON string, a query value), and never shown."""
+    server = ScriptedServer(path=lambda p: p == "/v1/embeddings")
+    message = "unknown model 'bakllava-ollama3-kk'; known: okra, kollama; the key sent"
+    try:
+        server.script(lambda _body: Reply(status=401, body=json.dumps(
+            {"error": f"{message}: {server.headers[-1]['authorization']} / '{key}' / ?key={key}&x=1 / {key}."}).encode()))
+        with pytest.raises(EmbeddingError, match="HTTP 401") as caught:
+            load_embedder("openai:m", base_url=server.base_url, api_key=key).embed(["x"])
+    finally:
+        server.close()
+    shown = str(caught.value)
+    assert f"{message}: Bearer [redacted] / '[redacted]' / ?key=[redacted]&x=1 / [redacted]." in shown
+    assert re.search(rf"(?<![A-Za-z0-9_]){key}(?![A-Za-z0-9_])", shown) is None
 
 
 # -- a throttle or a server error is tried again -------------------------------------------

@@ -92,6 +92,23 @@ def test_fact_memory_learn_keeps_the_facts_before_a_cut_and_raises_for_the_rest(
     assert [f.text for f in facts.learn([{"role": "user", "content": SAID}])] == [f["text"] for f in FACTS]
 
 
+def test_fact_memory_candidates_carries_the_facts_before_a_cut_as_learn_does(server, default_embedder):
+    """candidates() raised for a cut answer with nothing to show (learn() kept the facts complete before the
+    cut): its FactExtractionError now carries them in ``facts``, found and not stored, ready for keep()."""
+    server.script(completion(CUT, finish_reason="length"))
+    facts = FactMemory(embedder=default_embedder, user_id="u", chat_model=model(server))
+    source = {"session_id": "s", "id": "m1"}
+    with pytest.raises(FactExtractionError, match="after 2 facts") as caught:
+        facts.candidates([{"role": "user", "content": SAID}], [source])
+    found = caught.value.facts
+    assert [(c.text, c.attribute, c.value, c.sources, c.origin) for c in found] == [
+        ("The user lives in Lyon.", "city", "Lyon", [source], "llm"), ("The user likes jazz.", None, "jazz", [source], "llm")]
+    assert facts.current() == []  # found, not stored
+    kept = facts.keep(found, facts.book.embed([c.text for c in found]))
+    assert sorted(f.text for f in facts.current()) == sorted(f.text for f in kept) == [
+        "The user likes jazz.", "The user lives in Lyon."]
+
+
 def chat(agent: MemoryAgent, text: str) -> list[str]:
     async def go() -> list[str]:
         return [chunk async for chunk in agent.chat(text)]

@@ -47,3 +47,43 @@ def test_processes_stating_a_fact_without_attribute_for_the_first_time_at_once_m
     assert current == sorted((LOOSE.format(i), WORKERS) for i in range(COUNT))
     assert len(memory.history()) == COUNT  # the duplicates folded in are gone, not kept as closed facts
     memory.close()
+
+
+@pytest.mark.parametrize("when", ["while the target is being folded away", "once the target is folded away"])
+def test_a_fold_into_a_fact_another_writer_folds_away_meanwhile_loses_no_mention(store_url, default_embedder, when):
+    """Two writers fold at once: one folds the duplicate D into T while the other folds T itself into W. D's
+    mentions and sources landed on T just before T was deleted (or found T gone), and were lost. Now a fold
+    that finds its target folded away adds them to the fact the target was folded into: W holds all three."""
+    from fullrecall.memory.facts import Fact, FactMemory
+    from fullrecall.stores import open_store
+
+    text = "The user likes jazz."
+    made = [Fact(id=name, text=text, stated_at=100.0 + i, valid_from=100.0 + i, sources=[{"id": f"m-{name}"}])
+            for i, name in enumerate(("d", "t", "w"))]
+    one_store, other_store = open_store(store_url), open_store(store_url)
+    try:
+        one = FactMemory(one_store, user_id="u", embedder=default_embedder)
+        other = FactMemory(other_store, user_id="u", embedder=default_embedder)
+        assert one.restore(made) == 3 and len(other.current()) == 3 and len(one.current()) == 3  # both have read them
+        if when == "while the target is being folded away":  # T closed, W grown, T not yet deleted: D folds into T
+            real = other_store.delete_record
+
+            def fold_d_then_delete(scope, namespace, record_id):
+                if record_id == "t":
+                    one._fold("d", "t")
+                return real(scope, namespace, record_id)
+
+            other_store.delete_record = fold_d_then_delete  # type: ignore[method-assign]
+            other._fold("t", "w")
+            other_store.delete_record = real  # type: ignore[method-assign]
+        else:  # T folded into W and deleted; the one writer, not having read since, folds D into T
+            other._fold("t", "w")
+            one._fold("d", "t")
+        for memory in (FactMemory(store_url, user_id="u", embedder=default_embedder), one, other):
+            facts = memory.history()
+            assert [(f.id, f.mentions, sorted(s["id"] for s in f.sources)) for f in facts] == [
+                ("w", 3, ["m-d", "m-t", "m-w"])], when
+            memory.close()
+    finally:
+        one_store.close()
+        other_store.close()

@@ -347,6 +347,51 @@ def test_a_conversation_forgotten_by_another_process_and_begun_again_is_exported
     store.close()
 
 
+def _listed(api) -> list[tuple[str, int]]:
+    return [(c["conversation_id"], c["messages"]) for c in
+            api.client.get("/v1/inspector/conversations", headers=api.a).json()["conversations"]]
+
+
+@pytest.mark.parametrize("when", ["between forget's delete and its unlisting", "between listing and appending"])
+def test_a_conversation_appended_to_while_another_process_forgets_it_stays_listed(make_api, when):
+    """Two service processes on one store: one forgets a conversation while the other appends to it. The append
+    could land between the forget's deletion and its taking the conversation off the owner's list, or after that
+    forget but after its own listing: the conversation then held the new message but was missing from the list
+    (the inspector no longer showed it; export still found it). Whatever the interleaving, a conversation that
+    holds messages is listed."""
+    forgetter, writer = make_api(), make_api()
+    msg = {"messages": [{"role": "user", "content": "hello"}]}
+    path = "/v1/conversations/c/messages"
+    later = {"messages": [{"role": "user", "content": "written meanwhile"}]}
+    if when == "between forget's delete and its unlisting":
+        assert writer.client.post(path, json=msg, headers=writer.a).status_code == 201  # the writer has it listed
+        store, real = forgetter.store, forgetter.store.forget
+
+        def forget_then_append(scope):
+            counts = real(scope)
+            assert writer.client.post(path, json=later, headers=writer.a).status_code == 201
+            return counts
+
+        store.forget = forget_then_append
+    else:  # the writer lists the conversation, the forgetter forgets it whole, then the writer appends
+        assert forgetter.client.post(path, json=msg, headers=forgetter.a).status_code == 201
+        store, real = writer.store, writer.store.append
+
+        def forget_then_append(scope, records):
+            assert forgetter.client.delete("/v1/conversations/c", headers=forgetter.a).status_code == 200
+            return real(scope, records)
+
+        store.append = forget_then_append
+        assert writer.client.post(path, json=later, headers=writer.a).status_code == 201
+        store.append = real
+    if when == "between forget's delete and its unlisting":
+        assert forgetter.client.delete("/v1/conversations/c", headers=forgetter.a).status_code == 200
+        store.forget = real
+    messages = writer.client.get(path, headers=writer.a).json()["messages"]
+    assert [m["message"]["content"] for m in messages] == ["written meanwhile"]
+    assert _listed(writer) == _listed(forgetter) == [("c", 1)]
+
+
 def test_appends_wait_while_the_embedding_backlog_is_full(store_url, default_embedder):
     """Over ``backlog`` messages awaiting embedding, an append is durable but waits for the indexer to catch up, so
     the searchable delay stays bounded; once the indexer moves, every message is embedded."""

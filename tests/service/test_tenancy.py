@@ -169,6 +169,20 @@ def test_a_key_limited_to_users_acts_for_them_only(api):
     assert api.client.get("/v1/conversations/c/messages", headers=api.a).status_code == 404
 
 
+def test_metrics_are_read_only_by_an_unrestricted_key_of_the_operators_tenant(api):
+    """``/metrics`` names every tenant and counts their requests: a key of the operators' tenant limited to some
+    users or agents read it all the same. Such a key is now refused (403, naming why); the unrestricted one reads it."""
+    api.client.get("/v1/stats", headers=api.b)  # tenant-b shows in the metrics
+    full, _ = api.service.keys.create("admin")
+    r = api.client.get("/metrics", headers=api.headers(full))
+    assert r.status_code == 200 and 'tenant="tenant-b"' in r.text
+    for limit in ({"users": ["alice"]}, {"agents": ["bot"]}, {"users": ["alice"], "agents": ["bot"]}):
+        key, _ = api.service.keys.create("admin", **limit)
+        r = api.client.get("/metrics", headers=api.headers(key))
+        assert r.status_code == 403 and "tenant-b" not in r.text, r.text
+        assert r.json()["error"]["type"] == "forbidden" and "limited to some users or agents" in r.json()["error"]["message"]
+
+
 def test_revoked_and_reserved(api):
     key, p = api.service.keys.create("tenant-c")
     h = api.headers(key)

@@ -50,6 +50,7 @@ log = logging.getLogger("fullrecall.memory.facts")
 DEFAULT_DUPLICATE_SIMILARITY = 0.92
 FOLDED = "folded"  # a fact's data: the ids of the duplicates folded into it (the newest MAX_FOLDED)
 MAX_FOLDED = 100
+FOLDING = "folding_into"  # a duplicate's data while it is folded away: the fact it is folded into
 
 
 @dataclass
@@ -431,9 +432,13 @@ class FactMemory:
     def _fold(self, fact_id: str, into: str) -> None:
         """Fold a duplicate fact into the fact ``into`` (its mentions and sources), then delete it.
 
-        It is first closed where it starts (valid at no time, so no repeat merges into it any more), by a
-        compare-and-set that only one of several writers folding it at once wins: only that one adds its
-        mentions, so none is counted twice.
+        It is first closed where it starts (valid at no time, so no repeat merges into it any more), marked as
+        being folded into ``into``, by a compare-and-set that only one of several writers folding it at once
+        wins: only that one adds its mentions, so none is counted twice.
+
+        Another writer may be folding ``into`` itself away meanwhile (into a third fact): found so (marked, or
+        deleted and named in the ``folded`` ids of another fact), the mentions go to the fact it was folded
+        into, never onto a fact about to be deleted.
         """
         taken: list[Fact] = []  # the duplicate as the winning compare-and-set closed it
 
@@ -443,24 +448,38 @@ class FactMemory:
                 return None
             fact.valid_to, fact.superseded_by = fact.valid_from, into
             taken[:] = [fact]
-            return self._as_record(fact, base=record), None
+            marked = self._as_record(fact, base=record)
+            marked.data[FOLDING] = into
+            return marked, None
 
         if self.book.update(fact_id, closed, check=False) is None:
             return
         duplicate = taken[0]
+        moved: list[str] = []  # where the target was folded, when it was
 
         def grown(record: Record | None) -> tuple[Record, None] | None:
-            fact = _from_record(record) if record is not None else None
-            if fact is None:
+            moved.clear()
+            if record is None or record.data.get(FOLDING):  # folded away by another writer, or being so
+                moved.extend([record.data[FOLDING]] if record is not None else self._folded_into(target))
                 return None
+            fact = _from_record(record)
             fact.mentions += duplicate.mentions
             fact.sources += [s for s in duplicate.sources if s not in fact.sources]
             grown = self._as_record(fact, base=record)  # which facts it holds, so an import does not bring one back
             grown.data[FOLDED] = [*(grown.data.get(FOLDED) or []), duplicate.id][-MAX_FOLDED:]
             return grown, None
 
-        self.book.update(into, grown, check=False)
+        target, seen = into, {fact_id}
+        while target not in seen:  # (a cycle of folds is none to follow)
+            seen.add(target)
+            if self.book.update(target, grown, check=False) is not None or not moved:
+                break
+            target = moved[0]
         self.book.delete(fact_id)
+
+    def _folded_into(self, fact_id: str) -> list[str]:
+        """The live fact whose ``folded`` ids name ``fact_id`` (read from the store), or none."""
+        return [r.id for r, _ in self.book.entries() if fact_id in (r.data.get(FOLDED) or ())][:1]
 
     def learn(
         self, messages: Sequence[dict[str, Any]], sources: Sequence[dict[str, str]] | None = None,
@@ -500,11 +519,12 @@ class FactMemory:
         self, messages: Sequence[dict[str, Any]], sources: Sequence[dict[str, str]] | None = None,
     ) -> list[Candidate]:
         """The facts :meth:`learn` would store from these messages, found but not stored (nor embedded); an
-        extraction that fails raises :class:`~fullrecall.errors.FactExtractionError`.
+        extraction that fails raises :class:`~fullrecall.errors.FactExtractionError`, whose ``facts`` are those
+        found before an answer was cut short (not stored: :meth:`keep` stores them, as :meth:`learn` does).
         """
         found, problem = self._found(messages, sources)
         if problem is not None:
-            raise FactExtractionError(problem)
+            raise FactExtractionError(problem, facts=found)
         return found
 
     def _found(

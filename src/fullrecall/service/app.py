@@ -454,10 +454,13 @@ def _routes(app: FastAPI, service: Service) -> None:
     def metrics(p: Principal = Key) -> Response:
         """Prometheus metrics of this process (requests, latencies, errors, recalls, searchable delay) per tenant.
 
-        Only keys of the operators' tenant (``metrics_tenant``, default ``admin``) may read them: they name tenants.
+        Only keys of the operators' tenant (``metrics_tenant``, default ``admin``) not limited to some users or
+        agents may read them: they name every tenant.
         """
         if p.tenant != service.settings.metrics_tenant:
             raise NotFound("not found")
+        if p.users is not None or p.agents is not None:
+            raise Forbidden("a key limited to some users or agents cannot read /metrics: they name every tenant")
         service.metrics.pending.set(service.indexer.pending)
         body, content_type = service.metrics.render()
         return Response(body, media_type=content_type)

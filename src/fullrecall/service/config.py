@@ -30,7 +30,7 @@ class Settings:
     key_cache_seconds: float = 5.0  # a revoked key stops working within this time
     workers: int = 1
     keep_alive_seconds: int = 30  # idle keep-alive connections are closed after this
-    metrics_tenant: str = "admin"  # keys of this tenant may read /metrics (it names every tenant)
+    metrics_tenant: str = "admin"  # keys of this tenant, unless limited to users or agents, may read /metrics
 
     @classmethod
     def load(cls, path: str | None = None, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -128,9 +128,9 @@ class Conversations:
         A message's id is ``ids[i]`` if given, else its own ``"id"``, else a new one.
         """
         records = self.prepare(scope, messages, ids)
-        listed = self._register(scope)
+        self._register(scope)  # listed before its words are written: a crash between the two loses no listing
         positions = self.store.append(scope, records)  # durable when it returns
-        if not listed and 0 in positions:  # begun anew: another process may have forgotten it, and its listing
+        if 0 in positions:  # begun anew: another process may have forgotten it (and unlisted it) meanwhile
             self._register(scope, again=True)
         for record, position in zip(records, positions):
             record.position = position
@@ -304,6 +304,12 @@ class Conversations:
         return [message_out(m) for m in self.store.range(own, start, end)]
 
     def forget(self, scope: Scope) -> dict[str, int]:
+        """Delete the conversation and take it off its owner's list.
+
+        An append racing with it leaves the conversation listed: the first append after the deletion (position 0)
+        lists it once written, and the forget lists it again when it holds messages once unlisted, so whichever
+        comes last, a conversation holding messages is on the list.
+        """
         self._require(scope)
         if self.windows is not None:
             counts = self.windows.forget(scope, lambda: self.store.forget(scope))
@@ -311,6 +317,8 @@ class Conversations:
             counts = self.store.forget(scope)
         unlist(self.store, scope)
         self._registered.discard((scope.tenant, scope.user_id, scope.agent_id, scope.session_id))
+        if self.store.count(scope):  # another process appended between the deletion and the unlisting
+            self._register(scope, again=True)
         return counts
 
     # -- search -------------------------------------------------------------------------------
