@@ -515,6 +515,24 @@ def test_memorys_own_change_logs_are_no_session_of_the_owner(store_url, default_
         mem.close()
 
 
+def test_a_search_never_finds_memorys_own_change_logs(store_url, default_embedder):
+    """The change logs' events (a fact's id, a session's name) are bookkeeping: a search across the owner's
+    sessions finds the owner's messages only, however exactly the question names an event, on every backend.
+    """
+    mem = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="monday")
+    try:
+        run(mem.record([{"role": "user", "content": "My city is Lyon."},
+                        {"role": "assistant", "content": "Noted, Lyon it is."}]))
+        fact = mem.facts.current()[0]
+        for question in ("what did we say on monday?", fact.id, f"{fact.id} monday Lyon"):
+            hits = mem.search(question, 10, kinds=("message",))
+            assert hits and {h.session_id for h in hits} == {"monday"}, question
+            assert {h.role for h in hits} <= {"user", "assistant"}, question
+        assert "event" not in run(mem.retrieve("monday"))
+    finally:
+        mem.close()
+
+
 def test_an_export_with_unicode_line_separators_imports_back_verbatim(store_url, default_embedder):
     """U+2028, U+2029 and U+0085 stay raw in an export line (JSON need not escape them): not line ends."""
     text = "one\u2028two\u2029three\x85four\x00five \U0001f600"

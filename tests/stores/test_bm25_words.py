@@ -155,3 +155,33 @@ def test_texts_tokenized_together_keep_each_texts_words_apart() -> None:
     assert index.lengths.tolist() == [2.0, 0.0, 2.0, 2.0, 1.0]
     assert index.postings["dog"][0].tolist() == [0, 4]
     assert LexicalIndex.of_texts([], Tokenizer()).ids == []
+
+
+def test_a_held_index_adds_a_few_objects_for_the_collector_not_one_a_row() -> None:
+    """Python's garbage collector walks every container a process holds, and SQLite keeps an index per session
+    of every user searched: a session's rows' tokens (what a phrase is checked against) are held as numbers,
+    not as a list a row, and are still each row's tokens in order.
+    """
+    import gc
+
+    from fullrecall.stores._bm25 import LexicalIndex, Tokenizer
+
+    texts = [f"message {n}: I went hiking near Lyon, self-portrait {n % 7} in hand" for n in range(2000)]
+    rows = [(f"m{n}", str(n), "user", "message", float(n), t, n) for n, t in enumerate(texts)]
+    tokenize = Tokenizer()
+    tokenize(" ".join(texts))  # the tokenizer's (and its stemmer's) memory of these words is made before counting
+    gc.collect()
+    before = len(gc.get_objects())
+    index = LexicalIndex.of_texts(rows, tokenize)
+    more = LexicalIndex.of_texts(rows[:3], tokenize)
+    grown = index.extend(more)
+    gc.collect()
+    assert len(gc.get_objects()) - before < 100
+    assert index.tokens is not None and grown.tokens is not None
+    assert [index.tokens[n] for n in (0, 1999)] == [tokenize(texts[0]), tokenize(texts[1999])]
+    assert grown.tokens[2001] == tokenize(texts[1]) and len(grown.tokens) == 2003
+    many = index  # extended a row at a time: its parts are made one again as they pile up
+    for n in range(20):
+        many = many.extend(LexicalIndex.of_texts(rows[n:n + 1], tokenize))
+    assert many.tokens is not None and len(many.tokens) == 2020
+    assert [many.tokens[n] for n in (7, 2000, 2019)] == [tokenize(texts[n]) for n in (7, 0, 19)]

@@ -147,7 +147,7 @@ class LexicalIndex:
     postings: Mapping[str, tuple[np.ndarray, np.ndarray]]  # term -> (row numbers, term frequencies)
     owner: Owner | None = None  # the session's (user_id, agent_id, session_id)
     positions: list[int | None] | None = None  # each message's position, parallel to ids
-    tokens: list[list[str]] | None = None  # each message's tokens in order, for phrases; parallel to ids
+    tokens: Sequence[Sequence[str]] | None = None  # each message's tokens in order, for phrases; parallel to ids
 
     @classmethod
     def build(cls, rows: Sequence[LexicalRow], owner: Owner | None = None) -> LexicalIndex:
@@ -193,8 +193,7 @@ class LexicalIndex:
         row = np.cumsum(between)[~between]
         term = term[~between]
         lengths = np.bincount(row, minlength=len(texts))
-        bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-        tokens = np.array(terms, dtype=object)[term].tolist() if terms else []
+        bounds = np.concatenate([[0], np.cumsum(lengths)])
         return cls(
             ids,
             keys,
@@ -205,7 +204,7 @@ class LexicalIndex:
             _count(term, row, len(texts), numbers),
             owner,
             positions,
-            [tokens[a:b] for a, b in zip(bounds, bounds[1:])],
+            RowTokens([(terms, term, bounds)]),
         )
 
     def extend(self, other: LexicalIndex) -> LexicalIndex:
@@ -228,8 +227,68 @@ class LexicalIndex:
             postings,
             self.owner,
             (self.positions or [None] * len(self.ids)) + (other.positions or [None] * len(other.ids)),
-            (self.tokens or [[]] * len(self.ids)) + (other.tokens or [[]] * len(other.ids)),
+            _joined(self.tokens or [[]] * len(self.ids), other.tokens or [[]] * len(other.ids)),
         )
+
+
+Part = tuple[list[str], np.ndarray, np.ndarray]
+"""(terms by number, each token's number in order, where each row's tokens start: one more than the rows)."""
+
+
+class RowTokens(Sequence[list[str]]):
+    """Each row's tokens in order (what a phrase is checked against), held as numbers: a row's list is made
+    when it is asked for. A list a row would be as many objects for Python's garbage collector to walk,
+    for every session of every user a process has searched.
+    """
+
+    __slots__ = ("_parts", "_first")
+
+    def __init__(self, parts: list[Part]) -> None:
+        if len(parts) > _MAX_PARTS:  # an index extended row by row: one part again
+            parts = [_merged(parts)]
+        self._parts = parts
+        self._first = list(itertools.accumulate((len(b) - 1 for _, _, b in parts), initial=0))  # each part's row 0
+
+    def __len__(self) -> int:
+        return self._first[-1]
+
+    def __getitem__(self, row: int) -> list[str]:  # type: ignore[override]
+        if not -len(self) <= row < len(self):
+            raise IndexError(row)
+        row %= len(self)
+        p = bisect.bisect_right(self._first, row) - 1
+        terms, numbers, bounds = self._parts[p]
+        r = row - self._first[p]
+        return [terms[n] for n in numbers[bounds[r]:bounds[r + 1]].tolist()]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+_MAX_PARTS = 16
+
+
+def _joined(first: Sequence[Sequence[str]], then: Sequence[Sequence[str]]) -> Sequence[Sequence[str]]:
+    """The rows' tokens of ``first`` followed by those of ``then``."""
+    if isinstance(first, RowTokens) and isinstance(then, RowTokens):
+        return RowTokens(first._parts + then._parts)
+    return [*first, *then]
+
+
+def _merged(parts: Sequence[Part]) -> Part:
+    """One part holding the rows of ``parts``, in order, numbered by one list of terms."""
+    number: dict[str, int] = {}
+    numbers, bounds, offset = [], [np.zeros(1, np.int64)], 0
+    for terms, held, starts in parts:
+        renumbered = np.array([number.setdefault(t, len(number)) for t in terms], np.int64)
+        numbers.append(renumbered[held] if len(held) else held.astype(np.int64))
+        bounds.append(np.asarray(starts[1:], np.int64) + offset)
+        offset += int(starts[-1])
+    return list(number), np.concatenate(numbers), np.concatenate(bounds)
 
 
 def _postings(token_lists: Sequence[Sequence[str]]) -> Mapping[str, tuple[np.ndarray, np.ndarray]]:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import _common as C
+from . import _forget as F
 from . import _vectors as Vec
 from ._store import StoreBase
 from .base import Filters, Record, Scope, StoredMessage
@@ -96,6 +97,16 @@ class Dialect:
                 conds.append(f"{alias}.{col} = {self.ph}")
                 params.append(value)
         return " AND ".join(conds), params
+
+    def search_where(self, scope: Scope, alias: str = "s") -> tuple[str, list[Any]]:
+        """:meth:`scope_where` for a search: across sessions (no ``session_id``), long-term memory's change logs
+        are left out (bookkeeping, never the owner's messages, nor part of their words' statistics).
+        """
+        where, params = self.scope_where(scope, alias)
+        if scope.session is None:
+            where += f" AND substr({alias}.session_id, 1, {len(F.LOG_PREFIX)}) <> {self.ph}"
+            params.append(F.LOG_PREFIX)
+        return where, params
 
     def record_where(self, scope: Scope, exact: bool = False, alias: str = "r") -> tuple[str, list[Any]]:
         """Records of a scope's owner (user and agent exactly, unless ANY).

@@ -997,7 +997,7 @@ class PostgresStore(SqlStore):
         phrases = [p for p in map(self._tokenize, C.split_terms(terms)) if p]
         if not phrases or k == 0:
             return []
-        where, params = self.sql.scope_where(scope)
+        where, params = self.sql.search_where(scope)
         with self._read() as conn:
             sessions = conn.execute(
                 "SELECT sid, message_count, lexemes, user_id, agent_id, session_id"

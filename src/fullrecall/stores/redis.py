@@ -550,7 +550,8 @@ class RedisStore(StoreBase):
         phrases = [p for p in (self._tokenize(term) for term in C.split_terms(terms)) if p]
         if not phrases or k == 0:
             return []
-        indexes = [self._cached(s).lexical for s in self._sessions(scope)]
+        sessions = [s for s in self._sessions(scope) if scope.session is not None or not F.is_change_log(s.session_id)]
+        indexes = [self._cached(s).lexical for s in sessions]  # across sessions: memory's change logs left out
         return B.bm25_search(indexes, phrases, k, filters)
 
     # -- state and long-term records ---------------------------------------------------------------

@@ -735,7 +735,7 @@ class SQLiteStore(SqlStore):
         words = C.split_terms(terms)
         if not words or k == 0:
             return []
-        where, params = SQL.scope_where(scope)
+        where, params = SQL.search_where(scope)
         columns = "sid, fts_scope, next_position, user_id, agent_id, session_id"
         if self._lexicons is not None:
             columns += ", message_count, vec_epoch, created_at, tenant"
@@ -787,7 +787,7 @@ class SQLiteStore(SqlStore):
         self, conn: sqlite3.Connection, scope: Scope, sessions: Sequence[sqlite3.Row], words: Sequence[str], k: int,
         filters: Filters | None,
     ) -> list[Hit]:
-        where, params = SQL.scope_where(scope)
+        where, params = SQL.search_where(scope)
         in_scope = f"m.sid IN (SELECT sid FROM sessions s WHERE {where})"
         conds, fparams = SQL.filters(filters)
         text_query = _fts_query(self._weighable(conn, words))
