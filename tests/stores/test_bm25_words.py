@@ -32,13 +32,14 @@ _ACCENTED = st.text(alphabet=st.sampled_from(list("Café Montréal ÀÉÎÕÜà�
 
 
 @given(st.text(alphabet=st.characters(max_codepoint=0x7F, blacklist_characters="\x00"))
-       | st.text(alphabet=st.characters(blacklist_characters="\x00")) | _ACCENTED)
+       | st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))) | _ACCENTED)
 @example("Rendez-vous au café Montréal")
 @example("my_notes l'été ΟΔΟΣ İstanbul x\u0301y")
 def test_words_are_the_words_fts5_finds(fts5_words, text: str) -> None:
     """Accents folded ("café" is "cafe"), an underscore or an apostrophe between words, a final sigma as a
     sigma, marks and letters FTS5's Unicode 6.1 tables know otherwise: each as FTS5 has it (the in-process
-    index kept accents and underscores, and found other words than FTS5)."""
+    index kept accents and underscores, and found other words than FTS5). Lone surrogates are left out: no store
+    takes them (they are no UTF-8), and SQLite could not be asked."""
     assert words(text) == fts5_words(text)
 
 
