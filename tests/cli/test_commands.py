@@ -740,3 +740,29 @@ def test_forget_asks_about_what_it_then_reports_forgotten(tmp_path, store_url, d
     assert done["messages"] == 3 and done["facts"] == 2 and done["patterns"] == 1
     assert f": {done['messages']} messages, {records} long-term records (" in asked, (asked, done)
 
+
+
+def test_stats_counts_what_forget_then_reports_forgotten(tmp_path, store_url, default_embedder):
+    """``stats`` counted long-term memory's change logs as messages and sessions ("message_count": 6 of a user with
+    2 messages), where ``forget`` counts them among long-term records: the two commands disagreed about one user."""
+    import asyncio
+
+    from fullrecall import PersistentMemory, SyncConversationMemory
+    from fullrecall.stores import open_store
+
+    store = open_store(store_url)
+    try:
+        SyncConversationMemory(store, "chat", user_id="ann", embedding_model=default_embedder).add(
+            [{"role": "user", "content": "My locker code is 4417."}, {"role": "assistant", "content": "Noted."}])
+        memory = PersistentMemory("ann", "", "notes", store=store, embedder=default_embedder)
+        asyncio.run(memory.record([{"role": "user", "content": "I live in Oslo."}]))  # a fact, and change logs
+        memory.remember("My dog is Rex")
+    finally:
+        store.close()
+    held = again("stats", "--user", "ann", "--store", store_url, cwd=tmp_path)
+    everyone = again("stats", "--everyone", "--store", store_url, cwd=tmp_path)
+    done = again("forget", "--user", "ann", "--yes", "--store", store_url, cwd=tmp_path)
+    records = sum(done[k] for k in ("summaries", "facts", "patterns", "records"))
+    assert (held["message_count"], held["session_count"]) == (done["messages"], done["sessions"]) == (3, 2), held
+    assert held["record_count"] == records, (held, done)
+    assert (everyone["message_count"], everyone["session_count"]) == (3, 2), everyone

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_store, emit, not_found, opened_store, scope
+from .common import add_store, change_logs, emit, not_found, opened_store, scope
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +23,10 @@ def run(args: argparse.Namespace) -> int:
         if args.everyone:
             own = replace(own, user_id=ANY, agent_id=ANY)
         stats = dict(store.stats(own))
+        entries, logs = change_logs(store, own)  # long-term memory's bookkeeping: records, as forget counts them
+        stats["message_count"] -= entries
+        stats["session_count"] -= logs
+        stats["record_count"] += entries
         if own.session_id and not stats.get("session_count"):  # as export and inspect say: a typo is no empty one
             raise not_found(own)
         if not args.everyone:
