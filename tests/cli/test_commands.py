@@ -766,3 +766,21 @@ def test_stats_counts_what_forget_then_reports_forgotten(tmp_path, store_url, de
     assert (held["message_count"], held["session_count"]) == (done["messages"], done["sessions"]) == (3, 2), held
     assert held["record_count"] == records, (held, done)
     assert (everyone["message_count"], everyone["session_count"]) == (3, 2), everyone
+
+
+def test_forget_of_a_conversation_that_does_not_exist_says_so(tmp_path, store_url):
+    """``forget --session nope`` succeeded with all-zero counts, where ``stats``, ``inspect`` and ``export`` say the
+    conversation is not found: a typo in the id looked like a conversation forgotten."""
+    (tmp_path / "s.json").write_text(json.dumps([{"role": "user", "content": "my pin is 0042"}]))
+    again("import", "s.json", "--store", store_url, "--user", "ann", "--agent", "bot", "--no-embed", cwd=tmp_path)
+    before = again("stats", "--store", store_url, "--user", "ann", "--agent", "bot", cwd=tmp_path)
+    for args in (("--session", "nope", "--yes"), ("--session", "nope"), ("--session", "s", "--agent", "other", "--yes"),
+                 ("--session", "s", "--user", "bob", "--yes")):
+        who = ("--user", "ann") if "--user" not in args else ()
+        done = inproc("forget", *who, *args, "--store", store_url, cwd=tmp_path, stdin="y\n", ok=False)
+        assert done.returncode == 1 and "not found" in done.stderr and done.stdout == "", (args, done)
+        assert "Forget" not in done.stderr, done.stderr  # refused before the question
+    done = fr("forget", "--user", "ann", "--session", "nope", "--yes", "--store", store_url, cwd=tmp_path, ok=False)
+    assert done.returncode == 1 and "conversation 'nope' not found" in done.stderr and "any agent" in done.stderr
+    assert again("stats", "--store", store_url, "--user", "ann", "--agent", "bot", cwd=tmp_path) == before
+    assert again("forget", "--user", "ann", "--session", "s", "--yes", "--store", store_url, cwd=tmp_path)["messages"] == 1

@@ -22,8 +22,11 @@ class CommandError(Exception):
 
 def not_found(own: Any) -> CommandError:
     """The error of a command given a conversation (``own``, a scope with its session) the owner does not have."""
+    from ..stores.base import AnyOwner
+
+    agent = "any agent" if isinstance(own.agent_id, AnyOwner) else f"agent {own.agent_id or '(default)'!r}"
     return CommandError(f"conversation {own.session_id!r} not found (tenant {own.tenant!r}, "
-                        f"user {own.user_id or '(default)'!r}, agent {own.agent_id or '(default)'!r})")
+                        f"user {own.user_id or '(default)'!r}, {agent})")
 
 
 def change_logs(store: Any, own: Any) -> tuple[int, int]:

@@ -23,12 +23,12 @@ def run(args: argparse.Namespace) -> int:
         if args.everyone:
             own = replace(own, user_id=ANY, agent_id=ANY)
         stats = dict(store.stats(own))
+        if own.session_id and not stats.get("session_count"):  # as export and inspect say: a typo is no empty one
+            raise not_found(own)
         entries, logs = change_logs(store, own)  # long-term memory's bookkeeping: records, as forget counts them
         stats["message_count"] -= entries
         stats["session_count"] -= logs
         stats["record_count"] += entries
-        if own.session_id and not stats.get("session_count"):  # as export and inspect say: a typo is no empty one
-            raise not_found(own)
         if not args.everyone:
             stats["listed_conversations"] = len(conversations(store, replace(own, session_id=None)))
         who = "everyone" if args.everyone else f"user {own.user_id or '(default)'!r}, agent {own.agent_id or '(default)'!r}"
