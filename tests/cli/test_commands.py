@@ -251,7 +251,7 @@ def test_an_import_of_json_nested_past_any_parser_is_one_line_of_error(tmp_path)
         done = inproc("import", name, "--format", fmt, "--store", store, cwd=tmp_path, ok=False)
         lines = done.stderr.splitlines()
         assert done.returncode == 2 and len(lines) == 1 and "nested too deep" in lines[0], (fmt, done)
-    assert again("stats", "--store", store, "--everyone", cwd=tmp_path)["message_count"] == 0
+    assert not (tmp_path / "m.db").exists()  # nothing written: not even an empty store
 
 
 def test_stats_of_a_conversation_that_does_not_exist_says_so(tmp_path):
@@ -311,7 +311,7 @@ def test_bad_input_is_named_and_nothing_is_written(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps([{"role": "user", "content": "fine"}, {"content": "no role"}]))
     done = fr("import", "bad.json", "--store", store, "--no-embed", cwd=tmp_path, ok=False)
     assert done.returncode == 2 and done.stderr.startswith("error: ") and "message 1" in done.stderr
-    assert again("stats", "--store", store, cwd=tmp_path)["message_count"] == 0
+    assert not (tmp_path / "m.db").exists()  # nothing written: not even an empty store
     header = json.dumps({"format": "fullrecall", "version": 99})
     (tmp_path / "new.jsonl").write_text(header + "\n")
     done = inproc("import", "new.jsonl", "--store", store, cwd=tmp_path, ok=False)
@@ -323,6 +323,9 @@ def test_bad_input_is_named_and_nothing_is_written(tmp_path):
         (tmp_path / "scalar.json").write_text(scalar)
         done = inproc("import", "scalar.json", "--store", store, cwd=tmp_path, ok=False)
         assert done.returncode == 2 and "expected a list of messages" in done.stderr, scalar
+    assert not (tmp_path / "m.db").exists()
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)  # a store, without that conversation
     missing = inproc("inspect", "nope", "--store", store, cwd=tmp_path, ok=False)
     assert missing.returncode == 1 and "conversation 'nope' not found" in missing.stderr
     empty = fr("search", " ", "--store", store, cwd=tmp_path, ok=False)
@@ -740,3 +743,72 @@ def test_forget_asks_about_what_it_then_reports_forgotten(tmp_path, store_url, d
     assert done["messages"] == 3 and done["facts"] == 2 and done["patterns"] == 1
     assert f": {done['messages']} messages, {records} long-term records (" in asked, (asked, done)
 
+
+
+def test_stats_counts_what_forget_then_reports_forgotten(tmp_path, store_url, default_embedder):
+    """``stats`` counted long-term memory's change logs as messages and sessions ("message_count": 6 of a user with
+    2 messages), where ``forget`` counts them among long-term records: the two commands disagreed about one user."""
+    import asyncio
+
+    from fullrecall import PersistentMemory, SyncConversationMemory
+    from fullrecall.stores import open_store
+
+    store = open_store(store_url)
+    try:
+        SyncConversationMemory(store, "chat", user_id="ann", embedding_model=default_embedder).add(
+            [{"role": "user", "content": "My locker code is 4417."}, {"role": "assistant", "content": "Noted."}])
+        memory = PersistentMemory("ann", "", "notes", store=store, embedder=default_embedder)
+        asyncio.run(memory.record([{"role": "user", "content": "I live in Oslo."}]))  # a fact, and change logs
+        memory.remember("My dog is Rex")
+    finally:
+        store.close()
+    held = again("stats", "--user", "ann", "--store", store_url, cwd=tmp_path)
+    everyone = again("stats", "--everyone", "--store", store_url, cwd=tmp_path)
+    done = again("forget", "--user", "ann", "--yes", "--store", store_url, cwd=tmp_path)
+    records = sum(done[k] for k in ("summaries", "facts", "patterns", "records"))
+    assert (held["message_count"], held["session_count"]) == (done["messages"], done["sessions"]) == (3, 2), held
+    assert held["record_count"] == records, (held, done)
+    assert (everyone["message_count"], everyone["session_count"]) == (3, 2), everyone
+
+
+def test_forget_of_a_conversation_that_does_not_exist_says_so(tmp_path, store_url):
+    """``forget --session nope`` succeeded with all-zero counts, where ``stats``, ``inspect`` and ``export`` say the
+    conversation is not found: a typo in the id looked like a conversation forgotten."""
+    (tmp_path / "s.json").write_text(json.dumps([{"role": "user", "content": "my pin is 0042"}]))
+    again("import", "s.json", "--store", store_url, "--user", "ann", "--agent", "bot", "--no-embed", cwd=tmp_path)
+    before = again("stats", "--store", store_url, "--user", "ann", "--agent", "bot", cwd=tmp_path)
+    for args in (("--session", "nope", "--yes"), ("--session", "nope"), ("--session", "s", "--agent", "other", "--yes"),
+                 ("--session", "s", "--user", "bob", "--yes")):
+        who = ("--user", "ann") if "--user" not in args else ()
+        done = inproc("forget", *who, *args, "--store", store_url, cwd=tmp_path, stdin="y\n", ok=False)
+        assert done.returncode == 1 and "not found" in done.stderr and done.stdout == "", (args, done)
+        assert "Forget" not in done.stderr, done.stderr  # refused before the question
+    done = fr("forget", "--user", "ann", "--session", "nope", "--yes", "--store", store_url, cwd=tmp_path, ok=False)
+    assert done.returncode == 1 and "conversation 'nope' not found" in done.stderr and "any agent" in done.stderr
+    assert again("stats", "--store", store_url, "--user", "ann", "--agent", "bot", cwd=tmp_path) == before
+    assert again("forget", "--user", "ann", "--session", "s", "--yes", "--store", store_url, cwd=tmp_path)["messages"] == 1
+
+
+def test_a_refused_import_leaves_no_store_file_behind(tmp_path):
+    """An import refused before it wrote anything (a file that does not exist or is no transcript) still made an
+    empty SQLite store file, which reading commands then took for a store: the refused command changed the folder."""
+    (tmp_path / "bad.json").write_text(json.dumps([{"role": "user", "content": "fine"}, {"content": "no role"}]))
+    (tmp_path / "scalar.json").write_text("42")
+    (tmp_path / "new.jsonl").write_text(json.dumps({"format": "fullrecall", "version": 99}) + "\n")
+    (tmp_path / "binary.db").write_bytes(b"[\xff\xfe")
+    memory = {"kind": "header", "format": "fullrecall.memory", "version": 99}
+    (tmp_path / "memory.jsonl").write_text(json.dumps(memory) + "\n")
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    done = fr("import", "bad.json", "--store", store, "--no-embed", cwd=tmp_path, ok=False)
+    assert done.returncode == 2 and "message 1" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("m.db")) == []
+    for args in (("bad.json",), ("scalar.json",), ("new.jsonl",), ("binary.db", "--format", "openai"),
+                 ("missing.json", "--format", "openai"), ("missing.jsonl", "--format", "jsonl"), ("memory.jsonl",)):
+        done = inproc("import", *args, "--store", store, *(() if args[0] == "memory.jsonl" else ("--no-embed",)),
+                      cwd=tmp_path, ok=False)
+        assert done.returncode in (1, 2) and done.stderr.startswith("error: "), (args, done)
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("m.db")) == [], args
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
+    assert inproc("import", "bad.json", "--store", store, "--no-embed", cwd=tmp_path, ok=False).returncode == 2
+    assert again("stats", "--store", store, cwd=tmp_path)["message_count"] == 1  # a store it did not make stays

@@ -440,3 +440,31 @@ def test_the_command_refuses_a_port_or_owner_it_cannot_serve(tmp_path: Path, ext
                           stdin=subprocess.DEVNULL, timeout=120)
     assert done.returncode == 2 and named in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not (tmp_path / "memory.db").exists()  # refused before the store was opened
+
+
+def test_the_server_refuses_what_the_services_mcp_refuses(store_url: str, default_embedder: Any) -> None:
+    """``fullrecall mcp`` stored a NUL in a fact, a query or a message (the service's ``/mcp`` refuses each, naming
+    it) and wrote a conversation under a blank session id; both servers now refuse the same calls, writing nothing."""
+    store = open_store(store_url)
+    server = create_server(store, user_id="u", embedder=default_embedder)
+    hi = [{"role": "user", "content": "hi"}]
+    refused = [("remember", {"fact": "My PIN is 12\x0034"}, "fact"), ("search_memory", {"query": "PIN\x00"}, "query"),
+               ("recall_patterns", {"task": "book\x00"}, "task"),
+               ("append_messages", {"session_id": "s", "messages": [{"role": "user", "content": "h\x00i"}]},
+                "messages[0].content"),
+               ("append_messages", {"session_id": "s", "messages": [{"role": "user", "content": "\ud800"}]},
+                "messages[0].content"),
+               ("append_messages", {"session_id": "  ", "messages": hi}, "session_id"),
+               ("append_messages", {"session_id": "\t\n", "messages": hi}, "session_id"),
+               ("get_context", {"session_id": " "}, "session_id")]
+
+    async def scenario(client: Client) -> None:
+        for tool, args, named in refused:
+            text = await error(client, tool, args)
+            assert named in text, (tool, args, text)
+        assert (await call(client, "remember", {"fact": "My PIN is 1234"}))["value"]  # the server still serves
+
+    run(lambda: Client(server), scenario)
+    owner = Scope(user_id="u", agent_id="")
+    assert [store.count(Scope(user_id="u", agent_id="", session_id=s)) for s in ("s", "  ", "\t\n", " ")] == [0] * 4
+    assert [r.text for r in store.get_records(owner, "facts")] == ["My PIN is 1234"]

@@ -300,6 +300,31 @@ def test_a_criterion_given_as_one_string_is_refused_not_read_as_letters(store_ur
         mem.close()
 
 
+def test_an_empty_session_id_reads_every_session_and_clears_nothing(store_url, default_embedder):
+    """``messages(session_id="")`` raised "this write needs a session" from a read. An empty session id means what
+    leaving it out means for reads, as in ``expand``; ``clear`` refuses it by name (read as "every session", a
+    script's empty variable would delete them all), and deletes nothing."""
+    store = open_store(store_url)
+    one = memory(store, default_embedder, user_id="u", session_id="one")
+    two = memory(store, default_embedder, user_id="u", session_id="two")
+    try:
+        run(one.record([{"role": "user", "content": "first question"}, {"role": "assistant", "content": "an answer"}]))
+        run(two.record([{"role": "user", "content": "second question"}]))
+        every = one.messages()
+        assert len(every) == 3 and one.messages(session_id="") == every
+        users = one.messages(roles=["user"])
+        assert len(users) == 2 and one.messages(session_id="", roles=["user"]) == users
+        assert one.messages(session_id="", ids=[every[0].id]) == one.messages(ids=[every[0].id])
+        for criteria in ({}, {"roles": ["user"]}, {"ids": [every[0].id]}):
+            with pytest.raises(MemoryInputError, match="clear: 'session_id' is empty"):
+                one.clear(session_id="", **criteria)
+        assert one.messages() == every
+    finally:
+        one.close()
+        two.close()
+        store.close()
+
+
 def test_export_then_import_into_another_store_keeps_everything(tmp_path, default_embedder):
     src = memory("sqlite:///:memory:", default_embedder, user_id="u", agent_id="a", session_id="s1")
     run(src.record([{"role": "user", "content": "My city is Paris. The wifi password is tulip-88."}]))

@@ -157,3 +157,22 @@ def test_mcp_refuses_two_messages_under_one_id(served: tuple[str, Any]) -> None:
 
     asyncio.run(scenario())
     assert service.store.count(_scope("tenant-a", "", "s1")) == 0
+
+
+def test_mcp_refuses_a_blank_session_id_as_fullrecall_mcp_does(served: tuple[str, Any]) -> None:
+    """A whitespace-only session id wrote a conversation no one meant to name over ``/mcp``; it is refused, naming
+    session_id, as ``fullrecall mcp`` refuses it, and nothing is written."""
+    url, service = served
+    key, _ = service.keys.create("tenant-a")
+
+    async def scenario() -> None:
+        async with client(url, key) as c:
+            for tool, args in (("append_messages", {"session_id": "  ", "messages": [{"role": "user", "content": "hi"}]}),
+                               ("get_context", {"session_id": "\t"})):
+                refused = await c.call_tool(tool, args)
+                assert refused.is_error and "session_id" in refused.content[0].text, refused.content
+
+    asyncio.run(scenario())
+    from fullrecall.stores import Scope
+
+    assert service.store.stats(Scope(tenant="tenant-a"))["message_count"] == 0

@@ -6,6 +6,7 @@ Only argparse is imported at module level: ``fullrecall --help`` builds every pa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -22,8 +23,23 @@ class CommandError(Exception):
 
 def not_found(own: Any) -> CommandError:
     """The error of a command given a conversation (``own``, a scope with its session) the owner does not have."""
+    from ..stores.base import AnyOwner
+
+    agent = "any agent" if isinstance(own.agent_id, AnyOwner) else f"agent {own.agent_id or '(default)'!r}"
     return CommandError(f"conversation {own.session_id!r} not found (tenant {own.tenant!r}, "
-                        f"user {own.user_id or '(default)'!r}, agent {own.agent_id or '(default)'!r})")
+                        f"user {own.user_id or '(default)'!r}, {agent})")
+
+
+def change_logs(store: Any, own: Any) -> tuple[int, int]:
+    """How many entries and sessions of ``own`` are long-term memory's change logs.
+
+    The store keeps them as messages of sessions, but they are its bookkeeping: the commands count their entries
+    among long-term records, never as messages or conversations, as ``forget`` reports them.
+    """
+    from ..stores._forget import is_change_log
+
+    logs = [s for s in store.sessions(own) if is_change_log(s.session)]
+    return sum(store.count(s) for s in logs), len(logs)
 
 
 def add_store(parser: argparse.ArgumentParser, *, session: bool = True, json_flag: bool = True,
@@ -50,23 +66,46 @@ def opened_store(args: argparse.Namespace, *, create: bool = True) -> Iterator[A
     Every command opens its store this way; :func:`fullrecall.cli.main.main` maps what a command raises to
     its message and exit code. A command that only reads (or deletes) passes ``create=False``: a SQLite file that
     does not exist is then a :class:`CommandError`, not a new empty store that answers "no hits" (a typo in
-    ``--store``, a command run in another folder).
+    ``--store``, a command run in another folder). A SQLite file the command made is removed again when the
+    command fails having written nothing into it (an import refused on reading): a failed command leaves no store.
     """
     from ..stores import open_store
 
     url = store_url(args)
-    if not create and url.lower().startswith("sqlite:"):
+    path = None
+    if url.lower().startswith("sqlite:"):
         from ..stores.sqlite import parse_url
 
         path = parse_url(url)[0]
-        if path != ":memory:" and not os.path.exists(path):
+        if path == ":memory:" or os.path.exists(path):
+            path = None  # not the command's to remove
+        elif not create:
             raise CommandError(f"no store at {url}: {path!r} does not exist (import, chat, serve and mcp make a "
                                "new store)")
     store = open_store(url)
+    unmade: list[str] = []
     try:
         yield store
+    except BaseException:
+        if path is not None and _holds_nothing(store, args):
+            unmade = [path, f"{path}-wal", f"{path}-shm", f"{path}-journal"]
+        raise
     finally:
         store.close()
+        for leftover in unmade:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(leftover)
+
+
+def _holds_nothing(store: Any, args: argparse.Namespace) -> bool:
+    """Whether the tenant of the options has no conversation and no record in ``store`` (False if it cannot tell)."""
+    from ..stores.base import ANY, Scope
+
+    try:
+        held = store.stats(Scope(tenant=getattr(args, "tenant", None) or "default", user_id=ANY, agent_id=ANY))
+    except Exception:  # noqa: BLE001 - a store that cannot say is kept
+        return False
+    return not (held["message_count"] or held["session_count"] or held["record_count"])
 
 
 def scope(args: argparse.Namespace, session: str | None = None) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import CommandError, emit, opened_store, scope
+from .common import CommandError, change_logs, emit, not_found, opened_store, scope
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from ..stores._forget import is_change_log
     from ..stores.base import ANY
     from ..transfer._common import unlist
 
@@ -31,10 +30,11 @@ def run(args: argparse.Namespace) -> int:
             own = replace(own, agent_id=ANY)
         what = (f"conversation {own.session_id!r} of user {args.user!r}" if own.session_id
                 else f"everything of user {args.user!r}") + (f" with agent {args.agent!r}" if args.agent else "")
+        held = store.stats(own)
+        if own.session_id and not held["session_count"]:  # as stats, inspect and export say: a typo forgets nothing
+            raise not_found(own)
         if not args.yes:
-            held = store.stats(own)
-            # long-term memory's change logs are stored as messages but are its bookkeeping: records, as forget counts
-            logs = sum(store.count(s) for s in store.sessions(own) if is_change_log(s.session))
+            logs = change_logs(store, own)[0]  # long-term memory's bookkeeping: records, as forget counts them
             print(f"Forget {what} in tenant {own.tenant!r}: {held['message_count'] - logs:,} messages, "
                   f"{held.get('record_count', 0) + logs:,} long-term records (summaries, facts, patterns, lists, "
                   "bookkeeping)? This cannot be undone. [y/N] ", end="", file=sys.stderr, flush=True)

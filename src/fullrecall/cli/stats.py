@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_store, emit, not_found, opened_store, scope
+from .common import add_store, change_logs, emit, not_found, opened_store, scope
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +25,10 @@ def run(args: argparse.Namespace) -> int:
         stats = dict(store.stats(own))
         if own.session_id and not stats.get("session_count"):  # as export and inspect say: a typo is no empty one
             raise not_found(own)
+        entries, logs = change_logs(store, own)  # long-term memory's bookkeeping: records, as forget counts them
+        stats["message_count"] -= entries
+        stats["session_count"] -= logs
+        stats["record_count"] += entries
         if not args.everyone:
             stats["listed_conversations"] = len(conversations(store, replace(own, session_id=None)))
         who = "everyone" if args.everyone else f"user {own.user_id or '(default)'!r}, agent {own.agent_id or '(default)'!r}"

@@ -128,7 +128,9 @@ def create_server(
     ``user_id``/``agent_id``, in the default tenant. ``conversations`` keeps the conversations of
     ``append_messages`` and ``get_context`` (default: :class:`MemoryConversations` in ``store``).
     ``check(arguments)`` sees every call's arguments (by name) before the tool runs and may raise
-    ``ValueError`` naming one to refuse the call, a tool error (the HTTP service refuses NUL this way).
+    ``ValueError`` naming one to refuse the call, a tool error (default: the HTTP service's check, which refuses a
+    NUL or lone surrogate in any argument, naming it). A blank ``session_id`` (empty or whitespace) names no
+    conversation: ``append_messages`` and ``get_context`` refuse it.
     """
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
@@ -137,6 +139,7 @@ def create_server(
     from ..embeddings import load_embedder
     from ..memory._cache import LockedCache
     from ..memory.tools import _SPECS as MEMORY_TOOL_SPECS
+    from ..service.mcp_endpoint import check_arguments
     from ..stores import open_store
 
     def _describe(tool: str, arg: str) -> Any:
@@ -145,6 +148,7 @@ def create_server(
         return Field(description=spec["description"], ge=spec.get("minimum"), strict=True)
 
     store = open_store(store) if isinstance(store, str) else store
+    check = check or check_arguments
     embedder = load_embedder(embedder)
     conversations = conversations or MemoryConversations(store, embedder)
     memories: LockedCache[MemoryTools] = LockedCache(_CACHED_SCOPES)  # per owner
@@ -163,6 +167,8 @@ def create_server(
             scope = (owner or from_headers)(request)
         except (PermissionError, ValueError) as exc:
             raise ToolError(str(exc)) from exc
+        if session_id is not None and not session_id.strip():
+            raise ToolError(f"'session_id' {session_id!r} is blank: name a conversation")
         user, agent = scope.user_id or "", scope.agent_id or ""
         if not isinstance(user, str) or not isinstance(agent, str):
             raise ToolError("a call acts for one user and one agent, not for any")
@@ -172,12 +178,11 @@ def create_server(
             raise ToolError(str(exc)) from exc
 
     def checked(args: dict[str, Any]) -> dict[str, Any]:
-        """``args``, once ``check`` (if any) accepts them."""
-        if check is not None:
-            try:
-                check(args)
-            except ValueError as exc:
-                raise ToolError(str(exc)) from exc
+        """``args``, once ``check`` accepts them."""
+        try:
+            check(args)
+        except ValueError as exc:
+            raise ToolError(str(exc)) from exc
         return args
 
     def memory_tools(scope: Scope) -> tuple["MemoryTools", threading.Lock]:

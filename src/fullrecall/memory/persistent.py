@@ -460,10 +460,11 @@ class PersistentMemory:
         """Archived messages matching every given criterion (times on ``created_at``, ``until`` exclusive).
 
         Messages are looked up in every session of the owner (:meth:`sessions`), as search and ``expand`` find
-        them: a conversation kept by :class:`~fullrecall.memory.ConversationMemory` too.
+        them: a conversation kept by :class:`~fullrecall.memory.ConversationMemory` too. ``session_id`` None or ""
+        is every session, as in ``expand``.
         """
         wanted, role_set = _names("ids", ids), _names("roles", roles)
-        _session("'session_id'", session_id)
+        session_id = None if session_id == "" else _session("'session_id'", session_id)
         _check_times(since=since, until=until)
         if wanted is not None and session_id is None:  # one look-up across the owner's sessions, logs aside
             found = [(m.session_id or "", m) for m in self.store.get(self.owner, wanted)
@@ -487,9 +488,12 @@ class PersistentMemory:
         """Delete the archived messages matching every given criterion (and facts among ``ids``).
 
         With no criterion at all, everything of this owner goes (messages, summaries, facts, patterns,
-        vectors, sessions): the store's ``forget`` counts (see :meth:`fullrecall.stores.Store.forget`).
+        vectors, sessions): the store's ``forget`` counts (see :meth:`fullrecall.stores.Store.forget`). An empty
+        ``session_id`` is refused: read as "every session", a caller's empty variable would delete them all.
         """
         _session("clear: 'session_id'", session_id)
+        if session_id == "":
+            raise MemoryInputError("clear: 'session_id' is empty: name a session, or leave it out for every session")
         if roles is None and since is None and until is None and session_id is None and ids is None:
             counts = self.store.forget(self.owner)  # the change logs counted as records, not messages or sessions
             self._noted = False
