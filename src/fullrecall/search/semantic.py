@@ -251,6 +251,7 @@ class _Lexical:
     keys: dict[Key, str]  # their store keys
     found: dict[str | None, StoredMessage]  # messages read on the way, by store key
     spread: Spread | None = None  # the scores spread to the neighbours (weighted fusion)
+    facets: Facets | None = None  # the question's
     owner: str | None = None  # the session whose spans ``near`` holds the messages of, read ahead
     covered: list[tuple[int, int]] = field(default_factory=list)  # those spans
     near: dict[int | None, StoredMessage] = field(default_factory=dict)  # their messages by position
@@ -492,22 +493,16 @@ class SemanticSearch:
             return []
         self._check_vector_space()
         n = max(self.candidates, k)
-        terms = query_terms(query)
-        facets = self._facets(query)
         keyword: Future[_Lexical] | None = None
         embedded = threading.Event()
-        if vector is None and terms:  # the keyword side runs while the question is embedded
-            keyword = _in_background(self._lexical, scope, terms, n, filters, facets, embedded, around)
-        if vector is None:
+        if vector is None:  # the keyword side (the question's words and facets too) runs while it is embedded
+            keyword = _in_background(self._lexical, scope, query, n, filters, embedded, around)
             vector = self.embed_query(query)
-            embedded.set()
+        embedded.set()
         with _one_blas_thread():
             dense_hits = self.store.search_vectors(scope, vector, n, filters)
-        if keyword is not None:
-            side = keyword.result()
-        else:
-            side = self._lexical(scope, terms, n, filters, None, embedded, 0) if terms else _Lexical({}, {}, {})
-        found = side.found  # store key -> message read for this query
+        side = keyword.result() if keyword is not None else self._lexical(scope, query, n, filters, embedded, around)
+        facets, found = side.facets, side.found  # found: store key -> message read for this query
         places = self._places
         where = places.place_hits(dense_hits)
         unplaced = [h.key for h in dense_hits if h.key not in where]
@@ -579,8 +574,8 @@ class SemanticSearch:
             return None
         return query_facets(query) or None
 
-    def _lexical(self, scope: Scope, terms: list[str], n: int, filters: Filters | None, facets: Facets | None,
-                 embedded: threading.Event, around: int) -> _Lexical:
+    def _lexical(self, scope: Scope, query: str, n: int, filters: Filters | None, embedded: threading.Event,
+                 around: int) -> _Lexical:
         """The keyword side of a search, run beside the embedding: the keyword hits placed in their sessions and
         their scores spread to their neighbours (:func:`~.fusion.spread_lexical`), ready to fuse with the dense
         hits.
@@ -592,6 +587,9 @@ class SemanticSearch:
         session's) are read: the hits chosen among them need no read after the embedding. A keyword query that
         outlasted the embedding (a server's, over a large scope) reads nothing more: the search is waiting for it.
         """
+        terms, facets = query_terms(query), self._facets(query)
+        if not terms:
+            return _Lexical({}, {}, {}, facets=facets)
         hits = self.store.search_text(scope, terms, n, filters)
         found: dict[str | None, StoredMessage] = {}
         if facets is not None and not embedded.is_set():
@@ -617,7 +615,7 @@ class SemanticSearch:
                 keys[place] = hit.key
         spread = (spread_lexical(scores, neighbour_weight=self.neighbour_weight, ids=keys.values())
                   if self.fusion == "weighted" else None)
-        side = _Lexical(scores, keys, found, spread)
+        side = _Lexical(scores, keys, found, spread, facets)
         owners = {place[0] for place in scores}
         if around and len(owners) == 1 and not embedded.is_set():
             side.owner = owners.pop()
