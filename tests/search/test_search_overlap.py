@@ -80,6 +80,33 @@ def test_keyword_query_runs_while_the_question_is_embedded(store_url, default_em
         spy.inner.close()
 
 
+def test_keyword_hits_are_placed_while_the_question_is_embedded(store_url, default_embedder):
+    """The keyword side is ready to fuse when the embedding ends: its hits placed in their conversation (read by
+    key where the backend does not say where they sit) on the thread that ran the keyword query."""
+
+    class PlacingSpy(SpyStore):
+        def __init__(self, inner: Any) -> None:
+            super().__init__(inner, hide_places=True)
+            self.placed = threading.Event()
+
+        def get_keys(self, scope: Scope, keys: Any) -> Any:
+            read = super().get_keys(scope, keys)
+            if threading.current_thread() is not threading.main_thread():
+                self.placed.set()
+            return read
+
+    spy = PlacingSpy(open_store(store_url))
+    embedder = WaitingEmbedder(default_embedder, spy.placed)
+    scope = Scope(user_id="placing", session_id="s")
+    try:
+        SemanticSearch(default_embedder, store=spy.inner, scope=scope).add(TEXTS)
+        for q in QUESTIONS:  # each by a new search, which knows no place yet
+            assert SemanticSearch(embedder, store=spy, scope=scope, facet_depth=0).search(q, top_k=3, spread=1)
+        assert embedder.overlapped == [True] * len(QUESTIONS)
+    finally:
+        spy.inner.close()
+
+
 @pytest.mark.parametrize("spread", [0, 2])
 def test_results_are_the_same_threaded_sequential_and_with_hits_read_to_be_placed(
     store_url, default_embedder, spread

@@ -8,7 +8,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fullrecall.search import index_text, query_terms
-from fullrecall.search.fusion import Candidate, Ranking, fuse, near_best, rrf, spread_out
+from fullrecall.search.fusion import Candidate, Ranking, fuse, near_best, rrf, spread_lexical, spread_out
 
 
 def test_query_terms_drop_question_words_keep_names_numbers_ids():
@@ -186,3 +186,16 @@ def test_fuse_scores_and_orders_each_candidate_exactly_as_the_rule_states(dense,
     want = _fuse_by_definition(dense, lexical, ids, 0.6, spread, unknown)
     got = fuse(dense, lexical, ids, lexical_weight=0.6, neighbour_weight=spread, unknown_neighbours=unknown)
     assert [(c.key, c.id, c.dense, c.lexical, c.fused) for c in got] == want  # to the last bit
+
+
+@given(st.dictionaries(keys, st.floats(-1.0, 1.0), max_size=30), st.dictionaries(keys, st.floats(0.0, 30.0), max_size=30),
+       st.sampled_from([0.0, 0.3, 1.0]))
+def test_fusing_a_lexical_spread_made_beforehand_is_fusing_the_lexical_scores(dense, lexical, spread):
+    """A search spreads the keyword scores beside the embedding, then fuses the dense hits with them: the same
+    ranking, to the last bit, as fusing both at once; the keyword hits' ids come with the spread."""
+    ids = {key: f"{key[0]}{key[1]}" for key in dense.keys() | lexical.keys()}
+    at_once = fuse(dense, lexical, ids, lexical_weight=0.6, neighbour_weight=spread)
+    ahead = spread_lexical(lexical, neighbour_weight=spread, ids=[ids[key] for key in lexical])
+    later = fuse(dense, ahead, {key: ids[key] for key in dense}, lexical_weight=0.6)
+    assert [(c.key, c.id, c.dense, c.lexical, c.fused) for c in later] == [
+        (c.key, c.id, c.dense, c.lexical, c.fused) for c in at_once]

@@ -116,11 +116,63 @@ class Ranking:
 
 FLAT = 1e-12  # dense candidates whose cosines differ by less are all equally good (never a scale of 1 / 1e-311)
 _SHIFT = 40  # a key as one integer: its owner's rank << _SHIFT | its position
+_LOW = (1 << _SHIFT) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """The lexical side of :func:`fuse`, which needs no dense candidate (a search makes it beside the embedding).
+
+    Keys are integers, ``rank << _SHIFT | position``, ``rank`` being the owner's place in ``owners`` (sorted).
+    ``keys``: every key a lexical score reached (the hits and their neighbours), sorted, with ``smoothed`` its
+    sum; ``hits``: the lexical hits' own keys with ``score`` their BM25 and ``ids`` their message ids (when given).
+    """
+
+    owners: list[str]
+    keys: np.ndarray
+    smoothed: np.ndarray
+    hits: np.ndarray
+    score: np.ndarray
+    ids: np.ndarray | None = None
+
+
+def _codes(keys: Iterable[Key], rank: dict[str, int], n: int) -> np.ndarray:
+    return np.fromiter(((rank[owner] << _SHIFT) | pos for owner, pos in keys), np.int64, n)
+
+
+def spread_lexical(
+    lexical: dict[Key, float], *, neighbour_weight: float = NEIGHBOUR_WEIGHT, known: Iterable[Key] | None = None,
+    ids: Iterable[str] | None = None,
+) -> Spread:
+    """Each lexical score on its key, plus ``neighbour_weight`` x it on the keys just before and after; with
+    ``known``, only on the neighbours among those keys. ``ids``: the message ids of ``lexical``'s keys, in order.
+    """
+    owners = sorted({key[0] for key in lexical})
+    rank = {owner: i for i, owner in enumerate(owners)}
+    lex = _codes(lexical, rank, len(lexical))
+    score = np.fromiter(lexical.values(), np.float64, len(lexical))
+    at, add = lex, score  # lexical scores spread to keys, in the order a loop over the hits would add them
+    if neighbour_weight and len(lex):
+        before, after = lex - 1, lex + 1
+        keep = np.ones((len(lex), 3), dtype=bool)
+        keep[:, 1] = lex & _LOW > 0  # no position -1
+        if known is not None:
+            known = [key for key in known if key[0] in rank]
+            named = _codes(known, rank, len(known))
+            keep[:, 1] &= np.isin(before, named)
+            keep[:, 2] = np.isin(after, named)
+        spread = neighbour_weight * score
+        at = np.stack([lex, before, after], axis=1)[keep]
+        add = np.stack([score, spread, spread], axis=1)[keep]
+    keys, where = np.unique(at, return_inverse=True)
+    smoothed = np.zeros(len(keys))
+    np.add.at(smoothed, where, add)  # in order: each sum exactly as a plain loop adds it
+    return Spread(owners, keys, smoothed, lex, score, None if ids is None else np.fromiter(ids, object, len(lex)))
 
 
 def fuse(
     dense: dict[Key, float],
-    lexical: dict[Key, float],
+    lexical: dict[Key, float] | Spread,
     ids: dict[Key, str],
     *,
     lexical_weight: float = LEXICAL_WEIGHT,
@@ -129,56 +181,59 @@ def fuse(
 ) -> Ranking:
     """All candidates, best first. ``ids`` maps the keys that are known to message ids.
 
-    With ``unknown_neighbours=False`` lexical scores spread only to keys in ``ids``
-    (for a caller that cannot look neighbours up).
+    ``lexical`` is the lexical hits' scores, or their :func:`spread_lexical` (then ``neighbour_weight`` and
+    ``unknown_neighbours`` are those it was made with, and the ids it carries are known too, before ``ids``).
+    With ``unknown_neighbours=False`` lexical scores spread only to keys in ``ids`` (for a caller that cannot
+    look neighbours up).
     """
-    owners = sorted({key[0] for key in dense} | {key[0] for key in lexical} | {key[0] for key in ids})
+    if not isinstance(lexical, Spread):
+        lexical = spread_lexical(lexical, neighbour_weight=neighbour_weight,
+                                 known=None if unknown_neighbours else ids)
+    owners = lexical.owners
+    more = {key[0] for key in dense}
+    more.update(key[0] for key in ids)
+    if not more.issubset(owners):
+        owners = sorted(more.union(owners))
     rank = {owner: i for i, owner in enumerate(owners)}
-
-    def codes(keys: Iterable[Key], n: int) -> np.ndarray:
-        return np.fromiter(((rank[owner] << _SHIFT) | pos for owner, pos in keys), np.int64, n)
-
-    lex = codes(lexical, len(lexical))
-    score = np.fromiter(lexical.values(), np.float64, len(lexical))
-    at, add = lex, score  # lexical scores spread to keys, in the order a loop over the hits would add them
-    if neighbour_weight and len(lex):
-        before, after = lex - 1, lex + 1
-        keep = np.ones((len(lex), 3), dtype=bool)
-        keep[:, 1] = lex & ((1 << _SHIFT) - 1) > 0  # no position -1
-        if not unknown_neighbours:
-            known = codes(ids, len(ids))
-            keep[:, 1] &= np.isin(before, known)
-            keep[:, 2] = np.isin(after, known)
-        spread = neighbour_weight * score
-        at = np.stack([lex, before, after], axis=1)[keep]
-        add = np.stack([score, spread, spread], axis=1)[keep]
+    spread, lex = lexical.keys, lexical.hits
+    if owners is not lexical.owners:  # the lexical keys with their owners' ranks among all (their order stays)
+        ranks = np.fromiter((rank[owner] for owner in lexical.owners), np.int64, len(lexical.owners))
+        if len(ranks):
+            spread = (ranks[spread >> _SHIFT] << _SHIFT) | (spread & _LOW)
+            lex = (ranks[lex >> _SHIFT] << _SHIFT) | (lex & _LOW)
     cosine = np.fromiter(dense.values(), np.float64, len(dense))
-    keys, where = np.unique(np.concatenate([at, codes(dense, len(dense))]), return_inverse=True)
+    dense_keys = _codes(dense, rank, len(dense))
+    keys = np.unique(np.concatenate([spread, dense_keys]))
     n = len(keys)
     smoothed = np.zeros(n)
-    np.add.at(smoothed, where[: len(at)], add)  # in order: each sum exactly as a plain loop adds it
+    smoothed[np.searchsorted(keys, spread)] = lexical.smoothed
     # Divide by the best score, but never by less than LEXICAL_FLOOR: in a handful of messages BM25's IDF
     # is ~0 for every word, and scaling such noise up to 1.0 would outvote the dense signal.
     lex_scale = 1.0 / max(float(smoothed.max()) if n else 0.0, LEXICAL_FLOOR)
     cos = np.full(n, np.nan)
     d = np.zeros(n)
     if len(cosine):
-        rows = where[len(at):]
+        rows = np.searchsorted(keys, dense_keys)
         cos[rows] = cosine
         best, floor = float(cosine.max()), float(cosine.min())
         dense_scale = 1.0 / (best - floor) if best - floor > FLAT else 0.0
         d[rows] = (cosine - floor) * dense_scale if dense_scale else 1.0
     own = np.zeros(n)
-    own[np.searchsorted(keys, lex)] = score
-    named: list[str | None] = [None] * n
+    lex_rows = np.searchsorted(keys, lex)
+    own[lex_rows] = lexical.score
+    named = np.full(n, None, dtype=object)
     if ids and n:
-        found = codes(ids, len(ids))
-        rows = np.searchsorted(keys, found)
-        for r, ok, key in zip(rows.tolist(), (keys[np.minimum(rows, n - 1)] == found).tolist(), ids.values()):
-            if ok:
-                named[r] = key
+        if ids.keys() == dense.keys():  # a search's: the dense hits' ids (the lexical ones come with ``lexical``)
+            named[rows] = np.fromiter((ids[key] for key in dense), object, len(dense))
+        else:
+            found = _codes(ids, rank, len(ids))
+            at = np.searchsorted(keys, found)
+            ok = keys[np.minimum(at, n - 1)] == found
+            named[at[ok]] = np.fromiter(ids.values(), object, len(ids))[ok]
+    if lexical.ids is not None:
+        named[lex_rows] = lexical.ids
     fused = lexical_weight * smoothed * lex_scale + (1.0 - lexical_weight) * d
-    return Ranking(owners, keys >> _SHIFT, keys & ((1 << _SHIFT) - 1), named, fused, cos, own)
+    return Ranking(owners, keys >> _SHIFT, keys & _LOW, named.tolist(), fused, cos, own)
 
 
 def near_best(

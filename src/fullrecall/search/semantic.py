@@ -34,9 +34,11 @@ from .fusion import (
     Candidate,
     Key,
     Ranking,
+    Spread,
     fuse,
     near_best,
     rrf,
+    spread_lexical,
     spread_out,
 )
 from .packing import spans_around
@@ -235,6 +237,17 @@ class _Places:
             self._place[key] = place
             self._key[place] = key
         return places
+
+
+@dataclass
+class _Lexical:
+    """The keyword side of a search (:meth:`SemanticSearch._lexical`)."""
+
+    scores: dict[Key, float]  # BM25 by place
+    keys: dict[Key, str]  # their store keys
+    found: dict[str | None, StoredMessage]  # messages read on the way, by store key
+    spread: Spread | None = None  # the scores spread to the neighbours (weighted fusion)
+    facets: Facets | None = None  # the question's
 
 
 class _Signals:
@@ -473,47 +486,34 @@ class SemanticSearch:
             return []
         self._check_vector_space()
         n = max(self.candidates, k)
-        terms = query_terms(query)
-        facets = self._facets(query)
-        keyword: Future[tuple[list[Hit], list[StoredMessage]]] | None = None
+        keyword: Future[_Lexical] | None = None
         embedded = threading.Event()
-        if vector is None and terms:  # the keyword query runs while the question is embedded
-            keyword = _in_background(self._keyword_search, scope, terms, n, filters, facets, embedded)
-        if vector is None:
+        if vector is None:  # the keyword side (the question's words and facets too) runs while it is embedded
+            keyword = _in_background(self._lexical, scope, query, n, filters, embedded)
             vector = self.embed_query(query)
-            embedded.set()
+        embedded.set()
         with _one_blas_thread():
             dense_hits = self.store.search_vectors(scope, vector, n, filters)
-        found: dict[str | None, StoredMessage] = {}  # store key -> message read for this query
-        if keyword is not None:
-            lexical_hits, read = keyword.result()
-            found.update((m.key, m) for m in read)
-        else:
-            lexical_hits = self.store.search_text(scope, terms, n, filters) if terms else []
+        side = keyword.result() if keyword is not None else self._lexical(scope, query, n, filters, embedded)
+        facets, found = side.facets, side.found  # found: store key -> message read for this query
         places = self._places
-        every = dense_hits + lexical_hits
-        where = places.place_hits(every)
-        unplaced = [h.key for h in every if h.key not in where]
+        where = places.place_hits(dense_hits)
+        unplaced = [h.key for h in dense_hits if h.key not in where]
         if unplaced:  # a store whose hits do not say where they sit: one read places them
             read = self.store.get_keys(scope, list(dict.fromkeys(unplaced)))
             where |= places.learn(read)
             found.update((m.key, m) for m in read)
         dense: dict[Key, float] = {}
-        lexical: dict[Key, float] = {}
         keys: dict[Key, str] = {}
-        for found_by, scores in ((dense_hits, dense), (lexical_hits, lexical)):
-            for hit in found_by:
-                place = where.get(hit.key)
-                if place is not None:  # None: gone since the search
-                    scores[place] = hit.score
-                    keys[place] = hit.key
+        for hit in dense_hits:
+            place = where.get(hit.key)
+            if place is not None:  # None: gone since the search
+                dense[place] = hit.score
+                keys[place] = hit.key
         if self.fusion == "rrf":
-            ranked = rrf(dense, lexical, keys)
-        else:
-            ranked = fuse(
-                dense, lexical, keys,
-                lexical_weight=self.lexical_weight, neighbour_weight=self.neighbour_weight,
-            )
+            ranked = rrf(dense, side.scores, keys | side.keys)
+        else:  # the lexical hits' ids come with their spread
+            ranked = fuse(dense, side.spread or {}, keys, lexical_weight=self.lexical_weight)
         if facets is not None:
             ranked = self._apply_facets(facets, ranked, scope, found)
         if self.fusion == "weighted":
@@ -563,25 +563,46 @@ class SemanticSearch:
             return None
         return query_facets(query) or None
 
-    def _keyword_search(self, scope: Scope, terms: list[str], n: int, filters: Filters | None,
-                        facets: Facets | None, embedded: threading.Event) -> tuple[list[Hit], list[StoredMessage]]:
-        """(the hits, the messages read) of the keyword query run beside the embedding.
+    def _lexical(self, scope: Scope, query: str, n: int, filters: Filters | None,
+                 embedded: threading.Event) -> _Lexical:
+        """The keyword side of a search, run beside the embedding: the keyword hits placed in their sessions and
+        their scores spread to their neighbours (:func:`~.fusion.spread_lexical`), ready to fuse with the dense
+        hits.
 
         For a question with facets, when the question is still being embedded, the messages of the query's best
         ``facet_depth`` hits this process has not met are read and their signals learned meanwhile: the facets
         then read only what the vector search adds. A keyword query that outlasted the embedding (a server's,
         over a large scope) reads nothing more: the search is waiting for it.
         """
+        terms, facets = query_terms(query), self._facets(query)
+        if not terms:
+            return _Lexical({}, {}, {}, facets=facets)
         hits = self.store.search_text(scope, terms, n, filters)
-        if facets is None or embedded.is_set():
-            return hits, []
-        known = self._signals
-        unread = [h.key for h in hits[: self.facet_depth] if h.key is not None and known.get(h.key) is None]
-        read = self.store.get_keys(scope, unread) if unread else []
-        for m in read:
-            if m.key is not None:
-                known.learn(m.key, m)
-        return hits, read
+        found: dict[str | None, StoredMessage] = {}
+        if facets is not None and not embedded.is_set():
+            known = self._signals
+            unread = [h.key for h in hits[: self.facet_depth] if h.key is not None and known.get(h.key) is None]
+            for m in self.store.get_keys(scope, unread) if unread else []:
+                found[m.key] = m
+                if m.key is not None:
+                    known.learn(m.key, m)
+        places = self._places
+        where = places.place_hits(hits)
+        unplaced = [h.key for h in hits if h.key not in where]
+        if unplaced:  # a store whose hits do not say where they sit: one read places them
+            read = self.store.get_keys(scope, list(dict.fromkeys(unplaced)))
+            where |= places.learn(read)
+            found.update((m.key, m) for m in read)
+        scores: dict[Key, float] = {}
+        keys: dict[Key, str] = {}
+        for hit in hits:
+            place = where.get(hit.key)
+            if place is not None:  # None: gone since the search
+                scores[place] = hit.score
+                keys[place] = hit.key
+        spread = (spread_lexical(scores, neighbour_weight=self.neighbour_weight, ids=keys.values())
+                  if self.fusion == "weighted" else None)
+        return _Lexical(scores, keys, found, spread, facets)
 
     def _apply_facets(self, facets: Facets, ranked: Ranking, scope: Scope,
                       found: dict[str | None, StoredMessage]) -> Ranking:
