@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fullrecall.search.facets import Facets, boost, query_facets, states_date
-from fullrecall.search.packing import SHORT_REPLY, neighbour_positions, pack, paying_neighbours, spans_around
+from fullrecall.search.packing import SHORT_REPLY, neighbour_positions, pack, paying_neighbours, spans_around, uncovered
 from fullrecall.stores import StoredMessage
 
 
@@ -115,3 +115,13 @@ def test_spans_around_cover_each_position_radius_once_in_order(positions, radius
     covered = [p for a, b in spans for p in range(a, b + 1)]
     assert covered == sorted({q for p in positions for q in range(max(0, p - radius), p + radius + 1)})
     assert all(b + 1 < c for (_, b), (c, _) in zip(spans, spans[1:]))  # apart: touching spans are merged
+
+
+@given(st.lists(st.integers(0, 60), max_size=8), st.lists(st.integers(0, 60), max_size=8), st.integers(0, 3))
+def test_uncovered_is_what_spans_hold_outside_the_covered_ones_in_order(wanted, read, radius):
+    spans, covered = spans_around(wanted, radius), spans_around(read, radius + 1)
+    left = uncovered(spans, covered)
+    positions = [p for a, b in left for p in range(a, b + 1)]
+    inside = {p for a, b in covered for p in range(a, b + 1)}
+    assert positions == sorted({p for a, b in spans for p in range(a, b + 1)} - inside)
+    assert all(a <= b for a, b in left) and all(b < c for (_, b), (c, _) in zip(left, left[1:]))

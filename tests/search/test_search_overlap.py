@@ -107,6 +107,42 @@ def test_keyword_hits_are_placed_while_the_question_is_embedded(store_url, defau
         spy.inner.close()
 
 
+def test_the_context_of_keyword_hits_is_read_while_the_question_is_embedded(store_url, default_embedder):
+    """A search that reads its hits' context reads the best keyword hits' neighbourhoods beside the embedding:
+    hits found among them need no read after it, and come with the same context as a search that reads after."""
+
+    class RangesSpy(SpyStore):
+        def __init__(self, inner: Any) -> None:
+            super().__init__(inner)
+            self.read_ahead = threading.Event()
+            self.reads_after: list[list[tuple[int, int]]] = []
+
+        def ranges(self, scope: Scope, spans: Any) -> Any:
+            if threading.current_thread() is threading.main_thread():
+                self.reads_after.append(list(spans))
+            else:
+                self.read_ahead.set()
+            return self.inner.ranges(scope, spans)
+
+    spy = RangesSpy(open_store(store_url))
+    embedder = WaitingEmbedder(default_embedder, spy.read_ahead)
+    scope = Scope(user_id="ahead", session_id="s")
+    try:
+        search = SemanticSearch(embedder, store=spy, scope=scope)
+        search.add(TEXTS)
+        hits = search.search("badger barn rain", top_k=1, around=1)
+        assert embedder.overlapped == [True] and spy.reads_after == []
+        assert "badger" in hits[0].text and "barn" in hits[0].text
+        q = "badger barn rain"
+        after = search.search(q, top_k=1, around=1, vector=search.embed_query(q))  # read after the embedding
+        assert spy.reads_after != []
+        assert _view(hits) == _view(after)
+        assert [m.id for m in hits[0].context or []] == [m.id for m in after[0].context or []]
+        assert len(hits[0].context or []) == 3
+    finally:
+        spy.inner.close()
+
+
 @pytest.mark.parametrize("spread", [0, 2])
 def test_results_are_the_same_threaded_sequential_and_with_hits_read_to_be_placed(
     store_url, default_embedder, spread

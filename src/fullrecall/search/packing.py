@@ -79,6 +79,23 @@ def spans_around(positions: Sequence[int], radius: int) -> list[tuple[int, int]]
     return spans
 
 
+def uncovered(spans: Sequence[tuple[int, int]], covered: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of ``spans`` outside ``covered`` (both inclusive, in order, none overlapping), in order."""
+    out: list[tuple[int, int]] = []
+    for start, end in spans:
+        for low, high in covered:
+            if high < start or low > end:
+                continue
+            if low > start:
+                out.append((start, low - 1))
+            start = high + 1
+            if start > end:
+                break
+        if start <= end:
+            out.append((start, end))
+    return out
+
+
 def neighbour_positions(hits: Sequence[StoredMessage], *, radius: int = 0, radius_hits: int = 0) -> list[int]:
     """Positions :func:`pack` may want beside ``hits``: one each side, ``radius`` around the first ``radius_hits``."""
     wanted: set[int] = set()
