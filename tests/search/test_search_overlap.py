@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fullrecall.search import SemanticSearch
+from fullrecall.search import SemanticSearch, semantic
 from fullrecall.stores import Scope, open_store
 
 TEXTS = [f"Note {i}: the {w} sat by the {p} while we talked about {t}." for i, (w, p, t) in enumerate(
@@ -107,9 +107,13 @@ def test_keyword_hits_are_placed_while_the_question_is_embedded(store_url, defau
         spy.inner.close()
 
 
-def test_the_context_of_keyword_hits_is_read_while_the_question_is_embedded(store_url, default_embedder):
+def test_the_context_of_keyword_hits_is_read_while_the_question_is_embedded(store_url, default_embedder,
+                                                                            monkeypatch):
     """A search that reads its hits' context reads the best keyword hits' neighbourhoods beside the embedding:
-    hits found among them need no read after it, and come with the same context as a search that reads after."""
+    hits found among them need no read after it, and come with the same context as a search that reads after.
+    Only while the embedding is likely to go on (a share of the last question's embedding time): here any time,
+    so that the read ahead never depends on this machine's speed; a share of 0 reads after."""
+    monkeypatch.setattr(semantic, "READ_AHEAD_SHARE", float("inf"))
 
     class RangesSpy(SpyStore):
         def __init__(self, inner: Any) -> None:
@@ -130,6 +134,11 @@ def test_the_context_of_keyword_hits_is_read_while_the_question_is_embedded(stor
     try:
         search = SemanticSearch(embedder, store=spy, scope=scope)
         search.add(TEXTS)
+        spy.read_ahead.set()  # the first question: no embedding time known yet, nothing is read ahead
+        search.search("badger barn rain", top_k=1, around=1)
+        assert spy.reads_after != []
+        embedder.overlapped.clear()
+        spy.reads_after.clear()
         hits = search.search("badger barn rain", top_k=1, around=1)
         assert embedder.overlapped == [True] and spy.reads_after == []
         assert "badger" in hits[0].text and "barn" in hits[0].text
@@ -139,6 +148,11 @@ def test_the_context_of_keyword_hits_is_read_while_the_question_is_embedded(stor
         assert _view(hits) == _view(after)
         assert [m.id for m in hits[0].context or []] == [m.id for m in after[0].context or []]
         assert len(hits[0].context or []) == 3
+        monkeypatch.setattr(semantic, "READ_AHEAD_SHARE", 0.0)
+        spy.reads_after.clear()
+        spy.read_ahead.set()  # (nothing is read ahead: the embedding need not wait for it)
+        late = search.search(q, top_k=1, around=1)
+        assert spy.reads_after != [] and _view(late) == _view(hits)
     finally:
         spy.inner.close()
 

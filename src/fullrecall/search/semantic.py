@@ -53,6 +53,7 @@ DEFAULT_SCOPE = Scope(session_id="default")
 # and their context are then mostly read already (the bench's questions at 10,000 messages: 6 in 10 need no
 # read after the embedding, at 56 messages read beside it, a hit's span and one more each side)
 PREFETCH = 8
+READ_AHEAD_SHARE = 0.5  # ... and only while less than this share of the last question's embedding time has passed
 
 
 @dataclass
@@ -340,6 +341,7 @@ class SemanticSearch:
         self.facet_depth = facet_depth
         self.near_weight = near_weight
         self._checked_space = False
+        self._embedding_s = 0.0  # how long the last question took to embed (read-ahead while one is: _lexical)
         self._places = _Places()
         self._signals = _Signals()
 
@@ -496,12 +498,15 @@ class SemanticSearch:
         keyword: Future[_Lexical] | None = None
         embedded = threading.Event()
         if vector is None:  # the keyword side (the question's words and facets too) runs while it is embedded
-            keyword = _in_background(self._lexical, scope, query, n, filters, embedded, around)
+            started = time.perf_counter()
+            keyword = _in_background(self._lexical, scope, query, n, filters, embedded, around,
+                                     started + READ_AHEAD_SHARE * self._embedding_s)
             vector = self.embed_query(query)
+            self._embedding_s = time.perf_counter() - started
         embedded.set()
         with _one_blas_thread():
             dense_hits = self.store.search_vectors(scope, vector, n, filters)
-        side = keyword.result() if keyword is not None else self._lexical(scope, query, n, filters, embedded, around)
+        side = keyword.result() if keyword is not None else self._lexical(scope, query, n, filters, embedded)
         facets, found = side.facets, side.found  # found: store key -> message read for this query
         places = self._places
         where = places.place_hits(dense_hits)
@@ -575,7 +580,7 @@ class SemanticSearch:
         return query_facets(query) or None
 
     def _lexical(self, scope: Scope, query: str, n: int, filters: Filters | None, embedded: threading.Event,
-                 around: int) -> _Lexical:
+                 around: int = 0, read_ahead_until: float = 0.0) -> _Lexical:
         """The keyword side of a search, run beside the embedding: the keyword hits placed in their sessions and
         their scores spread to their neighbours (:func:`~.fusion.spread_lexical`), ready to fuse with the dense
         hits.
@@ -584,8 +589,10 @@ class SemanticSearch:
         ``facet_depth`` hits this process has not met are read and their signals learned meanwhile: the facets
         then read only what the vector search adds. Likewise, for a search that reads its hits' context
         (``around``), the messages within ``around`` + 1 positions of the best ``PREFETCH`` keyword hits (one
-        session's) are read: the hits chosen among them need no read after the embedding. A keyword query that
-        outlasted the embedding (a server's, over a large scope) reads nothing more: the search is waiting for it.
+        session's) are read: the hits chosen among them need no read after the embedding; only before
+        ``read_ahead_until`` (a share of the last question's embedding time after the search began: a read begun
+        later would outlast the embedding, as it did over FTS5's 100,000 messages). A keyword query that outlasted
+        the embedding (a server's, over a large scope) reads nothing more: the search is waiting for it.
         """
         terms, facets = query_terms(query), self._facets(query)
         if not terms:
@@ -617,7 +624,7 @@ class SemanticSearch:
                   if self.fusion == "weighted" else None)
         side = _Lexical(scores, keys, found, spread, facets)
         owners = {place[0] for place in scores}
-        if around and len(owners) == 1 and not embedded.is_set():
+        if around and len(owners) == 1 and not embedded.is_set() and time.perf_counter() < read_ahead_until:
             side.owner = owners.pop()
             side.covered = spans_around([place[1] for place in list(scores)[:PREFETCH]], around + 1)
             for run in self.store.ranges(_owner_scope(scope, side.owner), side.covered):
