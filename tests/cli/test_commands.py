@@ -717,9 +717,9 @@ def test_forget_counts_what_the_user_stored_by_its_name(tmp_path, store_url, def
         store.close()
 
 
-def test_forget_asks_about_what_it_then_reports_forgotten(tmp_path, store_url, default_embedder):
-    """The question counted long-term memory's change logs as stored messages ("Forget ...: 6 stored messages" of a
-    user with 2), and the answer then said "forgot ...: 2 messages": the user confirmed one thing and read another."""
+def _ann_remembers(store_url: str, embedder, pattern: bool = False) -> None:
+    """User ann's memory: a conversation of 2 messages, a long-term session with a stated fact (and its change
+    logs), a remembered fact, and with ``pattern`` a procedure."""
     import asyncio
 
     from fullrecall import PersistentMemory, SyncConversationMemory
@@ -728,15 +728,22 @@ def test_forget_asks_about_what_it_then_reports_forgotten(tmp_path, store_url, d
 
     store = open_store(store_url)
     try:
-        SyncConversationMemory(store, "chat", user_id="ann", embedding_model=default_embedder).add(
+        SyncConversationMemory(store, "chat", user_id="ann", embedding_model=embedder).add(
             [{"role": "user", "content": "My locker code is 4417."}, {"role": "assistant", "content": "Noted."}])
-        memory = PersistentMemory("ann", "", "notes", store=store, embedder=default_embedder)
+        memory = PersistentMemory("ann", "", "notes", store=store, embedder=embedder)
         asyncio.run(memory.record([{"role": "user", "content": "I live in Oslo."}]))  # a fact, and change logs
         memory.remember("My dog is Rex")
-        ProceduralMemory(store, user_id="ann", embedder=default_embedder).store_pattern("book a flight", ["search"],
-                                                                                        0.9, 100.0)
+        if pattern:
+            ProceduralMemory(store, user_id="ann", embedder=embedder).store_pattern("book a flight", ["search"],
+                                                                                    0.9, 100.0)
     finally:
         store.close()
+
+
+def test_forget_asks_about_what_it_then_reports_forgotten(tmp_path, store_url, default_embedder):
+    """The question counted long-term memory's change logs as stored messages ("Forget ...: 6 stored messages" of a
+    user with 2), and the answer then said "forgot ...: 2 messages": the user confirmed one thing and read another."""
+    _ann_remembers(store_url, default_embedder, pattern=True)
     asked = inproc("forget", "--user", "ann", "--store", store_url, cwd=tmp_path, stdin="n\n", ok=False).stderr
     done = again("forget", "--user", "ann", "--yes", "--store", store_url, cwd=tmp_path)
     records = sum(done[k] for k in ("summaries", "facts", "patterns", "records"))
@@ -744,24 +751,10 @@ def test_forget_asks_about_what_it_then_reports_forgotten(tmp_path, store_url, d
     assert f": {done['messages']} messages, {records} long-term records (" in asked, (asked, done)
 
 
-
 def test_stats_counts_what_forget_then_reports_forgotten(tmp_path, store_url, default_embedder):
     """``stats`` counted long-term memory's change logs as messages and sessions ("message_count": 6 of a user with
     2 messages), where ``forget`` counts them among long-term records: the two commands disagreed about one user."""
-    import asyncio
-
-    from fullrecall import PersistentMemory, SyncConversationMemory
-    from fullrecall.stores import open_store
-
-    store = open_store(store_url)
-    try:
-        SyncConversationMemory(store, "chat", user_id="ann", embedding_model=default_embedder).add(
-            [{"role": "user", "content": "My locker code is 4417."}, {"role": "assistant", "content": "Noted."}])
-        memory = PersistentMemory("ann", "", "notes", store=store, embedder=default_embedder)
-        asyncio.run(memory.record([{"role": "user", "content": "I live in Oslo."}]))  # a fact, and change logs
-        memory.remember("My dog is Rex")
-    finally:
-        store.close()
+    _ann_remembers(store_url, default_embedder)
     held = again("stats", "--user", "ann", "--store", store_url, cwd=tmp_path)
     everyone = again("stats", "--everyone", "--store", store_url, cwd=tmp_path)
     done = again("forget", "--user", "ann", "--yes", "--store", store_url, cwd=tmp_path)

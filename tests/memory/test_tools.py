@@ -126,13 +126,18 @@ def test_handle_passes_over_entries_that_are_no_tool_call(tools):
     assert [r["tool_call_id"] for r in replies] == ["call_7"]
 
 
-def test_expand_a_summary_gives_the_messages_it_covers(default_embedder):
-    store = open_store("sqlite:///:memory:")
+def _summarized_chat(store, embedder) -> dict:
+    """Conversation "chat" of user u and agent a, five turns, its oldest summarized: that summary."""
     chat = SyncConversationMemory(store, "chat", user_id="u", agent_id="a", summarizer=lambda m, p: "summary",
-                              max_history_turns=2, preserve_recent_messages=2, embedding_model=default_embedder)
+                                  max_history_turns=2, preserve_recent_messages=2, embedding_model=embedder)
     for i in range(5):
         chat.add([{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}])
-    summary = chat.manager.archive.summaries()[0]
+    return chat.manager.archive.summaries()[0]
+
+
+def test_expand_a_summary_gives_the_messages_it_covers(default_embedder):
+    store = open_store("sqlite:///:memory:")
+    summary = _summarized_chat(store, default_embedder)
     tools = MemoryTools(PersistentMemory("u", "a", store=store, embedder=default_embedder))
     expanded = tools.call("expand", {"id": summary["id"], "session_id": "chat"})
     start, end = summary["covers"]
@@ -145,11 +150,7 @@ def test_an_empty_session_id_looks_in_every_session(store_url, default_embedder)
     session: Scope(session_id=...) is missing' for a summary's id or an unknown one, while a message's id was
     found: "" now means every session, as leaving it out does (and as a store's scope reads it)."""
     store = open_store(store_url)
-    chat = SyncConversationMemory(store, "chat", user_id="u", agent_id="a", summarizer=lambda m, p: "summary",
-                                  max_history_turns=2, preserve_recent_messages=2, embedding_model=default_embedder)
-    for i in range(5):
-        chat.add([{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}])
-    summary = chat.manager.archive.summaries()[0]
+    summary = _summarized_chat(store, default_embedder)
     tools = MemoryTools(PersistentMemory("u", "a", store=store, embedder=default_embedder))
     whole = tools.call("expand", {"id": summary["id"]})
     assert whole["messages"] and tools.call("expand", json.dumps({"id": summary["id"], "session_id": ""})) == whole

@@ -508,20 +508,7 @@ class SemanticSearch:
             dense_hits = self.store.search_vectors(scope, vector, n, filters)
         side = keyword.result() if keyword is not None else self._lexical(scope, query, n, filters, embedded)
         facets, found = side.facets, side.found  # found: store key -> message read for this query
-        places = self._places
-        where = places.place_hits(dense_hits)
-        unplaced = [h.key for h in dense_hits if h.key not in where]
-        if unplaced:  # a store whose hits do not say where they sit: one read places them
-            read = self.store.get_keys(scope, list(dict.fromkeys(unplaced)))
-            where |= places.learn(read)
-            found.update((m.key, m) for m in read)
-        dense: dict[Key, float] = {}
-        keys: dict[Key, str] = {}
-        for hit in dense_hits:
-            place = where.get(hit.key)
-            if place is not None:  # None: gone since the search
-                dense[place] = hit.score
-                keys[place] = hit.key
+        dense, keys = self._place(scope, dense_hits, found)
         if self.fusion == "rrf":
             ranked = rrf(dense, side.scores, keys | side.keys)
         else:  # the lexical hits' ids come with their spread
@@ -606,20 +593,7 @@ class SemanticSearch:
                 found[m.key] = m
                 if m.key is not None:
                     known.learn(m.key, m)
-        places = self._places
-        where = places.place_hits(hits)
-        unplaced = [h.key for h in hits if h.key not in where]
-        if unplaced:  # a store whose hits do not say where they sit: one read places them
-            read = self.store.get_keys(scope, list(dict.fromkeys(unplaced)))
-            where |= places.learn(read)
-            found.update((m.key, m) for m in read)
-        scores: dict[Key, float] = {}
-        keys: dict[Key, str] = {}
-        for hit in hits:
-            place = where.get(hit.key)
-            if place is not None:  # None: gone since the search
-                scores[place] = hit.score
-                keys[place] = hit.key
+        scores, keys = self._place(scope, hits, found)
         spread = (spread_lexical(scores, neighbour_weight=self.neighbour_weight, ids=keys.values())
                   if self.fusion == "weighted" else None)
         side = _Lexical(scores, keys, found, spread, facets)
@@ -632,6 +606,27 @@ class SemanticSearch:
                     side.near[m.position] = m
                     found[m.key] = m
         return side
+
+    def _place(self, scope: Scope, hits: list[Hit], found: dict[str | None, StoredMessage]
+               ) -> tuple[dict[Key, float], dict[Key, str]]:
+        """The hits' scores and store keys by place (session, position); a hit gone since its search is left
+        out. A store whose hits do not say where they sit: one read places them (kept in ``found``).
+        """
+        places = self._places
+        where = places.place_hits(hits)
+        unplaced = [h.key for h in hits if h.key not in where]
+        if unplaced:
+            read = self.store.get_keys(scope, list(dict.fromkeys(unplaced)))
+            where |= places.learn(read)
+            found.update((m.key, m) for m in read)
+        scores: dict[Key, float] = {}
+        keys: dict[Key, str] = {}
+        for hit in hits:
+            place = where.get(hit.key)
+            if place is not None:
+                scores[place] = hit.score
+                keys[place] = hit.key
+        return scores, keys
 
     def _apply_facets(self, facets: Facets, ranked: Ranking, scope: Scope,
                       found: dict[str | None, StoredMessage]) -> Ranking:
