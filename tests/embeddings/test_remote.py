@@ -166,7 +166,7 @@ def test_openai_errors_are_clear(server):
 # -- a whole request within its deadline -------------------------------------------------
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
-from summarizer_peers import Reply, ScriptedServer  # noqa: E402
+from summarizer_peers import Reply, ScriptedServer, point_boto_at  # noqa: E402
 
 
 def _embeddings(n: int, dim: int = 4) -> bytes:
@@ -200,11 +200,7 @@ def test_openai_embeddings_from_a_server_trickling_bytes_end_at_the_deadline(hea
 def test_bedrock_embeddings_from_a_server_trickling_bytes_end_at_the_deadline(monkeypatch):
     """The client the embedder makes signs its requests as ever, and ends each one at its deadline."""
     server = ScriptedServer(path=lambda p: p.startswith("/model/") and p.endswith("/invoke"))
-    host, port = server.httpd.server_address[:2]
-    for name, value in (("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", f"http://{host}:{port}"), ("AWS_ACCESS_KEY_ID", "x"),
-                        ("AWS_SECRET_ACCESS_KEY", "y"), ("AWS_CONFIG_FILE", "/nonexistent"),
-                        ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")):
-        monkeypatch.setenv(name, value)
+    point_boto_at(server, monkeypatch)
     try:
         one = json.dumps({"embedding": [1.0] * 256}).encode()
         server.script(Reply(body=one), *[Reply(body=one, trickle=0.02)] * 5)  # a try and botocore's retries

@@ -13,21 +13,9 @@ import pytest
 
 from fullrecall import MemoryAgent, MemoryInputError, MessageFormatError, ProceduralMemory
 from fullrecall.stores import open_store
-from fullrecall.summarizers.chat_models import OpenAIChatModel
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
-from summarizer_peers import Reply, ScriptedServer, completion  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def server():
-    s = ScriptedServer()
-    yield s
-    s.close()
-
-
-def model(server: ScriptedServer) -> OpenAIChatModel:
-    return OpenAIChatModel("scripted", base_url=server.base_url, api_key="k", max_retries=0)
+from summarizer_peers import Reply, ScriptedServer, completion, scripted_model  # noqa: E402
 
 
 def chat(agent: MemoryAgent, messages: Any, **kw: Any) -> list[str]:
@@ -45,13 +33,13 @@ def test_a_new_session_knows_the_user_and_another_user_does_not(store_url, serve
     server.script(*[completion(t) for t in ("Noted, 4417.", "Your locker code is 4417.", "I do not know.")])
     store = open_store(store_url)
     try:
-        monday = MemoryAgent(model(server), store=store, user_id="alice", agent_id="bot", session_id="monday",
+        monday = MemoryAgent(scripted_model(server), store=store, user_id="alice", agent_id="bot", session_id="monday",
                              embedder=default_embedder)
         assert "".join(chat(monday, "My locker code is 4417.")) == "Noted, 4417."
-        tuesday = MemoryAgent(model(server), store=store, user_id="alice", agent_id="bot", session_id="tuesday",
+        tuesday = MemoryAgent(scripted_model(server), store=store, user_id="alice", agent_id="bot", session_id="tuesday",
                               embedder=default_embedder)
         assert chat(tuesday, [{"role": "user", "content": "What is my locker code?"}]) == ["Your locker code is 4417."]
-        bob = MemoryAgent(model(server), store=store, user_id="bob", agent_id="bot", embedder=default_embedder)
+        bob = MemoryAgent(scripted_model(server), store=store, user_id="bob", agent_id="bot", embedder=default_embedder)
         chat(bob, "What is my locker code?")
         stats = tuesday.stats()
     finally:
@@ -67,7 +55,7 @@ def test_a_new_session_knows_the_user_and_another_user_does_not(store_url, serve
 
 def test_the_window_clear_history_and_reset(server, default_embedder):
     server.script(*[completion(f"a{i}") for i in range(4)])
-    agent = MemoryAgent(model(server), store="sqlite:///:memory:", user_id="u", embedder=default_embedder,
+    agent = MemoryAgent(scripted_model(server), store="sqlite:///:memory:", user_id="u", embedder=default_embedder,
                         system_prompt="Be brief.")
     chat(agent, "I am planning a trip to Kyoto.")
     chat(agent, "Which month is best?")
@@ -90,7 +78,7 @@ def test_the_window_clear_history_and_reset(server, default_embedder):
 
 def test_tokens_saved_when_the_window_is_trimmed(server, default_embedder):
     server.script(*[completion(f"answer number {i} " * 5) for i in range(6)])
-    agent = MemoryAgent(model(server), store="sqlite:///:memory:", embedder=default_embedder,
+    agent = MemoryAgent(scripted_model(server), store="sqlite:///:memory:", embedder=default_embedder,
                         window_options={"preserve_recent_messages": 2, "max_history_turns": 2})
     for i in range(6):
         chat(agent, f"question number {i} about the topic {i} " * 3)
@@ -102,7 +90,7 @@ def test_tokens_saved_when_the_window_is_trimmed(server, default_embedder):
 @pytest.mark.parametrize("errors", ["log", "raise", "silent"])
 def test_memory_failures_follow_the_errors_mode(errors, server, default_embedder, caplog, tmp_path):
     server.script(completion("still here"))
-    agent = MemoryAgent(model(server), store=f"sqlite:///{tmp_path / 'm.db'}", embedder=default_embedder,
+    agent = MemoryAgent(scripted_model(server), store=f"sqlite:///{tmp_path / 'm.db'}", embedder=default_embedder,
                         errors=errors)
     agent.memory.store.close()  # every memory step now fails
     caplog.set_level(logging.WARNING, logger="fullrecall.memory")
@@ -124,7 +112,7 @@ def test_procedures_reach_the_model_and_are_counted(server, default_embedder):
     store = open_store("sqlite:///:memory:")
     procedural = ProceduralMemory(store, user_id="u", agent_id="a", embedder=default_embedder)
     procedural.store_pattern("quote the flight price in euros", ["lookup_price", "convert_currency"], 0.9, 100.0)
-    agent = MemoryAgent(model(server), store=store, user_id="u", agent_id="a", procedural=procedural,
+    agent = MemoryAgent(scripted_model(server), store=store, user_id="u", agent_id="a", procedural=procedural,
                         embedder=default_embedder)
     chat(agent, "Quote the hotel price in euros")
     assert "lookup_price, convert_currency" in system_of(server.requests[0])
@@ -137,8 +125,8 @@ def test_the_memory_model_calls_are_counted(server, default_embedder):
     answers = ScriptedServer()
     try:
         answers.script(completion("Nice city."))
-        agent = MemoryAgent(model(answers), store="sqlite:///:memory:", embedder=default_embedder,
-                            memory_model=model(server))
+        agent = MemoryAgent(scripted_model(answers), store="sqlite:///:memory:", embedder=default_embedder,
+                            memory_model=scripted_model(server))
         chat(agent, "Lyon is where I have lived since May.")
     finally:
         answers.close()
@@ -163,7 +151,7 @@ def test_a_strands_model_is_streamed(default_embedder):
 @pytest.mark.parametrize("bad", [[], [{"content": "no role"}], ["text"], [{"role": "user", "content": 42}]])
 def test_bad_input_is_refused_before_anything_is_written(bad, server, default_embedder):
     server.script()
-    agent = MemoryAgent(model(server), store="sqlite:///:memory:", embedder=default_embedder)
+    agent = MemoryAgent(scripted_model(server), store="sqlite:///:memory:", embedder=default_embedder)
     with pytest.raises((MemoryInputError, MessageFormatError), match="chat: |message 0"):
         chat(agent, bad)
     assert server.requests == [] and agent.conversation.messages == [] and agent.memory.messages() == []
@@ -171,12 +159,12 @@ def test_bad_input_is_refused_before_anything_is_written(bad, server, default_em
 
 def test_an_unknown_errors_mode_is_refused(server):
     with pytest.raises(ValueError, match="errors"):
-        MemoryAgent(model(server), store="sqlite:///:memory:", errors="ignore")
+        MemoryAgent(scripted_model(server), store="sqlite:///:memory:", errors="ignore")
 
 
 def _alice_on_two_days(server: ScriptedServer, store: Any, embedder: Any) -> list[MemoryAgent]:
     """Two agents of user alice, sessions "mon" and "tue", each told a locker code (one turn each)."""
-    agents = [MemoryAgent(model(server), store=store, user_id="alice", agent_id="bot", session_id=s,
+    agents = [MemoryAgent(scripted_model(server), store=store, user_id="alice", agent_id="bot", session_id=s,
                           embedder=embedder) for s in ("mon", "tue")]
     for agent in agents:
         chat(agent, f"My locker code is 44-{agent.session_id}.")
@@ -216,7 +204,7 @@ def test_the_window_log_lives_in_the_memorys_tenant(server, default_embedder):
     store = open_store("sqlite:///:memory:")
     server.script(completion("noted"))
     memory = PersistentMemory("ann", "bot", "s1", store=store, tenant="acme", embedder=default_embedder)
-    agent = MemoryAgent(model(server), memory=memory, embedder=default_embedder)
+    agent = MemoryAgent(scripted_model(server), memory=memory, embedder=default_embedder)
     chat(agent, "My acme badge is 7.")
     assert agent.conversation.scope.tenant == "acme"
     assert store.stats(Scope(user_id="ann", agent_id=Scope.everyone().agent_id)).get("message_count") == 0
@@ -234,7 +222,7 @@ def test_close_closes_what_the_agent_opened_and_nothing_passed_in(server, defaul
     server.script(completion("noted"), completion("again"))
     monkeypatch.chdir(tmp_path)
     before = open_handles()
-    agent = MemoryAgent(model(server), store=f"sqlite:///{tmp_path / 'own.db'}", user_id="u",
+    agent = MemoryAgent(scripted_model(server), store=f"sqlite:///{tmp_path / 'own.db'}", user_id="u",
                         embedder=default_embedder)
     chat(agent, "My city is Lyon.")
     agent.close()
@@ -242,7 +230,7 @@ def test_close_closes_what_the_agent_opened_and_nothing_passed_in(server, defaul
     assert not [h for h in open_handles() - before if "own.db" in h]
 
     memory = PersistentMemory("u", store=f"sqlite:///{tmp_path / 'theirs.db'}", embedder=default_embedder)
-    agent = MemoryAgent(model(server), memory=memory, embedder=default_embedder)
+    agent = MemoryAgent(scripted_model(server), memory=memory, embedder=default_embedder)
     chat(agent, "My dog is Rex.")
     agent.close()
     assert [f.text for f in memory.facts.current()] == ["My dog is Rex."]  # the caller's memory: still open
@@ -255,7 +243,7 @@ def test_a_turn_with_both_kinds_of_recall_counts_once(server, default_embedder):
     archive recalling in one turn counted it twice.
     """
     server.script(*[completion("noted") for _ in range(4)])
-    agent = MemoryAgent(model(server), store="sqlite:///:memory:", user_id="u", embedder=default_embedder,
+    agent = MemoryAgent(scripted_model(server), store="sqlite:///:memory:", user_id="u", embedder=default_embedder,
                         window_options={"max_history_turns": 1, "preserve_recent_messages": 1,
                                         "summarizer": lambda messages, previous: "earlier talk"})
     for text in ("My locker code is 4417.", "The weather is nice today.", "What is my locker code?",
@@ -273,7 +261,7 @@ def test_forget_erases_every_word_of_the_user_and_the_window_starts_empty(server
     store = open_store("sqlite:///:memory:")
     server.script(*[completion(f"a{i}") for i in range(4)])
     agents = _alice_on_two_days(server, store, default_embedder)
-    bob = MemoryAgent(model(server), store=store, user_id="bob", agent_id="bot", session_id="mon",
+    bob = MemoryAgent(scripted_model(server), store=store, user_id="bob", agent_id="bot", session_id="mon",
                       embedder=default_embedder)
     chat(bob, "My locker code is 55-bob.")
     agent = agents[-1]
@@ -295,7 +283,7 @@ def test_forget_leaves_no_tokens_counted_as_saved(server, default_embedder):
     # tokens_saved is what summaries and trimming keep out of the window; erased words were not saved by them
     store = open_store("sqlite:///:memory:")
     server.script(*[completion(f"answer {i}") for i in range(2)])
-    agent = MemoryAgent(model(server), store=store, user_id="alice", agent_id="bot", embedder=default_embedder)
+    agent = MemoryAgent(scripted_model(server), store=store, user_id="alice", agent_id="bot", embedder=default_embedder)
     chat(agent, "My locker code is 4417 and I like long walks by the river.")
     asyncio.run(agent.forget())
     assert agent.stats()["tokens_saved"] == 0
@@ -309,7 +297,7 @@ def test_an_answer_holding_a_lone_surrogate_is_recorded(server, default_embedder
     """Half a surrogate pair in the model's answer (JSON may escape one) made the answer unstorable: the user saw it,
     memory counted a failure and the turn's answer was never recorded. It comes with U+FFFD in its place now."""
     server.script(Reply(body=completion("Paris @ is lovely.").body.replace(b"@", b"\\ud83d")))
-    agent = MemoryAgent(model(server), store="sqlite:///:memory:", embedder=default_embedder)
+    agent = MemoryAgent(scripted_model(server), store="sqlite:///:memory:", embedder=default_embedder)
     assert "".join(chat(agent, "Where should I travel?")) == "Paris \ufffd is lovely."
     assert agent.stats()["failures"] == 0
     assert agent.conversation.messages[-1]["content"] == "Paris \ufffd is lovely."
@@ -340,8 +328,8 @@ def test_the_memory_models_failures_and_summary_fallbacks_are_counted(server, de
     answers, memory_server = server, ScriptedServer()
     try:
         memory_server.script(*[memory_model_reply] * 40)
-        agent = MemoryAgent(model(answers), store="sqlite:///:memory:", embedder=default_embedder,
-                            memory_model=model(memory_server),
+        agent = MemoryAgent(scripted_model(answers), store="sqlite:///:memory:", embedder=default_embedder,
+                            memory_model=scripted_model(memory_server),
                             window_options={"max_history_turns": 1, "preserve_recent_messages": 1})
         for i in range(4):
             chat(agent, f"question {i}: what do you know about topic {i}?")

@@ -17,10 +17,9 @@ import pytest
 from fullrecall import FactExtractionError, MemoryAgent, PersistentMemory
 from fullrecall.errors import InvalidInput
 from fullrecall.memory.facts import FactMemory
-from fullrecall.summarizers.chat_models import OpenAIChatModel
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
-from summarizer_peers import Reply, ScriptedServer, completion  # noqa: E402
+from summarizer_peers import Reply, ScriptedServer, completion, scripted_model  # noqa: E402
 
 FACTS = [{"source": 0, "attribute": "city", "value": "Lyon", "text": "The user lives in Lyon."},
          {"source": 0, "attribute": None, "value": "jazz", "text": "The user likes jazz."},
@@ -36,24 +35,13 @@ FAILURES = {
 }
 
 
-@pytest.fixture(scope="module")
-def server():
-    s = ScriptedServer()
-    yield s
-    s.close()
-
-
-def model(server: ScriptedServer) -> OpenAIChatModel:
-    return OpenAIChatModel("scripted", base_url=server.base_url, api_key="k", max_retries=0)
-
-
 @pytest.mark.parametrize("errors", ["log", "raise", "silent"])
 @pytest.mark.parametrize("failure", FAILURES, ids=list(FAILURES))
 def test_an_extraction_failure_keeps_the_words_follows_errors_and_is_counted(server, default_embedder, caplog,
                                                                             failure, errors):
     reply, says = FAILURES[failure]
     server.script(reply, completion("[]"))
-    mem = PersistentMemory("u", store="sqlite:///:memory:", embedder=default_embedder, chat_model=model(server),
+    mem = PersistentMemory("u", store="sqlite:///:memory:", embedder=default_embedder, chat_model=scripted_model(server),
                            errors=errors)
     caplog.set_level(logging.WARNING, logger="fullrecall.memory")
     turn = [{"role": "user", "content": SAID}]
@@ -83,7 +71,7 @@ def test_an_unknown_errors_mode_is_refused_naming_it(default_embedder):
 def test_fact_memory_learn_keeps_the_facts_before_a_cut_and_raises_for_the_rest(server, default_embedder):
     server.script(completion("Sure:\n```json\n" + CUT, finish_reason="length"),
                   completion(json.dumps(FACTS), finish_reason="length"))
-    facts = FactMemory(embedder=default_embedder, user_id="u", chat_model=model(server))
+    facts = FactMemory(embedder=default_embedder, user_id="u", chat_model=scripted_model(server))
     with pytest.raises(FactExtractionError, match="after 2 facts") as caught:
         facts.learn([{"role": "user", "content": SAID}])
     assert [f.text for f in caught.value.facts] == ["The user lives in Lyon.", "The user likes jazz."]
@@ -96,7 +84,7 @@ def test_fact_memory_candidates_carries_the_facts_before_a_cut_as_learn_does(ser
     """candidates() raised for a cut answer with nothing to show (learn() kept the facts complete before the
     cut): its FactExtractionError now carries them in ``facts``, found and not stored, ready for keep()."""
     server.script(completion(CUT, finish_reason="length"))
-    facts = FactMemory(embedder=default_embedder, user_id="u", chat_model=model(server))
+    facts = FactMemory(embedder=default_embedder, user_id="u", chat_model=scripted_model(server))
     source = {"session_id": "s", "id": "m1"}
     with pytest.raises(FactExtractionError, match="after 2 facts") as caught:
         facts.candidates([{"role": "user", "content": SAID}], [source])
@@ -125,8 +113,8 @@ def test_a_memory_agents_extraction_failure_follows_its_errors_and_is_counted(se
     try:
         answers.script(completion("Noted."))
         server.script(Reply(status=500, body=b'{"error": "down"}'))
-        agent = MemoryAgent(model(answers), store="sqlite:///:memory:", embedder=default_embedder,
-                            memory_model=model(server), errors=errors)
+        agent = MemoryAgent(scripted_model(answers), store="sqlite:///:memory:", embedder=default_embedder,
+                            memory_model=scripted_model(server), errors=errors)
         caplog.set_level(logging.WARNING, logger="fullrecall.memory")
         if errors == "raise":
             with pytest.raises(FactExtractionError, match="could not extract facts"):

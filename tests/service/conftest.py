@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import pytest
 
 pytest.importorskip("fastapi")
@@ -53,3 +56,20 @@ def make_api(store_url, default_embedder):
 @pytest.fixture
 def api(make_api) -> Api:
     return make_api()
+
+
+class Gated:
+    """The real embedder, each call held until ``gate`` is set (30 s at most): messages wait to be embedded."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.gate = inner, threading.Event()
+        self.name, self.dimension = inner.name, inner.dimension
+
+    def embed(self, texts: Any) -> Any:
+        self.gate.wait(30)
+        return self.inner.embed(texts)
+
+
+@pytest.fixture
+def gated(default_embedder) -> Gated:
+    return Gated(default_embedder)

@@ -392,25 +392,17 @@ def test_a_conversation_appended_to_while_another_process_forgets_it_stays_liste
     assert _listed(writer) == _listed(forgetter) == [("c", 1)]
 
 
-def test_appends_wait_while_the_embedding_backlog_is_full(store_url, default_embedder):
+def test_appends_wait_while_the_embedding_backlog_is_full(store_url, gated):
     """Over ``backlog`` messages awaiting embedding, an append is durable but waits for the indexer to catch up, so
     the searchable delay stays bounded; once the indexer moves, every message is embedded."""
     from fullrecall.service.conversations import Conversations
     from fullrecall.service.indexer import Indexer
     from fullrecall.stores import open_store
 
-    gate = threading.Event()
-
-    class Gated:  # the real embedder, held until the gate opens
-        name, dimension = default_embedder.name, default_embedder.dimension
-
-        def embed(self, texts):
-            gate.wait(30)
-            return default_embedder.embed(texts)
-
+    gate = gated.gate
     store = open_store(store_url)
     scope = Scope(tenant="t", session_id="backlog")
-    indexer = Indexer(store, Gated(), batch=1, backlog=2)
+    indexer = Indexer(store, gated, batch=1, backlog=2)
     conversations = Conversations(store, indexer)
     ids = [conversations.append(scope, [{"role": "user", "content": "first"}])[0]["id"]]
     while indexer.pending:  # the indexer took the first message and waits at the gate

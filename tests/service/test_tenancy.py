@@ -213,28 +213,18 @@ def test_an_empty_limit_never_means_any(api):
         assert api.client.get("/v1/stats", params=params, headers=api.headers(key)).status_code == 403
 
 
-def test_stats_and_readiness_say_nothing_of_another_tenants_writes(store_url, default_embedder):
+def test_stats_and_readiness_say_nothing_of_another_tenants_writes(store_url, gated):
     """``/v1/stats`` gave every tenant the process's embedding queue and searchable delay (its ``samples`` one up
     for each batch another tenant wrote), and the unauthenticated ``/readyz`` the queue: anyone could watch
     another tenant's activity. Each tenant now sees its own; the operators' ``/metrics`` keeps the whole queue.
     """
-    import threading
-
     from fastapi.testclient import TestClient
 
     from fullrecall.service.app import create_app
     from fullrecall.service.config import Settings
 
-    gate = threading.Event()
-
-    class Gated:  # the real embedder, held until the gate opens
-        name, dimension = default_embedder.name, default_embedder.dimension
-
-        def embed(self, texts):
-            gate.wait(30)
-            return default_embedder.embed(texts)
-
-    app = create_app(Settings(store=store_url), embedder=Gated())
+    gate = gated.gate
+    app = create_app(Settings(store=store_url), embedder=gated)
     with TestClient(app, raise_server_exceptions=False) as client:
         keys = app.state.service.keys
         a, b, admin = ({"Authorization": f"Bearer {keys.create(t)[0]}"} for t in ("tenant-a", "tenant-b", "admin"))

@@ -491,19 +491,25 @@ def test_a_sliding_window_with_a_pinned_opening_goes_on_after_the_user_empties_t
     assert texts([m.data for m in archived]).count(QUESTIONS[0]) == 2  # the opening, once, and the question again
 
 
-def test_a_summarizing_window_with_a_pinned_opening_goes_on_after_the_user_empties_the_history(store_url):
-    """``agent.messages = []`` after a summary, with ``pin_first=1``: the next overflows summarize again, each
-    message that leaves is archived once, and nothing is written over an archived message."""
+def _summarized_with_a_pinned_opening(store_url, session_id):
+    """(archive, agent, manager): a summarizing window keeping the first message pinned, after every question."""
     from fullrecall.archive import Archive
     from fullrecall.stores import Scope
 
-    archive = Archive(store_url, Scope(session_id="reset"))
+    archive = Archive(store_url, Scope(session_id=session_id))
     manager = SummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2, pin_first=1,
                                              on_remove=archive, summarizer=lambda messages, previous=None: SUMMARY)
     agent = Agent(model=ScriptedModel(ANSWERS * 3, max_prompt_chars=LIMIT), system_prompt=AGENT_PROMPT,
                   conversation_manager=manager, callback_handler=None)
     for question in QUESTIONS:
         agent(question)
+    return archive, agent, manager
+
+
+def test_a_summarizing_window_with_a_pinned_opening_goes_on_after_the_user_empties_the_history(store_url):
+    """``agent.messages = []`` after a summary, with ``pin_first=1``: the next overflows summarize again, each
+    message that leaves is archived once, and nothing is written over an archived message."""
+    archive, agent, manager = _summarized_with_a_pinned_opening(store_url, "reset")
     assert texts(agent.messages[:1]) == [QUESTIONS[0]] and manager.summary_message is not None
     before = manager.removed_message_count
     agent.messages = []
@@ -518,16 +524,7 @@ def test_the_pinned_opening_popped_beside_a_summary_is_archived_and_the_agent_go
     """``pin_first=1`` keeps the opening request before the summary of the turns after it; the user pops it from
     ``agent.messages``: it was lost (never archived), and the next summary was written over an archived place, so
     the agent stopped with an overflow. It is archived at its own place now, and the window goes on summarizing."""
-    from fullrecall.archive import Archive
-    from fullrecall.stores import Scope
-
-    archive = Archive(store_url, Scope(session_id="popped"))
-    manager = SummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2, pin_first=1,
-                                             on_remove=archive, summarizer=lambda messages, previous=None: SUMMARY)
-    agent = Agent(model=ScriptedModel(ANSWERS * 3, max_prompt_chars=LIMIT), system_prompt=AGENT_PROMPT,
-                  conversation_manager=manager, callback_handler=None)
-    for question in QUESTIONS:
-        agent(question)
+    archive, agent, manager = _summarized_with_a_pinned_opening(store_url, "popped")
     assert texts(agent.messages[:2]) == [QUESTIONS[0], SUMMARY]  # the pinned opening, then the summary
     agent.messages.pop(0)
     for question in QUESTIONS[1:]:

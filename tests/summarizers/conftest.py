@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from summarizer_peers import ScriptedServer
+from summarizer_peers import ScriptedServer, point_boto_at
 
 
 @pytest.fixture(scope="session")
@@ -19,6 +19,15 @@ def _server():
 def llm_server(_server: ScriptedServer) -> ScriptedServer:
     _server.script()
     return _server
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch):
+    """A Bedrock runtime peer the clients fullrecall makes reach through the environment."""
+    server = ScriptedServer(path=lambda p: p.startswith("/model/"))
+    point_boto_at(server, monkeypatch)
+    yield server
+    server.close()
 
 
 # -- conversations ---------------------------------------------------------------------

@@ -136,3 +136,20 @@ class ScriptedServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def point_boto_at(server: ScriptedServer, monkeypatch: Any, key: str = "x", secret: str = "y") -> None:
+    """The Bedrock runtime clients fullrecall makes (boto3, signing included) reach ``server``, with test
+    credentials and no configuration file of the machine's."""
+    host, port = server.httpd.server_address[:2]
+    for name, value in (("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", f"http://{host}:{port}"), ("AWS_ACCESS_KEY_ID", key),
+                        ("AWS_SECRET_ACCESS_KEY", secret), ("AWS_CONFIG_FILE", "/nonexistent"),
+                        ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")):
+        monkeypatch.setenv(name, value)
+
+
+def scripted_model(server: ScriptedServer) -> Any:
+    """fullrecall's OpenAI chat model talking to ``server``, no retries (each scripted reply is one answer)."""
+    from fullrecall.summarizers.chat_models import OpenAIChatModel
+
+    return OpenAIChatModel("scripted", base_url=server.base_url, api_key="k", max_retries=0)

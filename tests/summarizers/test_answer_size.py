@@ -81,18 +81,6 @@ def test_openai_embeddings_over_the_limit_fail_naming_the_model_and_the_limit(fl
         server.close()
 
 
-@pytest.fixture
-def aws(monkeypatch):
-    """A Bedrock runtime peer the clients fullrecall makes reach through the environment."""
-    server = ScriptedServer(path=lambda p: p.startswith("/model/"))
-    host, port = server.httpd.server_address[:2]
-    for name, value in (("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", f"http://{host}:{port}"), ("AWS_ACCESS_KEY_ID", "x"),
-                        ("AWS_SECRET_ACCESS_KEY", "y"), ("AWS_CONFIG_FILE", "/nonexistent"),
-                        ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")):
-        monkeypatch.setenv(name, value)
-    yield server
-    server.close()
-
 
 @pytest.mark.parametrize("flood", ["endless", "announced"])
 def test_a_bedrock_chat_answer_over_the_limit_fails_naming_the_model_and_the_limit(aws, flood):

@@ -53,17 +53,6 @@ def test_a_fact_extraction_answer_nested_too_deep_is_an_extraction_failure(llm_s
     assert memory.history() == []
 
 
-@pytest.fixture
-def aws(monkeypatch):
-    server = ScriptedServer(path=lambda p: p.startswith("/model/"))
-    host, port = server.httpd.server_address[:2]
-    for name, value in (("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", f"http://{host}:{port}"), ("AWS_ACCESS_KEY_ID", "x"),
-                        ("AWS_SECRET_ACCESS_KEY", "y"), ("AWS_CONFIG_FILE", "/nonexistent"),
-                        ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")):
-        monkeypatch.setenv(name, value)
-    yield server
-    server.close()
-
 
 def test_bedrock_answers_nested_too_deep_are_the_clients_errors(aws):
     aws.script(*[Reply(body=DEEP)] * 2)

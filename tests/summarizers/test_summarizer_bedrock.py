@@ -11,7 +11,7 @@ import time  # noqa: E402
 
 from botocore.config import Config  # noqa: E402
 from botocore.stub import ANY, Stubber  # noqa: E402
-from summarizer_peers import Reply, ScriptedServer  # noqa: E402
+from summarizer_peers import Reply, ScriptedServer, point_boto_at  # noqa: E402
 
 from fullrecall.summarizers import BedrockChatModel, LLMSummarizer, chat_model_from_env  # noqa: E402
 from fullrecall.summarizers.llm import DEFAULT_SYSTEM_PROMPT  # noqa: E402
@@ -159,11 +159,7 @@ def test_a_converse_server_trickling_bytes_hits_the_deadline_per_request(convers
                                                                          good_summary, citations, monkeypatch, head):
     """The client the model makes signs each request as ever and ends it at its deadline, as the OpenAI client
     does: each byte comes well within the read timeout, yet the whole answer would take a minute."""
-    host, port = converse_server.httpd.server_address[:2]
-    for name, value in (("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", f"http://{host}:{port}"), ("AWS_ACCESS_KEY_ID", "test"),
-                        ("AWS_SECRET_ACCESS_KEY", "test"), ("AWS_CONFIG_FILE", "/nonexistent"),
-                        ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")):
-        monkeypatch.setenv(name, value)
+    point_boto_at(converse_server, monkeypatch, "test", "test")
     answer = json.dumps(converse_reply(good_summary)).encode()
     converse_server.script(Reply(body=answer), *[Reply(body=answer, trickle=0.05, trickle_head=head)] * 2)
     bedrock = BedrockChatModel(region="us-east-1", timeout=2.0, deadline=0.6, max_retries=1, backoff=0.01)
