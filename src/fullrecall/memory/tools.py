@@ -100,7 +100,7 @@ class MemoryTools:
         """
         if self.memory.facts.get(id) is not None:
             return True
-        return self.procedural is not None and any(p["id"] == id for p in self.procedural.patterns())
+        return self.procedural is not None and self.procedural.book.get(id) is not None
 
     def remember(self, fact: str) -> dict[str, Any]:
         stored = self.memory.remember(fact)
