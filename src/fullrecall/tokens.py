@@ -103,6 +103,8 @@ _COMMON_NON_ASCII = re.compile(
     "\uff00-\uff20\uff3b-\uff40\uff5b-\uff64\uffa0-\uffef]+"
 )
 _OTHER_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+# an accented Latin letter inside an ASCII word ("naïve"): the letters after it start a new piece, one token more
+_INNER_ACCENT = re.compile("(?<=[A-Za-z])[\u00c0-\u024f]+(?=[A-Za-z])")
 
 
 def _letter_tokens(n: int) -> int:
@@ -125,7 +127,8 @@ class EstimatingTokenCounter(_MessageCounting):
     mixing letters and digits (ids, hashes): three per 4 characters; each
     punctuation mark, control character (a backspace, an escape) and newline run: one; non-ASCII: half a token per UTF-8
     byte in well-covered scripts (Latin, Greek, Cyrillic, Hebrew, Arabic,
-    Devanagari, Thai, CJK, Hangul), one per byte elsewhere; plus one per text. On English prose it reads about 1.2x the exact cl100k count; it is
+    Devanagari, Thai, CJK, Hangul), one per byte elsewhere, one more for accented Latin letters inside an ASCII
+    word; plus one per text. On English prose it reads about 1.2x the exact cl100k count; it is
     meant to be safe (>= exact) for every script, for code and for JSON, and for any text it is at least 0.9 of
     the count of cl100k, o200k or a WordPiece tokenizer (MiniLM's), tested on generated texts.
     """
@@ -146,6 +149,7 @@ class EstimatingTokenCounter(_MessageCounting):
         total += sum((len(d) + 2) // 3 for d in digits) + len(_SPACED.findall(text))
         total += len(_PUNCT.findall(text)) + len(_NEWLINES.findall(text)) + len(_CONTROL.findall(text))
         total += sum((len(run.encode("utf-8")) + 1) // 2 for run in _COMMON_NON_ASCII.findall(text))
+        total += len(_INNER_ACCENT.findall(text))
         total += sum(len(run.encode("utf-8")) for run in _OTHER_NON_ASCII.findall(_COMMON_NON_ASCII.sub("", text)))
         return total
 

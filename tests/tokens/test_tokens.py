@@ -129,6 +129,7 @@ unspaced = (
 @given(text=st.lists(unspaced, min_size=1, max_size=4).map(" ".join))
 @example(text="Donaudampfschifffahrtsgesellschaftskapitänswitwe " * 20)  # long compound words
 @example(text="qwhzkvjxmtprlsdfgnbcqwhzkvjxmtprlsdfgnbc" * 50)  # a run of letters: ~2 characters a token, not 5
+@example(text="thenaïvethe")  # an accented letter inside a word: the letters after it are a new piece (5 tokens, not 4)
 def test_the_estimate_never_undercounts_a_run_without_spaces_badly(text, exact_counters):
     """A run without spaces (a blob of letters, words run together, a long compound) counted one token per 5
     letters, as prose does: a third of its real count, and a window thought within budget overflowed."""
