@@ -40,11 +40,13 @@ def completion(text: str | None, finish_reason: str = "stop", refusal: str | Non
 
 class ScriptedServer:
     """``path`` picks the endpoint served: OpenAI's by default; any other path-matching predicate
-    (e.g. Bedrock Converse's ``/model/{id}/converse``) turns the server into that provider's peer."""
+    (e.g. Bedrock Converse's ``/model/{id}/converse``) turns the server into that provider's peer.
+    When the scripted replies run out, ``default`` answers (an HTTP 500 unless a test sets it)."""
 
     def __init__(self, path: Callable[[str], bool] | None = None) -> None:
         accepts = path or (lambda p: p == "/v1/chat/completions")
         self.replies: list[Reply | Callable[[dict[str, Any]], Reply]] = []
+        self.default: Reply | Callable[[dict[str, Any]], Reply] = Reply(status=500, body=b"no reply scripted")
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.lock = threading.Lock()
@@ -66,7 +68,7 @@ class ScriptedServer:
                 with server.lock:
                     server.requests.append(body)
                     server.headers.append({k.lower(): v for k, v in self.headers.items()})
-                    script = server.replies.pop(0) if server.replies else Reply(status=500, body=b"no reply scripted")
+                    script = server.replies.pop(0) if server.replies else server.default
                 reply = script(body) if callable(script) else script
                 if reply.delay:
                     time.sleep(reply.delay)
