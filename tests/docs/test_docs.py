@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,11 @@ _URL = {"postgres": re.compile(r"postgresql://[^\"'\s]*"), "redis": re.compile(r
 
 
 def answer(request: dict[str, Any]) -> Reply:
-    """The scripted model: it calls ``search_memory`` when offered tools, else it acknowledges."""
+    """The scripted model: it calls ``search_memory`` when offered tools, else it acknowledges. A request
+    without ``model`` is Bedrock's ConverseStream (the model is in its path): it gets the answer as Bedrock
+    streams it."""
+    if "model" not in request:
+        return converse_stream("Noted.")
     names = [t.get("function", {}).get("name") for t in request.get("tools") or []]
     if "search_memory" in names and request["messages"][-1].get("role") != "tool":
         call = {"id": "call_1", "type": "function",
@@ -44,9 +49,29 @@ def answer(request: dict[str, Any]) -> Reply:
     return completion("Noted.")
 
 
+def converse_stream(text: str) -> Reply:
+    """A ConverseStream answer of ``text``: its events in AWS's event stream encoding (each message a prelude
+    of lengths with its CRC32, string headers, a JSON payload and the message's CRC32)."""
+    events = [("messageStart", {"role": "assistant"}),
+              ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": text}}),
+              ("contentBlockStop", {"contentBlockIndex": 0}), ("messageStop", {"stopReason": "end_turn"}),
+              ("metadata", {"usage": {"inputTokens": 10, "outputTokens": 2, "totalTokens": 12},
+                            "metrics": {"latencyMs": 1}})]
+    body = b""
+    for kind, payload in events:
+        headers = b"".join(bytes([len(n)]) + n.encode() + b"\x07" + len(v).to_bytes(2, "big") + v.encode()
+                           for n, v in ((":event-type", kind), (":content-type", "application/json"),
+                                        (":message-type", "event")))
+        data = json.dumps(payload).encode()
+        prelude = (16 + len(headers) + len(data)).to_bytes(4, "big") + len(headers).to_bytes(4, "big")
+        message = prelude + zlib.crc32(prelude).to_bytes(4, "big") + headers + data
+        body += message + zlib.crc32(message).to_bytes(4, "big")
+    return Reply(body=body, headers={"Content-Type": "application/vnd.amazon.eventstream"})
+
+
 @pytest.fixture(scope="module")
 def llm() -> Iterator[ScriptedServer]:
-    server = ScriptedServer()
+    server = ScriptedServer(lambda path: path == "/v1/chat/completions" or path.endswith("/converse-stream"))
     server.default = answer
     yield server
     server.close()
@@ -61,7 +86,7 @@ def environment(llm: ScriptedServer, tmp_path: Path) -> dict[str, str]:
         OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="k",
         FULLRECALL_CACHE_DIR=os.environ.get("FULLRECALL_CACHE_DIR", str(Path.home() / ".cache" / "fullrecall")),
         HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-        AWS_REGION="us-east-1", AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="y",
+        AWS_ENDPOINT_URL_BEDROCK_RUNTIME=llm.base_url.removesuffix("/v1"), AWS_REGION="us-east-1", AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="y",
         AWS_CONFIG_FILE="/nonexistent", AWS_SHARED_CREDENTIALS_FILE="/nonexistent",
     )
     return env
