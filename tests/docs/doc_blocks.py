@@ -11,6 +11,11 @@ A block may be preceded (on the lines just above its fence) by HTML comments, in
   servers (a schema or key prefix of the test's own).
 
 Every other python block runs as it is.
+
+A shell block (```console, ```bash) says what becomes of it: ``<!-- doc-test: run -->`` (a console transcript: each
+``$`` line runs in bash, and its output must have the shape shown: the same lines, numbers free),
+``<!-- doc-test: service -->`` (docs/service.md's quick start, run against a real ``fullrecall serve``), or
+``<!-- doc-test: skip REASON -->``.
 """
 
 from __future__ import annotations
@@ -43,13 +48,41 @@ class Example:
 
 
 @dataclass
+class Shell:
+    """A shell block: its commands, and what its markdown says of it."""
+
+    doc: str
+    line: int
+    text: str
+    marks: dict[str, str]
+
+    @property
+    def name(self) -> str:
+        return f"{self.doc}:{self.line}"
+
+    def transcript(self) -> list[tuple[str, list[str]]]:
+        """A console block's ``$`` commands (a line ending in a backslash goes on at the next ``>`` line), each
+        with the output lines shown after it."""
+        steps: list[tuple[str, list[str]]] = []
+        for line in self.text.splitlines():
+            if line.startswith("$ "):
+                steps.append((line[2:], []))
+            elif steps and line.startswith("> ") and steps[-1][0].endswith("\\") and not steps[-1][1]:
+                steps[-1] = (steps[-1][0] + "\n" + line[2:], [])
+            elif steps:
+                steps[-1][1].append(line)
+        return steps
+
+
+@dataclass
 class _Block:
     line: int
     code: str
     marks: dict[str, str]
+    language: str = "python"
 
 
-def _blocks(path: Path) -> list[_Block]:
+def _blocks(path: Path, languages: tuple[str, ...] = ("python",)) -> list[_Block]:
     lines = path.read_text(encoding="utf-8").splitlines()
     found: list[_Block] = []
     i = 0
@@ -59,8 +92,8 @@ def _blocks(path: Path) -> list[_Block]:
             i += 1
             continue
         end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
-        if fence.group(1) == "python":
-            found.append(_Block(i + 1, "\n".join(lines[i + 1 : end]) + "\n", _marks_above(lines, i)))
+        if fence.group(1) in languages:
+            found.append(_Block(i + 1, "\n".join(lines[i + 1 : end]) + "\n", _marks_above(lines, i), fence.group(1)))
         i = end + 1
     return found
 
@@ -72,7 +105,7 @@ def _marks_above(lines: list[str], fence: int) -> dict[str, str]:
     while j >= 0 and (mark := _MARK.search(lines[j])):
         marks[mark.group(1)] = mark.group(2)
         j -= 1
-    unknown = set(marks) - {"skip", "continues", "given", "servers"}
+    unknown = set(marks) - {"skip", "continues", "given", "servers", "run", "service"}
     if unknown or ("skip" in marks and not marks["skip"]):
         raise ValueError(f"line {fence + 1}: bad doc-test comment {sorted(unknown) or 'skip without a reason'}")
     return marks
@@ -98,3 +131,9 @@ def examples() -> list[Example]:
             mine.append(Example(doc, block.line, block.code, given, block.marks.get("skip"), "servers" in block.marks))
         found += mine
     return found
+
+
+def shell_blocks() -> list[Shell]:
+    """Every ```console and ```bash block of the docs."""
+    return [Shell(str(path.relative_to(ROOT)), b.line, b.code, b.marks)
+            for path in DOCS for b in _blocks(path, ("console", "bash", "sh"))]

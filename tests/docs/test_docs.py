@@ -1,4 +1,5 @@
-"""Every python example of README.md and docs/*.md runs, as a user would paste it, offline.
+"""Every python example of README.md and docs/*.md runs, as a user would paste it, offline; so do the console
+transcripts marked to run, and docs/service.md's quick start against a real ``fullrecall serve``.
 
 Each runs in its own process (``PYTHONPATH`` = this tree's ``src``) in an empty folder, so ``sqlite:///memory.db``
 is a new file. An LLM it calls is a scripted OpenAI-compatible server on a loopback port, named by the
@@ -11,8 +12,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
+import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterator
@@ -24,7 +28,7 @@ import pytest
 from fullrecall.stores._servers import drop_namespace
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
-from doc_blocks import ROOT, Example, examples  # noqa: E402
+from doc_blocks import ROOT, Example, Shell, examples, shell_blocks  # noqa: E402
 from summarizer_peers import Reply, ScriptedServer, completion  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -124,3 +128,100 @@ def test_doc_example_runs(example: Example, environment: dict[str, str], tmp_pat
     done = subprocess.run([sys.executable, str(HERE / "doc_runner.py"), str(script), *example.given],
                           cwd=tmp_path, env=environment, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"{example.name} failed:\n{done.stderr[-4000:]}"
+
+
+class Terminal:
+    """Runs command lines in bash in an empty folder, ``fullrecall`` being this tree's command; output as a
+    terminal shows it (stdout and stderr together)."""
+
+    def __init__(self, environment: dict[str, str], folder: Path) -> None:
+        bin_dir, self.work = folder / "bin", folder / "work"
+        bin_dir.mkdir()
+        self.work.mkdir()
+        (bin_dir / "fullrecall").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m fullrecall "$@"\n')
+        (bin_dir / "fullrecall").chmod(0o755)
+        self.env = dict(environment, PATH=f"{bin_dir}{os.pathsep}{environment['PATH']}")
+
+    def run(self, command: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-c", command], cwd=self.work, env=dict(self.env, **env),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=120)
+
+    def start(self, command: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=self.work, env=self.env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.fixture
+def terminal(environment: dict[str, str], tmp_path: Path) -> Terminal:
+    return Terminal(environment, tmp_path)
+
+
+def shape(line: str) -> str:
+    """A line of output with its numbers left free (timings, scores, dates, positions)."""
+    return re.sub(r"\d+(?:[.,:-]\d+)*", "N", line).rstrip()
+
+
+def test_every_shell_block_runs_or_says_why_not() -> None:
+    unmarked = [b.name for b in shell_blocks() if not {"run", "service", "skip"} & set(b.marks)]
+    assert not unmarked, f"shell blocks with no doc-test comment: {unmarked}"
+
+
+@pytest.mark.parametrize("block", [b for b in shell_blocks() if "run" in b.marks], ids=lambda b: b.name)
+def test_doc_transcript_prints_what_it_shows(block: Shell, terminal: Terminal) -> None:
+    for command, shown in block.transcript():
+        done = terminal.run(command)
+        assert done.returncode == 0, f"{block.name}: `{command}` exited {done.returncode}:\n{done.stdout[-3000:]}"
+        printed = done.stdout.splitlines()
+        assert [shape(x) for x in printed] == [shape(x) for x in shown], f"{block.name}: `{command}` printed:\n" + \
+            "\n".join(printed)
+
+
+def commands(text: str) -> list[tuple[str, str | None]]:
+    """A bash block's commands (continued lines joined), each with the ``# output`` comment line after it."""
+    found: list[tuple[str, str | None]] = []
+    pending = ""
+    for line in text.splitlines():
+        if line.startswith("# ") and found and not pending:
+            found[-1] = (found[-1][0], line[2:])
+        elif line.strip() and not line.startswith("#"):
+            pending += line.rstrip().removesuffix("\\") + " "
+            if not line.rstrip().endswith("\\"):
+                found.append((pending.strip(), None))
+                pending = ""
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_service_quick_start_answers_as_shown(terminal: Terminal) -> None:
+    pytest.importorskip("uvicorn")
+    if not shutil.which("curl"):
+        pytest.skip("the quick start's requests are curl commands, and curl is not installed")
+    setup, requests = (commands(b.text) for b in shell_blocks() if "service" in b.marks)
+    made = terminal.run(next(c for c, _ in setup if c.startswith("fullrecall keys create")))
+    assert made.returncode == 0 and re.fullmatch(r"fr_\S+", made.stdout.splitlines()[-1]), made.stdout
+    key = made.stdout.splitlines()[-1]  # "prints the key once, alone on the last line"
+    port = free_port()
+    server = terminal.start(next(c for c, _ in setup if c.startswith("fullrecall serve"))
+                            .replace("--port 8080", f"--port {port}"))
+    try:
+        ready = f"curl -sf localhost:{port}/readyz"
+        deadline = time.monotonic() + 90
+        while terminal.run(ready).returncode and server.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert server.poll() is None and not terminal.run(ready).returncode, "fullrecall serve did not get ready"
+        for command, shown in requests:
+            if command.startswith("KEY="):
+                continue
+            done = terminal.run(command.replace("localhost:8080", f"localhost:{port}"), KEY=key)
+            assert done.returncode == 0 and done.stdout.startswith("{"), f"`{command}`: {done.stdout}"
+            if shown is not None:
+                assert json.loads(done.stdout) == json.loads(shown), f"`{command}` answered {done.stdout}"
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
