@@ -20,6 +20,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +82,9 @@ def llm() -> Iterator[ScriptedServer]:
     server.close()
 
 
-@pytest.fixture
-def environment(llm: ScriptedServer, tmp_path: Path) -> dict[str, str]:
+@pytest.fixture(scope="module")
+def environment(llm: ScriptedServer) -> dict[str, str]:
+    """This process's environment without any provider's settings, the scripted server named instead."""
     env = {k: v for k, v in os.environ.items() if not _PROVIDER.match(k)}
     env.update(
         PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(HERE)]),
@@ -90,10 +92,32 @@ def environment(llm: ScriptedServer, tmp_path: Path) -> dict[str, str]:
         OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="k",
         FULLRECALL_CACHE_DIR=os.environ.get("FULLRECALL_CACHE_DIR", str(Path.home() / ".cache" / "fullrecall")),
         HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-        AWS_ENDPOINT_URL_BEDROCK_RUNTIME=llm.base_url.removesuffix("/v1"), AWS_REGION="us-east-1", AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="y",
+        AWS_ENDPOINT_URL_BEDROCK_RUNTIME=llm.base_url.removesuffix("/v1"), AWS_REGION="us-east-1",
+        AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="y",
         AWS_CONFIG_FILE="/nonexistent", AWS_SHARED_CREDENTIALS_FILE="/nonexistent",
     )
     return env
+
+
+def run_example(code: str, given: list[str], folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    script = folder / "example.py"
+    script.write_text(code, encoding="utf-8")
+    return subprocess.run([sys.executable, str(HERE / "doc_runner.py"), str(script), *given], cwd=folder, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def started(request: pytest.FixtureRequest, environment: dict[str, str],
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future[subprocess.CompletedProcess[str]]]]:
+    """The selected examples that need no server, started together, as many at a time as there are cores
+    (most of an example's time is importing its framework): name -> its run."""
+    chosen = {item.callspec.params["example"].name for item in request.session.items
+              if "example" in getattr(getattr(item, "callspec", None), "params", {})}
+    pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2)
+    runs = {e.name: pool.submit(run_example, e.code, e.given, tmp_path_factory.mktemp("doc"), environment)
+            for e in examples() if e.name in chosen and not e.skip and not e.servers}
+    yield runs
+    pool.shutdown(cancel_futures=True)
 
 
 @pytest.fixture
@@ -118,15 +142,14 @@ def servers(service_urls: dict[str, Callable[[], str]]) -> Iterator[Callable[[st
 
 
 @pytest.mark.parametrize("example", examples(), ids=lambda e: e.name)
-def test_doc_example_runs(example: Example, environment: dict[str, str], tmp_path: Path,
-                          servers: Callable[[str], str]) -> None:
+def test_doc_example_runs(example: Example, started: dict[str, Future[subprocess.CompletedProcess[str]]],
+                          environment: dict[str, str], tmp_path: Path, servers: Callable[[str], str]) -> None:
     if example.skip:
         pytest.skip(f"marked in {example.doc}: {example.skip}")
-    code = servers(example.code) if example.servers else example.code
-    script = tmp_path / "example.py"
-    script.write_text(code, encoding="utf-8")
-    done = subprocess.run([sys.executable, str(HERE / "doc_runner.py"), str(script), *example.given],
-                          cwd=tmp_path, env=environment, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    if example.servers:
+        done = run_example(servers(example.code), example.given, tmp_path, environment)
+    else:
+        done = started[example.name].result()
     assert done.returncode == 0, f"{example.name} failed:\n{done.stderr[-4000:]}"
 
 
