@@ -49,7 +49,7 @@ class Example:
 
 @dataclass
 class Shell:
-    """A shell block: its commands, and what its markdown says of it."""
+    """A fenced block other than python (a shell block, say): its text, and what its markdown says of it."""
 
     doc: str
     line: int
@@ -133,7 +133,11 @@ def examples() -> list[Example]:
     return found
 
 
+def fenced(*languages: str) -> list[Shell]:
+    """Every block of the docs fenced as one of ``languages``."""
+    return [Shell(str(path.relative_to(ROOT)), b.line, b.code, b.marks) for path in DOCS for b in _blocks(path, languages)]
+
+
 def shell_blocks() -> list[Shell]:
     """Every ```console and ```bash block of the docs."""
-    return [Shell(str(path.relative_to(ROOT)), b.line, b.code, b.marks)
-            for path in DOCS for b in _blocks(path, ("console", "bash", "sh"))]
+    return fenced("console", "bash", "sh")

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 import uuid
 import zlib
 from collections.abc import Callable, Iterator
@@ -29,7 +30,7 @@ import pytest
 from fullrecall.stores._servers import drop_namespace
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
-from doc_blocks import ROOT, Example, Shell, examples, shell_blocks  # noqa: E402
+from doc_blocks import ROOT, Example, Shell, examples, fenced, shell_blocks  # noqa: E402
 from summarizer_peers import Reply, ScriptedServer, completion  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -248,3 +249,14 @@ def test_service_quick_start_answers_as_shown(terminal: Terminal) -> None:
     finally:
         server.terminate()
         server.wait(timeout=60)
+
+
+@pytest.mark.parametrize("block", fenced("toml"), ids=lambda b: b.name)
+def test_doc_service_config_loads_as_shown(block: Shell, tmp_path: Path) -> None:
+    from fullrecall.service.config import Settings
+
+    path = tmp_path / "serve.toml"
+    path.write_text(block.text)
+    settings = Settings.load(str(path), env={})
+    shown = tomllib.loads(block.text)["serve"]
+    assert {k: getattr(settings, k) for k in shown} == shown
