@@ -7,7 +7,6 @@ models here answer offline; the LLM behind ``OPENAI_BASE_URL`` is the test's scr
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from types import SimpleNamespace
@@ -101,7 +100,18 @@ class _Client:
 
         url = os.environ["OPENAI_BASE_URL"] + "/chat/completions"
         answer = httpx.post(url, json=body, headers={"Authorization": f"Bearer {os.environ['OPENAI_API_KEY']}"})
-        return json.loads(answer.raise_for_status().text, object_hook=lambda d: SimpleNamespace(**d))
+        return _sdk(answer.raise_for_status().json())
+
+
+def _sdk(value: Any) -> Any:
+    """A JSON answer as the SDK gives it: objects with attributes and ``model_dump()``."""
+    if isinstance(value, list):
+        return [_sdk(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    made = SimpleNamespace(**{k: _sdk(v) for k, v in value.items()})
+    made.model_dump = lambda: value
+    return made
 
 
 _MADE = {"model": _model, "tools": _tools, "saver": _saver, "memory": _memory, "client": _Client}
