@@ -30,7 +30,7 @@ import pytest
 from fullrecall.stores._servers import drop_namespace
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
-from doc_blocks import ROOT, Example, Shell, examples, fenced, shell_blocks  # noqa: E402
+from doc_blocks import DOCS, ROOT, Example, Shell, examples, fenced, shell_blocks  # noqa: E402
 from summarizer_peers import Reply, ScriptedServer, completion  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -260,3 +260,30 @@ def test_doc_service_config_loads_as_shown(block: Shell, tmp_path: Path) -> None
     settings = Settings.load(str(path), env={})
     shown = tomllib.loads(block.text)["serve"]
     assert {k: getattr(settings, k) for k in shown} == shown
+
+
+def command_lines() -> list[tuple[str, str]]:
+    """(where, line) for every ``fullrecall ...`` command the docs give: in shell blocks and in inline code."""
+    found = [(b.name, line) for b in shell_blocks() for line in b.text.splitlines()
+             if re.match(r"^(\$ )?fullrecall ", line)]
+    for path in DOCS:
+        found += [(path.name, m.group(1)) for m in re.finditer(r"`(fullrecall [^`\n]+)`", path.read_text())]
+    return found
+
+
+def test_doc_command_lines_name_real_options() -> None:
+    from fullrecall.cli.main import build_parser
+
+    wrong = []
+    for where, line in command_lines():
+        words = re.match(r"(?:\$ )?fullrecall ((?:bench |keys )?[a-z]+)(.*)", line)
+        if words is None:  # `fullrecall --help` and the like
+            continue
+        command = words.group(1).split()
+        parser = build_parser(command)
+        for word in command:  # down to the subcommand's own parser
+            parser = parser._subparsers._group_actions[0].choices[word]  # type: ignore[union-attr]
+        named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", words.group(2).split(" #")[0]))
+        wrong += [f"{where}: fullrecall {' '.join(command)} has no {option}: {line}"
+                  for option in sorted(named - set(parser._option_string_actions))]
+    assert not wrong, "\n".join(wrong)
