@@ -14,7 +14,7 @@ from typing import Any
 
 
 def _conversation() -> list[dict[str, Any]]:
-    """A chat-completions conversation long enough to leave a window: a system prompt, then 30 turns."""
+    """A chat-completions conversation long enough to leave a window: a system prompt, 30 turns, a question."""
     turns: list[dict[str, Any]] = [{"role": "system", "content": "You are helpful."}]
     turns += [{"role": "user", "content": "Our shared reference number for this conversation is 4711."},
               {"role": "assistant", "content": "Understood, I will keep 4711 in mind."}]
