@@ -98,6 +98,7 @@ class SyncConversationMemory:
         self._rows: list[StoredMessage] = []  # the window's originals as stored
         self._pinned = 0
         self._version = 0
+        self._first_key: str | None = None  # the store key of the log's first row (position 0), if any
         self._sync()
 
     def close(self) -> None:
@@ -124,17 +125,28 @@ class SyncConversationMemory:
         self._sync()
         return list(self._messages)
 
-    def add(self, messages: dict[str, Any] | Iterable[dict[str, Any]]) -> None:
+    def add(self, messages: dict[str, Any] | Iterable[dict[str, Any]], *,
+            keys: Sequence[str | None] | None = None) -> None:
         """Record one message or several durably (one atomic append), then let the manager keep the window in budget.
 
-        A message whose ``"id"`` the conversation already holds is not stored again. Once the
-        append returns the messages are kept: if managing the window then fails (a removal
-        listener raised), that is logged, the window stays as it is, and the next call tries again.
+        A message whose ``"id"`` the conversation already holds is not stored again; ``keys[i]``, when given
+        and not None, is message i's idempotency key (and store id) instead of its ``"id"`` (an integration
+        keys messages by its own ids). Once the append returns the messages are kept: if managing the window
+        then fails (a removal listener raised), that is logged, the window stays as it is, and the next call
+        tries again.
         """
-        self._append([messages] if isinstance(messages, dict) else list(messages))
+        new = [messages] if isinstance(messages, dict) else list(messages)
+        if keys is not None:
+            keys = list(keys)
+            if len(keys) != len(new):
+                raise InvalidInput(f"add: {len(keys)} keys for {len(new)} messages")
+            for index, key in enumerate(keys):
+                if key is not None:
+                    check_id(key, f"message {index}: key")
+        self._append(new, keys)
 
     def _append(self, new: list[dict[str, Any]], keys: Sequence[str | None] | None = None) -> None:
-        """What ``add`` does; ``keys[i]``, when given, is message i's idempotency key instead of its ``"id"``."""
+        """What ``add`` does, ``keys`` checked."""
         if not new:
             return
         shape, parsed = parse_messages(new, storable=True)  # a clear error naming the message and field, first
@@ -228,7 +240,7 @@ class SyncConversationMemory:
         doomed = set(wanted)
         if not doomed:
             return
-        rows = self._window_rows()
+        rows = self.window_rows()
         kept = [m for i, m in enumerate(self._messages) if i not in doomed]
         self._rebuild(kept, [row for i in sorted(doomed) if (row := rows[i]) is not None])
 
@@ -245,7 +257,7 @@ class SyncConversationMemory:
         if len(body) > max_messages:
             self._rebuild(body[len(body) - max_messages:] if max_messages else [])
 
-    def _leave(self, indexes: Iterable[int]) -> None:
+    def leave(self, indexes: Iterable[int]) -> None:
         """The window's messages at ``indexes`` leave it for the archive (recallable, never deleted); the rest stay.
 
         They no longer count toward the budget. A pinned system message stays (as with :meth:`clear`); the
@@ -253,7 +265,11 @@ class SyncConversationMemory:
         do; any others by a rebuild (see :meth:`_rebuild`).
         """
         self._sync()
-        gone = {i for i in indexes if self._pinned <= i < len(self._messages)}
+        wanted = list(indexes)
+        bad = [i for i in wanted if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self._messages)]
+        if bad:
+            raise IndexError(f"leave: no message at {bad} (the window holds {len(self._messages)})")
+        gone = {i for i in wanted if i >= self._pinned}
         if not gone:
             return
         lead = len(self._messages) - len(self._rows)  # the pinned message and the summary come before the log rows
@@ -266,6 +282,22 @@ class SyncConversationMemory:
         else:
             self._rebuild([m for i, m in enumerate(self._messages) if i not in gone])
 
+    def logged(self, ids: Iterable[str]) -> set[str]:
+        """Those of ``ids`` the conversation's log holds (in the window or archived): one read of the store."""
+        return {row.id for row in self.store.get(self.scope, ids)}
+
+    @property
+    def log_mark(self) -> tuple[str | None, int]:
+        """A token that changes whenever messages may have left the log since it was read, as of the last read of
+        the store: what :meth:`logged` said stays true while it is the same (for a caller that keeps its answers).
+
+        It is the store key of the log's first message (a store never reuses a key, so the conversation
+        forgotten by any path and written again has a new one) and the window state's version (which
+        :meth:`delete`, a new pinned message and every window change move). A message deleted straight
+        from the store (``Store.delete``, by id) does not move it.
+        """
+        return self._first_key, self._version
+
     def forget(self) -> dict[str, Any]:
         """Delete this conversation everywhere (window, archive, vectors, summaries); per-kind counts."""
         counts = self.store.forget(self.scope)
@@ -276,8 +308,10 @@ class SyncConversationMemory:
         return len(self.messages)
 
     # -- the log and the state ------------------------------------------------------------------
-    def _window_rows(self) -> list[StoredMessage | None]:
-        """The stored row behind each window message (None for the summary)."""
+    def window_rows(self) -> list[StoredMessage | None]:
+        """The stored row behind each window message, as of the last read of the store (None for the summary):
+        its store id, position and data as recorded (a window message the manager shortened differs from its row).
+        """
         summary = getattr(self.manager, "summary_message", None)
         return ([self._head] if self._pinned else []) + ([None] if summary is not None else []) + list(self._rows)
 
@@ -317,6 +351,7 @@ class SyncConversationMemory:
             state = self._upgrade(state)
         self._version = int(state.get("version", 0))
         head = self.store.range(self.scope, 0, 0)
+        self._first_key = head[0].key if head else None
         pinned = [head[0].data] if head and head[0].data.get("role") in _PINNED_ROLES else []
         self._pinned = len(pinned)
         self._head = head[0] if pinned else None
@@ -514,7 +549,7 @@ class ConversationMemory:
             else:
                 keys.append(None)
             seen.add(key)
-        self.sync._append(batch, keys)
+        self.sync.add(batch, keys=keys)
 
     async def get_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The active window (copies); a positive ``limit`` keeps the most recent ``limit``."""
