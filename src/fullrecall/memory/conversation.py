@@ -48,6 +48,7 @@ from ._records import LOG_PREFIX
 log = logging.getLogger("fullrecall.memory")
 
 _WINDOW_KEY = "window"
+_UNPINNED = "@unpinned-"  # in the key of the copy of a pinned message that a new one replaced
 _PINNED_ROLES = ("system", "developer")
 
 
@@ -159,6 +160,7 @@ class SyncConversationMemory:
             if keys is not None and keys[index]:
                 msg.id = keys[index]
             records.append(message_record(msg, shape, data=raw))
+        self._finish_repin()  # one a crash interrupted
         if self._cleared() and new[0].get("role") in _PINNED_ROLES:  # a reset: its system message is the pinned one
             held = self.store.get(self.scope, [records[0].id])  # an id held already stores nothing new, as ever
             if not held and not _same(new[0], self._head.data if self._head else {}):  # the same prompt: kept once
@@ -179,20 +181,31 @@ class SyncConversationMemory:
     def _repin(self, record: StoredMessage) -> None:
         """``record`` becomes the pinned message at position 0; the one pinned before leaves for the archive.
 
-        The old one is appended again (its own ``"id"``, a fresh key) and leaves the window at once, as a
-        cleared message does, so it stays recallable; only then is its row at position 0 deleted and the
-        new message written there. A crash half-way loses nothing: at worst the old one is in the window too.
+        The old one is appended again (its own ``"id"``, a key marked ``@unpinned-``) and leaves the window at
+        once, as a cleared message does, so it stays recallable; only then does one atomic store write
+        (``Store.replace``) delete its row at position 0 and write the new message there. Killed at any point,
+        the conversation has one pinned message, the old or the new, never both nor none, and loses nothing; a
+        copy that had not left the window yet leaves it at the next ``add`` (:meth:`_finish_repin`).
         """
         head = self._head
         assert head is not None
-        copy = replace(head, id=_derived_key(head.id, f"unpinned-{uuid.uuid4().hex}"), position=None)
-        position = self.store.append(self.scope, [copy])[0]
+        copy = replace(head, id=_derived_key(head.id, f"{_UNPINNED[1:]}{uuid.uuid4().hex}"), position=None)
+        self.store.append(self.scope, [copy])
         self._sync()
+        self._finish_repin()
+        self.store.replace(self.scope, [head.id], [replace(record, position=0)])
+        self._sync()
+
+    def _finish_repin(self) -> None:
+        """A copy of the pinned message that :meth:`_repin` appended and that is still in the window (the newest
+        message of a cleared window) leaves it for the archive.
+        """
+        rows = self._rows
+        if self._head is None or len(rows) != 1 or _UNPINNED not in rows[0].id or rows[0].data != self._head.data:
+            return
         lead = len(self._messages) - 1
-        self._manage(lambda window: self.manager.leave(window, lead, 1, positions=[position], originals=[copy.data]))
-        self.store.delete(self.scope, [head.id])
-        self.store.append(self.scope, [replace(record, position=0)])
-        self._sync()
+        self._manage(lambda window: self.manager.leave(
+            window, lead, 1, positions=[int(rows[0].position or 0)], originals=[rows[0].data]))
 
     def apply_management(self) -> None:
         """Let the manager trim or summarize the window now."""
