@@ -434,3 +434,29 @@ def test_a_long_running_window_keeps_a_bounded_memory_whatever_the_threads_and_t
     assert (after - before) / 40 < 1000, f"{(after - before) / 40:.0f} bytes kept per thread served"
     with pytest.raises(ValueError, match="max_threads"):
         FullrecallWindow("sqlite:///:memory:", max_threads=0)
+
+
+def test_a_langchain_id_the_store_does_not_take_as_an_identifier_is_kept_under_a_digest(store) -> None:
+    """LangChain takes any string as a message id; the window stored it as the store key, so an id over 256 bytes,
+    with a NUL or a lone surrogate made every model call of the thread raise InvalidInput."""
+    from fullrecall import SlidingWindowConversationManager
+
+    window = FullrecallWindow(store, recall=False, manager=lambda scope: SlidingWindowConversationManager(window_size=4))
+    config = {"configurable": {"thread_id": "odd-ids"}}
+    odd = ["x" * 300, "a\x00b", "lone \ud800", "ok"]
+    state = [HumanMessage(f"question {i}", id=i_d) if i % 2 == 0 else AIMessage(f"answer {i}", id=i_d)
+             for i, i_d in enumerate(odd)]
+    seen, _ = window.view(state, config)
+    assert all(a is b for a, b in zip(seen, state))  # the state's own objects, their ids as they were
+    count = store.count(window.scope(config))
+    seen, _ = window.view([*state, HumanMessage("question 4", id="y" * 300)], config)  # a retry stores nothing twice
+    assert [m.id for m in seen][-1] == "y" * 300 and store.count(window.scope(config)) == count + 1
+
+
+def test_background_indexing_is_refused_rather_than_a_thread_leaked_at_every_model_call() -> None:
+    """Each model call built the thread's manager afresh; with ``background_indexing=True`` each started an
+    indexing thread that nothing stopped: 20 calls, 20 threads more."""
+    from fullrecall.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="background_indexing"):
+        FullrecallWindow("sqlite:///:memory:", background_indexing=True)

@@ -35,6 +35,8 @@ def test_add_with_keys_records_each_message_under_its_key_once(store_url, memory
     assert [row.id for row in mem.window_rows()][0] == "lc-1"
     with pytest.raises(InvalidInput, match="2 keys for 1 messages"):
         mem.add(said(1, 5), keys=["a", "b"])
+    with pytest.raises(InvalidInput, match="not one string"):
+        mem.add(said(1, 5), keys="a")
     with pytest.raises(InvalidInput, match="message 1: key"):
         mem.add(said(2, 5), keys=["fine", "bad\x00key"])
     assert len(mem.messages) == 2  # nothing of a refused call was written

@@ -43,8 +43,10 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
+from ..errors import InvalidInput
 from ..memory.conversation import SyncConversationMemory
 from ..stores import open_store
+from ..stores._validate import check_id
 from ..stores.base import Scope, Store
 from ._langgraph_threads import Thread, Threads
 
@@ -83,6 +85,10 @@ class FullrecallWindow:
         max_threads: int = 1024,
         **manager_options: Any,
     ) -> None:
+        if manager_options.get("background_indexing"):
+            raise InvalidInput("FullrecallWindow: background_indexing is not supported (the window builds each "
+                               "thread's manager afresh at every model call, so each would start an indexing "
+                               "thread that nothing stops); archived messages are embedded in the call")
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self.recall = recall
         self.trim_state = trim_state
@@ -211,9 +217,15 @@ class FullrecallWindow:
 
 
 def _message_id(message: BaseMessage, index: int) -> str:
-    """The message's id; one derived from its place and content when it has none (add_messages gives ids)."""
+    """The message's id as the window and the store know it: its LangChain id, or a digest of it when the store
+    does not take it as an identifier (LangChain takes any string: too long, a NUL, a lone surrogate); one
+    derived from its place and content when it has none (add_messages gives ids).
+    """
     if message.id:
-        return message.id
+        try:
+            return check_id(message.id, "id")
+        except InvalidInput:
+            return f"fullrecall-id-{hashlib.sha256(message.id.encode('utf-8', 'surrogatepass')).hexdigest()[:40]}"
     (body,) = convert_to_openai_messages([message])
     return f"fullrecall-{index}-{_digest(body)}"
 
@@ -308,7 +320,7 @@ def _to_langchain(window: list[dict[str, Any]], originals: dict[str, AnyMessage]
             out.append(original)
             continue
         (message,) = convert_to_messages([body])
-        message.id = mark or _summary_id(d)
+        message.id = (original.id if original is not None else None) or mark or _summary_id(d)
         out.append(message)
     return out
 

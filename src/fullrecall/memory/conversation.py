@@ -138,6 +138,8 @@ class SyncConversationMemory:
         """
         new = [messages] if isinstance(messages, dict) else list(messages)
         if keys is not None:
+            if isinstance(keys, (str, bytes)):
+                raise InvalidInput("add: 'keys' must be a list of keys (or None each), not one string")
             keys = list(keys)
             if len(keys) != len(new):
                 raise InvalidInput(f"add: {len(keys)} keys for {len(new)} messages")
