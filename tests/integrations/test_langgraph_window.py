@@ -374,3 +374,89 @@ def test_a_message_inserted_before_the_newest_is_recorded_and_shown_in_the_state
     agent.invoke({"messages": [HumanMessage("question 3")]}, config)
     assert note.content not in [m.content for m in model.calls[-1]]
     assert [m.data["content"] for m in store.get(scope, ["note-1"])] == [note.content]  # left the window: archived
+
+
+def exchange(n: int, start: int = 0) -> list:
+    """``n`` messages with ids m<i>, a question then its answer."""
+    return [HumanMessage(f"question {i}", id=f"m{i}") if i % 2 == 0 else AIMessage(f"answer {i}", id=f"m{i}")
+            for i in range(start, start + n)]
+
+
+def test_a_message_back_in_the_state_after_a_forget_by_another_path_is_recorded_again(store) -> None:
+    """The window remembered, for ever, which messages the thread's log held: after the conversation was forgotten
+    by another path (``fullrecall forget``, the memory's ``forget``, another process), a message that came back into
+    the state before the newest recorded one was taken for recorded: never stored, never shown to the model."""
+    from fullrecall import SlidingWindowConversationManager
+
+    window = FullrecallWindow(store, recall=False, manager=lambda scope: SlidingWindowConversationManager(window_size=4))
+    config = {"configurable": {"thread_id": "forgotten"}}
+    state = exchange(8)
+    window.view(state, config)  # m0..m3 leave the window for the archive
+    window.view(state, config)  # and are known to be logged
+    scope = window.scope(config)
+    store.forget(scope)  # as `fullrecall forget` does, in this process or another
+    window.view(state[6:] + exchange(1, 8), config)  # the graph goes on with what its state kept
+    seen, _ = window.view([state[0], *state[6:], *exchange(2, 8)], config)  # m0 is back (a restored checkpoint)
+    assert "question 0" in [m.content for m in seen]
+    assert [m.data["content"] for m in store.get(scope, ["m0"])] == ["question 0"]  # recorded again
+
+
+def test_a_long_running_window_keeps_a_bounded_memory_whatever_the_threads_and_their_states(tmp_path) -> None:
+    """Each thread ever seen kept a lock and a set of every message id its log was seen to hold, for ever: a graph
+    serving many threads, or one long thread, grew without bound. Now the window keeps ``max_threads`` threads
+    (least recently used first out) and, for each, no more ids than its state holds."""
+    import gc
+    import tracemalloc
+
+    from fullrecall import SlidingWindowConversationManager
+
+    store = open_store(f"sqlite:///{tmp_path / 'threads.db'}")  # what this process keeps: one backend tells
+    window = FullrecallWindow(store, recall=False, max_threads=4,
+                              manager=lambda scope: SlidingWindowConversationManager(window_size=2))
+
+    def serve(threads: range) -> int:
+        for t in threads:
+            config = {"configurable": {"thread_id": f"t{t}"}}
+            state = exchange(40)
+            window.view(state, config)
+            window.view(state, config)  # the 38 ids before the window are looked up, and kept
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0]
+
+    tracemalloc.start()
+    try:
+        serve(range(10))  # warm: caches of the store and of LangChain fill up
+        before = serve(range(10, 20))
+        after = serve(range(20, 60))
+    finally:
+        tracemalloc.stop()
+        store.close()
+    assert (after - before) / 40 < 1000, f"{(after - before) / 40:.0f} bytes kept per thread served"
+    with pytest.raises(ValueError, match="max_threads"):
+        FullrecallWindow("sqlite:///:memory:", max_threads=0)
+
+
+def test_a_langchain_id_the_store_does_not_take_as_an_identifier_is_kept_under_a_digest(store) -> None:
+    """LangChain takes any string as a message id; the window stored it as the store key, so an id over 256 bytes,
+    with a NUL or a lone surrogate made every model call of the thread raise InvalidInput."""
+    from fullrecall import SlidingWindowConversationManager
+
+    window = FullrecallWindow(store, recall=False, manager=lambda scope: SlidingWindowConversationManager(window_size=4))
+    config = {"configurable": {"thread_id": "odd-ids"}}
+    odd = ["x" * 300, "a\x00b", "lone \ud800", "ok"]
+    state = [HumanMessage(f"question {i}", id=i_d) if i % 2 == 0 else AIMessage(f"answer {i}", id=i_d)
+             for i, i_d in enumerate(odd)]
+    seen, _ = window.view(state, config)
+    assert all(a is b for a, b in zip(seen, state))  # the state's own objects, their ids as they were
+    count = store.count(window.scope(config))
+    seen, _ = window.view([*state, HumanMessage("question 4", id="y" * 300)], config)  # a retry stores nothing twice
+    assert [m.id for m in seen][-1] == "y" * 300 and store.count(window.scope(config)) == count + 1
+
+
+def test_background_indexing_is_refused_rather_than_a_thread_leaked_at_every_model_call() -> None:
+    """Each model call built the thread's manager afresh; with ``background_indexing=True`` each started an
+    indexing thread that nothing stopped: 20 calls, 20 threads more."""
+    from fullrecall.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="background_indexing"):
+        FullrecallWindow("sqlite:///:memory:", background_indexing=True)

@@ -92,3 +92,38 @@ def test_sigkill_mid_summarization_loses_nothing(store_url, tmp_path):
     # the store's log holds every position once, at least up to the window's start
     positions = [m.position for m in memory.manager.archive.get(0, 10**9)]
     assert positions == list(range(len(positions))) and len(positions) >= memory.manager.removed_message_count
+
+
+def test_a_crash_while_a_new_system_message_takes_the_pins_place_leaves_one_pinned_and_loses_nothing(store_url):
+    """A new system message after ``clear()`` replaces the pinned one: the old one's row at position 0 was deleted,
+    then the new one written there, in two store writes. A process that died between them left no pinned message
+    at all (the window started with an archived message), and a retried reset could not repair it. Now the swap is
+    one atomic write (``Store.replace``): killed after any write, the conversation has one pinned message, the old
+    or the new, the old one stays in the log, and the retried reset ends as an uninterrupted one does."""
+    from fullrecall import SlidingWindowConversationManager
+
+    def memory(session):
+        return SyncConversationMemory(store_url, session, manager=SlidingWindowConversationManager(window_size=10))
+
+    worker, writes = Path(__file__).with_name("repin_worker.py"), 0
+    while True:
+        writes += 1
+        session = f"reset-{writes}"
+        with memory(session) as mem:
+            mem.add([{"role": "system", "content": "rules v1", "id": "s1"}, {"role": "user", "content": "q"},
+                     {"role": "assistant", "content": "a"}])
+            mem.clear()
+        done = subprocess.run([sys.executable, str(worker), store_url, session, str(writes)], timeout=120)
+        assert done.returncode in (0, 9), "the worker failed otherwise than by dying"
+        with memory(session) as mem:
+            window = mem.messages
+            assert window[0]["role"] == "system" and window[0]["content"] in ("rules v1", "rules v2"), window
+            mem.add([{"role": "system", "content": "rules v2", "id": "s2"},
+                     {"role": "user", "content": "after the reset", "id": "u2"}])  # the caller retries
+            assert [m["content"] for m in mem.messages] == ["rules v2", "after the reset"]
+            logged = [m.data["content"] for m in mem.store.range(mem.scope, 0, 100)]
+            assert {"rules v1", "q", "a"} <= set(logged)  # nothing lost: the old prompt is archived
+            assert logged.count("rules v2") == logged.count("after the reset") == 1
+        if done.returncode == 0:  # it got through every write: each point of death was tried
+            break
+    assert writes > 3

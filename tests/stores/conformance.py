@@ -115,6 +115,61 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
             store.append(scope, [msg(2, position=10)])  # taken by another id
         assert store.count(scope) == 2  # the refused write left nothing
 
+    def test_replace_deletes_and_appends_in_one_write(self, store: Store, scope: Scope) -> None:
+        store.append(scope, [msg(i, f"old words {i}") for i in range(4)])
+        store.set_vectors(scope, ["m0", "m1"], np.stack([unit(0), unit(1)]), "test-model")
+        assert store.replace(scope, ["m0", "nope"], [msg(10, "fresh prompt", position=0), msg(11)]) == [0, 4]
+        assert [m.id for m in store.range(scope, 0, 10)] == ["m10", "m1", "m2", "m3", "m11"]
+        assert store.get_vectors(scope, ["m0", "m1"]).keys() == {"m1"}  # the deleted message's vector went with it
+        assert "m0" not in {h.id for h in store.search_text(scope, ["old"], 10)}
+        assert "m10" in {h.id for h in store.search_text(scope, ["fresh"], 10)}
+        assert_counters_exact(store, scope)
+        # a message may replace itself (same id, same place, new content); no ids is an append, no messages a delete
+        assert store.replace(scope, ["m1"], [msg(1, "changed", position=1)]) == [1]
+        assert store.get(scope, ["m1"])[0].text == "changed"
+        assert store.replace(scope, [], [msg(12)]) == [5] and store.replace(scope, ["m12"], []) == []
+        assert_counters_exact(store, scope)
+        with pytest.raises(ValueError, match="session"):
+            store.replace(Scope(user_id="alice"), ["m1"], [])
+
+    def test_a_refused_replace_deletes_nothing(self, store: Store, scope: Scope) -> None:
+        store.append(scope, [msg(i) for i in range(3)])
+        with pytest.raises(ValueError):  # position 2 is held by a message the replace does not delete
+            store.replace(scope, ["m1"], [msg(5, position=2)])
+        with pytest.raises(ValueError):  # two new messages at one position
+            store.replace(scope, ["m1"], [msg(5, position=1), msg(6, position=1)])
+        with pytest.raises(InvalidInput):  # a bad message, named before anything is written
+            store.replace(scope, ["m1"], [msg(5), StoredMessage(id="bad\x00", role="user", text="x", data={})])
+        with pytest.raises(InvalidInput):
+            store.replace(scope, ["m1", "bad\x00"], [msg(5)])
+        assert [m.id for m in store.range(scope, 0, 10)] == ["m0", "m1", "m2"]
+        assert_counters_exact(store, scope)
+
+    def test_sigkill_mid_replace_leaves_all_of_it_or_none(self, store: Store, store_url: str, scope: Scope) -> None:
+        """A worker replaces the message at position 0 again and again, appending one more message each time:
+        killed at any moment, position 0 holds one message, and the appended ones match it (none half done).
+        """
+        store.append(scope, [StoredMessage(id="h0", role="system", text="prompt 0", data={"i": 0}, position=0)])
+        ctx = multiprocessing.get_context("spawn")
+        reader, writer = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=replace_worker, args=(store_url, scope, writer))
+        p.start()
+        writer.close()
+        acked = 0
+        deadline = time.monotonic() + 60
+        while acked < 30 and time.monotonic() < deadline:
+            if reader.poll(1):
+                acked = reader.recv()
+        os.kill(p.pid, signal.SIGKILL)
+        p.join(10)
+        assert p.exitcode == -signal.SIGKILL and acked >= 30
+        rows = store.range(scope, 0, 10**6)
+        head, tails = rows[0], [m.id for m in rows[1:]]
+        assert head.position == 0 and head.id.startswith("h")
+        k = int(head.id[1:])
+        assert k >= acked and tails == [f"t{j}" for j in range(k)]
+        assert store.count(scope) == k + 1
+
     def test_writes_need_a_session_and_valid_input(self, store: Store, scope: Scope) -> None:
         with pytest.raises(ValueError, match="session"):
             store.append(Scope(user_id="alice"), [msg(0)])
@@ -716,6 +771,17 @@ def ack_worker(url: str, scope: Scope, conn: Any) -> None:
         for m in batch:
             conn.send(m.id)  # acknowledged only after append returned
         i += 1
+
+
+def replace_worker(url: str, scope: Scope, conn: Any) -> None:
+    """Replace the message at position 0 (h<i>) by h<i+1>, appending t<i> in the same write, for ever."""
+    store = open_store(url)
+    i = 0
+    while True:
+        head = StoredMessage(id=f"h{i + 1}", role="system", text=f"prompt {i + 1}", data={"i": i + 1}, position=0)
+        store.replace(scope, [f"h{i}"], [head, StoredMessage(id=f"t{i}", role="user", text=f"turn {i}", data={})])
+        i += 1
+        conn.send(i)  # acknowledged once replace returned
 
 
 def reopen_worker(url: str, scope: Scope, acked: list[str]) -> None:

@@ -43,9 +43,12 @@ from langchain_core.messages import (
 )
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
+from ..errors import InvalidInput
 from ..memory.conversation import SyncConversationMemory
 from ..stores import open_store
+from ..stores._validate import check_id
 from ..stores.base import Scope, Store
+from ._langgraph_threads import Thread, Threads
 
 __all__ = ["FullrecallWindow"]
 
@@ -65,7 +68,8 @@ class FullrecallWindow:
     ``preserve_recent_messages=8``, ``summarizer=...``, ``embedding_model=...``).
     ``recall``: enrich the newest user message with archived context (needs a
     semantic manager). ``trim_state``: also replace the graph's messages with the
-    window (see the module docstring).
+    window (see the module docstring). ``max_threads``: how many threads' locks and
+    known message ids are kept in this process (the least recently used go first).
     """
 
     def __init__(
@@ -78,8 +82,13 @@ class FullrecallWindow:
         user_id: str | None = None,
         agent_id: str = "",
         hook_options: dict[str, Any] | None = None,
+        max_threads: int = 1024,
         **manager_options: Any,
     ) -> None:
+        if manager_options.get("background_indexing"):
+            raise InvalidInput("FullrecallWindow: background_indexing is not supported (the window builds each "
+                               "thread's manager afresh at every model call, so each would start an indexing "
+                               "thread that nothing stops); archived messages are embedded in the call")
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self.recall = recall
         self.trim_state = trim_state
@@ -89,8 +98,7 @@ class FullrecallWindow:
         self._factory = manager
         self._manager_options = manager_options
         self._models_loaded = False
-        self._locks: dict[Scope, threading.RLock] = {}
-        self._logged: dict[Scope, set[str]] = {}  # per thread: ids of messages its log is known to hold
+        self._threads = Threads(max_threads)  # per thread (LRU): its lock, the ids its log is known to hold
         self._locks_guard = threading.Lock()
 
     # -- the core: LangChain messages in, window and model input out -----------------------------------
@@ -150,32 +158,19 @@ class FullrecallWindow:
     ) -> tuple[list[BaseMessage], list[BaseMessage]]:
         """(window, model input) for the graph's ``messages``; new messages are recorded durably first."""
         scope = self.scope(config)
-        with self._lock(scope):
+        with self._threads.hold(scope) as thread:
             memory = self.memory(scope)
             ids = [_message_id(m, i) for i, m in enumerate(messages)]
             # what the state no longer holds leaves the window for the archive first: it is not shown, not counted
             held = set(ids)
-            memory._leave(i for i, d in enumerate(memory.messages) if (mark := _mark(d)) is not None and mark not in held)
-            new = _unseen(memory.messages, ids, memory.manager.removed_message_count, self._known_to(memory))
+            memory.leave([i for i, d in enumerate(memory.messages) if (mark := _mark(d)) is not None and mark not in held])
+            new = _unseen(memory.messages, ids, memory.manager.removed_message_count, _known_to(memory, thread, held))
             if new:
                 # keyed by their LangChain ids, so a message the memory holds already is never stored twice
-                memory._append([_to_dict(messages[i], ids[i]) for i in new], [ids[i] for i in new])
+                memory.add([_to_dict(messages[i], ids[i]) for i in new], keys=[ids[i] for i in new])
             originals = dict(zip(ids, messages))
-            window = _as_the_state_has_it(memory.messages, memory._window_rows(), originals)
+            window = _as_the_state_has_it(memory.messages, memory.window_rows(), originals)
             return _to_langchain(window, originals), _to_langchain(memory.hook.enrich(window), originals)
-
-    def _known_to(self, memory: SyncConversationMemory) -> Callable[[list[str]], set[str]]:
-        """``logged(ids)``: those of ``ids`` the thread's log holds, each looked up in the store once (a message
-        once recorded stays so; a state of a thousand messages costs no look-up per model call).
-        """
-        known = self._logged.setdefault(memory.scope, set())
-
-        def logged(ids: list[str]) -> set[str]:
-            if fresh := [i for i in ids if i not in known]:
-                known.update(row.id for row in memory.store.get(memory.scope, fresh))
-            return {i for i in ids if i in known}
-
-        return logged
 
     def reduce(
         self, messages: Sequence[AnyMessage], config: Mapping[str, Any] | None, error: BaseException | None = None
@@ -186,14 +181,10 @@ class FullrecallWindow:
         so an overflow-retry loop always ends.
         """
         scope = self.scope(config)
-        with self._lock(scope):
+        with self._threads.hold(scope):
             self.view(messages, config)  # records anything new first
             self.memory(scope).reduce_context(error)
         return self.view(messages, config)
-
-    def _lock(self, scope: Scope) -> threading.RLock:
-        with self._locks_guard:
-            return self._locks.setdefault(scope, threading.RLock())
 
     # -- LangGraph: create_react_agent(pre_model_hook=...) ------------------------------------------------
 
@@ -226,9 +217,15 @@ class FullrecallWindow:
 
 
 def _message_id(message: BaseMessage, index: int) -> str:
-    """The message's id; one derived from its place and content when it has none (add_messages gives ids)."""
+    """The message's id as the window and the store know it: its LangChain id, or a digest of it when the store
+    does not take it as an identifier (LangChain takes any string: too long, a NUL, a lone surrogate); one
+    derived from its place and content when it has none (add_messages gives ids).
+    """
     if message.id:
-        return message.id
+        try:
+            return check_id(message.id, "id")
+        except InvalidInput:
+            return f"fullrecall-id-{hashlib.sha256(message.id.encode('utf-8', 'surrogatepass')).hexdigest()[:40]}"
     (body,) = convert_to_openai_messages([message])
     return f"fullrecall-{index}-{_digest(body)}"
 
@@ -268,6 +265,24 @@ def _as_the_state_has_it(window: list[dict[str, Any]], rows: list[Any], original
     return out
 
 
+def _known_to(memory: SyncConversationMemory, thread: Thread, state: set[str]) -> Callable[[list[str]], set[str]]:
+    """``logged(ids)``: those of ``ids`` the thread's log holds, each looked up in the store once while the log
+    is unchanged (a state of a thousand messages costs no look-up per model call); after a forget or a deletion
+    by any path (the log's mark moved) they are looked up again. The thread keeps only ids its state holds.
+    """
+    mark = memory.log_mark
+    known = thread.known(mark)
+
+    def logged(ids: list[str]) -> set[str]:
+        found = set(known)
+        if fresh := [i for i in ids if i not in found]:
+            found |= memory.logged(fresh)
+        thread.remember(mark, found, state)
+        return {i for i in ids if i in found}
+
+    return logged
+
+
 def _mark(d: dict[str, Any]) -> str | None:
     meta = d.get("metadata")
     return meta.get(_MARK) if isinstance(meta, dict) else None
@@ -305,7 +320,7 @@ def _to_langchain(window: list[dict[str, Any]], originals: dict[str, AnyMessage]
             out.append(original)
             continue
         (message,) = convert_to_messages([body])
-        message.id = mark or _summary_id(d)
+        message.id = (original.id if original is not None else None) or mark or _summary_id(d)
         out.append(message)
     return out
 

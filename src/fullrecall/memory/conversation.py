@@ -48,6 +48,7 @@ from ._records import LOG_PREFIX
 log = logging.getLogger("fullrecall.memory")
 
 _WINDOW_KEY = "window"
+_UNPINNED = "@unpinned-"  # in the key of the copy of a pinned message that a new one replaced
 _PINNED_ROLES = ("system", "developer")
 
 
@@ -98,6 +99,7 @@ class SyncConversationMemory:
         self._rows: list[StoredMessage] = []  # the window's originals as stored
         self._pinned = 0
         self._version = 0
+        self._first_key: str | None = None  # the store key of the log's first row (position 0), if any
         self._sync()
 
     def close(self) -> None:
@@ -124,17 +126,30 @@ class SyncConversationMemory:
         self._sync()
         return list(self._messages)
 
-    def add(self, messages: dict[str, Any] | Iterable[dict[str, Any]]) -> None:
+    def add(self, messages: dict[str, Any] | Iterable[dict[str, Any]], *,
+            keys: Sequence[str | None] | None = None) -> None:
         """Record one message or several durably (one atomic append), then let the manager keep the window in budget.
 
-        A message whose ``"id"`` the conversation already holds is not stored again. Once the
-        append returns the messages are kept: if managing the window then fails (a removal
-        listener raised), that is logged, the window stays as it is, and the next call tries again.
+        A message whose ``"id"`` the conversation already holds is not stored again; ``keys[i]``, when given
+        and not None, is message i's idempotency key (and store id) instead of its ``"id"`` (an integration
+        keys messages by its own ids). Once the append returns the messages are kept: if managing the window
+        then fails (a removal listener raised), that is logged, the window stays as it is, and the next call
+        tries again.
         """
-        self._append([messages] if isinstance(messages, dict) else list(messages))
+        new = [messages] if isinstance(messages, dict) else list(messages)
+        if keys is not None:
+            if isinstance(keys, (str, bytes)):
+                raise InvalidInput("add: 'keys' must be a list of keys (or None each), not one string")
+            keys = list(keys)
+            if len(keys) != len(new):
+                raise InvalidInput(f"add: {len(keys)} keys for {len(new)} messages")
+            for index, key in enumerate(keys):
+                if key is not None:
+                    check_id(key, f"message {index}: key")
+        self._append(new, keys)
 
     def _append(self, new: list[dict[str, Any]], keys: Sequence[str | None] | None = None) -> None:
-        """What ``add`` does; ``keys[i]``, when given, is message i's idempotency key instead of its ``"id"``."""
+        """What ``add`` does, ``keys`` checked."""
         if not new:
             return
         shape, parsed = parse_messages(new, storable=True)  # a clear error naming the message and field, first
@@ -147,6 +162,7 @@ class SyncConversationMemory:
             if keys is not None and keys[index]:
                 msg.id = keys[index]
             records.append(message_record(msg, shape, data=raw))
+        self._finish_repin()  # one a crash interrupted
         if self._cleared() and new[0].get("role") in _PINNED_ROLES:  # a reset: its system message is the pinned one
             held = self.store.get(self.scope, [records[0].id])  # an id held already stores nothing new, as ever
             if not held and not _same(new[0], self._head.data if self._head else {}):  # the same prompt: kept once
@@ -167,20 +183,31 @@ class SyncConversationMemory:
     def _repin(self, record: StoredMessage) -> None:
         """``record`` becomes the pinned message at position 0; the one pinned before leaves for the archive.
 
-        The old one is appended again (its own ``"id"``, a fresh key) and leaves the window at once, as a
-        cleared message does, so it stays recallable; only then is its row at position 0 deleted and the
-        new message written there. A crash half-way loses nothing: at worst the old one is in the window too.
+        The old one is appended again (its own ``"id"``, a key marked ``@unpinned-``) and leaves the window at
+        once, as a cleared message does, so it stays recallable; only then does one atomic store write
+        (``Store.replace``) delete its row at position 0 and write the new message there. Killed at any point,
+        the conversation has one pinned message, the old or the new, never both nor none, and loses nothing; a
+        copy that had not left the window yet leaves it at the next ``add`` (:meth:`_finish_repin`).
         """
         head = self._head
         assert head is not None
-        copy = replace(head, id=_derived_key(head.id, f"unpinned-{uuid.uuid4().hex}"), position=None)
-        position = self.store.append(self.scope, [copy])[0]
+        copy = replace(head, id=_derived_key(head.id, f"{_UNPINNED[1:]}{uuid.uuid4().hex}"), position=None)
+        self.store.append(self.scope, [copy])
         self._sync()
+        self._finish_repin()
+        self.store.replace(self.scope, [head.id], [replace(record, position=0)])
+        self._sync()
+
+    def _finish_repin(self) -> None:
+        """A copy of the pinned message that :meth:`_repin` appended and that is still in the window (the newest
+        message of a cleared window) leaves it for the archive.
+        """
+        rows = self._rows
+        if self._head is None or len(rows) != 1 or _UNPINNED not in rows[0].id or rows[0].data != self._head.data:
+            return
         lead = len(self._messages) - 1
-        self._manage(lambda window: self.manager.leave(window, lead, 1, positions=[position], originals=[copy.data]))
-        self.store.delete(self.scope, [head.id])
-        self.store.append(self.scope, [replace(record, position=0)])
-        self._sync()
+        self._manage(lambda window: self.manager.leave(
+            window, lead, 1, positions=[int(rows[0].position or 0)], originals=[rows[0].data]))
 
     def apply_management(self) -> None:
         """Let the manager trim or summarize the window now."""
@@ -228,7 +255,7 @@ class SyncConversationMemory:
         doomed = set(wanted)
         if not doomed:
             return
-        rows = self._window_rows()
+        rows = self.window_rows()
         kept = [m for i, m in enumerate(self._messages) if i not in doomed]
         self._rebuild(kept, [row for i in sorted(doomed) if (row := rows[i]) is not None])
 
@@ -245,7 +272,7 @@ class SyncConversationMemory:
         if len(body) > max_messages:
             self._rebuild(body[len(body) - max_messages:] if max_messages else [])
 
-    def _leave(self, indexes: Iterable[int]) -> None:
+    def leave(self, indexes: Iterable[int]) -> None:
         """The window's messages at ``indexes`` leave it for the archive (recallable, never deleted); the rest stay.
 
         They no longer count toward the budget. A pinned system message stays (as with :meth:`clear`); the
@@ -253,7 +280,11 @@ class SyncConversationMemory:
         do; any others by a rebuild (see :meth:`_rebuild`).
         """
         self._sync()
-        gone = {i for i in indexes if self._pinned <= i < len(self._messages)}
+        wanted = list(indexes)
+        bad = [i for i in wanted if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self._messages)]
+        if bad:
+            raise IndexError(f"leave: no message at {bad} (the window holds {len(self._messages)})")
+        gone = {i for i in wanted if i >= self._pinned}
         if not gone:
             return
         lead = len(self._messages) - len(self._rows)  # the pinned message and the summary come before the log rows
@@ -266,6 +297,22 @@ class SyncConversationMemory:
         else:
             self._rebuild([m for i, m in enumerate(self._messages) if i not in gone])
 
+    def logged(self, ids: Iterable[str]) -> set[str]:
+        """Those of ``ids`` the conversation's log holds (in the window or archived): one read of the store."""
+        return {row.id for row in self.store.get(self.scope, ids)}
+
+    @property
+    def log_mark(self) -> tuple[str | None, int]:
+        """A token that changes whenever messages may have left the log since it was read, as of the last read of
+        the store: what :meth:`logged` said stays true while it is the same (for a caller that keeps its answers).
+
+        It is the store key of the log's first message (a store never reuses a key, so the conversation
+        forgotten by any path and written again has a new one) and the window state's version (which
+        :meth:`delete`, a new pinned message and every window change move). A message deleted straight
+        from the store (``Store.delete``, by id) does not move it.
+        """
+        return self._first_key, self._version
+
     def forget(self) -> dict[str, Any]:
         """Delete this conversation everywhere (window, archive, vectors, summaries); per-kind counts."""
         counts = self.store.forget(self.scope)
@@ -276,8 +323,10 @@ class SyncConversationMemory:
         return len(self.messages)
 
     # -- the log and the state ------------------------------------------------------------------
-    def _window_rows(self) -> list[StoredMessage | None]:
-        """The stored row behind each window message (None for the summary)."""
+    def window_rows(self) -> list[StoredMessage | None]:
+        """The stored row behind each window message, as of the last read of the store (None for the summary):
+        its store id, position and data as recorded (a window message the manager shortened differs from its row).
+        """
         summary = getattr(self.manager, "summary_message", None)
         return ([self._head] if self._pinned else []) + ([None] if summary is not None else []) + list(self._rows)
 
@@ -317,6 +366,7 @@ class SyncConversationMemory:
             state = self._upgrade(state)
         self._version = int(state.get("version", 0))
         head = self.store.range(self.scope, 0, 0)
+        self._first_key = head[0].key if head else None
         pinned = [head[0].data] if head and head[0].data.get("role") in _PINNED_ROLES else []
         self._pinned = len(pinned)
         self._head = head[0] if pinned else None
@@ -514,7 +564,7 @@ class ConversationMemory:
             else:
                 keys.append(None)
             seen.add(key)
-        self.sync._append(batch, keys)
+        self.sync.add(batch, keys=keys)
 
     async def get_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The active window (copies); a positive ``limit`` keeps the most recent ``limit``."""

@@ -130,7 +130,7 @@ class ManagedWindows:
         """The window within budget: each message with its stored row (None for the summary)."""
         def window(memory: Any) -> list[tuple[Any, dict[str, Any]]]:
             messages = self._apply(memory)
-            return list(zip(memory._window_rows(), messages, strict=True))
+            return list(zip(memory.window_rows(), messages, strict=True))
 
         return self.run(scope, window)
 

@@ -11,7 +11,7 @@ import contextlib
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -39,6 +39,12 @@ class StoreBase:
 
     def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
         """Write a non-empty batch of valid messages to the session of ``scope``; their positions."""
+        raise NotImplementedError
+
+    def _replace(self, scope: Scope, ids: list[str], messages: list[StoredMessage]) -> list[int]:
+        """Delete the session's messages ``ids`` and append the valid ``messages`` in one atomic write; their
+        positions.
+        """
         raise NotImplementedError
 
     def _set_vectors(self, scope: Scope, ids: list[str], matrix: np.ndarray, model: str) -> None:
@@ -77,6 +83,18 @@ class StoreBase:
         batch = list(messages)
         C.check_messages(batch)
         return self._append(scope, batch) if batch else []
+
+    def replace(self, scope: Scope, ids: Iterable[str], messages: Sequence[StoredMessage]) -> list[int]:
+        """Delete messages ``ids`` and append ``messages``, atomically (see :class:`Store`). Nothing is written if
+        one is bad.
+        """
+        scope.require_session()
+        doomed = C.read_ids(ids)
+        batch = list(messages)
+        C.check_messages(batch)
+        if not doomed:
+            return self._append(scope, batch) if batch else []
+        return self._replace(scope, doomed, batch)
 
     def set_vectors(self, scope: Scope, ids: Sequence[str], vectors: np.ndarray, model: str) -> None:
         """Store one float32 vector per message id, tagged with the embedding model."""

@@ -14,6 +14,8 @@ Contract shared by every backend (checked by ``tests/stores/conformance.py``):
   same id again changes nothing and returns its existing position.
   Messages whose ``position`` is ``None`` get the next free positions of their
   session, assigned atomically (two processes appending at once never collide).
+* ``replace`` deletes messages and appends others (which may take the positions the deleted held) as one
+  atomic write, on every backend: a crash leaves all of it or none of it.
 * A write returns only once it is durable (committed); a crash after return
   loses nothing. Inside a ``batch()`` block, the thread's writes are durable when
   the block ends: PostgreSQL runs the block as one transaction (one commit to
@@ -251,6 +253,13 @@ class Store(Protocol):
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         """Delete messages (and their vectors) by id; return how many went."""
+        ...
+
+    def replace(self, scope: Scope, ids: Iterable[str], messages: Sequence[StoredMessage]) -> list[int]:
+        """Delete the session's messages ``ids`` (and their vectors) and append ``messages`` as ``append`` does
+        (one may take a position a deleted message held), as one atomic write: a crash, or a refused message,
+        leaves all of it or none of it. The messages' positions, in input order.
+        """
         ...
 
     def sessions(self, scope: Scope) -> list[Scope]:

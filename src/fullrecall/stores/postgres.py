@@ -510,6 +510,11 @@ class PostgresStore(SqlStore):
                 return list(range(start, start + len(messages)))
         return self._append_any(scope, messages)
 
+    def _replace(self, scope: Scope, ids: list[str], messages: list[StoredMessage]) -> list[int]:
+        with self.batch():  # one transaction: the deletion and the append commit together or not at all
+            self.delete(scope, ids)
+            return self._append_any(scope, messages) if messages else []
+
     def _append_new(self, scope: Scope, messages: list[StoredMessage]) -> int | None:
         """The usual append (ids new to the session, positions from its counter) in one statement, in autocommit:
         the session's upsert takes its row lock and moves its counters, the messages follow it. The position of

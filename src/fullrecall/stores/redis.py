@@ -269,7 +269,10 @@ class RedisStore(StoreBase):
     # -- archived messages ------------------------------------------------------------
 
     def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
-        args: list[Any] = [len(messages)]
+        return self._replace(scope, [], messages)
+
+    def _replace(self, scope: Scope, ids: list[str], messages: list[StoredMessage]) -> list[int]:
+        args: list[Any] = [len(ids), *ids, len(messages)]  # one script: the deletion and the append, atomically
         for m in messages:
             row = C.message_row(m)
             args += [m.id, "" if m.position is None else m.position, json.dumps(row, ensure_ascii=False),

@@ -492,52 +492,64 @@ class SQLiteStore(SqlStore):
 
     def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
         with self._write() as conn:
-            sess = self._session_row(conn, scope)
-            sid, next_pos = sess["sid"], sess["next_position"]
-            known: dict[str, int] = {}
-            ids = list(dict.fromkeys(m.id for m in messages))
-            for cond, p in SQL.in_chunks("id", ids):
-                known.update(
-                    conn.execute(f"SELECT id, position FROM messages WHERE sid = ? AND {cond}", (sid, *p)).fetchall()
-                )
-            positions, new, next_pos = C.assign_positions(messages, known, next_pos)
-            new_rows = [
-                (
-                    sid,
-                    r["id"],
-                    pos,
-                    r["role"],
-                    r["kind"],
-                    r["text"],
-                    r["data"],
-                    r["created_at"],
-                    r["archived_at"],
-                    r["summary_id"],
-                    r["metadata"],
-                    r["nbytes"],
-                    r["ibytes"],
-                )
-                for r, pos in ((C.message_row(m), pos) for m, pos in new)
-            ]
-            try:
-                conn.executemany(
-                    "INSERT INTO messages (sid, id, position, role, kind, text, data, created_at, archived_at,"
-                    " summary_id, metadata, nbytes, ibytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    new_rows,
-                )
-            except sqlite3.IntegrityError as exc:
-                raise ValueError(
-                    f"cannot append to session {scope.session_id!r}: an explicit position is already taken ({exc})"
-                ) from exc
-            conn.execute(
-                "UPDATE sessions SET next_position = ?, message_count = message_count + ?,"
-                " summary_count = summary_count + ?, text_bytes = text_bytes + ?, index_bytes = index_bytes + ?"
-                " WHERE sid = ?",
-                (next_pos, len(new_rows), sum(r[4] == "summary" for r in new_rows), sum(r[11] for r in new_rows),
-                 sum(r[12] for r in new_rows), sid),
+            return self._insert(conn, scope, messages)
+
+    def _replace(self, scope: Scope, ids: list[str], messages: list[StoredMessage]) -> list[int]:
+        with self._write() as conn:  # one transaction: the deletion and the append land together or not at all
+            deleted = self._remove(conn, scope, ids)
+            positions = self._insert(conn, scope, messages) if messages else []
+        if deleted:
+            self._after_delete()
+        return positions
+
+    def _insert(self, conn: sqlite3.Connection, scope: Scope, messages: list[StoredMessage]) -> list[int]:
+        """Append ``messages`` to the session of ``scope`` in the write transaction ``conn``; their positions."""
+        sess = self._session_row(conn, scope)
+        sid, next_pos = sess["sid"], sess["next_position"]
+        known: dict[str, int] = {}
+        ids = list(dict.fromkeys(m.id for m in messages))
+        for cond, p in SQL.in_chunks("id", ids):
+            known.update(
+                conn.execute(f"SELECT id, position FROM messages WHERE sid = ? AND {cond}", (sid, *p)).fetchall()
             )
-            if new_rows:
-                _index_pending(conn, min_pending=self._fts_batch)
+        positions, new, next_pos = C.assign_positions(messages, known, next_pos)
+        new_rows = [
+            (
+                sid,
+                r["id"],
+                pos,
+                r["role"],
+                r["kind"],
+                r["text"],
+                r["data"],
+                r["created_at"],
+                r["archived_at"],
+                r["summary_id"],
+                r["metadata"],
+                r["nbytes"],
+                r["ibytes"],
+            )
+            for r, pos in ((C.message_row(m), pos) for m, pos in new)
+        ]
+        try:
+            conn.executemany(
+                "INSERT INTO messages (sid, id, position, role, kind, text, data, created_at, archived_at,"
+                " summary_id, metadata, nbytes, ibytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                new_rows,
+            )
+        except sqlite3.IntegrityError as exc:
+            raise ValueError(
+                f"cannot append to session {scope.session_id!r}: an explicit position is already taken ({exc})"
+            ) from exc
+        conn.execute(
+            "UPDATE sessions SET next_position = ?, message_count = message_count + ?,"
+            " summary_count = summary_count + ?, text_bytes = text_bytes + ?, index_bytes = index_bytes + ?"
+            " WHERE sid = ?",
+            (next_pos, len(new_rows), sum(r[4] == "summary" for r in new_rows), sum(r[11] for r in new_rows),
+             sum(r[12] for r in new_rows), sid),
+        )
+        if new_rows:
+            _index_pending(conn, min_pending=self._fts_batch)
         return positions
 
     def _select_messages(
@@ -565,23 +577,34 @@ class SQLiteStore(SqlStore):
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         ids = C.read_ids(ids)
+        with self._write() as conn:
+            deleted = self._remove(conn, scope, ids)
+        if deleted:
+            self._after_delete()
+        return deleted
+
+    def _remove(self, conn: sqlite3.Connection, scope: Scope, ids: list[str]) -> int:
+        """Delete the messages ``ids`` of ``scope`` in the write transaction ``conn``; how many went."""
         where, params = SQL.scope_where(scope)
         deleted = 0
-        with self._write() as conn:
-            sids = self._sids(conn, scope)
-            for cond, p in SQL.in_chunks("id", ids):
-                deleted += conn.execute(
-                    f"DELETE FROM messages WHERE {cond} AND sid IN (SELECT sid FROM sessions s WHERE {where})",
-                    [*p, *params],
-                ).rowcount
-            if deleted:
-                self._bump_vectors(conn, sids, epoch=True)
-                _merge_fts(conn)
+        sids = self._sids(conn, scope)
+        for cond, p in SQL.in_chunks("id", ids):
+            deleted += conn.execute(
+                f"DELETE FROM messages WHERE {cond} AND sid IN (SELECT sid FROM sessions s WHERE {where})",
+                [*p, *params],
+            ).rowcount
         if deleted:
-            with self._lock:
-                self._df.clear()
-                self._checkpoint(tries=1, wait_ms=0)  # a reader in the way: later writes retry
+            self._bump_vectors(conn, sids, epoch=True)
+            _merge_fts(conn)
         return deleted
+
+    def _after_delete(self) -> None:
+        """Once a deletion is committed: statistics read again, the file scrubbed (a reader in the way: later
+        writes retry).
+        """
+        with self._lock:
+            self._df.clear()
+            self._checkpoint(tries=1, wait_ms=0)
 
     # -- vectors -------------------------------------------------------------------
 

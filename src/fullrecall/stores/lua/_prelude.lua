@@ -31,6 +31,26 @@ local function new_epoch()
   redis.call('HINCRBY', KEYS[1], 'epoch', 1)
   redis.call('DEL', KEYS[9])
 end
+-- delete the messages ARGV[first..last] (their vectors too); how many were there
+local function remove(first, last)
+  local gone, summaries, text_bytes, index_bytes = 0, 0, 0, 0
+  for i = first, last do
+    local body = redis.call('HGET', KEYS[2], ARGV[i])
+    if body then
+      local s, t, x = sizes(body)
+      summaries, text_bytes, index_bytes = summaries - s, text_bytes - t, index_bytes - x
+    end
+    gone = gone + redis.call('HDEL', KEYS[2], ARGV[i])
+    redis.call('ZREM', KEYS[3], ARGV[i])
+    redis.call('HDEL', KEYS[4], ARGV[i])
+  end
+  count(summaries, text_bytes, index_bytes)
+  if gone > 0 then
+    redis.call('HINCRBY', KEYS[1], 'version', 1)
+    new_epoch()
+  end
+  return gone
+end
 local function refresh()
   local ttl = tonumber(redis.call('HGET', KEYS[1], 'ttl') or ARGV[1])
   for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ttl) end

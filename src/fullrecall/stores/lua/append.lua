@@ -1,14 +1,19 @@
--- Append a batch of messages (idempotent by id). ARGV: 8 count, then per message: id, position ('' = next),
--- body, is-summary, text bytes, index bytes. Returns each message's position, in input order.
+-- Append a batch of messages (idempotent by id), after deleting others, in one atomic step. ARGV: 8 how many
+-- ids to delete first, then those ids; then the count of messages, then per message: id, position ('' = next),
+-- body, is-summary, text bytes, index bytes. Returns each message's position, in input order. Everything is
+-- checked before anything is written (a script's writes are not undone by its error).
 register()
+local d = tonumber(ARGV[8])
+local doomed = {}
+for i = 9, 8 + d do doomed[ARGV[i]] = true end
 local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
-local n = tonumber(ARGV[8])
+local n = tonumber(ARGV[9 + d])
 local out, seen, taken, new = {}, {}, {}, {}
 local summaries, text_bytes, index_bytes = 0, 0, 0
 for i = 1, n do
-  local at = 8 + 6 * (i - 1)
+  local at = 9 + d + 6 * (i - 1)
   local id, pos, body = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
-  local p = seen[id] or redis.call('ZSCORE', KEYS[3], id)
+  local p = seen[id] or (not doomed[id] and redis.call('ZSCORE', KEYS[3], id))
   if p then
     out[i] = tonumber(p)
   else
@@ -16,7 +21,8 @@ for i = 1, n do
       p = nxt
     else
       p = tonumber(pos)
-      if taken[p] or #redis.call('ZRANGEBYSCORE', KEYS[3], p, p, 'LIMIT', 0, 1) > 0 then
+      local held = redis.call('ZRANGEBYSCORE', KEYS[3], p, p, 'LIMIT', 0, 1)
+      if taken[p] or (#held > 0 and not doomed[held[1]]) then
         return redis.error_reply('fullrecall:position ' .. p)
       end
     end
@@ -28,6 +34,7 @@ for i = 1, n do
     index_bytes = index_bytes + tonumber(ARGV[at + 6])
   end
 end
+if d > 0 then remove(9, 8 + d) end
 for _, m in ipairs(new) do
   redis.call('HSET', KEYS[2], m[1], m[3])
   redis.call('ZADD', KEYS[3], m[2], m[1])
