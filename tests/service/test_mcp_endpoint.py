@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,31 +14,11 @@ import httpx2  # noqa: E402
 from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from fullrecall.stores._servers import free_port  # noqa: E402
-
 
 @pytest.fixture
-def served(store_url: str, default_embedder: Any) -> Iterator[tuple[str, Any]]:
+def served(live: tuple[str, Any]) -> tuple[str, Any]:
     """The service under uvicorn on a free port: its /mcp URL and its Service."""
-    import uvicorn
-
-    from fullrecall.service.app import create_app
-    from fullrecall.service.config import Settings
-
-    app = create_app(Settings(store=store_url), embedder=default_embedder)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}/mcp", app.state.service
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    return f"{live[0]}/mcp", live[1]
 
 
 def client(url: str, key: str, user: str | None = None) -> Client:

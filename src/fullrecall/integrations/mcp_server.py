@@ -129,8 +129,9 @@ def create_server(
     ``append_messages`` and ``get_context`` (default: :class:`MemoryConversations` in ``store``).
     ``check(arguments)`` sees every call's arguments (by name) before the tool runs and may raise
     ``ValueError`` naming one to refuse the call, a tool error (default: the HTTP service's check, which refuses a
-    NUL or lone surrogate in any argument, naming it). A blank ``session_id`` (empty or whitespace) names no
-    conversation: ``append_messages`` and ``get_context`` refuse it.
+    NUL or lone surrogate in any argument, naming it). A blank ``session_id`` (empty, or whitespace or invisible
+    characters only) names no conversation, and one of long-term memory's change logs (``_log.``...) is none:
+    ``append_messages`` and ``get_context`` refuse them, as the library does.
     """
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
@@ -141,6 +142,7 @@ def create_server(
     from ..memory.tools import _SPECS as MEMORY_TOOL_SPECS
     from ..service.mcp_endpoint import check_arguments
     from ..stores import open_store
+    from ..stores._validate import check_session_id
 
     def _describe(tool: str, arg: str) -> Any:
         """The argument as the memory tools' own schema has it (strict: no true or "2" for an integer)."""
@@ -167,8 +169,11 @@ def create_server(
             scope = (owner or from_headers)(request)
         except (PermissionError, ValueError) as exc:
             raise ToolError(str(exc)) from exc
-        if session_id is not None and not session_id.strip():
-            raise ToolError(f"'session_id' {session_id!r} is blank: name a conversation")
+        if session_id is not None:
+            try:  # the library's rule and words: not blank (whitespace or invisible only), no change log
+                check_session_id(session_id, "'session_id'")
+            except ValueError as exc:
+                raise ToolError(str(exc)) from exc
         user, agent = scope.user_id or "", scope.agent_id or ""
         if not isinstance(user, str) or not isinstance(agent, str):
             raise ToolError("a call acts for one user and one agent, not for any")
