@@ -18,6 +18,8 @@ class Settings:
     port: int = 8080
     rate_limit: float = 200.0  # requests a second per key (0: no limit)
     burst: int = 400  # requests a key may make at once
+    failed_auth_limit: float = 1.0  # requests with a missing or refused key a second per client address (0: no limit)
+    failed_auth_burst: int = 20  # such requests an address may make at once
     max_body_bytes: int = 8 * 1024 * 1024
     search_threads: int = 2  # searches embed the query and rank: CPU work, run this many at once
     manager: str = "summarizing"  # "summarizing": older messages summarized; "sliding": the newest window_messages
