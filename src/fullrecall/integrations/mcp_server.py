@@ -154,7 +154,7 @@ def create_server(
     embedder = load_embedder(embedder)
     conversations = conversations or MemoryConversations(store, embedder)
     memories: LockedCache[MemoryTools] = LockedCache(_CACHED_SCOPES)  # per owner
-    server = MCPServer(name, instructions=(
+    server = _strict_server(MCPServer)(name, instructions=(
         "Long-term memory that never loses a word: search_memory finds facts and past messages across sessions, "
         "expand shows the exact messages behind a hit, remember keeps a fact, forget deletes by id."))
 
@@ -259,6 +259,30 @@ def create_server(
                             (recall_patterns, None), (append_messages, _APPEND), (get_context, _CONTEXT)):
         server.add_tool(fn, description=description or MEMORY_TOOL_SPECS[fn.__name__][0], structured_output=True)
     return server
+
+
+def _strict_server(base: Any) -> Any:
+    """``base`` (the SDK's MCPServer) with tools that refuse an argument their input schema does not name, a tool
+    error naming it in the memory tools' words, and schemas that say so (``additionalProperties: false``): the SDK
+    drops an unknown argument silently, so a misspelled ``sesion_id`` made ``forget`` act on every session.
+    """
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from ..memory.tools import unknown_argument
+
+    class StrictServer(base):  # type: ignore[misc, valid-type]
+        async def list_tools(self) -> list[Any]:
+            return [t.model_copy(update={"input_schema": {**t.input_schema, "additionalProperties": False}})
+                    for t in await super().list_tools()]
+
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            tool = next((t for t in await super().list_tools() if t.name == name), None)  # None: the SDK says so
+            unknown = tool and unknown_argument(name, arguments, tool.input_schema.get("properties") or {})
+            if unknown:
+                raise ToolError(f"Error executing tool {unknown}")  # as the SDK words a tool's errors
+            return await super().call_tool(name, arguments, context)
+
+    return StrictServer
 
 
 def _within_budget(messages: list[dict[str, Any]], max_tokens: int | None, counter: Any) -> dict[str, Any]:
