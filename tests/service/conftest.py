@@ -62,7 +62,7 @@ def api(make_api) -> Api:
 
 @pytest.fixture
 def make_live(store_url: str, default_embedder: Any) -> Iterator[Callable[..., tuple[str, Any]]]:
-    """``make_live(**settings)``: the service under uvicorn on a free loopback port (a real socket, real HTTP), its
+    """``make_live(embedder=None, **settings)``: the service under uvicorn on a free loopback port (a real socket, real HTTP), its
     base URL and its ``Service``; stopped when the test ends.
     """
     pytest.importorskip("uvicorn")
@@ -74,8 +74,8 @@ def make_live(store_url: str, default_embedder: Any) -> Iterator[Callable[..., t
 
     running: list[tuple[Any, threading.Thread]] = []
 
-    def make(**settings: Any) -> tuple[str, Any]:
-        app = create_app(Settings(store=store_url, **settings), embedder=default_embedder)
+    def make(embedder: Any = None, **settings: Any) -> tuple[str, Any]:
+        app = create_app(Settings(store=store_url, **settings), embedder=embedder or default_embedder)
         port = free_port()
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
