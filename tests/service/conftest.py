@@ -105,8 +105,10 @@ class Gated:
     def __init__(self, inner: Any) -> None:
         self.inner, self.gate = inner, threading.Event()
         self.name, self.dimension = inner.name, inner.dimension
+        self.waiting = 0  # calls that reached the gate
 
     def embed(self, texts: Any) -> Any:
+        self.waiting += 1
         self.gate.wait(30)
         return self.inner.embed(texts)
 

@@ -180,12 +180,16 @@ class Indexer:
 
             def store(scope: Scope) -> None:
                 lo, hi = slices[scope]
-                if hi > lo:
+                kept = self._still_stored(scope, todo[scope])
+                if kept:
                     try:
-                        self.store.set_vectors(scope, [m.id for m in todo[scope]], vectors[lo:hi], self.embedder.name)
+                        self.store.set_vectors(scope, [todo[scope][i].id for i in kept], vectors[lo:hi][kept],
+                                               self.embedder.name)
                     except ValueError as exc:  # the conversation was forgotten meanwhile (or holds another model's
-                        # vectors): nothing to retry. Any other failure (the store down) reaches _run, which retries
-                        # and leaves the conversation for the next write to catch up with.
+                        # vectors): the next write to it checks again. Any other failure (the store down) reaches
+                        # _run, which retries and leaves the conversation for the next write to catch up with.
+                        with self._cond:
+                            self._caught_up.discard(scope)
                         log.info("vectors for %s not stored (%s: %s)", scope.session_id, type(exc).__name__, exc)
 
             list(self._io.map(store, todo))
@@ -195,6 +199,15 @@ class Indexer:
             self.delays.add(s.tenant, delay)
         if self.on_indexed is not None:
             self.on_indexed(delays)
+
+    def _still_stored(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
+        """The indexes of ``messages`` the store still holds as they were queued: another process may have forgotten
+        the conversation meanwhile (their vectors would make a batch of new messages fail whole) and a client begun
+        it again under the same ids (a forgotten message's vector would be stored under the new one's id).
+        """
+        held = {m.id: m for m in self.store.get(scope, [m.id for m in messages])}
+        return [i for i, m in enumerate(messages) if (found := held.get(m.id)) is not None
+                and (found.position, found.created_at, found.text) == (m.position, m.created_at, m.text)]
 
     def delay_percentiles(self, tenant: str | None = None) -> dict[str, float | None]:
         """p50 and p95 of the searchable delay, in milliseconds, over the last batches' groups (of ``tenant``'s
