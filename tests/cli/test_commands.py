@@ -825,3 +825,17 @@ def test_a_refused_tenant_user_or_session_leaves_no_store_behind(tmp_path):
         done = (fr if i == 0 else inproc)(*args, "--store", store, cwd=tmp_path, stdin="hi\n", ok=False)
         assert done.returncode == 2 and done.stderr.startswith("error: ") and done.stdout == "", (args, done)
         assert not (tmp_path / "m.db").exists(), args
+
+
+def test_an_import_naming_a_blank_or_reserved_conversation_is_refused(tmp_path):
+    """A JSONL line of conversation ``" "`` or ``_log.facts`` (long-term memory's change log) was written: the
+    library names no conversation so (``ConversationMemory`` refuses both); the import now refuses the file, naming
+    the line, and writes nothing."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    header = json.dumps({"format": "fullrecall", "version": 2})
+    for conv, words in ((" \u200b", "is blank"), ("_log.facts", "is reserved")):
+        line = json.dumps({"conversation_id": conv, "id": "m0", "message": {"role": "user", "content": "hi"}})
+        (tmp_path / "t.jsonl").write_text(header + "\n" + line + "\n")
+        done = inproc("import", "t.jsonl", "--store", store, "--no-embed", cwd=tmp_path, ok=False)
+        assert done.returncode == 2 and "line 2: 'conversation_id'" in done.stderr and words in done.stderr, done
+        assert not (tmp_path / "m.db").exists()

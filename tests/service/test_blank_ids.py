@@ -92,3 +92,22 @@ def test_the_library_refuses_a_blank_session_id_and_takes_a_visible_one(tmp_path
         memory.add([{"role": "user", "content": "hi"}])
         assert [m["content"] for m in memory.messages] == ["hi"]
         memory.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_a_conversation_id_holding_a_line_break_is_refused_where_it_could_be_written(live):
+    """``a\\nb`` was written by an import, ``/mcp`` or a long-term record, but no route's path matches a line break:
+    ``/v1/conversations/a%0Ab/messages`` is a 404 of no route, so the conversation could not be read or forgotten.
+    """
+    base, service = live
+    key, _ = service.keys.create("tenant-a")
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=30) as http:
+        assert http.get("/v1/conversations/a%0Ab/messages").status_code == 404
+        line = json.dumps({"conversation_id": "a\nb", "id": "m0", "message": GOOD})
+        r = http.post("/v1/import", content=line, headers={"content-type": "application/x-ndjson"})
+        assert r.status_code == 422 and "line break" in r.json()["error"]["message"], r.text
+        r = http.post("/v1/memories/record", json={"messages": [GOOD], "session_id": "a\nb"})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "session_id", r.text
+        r = http.post("/v1/conversations/a%0Db/messages", json={"messages": [GOOD]})  # a carriage return is carried
+        assert r.status_code == 201 and http.get("/v1/conversations/a%0Db/messages").status_code == 200, r.text
+    assert service.store.stats(Scope(tenant="tenant-a", user_id=ANY, agent_id=ANY))["message_count"] == 1
