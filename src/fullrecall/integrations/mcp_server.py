@@ -270,7 +270,7 @@ def _strict_server(base: Any) -> Any:
 
     from ..memory.tools import unknown_argument
 
-    class StrictServer(base):  # type: ignore[misc, valid-type]
+    class StrictServer(base):
         async def list_tools(self) -> list[Any]:
             return [t.model_copy(update={"input_schema": {**t.input_schema, "additionalProperties": False}})
                     for t in await super().list_tools()]

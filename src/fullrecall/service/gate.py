@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .auth import Principal
@@ -30,7 +31,7 @@ class Refused(Exception):
         self.status, self.kind, self.message, self.field, self.headers = status, kind, message, field, headers
 
 
-def client_address(scope: dict[str, Any]) -> str:
+def client_address(scope: Mapping[str, Any]) -> str:
     """The address failures are counted by: the client's IPv4 address, or the /64 network of its IPv6 one."""
     host = (scope.get("client") or ("",))[0] or ""
     try:
