@@ -27,7 +27,7 @@ from ..stores.base import ANY, Filters, Scope
 from .auth import KeyStore, Principal
 from .config import Settings
 from .conversations import Conversations, NotFound
-from .gate import Refused, authenticate, client_address
+from .gate import Refused, admit, authenticate, client_address
 from .indexer import Indexer
 from .inspector import inspector_router, mount_ui
 from .limits import RateLimiter
@@ -296,7 +296,8 @@ def _routes(app: FastAPI, service: Service) -> None:
 
     async def principal(request: Request) -> Principal:
         found = await authenticate(service, request.headers.get("authorization", ""), client_address(request.scope))
-        request.scope["state"]["tenant"] = found.tenant
+        request.scope["state"]["tenant"] = found.tenant  # a request over the key's limit is counted as its tenant's
+        admit(service, found)
         return found
 
     @app.exception_handler(Refused)

@@ -1,7 +1,7 @@
 """Who a request acts for: its API key checked, its key's rate limit, and a client that keeps failing the check
 slowed down.
 
-Every route but ``/healthz`` and ``/readyz``, and ``/mcp``, pass through :func:`authenticate`. A valid key
+Every route but ``/healthz`` and ``/readyz``, and ``/mcp``, pass through :func:`authenticate` and :func:`admit`. A valid key
 recently verified costs nothing (the key cache); any other key costs a read of the key records. A request
 whose key is missing or refused is a failure of its client address (an IPv6 address counts as its /64
 network, which one client holds): ``failed_auth_limit`` failures a second per address, in bursts of
@@ -44,7 +44,9 @@ def client_address(scope: Mapping[str, Any]) -> str:
 
 
 async def authenticate(service: Service, authorization: str, client: str) -> Principal:
-    """The principal of ``Authorization: Bearer <key>``, or :class:`Refused` (401, or 429 over a limit)."""
+    """The principal of ``Authorization: Bearer <key>``, or :class:`Refused` (401, or 429 when ``client`` failed
+    too often); :func:`admit` then applies the key's own rate limit.
+    """
     scheme, _, key = authorization.partition(" ")
     key = key.strip() if scheme.lower() == "bearer" else ""
     found = service.keys.cached(key) if key else None
@@ -60,9 +62,13 @@ async def authenticate(service: Service, authorization: str, client: str) -> Pri
             failures.allow(client)  # one failure spent
             raise Refused(401, "unauthorized", "a valid 'Authorization: Bearer <key>' header is required",
                           "Authorization", {"WWW-Authenticate": "Bearer"})
-    if not service.limiter.allow(found.key_id):
-        raise _limited(service.limiter.retry_after(found.key_id), "too many requests for this key")
     return found
+
+
+def admit(service: Service, principal: Principal) -> None:
+    """:class:`Refused` (429) when the key is over its rate limit; else one of its requests is counted."""
+    if not service.limiter.allow(principal.key_id):
+        raise _limited(service.limiter.retry_after(principal.key_id), "too many requests for this key")
 
 
 def _limited(retry_after: float, message: str) -> Refused:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..stores.base import Scope
 from .conversations import check_text
-from .gate import Refused, authenticate, client_address
+from .gate import Refused, admit, authenticate, client_address
 from .tenancy import check_conversation, scope_for
 
 if TYPE_CHECKING:
@@ -43,10 +43,11 @@ class McpEndpoint:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         try:
             principal = await authenticate(self.service, headers.get("authorization", ""), client_address(scope))
+            scope.setdefault("state", {}).update({_PRINCIPAL: principal, "tenant": principal.tenant})
+            admit(self.service, principal)
         except Refused as exc:
             await _error(exc.status, exc.kind, exc.message, exc.field, headers=exc.headers)(scope, receive, send)
             return
-        scope.setdefault("state", {}).update({_PRINCIPAL: principal, "tenant": principal.tenant})
         await self.mcp_app(scope, receive, send)
 
 
