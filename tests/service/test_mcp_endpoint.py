@@ -153,3 +153,23 @@ def test_mcp_refuses_a_blank_session_id_as_fullrecall_mcp_does(served: tuple[str
     from fullrecall.stores import Scope
 
     assert service.store.stats(Scope(tenant="tenant-a"))["message_count"] == 0
+
+
+def test_an_owner_named_in_utf8_headers_is_the_owner_the_routes_name(served: tuple[str, Any]) -> None:
+    """``X-Fullrecall-User: josé`` sent in UTF-8 was read as Latin-1, ``josÃ©``: a key limited to josé was refused
+    over ``/mcp``, and an unlimited key wrote to an owner no route names. UTF-8 is read as UTF-8 now, and Latin-1
+    (which some clients send) as before."""
+    url, service = served
+    key, _ = service.keys.create("tenant-a", users=["josé"])
+
+    async def append(user: bytes, mid: str) -> None:
+        headers = {"Authorization": f"Bearer {key}", "X-Fullrecall-User": user}
+        async with Client(streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers, timeout=60))) as c:
+            await structured(c, "append_messages", {"session_id": "s1", "messages": [
+                {"role": "user", "content": f"Hola ({mid})", "id": mid}]})
+
+    asyncio.run(append("josé".encode(), "utf8"))
+    asyncio.run(append("josé".encode("latin-1"), "latin1"))
+    r = httpx2.get(f"{url.removesuffix('/mcp')}/v1/conversations/s1/messages", params={"user_id": "josé"},
+                   headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 200 and [m["id"] for m in r.json()["messages"]] == ["utf8", "latin1"], r.text

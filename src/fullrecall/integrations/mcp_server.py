@@ -159,8 +159,9 @@ def create_server(
         "expand shows the exact messages behind a hit, remember keeps a fact, forget deletes by id."))
 
     def from_headers(request: Any) -> Scope:
-        headers = getattr(request, "headers", None) or {}
-        return Scope(user_id=headers.get(USER_HEADER, user_id or ""), agent_id=headers.get(AGENT_HEADER, agent_id or ""))
+        user, agent = owner_header(request, USER_HEADER), owner_header(request, AGENT_HEADER)
+        return Scope(user_id=(user_id or "") if user is None else user, agent_id=(agent_id or "") if agent is None
+                     else agent)
 
     def who(ctx: "Context | None", session_id: str | None = None) -> Scope:
         """The owner of this call (and the conversation ``session_id``)."""
@@ -259,6 +260,21 @@ def create_server(
                             (recall_patterns, None), (append_messages, _APPEND), (get_context, _CONTEXT)):
         server.add_tool(fn, description=description or MEMORY_TOOL_SPECS[fn.__name__][0], structured_output=True)
     return server
+
+
+def owner_header(request: Any, name: str) -> str | None:
+    """The header ``name`` of ``request`` (None: absent) as the client wrote it: its bytes read as UTF-8 where they
+    are UTF-8, else as Latin-1 (what HTTP hands over, and what clients that encode headers in Latin-1 send). Read
+    as Latin-1 alone, the UTF-8 user ``josé`` came as ``josÃ©``, another owner than the routes' ``?user_id=josé``.
+    """
+    value = (getattr(request, "headers", None) or {}).get(name)
+    if value is None:
+        return None
+    raw = value.encode("latin-1")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return str(value)
 
 
 def _strict_server(base: Any) -> Any:

@@ -80,12 +80,12 @@ def mount_mcp(app: Any, service: Service) -> Callable[[], AbstractAsyncContextMa
         return None
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from ..integrations.mcp_server import AGENT_HEADER, USER_HEADER, create_server
+    from ..integrations.mcp_server import AGENT_HEADER, USER_HEADER, create_server, owner_header
 
     def owner(request: Any) -> Scope:
         principal = request.scope["state"][_PRINCIPAL]
-        return scope_for(principal, user_id=request.headers.get(USER_HEADER),
-                         agent_id=request.headers.get(AGENT_HEADER))
+        return scope_for(principal, user_id=owner_header(request, USER_HEADER),
+                         agent_id=owner_header(request, AGENT_HEADER))
 
     server = create_server(service.store, embedder=service.indexer.embedder, owner=owner,
                            conversations=RoutableConversations(service.conversations), check=check_arguments)
