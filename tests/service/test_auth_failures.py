@@ -63,3 +63,14 @@ def test_the_limit_keeps_a_bounded_number_of_addresses_and_counts_an_ipv6_client
     assert client_address({"client": ("::ffff:192.0.2.7", 1)}) == "192.0.2.7" == client_address({"client": (
         "192.0.2.7", 2)})
     assert client_address({"client": None}) == ""
+
+
+def test_a_burst_below_one_is_refused_at_start():
+    """``failed_auth_burst = 0`` gave every address an empty bucket for good: every key not yet cached, a valid one
+    too, was answered 429 (and ``burst = 0`` refused every request)."""
+    from fullrecall.service.config import Settings
+
+    for name, rate in (("failed_auth_burst", "failed_auth_limit"), ("burst", "rate_limit")):
+        with pytest.raises(ValueError, match=f"'{name}'"):
+            Settings.load(env={}, **{name: 0})
+        assert getattr(Settings.load(env={}, **{name: 0, rate: 0}), name) == 0  # the limit off: no bucket read

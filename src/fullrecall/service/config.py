@@ -56,6 +56,10 @@ class Settings:
         for f in fields(cls):
             if f.name in values:
                 settings = replace(settings, **{f.name: _convert(f.name, values[f.name], getattr(cls(), f.name))})
+        for rate, burst in (("rate_limit", "burst"), ("failed_auth_limit", "failed_auth_burst")):
+            if getattr(settings, rate) > 0 and getattr(settings, burst) < 1:  # no token ever: every request refused
+                raise ValueError(f"setting {burst!r}: expected at least 1 while {rate!r} is on, got "
+                                 f"{getattr(settings, burst)} (set {rate!r} to 0 to turn the limit off)")
         if not 1 <= settings.port <= 65535:  # the socket layer would take it modulo 65536, another port than announced
             raise ValueError(f"setting 'port': expected a port from 1 to 65535, got {settings.port}")
         return settings
