@@ -1,8 +1,8 @@
 """Who a request acts for: its API key checked, its key's rate limit, and a client that keeps failing the check
 slowed down.
 
-Every route but ``/healthz`` and ``/readyz``, and ``/mcp``, pass through :func:`authenticate` and :func:`admit`. A valid key
-recently verified costs nothing (the key cache); any other key costs a read of the key records. A request
+Every route but ``/healthz`` and ``/readyz``, and ``/mcp``, pass through :func:`authenticate` and :func:`admit`.
+A valid key recently verified costs nothing (the key cache); any other key costs a read of the key records. A request
 whose key is missing or refused is a failure of its client address (an IPv6 address counts as its /64
 network, which one client holds): ``failed_auth_limit`` failures a second per address, in bursts of
 ``failed_auth_burst``. Once an address has none left, its requests are answered 429 with ``Retry-After``
@@ -38,9 +38,10 @@ def client_address(scope: Mapping[str, Any]) -> str:
         ip = ipaddress.ip_address(host)
     except ValueError:
         return host  # a Unix socket, a test client: its name
-    if ip.version == 6 and ip.ipv4_mapped is None:
-        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
-    return str(ip.ipv4_mapped or ip) if ip.version == 6 else str(ip)
+    if isinstance(ip, ipaddress.IPv6Address):
+        mapped = ip.ipv4_mapped  # an IPv4 client of a dual-stack socket: its IPv4 address
+        return str(mapped) if mapped is not None else str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 async def authenticate(service: Service, authorization: str, client: str) -> Principal:
