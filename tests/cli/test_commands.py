@@ -805,3 +805,37 @@ def test_a_refused_import_leaves_no_store_file_behind(tmp_path):
     again("import", "t.json", "--store", store, "--no-embed", cwd=tmp_path)
     assert inproc("import", "bad.json", "--store", store, "--no-embed", cwd=tmp_path, ok=False).returncode == 2
     assert again("stats", "--store", store, cwd=tmp_path)["message_count"] == 1  # a store it did not make stays
+
+
+def test_a_refused_tenant_user_or_session_leaves_no_store_behind(tmp_path):
+    """``import --tenant <300 bytes>`` (and ``--format memory``, ``chat``, ``keys create``) refused the tenant once
+    the SQLite file was made, and left it: the options are checked before the store is opened now.
+    """
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    memory = {"kind": "header", "format": "fullrecall.memory", "version": 2}
+    (tmp_path / "memory.jsonl").write_text(json.dumps(memory) + "\n")
+    long = "x" * 300
+    runs = [("import", "t.json", "--no-embed", "--tenant", long), ("import", "t.json", "--no-embed", "--user", long),
+            ("import", "memory.jsonl", "--format", "memory", "--tenant", long),
+            ("import", "memory.jsonl", "--format", "memory", "--agent", long),
+            ("chat", "--model", "scripted", "--tenant", long), ("chat", "--model", "scripted", "--session", " \u200b"),
+            ("keys", "create", "--tenant", "__keys__"), ("keys", "create", "--tenant", "")]
+    for i, args in enumerate(runs):
+        done = (fr if i == 0 else inproc)(*args, "--store", store, cwd=tmp_path, stdin="hi\n", ok=False)
+        assert done.returncode == 2 and done.stderr.startswith("error: ") and done.stdout == "", (args, done)
+        assert not (tmp_path / "m.db").exists(), args
+
+
+def test_an_import_naming_a_blank_or_reserved_conversation_is_refused(tmp_path):
+    """A JSONL line of conversation ``" "`` or ``_log.facts`` (long-term memory's change log) was written: the
+    library names no conversation so (``ConversationMemory`` refuses both); the import now refuses the file, naming
+    the line, and writes nothing."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    header = json.dumps({"format": "fullrecall", "version": 2})
+    for conv, words in ((" \u200b", "is blank"), ("_log.facts", "is reserved")):
+        line = json.dumps({"conversation_id": conv, "id": "m0", "message": {"role": "user", "content": "hi"}})
+        (tmp_path / "t.jsonl").write_text(header + "\n" + line + "\n")
+        done = inproc("import", "t.jsonl", "--store", store, "--no-embed", cwd=tmp_path, ok=False)
+        assert done.returncode == 2 and "line 2: 'conversation_id'" in done.stderr and words in done.stderr, done
+        assert not (tmp_path / "m.db").exists()

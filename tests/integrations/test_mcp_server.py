@@ -468,3 +468,37 @@ def test_the_server_refuses_what_the_services_mcp_refuses(store_url: str, defaul
     owner = Scope(user_id="u", agent_id="")
     assert [store.count(Scope(user_id="u", agent_id="", session_id=s)) for s in ("s", "  ", "\t\n", " ")] == [0] * 4
     assert [r.text for r in store.get_records(owner, "facts")] == ["My PIN is 1234"]
+
+
+def test_an_unknown_argument_is_refused_naming_it_and_nothing_is_done(default_embedder: Any) -> None:
+    """The SDK dropped an argument a tool does not take: ``forget`` with a misspelled ``sesion_id`` deleted the
+    message by its id alone, ``append_messages`` with an extra argument wrote. Every tool now refuses an unknown
+    argument as the memory tools' own dispatcher does, in its words, and the schemas say so."""
+    from fullrecall.memory import MemoryTools
+    from fullrecall.memory.facts import NAMESPACE as FACTS
+
+    store = open_store("sqlite:///:memory:")
+    server = create_server(store, user_id="u", embedder=default_embedder)
+    tools = MemoryTools(PersistentMemory("u", store=store, embedder=default_embedder),
+                        ProceduralMemory(store, embedder=default_embedder))
+    said = [{"role": "user", "content": "My bank PIN is 8812.", "id": "pin"}]
+    calls = [("forget", {"id": "pin", "sesion_id": "other"}, "sesion_id"),
+             ("search_memory", {"query": "PIN", "limt": 2}, "limt"),
+             ("expand", {"id": "pin", "session": "chat"}, "session"),
+             ("remember", {"fact": "My city is Lyon", "user_id": "bob"}, "user_id"),
+             ("recall_patterns", {"task": "x", "top_k": 1}, "top_k"),
+             ("append_messages", {"session_id": "chat", "messages": said, "sessionid": "x"}, "sessionid"),
+             ("get_context", {"session_id": "chat", "max_token": 10}, "max_token")]
+
+    async def scenario(client: Client) -> None:
+        assert all(t.input_schema["additionalProperties"] is False for t in (await client.list_tools()).tools)
+        await call(client, "append_messages", {"session_id": "chat", "messages": said})
+        for tool, args, named in calls:
+            text = await error(client, tool, args)
+            assert f"unknown argument {named!r}" in text, (tool, text)
+            if tool in tools.names:  # the memory tools' own words
+                assert text == f"Error executing tool {tools.call(tool, args)['error']}", (tool, text)
+
+    run(lambda: Client(server), scenario)
+    assert [m.id for m in store.range(Scope(user_id="u", session_id="chat"), 0, 10)] == ["pin"]
+    assert not any("Lyon" in r.text for r in store.get_records(Scope(user_id="u"), FACTS))  # remember kept nothing

@@ -268,6 +268,7 @@ def test_forget_stats_and_metrics(make_api):
     text = api.client.get("/metrics", headers=api.headers(admin)).text
     assert 'fullrecall_requests_total{method="POST",route="/v1/conversations/{conversation_id}/messages"' in text
     assert 'tenant="tenant-a"' in text and "fullrecall_searchable_delay_seconds_count" in text
+    assert 'fullrecall_errors_total{route="/v1/stats",status="429",tenant="tenant-a"}' in text  # the key's tenant
     assert api.client.get("/healthz").json() == {"status": "ok"}
     assert api.client.get("/readyz").status_code == 200
 

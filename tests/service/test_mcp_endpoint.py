@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,31 +14,11 @@ import httpx2  # noqa: E402
 from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from fullrecall.stores._servers import free_port  # noqa: E402
-
 
 @pytest.fixture
-def served(store_url: str, default_embedder: Any) -> Iterator[tuple[str, Any]]:
+def served(live: tuple[str, Any]) -> tuple[str, Any]:
     """The service under uvicorn on a free port: its /mcp URL and its Service."""
-    import uvicorn
-
-    from fullrecall.service.app import create_app
-    from fullrecall.service.config import Settings
-
-    app = create_app(Settings(store=store_url), embedder=default_embedder)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the service did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}/mcp", app.state.service
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    return f"{live[0]}/mcp", live[1]
 
 
 def client(url: str, key: str, user: str | None = None) -> Client:
@@ -176,3 +153,23 @@ def test_mcp_refuses_a_blank_session_id_as_fullrecall_mcp_does(served: tuple[str
     from fullrecall.stores import Scope
 
     assert service.store.stats(Scope(tenant="tenant-a"))["message_count"] == 0
+
+
+def test_an_owner_named_in_utf8_headers_is_the_owner_the_routes_name(served: tuple[str, Any]) -> None:
+    """``X-Fullrecall-User: josé`` sent in UTF-8 was read as Latin-1, ``josÃ©``: a key limited to josé was refused
+    over ``/mcp``, and an unlimited key wrote to an owner no route names. UTF-8 is read as UTF-8 now, and Latin-1
+    (which some clients send) as before."""
+    url, service = served
+    key, _ = service.keys.create("tenant-a", users=["josé"])
+
+    async def append(user: bytes, mid: str) -> None:
+        headers = {"Authorization": f"Bearer {key}", "X-Fullrecall-User": user}
+        async with Client(streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers, timeout=60))) as c:
+            await structured(c, "append_messages", {"session_id": "s1", "messages": [
+                {"role": "user", "content": f"Hola ({mid})", "id": mid}]})
+
+    asyncio.run(append("josé".encode(), "utf8"))
+    asyncio.run(append("josé".encode("latin-1"), "latin1"))
+    r = httpx2.get(f"{url.removesuffix('/mcp')}/v1/conversations/s1/messages", params={"user_id": "josé"},
+                   headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 200 and [m["id"] for m in r.json()["messages"]] == ["utf8", "latin1"], r.text

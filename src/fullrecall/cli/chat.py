@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     import uuid
 
     from ..memory.conversation import SyncConversationMemory
+    from ..stores._validate import check_session_id
     from ..summarizers.chat_models.base import ChatRequest
     from ..transfer._common import register
     from .common import emit, message_text, scope, shorten
@@ -138,8 +139,9 @@ def run(args: argparse.Namespace) -> int:
     if args.max_answer_tokens < 1:  # before any message is stored: a provider refuses it with the first one
         raise ValueError("--max-answer-tokens must be at least 1")
     model = chat_model(args)
+    own = scope(args, args.session)  # checked before the store is made: a refused option leaves no file behind
+    check_session_id(args.session, "--session")
     with opened_store(args) as store:
-        own = scope(args, args.session)
         register(store, own)
         memory = SyncConversationMemory(store, args.session, user_id=own.user_id or None,
                                         agent_id=own.agent_id or None, tenant=own.tenant, max_history_turns=args.max_turns,

@@ -102,9 +102,9 @@ def _import(args: argparse.Namespace) -> int:
         fmt = "jsonl" if args.path == "-" else detect(args.path)
     if fmt == "memory":
         return _import_memory(args)
+    own = scope(args)  # checked before the store is made: a refused option leaves no file behind
     with opened_store(args) as store:
         embedder = None if args.no_embed else LazyEmbedder()
-        own = scope(args)
         with progress_bars(not args.json) as progress:
             if fmt == "strands":
                 counts = strands.import_strands(store, own, args.path, agent_id=args.agent, progress=progress,
@@ -143,12 +143,14 @@ def _import_memory(args: argparse.Namespace) -> int:
 
     from ..errors import InvalidInput
     from ..memory import PersistentMemory
+    from ..stores.base import Scope
 
     if getattr(args, "session", None) is not None:
         raise InvalidInput("--session: a long-term memory's export keeps each message's own conversation")
     if args.no_embed:
         raise InvalidInput("--no-embed: a long-term memory is searched by its vectors; its import embeds what it "
                            "writes")
+    Scope(tenant=args.tenant, user_id=args.user, agent_id=args.agent)  # refused before the store is made
     with opened_store(args) as store:
         memory = PersistentMemory(user_id=args.user, agent_id=args.agent, tenant=args.tenant, store=store)
         try:

@@ -129,8 +129,9 @@ def create_server(
     ``append_messages`` and ``get_context`` (default: :class:`MemoryConversations` in ``store``).
     ``check(arguments)`` sees every call's arguments (by name) before the tool runs and may raise
     ``ValueError`` naming one to refuse the call, a tool error (default: the HTTP service's check, which refuses a
-    NUL or lone surrogate in any argument, naming it). A blank ``session_id`` (empty or whitespace) names no
-    conversation: ``append_messages`` and ``get_context`` refuse it.
+    NUL or lone surrogate in any argument, naming it). A blank ``session_id`` (empty, or whitespace or invisible
+    characters only) names no conversation, and one of long-term memory's change logs (``_log.``...) is none:
+    ``append_messages`` and ``get_context`` refuse them, as the library does.
     """
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
@@ -141,6 +142,7 @@ def create_server(
     from ..memory.tools import _SPECS as MEMORY_TOOL_SPECS
     from ..service.mcp_endpoint import check_arguments
     from ..stores import open_store
+    from ..stores._validate import check_session_id
 
     def _describe(tool: str, arg: str) -> Any:
         """The argument as the memory tools' own schema has it (strict: no true or "2" for an integer)."""
@@ -152,13 +154,14 @@ def create_server(
     embedder = load_embedder(embedder)
     conversations = conversations or MemoryConversations(store, embedder)
     memories: LockedCache[MemoryTools] = LockedCache(_CACHED_SCOPES)  # per owner
-    server = MCPServer(name, instructions=(
+    server = _strict_server(MCPServer)(name, instructions=(
         "Long-term memory that never loses a word: search_memory finds facts and past messages across sessions, "
         "expand shows the exact messages behind a hit, remember keeps a fact, forget deletes by id."))
 
     def from_headers(request: Any) -> Scope:
-        headers = getattr(request, "headers", None) or {}
-        return Scope(user_id=headers.get(USER_HEADER, user_id or ""), agent_id=headers.get(AGENT_HEADER, agent_id or ""))
+        user, agent = owner_header(request, USER_HEADER), owner_header(request, AGENT_HEADER)
+        return Scope(user_id=(user_id or "") if user is None else user, agent_id=(agent_id or "") if agent is None
+                     else agent)
 
     def who(ctx: "Context | None", session_id: str | None = None) -> Scope:
         """The owner of this call (and the conversation ``session_id``)."""
@@ -167,8 +170,11 @@ def create_server(
             scope = (owner or from_headers)(request)
         except (PermissionError, ValueError) as exc:
             raise ToolError(str(exc)) from exc
-        if session_id is not None and not session_id.strip():
-            raise ToolError(f"'session_id' {session_id!r} is blank: name a conversation")
+        if session_id is not None:
+            try:  # the library's rule and words: not blank (whitespace or invisible only), no change log
+                check_session_id(session_id, "'session_id'")
+            except ValueError as exc:
+                raise ToolError(str(exc)) from exc
         user, agent = scope.user_id or "", scope.agent_id or ""
         if not isinstance(user, str) or not isinstance(agent, str):
             raise ToolError("a call acts for one user and one agent, not for any")
@@ -254,6 +260,45 @@ def create_server(
                             (recall_patterns, None), (append_messages, _APPEND), (get_context, _CONTEXT)):
         server.add_tool(fn, description=description or MEMORY_TOOL_SPECS[fn.__name__][0], structured_output=True)
     return server
+
+
+def owner_header(request: Any, name: str) -> str | None:
+    """The header ``name`` of ``request`` (None: absent) as the client wrote it: its bytes read as UTF-8 where they
+    are UTF-8, else as Latin-1 (what HTTP hands over, and what clients that encode headers in Latin-1 send). Read
+    as Latin-1 alone, the UTF-8 user ``josé`` came as ``josÃ©``, another owner than the routes' ``?user_id=josé``.
+    """
+    value = (getattr(request, "headers", None) or {}).get(name)
+    if value is None:
+        return None
+    raw = value.encode("latin-1")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return str(value)
+
+
+def _strict_server(base: Any) -> Any:
+    """``base`` (the SDK's MCPServer) with tools that refuse an argument their input schema does not name, a tool
+    error naming it in the memory tools' words, and schemas that say so (``additionalProperties: false``): the SDK
+    drops an unknown argument silently, so a misspelled ``sesion_id`` made ``forget`` act on every session.
+    """
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from ..memory.tools import unknown_argument
+
+    class StrictServer(base):
+        async def list_tools(self) -> list[Any]:
+            return [t.model_copy(update={"input_schema": {**t.input_schema, "additionalProperties": False}})
+                    for t in await super().list_tools()]
+
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            tool = next((t for t in await super().list_tools() if t.name == name), None)  # None: the SDK says so
+            unknown = tool and unknown_argument(name, arguments, tool.input_schema.get("properties") or {})
+            if unknown:
+                raise ToolError(f"Error executing tool {unknown}")  # as the SDK words a tool's errors
+            return await super().call_tool(name, arguments, context)
+
+    return StrictServer
 
 
 def _within_budget(messages: list[dict[str, Any]], max_tokens: int | None, counter: Any) -> dict[str, Any]:

@@ -39,11 +39,10 @@ from typing import Any
 from ..archive.archive import END, message_record
 from ..errors import ArchiveError, InvalidInput, MessageFormatError, MessageTypeError
 from ..messages.formats import parse_messages
-from ..stores._forget import is_change_log
+from ..stores import _validate as V
 from ..stores._validate import MAX_ID_BYTES, check_id
 from ..stores.base import DEFAULT_TENANT, Scope, Store, StoredMessage
 from ..window.base import ConversationManager
-from ._records import LOG_PREFIX
 
 log = logging.getLogger("fullrecall.memory")
 
@@ -79,9 +78,7 @@ class SyncConversationMemory:
         from ..archive import SemanticMemoryHook, SemanticSummarizingConversationManager
         from ..stores import open_store
 
-        if is_change_log(session_id):  # refused before a store is opened
-            raise InvalidInput(f"ConversationMemory: 'session_id' {session_id!r} is reserved (a session id starting "
-                               f"with {LOG_PREFIX!r} is long-term memory's own change log)")
+        V.check_session_id(session_id, "ConversationMemory: 'session_id'")  # refused before a store is opened
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self._owns_store = isinstance(store, str)  # opened here from a URL: closed by close()
         self._owns_manager = manager is None

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidInput
@@ -216,13 +216,23 @@ class MemoryTools:
         return json.dumps(self.call(name, args), ensure_ascii=False)
 
 
+def unknown_argument(name: str, args: Iterable[str], known: Iterable[str]) -> str | None:
+    """What tool ``name`` says of the first of ``args`` it does not take (None: it takes them all), here and over
+    MCP: a misspelled argument is refused, never dropped (``sesion_id`` would make ``forget`` search every session).
+    """
+    props = sorted(known)
+    key = next((k for k in args if k not in props), None)
+    return None if key is None else f"{name}: unknown argument {key!r}; expected {props}"
+
+
 def _check_args(name: str, args: dict[str, Any], props: dict[str, Any], required: list[str]) -> str | None:
     for key in required:
         if key not in args:
             return f"{name}: {key!r} is missing"
+    unknown = unknown_argument(name, args, props)
+    if unknown:
+        return unknown
     for key, value in args.items():
-        if key not in props:
-            return f"{name}: unknown argument {key!r}; expected {sorted(props)}"
         kind = props[key]["type"]
         if value is None and key not in required:
             continue

@@ -27,6 +27,7 @@ from ..stores.base import ANY, Filters, Scope
 from .auth import KeyStore, Principal
 from .config import Settings
 from .conversations import Conversations, NotFound
+from .gate import Refused, admit, authenticate, client_address
 from .indexer import Indexer
 from .inspector import inspector_router, mount_ui
 from .limits import RateLimiter
@@ -56,6 +57,7 @@ class Service:
         self.conversations = Conversations(self.store, self.indexer, window_messages=settings.window_messages,
                                            windows=self._windows(settings))
         self.limiter = RateLimiter(settings.rate_limit, settings.burst)
+        self.auth_failures = RateLimiter(settings.failed_auth_limit, settings.failed_auth_burst)  # per address
         # CPU-bound searches get few threads of their own, so they never starve writes or the event loop
         self.writes = Lane("fullrecall-write", 8)
         self.searches = Lane("fullrecall-search", settings.search_threads)
@@ -293,32 +295,14 @@ def _routes(app: FastAPI, service: Service) -> None:
     conv = service.conversations
 
     async def principal(request: Request) -> Principal:
-        header = request.headers.get("authorization", "")
-        scheme, _, key = header.partition(" ")
-        key = key.strip()
-        found = None
-        if scheme.lower() == "bearer" and key:  # a cached key costs nothing; a new one is read off the event loop
-            found = service.keys.cached(key)
-            if found is None:
-                from starlette.concurrency import run_in_threadpool
-
-                found = await run_in_threadpool(service.keys.verify, key)
-        if found is None:
-            raise _Unauthorized()
-        request.scope["state"]["tenant"] = found.tenant
-        if not service.limiter.allow(found.key_id):
-            raise _Limited(service.limiter.retry_after(found.key_id))
+        found = await authenticate(service, request.headers.get("authorization", ""), client_address(request.scope))
+        request.scope["state"]["tenant"] = found.tenant  # a request over the key's limit is counted as its tenant's
+        admit(service, found)
         return found
 
-    @app.exception_handler(_Unauthorized)
-    async def unauthorized(request: Request, exc: Exception) -> JSONResponse:
-        return _error(401, "unauthorized", "a valid 'Authorization: Bearer <key>' header is required", "Authorization",
-                      headers={"WWW-Authenticate": "Bearer"})
-
-    @app.exception_handler(_Limited)
-    async def limited(request: Request, exc: _Limited) -> JSONResponse:
-        return _error(429, "rate_limited", "too many requests for this key", None,
-                      headers={"Retry-After": str(max(1, round(exc.retry_after)))})
+    @app.exception_handler(Refused)
+    async def refused(request: Request, exc: Refused) -> JSONResponse:
+        return _error(exc.status, exc.kind, exc.message, exc.field, headers=exc.headers)
 
     Key = Depends(principal)
     User = Query(None, max_length=200, description="the user the conversation belongs to (default owner if unset)")
@@ -469,11 +453,3 @@ def _routes(app: FastAPI, service: Service) -> None:
 def _nul(field: str) -> None:
     raise InvalidName(f"'{field}' holds a NUL character", field)
 
-
-class _Unauthorized(Exception):
-    pass
-
-
-class _Limited(Exception):
-    def __init__(self, retry_after: float) -> None:
-        self.retry_after = retry_after

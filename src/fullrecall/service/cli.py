@@ -94,10 +94,16 @@ class Keys:
     @staticmethod
     def run(args: argparse.Namespace) -> int:
         from ..stores import open_store
-        from .auth import KeyStore
+        from .auth import KeyStore, check_tenant
         from .config import Settings
 
         settings = Settings.load(args.config, store=args.store)
+        if args.action == "create":  # a refused tenant opens (and makes) no store
+            try:
+                check_tenant(args.tenant)
+            except ValueError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
         store = open_store(settings.store)
         try:
             keys = KeyStore(store)

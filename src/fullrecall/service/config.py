@@ -18,6 +18,8 @@ class Settings:
     port: int = 8080
     rate_limit: float = 200.0  # requests a second per key (0: no limit)
     burst: int = 400  # requests a key may make at once
+    failed_auth_limit: float = 1.0  # requests with a missing or refused key a second per client address (0: no limit)
+    failed_auth_burst: int = 20  # such requests an address may make at once
     max_body_bytes: int = 8 * 1024 * 1024
     search_threads: int = 2  # searches embed the query and rank: CPU work, run this many at once
     manager: str = "summarizing"  # "summarizing": older messages summarized; "sliding": the newest window_messages
@@ -54,6 +56,10 @@ class Settings:
         for f in fields(cls):
             if f.name in values:
                 settings = replace(settings, **{f.name: _convert(f.name, values[f.name], getattr(cls(), f.name))})
+        for rate, burst in (("rate_limit", "burst"), ("failed_auth_limit", "failed_auth_burst")):
+            if getattr(settings, rate) > 0 and getattr(settings, burst) < 1:  # no token ever: every request refused
+                raise ValueError(f"setting {burst!r}: expected at least 1 while {rate!r} is on, got "
+                                 f"{getattr(settings, burst)} (set {rate!r} to 0 to turn the limit off)")
         if not 1 <= settings.port <= 65535:  # the socket layer would take it modulo 65536, another port than announced
             raise ValueError(f"setting 'port': expected a port from 1 to 65535, got {settings.port}")
         return settings

@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 
 from ..stores.base import Scope, Store, StoredMessage
+from .delays import Delays
 
 log = logging.getLogger("fullrecall.service")
 
 CATCH_UP = 64  # recent positions checked for a missing vector on every write
-DELAYS = 10_000  # searchable delays kept (of the process, and of each tenant)
 
 
 class Indexer:
@@ -52,8 +52,7 @@ class Indexer:
         self.batch = batch
         self.backlog, self.backlog_wait = backlog, backlog_wait
         self.on_indexed = on_indexed
-        self.delays: deque[float] = deque(maxlen=DELAYS)  # seconds from commit to stored vector
-        self._delays: dict[str, deque[float]] = {}  # the same, of each tenant (what its own stats show)
+        self.delays = Delays()  # seconds from commit to stored vector, of the process and of each tenant
         self._queue: deque[tuple[Scope, list[StoredMessage], float]] = deque()
         self._queued = 0  # messages in the queue
         self._queued_by: Counter[str] = Counter()  # of each tenant
@@ -181,28 +180,40 @@ class Indexer:
 
             def store(scope: Scope) -> None:
                 lo, hi = slices[scope]
-                if hi > lo:
+                kept = self._still_stored(scope, todo[scope])
+                if kept:
                     try:
-                        self.store.set_vectors(scope, [m.id for m in todo[scope]], vectors[lo:hi], self.embedder.name)
+                        self.store.set_vectors(scope, [todo[scope][i].id for i in kept], vectors[lo:hi][kept],
+                                               self.embedder.name)
                     except ValueError as exc:  # the conversation was forgotten meanwhile (or holds another model's
-                        # vectors): nothing to retry. Any other failure (the store down) reaches _run, which retries
-                        # and leaves the conversation for the next write to catch up with.
+                        # vectors): the next write to it checks again. Any other failure (the store down) reaches
+                        # _run, which retries and leaves the conversation for the next write to catch up with.
+                        with self._cond:
+                            self._caught_up.discard(scope)
                         log.info("vectors for %s not stored (%s: %s)", scope.session_id, type(exc).__name__, exc)
 
             list(self._io.map(store, todo))
         now = time.time()
         delays = [now - committed[s] for s in groups]
-        self.delays.extend(delays)
         for s, delay in zip(groups, delays):
-            self._delays.setdefault(s.tenant, deque(maxlen=DELAYS)).append(delay)
+            self.delays.add(s.tenant, delay)
         if self.on_indexed is not None:
             self.on_indexed(delays)
 
-    def delay_percentiles(self, tenant: str | None = None) -> dict[str, float | None]:
-        """p50 and p95 of the searchable delay, in milliseconds, over the last 10,000 batches' groups (of
-        ``tenant``'s conversations, or of all).
+    def _still_stored(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
+        """The indexes of ``messages`` the store still holds as they were queued: another process may have forgotten
+        the conversation meanwhile (their vectors would make a batch of new messages fail whole) and a client begun
+        it again under the same ids (a forgotten message's vector would be stored under the new one's id).
         """
-        values = sorted(self.delays if tenant is None else self._delays.get(tenant, ()))
+        held = {m.id: m for m in self.store.get(scope, [m.id for m in messages])}
+        return [i for i, m in enumerate(messages) if (found := held.get(m.id)) is not None
+                and (found.position, found.created_at, found.text) == (m.position, m.created_at, m.text)]
+
+    def delay_percentiles(self, tenant: str | None = None) -> dict[str, float | None]:
+        """p50 and p95 of the searchable delay, in milliseconds, over the last batches' groups (of ``tenant``'s
+        conversations within the last hour, or of all: see :mod:`.delays`).
+        """
+        values = sorted(self.delays.of(tenant))
         if not values:
             return {"p50_ms": None, "p95_ms": None, "samples": 0}
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..stores.base import Scope
 from .conversations import check_text
+from .gate import Refused, admit, authenticate, client_address
 from .tenancy import check_conversation, scope_for
 
 if TYPE_CHECKING:
@@ -40,31 +41,14 @@ class McpEndpoint:
         from .app import _error
 
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        principal = await self._principal(headers.get("authorization", ""))
-        if principal is None:
-            response = _error(401, "unauthorized", "a valid 'Authorization: Bearer <key>' header is required",
-                              "Authorization", headers={"WWW-Authenticate": "Bearer"})
-        elif not self.service.limiter.allow(principal.key_id):
-            retry = max(1, round(self.service.limiter.retry_after(principal.key_id)))
-            response = _error(429, "rate_limited", "too many requests for this key", None,
-                              headers={"Retry-After": str(retry)})
-        else:
+        try:
+            principal = await authenticate(self.service, headers.get("authorization", ""), client_address(scope))
             scope.setdefault("state", {}).update({_PRINCIPAL: principal, "tenant": principal.tenant})
-            await self.mcp_app(scope, receive, send)
+            admit(self.service, principal)
+        except Refused as exc:
+            await _error(exc.status, exc.kind, exc.message, exc.field, headers=exc.headers)(scope, receive, send)
             return
-        await response(scope, receive, send)
-
-    async def _principal(self, header: str) -> Any:
-        scheme, _, key = header.partition(" ")
-        key = key.strip()
-        if scheme.lower() != "bearer" or not key:
-            return None
-        found = self.service.keys.cached(key)
-        if found is None:  # a new key is read off the event loop
-            import anyio.to_thread
-
-            found = await anyio.to_thread.run_sync(self.service.keys.verify, key)
-        return found
+        await self.mcp_app(scope, receive, send)
 
 
 class RoutableConversations:
@@ -96,12 +80,12 @@ def mount_mcp(app: Any, service: Service) -> Callable[[], AbstractAsyncContextMa
         return None
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from ..integrations.mcp_server import AGENT_HEADER, USER_HEADER, create_server
+    from ..integrations.mcp_server import AGENT_HEADER, USER_HEADER, create_server, owner_header
 
     def owner(request: Any) -> Scope:
         principal = request.scope["state"][_PRINCIPAL]
-        return scope_for(principal, user_id=request.headers.get(USER_HEADER),
-                         agent_id=request.headers.get(AGENT_HEADER))
+        return scope_for(principal, user_id=owner_header(request, USER_HEADER),
+                         agent_id=owner_header(request, AGENT_HEADER))
 
     server = create_server(service.store, embedder=service.indexer.embedder, owner=owner,
                            conversations=RoutableConversations(service.conversations), check=check_arguments)

@@ -8,7 +8,7 @@ name one of its users when it is limited.
 
 from __future__ import annotations
 
-from ..stores._validate import check_id
+from ..stores._validate import check_id, check_session_id
 from ..stores.base import Scope
 from .auth import Principal
 
@@ -46,13 +46,23 @@ def check_name(value: str | None, field: str) -> str | None:
 
 def check_conversation(value: str | None, field: str = "conversation_id") -> str | None:
     """A conversation id (``check_name``) that ``/v1/conversations/{id}`` can carry: no path segment ``.`` or
-    ``..``, which every HTTP client and proxy resolves away (``a/../b`` is sent as ``b``), so the conversation
-    written under one would be out of every route's reach.
+    ``..``, which every HTTP client and proxy resolves away (``a/../b`` is sent as ``b``), and no line break,
+    which no route's path matches, so the conversation written under one would be out of every route's reach;
+    and one the library names a conversation by (not blank, no change log:
+    :func:`~fullrecall.stores._validate.check_session_id`, refused in its words).
     """
     check_name(value, field)
+    if value is not None:
+        try:
+            check_session_id(value, f"'{field}'")
+        except ValueError as exc:
+            raise InvalidName(str(exc), field) from None
     if value is not None and any(part in (".", "..") for part in value.split("/")):
         raise InvalidName(f"'{field}' {value!r} has a path segment '.' or '..', which a URL cannot carry (clients "
                           "resolve it away); name the conversation otherwise", field)
+    if value is not None and "\n" in value:  # no route's path matches one: written, it could not be read again
+        raise InvalidName(f"'{field}' {value!r} holds a line break, which no route's path carries; name the "
+                          "conversation otherwise", field)
     return value
 
 

@@ -6,7 +6,9 @@
   given to :class:`~fullrecall.memory.ConversationMemory` at most :data:`MAX_MESSAGE_BYTES` as JSON.
 * **Identifiers** (tenant, user, agent and session ids, message ids, roles, summary ids, state keys,
   record ids and namespaces): a ``str`` of 1 to :data:`MAX_ID_BYTES` UTF-8 bytes without NUL or
-  lone surrogates (``user_id``/``agent_id`` may also be ``""`` or ``None``).
+  lone surrogates (``user_id``/``agent_id`` may also be ``""`` or ``None``). A conversation named to be
+  written (:func:`check_session_id`) also shows something (not only whitespace or invisible
+  characters) and is none of long-term memory's change logs (``_log.``...).
 * **JSON values** (``data``, ``metadata``, record data, whole messages): ``dict`` with ``str`` keys,
   ``list``, ``str``, ``int``, finite ``float``, ``bool`` and ``None``, nested at most :data:`MAX_DEPTH`
   levels. A ``tuple`` is refused (it would come back as a list), except in fullrecall's own state
@@ -21,6 +23,7 @@ index and the field, e.g. ``message 2: 'metadata.score' is nan; JSON has no NaN 
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +34,7 @@ from .._json import check_json as check_json
 from .._json import dumps as dumps
 from .._json import loads as loads
 from ..errors import InvalidInput
+from ._forget import LOG_PREFIX
 from .base import Filters, Record, Scope, StoredMessage
 
 MAX_DOCUMENT_BYTES = 256 * 2**20  # one state document (a window of several large messages)
@@ -80,6 +84,34 @@ def check_id(value: Any, where: str, *, empty: bool = False) -> str:
     size = _utf8_size(value, where)
     if size > MAX_ID_BYTES:
         raise InvalidInput(f"{where} is {size:,} bytes long; identifiers are at most {MAX_ID_BYTES} bytes")
+    return value
+
+
+# shown as nothing though of no invisible category: the combining grapheme joiner, Hangul and Khmer fillers, the blank
+# Braille pattern
+_INVISIBLE = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0")
+
+
+def _invisible(c: str) -> bool:
+    """Whether ``c`` shows nothing: whitespace, a control or format character (a zero-width space or joiner, a
+    byte order mark, a direction mark), a variation selector or a filler.
+    """
+    return (c.isspace() or unicodedata.category(c) in ("Cc", "Cf", "Zs", "Zl", "Zp") or c in _INVISIBLE
+            or "\ufe00" <= c <= "\ufe0f" or "\U000e0100" <= c <= "\U000e01ef")
+
+
+def check_session_id(value: Any, where: str) -> str:
+    """``value`` if it can name a conversation to write: an identifier (:func:`check_id`) that shows something
+    (one of only whitespace or invisible characters cannot be told from another, nor typed back) and is none of
+    long-term memory's change logs (``_log.``...). The library, the service and the MCP tools refuse alike.
+    """
+    check_id(value, where)
+    if all(_invisible(c) for c in value):
+        raise InvalidInput(f"{where} {value!r} is blank (whitespace or invisible characters only): name a "
+                           "conversation")
+    if value.startswith(LOG_PREFIX):
+        raise InvalidInput(f"{where} {value!r} is reserved (a session id starting with {LOG_PREFIX!r} is long-term "
+                           "memory's own change log)")
     return value
 
 

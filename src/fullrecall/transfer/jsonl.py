@@ -57,7 +57,14 @@ from ..memory.facts import NAMESPACE as FACTS
 from ..memory.persistent import _SESSIONS as SESSIONS
 from ..memory.procedural import NAMESPACE as PROCEDURES
 from ..memory.procedural import check_pattern_data, owned_pattern
-from ..stores._validate import MAX_DOCUMENT_BYTES, check_id, check_json_value, check_message, check_record
+from ..stores._validate import (
+    MAX_DOCUMENT_BYTES,
+    check_id,
+    check_json_value,
+    check_message,
+    check_record,
+    check_session_id,
+)
 from ..stores.base import ANY, Record, Scope, Store, StoredMessage
 from ._common import (
     BATCH,
@@ -273,6 +280,10 @@ def conversation_of(line: dict[str, Any]) -> str:
     if not isinstance(conv, str) or not conv or "\x00" in conv:
         raise MessageFormatError(f"line {line.get('_line', '?')}: 'conversation_id' must be a non-empty string")
     _identifier(line, "conversation_id", conv)
+    try:  # one the library would not name a conversation by: blank, or long-term memory's change log
+        check_session_id(conv, f"line {line.get('_line', '?')}: 'conversation_id'")
+    except ValueError as exc:
+        raise MessageFormatError(str(exc)) from None
     return conv
 
 
