@@ -48,12 +48,15 @@ class Ranking:
     rows a caller reaches (a search reads the first few of a few hundred).
 
     A row's key is ``(owners[session], position)``; ``owners`` is sorted, so ties go to the lower key. Boosts
-    (:meth:`add`) come before the first candidate is read.
+    (:meth:`add`) come before the first candidate is read. ``codes``, when given, are the rows' keys as integers
+    (``session << _SHIFT | position``), ascending: the rows are in key order (:func:`fuse`'s are).
     """
 
     def __init__(self, owners: Sequence[str], session: np.ndarray, position: np.ndarray, ids: Sequence[str | None],
-                 fused: np.ndarray, dense: np.ndarray | None = None, lexical: np.ndarray | None = None) -> None:
+                 fused: np.ndarray, dense: np.ndarray | None = None, lexical: np.ndarray | None = None,
+                 codes: np.ndarray | None = None) -> None:
         n = len(ids)
+        self.codes = codes
         self.owners = list(owners)
         self.session = session
         self.position = position
@@ -233,7 +236,7 @@ def fuse(
     if lexical.ids is not None:
         named[lex_rows] = lexical.ids
     fused = lexical_weight * smoothed * lex_scale + (1.0 - lexical_weight) * d
-    return Ranking(owners, keys >> _SHIFT, keys & _LOW, named.tolist(), fused, cos, own)
+    return Ranking(owners, keys >> _SHIFT, keys & _LOW, named.tolist(), fused, cos, own, codes=keys)
 
 
 def near_best(
@@ -252,13 +255,32 @@ def near_best(
     top = float(ranked.fused[head[0]])
     if top <= 0:
         return ranked
-    # one (candidates x head) comparison: same session, within the window -> that head's score
-    session, position = ranked.session, ranked.position
-    near = (session[:, None] == session[None, head]) & (np.abs(position[:, None] - position[None, head]) <= window)
-    best = np.where(near, ranked.fused[None, head], 0.0).max(axis=1)
+    if ranked.codes is not None:  # rows in key order: each head's neighbourhood is one slice of them
+        best = _near_slices(ranked.codes, head, ranked.fused, window)
+    else:  # one (candidates x head) comparison: same session, within the window -> that head's score
+        session, position = ranked.session, ranked.position
+        near = (session[:, None] == session[None, head]) & (np.abs(position[:, None] - position[None, head]) <= window)
+        best = np.where(near, ranked.fused[None, head], 0.0).max(axis=1)
     rows = np.flatnonzero(best > 0)
     ranked.add(rows, weight * (best[rows] / top))  # best <= top: no overflow for a tiny top
     return ranked
+
+
+def _near_slices(codes: np.ndarray, head: np.ndarray, fused: np.ndarray, window: int) -> np.ndarray:
+    """For rows sorted by key code, the best fused score among the ``head`` rows within ``window`` positions of
+    each in its session (0 where none is): the heads' slices are written from the lowest score up, so the
+    highest one near a row is what it keeps. A slice's ends are whole keys (session, position - window) and
+    (session, position + window): positions are far below ``1 << _SHIFT``, so a position - window below 0
+    reaches no row of the session before.
+    """
+    head = head[np.argsort(fused[head], kind="stable")]
+    at = codes[head]
+    low = np.searchsorted(codes, at - window)
+    high = np.searchsorted(codes, at + window, side="right")
+    best = np.zeros(len(codes))
+    for lo, hi, score in zip(low.tolist(), high.tolist(), fused[head].tolist()):
+        best[lo:hi] = score
+    return best
 
 
 def rrf(dense: dict[Key, float], lexical: dict[Key, float], ids: dict[Key, str], *, k: int = 60) -> Ranking:
