@@ -8,7 +8,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fullrecall.search import index_text, query_terms
-from fullrecall.search.fusion import Candidate, Ranking, fuse, near_best, rrf, spread_lexical, spread_out
+from fullrecall.search.fusion import _SHIFT, Candidate, Ranking, fuse, near_best, rrf, spread_lexical, spread_out
 
 
 def test_query_terms_drop_question_words_keep_names_numbers_ids():
@@ -93,6 +93,16 @@ def _ranked(scores: dict[tuple[str, int], float]) -> Ranking:
     return Ranking.of(list(scores), [f"{key[0]}{key[1]}" for key in scores], np.array(list(scores.values()), dtype=float))
 
 
+def _ranked_by_key(scores: dict[tuple[str, int], float]) -> Ranking:
+    """The same ranking with its rows in key order and their key codes, as :func:`fuse` makes it."""
+    keys = sorted(scores)
+    owners = sorted({key[0] for key in keys})
+    session = np.array([owners.index(key[0]) for key in keys], dtype=np.int64)
+    position = np.array([key[1] for key in keys], dtype=np.int64)
+    return Ranking(owners, session, position, [f"{key[0]}{key[1]}" for key in keys],
+                   np.array([scores[key] for key in keys], dtype=float), codes=(session << _SHIFT) | position)
+
+
 def _candidates(scores: dict[tuple[str, int], float]) -> list[Candidate]:
     out = [Candidate(key, f"{key[0]}{key[1]}", fused=f) for key, f in scores.items()]
     out.sort(key=lambda c: (-c.fused, c.key))
@@ -147,10 +157,12 @@ def _near_best_by_definition(ranked: list[Candidate], weight: float, window: int
     st.dictionaries(st.tuples(st.sampled_from("abc"), st.integers(0, 120)), st.floats(0.0, 1.0), min_size=1),
     st.integers(0, 40), st.integers(1, 12),
 )
+@example({("a", 0): 1.0, ("a", 5): 0.5, ("b", 3): 0.9, ("b", 9): 0.1}, 5, 2)  # a neighbour exactly window away
 def test_near_best_adds_to_each_candidate_the_best_nearby_head_score_in_its_session(scores, window, depth):
     want = _near_best_by_definition(_candidates(scores), 0.2, window, depth)
-    got = near_best(_ranked(scores), weight=0.2, window=window, depth=depth)
-    assert [(c.key, c.fused, c.boost) for c in got] == want
+    for ranked in (_ranked(scores), _ranked_by_key(scores)):  # rows in any order, and in key order (fuse's)
+        got = near_best(ranked, weight=0.2, window=window, depth=depth)
+        assert [(c.key, c.fused, c.boost) for c in got] == want
 
 
 def _fuse_by_definition(dense, lexical, ids, lexical_weight, neighbour_weight, unknown_neighbours):

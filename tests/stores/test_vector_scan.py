@@ -53,6 +53,7 @@ def low_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("faiss")
     monkeypatch.setattr(_quantized, "MIN_ROWS", 100)
     monkeypatch.setattr(_quantized, "MIN_CANDIDATES", 40)  # fewer candidates than rows: the scan chooses
+    monkeypatch.setattr(_quantized, "IVF_MIN_CANDIDATES", 40)
 
 
 @pytest.fixture(params=["flat", "clusters"])

@@ -48,12 +48,15 @@ class Ranking:
     rows a caller reaches (a search reads the first few of a few hundred).
 
     A row's key is ``(owners[session], position)``; ``owners`` is sorted, so ties go to the lower key. Boosts
-    (:meth:`add`) come before the first candidate is read.
+    (:meth:`add`) come before the first candidate is read. ``codes``, when given, are the rows' keys as integers
+    (``session << _SHIFT | position``), ascending: the rows are in key order (:func:`fuse`'s are).
     """
 
     def __init__(self, owners: Sequence[str], session: np.ndarray, position: np.ndarray, ids: Sequence[str | None],
-                 fused: np.ndarray, dense: np.ndarray | None = None, lexical: np.ndarray | None = None) -> None:
+                 fused: np.ndarray, dense: np.ndarray | None = None, lexical: np.ndarray | None = None,
+                 codes: np.ndarray | None = None) -> None:
         n = len(ids)
+        self.codes = codes
         self.owners = list(owners)
         self.session = session
         self.position = position
@@ -99,18 +102,20 @@ class Ranking:
 
     def __iter__(self) -> Iterator[Candidate]:
         """The candidates, best first; the same objects each time (a caller may fill in an ``id``)."""
-        yield from self._made
-        while len(self._made) < len(self.ids):
-            yield self[len(self._made)]
+        for i in range(len(self.ids)):
+            yield self[i]
 
     def __getitem__(self, i: int) -> Candidate:
-        order, made = self.order(), self._made
-        while len(made) <= i:
-            r = int(order[len(made)])
-            cos = float(self.dense[r])
-            key = (self.owners[self.session[r]], int(self.position[r]))
-            made.append(Candidate(key, self.ids[r], None if cos != cos else cos, float(self.lexical[r]),
-                                  float(self.fused[r]), float(self.boost[r])))
+        made = self._made
+        if len(made) <= i:  # the next rows, 16 or more at a time (their values read as arrays, not one by one)
+            rows = self.order()[len(made):max(i + 1, 2 * len(made), 16)]
+            owners, ids = self.owners, self.ids
+            for r, session, position, cos, lexical, fused, boost in zip(
+                rows.tolist(), self.session[rows].tolist(), self.position[rows].tolist(), self.dense[rows].tolist(),
+                self.lexical[rows].tolist(), self.fused[rows].tolist(), self.boost[rows].tolist(),
+            ):
+                made.append(Candidate((owners[session], position), ids[r], None if cos != cos else cos, lexical,
+                                      fused, boost))
         return made[i]
 
 
@@ -203,7 +208,10 @@ def fuse(
             lex = (ranks[lex >> _SHIFT] << _SHIFT) | (lex & _LOW)
     cosine = np.fromiter(dense.values(), np.float64, len(dense))
     dense_keys = _codes(dense, rank, len(dense))
-    keys = np.unique(np.concatenate([spread, dense_keys]))
+    keys = np.concatenate([spread, dense_keys])
+    keys.sort()
+    if len(keys):  # np.unique's keys, at a fifth of its cost
+        keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
     n = len(keys)
     smoothed = np.zeros(n)
     smoothed[np.searchsorted(keys, spread)] = lexical.smoothed
@@ -233,7 +241,7 @@ def fuse(
     if lexical.ids is not None:
         named[lex_rows] = lexical.ids
     fused = lexical_weight * smoothed * lex_scale + (1.0 - lexical_weight) * d
-    return Ranking(owners, keys >> _SHIFT, keys & _LOW, named.tolist(), fused, cos, own)
+    return Ranking(owners, keys >> _SHIFT, keys & _LOW, named.tolist(), fused, cos, own, codes=keys)
 
 
 def near_best(
@@ -252,13 +260,32 @@ def near_best(
     top = float(ranked.fused[head[0]])
     if top <= 0:
         return ranked
-    # one (candidates x head) comparison: same session, within the window -> that head's score
-    session, position = ranked.session, ranked.position
-    near = (session[:, None] == session[None, head]) & (np.abs(position[:, None] - position[None, head]) <= window)
-    best = np.where(near, ranked.fused[None, head], 0.0).max(axis=1)
+    if ranked.codes is not None:  # rows in key order: each head's neighbourhood is one slice of them
+        best = _near_slices(ranked.codes, head, ranked.fused, window)
+    else:  # one (candidates x head) comparison: same session, within the window -> that head's score
+        session, position = ranked.session, ranked.position
+        near = (session[:, None] == session[None, head]) & (np.abs(position[:, None] - position[None, head]) <= window)
+        best = np.where(near, ranked.fused[None, head], 0.0).max(axis=1)
     rows = np.flatnonzero(best > 0)
     ranked.add(rows, weight * (best[rows] / top))  # best <= top: no overflow for a tiny top
     return ranked
+
+
+def _near_slices(codes: np.ndarray, head: np.ndarray, fused: np.ndarray, window: int) -> np.ndarray:
+    """For rows sorted by key code, the best fused score among the ``head`` rows within ``window`` positions of
+    each in its session (0 where none is): the heads' slices are written from the lowest score up, so the
+    highest one near a row is what it keeps. A slice's ends are whole keys (session, position - window) and
+    (session, position + window): positions are far below ``1 << _SHIFT``, so a position - window below 0
+    reaches no row of the session before.
+    """
+    head = head[np.argsort(fused[head], kind="stable")]
+    at = codes[head]
+    low = np.searchsorted(codes, at - window)
+    high = np.searchsorted(codes, at + window, side="right")
+    best = np.zeros(len(codes))
+    for lo, hi, score in zip(low.tolist(), high.tolist(), fused[head].tolist()):
+        best[lo:hi] = score
+    return best
 
 
 def rrf(dense: dict[Key, float], lexical: dict[Key, float], ids: dict[Key, str], *, k: int = 60) -> Ranking:

@@ -8,14 +8,13 @@ with a cross-encoder, and returns the stored messages with every score.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -113,7 +112,9 @@ class _OneBlasThread:
 
     Counted: the first search in sets one thread, the last one out gives back what it found, so that
     searches overlapping on several threads never leave the process on one BLAS thread (each restoring
-    what the one before it had set). About 3 us a search, where a ``threadpool_limits`` block costs 15-50.
+    what the one before it had set). ``with _one_blas_thread():`` (the call returns the counter itself, a
+    context manager: no generator made a search), about 3 us a search, where a ``threadpool_limits`` block
+    costs 15-50.
     """
 
     def __init__(self) -> None:
@@ -132,11 +133,12 @@ class _OneBlasThread:
                 self._libs = []
         return self._libs
 
-    @contextlib.contextmanager
-    def __call__(self) -> Iterator[None]:
-        libs = self._controllers()
+    def __call__(self) -> _OneBlasThread:
+        return self
+
+    def __enter__(self) -> None:
+        libs = self._libs if self._libs is not None else self._controllers()
         if not libs:
-            yield
             return
         with self._lock:
             if self._inside == 0:
@@ -144,14 +146,16 @@ class _OneBlasThread:
                 for lib in libs:
                     lib.set_num_threads(1)
             self._inside += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._inside -= 1
-                if self._inside == 0:
-                    for lib, n in zip(libs, self._saved):
-                        lib.set_num_threads(n)
+
+    def __exit__(self, *exc: object) -> None:
+        libs = self._libs
+        if not libs:
+            return
+        with self._lock:
+            self._inside -= 1
+            if self._inside == 0:
+                for lib, n in zip(libs, self._saved):
+                    lib.set_num_threads(n)
 
 
 _one_blas_thread = _OneBlasThread()
@@ -228,19 +232,27 @@ class _Places:
                            if m.position is not None and m.key is not None})
 
     def place_hits(self, hits: Sequence[Hit]) -> dict[str, tuple[str, int]]:
-        """The places of the hits that carry theirs, by key: those known here, and those the hits say (learnt)."""
-        names = {h.owner: _owner_name(*h.owner) for h in hits if h.owner is not None}
-        said = {h.key: (names[h.owner], h.position) for h in hits if h.position is not None and h.owner is not None}
-        known = {h.key: place for h in hits if h.key not in said and (place := self._place.get(h.key)) is not None}
-        return self._note(said) | known
+        """The places of the hits, by key: those the hits say (learnt), and of the others those known here."""
+        said: dict[str, tuple[str, int]] = {}
+        silent = False
+        for h in hits:  # one pass (a search places about 100 hits, most from one session)
+            owner, position = h.owner, h.position
+            if owner is None or position is None:
+                silent = True
+            else:
+                said[h.key] = (_owner_name(*owner), position)
+        self._note(said)
+        if silent:
+            known = self._place
+            said |= {h.key: place for h in hits if h.key not in said and (place := known.get(h.key)) is not None}
+        return said
 
     def _note(self, places: dict[str, tuple[str, int]]) -> dict[str, tuple[str, int]]:
         if len(self._place) + len(places) > self.limit:
             self._place.clear()
             self._key.clear()
-        for key, place in places.items():
-            self._place[key] = place
-            self._key[place] = key
+        self._place.update(places)
+        self._key.update(zip(places.values(), places.keys()))
         return places
 
 
@@ -614,8 +626,7 @@ class SemanticSearch:
         """
         places = self._places
         where = places.place_hits(hits)
-        unplaced = [h.key for h in hits if h.key not in where]
-        if unplaced:
+        if len(where) < len(hits) and (unplaced := [h.key for h in hits if h.key not in where]):
             read = self.store.get_keys(scope, list(dict.fromkeys(unplaced)))
             where |= places.learn(read)
             found.update((m.key, m) for m in read)

@@ -2,9 +2,11 @@
 
 faiss-cpu's 8-bit scalar quantizer (one range for every dimension, inner product) keeps a byte a dimension
 instead of four, and faiss scans it about 3x faster than numpy multiplies the float32 matrix (100,000 x 384:
-2.5 ms against 8.6 ms on one core). The scan only chooses candidates (``OVERFETCH`` x k, at least
-``MIN_CANDIDATES``); their cosines are computed again in float32 from the block's own matrix, so scores are
-exact and the chosen rows match an exact scan (recall@50 1.000 against it at 100,000 bench vectors).
+2.5 ms against 8.6 ms on one core). The scan only chooses candidates (the flat copy ``OVERFETCH`` x k, at
+least ``MIN_CANDIDATES``; the inverted file ``IVF_OVERFETCH`` x k, at least ``IVF_MIN_CANDIDATES``); their
+cosines are computed again in float32 from the block's own matrix, so scores are exact and the chosen rows match
+an exact scan (recall@50 1.000 against it at 100,000 bench vectors; the flat copy's 100 candidates for 50 hits
+at 10,000 bench vectors, 400 questions: 1.000, as 200 gave).
 The flat copy keeps each value as a whole number in [-127, 127] (the rows scaled by 127 / the largest value
 met when the copy was made; later ones are clipped), which faiss scans faster than its 8-bit range code: 10,000
 archived vectors, 0.6 against 0.9 ms, and the same candidates (recall@50 after re-scoring 0.9999 for both).
@@ -34,8 +36,10 @@ from typing import Any
 import numpy as np
 
 MIN_ROWS = 5_000
-OVERFETCH = 4
-MIN_CANDIDATES = 200
+OVERFETCH = 2  # the flat copy: candidates a question, x k and at least MIN_CANDIDATES
+MIN_CANDIDATES = 100
+IVF_OVERFETCH = 4  # the inverted file
+IVF_MIN_CANDIDATES = 200
 IVF_MIN_ROWS = 50_000  # from here the copy is split into LISTS clusters, PROBES of them scanned a question
 LISTS = 512
 PROBES = 96
@@ -111,6 +115,10 @@ class Quantized:
         """Whether a block of ``rows`` rows should have a copy of the other kind (flat past ``IVF_MIN_ROWS``)."""
         return not self.ivf and self.clusters(rows)
 
+    def wanted(self, k: int) -> int:
+        """How many candidates a search for the ``k`` best asks this copy for."""
+        return max(IVF_OVERFETCH * k, IVF_MIN_CANDIDATES) if self.ivf else max(OVERFETCH * k, MIN_CANDIDATES)
+
     @property
     def nbytes(self) -> int:
         return self.size * int(self._index.d)
@@ -134,20 +142,22 @@ class Quantized:
         return np.clip(np.rint(rows * self._scale), -127, 127).astype(np.float32)
 
     def _query(self, query: np.ndarray) -> np.ndarray:
-        """The query as the copy takes it: the flat copy's scan reads it in whole numbers too, so it is scaled
-        to [-127, 127] (inner products only grow by a constant: the order is the same).
+        """The query as the copy takes it, a C-contiguous float32 vector: the flat copy's scan reads it in whole
+        numbers too, so it is scaled to [-127, 127] (inner products only grow by a constant: the order is the same).
         """
-        query = query.reshape(1, -1).astype(np.float32)
+        query = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
         if self._scale is None:
             return query
-        return np.ascontiguousarray(query * (127.0 / max(float(np.abs(query).max()), 1e-12)))
+        return query * np.float32(127.0 / max(float(np.abs(query).max()), 1e-12))
 
     def candidates(self, query: np.ndarray, n: int, rows: int, mask: np.ndarray | None) -> np.ndarray:
         """Row numbers (below ``rows``) of the ``n`` best rows by approximate inner product that pass ``mask``
-        (a boolean array of at least ``rows`` entries, or None).
+        (a boolean array of at least ``rows`` entries, or None), in no particular order.
         """
         faiss = self._faiss
         options: dict[str, Any] = {"nprobe": PROBES} if self.ivf else {}
+        query = self._query(query)
+        scores, found = np.empty(n, dtype=np.float32), np.empty(n, dtype=np.int64)
         with self._lock:
             if mask is not None or rows < self.size:
                 allowed = np.zeros(self.size, dtype=bool)
@@ -156,8 +166,12 @@ class Quantized:
                 options["sel"] = faiss.IDSelectorBitmap(self.size, faiss.swig_ptr(bits))
             params = (faiss.SearchParametersIVF if self.ivf else faiss.SearchParameters)(**options) if options else None
             # one OpenMP thread: a one-query scan gains nothing from two, and they wait on each other when
-            # another process keeps a core busy (measured: 4 ms against 8-12)
-            with _one_thread(faiss):
-                _, found = self._index.search(self._query(query), n, params=params)
-        top = found[0]
-        return top[top >= 0]
+            # another process keeps a core busy (measured: 4 ms against 8-12). The index's own search, without
+            # the Python wrapper's checks (the arrays are made right here).
+            threads = faiss.omp_get_max_threads()
+            faiss.omp_set_num_threads(1)
+            try:
+                self._index.search_c(1, faiss.swig_ptr(query), n, faiss.swig_ptr(scores), faiss.swig_ptr(found), params)
+            finally:
+                faiss.omp_set_num_threads(threads)
+        return found[found >= 0]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ._quantized import MIN_CANDIDATES, OVERFETCH, Quantized
+from ._quantized import Quantized
 from .base import Filters, Hit
 
 
@@ -209,7 +209,7 @@ class VectorBlock:
             return []
         if query.shape[0] != self.matrix.shape[1]:
             raise dim_mismatch(self.matrix.shape[1], query.shape[0])
-        query = query / (np.linalg.norm(query) or 1.0)
+        query = query / (np.sqrt(query.dot(query)) or 1.0)  # np.linalg.norm's value, without its checks
         n = len(self.ids)
         mask = self._mask(filters)
         if mask is not None:
@@ -222,7 +222,7 @@ class VectorBlock:
         if quantized is not None and quantized.size >= n:
             # candidates from the 8-bit copy, in row order (ties: lower row), scored exactly; too few (a filter
             # that the clusters scanned hardly pass): the exact scan
-            rows = np.sort(quantized.candidates(query, max(OVERFETCH * k, MIN_CANDIDATES), n, mask))
+            rows = np.sort(quantized.candidates(query, quantized.wanted(k), n, mask))
         if rows is not None and len(rows) >= k:
             scores = self.matrix[rows] @ query
             order = np.argsort(-scores, kind="stable")[:k]
