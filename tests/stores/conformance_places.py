@@ -3,6 +3,8 @@
 Mixed into :class:`conformance.StoreConformance`, so it runs on SQLite, PostgreSQL and Redis. A backend may
 leave the fields ``None`` (the caller then reads the message to place it); when it fills them they must be
 the message's own. Every backend fills them (``_PLACED``); the test says so when a backend does not.
+A hit may also come with its message (:class:`ReadHit`, read in the search's own round trip): then it is the
+message :meth:`Store.get_keys` reads. PostgreSQL's hits all do (``_CARRYING``).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fullrecall.stores import Scope, Store, StoredMessage, open_store
-from fullrecall.stores.base import Hit
+from fullrecall.stores.base import Hit, ReadHit
 
 _PLACED = ("sqlite", "redis", "postgres")  # backends whose hits always carry their place
+_CARRYING = ("postgres",)  # backends whose hits always come with their messages
 DIM = 8
 
 
@@ -26,7 +29,7 @@ def _unit(seed: int) -> np.ndarray:
 
 
 def _message(i: int, position: int | None = None) -> StoredMessage:
-    text = f"heron {'marsh ' * (i % 3)}note {i}"
+    text = f"heron {'marsh ' * (i % 3)}note {i}" + (" nul\x00 byte" if i == 31 else "")  # NUL: stored escaped
     return StoredMessage(id=f"p{i}", role="user", text=text, data={"content": text}, position=position)
 
 
@@ -37,6 +40,10 @@ def _check_places(store: Store, scope: Scope, hits: list[Hit], expect: int) -> N
     for h in hits:
         m = read[h.key]
         assert h.id == m.id
+        if isinstance(h, ReadHit):
+            assert h.message() == m
+        else:
+            assert not store.url.startswith(_CARRYING), f"{store.url}: hit {h.id} came without its message"
         if h.position is None and h.owner is None:
             assert not store.url.startswith(_PLACED), f"{store.url}: hit {h.id} does not say where it sits"
             continue
