@@ -19,7 +19,8 @@ from fullrecall.stores import Scope, Store, StoredMessage, open_store
 from fullrecall.stores.base import Hit, ReadHit
 
 _PLACED = ("sqlite", "redis", "postgres")  # backends whose hits always carry their place
-_CARRYING = ("postgres",)  # backends whose hits always come with their messages
+_CARRYING = ("postgres",)  # backends whose hits come with their messages (but large ones)
+_LARGE = 70_000  # characters of a message large enough to be read only when needed
 DIM = 8
 
 
@@ -42,7 +43,7 @@ def _check_places(store: Store, scope: Scope, hits: list[Hit], expect: int) -> N
         assert h.id == m.id
         if isinstance(h, ReadHit):
             assert h.message() == m
-        else:
+        elif len(m.text) < _LARGE:
             assert not store.url.startswith(_CARRYING), f"{store.url}: hit {h.id} came without its message"
         if h.position is None and h.owner is None:
             assert not store.url.startswith(_PLACED), f"{store.url}: hit {h.id} does not say where it sits"
@@ -73,6 +74,15 @@ class PlacesConformance:
         assert hits[0].id == "p31"
         _check_places(store, scope, hits, 7)
         _check_places(store, scope, store.search_text(scope, ["heron"], 20), 7)
+
+    def test_a_hit_comes_with_its_message_unless_it_is_large(self, store: Store, scope: Scope) -> None:
+        big = StoredMessage(id="big", role="user", text="heron " + "x" * _LARGE, data={"content": "heron"})
+        store.append(scope, [big, _message(1)])
+        store.set_vectors(scope, ["big", "p1"], np.stack([_unit(0), _unit(1)]), "m")
+        for hits in (store.search_text(scope, ["heron"], 5), store.search_vectors(scope, _unit(0), 5)):
+            _check_places(store, scope, hits, 2)
+            if store.url.startswith(_CARRYING):
+                assert {h.id: isinstance(h, ReadHit) for h in hits} == {"big": False, "p1": True}
 
     @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(batches=st.lists(st.lists(st.booleans(), min_size=1, max_size=5), min_size=1, max_size=4))

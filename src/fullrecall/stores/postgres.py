@@ -115,9 +115,12 @@ _APPEND_COLS = ("id", "role", "kind", "text", "data", "created_at", "archived_at
                 "ibytes", "tsv")
 _APPEND_TYPES = ("text", "text", "text", "text", "text", "float8", "float8", "text", "text", "bigint", "bigint", "tsvector")
 _APPEND_ARRAYS = ", ".join(f"%s::{t}[]" for t in _APPEND_TYPES)
-# A message's columns but its id; a search's hits carry them (ReadHit): no read of their messages after it
-_MSG_BODY = "m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
-_MSG_COLS = f"m.id, {_MSG_BODY}"
+_MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
+# A search's hits carry their messages (ReadHit: no read of them after the search), those of at most this many
+# bytes of text and data: a search of k hits among large tool outputs would otherwise fetch k of them whole
+_CARRY_BYTES = 64 * 1024
+_MSG_BODY = ", ".join(f"CASE WHEN m.nbytes <= {_CARRY_BYTES} THEN m.{c} END AS {c}" for c in (
+    "role", "text", "data", "kind", "created_at", "archived_at", "summary_id", "metadata"))
 # The same as NULLs, for a row of a UNION that is no message
 _NO_MSG_BODY = ("NULL::text AS role, NULL::text AS text, NULL::text AS data, NULL::text AS kind, NULL::float8 AS created_at,"
                 " NULL::float8 AS archived_at, NULL::text AS summary_id, NULL::text AS metadata")
