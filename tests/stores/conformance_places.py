@@ -3,6 +3,8 @@
 Mixed into :class:`conformance.StoreConformance`, so it runs on SQLite, PostgreSQL and Redis. A backend may
 leave the fields ``None`` (the caller then reads the message to place it); when it fills them they must be
 the message's own. Every backend fills them (``_PLACED``); the test says so when a backend does not.
+A hit may also come with its message (:class:`ReadHit`, read in the search's own round trip): then it is the
+message :meth:`Store.get_keys` reads. PostgreSQL's hits all do (``_CARRYING``).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fullrecall.stores import Scope, Store, StoredMessage, open_store
-from fullrecall.stores.base import Hit
+from fullrecall.stores.base import Hit, ReadHit
 
 _PLACED = ("sqlite", "redis", "postgres")  # backends whose hits always carry their place
+_CARRYING = ("postgres",)  # backends whose hits come with their messages (but large ones)
+_LARGE = 70_000  # characters of a message large enough to be read only when needed
 DIM = 8
 
 
@@ -26,7 +30,7 @@ def _unit(seed: int) -> np.ndarray:
 
 
 def _message(i: int, position: int | None = None) -> StoredMessage:
-    text = f"heron {'marsh ' * (i % 3)}note {i}"
+    text = f"heron {'marsh ' * (i % 3)}note {i}" + (" nul\x00 byte" if i == 31 else "")  # NUL: stored escaped
     return StoredMessage(id=f"p{i}", role="user", text=text, data={"content": text}, position=position)
 
 
@@ -37,6 +41,10 @@ def _check_places(store: Store, scope: Scope, hits: list[Hit], expect: int) -> N
     for h in hits:
         m = read[h.key]
         assert h.id == m.id
+        if isinstance(h, ReadHit):
+            assert h.message() == m
+        elif len(m.text) < _LARGE:
+            assert not store.url.startswith(_CARRYING), f"{store.url}: hit {h.id} came without its message"
         if h.position is None and h.owner is None:
             assert not store.url.startswith(_PLACED), f"{store.url}: hit {h.id} does not say where it sits"
             continue
@@ -66,6 +74,15 @@ class PlacesConformance:
         assert hits[0].id == "p31"
         _check_places(store, scope, hits, 7)
         _check_places(store, scope, store.search_text(scope, ["heron"], 20), 7)
+
+    def test_a_hit_comes_with_its_message_unless_it_is_large(self, store: Store, scope: Scope) -> None:
+        big = StoredMessage(id="big", role="user", text="heron " + "x" * _LARGE, data={"content": "heron"})
+        store.append(scope, [big, _message(1)])
+        store.set_vectors(scope, ["big", "p1"], np.stack([_unit(0), _unit(1)]), "m")
+        for hits in (store.search_text(scope, ["heron"], 5), store.search_vectors(scope, _unit(0), 5)):
+            _check_places(store, scope, hits, 2)
+            if store.url.startswith(_CARRYING):
+                assert {h.id: isinstance(h, ReadHit) for h in hits} == {"big": False, "p1": True}
 
     @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(batches=st.lists(st.lists(st.booleans(), min_size=1, max_size=5), min_size=1, max_size=4))

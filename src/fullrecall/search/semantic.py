@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import InvalidInput
 from ..stores import _validate as V
 from ..stores._common import filters_match
-from ..stores.base import Filters, Hit, Scope, Store, StoredMessage
+from ..stores.base import Filters, Hit, ReadHit, Scope, Store, StoredMessage
 from .facets import DATE_BOOST, SPEAKER_BOOST, Facets, Signals, boost, query_facets, signals
 from .fusion import (
     LEXICAL_WEIGHT,
@@ -189,6 +189,27 @@ def _in_background(fn: Callable[..., T], *args: Any) -> Future[T] | None:
     return pool.submit(run)
 
 
+def _carried(hits: Sequence[Hit]) -> dict[str, ReadHit]:
+    """The hits that came with their messages (a store that reads them with the search), by store key."""
+    return {h.key: h for h in hits if isinstance(h, ReadHit)}
+
+
+def _unread(keys: Sequence[str], found: dict[str | None, StoredMessage], carried: dict[str, ReadHit]) -> list[str]:
+    """Those of ``keys`` whose messages are neither in ``found`` nor carried by a hit: the ones to read. Those a hit
+    carries are decoded into ``found`` on the way.
+    """
+    todo = []
+    for key in dict.fromkeys(keys):
+        if key in found:
+            continue
+        hit = carried.get(key)
+        if hit is None:
+            todo.append(key)
+        else:
+            found[key] = hit.message()
+    return todo
+
+
 def _owner(m: StoredMessage) -> str:
     """The session a stored message belongs to, as one string (owner and session; unique in a tenant)."""
     return _owner_name(m.user_id or "", m.agent_id or "", m.session_id or "")
@@ -268,6 +289,7 @@ class _Lexical:
     owner: str | None = None  # the session whose spans ``near`` holds the messages of, read ahead
     covered: list[tuple[int, int]] = field(default_factory=list)  # those spans
     near: dict[int | None, StoredMessage] = field(default_factory=dict)  # their messages by position
+    carried: dict[str, ReadHit] = field(default_factory=dict)  # hits that came with their messages, by store key
 
 
 class _Signals:
@@ -520,13 +542,14 @@ class SemanticSearch:
             dense_hits = self.store.search_vectors(scope, vector, n, filters)
         side = keyword.result() if keyword is not None else self._lexical(scope, query, n, filters, embedded)
         facets, found = side.facets, side.found  # found: store key -> message read for this query
+        carried = side.carried | _carried(dense_hits)  # hits whose messages came with them: decoded when needed
         dense, keys = self._place(scope, dense_hits, found)
         if self.fusion == "rrf":
             ranked = rrf(dense, side.scores, keys | side.keys)
         else:  # the lexical hits' ids come with their spread
             ranked = fuse(dense, side.spread or {}, keys, lexical_weight=self.lexical_weight)
         if facets is not None:
-            ranked = self._apply_facets(facets, ranked, scope, found)
+            ranked = self._apply_facets(facets, ranked, scope, found, carried)
         if self.fusion == "weighted":
             ranked = near_best(ranked, weight=self.near_weight)
         depth = max(k, self.rerank_depth) if self.reranker is not None else k
@@ -549,7 +572,7 @@ class SemanticSearch:
                 near.update((m.position, m) for m in read)
                 found.update((m.key, m) for m in read)
             else:
-                unread = [c.id for c in chosen if c.id is not None and c.id not in found]
+                unread = _unread([c.id for c in chosen if c.id is not None], found, carried)
                 found.update((m.key, m) for m in (self.store.get_keys(scope, unread) if unread else []))
             # a neighbour placed from the cache whose message is gone (forgotten, the session begun again):
             # forget that place and choose again, so it is read by position this time
@@ -598,17 +621,19 @@ class SemanticSearch:
             return _Lexical({}, {}, {}, facets=facets)
         hits = self.store.search_text(scope, terms, n, filters)
         found: dict[str | None, StoredMessage] = {}
+        carried = _carried(hits)
         if facets is not None and not embedded.is_set():
             known = self._signals
             unread = [h.key for h in hits[: self.facet_depth] if h.key is not None and known.get(h.key) is None]
-            for m in self.store.get_keys(scope, unread) if unread else []:
-                found[m.key] = m
-                if m.key is not None:
-                    known.learn(m.key, m)
+            todo = _unread(unread, found, carried)
+            found.update((m.key, m) for m in (self.store.get_keys(scope, todo) if todo else []))
+            for key in unread:
+                if key in found:
+                    known.learn(key, found[key])
         scores, keys = self._place(scope, hits, found)
         spread = (spread_lexical(scores, neighbour_weight=self.neighbour_weight, ids=keys.values())
                   if self.fusion == "weighted" else None)
-        side = _Lexical(scores, keys, found, spread, facets)
+        side = _Lexical(scores, keys, found, spread, facets, carried=carried)
         owners = {place[0] for place in scores}
         if around and len(owners) == 1 and not embedded.is_set() and time.perf_counter() < read_ahead_until:
             side.owner = owners.pop()
@@ -640,14 +665,14 @@ class SemanticSearch:
         return scores, keys
 
     def _apply_facets(self, facets: Facets, ranked: Ranking, scope: Scope,
-                      found: dict[str | None, StoredMessage]) -> Ranking:
+                      found: dict[str | None, StoredMessage], carried: dict[str, ReadHit]) -> Ranking:
         """Add the question's facet boosts (speaker, date: see :mod:`.facets`) to the best ``facet_depth``;
         candidates seen by an earlier search are boosted from their kept signals, the others are read,
         and what is read is left in ``found`` (by store key) for the hits.
         """
         head = [(row, key) for row in ranked.head(self.facet_depth) if (key := ranked.ids[row]) is not None]
         known = self._signals
-        unread = [key for _, key in head if key not in found and known.get(key) is None]
+        unread = _unread([key for _, key in head if known.get(key) is None], found, carried)
         if unread:
             found.update((m.key, m) for m in self.store.get_keys(scope, unread))
         rows, gains = [], []

@@ -218,6 +218,27 @@ class Hit(NamedTuple):
     position: int | None = None
 
 
+class ReadHit(Hit):
+    """A :class:`Hit` whose message the store read in the search's own round trip (PostgreSQL): a caller
+    that needs the message (its text, the facets' signals) calls :meth:`message` instead of reading it.
+    It is decoded on that call, not before; the hit equals the plain one (the message is no part of its value).
+    """
+
+    _read: Callable[[], StoredMessage]
+
+    @classmethod
+    def carrying(cls, hit: Hit, read: Callable[[], StoredMessage]) -> ReadHit:
+        made = cls(*hit)
+        made._read = read
+        return made
+
+    def message(self) -> StoredMessage:
+        return self._read()
+
+    def _replace(self, /, **changes: Any) -> ReadHit:  # the same message, whatever else a caller changes
+        return ReadHit.carrying(Hit(*self)._replace(**changes), self._read)
+
+
 @runtime_checkable
 class Store(Protocol):
     """What fullrecall needs from a backend. See the module docstring for the contract."""

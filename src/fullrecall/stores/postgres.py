@@ -40,7 +40,9 @@ Design, and why:
   ``random_page_cost``) hashed the scope's vectors against a scan of every user's messages. A scope
   small enough to be searched exactly gets its sessions and that search in one statement.
 * **Reads** run in autocommit (no ``BEGIN``/``COMMIT`` round trips); ``hnsw.ef_search`` is set
-  on a pooled connection only when it changes. Hits carry their owner and position.
+  on a pooled connection only when it changes. Hits carry their owner and position, and their messages
+  (:class:`~.base.ReadHit`: both searches return their best ``k`` rows' columns, decoded when asked for), so
+  that a caller reads none of them after the search.
 * **forget** deletes, then runs ``VACUUM (ANALYZE)`` on the tables it deleted from: dead
   tuples are pruned and ``pg_stats`` no longer lists the forgotten words and user ids.
   PostgreSQL does not zero freed space, keeps GIN keys and WAL segments: ``remaining`` says so.
@@ -65,6 +67,7 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -82,7 +85,7 @@ from . import _tsvector as T
 from . import _validate as V
 from . import _vectors as Vec
 from ._sql import Dialect, SqlStore, records_table
-from .base import Filters, Hit, Scope, StoredMessage
+from .base import Filters, Hit, ReadHit, Scope, StoredMessage
 
 Conn = psycopg.Connection[dict[str, Any]]
 """A connection of ours: rows come as dicts (``row_factory=dict_row``)."""
@@ -113,6 +116,14 @@ _APPEND_COLS = ("id", "role", "kind", "text", "data", "created_at", "archived_at
 _APPEND_TYPES = ("text", "text", "text", "text", "text", "float8", "float8", "text", "text", "bigint", "bigint", "tsvector")
 _APPEND_ARRAYS = ", ".join(f"%s::{t}[]" for t in _APPEND_TYPES)
 _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
+# A search's hits carry their messages (ReadHit: no read of them after the search), those of at most this many
+# bytes of text and data: a search of k hits among large tool outputs would otherwise fetch k of them whole
+_CARRY_BYTES = 64 * 1024
+_MSG_BODY = ", ".join(f"CASE WHEN m.nbytes <= {_CARRY_BYTES} THEN m.{c} END AS {c}" for c in (
+    "role", "text", "data", "kind", "created_at", "archived_at", "summary_id", "metadata"))
+# The same as NULLs, for a row of a UNION that is no message
+_NO_MSG_BODY = ("NULL::text AS role, NULL::text AS text, NULL::text AS data, NULL::text AS kind, NULL::float8 AS created_at,"
+                " NULL::float8 AS archived_at, NULL::text AS summary_id, NULL::text AS metadata")
 # The text PostgreSQL's parser tokenised for the generated ``tsv`` of schema versions 1 to 5 (migrations 1 and 4):
 # punctuation as spaces; from version 4 on, the first INDEXED_CHARS characters. Version 6 writes the words itself.
 _PUNCT_SQL = r"regexp_replace(text, '[^\w\s]+', ' ', 'g')"
@@ -593,11 +604,7 @@ class PostgresStore(SqlStore):
             f" FROM {s}.messages m JOIN {s}.sessions s ON s.sid = m.sid WHERE {where} ORDER BY m.sid, m.position",
             params,
         )
-        return [
-            C.message_from_row({**r, "text": _py_text(r["text"])}, r["position"], r["session_id"],
-                               user_id=r["user_id"], agent_id=r["agent_id"], key=str(r["rid"]))
-            for r in rows
-        ]
+        return [_message(r, (r["user_id"], r["agent_id"], r["session_id"])) for r in rows]
 
     # -- state documents ------------------------------------------------------------
 
@@ -901,7 +908,8 @@ class PostgresStore(SqlStore):
                 # The limits are written in the statement: psycopg prepares a statement run five times, and a
                 # generic plan, taking a parameter's LIMIT for a tenth of the rows, may sort the whole table.
                 rows = conn.execute(
-                    f"SELECT m.id, m.rid, m.sid, m.position, 1 - coalesce(nullif(x.d, 'NaN'), 1) AS score FROM (SELECT v.rid, v.sid,"
+                    f"SELECT m.id, m.rid, m.sid, m.position, 1 - coalesce(nullif(x.d, 'NaN'), 1) AS score, {_MSG_BODY}"
+                    " FROM (SELECT v.rid, v.sid,"
                     f" v.embedding <=> %s AS d FROM {table} v ORDER BY v.embedding <=> %s LIMIT {int(ef)}) x"
                     f" JOIN {s}.messages m ON m.rid = x.rid WHERE x.sid = ANY(%s){fsql} ORDER BY x.d, m.rid"
                     f" LIMIT {int(k)}",
@@ -913,13 +921,13 @@ class PostgresStore(SqlStore):
             if not fsql:  # the scope's best k first (its session index), then their k messages by row id: joined
                 # before the limit, the planner may hash the scope's vectors against a scan of everyone's messages
                 return _hits(conn.execute(
-                    f"SELECT m.id, m.rid, m.sid, m.position, x.score FROM (SELECT v.rid, {_COSINE}"
+                    f"SELECT m.id, m.rid, m.sid, m.position, x.score, {_MSG_BODY} FROM (SELECT v.rid, {_COSINE}"
                     f" AS score FROM {table} v WHERE v.sid = ANY(%s) ORDER BY score DESC, v.rid LIMIT %s) x"
                     f" JOIN {s}.messages m ON m.rid = x.rid ORDER BY x.score DESC, m.rid",
                     [query, sids, k],
                 ).fetchall(), owners)
             rows = conn.execute(
-                f"SELECT m.id, m.rid, m.sid, m.position, {_COSINE} AS score FROM {table} v"
+                f"SELECT m.id, m.rid, m.sid, m.position, {_COSINE} AS score, {_MSG_BODY} FROM {table} v"
                 f" JOIN {s}.messages m ON m.rid = v.rid WHERE v.sid = ANY(%s){fsql} ORDER BY score DESC, m.rid LIMIT %s",
                 [query, sids, *fparams, k],
             ).fetchall()
@@ -945,8 +953,8 @@ class PostgresStore(SqlStore):
             " WHERE v.sid = ANY(ARRAY(SELECT sid FROM sess WHERE vec_dim = %s))"
             " AND (SELECT sum(next_position) FROM sess) < %s::float8 ORDER BY score DESC, v.rid LIMIT %s)"
             " SELECT NULL AS id, NULL::bigint AS rid, sid, next_position AS position, NULL::float8 AS score, vec_dim,"
-            " user_id, agent_id, session_id FROM sess UNION ALL SELECT m.id, m.rid, m.sid, m.position, best.score,"
-            f" NULL, NULL, NULL, NULL FROM best JOIN {s}.messages m ON m.rid = best.rid",
+            f" user_id, agent_id, session_id, {_NO_MSG_BODY} FROM sess UNION ALL SELECT m.id, m.rid, m.sid, m.position,"
+            f" best.score, NULL, NULL, NULL, NULL, {_MSG_BODY} FROM best JOIN {s}.messages m ON m.rid = best.rid",
             [*params, query, dim, below, k],
         ).fetchall()
         sessions = [{**r, "next_position": r["position"]} for r in found if r["id"] is None]
@@ -1205,8 +1213,21 @@ def _word_queries(shares: dict[str, float], phrases: Sequence[Sequence[str]]) ->
 
 
 def _hits(rows: Iterable[dict[str, Any]], owners: dict[int, tuple[str, str, str]]) -> list[Hit]:
-    """Hits of rows holding ``id``, ``rid``, ``sid``, ``position`` and ``score``, each with its place."""
-    return [Hit(r["id"], float(r["score"]), str(r["rid"]), owners[r["sid"]], int(r["position"])) for r in rows]
+    """Hits of rows holding ``id``, ``rid``, ``sid``, ``position`` and ``score``, each with its place, and with its
+    message when the row holds its columns (``_MSG_BODY``): decoded only if the caller asks (:class:`ReadHit`).
+    """
+    return [_hit(r, r["id"], float(r["score"]), owners[r["sid"]]) for r in rows]
+
+
+def _hit(row: dict[str, Any], id: str, score: float, owner: tuple[str, str, str]) -> Hit:
+    hit = Hit(id, score, str(row["rid"]), owner, int(row["position"]))
+    return hit if row.get("role") is None else ReadHit.carrying(hit, partial(_message, row, owner))
+
+
+def _message(row: dict[str, Any], owner: tuple[str, str, str]) -> StoredMessage:
+    """The message of a row holding its columns (``_MSG_COLS``, ``rid``, ``position``), owned by ``owner``."""
+    return C.message_from_row({**row, "text": _py_text(row["text"])}, row["position"], owner[2], user_id=owner[0],
+                              agent_id=owner[1], key=str(row["rid"]))
 
 
 class _Lexical:
@@ -1226,7 +1247,7 @@ class _Lexical:
         self.store, self.conn, self.n, self.mean_length = store, conn, n, mean_length
         self.table_rows = table_rows
         self.owners, self.sids = owners, list(owners)
-        self.places: dict[int, tuple[int, int]] = {}  # rid -> (sid, position) of the rows ranked
+        self.rows: dict[int, dict[str, Any]] = {}  # rid -> the row ranked, its message's columns included
         self.queries = [q for q, _ in queries]
         self.share = {i: f for i, (_, f) in enumerate(queries) if f is not None}
         est = [None if f is None else f * n for _, f in queries]
@@ -1245,7 +1266,7 @@ class _Lexical:
             self.store._candidate_cap,
             lambda sets, capped, exclude: self._ranked(sets, k, capped, exclude),
         )
-        return [Hit(i, s, str(rid), self.owners[self.places[rid][0]], self.places[rid][1]) for i, rid, s in hits]
+        return [_hit(self.rows[rid], i, s, self.owners[self.rows[rid]["sid"]]) for i, rid, s in hits]
 
     def _tsquery(self, sets: list[tuple[int, ...]]) -> str:
         return " | ".join("(" + " & ".join(f"({self.queries[i]})" for i in s) + ")" for s in sets)
@@ -1284,8 +1305,9 @@ class _Lexical:
             f"WITH c AS MATERIALIZED (SELECT m.rid, m.id, m.sid, m.position, length(m.tsv)::float8 AS dl, {hit_cols}"
             f" FROM {rows_of}{excluded}{self.fsql}{' LIMIT %s' if capped else ''}),"
             f" st AS (SELECT count(*) AS candidates, {weight_cols} FROM c)"  # one row, always
-            f" SELECT c.id, c.rid, c.sid, c.position, ({weights}) * {norm} AS score FROM c, st"
-            " ORDER BY score DESC, c.rid LIMIT %s"
+            f" SELECT t.*, {_MSG_BODY} FROM (SELECT c.id, c.rid, c.sid, c.position, ({weights}) * {norm} AS score"
+            f" FROM c, st ORDER BY score DESC, c.rid LIMIT %s) t JOIN {s}.messages m ON m.rid = t.rid"
+            " ORDER BY t.score DESC, t.rid"  # the best k's messages: the caller reads none of them after
         )
         args: list[Any] = [*self.queries, *found]
         if exclude:
@@ -1294,5 +1316,5 @@ class _Lexical:
         if capped:
             args.append(self.store._candidate_cap)
         rows = self.conn.execute(sql, [*args, k]).fetchall()
-        self.places.update((r["rid"], (r["sid"], int(r["position"]))) for r in rows)
+        self.rows.update((r["rid"], r) for r in rows)
         return [(r["id"], r["rid"], float(r["score"])) for r in rows]
