@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import numpy as np
 
@@ -165,7 +166,7 @@ class VectorBlock:
         """:meth:`build` of rows given as columns (a store that reads them as columns makes no row tuples)."""
         n = len(ids)
         if all(map(bytes.__instancecheck__, vecs)):  # as stored: one copy of them all (a cold load: 100,000 rows)
-            mat = np.frombuffer(b"".join(vecs), dtype=np.float32).reshape(n, dim)
+            mat = np.frombuffer(b"".join(cast("Sequence[bytes]", vecs)), dtype=np.float32).reshape(n, dim)
         else:
             mat = np.empty((n, dim), dtype=np.float32)
             for i, v in enumerate(vecs):
