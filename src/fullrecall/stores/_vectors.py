@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import numpy as np
 
@@ -154,10 +155,20 @@ class VectorBlock:
             return cls([], [], np.zeros((0, dim), np.float32), np.array([], object), np.array([], object),
                        np.array([]), [], [])
         ids, keys, vecs, roles, kinds, created, owners, positions = zip(*rows)
-        if all(isinstance(v, bytes) for v in vecs):  # as stored: one copy of them all (a cold load: 100,000 rows)
-            mat = np.frombuffer(b"".join(vecs), dtype=np.float32).reshape(len(rows), dim)
+        return cls.of_columns(ids, keys, vecs, roles, kinds, created, owners, positions, dim)
+
+    @classmethod
+    def of_columns(
+        cls, ids: Sequence[str], keys: Sequence[str], vecs: Sequence[bytes | np.ndarray], roles: Sequence[str],
+        kinds: Sequence[str], created: Sequence[float], owners: Sequence[Owner | None],
+        positions: Sequence[int | None], dim: int,
+    ) -> VectorBlock:
+        """:meth:`build` of rows given as columns (a store that reads them as columns makes no row tuples)."""
+        n = len(ids)
+        if all(map(bytes.__instancecheck__, vecs)):  # as stored: one copy of them all (a cold load: 100,000 rows)
+            mat = np.frombuffer(b"".join(cast("Sequence[bytes]", vecs)), dtype=np.float32).reshape(n, dim)
         else:
-            mat = np.empty((len(rows), dim), dtype=np.float32)
+            mat = np.empty((n, dim), dtype=np.float32)
             for i, v in enumerate(vecs):
                 mat[i] = np.frombuffer(v, dtype=np.float32) if isinstance(v, (bytearray, memoryview)) else v
         mat = normalize_rows(mat)
