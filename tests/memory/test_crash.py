@@ -127,3 +127,43 @@ def test_a_crash_while_a_new_system_message_takes_the_pins_place_leaves_one_pinn
         if done.returncode == 0:  # it got through every write: each point of death was tried
             break
     assert writes > 3
+
+
+def test_a_crash_while_the_pinned_message_is_deleted_never_shifts_the_window(store_url):
+    """``delete(0)`` of the pinned system message deleted its row, then saved the window state that counts position 0
+    as gone, in two store writes: a process that died between them left the window starting one position early (an
+    archived message back in it). Now the state is written first and names the row, which a restarted process
+    deletes: killed after any write, the window is the old one (pinned message and all) or the new one, never
+    shifted, and a pinned message the window no longer shows is gone from the store."""
+    from fullrecall import SlidingWindowConversationManager
+
+    def memory(session):
+        return SyncConversationMemory(store_url, session, manager=SlidingWindowConversationManager(window_size=3))
+
+    worker, writes = Path(__file__).with_name("unpin_worker.py"), 0
+    while True:
+        writes += 1
+        session = f"unpin-{writes}"
+        with memory(session) as mem:  # the oldest messages have left the window: "one early" would show one
+            mem.add([{"role": "system", "content": "rules", "id": "s1"}] +
+                    [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(6)])
+            before = [m["content"] for m in mem.messages]
+        assert before[0] == "rules" and len(before) > 1
+        done = subprocess.run([sys.executable, str(worker), store_url, session, str(writes)], timeout=120)
+        assert done.returncode in (0, 9), "the worker failed otherwise than by dying"
+        with memory(session) as mem:
+            window = [m["content"] for m in mem.messages]
+            # the delete rebuilds the window: cleared into the archive, the row deleted, the rest added back; a
+            # crash half-way may leave it cleared (["rules"], or [] once the pin is gone), never shifted
+            assert window in (before, ["rules"], [], before[1:]), (writes, before, window)
+            if "rules" in window:
+                mem.delete(0)  # the caller retries
+            else:
+                assert mem.store.get(mem.scope, ["s1"]) == [], "the deleted pinned message is gone for good"
+            assert [m["content"] for m in mem.messages] in ([], before[1:])
+            assert mem.store.get(mem.scope, ["s1"]) == []
+            logged = [m.data["content"] for m in mem.store.range(mem.scope, 0, 100)]
+            assert {f"m{i}" for i in range(6)} <= set(logged)  # nothing else lost
+        if done.returncode == 0:  # it got through every write: each point of death was tried
+            break
+    assert writes > 1
