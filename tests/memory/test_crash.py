@@ -94,6 +94,21 @@ def test_sigkill_mid_summarization_loses_nothing(store_url, tmp_path):
     assert positions == list(range(len(positions))) and len(positions) >= memory.manager.removed_message_count
 
 
+def each_point_of_death(store_url, worker_name, prepare, check) -> int:
+    """For n = 1, 2, ...: ``prepare(session)`` a fresh conversation, run the worker ``worker_name`` on it, ended right
+    after its n-th store write, then ``check(session)``; until a worker gets through every write. How many runs."""
+    worker, writes = Path(__file__).with_name(worker_name), 0
+    while True:
+        writes += 1
+        session = f"{Path(worker_name).stem}-{writes}"
+        prepare(session)
+        done = subprocess.run([sys.executable, str(worker), store_url, session, str(writes)], timeout=120)
+        assert done.returncode in (0, 9), "the worker failed otherwise than by dying"
+        check(session)
+        if done.returncode == 0:  # it got through every write: each point of death was tried
+            return writes
+
+
 def test_a_crash_while_a_new_system_message_takes_the_pins_place_leaves_one_pinned_and_loses_nothing(store_url):
     """A new system message after ``clear()`` replaces the pinned one: the old one's row at position 0 was deleted,
     then the new one written there, in two store writes. A process that died between them left no pinned message
@@ -105,16 +120,13 @@ def test_a_crash_while_a_new_system_message_takes_the_pins_place_leaves_one_pinn
     def memory(session):
         return SyncConversationMemory(store_url, session, manager=SlidingWindowConversationManager(window_size=10))
 
-    worker, writes = Path(__file__).with_name("repin_worker.py"), 0
-    while True:
-        writes += 1
-        session = f"reset-{writes}"
+    def prepare(session):
         with memory(session) as mem:
             mem.add([{"role": "system", "content": "rules v1", "id": "s1"}, {"role": "user", "content": "q"},
                      {"role": "assistant", "content": "a"}])
             mem.clear()
-        done = subprocess.run([sys.executable, str(worker), store_url, session, str(writes)], timeout=120)
-        assert done.returncode in (0, 9), "the worker failed otherwise than by dying"
+
+    def check(session):
         with memory(session) as mem:
             window = mem.messages
             assert window[0]["role"] == "system" and window[0]["content"] in ("rules v1", "rules v2"), window
@@ -124,6 +136,42 @@ def test_a_crash_while_a_new_system_message_takes_the_pins_place_leaves_one_pinn
             logged = [m.data["content"] for m in mem.store.range(mem.scope, 0, 100)]
             assert {"rules v1", "q", "a"} <= set(logged)  # nothing lost: the old prompt is archived
             assert logged.count("rules v2") == logged.count("after the reset") == 1
-        if done.returncode == 0:  # it got through every write: each point of death was tried
-            break
-    assert writes > 3
+
+    assert each_point_of_death(store_url, "repin_worker.py", prepare, check) > 3
+
+
+def test_a_crash_while_the_pinned_message_is_deleted_never_shifts_the_window(store_url):
+    """``delete(0)`` of the pinned system message deleted its row, then saved the window state that counts position 0
+    as gone, in two store writes: a process that died between them left the window starting one position early (an
+    archived message back in it). Now the state is written first and names the row, which a restarted process
+    deletes: killed after any write, the window is the old one (pinned message and all) or the new one, never
+    shifted, and a pinned message the window no longer shows is gone from the store."""
+    from fullrecall import SlidingWindowConversationManager
+
+    def memory(session):
+        return SyncConversationMemory(store_url, session, manager=SlidingWindowConversationManager(window_size=3))
+
+    before = ["rules", "m4", "m5"]
+
+    def prepare(session):
+        with memory(session) as mem:  # the oldest messages have left the window: "one early" would show one
+            mem.add([{"role": "system", "content": "rules", "id": "s1"}] +
+                    [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(6)])
+            assert [m["content"] for m in mem.messages] == before
+
+    def check(session):
+        with memory(session) as mem:
+            window = [m["content"] for m in mem.messages]
+            # the delete rebuilds the window: cleared into the archive, the row deleted, the rest added back; a
+            # crash half-way may leave it cleared (["rules"], or [] once the pin is gone), never shifted
+            assert window in (before, ["rules"], [], before[1:]), (session, window)
+            if "rules" in window:
+                mem.delete(0)  # the caller retries
+            else:
+                assert mem.store.get(mem.scope, ["s1"]) == [], "the deleted pinned message is gone for good"
+            assert [m["content"] for m in mem.messages] in ([], before[1:])
+            assert mem.store.get(mem.scope, ["s1"]) == []
+            logged = [m.data["content"] for m in mem.store.range(mem.scope, 0, 100)]
+            assert {f"m{i}" for i in range(6)} <= set(logged)  # nothing else lost
+
+    assert each_point_of_death(store_url, "unpin_worker.py", prepare, check) > 1

@@ -942,3 +942,25 @@ def test_postgres_without_pystemmer_is_refused_with_what_to_install(
     monkeypatch.setitem(sys.modules, "Stemmer", None)  # as if not installed: importing it fails
     with pytest.raises(StoreError, match=r"PyStemmer.*fullrecall\[postgres\]"):
         open_store(service_urls["postgres"]())
+
+
+def test_sqlite_get_by_id_looks_each_id_up_instead_of_walking_the_conversation(tmp_path) -> None:
+    """``get`` puts its rows in conversation order itself: an ORDER BY in the read made SQLite walk the session's
+    positions (every message of the conversation) for each chunk of ids instead of looking each id up."""
+    store = SQLiteStore(str(tmp_path / "ids.db"))
+    scope = Scope(user_id="u", session_id="big")
+    for start in range(0, 20_000, 5_000):
+        store.append(scope, [_msg(i, "x") for i in range(start, start + 5_000)])
+    steps = 0
+
+    def step() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    store._conn().set_progress_handler(step, 100)  # one call per 100 virtual machine instructions
+    ids = [f"m{i}" for i in (19_999, 7, 12_345, 3)]
+    assert [m.id for m in store.get(scope, ids)] == ["m3", "m7", "m12345", "m19999"]  # in conversation order
+    store._conn().set_progress_handler(None, 0)
+    store.close()
+    assert steps < 100  # the walk of the 20,000 positions took 1,800

@@ -339,10 +339,14 @@ class SyncConversationMemory:
         summary = getattr(self.manager, "summary_message", None)
         self._manage(self.manager.clear)
         if doomed:
+            head = self._head
+            if head is not None and any(row.id == head.id for row in doomed):
+                # Position 0 is no longer pinned: it counts as gone. The window state saying so (and naming the
+                # pinned row, which _sync then skips) is written first, in one write: killed before the row's
+                # delete, the window is already right, and the next _sync deletes the row.
+                self.manager.removed_message_count += 1
+                self._save(unpinned=head.key)
             self.store.delete(self.scope, [row.id for row in doomed])
-            if self._head is not None and any(row.id == self._head.id for row in doomed):
-                self.manager.removed_message_count += 1  # position 0 is no longer pinned: it counts as gone
-                self._save()
             self._sync()
         if summary is not None and summary in kept:
             self.manager.restore_from_state({**self.manager.get_state(), "summary_message": summary})
@@ -363,6 +367,9 @@ class SyncConversationMemory:
             state = self._upgrade(state)
         self._version = int(state.get("version", 0))
         head = self.store.range(self.scope, 0, 0)
+        if head and head[0].key is not None and head[0].key == state.get("unpinned"):  # a delete a crash cut short
+            self.store.delete(self.scope, [head[0].id])
+            head = []
         self._first_key = head[0].key if head else None
         pinned = [head[0].data] if head and head[0].data.get("role") in _PINNED_ROLES else []
         self._pinned = len(pinned)
@@ -405,8 +412,9 @@ class SyncConversationMemory:
             if self._messages != before or self.manager.removed_message_count != removed_before:
                 self._save()
 
-    def _save(self) -> None:
-        """Save the manager's state, unless the store moved on meanwhile.
+    def _save(self, unpinned: str | None = None) -> None:
+        """Save the manager's state, unless the store moved on meanwhile; ``unpinned``: the key of the pinned row
+        that is being deleted (the window no longer counts it as pinned, see :meth:`_sync`).
 
         Re-read first: if the conversation was forgotten, nothing is written back; if another
         writer saved a state that got as far as ours (or further), its state stands. Either way
@@ -425,8 +433,10 @@ class SyncConversationMemory:
         body = self._messages[len(self._messages) - len(kept):] if kept else []
         replaced = {str(row.position): raw for row, raw in zip(kept, body) if raw != row.data}
         self._version = max(version, self._version) + 1
-        self.store.put_state(self.scope, _WINDOW_KEY,
-                             {"manager": self.manager.get_state(), "replaced": replaced, "version": self._version})
+        state: dict[str, Any] = {"manager": self.manager.get_state(), "replaced": replaced, "version": self._version}
+        if unpinned is not None:
+            state["unpinned"] = unpinned
+        self.store.put_state(self.scope, _WINDOW_KEY, state)
         # the window is as the manager left it; the next operation reads the store again anyway
 
 

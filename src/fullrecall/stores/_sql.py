@@ -181,7 +181,8 @@ class SqlStore(StoreBase):
     Hooks: ``_read``/``_write`` (a transaction's connection; rows readable by column name; ``_write_one``
     for a write of one statement, ``_write`` unless the backend runs one statement as its own transaction),
     ``_session_row`` (the session's ``sid`` and ``next_position``, created if new, held for the
-    transaction) and ``_select_messages`` (messages of joined ``m``/``s`` rows matching a condition).
+    transaction) and ``_select_messages`` (messages of joined ``m``/``s`` rows matching a condition, by session
+    and position unless ``ordered`` is false).
     """
 
     sql: Dialect
@@ -199,7 +200,8 @@ class SqlStore(StoreBase):
     def _session_row(self, conn: Any, scope: Scope) -> Any:
         raise NotImplementedError
 
-    def _select_messages(self, conn: Any, where: str, params: Sequence[Any]) -> list[StoredMessage]:
+    def _select_messages(self, conn: Any, where: str, params: Sequence[Any], ordered: bool = True
+                         ) -> list[StoredMessage]:
         raise NotImplementedError
 
     def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
@@ -213,8 +215,11 @@ class SqlStore(StoreBase):
         where, params = self.sql.scope_where(scope)
         out: list[StoredMessage] = []
         with self._read() as conn:
+            # Unordered: the rows are put in conversation order here. SQLite would otherwise satisfy an
+            # ORDER BY by walking the session's positions (the whole conversation) for every chunk of
+            # values, instead of looking each one up in the (sid, id) index.
             for cond, p in self.sql.in_chunks(column, values):
-                out += self._select_messages(conn, f"{where} AND {cond}", [*params, *p])
+                out += self._select_messages(conn, f"{where} AND {cond}", [*params, *p], ordered=False)
         return C.in_conversation_order(out)
 
     def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:

@@ -597,11 +597,13 @@ class PostgresStore(SqlStore):
                 ) from exc
         return positions
 
-    def _select_messages(self, conn: Conn, where: str, params: Sequence[Any]) -> list[StoredMessage]:
+    def _select_messages(self, conn: Conn, where: str, params: Sequence[Any], ordered: bool = True
+                         ) -> list[StoredMessage]:
         s = self.schema
+        order = " ORDER BY m.sid, m.position" if ordered else ""
         rows = conn.execute(
             f"SELECT {_MSG_COLS}, m.rid, m.position, s.session_id, s.user_id, s.agent_id"
-            f" FROM {s}.messages m JOIN {s}.sessions s ON s.sid = m.sid WHERE {where} ORDER BY m.sid, m.position",
+            f" FROM {s}.messages m JOIN {s}.sessions s ON s.sid = m.sid WHERE {where}{order}",
             params,
         )
         return [_message(r, (r["user_id"], r["agent_id"], r["session_id"])) for r in rows]

@@ -553,14 +553,15 @@ class SQLiteStore(SqlStore):
         return positions
 
     def _select_messages(
-        self, conn: sqlite3.Connection, where: str, params: Sequence[Any], by_key: bool = False
+        self, conn: sqlite3.Connection, where: str, params: Sequence[Any], ordered: bool = True, by_key: bool = False
     ) -> list[StoredMessage]:
         # By key, `+m.sid` keeps the planner from joining through the session's index (a scan of the whole
         # conversation): each key is one rowid lookup, then its session is checked against the scope.
         join = "s.sid = +m.sid" if by_key else "s.sid = m.sid"
+        order = " ORDER BY m.sid, m.position" if ordered else ""
         sql = (
             f"SELECT {_MSG_COLS}, m.rid, m.position, s.session_id, s.user_id, s.agent_id"
-            f" FROM messages m JOIN sessions s ON {join} WHERE {where} ORDER BY m.sid, m.position"
+            f" FROM messages m JOIN sessions s ON {join} WHERE {where}{order}"
         )
         read = conn.cursor()
         read.row_factory = None  # plain tuples, in stored_message's order
@@ -572,7 +573,7 @@ class SQLiteStore(SqlStore):
         out: list[StoredMessage] = []
         with self._read() as conn:
             for cond, p in SQL.in_chunks("m.rid", rids):
-                out += self._select_messages(conn, f"{where} AND {cond}", [*params, *p], by_key=True)
+                out += self._select_messages(conn, f"{where} AND {cond}", [*params, *p], ordered=False, by_key=True)
         return C.in_conversation_order(out)
 
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
