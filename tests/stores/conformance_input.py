@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fullrecall.errors import InvalidInput
+from fullrecall.errors import InvalidInput, StateConflict
 from fullrecall.stores import ANY, Filters, Record, Scope, Store, StoredMessage
+from fullrecall.stores._forget import COUNT_KEYS as FORGET_COUNTS
 from fullrecall.stores._validate import INDEXED_CHARS, MAX_FIELD_BYTES
 
 _MARK = "\ufdd0"  # the character PostgreSQL's NUL escaping uses: must round-trip too
@@ -242,3 +243,14 @@ class InputConformance:
             store.append(scope, [good(1, position=0)])
         assert str(info.value) == f"cannot append to session {scope.session_id!r}: an explicit position is already taken"
         assert [m.id for m in store.range(scope, 0, 9)] == ["m0"]
+
+    def test_a_refused_write_leaves_no_session_behind(self, store: Store, scope: Scope) -> None:
+        """On Redis a put_state refused for its version, or a batch naming one position twice, made its session
+        before refusing: ``stats`` counted it and ``forget`` reported a session SQLite and PostgreSQL never held
+        (found by tests/stores/test_backends_agree.py)."""
+        with pytest.raises(StateConflict):
+            store.put_state(scope, "w", {}, expected=2)
+        with pytest.raises(ValueError, match="already taken"):
+            store.append(scope, [good(0, position=0), good(1, position=0)])
+        assert store.stats(scope)["session_count"] == 0
+        assert store.forget(scope) == {**dict.fromkeys(FORGET_COUNTS, 0), "remaining": []}

@@ -1,7 +1,6 @@
 -- Append a batch of messages (idempotent by id). ARGV: 8 count, then per message: id, position ('' = next),
 -- body, is-summary, text bytes, index bytes. Returns each message's position, in input order.
-register()
-local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
+local nxt = tonumber(redis.call('HGET', KEYS[1], 'next') or 0)
 local n = tonumber(ARGV[8])
 local out, seen, taken, new = {}, {}, {}, {}
 local summaries, text_bytes, index_bytes = 0, 0, 0
@@ -28,6 +27,7 @@ for i = 1, n do
     index_bytes = index_bytes + tonumber(ARGV[at + 6])
   end
 end
+register()  -- only once it writes: a refused batch leaves no session behind
 for _, m in ipairs(new) do
   redis.call('HSET', KEYS[2], m[1], m[3])
   redis.call('ZADD', KEYS[3], m[2], m[1])
