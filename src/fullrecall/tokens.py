@@ -97,7 +97,7 @@ _DIGITS = re.compile(r"\d+")
 _SPACED = re.compile(r"(?<=\s)[\d\s]")  # a space before a digit or another space is a token of its own
 _PUNCT = re.compile(r"[!-/:-@\[-`{-~]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # backspaces, escapes, NUL: one token each
-_NEWLINES = re.compile(r"\n+")
+_NEWLINES = re.compile(r"[\r\n]+")  # a run of line ends; a lone carriage return is one too
 # Scripts BPE vocabularies cover well: about half a token per UTF-8 byte. Elsewhere
 # (rare scripts, emoji, symbols) tokenizers fall back to one token per byte.
 _COMMON_NON_ASCII = re.compile(
@@ -131,9 +131,9 @@ class EstimatingTokenCounter(_MessageCounting):
     together: see ``_letter_tokens``), one more for a word without a leading space (a line's first, a
     capitalized one right after a punctuation mark: '"Oslo"'), one per 2 letters more for a run of capitals
     without one ('RTX'); digits: one per started 3; runs
-    mixing letters and digits (ids, hashes): three per 4 characters; each
-    punctuation mark, control character (a backspace, an escape) and newline run: one; non-ASCII: half a token per UTF-8
-    byte in well-covered scripts (Latin, Greek, Cyrillic, Hebrew, Arabic,
+    mixing letters and digits (ids, hashes): three per 4 characters; each punctuation mark, control
+    character (a backspace, an escape) and run of line ends (newlines, carriage returns): one; non-ASCII: half
+    a token per UTF-8 byte in well-covered scripts (Latin, Greek, Cyrillic, Hebrew, Arabic,
     Devanagari, Thai, CJK, Hangul), one per byte elsewhere, one more for accented Latin letters inside an ASCII
     word; plus one per text. On English prose it reads about 1.2x the exact cl100k count; it is
     meant to be safe (>= exact) for every script, for code and for JSON; on runs without spaces (blobs of
