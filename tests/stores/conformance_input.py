@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fullrecall.errors import InvalidInput
+from fullrecall.errors import InvalidInput, StateConflict
 from fullrecall.stores import ANY, Filters, Record, Scope, Store, StoredMessage
+from fullrecall.stores._forget import COUNT_KEYS as FORGET_COUNTS
 from fullrecall.stores._validate import INDEXED_CHARS, MAX_FIELD_BYTES
 
 _MARK = "\ufdd0"  # the character PostgreSQL's NUL escaping uses: must round-trip too
@@ -209,3 +210,47 @@ class InputConformance:
                 call()
         assert store.count(scope) == 1
         assert store.search_text(scope, ["pl\x00ain", "words"], 3)[0][0] == "m0"  # NUL in a term splits it
+
+    def test_a_name_no_write_accepts_is_refused_by_reads_identically(self, store: Store, scope: Scope) -> None:
+        """A NUL in a state key or record name read back nothing on SQLite and Redis but was a PostgreSQL refusal
+        ('text fields cannot contain NUL'); a lone surrogate in ``delete_record``'s id a refusal on SQLite and
+        PostgreSQL but False on Redis; a namespace of another type a StoreError, a TypeError or []. Each name is
+        checked as the write checks it (found by tests/stores/test_backends_agree.py)."""
+        store.put_record(scope, Record(id="r", namespace="facts", text="kept"))
+        store.put_state(scope, "w", {"kept": True})
+        for call, error in [
+            (lambda: store.get_records(scope, "n\x00"),
+             "get_records: 'namespace' contains a NUL character (not allowed in identifiers)"),
+            (lambda: store.get_records(scope, 5), "get_records: 'namespace' must be a str, got int"),
+            (lambda: store.delete_record(scope, "f\x00", "r"),
+             "delete_record: 'namespace' contains a NUL character (not allowed in identifiers)"),
+            (lambda: store.delete_record(scope, "facts", "\ud800"),
+             "delete_record: 'record_id' is not valid Unicode (a lone surrogate at character 0)"),
+            (lambda: store.get_versioned_state(scope, "k\x00"),
+             "state key contains a NUL character (not allowed in identifiers)"),
+            (lambda: store.get_state(scope, 5), "state key must be a str, got int"),
+        ]:
+            with pytest.raises(InvalidInput) as info:
+                call()
+            assert str(info.value) == error
+        assert [r.text for r in store.get_records(scope, "facts")] == ["kept"]
+        assert store.get_state(scope, "w") == {"kept": True}
+
+    def test_a_taken_position_is_refused_identically(self, store: Store, scope: Scope) -> None:
+        """The refusal named the position on Redis, added SQLite's constraint text on SQLite: one text now."""
+        store.append(scope, [good(0)])
+        with pytest.raises(ValueError) as info:
+            store.append(scope, [good(1, position=0)])
+        assert str(info.value) == f"cannot append to session {scope.session_id!r}: an explicit position is already taken"
+        assert [m.id for m in store.range(scope, 0, 9)] == ["m0"]
+
+    def test_a_refused_write_leaves_no_session_behind(self, store: Store, scope: Scope) -> None:
+        """On Redis a put_state refused for its version, or a batch naming one position twice, made its session
+        before refusing: ``stats`` counted it and ``forget`` reported a session SQLite and PostgreSQL never held
+        (found by tests/stores/test_backends_agree.py)."""
+        with pytest.raises(StateConflict):
+            store.put_state(scope, "w", {}, expected=2)
+        with pytest.raises(ValueError, match="already taken"):
+            store.append(scope, [good(0, position=0), good(1, position=0)])
+        assert store.stats(scope)["session_count"] == 0
+        assert store.forget(scope) == {**dict.fromkeys(FORGET_COUNTS, 0), "remaining": []}

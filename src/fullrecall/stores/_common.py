@@ -89,6 +89,11 @@ def state_conflict(key: str, expected: int | None, current: int, what: str = "st
                          current=current)
 
 
+def position_taken(scope: Scope) -> ValueError:
+    """The refusal of an append that names a position its session already holds, the same on every backend."""
+    return ValueError(f"cannot append to session {scope.session_id!r}: an explicit position is already taken")
+
+
 def record_json(record: Record) -> str:
     """A long-term record's ``data`` as JSON text, once the whole record is checked (see :mod:`._validate`)."""
     V.check_record(record)

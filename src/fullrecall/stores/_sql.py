@@ -333,7 +333,7 @@ class SqlStore(StoreBase):
             )
         return version + 1
 
-    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
+    def _get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
         scope.require_session()
         where, params = self.sql.scope_where(scope)
         rows = self._fetch(
@@ -373,7 +373,7 @@ class SqlStore(StoreBase):
             held = conn.execute(f"SELECT version FROM {t} WHERE {key}", values[:len(_RECORD_KEY)]).fetchone()
         raise C.state_conflict(record.id, expected, int(held["version"]) if held else 0, what="record")
 
-    def get_records(self, scope: Scope, namespace: str) -> list[Record]:
+    def _get_records(self, scope: Scope, namespace: str) -> list[Record]:
         where, params = self.sql.record_where(scope)
         rows = self._fetch(
             f"SELECT id, namespace, text, data, created_at, updated_at, version FROM {self.sql.t('records')} r"
@@ -392,7 +392,7 @@ class SqlStore(StoreBase):
         )
         return C.record_from_row({**dict(rows[0]), "text": self.sql.text_out(rows[0]["text"])}) if rows else None
 
-    def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
+    def _delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
         where, params = self.sql.record_where(scope)
         ph = self.sql.ph
         with self._write_one() as conn:

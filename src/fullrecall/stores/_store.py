@@ -1,8 +1,9 @@
 """The contract every backend inherits: public methods check their input once, then call small hooks.
 
 A backend subclasses :class:`StoreBase` and implements the hooks (``_append``, ``_set_vectors``,
-``_put_record``, ``_get_record``, ``ranges``, ``get_versioned_state``, ``put_state``); what is built the same way
-on every backend (``range``, ``get_state``, ``update_state``) lives here once.
+``_put_record``, ``_get_record``, ``_get_records``, ``_delete_record``, ``_get_versioned_state``, ``ranges``,
+``put_state``); what is built the same way on every backend (``range``, ``get_state``, ``update_state``) lives
+here once.
 """
 
 from __future__ import annotations
@@ -69,7 +70,16 @@ class StoreBase:
     def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
         raise NotImplementedError
 
-    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
+    def _get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
+        """The document saved under a valid ``key`` for the session of ``scope``, and its version (0: none)."""
+        raise NotImplementedError
+
+    def _get_records(self, scope: Scope, namespace: str) -> list[Record]:
+        """The records of a valid ``namespace`` that ``scope`` sees, by (created_at, id)."""
+        raise NotImplementedError
+
+    def _delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
+        """Delete the record ``record_id`` (valid, as ``namespace`` is) that ``scope`` sees; whether one went."""
         raise NotImplementedError
 
     def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
@@ -121,6 +131,23 @@ class StoreBase:
         V.check_id(namespace, "get_record: 'namespace'")
         V.check_id(record_id, "get_record: 'record_id'")
         return self._get_record(C.record_scope(scope), namespace, record_id)
+
+    def get_records(self, scope: Scope, namespace: str) -> list[Record]:
+        """The records of ``namespace`` that ``scope`` sees (see :class:`Store`)."""
+        return self._get_records(scope, V.check_id(namespace, "get_records: 'namespace'"))
+
+    def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
+        """Delete one record by id; whether it was there. A name that no record could have is refused (InvalidInput),
+        the same on every backend, as ``put_record`` refuses it.
+        """
+        V.check_id(namespace, "delete_record: 'namespace'")
+        return self._delete_record(scope, namespace, V.check_id(record_id, "delete_record: 'record_id'"))
+
+    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
+        """(document or None, its version: 0 when there is none). A key ``put_state`` would refuse is refused here
+        too (InvalidInput), the same on every backend.
+        """
+        return self._get_versioned_state(scope, V.check_id(key, "state key"))
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:

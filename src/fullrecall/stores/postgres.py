@@ -592,9 +592,7 @@ class PostgresStore(SqlStore):
                     (sess["sid"], [p for _, p in new], *arrays, next_pos, len(new), *sizes, sess["sid"]),
                 )
             except psycopg.errors.UniqueViolation as exc:
-                raise ValueError(
-                    f"cannot append to session {scope.session_id!r}: an explicit position is already taken"
-                ) from exc
+                raise C.position_taken(scope) from exc
         return positions
 
     def _select_messages(self, conn: Conn, where: str, params: Sequence[Any], ordered: bool = True

@@ -277,7 +277,12 @@ class RedisStore(StoreBase):
             row = C.message_row(m)
             args += [m.id, "" if m.position is None else m.position, json.dumps(row, ensure_ascii=False),
                      int(m.kind == "summary"), row["nbytes"], row["ibytes"]]
-        return [int(p) for p in self._run("append", scope, args)]
+        try:
+            return [int(p) for p in self._run("append", scope, args)]
+        except _ScriptError as exc:
+            if exc.kind != "position":
+                raise
+            raise C.position_taken(scope) from None
 
     def _read_messages(self, session: _Session, ids: list[str]) -> list[StoredMessage]:
         pipe = self._r.pipeline(transaction=False)
@@ -570,7 +575,7 @@ class RedisStore(StoreBase):
             C.check_expected(key, expected, int(exc.detail))
             raise
 
-    def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
+    def _get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
         scope.require_session()
         with self._errors("read from"):
             for s in self._sessions(scope):
@@ -643,7 +648,7 @@ class RedisStore(StoreBase):
                         out.append((key, field.decode(), doc))
         return out
 
-    def get_records(self, scope: Scope, namespace: str) -> list[Record]:
+    def _get_records(self, scope: Scope, namespace: str) -> list[Record]:
         with self._errors("read from"):
             docs = [d for _, _, d in self._record_fields(scope, namespace, exact=False)]
         docs.sort(key=lambda d: (d["created_at"], d["id"]))
@@ -657,7 +662,7 @@ class RedisStore(StoreBase):
         raw = next((f for f in cast("list[bytes | None]", found) if f is not None), None)
         return C.record_from_row(json.loads(raw)) if raw is not None else None
 
-    def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
+    def _delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
         with self._errors("write to"):
             hits = [(k, f) for k, f, d in self._record_fields(scope, namespace, exact=False) if d["id"] == record_id]
             return sum(self._r.hdel(k, f) for k, f in hits) > 0
@@ -854,7 +859,5 @@ def _script_error(exc: Exception) -> Exception:
     text = str(exc)
     if text.startswith("fullrecall:"):
         kind, _, detail = text[len("fullrecall:") :].partition(" ")
-        if kind == "position":
-            return ValueError(f"cannot append: position {detail} of the session is already taken")
         return _ScriptError(kind, detail)
     return StoreError(f"Redis refused the command: {text}")

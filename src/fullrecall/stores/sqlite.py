@@ -538,9 +538,7 @@ class SQLiteStore(SqlStore):
                 new_rows,
             )
         except sqlite3.IntegrityError as exc:
-            raise ValueError(
-                f"cannot append to session {scope.session_id!r}: an explicit position is already taken ({exc})"
-            ) from exc
+            raise C.position_taken(scope) from exc
         conn.execute(
             "UPDATE sessions SET next_position = ?, message_count = message_count + ?,"
             " summary_count = summary_count + ?, text_bytes = text_bytes + ?, index_bytes = index_bytes + ?"

@@ -2,11 +2,10 @@
 -- ids to delete first, then those ids; then the count of messages, then per message: id, position ('' = next),
 -- body, is-summary, text bytes, index bytes. Returns each message's position, in input order. Everything is
 -- checked before anything is written (a script's writes are not undone by its error).
-register()
 local d = tonumber(ARGV[8])
 local doomed = {}
 for i = 9, 8 + d do doomed[ARGV[i]] = true end
-local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
+local nxt = tonumber(redis.call('HGET', KEYS[1], 'next') or 0)
 local n = tonumber(ARGV[9 + d])
 local out, seen, taken, new = {}, {}, {}, {}
 local summaries, text_bytes, index_bytes = 0, 0, 0
@@ -34,6 +33,7 @@ for i = 1, n do
     index_bytes = index_bytes + tonumber(ARGV[at + 6])
   end
 end
+register()  -- only once it writes: a refused batch leaves no session behind
 if d > 0 then remove(9, 8 + d) end
 for _, m in ipairs(new) do
   redis.call('HSET', KEYS[2], m[1], m[3])
