@@ -27,35 +27,49 @@ class WindowCheck:
     __slots__ = ("_found", "_known", "_seen", "_shape")
 
     def __init__(self) -> None:
-        self._seen: list[Any] = []  # the list as last checked: every message valid
+        self._seen: list[Any] = []  # the list as last checked: every message valid in ``_shape``
         self._found: dict[str, int] = {}  # the shapes its messages show, each with its first index
         self._shape = ""
-        self._known: dict[int, Any] = {}  # id -> the message dict checked (held, so no other object takes its id)
+        # id -> (a message dict checked in ``_shape``, the shape it shows); held, so no other object takes its id
+        self._known: dict[int, tuple[Any, str | None]] = {}
 
     def __call__(self, messages: Sequence[Any]) -> None:
         if not isinstance(messages, list):
             parse_messages(messages)  # a tuple is read whole; anything else gets parse_messages' error
             return
         n = len(self._seen)
-        if n and len(messages) >= n and _equal(messages[:n], self._seen):
-            found = {**shape_signals(messages[n:], n), **self._found}  # the earlier index of a shape stands
-            shape = shape_of(found)
-            if shape == self._shape:
-                parse_messages(messages[n:], shape, first_index=n)
-                self._known.update((id(m), m) for m in messages[n:])
-                self._remember(messages, found, shape)
-                return
-        found = shape_signals(messages)
-        shape = shape_of(found)
-        known = self._known if shape == self._shape else {}
-        for index, msg in enumerate(messages):
-            if known.get(id(msg)) is not msg:
-                parse_messages([msg], shape, first_index=index)
-        self._known = {id(m): m for m in messages}
-        self._remember(messages, found, shape)
+        grown = bool(n) and len(messages) >= n and _equal(messages[:n], self._seen)
+        start = n if grown else 0
+        found = dict(self._found) if grown else {}  # the earlier index of a shape stands
+        entries, fresh = self._scan(messages, start, found)  # MessageFormatError: the first entry not a dict
+        shape = shape_of(found)  # MessageFormatError: two shapes
+        if shape != self._shape:  # a message's fields are read as its list's shape has them: all again
+            parse_messages(messages, shape)
+            known = {}
+        else:
+            for index in fresh:
+                parse_messages([messages[index]], shape, first_index=index)
+            known = self._known if grown else {}
+        known.update((id(e[0]), e) for e in entries)
+        self._known, self._seen, self._found, self._shape = known, list(messages), found, shape
 
-    def _remember(self, messages: list[Any], found: dict[str, int], shape: str) -> None:
-        self._seen, self._found, self._shape = list(messages), found, shape
+    def _scan(self, messages: list[Any], start: int, found: dict[str, int]
+              ) -> tuple[list[tuple[Any, str | None]], list[int]]:
+        """Each message from ``start`` on with the shape it shows (remembered for a dict checked before), each
+        shape's first index added to ``found``, and the indexes of the messages not checked before.
+        """
+        known = self._known
+        entries, fresh = [], []
+        for index in range(start, len(messages)):
+            msg = messages[index]
+            entry = known.get(id(msg))
+            if entry is None or entry[0] is not msg:
+                entry = (msg, next(iter(shape_signals([msg], index)), None))
+                fresh.append(index)
+            entries.append(entry)
+            if entry[1] is not None and entry[1] not in found:
+                found[entry[1]] = index
+        return entries, fresh
 
 
 def _equal(a: list[Any], b: list[Any]) -> bool:
