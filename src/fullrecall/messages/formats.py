@@ -46,6 +46,13 @@ def detect_shape(messages: Sequence[Any], first_index: int = 0) -> str:
 
     Errors number the messages from ``first_index`` (where the list sits in the caller's).
     """
+    return shape_of(shape_signals(messages, first_index))
+
+
+def shape_signals(messages: Sequence[Any], first_index: int = 0) -> dict[str, int]:
+    """Each shape some message of the list shows, with the index of the first that does (counted from
+    ``first_index``); ``MessageFormatError`` naming the first entry that is not a dict.
+    """
     found: dict[str, int] = {}
     for index, msg in enumerate(messages, first_index):
         if not isinstance(msg, dict):
@@ -53,6 +60,13 @@ def detect_shape(messages: Sequence[Any], first_index: int = 0) -> str:
         shape = _signal(msg)
         if shape and shape not in found:
             found[shape] = index
+    return found
+
+
+def shape_of(found: dict[str, int]) -> str:
+    """The shape of a list whose messages show ``found`` (see :func:`shape_signals`); ``MessageFormatError``
+    naming the first message of a second shape.
+    """
     if set(found) == {"openai", "anthropic"}:
         return "openai"  # chat-completions messages carrying Claude's content blocks (as MassGen stores them)
     if len(found) > 1:

@@ -28,6 +28,7 @@ from .._json import MAX_MESSAGE_BYTES, check_json_value
 from ..errors import ArchiveError, ContextWindowOverflowError, InvalidInput
 from ..messages.formats import parse_messages, render_message
 from ..messages.model import Message
+from .check import WindowCheck
 
 log = logging.getLogger("fullrecall.window")
 
@@ -61,6 +62,10 @@ class ConversationManager:
     ``apply_management(messages)`` runs after each turn; ``reduce_context(messages,
     error)`` runs when the model reported an overflow and must shrink the window
     or raise :class:`ContextWindowOverflowError`, so a retry loop always ends.
+
+    Each of them (and ``clear``, ``leave``) first checks the whole list (:meth:`_check_input`): a malformed
+    message raises :class:`~fullrecall.errors.MessageFormatError` naming its index and field, whether or
+    not the manager would have changed anything, and the list stays as it was.
     """
 
     def __init__(self, *, on_remove: RemovalListener | None = None) -> None:
@@ -68,6 +73,7 @@ class ConversationManager:
         self._listeners: list[RemovalListener] = [on_remove] if on_remove else []
         self._front_positions: list[int] = []  # messages a manager keeps pinned at the front: their places
         self._front_raws: list[dict[str, Any]] = []  # and the messages, as last seen in the window
+        self._window_check = WindowCheck()
 
     @property
     def pinned_front(self) -> tuple[int, ...]:
@@ -78,15 +84,25 @@ class ConversationManager:
 
     # -- the strategy ----------------------------------------------------------------
     def apply_management(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
+        self._check_input(messages)
         return messages
 
     def reduce_context(
         self, messages: MutableSequence[dict[str, Any]], error: BaseException | None = None
     ) -> MutableSequence[dict[str, Any]]:
+        self._check_input(messages)
         raise ContextWindowOverflowError(f"{type(self).__name__} does not reduce context") from error
+
+    def _check_input(self, messages: MutableSequence[dict[str, Any]]) -> None:
+        """``MessageFormatError`` naming the first malformed message of ``messages`` (its index, the field), as
+        :func:`~fullrecall.messages.parse_messages` names it, before anything is changed or reported; only the
+        messages not checked by the previous call are parsed (see :class:`~fullrecall.window.check.WindowCheck`).
+        """
+        self._window_check(messages)
 
     def clear(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
         """Empty the window (a pinned system message stays); every message is reported first."""
+        self._check_input(messages)
         pinned = self._pinned_count(messages)
         start = self._window_start(messages)
         shape, body = self._parse(messages[start:], pinned + self.removed_message_count, start)
@@ -109,6 +125,7 @@ class ConversationManager:
         messages, where the window may hold shortened ones; at ``positions`` in the conversation), then
         taken out of ``messages``, and they count as removed. If a listener fails, the list stays as it was.
         """
+        self._check_input(messages)
         leaving = list(messages[start:start + count])
         if len(leaving) != count or len(positions) != count or (originals is not None and len(originals) != count):
             raise InvalidInput(f"leave: {count} message(s) from index {start} with {len(positions)} position(s), "

@@ -78,6 +78,7 @@ class SlidingWindowConversationManager(ConversationManager):
             self._front_raws = []
 
     def apply_management(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
+        self._check_input(messages)
         self._settle_front(messages)
         if len(messages) - self._pinned_count(messages) <= self.window_size:
             return messages
@@ -86,6 +87,7 @@ class SlidingWindowConversationManager(ConversationManager):
     def reduce_context(
         self, messages: MutableSequence[dict[str, Any]], error: BaseException | None = None
     ) -> MutableSequence[dict[str, Any]]:
+        self._check_input(messages)
         return self._reduce(messages, error)
 
     # -- the work --------------------------------------------------------------------------
@@ -167,6 +169,7 @@ class SlidingWindowConversationManager(ConversationManager):
 
     def clear(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
         """Empty the window but for the pinned messages; every other message is reported first."""
+        self._check_input(messages)
         self._settle_front(messages)
         system = self._pinned_count(messages)
         shape, body = self._parse_window(messages[system:], system)

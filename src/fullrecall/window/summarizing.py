@@ -184,6 +184,7 @@ class SummarizingConversationManager(ConversationManager):
 
     # -- triggers --------------------------------------------------------------------------
     def apply_management(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
+        self._check_input(messages)
         self._settle_front(messages)
         layout = self._layout(messages)
         keep = self._proactive_keep(messages, layout)
@@ -202,6 +203,7 @@ class SummarizingConversationManager(ConversationManager):
     def reduce_context(
         self, messages: MutableSequence[dict[str, Any]], error: BaseException | None = None
     ) -> MutableSequence[dict[str, Any]]:
+        self._check_input(messages)
         self._settle_front(messages)
         window = len(messages) - self._pinned_count(messages)
         count = min(max(1, int(window * self.summary_ratio)), window - self.preserve_recent_messages)
@@ -241,6 +243,7 @@ class SummarizingConversationManager(ConversationManager):
 
     def clear(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
         """Empty the window but for pinned messages; the summary goes, every original is reported first."""
+        self._check_input(messages)
         self._settle_front(messages)
         layout = self._layout(messages)
         tail = messages[layout.start :]
