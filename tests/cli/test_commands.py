@@ -839,3 +839,20 @@ def test_an_import_naming_a_blank_or_reserved_conversation_is_refused(tmp_path):
         done = inproc("import", "t.jsonl", "--store", store, "--no-embed", cwd=tmp_path, ok=False)
         assert done.returncode == 2 and "line 2: 'conversation_id'" in done.stderr and words in done.stderr, done
         assert not (tmp_path / "m.db").exists()
+
+
+def test_a_blank_user_or_agent_is_refused_in_the_librarys_words_and_leaves_no_store(tmp_path):
+    """``--user " "`` or ``--agent`` of a zero-width space named an owner nobody can see or type: refused, as the
+    library and the service refuse it, before the store is made."""
+    store = f"sqlite:///{tmp_path / 'm.db'}"
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    (tmp_path / "memory.jsonl").write_text(json.dumps({"kind": "header", "format": "fullrecall.memory",
+                                                       "version": 2}) + "\n")
+    for option, field, value in (("--user", "user_id", " "), ("--agent", "agent_id", "\u200b")):
+        said = (f"error: '{field}' {value!r} is blank (whitespace or invisible characters only): name an owner, or "
+                "leave it out for none")
+        for args in (("import", "t.json", "--no-embed"), ("import", "memory.jsonl", "--format", "memory"),
+                     ("chat", "--model", "scripted")):
+            done = inproc(*args, option, value, "--store", store, cwd=tmp_path, stdin="hi\n", ok=False)
+            assert done.returncode == 2 and done.stderr.strip() == said and done.stdout == "", (args, done)
+            assert not (tmp_path / "m.db").exists(), args

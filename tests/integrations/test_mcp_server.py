@@ -502,3 +502,34 @@ def test_an_unknown_argument_is_refused_naming_it_and_nothing_is_done(default_em
     run(lambda: Client(server), scenario)
     assert [m.id for m in store.range(Scope(user_id="u", session_id="chat"), 0, 10)] == ["pin"]
     assert not any("Lyon" in r.text for r in store.get_records(Scope(user_id="u"), FACTS))  # remember kept nothing
+
+
+def test_a_blank_user_or_agent_is_refused_by_create_server_and_by_the_command(tmp_path: Path,
+                                                                              default_embedder: Any) -> None:
+    """An owner nobody can see or type (``" "``, a zero-width space) is refused as the library refuses it: by
+    ``create_server`` and by ``fullrecall mcp --user`` before the store is made."""
+    from fullrecall.cli.main import main
+    from fullrecall.errors import InvalidInput
+
+    said = "'{}' {!r} is blank (whitespace or invisible characters only): name an owner, or leave it out for none"
+    store = open_store(f"sqlite:///{tmp_path / 'memory.db'}")
+    for field in ("user_id", "agent_id"):
+        with pytest.raises(InvalidInput) as refused:
+            create_server(store, embedder=default_embedder, **{field: "\u200b"})
+        assert str(refused.value) == said.format(field, "\u200b")
+    store.close()
+    db = tmp_path / "cli.db"
+    assert main(["mcp", "--user", " ", "--store", f"sqlite:///{db}"]) == 2 and not db.exists()
+
+
+def test_a_call_whose_header_names_a_blank_user_is_refused(http_server: str) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    def as_user(user: str) -> Client:  # sent as UTF-8, as a client writes it
+        http = httpx2.AsyncClient(headers={"X-Fullrecall-User": user.encode()}, timeout=60)
+        return Client(streamable_http_client(http_server, http_client=http))
+
+    text = run(lambda: as_user("\u200b"), lambda c: error(c, "remember", {"fact": "My city is Oslo"}))
+    assert text.endswith("'user_id' '\\u200b' is blank (whitespace or invisible characters only): name an owner, or "
+                         "leave it out for none"), text

@@ -527,7 +527,7 @@ def test_memorys_own_change_logs_are_no_session_of_the_owner(store_url, default_
     mem = memory(store_url, default_embedder, user_id="u", agent_id="a", session_id="s")
     try:
         mem.remember("My city is Lyon")
-        with pytest.raises(MemoryInputError, match="'session_id': '_log.facts' is reserved"):
+        with pytest.raises(MemoryInputError, match="'session_id' '_log.facts' is reserved"):
             memory(mem.store, default_embedder, user_id="u", agent_id="a", session_id="_log.facts")
         for call in (lambda: mem.messages(session_id="_log.facts"), lambda: mem.clear(session_id="_log.facts"),
                      lambda: mem.expand("x", session_id="_log.facts")):

@@ -115,6 +115,7 @@ def scope(args: argparse.Namespace, session: str | None = None) -> Any:
     empty variable must not turn ``forget --session "$S"`` into forgetting them all.
     """
     from ..errors import InvalidInput
+    from ..stores._validate import check_owner_id
     from ..stores.base import Scope
 
     if getattr(args, "session", None) == "":
@@ -122,7 +123,8 @@ def scope(args: argparse.Namespace, session: str | None = None) -> Any:
     if getattr(args, "everyone", False) and (args.user is not None or args.agent is not None):
         raise InvalidInput("--everyone takes every user and agent of the tenant: leave --user and --agent out "
                            "(or leave --everyone out, for one owner)")
-
+    check_owner_id(args.user, "'user_id'")  # --user and --agent, in the words of every entry point
+    check_owner_id(args.agent, "'agent_id'")
     return Scope(tenant=args.tenant, user_id=args.user, agent_id=args.agent,
                  session_id=session or getattr(args, "session", None))
 

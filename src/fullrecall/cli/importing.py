@@ -143,14 +143,13 @@ def _import_memory(args: argparse.Namespace) -> int:
 
     from ..errors import InvalidInput
     from ..memory import PersistentMemory
-    from ..stores.base import Scope
 
     if getattr(args, "session", None) is not None:
         raise InvalidInput("--session: a long-term memory's export keeps each message's own conversation")
     if args.no_embed:
         raise InvalidInput("--no-embed: a long-term memory is searched by its vectors; its import embeds what it "
                            "writes")
-    Scope(tenant=args.tenant, user_id=args.user, agent_id=args.agent)  # refused before the store is made
+    scope(args)  # refused before the store is made
     with opened_store(args) as store:
         memory = PersistentMemory(user_id=args.user, agent_id=args.agent, tenant=args.tenant, store=store)
         try:

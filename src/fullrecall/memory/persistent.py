@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC
@@ -40,7 +40,7 @@ from ..stores import _validate as V
 from ..stores import open_store
 from ..stores._forget import is_change_log
 from ..stores.base import DEFAULT_TENANT, Record, Scope, Store, StoredMessage
-from ._records import LOG_PREFIX, RecordBook, owner_scope, record_owner
+from ._records import RecordBook, owner_scope, record_owner
 from .facts import Fact, FactMemory
 
 log = logging.getLogger("fullrecall.memory")
@@ -114,10 +114,13 @@ class PersistentMemory:
         if errors not in ERROR_MODES:
             raise InvalidInput(f"PersistentMemory: 'errors' must be one of {ERROR_MODES}, got {errors!r}")
         _check_mem0_options(mem0_options)
-        self.user_id = _one_of("user_id", user_id, "user_name", user_name) or ""
-        self.agent_id = _one_of("agent_id", agent_id, "agent_name", agent_name) or ""
-        self.session_id = _session("PersistentMemory: 'session_id'", _one_of(
-            "session_id", session_id, "session_name", session_name)) or f"s-{uuid.uuid4().hex}"
+        self.user_id = _checked(V.check_owner_id, _one_of("user_id", user_id, "user_name", user_name),
+                                "'user_id'") or ""
+        self.agent_id = _checked(V.check_owner_id, _one_of("agent_id", agent_id, "agent_name", agent_name),
+                                 "'agent_id'") or ""
+        session = _one_of("session_id", session_id, "session_name", session_name)
+        self.session_id = (session and _checked(V.check_session_id, session, "PersistentMemory: 'session_id'")
+                           or f"s-{uuid.uuid4().hex}")
         self._owns_store = isinstance(store, str)
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self.tenant = tenant
@@ -720,12 +723,17 @@ def _one_of(name: str, value: str | None, alias: str, alias_value: str | None) -
 
 def _session(where: str, session_id: str | None) -> str | None:
     """``session_id``, unless it names one of memory's own change logs (``_log.<namespace>``), which hold its
-    bookkeeping, not the owner's messages: MemoryInputError naming ``where``.
+    bookkeeping, not the owner's messages: MemoryInputError naming ``where``, in the words of every entry point.
     """
-    if is_change_log(session_id):
-        raise MemoryInputError(f"{where}: {session_id!r} is reserved (a session id starting with {LOG_PREFIX!r} "
-                               "is memory's own change log)")
-    return session_id
+    return _checked(V.check_not_change_log, session_id, where)
+
+
+def _checked(check: Callable[[Any, str], Any], value: Any, where: str) -> Any:
+    """``check(value, where)``, a rule of :mod:`fullrecall.stores._validate`, its refusal a MemoryInputError."""
+    try:
+        return check(value, where)
+    except InvalidInput as exc:
+        raise MemoryInputError(str(exc)) from None
 
 
 def _names(name: str, values: Iterable[str] | None) -> set[str] | None:

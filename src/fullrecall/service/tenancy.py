@@ -8,7 +8,7 @@ name one of its users when it is limited.
 
 from __future__ import annotations
 
-from ..stores._validate import check_id, check_session_id
+from ..stores._validate import check_id, check_owner_id, check_session_id
 from ..stores.base import Scope
 from .auth import Principal
 
@@ -69,8 +69,12 @@ def check_conversation(value: str | None, field: str = "conversation_id") -> str
 def scope_for(principal: Principal, *, user_id: str | None = None, agent_id: str | None = None,
               conversation_id: str | None = None) -> Scope:
     """The scope a request of ``principal`` may touch: its own tenant, an allowed owner."""
-    check_name(user_id, "user_id")
-    check_name(agent_id, "agent_id")
+    for field, value in (("user_id", user_id), ("agent_id", agent_id)):
+        check_name(value, field)
+        try:  # the library's rule and words: a user or agent shows something
+            check_owner_id(value, f"'{field}'")
+        except ValueError as exc:
+            raise InvalidName(str(exc), field) from None
     check_conversation(conversation_id)
     for field, value, allowed in (("user_id", user_id, principal.users), ("agent_id", agent_id, principal.agents)):
         if allowed is not None and value not in allowed:

@@ -8,7 +8,8 @@
   record ids and namespaces): a ``str`` of 1 to :data:`MAX_ID_BYTES` UTF-8 bytes without NUL or
   lone surrogates (``user_id``/``agent_id`` may also be ``""`` or ``None``). A conversation named to be
   written (:func:`check_session_id`) also shows something (not only whitespace or invisible
-  characters) and is none of long-term memory's change logs (``_log.``...).
+  characters) and is none of long-term memory's change logs (``_log.``...); a user or agent named
+  (:func:`check_owner_id`) shows something too.
 * **JSON values** (``data``, ``metadata``, record data, whole messages): ``dict`` with ``str`` keys,
   ``list``, ``str``, ``int``, finite ``float``, ``bool`` and ``None``, nested at most :data:`MAX_DEPTH`
   levels. A ``tuple`` is refused (it would come back as a list), except in fullrecall's own state
@@ -100,18 +101,41 @@ def _invisible(c: str) -> bool:
             or "\ufe00" <= c <= "\ufe0f" or "\U000e0100" <= c <= "\U000e01ef")
 
 
-def check_session_id(value: Any, where: str) -> str:
-    """``value`` if it can name a conversation to write: an identifier (:func:`check_id`) that shows something
-    (one of only whitespace or invisible characters cannot be told from another, nor typed back) and is none of
-    long-term memory's change logs (``_log.``...). The library, the service and the MCP tools refuse alike.
+def _check_shows(value: str, where: str, what: str) -> None:
+    """InvalidInput unless ``value`` shows something: one of only whitespace or invisible characters cannot be told
+    from another, nor typed back (``what`` says what to name instead).
     """
-    check_id(value, where)
     if all(_invisible(c) for c in value):
-        raise InvalidInput(f"{where} {value!r} is blank (whitespace or invisible characters only): name a "
-                           "conversation")
-    if value.startswith(LOG_PREFIX):
+        raise InvalidInput(f"{where} {value!r} is blank (whitespace or invisible characters only): {what}")
+
+
+def check_not_change_log(value: Any, where: str) -> Any:
+    """``value`` unless it names one of long-term memory's change logs (``_log.``...), which hold its bookkeeping."""
+    if isinstance(value, str) and value.startswith(LOG_PREFIX):
         raise InvalidInput(f"{where} {value!r} is reserved (a session id starting with {LOG_PREFIX!r} is long-term "
                            "memory's own change log)")
+    return value
+
+
+def check_session_id(value: Any, where: str) -> str:
+    """``value`` if it can name a conversation to write: an identifier (:func:`check_id`) that shows something
+    and is none of long-term memory's change logs (:func:`check_not_change_log`). The library, the service, the
+    MCP tools and the CLI refuse alike.
+    """
+    check_id(value, where)
+    _check_shows(value, where, "name a conversation")
+    return check_not_change_log(value, where)
+
+
+def check_owner_id(value: Any, where: str) -> str | None:
+    """``value`` if it can name a user or agent: ``None`` or ``""`` (no owner), or an identifier (:func:`check_id`)
+    that shows something (an owner nobody can see or type is a mistake, not a name). ``where`` names the field
+    (``'user_id'``, ``'agent_id'``), the same words from the library, the service, the MCP tools and the CLI.
+    """
+    if value is None or value == "":
+        return value
+    check_id(value, where)
+    _check_shows(value, where, "name an owner, or leave it out for none")
     return value
 
 
