@@ -175,7 +175,10 @@ def test_a_question_with_facets_asked_again_reads_only_its_hits_and_ranks_the_sa
     store.reset()
     first = search.search(question, top_k=4)
     read_first = sum(store.keys_read.values())
-    assert read_first > 4, "the facets read the best candidates, not only the hits"
+    if store_url.startswith("postgres"):  # its hits carry their messages (ReadHit): the facets read nothing
+        assert read_first == 0, "the candidates' messages came with the search"
+    else:
+        assert read_first > 4, "the facets read the best candidates, not only the hits"
     assert any(h.scores.get("boost") for h in first)
     store.reset()
     again = search.search(question, top_k=4)
