@@ -34,9 +34,11 @@ def _old_rows(messages: list[StoredMessage]) -> list[tuple[object, ...]]:
 
 
 def _fresh_schema(service_urls: dict[str, Callable[[], str]]) -> str:
-    """The test server's PostgreSQL URL with a schema of its own."""
+    """The test server's PostgreSQL URL with a schema of its own, whose keyword searches always rank in SQL (the
+    stored words being what these tests check; a small scope is otherwise searched in process, from its texts).
+    """
     url = service_urls["postgres"]()
-    return f"{url}{'&' if '?' in url else '?'}schema=mig{uuid.uuid4().hex[:8]}"
+    return f"{url}{'&' if '?' in url else '?'}schema=mig{uuid.uuid4().hex[:8]}&lexical_in_process=0"
 
 
 def test_sqlite_v1_file_is_reindexed_and_deletes_leave_no_trace(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -54,6 +54,9 @@ def _table(text: str) -> dict[int, str]:
     return {p: becomes[p] for p in points}
 
 
+IN_PROCESS_ROWS = 20_000
+"""A SQL store searches a scope of at most this many messages by words in process (``lexical_in_process``)."""
+
 LexicalRow = tuple[str, str, str, str, float, list[str], int | None]
 """(id, key, role, kind, created_at, tokens, position) of one message."""
 

@@ -67,19 +67,21 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import InvalidInput, StoreError
 from . import _bm25 as B
 from . import _common as C
 from . import _forget as F
+from . import _scope_blocks as SB
 from . import _topk
 from . import _tsvector as T
 from . import _validate as V
@@ -90,10 +92,10 @@ from .base import Filters, Hit, ReadHit, Scope, StoredMessage
 Conn = psycopg.Connection[dict[str, Any]]
 """A connection of ours: rows come as dicts (``row_factory=dict_row``)."""
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 _OWN_OPTIONS = (
     "schema", "pool_min", "pool_max", "exact_limit", "ef_search", "hnsw_min_rows", "index_build_memory",
-    "lexical_budget", "candidate_cap", "forget_vacuum",
+    "lexical_budget", "candidate_cap", "forget_vacuum", "vector_cache_mb", "lexical_in_process",
 )
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 log = logging.getLogger("fullrecall.stores.postgres")
@@ -109,6 +111,9 @@ _SCOPE_FIRST = 3.0
 # Cosine similarity with a vector parameter; pgvector's distance is NaN where a vector is zero: 0 there, as in-process
 _COSINE = "1 - coalesce(nullif(v.embedding <=> %s, 'NaN'), 1)"
 _STATS_TTL = 60.0  # seconds the column statistics are cached
+# A scope's sessions holding vectors, with what a block kept in process is checked against (see _scope_blocks)
+_BLOCK_SESSIONS = ("SELECT sid, vec_dim, vec_epoch, vector_count, user_id, agent_id, session_id FROM {s}.sessions s"
+                   " WHERE {where} AND vec_dim IS NOT NULL")
 _SCRUB_LOCK_WAIT = "2s"  # forget's VACUUM gives up on a table lock after this
 # The columns an append writes (after sid and position), in the order of its arrays
 _APPEND_COLS = ("id", "role", "kind", "text", "data", "created_at", "archived_at", "summary_id", "metadata", "nbytes",
@@ -229,6 +234,11 @@ MIGRATIONS: dict[int, str] = {
     ALTER TABLE {s}.messages ALTER COLUMN tsv DROP EXPRESSION;
     DROP INDEX {s}.messages_tsv;
     """,
+    # moves when a session's vectors change other than by growing (an overwrite, a deleted message): a process
+    # keeping a scope's vectors (see _scope_blocks) reads only what was added while it stands
+    8: """
+    ALTER TABLE {s}.sessions ADD COLUMN vec_epoch BIGINT NOT NULL DEFAULT 0;
+    """,
 }
 _REINDEX_BATCH = 2_000  # messages read and rewritten at a time by _reindex
 
@@ -312,6 +322,8 @@ class PostgresStore(SqlStore):
         lexical_budget: int = _LEXICAL_BUDGET,
         candidate_cap: int = _CANDIDATE_CAP,
         forget_vacuum: str = "plain",
+        vector_cache_mb: float = 1024,
+        lexical_in_process: int = B.IN_PROCESS_ROWS,
         connect_timeout: float = 10.0,
     ) -> None:
         conninfo, opts = split_url(url)
@@ -343,11 +355,20 @@ class PostgresStore(SqlStore):
         self._build_tried: dict[int, float] = {}  # dim -> when a search last asked for its index
         self._build_conns: set[Conn] = set()  # cancelled by close()
         self._conn_ef: weakref.WeakKeyDictionary[Conn, int] = weakref.WeakKeyDictionary()  # hnsw.ef_search set
+        cache_bytes = int(float(opts.get("vector_cache_mb", vector_cache_mb)) * 2**20)
+        # small scopes' vectors searched in process (see _scope_blocks), read by a worker after a first search
+        self._blocks = SB.ScopeBlocks(cache_bytes) if cache_bytes > 0 else None
+        self._block_reads: set[Scope] = set()  # scopes the worker is reading
+        self._block_reader: ThreadPoolExecutor | None = None
+        self._reader_pid = os.getpid()
         self._timeout = connect_timeout
         self._tokenize = B.Tokenizer()
         if not self._tokenize.stems:  # the index it writes would not be the one FTS5 and queries with stems read
             raise StoreError("the PostgreSQL store stems words with PyStemmer, which is not installed:"
                              " pip install 'fullrecall[postgres]'")
+        self._in_process_rows = int(opts.get("lexical_in_process", lexical_in_process))
+        # small scopes searched by words in process (see _bm25), each session's index kept as SQLite's store keeps it
+        self._lexicons = B.SessionIndexes(self._tokenize) if self._in_process_rows > 0 else None
         self._lock = threading.Lock()
         self._held = _Held()  # per thread: the connection of its batch(), if any
         self._pool_obj: ConnectionPool[Conn] | None = None
@@ -480,6 +501,8 @@ class PostgresStore(SqlStore):
             for conn in list(self._build_conns):
                 with contextlib.suppress(psycopg.Error):
                     conn.cancel()
+            if self._block_reader is not None:
+                self._block_reader.shutdown(wait=False, cancel_futures=True)
             if self._pool_obj is not None and self._pid == os.getpid():
                 self._pool_obj.close()
             self._pool_obj = None
@@ -659,7 +682,7 @@ class PostgresStore(SqlStore):
                 " FROM del GROUP BY sid),"
                 f" upd AS (UPDATE {s}.sessions t SET message_count = t.message_count - per.c,"
                 " summary_count = t.summary_count - per.summaries, text_bytes = t.text_bytes - per.nbytes,"
-                " index_bytes = t.index_bytes - per.ibytes, lexemes = t.lexemes - per.n,"
+                " index_bytes = t.index_bytes - per.ibytes, lexemes = t.lexemes - per.n, vec_epoch = t.vec_epoch + 1,"
                 " vector_count = t.vector_count - coalesce((SELECT c FROM vec WHERE vec.sid = per.sid), 0)"
                 " FROM per WHERE t.sid = per.sid RETURNING 1)"
                 " SELECT coalesce(sum(c), 0)::bigint AS deleted FROM per",
@@ -819,7 +842,8 @@ class PostgresStore(SqlStore):
                 " WHERE (SELECT ok FROM checked) ON CONFLICT (rid) DO UPDATE SET embedding = EXCLUDED.embedding"
                 " RETURNING xmax = 0 AS added),"  # xmax 0: a new row (an updated one carries this transaction's id)
                 f" upd AS (UPDATE {s}.sessions t SET vec_model = %s, vec_dim = %s, vector_count = t.vector_count"
-                " + (SELECT count(*) FILTER (WHERE added) FROM ins) FROM sess WHERE t.sid = sess.sid"
+                " + (SELECT count(*) FILTER (WHERE added) FROM ins),"
+                " vec_epoch = t.vec_epoch + (SELECT count(*) FILTER (WHERE NOT added) FROM ins) FROM sess WHERE t.sid = sess.sid"
                 " AND (SELECT ok FROM checked) RETURNING 1)"
                 " SELECT (SELECT ok FROM checked) AS ok, (SELECT count(*) FROM upd) AS updated,"
                 " (SELECT count(*) FROM sess) AS sessions, (SELECT vec_model FROM sess) AS vec_model,"
@@ -875,6 +899,10 @@ class PostgresStore(SqlStore):
         where, params = self.sql.scope_where(scope)
         fsql, fparams = self.sql.filters(filters)
         with self._read() as conn:
+            if self._blocks is not None and k > 0 and self._held.conn is None:  # not inside a batch: its writes may
+                found = self._search_kept(conn, scope, query, k, filters)  # be rolled back
+                if found is not None:
+                    return found
             if not fsql and k > 0 and query.shape[0] in self._known_dims:
                 sessions, hits = self._sessions_and_best(conn, scope, query, k)
             else:
@@ -898,6 +926,8 @@ class PostgresStore(SqlStore):
             sids = list(owners)
             size = sum(r["next_position"] for r in sessions)  # messages ever appended: at least the vectors
             ef = self._hnsw_ef(conn, dim, size, k)
+            if ef is None and size <= self._exact_limit:  # small: its next search scans it in process
+                self._read_block_later(scope)
             if ef is None and hits is not None:  # searched exactly with the scope's sessions: the answer
                 return _hits(hits, owners)
             if ef:
@@ -932,6 +962,122 @@ class PostgresStore(SqlStore):
                 [query, sids, *fparams, k],
             ).fetchall()
         return _hits(rows, owners)
+
+    def _search_kept(
+        self, conn: Conn, scope: Scope, query: np.ndarray, k: int, filters: Filters | None
+    ) -> list[Hit] | None:
+        """The best ``k`` of ``scope``'s vectors kept in process (see :mod:`._scope_blocks`), checked against its
+        sessions' counters in the round trip that reads the hits' messages; None when no block is kept for the
+        scope, or it cannot be brought up to date by reading what was added (then it is read again by the worker).
+        """
+        assert self._blocks is not None
+        kept = self._blocks.get(scope)
+        if kept is None or kept.block.matrix.shape[1] != query.shape[0]:
+            return None
+        hits = kept.block.search(query, k, filters)
+        where, params = self.sql.scope_where(scope)
+        s = self.schema
+        rows = conn.execute(
+            f"WITH sess AS ({_BLOCK_SESSIONS.format(s=s, where=where)})"
+            " SELECT NULL AS id, NULL::bigint AS rid, sid, NULL::bigint AS position, vec_dim, vec_epoch, vector_count,"
+            f" user_id, agent_id, session_id, {_NO_MSG_BODY} FROM sess UNION ALL SELECT m.id, m.rid, m.sid, m.position,"
+            f" NULL, NULL, NULL, NULL, NULL, NULL, {_MSG_BODY} FROM {s}.messages m"
+            " WHERE m.rid = ANY(%s) AND m.sid IN (SELECT sid FROM sess)",
+            [*params, [int(h.key) for h in hits if h.key is not None]],
+        ).fetchall()
+        sessions = [r for r in rows if r["id"] is None]
+        if _versions(sessions) != kept.versions:
+            grown = self._grown(conn, scope, kept, sessions)
+            if grown is None:
+                return None
+            return self._carrying(conn, grown.block.search(query, k, filters))
+        return _carried(hits, rows)
+
+    def _carrying(self, conn: Conn, hits: list[Hit]) -> list[Hit]:
+        """``hits`` (found in process) with their messages, read in one round trip, as every search's hits come."""
+        if not hits:
+            return hits
+        rows = conn.execute(
+            f"SELECT m.id, m.rid, m.sid, m.position, {_MSG_BODY} FROM {self.schema}.messages m WHERE m.rid = ANY(%s)",
+            [[int(h.key) for h in hits if h.key is not None]],
+        ).fetchall()
+        return _carried(hits, rows)
+
+    def _grown(self, conn: Conn, scope: Scope, kept: SB.ScopeBlock, sessions: list[dict[str, Any]]
+               ) -> SB.ScopeBlock | None:
+        """``kept`` with the vectors its sessions gained since it was read (``sessions``: their rows now), or None
+        (dropped, and read again by the worker) when they changed otherwise or it is no longer small.
+        """
+        assert self._blocks is not None
+        versions, dim = _versions(sessions), int(kept.block.matrix.shape[1])
+        if ({r["vec_dim"] for r in sessions} == {dim} and kept.grown_by(versions)
+                and sum(n for _, n in versions.values()) <= self._exact_limit):
+            owners = C.session_owners(sessions)
+            new, max_rid, counts = self._read_vectors(conn, owners, dim, kept.max_rid)
+            if all(kept.versions.get(sid, (0, 0))[1] + counts.get(sid, 0) == n for sid, (_, n) in versions.items()):
+                grown = SB.ScopeBlock(versions, max(max_rid, kept.max_rid), kept.block.extend(new), owners)
+                self._blocks.put(scope, grown)
+                return grown
+        self._blocks.drop(scope)
+        self._read_block_later(scope)
+        return None
+
+    def _read_block_later(self, scope: Scope) -> None:
+        """Have the worker read ``scope``'s vectors into a kept block (once at a time a scope), unless inside a
+        batch or when no block is kept.
+        """
+        if self._blocks is None or self._held.conn is not None:
+            return
+        with self._lock:
+            if scope in self._block_reads or self._closed:
+                return
+            self._block_reads.add(scope)
+            if self._block_reader is None or self._reader_pid != os.getpid():  # a forked child: its own worker
+                self._block_reader = ThreadPoolExecutor(1, thread_name_prefix="fullrecall-pg-blocks")
+                self._reader_pid = os.getpid()
+            reader = self._block_reader
+        reader.submit(self._read_block, scope)
+
+    def _read_block(self, scope: Scope) -> None:
+        """Read a small scope's vectors into a kept block (the worker's job); a scope too large, mixing
+        dimensions, or written to while it was read is left to the next search.
+        """
+        assert self._blocks is not None
+        try:
+            where, params = self.sql.scope_where(scope)
+            with self._read() as conn:
+                sessions = conn.execute(_BLOCK_SESSIONS.format(s=self.schema, where=where), params).fetchall()
+                versions = _versions(sessions)
+                dims = {r["vec_dim"] for r in sessions}
+                if len(dims) != 1 or not 0 < sum(n for _, n in versions.values()) <= self._exact_limit:
+                    return
+                owners = C.session_owners(sessions)
+                block, max_rid, counts = self._read_vectors(conn, owners, dims.pop(), 0)
+            if all(counts.get(sid, 0) == n for sid, (_, n) in versions.items()):
+                self._blocks.put(scope, SB.ScopeBlock(versions, max_rid, block, owners))
+        except Exception as exc:  # closed meanwhile, or the server went away: the next search asks again
+            log.debug("reading the vectors of %s in process failed: %s", scope, exc)
+        finally:
+            with self._lock:
+                self._block_reads.discard(scope)
+
+    def _read_vectors(self, conn: Conn, owners: dict[int, tuple[str, str, str]], dim: int, after: int
+                      ) -> tuple[Vec.VectorBlock, int, Counter[int]]:
+        """The vectors of the sessions ``owners`` names past row id ``after``, in row id order: as a block, with the
+        highest row id among them and how many each session has.
+        """
+        rows = conn.execute(
+            f"SELECT v.rid, m.id, v.embedding, m.role, m.kind, m.created_at, v.sid, m.position"
+            f" FROM {self.schema}.vectors_{dim} v JOIN {self.schema}.messages m ON m.rid = v.rid"
+            " WHERE v.sid = ANY(%s) AND v.rid > %s ORDER BY v.rid",
+            [list(owners), after], binary=True,  # vectors as floats, not text to parse
+        ).fetchall()
+        block = Vec.VectorBlock.of_columns(
+            [r["id"] for r in rows], [str(r["rid"]) for r in rows], [_to_numpy(r["embedding"]) for r in rows],
+            [r["role"] for r in rows], [r["kind"] for r in rows], [r["created_at"] for r in rows],
+            [owners[r["sid"]] for r in rows], [r["position"] for r in rows], dim,
+        ) if rows else Vec.VectorBlock.build([], dim)
+        return block, (rows[-1]["rid"] if rows else after), Counter(r["sid"] for r in rows)
 
     def _sessions_and_best(
         self, conn: Conn, scope: Scope, query: np.ndarray, k: int
@@ -1013,18 +1159,48 @@ class PostgresStore(SqlStore):
         where, params = self.sql.search_where(scope)
         with self._read() as conn:
             sessions = conn.execute(
-                "SELECT sid, message_count, lexemes, user_id, agent_id, session_id"
+                "SELECT sid, message_count, lexemes, next_position, created_at, user_id, agent_id, session_id"
                 f" FROM {self.schema}.sessions s WHERE {where}",
                 params,
             ).fetchall()
             if not sessions:
                 return []
+            if (self._lexicons is not None and self._held.conn is None  # not inside a batch: it may be rolled back
+                    and sum(r["message_count"] for r in sessions) <= self._in_process_rows):
+                return self._search_in_process(conn, sessions, phrases, k, filters)
             shares, table_rows = self._lexeme_stats(conn)
             queries = _word_queries(shares, phrases)
             n = max(1, sum(r["message_count"] for r in sessions))
             mean_length = max(1.0, sum(r["lexemes"] for r in sessions) / n)
             return _Lexical(self, conn, C.session_owners(sessions), n, mean_length, table_rows, queries,
                             filters).top(k)
+
+    def _search_in_process(self, conn: Conn, sessions: Sequence[dict[str, Any]], phrases: Sequence[Sequence[str]],
+                           k: int, filters: Filters | None) -> list[Hit]:
+        """BM25 over the scope's own messages, with the scope's own statistics, as SQLite's store and Redis's search
+        a small scope (see :mod:`._bm25`): each session's index is kept, and extended by the rows appended since.
+        Rows are read up to the position the session's row gave, so that an index never holds more than its
+        counters say (a row appended meanwhile is read by the next search).
+        """
+        assert self._lexicons is not None
+        s = self.schema
+
+        def reader(sid: int, below: int) -> Any:
+            def read(after: int) -> list[tuple[str, str, str, str, float, str, int]]:
+                rows = conn.cursor(row_factory=tuple_row).execute(
+                    f"SELECT id, rid::text, role, kind, created_at, left(text, %s), position FROM {s}.messages"
+                    " WHERE sid = %s AND position >= %s AND position < %s ORDER BY position",
+                    (2 * V.INDEXED_CHARS + 1, sid, after, below),  # an escaped text (_pg_text) is at most twice as long
+                ).fetchall()
+                return [(*r[:5], V.indexed_prefix(_py_text(r[5])), r[6]) for r in rows]
+            return read
+
+        indexes = [
+            self._lexicons.index(r["sid"], r["created_at"], r["next_position"], r["message_count"],
+                                 (r["user_id"], r["agent_id"], r["session_id"]), reader(r["sid"], r["next_position"]))
+            for r in sessions
+        ]
+        return self._carrying(conn, B.bm25_search(indexes, phrases, k, filters))
 
     def _lexeme_stats(self, conn: Conn) -> tuple[dict[str, float], int]:
         """The frequent words of the ``tsv`` column and the share of rows holding each, from
@@ -1210,6 +1386,19 @@ def _word_queries(shares: dict[str, float], phrases: Sequence[Sequence[str]]) ->
             known = [shares.get(T.lexeme(t)) for t in tokens]
             out[q] = None if None in known else min(known)  # type: ignore[type-var]
     return list(out.items())
+
+
+def _versions(sessions: Iterable[dict[str, Any]]) -> SB.Versions:
+    """Each session row's (vector epoch, vectors held) by its sid (see :mod:`._scope_blocks`)."""
+    return {r["sid"]: (int(r["vec_epoch"]), int(r["vector_count"])) for r in sessions}
+
+
+def _carried(hits: list[Hit], rows: Iterable[dict[str, Any]]) -> list[Hit]:
+    """``hits`` with the messages among ``rows`` (each holding ``id``, ``rid``, ``position`` and ``_MSG_BODY``),
+    those of hits whose message is gone or too large left as they are.
+    """
+    read = {str(r["rid"]): r for r in rows if r["id"] is not None}
+    return [_hit(read[h.key], h.id, h.score, h.owner) if h.key in read and h.owner else h for h in hits]
 
 
 def _hits(rows: Iterable[dict[str, Any]], owners: dict[int, tuple[str, str, str]]) -> list[Hit]:

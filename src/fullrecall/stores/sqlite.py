@@ -209,7 +209,6 @@ MIGRATIONS: dict[int, str] = {
 
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 _FTS_BATCH = 256  # index pending rows inside an append once this many are waiting
-_IN_PROCESS_ROWS = 20_000  # a scope of at most this many messages is searched by words in process (see _bm25)
 _MAX_TOKEN_SESSIONS = 64  # above this many sessions, scope by user/tenant token + SQL filter
 _CHUNK = 500  # ids per IN (...) list
 _SCRUB_TRIES, _SCRUB_WAIT_MS, _SCRUB_PAUSE = 4, 200, 0.05  # forget's checkpoint: at most ~1 s for readers
@@ -264,7 +263,7 @@ class SQLiteStore(SqlStore):
         busy_timeout: float = 30_000,
         vector_cache_mb: float = 1024,
         fts_batch: int = _FTS_BATCH,
-        lexical_in_process: int = _IN_PROCESS_ROWS,
+        lexical_in_process: int = B.IN_PROCESS_ROWS,
         url: str | None = None,
     ) -> None:
         path = os.fspath(path)

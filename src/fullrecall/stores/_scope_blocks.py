@@ -1,0 +1,77 @@
+"""Small scopes' vectors kept in process by a server store (PostgreSQL), so that a search of one user's or one
+conversation's few thousand vectors is a numpy scan instead of the server's, checked against the server's
+own counters in the round trip that reads the hits' messages.
+
+A scope's block is described by its sessions' ``(vector epoch, vectors held)``: the epoch moves when a vector
+is overwritten or a message deleted, so while every epoch stands, a session has only gained vectors, and
+those past the block's highest row id are what it gained, unless a vector came late for an older message
+(then the counts do not add up and the block is read again). Blocks are kept least recently used first out,
+within a byte budget.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+
+from ._vectors import Owner, VectorBlock
+
+Versions = Mapping[int, tuple[int, int]]
+"""sid -> (vector epoch, vectors held) of each session of a scope."""
+
+
+@dataclass(frozen=True)
+class ScopeBlock:
+    """One scope's vectors: what each session held when they were read, the highest row id among them, and
+    each session's owner.
+    """
+
+    versions: Versions
+    max_rid: int
+    block: VectorBlock
+    owners: Mapping[int, Owner]
+
+    def grown_by(self, versions: Versions) -> bool:
+        """Whether ``versions`` (read later) can only have added vectors: the same sessions or more, and each
+        of the known ones at the same epoch.
+        """
+        return all(sid in versions and versions[sid][0] == epoch for sid, (epoch, _) in self.versions.items())
+
+
+class ScopeBlocks:
+    """The kept blocks, by scope, within ``budget`` bytes (the least recently used dropped first)."""
+
+    def __init__(self, budget: int) -> None:
+        self._budget = budget
+        self._held: OrderedDict[Hashable, ScopeBlock] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, scope: Hashable) -> ScopeBlock | None:
+        with self._lock:
+            found = self._held.get(scope)
+            if found is not None:
+                self._held.move_to_end(scope)
+            return found
+
+    def put(self, scope: Hashable, block: ScopeBlock) -> None:
+        with self._lock:
+            old = self._held.pop(scope, None)
+            self._bytes += block.block.nbytes - (old.block.nbytes if old is not None else 0)
+            self._held[scope] = block
+            while self._bytes > self._budget and self._held:
+                _, dropped = self._held.popitem(last=False)
+                self._bytes -= dropped.block.nbytes
+
+    def drop(self, scope: Hashable) -> None:
+        with self._lock:
+            old = self._held.pop(scope, None)
+            if old is not None:
+                self._bytes -= old.block.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._held.clear()
+            self._bytes = 0

@@ -1,0 +1,159 @@
+"""PostgreSQL searches a small scope in process: its vectors kept as a block checked against the sessions'
+counters, its words in per-session keyword indexes extended as rows are appended. Whatever another handle
+writes (appends, late and overwritten vectors, deletes, replacements), a handle with kept blocks and indexes
+answers as a handle that searches on the server (vectors) or builds everything afresh (words) does.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+
+from fullrecall.stores import Filters, Scope, StoredMessage, open_store
+from fullrecall.stores.base import ReadHit
+
+DIM = 8
+WORDS = ["heron", "marsh", "tide", "reed", "otter", "dune", "gull", "kelp"]
+
+
+def _url(service_urls: dict[str, Callable[[], str]]) -> str:
+    url = service_urls["postgres"]()
+    return f"{url}{'&' if '?' in url else '?'}schema=inproc{uuid.uuid4().hex[:8]}"
+
+
+def _settled(store: Any) -> Any:
+    """``store`` once its worker has read every block a search asked for."""
+    deadline = time.monotonic() + 10
+    while store._block_reads and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return store
+
+
+def _vector_answer(hits: list[Any]) -> list[tuple[str, float]]:
+    return [(h.id, round(h.score, 4)) for h in hits]
+
+
+def _text_answer(hits: list[Any]) -> list[tuple[str, float]]:
+    return [(h.id, round(h.score, 6)) for h in hits]
+
+
+def _check_carried(store: Any, scope: Scope, hits: list[Any]) -> None:
+    """Each hit comes with its message, the one the store reads by key."""
+    read = {m.key: m for m in store.get_keys(scope, [h.key for h in hits])}
+    for h in hits:
+        assert isinstance(h, ReadHit), f"hit {h.id} came without its message"
+        assert h.message() == read[h.key]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_kept_blocks_and_indexes_answer_as_the_server_and_a_fresh_build(
+    service_urls: dict[str, Callable[[], str]], seed: int
+) -> None:
+    url = _url(service_urls)
+    writer = open_store(url)
+    kept = open_store(url)
+    on_server = open_store(url + "&vector_cache_mb=0&lexical_in_process=0")
+    rng = random.Random(seed)
+    nrng = np.random.default_rng(seed)
+    owner = Scope(user_id="u")
+    sessions = [Scope(user_id="u", session_id=s) for s in ("a", "b")]
+    stranger = Scope(user_id="v", session_id="a")  # another user's rows never reach u's answers
+    held: dict[Scope, list[str]] = {s: [] for s in [*sessions, stranger]}
+    unvectored: dict[Scope, list[str]] = {s: [] for s in held}
+    n = 0
+    try:
+        for step in range(70):
+            scope = rng.choice([*sessions, stranger])
+            op = rng.random()
+            if op < 0.4 or not held[scope]:  # append, vectors for some now, the others later
+                batch = []
+                for _ in range(rng.randint(1, 3)):
+                    n += 1
+                    text = " ".join(rng.choices(WORDS, k=rng.randint(1, 4)))
+                    batch.append(StoredMessage(id=f"m{n}", role=rng.choice(["user", "assistant"]), text=text, data={"content": text}))
+                writer.append(scope, batch)
+                held[scope] += [m.id for m in batch]
+                unvectored[scope] += [m.id for m in batch]
+            elif op < 0.6 and unvectored[scope]:  # vectors, possibly for older messages than the newest
+                ids = rng.sample(unvectored[scope], rng.randint(1, len(unvectored[scope])))
+                writer.set_vectors(scope, ids, nrng.standard_normal((len(ids), DIM)).astype(np.float32), "m")
+                unvectored[scope] = [i for i in unvectored[scope] if i not in ids]
+            elif op < 0.7:  # a vector overwritten
+                vectored = [i for i in held[scope] if i not in unvectored[scope]]
+                if vectored:
+                    writer.set_vectors(scope, [rng.choice(vectored)], nrng.standard_normal((1, DIM)).astype(np.float32),
+                                       "m")
+            elif op < 0.85:  # a message deleted
+                gone = rng.choice(held[scope])
+                writer.delete(scope, [gone])
+                held[scope].remove(gone)
+                unvectored[scope] = [i for i in unvectored[scope] if i != gone]
+            else:  # a message replaced by a new one, at the end
+                gone = rng.choice(held[scope])
+                n += 1
+                word = rng.choice(WORDS)
+                writer.replace(scope, [gone], [StoredMessage(id=f"m{n}", role="user", text=word, data={"content": word})])
+                held[scope] = [i for i in held[scope] if i != gone] + [f"m{n}"]
+                unvectored[scope] = [i for i in unvectored[scope] if i != gone] + [f"m{n}"]
+            query = nrng.standard_normal(DIM).astype(np.float32)
+            filters = rng.choice([None, Filters(roles=("user",)), Filters(exclude_ids=frozenset(held[sessions[0]][:2]))])
+            for target in (owner, rng.choice(sessions)):
+                expected = _vector_answer(on_server.search_vectors(target, query, 5, filters))
+                hits = _settled(kept).search_vectors(target, query, 5, filters)
+                assert _vector_answer(hits) == expected, f"step {step}: vectors of {target}"
+                _check_carried(kept, target, hits)
+                terms = rng.sample(WORDS, rng.randint(1, 2))
+                fresh = open_store(url)
+                try:
+                    expected = _text_answer(fresh.search_text(target, terms, 5, filters))
+                finally:
+                    fresh.close()
+                hits = kept.search_text(target, terms, 5, filters)
+                assert _text_answer(hits) == expected, f"step {step}: words {terms} of {target}"
+                _check_carried(kept, target, hits)
+        assert kept._blocks.get(owner) is not None  # the kept path was taken, not only the server's
+    finally:
+        for store in (writer, kept, on_server):
+            store.close()
+
+
+def test_a_later_search_of_a_kept_scope_is_one_round_trip_on_no_server_scan(
+    service_urls: dict[str, Callable[[], str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first search of a small scope asks the server (one statement) and has the worker read its vectors; a
+    later one scans them in process, and its one statement reads only the sessions' counters and the hits'
+    messages: the same hits, the same scores.
+    """
+    store = open_store(_url(service_urls))
+    rng = np.random.default_rng(5)
+    scope = Scope(user_id="u", session_id="a")
+    store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"text {i}", data={}) for i in range(40)])
+    store.set_vectors(scope, [f"m{i}" for i in range(40)], rng.standard_normal((40, DIM)).astype(np.float32), "m")
+    query = rng.standard_normal(DIM).astype(np.float32)
+    caller, statements = threading.current_thread(), []
+    execute = psycopg.Connection.execute
+
+    def counted(self: Any, sql: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is caller:
+            statements.append(str(sql))
+        return execute(self, sql, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", counted)
+    try:
+        first = store.search_vectors(Scope(user_id="u"), query, 7)
+        assert len(statements) == 1 and "<=>" in statements[0]
+        statements.clear()
+        later = _settled(store).search_vectors(Scope(user_id="u"), query, 7)
+        assert len(statements) == 1 and "<=>" not in statements[0]  # no cosine computed by the server
+        assert _vector_answer(later) == _vector_answer(first)
+        _check_carried(store, scope, later)
+    finally:
+        store.close()
