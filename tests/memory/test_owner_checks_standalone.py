@@ -27,23 +27,20 @@ def owner_words(field: str, value: str) -> str:
            "for none"
 
 
-@pytest.mark.parametrize("value", BLANK)
-@pytest.mark.parametrize("field", ["user_id", "agent_id"])
-@pytest.mark.parametrize("make", [FactMemory, ProceduralMemory], ids=["facts", "procedural"])
-def test_a_record_memory_refuses_a_blank_owner_before_its_store_is_opened(tmp_path, make, field, value):
-    url = f"sqlite:///{tmp_path / 'm.db'}"
-    with pytest.raises(MemoryInputError) as refused:
-        make(url, **{field: value})
-    assert str(refused.value) == owner_words(field, value)
-    assert not (tmp_path / "m.db").exists()
+MAKERS = {  # each memory made on its own, from a store URL, for an owner
+    "facts": lambda url, server, **owner: FactMemory(url, **owner),
+    "procedural": lambda url, server, **owner: ProceduralMemory(url, **owner),
+    "agent": lambda url, server, **owner: MemoryAgent(scripted_model(server), store=url, **owner),
+}
 
 
 @pytest.mark.parametrize("value", BLANK)
 @pytest.mark.parametrize("field", ["user_id", "agent_id"])
-def test_the_memory_agent_refuses_a_blank_owner_before_its_store_is_opened(tmp_path, server, field, value):
-    url = f"sqlite:///{tmp_path / 'm.db'}"
+@pytest.mark.parametrize("kind", MAKERS)
+def test_a_memory_made_on_its_own_refuses_a_blank_owner_before_its_store_is_opened(tmp_path, server, kind, field,
+                                                                                  value):
     with pytest.raises(MemoryInputError) as refused:
-        MemoryAgent(scripted_model(server), store=url, **{field: value})
+        MAKERS[kind](f"sqlite:///{tmp_path / 'm.db'}", server, **{field: value})
     assert str(refused.value) == owner_words(field, value)
     assert not (tmp_path / "m.db").exists()
 
