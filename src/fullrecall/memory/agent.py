@@ -113,7 +113,7 @@ class MemoryAgent:
 
         checked(V.check_owner_id, user_id, "'user_id'")  # refused before a store is opened, as by PersistentMemory
         checked(V.check_owner_id, agent_id, "'agent_id'")
-        if session_id is not None:
+        if session_id:  # (None or "": a new session)
             checked(V.check_session_id, session_id, "MemoryAgent: 'session_id'")
         self.model = _chat_model(model)
         self.memory_model = CountingChatModel(memory_model) if memory_model is not None else None
