@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..stores import _validate as V
 from ..stores.base import DEFAULT_TENANT, Scope, Store
 from ..window.summarizing import SummarizingConversationManager
 from .archive import Archive, Recall
@@ -20,7 +21,8 @@ class SemanticSummarizingConversationManager(SummarizingConversationManager):
 
     ``store`` is a Store or URL (default: an in-memory SQLite store; give
     ``"sqlite:///memory.db"`` to keep the archive across restarts) and
-    ``session_id`` / ``user_id`` / ``agent_id`` (and ``tenant``) say whose conversation it is.
+    ``session_id`` / ``user_id`` / ``agent_id`` (and ``tenant``) say whose conversation it is (one that shows
+    nothing is refused, :class:`~fullrecall.errors.InvalidInput`, before the store is opened).
     ``background_indexing=True`` embeds archived messages on a worker thread (see
     :class:`~fullrecall.archive.Archive`; :meth:`flush` waits for their vectors).
     """
@@ -49,6 +51,9 @@ class SemanticSummarizingConversationManager(SummarizingConversationManager):
         tenant: str = DEFAULT_TENANT,
         **summarizing_options: Any,
     ) -> None:
+        V.check_session_id(session_id, "SemanticSummarizingConversationManager: 'session_id'")  # before a store opens
+        V.check_owner_id(user_id, "'user_id'")
+        V.check_owner_id(agent_id, "'agent_id'")
         if message_context_radius < 0:
             raise ValueError(f"message_context_radius must be >= 0, got {message_context_radius}")
         if semantic_search_top_k < 1:

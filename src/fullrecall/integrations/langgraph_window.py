@@ -21,7 +21,8 @@ object it was. Each message is added to the memory once, keyed by its
 LangChain id (also its archive id): those after the memory's newest message
 are new, and so is one inserted before it that the log lacks. The thread is
 ``config["configurable"]["thread_id"]`` (``"default"`` without one); the owner
-is ``user_id`` (or the config's ``user_id``) and ``agent_id``.
+is ``user_id`` (or the config's ``user_id``) and ``agent_id``. An owner or thread that shows nothing
+is refused (:class:`~fullrecall.errors.InvalidInput`) before anything is written.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from ..errors import InvalidInput
 from ..memory.conversation import SyncConversationMemory
 from ..stores import open_store
-from ..stores._validate import check_id
+from ..stores._validate import check_id, check_owner_id, check_session_id
 from ..stores.base import Scope, Store
 from ._langgraph_threads import Thread, Threads
 
@@ -89,6 +90,8 @@ class FullrecallWindow:
             raise InvalidInput("FullrecallWindow: background_indexing is not supported (the window builds each "
                                "thread's manager afresh at every model call, so each would start an indexing "
                                "thread that nothing stops); archived messages are embedded in the call")
+        check_owner_id(user_id, "'user_id'")  # one that shows nothing, refused before the store is opened
+        check_owner_id(agent_id, "'agent_id'")
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self.recall = recall
         self.trim_state = trim_state
@@ -110,6 +113,8 @@ class FullrecallWindow:
         # an id that is falsy is still an id: user 0 is not the default owner, nor thread 0 the "default" thread
         user = self.user_id if self.user_id is not None else "" if given_user is None else str(given_user)
         thread = "default" if given_thread is None or given_thread == "" else str(given_thread)
+        check_owner_id(user, "'user_id'")  # the config's, refused before its thread's memory is built
+        check_session_id(thread, "'thread_id'")
         return Scope(user_id=user, agent_id=self.agent_id, session_id=thread)
 
     def memory(self, scope: Scope) -> SyncConversationMemory:

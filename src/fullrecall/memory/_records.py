@@ -68,22 +68,33 @@ def owner_scope(tenant: str, user_id: str | None, agent_id: str | None) -> Scope
 
 def open_book(store: Store | str, namespace: str, *, tenant: str, user_id: str | None, agent_id: str | None,
               embedder: Any = None, clock: Callable[[], float] = time.time) -> tuple[Store, bool, RecordBook]:
-    """(the store, whether it was opened here from a URL, the owner's book of ``namespace`` in it)."""
+    """(the store, whether it was opened here from a URL, the owner's book of ``namespace`` in it).
+
+    An owner that shows nothing (:func:`~fullrecall.stores._validate.check_owner_id`) is refused, a
+    MemoryInputError, before the store is opened.
+    """
     from ..stores import open_store
 
+    checked(V.check_owner_id, user_id, "'user_id'")
+    checked(V.check_owner_id, agent_id, "'agent_id'")
     opened = open_store(store) if isinstance(store, str) else store
     book = RecordBook(opened, owner_scope(tenant, user_id, agent_id), namespace, embedder=embedder, clock=clock)
     return opened, isinstance(store, str), book
+
+
+def checked(check: Callable[[Any, str], Any], value: Any, where: str) -> Any:
+    """``check(value, where)``, a rule of :mod:`fullrecall.stores._validate`, its refusal a MemoryInputError."""
+    try:
+        return check(value, where)
+    except InvalidInput as exc:
+        raise MemoryInputError(str(exc)) from None
 
 
 def check_unicode(value: str, where: str) -> str:
     """``value`` if it is valid Unicode (:func:`~fullrecall.stores._validate.check_unicode`), else
     MemoryInputError naming ``where``.
     """
-    try:
-        return V.check_unicode(value, where)
-    except InvalidInput as exc:
-        raise MemoryInputError(str(exc)) from None
+    return cast(str, checked(V.check_unicode, value, where))
 
 
 def _encode(vector: np.ndarray) -> str:

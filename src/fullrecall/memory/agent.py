@@ -28,10 +28,12 @@ from typing import Any
 
 from .._deadline import ResponseTooLarge
 from ..errors import FactExtractionError
+from ..stores import _validate as V
 from ..summarizers.base import Summary
 from ..summarizers.chat_models.base import ChatModelError, ChatRequest, ChatResponse, valid_text
 from ..summarizers.llm import LLMSummarizer
 from ..tokens import default_token_counter
+from ._records import checked
 from .conversation import SyncConversationMemory
 from .persistent import ERROR_MODES, PersistentMemory
 from .procedural import ProceduralMemory
@@ -109,6 +111,10 @@ class MemoryAgent:
         from ..embeddings import load_embedder
         from ..stores import open_store
 
+        checked(V.check_owner_id, user_id, "'user_id'")  # refused before a store is opened, as by PersistentMemory
+        checked(V.check_owner_id, agent_id, "'agent_id'")
+        if session_id:  # (None or "": a new session)
+            checked(V.check_session_id, session_id, "MemoryAgent: 'session_id'")
         self.model = _chat_model(model)
         self.memory_model = CountingChatModel(memory_model) if memory_model is not None else None
         # a store opened here from a URL is this agent's to close; the conversation is kept on the memory's store

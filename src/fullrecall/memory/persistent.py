@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC
@@ -41,6 +41,7 @@ from ..stores import open_store
 from ..stores._forget import is_change_log
 from ..stores.base import DEFAULT_TENANT, Record, Scope, Store, StoredMessage
 from ._records import RecordBook, owner_scope, record_owner
+from ._records import checked as _checked
 from .facts import Fact, FactMemory
 
 log = logging.getLogger("fullrecall.memory")
@@ -728,14 +729,6 @@ def _session(where: str, session_id: str | None) -> str | None:
     return _checked(V.check_not_change_log, session_id, where)
 
 
-def _checked(check: Callable[[Any, str], Any], value: Any, where: str) -> Any:
-    """``check(value, where)``, a rule of :mod:`fullrecall.stores._validate`, its refusal a MemoryInputError."""
-    try:
-        return check(value, where)
-    except InvalidInput as exc:
-        raise MemoryInputError(str(exc)) from None
-
-
 def _names(name: str, values: Iterable[str] | None) -> set[str] | None:
     """``values`` as a set of strings (None: no criterion); one string is refused, not read as its letters."""
     if values is None:
@@ -938,7 +931,7 @@ def _parse_line(n: int, line: str, *, first: bool = False) -> tuple[str, Any]:
         id=doc["id"], role=doc["role"], text=doc["text"], data=doc["data"], created_at=float(doc["created_at"]),
         archived_at=float(doc["archived_at"]), metadata=dict(doc.get("metadata") or {}), kind="message")
     try:  # what the store would refuse, refused before anything of the file is written
-        V.check_id(_session("'session_id'", doc["session_id"]), "'session_id'")
+        V.check_session_id(doc["session_id"], "'session_id'")  # as every entry point names a conversation
         V.check_message(message, 0)
     except InvalidInput as exc:
         raise MemoryInputError(f"line {n}: {str(exc).removeprefix('message 0: ')}") from None

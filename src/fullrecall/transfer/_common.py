@@ -14,7 +14,7 @@ from ..archive.archive import message_record
 from ..errors import InvalidInput, MessageFormatError
 from ..messages.formats import parse_messages, render_messages
 from ..search.terms import index_text
-from ..stores._validate import check_message
+from ..stores._validate import check_message, check_owner_id, check_session_id
 from ..stores.base import Record, Scope, Store, StoredMessage
 
 CONVERSATIONS = "conversations"  # record namespace: one record per conversation of an owner (export lists them)
@@ -156,6 +156,7 @@ def write_all(store: Store, prepared: Sequence[tuple[Scope, Sequence[StoredMessa
     An id names one message of a conversation: two different messages a file gives one id (the store would
     keep the first and drop the other) are refused, naming them, before anything is written.
     """
+    check_owners(prepared)
     check_ids(prepared)
     counts = Counts(conversations=conversations)
     for own, records in prepared:
@@ -164,6 +165,21 @@ def write_all(store: Store, prepared: Sequence[tuple[Scope, Sequence[StoredMessa
         counts.written += written
         counts.embedded += embedded
     return counts.as_dict()
+
+
+def check_owners(prepared: Sequence[tuple[Scope, Sequence[StoredMessage]]]) -> None:
+    """``MessageFormatError`` for a conversation, user or agent a file names (an OpenAI ``conversation_id``, a
+    Strands session or agent, a LoCoMo ``sample_id``) that every entry point refuses: one that shows nothing, or
+    a conversation named as long-term memory's change log.
+    """
+    for own, _ in prepared:
+        try:
+            check_session_id(own.session_id, "'session_id'")
+            where = f"conversation {own.session_id!r}"
+            check_owner_id(own.user_id, f"{where}: 'user_id'")
+            check_owner_id(own.agent_id, f"{where}: 'agent_id'")
+        except InvalidInput as exc:
+            raise MessageFormatError(str(exc)) from None
 
 
 def check_ids(prepared: Sequence[tuple[Scope, Sequence[StoredMessage]]]) -> None:

@@ -62,6 +62,7 @@ from ..stores._validate import (
     check_id,
     check_json_value,
     check_message,
+    check_owner_id,
     check_record,
     check_session_id,
 )
@@ -298,11 +299,17 @@ def _identifier(line: dict[str, Any], key: str, value: str) -> None:
 
 
 def owner_of(line: dict[str, Any], key: str) -> str:
-    """The line's ``user_id`` or ``agent_id`` (``""``, the default owner, when null), checked."""
+    """The line's ``user_id`` or ``agent_id`` (``""``, the default owner, when null), checked: one that shows
+    nothing is refused as every entry point refuses it (:func:`~fullrecall.stores._validate.check_owner_id`).
+    """
     value = line.get(key) or ""
     if not isinstance(value, str):
         raise MessageFormatError(f"line {line.get('_line', '?')}: '{key}' must be a string or null")
     _identifier(line, key, value)
+    try:
+        check_owner_id(value, f"line {line.get('_line', '?')}: '{key}'")
+    except InvalidInput as exc:
+        raise MessageFormatError(str(exc)) from None
     return value
 
 
@@ -515,6 +522,8 @@ def record_of(line: dict[str, Any]) -> Record:
             check_pattern_fields(record.data)
         if record.namespace == FACTS:
             check_fact_data(record.data)
+        if record.namespace == SESSIONS:  # its id names a conversation of the owner
+            check_session_id(record.id, "'id'")
     except ValueError as exc:
         raise MessageFormatError(f"{where}: {exc}") from None
     return record
