@@ -30,6 +30,11 @@ Design, and why:
   faster than inserting into the graph); :meth:`PostgresStore.wait_for_indexes` waits for a
   build. The graph walk runs alone (``ORDER BY ... LIMIT ef``) and the scope and filters
   apply to its rows, so that the planner never trades it for a sort.
+* **A small scope is searched in process** (:mod:`._scope_blocks`, :mod:`._bm25`), as SQLite searches one: its
+  vectors kept as a block, read by the scope's first search and checked, at each later one,
+  against the sessions' counters (a vector epoch moved by overwrites and deletes, the vectors held) in the
+  statement that reads the hits' messages; its words by BM25 over per-session indexes extended as rows are
+  appended. ``vector_cache_mb=0`` and ``lexical_in_process=0`` keep every search on the server.
 * **Vector and record writes** are one statement each in autocommit: ``set_vectors`` locks the
   session's row, checks the model and the ids, and writes the vectors and the counters only when the
   checks pass (else nothing is written and the checks say which error to raise); vectors travel in
@@ -51,7 +56,8 @@ Design, and why:
 
 URL: ``postgresql://user:pass@host:5432/db?schema=fullrecall&pool_max=8`` (the
 fullrecall options ``schema``, ``pool_min``, ``pool_max``, ``exact_limit``, ``ef_search``,
-``hnsw_min_rows``, ``index_build_memory``, ``lexical_budget``, ``candidate_cap``, ``forget_vacuum`` are removed
+``hnsw_min_rows``, ``index_build_memory``, ``lexical_budget``, ``candidate_cap``, ``forget_vacuum``, ``vector_cache_mb``,
+``lexical_in_process`` are removed
 before the URL goes to libpq).
 """
 
@@ -67,7 +73,6 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -355,20 +360,14 @@ class PostgresStore(SqlStore):
         self._build_tried: dict[int, float] = {}  # dim -> when a search last asked for its index
         self._build_conns: set[Conn] = set()  # cancelled by close()
         self._conn_ef: weakref.WeakKeyDictionary[Conn, int] = weakref.WeakKeyDictionary()  # hnsw.ef_search set
-        cache_bytes = int(float(opts.get("vector_cache_mb", vector_cache_mb)) * 2**20)
-        # small scopes' vectors searched in process (see _scope_blocks), read by a worker after a first search
-        self._blocks = SB.ScopeBlocks(cache_bytes) if cache_bytes > 0 else None
-        self._block_reads: set[Scope] = set()  # scopes the worker is reading
-        self._block_reader: ThreadPoolExecutor | None = None
-        self._reader_pid = os.getpid()
+        self._cache_bytes = int(float(opts.get("vector_cache_mb", vector_cache_mb)) * 2**20)
+        self._in_process_rows = int(opts.get("lexical_in_process", lexical_in_process))
         self._timeout = connect_timeout
         self._tokenize = B.Tokenizer()
         if not self._tokenize.stems:  # the index it writes would not be the one FTS5 and queries with stems read
             raise StoreError("the PostgreSQL store stems words with PyStemmer, which is not installed:"
                              " pip install 'fullrecall[postgres]'")
-        self._in_process_rows = int(opts.get("lexical_in_process", lexical_in_process))
-        # small scopes searched by words in process (see _bm25), each session's index kept as SQLite's store keeps it
-        self._lexicons = B.SessionIndexes(self._tokenize) if self._in_process_rows > 0 else None
+        self._in_process()
         self._lock = threading.Lock()
         self._held = _Held()  # per thread: the connection of its batch(), if any
         self._pool_obj: ConnectionPool[Conn] | None = None
@@ -376,6 +375,16 @@ class PostgresStore(SqlStore):
         self._closed = False
         self._setup()
         self._pool()
+
+    def _in_process(self) -> None:
+        """What a small scope's searches keep in process, made anew (at start, and in a forked child, whose copy of
+        a lock another thread held at the fork would never be let go).
+        """
+        # its vectors (see _scope_blocks), and when a scope was last found to be no small one
+        self._blocks = SB.ScopeBlocks(self._cache_bytes) if self._cache_bytes > 0 else None
+        self._on_server: dict[Scope, float] = {}
+        # its words, an index a session (see _bm25), as SQLite's store keeps them
+        self._lexicons = B.SessionIndexes(self._tokenize) if self._in_process_rows > 0 else None
 
     # -- connections -----------------------------------------------------------
 
@@ -413,6 +422,10 @@ class PostgresStore(SqlStore):
             raise StoreError(f"store {self._safe_url()} is closed")
         if self._pool_obj is None or self._pid != os.getpid():
             from pgvector.psycopg import register_vector
+
+            if self._pid != os.getpid():  # a forked child
+                self._lock = threading.Lock()
+                self._in_process()
 
             def configure(conn: Conn) -> None:
                 register_vector(conn)
@@ -501,8 +514,6 @@ class PostgresStore(SqlStore):
             for conn in list(self._build_conns):
                 with contextlib.suppress(psycopg.Error):
                     conn.cancel()
-            if self._block_reader is not None:
-                self._block_reader.shutdown(wait=False, cancel_futures=True)
             if self._pool_obj is not None and self._pid == os.getpid():
                 self._pool_obj.close()
             self._pool_obj = None
@@ -926,8 +937,6 @@ class PostgresStore(SqlStore):
             sids = list(owners)
             size = sum(r["next_position"] for r in sessions)  # messages ever appended: at least the vectors
             ef = self._hnsw_ef(conn, dim, size, k)
-            if ef is None and size <= self._exact_limit:  # small: its next search scans it in process
-                self._read_block_later(scope)
             if ef is None and hits is not None:  # searched exactly with the scope's sessions: the answer
                 return _hits(hits, owners)
             if ef:
@@ -966,32 +975,36 @@ class PostgresStore(SqlStore):
     def _search_kept(
         self, conn: Conn, scope: Scope, query: np.ndarray, k: int, filters: Filters | None
     ) -> list[Hit] | None:
-        """The best ``k`` of ``scope``'s vectors kept in process (see :mod:`._scope_blocks`), checked against its
-        sessions' counters in the round trip that reads the hits' messages; None when no block is kept for the
-        scope, or it cannot be brought up to date by reading what was added (then it is read again by the worker).
+        """The best ``k`` of a small scope's vectors, searched in process (see :mod:`._scope_blocks`); None for a
+        scope searched on the server (too large, of several dimensions, of another dimension than the query).
+
+        A kept block is checked against the sessions' counters in the round trip that reads its hits' messages;
+        the first search of a scope, or one that finds its block outgrown in other ways than by added vectors,
+        reads the block (whole) before searching it.
         """
         assert self._blocks is not None
         kept = self._blocks.get(scope)
+        if kept is None:
+            kept = self._read_block(conn, scope)
+        elif kept.block.matrix.shape[1] == query.shape[0]:
+            hits = kept.block.search(query, k, filters)
+            where, params = self.sql.scope_where(scope)
+            s = self.schema
+            rows = conn.execute(
+                f"WITH sess AS ({_BLOCK_SESSIONS.format(s=s, where=where)})"
+                " SELECT NULL AS id, NULL::bigint AS rid, sid, NULL::bigint AS position, vec_dim, vec_epoch, vector_count,"
+                f" user_id, agent_id, session_id, {_NO_MSG_BODY} FROM sess UNION ALL SELECT m.id, m.rid, m.sid,"
+                f" m.position, NULL, NULL, NULL, NULL, NULL, NULL, {_MSG_BODY} FROM {s}.messages m"
+                " WHERE m.rid = ANY(%s) AND m.sid IN (SELECT sid FROM sess)",
+                [*params, [int(h.key) for h in hits if h.key is not None]],
+            ).fetchall()
+            sessions = [r for r in rows if r["id"] is None]
+            if _versions(sessions) == kept.versions:
+                return _carried(hits, rows)
+            kept = self._grown(conn, scope, kept, sessions) or self._read_block(conn, scope)
         if kept is None or kept.block.matrix.shape[1] != query.shape[0]:
             return None
-        hits = kept.block.search(query, k, filters)
-        where, params = self.sql.scope_where(scope)
-        s = self.schema
-        rows = conn.execute(
-            f"WITH sess AS ({_BLOCK_SESSIONS.format(s=s, where=where)})"
-            " SELECT NULL AS id, NULL::bigint AS rid, sid, NULL::bigint AS position, vec_dim, vec_epoch, vector_count,"
-            f" user_id, agent_id, session_id, {_NO_MSG_BODY} FROM sess UNION ALL SELECT m.id, m.rid, m.sid, m.position,"
-            f" NULL, NULL, NULL, NULL, NULL, NULL, {_MSG_BODY} FROM {s}.messages m"
-            " WHERE m.rid = ANY(%s) AND m.sid IN (SELECT sid FROM sess)",
-            [*params, [int(h.key) for h in hits if h.key is not None]],
-        ).fetchall()
-        sessions = [r for r in rows if r["id"] is None]
-        if _versions(sessions) != kept.versions:
-            grown = self._grown(conn, scope, kept, sessions)
-            if grown is None:
-                return None
-            return self._carrying(conn, grown.block.search(query, k, filters))
-        return _carried(hits, rows)
+        return self._carrying(conn, kept.block.search(query, k, filters))
 
     def _carrying(self, conn: Conn, hits: list[Hit]) -> list[Hit]:
         """``hits`` (found in process) with their messages, read in one round trip, as every search's hits come."""
@@ -1006,7 +1019,7 @@ class PostgresStore(SqlStore):
     def _grown(self, conn: Conn, scope: Scope, kept: SB.ScopeBlock, sessions: list[dict[str, Any]]
                ) -> SB.ScopeBlock | None:
         """``kept`` with the vectors its sessions gained since it was read (``sessions``: their rows now), or None
-        (dropped, and read again by the worker) when they changed otherwise or it is no longer small.
+        when they changed otherwise (or the scope is no longer small).
         """
         assert self._blocks is not None
         versions, dim = _versions(sessions), int(kept.block.matrix.shape[1])
@@ -1018,48 +1031,37 @@ class PostgresStore(SqlStore):
                 grown = SB.ScopeBlock(versions, max(max_rid, kept.max_rid), kept.block.extend(new), owners)
                 self._blocks.put(scope, grown)
                 return grown
-        self._blocks.drop(scope)
-        self._read_block_later(scope)
         return None
 
-    def _read_block_later(self, scope: Scope) -> None:
-        """Have the worker read ``scope``'s vectors into a kept block (once at a time a scope), unless inside a
-        batch or when no block is kept.
-        """
-        if self._blocks is None or self._held.conn is not None:
-            return
-        with self._lock:
-            if scope in self._block_reads or self._closed:
-                return
-            self._block_reads.add(scope)
-            if self._block_reader is None or self._reader_pid != os.getpid():  # a forked child: its own worker
-                self._block_reader = ThreadPoolExecutor(1, thread_name_prefix="fullrecall-pg-blocks")
-                self._reader_pid = os.getpid()
-            reader = self._block_reader
-        reader.submit(self._read_block, scope)
-
-    def _read_block(self, scope: Scope) -> None:
-        """Read a small scope's vectors into a kept block (the worker's job); a scope too large, mixing
-        dimensions, or written to while it was read is left to the next search.
+    def _read_block(self, conn: Conn, scope: Scope) -> SB.ScopeBlock | None:
+        """A small scope's vectors, read whole into a kept block; None (and nothing kept) for a scope without
+        vectors, of several dimensions, or too large: the server searches it (a scope too large is not asked
+        again for ``_STATS_TTL``).
         """
         assert self._blocks is not None
-        try:
-            where, params = self.sql.scope_where(scope)
-            with self._read() as conn:
-                sessions = conn.execute(_BLOCK_SESSIONS.format(s=self.schema, where=where), params).fetchall()
-                versions = _versions(sessions)
-                dims = {r["vec_dim"] for r in sessions}
-                if len(dims) != 1 or not 0 < sum(n for _, n in versions.values()) <= self._exact_limit:
-                    return
-                owners = C.session_owners(sessions)
-                block, max_rid, counts = self._read_vectors(conn, owners, dims.pop(), 0)
+        self._blocks.drop(scope)
+        now = time.monotonic()
+        if now - self._on_server.get(scope, -math.inf) < _STATS_TTL:
+            return None
+        where, params = self.sql.scope_where(scope)
+        for _ in range(3):  # a writer between the two reads: the counts do not add up, read again
+            sessions = conn.execute(_BLOCK_SESSIONS.format(s=self.schema, where=where), params).fetchall()
+            versions = _versions(sessions)
+            dims = {r["vec_dim"] for r in sessions}
+            if sum(n for _, n in versions.values()) > self._exact_limit:
+                if len(self._on_server) >= 4096:
+                    self._on_server.clear()
+                self._on_server[scope] = now
+                return None
+            if len(dims) != 1 or not any(n for _, n in versions.values()):
+                return None
+            owners = C.session_owners(sessions)
+            block, max_rid, counts = self._read_vectors(conn, owners, dims.pop(), 0)
             if all(counts.get(sid, 0) == n for sid, (_, n) in versions.items()):
-                self._blocks.put(scope, SB.ScopeBlock(versions, max_rid, block, owners))
-        except Exception as exc:  # closed meanwhile, or the server went away: the next search asks again
-            log.debug("reading the vectors of %s in process failed: %s", scope, exc)
-        finally:
-            with self._lock:
-                self._block_reads.discard(scope)
+                kept = SB.ScopeBlock(versions, max_rid, block, owners)
+                self._blocks.put(scope, kept)
+                return kept
+        return None
 
     def _read_vectors(self, conn: Conn, owners: dict[int, tuple[str, str, str]], dim: int, after: int
                       ) -> tuple[Vec.VectorBlock, int, Counter[int]]:
