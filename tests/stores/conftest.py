@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -22,3 +23,19 @@ def scope() -> Scope:
     return Scope(
         user_id="alice", agent_id="helper", session_id=f"s-{uuid.uuid4().hex[:8]}"
     )
+
+
+@pytest.fixture
+def pg_statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The text of each statement a psycopg connection executes from now on (clear it to count afresh)."""
+    import psycopg
+
+    statements: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        statements.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", counted)
+    return statements

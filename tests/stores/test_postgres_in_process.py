@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import psycopg
 import pytest
 
 from fullrecall.stores import Filters, Scope, StoredMessage, open_store
@@ -116,7 +115,7 @@ def test_kept_blocks_and_indexes_answer_as_the_server_and_a_fresh_build(
 
 
 def test_a_later_search_of_a_kept_scope_is_one_round_trip_and_no_server_scan(
-    service_urls: dict[str, Callable[[], str]], monkeypatch: pytest.MonkeyPatch
+    service_urls: dict[str, Callable[[], str]], pg_statements: list[str]
 ) -> None:
     """The first search of a small scope reads its vectors (its sessions, the vectors, the hits' messages); a later
     one scans them in process, and its one statement reads only the sessions' counters and the hits' messages:
@@ -128,14 +127,8 @@ def test_a_later_search_of_a_kept_scope_is_one_round_trip_and_no_server_scan(
     store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"text {i}", data={}) for i in range(40)])
     store.set_vectors(scope, [f"m{i}" for i in range(40)], rng.standard_normal((40, DIM)).astype(np.float32), "m")
     query = rng.standard_normal(DIM).astype(np.float32)
-    statements: list[str] = []
-    execute = psycopg.Connection.execute
-
-    def counted(self: Any, sql: Any, *args: Any, **kwargs: Any) -> Any:
-        statements.append(str(sql))
-        return execute(self, sql, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Connection, "execute", counted)
+    statements = pg_statements
+    statements.clear()
     try:
         first = store.search_vectors(Scope(user_id="u"), query, 7)
         assert len(statements) == 3 and not any("<=>" in s for s in statements)

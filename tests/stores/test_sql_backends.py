@@ -401,7 +401,7 @@ def test_postgres_a_batch_is_one_transaction(service_urls: dict[str, Callable[[]
 
 
 def test_postgres_a_small_scope_vector_search_is_one_round_trip(
-    service_urls: dict[str, Callable[[], str]], monkeypatch: pytest.MonkeyPatch,
+    service_urls: dict[str, Callable[[], str]], pg_statements: list[str],
 ) -> None:
     """The scope's conversations and its exact best ``k`` come in one statement, the same hits as a scan in
     process; a scope of another dimension than the query's is still refused, naming both.
@@ -423,16 +423,9 @@ def test_postgres_a_small_scope_vector_search_is_one_round_trip(
     query = rng.standard_normal(8).astype(np.float32)
     cosine = {key: float(v @ query / np.linalg.norm(v) / np.linalg.norm(query)) for key, v in vectors.items()}
     best = sorted(cosine, key=lambda key: -cosine[key])[:7]
-    statements: list[str] = []
-    execute = psycopg.Connection.execute
-
-    def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        statements.append(str(query))
-        return execute(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Connection, "execute", counted)
+    pg_statements.clear()
     hits = store.search_vectors(Scope(user_id="u"), query, 7)
-    assert len(statements) == 1
+    assert len(pg_statements) == 1
     assert [f"{h.owner[2] if h.owner else ''}/{h.id}" for h in hits] == [key.split("/", 1)[1] for key in best]
     assert [round(h.score, 5) for h in hits] == [round(cosine[key], 5) for key in best]
     with pytest.raises(ValueError, match="16"):
