@@ -139,3 +139,24 @@ def test_a_later_search_of_a_kept_scope_is_one_round_trip_and_no_server_scan(
         _check_carried(store, scope, later)
     finally:
         store.close()
+
+
+def test_forget_leaves_nothing_of_the_scope_in_process(service_urls: dict[str, Callable[[], str]]) -> None:
+    """What searches kept of a user (their vectors' block, their sessions' word indexes) goes with ``forget``."""
+    store = open_store(_url(service_urls))
+    rng = np.random.default_rng(7)
+    try:
+        for user in ("u", "v"):
+            scope = Scope(user_id=user, session_id="a")
+            store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"heron {i}", data={}) for i in range(5)])
+            store.set_vectors(scope, [f"m{i}" for i in range(5)], rng.standard_normal((5, DIM)).astype(np.float32), "m")
+            assert store.search_vectors(Scope(user_id=user), rng.standard_normal(DIM).astype(np.float32), 3)
+            assert store.search_text(Scope(user_id=user), ["heron"], 3)
+        held = dict(store._lexicons._held)
+        assert len(held) == 2 and store._blocks.get(Scope(user_id="u")) is not None
+        store.forget(Scope(user_id="u"))
+        assert store._blocks.get(Scope(user_id="u")) is None and store._blocks.get(Scope(user_id="v")) is not None
+        assert len(store._lexicons._held) == 1
+        assert store.search_text(Scope(user_id="u"), ["heron"], 3) == []
+    finally:
+        store.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ._vectors import Owner, VectorBlock
@@ -70,6 +70,13 @@ class ScopeBlocks:
             old = self._held.pop(scope, None)
             if old is not None:
                 self._bytes -= old.block.nbytes
+
+    def drop_sessions(self, sids: Iterable[int]) -> None:
+        """Drop every block holding vectors of one of the sessions ``sids`` (forgotten: nothing of them is kept)."""
+        gone = set(sids)
+        with self._lock:
+            for scope in [scope for scope, kept in self._held.items() if gone.intersection(kept.versions)]:
+                self._bytes -= self._held.pop(scope).block.nbytes
 
     def clear(self) -> None:
         with self._lock:

@@ -509,8 +509,14 @@ class PostgresStore(SqlStore):
         return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
     def close(self) -> None:
-        """Close the pool; a background index build still running is cancelled (the next one redoes it)."""
+        """Close the pool and drop what searches kept in process; a background index build still running is
+        cancelled (the next one redoes it).
+        """
         with self._lock:
+            if self._blocks is not None:
+                self._blocks.clear()
+            if self._lexicons is not None:
+                self._lexicons.clear()
             for conn in list(self._build_conns):
                 with contextlib.suppress(psycopg.Error):
                     conn.cancel()
@@ -1179,7 +1185,7 @@ class PostgresStore(SqlStore):
 
     def _search_in_process(self, conn: Conn, sessions: Sequence[dict[str, Any]], phrases: Sequence[Sequence[str]],
                            k: int, filters: Filters | None) -> list[Hit]:
-        """BM25 over the scope's own messages, with the scope's own statistics, as SQLite's store and Redis's search
+        """BM25 over the scope's own messages, with the scope's own statistics, as the SQLite and Redis stores search
         a small scope (see :mod:`._bm25`): each session's index is kept, and extended by the rows appended since.
         Rows are read up to the position the session's row gave, so that an index never holds more than its
         counters say (a row appended meanwhile is read by the next search).
@@ -1269,6 +1275,10 @@ class PostgresStore(SqlStore):
             "sessions": sessions,
         }
         self._shares = None  # word statistics of the forgotten rows: read them again
+        if self._lexicons is not None:  # nothing of the forgotten rows kept in this process either
+            self._lexicons.drop(sids)
+        if self._blocks is not None:
+            self._blocks.drop_sessions(sids)
         tables = [f"{s}.{t}" for t in ("messages", "sessions", "state", "records")]
         vector_tables = [f"{s}.vectors_{d}" for d in dims]
         return F.result(counts, self._scrub(tables, vector_tables, xid) if any(counts.values()) else [],
