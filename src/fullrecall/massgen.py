@@ -26,7 +26,7 @@ from typing import Any, Self
 
 from .memory.conversation import ConversationMemory
 from .memory.persistent import PersistentMemory
-from .stores._validate import check_owner_id, check_session_id
+from .stores._validate import check_owner, check_session_id
 from .stores.base import Store
 
 __all__ = ["ConversationMemory", "Memories", "PersistentMemory", "memories"]
@@ -85,8 +85,7 @@ def memories(
     manager) to close a store opened here from a URL.
     """
     check_session_id(session_id, "memories: 'session_id'")  # refused before the store is opened
-    check_owner_id(user_id, "'user_id'")
-    check_owner_id(agent_id, "'agent_id'")
+    check_owner(user_id, agent_id)
     owned: Store | None = None
     if isinstance(store, str):
         from .stores import open_store

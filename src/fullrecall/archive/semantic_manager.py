@@ -52,8 +52,7 @@ class SemanticSummarizingConversationManager(SummarizingConversationManager):
         **summarizing_options: Any,
     ) -> None:
         V.check_session_id(session_id, "SemanticSummarizingConversationManager: 'session_id'")  # before a store opens
-        V.check_owner_id(user_id, "'user_id'")
-        V.check_owner_id(agent_id, "'agent_id'")
+        V.check_owner(user_id, agent_id)
         if message_context_radius < 0:
             raise ValueError(f"message_context_radius must be >= 0, got {message_context_radius}")
         if semantic_search_top_k < 1:

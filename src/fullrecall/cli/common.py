@@ -115,7 +115,7 @@ def scope(args: argparse.Namespace, session: str | None = None) -> Any:
     empty variable must not turn ``forget --session "$S"`` into forgetting them all.
     """
     from ..errors import InvalidInput
-    from ..stores._validate import check_owner_id
+    from ..stores._validate import check_owner
     from ..stores.base import Scope
 
     if getattr(args, "session", None) == "":
@@ -123,8 +123,7 @@ def scope(args: argparse.Namespace, session: str | None = None) -> Any:
     if getattr(args, "everyone", False) and (args.user is not None or args.agent is not None):
         raise InvalidInput("--everyone takes every user and agent of the tenant: leave --user and --agent out "
                            "(or leave --everyone out, for one owner)")
-    check_owner_id(args.user, "'user_id'")  # --user and --agent, in the words of every entry point
-    check_owner_id(args.agent, "'agent_id'")
+    check_owner(args.user, args.agent)  # --user and --agent, in the words of every entry point
     return Scope(tenant=args.tenant, user_id=args.user, agent_id=args.agent,
                  session_id=session or getattr(args, "session", None))
 

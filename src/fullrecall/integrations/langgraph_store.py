@@ -69,7 +69,7 @@ from .._json import check_json_value
 from ..embeddings import Embedder, l2_normalize, load_embedder
 from ..errors import EmbeddingError, FullRecallError, InvalidInput
 from ..stores import open_store
-from ..stores._validate import MAX_ID_BYTES, check_owner_id, check_text
+from ..stores._validate import MAX_ID_BYTES, check_owner, check_text
 from ..stores.base import DEFAULT_TENANT, Record, Scope, Store
 
 if TYPE_CHECKING:
@@ -311,8 +311,7 @@ class FullrecallStore(BaseStore):
         agent_id: str = "",
         clock: Callable[[], float] = time.time,
     ) -> None:
-        check_owner_id(user_id, "'user_id'")  # one that shows nothing, refused before the store is opened
-        check_owner_id(agent_id, "'agent_id'")
+        check_owner(user_id, agent_id)  # one that shows nothing, refused before the store is opened
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self._owns_store = isinstance(store, str)
         self.scope = Scope(tenant=tenant, user_id=user_id, agent_id=agent_id, session_id=STORE_SESSION)

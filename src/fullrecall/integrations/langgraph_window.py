@@ -47,7 +47,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from ..errors import InvalidInput
 from ..memory.conversation import SyncConversationMemory
 from ..stores import open_store
-from ..stores._validate import check_id, check_owner_id, check_session_id
+from ..stores._validate import check_id, check_owner, check_owner_id, check_session_id
 from ..stores.base import Scope, Store
 from ._langgraph_threads import Thread, Threads
 
@@ -90,8 +90,7 @@ class FullrecallWindow:
             raise InvalidInput("FullrecallWindow: background_indexing is not supported (the window builds each "
                                "thread's manager afresh at every model call, so each would start an indexing "
                                "thread that nothing stops); archived messages are embedded in the call")
-        check_owner_id(user_id, "'user_id'")  # one that shows nothing, refused before the store is opened
-        check_owner_id(agent_id, "'agent_id'")
+        check_owner(user_id, agent_id)  # one that shows nothing, refused before the store is opened
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self.recall = recall
         self.trim_state = trim_state

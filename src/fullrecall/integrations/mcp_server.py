@@ -143,15 +143,14 @@ def create_server(
     from ..memory.tools import _SPECS as MEMORY_TOOL_SPECS
     from ..service.mcp_endpoint import check_arguments
     from ..stores import open_store
-    from ..stores._validate import check_owner_id, check_session_id
+    from ..stores._validate import check_owner, check_session_id
 
     def _describe(tool: str, arg: str) -> Any:
         """The argument as the memory tools' own schema has it (strict: no true or "2" for an integer)."""
         spec = MEMORY_TOOL_SPECS[tool][1][arg]
         return Field(description=spec["description"], ge=spec.get("minimum"), strict=True)
 
-    check_owner_id(user_id, "'user_id'")  # an owner nobody can see or type, refused before a store is opened
-    check_owner_id(agent_id, "'agent_id'")
+    check_owner(user_id, agent_id)  # an owner nobody can see or type, refused before a store is opened
     store = open_store(store) if isinstance(store, str) else store
     check = check or check_arguments
     embedder = load_embedder(embedder)
@@ -182,8 +181,7 @@ def create_server(
         if not isinstance(user, str) or not isinstance(agent, str):
             raise ToolError("a call acts for one user and one agent, not for any")
         try:  # the library's rule and words: a user or agent shows something
-            check_owner_id(user, "'user_id'")
-            check_owner_id(agent, "'agent_id'")
+            check_owner(user, agent)
         except ValueError as exc:
             raise ToolError(str(exc)) from exc
         try:
@@ -354,11 +352,10 @@ def _port(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     """Serve until stopped (stdin closes, or Ctrl-C); the store is closed then."""
     from ..cli.common import opened_store
-    from ..stores._validate import check_owner_id
+    from ..stores._validate import check_owner
 
     Scope(user_id=args.user, agent_id=args.agent)  # an owner no store keeps is refused before anything is served
-    check_owner_id(args.user, "'user_id'")  # and one nobody can see or type, in the words of every entry point
-    check_owner_id(args.agent, "'agent_id'")
+    check_owner(args.user, args.agent)  # and one nobody can see or type, in the words of every entry point
     with opened_store(args) as store:
         server = create_server(store, user_id=args.user, agent_id=args.agent, embedder=args.embedder)
         if args.transport == "stdio":

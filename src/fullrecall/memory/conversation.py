@@ -79,8 +79,7 @@ class SyncConversationMemory:
         from ..stores import open_store
 
         V.check_session_id(session_id, "ConversationMemory: 'session_id'")  # refused before a store is opened
-        V.check_owner_id(user_id, "'user_id'")
-        V.check_owner_id(agent_id, "'agent_id'")
+        V.check_owner(user_id, agent_id)
         self.store: Store = open_store(store) if isinstance(store, str) else store
         self._owns_store = isinstance(store, str)  # opened here from a URL: closed by close()
         self._owns_manager = manager is None

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
-from ._vectors import Owner, VectorBlock
+from ._vectors import VectorBlock
 
 Versions = Mapping[int, tuple[int, int]]
 """sid -> (vector epoch, vectors held) of each session of a scope."""
@@ -24,14 +24,13 @@ Versions = Mapping[int, tuple[int, int]]
 
 @dataclass(frozen=True)
 class ScopeBlock:
-    """One scope's vectors: what each session held when they were read, the highest row id among them, and
-    each session's owner.
+    """One scope's vectors (each row with its owner and place), what each session held when they were read, and
+    the highest row id among them.
     """
 
     versions: Versions
     max_rid: int
     block: VectorBlock
-    owners: Mapping[int, Owner]
 
     def grown_by(self, versions: Versions) -> bool:
         """Whether ``versions`` (read later) can only have added vectors: the same sessions or more, and each

@@ -139,6 +139,12 @@ def check_owner_id(value: Any, where: str) -> str | None:
     return value
 
 
+def check_owner(user_id: Any, agent_id: Any) -> None:
+    """:func:`check_owner_id` of a user and an agent, each named by its field (``'user_id'``, ``'agent_id'``)."""
+    check_owner_id(user_id, "'user_id'")
+    check_owner_id(agent_id, "'agent_id'")
+
+
 def check_query(where: str, query: Any, limit_name: str, limit: Any) -> str:
     """A search's ``query`` (a str of valid Unicode) and its result count ``limit`` (an int, or None)."""
     if not isinstance(query, str):

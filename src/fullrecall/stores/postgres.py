@@ -1002,7 +1002,7 @@ class PostgresStore(SqlStore):
                 f" user_id, agent_id, session_id, {_NO_MSG_BODY} FROM sess UNION ALL SELECT m.id, m.rid, m.sid,"
                 f" m.position, NULL, NULL, NULL, NULL, NULL, NULL, {_MSG_BODY} FROM {s}.messages m"
                 " WHERE m.rid = ANY(%s) AND m.sid IN (SELECT sid FROM sess)",
-                [*params, [int(h.key) for h in hits if h.key is not None]],
+                [*params, C.int_keys([h.key for h in hits if h.key is not None])],
             ).fetchall()
             sessions = [r for r in rows if r["id"] is None]
             if _versions(sessions) == kept.versions:
@@ -1018,7 +1018,7 @@ class PostgresStore(SqlStore):
             return hits
         rows = conn.execute(
             f"SELECT m.id, m.rid, m.sid, m.position, {_MSG_BODY} FROM {self.schema}.messages m WHERE m.rid = ANY(%s)",
-            [[int(h.key) for h in hits if h.key is not None]],
+            [C.int_keys([h.key for h in hits if h.key is not None])],
         ).fetchall()
         return _carried(hits, rows)
 
@@ -1034,7 +1034,7 @@ class PostgresStore(SqlStore):
             owners = C.session_owners(sessions)
             new, max_rid, counts = self._read_vectors(conn, owners, dim, kept.max_rid)
             if all(kept.versions.get(sid, (0, 0))[1] + counts.get(sid, 0) == n for sid, (_, n) in versions.items()):
-                grown = SB.ScopeBlock(versions, max(max_rid, kept.max_rid), kept.block.extend(new), owners)
+                grown = SB.ScopeBlock(versions, max(max_rid, kept.max_rid), kept.block.extend(new))
                 self._blocks.put(scope, grown)
                 return grown
         return None
@@ -1064,7 +1064,7 @@ class PostgresStore(SqlStore):
             owners = C.session_owners(sessions)
             block, max_rid, counts = self._read_vectors(conn, owners, dims.pop(), 0)
             if all(counts.get(sid, 0) == n for sid, (_, n) in versions.items()):
-                kept = SB.ScopeBlock(versions, max_rid, block, owners)
+                kept = SB.ScopeBlock(versions, max_rid, block)
                 self._blocks.put(scope, kept)
                 return kept
         return None
