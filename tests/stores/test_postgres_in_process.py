@@ -121,9 +121,10 @@ def test_kept_blocks_and_indexes_answer_as_the_server_and_a_fresh_build(
 def test_a_later_search_of_a_kept_scope_is_one_round_trip_and_no_server_scan(
     service_urls: dict[str, Callable[[], str]], pg_statements: list[str]
 ) -> None:
-    """The first search of a small scope reads its vectors (its sessions, the vectors, the hits' messages); a later
-    one scans them in process, and its one statement reads only the sessions' counters and the hits' messages:
-    the same hits, the same scores, computed by no server.
+    """The first search of a small scope reads its vectors, with their messages (two statements: its sessions, the
+    vectors); a later one scans them in process, and its one statement reads only the sessions' counters: the
+    same hits, the same scores, computed by no server, carrying the messages kept. A keyword search of the same
+    scope takes its hits' messages from there too: once its index is built, it reads the sessions' rows only.
     """
     store = open_store(_url(service_urls))
     rng = np.random.default_rng(5)
@@ -135,12 +136,18 @@ def test_a_later_search_of_a_kept_scope_is_one_round_trip_and_no_server_scan(
     statements.clear()
     try:
         first = store.search_vectors(Scope(user_id="u"), query, 7)
-        assert len(statements) == 3 and not any("<=>" in s for s in statements)
+        assert len(statements) == 2 and not any("<=>" in s for s in statements)
         statements.clear()
         later = store.search_vectors(Scope(user_id="u"), query, 7)
-        assert len(statements) == 1 and "<=>" not in statements[0]
+        assert len(statements) == 1 and "<=>" not in statements[0] and "messages" not in statements[0]
         assert [(h.id, h.score) for h in later] == [(h.id, h.score) for h in first]
         _check_carried(store, scope, later)
+        assert store.search_text(Scope(user_id="u"), ["text"], 5)  # builds the session's index
+        statements.clear()
+        words = store.search_text(Scope(user_id="u"), ["text"], 5)
+        assert len(statements) == 1 and "messages" not in statements[0]
+        assert len(words) == 5
+        _check_carried(store, scope, words)
     finally:
         store.close()
 

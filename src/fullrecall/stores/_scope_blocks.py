@@ -1,12 +1,17 @@
 """Small scopes' vectors kept in process by a server store (PostgreSQL), so that a search of one user's or one
 conversation's few thousand vectors is a numpy scan instead of the server's, checked against the server's
-own counters in the round trip that reads the hits' messages.
+own counters in one round trip.
 
 A scope's block is described by its sessions' ``(vector epoch, vectors held)``: the epoch moves when a vector
 is overwritten or a message deleted, so while every epoch stands, a session has only gained vectors, and
 those past the block's highest row id are what it gained, unless a vector came late for an older message
 (then the counts do not add up and the block is read again). Blocks are kept least recently used first out,
 within a byte budget.
+
+A block keeps its rows' messages too (as the server's rows, decoded when a caller asks), so that neither its
+search nor a keyword search of the same scope reads its hits' messages again. A stored message never changes
+under its row id (a replacement is a new row), and a search's hits are rows that exist when it is checked, so a
+kept message is the stored one for as long as its row is a hit; forgetting a session drops every block of it.
 """
 
 from __future__ import annotations
@@ -14,23 +19,35 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from ._vectors import VectorBlock
 
 Versions = Mapping[int, tuple[int, int]]
 """sid -> (vector epoch, vectors held) of each session of a scope."""
 
+Rows = Mapping[str, Mapping[str, Any]]
+"""row id (as text) -> the server's row of that message (its columns by name)."""
+
+_ROW_OVERHEAD = 600  # bytes a kept row costs beyond its strings (the dict and its values)
+
 
 @dataclass(frozen=True)
 class ScopeBlock:
-    """One scope's vectors (each row with its owner and place), what each session held when they were read, and
-    the highest row id among them.
+    """One scope's vectors (each row with its owner and place), what each session held when they were read, the
+    highest row id among them, and the rows' messages (``rows``: a message too large to carry is not there).
     """
 
     versions: Versions
     max_rid: int
     block: VectorBlock
+    rows: Rows = field(default_factory=dict)
+    nbytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        held = sum(len(v) for row in self.rows.values() for v in row.values() if isinstance(v, str))
+        object.__setattr__(self, "nbytes", self.block.nbytes + held + _ROW_OVERHEAD * len(self.rows))
 
     def grown_by(self, versions: Versions) -> bool:
         """Whether ``versions`` (read later) can only have added vectors: the same sessions or more, and each
@@ -58,24 +75,24 @@ class ScopeBlocks:
     def put(self, scope: Hashable, block: ScopeBlock) -> None:
         with self._lock:
             old = self._held.pop(scope, None)
-            self._bytes += block.block.nbytes - (old.block.nbytes if old is not None else 0)
+            self._bytes += block.nbytes - (old.nbytes if old is not None else 0)
             self._held[scope] = block
             while self._bytes > self._budget and self._held:
                 _, dropped = self._held.popitem(last=False)
-                self._bytes -= dropped.block.nbytes
+                self._bytes -= dropped.nbytes
 
     def drop(self, scope: Hashable) -> None:
         with self._lock:
             old = self._held.pop(scope, None)
             if old is not None:
-                self._bytes -= old.block.nbytes
+                self._bytes -= old.nbytes
 
     def drop_sessions(self, sids: Iterable[int]) -> None:
         """Drop every block holding vectors of one of the sessions ``sids`` (forgotten: nothing of them is kept)."""
         gone = set(sids)
         with self._lock:
             for scope in [scope for scope, kept in self._held.items() if gone.intersection(kept.versions)]:
-                self._bytes -= self._held.pop(scope).block.nbytes
+                self._bytes -= self._held.pop(scope).nbytes
 
     def clear(self) -> None:
         with self._lock:

@@ -72,7 +72,7 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -132,6 +132,12 @@ _CARRY_BYTES = 64 * 1024
 _MSG_BODY = ", ".join(f"CASE WHEN m.nbytes <= {_CARRY_BYTES} THEN m.{c} END AS {c}" for c in (
     "role", "text", "data", "kind", "created_at", "archived_at", "summary_id", "metadata"))
 # The same as NULLs, for a row of a UNION that is no message
+# A kept block's rows (see _scope_blocks): the columns it needs of every row, and a message's others (as _MSG_BODY)
+_BLOCK_ROW = ("m.id, v.rid, v.embedding, v.sid, m.position, m.role, m.kind, m.created_at, "
+              + ", ".join(f"CASE WHEN m.nbytes <= {_CARRY_BYTES} THEN m.{c} END AS {c}"
+                          for c in ("text", "data", "archived_at", "summary_id", "metadata")))
+_KEPT_COLS = ("id", "rid", "position", "role", "text", "data", "kind", "created_at", "archived_at", "summary_id",
+              "metadata")
 _NO_MSG_BODY = ("NULL::text AS role, NULL::text AS text, NULL::text AS data, NULL::text AS kind, NULL::float8 AS created_at,"
                 " NULL::float8 AS archived_at, NULL::text AS summary_id, NULL::text AS metadata")
 # The text PostgreSQL's parser tokenised for the generated ``tsv`` of schema versions 1 to 5 (migrations 1 and 4):
@@ -984,43 +990,35 @@ class PostgresStore(SqlStore):
         """The best ``k`` of a small scope's vectors, searched in process (see :mod:`._scope_blocks`); None for a
         scope searched on the server (too large, of several dimensions, of another dimension than the query).
 
-        A kept block is checked against the sessions' counters in the round trip that reads its hits' messages;
-        the first search of a scope, or one that finds its block outgrown in other ways than by added vectors,
-        reads the block (whole) before searching it.
+        A kept block is checked against the sessions' counters (one round trip) and its hits carry the messages
+        it keeps; the first search of a scope, or one that finds its block outgrown in other ways than by added
+        vectors, reads the block (whole) before searching it.
         """
         assert self._blocks is not None
         kept = self._blocks.get(scope)
         if kept is None:
             kept = self._read_block(conn, scope)
-        elif kept.block.matrix.shape[1] == query.shape[0]:
-            hits = kept.block.search(query, k, filters)
+        else:
             where, params = self.sql.scope_where(scope)
-            s = self.schema
-            rows = conn.execute(
-                f"WITH sess AS ({_BLOCK_SESSIONS.format(s=s, where=where)})"
-                " SELECT NULL AS id, NULL::bigint AS rid, sid, NULL::bigint AS position, vec_dim, vec_epoch, vector_count,"
-                f" user_id, agent_id, session_id, {_NO_MSG_BODY} FROM sess UNION ALL SELECT m.id, m.rid, m.sid,"
-                f" m.position, NULL, NULL, NULL, NULL, NULL, NULL, {_MSG_BODY} FROM {s}.messages m"
-                " WHERE m.rid = ANY(%s) AND m.sid IN (SELECT sid FROM sess)",
-                [*params, C.int_keys([h.key for h in hits if h.key is not None])],
-            ).fetchall()
-            sessions = [r for r in rows if r["id"] is None]
-            if _versions(sessions) == kept.versions:
-                return _carried(hits, rows)
-            kept = self._grown(conn, scope, kept, sessions) or self._read_block(conn, scope)
+            sessions = conn.execute(_BLOCK_SESSIONS.format(s=self.schema, where=where), params).fetchall()
+            if _versions(sessions) != kept.versions:
+                kept = self._grown(conn, scope, kept, sessions) or self._read_block(conn, scope)
         if kept is None or kept.block.matrix.shape[1] != query.shape[0]:
             return None
-        return self._carrying(conn, kept.block.search(query, k, filters))
+        return _carried(kept.block.search(query, k, filters), kept.rows)
 
-    def _carrying(self, conn: Conn, hits: list[Hit]) -> list[Hit]:
-        """``hits`` (found in process) with their messages, read in one round trip, as every search's hits come."""
-        if not hits:
-            return hits
+    def _carrying(self, conn: Conn, hits: list[Hit], kept: SB.Rows) -> list[Hit]:
+        """``hits`` (found in process) with their messages, as every search's hits come: those ``kept`` holds,
+        the others read in one round trip.
+        """
+        keys = [h.key for h in hits if h.key is not None and h.key not in kept]
+        if not keys:
+            return _carried(hits, kept)
         rows = conn.execute(
             f"SELECT m.id, m.rid, m.sid, m.position, {_MSG_BODY} FROM {self.schema}.messages m WHERE m.rid = ANY(%s)",
-            [C.int_keys([h.key for h in hits if h.key is not None])],
+            [C.int_keys(keys)],
         ).fetchall()
-        return _carried(hits, rows)
+        return _carried(_carried(hits, kept), {str(r["rid"]): r for r in rows})
 
     def _grown(self, conn: Conn, scope: Scope, kept: SB.ScopeBlock, sessions: list[dict[str, Any]]
                ) -> SB.ScopeBlock | None:
@@ -1032,9 +1030,10 @@ class PostgresStore(SqlStore):
         if ({r["vec_dim"] for r in sessions} == {dim} and kept.grown_by(versions)
                 and sum(n for _, n in versions.values()) <= self._exact_limit):
             owners = C.session_owners(sessions)
-            new, max_rid, counts = self._read_vectors(conn, owners, dim, kept.max_rid)
+            new, max_rid, counts, rows = self._read_vectors(conn, owners, dim, kept.max_rid)
             if all(kept.versions.get(sid, (0, 0))[1] + counts.get(sid, 0) == n for sid, (_, n) in versions.items()):
-                grown = SB.ScopeBlock(versions, max(max_rid, kept.max_rid), kept.block.extend(new))
+                grown = SB.ScopeBlock(versions, max(max_rid, kept.max_rid), kept.block.extend(new),
+                                      {**kept.rows, **rows} if rows else kept.rows)
                 self._blocks.put(scope, grown)
                 return grown
         return None
@@ -1062,21 +1061,20 @@ class PostgresStore(SqlStore):
             if len(dims) != 1 or not any(n for _, n in versions.values()):
                 return None
             owners = C.session_owners(sessions)
-            block, max_rid, counts = self._read_vectors(conn, owners, dims.pop(), 0)
+            block, max_rid, counts, rows = self._read_vectors(conn, owners, dims.pop(), 0)
             if all(counts.get(sid, 0) == n for sid, (_, n) in versions.items()):
-                kept = SB.ScopeBlock(versions, max_rid, block)
+                kept = SB.ScopeBlock(versions, max_rid, block, rows)
                 self._blocks.put(scope, kept)
                 return kept
         return None
 
     def _read_vectors(self, conn: Conn, owners: dict[int, tuple[str, str, str]], dim: int, after: int
-                      ) -> tuple[Vec.VectorBlock, int, Counter[int]]:
+                      ) -> tuple[Vec.VectorBlock, int, Counter[int], dict[str, dict[str, Any]]]:
         """The vectors of the sessions ``owners`` names past row id ``after``, in row id order: as a block, with the
-        highest row id among them and how many each session has.
+        highest row id among them, how many each session has, and their messages (those not too large to carry).
         """
         rows = conn.execute(
-            f"SELECT v.rid, m.id, v.embedding, m.role, m.kind, m.created_at, v.sid, m.position"
-            f" FROM {self.schema}.vectors_{dim} v JOIN {self.schema}.messages m ON m.rid = v.rid"
+            f"SELECT {_BLOCK_ROW} FROM {self.schema}.vectors_{dim} v JOIN {self.schema}.messages m ON m.rid = v.rid"
             " WHERE v.sid = ANY(%s) AND v.rid > %s ORDER BY v.rid",
             [list(owners), after], binary=True,  # vectors as floats, not text to parse
         ).fetchall()
@@ -1085,7 +1083,8 @@ class PostgresStore(SqlStore):
             [r["role"] for r in rows], [r["kind"] for r in rows], [r["created_at"] for r in rows],
             [owners[r["sid"]] for r in rows], [r["position"] for r in rows], dim,
         ) if rows else Vec.VectorBlock.build([], dim)
-        return block, (rows[-1]["rid"] if rows else after), Counter(r["sid"] for r in rows)
+        kept = {str(r["rid"]): {c: r[c] for c in _KEPT_COLS} for r in rows if r["text"] is not None}
+        return block, (rows[-1]["rid"] if rows else after), Counter(r["sid"] for r in rows), kept
 
     def _sessions_and_best(
         self, conn: Conn, scope: Scope, query: np.ndarray, k: int
@@ -1175,7 +1174,9 @@ class PostgresStore(SqlStore):
                 return []
             if (self._lexicons is not None and self._held.conn is None  # not inside a batch: it may be rolled back
                     and sum(r["message_count"] for r in sessions) <= self._in_process_rows):
-                return self._search_in_process(conn, sessions, phrases, k, filters)
+                kept = self._blocks.get(scope) if self._blocks is not None else None
+                return self._carrying(conn, self._search_in_process(conn, sessions, phrases, k, filters),
+                                      kept.rows if kept is not None else {})
             shares, table_rows = self._lexeme_stats(conn)
             queries = _word_queries(shares, phrases)
             n = max(1, sum(r["message_count"] for r in sessions))
@@ -1208,7 +1209,7 @@ class PostgresStore(SqlStore):
                                  (r["user_id"], r["agent_id"], r["session_id"]), reader(r["sid"], r["next_position"]))
             for r in sessions
         ]
-        return self._carrying(conn, B.bm25_search(indexes, phrases, k, filters))
+        return B.bm25_search(indexes, phrases, k, filters)
 
     def _lexeme_stats(self, conn: Conn) -> tuple[dict[str, float], int]:
         """The frequent words of the ``tsv`` column and the share of rows holding each, from
@@ -1405,12 +1406,17 @@ def _versions(sessions: Iterable[dict[str, Any]]) -> SB.Versions:
     return {r["sid"]: (int(r["vec_epoch"]), int(r["vector_count"])) for r in sessions}
 
 
-def _carried(hits: list[Hit], rows: Iterable[dict[str, Any]]) -> list[Hit]:
-    """``hits`` with the messages among ``rows`` (each holding ``id``, ``rid``, ``position`` and ``_MSG_BODY``),
-    those of hits whose message is gone or too large left as they are.
+def _carried(hits: list[Hit], rows: SB.Rows) -> list[Hit]:
+    """``hits`` with their messages among ``rows`` (by row id, each holding ``id``, ``rid``, ``position`` and
+    ``_MSG_BODY``), those of hits whose message is gone or too large left as they are.
     """
-    read = {str(r["rid"]): r for r in rows if r["id"] is not None}
-    return [_hit(read[h.key], h.id, h.score, h.owner) if h.key in read and h.owner else h for h in hits]
+    out: list[Hit] = []
+    for h in hits:
+        row = rows.get(h.key) if h.key is not None else None
+        if row is not None and row["role"] is not None and h.owner is not None:
+            h = ReadHit.carrying(h, partial(_message, row, h.owner))
+        out.append(h)
+    return out
 
 
 def _hits(rows: Iterable[dict[str, Any]], owners: dict[int, tuple[str, str, str]]) -> list[Hit]:
@@ -1420,12 +1426,12 @@ def _hits(rows: Iterable[dict[str, Any]], owners: dict[int, tuple[str, str, str]
     return [_hit(r, r["id"], float(r["score"]), owners[r["sid"]]) for r in rows]
 
 
-def _hit(row: dict[str, Any], id: str, score: float, owner: tuple[str, str, str]) -> Hit:
+def _hit(row: Mapping[str, Any], id: str, score: float, owner: tuple[str, str, str]) -> Hit:
     hit = Hit(id, score, str(row["rid"]), owner, int(row["position"]))
     return hit if row.get("role") is None else ReadHit.carrying(hit, partial(_message, row, owner))
 
 
-def _message(row: dict[str, Any], owner: tuple[str, str, str]) -> StoredMessage:
+def _message(row: Mapping[str, Any], owner: tuple[str, str, str]) -> StoredMessage:
     """The message of a row holding its columns (``_MSG_COLS``, ``rid``, ``position``), owned by ``owner``."""
     return C.message_from_row({**row, "text": _py_text(row["text"])}, row["position"], owner[2], user_id=owner[0],
                               agent_id=owner[1], key=str(row["rid"]))
