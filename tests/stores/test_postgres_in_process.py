@@ -171,3 +171,33 @@ def test_forget_leaves_nothing_of_the_scope_in_process(service_urls: dict[str, C
         assert store.search_text(Scope(user_id="u"), ["heron"], 3) == []
     finally:
         store.close()
+
+
+def test_a_message_too_large_to_carry_is_not_kept_and_is_read_by_key(
+    service_urls: dict[str, Callable[[], str]]
+) -> None:
+    """A message over 64 KB is not kept with its scope's block: its hit comes without it (a plain hit, as a server
+    search gives it), the others with theirs, and reading it by key gives it whole.
+    """
+    store = open_store(_url(service_urls))
+    rng = np.random.default_rng(11)
+    scope = Scope(user_id="u", session_id="a")
+    big = "heron " * 12_000  # 72,000 characters
+    store.append(scope, [StoredMessage(id="big", role="tool", text=big, data={"content": big})]
+                 + [StoredMessage(id=f"m{i}", role="user", text=f"heron {i}", data={}) for i in range(4)])
+    ids = ["big", "m0", "m1", "m2", "m3"]
+    store.set_vectors(scope, ids, rng.standard_normal((5, DIM)).astype(np.float32), "m")
+    query = rng.standard_normal(DIM).astype(np.float32)
+    try:
+        for _ in range(2):  # the first search reads the block, the second scans it
+            hits = store.search_vectors(Scope(user_id="u"), query, 5)
+            words = store.search_text(Scope(user_id="u"), ["heron"], 5)
+            for found in (hits, words):
+                assert sorted(h.id for h in found) == sorted(ids)
+                assert [h.id for h in found if not isinstance(h, ReadHit)] == ["big"]
+                _check_carried(store, scope, [h for h in found if h.id != "big"])
+        [read] = store.get_keys(scope, [h.key for h in hits if h.id == "big"])
+        assert read.text == big and read.data == {"content": big}
+        assert store._blocks.get(Scope(user_id="u")) is not None  # the kept path was taken
+    finally:
+        store.close()

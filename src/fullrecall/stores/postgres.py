@@ -131,13 +131,13 @@ _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, 
 _CARRY_BYTES = 64 * 1024
 _MSG_BODY = ", ".join(f"CASE WHEN m.nbytes <= {_CARRY_BYTES} THEN m.{c} END AS {c}" for c in (
     "role", "text", "data", "kind", "created_at", "archived_at", "summary_id", "metadata"))
-# The same as NULLs, for a row of a UNION that is no message
 # A kept block's rows (see _scope_blocks): the columns it needs of every row, and a message's others (as _MSG_BODY)
 _BLOCK_ROW = ("m.id, v.rid, v.embedding, v.sid, m.position, m.role, m.kind, m.created_at, "
               + ", ".join(f"CASE WHEN m.nbytes <= {_CARRY_BYTES} THEN m.{c} END AS {c}"
                           for c in ("text", "data", "archived_at", "summary_id", "metadata")))
 _KEPT_COLS = ("id", "rid", "position", "role", "text", "data", "kind", "created_at", "archived_at", "summary_id",
               "metadata")
+# The same as NULLs, for a row of a UNION that is no message
 _NO_MSG_BODY = ("NULL::text AS role, NULL::text AS text, NULL::text AS data, NULL::text AS kind, NULL::float8 AS created_at,"
                 " NULL::float8 AS archived_at, NULL::text AS summary_id, NULL::text AS metadata")
 # The text PostgreSQL's parser tokenised for the generated ``tsv`` of schema versions 1 to 5 (migrations 1 and 4):
