@@ -228,7 +228,7 @@ class ReadHit(Hit):
 
     @classmethod
     def carrying(cls, hit: Hit, read: Callable[[], StoredMessage]) -> ReadHit:
-        made = cls(*hit)
+        made = tuple.__new__(cls, hit)  # the hit's fields as they are (a search makes fifty of these)
         made._read = read
         return made
 
