@@ -7,6 +7,7 @@ answers as a handle that searches on the server (vectors) or builds everything a
 from __future__ import annotations
 
 import random
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -199,5 +200,33 @@ def test_a_message_too_large_to_carry_is_not_kept_and_is_read_by_key(
         [read] = store.get_keys(scope, [h.key for h in hits if h.id == "big"])
         assert read.text == big and read.data == {"content": big}
         assert store._blocks.get(Scope(user_id="u")) is not None  # the kept path was taken
+    finally:
+        store.close()
+
+
+def test_a_block_read_while_its_user_is_forgotten_is_not_kept(service_urls: dict[str, Callable[[], str]]) -> None:
+    """A forget that comes while a search reads a scope's block (the read began before it, so the block holds what
+    the forget deletes): the search answers from what it read, and the block is not kept in process.
+    """
+    store = open_store(_url(service_urls))
+    rng = np.random.default_rng(13)
+    scope = Scope(user_id="u", session_id="a")
+    store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"heron {i}", data={}) for i in range(5)])
+    store.set_vectors(scope, [f"m{i}" for i in range(5)], rng.standard_normal((5, DIM)).astype(np.float32), "m")
+    read_vectors = store._read_vectors
+
+    def read_then_forget(*args: Any, **kwargs: Any) -> Any:
+        read = read_vectors(*args, **kwargs)
+        forgetting = threading.Thread(target=store.forget, args=(Scope(user_id="u"),))
+        forgetting.start()
+        forgetting.join()
+        return read
+
+    store._read_vectors = read_then_forget
+    try:
+        assert len(store.search_vectors(Scope(user_id="u"), rng.standard_normal(DIM).astype(np.float32), 3)) == 3
+        assert store._blocks.get(Scope(user_id="u")) is None
+        del store._read_vectors  # the store's own again
+        assert store.search_vectors(Scope(user_id="u"), rng.standard_normal(DIM).astype(np.float32), 3) == []
     finally:
         store.close()

@@ -43,11 +43,21 @@ class ScopeBlock:
     max_rid: int
     block: VectorBlock
     rows: Rows = field(default_factory=dict)
-    nbytes: int = field(init=False)
+    rows_nbytes: int = 0  # about what ``rows`` hold (:func:`rows_nbytes`)
 
-    def __post_init__(self) -> None:
-        held = sum(len(v) for row in self.rows.values() for v in row.values() if isinstance(v, str))
-        object.__setattr__(self, "nbytes", self.block.nbytes + held + _ROW_OVERHEAD * len(self.rows))
+    @classmethod
+    def of(cls, versions: Versions, max_rid: int, block: VectorBlock, rows: Rows) -> ScopeBlock:
+        """A block read whole, with its rows' messages."""
+        return cls(versions, max_rid, block, rows, rows_nbytes(rows))
+
+    def extended(self, versions: Versions, max_rid: int, new: VectorBlock, rows: Rows) -> ScopeBlock:
+        """This block with the vectors (and their rows) added since it was read: only the new rows are measured."""
+        return ScopeBlock(versions, max(max_rid, self.max_rid), self.block.extend(new),
+                          {**self.rows, **rows} if rows else self.rows, self.rows_nbytes + rows_nbytes(rows))
+
+    @property
+    def nbytes(self) -> int:
+        return self.block.nbytes + self.rows_nbytes
 
     def grown_by(self, versions: Versions) -> bool:
         """Whether ``versions`` (read later) can only have added vectors: the same sessions or more, and each
@@ -56,14 +66,24 @@ class ScopeBlock:
         return all(sid in versions and versions[sid][0] == epoch for sid, (epoch, _) in self.versions.items())
 
 
+def rows_nbytes(rows: Rows) -> int:
+    """About the bytes kept rows hold: their strings, and what a row costs beyond them."""
+    return sum(len(v) for row in rows.values() for v in row.values() if isinstance(v, str)) + _ROW_OVERHEAD * len(rows)
+
+
 class ScopeBlocks:
-    """The kept blocks, by scope, within ``budget`` bytes (the least recently used dropped first)."""
+    """The kept blocks, by scope, within ``budget`` bytes (the least recently used dropped first).
+
+    ``forgets`` counts the forgets (and clears) seen: a block read before one of them may hold what it dropped, so
+    :meth:`put` keeps a block only if none came since its read began.
+    """
 
     def __init__(self, budget: int) -> None:
         self._budget = budget
         self._held: OrderedDict[Hashable, ScopeBlock] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        self.forgets = 0
 
     def get(self, scope: Hashable) -> ScopeBlock | None:
         with self._lock:
@@ -72,8 +92,11 @@ class ScopeBlocks:
                 self._held.move_to_end(scope)
             return found
 
-    def put(self, scope: Hashable, block: ScopeBlock) -> None:
+    def put(self, scope: Hashable, block: ScopeBlock, read_after: int) -> None:
+        """Keep ``block``, whose read began when :attr:`forgets` was ``read_after`` (not kept if it moved since)."""
         with self._lock:
+            if read_after != self.forgets:
+                return
             old = self._held.pop(scope, None)
             self._bytes += block.nbytes - (old.nbytes if old is not None else 0)
             self._held[scope] = block
@@ -91,10 +114,12 @@ class ScopeBlocks:
         """Drop every block holding vectors of one of the sessions ``sids`` (forgotten: nothing of them is kept)."""
         gone = set(sids)
         with self._lock:
+            self.forgets += 1
             for scope in [scope for scope, kept in self._held.items() if gone.intersection(kept.versions)]:
                 self._bytes -= self._held.pop(scope).nbytes
 
     def clear(self) -> None:
         with self._lock:
+            self.forgets += 1
             self._held.clear()
             self._bytes = 0

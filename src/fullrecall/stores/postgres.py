@@ -31,10 +31,10 @@ Design, and why:
   build. The graph walk runs alone (``ORDER BY ... LIMIT ef``) and the scope and filters
   apply to its rows, so that the planner never trades it for a sort.
 * **A small scope is searched in process** (:mod:`._scope_blocks`, :mod:`._bm25`), as SQLite searches one: its
-  vectors kept as a block, read by the scope's first search and checked, at each later one,
-  against the sessions' counters (a vector epoch moved by overwrites and deletes, the vectors held) in the
-  statement that reads the hits' messages; its words by BM25 over per-session indexes extended as rows are
-  appended. ``vector_cache_mb=0`` and ``lexical_in_process=0`` keep every search on the server.
+  vectors kept as a block with their messages, read by the scope's first search and checked, at each later
+  one, against the sessions' counters (a vector epoch moved by overwrites and deletes, the vectors held) in one
+  statement; its words by BM25 over per-session indexes extended as rows are appended, their hits carrying the
+  messages the scope's block keeps. ``vector_cache_mb=0`` and ``lexical_in_process=0`` keep every search on the server.
 * **Vector and record writes** are one statement each in autocommit: ``set_vectors`` locks the
   session's row, checks the model and the ids, and writes the vectors and the counters only when the
   checks pass (else nothing is written and the checks say which error to raise); vectors travel in
@@ -129,12 +129,17 @@ _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, 
 # A search's hits carry their messages (ReadHit: no read of them after the search), those of at most this many
 # bytes of text and data: a search of k hits among large tool outputs would otherwise fetch k of them whole
 _CARRY_BYTES = 64 * 1024
-_MSG_BODY = ", ".join(f"CASE WHEN m.nbytes <= {_CARRY_BYTES} THEN m.{c} END AS {c}" for c in (
-    "role", "text", "data", "kind", "created_at", "archived_at", "summary_id", "metadata"))
+
+
+def _carried_cols(*columns: str) -> str:
+    """The message columns given, each NULL for a message over ``_CARRY_BYTES``."""
+    return ", ".join(f"CASE WHEN m.nbytes <= {_CARRY_BYTES} THEN m.{c} END AS {c}" for c in columns)
+
+
+_MSG_BODY = _carried_cols("role", "text", "data", "kind", "created_at", "archived_at", "summary_id", "metadata")
 # A kept block's rows (see _scope_blocks): the columns it needs of every row, and a message's others (as _MSG_BODY)
 _BLOCK_ROW = ("m.id, v.rid, v.embedding, v.sid, m.position, m.role, m.kind, m.created_at, "
-              + ", ".join(f"CASE WHEN m.nbytes <= {_CARRY_BYTES} THEN m.{c} END AS {c}"
-                          for c in ("text", "data", "archived_at", "summary_id", "metadata")))
+              + _carried_cols("text", "data", "archived_at", "summary_id", "metadata"))
 _KEPT_COLS = ("id", "rid", "position", "role", "text", "data", "kind", "created_at", "archived_at", "summary_id",
               "metadata")
 # The same as NULLs, for a row of a UNION that is no message
@@ -995,14 +1000,16 @@ class PostgresStore(SqlStore):
         vectors, reads the block (whole) before searching it.
         """
         assert self._blocks is not None
+        read_after = self._blocks.forgets  # a forget from here on: what this search reads is not kept
         kept = self._blocks.get(scope)
         if kept is None:
-            kept = self._read_block(conn, scope)
+            kept = self._read_block(conn, scope, read_after)
         else:
             where, params = self.sql.scope_where(scope)
             sessions = conn.execute(_BLOCK_SESSIONS.format(s=self.schema, where=where), params).fetchall()
             if _versions(sessions) != kept.versions:
-                kept = self._grown(conn, scope, kept, sessions) or self._read_block(conn, scope)
+                kept = (self._grown(conn, scope, kept, sessions, read_after)
+                        or self._read_block(conn, scope, read_after))
         if kept is None or kept.block.matrix.shape[1] != query.shape[0]:
             return None
         return _carried(kept.block.search(query, k, filters), kept.rows)
@@ -1020,10 +1027,11 @@ class PostgresStore(SqlStore):
         ).fetchall()
         return _carried(_carried(hits, kept), {str(r["rid"]): r for r in rows})
 
-    def _grown(self, conn: Conn, scope: Scope, kept: SB.ScopeBlock, sessions: list[dict[str, Any]]
+    def _grown(self, conn: Conn, scope: Scope, kept: SB.ScopeBlock, sessions: list[dict[str, Any]], read_after: int
                ) -> SB.ScopeBlock | None:
         """``kept`` with the vectors its sessions gained since it was read (``sessions``: their rows now), or None
-        when they changed otherwise (or the scope is no longer small).
+        when they changed otherwise (or the scope is no longer small); kept in its place unless a forget came
+        since ``read_after`` (see :class:`~._scope_blocks.ScopeBlocks`).
         """
         assert self._blocks is not None
         versions, dim = _versions(sessions), int(kept.block.matrix.shape[1])
@@ -1032,16 +1040,15 @@ class PostgresStore(SqlStore):
             owners = C.session_owners(sessions)
             new, max_rid, counts, rows = self._read_vectors(conn, owners, dim, kept.max_rid)
             if all(kept.versions.get(sid, (0, 0))[1] + counts.get(sid, 0) == n for sid, (_, n) in versions.items()):
-                grown = SB.ScopeBlock(versions, max(max_rid, kept.max_rid), kept.block.extend(new),
-                                      {**kept.rows, **rows} if rows else kept.rows)
-                self._blocks.put(scope, grown)
+                grown = kept.extended(versions, max_rid, new, rows)
+                self._blocks.put(scope, grown, read_after)
                 return grown
         return None
 
-    def _read_block(self, conn: Conn, scope: Scope) -> SB.ScopeBlock | None:
-        """A small scope's vectors, read whole into a kept block; None (and nothing kept) for a scope without
-        vectors, of several dimensions, or too large: the server searches it (a scope too large is not asked
-        again for ``_STATS_TTL``).
+    def _read_block(self, conn: Conn, scope: Scope, read_after: int) -> SB.ScopeBlock | None:
+        """A small scope's vectors, read whole into a block, kept unless a forget came since ``read_after``; None
+        (and nothing kept) for a scope without vectors, of several dimensions, or too large: the server searches it
+        (a scope too large is not asked again for ``_STATS_TTL``).
         """
         assert self._blocks is not None
         self._blocks.drop(scope)
@@ -1063,8 +1070,8 @@ class PostgresStore(SqlStore):
             owners = C.session_owners(sessions)
             block, max_rid, counts, rows = self._read_vectors(conn, owners, dims.pop(), 0)
             if all(counts.get(sid, 0) == n for sid, (_, n) in versions.items()):
-                kept = SB.ScopeBlock(versions, max_rid, block, rows)
-                self._blocks.put(scope, kept)
+                kept = SB.ScopeBlock.of(versions, max_rid, block, rows)
+                self._blocks.put(scope, kept, read_after)
                 return kept
         return None
 
