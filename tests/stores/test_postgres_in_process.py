@@ -230,3 +230,30 @@ def test_a_block_read_while_its_user_is_forgotten_is_not_kept(service_urls: dict
         assert store.search_vectors(Scope(user_id="u"), rng.standard_normal(DIM).astype(np.float32), 3) == []
     finally:
         store.close()
+
+
+def test_a_word_index_read_while_its_user_is_forgotten_is_not_kept(
+    service_urls: dict[str, Callable[[], str]],
+) -> None:
+    """The same for a session's keyword index: rows read before a forget answer that search, and are not held."""
+    store = open_store(_url(service_urls))
+    scope = Scope(user_id="u", session_id="a")
+    store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"heron {i}", data={}) for i in range(5)])
+    lexicons = store._lexicons
+    build = lexicons._build
+
+    def build_then_forget(*args: Any, **kwargs: Any) -> Any:
+        index = build(*args, **kwargs)
+        forgetting = threading.Thread(target=store.forget, args=(Scope(user_id="u"),))
+        forgetting.start()
+        forgetting.join()
+        return index
+
+    lexicons._build = build_then_forget
+    try:
+        assert len(store.search_text(Scope(user_id="u"), ["heron"], 3)) == 3
+        assert lexicons._held == {} and lexicons._rows == 0
+        del lexicons._build
+        assert store.search_text(Scope(user_id="u"), ["heron"], 3) == []
+    finally:
+        store.close()

@@ -430,7 +430,9 @@ class SessionIndexes:
     comes to name another session), ``next_position`` and ``count`` (its message count). When only
     the last two moved and the rows read from the old next position on account for every new
     message, those rows are added to the index; otherwise it is built again. At most ``max_rows``
-    rows are held (least recently used sessions are dropped first).
+    rows are held (least recently used sessions are dropped first). An index whose rows were read
+    while :meth:`drop` or :meth:`clear` ran (a forget) answers the search that read it and is not held:
+    it may hold what the forget deleted.
     """
 
     def __init__(self, tokenize: Tokenizer, max_rows: int = 500_000) -> None:
@@ -438,6 +440,7 @@ class SessionIndexes:
         self._max_rows = max_rows
         self._held: OrderedDict[Hashable, tuple[Hashable, int, int, LexicalIndex]] = OrderedDict()
         self._rows = 0  # rows held, all sessions together
+        self._drops = 0  # calls of drop() and clear() so far
         self._lock = threading.Lock()
 
     def index(
@@ -449,6 +452,7 @@ class SessionIndexes:
         """
         with self._lock:
             held = self._held.get(key)
+            drops = self._drops
         index = None
         if held is not None and held[0] == version:
             _, seen_next, seen_count, index = held
@@ -461,6 +465,8 @@ class SessionIndexes:
         if index is None:
             index = self._build(read(0), owner)
         with self._lock:
+            if self._drops != drops:  # a forget came while the rows were read
+                return index
             current = self._held.pop(key, None)
             if current is not None and current[3] is index:  # unchanged: only its place in the order moves
                 self._held[key] = current
@@ -477,6 +483,7 @@ class SessionIndexes:
 
     def drop(self, keys: Sequence[Hashable]) -> None:
         with self._lock:
+            self._drops += 1
             for key in keys:
                 dropped = self._held.pop(key, None)
                 if dropped is not None:
@@ -484,5 +491,6 @@ class SessionIndexes:
 
     def clear(self) -> None:
         with self._lock:
+            self._drops += 1
             self._held.clear()
             self._rows = 0
