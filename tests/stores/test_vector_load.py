@@ -9,6 +9,9 @@ were picked from; see docs/memory.md.)
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import numpy as np
 
 from fullrecall.stores import Filters, Scope, StoredMessage, open_store
@@ -68,3 +71,83 @@ def test_a_block_from_columns_is_the_block_from_rows() -> None:
         assert list(built.roles) == list(columns.roles) and list(built.kinds) == list(columns.kinds)
         query = rng.normal(size=DIM).astype(np.float32)
         assert built.search(query, 3, None) == columns.search(query, 3, None)
+
+
+def test_a_warmed_scope_loads_nothing_on_its_first_search(tmp_path) -> None:
+    """``warm`` loads the scope's vectors (on the keyword search's connection): the first search finds them cached."""
+    store = open_store(f"sqlite:///{tmp_path / 'w.db'}")
+    scope = Scope(user_id="u", agent_id="a", session_id="s0")
+    store.append(scope, _messages(0, 30))
+    store.set_vectors(scope, [f"m0-{i}" for i in range(30)], np.random.default_rng(3).normal(size=(30, DIM)).astype(np.float32), "m")
+    loads: list[int] = []
+    load = store._load_vectors
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        loads.append(1)
+        return load(*args, **kwargs)
+
+    store._load_vectors = counted
+    try:
+        store.warm(Scope(user_id="u", agent_id="a"))
+        assert len(loads) == 1
+        assert len(store.search_vectors(Scope(user_id="u", agent_id="a"), np.ones(DIM, np.float32), 5)) == 5
+        assert len(loads) == 1
+    finally:
+        store.close()
+
+
+def test_a_block_warmed_while_its_user_is_forgotten_is_not_kept(tmp_path) -> None:
+    """A forget that comes while ``warm`` reads a scope's vectors: the block it read is not cached."""
+    store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+    scope = Scope(user_id="u", agent_id="a", session_id="s0")
+    store.append(scope, _messages(0, 5))
+    store.set_vectors(scope, [f"m0-{i}" for i in range(5)], np.random.default_rng(4).normal(size=(5, DIM)).astype(np.float32), "m")
+    load = store._load_vectors
+
+    def load_then_forget(*args: Any, **kwargs: Any) -> Any:
+        read = load(*args, **kwargs)
+        forgetting = threading.Thread(target=store.forget, args=(Scope(user_id="u", agent_id="a"),))
+        forgetting.start()
+        forgetting.join()
+        return read
+
+    store._load_vectors = load_then_forget
+    try:
+        store.warm(Scope(user_id="u", agent_id="a"))
+        assert not store._cache
+        del store._load_vectors
+        assert store.search_vectors(Scope(user_id="u", agent_id="a"), np.ones(DIM, np.float32), 5) == []
+    finally:
+        store.close()
+
+
+def test_blocks_extended_from_one_block_each_keep_their_own_rows() -> None:
+    """A block grows in the room past its rows; a second block extended from the same one, or from an older one,
+    gets rows of its own: each block's matrix stays its own rows, normalised, however they were extended.
+    """
+    rng = np.random.default_rng(11)
+
+    def block(tag: str, n: int) -> tuple[VectorBlock, np.ndarray]:
+        vectors = rng.normal(size=(n, DIM)).astype(np.float32)
+        return VectorBlock.of_columns([f"{tag}{i}" for i in range(n)], [f"{tag}{i}" for i in range(n)], list(vectors),
+                                      ["user"] * n, ["message"] * n, [0.0] * n, [("u", "a", "s")] * n,
+                                      list(range(n)), DIM), vectors / np.linalg.norm(vectors, axis=1)[:, None]
+
+    base, rows = block("a", 40)
+    first, x = block("x", 5)
+    second, y = block("y", 7)
+    grown = base.extend(first)  # in place, past base's rows
+    branch = base.extend(second)  # base's room is taken past its rows: a room of its own
+    more, z = block("z", 100)  # more than the room holds: moved
+    further = grown.extend(more).extend(first)
+    older = grown.extend(second)  # grown's rows no longer end the room
+    want = {
+        "base": (base, [rows]), "grown": (grown, [rows, x]), "branch": (branch, [rows, y]),
+        "further": (further, [rows, x, z, x]), "older": (older, [rows, x, y]),
+    }
+    for name, (b, parts) in want.items():
+        expected = np.concatenate(parts)
+        assert b.matrix.shape == expected.shape and np.allclose(b.matrix, expected, atol=1e-6), name
+        assert len(b.ids) == len(expected), name
+        best = b.search(expected[-1], 1, None)[0]
+        assert best.id == b.ids[-1] or np.allclose(expected[b.ids.index(best.id)], expected[-1]), name
