@@ -16,7 +16,7 @@ import functools
 import math
 import re
 from collections.abc import Hashable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -69,6 +69,10 @@ def traits(record: Record) -> Traits:
                   normalize(record.text), normalize(data.get("value") or record.text))  # no value: its words
 
 
+_View = tuple[float, float, list[Entry], np.ndarray | None]  # (since, until, the facts valid then, their vectors)
+_MAX_CHANGES = 256  # changes a view is followed through before one is built again
+
+
 def _order(record: Record) -> tuple[float, str]:
     """The book's order of records: (created_at, id), oldest first."""
     return record.created_at, record.id
@@ -77,7 +81,7 @@ def _order(record: Record) -> tuple[float, str]:
 class FactIndex:
     """The facts of one state of the book's cache (``basis``), by what a write looks up."""
 
-    __slots__ = ("basis", "_text", "_value", "_attribute", "_loose", "_stacks", "_valid")
+    __slots__ = ("basis", "_text", "_value", "_attribute", "_loose", "_stacks", "_valid", "_since")
 
     def __init__(self, basis: Mapping[str, Entry]) -> None:
         self.basis = basis
@@ -86,7 +90,9 @@ class FactIndex:
         self._attribute: dict[tuple[str, str], dict[str, Record]] = {}  # every fact by (subject, attribute)
         self._loose: dict[str, dict[str, Entry]] = {}  # open facts without an attribute, by subject
         self._stacks: dict[str, tuple[list[Entry], np.ndarray]] = {}  # their vectors, stacked in order
-        self._valid: tuple[float, float, list[Entry], np.ndarray | None] | None = None  # see valid()
+        self._valid: _View | None = None  # see valid()
+        # an earlier index's view and the changes made since (replaced, entry): see _followed()
+        self._since: tuple[_View, list[tuple[Entry | None, Entry | None]]] | None = None
 
     @classmethod
     def of(cls, basis: Mapping[str, Entry]) -> FactIndex:
@@ -126,14 +132,56 @@ class FactIndex:
         """
         view = self._valid
         if view is None or not view[0] <= when < view[1]:
-            entries = [e for e in self.basis.values() if e[1] is not None and holds(e[0], when)]
-            times = [t for r, _ in self.basis.values() for t in (r.data.get("valid_from"), r.data.get("valid_to"))
-                     if t is not None]
-            since, until = max((t for t in times if t <= when), default=-math.inf), \
-                min((t for t in times if t > when), default=math.inf)
-            matrix = np.stack([v for _, v in entries]) if entries else None  # type: ignore[misc]
-            view = self._valid = (since, until, entries, matrix)
+            view = self._valid = self._followed(when) or self._built(when)
         return view[2], view[3]
+
+    def _built(self, when: float) -> _View:
+        entries = [e for e in self.basis.values() if e[1] is not None and holds(e[0], when)]
+        times = [t for r, _ in self.basis.values() for t in (r.data.get("valid_from"), r.data.get("valid_to"))
+                 if t is not None]
+        since, until = max((t for t in times if t <= when), default=-math.inf), \
+            min((t for t in times if t > when), default=math.inf)
+        matrix = np.stack([v for _, v in entries]) if entries else None  # type: ignore[misc]
+        return since, until, entries, matrix
+
+    def _followed(self, when: float) -> _View | None:
+        """The view at ``when`` from an earlier index's (when it covers ``when``) and the changes since, without
+        visiting every fact again: each change's entry takes its record's row (or a row of its own, in the
+        book's order), or leaves it; its times can only narrow the span the view holds for. None: build it.
+        """
+        if self._since is None:
+            return None
+        (since, until, entries, matrix), changes = self._since
+        if not since <= when < until:
+            return None
+        rows: dict[str, tuple[Entry, int | None]] = {e[0].id: (e, i) for i, e in enumerate(entries)}  # None: new
+        for replaced, entry in changes:
+            if replaced is not None:
+                rows.pop(replaced[0].id, None)
+            if entry is None:
+                continue
+            for t in (entry[0].data.get("valid_from"), entry[0].data.get("valid_to")):
+                if t is not None:
+                    since, until = (max(since, t), until) if t <= when else (since, min(until, t))
+            if entry[1] is not None and holds(entry[0], when):
+                rows[entry[0].id] = (entry, None)
+        kept = list(rows.values())
+        new = [j for j, (_, i) in enumerate(kept) if i is None]
+        if new:  # in the book's order (the rows kept are in it already)
+            place = {record_id: i for i, record_id in enumerate(self.basis)}
+            kept.sort(key=lambda found: place[found[0][0].id])
+            new = [j for j, (_, i) in enumerate(kept) if i is None]
+        if not kept:
+            return since, until, [], None
+        vectors = [cast("np.ndarray", kept[j][0][1]) for j in new]
+        if matrix is None or any(v.shape != matrix.shape[1:] or v.dtype != matrix.dtype for v in vectors):
+            return since, until, [e for e, _ in kept], np.stack([e[1] for e, _ in kept])  # type: ignore[misc]
+        stacked = np.empty((len(kept), matrix.shape[1]), dtype=matrix.dtype)
+        old = [(j, i) for j, (_, i) in enumerate(kept) if i is not None]
+        stacked[[j for j, _ in old]] = matrix[[i for _, i in old]]
+        for j, v in zip(new, vectors):
+            stacked[j] = v
+        return since, until, [e for e, _ in kept], stacked
 
     def holding(self, subject: str, attribute: str) -> list[Record]:
         """The facts of ``subject`` with this attribute, current or not, oldest first."""
@@ -146,6 +194,9 @@ class FactIndex:
         ``entry`` (None: deleted).
         """
         index = FactIndex(basis)
+        view, changes = (self._valid, []) if self._valid is not None else self._since or (None, [])
+        if view is not None and len(changes) < _MAX_CHANGES:
+            index._since = (view, [*changes, (replaced, entry)])
         index._text, index._value = dict(self._text), dict(self._value)
         index._attribute, index._loose, index._stacks = dict(self._attribute), dict(self._loose), dict(self._stacks)
         stacked = self._stacks.get(traits(entry[0]).subject) if entry is not None else None
