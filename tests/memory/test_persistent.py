@@ -191,6 +191,45 @@ def test_no_memory_crosses_users_on_any_backend(store_url, default_embedder):
         store.close()
 
 
+def test_a_new_memory_warms_its_owner_in_the_background_and_answers_as_a_cold_one(store_url, default_embedder):
+    """A memory made with ``warm`` (the default) has the store read its owner's search structures, and builds
+    its facts' index, on a background thread; what it answers is what a memory that never warmed answers.
+    """
+    store = open_store(store_url)
+    try:
+        first = memory(store, default_embedder, user_id="alice", agent_id="a", session_id="s1", warm=False)
+        run(first.record([{"role": "user", "content": "My passport number is X9-ALICE-771."},
+                          {"role": "assistant", "content": "Noted, I will keep the passport number."}]))
+        run(first.record([{"role": "user", "content": "I live in Lyon and I enjoy sailing."}]))
+        calls, done = [], threading.Event()
+        store_warm = store.warm
+
+        def warm(scope):
+            calls.append((scope, threading.current_thread().name))
+            store_warm(scope)
+            done.set()
+
+        store.warm = warm
+        warmed = memory(store, default_embedder, user_id="alice", agent_id="a", session_id="s2")
+        assert done.wait(30)
+        for _ in range(300):  # the facts' index follows the store's part on the same thread
+            if warmed.facts._index is not None:
+                break
+            time.sleep(0.01)
+        assert calls == [(warmed.owner, "fullrecall-memory-warm")] and warmed.facts._index is not None
+        cold_store = open_store(store_url)
+        try:
+            cold = memory(cold_store, default_embedder, user_id="alice", agent_id="a", session_id="s3", warm=False)
+            for query in ("passport number", "where does she live", "sailing"):
+                assert run(warmed.retrieve(query)) == run(cold.retrieve(query))
+                assert [h.to_dict() for h in warmed.search(query)] == [h.to_dict() for h in cold.search(query)]
+        finally:
+            cold_store.close()
+        assert len(calls) == 1  # warmed once: searching asks for nothing more
+    finally:
+        store.close()
+
+
 def test_previous_winners_memories_are_marked_and_turn_filtered(default_embedder):
     store = open_store("sqlite:///:memory:")
     a = memory(store, default_embedder, user_id="u", agent_id="agent_a", session_id="s")

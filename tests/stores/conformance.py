@@ -543,6 +543,59 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
         finally:
             other.close()
 
+    def test_warm_changes_no_answer(self, store: Store, store_url: str, scope: Scope) -> None:
+        """``warm`` reads ahead what searches of a scope keep; every answer stays the one a handle that never
+        warmed gives, through later appends, new vectors, deletes and a forget, and warming again, an empty scope
+        or one holding no vectors is harmless.
+        """
+        owner = Scope(user_id=scope.user_id, agent_id=scope.agent_id)
+        other = dataclasses.replace(scope, session_id=f"{scope.session_id}-b")
+        bare = dataclasses.replace(scope, user_id="nobody")
+
+        def fill(sc: Scope, first: int, n: int) -> None:
+            store.append(sc, [msg(i, f"walrus tale {i} of the dunes" if i % 2 else f"heron note {i}")
+                              for i in range(first, first + n)])
+            store.set_vectors(sc, [f"m{i}" for i in range(first, first + n)],
+                              np.stack([unit(i) for i in range(first, first + n)]), "m")
+
+        def answers(handle: Store) -> list[Any]:
+            found = []
+            for sc in (owner, scope, other):
+                for seed in (0, 7):
+                    found.append([(h.id, h.key, round(h.score, 5)) for h in handle.search_vectors(sc, unit(seed), 4)])
+                for words in (["walrus"], ["heron", "dunes"]):
+                    found.append([(h.id, h.key, round(h.score, 5)) for h in handle.search_text(sc, words, 4)])
+            return found
+
+        def fresh() -> list[Any]:
+            cold = open_store(store_url)
+            try:
+                return answers(cold)
+            finally:
+                cold.close()
+
+        store.warm(bare)  # nothing stored at all
+        fill(scope, 0, 6)
+        fill(other, 6, 4)
+        store.append(bare, [msg("x", "walrus without a vector")])
+        store.warm(bare)
+        assert [h.id for h in store.search_text(bare, ["walrus"], 3)] == ["mx"]
+        store.warm(owner)
+        store.warm(owner)
+        assert answers(store) == fresh()
+        fill(scope, 10, 3)  # the kept structures are now behind: warming again, or searching, catches up
+        store.delete(other, ["m7"])
+        store.warm(owner)
+        assert answers(store) == fresh()
+        fill(other, 20, 2)
+        assert answers(store) == fresh()
+        store.forget(other)
+        store.warm(owner)
+        assert answers(store) == fresh()
+        store.forget(owner)
+        store.warm(owner)
+        assert answers(store) == fresh() == [[]] * len(fresh())
+
     def test_stats(self, store: Store, scope: Scope) -> None:
         empty = store.stats(scope)
         assert empty["message_count"] == 0 and empty["text_bytes"] == 0

@@ -257,3 +257,28 @@ def test_a_word_index_read_while_its_user_is_forgotten_is_not_kept(
         assert store.search_text(Scope(user_id="u"), ["heron"], 3) == []
     finally:
         store.close()
+
+
+def test_a_warmed_scope_is_searched_as_a_kept_one_from_the_first_search(
+    service_urls: dict[str, Callable[[], str]], pg_statements: list[str]
+) -> None:
+    """``warm`` reads a small scope's block (with its messages) and its sessions' word indexes: the first vector
+    search and the first keyword search are then one statement each, reading only the sessions' rows.
+    """
+    store = open_store(_url(service_urls))
+    rng = np.random.default_rng(6)
+    scope = Scope(user_id="u", session_id="a")
+    store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"text {i}", data={}) for i in range(40)])
+    store.set_vectors(scope, [f"m{i}" for i in range(40)], rng.standard_normal((40, DIM)).astype(np.float32), "m")
+    try:
+        store.warm(Scope(user_id="u"))
+        pg_statements.clear()
+        hits = store.search_vectors(Scope(user_id="u"), rng.standard_normal(DIM).astype(np.float32), 7)
+        assert len(pg_statements) == 1 and "messages" not in pg_statements[0] and len(hits) == 7
+        _check_carried(store, scope, hits)
+        pg_statements.clear()
+        words = store.search_text(Scope(user_id="u"), ["text"], 5)
+        assert len(pg_statements) == 1 and "messages" not in pg_statements[0] and len(words) == 5
+        _check_carried(store, scope, words)
+    finally:
+        store.close()

@@ -22,12 +22,14 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC
 from functools import partial
 from pathlib import Path
+from queue import SimpleQueue
 from typing import IO, Any
 
 import numpy as np
@@ -91,6 +93,8 @@ class PersistentMemory:
     logged (``"log"``, the default), raised as :class:`~fullrecall.errors.FactExtractionError` (``"raise"``)
     or passed over (``"silent"``); ``stats()`` counts them. MassGen's mem0 options (``llm_config``,
     ``embedding_backend``, ``on_disk``, ...) are accepted as written and not used (a warning names them).
+    With ``warm`` (the default) the owner's memory is read into the process in the background as soon as the
+    memory is made (see :meth:`warm`), so that the first ``retrieve`` does not wait for it.
     """
 
     def __init__(
@@ -108,6 +112,7 @@ class PersistentMemory:
         extract_facts: bool = True,
         chat_model: Any = None,
         errors: str = "log",
+        warm: bool = True,
         **mem0_options: Any,
     ) -> None:
         from ..embeddings import load_embedder
@@ -136,6 +141,8 @@ class PersistentMemory:
         self.extraction_failures = 0  # this instance's, since it was made
         self._sessions = RecordBook(self.store, self.owner, _SESSIONS)
         self._noted = False  # whether this instance has put its session in the owner's list
+        if warm:
+            _warm_later(self)
 
     # -- MassGen's interface -------------------------------------------------------------------
     async def record(self, messages: Any, metadata: dict[str, Any] | None = None, **kw: Any) -> list[str]:
@@ -631,6 +638,15 @@ class PersistentMemory:
             searcher.index(todo, append=False, vectors=vectors)
         return len(ids - held)
 
+    def warm(self) -> None:
+        """Read this owner's memory into the process ahead of its first search: what the store keeps of the
+        owner's sessions for searching them (see :meth:`~fullrecall.stores.base.Store.warm`) and the index of the
+        owner's facts. A user's first question otherwise waits for it (about 100 ms for 1,000 turns). Changes no
+        answer; safe from any thread.
+        """
+        self.store.warm(self.owner)
+        self.facts.warm()
+
     def _searcher(self, session_id: str) -> Any:
         from ..search import SemanticSearch
 
@@ -838,6 +854,43 @@ def _io() -> ThreadPoolExecutor:
         if _pool is None:
             _pool = ThreadPoolExecutor(4, thread_name_prefix="fullrecall-memory-io")
         return _pool
+
+
+_warm_queue: SimpleQueue[tuple[weakref.ref[PersistentMemory], tuple[int, Scope]]] = SimpleQueue()
+_warm_pending: set[tuple[int, Scope]] = set()  # (the store's id, the owner) asked for and not yet warmed
+_warm_thread: threading.Thread | None = None
+
+
+def _warm_later(memory: PersistentMemory) -> None:
+    """Warm ``memory`` on the one background thread that warms memories, in the order asked (once for an owner
+    asked again before its turn; not at all for a memory dropped before it). The thread is a daemon: a process
+    that exits leaves the rest undone.
+    """
+    global _warm_thread
+    key = (id(memory.store), memory.owner)
+    with _pool_lock:
+        if key in _warm_pending:
+            return
+        _warm_pending.add(key)
+        if _warm_thread is None or not _warm_thread.is_alive():  # the first, or after a fork
+            _warm_thread = threading.Thread(target=_warming, name="fullrecall-memory-warm", daemon=True)
+            _warm_thread.start()
+    _warm_queue.put((weakref.ref(memory), key))
+
+
+def _warming() -> None:
+    while True:
+        ref, key = _warm_queue.get()
+        with _pool_lock:
+            _warm_pending.discard(key)
+        memory = ref()
+        if memory is None:
+            continue
+        try:
+            memory.warm()
+        except Exception:  # noqa: BLE001 - a hint: the first search reads what it needs, and reports its own failures
+            log.debug("warming the memory of %r failed", memory.owner, exc_info=True)
+        del memory
 
 
 def _words(text: str) -> str:

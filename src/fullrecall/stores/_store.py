@@ -174,6 +174,9 @@ class StoreBase:
             raise InvalidInput(f"{what}: cannot run inside a batch() block (it needs every earlier write "
                                "committed); call it after the block")
 
+    def warm(self, scope: Scope) -> None:
+        """Read into this process what searches of ``scope`` keep there (see :meth:`~.base.Store.warm`); here nothing."""
+
     # -- built on the hooks ---------------------------------------------------------------------
 
     def range(self, scope: Scope, start: int, end: int) -> list[StoredMessage]:

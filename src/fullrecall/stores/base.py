@@ -316,6 +316,12 @@ class Store(Protocol):
         """Top-k (id, score, key) for any of ``terms`` (plain words; the backend stems), best first."""
         ...
 
+    def warm(self, scope: Scope) -> None:
+        """Read into this process what searches of ``scope`` keep there (a store that keeps nothing does nothing),
+        so that the first search does not wait for it: a hint, safe from any thread, changing no answer.
+        """
+        ...
+
     # -- state and long-term records -----------------------------------------
     def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
         """Save a JSON document (window state) under key; return its new version (1, 2, ...).

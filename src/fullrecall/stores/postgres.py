@@ -1170,17 +1170,11 @@ class PostgresStore(SqlStore):
         phrases = [p for p in map(self._tokenize, C.split_terms(terms)) if p]
         if not phrases or k == 0:
             return []
-        where, params = self.sql.search_where(scope)
         with self._read() as conn:
-            sessions = conn.execute(
-                "SELECT sid, message_count, lexemes, next_position, created_at, user_id, agent_id, session_id"
-                f" FROM {self.schema}.sessions s WHERE {where}",
-                params,
-            ).fetchall()
+            sessions = self._text_sessions(conn, scope)
             if not sessions:
                 return []
-            if (self._lexicons is not None and self._held.conn is None  # not inside a batch: it may be rolled back
-                    and sum(r["message_count"] for r in sessions) <= self._in_process_rows):
+            if self._indexed_in_process(sessions):
                 kept = self._blocks.get(scope) if self._blocks is not None else None
                 return self._carrying(conn, self._search_in_process(conn, sessions, phrases, k, filters),
                                       kept.rows if kept is not None else {})
@@ -1191,6 +1185,34 @@ class PostgresStore(SqlStore):
             return _Lexical(self, conn, C.session_owners(sessions), n, mean_length, table_rows, queries,
                             filters).top(k)
 
+    def _text_sessions(self, conn: Conn, scope: Scope) -> list[dict[str, Any]]:
+        """The sessions a keyword search of ``scope`` reads."""
+        where, params = self.sql.search_where(scope)
+        return conn.execute(
+            "SELECT sid, message_count, lexemes, next_position, created_at, user_id, agent_id, session_id"
+            f" FROM {self.schema}.sessions s WHERE {where}",
+            params,
+        ).fetchall()
+
+    def _indexed_in_process(self, sessions: Sequence[dict[str, Any]]) -> bool:
+        """Whether the keyword search of these sessions runs in process (not inside a batch: it may be rolled back)."""
+        return (self._lexicons is not None and self._held.conn is None
+                and sum(r["message_count"] for r in sessions) <= self._in_process_rows)
+
+    def warm(self, scope: Scope) -> None:
+        """Read a small ``scope``'s vector block (with its messages) and its sessions' word indexes into this
+        process (see :meth:`~.base.Store.warm`), on a pooled connection of its own; a scope the server searches
+        costs its check alone.
+        """
+        if self._held.conn is not None:  # inside a batch: its writes may be rolled back
+            return
+        with self._read() as conn:
+            if self._blocks is not None and self._blocks.get(scope) is None:
+                self._read_block(conn, scope, self._blocks.forgets)
+            sessions = self._text_sessions(conn, scope)
+            if sessions and self._indexed_in_process(sessions):
+                self._word_indexes(conn, sessions)
+
     def _search_in_process(self, conn: Conn, sessions: Sequence[dict[str, Any]], phrases: Sequence[Sequence[str]],
                            k: int, filters: Filters | None) -> list[Hit]:
         """BM25 over the scope's own messages, with the scope's own statistics, as the SQLite and Redis stores search
@@ -1198,6 +1220,10 @@ class PostgresStore(SqlStore):
         Rows are read up to the position the session's row gave, so that an index never holds more than its
         counters say (a row appended meanwhile is read by the next search).
         """
+        return B.bm25_search(self._word_indexes(conn, sessions), phrases, k, filters)
+
+    def _word_indexes(self, conn: Conn, sessions: Sequence[dict[str, Any]]) -> list[B.LexicalIndex]:
+        """Each session's keyword index, as kept (extended by the rows appended since) or built."""
         assert self._lexicons is not None
         s = self.schema
 
@@ -1211,12 +1237,11 @@ class PostgresStore(SqlStore):
                 return [(*r[:5], V.indexed_prefix(_py_text(r[5])), r[6]) for r in rows]
             return read
 
-        indexes = [
+        return [
             self._lexicons.index(r["sid"], r["created_at"], r["next_position"], r["message_count"],
                                  (r["user_id"], r["agent_id"], r["session_id"]), reader(r["sid"], r["next_position"]))
             for r in sessions
         ]
-        return B.bm25_search(indexes, phrases, k, filters)
 
     def _lexeme_stats(self, conn: Conn) -> tuple[dict[str, float], int]:
         """The frequent words of the ``tsv`` column and the share of rows holding each, from

@@ -159,6 +159,7 @@ class RedisStore(StoreBase):
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._cache_sessions = int(opts.get("cache_sessions", cache_sessions))
         self._lock = threading.Lock()
+        self._forgets = 0  # forgets so far: what a search read before one is not cached
         self._tokenize = B.Tokenizer()
         self._closed = False
         with self._errors("connect to"):
@@ -418,23 +419,27 @@ class RedisStore(StoreBase):
 
         A conversation forgotten and begun again under the same keys counts from 0 again: the epoch
         is qualified by the server time its meta was created (``born``), so a process never answers
-        from the forgotten conversation's cache.
+        from the forgotten conversation's cache. What was read while a forget ran answers the search that read it
+        and is not cached.
         """
         born = session.meta.get("born", "")
         epoch = f"{born}/{session.meta.get('epoch', '0')}"
         with self._lock:
             hit = self._cache.get(session.base)
+            forgets = self._forgets
         if hit is not None and hit.epoch == epoch:
             if hit.version == session.meta.get("version", "0"):
                 entry: _Cached | None = hit
             else:
                 entry = self._load_additions(session, hit)
             if entry is not None:
-                return self._remember(session, entry)
-        return self._remember(session, self._rebuild(session, born))
+                return self._remember(session, entry, forgets)
+        return self._remember(session, self._rebuild(session, born), forgets)
 
-    def _remember(self, session: _Session, entry: _Cached) -> _Cached:
+    def _remember(self, session: _Session, entry: _Cached, forgets: int) -> _Cached:
         with self._lock:
+            if self._forgets != forgets:
+                return entry
             self._cache[session.base] = entry
             self._cache.move_to_end(session.base)
             while len(self._cache) > self._cache_sessions:
@@ -558,9 +563,19 @@ class RedisStore(StoreBase):
         phrases = [p for p in (self._tokenize(term) for term in C.split_terms(terms)) if p]
         if not phrases or k == 0:
             return []
-        sessions = [s for s in self._sessions(scope) if scope.session is not None or not F.is_change_log(s.session_id)]
-        indexes = [self._cached(s).lexical for s in sessions]  # across sessions: memory's change logs left out
+        indexes = [self._cached(s).lexical for s in self._text_sessions(scope)]
         return B.bm25_search(indexes, phrases, k, filters)
+
+    def _text_sessions(self, scope: Scope) -> list[_Session]:
+        """The sessions a keyword search of ``scope`` reads: across sessions, memory's change logs left out."""
+        return [s for s in self._sessions(scope) if scope.session is not None or not F.is_change_log(s.session_id)]
+
+    def warm(self, scope: Scope) -> None:
+        """Read ``scope``'s sessions' search structures (vectors and word index, one per conversation) into this
+        process (see :meth:`~.base.Store.warm`).
+        """
+        for s in self._text_sessions(scope):
+            self._cached(s)
 
     # -- state and long-term records ---------------------------------------------------------------
 
@@ -676,6 +691,8 @@ class RedisStore(StoreBase):
         logs = [s for s in sessions if F.is_change_log(s.session_id)]  # long-term memory's change logs
         log_messages, namespaces = 0, Counter[str]()
         p = self._p(scope)  # a records key is {p}:user:{u}:records:{ns}; the prefix may itself hold ":user:"
+        with self._lock:
+            self._forgets += 1
         with self._errors("delete from"):
             for s in sessions:
                 for name, n in self._forget_session(p, s).items():

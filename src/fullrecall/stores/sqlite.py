@@ -235,6 +235,9 @@ def parse_url(url: str) -> tuple[str, dict[str, str]]:
     return path, options
 
 
+# the sessions' columns a keyword search reads, and those its in-process indexes need besides
+_TEXT_SESSION_COLS = "sid, fts_scope, next_position, user_id, agent_id, session_id"
+_INDEXED_SESSION_COLS = ", message_count, vec_epoch, created_at, tenant"
 _URL_OPTIONS = frozenset({"synchronous", "busy_timeout", "vector_cache_mb", "fts_batch", "lexical_in_process"})
 
 
@@ -287,6 +290,7 @@ class SQLiteStore(SqlStore):
         # scope -> (the database's state when its block was last checked, the block's cache key): see _stamp
         self._checked: dict[Scope, tuple[tuple[int, int, int], tuple[int, ...]]] = {}
         self._df: dict[str, tuple[int, int]] = {}  # word -> (rows when counted, rows matching it)
+        self._forgets = 0  # forgets so far: a block read before one is not cached (see warm)
         tokenize = B.Tokenizer()
         self._in_process_rows = int(lexical_in_process)
         # None: FTS5 only (without a stemmer, in-process matching would be worse than FTS5's porter)
@@ -647,27 +651,11 @@ class SQLiteStore(SqlStore):
 
     def _vector_block(self, conn: sqlite3.Connection, sids: list[int]) -> Vec.VectorBlock | None:
         """The scope's normalised vectors, from the cache when no process changed them."""
-        # A session's sid is reused once forget deletes the newest session, and the new session's
-        # counters start again from 0: its identity (owner, name, creation time) is part of the
-        # version, so a block cached for a forgotten session never answers for its successor.
-        state = {
-            r[0]: (r[1], (r[2], tuple(r[4:])), r[3])
-            for cond, p in SQL.in_chunks("sid", sids)
-            for r in conn.execute(
-                "SELECT sid, vec_version, vec_epoch, vec_dim, created_at, tenant, user_id, agent_id, session_id"
-                f" FROM sessions WHERE {cond} AND vec_dim IS NOT NULL",
-                p,
-            )
-        }
-        if not state:
+        described = self._block_versions(conn, sids)
+        if described is None:
             return None
-        dims = {d for _, _, d in state.values()}
-        if len(dims) > 1:
-            raise ValueError(f"this scope mixes vectors of dimensions {sorted(dims)}; search one session at a time")
-        dim = dims.pop()
-        owners = {sid: identity[2:] for sid, (_, (_, identity), _) in state.items()}  # (user, agent, session)
+        versions, owners, dim = described
         key = tuple(sids)
-        versions = {sid: (v, e) for sid, (v, e, _) in state.items()}  # e: (epoch, identity)
         cached = self._cache.get(key)
         if cached is not None:
             old_versions, max_vid, block = cached
@@ -685,6 +673,33 @@ class SQLiteStore(SqlStore):
         block, max_vid = self._load_vectors(conn, owners, dim, after=0)
         self._remember(key, versions, max_vid, block)
         return block
+
+    def _block_versions(
+        self, conn: sqlite3.Connection, sids: list[int]
+    ) -> tuple[dict[int, tuple[int, Any]], dict[int, Vec.Owner], int] | None:
+        """What a block of the sessions ``sids`` is checked against (sid -> (vector version, (epoch, identity))),
+        their owners and the vectors' dimension; None when they hold no vectors.
+        """
+        # A session's sid is reused once forget deletes the newest session, and the new session's
+        # counters start again from 0: its identity (owner, name, creation time) is part of the
+        # version, so a block cached for a forgotten session never answers for its successor.
+        state = {
+            r[0]: (r[1], (r[2], tuple(r[4:])), r[3])
+            for cond, p in SQL.in_chunks("sid", sids)
+            for r in conn.execute(
+                "SELECT sid, vec_version, vec_epoch, vec_dim, created_at, tenant, user_id, agent_id, session_id"
+                f" FROM sessions WHERE {cond} AND vec_dim IS NOT NULL",
+                p,
+            )
+        }
+        if not state:
+            return None
+        dims = {d for _, _, d in state.values()}
+        if len(dims) > 1:
+            raise ValueError(f"this scope mixes vectors of dimensions {sorted(dims)}; search one session at a time")
+        owners = {sid: identity[2:] for sid, (_, (_, identity), _) in state.items()}  # (user, agent, session)
+        versions = {sid: (v, e) for sid, (v, e, _) in state.items()}  # e: (epoch, identity)
+        return versions, owners, dims.pop()
 
     def _load_vectors(
         self, conn: sqlite3.Connection, owners: dict[int, Vec.Owner], dim: int, after: int
@@ -742,6 +757,36 @@ class SQLiteStore(SqlStore):
                 self._checked[scope] = (stamp, tuple(sids))
         return block.search(query, k, filters) if block is not None else []
 
+    def warm(self, scope: Scope) -> None:
+        """Read ``scope``'s vector block and its sessions' word indexes into this process (see
+        :meth:`~.base.Store.warm`), on the keyword search's connection: writers and searches of other scopes do
+        not wait for the read. A block read while a forget ran is not cached. An in-memory store has nothing to
+        read ahead.
+        """
+        if self.path == ":memory:":
+            return
+        with self._lock:
+            forgets = self._forgets
+        with self._text_read() as conn:
+            sids = self._sids(conn, scope)
+            described = self._block_versions(conn, sids) if sids else None
+            if described is not None:
+                versions, owners, dim = described
+                with self._lock:
+                    cached = tuple(sids) in self._cache
+                if not cached:  # a cached block, however old, is brought up to date by the next search
+                    block, max_vid = self._load_vectors(conn, owners, dim, after=0)
+                    with self._lock:
+                        if self._forgets == forgets and tuple(sids) not in self._cache:
+                            self._remember(tuple(sids), versions, max_vid, block)
+            if self._lexicons is not None:
+                where, params = SQL.search_where(scope)
+                sessions = conn.execute(
+                    f"SELECT {_TEXT_SESSION_COLS}{_INDEXED_SESSION_COLS} FROM sessions s WHERE {where}", params
+                ).fetchall()
+                if sessions and sum(r["message_count"] for r in sessions) <= self._in_process_rows:
+                    self._word_indexes(conn, sessions)
+
     def _stamp(self, conn: sqlite3.Connection) -> tuple[int, int, int]:
         """The database's state as this connection sees it: the same stamp twice means no connection, of this
         process or another, committed a change in between (SQLite's ``data_version`` counts the others'
@@ -762,9 +807,7 @@ class SQLiteStore(SqlStore):
         if not words or k == 0:
             return []
         where, params = SQL.search_where(scope)
-        columns = "sid, fts_scope, next_position, user_id, agent_id, session_id"
-        if self._lexicons is not None:
-            columns += ", message_count, vec_epoch, created_at, tenant"
+        columns = _TEXT_SESSION_COLS + (_INDEXED_SESSION_COLS if self._lexicons is not None else "")
         with self._text_read() as conn:  # one snapshot, unless messages wait for FTS: index them first
             sessions = conn.execute(f"SELECT {columns} FROM sessions s WHERE {where}", params).fetchall()
             if not sessions:
@@ -784,9 +827,14 @@ class SQLiteStore(SqlStore):
         filters: Filters | None,
     ) -> list[Hit]:
         """BM25 over the scope's own messages, with the scope's own statistics (see :mod:`._bm25`)."""
+        assert self._lexicons is not None
+        phrases = [self._lexicons.tokenize(w) for w in words]
+        return B.bm25_search(self._word_indexes(conn, sessions), phrases, k, filters)
+
+    def _word_indexes(self, conn: sqlite3.Connection, sessions: Sequence[sqlite3.Row]) -> list[B.LexicalIndex]:
+        """Each session's keyword index, as kept (extended by the rows appended since) or built."""
         lexicons = self._lexicons
         assert lexicons is not None
-        phrases = [lexicons.tokenize(w) for w in words]
 
         def reader(sid: int) -> Any:
             def read(after: int) -> list[tuple[str, str, str, str, float, str, int]]:
@@ -800,14 +848,13 @@ class SQLiteStore(SqlStore):
                     ).fetchall()
             return read
 
-        indexes = [
+        return [
             lexicons.index(
                 r["sid"], (r["vec_epoch"], r["created_at"], r["tenant"], r["user_id"], r["agent_id"], r["session_id"]),
                 r["next_position"], r["message_count"], (r["user_id"], r["agent_id"], r["session_id"]), reader(r["sid"]),
             )
             for r in sessions
         ]
-        return B.bm25_search(indexes, phrases, k, filters)
 
     def _search_text(
         self, conn: sqlite3.Connection, scope: Scope, sessions: Sequence[sqlite3.Row], words: Sequence[str], k: int,
@@ -918,6 +965,7 @@ class SQLiteStore(SqlStore):
             if counts["messages"] or counts["summaries"]:
                 _merge_fts(conn)
         with self._lock:
+            self._forgets += 1
             for key in [k for k in self._cache if set(k) & set(sids)]:
                 del self._cache[key]
             if self._lexicons is not None:
