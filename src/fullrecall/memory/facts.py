@@ -369,8 +369,8 @@ class FactMemory:
         self.book.update(fact_id, closed, check=False)  # the cache was just checked, or holds this writer's writes
 
     def warm(self) -> None:
-        """Read the facts and build their index ahead of the first search."""
-        self._facts()
+        """Read the facts and build their index, with the facts valid now, ahead of the first search."""
+        self._facts().valid(self.clock())
 
     def _facts(self, *, check: bool = True) -> FactIndex:
         """The index of the live facts (the book's cache checked first unless not ``check``)."""
