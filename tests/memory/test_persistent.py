@@ -230,6 +230,46 @@ def test_a_new_memory_warms_its_owner_in_the_background_and_answers_as_a_cold_on
         store.close()
 
 
+def test_a_first_search_drops_a_warm_not_begun_and_waits_for_one_under_way(tmp_path, default_embedder):
+    """One thread warms memories in turn: a memory whose search comes while its warm waits behind another's reads
+    what it needs itself (its warm never runs), and one whose warm is under way waits for it, never reading the
+    same beside it.
+    """
+    stores = [open_store(f"sqlite:///{tmp_path / f'{name}.db'}") for name in ("a", "b")]
+    order, release, started = [], threading.Event(), threading.Event()
+    try:
+        for i, store in enumerate(stores):
+            store_warm = store.warm
+
+            def warm(scope, i=i, store_warm=store_warm):
+                order.append(("begin", i))
+                started.set()
+                if i == 0:
+                    assert release.wait(30)
+                store_warm(scope)
+                order.append(("end", i))
+
+            store.warm = warm
+        first = memory(stores[0], default_embedder, user_id="u", agent_id="a")
+        assert started.wait(30)  # the first warm is under way, held
+        second = memory(stores[1], default_embedder, user_id="u", agent_id="a")  # queued behind it
+        assert second.search("anything") == []
+        assert order == [("begin", 0)]  # the second's warm was dropped, not waited for
+        searching = threading.Thread(target=first.search, args=("anything",))
+        searching.start()
+        time.sleep(0.2)
+        assert searching.is_alive()  # the first's search waits for its warm
+        release.set()
+        searching.join(30)
+        assert not searching.is_alive() and order == [("begin", 0), ("end", 0)]
+        time.sleep(0.2)
+        assert order == [("begin", 0), ("end", 0)]  # and the dropped one never runs
+    finally:
+        release.set()
+        for store in stores:
+            store.close()
+
+
 def test_previous_winners_memories_are_marked_and_turn_filtered(default_embedder):
     store = open_store("sqlite:///:memory:")
     a = memory(store, default_embedder, user_id="u", agent_id="agent_a", session_id="s")

@@ -151,7 +151,8 @@ def _import_memory(args: argparse.Namespace) -> int:
                            "writes")
     scope(args)  # refused before the store is made
     with opened_store(args) as store:
-        memory = PersistentMemory(user_id=args.user, agent_id=args.agent, tenant=args.tenant, store=store)
+        memory = PersistentMemory(user_id=args.user, agent_id=args.agent, tenant=args.tenant, store=store,
+                                  warm=False)  # an import searches nothing
         try:
             counts = memory.import_jsonl(sys.stdin if args.path == "-" else Path(args.path))
         finally:

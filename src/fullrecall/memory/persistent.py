@@ -94,7 +94,8 @@ class PersistentMemory:
     or passed over (``"silent"``); ``stats()`` counts them. MassGen's mem0 options (``llm_config``,
     ``embedding_backend``, ``on_disk``, ...) are accepted as written and not used (a warning names them).
     With ``warm`` (the default) the owner's memory is read into the process in the background as soon as the
-    memory is made (see :meth:`warm`), so that the first ``retrieve`` does not wait for it.
+    memory is made (see :meth:`warm`), so that the first ``retrieve`` does not wait for it; a memory made for
+    one call (a request) is better made with ``warm=False``.
     """
 
     def __init__(
@@ -141,8 +142,7 @@ class PersistentMemory:
         self.extraction_failures = 0  # this instance's, since it was made
         self._sessions = RecordBook(self.store, self.owner, _SESSIONS)
         self._noted = False  # whether this instance has put its session in the owner's list
-        if warm:
-            _warm_later(self)
+        self._warming = _warm_later(self) if warm else None
 
     # -- MassGen's interface -------------------------------------------------------------------
     async def record(self, messages: Any, metadata: dict[str, Any] | None = None, **kw: Any) -> list[str]:
@@ -360,6 +360,9 @@ class PersistentMemory:
         ``MAX_QUERIES`` non-system ones is a query.
         """
         queries = _queries(query_or_messages)[-MAX_QUERIES:]
+        warming, self._warming = self._warming, None
+        if warming is not None:
+            warming.settle()
         try:
             for query in queries or [""]:  # before anything is embedded: the fact search embeds too
                 V.check_query("search", query, "limit", limit)
@@ -856,40 +859,77 @@ def _io() -> ThreadPoolExecutor:
         return _pool
 
 
-_warm_queue: SimpleQueue[tuple[weakref.ref[PersistentMemory], tuple[int, Scope]]] = SimpleQueue()
-_warm_pending: set[tuple[int, Scope]] = set()  # (the store's id, the owner) asked for and not yet warmed
+class _Warming:
+    """A memory's warm, asked of the one thread that warms memories: queued, then under way, then done; or
+    dropped, when the memory's first search comes before the warm begins (the search reads what it needs) or
+    the memory is gone by then. Memories of one owner asked to warm while one is queued share it.
+    """
+
+    __slots__ = ("key", "memory", "state", "done")
+
+    def __init__(self, memory: PersistentMemory, key: tuple[int, Scope]) -> None:
+        self.key = key
+        self.memory = weakref.ref(memory)
+        self.state = "queued"
+        self.done = threading.Event()
+
+    def begin(self) -> PersistentMemory | None:
+        """The memory to warm now (the warming thread), or None: dropped."""
+        with _pool_lock:
+            _warm_pending.pop(self.key, None)
+            memory = self.memory() if self.state == "queued" else None
+            self.state = "under way" if memory is not None else "dropped"
+        if memory is None:
+            self.done.set()
+        return memory
+
+    def settle(self) -> None:
+        """Before a search: a warm not begun is dropped (the search reads the same), one under way waited for
+        (so that no two threads read the same into the process at once).
+        """
+        with _pool_lock:
+            if self.state == "queued":
+                self.state = "dropped"
+                _warm_pending.pop(self.key, None)
+                self.done.set()
+        self.done.wait()
+
+
+_warm_queue: SimpleQueue[_Warming] = SimpleQueue()
+_warm_pending: dict[tuple[int, Scope], _Warming] = {}  # (the store's id, the owner) -> its queued warm
 _warm_thread: threading.Thread | None = None
 
 
-def _warm_later(memory: PersistentMemory) -> None:
-    """Warm ``memory`` on the one background thread that warms memories, in the order asked (once for an owner
-    asked again before its turn; not at all for a memory dropped before it). The thread is a daemon: a process
-    that exits leaves the rest undone.
+def _warm_later(memory: PersistentMemory) -> _Warming:
+    """``memory``'s warm, queued for the one background thread that warms memories, in the order asked. The
+    thread is a daemon: a process that exits leaves the rest undone.
     """
     global _warm_thread
     key = (id(memory.store), memory.owner)
     with _pool_lock:
-        if key in _warm_pending:
-            return
-        _warm_pending.add(key)
+        queued = _warm_pending.get(key)
+        if queued is not None:
+            return queued
+        warming = _warm_pending[key] = _Warming(memory, key)
         if _warm_thread is None or not _warm_thread.is_alive():  # the first, or after a fork
-            _warm_thread = threading.Thread(target=_warming, name="fullrecall-memory-warm", daemon=True)
+            _warm_thread = threading.Thread(target=_warm_each, name="fullrecall-memory-warm", daemon=True)
             _warm_thread.start()
-    _warm_queue.put((weakref.ref(memory), key))
+    _warm_queue.put(warming)
+    return warming
 
 
-def _warming() -> None:
+def _warm_each() -> None:
     while True:
-        ref, key = _warm_queue.get()
-        with _pool_lock:
-            _warm_pending.discard(key)
-        memory = ref()
+        warming = _warm_queue.get()
+        memory = warming.begin()
         if memory is None:
             continue
         try:
             memory.warm()
         except Exception:  # noqa: BLE001 - a hint: the first search reads what it needs, and reports its own failures
             log.debug("warming the memory of %r failed", memory.owner, exc_info=True)
+        finally:
+            warming.done.set()
         del memory
 
 

@@ -125,7 +125,8 @@ def router(service: Service, principal: Callable[..., Any]) -> APIRouter:
 
         tenant, user, agent = owner(p, user_id, agent_id)
         session = check_conversation(session_id, "session_id") or DEFAULT_SESSION
-        return PersistentMemory(user, agent, session, store=store, tenant=tenant, embedder=embedder)
+        return PersistentMemory(user, agent, session, store=store, tenant=tenant, embedder=embedder,
+                                warm=False)  # one request's: its own search reads what it needs
 
     def facts(p: Principal, user_id: str | None, agent_id: str | None) -> FactMemory:
         from ..memory import FactMemory
