@@ -314,3 +314,31 @@ def test_every_option_of_the_store_is_also_a_url_option(redis_url: str, prefix: 
         assert store.count(Scope(session_id="s")) == 0
     finally:
         store.close()
+
+
+def test_a_conversation_read_while_its_user_is_forgotten_is_not_cached(redis_url: str, prefix: str) -> None:
+    """A forget that comes while a search reads a conversation: what it read answers that search and is not
+    cached.
+    """
+    import threading
+
+    store = open_store(f"{redis_url}?prefix={prefix}")
+    scope = Scope(user_id="u", agent_id="a", session_id="s")
+    _fill(store, scope)
+    rebuild = store._rebuild
+
+    def rebuild_then_forget(*args: object) -> object:
+        read = rebuild(*args)
+        forgetting = threading.Thread(target=store.forget, args=(Scope(user_id="u", agent_id="a"),))
+        forgetting.start()
+        forgetting.join()
+        return read
+
+    store._rebuild = rebuild_then_forget
+    try:
+        assert len(store.search_text(Scope(user_id="u", agent_id="a"), ["hello"], 5)) == 3
+        assert not store._cache
+        del store._rebuild
+        assert store.search_text(Scope(user_id="u", agent_id="a"), ["hello"], 5) == []
+    finally:
+        store.close()

@@ -691,15 +691,17 @@ class RedisStore(StoreBase):
         logs = [s for s in sessions if F.is_change_log(s.session_id)]  # long-term memory's change logs
         log_messages, namespaces = 0, Counter[str]()
         p = self._p(scope)  # a records key is {p}:user:{u}:records:{ns}; the prefix may itself hold ":user:"
-        with self._lock:
-            self._forgets += 1
         with self._errors("delete from"):
-            for s in sessions:
-                for name, n in self._forget_session(p, s).items():
-                    counts[name] += n
-                    log_messages += n if name == "messages" and s in logs else 0
-                with self._lock:
-                    self._cache.pop(s.base, None)
+            try:
+                for s in sessions:
+                    for name, n in self._forget_session(p, s).items():
+                        counts[name] += n
+                        log_messages += n if name == "messages" and s in logs else 0
+            finally:
+                with self._lock:  # nothing of them kept, nor kept later by a search that read them before this
+                    self._forgets += 1
+                    for s in sessions:
+                        self._cache.pop(s.base, None)
             fields = self._record_fields(scope, None, exact=True)
             for key, field, doc in fields:
                 gone = self._r.hdel(key, field)
