@@ -11,7 +11,9 @@ question. No LLM is called (memory is built with its defaults: facts by rules).
 
 ``--timed-turns K`` times only each user's last K turns: the turns before them are loaded first,
 for every user, one ``record`` call a session (the same memory, facts included, built in far
-fewer calls), so the timed turns land in a store that holds everyone's history. With
+fewer calls), so the timed turns land in a store that holds everyone's history. The loading memories
+stand for earlier processes and do not warm; the timed ones warm as any memory does (``warm=True``), each
+made before its user's timed turns. With
 ``--embedding-cache FILE`` the load reuses the vectors of earlier runs (the synthetic turns are the
 same for the same ``--seed``); timed turns and questions are always embedded for real. The full
 size is ``--users 100 --turns 1000 --timed-turns 20 --embedding-cache FILE``; ``--users 10 --turns
@@ -155,15 +157,16 @@ def _bench(backend: str, url: str, embedder: Any, loader: Any, args: argparse.Na
     first_timed = args.turns - timed
     turns = [[chat.turn(user, n) for n in range(args.turns)] for user in range(args.users)]
 
-    def memory_of(user: int, n: int, by: Any) -> PersistentMemory:
-        return PersistentMemory(f"user{user}", "bench", f"session{n // TURNS_PER_SESSION}", store=store, embedder=by)
+    def memory_of(user: int, n: int, by: Any, warm: bool = True) -> PersistentMemory:
+        return PersistentMemory(f"user{user}", "bench", f"session{n // TURNS_PER_SESSION}", store=store, embedder=by,
+                                warm=warm)
 
     try:
         t0 = time.perf_counter()
         for user in range(args.users):  # the history before the timed turns, one record call a session
             for start in range(0, first_timed, TURNS_PER_SESSION):
                 end = min(first_timed, start + TURNS_PER_SESSION)
-                loop.run_until_complete(memory_of(user, start, loader).record(
+                loop.run_until_complete(memory_of(user, start, loader, warm=False).record(  # past sessions
                     [m for n in range(start, end) for m in turns[user][n]], {"turn": f"load-{start}"}))
         if isinstance(loader, CachedEmbedder):
             loader.save()

@@ -862,7 +862,8 @@ def _io() -> ThreadPoolExecutor:
 class _Warming:
     """A memory's warm, asked of the one thread that warms memories: queued, then under way, then done; or
     dropped, when the memory's first search comes before the warm begins (the search reads what it needs) or
-    the memory is gone by then. Memories of one owner asked to warm while one is queued share it.
+    the memory is gone by then. Memories of one owner asked to warm while one is queued share it (the newest
+    of them is warmed).
     """
 
     __slots__ = ("key", "memory", "state", "done")
@@ -908,7 +909,8 @@ def _warm_later(memory: PersistentMemory) -> _Warming:
     key = (id(memory.store), memory.owner)
     with _pool_lock:
         queued = _warm_pending.get(key)
-        if queued is not None:
+        if queued is not None:  # the newest memory of the owner is the one to warm (an older one may be gone)
+            queued.memory = weakref.ref(memory)
             return queued
         warming = _warm_pending[key] = _Warming(memory, key)
         if _warm_thread is None or not _warm_thread.is_alive():  # the first, or after a fork
