@@ -877,7 +877,7 @@ class _Warming:
     def begin(self) -> PersistentMemory | None:
         """The memory to warm now (the warming thread), or None: dropped."""
         with _pool_lock:
-            _warm_pending.pop(self.key, None)
+            self._unlist()
             memory = self.memory() if self.state == "queued" else None
             self.state = "under way" if memory is not None else "dropped"
         if memory is None:
@@ -891,9 +891,14 @@ class _Warming:
         with _pool_lock:
             if self.state == "queued":
                 self.state = "dropped"
-                _warm_pending.pop(self.key, None)
+                self._unlist()
                 self.done.set()
         self.done.wait()
+
+    def _unlist(self) -> None:
+        """No longer the owner's queued warm (under ``_pool_lock``)."""
+        if _warm_pending.get(self.key) is self:
+            del _warm_pending[self.key]
 
 
 _warm_queue: SimpleQueue[_Warming] = SimpleQueue()
