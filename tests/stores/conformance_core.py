@@ -7,6 +7,7 @@ Mixed into :class:`conformance.StoreConformance`, so it runs on SQLite, PostgreS
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -332,6 +333,21 @@ def race(workers: list[tuple[Callable[..., None], tuple[Any, ...]]]) -> None:
     for p in processes:
         p.join(120)
         assert p.exitcode == 0, f"worker exited with {p.exitcode}"
+
+
+def then_forget(call: Callable[..., Any], store: Store, scope: Scope) -> Callable[..., Any]:
+    """``call`` followed by a forget of ``scope`` on another thread, done before ``call``'s result is returned: a
+    forget that comes while a search holds what it read.
+    """
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        result = call(*args, **kwargs)
+        forgetting = threading.Thread(target=store.forget, args=(scope,))
+        forgetting.start()
+        forgetting.join()
+        return result
+
+    return wrapped
 
 
 def churn_worker(url: str, scope: Scope, prefix: str, n: int, ready: Any, start: Any) -> None:

@@ -7,13 +7,13 @@ answers as a handle that searches on the server (vectors) or builds everything a
 from __future__ import annotations
 
 import random
-import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from conformance_core import then_forget
 
 from fullrecall.stores import Filters, Scope, StoredMessage, open_store
 from fullrecall.stores.base import ReadHit
@@ -213,16 +213,7 @@ def test_a_block_read_while_its_user_is_forgotten_is_not_kept(service_urls: dict
     scope = Scope(user_id="u", session_id="a")
     store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"heron {i}", data={}) for i in range(5)])
     store.set_vectors(scope, [f"m{i}" for i in range(5)], rng.standard_normal((5, DIM)).astype(np.float32), "m")
-    read_vectors = store._read_vectors
-
-    def read_then_forget(*args: Any, **kwargs: Any) -> Any:
-        read = read_vectors(*args, **kwargs)
-        forgetting = threading.Thread(target=store.forget, args=(Scope(user_id="u"),))
-        forgetting.start()
-        forgetting.join()
-        return read
-
-    store._read_vectors = read_then_forget
+    store._read_vectors = then_forget(store._read_vectors, store, Scope(user_id="u"))
     try:
         assert len(store.search_vectors(Scope(user_id="u"), rng.standard_normal(DIM).astype(np.float32), 3)) == 3
         assert store._blocks.get(Scope(user_id="u")) is None
@@ -240,16 +231,7 @@ def test_a_word_index_read_while_its_user_is_forgotten_is_not_kept(
     scope = Scope(user_id="u", session_id="a")
     store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"heron {i}", data={}) for i in range(5)])
     lexicons = store._lexicons
-    build = lexicons._build
-
-    def build_then_forget(*args: Any, **kwargs: Any) -> Any:
-        index = build(*args, **kwargs)
-        forgetting = threading.Thread(target=store.forget, args=(Scope(user_id="u"),))
-        forgetting.start()
-        forgetting.join()
-        return index
-
-    lexicons._build = build_then_forget
+    lexicons._build = then_forget(lexicons._build, store, Scope(user_id="u"))
     try:
         assert len(store.search_text(Scope(user_id="u"), ["heron"], 3)) == 3
         assert lexicons._held == {} and lexicons._rows == 0

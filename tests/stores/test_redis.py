@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 import redis
+from conformance_core import then_forget
 
 from fullrecall.errors import InvalidInput, StoreError
 from fullrecall.stores import ANY, Record, Scope, StoredMessage, open_store
@@ -320,21 +321,9 @@ def test_a_conversation_read_while_its_user_is_forgotten_is_not_cached(redis_url
     """A forget that comes while a search reads a conversation: what it read answers that search and is not
     cached.
     """
-    import threading
-
     store = open_store(f"{redis_url}?prefix={prefix}")
-    scope = Scope(user_id="u", agent_id="a", session_id="s")
-    _fill(store, scope)
-    rebuild = store._rebuild
-
-    def rebuild_then_forget(*args: object) -> object:
-        read = rebuild(*args)
-        forgetting = threading.Thread(target=store.forget, args=(Scope(user_id="u", agent_id="a"),))
-        forgetting.start()
-        forgetting.join()
-        return read
-
-    store._rebuild = rebuild_then_forget
+    _fill(store, Scope(user_id="u", agent_id="a", session_id="s"))
+    store._rebuild = then_forget(store._rebuild, store, Scope(user_id="u", agent_id="a"))
     try:
         assert len(store.search_text(Scope(user_id="u", agent_id="a"), ["hello"], 5)) == 3
         assert not store._cache

@@ -9,10 +9,10 @@ were picked from; see docs/memory.md.)
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
+from conformance_core import then_forget
 
 from fullrecall.stores import Filters, Scope, StoredMessage, open_store
 from fullrecall.stores._vectors import VectorBlock
@@ -102,16 +102,7 @@ def test_a_block_warmed_while_its_user_is_forgotten_is_not_kept(tmp_path) -> Non
     scope = Scope(user_id="u", agent_id="a", session_id="s0")
     store.append(scope, _messages(0, 5))
     store.set_vectors(scope, [f"m0-{i}" for i in range(5)], np.random.default_rng(4).normal(size=(5, DIM)).astype(np.float32), "m")
-    load = store._load_vectors
-
-    def load_then_forget(*args: Any, **kwargs: Any) -> Any:
-        read = load(*args, **kwargs)
-        forgetting = threading.Thread(target=store.forget, args=(Scope(user_id="u", agent_id="a"),))
-        forgetting.start()
-        forgetting.join()
-        return read
-
-    store._load_vectors = load_then_forget
+    store._load_vectors = then_forget(store._load_vectors, store, Scope(user_id="u", agent_id="a"))
     try:
         store.warm(Scope(user_id="u", agent_id="a"))
         assert not store._cache
