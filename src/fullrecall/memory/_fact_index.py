@@ -166,22 +166,21 @@ class FactIndex:
             if entry[1] is not None and holds(entry[0], when):
                 rows[entry[0].id] = (entry, None)
         kept = list(rows.values())
-        new = [j for j, (_, i) in enumerate(kept) if i is None]
-        if new:  # in the book's order (the rows kept are in it already)
-            place = {record_id: i for i, record_id in enumerate(self.basis)}
-            kept.sort(key=lambda found: place[found[0][0].id])
-            new = [j for j, (_, i) in enumerate(kept) if i is None]
         if not kept:
             return since, until, [], None
-        vectors = [cast("np.ndarray", kept[j][0][1]) for j in new]
-        if matrix is None or any(v.shape != matrix.shape[1:] or v.dtype != matrix.dtype for v in vectors):
-            return since, until, [e for e, _ in kept], np.stack([e[1] for e, _ in kept])  # type: ignore[misc]
+        if any(i is None for _, i in kept):  # in the book's order (the rows kept are in it already)
+            place = {record_id: i for i, record_id in enumerate(self.basis)}
+            kept.sort(key=lambda found: place[found[0][0].id])
+        entries = [e for e, _ in kept]
+        new = [(j, cast("np.ndarray", e[1])) for j, (e, i) in enumerate(kept) if i is None]
+        if matrix is None or any(v.shape != matrix.shape[1:] or v.dtype != matrix.dtype for _, v in new):
+            return since, until, entries, np.stack([e[1] for e in entries])  # type: ignore[misc]
         stacked = np.empty((len(kept), matrix.shape[1]), dtype=matrix.dtype)
         old = [(j, i) for j, (_, i) in enumerate(kept) if i is not None]
         stacked[[j for j, _ in old]] = matrix[[i for _, i in old]]
-        for j, v in zip(new, vectors):
+        for j, v in new:
             stacked[j] = v
-        return since, until, [e for e, _ in kept], stacked
+        return since, until, entries, stacked
 
     def holding(self, subject: str, attribute: str) -> list[Record]:
         """The facts of ``subject`` with this attribute, current or not, oldest first."""

@@ -94,15 +94,13 @@ class _Room:
         """``matrix`` (the first rows of ``room``, or of no room) with the rows ``more`` below it."""
         n, m = len(matrix), len(more)
         with _room_lock:  # claimed by one block at most
-            fits = room is not None and room.used == n and n + m <= len(room.array) and room.array.shape[1] == \
-                more.shape[1]
-            if fits:
-                assert room is not None
+            if room is not None and room.used == n and n + m <= len(room.array):
                 room.used = n + m
-        if not fits:
+            else:
+                room = None
+        if room is None:
             room = cls(n + m, matrix.shape[1])
             room.array[:n] = matrix
-        assert room is not None
         room.array[n:n + m] = more
         return room.array[:n + m], room
 

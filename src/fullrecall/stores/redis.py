@@ -201,7 +201,9 @@ class RedisStore(StoreBase):
 
     def close(self) -> None:
         self._closed = True
-        self._cache.clear()
+        with self._lock:
+            self._forgets += 1  # a read under way caches nothing in a closed store
+            self._cache.clear()
         self._r.close()
 
     def __repr__(self) -> str:

@@ -460,6 +460,7 @@ class SQLiteStore(SqlStore):
                     self._checkpoint(tries=1, wait_ms=0)
                 self._conn_obj.close()
             self._conn_obj = None
+            self._forgets += 1  # a warm under way caches nothing in a closed store
             self._cache.clear()
             if self._lexicons is not None:
                 self._lexicons.clear()
@@ -784,7 +785,7 @@ class SQLiteStore(SqlStore):
                 sessions = conn.execute(
                     f"SELECT {_TEXT_SESSION_COLS}{_INDEXED_SESSION_COLS} FROM sessions s WHERE {where}", params
                 ).fetchall()
-                if sessions and sum(r["message_count"] for r in sessions) <= self._in_process_rows:
+                if sessions and self._indexed_in_process(sessions):
                     self._word_indexes(conn, sessions)
 
     def _stamp(self, conn: sqlite3.Connection) -> tuple[int, int, int]:
@@ -812,7 +813,7 @@ class SQLiteStore(SqlStore):
             sessions = conn.execute(f"SELECT {columns} FROM sessions s WHERE {where}", params).fetchall()
             if not sessions:
                 return []
-            if self._lexicons is not None and sum(r["message_count"] for r in sessions) <= self._in_process_rows:
+            if self._indexed_in_process(sessions):
                 return self._search_in_process(conn, sessions, words, k, filters)
             if not _pending(conn):
                 return self._search_text(conn, scope, sessions, words, k, filters)
@@ -821,6 +822,10 @@ class SQLiteStore(SqlStore):
         with self._text_read() as conn:
             sessions = conn.execute(f"SELECT {columns} FROM sessions s WHERE {where}", params).fetchall()
             return self._search_text(conn, scope, sessions, words, k, filters) if sessions else []
+
+    def _indexed_in_process(self, sessions: Sequence[sqlite3.Row]) -> bool:
+        """Whether the keyword search of these sessions runs in process (the scope is small enough)."""
+        return self._lexicons is not None and sum(r["message_count"] for r in sessions) <= self._in_process_rows
 
     def _search_in_process(
         self, conn: sqlite3.Connection, sessions: Sequence[sqlite3.Row], words: Sequence[str], k: int,
