@@ -25,6 +25,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
+from ._fork import after_fork_in_child
 from .errors import FullRecallError, InvalidInput
 
 T = TypeVar("T")
@@ -125,7 +126,6 @@ class _Sender:
     """
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self.clients: dict[float, Any] = {}  # used on the loop's thread only
         threading.Thread(target=self.loop.run_forever, name="fullrecall-http", daemon=True).start()
@@ -146,6 +146,13 @@ _sender: _Sender | None = None
 _sender_lock = threading.Lock()
 
 
+@after_fork_in_child
+def _renew() -> None:
+    """A new lock, and no event loop thread of the parent's (see ``_fork``)."""
+    global _sender, _sender_lock
+    _sender, _sender_lock = None, threading.Lock()
+
+
 def request(method: str, url: str, *, timeout: float, deadline: float, limit: int = DEFAULT_MAX_BYTES,
             **kwargs: Any) -> Any:
     """One HTTP request (``httpx.Response``, body read) from sync code, ended by ``TimeoutError`` past ``deadline``,
@@ -159,7 +166,7 @@ def request(method: str, url: str, *, timeout: float, deadline: float, limit: in
 
     global _sender
     with _sender_lock:
-        if _sender is None or _sender.pid != os.getpid():
+        if _sender is None:
             _sender = _Sender()
         sender = _sender
     return sender.send(method, url, timeout, deadline, limit, kwargs)

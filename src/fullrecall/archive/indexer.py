@@ -27,6 +27,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from .._fork import renew_in_child
+
 log = logging.getLogger("fullrecall.archive")
 
 Job = tuple[str, list[Any]]  # (waiting-batch id, the messages to embed)
@@ -52,9 +54,13 @@ class BackgroundIndexer:
         self.delay = delay
         self.max_delay = max_delay
         self.idle_after = idle_after
+        self._closing = False
+        self._start()
+        renew_in_child(self)
+
+    def _start(self) -> None:
         self._jobs: deque[tuple[float, Job]] = deque()  # (when submitted, job)
         self._lock = threading.Lock()  # a submit racing close: queued before the stop, or refused
-        self._closing = False
         self._submitted = 0  # jobs accepted (under _lock)
         self._queued = 0  # messages queued (under _lock)
         self._done = 0  # jobs handled (under _finished)
@@ -63,7 +69,15 @@ class BackgroundIndexer:
         self._wake = threading.Event()  # flush, close, or a submit to a sleeping worker
         self._sleeping = False
         self._thread = threading.Thread(target=self._run, name="fullrecall-indexer", daemon=True)
-        self._thread.start()
+        if not self._closing:
+            self._thread.start()
+
+    def _after_fork(self) -> None:
+        """A forked child gets a worker of its own, with nothing queued: the batches queued in the parent are
+        the parent's to embed (each is recorded as waiting in the store, so a catch-up embeds it if the parent
+        never does).
+        """
+        self._start()
 
     @property
     def closed(self) -> bool:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._fork import renew_in_child
 from .base import batched, empty, l2_normalize
 from .local import cache_dir, max_seq_length, model_key, pooling_mode, resolve_model_dir
 
@@ -220,6 +221,10 @@ class OnnxEmbedder:
             pad_id = tok.token_to_id("<pad>") or 0
         tok.enable_padding(pad_id=pad_id, pad_token=tok.id_to_token(pad_id) or "[PAD]")
         self._tokenizer = tok
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        self._pool = None  # the parent's threads are not in a forked child (see ``_fork``)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)

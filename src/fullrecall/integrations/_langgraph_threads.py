@@ -16,6 +16,8 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from typing import Any
 
+from .._fork import renew_in_child
+
 
 class Thread:
     """One thread's lock and the ids its log was seen to hold (valid while the log's mark is ``mark``)."""
@@ -46,6 +48,12 @@ class Threads:
         self.size = size
         self._guard = threading.Lock()
         self._items: OrderedDict[Hashable, Thread] = OrderedDict()
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        """New locks in a forked child, and no ids known: a run of the parent may have been changing them."""
+        self._guard = threading.Lock()
+        self._items = OrderedDict()
 
     @contextlib.contextmanager
     def hold(self, key: Hashable) -> Iterator[Thread]:

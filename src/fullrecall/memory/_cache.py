@@ -13,6 +13,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
+from .._fork import renew_in_child
+
 T = TypeVar("T")
 
 
@@ -26,6 +28,12 @@ class LockedCache(Generic[T]):
         self.on_evict = on_evict
         self._lock = threading.Lock()
         self._items: OrderedDict[Hashable, tuple[T, threading.Lock]] = OrderedDict()
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child, new locks: one a request of the parent held stays held for ever (see ``_fork``)."""
+        self._lock = threading.Lock()
+        self._items = OrderedDict((key, (item, threading.Lock())) for key, (item, _) in self._items.items())
 
     def get(self, key: Hashable, build: Callable[[], T]) -> tuple[T, threading.Lock]:
         """The cached object of ``key`` and its lock; ``build()`` makes it when missing.

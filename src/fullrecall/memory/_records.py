@@ -42,6 +42,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from .._fork import renew_in_child
 from ..errors import InvalidInput, MemoryInputError, StateConflict
 from ..stores import _validate as V
 from ..stores._common import newest
@@ -135,6 +136,12 @@ class RecordBook:
         # :meth:`nearest`'s selections, by the predicate that made them
         self._views: dict[Callable[[Record], bool], tuple[dict[str, Entry], Sequence[Entry], np.ndarray]] = {}
         self._followers: list[Follower] = []  # told of each change this book applies to its cache
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        """A forked child reads its cache again, under a new lock (see ``_fork``)."""
+        self._lock = threading.RLock()
+        self._cache = None
 
     @property
     def embedder(self) -> Any:

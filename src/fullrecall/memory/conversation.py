@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from .._fork import renew_in_child
 from ..archive.archive import END, message_record
 from ..errors import ArchiveError, InvalidInput, MessageFormatError, MessageTypeError
 from ..messages.formats import parse_messages
@@ -504,6 +505,10 @@ class ConversationMemory:
         self.sync = SyncConversationMemory(store, session_id, **options)  # user_id, tenant, manager, ...: the same
         self.store, self.scope = self.sync.store, self.sync.scope
         self._lock = threading.Lock()  # one operation at a time on the twin, whichever thread runs it
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         """Close what this memory opened (see :meth:`SyncConversationMemory.close`); harmless twice."""

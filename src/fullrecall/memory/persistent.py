@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -34,6 +35,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from .._fork import after_fork_in_child
 from .._json import dumps_text
 from .._json import parse as parse_json
 from ..archive.archive import archived_summaries
@@ -866,13 +868,14 @@ class _Warming:
     of them is warmed).
     """
 
-    __slots__ = ("key", "memory", "state", "done")
+    __slots__ = ("key", "memory", "state", "done", "pid")
 
     def __init__(self, memory: PersistentMemory, key: tuple[int, Scope]) -> None:
         self.key = key
         self.memory = weakref.ref(memory)
         self.state = "queued"
         self.done = threading.Event()
+        self.pid = os.getpid()  # a forked child does not wait for its parent's warms (see _fork)
 
     def begin(self) -> PersistentMemory | None:
         """The memory to warm now (the warming thread), or None: dropped."""
@@ -888,6 +891,8 @@ class _Warming:
         """Before a search: a warm not begun is dropped (the search reads the same), one under way waited for
         (so that no two threads read the same into the process at once).
         """
+        if self.pid != os.getpid():
+            return
         with _pool_lock:
             if self.state == "queued":
                 self.state = "dropped"
@@ -906,6 +911,13 @@ _warm_pending: dict[tuple[int, Scope], _Warming] = {}  # (the store's id, the ow
 _warm_thread: threading.Thread | None = None
 
 
+@after_fork_in_child
+def _renew() -> None:
+    """A new lock, and none of the parent's threads or queued warms (see ``_fork``)."""
+    global _pool, _pool_lock, _warm_queue, _warm_pending, _warm_thread
+    _pool, _pool_lock, _warm_queue, _warm_pending, _warm_thread = None, threading.Lock(), SimpleQueue(), {}, None
+
+
 def _warm_later(memory: PersistentMemory) -> _Warming:
     """``memory``'s warm, queued for the one background thread that warms memories, in the order asked. The
     thread is a daemon: a process that exits leaves the rest undone.
@@ -918,7 +930,7 @@ def _warm_later(memory: PersistentMemory) -> _Warming:
             queued.memory = weakref.ref(memory)
             return queued
         warming = _warm_pending[key] = _Warming(memory, key)
-        if _warm_thread is None or not _warm_thread.is_alive():  # the first, or after a fork
+        if _warm_thread is None:
             _warm_thread = threading.Thread(target=_warm_each, name="fullrecall-memory-warm", daemon=True)
             _warm_thread.start()
     _warm_queue.put(warming)

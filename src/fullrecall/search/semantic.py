@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import threading
 import time
 import uuid
@@ -21,6 +20,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from .._fork import after_fork_in_child
 from ..errors import InvalidInput
 from ..stores import _validate as V
 from ..stores._common import filters_match
@@ -123,6 +123,16 @@ class _OneBlasThread:
         self._inside = 0
         self._saved: list[int] = []
 
+    def _after_fork(self) -> None:
+        """In a forked child: a new lock, and the BLAS threads a search under way in the parent set to one given
+        back (that search is not there to do it).
+        """
+        self._lock = threading.Lock()
+        if self._inside and self._libs:
+            for lib, n in zip(self._libs, self._saved):
+                lib.set_num_threads(n)
+        self._inside = 0
+
     def _controllers(self) -> list[Any]:
         if self._libs is None:
             try:
@@ -162,21 +172,27 @@ _one_blas_thread = _OneBlasThread()
 
 
 _WORKERS = 4
-_pool: tuple[int, ThreadPoolExecutor, threading.Semaphore] | None = None
+_pool: tuple[ThreadPoolExecutor, threading.Semaphore] | None = None
 _pool_lock = threading.Lock()
+
+
+@after_fork_in_child
+def _renew() -> None:
+    """New locks, and no search thread of the parent's (see ``_fork``)."""
+    global _pool, _pool_lock
+    _one_blas_thread._after_fork()
+    _pool, _pool_lock = None, threading.Lock()
 
 
 def _in_background(fn: Callable[..., T], *args: Any) -> Future[T] | None:
     """``fn(*args)`` on one of the threads a search runs its keyword query on while it embeds the question;
     None when they are all busy (many searches at once: the caller runs it itself rather than queue).
-    The pool is per process: one inherited through a fork has no threads.
     """
     global _pool
     with _pool_lock:
-        if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(_WORKERS, thread_name_prefix="fullrecall-search"),
-                     threading.Semaphore(_WORKERS))
-        _, pool, free = _pool
+        if _pool is None:
+            _pool = (ThreadPoolExecutor(_WORKERS, thread_name_prefix="fullrecall-search"), threading.Semaphore(_WORKERS))
+        pool, free = _pool
     if not free.acquire(blocking=False):
         return None
 

@@ -12,15 +12,14 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-import os
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from .._fork import renew_in_child
 from . import _unicode61 as U
 from ._vectors import Owner, filter_mask
 from .base import Filters, Hit
@@ -73,7 +72,10 @@ class Tokenizer:
         self.algorithm = algorithm
         self._renew()
         self._known: dict[str, str] = {}  # word -> its token (a vocabulary is small: one look-up a word)
-        _TOKENIZERS.add(self)
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        self._renew()
 
     def _renew(self) -> None:
         """A new stemmer and its lock (at creation, and in a forked child)."""
@@ -121,20 +123,6 @@ def _split_many(texts: Sequence[str]) -> list[str] | None:
     return joined.translate({**_table(joined), 0: "\0"}).split()
 
 
-_TOKENIZERS: weakref.WeakSet[Tokenizer] = weakref.WeakSet()  # every live tokenizer, renewed in a forked child
-
-
-def _renew_after_fork() -> None:
-    """In a forked child, a fresh stem lock and stemmer for each tokenizer: a lock some thread of the parent
-    held when it forked stays held in the child for ever (that thread is not there), and the first
-    tokenization of a new word there would wait on it for ever.
-    """
-    for tokenizer in list(_TOKENIZERS):
-        tokenizer._renew()
-
-
-if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
-    os.register_at_fork(after_in_child=_renew_after_fork)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import cast
 
 import numpy as np
 
+from .._fork import after_fork_in_child
 from ._quantized import Quantized
 from .base import Filters, Hit
 
@@ -73,6 +74,13 @@ _maker: ThreadPoolExecutor | None = None
 _maker_lock = threading.Lock()
 _start_lock = threading.Lock()
 _room_lock = threading.Lock()
+
+
+@after_fork_in_child
+def _renew() -> None:
+    """New locks, and no worker thread of the parent's (see ``_fork``)."""
+    global _maker, _maker_lock, _start_lock, _room_lock
+    _maker, _maker_lock, _start_lock, _room_lock = None, threading.Lock(), threading.Lock(), threading.Lock()
 
 
 class _Room:

@@ -82,6 +82,7 @@ import psycopg
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from .._fork import renew_in_child
 from ..errors import InvalidInput, StoreError
 from . import _bm25 as B
 from . import _common as C
@@ -386,11 +387,17 @@ class PostgresStore(SqlStore):
         self._closed = False
         self._setup()
         self._pool()
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        """A forked child starts with a new lock and nothing kept in process; its first round trip opens its own
+        pool (see ``_pool``).
+        """
+        self._lock = threading.Lock()
+        self._in_process()
 
     def _in_process(self) -> None:
-        """What a small scope's searches keep in process, made anew (at start, and in a forked child, whose copy of
-        a lock another thread held at the fork would never be let go).
-        """
+        """What a small scope's searches keep in process, made anew (at start, and in a forked child)."""
         # its vectors (see _scope_blocks), and when a scope was last found to be no small one
         self._blocks = SB.ScopeBlocks(self._cache_bytes) if self._cache_bytes > 0 else None
         self._on_server: dict[Scope, float] = {}
@@ -433,10 +440,6 @@ class PostgresStore(SqlStore):
             raise StoreError(f"store {self._safe_url()} is closed")
         if self._pool_obj is None or self._pid != os.getpid():
             from pgvector.psycopg import register_vector
-
-            if self._pid != os.getpid():  # a forked child
-                self._lock = threading.Lock()
-                self._in_process()
 
             def configure(conn: Conn) -> None:
                 register_vector(conn)

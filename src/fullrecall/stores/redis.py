@@ -56,6 +56,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import numpy as np
 import redis as redis_lib
 
+from .._fork import renew_in_child
 from ..errors import InvalidInput, StoreError
 from . import _bm25 as B
 from . import _common as C
@@ -165,6 +166,12 @@ class RedisStore(StoreBase):
         with self._errors("connect to"):
             self._r.ping()
         self.search_module = self._detect_search_module()
+        renew_in_child(self)
+
+    def _after_fork(self) -> None:
+        """A forked child starts with a new lock and no cache (redis-py opens the child's own connections)."""
+        self._lock = threading.Lock()
+        self._cache = OrderedDict()
 
     def _detect_search_module(self) -> bool:
         """Whether the server has a query engine with vector search (RediSearch >= 2.4); not used yet."""

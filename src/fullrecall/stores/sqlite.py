@@ -60,6 +60,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import numpy as np
 
+from .._fork import renew_in_child
 from ..errors import StoreError
 from . import _bm25 as B
 from . import _common as C
@@ -286,27 +287,42 @@ class SQLiteStore(SqlStore):
         self._busy_ms = int(busy_timeout)
         self._cache_budget = int(vector_cache_mb * 2**20)
         self._fts_batch = max(1, int(fts_batch))
-        self._cache: OrderedDict[tuple[int, ...], tuple[dict[int, tuple[int, Any]], int, Vec.VectorBlock]] = OrderedDict()
-        # scope -> (the database's state when its block was last checked, the block's cache key): see _stamp
-        self._checked: dict[Scope, tuple[tuple[int, int, int], tuple[int, ...]]] = {}
-        self._df: dict[str, tuple[int, int]] = {}  # word -> (rows when counted, rows matching it)
         self._forgets = 0  # forgets so far: a block read before one is not cached (see warm)
-        tokenize = B.Tokenizer()
+        self._tokenize = B.Tokenizer()
         self._in_process_rows = int(lexical_in_process)
-        # None: FTS5 only (without a stemmer, in-process matching would be worse than FTS5's porter)
-        self._lexicons = B.SessionIndexes(tokenize) if tokenize.stems and self._in_process_rows > 0 else None
-        self._lock = threading.RLock()
+        self._in_process()
         self._conn_obj: sqlite3.Connection | None = None
         self._pid = os.getpid()
         self._closed = False
         self._scrub_pending = False  # deleted page images may still be in the WAL
-        self._text_lock = threading.Lock()
         self._text_conn: tuple[int, sqlite3.Connection] | None = None  # (pid, the keyword search's reader)
+        self._locks()
+        self._connect()
+        renew_in_child(self)
+
+    def _locks(self) -> None:
+        self._lock = threading.RLock()
+        self._text_lock = threading.Lock()
         # One bulk read of rows at a time (a scope's vectors, a session's words for its keyword index): two
         # side by side, on two connections, hand the GIL back and forth on every row. A user's first question
         # loads both at once; taking turns made it 85 -> 61 ms (2,000 messages, 2 cores).
         self._bulk = threading.Lock()
-        self._connect()
+
+    def _in_process(self) -> None:
+        """What searches keep in process, made anew (at start, and in a forked child: see ``_fork``)."""
+        self._cache: OrderedDict[tuple[int, ...], tuple[dict[int, tuple[int, Any]], int, Vec.VectorBlock]] = \
+            OrderedDict()
+        # scope -> (the database's state when its block was last checked, the block's cache key): see _stamp
+        self._checked: dict[Scope, tuple[tuple[int, int, int], tuple[int, ...]]] = {}
+        self._df: dict[str, tuple[int, int]] = {}  # word -> (rows when counted, rows matching it)
+        # None: FTS5 only (without a stemmer, in-process matching would be worse than FTS5's porter)
+        self._lexicons = B.SessionIndexes(self._tokenize) if self._tokenize.stems and self._in_process_rows > 0 \
+            else None
+
+    def _after_fork(self) -> None:
+        """A forked child opens its own connections (see ``_conn``) and starts with new locks and no cache."""
+        self._locks()
+        self._in_process()
 
     # -- connection & transactions ---------------------------------------------
 
