@@ -74,3 +74,56 @@ def test_a_burst_below_one_is_refused_at_start():
         with pytest.raises(ValueError, match=f"'{name}'"):
             Settings.load(env={}, **{name: 0})
         assert getattr(Settings.load(env={}, **{name: 0, rate: 0}), name) == 0  # the limit off: no bucket read
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_each_worker_allows_its_share_of_an_address_s_failed_authentications(make_live):
+    """Each worker process counted an address's failures on its own: with 4 workers an address had 4 times
+    ``failed_auth_burst`` tries. Each now allows its share (connections are spread over the workers)."""
+    base, _ = make_live(failed_auth_limit=0.01, failed_auth_burst=8, workers=4)
+    bad = {"Authorization": "Bearer fr_0123456789abcdef_madeup"}
+    with _from("127.0.0.1", base) as client:
+        codes = [client.get("/v1/stats", headers=bad).status_code for _ in range(4)]
+    assert codes == [401, 401, 429, 429]
+
+
+def test_the_workers_of_fullrecall_serve_share_the_failed_authentication_limit(tmp_path):
+    """``fullrecall serve --workers 2``: an address whose requests (each on a new connection) carry made-up keys
+    gets at most ``failed_auth_burst`` answers of 401 from all the workers together, then 429."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from fullrecall.stores._servers import free_port
+
+    port = free_port()
+    env = {**os.environ, "FULLRECALL_FAILED_AUTH_BURST": "4", "FULLRECALL_FAILED_AUTH_LIMIT": "0.01"}
+    server = subprocess.Popen([sys.executable, "-m", "fullrecall", "serve", "--store", f"sqlite:///{tmp_path / 'm.db'}",
+                               "--port", str(port), "--workers", "2", "--log-level", "warning"], env=env,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, server.stderr and server.stderr.read()
+            time.sleep(0.2)
+        codes = []
+        for _ in range(24):  # a new connection each: the kernel hands them to either worker
+            with httpx.Client(base_url=base, timeout=30) as client:
+                codes.append(client.get("/v1/stats", headers={"Authorization": "Bearer fr_0123456789abcdef_x"}
+                                        ).status_code)
+        assert set(codes) == {401, 429} and codes.count(401) <= 4, codes
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()

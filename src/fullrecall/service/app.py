@@ -57,7 +57,10 @@ class Service:
         self.conversations = Conversations(self.store, self.indexer, window_messages=settings.window_messages,
                                            windows=self._windows(settings))
         self.limiter = RateLimiter(settings.rate_limit, settings.burst)
-        self.auth_failures = RateLimiter(settings.failed_auth_limit, settings.failed_auth_burst)  # per address
+        # per address, shared by the workers: each allows its share (connections are spread over them)
+        workers = max(1, settings.workers)
+        self.auth_failures = RateLimiter(settings.failed_auth_limit / workers,
+                                         -(-settings.failed_auth_burst // workers))
         # CPU-bound searches get few threads of their own, so they never starve writes or the event loop
         self.writes = Lane("fullrecall-write", 8)
         self.searches = Lane("fullrecall-search", settings.search_threads)

@@ -32,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
     if settings.workers > 1:  # each worker builds its own app from the environment
         import os
 
-        os.environ.update({"FULLRECALL_STORE": settings.store, **({"FULLRECALL_CONFIG": args.config} if args.config else {})})
+        os.environ.update({"FULLRECALL_STORE": settings.store, "FULLRECALL_WORKERS": str(settings.workers),
+                           **({"FULLRECALL_CONFIG": args.config} if args.config else {})})
         uvicorn.run("fullrecall.service.cli:app_from_env", factory=True, host=settings.host, port=settings.port,
                     workers=settings.workers, timeout_graceful_shutdown=30, **_uvicorn_options(args, settings))
         return 0

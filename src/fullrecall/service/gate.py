@@ -5,9 +5,9 @@ Every route but ``/healthz`` and ``/readyz``, and ``/mcp``, pass through :func:`
 A valid key recently verified costs nothing (the key cache); any other key costs a read of the key records. A request
 whose key is missing or refused is a failure of its client address (an IPv6 address counts as its /64
 network, which one client holds): ``failed_auth_limit`` failures a second per address, in bursts of
-``failed_auth_burst``. Once an address has none left, its requests are answered 429 with ``Retry-After``
-before any key is read (a valid key it used within ``key_cache_seconds`` still passes), so made-up keys
-cannot hammer the store; other addresses are not affected.
+``failed_auth_burst``, shared by the workers (each allows its share). Once an address has none left, its
+requests are answered 429 with ``Retry-After`` before any key is read (a valid key it used within
+``key_cache_seconds`` still passes), so made-up keys cannot hammer the store; other addresses are not affected.
 """
 
 from __future__ import annotations
