@@ -10,6 +10,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -73,6 +74,47 @@ def test_a_configured_chat_model_extracts_facts_and_its_failure_loses_no_words(d
         assert len(server.requests) == 2
         run(mem.retrieve("which team?"))
         assert len(server.requests) == 2  # retrieving never calls the model
+    finally:
+        server.close()
+
+
+def test_its_coroutines_leave_the_event_loop_free_while_they_work(default_embedder):
+    """``await record(...)`` with a chat model extracting facts waited for the model on the event loop: every
+    other coroutine of the agent (another user's stream, a heartbeat) stood still for the whole call. Store,
+    embedding and model work run on a worker thread, as ``ConversationMemory``'s do.
+    """
+    from fullrecall.summarizers.chat_models.openai import OpenAIChatModel
+
+    server = ScriptedServer()
+    try:
+        model = OpenAIChatModel("scripted", base_url=server.base_url, api_key="k", max_retries=0)
+        mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s", chat_model=model)
+        slow = completion(json.dumps([{"source": 0, "attribute": "team", "value": "the Owls",
+                                       "text": "The user supports the Owls."}]))
+        slow.delay = 1.0
+        server.script(slow)
+
+        async def main() -> tuple[list[float], list[Any]]:
+            ticks: list[float] = []
+
+            async def heartbeat() -> None:
+                while True:
+                    ticks.append(time.monotonic())
+                    await asyncio.sleep(0.01)
+
+            beating = asyncio.create_task(heartbeat())
+            await asyncio.sleep(0.05)
+            done = [await mem.record([{"role": "user", "content": "Go the Owls! Best team ever."}]),
+                    await mem.retrieve("the Owls"),
+                    await mem.save_to_memory("worth keeping", "The user's locker code is 4417."),
+                    await mem.recall_from_memory(["locker code"])]
+            beating.cancel()
+            return [*ticks, time.monotonic()], done  # the last gap: from the last beat to the end
+
+        ticks, (ids, context, saved, recalled) = run(main())
+        assert len(ids) == 1 and "The user supports the Owls." in context
+        assert saved["success"] and "The user's locker code is 4417." in recalled["memories"]
+        assert max(b - a for a, b in zip(ticks, ticks[1:])) < 0.5  # the model took a second: the loop went on
     finally:
         server.close()
 

@@ -163,31 +163,26 @@ class MemoryAgent:
         ``clear_history`` answers from these messages and memory only, without the conversation so far
         (which is kept). A malformed message raises :class:`~fullrecall.errors.MessageFormatError` (or
         :class:`~fullrecall.errors.MemoryInputError`) naming it before anything is written, whatever ``errors``
-        says. The turn is recorded once the answer has been streamed to the end.
+        says. The turn is recorded once the answer has been streamed to the end. Memory's own work (the store,
+        embeddings, a memory model's summaries and extractions) runs on a worker thread: the event loop goes on.
         """
         new = _as_messages(messages)
         if reset_chat:
             await self.reset()
         self._turn += 1
-        with self._guard("add to the conversation"):
-            self.conversation.add(new)
-        query = [m for m in new if m.get("role") != "system"] or new
-        self._recalled = False  # set by either step that adds remembered context: the turn counts once
-        context = self._retrieve(query)
-        window = new if clear_history else self._window(new)
-        if self._recalled:
-            self._counts["recalls"] += 1
-        request = ChatRequest(system=self._system(new, context), messages=tuple(_chat_messages(window)),
-                              max_tokens=self.max_tokens, temperature=self.temperature)
+        request = await asyncio.to_thread(self._request, new, clear_history)
         parts: list[str] = []
         async for chunk in self._stream(request):
             parts.append(chunk)
             yield chunk
         answer = {"role": "assistant", "content": "".join(parts)}
-        self._record(new, answer)
+        await asyncio.to_thread(self._record, new, answer)
 
     async def reset(self) -> None:
         """Clear this session's conversation (its window goes to the archive); long-term memory stays."""
+        await asyncio.to_thread(self._reset)
+
+    def _reset(self) -> None:
         with self._guard("reset the conversation"):
             self.conversation.clear()
 
@@ -199,6 +194,9 @@ class MemoryAgent:
         as a store's ``forget`` says). A failure raises, whatever ``errors`` says: an erasure is never
         taken for done when it is not.
         """
+        return await asyncio.to_thread(self._forget)
+
+    def _forget(self) -> dict[str, Any]:
         counts = [self.memory.clear(),
                   self.conversation.forget(),  # this session's log, and its window in process: empty
                   self.conversation.store.forget(replace(self.conversation.scope, session_id=None))]  # the others'
@@ -249,6 +247,19 @@ class MemoryAgent:
             store.close()
 
     # -- steps ---------------------------------------------------------------------------------
+    def _request(self, new: list[dict[str, Any]], clear_history: bool) -> ChatRequest:
+        """The model call for the new messages: added to the conversation, with what memory recalls for them."""
+        with self._guard("add to the conversation"):
+            self.conversation.add(new)
+        query = [m for m in new if m.get("role") != "system"] or new
+        self._recalled = False  # set by either step that adds remembered context: the turn counts once
+        context = self._retrieve(query)
+        window = new if clear_history else self._window(new)
+        if self._recalled:
+            self._counts["recalls"] += 1
+        return ChatRequest(system=self._system(new, context), messages=tuple(_chat_messages(window)),
+                           max_tokens=self.max_tokens, temperature=self.temperature)
+
     def _retrieve(self, query: list[dict[str, Any]]) -> str:
         """Long-term memory and procedures relevant to the turn, as text for the system prompt."""
         blocks: list[str] = []

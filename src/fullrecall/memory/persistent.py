@@ -16,6 +16,7 @@ instance unless ``session_id`` is given); reads span all the owner's sessions.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -146,7 +147,7 @@ class PersistentMemory:
         self._noted = False  # whether this instance has put its session in the owner's list
         self._warming = _warm_later(self) if warm else None
 
-    # -- MassGen's interface -------------------------------------------------------------------
+    # -- MassGen's interface: coroutines whose store, embedding and model work runs on a worker thread ---------
     async def record(self, messages: Any, metadata: dict[str, Any] | None = None, **kw: Any) -> list[str]:
         """Archive a turn verbatim, with embeddings; return the stored message ids.
 
@@ -160,7 +161,7 @@ class PersistentMemory:
         its stored id. A malformed message raises
         :class:`~fullrecall.errors.MessageFormatError` naming it, before anything is written.
         """
-        return self.record_sync(messages, metadata)
+        return await asyncio.to_thread(self.record_sync, messages, metadata)
 
     async def retrieve(
         self,
@@ -183,6 +184,9 @@ class PersistentMemory:
         if isinstance(previous_winners, (str, bytes)) or not all(isinstance(w, dict) for w in winners):
             raise MemoryInputError(f"retrieve: 'previous_winners' must be a list of {{'agent_id', 'turn'}} dicts, "
                                    f"not {previous_winners!r}")
+        return await asyncio.to_thread(self._context, query_or_messages, limit, winners)
+
+    def _context(self, query_or_messages: Any, limit: int, winners: list[dict[str, Any]]) -> str:
         lines = [_line(h) for h in self.search(query_or_messages, limit)]
         for winner in winners:
             agent, turn = str(winner.get("agent_id") or ""), winner.get("turn")
@@ -208,15 +212,18 @@ class PersistentMemory:
             for i, item in enumerate(items):
                 if not isinstance(item, str) or not item.strip():
                     raise MemoryInputError(f"save_to_memory: content item {i} must be a non-empty string, not {item!r}")
-            sources: list[dict[str, str]] = []
-            if thinking and thinking.strip():
-                reason = {"role": "assistant", "name": "memory_save", "content": thinking}
-                recorded = self._record([reason], {_REASON: True}, learn=False)
-                sources = [{"session_id": self.session_id, "id": i} for i in recorded]
-            ids = [self.remember(item, sources=sources).id for item in items]
+            ids = await asyncio.to_thread(self._save, thinking, items)
         except MemoryInputError as exc:
             return {"success": False, "message": str(exc), "memory_ids": []}
         return {"success": True, "message": f"Successfully saved {len(ids)} items to memory", "memory_ids": ids}
+
+    def _save(self, thinking: str | None, items: list[str]) -> list[str]:
+        sources: list[dict[str, str]] = []
+        if thinking and thinking.strip():
+            reason = {"role": "assistant", "name": "memory_save", "content": thinking}
+            recorded = self._record([reason], {_REASON: True}, learn=False)
+            sources = [{"session_id": self.session_id, "id": i} for i in recorded]
+        return [self.remember(item, sources=sources).id for item in items]
 
     async def recall_from_memory(self, keywords: str | Sequence[str], limit: int = 5, **kw: Any) -> dict[str, Any]:
         """Agent tool: memories for each keyword (up to ``limit`` each); ``{"success", "memories", "count"}``."""
@@ -225,7 +232,7 @@ class PersistentMemory:
                     f"not {keywords!r}", "memories": [], "count": 0}
         words = [keywords] if isinstance(keywords, str) else [str(k) for k in keywords]
         try:
-            hits = [hit for word in words for hit in self.search(word, limit)]
+            hits = await asyncio.to_thread(lambda: [hit for word in words for hit in self.search(word, limit)])
         except MemoryInputError as exc:  # a tool call's bad argument is the tool's answer, as in save_to_memory
             return {"success": False, "message": str(exc), "memories": [], "count": 0}
         # a saved fact's reason (see save_to_memory) is not repeated beside the fact it explains
