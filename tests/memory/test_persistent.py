@@ -272,6 +272,73 @@ def test_a_new_memory_warms_its_owner_in_the_background_and_answers_as_a_cold_on
         store.close()
 
 
+class Outage:
+    """An embedder that fails while ``down``, as a remote one does in an outage (the real one otherwise)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real, self.name, self.dimension, self.down = real, real.name, real.dimension, False
+
+    def embed(self, texts: list[str]) -> Any:
+        if self.down:
+            raise ConnectionError("the embedding service is down")
+        return self.real.embed(texts)
+
+
+def test_a_turn_recorded_during_an_embedding_outage_is_embedded_by_the_next_record(store_url, default_embedder):
+    """``record`` stores a turn's words before it embeds them: when the embedding failed, it raised and the words
+    stayed without a vector for good, found by no question that shares none of their words.
+    """
+    from fullrecall.stores import Scope
+
+    embedder = Outage(default_embedder)
+    store = open_store(store_url)
+    try:
+        mem = memory(store, embedder, user_id="ann", agent_id="a", session_id="s1", warm=False)
+        run(mem.record([{"role": "user", "content": "I like sailing on weekends."}]))
+        embedder.down = True
+        with pytest.raises(ConnectionError):
+            run(mem.record([{"role": "user", "content": "My passport number is X9-771."}]))
+        assert [m.text for m in mem.messages()][-1].endswith("My passport number is X9-771.")  # the words are kept
+        embedder.down = False
+        run(mem.record([{"role": "user", "content": "I live in Lyon."}]))
+        counts = store.stats(Scope(user_id="ann", agent_id="a", session_id="s1"))
+        assert counts["vector_count"] == counts["message_count"] == 3
+        assert "X9-771" in run(mem.retrieve("travel document identifier"))
+    finally:
+        store.close()
+
+
+def test_a_new_memory_embeds_what_a_process_that_died_left_without_vectors(store_url, default_embedder, monkeypatch):
+    """A process that died between a turn's words and their vectors left them unembedded for good: the warming
+    thread of the owner's next memory embeds them (a message recorded in the last ``IN_FLIGHT_S`` seconds by
+    another writer is left to it: its vectors may be on their way).
+    """
+    import fullrecall.memory.persistent as P
+    from fullrecall.stores import Scope
+
+    scope = Scope(user_id="ann", agent_id="a", session_id="s1")
+    embedder = Outage(default_embedder)
+    store = open_store(store_url)
+    try:
+        died = memory(store, embedder, user_id="ann", agent_id="a", session_id="s1", warm=False)
+        run(died.record([{"role": "user", "content": "I like sailing on weekends."}]))
+        embedder.down = True
+        with pytest.raises(ConnectionError):
+            run(died.record([{"role": "user", "content": "My passport number is X9-771."}]))
+        embedder.down = False
+        assert memory(store, embedder, user_id="ann", agent_id="a", session_id="s2", warm=False).catch_up() == 0
+        monkeypatch.setattr(P, "IN_FLIGHT_S", 0.0)  # as a while later
+        warmed = memory(store, embedder, user_id="ann", agent_id="a", session_id="s2")  # catches up in the back
+        for _ in range(500):
+            if store.stats(scope)["vector_count"] == 2:
+                break
+            time.sleep(0.02)
+        assert store.stats(scope)["vector_count"] == store.stats(scope)["message_count"] == 2
+        assert "X9-771" in run(warmed.retrieve("travel document identifier"))
+    finally:
+        store.close()
+
+
 def test_a_first_search_drops_a_warm_not_begun_and_waits_for_one_under_way(tmp_path, default_embedder):
     """One thread warms memories in turn: a memory whose search comes while its warm waits behind another's reads
     what it needs itself (its warm never runs), and one whose warm is under way waits for it, never reading the

@@ -55,6 +55,7 @@ DEFAULT_STORE = "sqlite:///fullrecall_memory.db"
 _SESSIONS = "sessions"
 _EMPTIED = "emptied"  # a session record's mark: a selective clear deleted every message the session had
 _EVERYTHING = 2**62  # a position past any session's end
+IN_FLIGHT_S = 60.0  # a message without a vector recorded this recently may be being embedded by its writer
 _EARLIEST, _LATEST = -62_135_596_800, 253_402_300_800  # 0001-01-01 and 10000-01-01, UTC: the times a date has
 _NO_QUERY: Any = object()  # retrieve() given no query at all
 MIN_FACT_SIMILARITY = 0.3
@@ -145,6 +146,7 @@ class PersistentMemory:
         self.extraction_failures = 0  # this instance's, since it was made
         self._sessions = RecordBook(self.store, self.owner, _SESSIONS)
         self._noted = False  # whether this instance has put its session in the owner's list
+        self._unembedded: set[str] = set()  # ids this instance stored but could not embed (see catch_up)
         self._warming = _warm_later(self) if warm else None
 
     # -- MassGen's interface: coroutines whose store, embedding and model work runs on a worker thread ---------
@@ -284,6 +286,9 @@ class PersistentMemory:
         facts_checked = _io().submit(self.facts.book.entries) if found else None
         try:
             vectors = _embed_once(self._search.embedder, [words_of[m.id] for _, m in turn] + [c.text for c in found])
+        except Exception:
+            self._unembedded.update(m.id for _, m in turn)  # their words are stored all the same: see catch_up
+            raise
         finally:
             stored_words.result()
             have = set(retried.result())
@@ -296,15 +301,21 @@ class PersistentMemory:
         new_ids = {m.id for _, m in new}
         learned = [j for j, c in enumerate(found) if any(s["id"] in new_ids for s in c.sources)]
         index = partial(self._search.index, [m for _, m in new], append=False, vectors=vectors[fresh])
-        if not learned:  # one write: made here (a hand-off to a thread costs more than it saves)
-            index()
-        else:  # the messages' vectors and the facts are written side by side
-            indexed = _io().submit(index)
-            try:
-                self.facts.keep([found[j] for j in learned], vectors[[len(turn) + j for j in learned]],
-                                stated_at=now, checked=True)
-            finally:
-                indexed.result()
+        try:
+            if not learned:  # one write: made here (a hand-off to a thread costs more than it saves)
+                index()
+            else:  # the messages' vectors and the facts are written side by side
+                indexed = _io().submit(index)
+                try:
+                    self.facts.keep([found[j] for j in learned], vectors[[len(turn) + j for j in learned]],
+                                    stated_at=now, checked=True)
+                finally:
+                    indexed.result()
+        except Exception:
+            self._unembedded.update(new_ids)  # the vectors' write failed: see catch_up
+            raise
+        if self._unembedded:  # an earlier turn's embedding failed here: the embedder works again
+            self._catch_up_quietly()
         if learn and self.extract_facts and not by_rules:  # the chat model reads the turn once its words are stored
             try:
                 self.facts.learn([msg for msg, _ in new], [sources[i] for i in fresh], stated_at=now)
@@ -637,18 +648,56 @@ class PersistentMemory:
         """Store messages (idempotent on id) and embed the words of those without a vector, in one batch; how
         many the session did not hold.
         """
+        scope = replace(self.owner, session_id=session_id)
+        ids = {m.id for m in messages}
+        held = {m.id for m in self.store.get(scope, list(ids))}
+        self.store.append(scope, messages)
+        have = self.store.get_vectors(scope, [m.id for m in messages])
+        todo = list({m.id: m for m in messages if m.id not in have}.values())
+        if todo:
+            self._embed_missing(session_id, todo)
+        return len(ids - held)
+
+    def _embed_missing(self, session_id: str, messages: list[StoredMessage]) -> int:
+        """Embed the words of stored messages of ``session_id`` that have no vector, in one batch; how many."""
         from ..search.semantic import _verbatim_text
 
         searcher = self._searcher(session_id)
-        ids = {m.id for m in messages}
-        held = {m.id for m in self.store.get(searcher.scope, list(ids))}
-        self.store.append(searcher.scope, messages)
-        have = self.store.get_vectors(searcher.scope, [m.id for m in messages])
-        todo = list({m.id: m for m in messages if m.id not in have}.values())
-        if todo:
-            vectors = _embed_once(searcher.embedder, [_words(_verbatim_text(m)) for m in todo])
-            searcher.index(todo, append=False, vectors=vectors)
-        return len(ids - held)
+        vectors = _embed_once(searcher.embedder, [_words(_verbatim_text(m)) for m in messages])
+        searcher.index(messages, append=False, vectors=vectors)
+        return len(messages)
+
+    def catch_up(self) -> int:
+        """Embed the messages of the owner's recorded sessions that have no vector; how many.
+
+        A turn's words are stored before it is embedded: when the embedding (or the vectors' write) fails,
+        ``record`` raises and the words stay, found by keyword only. This memory's next ``record`` that embeds
+        calls this, and so does the warming thread for each memory made (``warm=True``), which finds what a
+        process that died had left. A session whose vector count equals its message count costs one read of its
+        counters. Messages recorded in the last ``IN_FLIGHT_S`` seconds are left to the writer embedding them,
+        unless their embedding failed here.
+        """
+        done, recent = 0, time.time() - IN_FLIGHT_S
+        for record in self._sessions.all():
+            scope = replace(self.owner, session_id=record.id)
+            counts = self.store.stats(scope)
+            if counts["vector_count"] >= counts["message_count"]:
+                continue
+            messages = self.store.range(scope, 0, _EVERYTHING)
+            have = self.store.get_vectors(scope, [m.id for m in messages])
+            todo = [m for m in messages if m.id not in have
+                    and (m.id in self._unembedded or (m.archived_at or m.created_at) < recent)]
+            if todo:
+                done += self._embed_missing(record.id, todo)
+            self._unembedded.difference_update(m.id for m in messages)
+        return done
+
+    def _catch_up_quietly(self) -> None:
+        try:
+            self.catch_up()
+        except Exception as exc:  # noqa: BLE001 - the turn was recorded; these stay for the next try
+            log.warning("could not embed %d earlier message(s) left without a vector: %s: %s",
+                        len(self._unembedded), type(exc).__name__, exc)
 
     def warm(self) -> None:
         """Read this owner's memory into the process ahead of its first search: what the store keeps of the
@@ -884,15 +933,16 @@ class _Warming:
         self.done = threading.Event()
         self.pid = os.getpid()  # a forked child does not wait for its parent's warms (see _fork)
 
-    def begin(self) -> PersistentMemory | None:
-        """The memory to warm now (the warming thread), or None: dropped."""
+    def begin(self) -> tuple[PersistentMemory | None, bool]:
+        """The memory (None: it is gone) and whether to warm it now (the warming thread), or it was dropped."""
         with _pool_lock:
             self._unlist()
-            memory = self.memory() if self.state == "queued" else None
-            self.state = "under way" if memory is not None else "dropped"
-        if memory is None:
+            memory = self.memory()
+            warm = memory is not None and self.state == "queued"
+            self.state = "under way" if warm else "dropped"
+        if not warm:
             self.done.set()
-        return memory
+        return memory, warm
 
     def settle(self) -> None:
         """Before a search: a warm not begun is dropped (the search reads the same), one under way waited for
@@ -947,15 +997,21 @@ def _warm_later(memory: PersistentMemory) -> _Warming:
 def _warm_each() -> None:
     while True:
         warming = _warm_queue.get()
-        memory = warming.begin()
+        memory, warm = warming.begin()
         if memory is None:
             continue
         try:
-            memory.warm()
+            if warm:
+                memory.warm()
         except Exception:  # noqa: BLE001 - a hint: the first search reads what it needs, and reports its own failures
             log.debug("warming the memory of %r failed", memory.owner, exc_info=True)
         finally:
             warming.done.set()
+        try:  # a warm dropped for a search too: what a process that died left without vectors is embedded
+            memory.catch_up()
+        except Exception as exc:  # noqa: BLE001 - left for the next memory made, or this one's next record
+            log.warning("could not embed the messages of %r left without a vector: %s: %s", memory.owner,
+                        type(exc).__name__, exc)
         del memory
 
 
