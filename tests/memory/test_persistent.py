@@ -78,10 +78,10 @@ def test_a_configured_chat_model_extracts_facts_and_its_failure_loses_no_words(d
         server.close()
 
 
-def test_its_coroutines_leave_the_event_loop_free_while_they_work(default_embedder):
+def test_a_record_waiting_for_its_fact_model_leaves_the_event_loop_free(default_embedder):
     """``await record(...)`` with a chat model extracting facts waited for the model on the event loop: every
-    other coroutine of the agent (another user's stream, a heartbeat) stood still for the whole call. Store,
-    embedding and model work run on a worker thread, as ``ConversationMemory``'s do.
+    other coroutine of the agent (another user's stream, a heartbeat) stood still for the whole call. Such a
+    record runs on a worker thread; the calls that use no model take milliseconds.
     """
     from fullrecall.summarizers.chat_models.openai import OpenAIChatModel
 

@@ -149,7 +149,7 @@ class PersistentMemory:
         self._unembedded: set[str] = set()  # ids this instance stored but could not embed (see catch_up)
         self._warming = _warm_later(self) if warm else None
 
-    # -- MassGen's interface: coroutines whose store, embedding and model work runs on a worker thread ---------
+    # -- MassGen's interface: coroutines (see "Coroutines" in docs/memory.md for where their work runs) ---------
     async def record(self, messages: Any, metadata: dict[str, Any] | None = None, **kw: Any) -> list[str]:
         """Archive a turn verbatim, with embeddings; return the stored message ids.
 
@@ -163,7 +163,9 @@ class PersistentMemory:
         its stored id. A malformed message raises
         :class:`~fullrecall.errors.MessageFormatError` naming it, before anything is written.
         """
-        return await asyncio.to_thread(self.record_sync, messages, metadata)
+        if self.extract_facts and self.facts.chat_model is not None:  # it may wait seconds for the model
+            return await asyncio.to_thread(self.record_sync, messages, metadata)
+        return self.record_sync(messages, metadata)
 
     async def retrieve(
         self,
@@ -186,9 +188,6 @@ class PersistentMemory:
         if isinstance(previous_winners, (str, bytes)) or not all(isinstance(w, dict) for w in winners):
             raise MemoryInputError(f"retrieve: 'previous_winners' must be a list of {{'agent_id', 'turn'}} dicts, "
                                    f"not {previous_winners!r}")
-        return await asyncio.to_thread(self._context, query_or_messages, limit, winners)
-
-    def _context(self, query_or_messages: Any, limit: int, winners: list[dict[str, Any]]) -> str:
         lines = [_line(h) for h in self.search(query_or_messages, limit)]
         for winner in winners:
             agent, turn = str(winner.get("agent_id") or ""), winner.get("turn")
@@ -214,18 +213,15 @@ class PersistentMemory:
             for i, item in enumerate(items):
                 if not isinstance(item, str) or not item.strip():
                     raise MemoryInputError(f"save_to_memory: content item {i} must be a non-empty string, not {item!r}")
-            ids = await asyncio.to_thread(self._save, thinking, items)
+            sources: list[dict[str, str]] = []
+            if thinking and thinking.strip():
+                reason = {"role": "assistant", "name": "memory_save", "content": thinking}
+                recorded = self._record([reason], {_REASON: True}, learn=False)
+                sources = [{"session_id": self.session_id, "id": i} for i in recorded]
+            ids = [self.remember(item, sources=sources).id for item in items]
         except MemoryInputError as exc:
             return {"success": False, "message": str(exc), "memory_ids": []}
         return {"success": True, "message": f"Successfully saved {len(ids)} items to memory", "memory_ids": ids}
-
-    def _save(self, thinking: str | None, items: list[str]) -> list[str]:
-        sources: list[dict[str, str]] = []
-        if thinking and thinking.strip():
-            reason = {"role": "assistant", "name": "memory_save", "content": thinking}
-            recorded = self._record([reason], {_REASON: True}, learn=False)
-            sources = [{"session_id": self.session_id, "id": i} for i in recorded]
-        return [self.remember(item, sources=sources).id for item in items]
 
     async def recall_from_memory(self, keywords: str | Sequence[str], limit: int = 5, **kw: Any) -> dict[str, Any]:
         """Agent tool: memories for each keyword (up to ``limit`` each); ``{"success", "memories", "count"}``."""
@@ -234,7 +230,7 @@ class PersistentMemory:
                     f"not {keywords!r}", "memories": [], "count": 0}
         words = [keywords] if isinstance(keywords, str) else [str(k) for k in keywords]
         try:
-            hits = await asyncio.to_thread(lambda: [hit for word in words for hit in self.search(word, limit)])
+            hits = [hit for word in words for hit in self.search(word, limit)]
         except MemoryInputError as exc:  # a tool call's bad argument is the tool's answer, as in save_to_memory
             return {"success": False, "message": str(exc), "memories": [], "count": 0}
         # a saved fact's reason (see save_to_memory) is not repeated beside the fact it explains
@@ -677,7 +673,7 @@ class PersistentMemory:
         counters. Messages recorded in the last ``IN_FLIGHT_S`` seconds are left to the writer embedding them,
         unless their embedding failed here.
         """
-        done, recent = 0, time.time() - IN_FLIGHT_S
+        done, recent, failed = 0, time.time() - IN_FLIGHT_S, set(self._unembedded)
         for record in self._sessions.all():
             scope = replace(self.owner, session_id=record.id)
             counts = self.store.stats(scope)
@@ -686,10 +682,10 @@ class PersistentMemory:
             messages = self.store.range(scope, 0, _EVERYTHING)
             have = self.store.get_vectors(scope, [m.id for m in messages])
             todo = [m for m in messages if m.id not in have
-                    and (m.id in self._unembedded or (m.archived_at or m.created_at) < recent)]
+                    and (m.id in failed or (m.archived_at or m.created_at) < recent)]
             if todo:
                 done += self._embed_missing(record.id, todo)
-            self._unembedded.difference_update(m.id for m in messages)
+        self._unembedded -= failed  # embedded now, or never stored (a write that failed too)
         return done
 
     def _catch_up_quietly(self) -> None:
