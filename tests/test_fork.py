@@ -50,10 +50,10 @@ def in_child(fn: Callable[[], Any], timeout: float = 60) -> Any:
     return value
 
 
-Path = tuple[object, tuple[str, ...]]  # (a root object or module, the attribute names from it to a lock)
+LockPath = tuple[object, tuple[str, ...]]  # (a root object or module, the attribute names from it to a lock)
 
 
-def locks_of(*objects: object, depth: int = 2) -> Iterator[Path]:
+def locks_of(*objects: object, depth: int = 2) -> Iterator[LockPath]:
     """Every lock the objects hold as an attribute, or that the fullrecall objects they hold do (to ``depth``
     levels), and every lock global of fullrecall's modules, as a path from its root (a child reads the path
     again: what a parent's lock belonged to may have been replaced there).
@@ -76,7 +76,7 @@ def locks_of(*objects: object, depth: int = 2) -> Iterator[Path]:
             yield root, path
 
 
-def lock_at(path: Path) -> Any:
+def lock_at(path: LockPath) -> Any:
     obj, names = path
     for name in names:
         obj = getattr(obj, name)
@@ -84,7 +84,7 @@ def lock_at(path: Path) -> Any:
 
 
 @contextlib.contextmanager
-def held(locks: list[Path]) -> Iterator[None]:
+def held(locks: list[LockPath]) -> Iterator[None]:
     """A thread holds every lock of ``locks`` until the caller is done (a busy thread at the fork)."""
     taken, done = threading.Event(), threading.Event()
 

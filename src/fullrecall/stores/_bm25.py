@@ -123,8 +123,6 @@ def _split_many(texts: Sequence[str]) -> list[str] | None:
     return joined.translate({**_table(joined), 0: "\0"}).split()
 
 
-
-
 @dataclass
 class LexicalIndex:
     """An inverted index of one session's messages, for BM25 in process (Redis without a search module)."""
