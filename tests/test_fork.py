@@ -208,3 +208,21 @@ def test_a_conversation_forked_with_its_background_indexer_archives_and_recalls_
         assert archived > 0 and "plum jam" in recalled
     finally:
         conversation.close()
+
+
+def test_a_server_s_cached_objects_are_built_again_in_a_child_forked_while_a_request_held_one():
+    """The MCP server and the HTTP service keep one memory object a conversation, each with its lock: a request
+    of the parent holding one at the fork left it held for ever in the child, on an object it may have been
+    changing. The child builds each again from the store."""
+    from fullrecall.memory._cache import LockedCache
+
+    cache: LockedCache[dict[str, int]] = LockedCache(4)
+    item, lock = cache.get("ann", lambda: {"built": 1})
+    with lock:  # a request of the parent, under way at the fork
+
+        def child() -> tuple[dict[str, int], bool]:
+            again, its_lock = cache.get("ann", lambda: {"built": 2})
+            return again, its_lock.acquire(timeout=1)
+
+        assert in_child(child) == ({"built": 2}, True)
+    assert cache.get("ann", lambda: {"built": 3})[0] is item  # the parent's is untouched

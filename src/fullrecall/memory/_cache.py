@@ -31,9 +31,11 @@ class LockedCache(Generic[T]):
         renew_in_child(self)
 
     def _after_fork(self) -> None:
-        """In a forked child, new locks: one a request of the parent held stays held for ever (see ``_fork``)."""
+        """In a forked child, a new lock and no object: one a request of the parent was changing may be half
+        changed, and its lock held for ever (see ``_fork``); each is built again from the store on first use.
+        """
         self._lock = threading.Lock()
-        self._items = OrderedDict((key, (item, threading.Lock())) for key, (item, _) in self._items.items())
+        self._items = OrderedDict()
 
     def get(self, key: Hashable, build: Callable[[], T]) -> tuple[T, threading.Lock]:
         """The cached object of ``key`` and its lock; ``build()`` makes it when missing.
