@@ -15,6 +15,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -128,6 +129,25 @@ def default_embedder():
     from fullrecall.embeddings import load_embedder
 
     return load_embedder()
+
+
+class FlakyEmbedder:
+    """A real embedder that fails while ``fail`` is set, as a remote one does when its service goes down."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.fail = inner, False
+        self.name, self.dimension = inner.name, inner.dimension
+
+    def embed(self, texts: Any) -> Any:
+        if self.fail:
+            raise ConnectionError("embedding service unavailable")
+        return self.inner.embed(texts)
+
+
+@pytest.fixture
+def flaky_embedder(default_embedder: Any) -> FlakyEmbedder:
+    """The shipped embedder behind a switch: ``flaky_embedder.fail = True`` is an outage."""
+    return FlakyEmbedder(default_embedder)
 
 
 @pytest.fixture(scope="session")

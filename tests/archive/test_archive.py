@@ -159,21 +159,9 @@ def test_store_failure_keeps_every_message_in_the_window():
     assert messages == before and m.removed_message_count == 0
 
 
-class FlakyEmbedder:
-    """A real embedder that fails on demand (an embedding service going down)."""
-
-    def __init__(self, inner):
-        self.inner, self.fail = inner, True
-        self.name, self.dimension = inner.name, inner.dimension
-
-    def embed(self, texts):
-        if self.fail:
-            raise ConnectionError("embedding service unavailable")
-        return self.inner.embed(texts)
-
-
-def test_embedding_failure_keeps_messages_and_catches_up(caplog, default_embedder):
-    embedder = FlakyEmbedder(default_embedder)
+def test_embedding_failure_keeps_messages_and_catches_up(caplog, flaky_embedder):
+    embedder = flaky_embedder
+    embedder.fail = True
     m = manager(embedding_model=embedder, preserve_recent_messages=2)
     messages = conversation()
     m.reduce_context(messages, RuntimeError("overflow"))
@@ -186,7 +174,7 @@ def test_embedding_failure_keeps_messages_and_catches_up(caplog, default_embedde
     assert m.get_memory_usage_stats()["embedding_memory"] == m.removed_message_count * embedder.dimension * 4
 
 
-def test_a_new_process_embeds_what_an_earlier_one_could_not(tmp_path, default_embedder):
+def test_a_new_process_embeds_what_an_earlier_one_could_not(tmp_path, default_embedder, flaky_embedder):
     from dataclasses import replace
 
     from fullrecall.messages import parse_messages
@@ -199,7 +187,8 @@ def test_a_new_process_embeds_what_an_earlier_one_could_not(tmp_path, default_em
         return RemovedMessages(batch, reason="trimmed", shape="converse")
 
     url, scope = f"sqlite:///{tmp_path}/a.db", Scope(session_id="s")
-    flaky = FlakyEmbedder(default_embedder)
+    flaky = flaky_embedder
+    flaky.fail = True
     first = Archive(url, scope, embedding_model=flaky)
     first.write(removed([f"the invoice number is {i}" for i in range(3)], 0))
     assert first.store.get_vectors(scope, ["m0", "m1", "m2"]) == {}  # kept, not embedded

@@ -261,36 +261,24 @@ def test_a_new_memory_warms_its_owner_in_the_background_and_answers_as_a_cold_on
         store.close()
 
 
-class Outage:
-    """An embedder that fails while ``down``, as a remote one does in an outage (the real one otherwise)."""
-
-    def __init__(self, real: Any) -> None:
-        self.real, self.name, self.dimension, self.down = real, real.name, real.dimension, False
-
-    def embed(self, texts: list[str]) -> Any:
-        if self.down:
-            raise ConnectionError("the embedding service is down")
-        return self.real.embed(texts)
-
-
-def recorded_through_an_outage(store: Any, embedder: Outage) -> PersistentMemory:
+def recorded_through_an_outage(store: Any, embedder: Any) -> PersistentMemory:
     """A memory of ann's session s1 that recorded one turn, then one while ``embedder`` was down (it raised)."""
     mem = memory(store, embedder, user_id="ann", agent_id="a", session_id="s1", warm=False)
     run(mem.record([{"role": "user", "content": "I like sailing on weekends."}]))
-    embedder.down = True
+    embedder.fail = True
     with pytest.raises(ConnectionError):
         run(mem.record([{"role": "user", "content": "My passport number is X9-771."}]))
-    embedder.down = False
+    embedder.fail = False
     return mem
 
 
-def test_a_turn_recorded_during_an_embedding_outage_is_embedded_by_the_next_record(store_url, default_embedder):
+def test_a_turn_recorded_during_an_embedding_outage_is_embedded_by_the_next_record(store_url, flaky_embedder):
     """``record`` stores a turn's words before it embeds them: when the embedding failed, it raised and the words
     stayed without a vector for good, found by no question that shares none of their words.
     """
     from fullrecall.stores import Scope
 
-    embedder = Outage(default_embedder)
+    embedder = flaky_embedder
     store = open_store(store_url)
     try:
         mem = recorded_through_an_outage(store, embedder)
@@ -303,7 +291,7 @@ def test_a_turn_recorded_during_an_embedding_outage_is_embedded_by_the_next_reco
         store.close()
 
 
-def test_a_new_memory_embeds_what_a_process_that_died_left_without_vectors(store_url, default_embedder, monkeypatch):
+def test_a_new_memory_embeds_what_a_process_that_died_left_without_vectors(store_url, flaky_embedder, monkeypatch):
     """A process that died between a turn's words and their vectors left them unembedded for good: the warming
     thread of the owner's next memory embeds them (a message recorded in the last ``IN_FLIGHT_S`` seconds by
     another writer is left to it: its vectors may be on their way).
@@ -312,7 +300,7 @@ def test_a_new_memory_embeds_what_a_process_that_died_left_without_vectors(store
     from fullrecall.stores import Scope
 
     scope = Scope(user_id="ann", agent_id="a", session_id="s1")
-    embedder = Outage(default_embedder)
+    embedder = flaky_embedder
     store = open_store(store_url)
     try:
         recorded_through_an_outage(store, embedder)  # then the process died

@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC
@@ -648,20 +648,23 @@ class PersistentMemory:
         ids = {m.id for m in messages}
         held = {m.id for m in self.store.get(scope, list(ids))}
         self.store.append(scope, messages)
-        have = self.store.get_vectors(scope, [m.id for m in messages])
-        todo = list({m.id: m for m in messages if m.id not in have}.values())
-        if todo:
-            self._embed_missing(session_id, todo)
+        self._embed_missing(session_id, messages)
         return len(ids - held)
 
-    def _embed_missing(self, session_id: str, messages: list[StoredMessage]) -> int:
-        """Embed the words of stored messages of ``session_id`` that have no vector, in one batch; how many."""
+    def _embed_missing(self, session_id: str, messages: list[StoredMessage],
+                       due: Callable[[StoredMessage], bool] | None = None) -> int:
+        """Embed, in one batch, the words of those stored ``messages`` of ``session_id`` that have no vector (and
+        are ``due``, when given); how many.
+        """
         from ..search.semantic import _verbatim_text
 
-        searcher = self._searcher(session_id)
-        vectors = _embed_once(searcher.embedder, [_words(_verbatim_text(m)) for m in messages])
-        searcher.index(messages, append=False, vectors=vectors)
-        return len(messages)
+        have = self.store.get_vectors(replace(self.owner, session_id=session_id), [m.id for m in messages])
+        todo = list({m.id: m for m in messages if m.id not in have and (due is None or due(m))}.values())
+        if todo:
+            searcher = self._searcher(session_id)
+            vectors = _embed_once(searcher.embedder, [_words(_verbatim_text(m)) for m in todo])
+            searcher.index(todo, append=False, vectors=vectors)
+        return len(todo)
 
     def catch_up(self) -> int:
         """Embed the messages of the owner's recorded sessions that have no vector; how many.
@@ -679,12 +682,8 @@ class PersistentMemory:
             counts = self.store.stats(scope)
             if counts["vector_count"] >= counts["message_count"]:
                 continue
-            messages = self.store.range(scope, 0, _EVERYTHING)
-            have = self.store.get_vectors(scope, [m.id for m in messages])
-            todo = [m for m in messages if m.id not in have
-                    and (m.id in failed or (m.archived_at or m.created_at) < recent)]
-            if todo:
-                done += self._embed_missing(record.id, todo)
+            done += self._embed_missing(record.id, self.store.range(scope, 0, _EVERYTHING),
+                                        lambda m: m.id in failed or (m.archived_at or m.created_at) < recent)
         self._unembedded -= failed  # embedded now, or never stored (a write that failed too)
         return done
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any
@@ -60,7 +61,7 @@ class Service:
         # per address, shared by the workers: each allows its share (connections are spread over them)
         workers = max(1, settings.workers)
         self.auth_failures = RateLimiter(settings.failed_auth_limit / workers,
-                                         -(-settings.failed_auth_burst // workers))
+                                         math.ceil(settings.failed_auth_burst / workers))
         # CPU-bound searches get few threads of their own, so they never starve writes or the event loop
         self.writes = Lane("fullrecall-write", 8)
         self.searches = Lane("fullrecall-search", settings.search_threads)
