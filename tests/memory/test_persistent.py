@@ -261,6 +261,66 @@ def test_a_new_memory_warms_its_owner_in_the_background_and_answers_as_a_cold_on
         store.close()
 
 
+def test_a_warming_memory_reads_each_turn_it_records_in_the_background(store_url, default_embedder, monkeypatch):
+    """After a turn is written, a memory made with ``warm`` warms its owner again on the warming thread (without
+    the catch-up of the first warm), so that the next search does not read the turn; a turn recorded while a warm
+    waits or runs asks for no other. Answers are a cold memory's.
+    """
+    import fullrecall.memory.persistent as P
+
+    catch_ups: list[str] = []
+    catch_up = P.PersistentMemory.catch_up
+
+    def counted(self: Any) -> int:
+        catch_ups.append(threading.current_thread().name)
+        return catch_up(self)
+
+    monkeypatch.setattr(P.PersistentMemory, "catch_up", counted)
+    store = open_store(store_url)
+    calls, warmed, release = [], threading.Semaphore(0), threading.Event()
+    store_warm = store.warm
+
+    def warm(scope):
+        calls.append((scope, threading.current_thread().name))
+        if len(calls) == 3:
+            assert release.wait(30)
+        store_warm(scope)
+        warmed.release()
+
+    store.warm = warm
+    try:
+        mem = memory(store, default_embedder, user_id="alice", agent_id="a", session_id="s1")
+        assert warmed.acquire(timeout=30) and mem._warming.done.wait(30)  # the warm of a new memory
+        run(mem.record([{"role": "user", "content": "My passport number is X9-ALICE-771."}]))
+        assert warmed.acquire(timeout=30) and mem._warming.done.wait(30)  # and one after the turn, done
+        run(mem.record([{"role": "user", "content": "I live in Lyon and I enjoy sailing."}]))
+        for _ in range(300):  # the third warm is under way, held: the turns recorded meanwhile ask for none
+            if len(calls) == 3:
+                break
+            time.sleep(0.01)
+        run(mem.record([{"role": "user", "content": "My favourite colour is teal."}]))
+        run(mem.record([{"role": "assistant", "content": "Noted: teal."}]))
+        release.set()
+        assert warmed.acquire(timeout=30)
+        assert calls == [(mem.owner, "fullrecall-memory-warm")] * 3
+        for _ in range(300):
+            if catch_ups:
+                break
+            time.sleep(0.01)
+        assert catch_ups == ["fullrecall-memory-warm"]  # the first warm's alone
+        cold_store = open_store(store_url)
+        try:
+            cold = memory(cold_store, default_embedder, user_id="alice", agent_id="a", session_id="s2", warm=False)
+            for query in ("passport number", "where does she live", "favourite colour"):
+                assert run(mem.retrieve(query)) == run(cold.retrieve(query))
+        finally:
+            cold_store.close()
+        assert len(calls) == 3
+    finally:
+        release.set()
+        store.close()
+
+
 def recorded_through_an_outage(store: Any, embedder: Any) -> PersistentMemory:
     """A memory of ann's session s1 that recorded one turn, then one while ``embedder`` was down (it raised)."""
     mem = memory(store, embedder, user_id="ann", agent_id="a", session_id="s1", warm=False)

@@ -143,6 +143,25 @@ def test_an_index_of_texts_tokenized_together_is_the_index_of_each_texts_tokens(
     _same_index(expected, extended)
 
 
+@given(st.lists(_WORDY, max_size=40), st.lists(st.integers(0, 40), max_size=24))
+@example(["Running dogs", "us", "ab dogs", "", "x running us"] * 6, list(range(30)))  # more parts than are kept
+def test_an_index_extended_many_times_is_the_index_built_at_once(texts: list[str], cuts: list[int]) -> None:
+    from fullrecall.stores._bm25 import LexicalIndex, Tokenizer, bm25_search
+
+    rows = [(f"m{n}", str(n), "user", "message", float(n), t, n) for n, t in enumerate(texts)]
+    tokenize = Tokenizer()
+    expected = LexicalIndex.of_texts(rows, tokenize, ("u", "a", "s"))
+    bounds = sorted({0, len(rows), *(min(c, len(rows)) for c in cuts)})
+    index = LexicalIndex.of_texts(rows[:bounds[1]] if len(bounds) > 1 else rows, tokenize, ("u", "a", "s"))
+    for a, b in zip(bounds[1:], bounds[2:]):  # one extension a cut: past 16 the parts are merged
+        index = index.extend(LexicalIndex.of_texts(rows[a:b], tokenize))
+    _same_index(expected, index)
+    for term in ["dog", "run", "us", "ab", "nothing"]:
+        assert (term in index.postings) == (term in expected.postings)
+    query = [["run"], ["dog"], ["us"], ["ab", "run"]]
+    assert bm25_search([index], query, 5, None) == bm25_search([expected], query, 5, None)
+
+
 def test_texts_tokenized_together_keep_each_texts_words_apart() -> None:
     from fullrecall.stores._bm25 import LexicalIndex, Tokenizer
 

@@ -264,3 +264,30 @@ def test_a_warmed_scope_is_searched_as_a_kept_one_from_the_first_search(
         _check_carried(store, scope, words)
     finally:
         store.close()
+
+
+def test_a_warm_brings_a_kept_block_and_index_up_to_date(
+    service_urls: dict[str, Callable[[], str]], pg_statements: list[str]
+) -> None:
+    """``warm`` of a scope kept in process reads what was added since (as the next search would): the next vector
+    search and keyword search are then one statement each that reads no message, and find the new rows.
+    """
+    store = open_store(_url(service_urls))
+    rng = np.random.default_rng(8)
+    scope, user = Scope(user_id="u", session_id="a"), Scope(user_id="u")
+    store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"text {i}", data={}) for i in range(40)])
+    store.set_vectors(scope, [f"m{i}" for i in range(40)], rng.standard_normal((40, DIM)).astype(np.float32), "m")
+    try:
+        store.warm(user)
+        store.append(scope, [StoredMessage(id="late", role="user", text="a heron came", data={})])
+        late = rng.standard_normal((1, DIM)).astype(np.float32)
+        store.set_vectors(scope, ["late"], late, "m")
+        store.warm(user)
+        pg_statements.clear()
+        assert store.search_vectors(user, late[0], 1)[0].id == "late"
+        assert len(pg_statements) == 1 and "messages" not in pg_statements[0]
+        pg_statements.clear()
+        assert [h.id for h in store.search_text(user, ["heron"], 5)] == ["late"]
+        assert len(pg_statements) == 1 and "messages" not in pg_statements[0]
+    finally:
+        store.close()

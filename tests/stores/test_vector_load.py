@@ -96,6 +96,36 @@ def test_a_warmed_scope_loads_nothing_on_its_first_search(tmp_path) -> None:
         store.close()
 
 
+def test_a_warm_brings_a_kept_block_up_to_date(tmp_path) -> None:
+    """``warm`` of a scope whose block is kept reads what was added since (as the next search would): that search
+    then loads nothing and finds the new rows.
+    """
+    store = open_store(f"sqlite:///{tmp_path / 'w.db'}")
+    scope, user = Scope(user_id="u", agent_id="a", session_id="s0"), Scope(user_id="u", agent_id="a")
+    rng = np.random.default_rng(5)
+    store.append(scope, _messages(0, 30))
+    store.set_vectors(scope, [f"m0-{i}" for i in range(30)], rng.normal(size=(30, DIM)).astype(np.float32), "m")
+    loads: list[int] = []
+    load = store._load_vectors
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        loads.append(kwargs["after"])
+        return load(*args, **kwargs)
+
+    store._load_vectors = counted
+    try:
+        store.search_vectors(user, np.ones(DIM, np.float32), 5)  # the block read whole, and kept
+        store.append(scope, [StoredMessage(id="late", role="user", text="late", data={}, position=30)])
+        late = rng.normal(size=(1, DIM)).astype(np.float32)
+        store.set_vectors(scope, ["late"], late, "m")
+        store.warm(user)
+        assert len(loads) == 2 and loads[1] > 0  # the rows added since, not the whole block
+        assert store.search_vectors(user, late[0], 1)[0].id == "late"
+        assert len(loads) == 2
+    finally:
+        store.close()
+
+
 def test_a_block_warmed_while_its_user_is_forgotten_is_not_kept(tmp_path) -> None:
     """A forget that comes while ``warm`` reads a scope's vectors: the block it read is not cached."""
     store = open_store(f"sqlite:///{tmp_path / 'f.db'}")

@@ -147,6 +147,7 @@ class PersistentMemory:
         self._sessions = RecordBook(self.store, self.owner, _SESSIONS)
         self._noted = False  # whether this instance has put its session in the owner's list
         self._unembedded: set[str] = set()  # ids this instance stored but could not embed (see catch_up)
+        self._warms = warm
         self._warming = _warm_later(self) if warm else None
 
     # -- MassGen's interface: coroutines (see "Coroutines" in docs/memory.md for where their work runs) ---------
@@ -317,6 +318,7 @@ class PersistentMemory:
                 self.facts.learn([msg for msg, _ in new], [sources[i] for i in fresh], stated_at=now)
             except FactExtractionError as exc:  # the words are kept; facts are missed (but those kept before a cut)
                 self._extraction_failed(exc, len(new), ids)
+        self._warm_again()
         return ids
 
     def _extraction_failed(self, exc: FactExtractionError, recorded: int, ids: list[str]) -> None:
@@ -703,6 +705,16 @@ class PersistentMemory:
         self.store.warm(self.owner)
         self.facts.warm()
 
+    def _warm_again(self) -> None:
+        """After a turn is written, read what the next search reads of it (its vectors, its words, the facts it
+        changed) into the process in the background, as :meth:`warm` does, unless a warm begun earlier still
+        waits or runs: the search otherwise reads it while the question is embedded, or after (a few milliseconds
+        for a few turns). Only for a memory that warms (``warm=True``).
+        """
+        warming = self._warming
+        if self._warms and (warming is None or warming.done.is_set()):
+            self._warming = _warm_later(self, catch_up=False)
+
     def _searcher(self, session_id: str) -> Any:
         from ..search import SemanticSearch
 
@@ -919,11 +931,12 @@ class _Warming:
     of them is warmed).
     """
 
-    __slots__ = ("key", "memory", "state", "done", "pid")
+    __slots__ = ("key", "memory", "state", "done", "pid", "catch_up")
 
-    def __init__(self, memory: PersistentMemory, key: tuple[int, Scope]) -> None:
+    def __init__(self, memory: PersistentMemory, key: tuple[int, Scope], catch_up: bool) -> None:
         self.key = key
         self.memory = weakref.ref(memory)
+        self.catch_up = catch_up  # then embed what has no vector (see PersistentMemory.catch_up)
         self.state = "queued"
         self.done = threading.Event()
         self.pid = os.getpid()  # a forked child does not wait for its parent's warms (see _fork)
@@ -970,9 +983,10 @@ def _renew() -> None:
     _pool, _pool_lock, _warm_queue, _warm_pending, _warm_thread = None, threading.Lock(), SimpleQueue(), {}, None
 
 
-def _warm_later(memory: PersistentMemory) -> _Warming:
-    """``memory``'s warm, queued for the one background thread that warms memories, in the order asked. The
-    thread is a daemon: a process that exits leaves the rest undone.
+def _warm_later(memory: PersistentMemory, catch_up: bool = True) -> _Warming:
+    """``memory``'s warm, queued for the one background thread that warms memories, in the order asked, with
+    (``catch_up``) the catch-up of what has no vector after it. The thread is a daemon: a process that exits
+    leaves the rest undone.
     """
     global _warm_thread
     key = (id(memory.store), memory.owner)
@@ -980,8 +994,9 @@ def _warm_later(memory: PersistentMemory) -> _Warming:
         queued = _warm_pending.get(key)
         if queued is not None:  # the newest memory of the owner is the one to warm (an older one may be gone)
             queued.memory = weakref.ref(memory)
+            queued.catch_up = queued.catch_up or catch_up
             return queued
-        warming = _warm_pending[key] = _Warming(memory, key)
+        warming = _warm_pending[key] = _Warming(memory, key, catch_up)
         if _warm_thread is None:
             _warm_thread = threading.Thread(target=_warm_each, name="fullrecall-memory-warm", daemon=True)
             _warm_thread.start()
@@ -1003,7 +1018,8 @@ def _warm_each() -> None:
         finally:
             warming.done.set()
         try:  # a warm dropped for a search too: what a process that died left without vectors is embedded
-            memory.catch_up()
+            if warming.catch_up:
+                memory.catch_up()
         except Exception as exc:  # noqa: BLE001 - left for the next memory made, or this one's next record
             log.warning("could not embed the messages of %r left without a vector: %s: %s", memory.owner,
                         type(exc).__name__, exc)

@@ -200,12 +200,6 @@ class LexicalIndex:
         """This index plus ``other``'s rows (messages added since it was built); neither is changed."""
         if not other.ids:
             return self
-        offset = len(self.ids)
-        postings = dict(self.postings)
-        for term, (rows, tf) in other.postings.items():
-            held = postings.get(term)
-            postings[term] = (rows + offset, tf) if held is None else (
-                np.concatenate([held[0], rows + offset]), np.concatenate([held[1], tf]))
         return LexicalIndex(
             self.ids + other.ids,
             self.keys + other.keys,
@@ -213,7 +207,7 @@ class LexicalIndex:
             np.concatenate([self.kinds, other.kinds]),
             np.concatenate([self.created, other.created]),
             np.concatenate([self.lengths, other.lengths]),
-            postings,
+            Postings.joined(self.postings, other.postings, len(self.ids)),
             self.owner,
             (self.positions or [None] * len(self.ids)) + (other.positions or [None] * len(other.ids)),
             _joined(self.tokens or [[]] * len(self.ids), other.tokens or [[]] * len(other.ids)),
@@ -302,29 +296,93 @@ def _count(ids: np.ndarray, rows: np.ndarray, n: int, numbers: dict[str, int]) -
     return Postings(numbers, bounds, places, counts.astype(np.float64))
 
 
+_PostingsPart = tuple[dict[str, int], list[int], np.ndarray, np.ndarray, int]
+"""(term -> its number, where each number's postings start, the rows, their frequencies, the rows' offset)."""
+
+
 class Postings(Mapping[str, tuple[np.ndarray, np.ndarray]]):
     """Term -> (rows, frequencies): each term's slice of the rows and frequencies of all terms, cut when
     the term is asked for (a search asks for a few terms of the thousands a session holds).
+
+    An index extended by the rows appended since it was built holds its postings in parts, one a
+    extension: extending copies no term of the parts before (a dictionary of every term's slices
+    made again cost about 1 ms at each search after a record), and a term asked for is joined from
+    the parts that hold it. Past ``_MAX_PARTS`` parts they are merged into one.
     """
 
-    __slots__ = ("_numbers", "_bounds", "_rows", "_tf")
+    __slots__ = ("_parts", "_terms")
 
     def __init__(self, numbers: dict[str, int], bounds: list[int], rows: np.ndarray, tf: np.ndarray) -> None:
-        self._numbers = numbers  # term -> its number: its postings are rows[bounds[i]:bounds[i + 1]]
-        self._bounds = bounds
-        self._rows = rows
-        self._tf = tf
+        # term -> its number: its postings are rows[bounds[i]:bounds[i + 1]]
+        self._parts: list[_PostingsPart] = [(numbers, bounds, rows, tf, 0)]
+        self._terms: Mapping[str, object] | None = numbers  # every part's terms, in order (made when asked)
+
+    @classmethod
+    def joined(cls, first: Mapping[str, tuple[np.ndarray, np.ndarray]],
+               then: Mapping[str, tuple[np.ndarray, np.ndarray]], offset: int) -> Postings:
+        """The postings of ``first``'s rows followed by ``then``'s (their rows numbered from ``offset``)."""
+        joined = cls.__new__(cls)
+        joined._parts = [*_parts(first, 0), *_parts(then, offset)]
+        joined._terms = None
+        if len(joined._parts) > _MAX_PARTS:
+            joined._parts = [_merged_postings(joined._parts)]
+        return joined
 
     def __getitem__(self, term: str) -> tuple[np.ndarray, np.ndarray]:
-        i = self._numbers[term]
-        a, b = self._bounds[i], self._bounds[i + 1]
-        return self._rows[a:b], self._tf[a:b]
+        found = []
+        for numbers, bounds, rows, tf, offset in self._parts:
+            i = numbers.get(term)
+            if i is not None:
+                a, b = bounds[i], bounds[i + 1]
+                found.append((rows[a:b] + offset if offset else rows[a:b], tf[a:b]))
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            raise KeyError(term)
+        return np.concatenate([r for r, _ in found]), np.concatenate([f for _, f in found])
+
+    def _union(self) -> Mapping[str, object]:
+        terms = self._terms
+        if terms is None:
+            terms = self._terms = dict.fromkeys(itertools.chain.from_iterable(p[0] for p in self._parts))
+        return terms
+
+    def __contains__(self, term: object) -> bool:
+        return any(term in p[0] for p in self._parts)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._numbers)
+        return iter(self._union())
 
     def __len__(self) -> int:
-        return len(self._numbers)
+        return len(self._union())
+
+
+def _parts(postings: Mapping[str, tuple[np.ndarray, np.ndarray]], offset: int) -> list[_PostingsPart]:
+    """``postings`` as parts, their rows numbered from ``offset``."""
+    if isinstance(postings, Postings):
+        return [(n, b, r, f, o + offset) for n, b, r, f, o in postings._parts]
+    if not postings:
+        return []
+    held = list(postings.values())
+    bounds = [0, *itertools.accumulate(len(r) for r, _ in held)]
+    return [(dict(zip(postings, range(len(held)))), bounds, np.concatenate([r for r, _ in held]),
+             np.concatenate([f for _, f in held]), offset)]
+
+
+def _merged_postings(parts: Sequence[_PostingsPart]) -> _PostingsPart:
+    """One part holding the postings of ``parts`` (whose rows follow one another), terms in order of first use."""
+    numbers: dict[str, int] = {}
+    ids, rows, tfs = [], [], []
+    for held, bounds, part_rows, tf, offset in parts:
+        renumbered = np.array([numbers.setdefault(t, len(numbers)) for t in held], np.int64)
+        ids.append(np.repeat(renumbered, np.diff(bounds).astype(np.int64)))
+        rows.append(part_rows + offset)
+        tfs.append(tf)
+    term, row = np.concatenate(ids), np.concatenate(rows)
+    order = np.lexsort((row, term))  # by term, then row: each term's rows ascending (the parts' rows follow)
+    term = term[order]
+    bounds = np.searchsorted(term, np.arange(len(numbers) + 1)).tolist()
+    return numbers, bounds, row[order], np.concatenate(tfs)[order], 0
 
 
 def bm25_search(

@@ -317,8 +317,9 @@ class Store(Protocol):
         ...
 
     def warm(self, scope: Scope) -> None:
-        """Read into this process what searches of ``scope`` keep there (a store that keeps nothing does nothing),
-        so that the first search does not wait for it: a hint, safe from any thread, changing no answer.
+        """Read into this process what searches of ``scope`` keep there, or what was added to it since it was read
+        (a store that keeps nothing does nothing), so that the next search does not wait for it: a hint, safe from
+        any thread, changing no answer.
         """
         ...
 

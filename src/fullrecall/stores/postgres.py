@@ -1002,20 +1002,25 @@ class PostgresStore(SqlStore):
         it keeps; the first search of a scope, or one that finds its block outgrown in other ways than by added
         vectors, reads the block (whole) before searching it.
         """
+        kept = self._kept_block(conn, scope)
+        if kept is None or kept.block.matrix.shape[1] != query.shape[0]:
+            return None
+        return _carried(kept.block.search(query, k, filters), kept.rows)
+
+    def _kept_block(self, conn: Conn, scope: Scope) -> SB.ScopeBlock | None:
+        """A small scope's block as stored now: the kept one checked (and grown by the vectors added since), or
+        read whole; None for a scope the server searches.
+        """
         assert self._blocks is not None
         read_after = self._blocks.forgets  # a forget from here on: what this search reads is not kept
         kept = self._blocks.get(scope)
         if kept is None:
-            kept = self._read_block(conn, scope, read_after)
-        else:
-            where, params = self.sql.scope_where(scope)
-            sessions = conn.execute(_BLOCK_SESSIONS.format(s=self.schema, where=where), params).fetchall()
-            if _versions(sessions) != kept.versions:
-                kept = (self._grown(conn, scope, kept, sessions, read_after)
-                        or self._read_block(conn, scope, read_after))
-        if kept is None or kept.block.matrix.shape[1] != query.shape[0]:
-            return None
-        return _carried(kept.block.search(query, k, filters), kept.rows)
+            return self._read_block(conn, scope, read_after)
+        where, params = self.sql.scope_where(scope)
+        sessions = conn.execute(_BLOCK_SESSIONS.format(s=self.schema, where=where), params).fetchall()
+        if _versions(sessions) != kept.versions:
+            kept = self._grown(conn, scope, kept, sessions, read_after) or self._read_block(conn, scope, read_after)
+        return kept
 
     def _carrying(self, conn: Conn, hits: list[Hit], kept: SB.Rows) -> list[Hit]:
         """``hits`` (found in process) with their messages, as every search's hits come: those ``kept`` holds,
@@ -1204,14 +1209,14 @@ class PostgresStore(SqlStore):
 
     def warm(self, scope: Scope) -> None:
         """Read a small ``scope``'s vector block (with its messages) and its sessions' word indexes into this
-        process (see :meth:`~.base.Store.warm`), on a pooled connection of its own; a scope the server searches
-        costs its check alone.
+        process, or bring the kept ones up to date (see :meth:`~.base.Store.warm`), on a pooled connection of its
+        own; a scope the server searches costs its check alone.
         """
         if self._held.conn is not None:  # inside a batch: its writes may be rolled back
             return
         with self._read() as conn:
-            if self._blocks is not None and self._blocks.get(scope) is None:
-                self._read_block(conn, scope, self._blocks.forgets)
+            if self._blocks is not None:
+                self._kept_block(conn, scope)
             sessions = self._text_sessions(conn, scope)
             if sessions and self._indexed_in_process(sessions):
                 self._word_indexes(conn, sessions)

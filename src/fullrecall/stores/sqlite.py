@@ -757,6 +757,11 @@ class SQLiteStore(SqlStore):
     ) -> list[Hit]:
         k = C.check_search("search_vectors", k, filters)
         query = Vec.as_query(vector)
+        block = self._scope_block(scope)
+        return block.search(query, k, filters) if block is not None else []
+
+    def _scope_block(self, scope: Scope) -> Vec.VectorBlock | None:
+        """``scope``'s vector block as stored now: the cached one, brought up to date if a process wrote since."""
         with self._lock:
             conn = self._conn()
             stamp = self._stamp(conn)
@@ -772,13 +777,13 @@ class SQLiteStore(SqlStore):
                 if len(self._checked) >= 4096:
                     self._checked.clear()
                 self._checked[scope] = (stamp, tuple(sids))
-        return block.search(query, k, filters) if block is not None else []
+        return block
 
     def warm(self, scope: Scope) -> None:
-        """Read ``scope``'s vector block and its sessions' word indexes into this process (see
-        :meth:`~.base.Store.warm`), on the keyword search's connection: writers and searches of other scopes do
-        not wait for the read. A block read while a forget ran is not cached. An in-memory store has nothing to
-        read ahead.
+        """Read ``scope``'s vector block and its sessions' word indexes into this process, or bring the kept ones
+        up to date (see :meth:`~.base.Store.warm`). A block is read whole on the keyword search's connection, so
+        that writers and searches of other scopes do not wait for it, and is not cached when a forget ran
+        meanwhile. An in-memory store has nothing to read ahead.
         """
         if self.path == ":memory:":
             return
@@ -791,7 +796,9 @@ class SQLiteStore(SqlStore):
                 versions, owners, dim = described
                 with self._lock:
                     cached = tuple(sids) in self._cache
-                if not cached:  # a cached block, however old, is brought up to date by the next search
+                if cached:  # brought up to date as a search would: the rows added since, read under the lock
+                    self._scope_block(scope)
+                else:  # read whole without the lock, which writers take
                     block, max_vid = self._load_vectors(conn, owners, dim, after=0)
                     with self._lock:
                         if self._forgets == forgets and tuple(sids) not in self._cache:
