@@ -304,8 +304,8 @@ class Postings(Mapping[str, tuple[np.ndarray, np.ndarray]]):
     """Term -> (rows, frequencies): each term's slice of the rows and frequencies of all terms, cut when
     the term is asked for (a search asks for a few terms of the thousands a session holds).
 
-    An index extended by the rows appended since it was built holds its postings in parts, one a
-    extension: extending copies no term of the parts before (a dictionary of every term's slices
+    An index extended by the rows appended since it was built holds its postings in parts, one for
+    each extension: extending copies no term of the parts before (a dictionary of every term's slices
     made again cost about 1 ms at each search after a record), and a term asked for is joined from
     the parts that hold it. Past ``_MAX_PARTS`` parts they are merged into one.
     """
