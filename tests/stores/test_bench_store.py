@@ -30,6 +30,7 @@ def test_bench_store_archive_path_json(capsys) -> None:
     assert report["write_per_s"] > 0 and report["embed_batch_per_s"] > 0 and report["no_wait_write_ms"] > 0
     assert {k: v for k, v in report["round_trips_per_write"].items() if v >= 0.5} == {"append": 1, "set_vectors": 1}
     assert [r["size"] for r in report["recall"]] == [200] and report["recall"][0]["ratio"] > 0
+    assert report["recall"][0]["after_write_ratio"] > 0 and report["recall"][0]["after_write_recall_p50_ms"] > 0
     assert report["round_trips_per_recall"]["search_vectors"] == 1
 
 
