@@ -277,12 +277,13 @@ def test_a_warming_memory_reads_each_turn_it_records_in_the_background(store_url
 
     monkeypatch.setattr(P.PersistentMemory, "catch_up", counted)
     store = open_store(store_url)
-    calls, warmed, release = [], threading.Semaphore(0), threading.Event()
+    calls, warmed, release, held = [], threading.Semaphore(0), threading.Event(), threading.Event()
     store_warm = store.warm
 
     def warm(scope):
         calls.append((scope, threading.current_thread().name))
         if len(calls) == 3:
+            held.set()
             assert release.wait(30)
         store_warm(scope)
         warmed.release()
@@ -294,10 +295,7 @@ def test_a_warming_memory_reads_each_turn_it_records_in_the_background(store_url
         run(mem.record([{"role": "user", "content": "My passport number is X9-ALICE-771."}]))
         assert warmed.acquire(timeout=30) and mem._warming.done.wait(30)  # and one after the turn, done
         run(mem.record([{"role": "user", "content": "I live in Lyon and I enjoy sailing."}]))
-        for _ in range(300):  # the third warm is under way, held: the turns recorded meanwhile ask for none
-            if len(calls) == 3:
-                break
-            time.sleep(0.01)
+        assert held.wait(30)  # the third warm is under way, held: the turns recorded meanwhile ask for none
         run(mem.record([{"role": "user", "content": "My favourite colour is teal."}]))
         run(mem.record([{"role": "assistant", "content": "Noted: teal."}]))
         release.set()
