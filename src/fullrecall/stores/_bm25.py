@@ -133,7 +133,7 @@ class LexicalIndex:
     kinds: np.ndarray
     created: np.ndarray
     lengths: np.ndarray  # tokens per message
-    postings: Mapping[str, tuple[np.ndarray, np.ndarray]]  # term -> (row numbers, term frequencies)
+    postings: Postings  # term -> (row numbers, term frequencies)
     owner: Owner | None = None  # the session's (user_id, agent_id, session_id)
     positions: list[int | None] | None = None  # each message's position, parallel to ids
     tokens: Sequence[Sequence[str]] | None = None  # each message's tokens in order, for phrases; parallel to ids
@@ -274,7 +274,7 @@ def _merged(parts: Sequence[Part]) -> Part:
     return list(number), np.concatenate(numbers), np.concatenate(bounds)
 
 
-def _postings(token_lists: Sequence[Sequence[str]]) -> Mapping[str, tuple[np.ndarray, np.ndarray]]:
+def _postings(token_lists: Sequence[Sequence[str]]) -> Postings:
     """Each term's rows (ascending) and its frequency in each, counted in numpy: every (term, row) pair
     as one integer, sorted and counted at once, each term's postings a slice of the result.
     """
@@ -286,10 +286,10 @@ def _postings(token_lists: Sequence[Sequence[str]]) -> Mapping[str, tuple[np.nda
     return _count(ids, np.repeat(np.arange(n, dtype=np.int64), [len(t) for t in token_lists]), n, numbers)
 
 
-def _count(ids: np.ndarray, rows: np.ndarray, n: int, numbers: dict[str, int]) -> Mapping[str, tuple[np.ndarray, np.ndarray]]:
+def _count(ids: np.ndarray, rows: np.ndarray, n: int, numbers: dict[str, int]) -> Postings:
     """The postings of the term numbers ``ids`` (``numbers``: term -> number, 0 on) found in ``rows`` (ascending) of ``n``."""
     if not len(ids):
-        return {}
+        return Postings({}, [0], _NONE[0], _NONE[1])
     pairs, counts = np.unique(ids * n + rows, return_counts=True)
     held, places = np.divmod(pairs, n)
     bounds = np.searchsorted(held, np.arange(len(numbers) + 1)).tolist()
@@ -318,11 +318,11 @@ class Postings(Mapping[str, tuple[np.ndarray, np.ndarray]]):
         self._terms: Mapping[str, object] | None = numbers  # every part's terms, in order (made when asked)
 
     @classmethod
-    def joined(cls, first: Mapping[str, tuple[np.ndarray, np.ndarray]],
-               then: Mapping[str, tuple[np.ndarray, np.ndarray]], offset: int) -> Postings:
+    def joined(cls, first: Postings, then: Postings, offset: int) -> Postings:
         """The postings of ``first``'s rows followed by ``then``'s (their rows numbered from ``offset``)."""
         joined = cls.__new__(cls)
-        joined._parts = [*_parts(first, 0), *_parts(then, offset)]
+        joined._parts = [p for p in first._parts if p[0]] + [
+            (n, b, r, f, o + offset) for n, b, r, f, o in then._parts if n]  # a part without terms adds nothing
         joined._terms = None
         if len(joined._parts) > _MAX_PARTS:
             joined._parts = [_merged_postings(joined._parts)]
@@ -355,18 +355,6 @@ class Postings(Mapping[str, tuple[np.ndarray, np.ndarray]]):
 
     def __len__(self) -> int:
         return len(self._union())
-
-
-def _parts(postings: Mapping[str, tuple[np.ndarray, np.ndarray]], offset: int) -> list[_PostingsPart]:
-    """``postings`` as parts, their rows numbered from ``offset``."""
-    if isinstance(postings, Postings):
-        return [(n, b, r, f, o + offset) for n, b, r, f, o in postings._parts]
-    if not postings:
-        return []
-    held = list(postings.values())
-    bounds = [0, *itertools.accumulate(len(r) for r, _ in held)]
-    return [(dict(zip(postings, range(len(held)))), bounds, np.concatenate([r for r, _ in held]),
-             np.concatenate([f for _, f in held]), offset)]
 
 
 def _merged_postings(parts: Sequence[_PostingsPart]) -> _PostingsPart:

@@ -791,18 +791,16 @@ class SQLiteStore(SqlStore):
             forgets = self._forgets
         with self._text_read() as conn:
             sids = self._sids(conn, scope)
-            described = self._block_versions(conn, sids) if sids else None
-            if described is not None:
-                versions, owners, dim = described
+            with self._lock:
+                cached = bool(sids) and tuple(sids) in self._cache
+            if cached:  # brought up to date as a search would: the rows added since, read under the lock
+                self._scope_block(scope)
+            elif (described := self._block_versions(conn, sids) if sids else None) is not None:
+                versions, owners, dim = described  # read whole without the lock, which writers take
+                block, max_vid = self._load_vectors(conn, owners, dim, after=0)
                 with self._lock:
-                    cached = tuple(sids) in self._cache
-                if cached:  # brought up to date as a search would: the rows added since, read under the lock
-                    self._scope_block(scope)
-                else:  # read whole without the lock, which writers take
-                    block, max_vid = self._load_vectors(conn, owners, dim, after=0)
-                    with self._lock:
-                        if self._forgets == forgets and tuple(sids) not in self._cache:
-                            self._remember(tuple(sids), versions, max_vid, block)
+                    if self._forgets == forgets and tuple(sids) not in self._cache:
+                        self._remember(tuple(sids), versions, max_vid, block)
             if self._lexicons is not None:
                 where, params = SQL.search_where(scope)
                 sessions = conn.execute(
