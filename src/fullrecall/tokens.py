@@ -94,7 +94,7 @@ _LINE_START_WORD = re.compile(r"(?<=\n)[A-Za-z]{3,}")  # no leading space: rarer
 # mark to the word's piece and splits the rest ('"', 'Os', 'lo'), a token more than the word has after a space
 _QUOTED_NAME = re.compile(r"[!-/:-@\[-`{-~][A-Z][a-z][a-z]")
 _DIGITS = re.compile(r"\d+")
-_SPACED = re.compile(r"(?<=\s)[\d\s]")  # a space before a digit or another space is a token of its own
+_SPACED = re.compile(r"(?<=[\s\x00-\x08\x0e-\x1f\x7f])[\d\s]")  # a space or digit after a space or a control character: a token of its own
 _PUNCT = re.compile(r"[!-/:-@\[-`{-~]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # backspaces, escapes, NUL: one token each
 _NEWLINES = re.compile(r"[\r\n]+")  # a run of line ends; a lone carriage return is one too
