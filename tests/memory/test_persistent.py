@@ -263,8 +263,8 @@ def test_a_new_memory_warms_its_owner_in_the_background_and_answers_as_a_cold_on
 
 def test_a_warming_memory_reads_each_turn_it_records_in_the_background(store_url, default_embedder, monkeypatch):
     """After a turn is written, a memory made with ``warm`` warms its owner again on the warming thread (without
-    the catch-up of the first warm), so that the next search does not read the turn; a turn recorded while a warm
-    waits or runs asks for no other. Answers are a cold memory's.
+    the catch-up of the first warm, and only what the store keeps: ``kept_only``), so that the next search does
+    not read the turn; a turn recorded while a warm waits or runs asks for no other. Answers are a cold memory's.
     """
     import fullrecall.memory.persistent as P
 
@@ -280,12 +280,12 @@ def test_a_warming_memory_reads_each_turn_it_records_in_the_background(store_url
     calls, warmed, release, held = [], threading.Semaphore(0), threading.Event(), threading.Event()
     store_warm = store.warm
 
-    def warm(scope):
-        calls.append((scope, threading.current_thread().name))
+    def warm(scope, **options):
+        calls.append((scope, threading.current_thread().name, options))
         if len(calls) == 3:
             held.set()
             assert release.wait(30)
-        store_warm(scope)
+        store_warm(scope, **options)
         warmed.release()
 
     store.warm = warm
@@ -300,7 +300,8 @@ def test_a_warming_memory_reads_each_turn_it_records_in_the_background(store_url
         run(mem.record([{"role": "assistant", "content": "Noted: teal."}]))
         release.set()
         assert warmed.acquire(timeout=30)
-        assert calls == [(mem.owner, "fullrecall-memory-warm")] * 3
+        assert calls == [(mem.owner, "fullrecall-memory-warm", {})] + [
+            (mem.owner, "fullrecall-memory-warm", {"kept_only": True})] * 2  # the first reads the owner whole
         for _ in range(300):
             if catch_ups:
                 break

@@ -545,8 +545,8 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
 
     def test_warm_changes_no_answer(self, store: Store, store_url: str, scope: Scope) -> None:
         """``warm`` reads ahead what searches of a scope keep; every answer stays the one a handle that never
-        warmed gives, through later appends, new vectors, deletes and a forget, and warming again, an empty scope
-        or one holding no vectors is harmless.
+        warmed gives, through later appends, new vectors, deletes and a forget, and warming again (of what is kept
+        alone too: ``kept_only``), an empty scope or one holding no vectors is harmless.
         """
         owner = Scope(user_id=scope.user_id, agent_id=scope.agent_id)
         other = dataclasses.replace(scope, session_id=f"{scope.session_id}-b")
@@ -575,6 +575,7 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
                 cold.close()
 
         store.warm(bare)  # nothing stored at all
+        store.warm(bare, kept_only=True)
         fill(scope, 0, 6)
         fill(other, 6, 4)
         store.append(bare, [msg("x", "walrus without a vector")])
@@ -588,6 +589,9 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
         store.warm(owner)
         assert answers(store) == fresh()
         fill(other, 20, 2)
+        assert answers(store) == fresh()
+        fill(scope, 30, 2)  # after a write, what is kept alone is brought up to date
+        store.warm(owner, kept_only=True)
         assert answers(store) == fresh()
         store.forget(other)
         store.warm(owner)

@@ -291,3 +291,35 @@ def test_a_warm_brings_a_kept_block_and_index_up_to_date(
         assert len(pg_statements) == 1 and "messages" not in pg_statements[0]
     finally:
         store.close()
+
+
+def test_a_warm_of_what_is_kept_alone_reads_no_scope_whole(
+    service_urls: dict[str, Callable[[], str]], pg_statements: list[str]
+) -> None:
+    """``warm(kept_only=True)`` (the warm after a write) brings a kept block and keyword index up to date, and reads
+    no message or vector of a scope the process does not keep; answers are unchanged.
+    """
+    store = open_store(_url(service_urls))
+    rng = np.random.default_rng(9)
+    kept, other = Scope(user_id="u", session_id="a"), Scope(user_id="v", session_id="a")
+    for scope in (kept, other):
+        store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"text {i}", data={}) for i in range(40)])
+        store.set_vectors(scope, [f"m{i}" for i in range(40)], rng.standard_normal((40, DIM)).astype(np.float32), "m")
+    try:
+        store.warm(Scope(user_id="u"))
+        late = rng.standard_normal((1, DIM)).astype(np.float32)
+        for scope in (kept, other):
+            store.append(scope, [StoredMessage(id="late", role="user", text="a heron came", data={})])
+            store.set_vectors(scope, ["late"], late, "m")
+        pg_statements.clear()
+        store.warm(Scope(user_id="v"), kept_only=True)
+        assert pg_statements and not [q for q in pg_statements if "messages" in q or "vectors_" in q]
+        store.warm(Scope(user_id="u"), kept_only=True)
+        pg_statements.clear()
+        assert store.search_vectors(Scope(user_id="u"), late[0], 1)[0].id == "late"
+        assert [h.id for h in store.search_text(Scope(user_id="u"), ["heron"], 5)] == ["late"]
+        assert len(pg_statements) == 2 and not [q for q in pg_statements if "messages" in q]
+        assert store.search_vectors(Scope(user_id="v"), late[0], 1)[0].id == "late"
+        assert [h.id for h in store.search_text(Scope(user_id="v"), ["heron"], 5)] == ["late"]
+    finally:
+        store.close()

@@ -269,6 +269,38 @@ def test_a_write_after_a_search_loads_only_the_additions(redis_url: str, prefix:
     store.close()
 
 
+def test_a_warm_of_what_is_kept_alone_reads_no_conversation_whole(redis_url: str, prefix: str, raw: redis.Redis
+                                                                   ) -> None:
+    """``warm(kept_only=True)`` (the warm after a write) loads a cached conversation's additions, and reads nothing
+    of a conversation this process does not cache (HGETALL counts the whole reads); answers are unchanged.
+    """
+    store = RedisStore(f"{redis_url}?prefix={prefix}")
+    kept, other = Scope(user_id="u", session_id="s"), Scope(user_id="v", session_id="s")
+    rng = np.random.default_rng(2)
+    for scope in (kept, other):
+        store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"walrus {i}", data={}) for i in range(20)])
+        store.set_vectors(scope, [f"m{i}" for i in range(20)], rng.normal(size=(20, 8)).astype(np.float32), "m")
+    try:
+        store.search_text(kept, ["walrus"], 3)  # kept's conversation cached, other's not
+        read = next(iter(store._cache.values()))
+        query = rng.normal(size=8).astype(np.float32)
+        for scope in (kept, other):
+            store.append(scope, [StoredMessage(id="late", role="user", text="a penguin came", data={})])
+            store.set_vectors(scope, ["late"], query[None], "m")
+        before = _hgetalls(raw)
+        store.warm(Scope(user_id="v"), kept_only=True)
+        assert _hgetalls(raw) - before <= 1 and len(store._cache) == 1  # at most its meta: nothing of it cached
+        store.warm(Scope(user_id="u"), kept_only=True)
+        entry = next(iter(store._cache.values()))
+        assert entry is not read and len(store._cache) == 1  # kept's additions loaded
+        assert store.search_vectors(kept, query, 1)[0].id == "late" and next(iter(store._cache.values())) is entry
+        assert [h.id for h in store.search_text(kept, ["penguin"], 3)] == ["late"]
+        assert next(iter(store._cache.values())) is entry  # up to date: the searches read no addition
+        assert store.search_vectors(other, query, 1)[0].id == "late"  # other's first search reads it, as it would
+    finally:
+        store.close()
+
+
 def _commands(raw: redis.Redis) -> dict[str, int]:
     """Calls per command the server ran so far (those scripts run included), INFO itself left out."""
     return {k: int(v["calls"]) for k, v in raw.info("commandstats").items() if k != "cmdstat_info"}

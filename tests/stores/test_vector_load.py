@@ -126,6 +126,47 @@ def test_a_warm_brings_a_kept_block_up_to_date(tmp_path) -> None:
         store.close()
 
 
+def test_a_warm_of_what_is_kept_alone_reads_no_scope_whole(tmp_path) -> None:
+    """``warm(kept_only=True)`` (the warm after a write) brings a kept block and keyword index up to date, and
+    reads nothing of a scope the process does not keep (one the cache let go of stays out); answers are unchanged.
+    """
+    store = open_store(f"sqlite:///{tmp_path / 'k.db'}")
+    kept, other = Scope(user_id="u", agent_id="a", session_id="s0"), Scope(user_id="v", agent_id="a", session_id="s0")
+    rng = np.random.default_rng(6)
+    for scope in (kept, other):
+        store.append(scope, _messages(0, 30))
+        store.set_vectors(scope, [f"m0-{i}" for i in range(30)], rng.normal(size=(30, DIM)).astype(np.float32), "m")
+    loads: list[int] = []
+    load = store._load_vectors
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        loads.append(kwargs["after"])
+        return load(*args, **kwargs)
+
+    store._load_vectors = counted
+    try:
+        u, v = Scope(user_id="u", agent_id="a"), Scope(user_id="v", agent_id="a")
+        store.search_vectors(u, np.ones(DIM, np.float32), 5)  # u's block and word index kept, v's not
+        store.search_text(u, ["text"], 5)
+        assert store._lexicons is not None
+        held = dict(store._lexicons._held)
+        late = rng.normal(size=(1, DIM)).astype(np.float32)
+        for scope in (kept, other):
+            store.append(scope, [StoredMessage(id="late", role="user", text="a heron came", data={}, position=30)])
+            store.set_vectors(scope, ["late"], late, "m")
+        store.warm(v, kept_only=True)
+        assert len(loads) == 1 and store._lexicons._held.keys() == held.keys()  # nothing of v read
+        store.warm(u, kept_only=True)
+        assert len(loads) == 2 and loads[1] > 0  # u's additions alone
+        assert all(store._lexicons._held[sid][3] is not index[3] for sid, index in held.items())  # extended
+        assert store.search_vectors(u, late[0], 1)[0].id == "late" and len(loads) == 2
+        assert [h.id for h in store.search_text(u, ["heron"], 5)] == ["late"]
+        assert store.search_vectors(v, late[0], 1)[0].id == "late"  # v's first search reads v, as it would have
+        assert [h.id for h in store.search_text(v, ["heron"], 5)] == ["late"]
+    finally:
+        store.close()
+
+
 def test_a_block_warmed_while_its_user_is_forgotten_is_not_kept(tmp_path) -> None:
     """A forget that comes while ``warm`` reads a scope's vectors: the block it read is not cached."""
     store = open_store(f"sqlite:///{tmp_path / 'f.db'}")

@@ -696,13 +696,17 @@ class PersistentMemory:
             log.warning("could not embed %d earlier message(s) left without a vector: %s: %s",
                         len(self._unembedded), type(exc).__name__, exc)
 
-    def warm(self) -> None:
+    def warm(self, *, kept_only: bool = False) -> None:
         """Read this owner's memory into the process ahead of its first search: what the store keeps of the
         owner's sessions for searching them (see :meth:`~fullrecall.stores.base.Store.warm`) and the index of the
         owner's facts. A user's first question otherwise waits for it (about 100 ms for 1,000 turns). Changes no
-        answer; safe from any thread.
+        answer; safe from any thread. ``kept_only``: only bring up to date what the store keeps of the owner
+        already (the warm after a turn is recorded: an owner the store's cache let go of stays out of it).
         """
-        self.store.warm(self.owner)
+        if kept_only:
+            self.store.warm(self.owner, kept_only=True)
+        else:  # (a store of one's own may know the plain call alone)
+            self.store.warm(self.owner)
         self.facts.warm()
 
     def _warm_again(self) -> None:
@@ -713,7 +717,7 @@ class PersistentMemory:
         """
         warming = self._warming
         if self._warms and (warming is None or warming.done.is_set()):
-            self._warming = _warm_later(self, catch_up=False)
+            self._warming = _warm_later(self, first=False)
 
     def _searcher(self, session_id: str) -> Any:
         from ..search import SemanticSearch
@@ -931,12 +935,14 @@ class _Warming:
     of them is warmed).
     """
 
-    __slots__ = ("key", "memory", "state", "done", "pid", "catch_up")
+    __slots__ = ("key", "memory", "state", "done", "pid", "first")
 
-    def __init__(self, memory: PersistentMemory, key: tuple[int, Scope], catch_up: bool) -> None:
+    def __init__(self, memory: PersistentMemory, key: tuple[int, Scope], first: bool) -> None:
         self.key = key
         self.memory = weakref.ref(memory)
-        self.catch_up = catch_up  # then embed what has no vector (see PersistentMemory.catch_up)
+        # the memory's first warm reads the owner whole, then embeds what has no vector (see
+        # PersistentMemory.catch_up); a warm after a record brings up to date only what the store keeps
+        self.first = first
         self.state = "queued"
         self.done = threading.Event()
         self.pid = os.getpid()  # a forked child does not wait for its parent's warms (see _fork)
@@ -983,10 +989,11 @@ def _renew() -> None:
     _pool, _pool_lock, _warm_queue, _warm_pending, _warm_thread = None, threading.Lock(), SimpleQueue(), {}, None
 
 
-def _warm_later(memory: PersistentMemory, catch_up: bool = True) -> _Warming:
-    """``memory``'s warm, queued for the one background thread that warms memories, in the order asked, with
-    (``catch_up``) the catch-up of what has no vector after it. The thread is a daemon: a process that exits
-    leaves the rest undone.
+def _warm_later(memory: PersistentMemory, first: bool = True) -> _Warming:
+    """``memory``'s warm, queued for the one background thread that warms memories, in the order asked: its
+    ``first`` reads the owner whole and is followed by the catch-up of what has no vector; a later one (after a
+    record) brings up to date what the store keeps. The thread is a daemon: a process that exits leaves the
+    rest undone.
     """
     global _warm_thread
     key = (id(memory.store), memory.owner)
@@ -994,9 +1001,9 @@ def _warm_later(memory: PersistentMemory, catch_up: bool = True) -> _Warming:
         queued = _warm_pending.get(key)
         if queued is not None:  # the newest memory of the owner is the one to warm (an older one may be gone)
             queued.memory = weakref.ref(memory)
-            queued.catch_up = queued.catch_up or catch_up
+            queued.first = queued.first or first
             return queued
-        warming = _warm_pending[key] = _Warming(memory, key, catch_up)
+        warming = _warm_pending[key] = _Warming(memory, key, first)
         if _warm_thread is None:
             _warm_thread = threading.Thread(target=_warm_each, name="fullrecall-memory-warm", daemon=True)
             _warm_thread.start()
@@ -1012,13 +1019,13 @@ def _warm_each() -> None:
             continue
         try:
             if warm:
-                memory.warm()
+                memory.warm(kept_only=not warming.first)
         except Exception:  # noqa: BLE001 - a hint: the first search reads what it needs, and reports its own failures
             log.debug("warming the memory of %r failed", memory.owner, exc_info=True)
         finally:
             warming.done.set()
         try:  # a warm dropped for a search too: what a process that died left without vectors is embedded
-            if warming.catch_up:
+            if warming.first:
                 memory.catch_up()
         except Exception as exc:  # noqa: BLE001 - left for the next memory made, or this one's next record
             log.warning("could not embed the messages of %r left without a vector: %s: %s", memory.owner,

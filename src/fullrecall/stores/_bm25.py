@@ -510,6 +510,11 @@ class SessionIndexes:
                 self._rows -= len(dropped.ids)
         return index
 
+    def holds(self, key: Hashable) -> bool:
+        """Whether the session's index is kept (in whatever state it was read)."""
+        with self._lock:
+            return key in self._held
+
     def _build(self, rows: Sequence[tuple[str, str, str, str, float, str, int]], owner: Owner) -> LexicalIndex:
         return LexicalIndex.of_texts(rows, self.tokenize, owner)
 

@@ -174,7 +174,7 @@ class StoreBase:
             raise InvalidInput(f"{what}: cannot run inside a batch() block (it needs every earlier write "
                                "committed); call it after the block")
 
-    def warm(self, scope: Scope) -> None:
+    def warm(self, scope: Scope, *, kept_only: bool = False) -> None:
         """Read into this process what searches of ``scope`` keep there (see :meth:`~.base.Store.warm`); here nothing."""
 
     # -- built on the hooks ---------------------------------------------------------------------

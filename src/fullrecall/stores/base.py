@@ -316,10 +316,11 @@ class Store(Protocol):
         """Top-k (id, score, key) for any of ``terms`` (plain words; the backend stems), best first."""
         ...
 
-    def warm(self, scope: Scope) -> None:
+    def warm(self, scope: Scope, *, kept_only: bool = False) -> None:
         """Read into this process what searches of ``scope`` keep there, or what was added to it since it was read
         (a store that keeps nothing does nothing), so that the next search does not wait for it: a hint, safe from
-        any thread, changing no answer.
+        any thread, changing no answer. ``kept_only``: only bring up to date what the process keeps of ``scope``
+        already, reading nothing whole (after a write: a scope the cache let go of stays out of it).
         """
         ...
 

@@ -1207,19 +1207,19 @@ class PostgresStore(SqlStore):
         return (self._lexicons is not None and self._held.conn is None
                 and sum(r["message_count"] for r in sessions) <= self._in_process_rows)
 
-    def warm(self, scope: Scope) -> None:
+    def warm(self, scope: Scope, *, kept_only: bool = False) -> None:
         """Read a small ``scope``'s vector block (with its messages) and its sessions' word indexes into this
-        process, or bring the kept ones up to date (see :meth:`~.base.Store.warm`), on a pooled connection of its
-        own; a scope the server searches costs its check alone.
+        process, or bring the kept ones up to date (see :meth:`~.base.Store.warm`; ``kept_only``: those alone), on
+        a pooled connection of its own; a scope the server searches costs its check alone.
         """
         if self._held.conn is not None:  # inside a batch: its writes may be rolled back
             return
         with self._read() as conn:
-            if self._blocks is not None:
+            if self._blocks is not None and (not kept_only or self._blocks.get(scope) is not None):
                 self._kept_block(conn, scope)
-            sessions = self._text_sessions(conn, scope)
-            if sessions and self._indexed_in_process(sessions):
-                self._word_indexes(conn, sessions)
+            sessions, lexicons = self._text_sessions(conn, scope), self._lexicons
+            if sessions and lexicons is not None and self._indexed_in_process(sessions):
+                self._word_indexes(conn, [r for r in sessions if not kept_only or lexicons.holds(r["sid"])])
 
     def _search_in_process(self, conn: Conn, sessions: Sequence[dict[str, Any]], phrases: Sequence[Sequence[str]],
                            k: int, filters: Filters | None) -> list[Hit]:

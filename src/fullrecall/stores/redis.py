@@ -579,11 +579,15 @@ class RedisStore(StoreBase):
         """The sessions a keyword search of ``scope`` reads: across sessions, memory's change logs left out."""
         return [s for s in self._sessions(scope) if scope.session is not None or not F.is_change_log(s.session_id)]
 
-    def warm(self, scope: Scope) -> None:
+    def warm(self, scope: Scope, *, kept_only: bool = False) -> None:
         """Read ``scope``'s sessions' search structures (vectors and word index, one per conversation) into this
-        process (see :meth:`~.base.Store.warm`).
+        process, or bring the kept ones up to date (see :meth:`~.base.Store.warm`; ``kept_only``: those alone).
         """
         for s in self._text_sessions(scope):
+            if kept_only:
+                with self._lock:
+                    if s.base not in self._cache:
+                        continue
             self._cached(s)
 
     # -- state and long-term records ---------------------------------------------------------------

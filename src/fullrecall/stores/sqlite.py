@@ -779,11 +779,11 @@ class SQLiteStore(SqlStore):
                 self._checked[scope] = (stamp, tuple(sids))
         return block
 
-    def warm(self, scope: Scope) -> None:
+    def warm(self, scope: Scope, *, kept_only: bool = False) -> None:
         """Read ``scope``'s vector block and its sessions' word indexes into this process, or bring the kept ones
-        up to date (see :meth:`~.base.Store.warm`). A block is read whole on the keyword search's connection, so
-        that writers and searches of other scopes do not wait for it, and is not cached when a forget ran
-        meanwhile. An in-memory store has nothing to read ahead.
+        up to date (see :meth:`~.base.Store.warm`; ``kept_only``: those alone). A block is read whole on the
+        keyword search's connection, so that writers and searches of other scopes do not wait for it, and is not
+        cached when a forget ran meanwhile. An in-memory store has nothing to read ahead.
         """
         if self.path == ":memory:":
             return
@@ -795,7 +795,7 @@ class SQLiteStore(SqlStore):
                 cached = bool(sids) and tuple(sids) in self._cache
             if cached:  # brought up to date as a search would: the rows added since, read under the lock
                 self._scope_block(scope)
-            elif (described := self._block_versions(conn, sids) if sids else None) is not None:
+            elif not kept_only and (described := self._block_versions(conn, sids) if sids else None) is not None:
                 versions, owners, dim = described  # read whole without the lock, which writers take
                 block, max_vid = self._load_vectors(conn, owners, dim, after=0)
                 with self._lock:
@@ -807,7 +807,7 @@ class SQLiteStore(SqlStore):
                     f"SELECT {_TEXT_SESSION_COLS}{_INDEXED_SESSION_COLS} FROM sessions s WHERE {where}", params
                 ).fetchall()
                 if sessions and self._indexed_in_process(sessions):
-                    self._word_indexes(conn, sessions)
+                    self._word_indexes(conn, [r for r in sessions if not kept_only or self._lexicons.holds(r["sid"])])
 
     def _stamp(self, conn: sqlite3.Connection) -> tuple[int, int, int]:
         """The database's state as this connection sees it: the same stamp twice means no connection, of this
