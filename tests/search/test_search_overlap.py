@@ -217,3 +217,38 @@ def test_a_search_runs_its_keyword_query_itself_when_every_worker_is_busy(defaul
         release.set()
     assert all(f.result(5) for f in busy if f is not None)
     assert semantic._in_background(lambda: 7) is not None  # the workers are free again
+
+
+class PreparingStore:
+    """A real store; tells when a search prepares its vector search (``prepare_vector_search``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.prepared = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def prepare_vector_search(self, *args: Any, **kwargs: Any) -> Any:
+        self.prepared.set()
+        return self.inner.prepare_vector_search(*args, **kwargs)
+
+
+def test_the_vector_search_is_prepared_while_the_question_is_embedded_with_the_same_hits(store_url, default_embedder):
+    """A store's first step of a vector search (PostgreSQL's and SQLite's kept block checked) is taken while the
+    question is embedded; the hits are those of a search that runs it all after (a store without the step).
+    """
+    store = open_store(store_url)
+    preparing = PreparingStore(store)
+    embedder = WaitingEmbedder(default_embedder, preparing.prepared)
+    scope = Scope(user_id="prepared", session_id="s")
+    search = SemanticSearch(embedder, store=preparing, scope=scope)
+    plain = SemanticSearch(default_embedder, store=SpyStore(store), scope=scope)  # no preparing step: all after
+    try:
+        search.add(TEXTS)
+        for q in QUESTIONS:
+            assert _view(search.search(q, top_k=3, spread=1)) == _view(plain.search(q, top_k=3, spread=1))
+        assert embedder.overlapped == [True] * len(QUESTIONS)
+        assert not plain._prepares and search._prepares
+    finally:
+        store.close()

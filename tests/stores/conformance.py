@@ -278,6 +278,28 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
         assert list(got) == ["m3"] and np.allclose(got["m3"], vecs[3], atol=1e-6)
         assert store.search_vectors(scope, vecs[0], 0) == []
 
+    def test_a_prepared_vector_search_answers_as_search_vectors(self, store: Store, scope: Scope) -> None:
+        """``prepare_vector_search`` (taken while a question is embedded) then ``search(vector, k)`` gives what
+        ``search_vectors`` gives, filters and an owner-wide scope included; it finds what was written before it
+        was prepared (a write after it may be found or not), and refuses a bad ``k`` as ``search_vectors`` does.
+        """
+        owner = Scope(user_id=scope.user_id, agent_id=scope.agent_id)
+        assert store.prepare_vector_search(owner)(unit(0), 3) == []  # nothing stored yet
+        store.append(scope, [msg(i, role="user" if i % 2 else "assistant") for i in range(20)])
+        store.set_vectors(scope, [f"m{i}" for i in range(20)], np.stack([unit(i) for i in range(20)]), "m")
+        roles = Filters(roles=("user",))
+        for sc, f in ((scope, None), (owner, None), (scope, roles), (owner, roles)):
+            prepared = store.prepare_vector_search(sc, f)
+            for seed, k in ((3, 5), (11, 1), (7, 50), (0, 0)):
+                assert prepared(unit(seed), k) == store.search_vectors(sc, unit(seed), k, f)
+        prepared = store.prepare_vector_search(owner)
+        store.append(scope, [msg(20)])
+        store.set_vectors(scope, ["m20"], unit(20)[None], "m")
+        assert ids(prepared(unit(4), 1)) == ["m4"] and len(prepared(unit(20), 21)) in (20, 21)
+        assert ids(store.prepare_vector_search(owner)(unit(20), 1)) == ["m20"]
+        with pytest.raises(InvalidInput):
+            prepared(unit(0), -1)
+
     def test_a_zero_vector_scores_zero(self, store: Store, scope: Scope) -> None:
         """A zero vector has no direction: its cosine is 0 (never NaN, never ranked first), on every backend."""
         store.append(scope, [msg(i) for i in range(3)])

@@ -323,3 +323,32 @@ def test_a_warm_of_what_is_kept_alone_reads_no_scope_whole(
         assert [h.id for h in store.search_text(Scope(user_id="v"), ["heron"], 5)] == ["late"]
     finally:
         store.close()
+
+
+def test_a_prepared_vector_search_of_a_kept_scope_makes_its_round_trip_before_the_vector(
+    service_urls: dict[str, Callable[[], str]], pg_statements: list[str]
+) -> None:
+    """``prepare_vector_search`` of a scope kept in process checks its block (one statement) at once: the search
+    that follows, when the vector comes, sends none. Inside a batch the search runs as ``search_vectors`` does.
+    """
+    store = open_store(_url(service_urls))
+    rng = np.random.default_rng(10)
+    scope, user = Scope(user_id="u", session_id="a"), Scope(user_id="u")
+    store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"text {i}", data={}) for i in range(40)])
+    vectors = rng.standard_normal((40, DIM)).astype(np.float32)
+    store.set_vectors(scope, [f"m{i}" for i in range(40)], vectors, "m")
+    try:
+        store.search_vectors(user, vectors[0], 1)  # the block read whole, and kept
+        pg_statements.clear()
+        prepared = store.prepare_vector_search(user)
+        assert len(pg_statements) == 1 and "messages" not in pg_statements[0]
+        pg_statements.clear()
+        hits = prepared(vectors[5], 3)
+        assert not pg_statements and hits[0].id == "m5"
+        _check_carried(store, scope, hits)
+        with store.batch():
+            store.append(scope, [StoredMessage(id="late", role="user", text="late", data={})])
+            store.set_vectors(scope, ["late"], -vectors[5][None], "m")
+            assert prepared(-vectors[5], 1)[0].id == "late"  # the batch's own write, as search_vectors sees it
+    finally:
+        store.close()

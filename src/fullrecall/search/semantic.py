@@ -24,6 +24,7 @@ from .._fork import after_fork_in_child
 from ..errors import InvalidInput
 from ..stores import _validate as V
 from ..stores._common import filters_match
+from ..stores._store import StoreBase
 from ..stores.base import Filters, Hit, ReadHit, Scope, Store, StoredMessage
 from .facets import DATE_BOOST, SPEAKER_BOOST, Facets, Signals, boost, query_facets, signals
 from .fusion import (
@@ -171,7 +172,7 @@ class _OneBlasThread:
 _one_blas_thread = _OneBlasThread()
 
 
-_WORKERS = 4
+_WORKERS = 8  # two a search: its keyword query and the first step of its vector search
 _pool: tuple[ThreadPoolExecutor, threading.Semaphore] | None = None
 _pool_lock = threading.Lock()
 
@@ -392,6 +393,8 @@ class SemanticSearch:
         self.near_weight = near_weight
         self._checked_space = False
         self._embedding_s = 0.0  # how long the last question took to embed (read-ahead while one is: _lexical)
+        prepare = getattr(type(store), "prepare_vector_search", None)  # a store that does some of it ahead
+        self._prepares = prepare is not None and prepare is not StoreBase.prepare_vector_search
         self._places = _Places()
         self._signals = _Signals()
 
@@ -507,6 +510,20 @@ class SemanticSearch:
 
     # -- searching -----------------------------------------------------------------
 
+    def _dense(self, scope: Scope, vector: np.ndarray, n: int, filters: Filters | None,
+               prepared: Future[Callable[[np.ndarray, int], list[Hit]]] | None) -> list[Hit]:
+        """The best ``n`` by cosine: from the search prepared while the question was embedded, if it was (a
+        preparation that failed is done again here, where its error is the search's).
+        """
+        if prepared is not None:
+            try:
+                search = prepared.result()
+            except Exception:  # noqa: BLE001 - the plain search below reports it
+                search = None
+            if search is not None:
+                return search(vector, n)
+        return self.store.search_vectors(scope, vector, n, filters)
+
     def embed_query(self, query: str) -> np.ndarray:
         embed = getattr(self.embedder, "embed_queries", None) or self.embedder.embed
         return embed([query])[0]
@@ -546,16 +563,19 @@ class SemanticSearch:
         self._check_vector_space()
         n = max(self.candidates, k)
         keyword: Future[_Lexical] | None = None
+        prepared: Future[Callable[[np.ndarray, int], list[Hit]]] | None = None
         embedded = threading.Event()
-        if vector is None:  # the keyword side (the question's words and facets too) runs while it is embedded
-            started = time.perf_counter()
+        if vector is None:  # the keyword side (the question's words and facets too) runs while it is embedded, and
+            started = time.perf_counter()  # what the vector search needs before the vector (a kept block checked)
             keyword = _in_background(self._lexical, scope, query, n, filters, embedded, around,
                                      started + READ_AHEAD_SHARE * self._embedding_s)
+            if self._prepares:
+                prepared = _in_background(self.store.prepare_vector_search, scope, filters)
             vector = self.embed_query(query)
             self._embedding_s = time.perf_counter() - started
         embedded.set()
         with _one_blas_thread():
-            dense_hits = self.store.search_vectors(scope, vector, n, filters)
+            dense_hits = self._dense(scope, vector, n, filters, prepared)
         side = keyword.result() if keyword is not None else self._lexical(scope, query, n, filters, embedded)
         facets, found = side.facets, side.found  # found: store key -> message read for this query
         carried = side.carried | _carried(dense_hits)  # hits whose messages came with them: decoded when needed

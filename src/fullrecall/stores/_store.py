@@ -21,7 +21,7 @@ from ..errors import InvalidInput, StateConflict
 from . import _common as C
 from . import _validate as V
 from . import _vectors as Vec
-from .base import ANY, Record, Scope, StoredMessage
+from .base import ANY, Filters, Hit, Record, Scope, StoredMessage
 
 
 class StoreBase:
@@ -173,6 +173,15 @@ class StoreBase:
         if inside:
             raise InvalidInput(f"{what}: cannot run inside a batch() block (it needs every earlier write "
                                "committed); call it after the block")
+
+    def prepare_vector_search(
+        self, scope: Scope, filters: Filters | None = None
+    ) -> Callable[[np.ndarray, int], list[Hit]]:
+        """``search_vectors`` in two steps (see :meth:`~.base.Store.prepare_vector_search`); here the whole search
+        is the second.
+        """
+        search: Callable[..., list[Hit]] = self.search_vectors  # type: ignore[attr-defined]  # each backend's
+        return lambda vector, k: search(scope, vector, k, filters)
 
     def warm(self, scope: Scope, *, kept_only: bool = False) -> None:
         """Read into this process what searches of ``scope`` keep there (see :meth:`~.base.Store.warm`); here nothing."""

@@ -310,6 +310,15 @@ class Store(Protocol):
         """Top-k (id, cosine similarity, key), best first."""
         ...
 
+    def prepare_vector_search(
+        self, scope: Scope, filters: Filters | None = None
+    ) -> Callable[[np.ndarray, int], list[Hit]]:
+        """``search_vectors`` of ``scope`` in two steps: what needs no vector now (a kept block checked against the
+        store, or read), the search itself when the vector comes (``search(vector, k)``), so that a search can
+        take the first step while it embeds its question. It finds everything written before it was prepared.
+        """
+        ...
+
     def search_text(
         self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None
     ) -> list[Hit]:

@@ -72,7 +72,7 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -991,6 +991,26 @@ class PostgresStore(SqlStore):
                 [query, sids, *fparams, k],
             ).fetchall()
         return _hits(rows, owners)
+
+    def prepare_vector_search(
+        self, scope: Scope, filters: Filters | None = None
+    ) -> Callable[[np.ndarray, int], list[Hit]]:
+        """A small scope's kept block checked against the sessions' counters now (the round trip a search of it
+        costs; see :meth:`~.base.Store.prepare_vector_search`), searched in process when the vector comes; any
+        other scope is searched on the server then, as :meth:`search_vectors` does.
+        """
+        kept = None
+        if self._blocks is not None and self._held.conn is None:  # not inside a batch: its writes may be rolled back
+            with self._read() as conn:
+                kept = self._kept_block(conn, scope)
+
+        def search(vector: np.ndarray, k: int) -> list[Hit]:
+            k = C.check_search("search_vectors", k, filters)
+            query = Vec.as_query(vector)
+            if kept is None or k == 0 or self._held.conn is not None or kept.block.matrix.shape[1] != query.shape[0]:
+                return self.search_vectors(scope, vector, k, filters)
+            return _carried(kept.block.search(query, k, filters), kept.rows)
+        return search
 
     def _search_kept(
         self, conn: Conn, scope: Scope, query: np.ndarray, k: int, filters: Filters | None

@@ -54,7 +54,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -759,6 +759,20 @@ class SQLiteStore(SqlStore):
         query = Vec.as_query(vector)
         block = self._scope_block(scope)
         return block.search(query, k, filters) if block is not None else []
+
+    def prepare_vector_search(
+        self, scope: Scope, filters: Filters | None = None
+    ) -> Callable[[np.ndarray, int], list[Hit]]:
+        """The scope's block brought up to date now (see :meth:`~.base.Store.prepare_vector_search`), searched when
+        the vector comes.
+        """
+        block = self._scope_block(scope)
+
+        def search(vector: np.ndarray, k: int) -> list[Hit]:
+            k = C.check_search("search_vectors", k, filters)
+            query = Vec.as_query(vector)
+            return block.search(query, k, filters) if block is not None else []
+        return search
 
     def _scope_block(self, scope: Scope) -> Vec.VectorBlock | None:
         """``scope``'s vector block as stored now: the cached one, brought up to date if a process wrote since."""
