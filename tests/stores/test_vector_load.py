@@ -73,20 +73,26 @@ def test_a_block_from_columns_is_the_block_from_rows() -> None:
         assert built.search(query, 3, None) == columns.search(query, 3, None)
 
 
+def _counted_loads(store: Any) -> list[int]:
+    """Where each of the store's vector loads from now on begins (``after``: 0 reads a block whole)."""
+    loads: list[int] = []
+    load = store._load_vectors
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        loads.append(kwargs["after"])
+        return load(*args, **kwargs)
+
+    store._load_vectors = counted
+    return loads
+
+
 def test_a_warmed_scope_loads_nothing_on_its_first_search(tmp_path) -> None:
     """``warm`` loads the scope's vectors (on the keyword search's connection): the first search finds them cached."""
     store = open_store(f"sqlite:///{tmp_path / 'w.db'}")
     scope = Scope(user_id="u", agent_id="a", session_id="s0")
     store.append(scope, _messages(0, 30))
     store.set_vectors(scope, [f"m0-{i}" for i in range(30)], np.random.default_rng(3).normal(size=(30, DIM)).astype(np.float32), "m")
-    loads: list[int] = []
-    load = store._load_vectors
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        loads.append(1)
-        return load(*args, **kwargs)
-
-    store._load_vectors = counted
+    loads = _counted_loads(store)
     try:
         store.warm(Scope(user_id="u", agent_id="a"))
         assert len(loads) == 1
@@ -105,14 +111,7 @@ def test_a_warm_brings_a_kept_block_up_to_date(tmp_path) -> None:
     rng = np.random.default_rng(5)
     store.append(scope, _messages(0, 30))
     store.set_vectors(scope, [f"m0-{i}" for i in range(30)], rng.normal(size=(30, DIM)).astype(np.float32), "m")
-    loads: list[int] = []
-    load = store._load_vectors
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        loads.append(kwargs["after"])
-        return load(*args, **kwargs)
-
-    store._load_vectors = counted
+    loads = _counted_loads(store)
     try:
         store.search_vectors(user, np.ones(DIM, np.float32), 5)  # the block read whole, and kept
         store.append(scope, [StoredMessage(id="late", role="user", text="late", data={}, position=30)])
@@ -136,14 +135,7 @@ def test_a_warm_of_what_is_kept_alone_reads_no_scope_whole(tmp_path) -> None:
     for scope in (kept, other):
         store.append(scope, _messages(0, 30))
         store.set_vectors(scope, [f"m0-{i}" for i in range(30)], rng.normal(size=(30, DIM)).astype(np.float32), "m")
-    loads: list[int] = []
-    load = store._load_vectors
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        loads.append(kwargs["after"])
-        return load(*args, **kwargs)
-
-    store._load_vectors = counted
+    loads = _counted_loads(store)
     try:
         u, v = Scope(user_id="u", agent_id="a"), Scope(user_id="v", agent_id="a")
         store.search_vectors(u, np.ones(DIM, np.float32), 5)  # u's block and word index kept, v's not
