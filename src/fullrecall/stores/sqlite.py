@@ -755,10 +755,8 @@ class SQLiteStore(SqlStore):
     def search_vectors(
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
     ) -> list[Hit]:
-        k = C.check_search("search_vectors", k, filters)
-        query = Vec.as_query(vector)
-        block = self._scope_block(scope)
-        return block.search(query, k, filters) if block is not None else []
+        C.check_search("search_vectors", k, filters)  # before the block is read
+        return self.prepare_vector_search(scope, filters)(vector, k)
 
     def prepare_vector_search(
         self, scope: Scope, filters: Filters | None = None
