@@ -327,6 +327,30 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
         assert "m0" not in ids(store.search_vectors(scope, unit(0), 10))
         assert set(ids(store.search_text(scope, ["alpha"], 10))) == {"m1", "m2", "m9"}
 
+    def test_a_message_written_where_a_deleted_one_stood_is_searched_in_its_place(
+        self, store: Store, store_url: str, scope: Scope
+    ) -> None:
+        """A message deleted and another written at its position (the count and next position as they were) is
+        not found by a handle that searched before, and the new one is: as a fresh handle answers.
+        """
+        store.append(scope, [msg(i, f"heron word{i}") for i in range(4)])
+        store.set_vectors(scope, [f"m{i}" for i in range(4)], np.stack([unit(i) for i in range(4)]), "m")
+        assert len(store.search_text(scope, ["heron"], 10)) == 4 and ids(store.search_vectors(scope, unit(3), 1)) == ["m3"]
+        store.delete(scope, ["m3"])
+        store.append(scope, [msg(9, "otter word9", position=3)])
+        store.set_vectors(scope, ["m9"], unit(9)[None], "m")
+        store.replace(scope, ["m1"], [msg(8, "otter word8", position=1)])
+        fresh = open_store(store_url)
+        try:
+            for handle in (store, fresh):
+                assert ids(store.search_text(scope, ["heron"], 10)) == ids(fresh.search_text(scope, ["heron"], 10))
+                assert set(ids(handle.search_text(scope, ["heron"], 10))) == {"m0", "m2"}
+                assert set(ids(handle.search_text(scope, ["otter"], 10))) == {"m8", "m9"}
+                assert "m3" not in ids(handle.search_vectors(scope, unit(3), 10))
+                assert ids(handle.search_vectors(scope, unit(9), 1)) == ["m9"]
+        finally:
+            fresh.close()
+
     def test_filters(self, store: Store, scope: Scope) -> None:
         self._corpus(store, scope)
         store.append(

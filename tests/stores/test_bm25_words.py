@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 import pytest
 from hypothesis import example, given
@@ -205,3 +206,40 @@ def test_a_held_index_adds_a_few_objects_for_the_collector_not_one_a_row() -> No
         many = many.extend(LexicalIndex.of_texts(rows[n:n + 1], tokenize))
     assert many.tokens is not None and len(many.tokens) == 2020
     assert [many.tokens[n] for n in (7, 2000, 2019)] == [tokenize(texts[n]) for n in (7, 0, 19)]
+
+
+def test_a_session_index_is_extended_by_messages_written_where_its_deleted_tail_stood() -> None:
+    """A session whose last messages were deleted keeps its next position; messages written again at the freed
+    positions (an archive written again after its tail was deleted) extend the kept index, which then equals the
+    index built at once, instead of having it built again whole on every write.
+    """
+    from fullrecall.stores._bm25 import SessionIndexes, Tokenizer, bm25_search
+
+    table = [(f"m{n}", str(n), "user", "message", float(n), f"heron {n} marsh" if n % 3 else f"otter {n}", n)
+             for n in range(40)]
+    built: list[int] = []
+    indexes = SessionIndexes(Tokenizer())
+    build = indexes._build
+
+    def counted(rows: Any, owner: Any) -> Any:
+        built.append(len(rows))
+        return build(rows, owner)
+
+    indexes._build = counted  # type: ignore[method-assign]
+
+    def index(version: int) -> Any:
+        return indexes.index("s", version, 40, len(table), ("u", "a", "s"),
+                             lambda after: [r for r in table if r[6] >= after])
+
+    index(0)
+    del table[30:]  # the tail deleted: the version moves, the next position stays at 40
+    index(1)
+    assert built == [40, 30]
+    for n in range(30, 34):  # written again at the freed positions, one by one
+        table.append((f"w{n}", str(100 + n), "user", "message", float(100 + n), f"heron again {n}", n))
+        kept = index(1)
+    assert built == [40, 30, 1, 1, 1, 1]
+    whole = SessionIndexes(Tokenizer()).index("s", 1, 40, len(table), ("u", "a", "s"), lambda after: table)
+    assert kept.ids == whole.ids and kept.positions == whole.positions
+    for query in ([["heron"]], [["again"], ["otter"]], [["marsh"]]):
+        assert bm25_search([kept], query, 10, None) == bm25_search([whole], query, 10, None)

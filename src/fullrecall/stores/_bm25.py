@@ -455,13 +455,21 @@ def _phrase_rows(ix: LexicalIndex, tokens: tuple[str, ...]) -> tuple[np.ndarray,
 _NONE = (np.zeros(0, np.int64), np.zeros(0, np.float64))
 
 
+def _after_last(index: LexicalIndex) -> int:
+    """The position after the index's last row (its rows are in position order): where rows it lacks begin."""
+    last = index.positions[-1] if index.positions else None
+    return 0 if last is None else last + 1
+
+
 class SessionIndexes:
     """Each session's :class:`LexicalIndex`, kept in process while the session stands as it was read.
 
     A session is described by ``version`` (whatever changes when rows are deleted, or when the key
     comes to name another session), ``next_position`` and ``count`` (its message count). When only
-    the last two moved and the rows read from the old next position on account for every new
-    message, those rows are added to the index; otherwise it is built again. At most ``max_rows``
+    the last two moved and the rows read from after the index's last row on account for every new
+    message, those rows are added to the index; otherwise it is built again. (Reading from the last
+    row, not from the old next position, extends the index too when messages fill the positions a
+    deletion left free at the end, as an archive written again after its tail was deleted does.) At most ``max_rows``
     rows are held (least recently used sessions are dropped first). An index whose rows were read
     while :meth:`drop` or :meth:`clear` ran (a forget) answers the search that read it and is not held:
     it may hold what the forget deleted.
@@ -489,7 +497,7 @@ class SessionIndexes:
         if held is not None and held[0] == version:
             _, seen_next, seen_count, index = held
             if (seen_next, seen_count) != (next_position, count):
-                added = read(seen_next) if next_position > seen_next else []
+                added = read(_after_last(index)) if count > seen_count else []
                 if added and seen_count + len(added) == count:  # only appends since: add them
                     index = index.extend(self._build(added, owner))
                 else:

@@ -1217,7 +1217,7 @@ class PostgresStore(SqlStore):
         """The sessions a keyword search of ``scope`` reads."""
         where, params = self.sql.search_where(scope)
         return conn.execute(
-            "SELECT sid, message_count, lexemes, next_position, created_at, user_id, agent_id, session_id"
+            "SELECT sid, message_count, lexemes, next_position, vec_epoch, created_at, user_id, agent_id, session_id"
             f" FROM {self.schema}.sessions s WHERE {where}",
             params,
         ).fetchall()
@@ -1266,7 +1266,7 @@ class PostgresStore(SqlStore):
             return read
 
         return [
-            self._lexicons.index(r["sid"], r["created_at"], r["next_position"], r["message_count"],
+            self._lexicons.index(r["sid"], (r["vec_epoch"], r["created_at"]), r["next_position"], r["message_count"],
                                  (r["user_id"], r["agent_id"], r["session_id"]), reader(r["sid"], r["next_position"]))
             for r in sessions
         ]
