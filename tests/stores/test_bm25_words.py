@@ -154,8 +154,11 @@ def test_an_index_extended_many_times_is_the_index_built_at_once(texts: list[str
     expected = LexicalIndex.of_texts(rows, tokenize, ("u", "a", "s"))
     bounds = sorted({0, len(rows), *(min(c, len(rows)) for c in cuts)})
     index = LexicalIndex.of_texts(rows[:bounds[1]] if len(bounds) > 1 else rows, tokenize, ("u", "a", "s"))
-    for a, b in zip(bounds[1:], bounds[2:]):  # one extension a cut: past 16 the parts are merged
+    for a, b in zip(bounds[1:], bounds[2:]):  # one extension a cut: the last parts are merged as they come
         index = index.extend(LexicalIndex.of_texts(rows[a:b], tokenize))
+        # each part more than twice as large as the next: a few parts, whatever the number of extensions
+        for parts, size in ((index.postings._parts, lambda p: len(p[2])), (index.tokens._parts, lambda p: len(p[1]))):
+            assert all(size(x) > 2 * size(y) for x, y in zip(parts, parts[1:]))
     _same_index(expected, index)
     for term in ["dog", "run", "us", "ab", "nothing"]:
         assert (term in index.postings) == (term in expected.postings)
@@ -201,7 +204,7 @@ def test_a_held_index_adds_a_few_objects_for_the_collector_not_one_a_row() -> No
     assert index.tokens is not None and grown.tokens is not None
     assert [index.tokens[n] for n in (0, 1999)] == [tokenize(texts[0]), tokenize(texts[1999])]
     assert grown.tokens[2001] == tokenize(texts[1]) and len(grown.tokens) == 2003
-    many = index  # extended a row at a time: its parts are made one again as they pile up
+    many = index  # extended a row at a time: its last parts are merged as they pile up
     for n in range(20):
         many = many.extend(LexicalIndex.of_texts(rows[n:n + 1], tokenize))
     assert many.tokens is not None and len(many.tokens) == 2020

@@ -122,7 +122,8 @@ def test_postgres_v5_schema_is_reindexed_with_the_words_every_backend_finds(
                                 [(*r[:4], pg._pg_text(str(r[4])), *r[5:]) for r in _old_rows(
                                     [_msg(i, t) for i, t in enumerate(texts)])])
             conn.execute(f"UPDATE {s}.sessions SET lexemes = (SELECT sum(length(tsv)) FROM {s}.messages)")
-        assert store.search_text(scope, ["cafe"], 5) == []  # what version 5 found
+            # what version 5 found: its words kept the accent (this version's search reads columns added later)
+            assert conn.execute(f"SELECT count(*) AS n FROM {s}.messages WHERE tsv @@ 'cafe'::tsquery").fetchone()["n"] == 0
         store.close()
     monkeypatch.setattr(pg, "_REINDEX_BATCH", 2)
     store = open_store(url)

@@ -15,12 +15,14 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
 from .._fork import renew_in_child
 from . import _unicode61 as U
+from ._grown import Room, as_rows, grown, items
 from ._vectors import Owner, filter_mask
 from .base import Filters, Hit
 
@@ -127,16 +129,19 @@ def _split_many(texts: Sequence[str]) -> list[str] | None:
 class LexicalIndex:
     """An inverted index of one session's messages, for BM25 in process (Redis without a search module)."""
 
-    ids: list[str]
-    keys: list[str]  # store-global message keys, parallel to ids
+    ids: Sequence[str]
+    keys: Sequence[str]  # store-global message keys, parallel to ids
     roles: np.ndarray
     kinds: np.ndarray
     created: np.ndarray
     lengths: np.ndarray  # tokens per message
     postings: Postings  # term -> (row numbers, term frequencies)
     owner: Owner | None = None  # the session's (user_id, agent_id, session_id)
-    positions: list[int | None] | None = None  # each message's position, parallel to ids
+    positions: Sequence[int | None] | None = None  # each message's position, parallel to ids
     tokens: Sequence[Sequence[str]] | None = None  # each message's tokens in order, for phrases; parallel to ids
+    _rooms: tuple[Room, ...] | None = field(default=None, repr=False, compare=False)  # where ``roles``, ``kinds``,
+    # ``created`` and ``lengths`` lie, with room to grow (``ids``, ``keys`` and ``positions`` grow in place as
+    # :class:`~._grown.Rows`): an extension writes the rows it adds, not every row again
 
     @classmethod
     def build(cls, rows: Sequence[LexicalRow], owner: Owner | None = None) -> LexicalIndex:
@@ -200,17 +205,21 @@ class LexicalIndex:
         """This index plus ``other``'s rows (messages added since it was built); neither is changed."""
         if not other.ids:
             return self
+        (roles, kinds, created, lengths), rooms = grown(
+            (self.roles, self.kinds, self.created, self.lengths), self._rooms,
+            (other.roles, other.kinds, other.created, other.lengths))
         return LexicalIndex(
-            self.ids + other.ids,
-            self.keys + other.keys,
-            np.concatenate([self.roles, other.roles]),
-            np.concatenate([self.kinds, other.kinds]),
-            np.concatenate([self.created, other.created]),
-            np.concatenate([self.lengths, other.lengths]),
+            as_rows(self.ids) + other.ids,
+            as_rows(self.keys) + other.keys,
+            roles,
+            kinds,
+            created,
+            lengths,
             Postings.joined(self.postings, other.postings, len(self.ids)),
             self.owner,
-            (self.positions or [None] * len(self.ids)) + (other.positions or [None] * len(other.ids)),
+            as_rows(self.positions or [None] * len(self.ids)) + (other.positions or [None] * len(other.ids)),
             _joined(self.tokens or [[]] * len(self.ids), other.tokens or [[]] * len(other.ids)),
+            rooms,
         )
 
 
@@ -227,10 +236,8 @@ class RowTokens(Sequence[list[str]]):
     __slots__ = ("_parts", "_first")
 
     def __init__(self, parts: list[Part]) -> None:
-        if len(parts) > _MAX_PARTS:  # an index extended row by row: one part again
-            parts = [_merged(parts)]
-        self._parts = parts
-        self._first = list(itertools.accumulate((len(b) - 1 for _, _, b in parts), initial=0))  # each part's row 0
+        self._parts = _tiered(parts, lambda p: len(p[1]), _merged)
+        self._first = list(itertools.accumulate((len(b) - 1 for _, _, b in self._parts), initial=0))  # each part's row 0
 
     def __len__(self) -> int:
         return self._first[-1]
@@ -252,7 +259,17 @@ class RowTokens(Sequence[list[str]]):
     __hash__ = None  # type: ignore[assignment]
 
 
-_MAX_PARTS = 16
+P = TypeVar("P")
+
+
+def _tiered(parts: list[P], size: Callable[[P], int], merged: Callable[[Sequence[P]], P]) -> list[P]:
+    """``parts`` with the last two merged while the one before the last is no more than twice as large as the
+    last: an index extended row by row holds a few parts, each more than twice the size of the next (about
+    log2 of its size in all), and a row is merged again about that many times, not once each extension.
+    """
+    while len(parts) > 1 and size(parts[-2]) <= 2 * size(parts[-1]):
+        parts = [*parts[:-2], merged(parts[-2:])]
+    return parts
 
 
 def _joined(first: Sequence[Sequence[str]], then: Sequence[Sequence[str]]) -> Sequence[Sequence[str]]:
@@ -307,7 +324,7 @@ class Postings(Mapping[str, tuple[np.ndarray, np.ndarray]]):
     An index extended by the rows appended since it was built holds its postings in parts, one for
     each extension: extending copies no term of the parts before (a dictionary of every term's slices
     made again cost about 1 ms at each search after a record), and a term asked for is joined from
-    the parts that hold it. Past ``_MAX_PARTS`` parts they are merged into one.
+    the parts that hold it. The last parts are merged as they come (see :func:`_tiered`).
     """
 
     __slots__ = ("_parts", "_terms")
@@ -324,8 +341,7 @@ class Postings(Mapping[str, tuple[np.ndarray, np.ndarray]]):
         joined._parts = [p for p in first._parts if p[0]] + [
             (n, b, r, f, o + offset) for n, b, r, f, o in then._parts if n]  # a part without terms adds nothing
         joined._terms = None
-        if len(joined._parts) > _MAX_PARTS:
-            joined._parts = [_merged_postings(joined._parts)]
+        joined._parts = _tiered(joined._parts, lambda p: len(p[2]), _merged_postings)
         return joined
 
     def __getitem__(self, term: str) -> tuple[np.ndarray, np.ndarray]:
@@ -420,9 +436,10 @@ def bm25_search(
         found = found[scores[found] >= kth]
     starts = np.cumsum([0] + [len(ix.ids) for ix in indexes])
     hits: list[tuple[float, str, str, Owner | None, int | None]] = []
+    columns = [(items(ix.ids), items(ix.keys), items(ix.positions) if ix.positions else None) for ix in indexes]
     for row, ix_n in zip(found.tolist(), (np.searchsorted(starts, found, side="right") - 1).tolist()):
-        ix, i = indexes[ix_n], row - int(starts[ix_n])
-        hits.append((float(scores[row]), ix.ids[i], ix.keys[i], ix.owner, ix.positions[i] if ix.positions else None))
+        (ids, keys, positions), i = columns[ix_n], row - int(starts[ix_n])
+        hits.append((float(scores[row]), ids[i], keys[i], indexes[ix_n].owner, positions[i] if positions else None))
     hits.sort(key=lambda h: (-h[0], len(h[2]), h[2]))  # a shorter key first: a SQL row id is older
     return [Hit(i, s, key, owner, position) for s, i, key, owner, position in hits[:k]]
 

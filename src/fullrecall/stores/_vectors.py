@@ -17,6 +17,7 @@ from typing import cast
 import numpy as np
 
 from .._fork import after_fork_in_child
+from ._grown import Room, Rows, as_rows, grown, items
 from ._quantized import Quantized
 from .base import Filters, Hit
 
@@ -73,44 +74,13 @@ log = logging.getLogger(__name__)
 _maker: ThreadPoolExecutor | None = None
 _maker_lock = threading.Lock()
 _start_lock = threading.Lock()
-_room_lock = threading.Lock()
 
 
 @after_fork_in_child
 def _renew() -> None:
     """New locks, and no worker thread of the parent's (see ``_fork``)."""
-    global _maker, _maker_lock, _start_lock, _room_lock
-    _maker, _maker_lock, _start_lock, _room_lock = None, threading.Lock(), threading.Lock(), threading.Lock()
-
-
-class _Room:
-    """The array whose first rows are a block's matrix, with spare rows past ``used``: a block grows by writing
-    its new rows there, not by copying all its rows into a new matrix (3 MB for a user's 2,000 vectors, about
-    3 ms on the first search after each record). Blocks extended from one another share it: rows are only
-    appended and each block reads only its own first rows, so only the block whose rows end at ``used`` may
-    write past them; any other, or one that does not fit, moves to a new room a quarter larger than it needs.
-    """
-
-    __slots__ = ("array", "used")
-
-    def __init__(self, rows: int, dim: int) -> None:
-        self.array = np.empty((rows + rows // 4 + 64, dim), np.float32)
-        self.used = rows
-
-    @classmethod
-    def extended(cls, matrix: np.ndarray, room: _Room | None, more: np.ndarray) -> tuple[np.ndarray, _Room]:
-        """``matrix`` (the first rows of ``room``, or of no room) with the rows ``more`` below it."""
-        n, m = len(matrix), len(more)
-        with _room_lock:  # claimed by one block at most
-            if room is not None and room.used == n and n + m <= len(room.array):
-                room.used = n + m
-            else:
-                room = None
-        if room is None:
-            room = cls(n + m, matrix.shape[1])
-            room.array[:n] = matrix
-        room.array[n:n + m] = more
-        return room.array[:n + m], room
+    global _maker, _maker_lock, _start_lock
+    _maker, _maker_lock, _start_lock = None, threading.Lock(), threading.Lock()
 
 
 def _make_copy(matrix: np.ndarray) -> Future[Quantized | None]:
@@ -168,20 +138,21 @@ class VectorBlock:
     cosine search.
     """
 
-    ids: list[str]
-    keys: list[str]  # store-global message keys, parallel to ids
+    ids: Sequence[str]
+    keys: Sequence[str]  # store-global message keys, parallel to ids
     matrix: np.ndarray  # (n, dim) float32, rows L2-normalised
     roles: np.ndarray  # object array
     kinds: np.ndarray
     created: np.ndarray  # float64
-    owners: list[Owner | None]  # each message's session (None: not known), parallel to ids
-    positions: list[int | None]  # each message's position in it
+    owners: Sequence[Owner | None]  # each message's session (None: not known), parallel to ids
+    positions: Sequence[int | None]  # each message's position in it
     quantized: Quantized | None = field(default=None, repr=False, compare=False)  # large blocks, with faiss: made
     # by the first search (a block built only to extend another is never quantized), grown by ``extend``
     _row_index: _RowIndex | None = field(default=None, repr=False, compare=False)  # built on first exclusion
     _making: Future[Quantized | None] | None = field(default=None, repr=False, compare=False)  # a copy being made
     # on the worker thread (clusters take about a second to train), passed on by ``extend``
-    _room: _Room | None = field(default=None, repr=False, compare=False)  # where ``matrix`` lies, with room to grow
+    _rooms: tuple[Room, ...] | None = field(default=None, repr=False, compare=False)  # where ``matrix``, ``roles``,
+    # ``kinds`` and ``created`` lie, with room to grow (the lists are :class:`~._grown.Rows`, grown in place too)
 
     @classmethod
     def build(
@@ -211,24 +182,26 @@ class VectorBlock:
             mat = np.empty((n, dim), dtype=np.float32)
             for i, v in enumerate(vecs):
                 mat[i] = np.frombuffer(v, dtype=np.float32) if isinstance(v, (bytearray, memoryview)) else v
-        room = _Room(n, dim)
+        room = Room(n, mat)
         return cls(
-            list(ids),
-            list(keys),
+            Rows(list(ids)),
+            Rows(list(keys)),
             normalize_rows(mat, out=room.array[:n]),
             np.array(roles, dtype=object),
             np.array(kinds, dtype=object),
             np.array(created, dtype=np.float64),
-            list(owners),
-            list(positions),
-            _room=room,
+            Rows(list(owners)),
+            Rows(list(positions)),
+            _rooms=(room,),
         )
 
     def extend(self, other: VectorBlock) -> VectorBlock:
         """This block plus ``other``'s rows (for vectors added since it was built)."""
         if not other.ids:
             return self
-        matrix, room = _Room.extended(self.matrix, self._room, other.matrix)
+        (matrix, roles, kinds, created), rooms = grown(
+            (self.matrix, self.roles, self.kinds, self.created), self._rooms,
+            (other.matrix, other.roles, other.kinds, other.created))
         n = len(self.ids)
         quantized = self.quantized  # grown with the block; made again (by the next search) when it cannot be
         if quantized is not None and (quantized.outgrown(len(matrix)) or not quantized.grow(matrix, n)):
@@ -238,23 +211,23 @@ class VectorBlock:
             row_index = None
         making = self._making if quantized is None else None  # grown to the new rows once made
         return VectorBlock(
-            self.ids + other.ids,
-            self.keys + other.keys,
+            as_rows(self.ids) + other.ids,
+            as_rows(self.keys) + other.keys,
             matrix,
-            np.concatenate([self.roles, other.roles]),
-            np.concatenate([self.kinds, other.kinds]),
-            np.concatenate([self.created, other.created]),
-            self.owners + other.owners,
-            self.positions + other.positions,
+            roles,
+            kinds,
+            created,
+            as_rows(self.owners) + other.owners,
+            as_rows(self.positions) + other.positions,
             quantized,
             row_index,
             making,
-            room,
+            rooms,
         )
 
     @property
     def nbytes(self) -> int:
-        room = self._room
+        room = self._rooms[0] if self._rooms else None
         rows = room.array.nbytes if room is not None else self.matrix.nbytes  # a shared room counted by each block
         return int(rows) + 96 * len(self.ids) + (self.quantized.nbytes if self.quantized else 0)
 
@@ -289,7 +262,7 @@ class VectorBlock:
             picked = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
             picked = picked[np.argsort(-scores[picked], kind="stable")]
             top, best = picked.tolist(), scores[picked].tolist()
-        ids, keys, owners, positions = self.ids, self.keys, self.owners, self.positions
+        ids, keys, owners, positions = items(self.ids), items(self.keys), items(self.owners), items(self.positions)
         return [Hit(ids[i], s, keys[i], owners[i], positions[i]) for i, s in zip(top, best)]
 
     def _copy(self) -> Quantized | None:
