@@ -93,3 +93,33 @@ def test_an_index_extended_row_by_row_writes_the_rows_it_adds_in_the_storage_it_
         assert getattr(later, name).base is getattr(grown, name).base is not None, name
     assert isinstance(later.ids, Rows) and isinstance(grown.ids, Rows) and later.ids.items is grown.ids.items
     assert len(grown.ids) == 1002 and len(later.ids) == 1004
+
+
+def test_rows_and_rooms_extended_from_one_block_by_many_threads_at_once_each_hold_their_own() -> None:
+    """Threads extending one block at once: one of them writes in place, the others copy; every result holds the
+    block's rows followed by its own, whichever thread got there first.
+    """
+    import threading
+
+    from fullrecall.stores._grown import Room
+
+    results: dict[int, tuple[Rows[int], np.ndarray]] = {}
+    start = threading.Barrier(8)
+
+    def extend(t: int) -> None:
+        start.wait()
+        more = list(range(1000 * (t + 1), 1000 * (t + 1) + 5))
+        results[t] = (base_rows + more, Room.extended(base_array, room, np.array(more, dtype=np.float64))[0])
+
+    for _ in range(20):  # each round a block extended once (its storage has room past its rows), then by all
+        base_rows = Rows(list(range(100))) + [100]
+        base_array, room = Room.extended(np.arange(100, dtype=np.float64), None, np.arange(100, 101, dtype=np.float64))
+        threads = [threading.Thread(target=extend, args=(t,)) for t in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for t, (rows, array) in results.items():
+            expected = list(range(101)) + list(range(1000 * (t + 1), 1000 * (t + 1) + 5))
+            assert rows == expected and array.tolist() == expected
+        assert base_rows == list(range(101)) and base_array.tolist() == list(range(101))
