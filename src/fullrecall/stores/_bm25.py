@@ -209,12 +209,7 @@ class LexicalIndex:
             (self.roles, self.kinds, self.created, self.lengths), self._rooms,
             (other.roles, other.kinds, other.created, other.lengths))
         return LexicalIndex(
-            as_rows(self.ids) + other.ids,
-            as_rows(self.keys) + other.keys,
-            roles,
-            kinds,
-            created,
-            lengths,
+            as_rows(self.ids) + other.ids, as_rows(self.keys) + other.keys, roles, kinds, created, lengths,
             Postings.joined(self.postings, other.postings, len(self.ids)),
             self.owner,
             as_rows(self.positions or [None] * len(self.ids)) + (other.positions or [None] * len(other.ids)),

@@ -211,18 +211,9 @@ class VectorBlock:
             row_index = None
         making = self._making if quantized is None else None  # grown to the new rows once made
         return VectorBlock(
-            as_rows(self.ids) + other.ids,
-            as_rows(self.keys) + other.keys,
-            matrix,
-            roles,
-            kinds,
-            created,
-            as_rows(self.owners) + other.owners,
-            as_rows(self.positions) + other.positions,
-            quantized,
-            row_index,
-            making,
-            rooms,
+            as_rows(self.ids) + other.ids, as_rows(self.keys) + other.keys, matrix, roles, kinds, created,
+            as_rows(self.owners) + other.owners, as_rows(self.positions) + other.positions,
+            quantized, row_index, making, rooms,
         )
 
     @property
