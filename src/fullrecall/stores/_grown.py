@@ -78,7 +78,9 @@ class Rows(Sequence[T]):
             if len(self.items) == n:
                 self.items.extend(more)
                 return Rows(self.items, n + m)
-        return Rows([*self.items[:n], *more])
+        copy = self.items[:n]
+        copy.extend(more)
+        return Rows(copy)
 
 
 def items(rows: Sequence[T]) -> Sequence[T]:
