@@ -3,6 +3,7 @@ key or by span whose cost does not grow with the conversation."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import Any
 
@@ -52,6 +53,27 @@ def test_recall_reads_each_candidate_once_and_all_its_ranges_in_one_call(store_u
             assert [m.id for m in r.messages] == [m.id for m in store.inner.range(scope, r.start, r.end)]
             assert set(r.hit_positions) <= {m.position for m in r.messages}
     store.inner.close()
+
+
+def test_the_bench_s_counting_store_is_searched_as_the_store_it_counts(store_url):
+    """The bench times recalls through a counting wrapper: the search engine prepares its vector search on it (the
+    store checks what it keeps while the question is embedded) as it does on the store itself, and the prepared
+    search counts as the one vector search it is.
+    """
+    inner, prepared = open_store(store_url), []  # the threads the vector search was prepared on
+    prepare = inner.prepare_vector_search
+    inner.prepare_vector_search = (  # type: ignore[method-assign]
+        lambda *args: prepared.append(threading.current_thread()) or prepare(*args))
+    store = CountingStore(inner)
+    archive = Archive(store, Scope(session_id="s"), embedding_model=HashEmbedder())
+    for k in range(10):
+        archive.write(removed([words(5 * k + j) for j in range(5)], 5 * k))
+    store.reset()
+    assert archive.recall("invoice 1042 topic3", top_k=3, radius=2, before=50).ranges
+    # once, beside the embedding (not by the search made after it, as SQLite's search_vectors does)
+    assert len(prepared) == 1 and prepared[0] is not threading.current_thread()
+    assert store.calls["search_vectors"] == 1
+    inner.close()
 
 
 def test_search_around_reads_the_hits_with_their_neighbours_in_one_call(store_url):

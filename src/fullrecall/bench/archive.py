@@ -89,6 +89,14 @@ class CountingStore:
 
         return counted
 
+    def prepare_vector_search(self, scope: Any, filters: Any = None) -> Any:
+        """Forwarded, and counted as the vector search it prepares (its one round trip). The search engine looks
+        for it on the store's class (a store that checks what it keeps while the question is embedded): without
+        it here, the bench would time a recall that no real store makes.
+        """
+        self.calls["search_vectors"] += 1
+        return self.inner.prepare_vector_search(scope, filters)
+
     def reset(self) -> None:
         self.calls.clear()
         self.read_messages = 0
