@@ -1006,10 +1006,8 @@ class PostgresStore(SqlStore):
 
         def search(vector: np.ndarray, k: int) -> list[Hit]:
             k = C.check_search("search_vectors", k, filters)
-            query = Vec.as_query(vector)
-            if kept is None or k == 0 or self._held.conn is not None or kept.block.matrix.shape[1] != query.shape[0]:
-                return self.search_vectors(scope, vector, k, filters)
-            return _carried(kept.block.search(query, k, filters), kept.rows)
+            found = _kept_hits(kept, Vec.as_query(vector), k, filters) if self._held.conn is None else None
+            return self.search_vectors(scope, vector, k, filters) if found is None else found
         return search
 
     def _search_kept(
@@ -1022,10 +1020,7 @@ class PostgresStore(SqlStore):
         it keeps; the first search of a scope, or one that finds its block outgrown in other ways than by added
         vectors, reads the block (whole) before searching it.
         """
-        kept = self._kept_block(conn, scope)
-        if kept is None or kept.block.matrix.shape[1] != query.shape[0]:
-            return None
-        return _carried(kept.block.search(query, k, filters), kept.rows)
+        return _kept_hits(self._kept_block(conn, scope), query, k, filters)
 
     def _kept_block(self, conn: Conn, scope: Scope) -> SB.ScopeBlock | None:
         """A small scope's block as stored now: the kept one checked (and grown by the vectors added since), or
@@ -1464,6 +1459,15 @@ def _word_queries(shares: dict[str, float], phrases: Sequence[Sequence[str]]) ->
 def _versions(sessions: Iterable[dict[str, Any]]) -> SB.Versions:
     """Each session row's (vector epoch, vectors held) by its sid (see :mod:`._scope_blocks`)."""
     return {r["sid"]: (int(r["vec_epoch"]), int(r["vector_count"])) for r in sessions}
+
+
+def _kept_hits(kept: SB.ScopeBlock | None, query: np.ndarray, k: int, filters: Filters | None) -> list[Hit] | None:
+    """The best ``k`` of a kept block, carrying the messages it keeps; None without one, or for a query of another
+    dimension (the server searches then).
+    """
+    if kept is None or kept.block.matrix.shape[1] != query.shape[0]:
+        return None
+    return _carried(kept.block.search(query, k, filters), kept.rows)
 
 
 def _carried(hits: list[Hit], rows: SB.Rows) -> list[Hit]:
