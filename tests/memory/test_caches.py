@@ -93,7 +93,7 @@ def test_cached_facts_always_equal_what_the_store_holds(tmp_path_factory, defaul
             s.close()
 
 
-def test_a_record_embeds_in_one_batch_and_a_retrieve_embeds_the_question_once(tmp_path, default_embedder):
+def test_a_record_embeds_each_text_once_and_a_retrieve_embeds_the_question_once(tmp_path, default_embedder):
     embedder = Counting(default_embedder)
     memory = PersistentMemory("u", "a", "s1", store=f"sqlite:///{tmp_path / 'm.db'}", embedder=embedder)
     try:
@@ -109,7 +109,15 @@ def test_a_record_embeds_in_one_batch_and_a_retrieve_embeds_the_question_once(tm
         embedder.calls.clear()
         asyncio.run(memory.record([{"role": "user", "content": "Hello there. Remember that I own a red bike."}],
                                   {"turn": 2}))
-        assert embedder.calls == [["Hello there. Remember that I own a red bike.", "I own a red bike."]]
+        # the messages in one call, a fact in words of its own in another, made beside it (in either order)
+        assert sorted(embedder.calls) == [["Hello there. Remember that I own a red bike."], ["I own a red bike."]]
+        bike = next(f for f in memory.facts.current() if "bike" in f.text)  # each row its own text's vector
+        assert np.allclose(memory.facts.book.vector(memory.facts.book.get(bike.id)),
+                           default_embedder.embed(["I own a red bike."])[0], atol=1e-6)
+        said = [m for m in memory.messages() if "bike" in m.text]
+        assert np.allclose(next(iter(memory.store.get_vectors(replace(memory.owner, session_id="s1"),
+                                                              [said[0].id]).values())),
+                           default_embedder.embed(["Hello there. Remember that I own a red bike."])[0], atol=1e-6)
 
         embedder.calls.clear()
         asyncio.run(memory.record([{"role": "user", "content": "Hello there. Remember that I own a red bike."}],

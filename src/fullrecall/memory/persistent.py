@@ -3,7 +3,8 @@
 The API keeps MassGen's names and return shapes (``record``, ``retrieve``,
 ``save_to_memory``, ``recall_from_memory``; ``agent_name``/``user_name``/``session_name``
 accepted), but nothing is summarized away and no LLM is needed: every recorded turn is
-archived verbatim with its embedding (one batched call per ``record``) and found again by
+archived verbatim with its embedding (one batched call per ``record`` for its messages; a fact in
+words of its own is embedded beside it) and found again by
 hybrid search (:class:`~fullrecall.search.SemanticSearch`); facts stated by the user are kept
 with validity intervals (:class:`~fullrecall.memory.facts.FactMemory`, by rules unless a
 ``chat_model`` is given).
@@ -26,7 +27,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC
 from functools import partial
@@ -275,18 +276,27 @@ class PersistentMemory:
         sources = [{"session_id": self.session_id, "id": m.id} for _, m in turn]
         by_rules = learn and self.extract_facts and self.facts.chat_model is None
         found = self.facts.candidates([msg for msg, _ in turn], sources) if by_rules else []
-        # While the turn is embedded (one batch: its messages and the facts found in them; a fact that is a
-        # message's words shares its vector), its words are made durable (a message a retry already recorded,
-        # with its vector, is stored and learned from nothing twice) and the cached facts are checked.
+        # While the turn's messages are embedded, the facts found in them are embedded on another core (a fact
+        # that is a message's words shares its vector), its words are made durable (a message a retry already
+        # recorded, with its vector, is stored and learned from nothing twice) and the cached facts are checked.
+        texts = [words_of[m.id] for _, m in turn]
+        facts_embedded = _io().submit(_embed_once, self._search.embedder, own) \
+            if (own := list(dict.fromkeys(c.text for c in found if c.text not in texts))) else None
         stored_words = _io().submit(self._store_words, [m for _, m in turn])
         retried = _io().submit(self.store.get_vectors, self._search.scope, [m.id for _, m in turn])  # beside it
         facts_checked = _io().submit(self.facts.book.entries) if found else None
         try:
-            vectors = _embed_once(self._search.embedder, [words_of[m.id] for _, m in turn] + [c.text for c in found])
+            said = _embed_once(self._search.embedder, texts)
+            if facts_embedded is not None:
+                said = np.concatenate([said, facts_embedded.result()])
+            row = {t: i for i, t in enumerate(texts + own)}
+            vectors = said[[row[t] for t in texts + [c.text for c in found]]]
         except Exception:
             self._unembedded.update(m.id for _, m in turn)  # their words are stored all the same: see catch_up
             raise
         finally:
+            if facts_embedded is not None:
+                wait([facts_embedded])
             stored_words.result()
             have = set(retried.result())
             if facts_checked is not None:
@@ -920,7 +930,7 @@ _pool_lock = threading.Lock()
 
 
 def _io() -> ThreadPoolExecutor:
-    """Threads for the store round trips that run while a turn or a query is embedded."""
+    """Threads for the store round trips that run while a turn or a query is embedded (and a fact's own embedding)."""
     global _pool
     with _pool_lock:
         if _pool is None:
