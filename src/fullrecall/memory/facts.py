@@ -334,6 +334,8 @@ class FactMemory:
             if same is None:
                 break
             found = _from_record(same)
+            if fact.sources and all(s in found.sources for s in fact.sources):
+                return found, False  # the same statement kept again (a retried turn): one statement, one mention
             found.mentions += 1
             found.sources += [s for s in fact.sources if s not in found.sources]
             try:

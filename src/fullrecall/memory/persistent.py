@@ -27,10 +27,9 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC
-from functools import partial
 from pathlib import Path
 from queue import SimpleQueue
 from typing import IO, Any
@@ -276,51 +275,49 @@ class PersistentMemory:
         sources = [{"session_id": self.session_id, "id": m.id} for _, m in turn]
         by_rules = learn and self.extract_facts and self.facts.chat_model is None
         found = self.facts.candidates([msg for msg, _ in turn], sources) if by_rules else []
-        # While the turn's messages are embedded, the facts found in them are embedded on another core (a fact
-        # that is a message's words shares its vector), its words are made durable (a message a retry already
-        # recorded, with its vector, is stored and learned from nothing twice) and the cached facts are checked.
+        # While the turn's messages are embedded: their words are made durable, the store asked which of them a
+        # retry already recorded with a vector (stored and learned from nothing twice), and the facts found in
+        # them are learned on other threads (see _learn_early).
         texts = [words_of[m.id] for _, m in turn]
-        facts_embedded = _io().submit(_embed_once, self._search.embedder, own) \
-            if (own := list(dict.fromkeys(c.text for c in found if c.text not in texts))) else None
+        said: Future[np.ndarray] = Future()  # the messages' vectors: a fact that is a message's words shares its own
         stored_words = _io().submit(self._store_words, [m for _, m in turn])
         retried = _io().submit(self.store.get_vectors, self._search.scope, [m.id for _, m in turn])  # beside it
-        facts_checked = _io().submit(self.facts.book.entries) if found else None
+        learning = self._learn_early(found, [m.id for _, m in turn], texts, said, stored_words, retried, now) \
+            if found else None
         try:
-            said = _embed_once(self._search.embedder, texts)
-            if facts_embedded is not None:
-                said = np.concatenate([said, facts_embedded.result()])
-            row = {t: i for i, t in enumerate(texts + own)}
-            vectors = said[[row[t] for t in texts + [c.text for c in found]]]
+            try:
+                vectors = _embed_once(self._search.embedder, texts)
+            except BaseException as exc:
+                said.set_exception(exc)
+                raise
+            said.set_result(vectors)
+            if learning is not None:
+                learning.embedded.result()  # a fact's own embedding failed: as if the turn's had
         except Exception:
+            if learning is not None:  # (the facts in words of their own may be kept: see docs/memory.md)
+                wait([learning.kept])
             self._unembedded.update(m.id for _, m in turn)  # their words are stored all the same: see catch_up
             raise
         finally:
-            if facts_embedded is not None:
-                wait([facts_embedded])
             stored_words.result()
             have = set(retried.result())
-            if facts_checked is not None:
-                facts_checked.result()
         fresh = [i for i, (_, m) in enumerate(turn) if m.id not in have]
-        if not fresh:
-            return ids
         new = [turn[i] for i in fresh]
         new_ids = {m.id for _, m in new}
-        learned = [j for j, c in enumerate(found) if any(s["id"] in new_ids for s in c.sources)]
-        index = partial(self._search.index, [m for _, m in new], append=False, vectors=vectors[fresh])
         try:
-            if not learned:  # one write: made here (a hand-off to a thread costs more than it saves)
-                index()
-            else:  # the messages' vectors and the facts are written side by side
-                indexed = _io().submit(index)
-                try:
-                    self.facts.keep([found[j] for j in learned], vectors[[len(turn) + j for j in learned]],
-                                    stated_at=now, checked=True)
-                finally:
-                    indexed.result()
+            try:
+                if new:
+                    self._search.index([m for _, m in new], append=False, vectors=vectors[fresh])
+            finally:
+                if learning is not None:
+                    wait([learning.kept])
+            if learning is not None:
+                learning.kept.result()
         except Exception:
             self._unembedded.update(new_ids)  # the vectors' write failed: see catch_up
             raise
+        if not new:
+            return ids
         if self._unembedded:  # an earlier turn's embedding failed here: the embedder works again
             self._catch_up_quietly()
         if learn and self.extract_facts and not by_rules:  # the chat model reads the turn once its words are stored
@@ -330,6 +327,33 @@ class PersistentMemory:
                 self._extraction_failed(exc, len(new), ids)
         self._warm_again()
         return ids
+
+    def _learn_early(self, found: list[Any], ids: list[str], texts: list[str], said: Future[np.ndarray],
+                     stored_words: Future[Any], retried: Future[dict[str, Any]], now: float) -> _Learning:
+        """Keep the facts found in a turn while its messages are embedded: a fact in words of its own is embedded
+        on another thread, the cached facts are checked beside it, and the facts of the messages a retry had not
+        already recorded are kept once their words are durable; a fact that is a message's words waits for that
+        message's vector (each task waits only on the main thread or on tasks handed to the pool before it, which
+        have begun).
+        """
+        own = list(dict.fromkeys(c.text for c in found if c.text not in texts))
+        embedded: Future[np.ndarray] = _io().submit(_embed_once, self._search.embedder, own) if own else _done(None)
+        checked = _io().submit(self.facts.book.entries)
+
+        def keep() -> None:
+            mine = embedded.result()
+            stored_words.result()
+            new = set(ids).difference(retried.result())
+            checked.result()
+            learned = [c for c in found if any(s["id"] in new for s in c.sources)]
+            if not learned:
+                return
+            rows = dict(zip(own, mine)) if own else {}
+            if any(c.text not in rows for c in learned):  # a message's words: its vector
+                rows.update(zip(texts, said.result()))
+            self.facts.keep(learned, np.stack([rows[c.text] for c in learned]), stated_at=now, checked=True)
+
+        return _Learning(embedded, _io().submit(keep))
 
     def _extraction_failed(self, exc: FactExtractionError, recorded: int, ids: list[str]) -> None:
         """Count a failed fact extraction and handle it as ``errors`` says."""
@@ -927,6 +951,21 @@ def _queries(query: Any) -> list[str]:
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+
+
+@dataclass
+class _Learning:
+    """A turn's facts being learned while its messages are embedded: the facts' own embedding, then their keeping."""
+
+    embedded: Future[Any]
+    kept: Future[None]
+
+
+def _done(value: Any) -> Future[Any]:
+    """A future that already holds ``value``."""
+    done: Future[Any] = Future()
+    done.set_result(value)
+    return done
 
 
 def _io() -> ThreadPoolExecutor:

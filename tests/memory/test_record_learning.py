@@ -1,0 +1,138 @@
+"""A recorded turn's facts are learned while its messages are embedded, and a retried turn counts them once."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from fullrecall import PersistentMemory
+from fullrecall.memory.facts import FactMemory
+
+SAID = "Hello there. Remember that I own a red bike."
+FACT = "I own a red bike."  # what the rules find in SAID: a fact in words of its own
+
+
+class Gated:
+    """The real embedder; an embedding of the message ``said`` waits until ``ready()`` holds (or ``wait`` seconds
+    pass), noting whether it did, and raises while ``fail`` is set.
+    """
+
+    def __init__(self, inner, said: str = SAID, ready=lambda: True, wait: float = 0.0) -> None:
+        self.inner, self.said, self.ready, self.wait = inner, said, ready, wait
+        self.name, self.dimension = inner.name, inner.dimension
+        self.fail, self.seen = False, []
+
+    def embed(self, texts):
+        texts = list(texts)
+        if self.said in texts:
+            end = time.monotonic() + self.wait
+            while not self.ready() and time.monotonic() < end:
+                time.sleep(0.01)
+            self.seen.append(self.ready())
+            if self.fail:
+                raise ConnectionError("the embedding service is down")
+        return self.inner.embed(texts)
+
+
+def test_a_fact_in_words_of_its_own_is_kept_while_the_turn_s_message_is_embedded(store_url, default_embedder):
+    reader = FactMemory(store_url, embedder=default_embedder, user_id="u", agent_id="a")  # another handle
+    embedder = Gated(default_embedder, ready=lambda: [f.text for f in reader.current()] == [FACT], wait=10)
+    memory = PersistentMemory("u", "a", "s1", store=store_url, embedder=embedder)
+    try:
+        asyncio.run(memory.record([{"role": "user", "content": SAID}], {"turn": 1}))
+        assert embedder.seen == [True]  # the fact was in the store before the message's embedding returned
+        assert [f.text for f in memory.facts.current()] == [FACT]
+        assert len(memory.store.get_vectors(memory._search.scope, [m.id for m in memory.messages()])) == 1
+    finally:
+        memory.close()
+        reader.close()
+
+
+def test_a_turn_retried_after_its_embedding_failed_counts_its_fact_once(store_url, default_embedder):
+    embedder = Gated(default_embedder)
+    memory = PersistentMemory("u", "a", "s1", store=store_url, embedder=embedder)
+    try:
+        embedder.fail = True
+        with pytest.raises(ConnectionError):
+            asyncio.run(memory.record([{"role": "user", "content": SAID}], {"turn": 1}))
+        kept = memory.facts.current()  # the words are stored, and the fact kept while they were embedded
+        assert [(f.text, f.mentions) for f in kept] == [(FACT, 1)] and len(memory.messages()) == 1
+        embedder.fail = False
+        asyncio.run(memory.record([{"role": "user", "content": SAID}], {"turn": 1}))  # the retry
+        assert [(f.id, f.text, f.mentions) for f in memory.facts.current()] == [(kept[0].id, FACT, 1)]
+        [message] = memory.messages()
+        assert list(memory.store.get_vectors(memory._search.scope, [message.id])) == [message.id]
+        asyncio.run(memory.record([{"role": "user", "content": SAID}], {"turn": 2}))  # said again: one more
+        assert [(f.text, f.mentions) for f in memory.facts.current()] == [(FACT, 2)]
+    finally:
+        memory.close()
+
+
+def test_a_fact_that_is_a_message_s_words_waits_for_that_message_s_vector(store_url, default_embedder):
+    """It shares the message's vector, so it is kept only once the message is embedded; when that embedding
+    fails, nothing is learned and the retry learns it.
+    """
+    said = "My favourite colour is teal."
+    embedder = Gated(default_embedder, said)
+    memory = PersistentMemory("u", "a", "s1", store=store_url, embedder=embedder)
+    try:
+        embedder.fail = True
+        with pytest.raises(ConnectionError):
+            asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))
+        assert memory.facts.current() == [] and len(memory.messages()) == 1
+        embedder.fail = False
+        asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))
+        [fact] = memory.facts.current()
+        assert (fact.text, fact.mentions) == (said, 1)
+    finally:
+        memory.close()
+
+
+def test_records_of_many_threads_at_once_lose_no_fact(tmp_path, default_embedder):
+    """Eight threads record at once through one pool of worker threads, each turn's fact waiting on its own
+    message's embedding or on tasks handed to the pool before it: none waits forever, every fact is kept.
+    """
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    memories = [PersistentMemory(f"u{i}", "a", "s1", store=url, embedder=default_embedder) for i in range(8)]
+    errors: list[BaseException] = []
+
+    def record(i: int) -> None:
+        try:
+            for n in range(3):
+                asyncio.run(memories[i].record(
+                    [{"role": "user", "content": f"Remember that my locker number is {100 * i + n}."},
+                     {"role": "assistant", "content": "Noted."}], {"turn": n}))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=record, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    try:
+        assert not any(t.is_alive() for t in threads) and errors == []
+        for i, memory in enumerate(memories):  # each value supersedes the one before it
+            assert sorted(f.value for f in memory.facts.history()) == [str(100 * i + n) for n in range(3)]
+            assert [f.value for f in memory.facts.current()] == [str(100 * i + 2)]
+            assert len(memory.messages()) == 6
+    finally:
+        for memory in memories:
+            memory.close()
+
+
+def test_a_statement_kept_again_from_the_same_sources_is_one_mention(store_url, default_embedder):
+    facts = FactMemory(store_url, embedder=default_embedder, user_id="u")
+    try:
+        one, two = [{"session_id": "s1", "id": "m1"}], [{"session_id": "s2", "id": "m7"}]
+        first = facts.remember("I love hiking in the mountains.", sources=one)
+        assert facts.remember("i love hiking in the MOUNTAINS", sources=one).id == first.id
+        assert (facts.get(first.id).mentions, facts.get(first.id).sources) == (1, one)
+        facts.remember("I love hiking in the mountains.", sources=two)  # said again elsewhere: a mention
+        facts.remember("I love hiking in the mountains.")  # and without sources: one each time, as before
+        assert (facts.get(first.id).mentions, facts.get(first.id).sources) == (3, one + two)
+    finally:
+        facts.close()
