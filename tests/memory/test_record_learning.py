@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -45,7 +46,7 @@ def test_a_fact_in_words_of_its_own_is_kept_while_the_turn_s_message_is_embedded
         asyncio.run(memory.record([{"role": "user", "content": SAID}], {"turn": 1}))
         assert embedder.seen == [True]  # the fact was in the store before the message's embedding returned
         assert [f.text for f in memory.facts.current()] == [FACT]
-        assert len(memory.store.get_vectors(memory._search.scope, [m.id for m in memory.messages()])) == 1
+        assert len(memory.store.get_vectors(replace(memory.owner, session_id="s1"), [m.id for m in memory.messages()])) == 1
     finally:
         memory.close()
         reader.close()
@@ -64,7 +65,7 @@ def test_a_turn_retried_after_its_embedding_failed_counts_its_fact_once(store_ur
         asyncio.run(memory.record([{"role": "user", "content": SAID}], {"turn": 1}))  # the retry
         assert [(f.id, f.text, f.mentions) for f in memory.facts.current()] == [(kept[0].id, FACT, 1)]
         [message] = memory.messages()
-        assert list(memory.store.get_vectors(memory._search.scope, [message.id])) == [message.id]
+        assert list(memory.store.get_vectors(replace(memory.owner, session_id="s1"), [message.id])) == [message.id]
         asyncio.run(memory.record([{"role": "user", "content": SAID}], {"turn": 2}))  # said again: one more
         assert [(f.text, f.mentions) for f in memory.facts.current()] == [(FACT, 2)]
     finally:
@@ -102,8 +103,9 @@ def test_records_of_many_threads_at_once_lose_no_fact(tmp_path, default_embedder
     def record(i: int) -> None:
         try:
             for n in range(3):
+                said = f"My locker number is {100 * i + n}."  # a message's words, or words of its own
                 asyncio.run(memories[i].record(
-                    [{"role": "user", "content": f"Remember that my locker number is {100 * i + n}."},
+                    [{"role": "user", "content": said if n % 2 else f"Remember that {said.lower()}"},
                      {"role": "assistant", "content": "Noted."}], {"turn": n}))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
