@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
@@ -98,25 +98,20 @@ def test_records_of_many_threads_at_once_lose_no_fact(tmp_path, default_embedder
     """
     url = f"sqlite:///{tmp_path / 'm.db'}"
     memories = [PersistentMemory(f"u{i}", "a", "s1", store=url, embedder=default_embedder) for i in range(8)]
-    errors: list[BaseException] = []
 
     def record(i: int) -> None:
-        try:
-            for n in range(3):
-                said = f"My locker number is {100 * i + n}."  # a message's words, or words of its own
-                asyncio.run(memories[i].record(
-                    [{"role": "user", "content": said if n % 2 else f"Remember that {said.lower()}"},
-                     {"role": "assistant", "content": "Noted."}], {"turn": n}))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        for n in range(3):
+            said = f"My locker number is {100 * i + n}."  # a message's words, or words of its own
+            asyncio.run(memories[i].record(
+                [{"role": "user", "content": said if n % 2 else f"Remember that {said.lower()}"},
+                 {"role": "assistant", "content": "Noted."}], {"turn": n}))
 
-    threads = [threading.Thread(target=record, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    pool = ThreadPoolExecutor(8)
     try:
-        assert not any(t.is_alive() for t in threads) and errors == []
+        try:
+            list(pool.map(record, range(8), timeout=120))  # the first error raised, or TimeoutError if one waits on
+        finally:
+            pool.shutdown(wait=False)
         for i, memory in enumerate(memories):  # each value supersedes the one before it
             assert sorted(f.value for f in memory.facts.history()) == [str(100 * i + n) for n in range(3)]
             assert [f.value for f in memory.facts.current()] == [str(100 * i + 2)]

@@ -278,12 +278,11 @@ class PersistentMemory:
         # While the turn's messages are embedded: their words are made durable, the store asked which of them a
         # retry already recorded with a vector (stored and learned from nothing twice), and the facts found in
         # them are learned on other threads (see _learn_early).
-        texts = [words_of[m.id] for _, m in turn]
+        texts, turn_ids = [words_of[m.id] for _, m in turn], [m.id for _, m in turn]
         said: Future[np.ndarray] = Future()  # the messages' vectors: a fact that is a message's words shares its own
         stored_words = _io().submit(self._store_words, [m for _, m in turn])
-        retried = _io().submit(self.store.get_vectors, self._search.scope, [m.id for _, m in turn])  # beside it
-        learning = self._learn_early(found, [m.id for _, m in turn], texts, said, stored_words, retried, now) \
-            if found else None
+        retried = _io().submit(self.store.get_vectors, self._search.scope, turn_ids)  # beside it
+        learning = self._learn_early(found, turn_ids, texts, said, stored_words, retried, now) if found else None
         try:
             try:
                 vectors = _embed_once(self._search.embedder, texts)
@@ -291,12 +290,12 @@ class PersistentMemory:
                 said.set_exception(exc)
                 raise
             said.set_result(vectors)
-            if learning is not None:
+            if learning is not None and learning.embedded is not None:
                 learning.embedded.result()  # a fact's own embedding failed: as if the turn's had
         except Exception:
             if learning is not None:  # (the facts in words of their own may be kept: see docs/memory.md)
                 wait([learning.kept])
-            self._unembedded.update(m.id for _, m in turn)  # their words are stored all the same: see catch_up
+            self._unembedded.update(turn_ids)  # their words are stored all the same: see catch_up
             raise
         finally:
             stored_words.result()
@@ -337,18 +336,17 @@ class PersistentMemory:
         have begun).
         """
         own = list(dict.fromkeys(c.text for c in found if c.text not in texts))
-        embedded: Future[np.ndarray] = _io().submit(_embed_once, self._search.embedder, own) if own else _done(None)
+        embedded = _io().submit(_embed_once, self._search.embedder, own) if own else None
         checked = _io().submit(self.facts.book.entries)
 
         def keep() -> None:
-            mine = embedded.result()
+            rows = dict(zip(own, embedded.result())) if embedded is not None else {}
             stored_words.result()
             new = set(ids).difference(retried.result())
             checked.result()
             learned = [c for c in found if any(s["id"] in new for s in c.sources)]
             if not learned:
                 return
-            rows = dict(zip(own, mine)) if own else {}
             if any(c.text not in rows for c in learned):  # a message's words: its vector
                 rows.update(zip(texts, said.result()))
             self.facts.keep(learned, np.stack([rows[c.text] for c in learned]), stated_at=now, checked=True)
@@ -957,15 +955,8 @@ _pool_lock = threading.Lock()
 class _Learning:
     """A turn's facts being learned while its messages are embedded: the facts' own embedding, then their keeping."""
 
-    embedded: Future[Any]
+    embedded: Future[np.ndarray] | None  # None: every fact found is a message's words
     kept: Future[None]
-
-
-def _done(value: Any) -> Future[Any]:
-    """A future that already holds ``value``."""
-    done: Future[Any] = Future()
-    done.set_result(value)
-    return done
 
 
 def _io() -> ThreadPoolExecutor:
