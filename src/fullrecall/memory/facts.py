@@ -550,14 +550,19 @@ class FactMemory:
                 parsed.append(parse_message(m, detect_shape([m])))
             except MessageFormatError as exc:
                 raise MessageFormatError(f"message {i}: {str(exc).removeprefix('message 0: ')}") from None
-        refs = list(sources) if sources is not None else [None] * len(parsed)
+        return self._found_in([(m.role, m.text) for m in parsed], sources)
+
+    def _found_in(self, said: Sequence[tuple[str, str]], sources: Sequence[dict[str, str]] | None,
+                  ) -> tuple[list[Candidate], str | None]:
+        """:meth:`_found` of messages already parsed: (role, text) each."""
+        refs = list(sources) if sources is not None else [None] * len(said)
         problem = None
         if self.chat_model is not None:
-            found, problem = self._llm_facts([(m.role, m.text) for m in parsed])
+            found, problem = self._llm_facts(list(said))
             origin = "llm"
         else:
-            found = [(i, attr, value, text) for i, m in enumerate(parsed) if m.role == "user"
-                     for attr, value, text in extract_facts(m.text)]
+            found = [(i, attr, value, text) for i, (role, words) in enumerate(said) if role == "user"
+                     for attr, value, text in extract_facts(words)]
             origin = "rule"
         return [Candidate(text, attr or None, value or text, [ref] if (ref := refs[i]) else [], origin)
                 for i, attr, value, text in found], problem

@@ -260,29 +260,33 @@ class PersistentMemory:
         if not kept:
             return []
         now = time.time()
-        stored, words_of = [], {}
-        for i, (msg, parsed, shape) in enumerate(kept):
-            created = _message_time(msg)
-            created = now if created is None else created  # 0 is a time: 1970-01-01
-            stored.append(StoredMessage(
-                id=self._message_id(msg, i, metadata), role=parsed.role,
-                text=_index_text(parsed.text, parsed.role, created), data=msg,
-                created_at=created, archived_at=now, metadata={**(metadata or {}), "shape": shape},
-            ))
-            words_of[stored[-1].id] = _words(parsed.text)
-        ids = [m.id for m in stored]
-        turn = list({m.id: (msg, m) for (msg, _, _), m in zip(kept, stored)}.values())
-        sources = [{"session_id": self.session_id, "id": m.id} for _, m in turn]
+        ids = [self._message_id(msg, i, metadata) for i, (msg, _, _) in enumerate(kept)]
+        last = {m_id: i for i, m_id in enumerate(ids)}  # an id given twice: its last message, in its first place
+        turn = [kept[i] for i in last.values()]
+        turn_ids, texts = list(last), [_words(parsed.text) for _, parsed, _ in turn]
+        sources = [{"session_id": self.session_id, "id": i} for i in turn_ids]
         by_rules = learn and self.extract_facts and self.facts.chat_model is None
-        found = self.facts.candidates([msg for msg, _ in turn], sources) if by_rules else []
-        # While the turn's messages are embedded: their words are made durable, the store asked which of them a
-        # retry already recorded with a vector (stored and learned from nothing twice), and the facts found in
-        # them are learned on other threads (see _learn_early).
-        texts, turn_ids = [words_of[m.id] for _, m in turn], [m.id for _, m in turn]
+
+        def store_words() -> list[StoredMessage]:  # the messages as stored, built here beside the embedding
+            stored = []
+            for m_id, (msg, parsed, shape) in zip(turn_ids, turn):
+                created = _message_time(msg)
+                created = now if created is None else created  # 0 is a time: 1970-01-01
+                stored.append(StoredMessage(
+                    id=m_id, role=parsed.role, text=_index_text(parsed.text, parsed.role, created), data=msg,
+                    created_at=created, archived_at=now, metadata={**(metadata or {}), "shape": shape},
+                ))
+            self._store_words(stored)
+            return stored
+
+        # While the turn's messages are embedded: they are built and their words made durable, the store asked
+        # which of them a retry already recorded with a vector (stored and learned from nothing twice), and the
+        # facts in them are found and learned on other threads (see _learn_early).
         said: Future[np.ndarray] = Future()  # the messages' vectors: a fact that is a message's words shares its own
-        stored_words = _io().submit(self._store_words, [m for _, m in turn])
+        stored_words = _io().submit(store_words)
         retried = _io().submit(self.store.get_vectors, self._search.scope, turn_ids)  # beside it
-        learning = self._learn_early(found, turn_ids, texts, said, stored_words, retried, now) if found else None
+        learning = self._learn_early([(p.role, p.text) for _, p, _ in turn], sources, turn_ids, texts, said,
+                                     stored_words, retried, now) if by_rules else None
         try:
             try:
                 vectors = _embed_once(self._search.embedder, texts)
@@ -290,7 +294,7 @@ class PersistentMemory:
                 said.set_exception(exc)
                 raise
             said.set_result(vectors)
-            if learning is not None and learning.embedded is not None:
+            if learning is not None:
                 learning.embedded.result()  # a fact's own embedding failed: as if the turn's had
         except Exception:
             if learning is not None:  # (the facts in words of their own may be kept: see docs/memory.md)
@@ -298,15 +302,15 @@ class PersistentMemory:
             self._unembedded.update(turn_ids)  # their words are stored all the same: see catch_up
             raise
         finally:
-            stored_words.result()
+            stored = stored_words.result()
             have = set(retried.result())
-        fresh = [i for i, (_, m) in enumerate(turn) if m.id not in have]
-        new = [turn[i] for i in fresh]
-        new_ids = {m.id for _, m in new}
+        fresh = [i for i, m_id in enumerate(turn_ids) if m_id not in have]
+        new = [stored[i] for i in fresh]
+        new_ids = {m.id for m in new}
         try:
             try:
                 if new:
-                    self._search.index([m for _, m in new], append=False, vectors=vectors[fresh])
+                    self._search.index(new, append=False, vectors=vectors[fresh])
             finally:
                 if learning is not None:
                     wait([learning.kept])
@@ -321,29 +325,37 @@ class PersistentMemory:
             self._catch_up_quietly()
         if learn and self.extract_facts and not by_rules:  # the chat model reads the turn once its words are stored
             try:
-                self.facts.learn([msg for msg, _ in new], [sources[i] for i in fresh], stated_at=now)
+                self.facts.learn([turn[i][0] for i in fresh], [sources[i] for i in fresh], stated_at=now)
             except FactExtractionError as exc:  # the words are kept; facts are missed (but those kept before a cut)
                 self._extraction_failed(exc, len(new), ids)
         self._warm_again()
         return ids
 
-    def _learn_early(self, found: list[Any], ids: list[str], texts: list[str], said: Future[np.ndarray],
-                     stored_words: Future[Any], retried: Future[dict[str, Any]], now: float) -> _Learning:
-        """Keep the facts found in a turn while its messages are embedded: a fact in words of its own is embedded
-        on another thread, the cached facts are checked beside it, and the facts of the messages a retry had not
-        already recorded are kept once their words are durable; a fact that is a message's words waits for that
-        message's vector (each task waits only on the main thread or on tasks handed to the pool before it, which
-        have begun).
+    def _learn_early(self, turn: list[tuple[str, str]], sources: list[dict[str, str]], ids: list[str],
+                     texts: list[str], said: Future[np.ndarray], stored_words: Future[Any],
+                     retried: Future[dict[str, Any]], now: float) -> _Learning:
+        """Find and keep the facts of a turn ((role, text) each) while its messages are embedded, on one other
+        thread: a fact in words of its own is embedded there, the cached facts checked, and the facts of the
+        messages a retry had not already recorded kept once their words are durable; a fact that is a message's
+        words waits for that message's vector. The task waits only on the main thread and on tasks handed to
+        the pool before it, which have begun; the main thread waits on it only for what it sets before waiting.
         """
-        own = list(dict.fromkeys(c.text for c in found if c.text not in texts))
-        embedded = _io().submit(_embed_once, self._search.embedder, own) if own else None
-        checked = _io().submit(self.facts.book.entries)
+        embedded: Future[None] = Future()  # set before the task waits on anything
 
-        def keep() -> None:
-            rows = dict(zip(own, embedded.result())) if embedded is not None else {}
+        def learn() -> None:
+            try:
+                found = self.facts._found_in(turn, sources)[0]
+                own = list(dict.fromkeys(c.text for c in found if c.text not in texts))
+                rows = dict(zip(own, _embed_once(self._search.embedder, own))) if own else {}
+            except BaseException as exc:
+                embedded.set_exception(exc)
+                raise
+            embedded.set_result(None)
+            if not found:
+                return
+            self.facts.book.entries()  # the cached facts checked: kept below without another round trip
             stored_words.result()
             new = set(ids).difference(retried.result())
-            checked.result()
             learned = [c for c in found if any(s["id"] in new for s in c.sources)]
             if not learned:
                 return
@@ -351,7 +363,7 @@ class PersistentMemory:
                 rows.update(zip(texts, said.result()))
             self.facts.keep(learned, np.stack([rows[c.text] for c in learned]), stated_at=now, checked=True)
 
-        return _Learning(embedded, _io().submit(keep))
+        return _Learning(embedded, _io().submit(learn))
 
     def _extraction_failed(self, exc: FactExtractionError, recorded: int, ids: list[str]) -> None:
         """Count a failed fact extraction and handle it as ``errors`` says."""
@@ -953,9 +965,9 @@ _pool_lock = threading.Lock()
 
 @dataclass
 class _Learning:
-    """A turn's facts being learned while its messages are embedded: the facts' own embedding, then their keeping."""
+    """A turn's facts being learned while its messages are embedded: found and embedded, then kept."""
 
-    embedded: Future[np.ndarray] | None  # None: every fact found is a message's words
+    embedded: Future[None]  # the facts found, and those in words of their own embedded
     kept: Future[None]
 
 
