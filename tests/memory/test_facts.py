@@ -129,6 +129,21 @@ def test_rules_find_documented_facts_in_user_words():
     ]
 
 
+def test_candidates_in_parsed_messages_are_those_of_the_messages(facts):
+    """What record uses: the facts of messages already parsed ((role, text) each) are those candidates() finds in
+    the messages themselves, whatever their shape, with the same sources; an assistant's words state no fact."""
+    messages = [{"role": "user", "content": "My name is Ada. I live in London."},
+                {"role": "assistant", "content": "My name is Claude."},
+                {"role": "user", "content": [{"type": "text", "text": "Remember that my bike is red."}]}]
+    sources = [{"session_id": "s", "id": f"m{i}"} for i in range(3)]
+    said = [("user", "My name is Ada. I live in London."), ("assistant", "My name is Claude."),
+            ("user", "Remember that my bike is red.")]
+    found = facts.candidates_in(said, sources)
+    assert found == facts.candidates(messages, sources)
+    assert [(c.text, c.sources) for c in found] == [("My name is Ada.", [sources[0]]), ("I live in London.", [sources[0]]),
+                                                    ("my bike is red.", [sources[2]])]
+
+
 def test_a_negated_statement_is_no_fact_of_its_negation():
     """"my city is not Paris" was kept as the fact city = "not Paris", which then superseded the real city."""
     for text in ("My city is not Paris.", "my city is NOT Paris", "My city isn't Paris.", "My kids aren't at home.",

@@ -533,6 +533,14 @@ class FactMemory:
             raise FactExtractionError(problem, facts=found)
         return found
 
+    def candidates_in(self, said: Sequence[tuple[str, str]], sources: Sequence[dict[str, str]] | None = None,
+                      ) -> list[Candidate]:
+        """:meth:`candidates` of messages already parsed: ``(role, text)`` each."""
+        found, problem = self._found_in(said, sources)
+        if problem is not None:
+            raise FactExtractionError(problem, facts=found)
+        return found
+
     def _found(
         self, messages: Sequence[dict[str, Any]], sources: Sequence[dict[str, str]] | None,
     ) -> tuple[list[Candidate], str | None]:

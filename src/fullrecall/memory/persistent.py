@@ -344,7 +344,7 @@ class PersistentMemory:
 
         def learn() -> None:
             try:
-                found = self.facts._found_in(turn, sources)[0]
+                found = self.facts.candidates_in(turn, sources)
                 own = list(dict.fromkeys(c.text for c in found if c.text not in texts))
                 rows = dict(zip(own, _embed_once(self._search.embedder, own))) if own else {}
             except BaseException as exc:
