@@ -139,6 +139,21 @@ def test_a_retried_turn_is_stored_once(default_embedder):
     assert set(run(other.record(turn, metadata={"turn": 1}))).isdisjoint(first)
 
 
+def test_an_id_given_twice_in_one_turn_stores_its_last_message_once_with_its_vector(default_embedder):
+    """One call naming one id twice: the id is one message, the last one given, stored in the first one's place,
+    embedded and learned from as that message (the words it replaced state no fact); both places return the id."""
+    mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s")
+    turn = [{"role": "user", "content": "My city is Oslo.", "id": "a"},
+            {"role": "user", "content": "Where is the gate?", "id": "b"},
+            {"role": "user", "content": "My boat is Ariel.", "id": "a"}]
+    ids = run(mem.record(turn))
+    assert ids[0] == ids[2] != ids[1]
+    assert [m.data for m in mem.messages()] == [turn[2], turn[1]]
+    assert [h.text for h in mem.search("what is my boat called?", 1, kinds=("message",))] == ["My boat is Ariel."]
+    assert [f.value for f in mem.facts.history()] == ["Ariel"]
+    assert mem.store.stats(replace(mem.owner, session_id="s"))["vector_count"] == 2
+
+
 def test_a_bad_message_is_named_and_nothing_is_written(default_embedder):
     mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s")
     with pytest.raises(MessageFormatError, match="message 2: 'role' is missing"):
