@@ -92,6 +92,28 @@ def test_a_fact_that_is_a_message_s_words_waits_for_that_message_s_vector(store_
         memory.close()
 
 
+def test_a_failed_turn_caught_up_before_its_retry_is_still_learned_from(store_url, default_embedder):
+    """A catch-up (the next record's, or the warming thread's) gives a failed turn's messages their vectors without
+    learning from them: the retry, which finds them with vectors, still keeps their facts, once."""
+    said = "My favourite colour is teal."
+    embedder = Gated(default_embedder, said)
+    memory = PersistentMemory("u", "a", "s1", store=store_url, embedder=embedder, warm=False)
+    try:
+        embedder.fail = True
+        with pytest.raises(ConnectionError):
+            asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))
+        embedder.fail = False
+        assert memory.catch_up() == 1 and memory.facts.current() == []
+        [message] = memory.messages()
+        assert list(memory.store.get_vectors(replace(memory.owner, session_id="s1"), [message.id])) == [message.id]
+        asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))  # the retry
+        assert [(f.text, f.mentions) for f in memory.facts.current()] == [(said, 1)]
+        asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))  # again: nothing more
+        assert [(f.text, f.mentions) for f in memory.facts.current()] == [(said, 1)] and len(memory.messages()) == 1
+    finally:
+        memory.close()
+
+
 def test_records_of_many_threads_at_once_lose_no_fact(tmp_path, default_embedder):
     """Eight threads record at once through one pool of worker threads, each turn's fact waiting on its own
     message's embedding or on tasks handed to the pool before it: none waits forever, every fact is kept.

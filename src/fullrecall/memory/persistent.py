@@ -147,6 +147,8 @@ class PersistentMemory:
         self._sessions = RecordBook(self.store, self.owner, _SESSIONS)
         self._noted = False  # whether this instance has put its session in the owner's list
         self._unembedded: set[str] = set()  # ids this instance stored but could not embed (see catch_up)
+        self._unlearned: set[str] = set()  # ids of turns whose facts a failed record did not keep: a retry learns
+        # them even when a catch-up gave the messages their vectors meanwhile
         self._warms = warm
         self._warming = _warm_later(self) if warm else None
 
@@ -286,7 +288,8 @@ class PersistentMemory:
         stored_words = _io().submit(store_words)
         retried = _io().submit(self.store.get_vectors, self._search.scope, turn_ids)  # beside it
         learning = self._learn_early([(p.role, p.text) for _, p, _ in turn], sources, turn_ids, texts, said,
-                                     stored_words, retried, now) if by_rules else None
+                                     stored_words, retried, now, self._unlearned.intersection(turn_ids)) \
+            if by_rules else None
         try:
             try:
                 vectors = _embed_once(self._search.embedder, texts)
@@ -299,6 +302,7 @@ class PersistentMemory:
         except Exception:
             if learning is not None:  # (the facts in words of their own may be kept: see docs/memory.md)
                 wait([learning.kept])
+                self._unlearned.update(turn_ids)
             self._unembedded.update(turn_ids)  # their words are stored all the same: see catch_up
             raise
         finally:
@@ -314,6 +318,10 @@ class PersistentMemory:
             finally:
                 if learning is not None:
                     wait([learning.kept])
+                    if learning.kept.exception() is None:
+                        self._unlearned.difference_update(turn_ids)
+                    else:
+                        self._unlearned.update(turn_ids)
             if learning is not None:
                 learning.kept.result()
         except Exception:
@@ -333,10 +341,11 @@ class PersistentMemory:
 
     def _learn_early(self, turn: list[tuple[str, str]], sources: list[dict[str, str]], ids: list[str],
                      texts: list[str], said: Future[np.ndarray], stored_words: Future[Any],
-                     retried: Future[dict[str, Any]], now: float) -> _Learning:
+                     retried: Future[dict[str, Any]], now: float, unlearned: set[str]) -> _Learning:
         """Find and keep the facts of a turn ((role, text) each) while its messages are embedded, on one other
         thread: a fact in words of its own is embedded there, the cached facts checked, and the facts of the
-        messages a retry had not already recorded kept once their words are durable; a fact that is a message's
+        messages a retry had not already recorded (or had recorded without their facts: ``unlearned``, kept by a
+        failed record of this instance) kept once their words are durable; a fact that is a message's
         words waits for that message's vector. The task waits only on the main thread and on tasks handed to
         the pool before it, which have begun; the main thread waits on it only for what it sets before waiting.
         """
@@ -355,7 +364,7 @@ class PersistentMemory:
                 return
             self.facts.book.entries()  # the cached facts checked: kept below without another round trip
             stored_words.result()
-            new = set(ids).difference(retried.result())
+            new = set(ids).difference(retried.result()) | unlearned
             learned = [c for c in found if any(s["id"] in new for s in c.sources)]
             if not learned:
                 return
