@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from fullrecall import PersistentMemory
 from fullrecall.memory.facts import FactMemory
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "summarizers"))
+from summarizer_peers import completion, scripted_model  # noqa: E402
 
 SAID = "Hello there. Remember that I own a red bike."
 FACT = "I own a red bike."  # what the rules find in SAID: a fact in words of its own
@@ -110,6 +116,29 @@ def test_a_failed_turn_caught_up_before_its_retry_is_still_learned_from(store_ur
         assert [(f.text, f.mentions) for f in memory.facts.current()] == [(said, 1)]
         asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))  # again: nothing more
         assert [(f.text, f.mentions) for f in memory.facts.current()] == [(said, 1)] and len(memory.messages()) == 1
+    finally:
+        memory.close()
+
+
+def test_a_failed_turn_caught_up_before_its_retry_is_still_read_by_the_fact_model(store_url, default_embedder,
+                                                                                  server):
+    """The same with a fact-extracting chat model: the retry has the model read the turn the catch-up embedded."""
+    said = "I live in Lyon."
+    fact = {"source": 0, "attribute": "city", "value": "Lyon", "text": "The user lives in Lyon."}
+    server.script(completion(json.dumps([fact])))
+    embedder = Gated(default_embedder, said)
+    memory = PersistentMemory("u", "a", "s1", store=store_url, embedder=embedder, chat_model=scripted_model(server),
+                              warm=False)
+    try:
+        embedder.fail = True
+        with pytest.raises(ConnectionError):
+            asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))
+        embedder.fail = False
+        assert memory.catch_up() == 1 and memory.facts.current() == []
+        asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))  # the retry: the model reads it
+        assert [(f.text, f.mentions) for f in memory.facts.current()] == [("The user lives in Lyon.", 1)]
+        asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))  # again: not read again
+        assert [(f.text, f.mentions) for f in memory.facts.current()] == [("The user lives in Lyon.", 1)]
     finally:
         memory.close()
 

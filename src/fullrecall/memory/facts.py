@@ -500,7 +500,7 @@ class FactMemory:
         :class:`~fullrecall.errors.FactExtractionError` once the facts complete before a cut are stored
         (its ``facts``).
         """
-        found, problem = self._found(messages, sources)
+        found, problem = self._found(self._said(messages, sources), sources)
         facts = self.keep(found, self.book.embed([c.text for c in found]) if found else None, stated_at=stated_at)
         if problem is not None:
             raise FactExtractionError(problem, facts=facts)
@@ -528,41 +528,40 @@ class FactMemory:
         extraction that fails raises :class:`~fullrecall.errors.FactExtractionError`, whose ``facts`` are those
         found before an answer was cut short (not stored: :meth:`keep` stores them, as :meth:`learn` does).
         """
-        found, problem = self._found(messages, sources)
-        if problem is not None:
-            raise FactExtractionError(problem, facts=found)
-        return found
+        return self.candidates_in(self._said(messages, sources), sources)
 
     def candidates_in(self, said: Sequence[tuple[str, str]], sources: Sequence[dict[str, str]] | None = None,
                       ) -> list[Candidate]:
         """:meth:`candidates` of messages already parsed: ``(role, text)`` each."""
-        found, problem = self._found_in(said, sources)
+        found, problem = self._found(said, sources)
         if problem is not None:
             raise FactExtractionError(problem, facts=found)
         return found
 
-    def _found(
-        self, messages: Sequence[dict[str, Any]], sources: Sequence[dict[str, str]] | None,
-    ) -> tuple[list[Candidate], str | None]:
-        """The facts found in these messages, and why the extraction failed (None when it did not): the facts
-        found before an answer was cut short are found all the same.
-        """
+    @staticmethod
+    def _said(messages: Sequence[dict[str, Any]], sources: Sequence[dict[str, str]] | None) -> list[tuple[str, str]]:
+        """Each message's (role, text), parsed in its own shape (a turn may mix them); one malformed is named."""
         from ..errors import MessageFormatError
         from ..messages.formats import detect_shape, parse_message
 
         if sources is not None and len(sources) != len(messages):
             raise MemoryInputError(f"{len(sources)} sources for {len(messages)} messages")
-        parsed = []
-        for i, m in enumerate(messages):  # each in its own shape: a turn may mix them
+        said = []
+        for i, m in enumerate(messages):
             try:
-                parsed.append(parse_message(m, detect_shape([m])))
+                parsed = parse_message(m, detect_shape([m]))
             except MessageFormatError as exc:
                 raise MessageFormatError(f"message {i}: {str(exc).removeprefix('message 0: ')}") from None
-        return self._found_in([(m.role, m.text) for m in parsed], sources)
+            said.append((parsed.role, parsed.text))
+        return said
 
-    def _found_in(self, said: Sequence[tuple[str, str]], sources: Sequence[dict[str, str]] | None,
-                  ) -> tuple[list[Candidate], str | None]:
-        """:meth:`_found` of messages already parsed: (role, text) each."""
+    def _found(self, said: Sequence[tuple[str, str]], sources: Sequence[dict[str, str]] | None,
+               ) -> tuple[list[Candidate], str | None]:
+        """The facts found in these messages ((role, text) each), and why the extraction failed (None when it did
+        not): the facts found before an answer was cut short are found all the same.
+        """
+        if sources is not None and len(sources) != len(said):
+            raise MemoryInputError(f"{len(sources)} sources for {len(said)} messages")
         refs = list(sources) if sources is not None else [None] * len(said)
         problem = None
         if self.chat_model is not None:

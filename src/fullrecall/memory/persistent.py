@@ -147,8 +147,8 @@ class PersistentMemory:
         self._sessions = RecordBook(self.store, self.owner, _SESSIONS)
         self._noted = False  # whether this instance has put its session in the owner's list
         self._unembedded: set[str] = set()  # ids this instance stored but could not embed (see catch_up)
-        self._unlearned: set[str] = set()  # ids of turns whose facts a failed record did not keep: a retry learns
-        # them even when a catch-up gave the messages their vectors meanwhile
+        self._unlearned: set[str] = set()  # ids of turns whose facts a failed record did not learn: their retry
+        # learns them even when a catch-up gave the messages their vectors meanwhile
         self._warms = warm
         self._warming = _warm_later(self) if warm else None
 
@@ -267,7 +267,9 @@ class PersistentMemory:
         turn = [kept[i] for i in last.values()]
         turn_ids, texts = list(last), [_words(parsed.text) for _, parsed, _ in turn]
         sources = [{"session_id": self.session_id, "id": i} for i in turn_ids]
-        by_rules = learn and self.extract_facts and self.facts.chat_model is None
+        learns = learn and self.extract_facts
+        by_rules = learns and self.facts.chat_model is None
+        unlearned = self._unlearned.intersection(turn_ids) if learns else set()  # a failed record's: learned now
 
         def store_words() -> list[StoredMessage]:  # the messages as stored, built here beside the embedding
             stored = []
@@ -288,8 +290,7 @@ class PersistentMemory:
         stored_words = _io().submit(store_words)
         retried = _io().submit(self.store.get_vectors, self._search.scope, turn_ids)  # beside it
         learning = self._learn_early([(p.role, p.text) for _, p, _ in turn], sources, turn_ids, texts, said,
-                                     stored_words, retried, now, self._unlearned.intersection(turn_ids)) \
-            if by_rules else None
+                                     stored_words, retried, now, unlearned) if by_rules else None
         try:
             try:
                 vectors = _embed_once(self._search.embedder, texts)
@@ -302,8 +303,9 @@ class PersistentMemory:
         except Exception:
             if learning is not None:  # (the facts in words of their own may be kept: see docs/memory.md)
                 wait([learning.kept])
-                self._unlearned.update(turn_ids)
             self._unembedded.update(turn_ids)  # their words are stored all the same: see catch_up
+            if learns:  # their facts are learned by the retry, even after a catch-up (kept ones: no new mention)
+                self._unlearned.update(turn_ids)
             raise
         finally:
             stored = stored_words.result()
@@ -318,24 +320,24 @@ class PersistentMemory:
             finally:
                 if learning is not None:
                     wait([learning.kept])
-                    if learning.kept.exception() is None:
-                        self._unlearned.difference_update(turn_ids)
-                    else:
-                        self._unlearned.update(turn_ids)
             if learning is not None:
                 learning.kept.result()
         except Exception:
             self._unembedded.update(new_ids)  # the vectors' write failed: see catch_up
+            if learns:
+                self._unlearned.update(turn_ids)
             raise
-        if not new:
+        self._unlearned.difference_update(unlearned)  # kept above, or learned below
+        if not new and not unlearned:
             return ids
         if self._unembedded:  # an earlier turn's embedding failed here: the embedder works again
             self._catch_up_quietly()
-        if learn and self.extract_facts and not by_rules:  # the chat model reads the turn once its words are stored
+        todo = [i for i, m_id in enumerate(turn_ids) if m_id not in have or m_id in unlearned]
+        if learns and not by_rules and todo:  # the chat model reads the turn once its words are stored
             try:
-                self.facts.learn([turn[i][0] for i in fresh], [sources[i] for i in fresh], stated_at=now)
+                self.facts.learn([turn[i][0] for i in todo], [sources[i] for i in todo], stated_at=now)
             except FactExtractionError as exc:  # the words are kept; facts are missed (but those kept before a cut)
-                self._extraction_failed(exc, len(new), ids)
+                self._extraction_failed(exc, len(todo), ids)
         self._warm_again()
         return ids
 
@@ -344,7 +346,7 @@ class PersistentMemory:
                      retried: Future[dict[str, Any]], now: float, unlearned: set[str]) -> _Learning:
         """Find and keep the facts of a turn ((role, text) each) while its messages are embedded, on one other
         thread: a fact in words of its own is embedded there, the cached facts checked, and the facts of the
-        messages a retry had not already recorded (or had recorded without their facts: ``unlearned``, kept by a
+        messages a retry had not already recorded (or had recorded without learning from them: ``unlearned``, by a
         failed record of this instance) kept once their words are durable; a fact that is a message's
         words waits for that message's vector. The task waits only on the main thread and on tasks handed to
         the pool before it, which have begun; the main thread waits on it only for what it sets before waiting.
