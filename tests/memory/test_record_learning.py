@@ -98,12 +98,18 @@ def test_a_fact_that_is_a_message_s_words_waits_for_that_message_s_vector(store_
         memory.close()
 
 
-def test_a_failed_turn_caught_up_before_its_retry_is_still_learned_from(store_url, default_embedder):
+@pytest.mark.parametrize("by", ["rules", "chat model"])
+def test_a_failed_turn_caught_up_before_its_retry_is_still_learned_from(store_url, default_embedder, server, by):
     """A catch-up (the next record's, or the warming thread's) gives a failed turn's messages their vectors without
-    learning from them: the retry, which finds them with vectors, still keeps their facts, once."""
-    said = "My favourite colour is teal."
+    learning from them: the retry, which finds them with vectors, still learns their facts (by the rules, or by
+    the chat model reading the turn), once."""
+    if by == "rules":
+        said, learned, model = "My favourite colour is teal.", "My favourite colour is teal.", None
+    else:
+        said, learned, model = "I live in Lyon.", "The user lives in Lyon.", scripted_model(server)
+        server.script(completion(json.dumps([{"source": 0, "attribute": "city", "value": "Lyon", "text": learned}])))
     embedder = Gated(default_embedder, said)
-    memory = PersistentMemory("u", "a", "s1", store=store_url, embedder=embedder, warm=False)
+    memory = PersistentMemory("u", "a", "s1", store=store_url, embedder=embedder, chat_model=model, warm=False)
     try:
         embedder.fail = True
         with pytest.raises(ConnectionError):
@@ -113,32 +119,9 @@ def test_a_failed_turn_caught_up_before_its_retry_is_still_learned_from(store_ur
         [message] = memory.messages()
         assert list(memory.store.get_vectors(replace(memory.owner, session_id="s1"), [message.id])) == [message.id]
         asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))  # the retry
-        assert [(f.text, f.mentions) for f in memory.facts.current()] == [(said, 1)]
+        assert [(f.text, f.mentions) for f in memory.facts.current()] == [(learned, 1)]
         asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))  # again: nothing more
-        assert [(f.text, f.mentions) for f in memory.facts.current()] == [(said, 1)] and len(memory.messages()) == 1
-    finally:
-        memory.close()
-
-
-def test_a_failed_turn_caught_up_before_its_retry_is_still_read_by_the_fact_model(store_url, default_embedder,
-                                                                                  server):
-    """The same with a fact-extracting chat model: the retry has the model read the turn the catch-up embedded."""
-    said = "I live in Lyon."
-    fact = {"source": 0, "attribute": "city", "value": "Lyon", "text": "The user lives in Lyon."}
-    server.script(completion(json.dumps([fact])))
-    embedder = Gated(default_embedder, said)
-    memory = PersistentMemory("u", "a", "s1", store=store_url, embedder=embedder, chat_model=scripted_model(server),
-                              warm=False)
-    try:
-        embedder.fail = True
-        with pytest.raises(ConnectionError):
-            asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))
-        embedder.fail = False
-        assert memory.catch_up() == 1 and memory.facts.current() == []
-        asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))  # the retry: the model reads it
-        assert [(f.text, f.mentions) for f in memory.facts.current()] == [("The user lives in Lyon.", 1)]
-        asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))  # again: not read again
-        assert [(f.text, f.mentions) for f in memory.facts.current()] == [("The user lives in Lyon.", 1)]
+        assert [(f.text, f.mentions) for f in memory.facts.current()] == [(learned, 1)] and len(memory.messages()) == 1
     finally:
         memory.close()
 
