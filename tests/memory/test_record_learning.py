@@ -155,6 +155,46 @@ def test_records_of_many_threads_at_once_lose_no_fact(tmp_path, default_embedder
             memory.close()
 
 
+def test_a_fact_waiting_for_its_message_s_vector_holds_no_worker_thread(tmp_path, default_embedder):
+    """Eight turns, each a fact in its message's own words, recorded at once while their embeddings are held:
+    every turn's words are stored meanwhile (a fact waiting for its message's vector does not sit on one of the
+    worker threads that store other records' words), then every fact is kept.
+    """
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    said = [f"My favourite number is {40 + i}." for i in range(8)]
+    memories: list[PersistentMemory] = []
+
+    def all_stored() -> bool:
+        return all(m.store.count(replace(m.owner, session_id="s1")) == 1 for m in memories)
+
+    class Held:  # the turns' embeddings wait until every turn's words are stored (10 s at most)
+        name, dimension = default_embedder.name, default_embedder.dimension
+        seen: list[bool] = []
+
+        def embed(self, texts):
+            texts = list(texts)
+            if any(t in said for t in texts):
+                end = time.monotonic() + 10
+                while not all_stored() and time.monotonic() < end:
+                    time.sleep(0.01)
+                self.seen.append(all_stored())
+            return default_embedder.embed(texts)
+
+    memories += [PersistentMemory(f"u{i}", "a", "s1", store=url, embedder=Held()) for i in range(8)]
+    pool = ThreadPoolExecutor(8)
+    try:
+        try:
+            list(pool.map(lambda i: asyncio.run(memories[i].record([{"role": "user", "content": said[i]}],
+                                                                   {"turn": 1})), range(8), timeout=120))
+        finally:
+            pool.shutdown(wait=False)
+        assert Held.seen == [True] * 8
+        assert [[f.text for f in m.facts.current()] for m in memories] == [[s] for s in said]
+    finally:
+        for memory in memories:
+            memory.close()
+
+
 def test_a_statement_kept_again_from_the_same_sources_is_one_mention(store_url, default_embedder):
     facts = FactMemory(store_url, embedder=default_embedder, user_id="u")
     try:

@@ -344,14 +344,27 @@ class PersistentMemory:
     def _learn_early(self, turn: list[tuple[str, str]], sources: list[dict[str, str]], ids: list[str],
                      texts: list[str], said: Future[np.ndarray], stored_words: Future[Any],
                      retried: Future[dict[str, Any]], now: float, unlearned: set[str]) -> _Learning:
-        """Find and keep the facts of a turn ((role, text) each) while its messages are embedded, on one other
+        """Find and keep the facts of a turn ((role, text) each) while its messages are embedded, on another
         thread: a fact in words of its own is embedded there, the cached facts checked, and the facts of the
         messages a retry had not already recorded (or had recorded without learning from them: ``unlearned``, by a
-        failed record of this instance) kept once their words are durable; a fact that is a message's
-        words waits for that message's vector. The task waits only on the main thread and on tasks handed to
-        the pool before it, which have begun; the main thread waits on it only for what it sets before waiting.
+        failed record of this instance) kept once their words are durable. A fact that is a message's words needs
+        that message's vector: its keeping is handed back to the pool once the turn's embedding is done, so that
+        no worker thread sits waiting for it (other records' word appends would queue behind). The task waits only
+        on tasks handed to the pool before it, which have begun; the main thread waits on it only for what it
+        sets before waiting.
         """
         embedded: Future[None] = Future()  # set before the task waits on anything
+        kept: Future[None] = Future()
+
+        def keep(learned: list[Any], rows: dict[str, np.ndarray]) -> None:
+            try:
+                if any(c.text not in rows for c in learned):  # a message's words: its vector (made by now)
+                    rows.update(zip(texts, said.result()))
+                self.facts.keep(learned, np.stack([rows[c.text] for c in learned]), stated_at=now, checked=True)
+            except BaseException as exc:
+                kept.set_exception(exc)
+            else:
+                kept.set_result(None)
 
         def learn() -> None:
             try:
@@ -360,21 +373,34 @@ class PersistentMemory:
                 rows = dict(zip(own, _embed_once(self._search.embedder, own))) if own else {}
             except BaseException as exc:
                 embedded.set_exception(exc)
-                raise
+                kept.set_exception(exc)
+                return
             embedded.set_result(None)
-            if not found:
+            try:
+                learned: list[Any] = []
+                if found:
+                    self.facts.book.entries()  # the cached facts checked: kept below without another round trip
+                    stored_words.result()
+                    new = set(ids).difference(retried.result()) | unlearned
+                    learned = [c for c in found if any(s["id"] in new for s in c.sources)]
+            except BaseException as exc:
+                kept.set_exception(exc)
                 return
-            self.facts.book.entries()  # the cached facts checked: kept below without another round trip
-            stored_words.result()
-            new = set(ids).difference(retried.result()) | unlearned
-            learned = [c for c in found if any(s["id"] in new for s in c.sources)]
             if not learned:
-                return
-            if any(c.text not in rows for c in learned):  # a message's words: its vector
-                rows.update(zip(texts, said.result()))
-            self.facts.keep(learned, np.stack([rows[c.text] for c in learned]), stated_at=now, checked=True)
+                kept.set_result(None)
+            elif said.done() or all(c.text in rows for c in learned):
+                keep(learned, rows)
+            else:
+                said.add_done_callback(lambda _: hand_over(learned, rows))
 
-        return _Learning(embedded, _io().submit(learn))
+        def hand_over(learned: list[Any], rows: dict[str, np.ndarray]) -> None:  # by the thread that sets ``said``
+            try:
+                _io().submit(keep, learned, rows)
+            except RuntimeError:  # no new task at interpreter exit: kept here
+                keep(learned, rows)
+
+        _io().submit(learn)
+        return _Learning(embedded, kept)
 
     def _extraction_failed(self, exc: FactExtractionError, recorded: int, ids: list[str]) -> None:
         """Count a failed fact extraction and handle it as ``errors`` says."""
