@@ -361,6 +361,8 @@ def test_a_turn_recorded_during_an_embedding_outage_is_embedded_by_the_next_reco
         counts = store.stats(Scope(user_id="ann", agent_id="a", session_id="s1"))
         assert counts["vector_count"] == counts["message_count"] == 3
         assert "X9-771" in run(mem.retrieve("travel document identifier"))
+        assert [(f.attribute, f.value, f.mentions) for f in mem.facts.current() if f.attribute] == [
+            ("passport number", "X9-771", 1), ("lives in", "Lyon", 1)]  # the failed turn's fact learned too
     finally:
         store.close()
 
@@ -387,6 +389,10 @@ def test_a_new_memory_embeds_what_a_process_that_died_left_without_vectors(store
             time.sleep(0.02)
         assert store.stats(scope)["vector_count"] == store.stats(scope)["message_count"] == 2
         assert "X9-771" in run(warmed.retrieve("travel document identifier"))
+        [fact] = [f for f in warmed.facts.current() if f.attribute == "passport number"]  # learned by the catch-up
+        [source] = fact.sources
+        assert (fact.value, source["session_id"]) == ("X9-771", "s1")
+        assert [m.text for m in warmed.expand(fact.id)][0].endswith("My passport number is X9-771.")
     finally:
         store.close()
 

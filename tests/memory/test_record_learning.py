@@ -99,10 +99,11 @@ def test_a_fact_that_is_a_message_s_words_waits_for_that_message_s_vector(store_
 
 
 @pytest.mark.parametrize("by", ["rules", "chat model"])
-def test_a_failed_turn_caught_up_before_its_retry_is_still_learned_from(store_url, default_embedder, server, by):
-    """A catch-up (the next record's, or the warming thread's) gives a failed turn's messages their vectors without
-    learning from them: the retry, which finds them with vectors, still learns their facts (by the rules, or by
-    the chat model reading the turn), once."""
+def test_a_failed_turn_s_catch_up_learns_its_facts_and_its_retry_adds_none(store_url, default_embedder, server, by):
+    """A catch-up (the next record's, or the warming thread's) gives a failed turn's messages their vectors and
+    learns their facts (by the rules, or by the chat model reading the turn): the turn's retry, which finds them
+    with vectors, learns nothing more, and the chat model reads the turn once.
+    """
     if by == "rules":
         said, learned, model = "My favourite colour is teal.", "My favourite colour is teal.", None
     else:
@@ -115,13 +116,38 @@ def test_a_failed_turn_caught_up_before_its_retry_is_still_learned_from(store_ur
         with pytest.raises(ConnectionError):
             asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))
         embedder.fail = False
-        assert memory.catch_up() == 1 and memory.facts.current() == []
+        assert memory.facts.current() == []
+        assert memory.catch_up() == 1
+        assert [(f.text, f.mentions) for f in memory.facts.current()] == [(learned, 1)]
         [message] = memory.messages()
         assert list(memory.store.get_vectors(replace(memory.owner, session_id="s1"), [message.id])) == [message.id]
-        asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))  # the retry
-        assert [(f.text, f.mentions) for f in memory.facts.current()] == [(learned, 1)]
-        asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))  # again: nothing more
-        assert [(f.text, f.mentions) for f in memory.facts.current()] == [(learned, 1)] and len(memory.messages()) == 1
+        assert [s["id"] for s in memory.facts.current()[0].sources] == [message.id]
+        for _ in range(2):  # the retry, and again: nothing more
+            asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))
+            assert [(f.text, f.mentions) for f in memory.facts.current()] == [(learned, 1)]
+        assert len(memory.messages()) == 1
+        if model is not None:
+            assert len(server.requests) == 1
+    finally:
+        memory.close()
+
+
+def test_a_catch_up_learns_nothing_from_a_saved_fact_s_reason(store_url, default_embedder, server):
+    """``save_to_memory`` keeps its ``thinking`` as a message no fact is drawn from: when that message's embedding
+    failed, the catch-up embeds it and still draws nothing from it (the chat model is not asked).
+    """
+    thinking = "The user said they live in Lyon; worth keeping."
+    embedder = Gated(default_embedder, thinking)
+    server.script()
+    memory = PersistentMemory("u", "a", "s1", store=store_url, embedder=embedder, chat_model=scripted_model(server),
+                              warm=False)
+    try:
+        embedder.fail = True
+        with pytest.raises(ConnectionError):
+            asyncio.run(memory.save_to_memory(thinking, "The user lives in Lyon."))
+        embedder.fail = False
+        assert memory.catch_up() == 1
+        assert server.requests == [] and memory.facts.current() == []
     finally:
         memory.close()
 

@@ -735,9 +735,9 @@ class PersistentMemory:
         return len(ids - held)
 
     def _embed_missing(self, session_id: str, messages: list[StoredMessage],
-                       due: Callable[[StoredMessage], bool] | None = None) -> int:
+                       due: Callable[[StoredMessage], bool] | None = None) -> list[StoredMessage]:
         """Embed, in one batch, the words of those stored ``messages`` of ``session_id`` that have no vector (and
-        are ``due``, when given); how many.
+        are ``due``, when given); those embedded.
         """
         from ..search.semantic import _verbatim_text
 
@@ -747,28 +747,54 @@ class PersistentMemory:
             searcher = self._searcher(session_id)
             vectors = _embed_once(searcher.embedder, [_words(_verbatim_text(m)) for m in todo])
             searcher.index(todo, append=False, vectors=vectors)
-        return len(todo)
+        return todo
 
     def catch_up(self) -> int:
-        """Embed the messages of the owner's recorded sessions that have no vector; how many.
+        """Embed the messages of the owner's recorded sessions that have no vector, and learn the facts of the
+        turns they belong to; how many messages.
 
         A turn's words are stored before it is embedded: when the embedding (or the vectors' write) fails,
-        ``record`` raises and the words stay, found by keyword only. This memory's next ``record`` that embeds
+        ``record`` raises and the words stay, found by keyword only, their facts not learned (but those the rules
+        found in words of their own, kept while the turn was embedded). This memory's next ``record`` that embeds
         calls this, and so does the warming thread for each memory made (``warm=True``), which finds what a
-        process that died had left. A session whose vector count equals its message count costs one read of its
+        process that died had left. Their facts are then learned as ``record`` would have (by the rules, or by the
+        chat model reading each turn; a fact already kept from the same message counts no new mention), when
+        the memory extracts facts. A session whose vector count equals its message count costs one read of its
         counters. Messages recorded in the last ``IN_FLIGHT_S`` seconds are left to the writer embedding them,
         unless their embedding failed here.
         """
-        done, recent, failed = 0, time.time() - IN_FLIGHT_S, set(self._unembedded)
+        embedded: list[tuple[str, list[StoredMessage]]] = []
+        recent, failed = time.time() - IN_FLIGHT_S, set(self._unembedded)
         for record in self._sessions.all():
             scope = replace(self.owner, session_id=record.id)
             counts = self.store.stats(scope)
             if counts["vector_count"] >= counts["message_count"]:
                 continue
-            done += self._embed_missing(record.id, self.store.range(scope, 0, _EVERYTHING),
-                                        lambda m: m.id in failed or (m.archived_at or m.created_at) < recent)
+            embedded.append((record.id, self._embed_missing(
+                record.id, self.store.range(scope, 0, _EVERYTHING),
+                lambda m: m.id in failed or (m.archived_at or m.created_at) < recent)))
         self._unembedded -= failed  # embedded now, or never stored (a write that failed too)
-        return done
+        if self.extract_facts:
+            for session_id, messages in embedded:
+                self._learn_caught_up(session_id, messages)
+        return sum(len(messages) for _, messages in embedded)
+
+    def _learn_caught_up(self, session_id: str, messages: list[StoredMessage]) -> None:
+        """Learn the facts of the turns whose messages a catch-up just embedded (a turn: the messages recorded
+        at one time; the reasons ``save_to_memory`` keeps are no turn).
+        """
+        turns: dict[float, list[StoredMessage]] = {}
+        for m in messages:
+            if not m.metadata.get(_REASON):
+                turns.setdefault(m.archived_at or m.created_at, []).append(m)
+        for at, turn in turns.items():
+            ids = [m.id for m in turn]
+            try:
+                self.facts.learn([m.data for m in turn], [{"session_id": session_id, "id": i} for i in ids],
+                                 stated_at=at)
+            except FactExtractionError as exc:  # as record: the turn is kept, its facts missed
+                self._extraction_failed(exc, len(turn), ids)
+            self._unlearned.difference_update(ids)
 
     def _catch_up_quietly(self) -> None:
         try:
