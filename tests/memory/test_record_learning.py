@@ -132,6 +132,33 @@ def test_a_failed_turn_s_catch_up_learns_its_facts_and_its_retry_adds_none(store
         memory.close()
 
 
+def test_a_turn_whose_facts_write_failed_is_learned_from_by_the_next_record(store_url, default_embedder,
+                                                                             monkeypatch):
+    """The turn's vectors were written, its fact's write failed: the next record (of another turn: the failed one is
+    never retried) learns it, once, and a retry later adds nothing.
+    """
+    said = "My favourite colour is teal."
+    memory = PersistentMemory("u", "a", "s1", store=store_url, embedder=default_embedder, warm=False)
+    try:
+        def down(*args, **kwargs):
+            raise ConnectionError("the store is down")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(FactMemory, "keep", down)
+            with pytest.raises(ConnectionError):
+                asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))
+        [message] = memory.messages()
+        assert list(memory.store.get_vectors(replace(memory.owner, session_id="s1"), [message.id])) == [message.id]
+        assert memory.facts.current() == []
+        asyncio.run(memory.record([{"role": "user", "content": "Thanks, that is all."}], {"turn": 2}))
+        [fact] = memory.facts.current()
+        assert (fact.text, fact.mentions, [s["id"] for s in fact.sources]) == (said, 1, [message.id])
+        asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))  # a late retry: nothing more
+        assert [(f.text, f.mentions) for f in memory.facts.current()] == [(said, 1)]
+    finally:
+        memory.close()
+
+
 def test_a_catch_up_learns_nothing_from_a_saved_fact_s_reason(store_url, default_embedder, server):
     """``save_to_memory`` keeps its ``thinking`` as a message no fact is drawn from: when that message's embedding
     failed, the catch-up embeds it and still draws nothing from it (the chat model is not asked).

@@ -330,7 +330,7 @@ class PersistentMemory:
         self._unlearned.difference_update(unlearned)  # kept above, or learned below
         if not new and not unlearned:
             return ids
-        if self._unembedded:  # an earlier turn's embedding failed here: the embedder works again
+        if self._unembedded or self._unlearned:  # an earlier turn failed here: the embedder and the store work again
             self._catch_up_quietly()
         todo = [i for i, m_id in enumerate(turn_ids) if m_id not in have or m_id in unlearned]
         if learns and not by_rules and todo:  # the chat model reads the turn once its words are stored
@@ -759,7 +759,8 @@ class PersistentMemory:
         calls this, and so does the warming thread for each memory made (``warm=True``), which finds what a
         process that died had left. Their facts are then learned as ``record`` would have (by the rules, or by the
         chat model reading each turn; a fact already kept from the same message counts no new mention), when
-        the memory extracts facts. A session whose vector count equals its message count costs one read of its
+        the memory extracts facts; so are those of this memory's turns whose facts' write failed after their
+        vectors were written. A session whose vector count equals its message count costs one read of its
         counters. Messages recorded in the last ``IN_FLIGHT_S`` seconds are left to the writer embedding them,
         unless their embedding failed here.
         """
@@ -777,6 +778,11 @@ class PersistentMemory:
         if self.extract_facts:
             for session_id, messages in embedded:
                 self._learn_caught_up(session_id, messages)
+            left = set(self._unlearned)  # turns of this memory whose facts' write failed after their vectors'
+            if left:
+                self._learn_caught_up(self.session_id, self.store.get(
+                    replace(self.owner, session_id=self.session_id), sorted(left)))
+                self._unlearned -= left  # learned now, or gone from the store (forgotten since)
         return sum(len(messages) for _, messages in embedded)
 
     def _learn_caught_up(self, session_id: str, messages: list[StoredMessage]) -> None:
@@ -800,8 +806,8 @@ class PersistentMemory:
         try:
             self.catch_up()
         except Exception as exc:  # noqa: BLE001 - the turn was recorded; these stay for the next try
-            log.warning("could not embed %d earlier message(s) left without a vector: %s: %s",
-                        len(self._unembedded), type(exc).__name__, exc)
+            log.warning("could not catch up on %d earlier message(s) left without a vector or their facts: %s: %s",
+                        len(self._unembedded | self._unlearned), type(exc).__name__, exc)
 
     def warm(self, *, kept_only: bool = False) -> None:
         """Read this owner's memory into the process ahead of its first search: what the store keeps of the
