@@ -22,8 +22,10 @@ Used only when faiss is installed (the ``faiss`` extra) and a block holds at lea
 that numpy's exact scan is as fast. Right after the question's embedding, whose model weights have pushed the
 block out of the CPU caches, the exact scan of 2,000 rows (3 MB) and its best 50 took 0.65 ms and the copy's
 with its candidates re-scored 0.36-0.52 ms; at 1,000 rows both 0.37 ms (LoCoMo's turns and questions: the
-same best 10 and 50 rows as the exact scan at 1,000-2,760 rows, every question). At 10,000 rows the copy (3.8 MB) still pays on the recall path, where the
-float32 matrix (15 MB) has left the caches between questions: 0.7 ms against 1.4 ms in a profiled recall.
+same best 10 and 50 rows as the exact scan at 1,000-2,760 rows, every question). A store's warm makes the copy
+(2 ms at 2,000 rows), so that a first question does not. At 10,000 rows the copy (3.8 MB) still pays on the
+recall path, where the float32 matrix (15 MB) has left the caches between questions: 0.7 ms against 1.4 ms in a
+profiled recall.
 The copy grows with its block (rows are only ever appended to a block; a block rebuilt after deletes gets a
 new copy, a flat one that reaches ``IVF_MIN_ROWS`` an inverted file), and a filter becomes a bitmap of the
 rows faiss may return.
@@ -142,7 +144,9 @@ class Quantized:
         """Rows as the copy takes them: as they are (the inverted file), or scaled to integers in [-127, 127]."""
         if self._scale is None:
             return np.ascontiguousarray(rows, dtype=np.float32)
-        return np.clip(np.rint(rows * self._scale), -127, 127).astype(np.float32)
+        codes = np.multiply(rows, np.float32(self._scale), dtype=np.float32)  # one array, rounded and clipped in place
+        np.rint(codes, out=codes)
+        return np.clip(codes, -127, 127, out=codes)
 
     def _query(self, query: np.ndarray) -> np.ndarray:
         """The query as the copy takes it, a C-contiguous float32 vector: the flat copy's scan reads it in whole

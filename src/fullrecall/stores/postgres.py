@@ -1231,7 +1231,9 @@ class PostgresStore(SqlStore):
             return
         with self._read() as conn:
             if self._blocks is not None and (not kept_only or self._blocks.get(scope) is not None):
-                self._kept_block(conn, scope)
+                kept = self._kept_block(conn, scope)
+                if kept is not None:
+                    kept.block.make_copy()
             sessions, lexicons = self._text_sessions(conn, scope), self._lexicons
             if sessions and lexicons is not None and self._indexed_in_process(sessions):
                 self._word_indexes(conn, [r for r in sessions if not kept_only or lexicons.holds(r["sid"])])

@@ -588,7 +588,9 @@ class RedisStore(StoreBase):
                 with self._lock:
                     if s.base not in self._cache:
                         continue
-            self._cached(s)
+            vectors = self._cached(s).vectors
+            if vectors is not None:
+                vectors.make_copy()
 
     # -- state and long-term records ---------------------------------------------------------------
 

@@ -806,10 +806,12 @@ class SQLiteStore(SqlStore):
             with self._lock:
                 cached = bool(sids) and tuple(sids) in self._cache
             if cached:  # brought up to date as a search would: the rows added since, read under the lock
-                self._scope_block(scope)
+                if (block := self._scope_block(scope)) is not None:
+                    block.make_copy()
             elif not kept_only and (described := self._block_versions(conn, sids) if sids else None) is not None:
                 versions, owners, dim = described  # read whole without the lock, which writers take
                 block, max_vid = self._load_vectors(conn, owners, dim, after=0)
+                block.make_copy()
                 with self._lock:
                     if self._forgets == forgets and tuple(sids) not in self._cache:
                         self._remember(tuple(sids), versions, max_vid, block)
