@@ -22,7 +22,7 @@ Used only when faiss is installed (the ``faiss`` extra) and a block holds at lea
 that numpy's exact scan is as fast. Right after the question's embedding, whose model weights have pushed the
 block out of the CPU caches, the exact scan of 2,000 rows (3 MB) and its best 50 took 0.65 ms and the copy's
 with its candidates re-scored 0.36-0.52 ms; at 1,000 rows both 0.37 ms (LoCoMo's turns and questions: the
-same best 10 and 50 rows as the exact scan at 1,000-2,760 rows, every question). A store's warm makes the copy
+same best 10 and 50 rows as the exact scan at 1,000-2,760 rows, for each of 800 questions). A store's warm makes the copy
 (2 ms at 2,000 rows), so that a first question does not. At 10,000 rows the copy (3.8 MB) still pays on the
 recall path, where the float32 matrix (15 MB) has left the caches between questions: 0.7 ms against 1.4 ms in a
 profiled recall.
