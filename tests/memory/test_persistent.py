@@ -284,13 +284,13 @@ def test_a_warming_memory_reads_each_turn_it_records_in_the_background(store_url
     import fullrecall.memory.persistent as P
 
     catch_ups: list[str] = []
-    catch_up = P.PersistentMemory.catch_up
+    catch_up = P.PersistentMemory._catch_up
 
-    def counted(self: Any) -> int:
+    def counted(self: Any, *, own: bool) -> int:
         catch_ups.append(threading.current_thread().name)
-        return catch_up(self)
+        return catch_up(self, own=own)
 
-    monkeypatch.setattr(P.PersistentMemory, "catch_up", counted)
+    monkeypatch.setattr(P.PersistentMemory, "_catch_up", counted)
     store = open_store(store_url)
     calls, warmed, release, held = [], threading.Semaphore(0), threading.Event(), threading.Event()
     store_warm = store.warm

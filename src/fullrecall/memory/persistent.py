@@ -303,9 +303,9 @@ class PersistentMemory:
         except Exception:
             if learning is not None:  # (the facts in words of their own may be kept: see docs/memory.md)
                 wait([learning.kept])
-            self._unembedded.update(turn_ids)  # their words are stored all the same: see catch_up
-            if learns:  # their facts are learned by the retry, even after a catch-up (kept ones: no new mention)
+            if learns:  # (first: a catch-up on the warming thread leaves their facts to the retry or next record)
                 self._unlearned.update(turn_ids)
+            self._unembedded.update(turn_ids)  # their words are stored all the same: see catch_up
             raise
         finally:
             stored = stored_words.result()
@@ -323,9 +323,9 @@ class PersistentMemory:
             if learning is not None:
                 learning.kept.result()
         except Exception:
-            self._unembedded.update(new_ids)  # the vectors' write failed: see catch_up
             if learns:
                 self._unlearned.update(turn_ids)
+            self._unembedded.update(new_ids)  # the vectors' write failed: see catch_up
             raise
         self._unlearned.difference_update(unlearned)  # kept above, or learned below
         if not new and not unlearned:
@@ -764,6 +764,13 @@ class PersistentMemory:
         counters. Messages recorded in the last ``IN_FLIGHT_S`` seconds are left to the writer embedding them,
         unless their embedding failed here.
         """
+        return self._catch_up(own=True)
+
+    def _catch_up(self, *, own: bool) -> int:
+        """:meth:`catch_up`; without ``own`` (the warming thread's), the facts of this memory's own failed turns
+        are left to their retry or its next record, which may run meanwhile (a fact learned twice at once would
+        count two mentions).
+        """
         embedded: list[tuple[str, list[StoredMessage]]] = []
         recent, failed = time.time() - IN_FLIGHT_S, set(self._unembedded)
         for record in self._sessions.all():
@@ -776,10 +783,12 @@ class PersistentMemory:
                 lambda m: m.id in failed or (m.archived_at or m.created_at) < recent)))
         self._unembedded -= failed  # embedded now, or never stored (a write that failed too)
         if self.extract_facts:
+            mine = set() if own else set(self._unlearned)  # the warming thread's: not beside their retry
             for session_id, messages in embedded:
-                self._learn_caught_up(session_id, messages)
-            left = set(self._unlearned)  # turns of this memory whose facts' write failed after their vectors'
-            if left:
+                self._learn_caught_up(session_id, [m for m in messages if m.id not in mine])
+            left = set(self._unlearned) if own else set()  # turns of this memory whose facts' write failed after
+            if left:  # their vectors'
+
                 self._learn_caught_up(self.session_id, self.store.get(
                     replace(self.owner, session_id=self.session_id), sorted(left)))
                 self._unlearned -= left  # learned now, or gone from the store (forgotten since)
@@ -1146,8 +1155,8 @@ def _warm_each() -> None:
         finally:
             warming.done.set()
         try:  # a warm dropped for a search too: what a process that died left without vectors is embedded
-            if warming.first:
-                memory.catch_up()
+            if warming.first:  # this memory's own failed turns are left to its retry or its next record
+                memory._catch_up(own=False)
         except Exception as exc:  # noqa: BLE001 - left for the next memory made, or this one's next record
             log.warning("could not embed the messages of %r left without a vector: %s: %s", memory.owner,
                         type(exc).__name__, exc)
