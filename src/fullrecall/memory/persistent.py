@@ -786,9 +786,8 @@ class PersistentMemory:
             mine = set() if own else set(self._unlearned)  # the warming thread's: not beside their retry
             for session_id, messages in embedded:
                 self._learn_caught_up(session_id, [m for m in messages if m.id not in mine])
-            left = set(self._unlearned) if own else set()  # turns of this memory whose facts' write failed after
-            if left:  # their vectors'
-
+            # turns of this memory whose facts' write failed after their vectors': read again
+            if own and (left := set(self._unlearned)):
                 self._learn_caught_up(self.session_id, self.store.get(
                     replace(self.owner, session_id=self.session_id), sorted(left)))
                 self._unlearned -= left  # learned now, or gone from the store (forgotten since)
