@@ -25,7 +25,7 @@ from ..errors import InvalidInput
 from ..stores import _validate as V
 from ..stores._common import filters_match
 from ..stores._store import StoreBase
-from ..stores.base import Filters, Hit, ReadHit, Scope, Store, StoredMessage
+from ..stores.base import Filters, Hit, KeptHits, ReadHit, Scope, Store, StoredMessage
 from .facets import DATE_BOOST, SPEAKER_BOOST, Facets, Signals, boost, query_facets, signals
 from .fusion import (
     LEXICAL_WEIGHT,
@@ -206,12 +206,23 @@ def _in_background(fn: Callable[..., T], *args: Any) -> Future[T] | None:
     return pool.submit(run)
 
 
-def _carried(hits: Sequence[Hit]) -> dict[str, ReadHit]:
-    """The hits that came with their messages (a store that reads them with the search), by store key."""
-    return {h.key: h for h in hits if isinstance(h, ReadHit)}
+Carried = dict[str, tuple[Hit, Callable[[Hit], StoredMessage | None]]]
+"""Hits that came with their messages, by store key, each with what decodes its message (None: not carried)."""
 
 
-def _unread(keys: Sequence[str], found: dict[str | None, StoredMessage], carried: dict[str, ReadHit]) -> list[str]:
+def _carried(hits: Sequence[Hit]) -> Carried:
+    """The hits that came with their messages (a store that reads them with the search, or keeps them), by store key."""
+    if isinstance(hits, KeptHits):
+        message = hits.message
+        return {h.key: (h, message) for h in hits}
+    return {h.key: (h, _read_message) for h in hits if isinstance(h, ReadHit)}
+
+
+def _read_message(hit: Hit) -> StoredMessage | None:
+    return hit.message() if isinstance(hit, ReadHit) else None
+
+
+def _unread(keys: Sequence[str], found: dict[str | None, StoredMessage], carried: Carried) -> list[str]:
     """Those of ``keys`` whose messages are neither in ``found`` nor carried by a hit: the ones to read. Those a hit
     carries are decoded into ``found`` on the way.
     """
@@ -219,11 +230,12 @@ def _unread(keys: Sequence[str], found: dict[str | None, StoredMessage], carried
     for key in dict.fromkeys(keys):
         if key in found:
             continue
-        hit = carried.get(key)
-        if hit is None:
+        got = carried.get(key)
+        message = got[1](got[0]) if got is not None else None
+        if message is None:
             todo.append(key)
         else:
-            found[key] = hit.message()
+            found[key] = message
     return todo
 
 
@@ -306,7 +318,7 @@ class _Lexical:
     owner: str | None = None  # the session whose spans ``near`` holds the messages of, read ahead
     covered: list[tuple[int, int]] = field(default_factory=list)  # those spans
     near: dict[int | None, StoredMessage] = field(default_factory=dict)  # their messages by position
-    carried: dict[str, ReadHit] = field(default_factory=dict)  # hits that came with their messages, by store key
+    carried: Carried = field(default_factory=dict)  # hits that came with their messages, by store key
 
 
 class _Signals:
@@ -701,7 +713,7 @@ class SemanticSearch:
         return scores, keys
 
     def _apply_facets(self, facets: Facets, ranked: Ranking, scope: Scope,
-                      found: dict[str | None, StoredMessage], carried: dict[str, ReadHit]) -> Ranking:
+                      found: dict[str | None, StoredMessage], carried: Carried) -> Ranking:
         """Add the question's facet boosts (speaker, date: see :mod:`.facets`) to the best ``facet_depth``;
         candidates seen by an earlier search are boosted from their kept signals, the others are read,
         and what is read is left in ``found`` (by store key) for the hits.

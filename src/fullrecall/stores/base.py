@@ -239,6 +239,19 @@ class ReadHit(Hit):
         return ReadHit.carrying(Hit(*self)._replace(**changes), self._read)
 
 
+class KeptHits(list[Hit]):
+    """A search's hits, from a store that keeps their messages in process (SQLite, for a small scope): a caller
+    that needs a hit's message calls ``message(hit)`` (None: not kept) instead of reading it. It is decoded on
+    that call, not before, and nothing is made per hit until then; otherwise a plain list of hits.
+    """
+
+    __slots__ = ("message",)
+
+    def __init__(self, hits: Iterable[Hit], message: Callable[[Hit], StoredMessage | None]) -> None:
+        super().__init__(hits)
+        self.message = message
+
+
 @runtime_checkable
 class Store(Protocol):
     """What fullrecall needs from a backend. See the module docstring for the contract."""

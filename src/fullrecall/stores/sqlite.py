@@ -55,6 +55,8 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -68,7 +70,7 @@ from . import _forget as F
 from . import _validate as V
 from . import _vectors as Vec
 from ._sql import Dialect, SqlStore, records_table
-from .base import ANY, Filters, Hit, Scope, StoredMessage
+from .base import ANY, Filters, Hit, KeptHits, Scope, StoredMessage
 
 SCHEMA_VERSION = 4
 
@@ -216,6 +218,12 @@ _SCRUB_TRIES, _SCRUB_WAIT_MS, _SCRUB_PAUSE = 4, 200, 0.05  # forget's checkpoint
 SQL = Dialect("?", chunk=_CHUNK, vector=np.ndarray.tobytes)
 # a message's columns, then (in _select_messages) its key, position and owner: the order of _common.stored_message
 _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
+# A small scope's kept block keeps its messages too (a search's hits carry them: no read after the search), those of
+# at most this many bytes; with the columns a block reads, the others its messages need
+_CARRY_BYTES = 64 * 1024
+_KEPT_BODY = (f", CASE WHEN m.nbytes <= {_CARRY_BYTES} THEN m.text END, CASE WHEN m.nbytes <= {_CARRY_BYTES}"
+              " THEN m.data END, m.archived_at, m.summary_id, m.metadata")
+_ROW_OVERHEAD = 300  # bytes a kept message costs beyond its strings (its tuple and numbers)
 
 
 def parse_url(url: str) -> tuple[str, dict[str, str]]:
@@ -310,8 +318,7 @@ class SQLiteStore(SqlStore):
 
     def _in_process(self) -> None:
         """What searches keep in process, made anew (at start, and in a forked child: see ``_fork``)."""
-        self._cache: OrderedDict[tuple[int, ...], tuple[dict[int, tuple[int, Any]], int, Vec.VectorBlock]] = \
-            OrderedDict()
+        self._cache: OrderedDict[tuple[int, ...], _Kept] = OrderedDict()  # sessions' sids -> their kept block
         # scope -> (the database's state when its block was last checked, the block's cache key): see _stamp
         self._checked: dict[Scope, tuple[tuple[int, int, int], tuple[int, ...]]] = {}
         self._df: dict[str, tuple[int, int]] = {}  # word -> (rows when counted, rows matching it)
@@ -516,10 +523,10 @@ class SQLiteStore(SqlStore):
 
     def _replace(self, scope: Scope, ids: list[str], messages: list[StoredMessage]) -> list[int]:
         with self._write() as conn:  # one transaction: the deletion and the append land together or not at all
-            deleted = self._remove(conn, scope, ids)
+            deleted, sids = self._remove(conn, scope, ids)
             positions = self._insert(conn, scope, messages) if messages else []
         if deleted:
-            self._after_delete()
+            self._after_delete(sids)
         return positions
 
     def _insert(self, conn: sqlite3.Connection, scope: Scope, messages: list[StoredMessage]) -> list[int]:
@@ -597,13 +604,15 @@ class SQLiteStore(SqlStore):
     def delete(self, scope: Scope, ids: Iterable[str]) -> int:
         ids = C.read_ids(ids)
         with self._write() as conn:
-            deleted = self._remove(conn, scope, ids)
+            deleted, sids = self._remove(conn, scope, ids)
         if deleted:
-            self._after_delete()
+            self._after_delete(sids)
         return deleted
 
-    def _remove(self, conn: sqlite3.Connection, scope: Scope, ids: list[str]) -> int:
-        """Delete the messages ``ids`` of ``scope`` in the write transaction ``conn``; how many went."""
+    def _remove(self, conn: sqlite3.Connection, scope: Scope, ids: list[str]) -> tuple[int, list[int]]:
+        """Delete the messages ``ids`` of ``scope`` in the write transaction ``conn``; how many went, and the scope's
+        sessions (by sid).
+        """
         where, params = SQL.scope_where(scope)
         deleted = 0
         sids = self._sids(conn, scope)
@@ -615,15 +624,22 @@ class SQLiteStore(SqlStore):
         if deleted:
             self._bump_vectors(conn, sids, epoch=True)
             _merge_fts(conn)
-        return deleted
+        return deleted, sids
 
-    def _after_delete(self) -> None:
-        """Once a deletion is committed: statistics read again, the file scrubbed (a reader in the way: later
-        writes retry).
+    def _after_delete(self, sids: Sequence[int]) -> None:
+        """Once a deletion is committed: statistics read again, the sessions' kept blocks (with the messages they
+        keep) dropped, the file scrubbed (a reader in the way: later writes retry).
         """
         with self._lock:
             self._df.clear()
+            self._drop_kept(sids)
             self._checkpoint(tries=1, wait_ms=0)
+
+    def _drop_kept(self, sids: Iterable[int]) -> None:
+        """Forget the kept blocks of any of these sessions (under ``_lock``)."""
+        gone = set(sids)
+        for key in [k for k in self._cache if gone.intersection(k)]:
+            del self._cache[key]
 
     # -- vectors -------------------------------------------------------------------
 
@@ -666,88 +682,95 @@ class SQLiteStore(SqlStore):
                     out[r[0]] = np.frombuffer(r[1], dtype=np.float32).copy()
         return out
 
-    def _vector_block(self, conn: sqlite3.Connection, sids: list[int]) -> Vec.VectorBlock | None:
-        """The scope's normalised vectors, from the cache when no process changed them."""
+    def _vector_block(self, conn: sqlite3.Connection, sids: list[int]) -> _Kept | None:
+        """The scope's normalised vectors (and a small scope's messages), from the cache when no process changed them."""
         described = self._block_versions(conn, sids)
         if described is None:
             return None
-        versions, owners, dim = described
+        versions, owners, dim, messages = described
         key = tuple(sids)
         cached = self._cache.get(key)
         if cached is not None:
-            old_versions, max_vid, block = cached
-            if old_versions == versions:
+            if cached.versions == versions:
                 self._cache.move_to_end(key)
-                return block
-            same_epochs = old_versions.keys() == versions.keys() and all(
-                old_versions[s][1] == versions[s][1] for s in versions
+                return cached
+            same_epochs = cached.versions.keys() == versions.keys() and all(
+                cached.versions[s][1] == versions[s][1] for s in versions
             )
-            if same_epochs and block.matrix.shape[1] == dim:  # only additions since: load the new rows
-                new, max_vid = self._load_vectors(conn, owners, dim, after=max_vid)
-                block = block.extend(new)
-                self._remember(key, versions, max_vid, block)
-                return block
-        block, max_vid = self._load_vectors(conn, owners, dim, after=0)
-        self._remember(key, versions, max_vid, block)
-        return block
+            if same_epochs and cached.block.matrix.shape[1] == dim:  # only additions since: load the new rows
+                new = self._load_vectors(conn, owners, dim, after=cached.max_vid, carry=cached.rows is not None)
+                kept = cached.extended(versions, new, self._in_process_rows)
+                self._remember(key, kept)
+                return kept
+        kept = self._load_vectors(conn, owners, dim, after=0, carry=messages <= self._in_process_rows)
+        kept.versions = versions
+        self._remember(key, kept)
+        return kept
 
     def _block_versions(
         self, conn: sqlite3.Connection, sids: list[int]
-    ) -> tuple[dict[int, tuple[int, Any]], dict[int, Vec.Owner], int] | None:
+    ) -> tuple[dict[int, tuple[int, Any]], dict[int, Vec.Owner], int, int] | None:
         """What a block of the sessions ``sids`` is checked against (sid -> (vector version, (epoch, identity))),
-        their owners and the vectors' dimension; None when they hold no vectors.
+        their owners, the vectors' dimension and the sessions' messages; None when they hold no vectors.
         """
         # A session's sid is reused once forget deletes the newest session, and the new session's
         # counters start again from 0: its identity (owner, name, creation time) is part of the
         # version, so a block cached for a forgotten session never answers for its successor.
         state = {
-            r[0]: (r[1], (r[2], tuple(r[4:])), r[3])
+            r[0]: (r[1], (r[2], tuple(r[5:])), r[3], r[4])
             for cond, p in SQL.in_chunks("sid", sids)
             for r in conn.execute(
-                "SELECT sid, vec_version, vec_epoch, vec_dim, created_at, tenant, user_id, agent_id, session_id"
-                f" FROM sessions WHERE {cond} AND vec_dim IS NOT NULL",
+                "SELECT sid, vec_version, vec_epoch, vec_dim, message_count, created_at, tenant, user_id, agent_id,"
+                f" session_id FROM sessions WHERE {cond} AND vec_dim IS NOT NULL",
                 p,
             )
         }
         if not state:
             return None
-        dims = {d for _, _, d in state.values()}
+        dims = {d for _, _, d, _ in state.values()}
         if len(dims) > 1:
             raise ValueError(f"this scope mixes vectors of dimensions {sorted(dims)}; search one session at a time")
-        owners = {sid: identity[2:] for sid, (_, (_, identity), _) in state.items()}  # (user, agent, session)
-        versions = {sid: (v, e) for sid, (v, e, _) in state.items()}  # e: (epoch, identity)
-        return versions, owners, dims.pop()
+        owners = {sid: identity[2:] for sid, (_, (_, identity), _, _) in state.items()}  # (user, agent, session)
+        versions = {sid: (v, e) for sid, (v, e, _, _) in state.items()}  # e: (epoch, identity)
+        return versions, owners, dims.pop(), sum(n for _, _, _, n in state.values())
 
     def _load_vectors(
-        self, conn: sqlite3.Connection, owners: dict[int, Vec.Owner], dim: int, after: int
-    ) -> tuple[Vec.VectorBlock, int]:
-        """The vectors of the sessions ``owners`` names (sid -> owner) stored after vector id ``after``."""
+        self, conn: sqlite3.Connection, owners: dict[int, Vec.Owner], dim: int, after: int, carry: bool
+    ) -> _Kept:
+        """The vectors of the sessions ``owners`` names (sid -> owner) stored after vector id ``after``, with their
+        messages if ``carry`` (those over ``_CARRY_BYTES`` left out).
+        """
         found: list[tuple[Any, ...]] = []
+        body = _KEPT_BODY if carry else ""
         for cond, p in SQL.in_chunks("v.sid", list(owners)):
             read = conn.cursor()
             read.row_factory = None  # plain tuples: a cold load reads every vector of the scope
             with self._bulk:
                 found += read.execute(
-                    "SELECT v.vid, m.id, m.rid, v.vec, m.role, m.kind, m.created_at, m.sid, m.position"
+                    f"SELECT v.vid, m.id, m.rid, v.vec, m.role, m.kind, m.created_at, m.sid, m.position{body}"
                     f" FROM vectors v JOIN messages m ON m.rid = v.rid WHERE {cond} AND v.vid > ?",
                     (*p, after),
                 ).fetchall()
+        rows: dict[str, tuple[Any, ...]] | None = {} if carry else None
         if not found:
-            return Vec.VectorBlock.build([], dim), after
+            return _Kept({}, after, Vec.VectorBlock.build([], dim), rows)
         # as columns: no tuple a row is made again (a cold load reads thousands)
-        vids, ids, rids, vecs, roles, kinds, created, sids, positions = zip(*found)
-        block = Vec.VectorBlock.of_columns(ids, list(map(str, rids)), vecs, roles, kinds, created,
+        vids, ids, rids, vecs, roles, kinds, created, sids, positions, *more = zip(*found)
+        keys = list(map(str, rids))
+        block = Vec.VectorBlock.of_columns(ids, keys, vecs, roles, kinds, created,
                                            list(map(owners.__getitem__, sids)), positions, dim)
-        return block, max(vids)
+        if rows is not None:  # stored_message's columns, in its order; a message too large to keep has no text here
+            texts, data, archived, summaries, metadata = more
+            rows.update((k, row) for k, row in zip(keys, zip(ids, roles, texts, data, kinds, created, archived,
+                                                             summaries, metadata)) if row[2] is not None)
+        return _Kept({}, max(vids), block, rows, _rows_nbytes(rows))
 
-    def _remember(
-        self, key: tuple[int, ...], versions: dict[int, tuple[int, Any]], max_vid: int, block: Vec.VectorBlock
-    ) -> None:
-        self._cache[key] = (versions, max_vid, block)
+    def _remember(self, key: tuple[int, ...], kept: _Kept) -> None:
+        self._cache[key] = kept
         self._cache.move_to_end(key)
-        total = sum(b.nbytes for _, _, b in self._cache.values())
+        total = sum(b.nbytes for b in self._cache.values())
         while total > self._cache_budget and len(self._cache) > 1:
-            _, (_, _, old) = self._cache.popitem(last=False)
+            _, old = self._cache.popitem(last=False)
             total -= old.nbytes
 
     # -- search ----------------------------------------------------------------------
@@ -764,15 +787,18 @@ class SQLiteStore(SqlStore):
         """The scope's block brought up to date now (see :meth:`~.base.Store.prepare_vector_search`), searched when
         the vector comes.
         """
-        block = self._scope_block(scope)
+        kept = self._scope_block(scope)
 
         def search(vector: np.ndarray, k: int) -> list[Hit]:
             k = C.check_search("search_vectors", k, filters)
             query = Vec.as_query(vector)
-            return block.search(query, k, filters) if block is not None else []
+            if kept is None:
+                return []
+            hits = kept.block.search(query, k, filters)
+            return _carried(hits, kept.rows) if kept.rows else hits
         return search
 
-    def _scope_block(self, scope: Scope) -> Vec.VectorBlock | None:
+    def _scope_block(self, scope: Scope) -> _Kept | None:
         """``scope``'s vector block as stored now: the cached one, brought up to date if a process wrote since."""
         with self._lock:
             conn = self._conn()
@@ -781,15 +807,15 @@ class SQLiteStore(SqlStore):
             cached = self._cache.get(checked[1]) if checked is not None and checked[0] == stamp else None
             if cached is not None:  # nothing written anywhere since this scope's block was checked
                 self._cache.move_to_end(checked[1])  # type: ignore[index]
-                block: Vec.VectorBlock | None = cached[2]
+                kept: _Kept | None = cached
             else:
                 with self._snapshot(conn):
                     sids = self._sids(conn, scope)
-                    block = self._vector_block(conn, sids)
+                    kept = self._vector_block(conn, sids)
                 if len(self._checked) >= 4096:
                     self._checked.clear()
                 self._checked[scope] = (stamp, tuple(sids))
-        return block
+        return kept
 
     def warm(self, scope: Scope, *, kept_only: bool = False) -> None:
         """Read ``scope``'s vector block and its sessions' word indexes into this process, or bring the kept ones
@@ -806,15 +832,16 @@ class SQLiteStore(SqlStore):
             with self._lock:
                 cached = bool(sids) and tuple(sids) in self._cache
             if cached:  # brought up to date as a search would: the rows added since, read under the lock
-                if (block := self._scope_block(scope)) is not None:
-                    block.make_copy()
+                if (kept := self._scope_block(scope)) is not None:
+                    kept.block.make_copy()
             elif not kept_only and (described := self._block_versions(conn, sids) if sids else None) is not None:
-                versions, owners, dim = described  # read whole without the lock, which writers take
-                block, max_vid = self._load_vectors(conn, owners, dim, after=0)
-                block.make_copy()
+                versions, owners, dim, messages = described  # read whole without the lock, which writers take
+                kept = self._load_vectors(conn, owners, dim, after=0, carry=messages <= self._in_process_rows)
+                kept.versions = versions
+                kept.block.make_copy()
                 with self._lock:
                     if self._forgets == forgets and tuple(sids) not in self._cache:
-                        self._remember(tuple(sids), versions, max_vid, block)
+                        self._remember(tuple(sids), kept)
             if self._lexicons is not None:
                 where, params = SQL.search_where(scope)
                 sessions = conn.execute(
@@ -848,15 +875,28 @@ class SQLiteStore(SqlStore):
             sessions = conn.execute(f"SELECT {columns} FROM sessions s WHERE {where}", params).fetchall()
             if not sessions:
                 return []
-            if self._indexed_in_process(sessions):
-                return self._search_in_process(conn, sessions, words, k, filters)
-            if not _pending(conn):
+            hits = self._search_in_process(conn, sessions, words, k, filters) \
+                if self._indexed_in_process(sessions) else None
+            if hits is None and not _pending(conn):
                 return self._search_text(conn, scope, sessions, words, k, filters)
+        if hits is not None:
+            return self._carrying(scope, hits)
         with self._write() as conn:
             _index_pending(conn, min_pending=1)
         with self._text_read() as conn:
             sessions = conn.execute(f"SELECT {columns} FROM sessions s WHERE {where}", params).fetchall()
             return self._search_text(conn, scope, sessions, words, k, filters) if sessions else []
+
+    def _carrying(self, scope: Scope, hits: list[Hit]) -> list[Hit]:
+        """An in-process keyword search's hits, with the messages the scope's block keeps (see ``_Kept``): the block
+        last checked by a search of the scope (its kept messages stay true), or on the scope's first search
+        brought in as the vector search would.
+        """
+        if not hits:
+            return hits
+        checked = self._checked.get(scope)
+        kept = self._cache.get(checked[1]) if checked is not None else self._scope_block(scope)
+        return _carried(hits, kept.rows) if kept is not None and kept.rows else hits
 
     def _indexed_in_process(self, sessions: Sequence[sqlite3.Row]) -> bool:
         """Whether the keyword search of these sessions runs in process (the scope is small enough)."""
@@ -1006,8 +1046,7 @@ class SQLiteStore(SqlStore):
                 _merge_fts(conn)
         with self._lock:
             self._forgets += 1
-            for key in [k for k in self._cache if set(k) & set(sids)]:
-                del self._cache[key]
+            self._drop_kept(sids)
             if self._lexicons is not None:
                 self._lexicons.drop(sids)
             self._df.clear()
@@ -1085,3 +1124,58 @@ def _split_sql(script: str) -> list[str]:
     if buf.strip():
         raise ValueError(f"incomplete SQL in migration: {buf[:80]!r}")
     return out
+
+
+@dataclass
+class _Kept:
+    """A scope's block as kept: what its sessions held when it was read (see ``_block_versions``), its highest vector
+    id, and for a small scope its messages (row id -> ``stored_message``'s columns up to ``metadata``). A stored
+    message never changes under its row id (ids are never reused, a replacement is a new row), and a search's hits
+    are rows that exist when it is checked, so a kept message is the stored one for as long as its row is a hit.
+    """
+
+    versions: dict[int, tuple[int, Any]]
+    max_vid: int
+    block: Vec.VectorBlock
+    rows: dict[str, tuple[Any, ...]] | None
+    rows_nbytes: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.block.nbytes + self.rows_nbytes
+
+    def extended(self, versions: dict[int, tuple[int, Any]], new: _Kept, small: int) -> _Kept:
+        """This block with ``new``'s rows (the vectors added since it was read); its messages only while it holds at
+        most ``small`` rows (a scope that grew past that keeps its vectors alone).
+        """
+        block = self.block.extend(new.block)
+        rows, nbytes = self.rows, self.rows_nbytes
+        if rows is not None and new.rows is not None and len(block.ids) <= small:
+            rows = {**rows, **new.rows}
+            nbytes += new.rows_nbytes
+        else:
+            rows, nbytes = None, 0
+        return _Kept(versions, max(self.max_vid, new.max_vid), block, rows, nbytes)
+
+
+def _rows_nbytes(rows: dict[str, tuple[Any, ...]] | None) -> int:
+    """About the bytes kept messages hold: their strings, and what each costs beyond them."""
+    if not rows:
+        return 0
+    return sum(len(v) for row in rows.values() for v in row if isinstance(v, str)) + _ROW_OVERHEAD * len(rows)
+
+
+def _carried(hits: list[Hit], rows: dict[str, tuple[Any, ...]]) -> KeptHits:
+    """``hits``, whose messages are those among ``rows`` (decoded when asked for: :class:`~.base.KeptHits`)."""
+    return KeptHits(hits, partial(_message, rows))
+
+
+def _message(rows: dict[str, tuple[Any, ...]], hit: Hit) -> StoredMessage | None:
+    """``hit``'s message among ``rows``; None when it is not kept (too large) or the hit does not say where it sits."""
+    owner, row = hit.owner, rows.get(hit.key)
+    if owner is None or row is None:
+        return None
+    user, agent, session = owner
+    id, role, text, data, kind, created_at, archived_at, summary_id, metadata = row
+    return C.stored_message(id, role, text, data, kind, created_at, archived_at, summary_id, metadata, hit.key,
+                            hit.position or 0, session, user, agent)
