@@ -71,10 +71,10 @@ import re
 import threading
 import time
 import weakref
-from collections import Counter
+from collections import ChainMap, Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -93,7 +93,7 @@ from . import _tsvector as T
 from . import _validate as V
 from . import _vectors as Vec
 from ._sql import Dialect, SqlStore, records_table
-from .base import Filters, Hit, ReadHit, Scope, StoredMessage
+from .base import Filters, Hit, KeptHits, ReadHit, Scope, StoredMessage
 
 Conn = psycopg.Connection[dict[str, Any]]
 """A connection of ours: rows come as dicts (``row_factory=dict_row``)."""
@@ -1048,7 +1048,8 @@ class PostgresStore(SqlStore):
             f"SELECT m.id, m.rid, m.sid, m.position, {_MSG_BODY} FROM {self.schema}.messages m WHERE m.rid = ANY(%s)",
             [C.int_keys(keys)],
         ).fetchall()
-        return _carried(_carried(hits, kept), {str(r["rid"]): r for r in rows})
+        read: dict[str, Mapping[str, Any]] = {str(r["rid"]): r for r in rows}
+        return _carried(hits, ChainMap(read, cast("dict[str, Mapping[str, Any]]", kept)))
 
     def _grown(self, conn: Conn, scope: Scope, kept: SB.ScopeBlock, sessions: list[dict[str, Any]], read_after: int
                ) -> SB.ScopeBlock | None:
@@ -1472,17 +1473,19 @@ def _kept_hits(kept: SB.ScopeBlock | None, query: np.ndarray, k: int, filters: F
     return _carried(kept.block.search(query, k, filters), kept.rows)
 
 
-def _carried(hits: list[Hit], rows: SB.Rows) -> list[Hit]:
-    """``hits`` with their messages among ``rows`` (by row id, each holding ``id``, ``rid``, ``position`` and
-    ``_MSG_BODY``), those of hits whose message is gone or too large left as they are.
+def _carried(hits: list[Hit], rows: SB.Rows) -> KeptHits:
+    """``hits``, whose messages are those among ``rows`` (by row id, each holding ``id``, ``rid``, ``position`` and
+    ``_MSG_BODY``): decoded when asked for (:class:`~.base.KeptHits`); a hit whose message is gone or too large has
+    none.
     """
-    out: list[Hit] = []
-    for h in hits:
-        row = rows.get(h.key) if h.key is not None else None
-        if row is not None and row["role"] is not None and h.owner is not None:
-            h = ReadHit.carrying(h, partial(_message, row, h.owner))
-        out.append(h)
-    return out
+    return KeptHits(hits, partial(_kept_message, rows))
+
+
+def _kept_message(rows: SB.Rows, hit: Hit) -> StoredMessage | None:
+    owner, row = hit.owner, rows.get(hit.key)
+    if owner is None or row is None or row["role"] is None:
+        return None
+    return _message(row, owner)
 
 
 def _hits(rows: Iterable[dict[str, Any]], owners: dict[int, tuple[str, str, str]]) -> list[Hit]:
