@@ -101,8 +101,9 @@ def test_a_fact_that_is_a_message_s_words_waits_for_that_message_s_vector(store_
 @pytest.mark.parametrize("by", ["rules", "chat model"])
 def test_a_failed_turn_s_catch_up_learns_its_facts_and_its_retry_adds_none(store_url, default_embedder, server, by):
     """A catch-up (the next record's, or the warming thread's) gives a failed turn's messages their vectors and
-    learns their facts (by the rules, or by the chat model reading the turn): the turn's retry, which finds them
-    with vectors, learns nothing more, and the chat model reads the turn once.
+    learns their facts (by the rules, or by the chat model reading the turn; a fact in the message's words takes
+    the vector just made): the turn's retry, which finds them with vectors, learns nothing more, and the chat
+    model reads the turn once.
     """
     if by == "rules":
         said, learned, model = "My favourite colour is teal.", "My favourite colour is teal.", None
@@ -117,8 +118,10 @@ def test_a_failed_turn_s_catch_up_learns_its_facts_and_its_retry_adds_none(store
             asyncio.run(memory.record([{"role": "user", "content": said}], {"turn": 1}))
         embedder.fail = False
         assert memory.facts.current() == []
+        assert len(embedder.seen) == 1  # the failed embedding
         assert memory.catch_up() == 1
         assert [(f.text, f.mentions) for f in memory.facts.current()] == [(learned, 1)]
+        assert len(embedder.seen) == 2, "the fact in the message's words took its vector, just made"
         [message] = memory.messages()
         assert list(memory.store.get_vectors(replace(memory.owner, session_id="s1"), [message.id])) == [message.id]
         assert [s["id"] for s in memory.facts.current()[0].sources] == [message.id]

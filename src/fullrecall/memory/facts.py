@@ -489,19 +489,21 @@ class FactMemory:
 
     def learn(
         self, messages: Sequence[dict[str, Any]], sources: Sequence[dict[str, str]] | None = None,
-        *, stated_at: float | None = None,
+        *, stated_at: float | None = None, known: Mapping[str, np.ndarray] | None = None,
     ) -> list[Fact]:
         """Facts from conversation messages (app-shaped dicts), each linked to its message in ``sources``.
 
         With a ``chat_model``: the extraction prompt, each answer checked against its source
         message; otherwise the rules of :func:`extract_facts` on user messages. The facts found are
-        embedded in one batch. Returns the facts stored. An extraction that fails (the chat model does,
+        embedded in one batch, but those in words ``known`` holds the vector of (a message's words, embedded
+        already). Returns the facts stored. An extraction that fails (the chat model does,
         or its answer is no JSON array of facts, or is cut short) raises
         :class:`~fullrecall.errors.FactExtractionError` once the facts complete before a cut are stored
         (its ``facts``).
         """
         found, problem = self._found(self._said(messages, sources), sources)
-        facts = self.keep(found, self.book.embed([c.text for c in found]) if found else None, stated_at=stated_at)
+        facts = self.keep(found, self._vectors([c.text for c in found], known or {}) if found else None,
+                          stated_at=stated_at)
         if problem is not None:
             raise FactExtractionError(problem, facts=facts)
         return facts
@@ -676,6 +678,12 @@ class FactMemory:
         return [(_from_record(r), s) for r, s in found]
 
     # -- internals ---------------------------------------------------------------------------
+    def _vectors(self, texts: list[str], known: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The vectors of ``texts``, in order: those ``known`` holds, the others embedded in one batch."""
+        todo = list(dict.fromkeys(t for t in texts if t not in known))
+        made = dict(zip(todo, self.book.embed(todo))) if todo else {}
+        return np.stack([known[t] if t in known else made[t] for t in texts])
+
     def _all(self) -> list[Fact]:
         return [_from_record(r) for r, _ in self.book.entries()]
 

@@ -735,19 +735,21 @@ class PersistentMemory:
         return len(ids - held)
 
     def _embed_missing(self, session_id: str, messages: list[StoredMessage],
-                       due: Callable[[StoredMessage], bool] | None = None) -> list[StoredMessage]:
+                       due: Callable[[StoredMessage], bool] | None = None
+                       ) -> tuple[list[StoredMessage], dict[str, np.ndarray]]:
         """Embed, in one batch, the words of those stored ``messages`` of ``session_id`` that have no vector (and
-        are ``due``, when given); those embedded.
+        are ``due``, when given); those embedded, and their words' vectors (by words).
         """
         from ..search.semantic import _verbatim_text
 
         have = self.store.get_vectors(replace(self.owner, session_id=session_id), [m.id for m in messages])
         todo = list({m.id: m for m in messages if m.id not in have and (due is None or due(m))}.values())
-        if todo:
-            searcher = self._searcher(session_id)
-            vectors = _embed_once(searcher.embedder, [_words(_verbatim_text(m)) for m in todo])
-            searcher.index(todo, append=False, vectors=vectors)
-        return todo
+        if not todo:
+            return [], {}
+        searcher, words = self._searcher(session_id), [_words(_verbatim_text(m)) for m in todo]
+        vectors = _embed_once(searcher.embedder, words)
+        searcher.index(todo, append=False, vectors=vectors)
+        return todo, dict(zip(words, vectors))
 
     def catch_up(self) -> int:
         """Embed the messages of the owner's recorded sessions that have no vector, and learn the facts of the
@@ -772,30 +774,33 @@ class PersistentMemory:
         count two mentions).
         """
         embedded: list[tuple[str, list[StoredMessage]]] = []
+        known: dict[str, np.ndarray] = {}  # the vectors just made, by words: a fact in a message's words takes its
         recent, failed = time.time() - IN_FLIGHT_S, set(self._unembedded)
         for record in self._sessions.all():
             scope = replace(self.owner, session_id=record.id)
             counts = self.store.stats(scope)
             if counts["vector_count"] >= counts["message_count"]:
                 continue
-            embedded.append((record.id, self._embed_missing(
-                record.id, self.store.range(scope, 0, _EVERYTHING),
-                lambda m: m.id in failed or (m.archived_at or m.created_at) < recent)))
+            messages, vectors = self._embed_missing(record.id, self.store.range(scope, 0, _EVERYTHING),
+                                                    lambda m: m.id in failed or (m.archived_at or m.created_at) < recent)
+            embedded.append((record.id, messages))
+            known |= vectors
         self._unembedded -= failed  # embedded now, or never stored (a write that failed too)
         if self.extract_facts:
             mine = set() if own else set(self._unlearned)  # the warming thread's: not beside their retry
             for session_id, messages in embedded:
-                self._learn_caught_up(session_id, [m for m in messages if m.id not in mine])
+                self._learn_caught_up(session_id, [m for m in messages if m.id not in mine], known)
             # turns of this memory whose facts' write failed after their vectors': read again
             if own and (left := set(self._unlearned)):
                 self._learn_caught_up(self.session_id, self.store.get(
-                    replace(self.owner, session_id=self.session_id), sorted(left)))
+                    replace(self.owner, session_id=self.session_id), sorted(left)), known)
                 self._unlearned -= left  # learned now, or gone from the store (forgotten since)
         return sum(len(messages) for _, messages in embedded)
 
-    def _learn_caught_up(self, session_id: str, messages: list[StoredMessage]) -> None:
+    def _learn_caught_up(self, session_id: str, messages: list[StoredMessage], known: dict[str, np.ndarray]) -> None:
         """Learn the facts of the turns whose messages a catch-up just embedded (a turn: the messages recorded
-        at one time; the reasons ``save_to_memory`` keeps are no turn).
+        at one time; the reasons ``save_to_memory`` keeps are no turn); a fact in words ``known`` holds the vector
+        of (a message's, just embedded) is not embedded again.
         """
         turns: dict[float, list[StoredMessage]] = {}
         for m in messages:
@@ -805,7 +810,7 @@ class PersistentMemory:
             ids = [m.id for m in turn]
             try:
                 self.facts.learn([m.data for m in turn], [{"session_id": session_id, "id": i} for i in ids],
-                                 stated_at=at)
+                                 stated_at=at, known=known)
             except FactExtractionError as exc:  # as record: the turn is kept, its facts missed
                 self._extraction_failed(exc, len(turn), ids)
             self._unlearned.difference_update(ids)
