@@ -320,7 +320,9 @@ class Store(Protocol):
     def search_vectors(
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
     ) -> list[Hit]:
-        """Top-k (id, cosine similarity, key), best first."""
+        """Top-k (id, cosine similarity, key), best first; a hit may come with its message (:class:`ReadHit`, or the
+        whole list as :class:`KeptHits`), the one :meth:`get_keys` reads.
+        """
         ...
 
     def prepare_vector_search(
@@ -335,7 +337,9 @@ class Store(Protocol):
     def search_text(
         self, scope: Scope, terms: Sequence[str], k: int, filters: Filters | None = None
     ) -> list[Hit]:
-        """Top-k (id, score, key) for any of ``terms`` (plain words; the backend stems), best first."""
+        """Top-k (id, score, key) for any of ``terms`` (plain words; the backend stems), best first; with messages
+        as :meth:`search_vectors`' may come.
+        """
         ...
 
     def warm(self, scope: Scope, *, kept_only: bool = False) -> None:
