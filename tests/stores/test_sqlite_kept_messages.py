@@ -7,6 +7,7 @@ over ``lexical_in_process`` messages, is read by key instead; a delete or a forg
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ def _message(i: int, rng: random.Random) -> StoredMessage:
                          created_at=1_000.0 + i, metadata={"n": i} if i % 2 else {})
 
 
-def _check(store: Any, hits: list[Any], *, uncarried: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+def _check(store: Any, hits: list[Any], *, uncarried: Collection[str] = frozenset()) -> None:
     """Each hit's kept message is the one read by key; those in ``uncarried`` (and no other) come without one."""
     assert isinstance(hits, KeptHits)
     read = {m.key: m for m in store.get_keys(USER, [h.key for h in hits])}
