@@ -175,6 +175,32 @@ def test_a_block_warmed_while_its_user_is_forgotten_is_not_kept(tmp_path) -> Non
         store.close()
 
 
+def test_a_block_warmed_while_one_of_its_messages_is_deleted_is_not_kept(tmp_path) -> None:
+    """A delete that comes while ``warm`` reads a scope's vectors (and messages): the block it read, which holds the
+    deleted message, is not cached; the next search reads the scope as it is.
+    """
+    store = open_store(f"sqlite:///{tmp_path / 'd.db'}")
+    scope, owner = Scope(user_id="u", agent_id="a", session_id="s0"), Scope(user_id="u", agent_id="a")
+    store.append(scope, _messages(0, 5))
+    store.set_vectors(scope, [f"m0-{i}" for i in range(5)], np.random.default_rng(4).normal(size=(5, DIM)).astype(np.float32), "m")
+    load = store._load_vectors
+
+    def then_delete(*args: Any, **kwargs: Any) -> Any:
+        read = load(*args, **kwargs)
+        store.delete(scope, ["m0-2"])
+        return read
+
+    store._load_vectors = then_delete
+    try:
+        store.warm(owner)
+        assert not store._cache
+        del store._load_vectors
+        found = store.search_vectors(owner, np.ones(DIM, np.float32), 5)
+        assert sorted(h.id for h in found) == ["m0-0", "m0-1", "m0-3", "m0-4"]
+    finally:
+        store.close()
+
+
 def test_blocks_extended_from_one_block_each_keep_their_own_rows() -> None:
     """A block grows in the room past its rows; a second block extended from the same one, or from an older one,
     gets rows of its own: each block's matrix stays its own rows, normalised, however they were extended.

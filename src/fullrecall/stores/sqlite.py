@@ -295,7 +295,7 @@ class SQLiteStore(SqlStore):
         self._busy_ms = int(busy_timeout)
         self._cache_budget = int(vector_cache_mb * 2**20)
         self._fts_batch = max(1, int(fts_batch))
-        self._forgets = 0  # forgets so far: a block read before one is not cached (see warm)
+        self._forgets = 0  # forgets and deletes so far: a block read before one is not cached (see warm)
         self._tokenize = B.Tokenizer()
         self._in_process_rows = int(lexical_in_process)
         self._in_process()
@@ -632,6 +632,7 @@ class SQLiteStore(SqlStore):
         """
         with self._lock:
             self._df.clear()
+            self._forgets += 1  # a warm that read the deleted messages keeps nothing
             self._drop_kept(sids)
             self._checkpoint(tries=1, wait_ms=0)
 
@@ -821,7 +822,7 @@ class SQLiteStore(SqlStore):
         """Read ``scope``'s vector block and its sessions' word indexes into this process, or bring the kept ones
         up to date (see :meth:`~.base.Store.warm`; ``kept_only``: those alone). A block is read whole on the
         keyword search's connection, so that writers and searches of other scopes do not wait for it, and is not
-        cached when a forget ran meanwhile. An in-memory store has nothing to read ahead.
+        cached when a forget or a delete ran meanwhile. An in-memory store has nothing to read ahead.
         """
         if self.path == ":memory:":
             return
