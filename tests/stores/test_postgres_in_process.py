@@ -182,6 +182,28 @@ def test_forget_leaves_nothing_of_the_scope_in_process(service_urls: dict[str, C
         store.close()
 
 
+def test_a_delete_drops_the_kept_blocks_of_its_sessions(service_urls: dict[str, Callable[[], str]]) -> None:
+    """A deleted message's words are kept by no block (the next search reads its scope again); other users' stay."""
+    store = open_store(_url(service_urls))
+    rng = np.random.default_rng(8)
+    try:
+        for user in ("u", "v"):
+            scope = Scope(user_id=user, session_id="a")
+            store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"heron {user} {i}", data={})
+                                 for i in range(5)])
+            store.set_vectors(scope, [f"m{i}" for i in range(5)], rng.standard_normal((5, DIM)).astype(np.float32), "m")
+            assert store.search_vectors(Scope(user_id=user), rng.standard_normal(DIM).astype(np.float32), 3)
+        texts = lambda: {row["text"] for kept in store._blocks._held.values() for row in kept.rows.values()}  # noqa: E731
+        assert "heron u 1" in texts()
+        assert store.delete(Scope(user_id="u", session_id="a"), ["m1"]) == 1
+        assert "heron u 1" not in texts() and "heron v 1" in texts()
+        hits = store.search_vectors(Scope(user_id="u"), rng.standard_normal(DIM).astype(np.float32), 5)
+        assert sorted(h.id for h in hits) == ["m0", "m2", "m3", "m4"]
+        _check_carried(store, Scope(user_id="u", session_id="a"), hits)
+    finally:
+        store.close()
+
+
 def test_a_message_too_large_to_carry_is_not_kept_and_is_read_by_key(
     service_urls: dict[str, Callable[[], str]]
 ) -> None:

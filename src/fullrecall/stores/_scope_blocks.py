@@ -111,7 +111,9 @@ class ScopeBlocks:
                 self._bytes -= old.nbytes
 
     def drop_sessions(self, sids: Iterable[int]) -> None:
-        """Drop every block holding vectors of one of the sessions ``sids`` (forgotten: nothing of them is kept)."""
+        """Drop every block holding vectors of one of the sessions ``sids`` (forgotten, or messages of them deleted:
+        nothing of those is kept).
+        """
         gone = set(sids)
         with self._lock:
             self.forgets += 1

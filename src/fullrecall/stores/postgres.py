@@ -716,10 +716,12 @@ class PostgresStore(SqlStore):
                 " index_bytes = t.index_bytes - per.ibytes, lexemes = t.lexemes - per.n, vec_epoch = t.vec_epoch + 1,"
                 " vector_count = t.vector_count - coalesce((SELECT c FROM vec WHERE vec.sid = per.sid), 0)"
                 " FROM per WHERE t.sid = per.sid RETURNING 1)"
-                " SELECT coalesce(sum(c), 0)::bigint AS deleted FROM per",
+                " SELECT coalesce(sum(c), 0)::bigint AS deleted, array_agg(sid) AS sids FROM per",
                 [C.read_ids(ids), *params],
             ).fetchone()
-            return int(row["deleted"])
+        if row["sids"] and self._blocks is not None:  # what searches kept of those sessions holds the deleted
+            self._blocks.drop_sessions(row["sids"])
+        return int(row["deleted"])
 
     # -- vectors ---------------------------------------------------------------------
 
