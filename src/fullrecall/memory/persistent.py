@@ -774,7 +774,7 @@ class PersistentMemory:
         count two mentions).
         """
         embedded: list[tuple[str, list[StoredMessage]]] = []
-        known: dict[str, np.ndarray] = {}  # the vectors just made, by words: a fact in a message's words takes its
+        known: dict[str, np.ndarray] = {}  # words -> the vector just made: a fact in those words is not embedded again
         recent, failed = time.time() - IN_FLIGHT_S, set(self._unembedded)
         for record in self._sessions.all():
             scope = replace(self.owner, session_id=record.id)

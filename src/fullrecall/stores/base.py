@@ -240,9 +240,10 @@ class ReadHit(Hit):
 
 
 class KeptHits(list[Hit]):
-    """A search's hits, from a store that keeps their messages in process (SQLite, for a small scope): a caller
-    that needs a hit's message calls ``message(hit)`` (None: not kept) instead of reading it. It is decoded on
-    that call, not before, and nothing is made per hit until then; otherwise a plain list of hits.
+    """A search's hits, from a store that keeps their messages in process (a small scope's, on SQLite and
+    PostgreSQL): a caller that needs a hit's message calls ``message(hit)`` (None: not kept) instead of reading
+    it. It is decoded on that call, not before, and nothing is made per hit until then; otherwise a plain list
+    of hits.
     """
 
     __slots__ = ("message",)
