@@ -161,16 +161,23 @@ def test_a_later_search_of_a_kept_scope_is_one_round_trip_and_no_server_scan(
         store.close()
 
 
+def _two_users_searched(store: Any, rng: np.random.Generator) -> None:
+    """Users u and v, each with 5 messages ("heron <user> <i>") and their vectors, each searched once: kept."""
+    for user in ("u", "v"):
+        scope = Scope(user_id=user, session_id="a")
+        store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"heron {user} {i}", data={})
+                             for i in range(5)])
+        store.set_vectors(scope, [f"m{i}" for i in range(5)], rng.standard_normal((5, DIM)).astype(np.float32), "m")
+        assert store.search_vectors(Scope(user_id=user), rng.standard_normal(DIM).astype(np.float32), 3)
+
+
 def test_forget_leaves_nothing_of_the_scope_in_process(service_urls: dict[str, Callable[[], str]]) -> None:
     """What searches kept of a user (their vectors' block, their sessions' word indexes) goes with ``forget``."""
     store = open_store(_url(service_urls))
     rng = np.random.default_rng(7)
     try:
+        _two_users_searched(store, rng)
         for user in ("u", "v"):
-            scope = Scope(user_id=user, session_id="a")
-            store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"heron {i}", data={}) for i in range(5)])
-            store.set_vectors(scope, [f"m{i}" for i in range(5)], rng.standard_normal((5, DIM)).astype(np.float32), "m")
-            assert store.search_vectors(Scope(user_id=user), rng.standard_normal(DIM).astype(np.float32), 3)
             assert store.search_text(Scope(user_id=user), ["heron"], 3)
         held = dict(store._lexicons._held)
         assert len(held) == 2 and store._blocks.get(Scope(user_id="u")) is not None
@@ -187,12 +194,7 @@ def test_a_delete_drops_the_kept_blocks_of_its_sessions(service_urls: dict[str, 
     store = open_store(_url(service_urls))
     rng = np.random.default_rng(8)
     try:
-        for user in ("u", "v"):
-            scope = Scope(user_id=user, session_id="a")
-            store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"heron {user} {i}", data={})
-                                 for i in range(5)])
-            store.set_vectors(scope, [f"m{i}" for i in range(5)], rng.standard_normal((5, DIM)).astype(np.float32), "m")
-            assert store.search_vectors(Scope(user_id=user), rng.standard_normal(DIM).astype(np.float32), 3)
+        _two_users_searched(store, rng)
         texts = lambda: {row["text"] for kept in store._blocks._held.values() for row in kept.rows.values()}  # noqa: E731
         assert "heron u 1" in texts()
         assert store.delete(Scope(user_id="u", session_id="a"), ["m1"]) == 1

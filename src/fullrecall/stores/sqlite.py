@@ -699,12 +699,12 @@ class SQLiteStore(SqlStore):
                 cached.versions[s][1] == versions[s][1] for s in versions
             )
             if same_epochs and cached.block.matrix.shape[1] == dim:  # only additions since: load the new rows
-                new = self._load_vectors(conn, owners, dim, after=cached.max_vid, carry=cached.rows is not None)
-                kept = cached.extended(versions, new, self._in_process_rows)
+                new = self._load_vectors(conn, owners, dim, versions, after=cached.max_vid,
+                                         carry=cached.rows is not None)
+                kept = cached.extended(new, self._in_process_rows)
                 self._remember(key, kept)
                 return kept
-        kept = self._load_vectors(conn, owners, dim, after=0, carry=messages <= self._in_process_rows)
-        kept.versions = versions
+        kept = self._load_vectors(conn, owners, dim, versions, after=0, carry=messages <= self._in_process_rows)
         self._remember(key, kept)
         return kept
 
@@ -736,10 +736,11 @@ class SQLiteStore(SqlStore):
         return versions, owners, dims.pop(), sum(n for _, _, _, n in state.values())
 
     def _load_vectors(
-        self, conn: sqlite3.Connection, owners: dict[int, Vec.Owner], dim: int, after: int, carry: bool
+        self, conn: sqlite3.Connection, owners: dict[int, Vec.Owner], dim: int, versions: dict[int, tuple[int, Any]],
+        after: int, carry: bool,
     ) -> _Kept:
         """The vectors of the sessions ``owners`` names (sid -> owner) stored after vector id ``after``, with their
-        messages if ``carry`` (those over ``_CARRY_BYTES`` left out).
+        messages if ``carry`` (those over ``_CARRY_BYTES`` left out), as kept for the sessions' ``versions``.
         """
         found: list[tuple[Any, ...]] = []
         body = _KEPT_BODY if carry else ""
@@ -754,7 +755,7 @@ class SQLiteStore(SqlStore):
                 ).fetchall()
         rows: dict[str, tuple[Any, ...]] | None = {} if carry else None
         if not found:
-            return _Kept({}, after, Vec.VectorBlock.build([], dim), rows)
+            return _Kept(versions, after, Vec.VectorBlock.build([], dim), rows)
         # as columns: no tuple a row is made again (a cold load reads thousands)
         vids, ids, rids, vecs, roles, kinds, created, sids, positions, *more = zip(*found)
         keys = list(map(str, rids))
@@ -764,7 +765,7 @@ class SQLiteStore(SqlStore):
             texts, data, archived, summaries, metadata = more
             rows.update((k, row) for k, row in zip(keys, zip(ids, roles, texts, data, kinds, created, archived,
                                                              summaries, metadata)) if row[2] is not None)
-        return _Kept({}, max(vids), block, rows, _rows_nbytes(rows))
+        return _Kept(versions, max(vids), block, rows, _rows_nbytes(rows))
 
     def _remember(self, key: tuple[int, ...], kept: _Kept) -> None:
         self._cache[key] = kept
@@ -837,8 +838,7 @@ class SQLiteStore(SqlStore):
                     kept.block.make_copy()
             elif not kept_only and (described := self._block_versions(conn, sids) if sids else None) is not None:
                 versions, owners, dim, messages = described  # read whole without the lock, which writers take
-                kept = self._load_vectors(conn, owners, dim, after=0, carry=messages <= self._in_process_rows)
-                kept.versions = versions
+                kept = self._load_vectors(conn, owners, dim, versions, after=0, carry=messages <= self._in_process_rows)
                 kept.block.make_copy()
                 with self._lock:
                     if self._forgets == forgets and tuple(sids) not in self._cache:
@@ -1145,9 +1145,9 @@ class _Kept:
     def nbytes(self) -> int:
         return self.block.nbytes + self.rows_nbytes
 
-    def extended(self, versions: dict[int, tuple[int, Any]], new: _Kept, small: int) -> _Kept:
-        """This block with ``new``'s rows (the vectors added since it was read); its messages only while it holds at
-        most ``small`` rows (a scope that grew past that keeps its vectors alone).
+    def extended(self, new: _Kept, small: int) -> _Kept:
+        """This block with ``new``'s rows (the vectors added since it was read, at ``new``'s versions); its messages
+        only while it holds at most ``small`` rows (a scope that grew past that keeps its vectors alone).
         """
         block = self.block.extend(new.block)
         rows, nbytes = self.rows, self.rows_nbytes
@@ -1156,7 +1156,7 @@ class _Kept:
             nbytes += new.rows_nbytes
         else:
             rows, nbytes = None, 0
-        return _Kept(versions, max(self.max_vid, new.max_vid), block, rows, nbytes)
+        return _Kept(new.versions, max(self.max_vid, new.max_vid), block, rows, nbytes)
 
 
 def _rows_nbytes(rows: dict[str, tuple[Any, ...]] | None) -> int:
