@@ -384,3 +384,46 @@ def test_a_prepared_vector_search_of_a_kept_scope_makes_its_round_trip_before_th
             assert prepared(-vectors[5], 1)[0].id == "late"  # the batch's own write, as search_vectors sees it
     finally:
         store.close()
+
+
+def test_a_small_scope_block_reads_its_own_messages_not_the_whole_table(
+    service_urls: dict[str, Callable[[], str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading a small scope's block (its vectors with their messages) finds its messages by index, whatever
+    the other users hold: the plan PostgreSQL makes for the very statement the store sends scans no table whole.
+    """
+    import psycopg
+
+    server, schema = service_urls["postgres"](), f"plan{uuid.uuid4().hex[:8]}"
+    store = open_store(f"{server}{'&' if '?' in server else '?'}schema={schema}")
+    rng = np.random.default_rng(9)
+    try:
+        n = 400  # messages a user: 20 others, 8,000 messages
+        for user in [f"other{i}" for i in range(20)] + ["u"]:
+            scope = Scope(user_id=user, session_id="a")
+            store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"heron {i}", data={}) for i in range(n)])
+            store.set_vectors(scope, [f"m{i}" for i in range(n)], rng.standard_normal((n, DIM)).astype(np.float32), "m")
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"ANALYZE {schema}.messages")
+            conn.execute(f"ANALYZE {schema}.vectors_{DIM}")
+        sent: list[tuple[str, Any]] = []
+        execute = psycopg.Connection.execute
+
+        def watched(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+            if f"vectors_{DIM} v JOIN" in str(query):
+                sent.append((query, params))
+            return execute(self, query, params, **kw)
+
+        monkeypatch.setattr(psycopg.Connection, "execute", watched)
+        assert len(store.search_vectors(Scope(user_id="u"), rng.standard_normal(DIM).astype(np.float32), 3)) == 3
+        monkeypatch.undo()
+        assert sent, "the scope's block was not read"
+        with psycopg.connect(server, autocommit=True) as conn:
+            from pgvector.psycopg import register_vector
+
+            register_vector(conn)
+            for query, params in sent:
+                plan = conn.execute(f"EXPLAIN (FORMAT JSON) {query}", params).fetchone()
+                assert plan is not None and "Seq Scan" not in str(plan[0]), plan
+    finally:
+        store.close()
