@@ -268,6 +268,19 @@ def _postgres_with_one_message(service_urls: dict[str, Callable[[], str]], name:
     return url, store, scope
 
 
+def _wait_for_a_lock_wait(url: str, where: str, params: tuple[Any, ...], failure: str) -> None:
+    """Until a backend waits for a lock (``where``: more conditions on ``pg_stat_activity``), asked on a connection
+    of its own in autocommit: within one transaction PostgreSQL answers every read of that view from the snapshot
+    its first read took, and would never see the wait begin.
+    """
+    deadline = time.monotonic() + 20
+    with psycopg.connect(url, autocommit=True) as watcher:
+        while not watcher.execute(f"SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'{where}",
+                                  params).fetchone()[0]:
+            assert time.monotonic() < deadline, failure
+            time.sleep(0.01)
+
+
 def test_postgres_an_append_racing_another_for_the_same_id_stores_it_once(
     service_urls: dict[str, Callable[[], str]],
 ) -> None:
@@ -283,11 +296,7 @@ def test_postgres_an_append_racing_another_for_the_same_id_stores_it_once(
                                  ).fetchone()
         writer = threading.Thread(target=lambda: result.append(store.append(scope, [_msg(1, "second")])))
         writer.start()
-        deadline = time.monotonic() + 20
-        while not other.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                                " AND query LIKE %s", (f"%{s}.sessions%",)).fetchone()[0]:
-            assert time.monotonic() < deadline, "the append never waited for the session's row"
-            time.sleep(0.01)
+        _wait_for_a_lock_wait(url, " AND query LIKE %s", (f"%{s}.sessions%",), "the append never waited for the session's row")
         other.execute(f"INSERT INTO {s}.messages (sid, position, id, role, kind, text, data, created_at, archived_at,"
                       " metadata) VALUES (%s, %s, 'm1', 'user', 'message', 'second', '{}', 0, 0, '{}')", (sid, pos))
         other.execute(f"UPDATE {s}.sessions SET next_position = next_position + 1, message_count = message_count + 1,"
@@ -327,11 +336,7 @@ def test_postgres_writes_take_the_messages_table_before_the_session_row(
         other.execute(f"CREATE TABLE {s}.probe (rid BIGINT REFERENCES {s}.messages (rid))")
         writer = threading.Thread(target=run)
         writer.start()
-        deadline = time.monotonic() + 20
-        while not other.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                                " AND datname = current_database()").fetchone()[0]:
-            assert time.monotonic() < deadline, "the write never waited for the messages table"
-            time.sleep(0.01)
+        _wait_for_a_lock_wait(url, " AND datname = current_database()", (), "the write never waited for the messages table")
         other.execute("SET lock_timeout = '10s'")
         other.execute(f"SELECT sid FROM {s}.sessions WHERE session_id = 's' FOR UPDATE")  # then the session's row
         other.rollback()
