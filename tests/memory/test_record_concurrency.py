@@ -87,3 +87,53 @@ def test_a_fold_into_a_fact_another_writer_folds_away_meanwhile_loses_no_mention
     finally:
         one_store.close()
         other_store.close()
+
+
+@pytest.mark.parametrize("said", ["I live in Lisbon.", "I love jazz."])  # a fact with an attribute, one without
+def test_one_turn_learned_twice_at_once_in_one_process_counts_one_mention(store_url, default_embedder, said):
+    """A memory's warming catch-up learns a turn a dead process left while the application retries that turn: the
+    same statement (same message) learned by two threads at once. Each found no fact yet and wrote its own (an
+    attribute fact superseding the other, or a duplicate folded into it with a second mention); now one learns
+    it and the other finds it kept from the same message: one fact, one mention.
+    """
+    import threading
+
+    from fullrecall.memory.facts import FactMemory
+    from fullrecall.stores import open_store
+
+    store = open_store(store_url)
+    memory = FactMemory(store, user_id="u", embedder=default_embedder)
+    both = threading.Barrier(2)
+    real = store.put_record
+
+    def put_record(*args, **kwargs):  # each learner holds its first write until the other is there too (or 1 s)
+        try:
+            both.wait(timeout=1.0)
+        except threading.BrokenBarrierError:
+            pass
+        return real(*args, **kwargs)
+
+    store.put_record = put_record  # type: ignore[method-assign]
+    turn, sources = [{"role": "user", "content": said}], [{"session_id": "s", "id": "m1"}]
+    errors: list[BaseException] = []
+
+    def learn() -> None:
+        try:
+            memory.learn(turn, sources, stated_at=100.0)
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=learn) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        store.put_record = real  # type: ignore[method-assign]
+        assert not errors
+        for reader in (memory, FactMemory(store_url, user_id="u", embedder=default_embedder)):
+            assert [(f.mentions, f.sources) for f in reader.history()] == [(1, sources)]
+            if reader is not memory:
+                reader.close()
+    finally:
+        store.close()

@@ -14,7 +14,9 @@ while it holds). It links to the archived messages it came from (``sources``).
   and ``current(at=...)`` see it; ``current()`` once its ``valid_to`` has passed does not);
 * a fact that repeats one valid at its ``valid_from`` (same normalized text; for facts without an
   attribute, also a cosine similarity of at least ``duplicate_similarity``; for attribute facts,
-  the same value) is **merged** into it: its sources are added and ``mentions`` counts up. Both
+  the same value) is **merged** into it: its sources are added and ``mentions`` counts up (a repeat
+  from a message the fact already names is the same statement: no new mention, even when two
+  threads or processes learn that message at once). Both
   must agree on their exact values (numbers, codes, names: :mod:`._values`), so that "The door
   code is 4417" is never merged into "The door code is 9921";
 * without an LLM, facts come from :meth:`FactMemory.remember` and from the rules of
@@ -436,7 +438,8 @@ class FactMemory:
                 self._fold(f.id, first.id)
 
     def _fold(self, fact_id: str, into: str) -> None:
-        """Fold a duplicate fact into the fact ``into`` (its mentions and sources), then delete it.
+        """Fold a duplicate fact into the fact ``into`` (its mentions and sources, but the mentions of sources
+        ``into`` names already: the same messages learned twice at once), then delete it.
 
         It is first closed where it starts (valid at no time, so no repeat merges into it any more), marked as
         being folded into ``into``, by a compare-and-set that only one of several writers folding it at once
@@ -469,7 +472,8 @@ class FactMemory:
                 moved.extend([record.data[FOLDING]] if record is not None else self._folded_into(target))
                 return None
             fact = _from_record(record)
-            fact.mentions += duplicate.mentions
+            # a statement the fact holds already (the same message, learned twice at once) is no new mention
+            fact.mentions += max(0, duplicate.mentions - sum(s in fact.sources for s in duplicate.sources))
             fact.sources += [s for s in duplicate.sources if s not in fact.sources]
             grown = self._as_record(fact, base=record)  # which facts it holds, so an import does not bring one back
             grown.data[FOLDED] = [*(grown.data.get(FOLDED) or []), duplicate.id][-MAX_FOLDED:]

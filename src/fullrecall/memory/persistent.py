@@ -770,8 +770,8 @@ class PersistentMemory:
 
     def _catch_up(self, *, own: bool) -> int:
         """:meth:`catch_up`; without ``own`` (the warming thread's), the facts of this memory's own failed turns
-        are left to their retry or its next record, which may run meanwhile (a fact learned twice at once would
-        count two mentions).
+        are left to their retry or its next record, which may run meanwhile (learning them twice at once would be
+        work done twice: their facts would count one mention all the same, see ``FactMemory._fold``).
         """
         embedded: list[tuple[str, list[StoredMessage]]] = []
         known: dict[str, np.ndarray] = {}  # words -> the vector just made: a fact in those words is not embedded again
