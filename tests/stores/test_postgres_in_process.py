@@ -427,3 +427,74 @@ def test_a_small_scope_block_reads_its_own_messages_not_the_whole_table(
                 assert plan is not None and "Seq Scan" not in str(plan[0]), plan
     finally:
         store.close()
+
+
+def _messages_access(plan: Any) -> list[str]:
+    """How each node of a JSON plan that reads the messages table reads it: its index condition (with a bitmap
+    scan, its index scan's), '' for none.
+    """
+    found: list[str] = []
+    nodes = [plan]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, list):
+            nodes.extend(node)
+        elif isinstance(node, dict):
+            if node.get("Relation Name") == "messages" and node.get("Node Type") != "ModifyTable":
+                conds = [node.get("Index Cond", "")] + [k.get("Index Cond", "") for k in node.get("Plans") or []]
+                found.append(" ".join(c for c in conds if c))
+            nodes.extend(v for v in node.values() if isinstance(v, (list, dict)))
+    return found
+
+
+def test_writes_find_their_messages_by_id_in_any_plan(
+    service_urls: dict[str, Callable[[], str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append and a vectors' write look up the ids they name in the session by index, in the plan PostgreSQL
+    makes for any parameters too (the one a statement prepared after a few runs gets): that plan read every
+    message of the session and joined them to the ids, so each write of a long conversation cost more.
+    """
+    import re
+
+    import psycopg
+
+    server, schema = service_urls["postgres"](), f"gen{uuid.uuid4().hex[:8]}"
+    store = open_store(f"{server}{'&' if '?' in server else '?'}schema={schema}")
+    rng = np.random.default_rng(10)
+    scope = Scope(user_id="u", session_id="a")
+    sent: dict[str, tuple[str, Any]] = {}
+    execute = psycopg.Connection.execute
+
+    def watched(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        for mark in ("WITH new AS", "WITH sess AS"):
+            if str(query).startswith(mark):
+                sent[mark] = (str(query), params)
+        return execute(self, query, params, **kw)
+
+    try:  # a long conversation: 2,000 messages
+        store.append(scope, [StoredMessage(id=f"old{i}", role="user", text=f"heron {i}", data={}) for i in range(2000)])
+        monkeypatch.setattr(psycopg.Connection, "execute", watched)
+        store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"heron {i}", data={}) for i in range(2)])
+        store.set_vectors(scope, ["m0", "m1"], rng.standard_normal((2, DIM)).astype(np.float32), "m")
+        monkeypatch.undo()
+        assert set(sent) == {"WITH new AS", "WITH sess AS"}
+        with psycopg.connect(server) as conn:  # a transaction, rolled back
+            from pgvector.psycopg import register_vector
+
+            register_vector(conn)
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+            for n, (query, params) in enumerate(sent.values()):
+                pieces = re.split(r"%[sb]", query)  # psycopg's placeholders as PostgreSQL's $1, $2, ...
+                conn.execute(f"PREPARE st{n} AS " + "".join(f"{p}${i}" for i, p in enumerate(pieces[:-1], 1))
+                             + pieces[-1])
+                types = conn.execute("SELECT parameter_types::text[] FROM pg_prepared_statements WHERE name = %s",
+                                     [f"st{n}"]).fetchone()
+                assert types is not None and len(types[0]) == len(params)
+                plan = psycopg.ClientCursor(conn).execute(  # the values in the text: EXECUTE takes no parameters
+                    f"EXPLAIN (FORMAT JSON) EXECUTE st{n}({', '.join(f'%s::{t}' for t in types[0])})", params).fetchone()
+                assert plan is not None
+                access = _messages_access(plan[0])
+                assert access and all("(id = " in a for a in access), (query[:40], access)  # looked up by id
+            conn.rollback()
+    finally:
+        store.close()

@@ -598,9 +598,9 @@ class PostgresStore(SqlStore):
                 row = conn.execute(
                     f"WITH new AS (SELECT * FROM unnest({_APPEND_ARRAYS})"
                     f" WITH ORDINALITY AS u({', '.join(_APPEND_COLS)}, ord)),"
-                    f" held AS (SELECT 1 FROM {s}.messages m JOIN {s}.sessions h ON h.sid = m.sid"
-                    " WHERE h.tenant = %s AND h.user_id = %s AND h.agent_id = %s AND h.session_id = %s"
-                    " AND m.id IN (SELECT id FROM new) LIMIT 1),"
+                    f" held AS (SELECT 1 FROM {s}.sessions h, new, LATERAL (SELECT 1 FROM {s}.messages m"
+                    " WHERE m.sid = h.sid AND m.id = new.id LIMIT 1) m"  # each id looked up: see _set_vectors
+                    " WHERE h.tenant = %s AND h.user_id = %s AND h.agent_id = %s AND h.session_id = %s LIMIT 1),"
                     f" sess AS (INSERT INTO {s}.sessions AS t (tenant, user_id, agent_id, session_id, created_at,"
                     " next_position, message_count, summary_count, text_bytes, index_bytes, lexemes)"
                     " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
@@ -871,8 +871,11 @@ class PostgresStore(SqlStore):
             row = conn.execute(
                 f"WITH sess AS (SELECT sid, vec_model, vec_dim FROM {s}.sessions s WHERE {where} LIMIT 1 FOR UPDATE),"
                 " given AS (SELECT * FROM unnest(%s::text[], %b::vector[]) AS g(id, embedding)),"  # %b: sent as floats
-                f" target AS (SELECT m.id, m.rid, m.sid, g.embedding FROM given g JOIN {s}.messages m ON m.id = g.id"
-                " JOIN sess ON m.sid = sess.sid),"
+                # each id looked up by the session's unique index (a LATERAL with LIMIT is never joined otherwise):
+                # a join may be planned as a read of every message of the session, and is, in the plan made for any
+                # parameters that a statement prepared after a few runs gets (a write then cost O(conversation))
+                f" target AS (SELECT m.id, m.rid, m.sid, g.embedding FROM given g, sess, LATERAL (SELECT m.id, m.rid,"
+                f" m.sid FROM {s}.messages m WHERE m.sid = sess.sid AND m.id = g.id LIMIT 1) m),"
                 " checked AS (SELECT count(*) = 1 AND (SELECT count(*) FROM target) = %s AND bool_and("
                 " vec_model IS NULL OR (vec_model = %s AND vec_dim = %s)) AS ok FROM sess),"
                 f" ins AS (INSERT INTO {s}.vectors_{dim} (rid, sid, embedding) SELECT rid, sid, embedding FROM target"
