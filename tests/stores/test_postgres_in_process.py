@@ -389,8 +389,10 @@ def test_a_prepared_vector_search_of_a_kept_scope_makes_its_round_trip_before_th
 def test_a_small_scope_block_reads_its_own_messages_not_the_whole_table(
     service_urls: dict[str, Callable[[], str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Reading a small scope's block (its vectors with their messages) finds its messages by index, whatever
-    the other users hold: the plan PostgreSQL makes for the very statement the store sends scans no table whole.
+    """Reading a small scope's block (its vectors with their messages), whole or grown by a few vectors, finds
+    its messages by index, whatever the other users hold: the plan PostgreSQL makes for the very statement the
+    store sends scans no table whole. Each read is planned for its values (never prepared): the plan of a
+    prepared statement, made for any values, read every message of the scope to find the few a block adds.
     """
     import psycopg
 
@@ -406,23 +408,28 @@ def test_a_small_scope_block_reads_its_own_messages_not_the_whole_table(
         with psycopg.connect(server, autocommit=True) as conn:
             conn.execute(f"ANALYZE {schema}.messages")
             conn.execute(f"ANALYZE {schema}.vectors_{DIM}")
-        sent: list[tuple[str, Any]] = []
+        sent: list[tuple[str, Any, Any]] = []
         execute = psycopg.Connection.execute
 
         def watched(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
             if f"vectors_{DIM} v JOIN" in str(query):
-                sent.append((query, params))
+                sent.append((query, params, kw.get("prepare")))
             return execute(self, query, params, **kw)
 
         monkeypatch.setattr(psycopg.Connection, "execute", watched)
-        assert len(store.search_vectors(Scope(user_id="u"), rng.standard_normal(DIM).astype(np.float32), 3)) == 3
+        mine = Scope(user_id="u", session_id="a")
+        for turn in range(8):  # read whole, then grown 7 times (more than psycopg's runs before it prepares)
+            assert len(store.search_vectors(Scope(user_id="u"), rng.standard_normal(DIM).astype(np.float32), 3)) == 3
+            store.append(mine, [StoredMessage(id=f"t{turn}", role="user", text="heron", data={})])
+            store.set_vectors(mine, [f"t{turn}"], rng.standard_normal((1, DIM)).astype(np.float32), "m")
         monkeypatch.undo()
-        assert sent, "the scope's block was not read"
+        assert len(sent) == 8, "the scope's block was not read whole, then grown, at each search"
+        assert {prepare for _, _, prepare in sent} == {False}
         with psycopg.connect(server, autocommit=True) as conn:
             from pgvector.psycopg import register_vector
 
             register_vector(conn)
-            for query, params in sent:
+            for query, params, _ in sent:
                 plan = conn.execute(f"EXPLAIN (FORMAT JSON) {query}", params).fetchone()
                 assert plan is not None and "Seq Scan" not in str(plan[0]), plan
     finally:

@@ -1115,10 +1115,13 @@ class PostgresStore(SqlStore):
         """
         rows = conn.execute(
             f"SELECT {_BLOCK_ROW} FROM {self.schema}.vectors_{dim} v JOIN {self.schema}.messages m ON m.rid = v.rid"
-            # both tables narrowed to the sessions, so that their messages are read by index and never the whole
-            # table; put in row id order here (the server sorting the wide rows took as long as reading them)
-            " WHERE v.sid = ANY(%s) AND m.sid = ANY(%s) AND v.rid > %s",
-            [list(owners), list(owners), after], binary=True,  # vectors as floats, not text to parse
+            # both tables narrowed to the sessions and the row ids, so that the messages are read by index, never the
+            # whole table, and planned for these values each time (never prepared): a plan made for any values
+            # reads every message of the scope to find the few a grown block adds. Put in row id order here (the
+            # server sorting the wide rows took as long as reading them).
+            " WHERE v.sid = ANY(%s) AND m.sid = ANY(%s) AND v.rid > %s AND m.rid > %s",
+            [list(owners), list(owners), after, after], binary=True,  # vectors as floats, not text to parse
+            prepare=False,
         ).fetchall()
         rows.sort(key=_by_rid)
         block = Vec.VectorBlock.of_columns(
