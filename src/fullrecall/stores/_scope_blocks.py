@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +68,14 @@ class ScopeBlock:
 
 def rows_nbytes(rows: Rows) -> int:
     """About the bytes kept rows hold: their strings, and what a row costs beyond them."""
-    return sum(len(v) for row in rows.values() for v in row.values() if isinstance(v, str)) + _ROW_OVERHEAD * len(rows)
+    return strings_nbytes([row.values() for row in rows.values()], _ROW_OVERHEAD)
+
+
+def strings_nbytes(rows: Collection[Iterable[Any]], per_row: int) -> int:
+    """About the bytes kept messages hold, whatever shape their rows have: their strings' characters, and
+    ``per_row`` for what each row costs beyond them (its container and its other values).
+    """
+    return sum(len(v) for row in rows for v in row if isinstance(v, str)) + per_row * len(rows)
 
 
 class ScopeBlocks:

@@ -66,7 +66,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import operator
 import os
 import re
 import threading
@@ -131,9 +130,6 @@ _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, 
 # A search's hits carry their messages (ReadHit: no read of them after the search), those of at most this many
 # bytes of text and data: a search of k hits among large tool outputs would otherwise fetch k of them whole
 _CARRY_BYTES = 64 * 1024
-
-
-_by_rid = operator.itemgetter("rid")
 
 
 def _carried_cols(*columns: str) -> str:
@@ -1123,7 +1119,7 @@ class PostgresStore(SqlStore):
             [list(owners), list(owners), after, after], binary=True,  # vectors as floats, not text to parse
             prepare=False,
         ).fetchall()
-        rows.sort(key=_by_rid)
+        rows.sort(key=lambda r: r["rid"])
         block = Vec.VectorBlock.of_columns(
             [r["id"] for r in rows], [str(r["rid"]) for r in rows], [_to_numpy(r["embedding"]) for r in rows],
             [r["role"] for r in rows], [r["kind"] for r in rows], [r["created_at"] for r in rows],

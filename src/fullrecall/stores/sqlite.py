@@ -67,6 +67,7 @@ from ..errors import StoreError
 from . import _bm25 as B
 from . import _common as C
 from . import _forget as F
+from . import _scope_blocks as SB
 from . import _validate as V
 from . import _vectors as Vec
 from ._sql import Dialect, SqlStore, records_table
@@ -765,7 +766,7 @@ class SQLiteStore(SqlStore):
             texts, data, archived, summaries, metadata = more
             rows.update((k, row) for k, row in zip(keys, zip(ids, roles, texts, data, kinds, created, archived,
                                                              summaries, metadata)) if row[2] is not None)
-        return _Kept(versions, max(vids), block, rows, _rows_nbytes(rows))
+        return _Kept(versions, max(vids), block, rows, SB.strings_nbytes(rows.values(), _ROW_OVERHEAD) if rows else 0)
 
     def _remember(self, key: tuple[int, ...], kept: _Kept) -> None:
         self._cache[key] = kept
@@ -1157,13 +1158,6 @@ class _Kept:
         else:
             rows, nbytes = None, 0
         return _Kept(new.versions, max(self.max_vid, new.max_vid), block, rows, nbytes)
-
-
-def _rows_nbytes(rows: dict[str, tuple[Any, ...]] | None) -> int:
-    """About the bytes kept messages hold: their strings, and what each costs beyond them."""
-    if not rows:
-        return 0
-    return sum(len(v) for row in rows.values() for v in row if isinstance(v, str)) + _ROW_OVERHEAD * len(rows)
 
 
 def _carried(hits: list[Hit], rows: dict[str, tuple[Any, ...]]) -> KeptHits:
