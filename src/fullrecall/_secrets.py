@@ -6,13 +6,15 @@ naming its position, never the key: the HTTP library would otherwise refuse it a
 an error that quotes the whole header. Whatever a server answers (some echo the request's headers) is
 passed through :func:`redact` before it goes into an error: a secret anywhere in it is masked, a very short
 one (under 8 characters) wherever it stands as a whole token, so that the rest stays readable.
+A store's URL is shown with its password hidden (:func:`shown_url`), and a driver's error about it is passed
+through :func:`redact` with the URL's passwords (:func:`url_secrets`) before it is shown.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .errors import InvalidInput
 
@@ -45,13 +47,35 @@ def checked_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
 def secrets_of(key: str | None, headers: Mapping[str, str] | None = None, url: str | None = None) -> tuple[str, ...]:
     """What must never be shown: the key, the values of headers named like credentials, the URL's password."""
     found = [key] if key else []
-    try:
-        password = urlsplit(url).password if url else None
-    except ValueError:
-        password = None
-    found += [password] if password else []
+    found += url_secrets(url) if url else []
     found += [v for k, v in (headers or {}).items() if v and any(w in k.lower() for w in _SECRET_HEADER_WORDS)]
     return tuple(sorted(set(found), key=len, reverse=True))  # a longer secret first: it may contain a shorter one
+
+
+_QUERY_PASSWORD = re.compile(r"(^|&)([^=&]*password=)([^&]*)", re.IGNORECASE)
+
+
+def url_secrets(url: str) -> list[str]:
+    """The passwords a URL holds, as written and decoded: in its address (``user:password@``) or its query
+    (libpq's ``password=``).
+    """
+    parts = urlsplit(url)
+    written = [parts.netloc.rpartition("@")[0].partition(":")[2]] if "@" in parts.netloc else []
+    written += [m.group(3) for m in _QUERY_PASSWORD.finditer(parts.query)]
+    return [s for w in written if w for s in dict.fromkeys((w, unquote(w)))]
+
+
+def shown_url(url: str) -> str:
+    """``url`` with its password hidden, in the address (``user:***@``) or the query (``password=***``)."""
+    parts = urlsplit(url)
+    query = _QUERY_PASSWORD.sub(r"\1\2***", parts.query)
+    user, at, host = parts.netloc.rpartition("@")
+    if ":" in user:
+        user = user.partition(":")[0] + ":***"
+    netloc = f"{user}{at}{host}"
+    if (netloc, query) == (parts.netloc, parts.query):  # as given: urlunsplit would turn sqlite:///a.db into sqlite:/a.db
+        return url
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

@@ -856,3 +856,17 @@ def test_a_blank_user_or_agent_is_refused_in_the_librarys_words_and_leaves_no_st
             done = inproc(*args, option, value, "--store", store, cwd=tmp_path, stdin="hi\n", ok=False)
             assert done.returncode == 2 and done.stderr.strip() == said and done.stdout == "", (args, done)
             assert not (tmp_path / "m.db").exists(), args
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://bob:s3cret%ZZpw@127.0.0.1:1/db",  # a percent-escape libpq cannot read: its error quoted the password
+    "postgress://bob:s3cretPWx@127.0.0.1:5432/db",  # a misspelled scheme: the error quoted the whole URL
+    "redis://bob:s3cretPWx@127.0.0.1:1/0",
+    "postgresql://bob@127.0.0.1:1/db?password=s3cretPWx&sslmode=bogus",
+])
+def test_a_store_url_password_is_never_shown_in_an_error(tmp_path, url):
+    """Whatever is wrong with a store URL (or its server), the error is one line without its password."""
+    done = fr("stats", "--store", url, cwd=tmp_path, ok=False) if url.startswith("postgresql://bob:") else \
+        inproc("stats", "--store", url, cwd=tmp_path, ok=False)
+    assert done.returncode != 0 and done.stderr.startswith("error: "), done.stderr
+    assert "s3cret" not in done.stderr + done.stdout, done.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fullrecall.service.cli import _redact
+from fullrecall._secrets import shown_url as _redact
 
 
 @pytest.mark.parametrize("url", ["sqlite:///memory.db", "sqlite:////data/fullrecall.db", "sqlite:///:memory:",

@@ -25,10 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:  # ``fullrecall serv
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from .._secrets import shown_url
     from .config import Settings
 
     settings = Settings.load(args.config, store=args.store, host=args.host, port=args.port, workers=args.workers)
-    print(f"fullrecall serving {_redact(settings.store)} on http://{settings.host}:{settings.port}", flush=True)
+    print(f"fullrecall serving {shown_url(settings.store)} on http://{settings.host}:{settings.port}", flush=True)
     if settings.workers > 1:  # each worker builds its own app from the environment
         import os
 
@@ -57,19 +58,6 @@ def app_from_env():
     from .app import create_app
 
     return create_app()
-
-
-def _redact(url: str) -> str:
-    """``url`` with its password hidden, in the address (``user:***@``) or the query (libpq's ``password=``)."""
-    import re
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    query = re.sub(r"(^|&)([^=&]*password=)[^&]*", r"\1\2***", parts.query, flags=re.IGNORECASE)
-    if not parts.password and query == parts.query:  # as given: urlunsplit would turn sqlite:///a.db into sqlite:/a.db
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@") if parts.password else parts.netloc
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 class Keys:

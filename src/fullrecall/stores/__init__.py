@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._secrets import shown_url
 from .base import ANY, Filters, Hit, KeptHits, ReadHit, Record, Scope, Store, StoredMessage
 
 __all__ = ["ANY", "Store", "Scope", "StoredMessage", "Hit", "ReadHit", "KeptHits", "Filters", "Record", "open_store", "BACKENDS"]
@@ -34,7 +35,8 @@ def open_store(url: str, **options: Any) -> Store:
     """
     scheme = urlsplit(url).scheme.lower()
     if scheme not in BACKENDS:
-        raise ValueError(f"unknown store URL scheme {scheme!r} in {url!r}; expected one of {sorted(BACKENDS)}")
+        raise ValueError(f"unknown store URL scheme {scheme!r} in {shown_url(url)!r}; "
+                         f"expected one of {sorted(BACKENDS)}")
     module_name, class_name, extra = BACKENDS[scheme]
     try:
         module = importlib.import_module(module_name)

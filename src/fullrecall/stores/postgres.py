@@ -83,6 +83,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .._fork import renew_in_child
+from .._secrets import redact, url_secrets
 from ..errors import InvalidInput, StoreError
 from . import _bm25 as B
 from . import _common as C
@@ -432,8 +433,8 @@ class PostgresStore(SqlStore):
                         if version in _AFTER_MIGRATION:
                             _AFTER_MIGRATION[version](conn, s, self._tokenize)
                         conn.execute(f"INSERT INTO {s}.schema_version (version) VALUES (%s)", (version,))
-        except psycopg.OperationalError as exc:
-            raise StoreError(f"cannot reach PostgreSQL at {self._safe_url()}: {exc}") from exc
+        except psycopg.Error as exc:  # unreachable, refused, or a URL libpq cannot read (its error quotes it)
+            raise StoreError(f"cannot reach PostgreSQL at {self._safe_url()}: {self._shown(exc)}") from exc
 
     def _pool(self) -> ConnectionPool[Conn]:
         if self._closed:
@@ -509,13 +510,17 @@ class PostgresStore(SqlStore):
         except UnicodeEncodeError as exc:  # a lone surrogate in an argument the rule does not check
             raise V.not_unicode(exc) from exc
         except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreError(f"PostgreSQL at {self._safe_url()} failed, nothing was written: {exc}") from exc
+            raise StoreError(f"PostgreSQL at {self._safe_url()} failed, nothing was written: {self._shown(exc)}") from exc
         except psycopg.Error as exc:  # anything else the server refused (a damaged schema): never a raw driver error
-            raise StoreError(f"PostgreSQL at {self._safe_url()} refused the statement, nothing was written: {exc}"
+            raise StoreError(f"PostgreSQL at {self._safe_url()} refused the statement, nothing was written: {self._shown(exc)}"
                              ) from exc
 
     _write = _tx  # rows are locked where writers must take turns
     _write_one = _read  # one statement in autocommit is its own transaction: no BEGIN and COMMIT round trips
+
+    def _shown(self, exc: BaseException) -> str:
+        """A driver's error as shown: the URL's password masked wherever the error quotes it."""
+        return redact(str(exc), url_secrets(self._conninfo))
 
     def _safe_url(self) -> str:
         parts = urlsplit(self._conninfo)
@@ -831,7 +836,7 @@ class PostgresStore(SqlStore):
                 finally:
                     self._build_conns.discard(conn)
         except (psycopg.Error, PoolTimeout) as exc:
-            raise StoreError(f"PostgreSQL at {self._safe_url()} failed while building an index: {exc}") from exc
+            raise StoreError(f"PostgreSQL at {self._safe_url()} failed while building an index: {self._shown(exc)}") from exc
         self._indexed.add(dim)
         return True
 

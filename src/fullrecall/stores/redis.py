@@ -57,6 +57,7 @@ import numpy as np
 import redis as redis_lib
 
 from .._fork import renew_in_child
+from .._secrets import redact, url_secrets
 from ..errors import InvalidInput, StoreError
 from . import _bm25 as B
 from . import _common as C
@@ -190,7 +191,7 @@ class RedisStore(StoreBase):
     @contextlib.contextmanager
     def _errors(self, action: str) -> Iterator[None]:
         if self._closed:
-            raise StoreError(f"store {self.url} is closed")
+            raise StoreError(f"store {self._safe_url()} is closed")
         try:
             yield
         except redis_lib.exceptions.ResponseError as exc:
@@ -199,7 +200,8 @@ class RedisStore(StoreBase):
             raise V.not_unicode(exc) from exc
         except redis_lib.RedisError as exc:
             raise StoreError(
-                f"could not {action} Redis at {self._safe_url()}; nothing was acknowledged: {exc}"
+                f"could not {action} Redis at {self._safe_url()}; nothing was acknowledged: "
+                f"{redact(str(exc), url_secrets(self.url))}"
             ) from exc
 
     def _safe_url(self) -> str:
