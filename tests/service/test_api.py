@@ -439,3 +439,29 @@ def test_the_conversations_a_process_remembers_listing_stay_bounded(api):
     assert sorted(c["conversation_id"] for c in listed) == [f"c{n}" for n in range(5)]
     assert api.client.post("/v1/conversations/c0/messages", json={"messages": [{"role": "user", "content": "again"}]},
                            headers=api.a).status_code == 201
+
+
+def test_a_retried_append_queued_beside_the_first_is_embedded(store_url, gated):
+    """A client retries an append (the same message id) while the indexer is busy: both queue in one batch. The
+    retry's record, made anew, took the place of the stored one and was taken for a message forgotten meanwhile:
+    the message was never embedded, not even by the next write to its conversation."""
+    from fullrecall.service.conversations import Conversations
+    from fullrecall.service.indexer import Indexer
+    from fullrecall.stores import open_store
+
+    store = open_store(store_url)
+    indexer = Indexer(store, gated)
+    conversations = Conversations(store, indexer)
+    busy = Scope(tenant="t", session_id="busy")
+    conversations.append(busy, [{"role": "user", "content": "keeps the indexer busy"}])
+    while indexer.pending:  # the indexer took it and waits at the gate
+        threading.Event().wait(0.01)
+    scope = Scope(tenant="t", session_id="retried")
+    message = {"role": "user", "content": "the launch code is walrus", "id": "m-1"}
+    first = conversations.append(scope, [message])
+    assert conversations.append(scope, [message]) == first  # the retry: stored once
+    gated.gate.set()
+    assert indexer.flush()
+    assert set(store.get_vectors(scope, ["m-1"])) == {"m-1"}
+    indexer.close()
+    store.close()

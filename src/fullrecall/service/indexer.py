@@ -162,9 +162,12 @@ class Indexer:
             if scope not in self._caught_up:  # once per conversation and process: what did a crash leave?
                 positions = [m.position for m in messages if m.position is not None]
                 recent = self.store.range(scope, max(0, min(positions) - CATCH_UP), max(positions)) if positions else []
-            candidates = {m.id: m for m in recent + messages}
-            have = self.store.get_vectors(scope, list(candidates))
-            return [m for mid, m in candidates.items() if mid not in have]
+            ids = list(dict.fromkeys(m.id for m in recent + messages))
+            have = self.store.get_vectors(scope, ids)
+            lacking = [mid for mid in ids if mid not in have]
+            # embedded as stored: a client's retry of a message queues a record of its own (made anew, the append
+            # a no-op), which is not the stored message and would be taken for one forgotten meanwhile
+            return self.store.get(scope, lacking) if lacking else []
 
         todo = dict(zip(groups, self._io.map(missing, groups)))  # round trips to the store side by side
         if len(self._caught_up) > 100_000:
