@@ -139,19 +139,25 @@ def test_a_retried_turn_is_stored_once(default_embedder):
     assert set(run(other.record(turn, metadata={"turn": 1}))).isdisjoint(first)
 
 
-def test_an_id_given_twice_in_one_turn_stores_its_last_message_once_with_its_vector(default_embedder):
-    """One call naming one id twice: the id is one message, the last one given, stored in the first one's place,
-    embedded and learned from as that message (the words it replaced state no fact); both places return the id."""
-    mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s")
-    turn = [{"role": "user", "content": "My city is Oslo.", "id": "a"},
-            {"role": "user", "content": "Where is the gate?", "id": "b"},
-            {"role": "user", "content": "My boat is Ariel.", "id": "a"}]
-    ids = run(mem.record(turn))
+def test_an_id_given_twice_in_one_turn_is_one_message_and_two_messages_under_it_are_refused(store_url,
+                                                                                          default_embedder):
+    """One call naming one id twice: the same message twice is stored once (both places return its id); two
+    different messages under one id are refused, naming the second, and nothing is written. The last one given
+    used to be kept silently, the other acknowledged and lost (a conversation's append refused the same batch)."""
+    mem = memory(store_url, default_embedder, user_id="u", session_id="s")
+    said = {"role": "user", "content": "My city is Oslo.", "id": "a"}
+    ids = run(mem.record([said, {"role": "user", "content": "Where is the gate?", "id": "b"}, dict(said)]))
     assert ids[0] == ids[2] != ids[1]
-    assert [m.data for m in mem.messages()] == [turn[2], turn[1]]
-    assert [h.text for h in mem.search("what is my boat called?", 1, kinds=("message",))] == ["My boat is Ariel."]
-    assert [f.value for f in mem.facts.history()] == ["Ariel"]
+    assert [m.data for m in mem.messages()] == [said, {"role": "user", "content": "Where is the gate?", "id": "b"}]
     assert mem.store.stats(replace(mem.owner, session_id="s"))["vector_count"] == 2
+    other = memory(store_url, default_embedder, user_id="u", session_id="s2")
+    turn = [{"role": "user", "content": "What is the vault combination?", "id": "same"},
+            {"role": "system", "content": "skipped"},
+            {"role": "assistant", "content": "The vault combination is 31-7-12.", "id": "same"}]
+    with pytest.raises(MessageFormatError, match="message 2: 'id' 'same' is also message 0's, a different message"):
+        run(other.record(turn))
+    assert other.store.count(replace(other.owner, session_id="s2")) == 0
+    assert not [f for f in other.facts.history() if any(s["session_id"] == "s2" for s in f.sources)]
 
 
 def test_a_bad_message_is_named_and_nothing_is_written(default_embedder):

@@ -258,14 +258,20 @@ class PersistentMemory:
             V.check_json_value(metadata or {}, "record: 'metadata'")
         except InvalidInput as exc:
             raise MemoryInputError(str(exc)) from None
-        kept = _conversation(messages, storable=True)
-        if not kept:
+        found = _conversation(messages, storable=True)
+        if not found:
             return []
         now = time.time()
-        ids = [self._message_id(msg, i, metadata) for i, (msg, _, _) in enumerate(kept)]
-        last = {m_id: i for i, m_id in enumerate(ids)}  # an id given twice: its last message, in its first place
-        turn = [kept[i] for i in last.values()]
-        turn_ids, texts = list(last), [_words(parsed.text) for _, parsed, _ in turn]
+        ids = [self._message_id(msg, i, metadata) for i, (_, msg, _, _) in enumerate(found)]
+        first: dict[str, int] = {}  # each id's first message, by its place in ``found``
+        for at, ((index, msg, _, _), m_id) in enumerate(zip(found, ids)):  # an id given twice: one message, twice
+            earlier = found[first.setdefault(m_id, at)]
+            if earlier[1] != msg:  # two messages under one id: the store would keep one, and the other be lost
+                raise MessageFormatError(f"message {index}: 'id' {msg.get('id')!r} is also message {earlier[0]}'s, "
+                                         "a different message; ids are unique within a turn")
+        kept = [(msg, parsed, shape) for _, msg, parsed, shape in found]
+        turn = [kept[at] for at in first.values()]
+        turn_ids, texts = list(first), [_words(parsed.text) for _, parsed, _ in turn]
         sources = [{"session_id": self.session_id, "id": i} for i in turn_ids]
         learns = learn and self.extract_facts
         by_rules = learns and self.facts.chat_model is None
@@ -966,8 +972,8 @@ def _is_empty(content: Any) -> bool:
     return content is None or (isinstance(content, list) and not content)
 
 
-def _conversation(messages: Any, *, storable: bool = False) -> list[tuple[dict[str, Any], Any, str]]:
-    """(message, parsed, shape) for each message worth keeping; the first malformed one raises (with
+def _conversation(messages: Any, *, storable: bool = False) -> list[tuple[int, dict[str, Any], Any, str]]:
+    """(index, message, parsed, shape) for each message worth keeping; the first malformed one raises (with
     ``storable``, one no store could keep verbatim too: a value that is not JSON, a lone surrogate).
     """
     from ..messages.formats import detect_shape, parse_messages
@@ -992,7 +998,7 @@ def _conversation(messages: Any, *, storable: bool = False) -> list[tuple[dict[s
         except MessageFormatError as exc:
             raise MessageFormatError(f"message {i}: {str(exc).removeprefix('message 0: ')}") from None
         if parsed.text.strip():
-            kept.append((msg, parsed, shape))
+            kept.append((i, msg, parsed, shape))
     return kept
 
 
@@ -1036,7 +1042,7 @@ def _queries(query: Any) -> list[str]:
     if not isinstance(query, Iterable) or isinstance(query, bytes):
         raise MemoryInputError(f"search: 'query' must be a str, a message or a list of them, got {type(query).__name__}")
     try:
-        return [parsed.text for _, parsed, _ in _conversation(query) if parsed.role != "system"]
+        return [parsed.text for _, _, parsed, _ in _conversation(query) if parsed.role != "system"]
     except MessageFormatError:  # a loose shape: take the contents as they are (MassGen does)
         return [str(m["content"]) for m in query if isinstance(m, dict) and not _is_empty(m.get("content"))]
 
