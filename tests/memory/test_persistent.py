@@ -752,6 +752,14 @@ def test_a_turn_recorded_after_a_full_clear_is_listed_again(tmp_path, default_em
     '"created_at": 1, "archived_at": 1, "metadata": "ab"}',
     '{"kind": "message", "session_id": "s2", "id": "m2", "role": "user", "text": "x", "data": {}, '
     '"created_at": NaN, "archived_at": 1}',
+    # times no date can be shown for (every later retrieve of the owner failed), or a bool taken for 1.0
+    '{"kind": "message", "session_id": "s2", "id": "m2", "role": "user", "text": "x", "data": {}, '
+    '"created_at": 1e300, "archived_at": 1}',
+    '{"kind": "message", "session_id": "s2", "id": "m2", "role": "user", "text": "x", "data": {}, '
+    '"created_at": 1, "archived_at": -1e20}',
+    '{"kind": "message", "session_id": "s2", "id": "m2", "role": "user", "text": "x", "data": {}, '
+    '"created_at": true, "archived_at": 1}',
+    '{"kind": "fact", "id": "f1", "text": "I like tea", "valid_from": 1e300}',
     '{"kind": "fact", "id": "f1", "text": "I like tea", "valid_from": "abc"}',
     '{"kind": "fact", "id": "f1", "text": "I like tea", "sources": 5}',
     '{"kind": "fact", "id": "f1", "text": "I like tea", "mentions": "x"}',

@@ -55,8 +55,10 @@ BAD_MESSAGES: list[tuple[dict[str, Any], str]] = [
     ({"position": True}, "message 1: 'position' is True; expected an int >= 0 or None"),
     ({"position": 2**53}, "message 1: 'position' is 9007199254740992; positions are at most 9007199254740991 (2**53 - 1)"),
     ({"position": 2**63}, "message 1: 'position' is 9223372036854775808; positions are at most 9007199254740991 (2**53 - 1)"),
-    ({"created_at": math.nan}, "message 1: 'created_at' is nan; expected a finite number of Unix seconds"),
-    ({"archived_at": "yesterday"}, "message 1: 'archived_at' is 'yesterday'; expected a finite number of Unix seconds"),
+    ({"created_at": math.nan}, "message 1: 'created_at' is nan; expected Unix seconds of the years 1 to 9999"),
+    ({"created_at": 1e300}, "message 1: 'created_at' is 1e+300; expected Unix seconds of the years 1 to 9999"),
+    ({"archived_at": -1e20}, "message 1: 'archived_at' is -1e+20; expected Unix seconds of the years 1 to 9999"),
+    ({"archived_at": "yesterday"}, "message 1: 'archived_at' is 'yesterday'; expected Unix seconds of the years 1 to 9999"),
     ({"summary_id": ""}, "message 1: 'summary_id' must not be empty"),
 ]
 

@@ -56,7 +56,6 @@ _SESSIONS = "sessions"
 _EMPTIED = "emptied"  # a session record's mark: a selective clear deleted every message the session had
 _EVERYTHING = 2**62  # a position past any session's end
 IN_FLIGHT_S = 60.0  # a message without a vector recorded this recently may be being embedded by its writer
-_EARLIEST, _LATEST = -62_135_596_800, 253_402_300_800  # 0001-01-01 and 10000-01-01, UTC: the times a date has
 _NO_QUERY: Any = object()  # retrieve() given no query at all
 MIN_FACT_SIMILARITY = 0.3
 MAX_QUERIES = 3
@@ -1016,7 +1015,7 @@ def _message_time(msg: dict[str, Any]) -> float | None:
             raise MessageFormatError(f"{key!r} must be Unix seconds or ISO 8601, not {type(value).__name__} "
                                      f"{_short(value)}")
         if isinstance(value, (int, float)):
-            if not _EARLIEST <= value < _LATEST:  # NaN too: a date is made of it (for the index), as of ISO 8601
+            if not V.is_time(value):  # NaN too: a date is made of it (for the index), as of ISO 8601
                 raise MessageFormatError(f"{key!r} must be Unix seconds of the years 1 to 9999, not {value!r}")
             return float(value)
         try:
@@ -1256,8 +1255,9 @@ def _parse_line(n: int, line: str, *, first: bool = False) -> tuple[str, Any]:
     if not isinstance(doc.get("data"), dict):
         raise MemoryInputError(f"line {n}: 'data' must be an object (the message as recorded)")
     for key in ("created_at", "archived_at"):
-        if not isinstance(doc.get(key), (int, float)):
-            raise MemoryInputError(f"line {n}: {key!r} must be a number")
+        if not V.is_time(doc.get(key)):
+            raise MemoryInputError(f"line {n}: {key!r} must be Unix seconds of the years 1 to 9999, "
+                                   f"not {_short(doc.get(key))}")
     if not isinstance(doc.get("metadata") or {}, dict):
         raise MemoryInputError(f"line {n}: 'metadata' must be an object")
     message = StoredMessage(

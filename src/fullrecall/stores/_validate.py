@@ -23,7 +23,6 @@ index and the field, e.g. ``message 2: 'metadata.score' is nan; JSON has no NaN 
 
 from __future__ import annotations
 
-import math
 import unicodedata
 from collections.abc import Sequence
 from typing import Any
@@ -59,9 +58,14 @@ def check_unicode(value: str, where: str) -> str:
     return value
 
 
+EARLIEST, LATEST = -62_135_596_800, 253_402_300_800  # 0001-01-01 and 10000-01-01, UTC: the times a date has
+
+
 def is_time(value: Any) -> bool:
-    """Whether ``value`` is a time fullrecall takes: a finite number of Unix seconds (not a bool)."""
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    """Whether ``value`` is a time fullrecall takes: Unix seconds (not a bool) of the years 1 to 9999, the times
+    a date can be shown for (1e300 seconds was stored, and every later read that showed its date failed).
+    """
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and EARLIEST <= value < LATEST
 
 
 def check_text(value: Any, where: str, limit: int = MAX_FIELD_BYTES) -> str:
@@ -221,7 +225,7 @@ def check_message(m: Any, index: int, where: str | None = None) -> None:
 
 def check_time(value: Any, where: str) -> float:
     if not is_time(value):
-        raise InvalidInput(f"{where} is {value!r}; expected a finite number of Unix seconds")
+        raise InvalidInput(f"{where} is {value!r}; expected Unix seconds of the years 1 to 9999")
     return float(value)
 
 
