@@ -234,7 +234,7 @@ def test_no_memory_crosses_users_on_any_backend(store_url, default_embedder):
         assert "X9-ALICE-771" in run(alice.retrieve("passport number"))
         assert "DEFAULT-000" not in run(alice.retrieve("passport number", limit=10))
         alice_id = alice.messages()[0].id
-        assert bob.expand(alice_id) == [] and bob.clear(ids=[alice_id]) == {"messages": 0, "facts": 0}
+        assert bob.expand(alice_id) == [] and bob.clear(ids=[alice_id]) == {"messages": 0, "summaries": 0, "facts": 0}
         default_fact = nobody.facts.history()[0].id
         assert bob.clear(ids=[default_fact])["facts"] == 0 and nobody.facts.get(default_fact) is not None
         assert [m.id for m in alice.expand(alice_id)] == [alice_id]
@@ -525,7 +525,7 @@ def test_selective_clearing_by_role_time_session_and_id(default_embedder):
 
     assert len(texts()) == 4 and one.sessions() == ["one", "two"]
 
-    assert one.clear(roles=["assistant"], session_id="two") == {"messages": 1, "facts": 0}
+    assert one.clear(roles=["assistant"], session_id="two") == {"messages": 1, "summaries": 0, "facts": 0}
     assert texts() == ["new question", "old answer", "old question"]
     before_2021 = time.mktime((2021, 1, 1, 0, 0, 0, 0, 0, 0))
     assert [m.data["content"] for m in one.messages(until=before_2021)] == ["old question"]
@@ -533,7 +533,7 @@ def test_selective_clearing_by_role_time_session_and_id(default_embedder):
     assert one.clear(until=before_2021)["messages"] == 1
     fact = one.remember("My car is a Volvo")
     target = [m.id for m in one.messages() if m.data["content"] == "new question"]
-    assert one.clear(ids=target + [fact.id]) == {"messages": 1, "facts": 1}
+    assert one.clear(ids=target + [fact.id]) == {"messages": 1, "summaries": 0, "facts": 1}
     assert one.facts.history() == [] and "new question" not in texts()
     assert one.clear()["messages"] >= 1 and one.messages() == [] and two.stats()["session_count"] == 0
 
@@ -987,3 +987,40 @@ def test_save_to_memory_keeps_the_agents_reason_with_its_facts(store_url, defaul
         assert run(mem.save_to_memory("", ["User likes tea"]))["success"] is True  # no reason given: facts only
     finally:
         mem.close()
+
+
+def test_a_cleared_message_leaves_no_summary_or_window_repeating_its_words(store_url, default_embedder):
+    """A conversation's window manager summarized a message; clearing it by id (MCP's forget) deleted the message,
+    but its words stayed in the summaries and in the window's summary: the window, the summaries and an export
+    still showed them. The summaries that may hold them go, the window drops its summary; the other messages
+    the summaries covered stay archived, verbatim."""
+    import io
+
+    from fullrecall import SyncConversationMemory
+    from fullrecall.archive.archive import archived_summaries
+    from fullrecall.summarizers import ExtractiveSummarizer
+
+    store = open_store(store_url)
+    window = SyncConversationMemory(store, "c1", user_id="u", agent_id="a", summarizer=ExtractiveSummarizer(),
+                                    max_history_turns=2, preserve_recent_messages=2)
+    texts = ["hello there friend", "my password is HUNTER2 remember it", "ok noted the password", "what else",
+             "nothing much", "bye now", "see you", "later then"]
+    for i, text in enumerate(texts):
+        window.add({"role": "user" if i % 2 == 0 else "assistant", "content": text, "id": f"m{i}"})
+    scope = window.scope
+    assert any("HUNTER2" in json.dumps(m) for m in window.messages)  # the premise: a summary repeats it
+    assert any("HUNTER2" in s["text"] for s in archived_summaries(store, scope))
+    mem = memory(store, default_embedder, user_id="u", agent_id="a", session_id="other")
+    counts = mem.clear(ids=["m1"], session_id="c1")
+    assert counts["messages"] == 1 and counts["summaries"] >= 1
+    exported = io.StringIO()
+    mem.export_jsonl(exported)
+    shown = [json.dumps(window.messages), json.dumps(archived_summaries(store, scope)), exported.getvalue(),
+             run(mem.retrieve("what is my password?", limit=10))]
+    assert not [text for text in shown if "HUNTER2" in text]
+    kept = [m.data["content"] for m in store.range(scope, 0, 100)]
+    assert kept == [t for t in texts if "HUNTER2" not in t]  # nothing else went
+    window.add({"role": "user", "content": "one more", "id": "m8"})  # and the window goes on
+    assert window.messages[-1]["content"] == "one more"
+    window.close()
+    store.close()

@@ -61,7 +61,7 @@ def test_search_expand_remember_forget_through_the_dispatcher(tools):
     current = [f.value for f in tools.memory.facts.current(attribute="locker code")]
     assert current == ["9001"] and len(tools.memory.facts.history(attribute="locker code")) == 2
 
-    assert tools.call("forget", {"id": message["id"]}) == {"deleted": 1, "messages": 1, "facts": 0}
+    assert tools.call("forget", {"id": message["id"]}) == {"deleted": 1, "messages": 1, "summaries": 0, "facts": 0}
     after = tools.call("search_memory", {"query": "locker code", "limit": 5})["results"]
     assert message["id"] not in [r["id"] for r in after]
     assert "error" in tools.call("forget", {"id": message["id"]})
@@ -172,11 +172,11 @@ def test_forget_deletes_one_sessions_message_when_its_id_repeats(store_url, defa
     refused = tools.call("forget", {"id": "1"})
     assert refused == {"error": "forget: the id '1' names messages in 2 sessions ('trip', 'work'): give the hit's "
                                 "session_id"}
-    assert tools.call("forget", {"id": "1", "session_id": "trip"}) == {"deleted": 1, "messages": 1, "facts": 0}
+    assert tools.call("forget", {"id": "1", "session_id": "trip"}) == {"deleted": 1, "messages": 1, "summaries": 0, "facts": 0}
     kept = tools.call("expand", {"id": "1"})["messages"]
     assert [(m["session_id"], m["message"]["content"]) for m in kept] == [("work", "The deploy key rotates on Monday")]
     assert tools.call("forget", {"id": "1", "session_id": "trip"}) == {"error": "nothing in memory has the id '1'"}
-    assert tools.call("forget", {"id": "1"}) == {"deleted": 1, "messages": 1, "facts": 0}  # one session holds it now
+    assert tools.call("forget", {"id": "1"}) == {"deleted": 1, "messages": 1, "summaries": 0, "facts": 0}  # one session holds it now
     store.close()
 
 

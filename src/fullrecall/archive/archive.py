@@ -36,7 +36,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -667,6 +667,24 @@ def archived_summaries(store: Store, scope: Scope) -> list[dict[str, Any]]:
         if s.get("folds") is None and folded is not None:
             s["folds"] = folded["text"]
     return sorted(items.values(), key=lambda s: ((s.get("covers") or [None])[0] or 0, s.get("created_at", 0)))
+
+
+def forget_summaries(store: Store, scope: Scope, positions: Collection[int]) -> int:
+    """Delete the archived summaries of one conversation that may hold words of the messages at ``positions``
+    (being deleted): each one covering a position from the first of them on, since a summary folds in the one
+    before it. The messages a summary covered stay archived, verbatim. How many went.
+    """
+    if not positions:
+        return 0
+    first = min(positions)
+    gone = {s["id"] for s in archived_summaries(store, scope) if (s.get("covers") or [first])[-1] >= first}
+    legacy = (store.get_state(scope, "summaries") or {}).get("items") or []
+    if any(isinstance(s, dict) and s.get("id") in gone for s in legacy):  # the document older versions kept
+        store.put_state(scope, "summaries", {"items": [s for s in legacy if not (isinstance(s, dict) and s.get("id")
+                                                                                  in gone)]})
+    for summary_id in gone:
+        store.delete_record(scope, SUMMARIES, summary_id)
+    return len(gone)
 
 
 def message_record(msg: Message, shape: str, *, data: dict[str, Any] | None = None, reason: str | None = None,

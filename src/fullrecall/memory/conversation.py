@@ -32,7 +32,7 @@ import hashlib
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -440,6 +440,29 @@ class SyncConversationMemory:
             state["unpinned"] = unpinned
         self.store.put_state(self.scope, _WINDOW_KEY, state)
         # the window is as the manager left it; the next operation reads the store again anyway
+
+
+def forget_window_words(store: Store, scope: Scope, positions: Collection[int]) -> bool:
+    """Take the words of the messages at ``positions`` (being deleted from the conversation's log) out of its
+    saved window: its summary, when it may cover one of them (the messages it replaced stay archived, verbatim),
+    and a shortened copy of one. The next read of the window sees it so. True if the window changed.
+    """
+    state = store.get_state(scope, _WINDOW_KEY)
+    if not state or not positions:
+        return False
+    manager, replaced = dict(state.get("manager") or {}), dict(state.get("replaced") or {})
+    dropped = [replaced.pop(str(p)) for p in positions if str(p) in replaced]
+    # the summary covers what left the window: the positions after a pinned first message (if any) and
+    # before the window's start
+    summarized = manager.get("summary_message") is not None and \
+        min(positions) < 1 + int(manager.get("removed_message_count") or 0)
+    if summarized:
+        manager["summary_message"] = None
+    if not (dropped or summarized):
+        return False
+    store.put_state(scope, _WINDOW_KEY, {**state, "manager": manager, "replaced": replaced,
+                                         "version": int(state.get("version", 0)) + 1})
+    return True
 
 
 def message_id(raw: dict[str, Any], index: int) -> str:

@@ -39,7 +39,7 @@ import numpy as np
 from .._fork import after_fork_in_child
 from .._json import dumps_text
 from .._json import parse as parse_json
-from ..archive.archive import archived_summaries
+from ..archive.archive import archived_summaries, forget_summaries
 from ..errors import FactExtractionError, InvalidInput, MemoryInputError, MessageFormatError
 from ..stores import _validate as V
 from ..stores import open_store
@@ -47,6 +47,7 @@ from ..stores._forget import is_change_log
 from ..stores.base import DEFAULT_TENANT, Record, Scope, Store, StoredMessage
 from ._records import RecordBook, owner_scope, record_owner
 from ._records import checked as _checked
+from .conversation import forget_window_words
 from .facts import Fact, FactMemory
 
 log = logging.getLogger("fullrecall.memory")
@@ -617,13 +618,18 @@ class PersistentMemory:
             self._noted = False
             return counts
         ids = list(_names("ids", ids) or ()) if ids is not None else None
-        counts = {"messages": 0, "facts": 0}
-        by_session: dict[str, list[str]] = {}
+        counts = {"messages": 0, "summaries": 0, "facts": 0}
+        by_session: dict[str, list[StoredMessage]] = {}
         for m in self.messages(roles=roles, since=since, until=until, session_id=session_id, ids=ids):
-            by_session.setdefault(m.session_id or "", []).append(m.id)
+            by_session.setdefault(m.session_id or "", []).append(m)
         for s, gone in by_session.items():
             scope = replace(self.owner, session_id=s)
-            counts["messages"] += self.store.delete(scope, gone)
+            counts["messages"] += self.store.delete(scope, [m.id for m in gone])
+            # and what repeats their words: a window manager's summaries of them (see forget_summaries), and the
+            # conversation's window, when its summary or a shortened copy holds them
+            positions = {m.position for m in gone if m.position is not None}
+            counts["summaries"] += forget_summaries(self.store, scope, positions)
+            forget_window_words(self.store, scope, positions)
             if not self.store.count(scope):
                 self._mark_emptied(s)
         if ids is not None and roles is None and since is None and until is None and session_id is None:
