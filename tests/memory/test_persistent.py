@@ -989,6 +989,23 @@ def test_save_to_memory_keeps_the_agents_reason_with_its_facts(store_url, defaul
         mem.close()
 
 
+@pytest.mark.parametrize("thinking, items", [
+    ("the user told me their bank", ["My bank is \udc00Quorblat"]),  # the reason was recorded, the fact refused
+    ("", ["I like green tea", "My pin is \ud8001234"]),  # the first fact was kept, the second refused
+    ("reason \ud800", ["I like tea"]),  # raised MessageFormatError out of the tool
+])
+def test_a_refused_save_to_memory_keeps_nothing(store_url, default_embedder, thinking, items):
+    """A save the tool refuses answers ``success: False`` and keeps nothing of it: every item and the reason are
+    checked before any is written."""
+    mem = memory(store_url, default_embedder, user_id="u", session_id="s")
+    try:
+        answer = run(mem.save_to_memory(thinking, items))
+        assert answer["success"] is False and answer["memory_ids"] == [] and "not valid" in answer["message"]
+        assert mem.messages() == [] and mem.facts.history() == []
+    finally:
+        mem.close()
+
+
 def test_a_cleared_message_leaves_no_summary_or_window_repeating_its_words(store_url, default_embedder):
     """A conversation's window manager summarized a message; clearing it by id (MCP's forget) deleted the message,
     but its words stayed in the summaries and in the window's summary: the window, the summaries and an export

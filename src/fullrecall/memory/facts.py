@@ -255,6 +255,15 @@ class FactMemory:
         """
         return self._record(self._build(text, subject, attribute, value, valid_from, stated_at, sources, origin), vector)
 
+    def check(self, text: str, where: str) -> None:
+        """``MemoryInputError`` (``where`` before its words) if :meth:`remember` would refuse ``text``; nothing is
+        read or written.
+        """
+        try:
+            self._build(text, None, None, None, None, None, (), "explicit")
+        except MemoryInputError as exc:
+            raise MemoryInputError(f"{where}: {exc}") from None
+
     def _build(
         self, text: str, subject: str | None, attribute: str | None, value: str | None, valid_from: float | None,
         stated_at: float | None, sources: Iterable[dict[str, str]], origin: str,
@@ -270,7 +279,7 @@ class FactMemory:
                 check_unicode(v, f"fact {text!r}: {name!r}")
         for name, when in (("valid_from", valid_from), ("stated_at", stated_at)):
             if when is not None and not V.is_time(when):
-                raise MemoryInputError(f"fact {text!r}: {name!r} must be Unix seconds (a finite number), not {when!r}")
+                raise MemoryInputError(f"fact {text!r}: {name!r} must be Unix seconds of the years 1 to 9999, not {when!r}")
         if not isinstance(origin, str):
             raise MemoryInputError(f"fact {text!r}: 'origin' must be a string, not {origin!r}")
         sources = [_check_source(text, s) for s in sources]
@@ -660,7 +669,7 @@ class FactMemory:
     ) -> list[Fact]:
         """Facts that hold now (or at time ``at``), oldest first: a fact dated in the future is not yet current."""
         if at is not None and not V.is_time(at):
-            raise MemoryInputError(f"current: 'at' must be Unix seconds (a finite number), not {at!r}")
+            raise MemoryInputError(f"current: 'at' must be Unix seconds of the years 1 to 9999, not {at!r}")
         when = self.clock() if at is None else float(at)
         return [f for f in self._select(subject, attribute) if f.valid_at(when)]
 

@@ -216,9 +216,15 @@ class PersistentMemory:
             for i, item in enumerate(items):
                 if not isinstance(item, str) or not item.strip():
                     raise MemoryInputError(f"save_to_memory: content item {i} must be a non-empty string, not {item!r}")
+                self.facts.check(item, f"save_to_memory: content item {i}")  # all checked before anything is kept
             sources: list[dict[str, str]] = []
             if thinking and thinking.strip():
                 reason = {"role": "assistant", "name": "memory_save", "content": thinking}
+                try:
+                    _conversation([reason], storable=True)
+                except MessageFormatError as exc:
+                    raise MemoryInputError(f"save_to_memory: 'thinking': {str(exc).removeprefix('message 0: ')}"
+                                           ) from None
                 recorded = self._record([reason], {_REASON: True}, learn=False)
                 sources = [{"session_id": self.session_id, "id": i} for i in recorded]
             ids = [self.remember(item, sources=sources).id for item in items]
