@@ -132,3 +132,26 @@ def test_two_servers_on_one_store_keep_the_window_within_budget(make_api):
         assert [m["position"] for m in window[1:]] == list(range(20 - len(window) + 1, 20))
         summaries = api.client.get("/v1/conversations/c/summaries", headers=api.headers(key)).json()["summaries"]
         assert [m["position"] for m in _expanded(api, summaries)] == list(range(window[1]["position"]))
+
+
+def test_a_message_of_another_shape_than_the_conversations_is_refused_before_it_is_written(make_api):
+    """An OpenAI chat message, then a Converse one: both were stored, and the managed window, read whole in one
+    shape, answered 422 to every read for good. The second is refused naming it, nothing written; messages that
+    read in the conversation's shape (Claude's content blocks beside chat messages) are taken, in any process."""
+    api = make_api()
+    url = "/v1/conversations/c1/messages"
+    assert api.client.post(url, headers=api.a, json={"messages": [{"role": "user", "content": "code 4471"}]}
+                           ).status_code == 201
+    refused = api.client.post(url, headers=api.a, json={"messages": [{"role": "assistant", "content": [{"text": "ok"}]}]})
+    assert refused.status_code == 422
+    assert refused.json()["error"]["message"].startswith("message 0: it does not read in this conversation's shape")
+    blocks = {"role": "assistant", "content": [{"type": "text", "text": "noted, 4471"}]}
+    assert api.client.post(url, headers=api.a, json={"messages": [blocks]}).status_code == 201
+    other = make_api()  # another server on the store: it reads the window's shape first
+    converse = {"role": "user", "content": [{"text": "and now?"}]}
+    refused = other.client.post(url, headers=api.a, json={"messages": [converse]})
+    assert refused.status_code == 422 and "conversation's shape (openai)" in refused.json()["error"]["message"]
+    window = api.client.get(url, headers=api.a)
+    assert window.status_code == 200 and [m["message"] for m in window.json()["messages"]] == [
+        {"role": "user", "content": "code 4471"}, blocks]
+    assert api.client.get("/v1/conversations/c1/context", headers=api.a).status_code == 200

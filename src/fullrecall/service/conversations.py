@@ -151,6 +151,8 @@ class Conversations:
         check_text(messages, "messages")
         shape, parsed = parse_messages(messages, storable=True)  # what a store keeps verbatim, as the library asks
         check_unique_ids(messages, mids, "a request")
+        if self.windows is not None:  # a managed window is read whole, in one shape
+            self.windows.check(scope, messages)
         if any(m.has_tool_result for m in parsed):  # only then is the conversation's tail needed
             recent = self._tail(scope, self.window_messages)
             self._check_tool_pairs(parsed, recent, {m.id for m in recent}, mids)

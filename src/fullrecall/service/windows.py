@@ -25,7 +25,9 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
+from ..errors import MessageFormatError
 from ..memory._cache import LockedCache
+from ..messages.formats import detect_shape, parse_messages, shape_of, shape_signals
 from ..stores.base import Scope, Store
 
 log = logging.getLogger("fullrecall.service")
@@ -81,8 +83,9 @@ class ManagedWindows:
         self.on_summary = on_summary or (lambda tenant: None)
         self.on_llm_call = on_llm_call or (lambda tenant: None)
         self.cache_size = cache_size
-        self._memories: LockedCache[Any] = LockedCache(cache_size, on_evict=lambda key: self._room.pop(key, None))
+        self._memories: LockedCache[Any] = LockedCache(cache_size, on_evict=self._forget_sizes)
         self._room: dict[tuple, tuple[int, int]] = {}  # per conversation: originals and tokens in the window
+        self._shapes: dict[tuple, str] = {}  # per conversation: the window's message shape, as last read here
         self._max_originals = 2 * max(1, window_messages // 2)  # the manager counts user/assistant turns
         from ..tokens import default_token_counter
 
@@ -99,6 +102,39 @@ class ManagedWindows:
         memory, lock = self._memory(scope)
         with lock:
             return operation(memory)
+
+    def check(self, scope: Scope, messages: list[dict[str, Any]]) -> None:
+        """``MessageFormatError`` naming the first of ``messages`` that would not read in one shape with the
+        conversation's window, before they are written: the manager reads the window whole, in one shape, so a
+        message of another (an OpenAI chat message after Converse ones) would leave it unreadable for good. The
+        window's shape as last read here serves while the messages read in it; else the window is read.
+        """
+        key = _key(scope)
+        with self._lock:
+            known = self._shapes.get(key)
+        if known is not None and _reads_in(messages, known):
+            return
+
+        def fits(memory: Any) -> None:
+            window = memory.messages
+            if not window:
+                return
+            try:
+                shape, _ = parse_messages(window + messages)
+            except MessageFormatError:
+                own = detect_shape(window)
+                for index in range(len(messages)):
+                    try:
+                        parse_messages(window + messages[: index + 1])
+                    except MessageFormatError as exc:
+                        raise MessageFormatError(
+                            f"message {index}: it does not read in this conversation's shape ({own}): "
+                            f"{str(exc).split(': ', 1)[-1]}; a conversation keeps one shape") from None
+                raise
+            with self._lock:
+                self._shapes[key] = shape
+
+        self.run(scope, fits)
 
     def manage(self, scope: Scope, added: list[dict[str, Any]]) -> None:
         """Keep the window within budget after ``added`` were appended (durable already: a failure is logged).
@@ -138,8 +174,16 @@ class ManagedWindows:
         """Run the manager on the window as stored now; remember its size; return it."""
         memory.apply_management()
         messages = memory.messages  # read from the store: the rows behind them are current
+        try:
+            shape: str | None = detect_shape(messages) if messages else None
+        except MessageFormatError:  # a window of two shapes (written before they were checked): read it anew
+            shape = None
         with self._lock:
             self._room[_key(memory.scope)] = (len(memory._rows), self._tokens(messages))
+            if shape is not None:
+                self._shapes[_key(memory.scope)] = shape
+            else:
+                self._shapes.pop(_key(memory.scope), None)
         return messages
 
     def _tokens(self, messages: list[dict[str, Any]]) -> int:
@@ -163,8 +207,11 @@ class ManagedWindows:
 
     def drop(self, scope: Scope) -> None:
         self._memories.drop(_key(scope))
-        with self._lock:
-            self._room.pop(_key(scope), None)
+        self._forget_sizes(_key(scope))
+
+    def _forget_sizes(self, key: tuple) -> None:  # (dict.pop is atomic: also called by the cache as it evicts)
+        self._room.pop(key, None)
+        self._shapes.pop(key, None)
 
     def _memory(self, scope: Scope) -> tuple[Any, threading.Lock]:
         return self._memories.get(_key(scope), lambda: self._build(scope))  # built outside the lock: it reads the store
@@ -191,6 +238,15 @@ class ManagedWindows:
         manager.archive.external_indexing = True
         return SyncConversationMemory(self.store, session, user_id=user, agent_id=agent, tenant=tenant,
                                       manager=manager)
+
+
+def _reads_in(messages: list[dict[str, Any]], shape: str) -> bool:
+    """Whether ``messages`` read in ``shape`` and a window of that shape stays of it with them."""
+    try:
+        parse_messages(messages, shape)
+        return shape_of({shape: 0, **{s: 1 for s in shape_signals(messages)}}) == shape
+    except MessageFormatError:
+        return False
 
 
 def _owner(scope: Scope) -> tuple[str | None, str | None, str]:
