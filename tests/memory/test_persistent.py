@@ -160,6 +160,18 @@ def test_an_id_given_twice_in_one_turn_is_one_message_and_two_messages_under_it_
     assert not [f for f in other.facts.history() if any(s["session_id"] == "s2" for s in f.sources)]
 
 
+@pytest.mark.parametrize("bad", [1.5, "", "  ", True, None, "a\x00b"])
+def test_an_id_no_message_may_have_is_refused_not_replaced(store_url, default_embedder, bad):
+    """An ``id`` that a conversation refuses (a float, a blank string, a bool) was silently replaced by a fresh
+    one: a retry of the turn stored the message again. It is refused by the same rule, naming the message."""
+    mem = memory(store_url, default_embedder, user_id="u", session_id="s")
+    turn = [{"role": "system", "content": "skipped"}, {"role": "user", "content": "fine"},
+            {"id": bad, "role": "user", "content": "retried"}]
+    with pytest.raises(MessageFormatError, match="message 2: 'id'"):
+        run(mem.record(turn))
+    assert mem.store.count(replace(mem.owner, session_id="s")) == 0
+
+
 def test_a_bad_message_is_named_and_nothing_is_written(default_embedder):
     mem = memory("sqlite:///:memory:", default_embedder, user_id="u", session_id="s")
     with pytest.raises(MessageFormatError, match="message 2: 'role' is missing"):

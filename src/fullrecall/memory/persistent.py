@@ -47,7 +47,7 @@ from ..stores._forget import is_change_log
 from ..stores.base import DEFAULT_TENANT, Record, Scope, Store, StoredMessage
 from ._records import RecordBook, owner_scope, record_owner
 from ._records import checked as _checked
-from .conversation import forget_window_words
+from .conversation import forget_window_words, message_id
 from .facts import Fact, FactMemory
 
 log = logging.getLogger("fullrecall.memory")
@@ -267,6 +267,9 @@ class PersistentMemory:
         found = _conversation(messages, storable=True)
         if not found:
             return []
+        for index, msg, _, _ in found:  # an id given is the message's own, or refused by the one rule, as everywhere
+            if "id" in msg:
+                message_id(msg, index)
         now = time.time()
         ids = [self._message_id(msg, i, metadata) for i, (_, msg, _, _) in enumerate(found)]
         first: dict[str, int] = {}  # each id's first message, by its place in ``found``
