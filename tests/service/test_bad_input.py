@@ -451,3 +451,21 @@ def test_a_line_nested_past_any_parser_is_refused_by_the_import_naming_it(api):
     error = _error(api.client.post("/v1/import", content=body, headers={**api.a, "content-type": "application/x-ndjson"}))
     assert error["message"] == "line 2: not valid JSON (nested too deep)", error
     assert api.store.count(Scope(tenant="tenant-a", session_id="c")) == 0
+
+
+@pytest.mark.parametrize("url, field", [
+    ("/v1/conversations/%FF/messages", "path"),
+    ("/v1/conversations/c/messages?user_id=%C0", "user_id"),
+    ("/v1/conversations/c/messages?user_id=ok&agent_id=a%FEb", "agent_id"),
+    ("/v1/conversations/c/messages?%FF=1", "query"),
+])
+def test_percent_escapes_of_no_utf8_are_refused_not_read_as_another_id(api, url, field):
+    """``%FF`` was decoded to U+FFFD, as ``%FE`` was: two ids a client sent named one conversation (and one
+    user), and one's messages were read back through the other. Refused on write and read, nothing written."""
+    for method, body in (("post", {"json": {"messages": [GOOD]}}), ("get", {})):
+        r = getattr(api.client, method)(url, headers=api.a, **body)
+        assert r.status_code == 422 and _error(r)["field"] == field, (method, r.text)
+    assert api.store.sessions(Scope(tenant="tenant-a", user_id=ANY, agent_id=ANY, session_id=ANY)) == []
+    fine = api.client.post("/v1/conversations/%C3%A9t%C3%A9/messages?user_id=J%C3%BCrgen", headers=api.a,
+                           json={"messages": [GOOD]})  # escapes of UTF-8 are fine
+    assert fine.status_code == 201 and fine.json()["messages"][0]["position"] == 0

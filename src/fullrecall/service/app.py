@@ -14,6 +14,7 @@ import math
 import time
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from fastapi import Body, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -176,6 +177,44 @@ class BodyLimit:
         await self.app(scope, _replay(chunks, None, receive), send)
 
 
+class Utf8Url:
+    """ASGI middleware: a path or query whose percent-escapes spell no UTF-8 (``%FF``) gets 422. The server decodes
+    them to U+FFFD, so different ids a client sent (``%FF`` and ``%FE``) would name one conversation.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            bad = _not_utf8(scope.get("raw_path") or b"", scope.get("query_string") or b"")
+            if bad is not None:
+                return await _error(422, "invalid", f"the URL's {bad} is not valid UTF-8 (a percent-escape of a "
+                                    "byte no character is made of)", bad)(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+def _not_utf8(raw_path: bytes, query: bytes) -> str | None:
+    """``"path"``, or the name of the query parameter (``"query"`` when that is not UTF-8 either), whose
+    percent-decoded bytes are no UTF-8; None when all are.
+    """
+    try:
+        unquote_to_bytes(raw_path).decode("utf-8")
+    except UnicodeDecodeError:
+        return "path"
+    for part in query.split(b"&"):
+        name, _, value = part.partition(b"=")
+        try:
+            name_text = unquote_to_bytes(name.replace(b"+", b" ")).decode("utf-8")
+        except UnicodeDecodeError:
+            return "query"
+        try:
+            unquote_to_bytes(value.replace(b"+", b" ")).decode("utf-8")
+        except UnicodeDecodeError:
+            return name_text or "query"
+    return None
+
+
 def _replay(chunks: list[bytes], first: dict | None, receive: Any = None):
     """An ASGI ``receive`` that gives the buffered body once, then waits on the real one (disconnects)."""
     pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}] if first is None else [first]
@@ -213,6 +252,7 @@ def create_app(settings: Settings | None = None, *, store: Any = None, embedder:
     _routes(app, service)
     mcp_running = mount_mcp(app, service)  # /mcp, when the mcp package is installed
     mount_ui(app)  # the inspector at /ui
+    app.add_middleware(Utf8Url)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(Measure, metrics=service.metrics)
     return app
