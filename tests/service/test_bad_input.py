@@ -469,3 +469,23 @@ def test_percent_escapes_of_no_utf8_are_refused_not_read_as_another_id(api, url,
     fine = api.client.post("/v1/conversations/%C3%A9t%C3%A9/messages?user_id=J%C3%BCrgen", headers=api.a,
                            json={"messages": [GOOD]})  # escapes of UTF-8 are fine
     assert fine.status_code == 201 and fine.json()["messages"][0]["position"] == 0
+
+
+def test_every_refusal_names_its_field_and_a_json_value_of_another_type_is_refused(api):
+    """Refusals the library words ("fact: 'text' must be ...") answered ``"field": null``; and ``"top_k": true``
+    was taken as 1, ``"5"`` as 5. Each 422 names its field; a value of another JSON type is refused."""
+    api.client.post("/v1/conversations/c1/messages", headers=api.a, json={"messages": [GOOD]})
+    for r, field in [
+        (api.client.get("/v1/conversations/c1/context?max_tokens=1", headers=api.a), "max_tokens"),
+        (api.client.post("/v1/search", headers=api.a, json={"query": "a", "filters": {"roles": ["\x00"]}}), "roles"),
+        (api.client.post("/v1/facts", headers=api.a, json={"text": " "}), "text"),
+        (api.client.post("/v1/patterns", headers=api.a, json={"query": "q", "tools_used": [""], "success_score": 0.9,
+                                                              "execution_time_ms": 1}), "tools_used"),
+        (api.client.post("/v1/import", headers={**api.a, "content-type": "application/x-ndjson"}, content=b"\xff"),
+         "body"),
+        (api.client.post("/v1/search", headers=api.a, json={"query": "fine", "top_k": True}), "top_k"),
+        (api.client.post("/v1/search", headers=api.a, json={"query": "fine", "radius": "2"}), "radius"),
+        (api.client.post("/v1/facts", headers=api.a, json={"text": "I like tea", "user_id": 7}), "user_id"),
+    ]:
+        assert r.status_code == 422 and _error(r)["field"] == field, (field, r.text)
+    assert api.client.post("/v1/search", headers=api.a, json={"query": "fine", "top_k": 2}).status_code == 200

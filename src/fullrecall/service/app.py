@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any
@@ -108,26 +109,28 @@ class AppendBody(BaseModel):
     idempotent.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     messages: list[dict[str, Any]] = Field(min_length=1, max_length=10_000)
 
 
 class SearchScope(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     user_id: str | None = None
     agent_id: str | None = None
     conversation_id: str | None = None
 
 
 class SearchFilters(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN and Infinity, which Python's JSON reads
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+    # (strict: a JSON value of another type, true for an integer, is refused, not converted; NaN and Infinity,
+    # which Python's JSON reads, are refused)
     roles: list[str] | None = Field(None, min_length=1, description="the roles to keep (left out: every role)")
     since: float | None = None
     until: float | None = None
 
 
 class SearchBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     query: str = Field(min_length=1, max_length=10_000)
     scope: SearchScope = SearchScope()
     top_k: int = Field(5, ge=1, le=100)
@@ -136,7 +139,7 @@ class SearchBody(BaseModel):
 
 
 class ExportBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     user_id: str | None = None
     agent_id: str | None = None
     conversation_id: str | None = None
@@ -285,7 +288,8 @@ def _errors(app: FastAPI) -> None:
 
     def plain(status: int, kind: str | None, field: str | None = None, prefix: str = "") -> Any:
         async def handler(request: Request, exc: Exception) -> JSONResponse:  # an error naming its field wins
-            return _error(status, kind or type(exc).__name__, prefix + str(exc), getattr(exc, "field", None) or field)
+            named = getattr(exc, "field", None) or field or (_named_field(str(exc)) if status == 422 else None)
+            return _error(status, kind or type(exc).__name__, prefix + str(exc), named)
 
         return handler
 
@@ -307,6 +311,18 @@ def _errors(app: FastAPI) -> None:
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return _error(500, "internal", "internal error (logged on the server)")
+
+
+# the field an error's words name: the quoted name something is said of, first or after a colon ("fact: 'text' must
+# be ...", "filters 'roles'[0] contains ...", "'max_tokens' 1 is below ...", "the body is not ..."); a quoted value
+# ("session 'a' has ...", "'id' 'a' is ...") names none
+_NAMED_FIELD = re.compile(r"(?:^|: |filters )'([A-Za-z_][\w.]*)'(?:\[\d+\])* (?:must|is|are|contains|has|holds|\d)"
+                          r"|^the (body) ")
+
+
+def _named_field(message: str) -> str | None:
+    found = _NAMED_FIELD.search(message)
+    return (found.group(1) or found.group(2)) if found else None
 
 
 class Measure:

@@ -45,7 +45,7 @@ class _Body(BaseModel):
     and agent) to act for.
     """
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)  # true is no number, "5" no integer
     user_id: str | None = Field(None, max_length=200, description="the user (default owner if unset)")
     agent_id: str | None = Field(None, max_length=200, description="the agent (default owner if unset)")
 
