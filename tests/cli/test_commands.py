@@ -460,6 +460,15 @@ def test_chat_refuses_an_answer_budget_of_no_tokens(tmp_path):
     assert not (tmp_path / "m.db").exists()
 
 
+def test_chat_refuses_a_system_prompt_no_request_may_carry_before_storing_anything(tmp_path):
+    """A --system holding a lone surrogate (bytes of no UTF-8 in argv) was refused by the first request, after the
+    user's line was stored: the conversation kept a question with no answer. It is refused at once now."""
+    done = inproc("chat", "--model", "scripted", "--system", "be \udcff brief", "--store",
+                  f"sqlite:///{tmp_path / 'm.db'}", cwd=tmp_path, stdin="hi\n", ok=False)
+    assert done.returncode == 2 and "'system' is not valid Unicode" in done.stderr, done.stderr
+    assert not (tmp_path / "m.db").exists()
+
+
 def test_a_strands_model_option_that_names_no_model_is_one_line_of_error(tmp_path):
     """A --model naming no Strands model (a module, a misspelt name) ended the chat in a traceback; a module that
     does not exist was 'error: No module named ...' with exit code 1, not naming --model."""
@@ -467,6 +476,8 @@ def test_a_strands_model_option_that_names_no_model_is_one_line_of_error(tmp_pat
     for target, why in [("os:path", "not a Strands Model or Agent (a module)"),
                         ("os:getcwd", "not a Strands Model or Agent (a str)"),
                         ("os:no_such_model", "module 'os' has no 'no_such_model'"),
+                        ("json:dumps", "calling 'dumps' failed (TypeError: dumps() missing 1 required positional "
+                                       "argument: 'obj')"),  # a function that makes no model: it raised
                         ("no_such_package.models:model", "no module named 'no_such_package'")]:
         done = fr("chat", "--provider", "strands", "--model", target, "--store", store, cwd=tmp_path, stdin="hi\n",
                   ok=False) if target == "os:path" else inproc("chat", "--provider", "strands", "--model", target,

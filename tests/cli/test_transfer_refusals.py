@@ -174,3 +174,16 @@ def test_a_line_nested_past_any_parser_is_refused_naming_it_in_every_format(stor
         assert store.stats(Scope(user_id=ANY, agent_id=ANY)).get("message_count") == 0
     finally:
         store.close()
+
+
+def test_a_transcript_message_of_no_unicode_is_named_by_the_openai_import(store_url):
+    """An OpenAI transcript message without an ``id`` holding a lone surrogate failed in Python's own
+    words ("'utf-8' codec can't encode ..."), naming no message, when its id was made from its content."""
+    from fullrecall.transfer import openai
+
+    store = open_store(store_url)
+    text = json.dumps([{"role": "user", "content": "ok"}, {"role": "user", "content": "x\ud800"}])
+    with pytest.raises(MessageFormatError, match="^message 1: 'content' is not valid"):
+        openai.import_openai(store, Scope(user_id="ann"), io.StringIO(text))
+    assert store.sessions(Scope(user_id=ANY, agent_id=ANY, session_id=ANY)) == []
+    store.close()

@@ -101,7 +101,11 @@ def strands_model(target: str | None) -> Any:
     if not hasattr(found, attr):
         raise ValueError(f"--model {target!r}: module {module!r} has no {attr!r}")
     made = getattr(found, attr)
-    made = made() if callable(made) and not hasattr(made, "stream") else made
+    if callable(made) and not hasattr(made, "stream"):  # a function (or class) that makes the model
+        try:
+            made = made()
+        except Exception as exc:  # noqa: BLE001 - the user's code: its failure is the option's error, one line
+            raise ValueError(f"--model {target!r}: calling {attr!r} failed ({type(exc).__name__}: {exc})") from None
     try:
         return StrandsChatModel(made)
     except TypeError:
@@ -138,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--max-turns must be at least 2")
     if args.max_answer_tokens < 1:  # before any message is stored: a provider refuses it with the first one
         raise ValueError("--max-answer-tokens must be at least 1")
+    # --system as every request carries it, checked before any message is stored (a request refuses it)
+    ChatRequest(system=args.system, messages=({"role": "user", "content": "check"},), max_tokens=1)
     model = chat_model(args)
     own = scope(args, args.session)  # checked before the store is made: a refused option leaves no file behind
     check_session_id(args.session, "--session")

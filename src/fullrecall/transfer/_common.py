@@ -116,7 +116,10 @@ def records_for(raws: Sequence[dict[str, Any]], ids: Sequence[str], *, speakers:
 
 def stable_id(index: int, raw: dict[str, Any]) -> str:
     """A message's id from its place and content: the same file gives the same ids, another file others."""
-    digest = hashlib.sha1(json.dumps(raw, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:12]
+    # surrogatepass: a lone surrogate is hashed like any character here, and refused by the message's check,
+    # which names the message and field
+    digest = hashlib.sha1(json.dumps(raw, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+                          ).hexdigest()[:12]
     return f"{index}-{digest}"
 
 
