@@ -160,6 +160,21 @@ def test_clear_then_add_kept_leaves_exactly_kept(store_url):
     assert any("answer 1" in m["content"] for m in run(memory.retrieve("answer 1")))
 
 
+def test_a_message_back_into_the_window_is_not_taken_for_one_whose_id_is_its_store_key(store_url):
+    """A message that left the window and comes back is stored under ``<id>@<where the window starts>``; a message
+    whose own id was that key ("A@1") was taken for a retry of it: "A" silently stayed out of the window."""
+    memory = make(store_url, uuid.uuid4().hex)
+    first = {"id": "A", "role": "user", "content": "first message"}
+    run(memory.add(first))
+    run(memory.clear())
+    other = {"id": "A@1", "role": "user", "content": "a message whose id has an at sign"}
+    run(memory.add(other))
+    run(memory.add(first))  # back into the window
+    assert run(memory.get_messages()) == [other, first]
+    run(memory.add(first))  # a retry: stored once
+    assert run(memory.get_messages()) == [other, first]
+
+
 def test_state_dict_round_trip_and_strict():
     memory = make()
     run(memory.add(turn(1)))

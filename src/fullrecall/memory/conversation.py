@@ -592,14 +592,22 @@ class ConversationMemory:
         start = self.sync._pinned + self.sync.manager.removed_message_count
         keys: list[str | None] = []
         seen: set[str] = set()
-        for key in ids:
+        back: dict[str, int] = {}  # the keys of messages back into the window: index in the batch
+        for index, key in enumerate(ids):
             if key in window or key in seen:  # allowed duplicates: a fresh key each
                 keys.append(_derived_key(key, uuid.uuid4().hex))
             elif key in logged:  # back into the window after leaving it; a retry finds it there
-                keys.append(_derived_key(key, str(start)))
+                derived = _derived_key(key, str(start))
+                keys.append(derived)
+                back[derived] = index
             else:
                 keys.append(None)
             seen.add(key)
+        if back:  # such a key that another message holds as its own id ("A@1" beside "A") is no retry of this one
+            for row in self.store.get(self.scope, list(back)):
+                index = back[row.id]
+                if row.data != batch[index]:
+                    keys[index] = _derived_key(ids[index], uuid.uuid4().hex)
         self.sync.add(batch, keys=keys)
 
     async def get_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
