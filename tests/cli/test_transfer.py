@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -606,17 +607,26 @@ def test_a_conversation_holding_an_image_as_bytes_exports_in_every_format(tmp_pa
 
 @pytest.mark.parametrize("when", [1e300, 253402300800.0, -62135596801.0])
 def test_a_time_no_calendar_date_holds_is_refused_by_the_dated_formats_naming_the_message(tmp_path, store_url, when):
-    """Every store takes any finite time; the Strands and LoCoMo exports write dates and failed with a raw
-    OverflowError or ValueError for one before year 1 or past 9999. jsonl keeps it.
+    """A time before year 1 or past 9999 is refused by every store; one written before they refused it (here put
+    in an SQLite file by hand) made the Strands and LoCoMo exports, which write dates, fail with a raw
+    OverflowError or ValueError. They name the message; jsonl keeps the time.
     """
+    import sqlite3
+
     from fullrecall.errors import InvalidInput
     from fullrecall.stores.base import StoredMessage
     from fullrecall.transfer import locomo, strands
 
     store = open_store(store_url)
     try:
-        store.append(Scope(session_id="c"), [StoredMessage(id="m0", role="user", text="x", created_at=when,
-                                                           data={"role": "user", "content": "x"})])
+        message = StoredMessage(id="m0", role="user", text="x", created_at=when, data={"role": "user", "content": "x"})
+        with pytest.raises(InvalidInput, match="message 0: 'created_at' is .*; expected Unix seconds of the years 1"):
+            store.append(Scope(session_id="c"), [message])
+        if not store_url.startswith("sqlite"):
+            return
+        store.append(Scope(session_id="c"), [replace(message, created_at=1.7e9)])
+        with sqlite3.connect(store_url.removeprefix("sqlite:///")) as raw:
+            raw.execute("UPDATE messages SET created_at = ?", (when,))
         error = rf"conversation 'c': message 'm0': 'created_at' {re.escape(repr(when))} is no date from year 1 to 9999"
         with pytest.raises(InvalidInput, match=error):
             strands.export_strands(store, Scope(), tmp_path)
