@@ -320,6 +320,47 @@ def test_a_second_conversation_under_one_session_id_is_refused_not_taken_for_a_r
     assert rerun.store.count(scope) == 3
 
 
+def test_two_conversations_archiving_under_one_session_id_at_once_one_is_refused_and_none_is_lost(store_url):
+    """Two agents on one store and session id at the same moment: both read the places free, one stored its
+    messages, and the store took the other's write of the same ids (``m0``, ``m1``) for a rerun. That one counted
+    its messages archived though none was kept (and recalled the other's words). It gets the ArchiveError the
+    check before a write gives (its manager keeps the messages in the window)."""
+    import threading
+
+    store = open_store(store_url)
+    scope = Scope(session_id="shared")
+    both_read = threading.Barrier(2, timeout=30)
+
+    class ReadThenWrite:  # the real store; an append waits until both writers have read the places
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def append(self, *args, **kwargs):
+            both_read.wait()
+            return store.append(*args, **kwargs)
+
+    said = [["My locker code is 4471.", "Noted."], ["My parking spot is B12.", "Got it."]]
+    archives = [Archive(ReadThenWrite(), scope) for _ in said]
+    outcomes: list[object] = [None, None]
+
+    def write(i: int) -> None:
+        try:
+            archives[i].write(_removed(said[i], 0))
+        except ArchiveError as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    refused = [i for i, o in enumerate(outcomes) if isinstance(o, ArchiveError)]
+    assert len(refused) == 1 and "written at the same moment" in str(outcomes[refused[0]])
+    kept = [m.data["content"][0]["text"] for m in store.range(scope, 0, 10)]
+    assert kept == said[1 - refused[0]]
+    store.close()
+
+
 def test_a_rewound_conversation_is_refused_where_it_differs(tmp_path):
     archive = Archive(f"sqlite:///{tmp_path}/a.db", Scope(session_id="c"))
     archive.write(_removed(["one", "two"], 0))

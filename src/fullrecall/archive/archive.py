@@ -190,8 +190,9 @@ class Archive:
             summary_id = event.summary.id if event.summary is not None else None
             records = [message_record(m, event.shape, reason=event.reason, summary_id=summary_id)
                        for m in event.messages]
-            self._check_places(records)
+            placed = self._check_places(records)
             positions = self.store.append(self.scope, records)  # raises: the manager keeps the messages
+            self._check_written(placed)
             records = self._keep_reused_ids(records, positions)
         if not (self.logged and event.reason == "truncated"):  # a shortened original is still in the window
             self._note_archived([m.position for m in records if m.position is not None])
@@ -213,7 +214,7 @@ class Archive:
 
     __call__ = write
 
-    def _check_places(self, records: list[StoredMessage]) -> None:
+    def _check_places(self, records: list[StoredMessage]) -> dict[int, StoredMessage]:
         """Refuse to take another conversation's messages for a rerun of this write.
 
         A message without an id of its own is stored under its place (``m3``), and the store takes a
@@ -222,19 +223,16 @@ class Archive:
         conversation holds with another message (a second conversation under this session id, or
         an agent rewound to an earlier snapshot) is an ArchiveError, and nothing is written. A place
         whose message was archived whole before the window cut it (reason ``truncated``) takes the
-        cut copy as the same message: the archive keeps the whole one.
+        cut copy as the same message: the archive keeps the whole one. Returns the placed records, checked again
+        once written (:meth:`_check_written`).
         """
         placed = {r.position: r for r in records if r.position is not None and r.id == f"m{r.position}"}
         if not placed:
-            return
+            return placed
         high = self._high[1] if self._high is not None and self._high[0] == self.scope else None
         if high is not None and min(placed) > high:  # past everything it wrote here: new places
-            self._high = (self.scope, max(placed))
-            return
-        held = self.store.range(self.scope, min(placed), max(placed))
-        # the same message again, or the shortened copy of one archived whole when a tool result was cut
-        taken = [m.position for m in held if m.position in placed and (m.id != placed[m.position].id or (
-            m.data != placed[m.position].data and (m.metadata or {}).get("reason") != "truncated"))]
+            return placed
+        taken = self._taken(placed)
         if taken:
             raise ArchiveError(
                 f"conversation {self.scope.session_id!r} holds other messages at positions {taken}: a second "
@@ -243,7 +241,32 @@ class Archive:
                 f"point, branch the conversation: archive.branch('<new session id>', before={min(taken)}) copies "
                 f"what it archived before position {min(taken)} into a new conversation; go on there "
                 "(session_id='<new session id>'), and recall finds what was said before the rewind")
+        return placed
+
+    def _check_written(self, placed: dict[int, StoredMessage]) -> None:
+        """After the append: that the places written hold this archive's messages. Another archive writing the
+        same session at the same moment may have stored its own there first (both read the places free), and the
+        store took this write of the ids it holds for a rerun: an ArchiveError then, as the check before the write
+        gives one (the manager keeps the messages in the window), never messages counted archived and not kept.
+        """
+        if not placed:
+            return
+        taken = self._taken(placed)
+        if taken:
+            raise ArchiveError(
+                f"conversation {self.scope.session_id!r} holds other messages at positions {taken}, written at the "
+                "same moment by another conversation under this session id: give each conversation its own "
+                "session id (these messages stay in the window)")
+        high = self._high[1] if self._high is not None and self._high[0] == self.scope else None
         self._high = (self.scope, max(placed) if high is None else max(high, max(placed)))
+
+    def _taken(self, placed: dict[int, StoredMessage]) -> list[int]:
+        """The places the conversation holds with another message than ``placed`` says: the same message again is
+        no other, nor the shortened copy of one archived whole when a tool result was cut.
+        """
+        held = self.store.range(self.scope, min(placed), max(placed))
+        return [m.position for m in held if m.position in placed and (m.id != placed[m.position].id or (
+            m.data != placed[m.position].data and (m.metadata or {}).get("reason") != "truncated"))]
 
     def _keep_reused_ids(self, records: list[StoredMessage], positions: list[int]) -> list[StoredMessage]:
         """Store under ``id@position`` each message whose id an earlier one holds (a caller reusing ids).
