@@ -292,6 +292,38 @@ def test_embeddings_lost_in_a_crash_are_caught_up(store_url, default_embedder):
     store.close()
 
 
+def test_embeddings_a_crash_lost_are_caught_up_by_a_process_that_checked_before(store_url, default_embedder,
+                                                                               monkeypatch):
+    """Two processes serve one conversation; one dies with appends not yet embedded, more of them than a look at the
+    recent messages reaches. The other had checked the conversation when it first wrote to it, and never looked
+    again: those messages stayed without vectors for good. Its later writes compare the conversation's counters
+    (at most every CATCH_UP_S) and embed what is missing, wherever it sits."""
+    from fullrecall.service import indexer as I
+    from fullrecall.service.conversations import Conversations
+    from fullrecall.stores import open_store
+
+    store = open_store(store_url)
+    scope = Scope(tenant="t", session_id="shared")
+    alive = I.Indexer(store, default_embedder)
+    Conversations(store, alive).append(scope, [{"role": "user", "content": "first"}])
+    assert alive.flush()
+    dead = I.Indexer(store, default_embedder)
+    dead.close()  # its queue is never processed again: like a process killed after the commits
+    lost = [m["id"] for m in Conversations(store, dead).append(
+        scope, [{"role": "user", "content": f"lost {i}"} for i in range(300)])]
+    Conversations(store, alive).append(scope, [{"role": "user", "content": "soon after"}])
+    assert alive.flush()
+    assert len(store.get_vectors(scope, lost)) == 0  # checked a moment ago: not read again yet
+    monkeypatch.setattr(I, "CATCH_UP_S", 0.0)
+    Conversations(store, alive).append(scope, [{"role": "user", "content": "later"}])
+    assert alive.flush()
+    assert set(store.get_vectors(scope, lost)) == set(lost)
+    counts = store.stats(scope)
+    assert counts["vector_count"] == counts["message_count"] == 303
+    alive.close()
+    store.close()
+
+
 def test_a_failed_vector_write_is_caught_up_by_the_next_write(store_url, default_embedder):
     """A store that refuses the vectors (down for a moment) is not taken for done: the next write embeds them."""
     from fullrecall.errors import StoreError

@@ -10,8 +10,10 @@ wait to be embedded, :meth:`Indexer.submit` waits (up to ``backlog_wait`` second
 thread catches up: writers are slowed to the speed of embedding instead of letting the
 searchable delay grow without bound (``backlog=0``: never wait).
 A message whose embedding was lost (a crash between commit and embedding) is caught up
-with by the first write to its conversation in the next process, which checks the
-conversation's recent messages for missing vectors; a failed batch is retried once. :meth:`close` drains the queue.
+with by a later write to its conversation, in any process: a write compares the conversation's
+counters of messages and vectors (one read, at most every ``CATCH_UP_S`` seconds a conversation), and
+when vectors are missing, reads back from the newest message until it has found that many; a failed
+batch is retried once. :meth:`close` drains the queue.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from .delays import Delays
 
 log = logging.getLogger("fullrecall.service")
 
-CATCH_UP = 64  # recent positions checked for a missing vector on every write
+CATCH_UP_S = 30.0  # a conversation's counters of messages and vectors compared at most this often (a process)
+CATCH_UP_PAGE = 256  # messages read at a time, from the newest back, looking for those without a vector
 
 
 class Indexer:
@@ -59,7 +62,7 @@ class Indexer:
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
-        self._caught_up: set[Scope] = set()
+        self._checked: dict[Scope, float] = {}  # when each conversation's counters were last compared here
         self._io = ThreadPoolExecutor(io_threads, thread_name_prefix="fullrecall-index-io")
         self._thread = threading.Thread(target=self._run, name="fullrecall-indexer", daemon=True)
         self._thread.start()
@@ -142,7 +145,8 @@ class Indexer:
                     self._embed(work)
             except Exception as exc:  # noqa: BLE001 - the text is committed; keyword search finds it
                 with self._cond:
-                    self._caught_up.difference_update(s for s, _, _ in work)  # the next write checks again
+                    for scope, _, _ in work:  # the next write checks again
+                        self._checked.pop(scope, None)
                 log.warning("could not embed %d message(s) (%s: %s); keyword search finds them, and the next write "
                             "to their conversation embeds them", taken, type(exc).__name__, exc)
             finally:
@@ -157,12 +161,13 @@ class Indexer:
             groups.setdefault(scope, []).extend(messages)
             committed[scope] = min(at, committed.get(scope, at))
 
+        now = time.monotonic()
+        due = {scope for scope in groups if now - self._checked.get(scope, -CATCH_UP_S) >= CATCH_UP_S}
+
         def missing(scope: Scope) -> list[StoredMessage]:
-            messages, recent = groups[scope], []
-            if scope not in self._caught_up:  # once per conversation and process: what did a crash leave?
-                positions = [m.position for m in messages if m.position is not None]
-                recent = self.store.range(scope, max(0, min(positions) - CATCH_UP), max(positions)) if positions else []
-            ids = list(dict.fromkeys(m.id for m in recent + messages))
+            messages = groups[scope]
+            lost = self._lost(scope) if scope in due else []  # what a crash (of any process) left unembedded
+            ids = list(dict.fromkeys(m.id for m in lost + messages))
             have = self.store.get_vectors(scope, ids)
             lacking = [mid for mid in ids if mid not in have]
             # embedded as stored: a client's retry of a message queues a record of its own (made anew, the append
@@ -170,9 +175,9 @@ class Indexer:
             return self.store.get(scope, lacking) if lacking else []
 
         todo = dict(zip(groups, self._io.map(missing, groups)))  # round trips to the store side by side
-        if len(self._caught_up) > 100_000:
-            self._caught_up.clear()
-        self._caught_up.update(groups)
+        if len(self._checked) > 100_000:
+            self._checked.clear()
+        self._checked.update((scope, now) for scope in due)
         texts = [m.text for ms in todo.values() for m in ms]
         if texts:
             vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
@@ -192,7 +197,7 @@ class Indexer:
                         # vectors): the next write to it checks again. Any other failure (the store down) reaches
                         # _run, which retries and leaves the conversation for the next write to catch up with.
                         with self._cond:
-                            self._caught_up.discard(scope)
+                            self._checked.pop(scope, None)
                         log.info("vectors for %s not stored (%s: %s)", scope.session_id, type(exc).__name__, exc)
 
             list(self._io.map(store, todo))
@@ -202,6 +207,22 @@ class Indexer:
             self.delays.add(s.tenant, delay)
         if self.on_indexed is not None:
             self.on_indexed(delays)
+
+    def _lost(self, scope: Scope) -> list[StoredMessage]:
+        """The conversation's messages without a vector, when its counters say some are: read from the newest
+        back, ``CATCH_UP_PAGE`` at a time, until that many are found (those queued here or in another process
+        count too: the newest are read first).
+        """
+        counts = self.store.stats(scope)
+        wanted = int(counts.get("message_count", 0)) - int(counts.get("vector_count", 0))
+        oldest, end = int(counts.get("oldest_position", 0)), int(counts.get("newest_position", -1))
+        found: list[StoredMessage] = []
+        while wanted > len(found) and end >= oldest:
+            rows = self.store.range(scope, max(oldest, end - CATCH_UP_PAGE + 1), end)
+            have = self.store.get_vectors(scope, [m.id for m in rows]) if rows else {}
+            found += [m for m in reversed(rows) if m.id not in have]
+            end -= CATCH_UP_PAGE
+        return found
 
     def _still_stored(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
         """The indexes of ``messages`` the store still holds as they were queued: another process may have forgotten
