@@ -166,7 +166,7 @@ class Indexer:
 
         def missing(scope: Scope) -> list[StoredMessage]:
             messages = groups[scope]
-            lost = self._lost(scope) if scope in due else []  # what a crash (of any process) left unembedded
+            lost = self._lost(scope, len(messages)) if scope in due else []  # what a crash (of any process) left
             ids = list(dict.fromkeys(m.id for m in lost + messages))
             have = self.store.get_vectors(scope, ids)
             lacking = [mid for mid in ids if mid not in have]
@@ -208,13 +208,16 @@ class Indexer:
         if self.on_indexed is not None:
             self.on_indexed(delays)
 
-    def _lost(self, scope: Scope) -> list[StoredMessage]:
-        """The conversation's messages without a vector, when its counters say some are: read from the newest
-        back, ``CATCH_UP_PAGE`` at a time, until that many are found (those queued here or in another process
-        count too: the newest are read first).
+    def _lost(self, scope: Scope, queued: int) -> list[StoredMessage]:
+        """The conversation's messages without a vector, when its counters say more are than the ``queued`` ones
+        being embedded now: read from the newest back, ``CATCH_UP_PAGE`` at a time, until that many are found
+        (those queued here or in another process count too: the newest are read first).
         """
         counts = self.store.stats(scope)
-        wanted = int(counts.get("message_count", 0)) - int(counts.get("vector_count", 0))
+        missing = int(counts.get("message_count", 0)) - int(counts.get("vector_count", 0))
+        if missing <= queued:
+            return []
+        wanted = missing
         oldest, end = int(counts.get("oldest_position", 0)), int(counts.get("newest_position", -1))
         found: list[StoredMessage] = []
         while wanted > len(found) and end >= oldest:
