@@ -489,3 +489,19 @@ def test_every_refusal_names_its_field_and_a_json_value_of_another_type_is_refus
     ]:
         assert r.status_code == 422 and _error(r)["field"] == field, (field, r.text)
     assert api.client.post("/v1/search", headers=api.a, json={"query": "fine", "top_k": 2}).status_code == 200
+
+
+def test_a_body_no_parser_reads_is_a_422_and_an_import_line_of_one_is_named(api):
+    """JSON nested 5,000 deep, or an integer of 5,000 digits, got a 400 where any other bad body gets a 422; in an
+    import line, the integer was refused in Python's words, naming no line."""
+    json_body = {**api.a, "content-type": "application/json"}
+    for url, body in [("/v1/conversations/c/messages", b'{"messages": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
+                      ("/v1/search", b'{"query": "x", "top_k": ' + b"9" * 5000 + b"}")]:
+        r = api.client.post(url, headers=json_body, content=body)
+        assert r.status_code == 422 and _error(r)["field"] == "body", (url, r.text)
+    good = json.dumps({"type": "message", "conversation_id": "c", "id": "m0", "position": 0, "role": "user",
+                       "message": {"role": "user", "content": "fine"}})
+    r = api.client.post("/v1/import", headers={**api.a, "content-type": "application/x-ndjson"},
+                        content=(good + "\n" + '{"a": ' + "9" * 5000 + "}\n").encode())
+    assert r.status_code == 422 and _error(r)["message"].startswith("line 2: not valid JSON"), r.text
+    assert api.store.count(SCOPE) == 0

@@ -280,11 +280,11 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         detail = str(exc.detail)
-        if exc.status_code == 400 and "parsing the body" in detail:
-            detail = "the body is not valid JSON in UTF-8"
+        status = exc.status_code
+        if status == 400 and "parsing the body" in detail:  # JSON no parser reads (nested too deep, an integer of
+            detail, status = "the body is not valid JSON in UTF-8", 422  # too many digits): bad input, as any other
         kinds = {404: "not_found", 405: "method_not_allowed"}
-        return _error(exc.status_code, kinds.get(exc.status_code, "invalid"), detail,
-                      "body" if exc.status_code == 400 else None)
+        return _error(status, kinds.get(status, "invalid"), detail, "body" if exc.status_code == 400 else None)
 
     def plain(status: int, kind: str | None, field: str | None = None, prefix: str = "") -> Any:
         async def handler(request: Request, exc: Exception) -> JSONResponse:  # an error naming its field wins
@@ -485,6 +485,8 @@ def _routes(app: FastAPI, service: Service) -> None:
                     lines.append(parse_json(line))
                 except json.JSONDecodeError as exc:
                     raise MessageFormatError(f"line {n + 1}: not valid JSON ({exc.msg})") from None
+                except ValueError as exc:  # an integer of more digits than Python converts
+                    raise MessageFormatError(f"line {n + 1}: not valid JSON here ({str(exc).split(':')[0]})") from None
                 numbers.append(n + 1)
         s = scope(p, user_id, agent_id)
         from starlette.concurrency import run_in_threadpool
