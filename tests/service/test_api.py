@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 
 import pytest
@@ -497,3 +498,27 @@ def test_a_retried_append_queued_beside_the_first_is_embedded(store_url, gated):
     assert set(store.get_vectors(scope, ["m-1"])) == {"m-1"}
     indexer.close()
     store.close()
+
+
+def test_on_a_store_whose_data_expires_keys_and_conversations_in_use_stay(store_url, default_embedder):
+    """Redis keeps everything for ``ttl_seconds`` after its last write. API keys were written only when made or
+    revoked, and a conversation's listing only once a process: keys in constant use stopped working (every
+    tenant's at once) and a conversation in use fell off the inspector's list, once the time to live passed."""
+    if not store_url.startswith("redis"):
+        pytest.skip("only Redis lets data expire")
+    from fastapi.testclient import TestClient
+
+    from fullrecall.service.app import create_app
+    from fullrecall.service.config import Settings
+
+    app = create_app(Settings(store=store_url + "&ttl_seconds=3", key_cache_seconds=0.2), embedder=default_embedder)
+    with TestClient(app) as client:
+        key, _ = app.state.service.keys.create("acme")
+        auth = {"Authorization": f"Bearer {key}"}
+        started = time.monotonic()
+        while time.monotonic() - started < 7:  # more than twice the time to live
+            r = client.post("/v1/conversations/c/messages", headers=auth, json={"messages": [{"role": "user", "content": "in use"}]})
+            assert r.status_code == 201, r.text
+            listed = client.get("/v1/inspector/conversations", headers=auth)
+            assert [c["conversation_id"] for c in listed.json()["conversations"]] == ["c"], listed.text
+            time.sleep(0.5)

@@ -18,14 +18,15 @@ import hmac
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, StateConflict
 from ..stores.base import Record, Scope, Store
 
 KEYS_SCOPE = Scope(tenant="__keys__")
 NAMESPACE = "api-keys"
 PREFIX = "fr"
+KEEP_ALIVE_S = 86_400.0  # a key in use is written again at most this often, on a store whose data expires
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,21 @@ class KeyStore:
             return None
         if not hmac.compare_digest(_digest(bytes.fromhex(record.data["salt"]), secret), record.data["hash"]):
             return None
+        self._keep_alive(record)
         return _principal(key_id, record.data)
+
+    def _keep_alive(self, record: Record) -> None:
+        """On a store whose data expires (Redis, ``ttl_seconds``), a key in use is written again now and then
+        (after a day, or half the time to live if that is shorter): the keys expired that long after the last
+        one was made or revoked, however much they were used. Only if nothing wrote it meanwhile (a revoke).
+        """
+        ttl = getattr(self.store, "ttl_seconds", None)
+        if not ttl or time.time() - record.updated_at < min(KEEP_ALIVE_S, ttl / 2):
+            return
+        try:
+            self.store.put_record(KEYS_SCOPE, replace(record, updated_at=time.time()), expected=record.version)
+        except StateConflict:  # written meanwhile: that write kept it alive (or revoked it)
+            pass
 
 
 def _principal(key_id: str, data: dict) -> Principal:

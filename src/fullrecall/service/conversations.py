@@ -40,6 +40,7 @@ from .windows import ManagedWindows
 
 MAX_ID_LENGTH = 200
 MAX_REGISTERED = 100_000  # conversations a process remembers having listed (then it forgets them all: listing is idempotent)
+KEEP_LISTED_S = 86_400.0  # a listed conversation written to is listed again at most this often, on a store whose data expires
 
 
 class NotFound(LookupError):
@@ -117,7 +118,7 @@ class Conversations:
         self.window_messages = window_messages
         self.max_context_length = max_context_length
         self.search_options = search_options or {}
-        self._registered: set[tuple] = set()
+        self._registered: dict[tuple, float] = {}  # conversations listed by this process, and when
         self.max_registered = MAX_REGISTERED
 
     # -- writing ------------------------------------------------------------------------------
@@ -166,16 +167,23 @@ class Conversations:
         return records
 
     def _register(self, scope: Scope, again: bool = False) -> bool:
-        """Record the conversation in its owner's list once (idempotent), so export can find it; True if written."""
+        """Record the conversation in its owner's list once (idempotent), so export can find it; True if written.
+
+        On a store whose data expires (Redis, ``ttl_seconds``) it is written again now and then while the
+        conversation is written to (after a day, or half the time to live): its messages' time to live is renewed
+        by every write, and the listing's was not, so a conversation in use fell off the inspector's list.
+        """
         key = (scope.tenant, scope.user_id, scope.agent_id, scope.session_id)
-        if key in self._registered and not again:
+        written = self._registered.get(key)
+        ttl = getattr(self.store, "ttl_seconds", None)
+        if written is not None and not again and not (ttl and time.time() - written >= min(KEEP_LISTED_S, ttl / 2)):
             return False
         owner = {"user_id": str(scope.user_id), "agent_id": str(scope.agent_id)}  # so a tenant-wide listing names it
         self.store.put_record(replace(scope, session_id=None), Record(
             id=str(scope.session_id), namespace=CONVERSATIONS, text=str(scope.session_id), data=owner))
         if len(self._registered) >= self.max_registered:  # a long-running server sees conversations without end
             self._registered.clear()
-        self._registered.add(key)
+        self._registered[key] = time.time()
         return True
 
     @staticmethod
@@ -318,7 +326,7 @@ class Conversations:
         else:
             counts = self.store.forget(scope)
         unlist(self.store, scope)
-        self._registered.discard((scope.tenant, scope.user_id, scope.agent_id, scope.session_id))
+        self._registered.pop((scope.tenant, scope.user_id, scope.agent_id, scope.session_id), None)
         if self.store.count(scope):  # another process appended between the deletion and the unlisting
             self._register(scope, again=True)
         return counts
