@@ -223,15 +223,16 @@ class Archive:
         conversation holds with another message (a second conversation under this session id, or
         an agent rewound to an earlier snapshot) is an ArchiveError, and nothing is written. A place
         whose message was archived whole before the window cut it (reason ``truncated``) takes the
-        cut copy as the same message: the archive keeps the whole one. Returns the placed records, checked again
-        once written (:meth:`_check_written`).
+        cut copy as the same message: the archive keeps the whole one. Returns the places read, by position, to be
+        read again once written (:meth:`_check_written`).
         """
         placed = {r.position: r for r in records if r.position is not None and r.id == f"m{r.position}"}
         if not placed:
             return placed
         high = self._high[1] if self._high is not None and self._high[0] == self.scope else None
         if high is not None and min(placed) > high:  # past everything it wrote here: new places
-            return placed
+            self._high = (self.scope, max(placed))
+            return {}
         taken = self._taken(placed)
         if taken:
             raise ArchiveError(
@@ -244,10 +245,12 @@ class Archive:
         return placed
 
     def _check_written(self, placed: dict[int, StoredMessage]) -> None:
-        """After the append: that the places written hold this archive's messages. Another archive writing the
-        same session at the same moment may have stored its own there first (both read the places free), and the
-        store took this write of the ids it holds for a rerun: an ArchiveError then, as the check before the write
-        gives one (the manager keeps the messages in the window), never messages counted archived and not kept.
+        """After a write whose places were read first: that they hold this archive's messages. Another archive
+        beginning the same session at the same moment (two agents under one session id) may have stored its own
+        there first, both having read the places free, and the store took this write of the ids it holds for a
+        rerun: an ArchiveError then, as the check before the write gives one (the manager keeps the messages in the
+        window), never messages counted archived and not kept. A write past what this archive wrote reads nothing
+        (its two round trips): the first write of two such archives meets the other's places.
         """
         if not placed:
             return
