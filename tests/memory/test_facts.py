@@ -166,13 +166,13 @@ def test_a_dot_inside_a_word_does_not_cut_a_facts_value():
     """A decimal, an email, a domain, an address or a version: the sentence went on after the dot, so the rule
     kept a cut value ("My weight is 72." with the value "72"), which then superseded the right one.
     """
-    text = ("My weight is 72.5 kg. My email is ann@example.com! My IP is 10.0.0.1. My version is v1.2.3?\n"
+    text = ("My weight is 72.5 kg. My email is ann@example.com! My IP is 10.0.0.1. My version is v1.2.3.\n"
             "I live in Lyon")
     assert extract_facts(text) == [
         ("weight", "72.5 kg", "My weight is 72.5 kg."),
         ("email", "ann@example.com", "My email is ann@example.com!"),
         ("ip", "10.0.0.1", "My IP is 10.0.0.1."),
-        ("version", "v1.2.3", "My version is v1.2.3?"),
+        ("version", "v1.2.3", "My version is v1.2.3."),
         ("lives in", "Lyon", "I live in Lyon"),
     ]
     assert extract_facts("!" * 100_000 + " my dog is Rex") == [("dog", "Rex", "my dog is Rex")]
@@ -464,3 +464,34 @@ def test_an_llm_answer_listing_a_fact_twice_or_with_half_a_surrogate_pair_keeps_
             ("The user likes jazz.", None, 1), ("The user lives in Lyon.", "ci\ufffdty", 1)]
     finally:
         server.close()
+
+
+def test_a_statement_of_an_attribute_is_no_repeat_of_a_fact_of_another_or_of_none(store_url, default_embedder):
+    """"My  city is Lyon" (two spaces) matched no rule and was kept without attribute; then "My city is Lyon",
+    even with city given outright, was taken for a repeat of it, and Paris stayed the current city. Likewise the
+    same words said of another attribute. Runs of spaces count as one, and the same words repeat only a fact of
+    the same attribute."""
+    clock = Clock()
+    store = open_store(store_url)
+    try:
+        mem = FactMemory(store, user_id="u", embedder=default_embedder, clock=clock)
+        mem.remember("My city is Paris")
+        clock.now += 10
+        assert (mem.remember("My  city is Lyon").attribute, mem.current(attribute="city")[0].value) == ("city", "Lyon")
+        hometown = mem.remember("My town is Lyon", attribute="hometown", value="Lyon")
+        clock.now += 10
+        town = mem.remember("My town is Lyon")  # the rule's attribute: town, not hometown
+        assert (town.attribute, town.mentions) == ("town", 1) and town.id != hometown.id
+        assert [f.value for f in mem.current(attribute="hometown")] == ["Lyon"]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("said", ["My locker code is what?", "Sorry, my locker code is what again?",
+                                  "My locker code is 1234, right?"])
+def test_a_question_states_no_fact(facts, said):
+    """The rules took a question for a statement: "My locker code is what?" made "what" the current code."""
+    facts.learn([{"role": "user", "content": "My locker code is 4711."}])
+    assert extract_facts(said) == []
+    facts.learn([{"role": "user", "content": said}])
+    assert [(f.value, f.valid_to) for f in facts.history(attribute="locker code")] == [("4711", None)]

@@ -117,13 +117,14 @@ def extract_facts(text: str) -> list[tuple[str | None, str | None, str]]:
     supersedes the old one); "I live in <value>" ("lives in"); "I work at/for <value>"
     ("works at"); "I am <n> years old" ("age"); "I like/love/prefer/enjoy <value>" (no
     attribute: several can hold at once). A negated "my <attribute> is/are" ("is not", "isn't",
-    "is never", "is no longer") states no value: no fact. "Remember (that) ..." applies the rules to
+    "is never", "is no longer") states no value: no fact; nor does a question (a sentence ending in "?").
+    Runs of spaces count as one. "Remember (that) ..." applies the rules to
     the rest, and is kept as a fact of its own when none matches.
     """
     found: list[tuple[str | None, str | None, str]] = []
     for sentence in _SENTENCE_END.split(text):
-        sentence = sentence.strip()
-        if not sentence:
+        sentence = " ".join(sentence.split())  # "My  city is Lyon" is "My city is Lyon"
+        if not sentence or sentence.endswith("?"):  # a question states nothing: "My locker code is what?"
             continue
         remember = _REMEMBER.match(sentence)
         inner = remember.group("inner").strip() if remember else sentence
@@ -136,6 +137,7 @@ def extract_facts(text: str) -> list[tuple[str | None, str | None, str]]:
 
 
 def _match_rule(sentence: str) -> tuple[str | None, str | None, str] | None:
+    sentence = " ".join(sentence.split())  # runs of spaces count as one
     for pattern, attribute in _RULES:
         m = pattern.match(sentence)
         if m:
@@ -329,10 +331,14 @@ class FactMemory:
         when, value, undated = fact.valid_from, fact.value or fact.text, fact.valid_from == fact.stated_at
         for attempt in range(UPDATE_ATTEMPTS):
             index = self._facts(check=not checked or attempt > 0)  # cached: one small round trip when nothing changed
+            # the same words are a repeat only of a fact of the same attribute (or, said without one, of any):
+            # "My city is Lyon" (city) repeats neither a hometown fact in those words nor one kept without attribute
             same = next((r for r in index.repeated(fact.subject, normalize(fact.text), fact.attribute, normalize(value),
                                                    when, undated=undated)
-                         if agree(fact.text, r.text) or (fact.attribute and r.data.get("attribute") == fact.attribute
-                                                         and agree(value, r.data.get("value") or r.text))), None)
+                         if (agree(fact.text, r.text) and (not fact.attribute
+                                                           or r.data.get("attribute") == fact.attribute))
+                         or (fact.attribute and r.data.get("attribute") == fact.attribute
+                             and agree(value, r.data.get("value") or r.text))), None)
             if same is None and not fact.attribute:  # no attribute to compare: a close enough meaning, the same values
                 loose, matrix = index.loose(fact.subject)
                 ranked = self.book.similar(fact_vector(), loose, len(loose), matrix=matrix) if matrix is not None else []
