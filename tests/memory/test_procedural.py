@@ -205,3 +205,26 @@ def test_repeats_of_the_longest_run_time_keep_their_average(store_url, default_e
     assert pattern["success_count"] == 4 and pattern["avg_execution_time_ms"] == pytest.approx(0.75e308)
     assert pattern["success_score"] == pytest.approx(0.85)
     store.close()
+
+
+def test_what_a_caller_is_given_is_a_copy_and_bad_scores_and_results_are_named(store_url, default_embedder):
+    """A pattern's ``tools_used`` as returned was the cache's own list: a caller that changed it changed the plans,
+    and the next ``store_pattern`` of the task wrote the change to the store. ``past_patterns`` with a NaN score
+    outranked a 0.95 one (confidence nan), and a failed result given alone (a dict) was read as its keys: 1.0."""
+    store = open_store(store_url)
+    try:
+        memory = ProceduralMemory(store=store, embedder=default_embedder)
+        memory.store_pattern("plot my weight", ["get_weight", "plot"], 0.9, 100)
+        memory.retrieve_patterns("plot my weight")[0]["tools_used"].append("delete_everything")
+        memory.patterns()[0]["tools_used"].append("delete_everything")
+        assert memory.plan_tool_sequence("plot my weight")["suggested_tools"] == ["get_weight", "plot"]
+        memory.store_pattern("plot my weight", ["get_weight", "plot"], 0.9, 100)
+        again = ProceduralMemory(store=store, embedder=default_embedder)
+        assert [p["tools_used"] for p in again.patterns()] == [["get_weight", "plot"]]
+        for score in (float("nan"), 7.0, -1):
+            with pytest.raises(MemoryInputError, match="'success_score' in \\[0, 1\\]"):
+                memory.plan_tool_sequence("q", [{"tools_used": ["rm"], "success_score": score}])
+        with pytest.raises(MemoryInputError, match="'tool_results' must be a list"):
+            memory.evaluate_workflow(["t"], {"status": "error", "message": "API timeout"}, "done", 100)
+    finally:
+        store.close()

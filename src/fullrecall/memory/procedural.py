@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -194,7 +194,8 @@ class ProceduralMemory:
         """
         if isinstance(tools_used, (str, bytes)) or not isinstance(tools_used, Sequence):
             raise MemoryInputError(f"evaluate_workflow: 'tools_used' must be a list of tool names, not {tools_used!r}")
-        if isinstance(tool_results, (str, bytes)) or not isinstance(tool_results, Iterable):
+        if isinstance(tool_results, (str, bytes, Mapping)) or not isinstance(tool_results, Iterable):  # one result
+            # given alone (a dict) was read as its keys: a failed run scored 1.0
             raise MemoryInputError(f"evaluate_workflow: 'tool_results' must be a list, not {tool_results!r}")
         if not _is_number(execution_time_ms) or math.isnan(float(execution_time_ms)):
             raise MemoryInputError(f"evaluate_workflow: 'execution_time_ms' must be a number, not {execution_time_ms!r}")
@@ -224,7 +225,7 @@ class ProceduralMemory:
         check_unicode(query, "retrieve_patterns: 'query'")
         if isinstance(top_k, bool) or not isinstance(top_k, int):
             raise MemoryInputError(f"retrieve_patterns: 'top_k' must be an integer, not {top_k!r}")
-        found = self.book.similar(query, self.book.all(), top_k)
+        found = self.book.similar(query, self.book.entries(), top_k)  # the cache's: only the best are copied
         return [
             {"id": r.id, **public_data(r), "similarity": s} for r, s in found if s >= self.min_similarity
         ]
@@ -322,8 +323,9 @@ def _checked_patterns(patterns: Any) -> list[dict[str, Any]]:
     checked = list(patterns)
     for i, p in enumerate(checked):
         tools = p.get("tools_used") if isinstance(p, dict) else None
+        score: Any = p.get("success_score") if isinstance(p, dict) else None
         if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools) \
-                or not _is_number(p.get("success_score")):
+                or not _is_number(score) or not 0.0 <= float(score) <= 1.0:  # NaN too: it outranked 0.95
             raise MemoryInputError(f"plan_tool_sequence: past pattern {i} must be a dict with 'tools_used' (a list of "
-                                   f"tool names) and a numeric 'success_score', not {p!r}")
+                                   f"tool names) and a 'success_score' in [0, 1], not {p!r}")
     return checked
