@@ -51,7 +51,8 @@ def _expected(memory: FactMemory, text: str, subject: str, attribute: str | None
     valid = [(r, v) for r, v in mine if r.data["valid_from"] <= when
              and (r.data.get("valid_to") is None or when < r.data["valid_to"])]
     for r, _ in valid:
-        if (normalize(r.text) == normalize(text) and agree(r.text, text)) or (
+        if (normalize(r.text) == normalize(text) and agree(r.text, text)
+                and (not attribute or r.data.get("attribute") == attribute)) or (  # the same words: the same attribute
                 attribute and r.data.get("attribute") == attribute
                 and normalize(r.data.get("value") or "") == normalize(value or "")
                 and agree(r.data.get("value") or "", value or "")):

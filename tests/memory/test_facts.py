@@ -495,3 +495,29 @@ def test_a_question_states_no_fact(facts, said):
     assert extract_facts(said) == []
     facts.learn([{"role": "user", "content": said}])
     assert [(f.value, f.valid_to) for f in facts.history(attribute="locker code")] == [("4711", None)]
+
+
+def test_racing_statements_of_one_attribute_leave_one_value_at_any_time(store_url, default_embedder):
+    """Four writers stating different cities at once left one open fact, but earlier ones overlapping: each writer
+    closed what it saw where the newest starts, so ``current(at=t)`` gave several cities for one moment."""
+    store = open_store(store_url)
+    try:
+        mem = FactMemory(store, user_id="u", embedder=default_embedder)
+        mem.remember("My city is Warmup")
+
+        def say(i: int) -> None:
+            for j in range(5):
+                mem.remember(f"My city is T{i}x{j}")
+
+        threads = [threading.Thread(target=say, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        fresh = FactMemory(store, user_id="u", embedder=default_embedder)
+        history = fresh.history(attribute="city")
+        assert len(history) == 21 and sum(f.valid_to is None for f in history) == 1
+        for f in history:
+            assert len(fresh.current(attribute="city", at=f.valid_from)) <= 1, f
+    finally:
+        store.close()

@@ -416,22 +416,29 @@ class FactMemory:
 
         Each writer re-reads after its own write, so the later of two racing writers sees
         both facts and closes the one that starts earlier, at the other's ``valid_from`` (ties: stated
-        earlier, then by id): it stays current until then. One with the same value is the same fact,
-        stated by two writers at once: it is folded into the other (see :meth:`_fold`).
+        earlier, then by id): it stays current until then. Of several, each is closed where the next one
+        that stays starts, so that no two overlap (closing them all where the last starts left several
+        current at once). One with the last's value is the same fact, stated by two writers at once: it is
+        folded into it (see :meth:`_fold`).
         """
-        open_ = [(_from_record(r), r) for r in self._facts().holding(subject, attribute)
-                 if r.data.get("valid_to") is None]
+        order: Callable[[Fact], tuple[float, float, str]] = lambda f: (f.valid_from, f.stated_at, f.id)  # noqa: E731
+        held = [_from_record(r) for r in self._facts().holding(subject, attribute)]
+        open_ = sorted((f for f in held if f.valid_to is None), key=order)
         if len(open_) < 2:
             return
-        winner = max((f for f, _ in open_), key=lambda f: (f.valid_from, f.stated_at, f.id))
+        winner = open_[-1]
         value = winner.value or winner.text
-        for f, _ in open_:
-            if f.id == winner.id:
-                continue
-            if normalize(f.value or f.text) == normalize(value) and agree(f.value or f.text, value):
-                self._fold(f.id, winner.id)
-            else:
-                self._close(f.id, winner.valid_from, winner.id, _is_open)
+        folded = {f.id for f in open_[:-1] if normalize(f.value or f.text) == normalize(value)
+                  and agree(f.value or f.text, value)}
+        for fact_id in folded:
+            self._fold(fact_id, winner.id)
+        # each closed where the next starts: writers that saw fewer of the racing facts closed one where a later
+        # one starts, over another's time (a fold leaves its fact valid at no time: out of the chain)
+        chain = sorted((f for f in held if f.id not in folded and (f.valid_to is None or f.valid_to > f.valid_from)),
+                       key=order)
+        for f, following in zip(chain, chain[1:]):
+            if f.valid_to is None or f.valid_to > following.valid_from:
+                self._close(f.id, following.valid_from, following.id, _valid_past(following.valid_from))
 
     def _settle_loose(self, fact: Fact) -> None:
         """Leave one open fact without an attribute per subject and words, even after concurrent writers.
@@ -736,6 +743,11 @@ class FactMemory:
 
 def _is_open(fact: Fact) -> bool:
     return fact.valid_to is None
+
+
+def _valid_past(at: float) -> Callable[[Fact], bool]:
+    """Whether a fact is still valid after ``at`` (open, or closed later)."""
+    return lambda fact: fact.valid_to is None or fact.valid_to > at
 
 
 def _any(record: Record) -> bool:
