@@ -421,9 +421,8 @@ class FactMemory:
         current at once). One with the last's value is the same fact, stated by two writers at once: it is
         folded into it (see :meth:`_fold`).
         """
-        order: Callable[[Fact], tuple[float, float, str]] = lambda f: (f.valid_from, f.stated_at, f.id)  # noqa: E731
         held = [_from_record(r) for r in self._facts().holding(subject, attribute)]
-        open_ = sorted((f for f in held if f.valid_to is None), key=order)
+        open_ = sorted((f for f in held if f.valid_to is None), key=_chronological)
         if len(open_) < 2:
             return
         winner = open_[-1]
@@ -435,7 +434,7 @@ class FactMemory:
         # each closed where the next starts: writers that saw fewer of the racing facts closed one where a later
         # one starts, over another's time (a fold leaves its fact valid at no time: out of the chain)
         chain = sorted((f for f in held if f.id not in folded and (f.valid_to is None or f.valid_to > f.valid_from)),
-                       key=order)
+                       key=_chronological)
         for f, following in zip(chain, chain[1:]):
             if f.valid_to is None or f.valid_to > following.valid_from:
                 self._close(f.id, following.valid_from, following.id, _valid_past(following.valid_from))
@@ -743,6 +742,11 @@ class FactMemory:
 
 def _is_open(fact: Fact) -> bool:
     return fact.valid_to is None
+
+
+def _chronological(fact: Fact) -> tuple[float, float, str]:
+    """A fact's place among those of one attribute: by start, then by when it was stated, then by id."""
+    return fact.valid_from, fact.stated_at, fact.id
 
 
 def _valid_past(at: float) -> Callable[[Fact], bool]:

@@ -120,9 +120,12 @@ class ManagedWindows:
             if not window:
                 return
             try:
+                own, _ = parse_messages(window)
+            except MessageFormatError:  # of two shapes already (written before they were checked): nothing to keep
+                return
+            try:
                 shape, _ = parse_messages(window + messages)
             except MessageFormatError:
-                own = detect_shape(window)
                 for index in range(len(messages)):
                     try:
                         parse_messages(window + messages[: index + 1])
