@@ -6,8 +6,8 @@ naming its position, never the key: the HTTP library would otherwise refuse it a
 an error that quotes the whole header. Whatever a server answers (some echo the request's headers) is
 passed through :func:`redact` before it goes into an error: a secret anywhere in it is masked, a very short
 one (under 8 characters) wherever it stands as a whole token, so that the rest stays readable.
-A store's URL is shown with its password hidden (:func:`shown_url`), and a driver's error about it is passed
-through :func:`redact` with the URL's passwords (:func:`url_secrets`) before it is shown.
+A store's URL is shown with its password hidden (:func:`shown_url`) or as its address alone (:func:`address`),
+and a driver's error about it is shown :func:`without_passwords`.
 """
 
 from __future__ import annotations
@@ -63,6 +63,17 @@ def url_secrets(url: str) -> list[str]:
     written = [parts.netloc.rpartition("@")[0].partition(":")[2]] if "@" in parts.netloc else []
     written += [m.group(3) for m in _QUERY_PASSWORD.finditer(parts.query)]
     return [s for w in written if w for s in dict.fromkeys((w, unquote(w)))]
+
+
+def address(url: str) -> str:
+    """A store URL's scheme, host and path: no user, password or options (what a store's errors show of it)."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+
+
+def without_passwords(text: str, url: str) -> str:
+    """``text`` (a driver's error about ``url``) with the URL's passwords masked wherever it quotes them."""
+    return redact(text, url_secrets(url))
 
 
 def shown_url(url: str) -> str:

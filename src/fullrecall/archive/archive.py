@@ -229,7 +229,7 @@ class Archive:
         placed = {r.position: r for r in records if r.position is not None and r.id == f"m{r.position}"}
         if not placed:
             return placed
-        high = self._high[1] if self._high is not None and self._high[0] == self.scope else None
+        high = self._wrote_up_to()
         if high is not None and min(placed) > high:  # past everything it wrote here: new places
             self._high = (self.scope, max(placed))
             return {}
@@ -260,8 +260,12 @@ class Archive:
                 f"conversation {self.scope.session_id!r} holds other messages at positions {taken}, written at the "
                 "same moment by another conversation under this session id: give each conversation its own "
                 "session id (these messages stay in the window)")
-        high = self._high[1] if self._high is not None and self._high[0] == self.scope else None
+        high = self._wrote_up_to()
         self._high = (self.scope, max(placed) if high is None else max(high, max(placed)))
+
+    def _wrote_up_to(self) -> int | None:
+        """The furthest place this archive wrote at in its scope (None: none yet, or the scope changed since)."""
+        return self._high[1] if self._high is not None and self._high[0] == self.scope else None
 
     def _taken(self, placed: dict[int, StoredMessage]) -> list[int]:
         """The places the conversation holds with another message than ``placed`` says: the same message again is

@@ -740,10 +740,6 @@ class FactMemory:
             self.store.close()
 
 
-def _is_open(fact: Fact) -> bool:
-    return fact.valid_to is None
-
-
 def _chronological(fact: Fact) -> tuple[float, float, str]:
     """A fact's place among those of one attribute: by start, then by when it was stated, then by id."""
     return fact.valid_from, fact.stated_at, fact.id

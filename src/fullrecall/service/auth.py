@@ -22,11 +22,11 @@ from dataclasses import dataclass, replace
 
 from ..errors import InvalidInput, StateConflict
 from ..stores.base import Record, Scope, Store
+from . import renewal
 
 KEYS_SCOPE = Scope(tenant="__keys__")
 NAMESPACE = "api-keys"
 PREFIX = "fr"
-KEEP_ALIVE_S = 86_400.0  # a key in use is written again at most this often, on a store whose data expires
 
 
 @dataclass(frozen=True)
@@ -143,8 +143,7 @@ class KeyStore:
         (after a day, or half the time to live if that is shorter): the keys expired that long after the last
         one was made or revoked, however much they were used. Only if nothing wrote it meanwhile (a revoke).
         """
-        ttl = getattr(self.store, "ttl_seconds", None)
-        if not ttl or time.time() - record.updated_at < min(KEEP_ALIVE_S, ttl / 2):
+        if not renewal.due(self.store, record.updated_at):
             return
         try:
             self.store.put_record(KEYS_SCOPE, replace(record, updated_at=time.time()), expected=record.version)

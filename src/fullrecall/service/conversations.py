@@ -35,12 +35,12 @@ from ..stores._common import newest
 from ..stores.base import Filters, Record, Scope, Store, StoredMessage
 from ..transfer._common import CONVERSATIONS, unlist
 from ..window.cuts import clean_cuts
+from . import renewal
 from .tenancy import InvalidName, check_conversation
 from .windows import ManagedWindows
 
 MAX_ID_LENGTH = 200
 MAX_REGISTERED = 100_000  # conversations a process remembers having listed (then it forgets them all: listing is idempotent)
-KEEP_LISTED_S = 86_400.0  # a listed conversation written to is listed again at most this often, on a store whose data expires
 
 
 class NotFound(LookupError):
@@ -153,7 +153,7 @@ class Conversations:
         shape, parsed = parse_messages(messages, storable=True)  # what a store keeps verbatim, as the library asks
         check_unique_ids(messages, mids, "a request")
         if self.windows is not None:  # a managed window is read whole, in one shape
-            self.windows.check(scope, messages)
+            self.windows.check(scope, messages, shape)
         if any(m.has_tool_result for m in parsed):  # only then is the conversation's tail needed
             recent = self._tail(scope, self.window_messages)
             self._check_tool_pairs(parsed, recent, {m.id for m in recent}, mids)
@@ -175,8 +175,7 @@ class Conversations:
         """
         key = (scope.tenant, scope.user_id, scope.agent_id, scope.session_id)
         written = self._registered.get(key)
-        ttl = getattr(self.store, "ttl_seconds", None)
-        if written is not None and not again and not (ttl and time.time() - written >= min(KEEP_LISTED_S, ttl / 2)):
+        if written is not None and not again and not renewal.due(self.store, written):
             return False
         owner = {"user_id": str(scope.user_id), "agent_id": str(scope.agent_id)}  # so a tenant-wide listing names it
         self.store.put_record(replace(scope, session_id=None), Record(

@@ -103,16 +103,17 @@ class ManagedWindows:
         with lock:
             return operation(memory)
 
-    def check(self, scope: Scope, messages: list[dict[str, Any]]) -> None:
-        """``MessageFormatError`` naming the first of ``messages`` that would not read in one shape with the
-        conversation's window, before they are written: the manager reads the window whole, in one shape, so a
-        message of another (an OpenAI chat message after Converse ones) would leave it unreadable for good. The
-        window's shape as last read here serves while the messages read in it; else the window is read.
+    def check(self, scope: Scope, messages: list[dict[str, Any]], shape: str) -> None:
+        """``MessageFormatError`` naming the first of ``messages`` (of ``shape``, as they were parsed) that would not
+        read in one shape with the conversation's window, before they are written: the manager reads the window
+        whole, in one shape, so a message of another (an OpenAI chat message after Converse ones) would leave it
+        unreadable for good. The window's shape as last read here serves while the messages read in it (of that
+        very shape: nothing to parse again); else the window is read.
         """
         key = _key(scope)
         with self._lock:
             known = self._shapes.get(key)
-        if known is not None and _reads_in(messages, known):
+        if known is not None and (known == shape or _reads_in(messages, known)):
             return
 
         def fits(memory: Any) -> None:
@@ -124,7 +125,7 @@ class ManagedWindows:
             except MessageFormatError:  # of two shapes already (written before they were checked): nothing to keep
                 return
             try:
-                shape, _ = parse_messages(window + messages)
+                together, _ = parse_messages(window + messages)
             except MessageFormatError:
                 for index in range(len(messages)):
                     try:
@@ -135,7 +136,7 @@ class ManagedWindows:
                             f"{str(exc).split(': ', 1)[-1]}; a conversation keeps one shape") from None
                 raise
             with self._lock:
-                self._shapes[key] = shape
+                self._shapes[key] = together
 
         self.run(scope, fits)
 

@@ -75,7 +75,6 @@ from collections import ChainMap, Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import psycopg
@@ -83,7 +82,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .._fork import renew_in_child
-from .._secrets import redact, url_secrets
+from .._secrets import address, without_passwords
 from ..errors import InvalidInput, StoreError
 from . import _bm25 as B
 from . import _common as C
@@ -520,12 +519,10 @@ class PostgresStore(SqlStore):
 
     def _shown(self, exc: BaseException) -> str:
         """A driver's error as shown: the URL's password masked wherever the error quotes it."""
-        return redact(str(exc), url_secrets(self._conninfo))
+        return without_passwords(str(exc), self._conninfo)
 
     def _safe_url(self) -> str:
-        parts = urlsplit(self._conninfo)
-        host = parts.netloc.rsplit("@", 1)[-1]
-        return urlunsplit((parts.scheme, host, parts.path, "", ""))
+        return address(self._conninfo)
 
     def close(self) -> None:
         """Close the pool and drop what searches kept in process; a background index build still running is

@@ -51,13 +51,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, cast
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote
 
 import numpy as np
 import redis as redis_lib
 
 from .._fork import renew_in_child
-from .._secrets import redact, url_secrets
+from .._secrets import address, without_passwords
 from ..errors import InvalidInput, StoreError
 from . import _bm25 as B
 from . import _common as C
@@ -201,12 +201,11 @@ class RedisStore(StoreBase):
         except redis_lib.RedisError as exc:
             raise StoreError(
                 f"could not {action} Redis at {self._safe_url()}; nothing was acknowledged: "
-                f"{redact(str(exc), url_secrets(self.url))}"
+                f"{without_passwords(str(exc), self.url)}"
             ) from exc
 
     def _safe_url(self) -> str:
-        parts = urlsplit(self.url)
-        return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, "", ""))
+        return address(self.url)
 
     def close(self) -> None:
         self._closed = True
