@@ -476,6 +476,42 @@ def test_a_pinned_opening_dropped_by_a_session_restore_is_archived_and_recalled(
     assert [texts([m.data]) for m in restored.archive.get(0, 0)] == [[QUESTIONS[0]]]
 
 
+@pytest.mark.parametrize("kind", ["sliding", "summarizing"])
+def test_a_pinned_opening_a_session_restore_does_not_reload_is_archived_by_the_drop_in_managers(
+        tmp_path, store_url, kind):
+    """The drop-in managers with ``pin_first=1`` and ``on_remove`` (an archive): the opening request stays in the
+    window, never archived; a session restore reloads the window from ``removed_message_count`` without it, as
+    it does for the SDK's managers: the restored agent archives it from the session's log, at its own place."""
+    from fullrecall.archive import Archive
+    from fullrecall.stores import Scope
+    from fullrecall.summarizers import ExtractiveSummarizer
+
+    def agent(replies):
+        archive = Archive(store_url, Scope(session_id="pinned-restore"))
+        manager = (SlidingWindowConversationManager(window_size=4, pin_first=1, on_remove=archive)
+                   if kind == "sliding" else
+                   SummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2, pin_first=1,
+                                                  max_history_turns=2, summarizer=ExtractiveSummarizer(),
+                                                  on_remove=archive))
+        return archive, Agent(model=ScriptedModel(replies), system_prompt=AGENT_PROMPT, conversation_manager=manager,
+                              callback_handler=None, session_manager=FileSessionManager(
+                                  session_id="pinned-restore", storage_dir=str(tmp_path / "sessions")))
+
+    archive, first = agent(ANSWERS[:5])
+    for question in QUESTIONS[:5]:
+        first(question)
+    assert texts(first.messages[:1]) == [QUESTIONS[0]] and first.conversation_manager.removed_message_count > 0
+    assert not archive.get(0, 0)
+    archive, again = agent(["It is bluefalcon."])
+    assert QUESTIONS[0] not in texts(again.messages)
+    assert [texts([m.data]) for m in archive.get(0, 0)] == [[QUESTIONS[0]]]
+    again("Remind me of the project codename?")
+    held = archive.get(0, 10**6)
+    assert [m.position for m in held] == list(range(len(held)))  # every place once, none taken twice
+    assert [texts([m.data]) for m in archive.get(0, 0)] == [[QUESTIONS[0]]]
+    assert texts([m.data for m in held]).count(QUESTIONS[0]) == 1
+
+
 def test_a_sliding_window_with_a_pinned_opening_goes_on_after_the_user_empties_the_history(store_url):
     """``agent.messages = []`` (start over) with ``pin_first=1``: the window goes on sliding, each message that
     leaves is archived once, and nothing is written over an archived message."""

@@ -26,6 +26,7 @@ from .. import archive as _archive
 from .. import window as _window
 from ..errors import ArchiveError, ContextWindowOverflowError, InvalidInput
 from ..window.base import RemovedMessages
+from ..window.pins import leading_pinned
 from .summarizer import AgentModelSummarizer, ModelReplySummarizer, SummarizationAgentSummarizer
 
 log = logging.getLogger("fullrecall.strands")
@@ -43,6 +44,7 @@ class _Adapter(_StrandsConversationManager):
     def __init__(self, core: _window.ConversationManager, *, proactive_compression: Any = None) -> None:
         object.__setattr__(self, "core", core)  # before the SDK base sets removed_message_count
         self._agent_ref: weakref.ReferenceType[Any] | None = None
+        self._unreloaded_front: list[int] = []  # places of pinned messages a restored state held at the front
         super().__init__(proactive_compression=proactive_compression)
 
     # removed_message_count lives in the core, so both views always agree
@@ -94,7 +96,38 @@ class _Adapter(_StrandsConversationManager):
         if state.get("__name__") != type(self).__name__:
             raise ValueError("Invalid conversation manager state.")
         self.core.restore_from_state({**state, "__name__": type(self.core).__name__})
+        self._unreloaded_front = [int(p) for p in state.get("front_positions") or ()]
         return None
+
+    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        super().register_hooks(registry, **kwargs)
+        registry.add_callback(AgentInitializedEvent, self._on_agent_initialized)
+
+    def _on_agent_initialized(self, event: AgentInitializedEvent) -> None:
+        self._report_unreloaded_front(event.agent)
+
+    def _report_unreloaded_front(self, agent: Any) -> None:
+        """Messages the saved state kept pinned at the window's front (``pin_first``), which a session does not
+        reload (it reloads from ``removed_message_count`` on, as for the SDK's managers): reported to the
+        listeners (``on_remove``, the archive) from the session's log, at their own places, so none is lost.
+
+        Only when the restored window does not hold them; they no longer count as held at the front.
+        """
+        positions, self._unreloaded_front = self._unreloaded_front, []
+        session = getattr(agent, "_session_manager", None)
+        repository = getattr(session, "session_repository", None)
+        if not positions or repository is None or leading_pinned(agent.messages) >= len(positions):
+            return
+        self.core._front_positions, self.core._front_raws = [], []
+        found = [(p, record.to_message()) for p in positions
+                 for record in repository.list_messages(session.session_id, agent.agent_id, offset=p, limit=1)]
+        if not self.core._listeners:
+            log.warning("%d pinned message(s) not reloaded by the session leave the window; no on_remove keeps "
+                        "them", len(found))
+        elif found:
+            shape, dropped = self.core._parse_at([raw for _, raw in found], [p for p, _ in found])
+            self.core._release(RemovedMessages(messages=dropped, reason="restored", shape=shape))
+            log.info("%d pinned message(s) the session did not reload archived from its log", len(dropped))
 
     def __getattr__(self, name: str) -> Any:  # settings and helpers of the core (window_size, summary_ratio, ...)
         if name == "core":
@@ -296,9 +329,9 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
     def archive(self) -> _archive.Archive:
         return self.core.archive
 
-    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
-        super().register_hooks(registry, **kwargs)
-        registry.add_callback(AgentInitializedEvent, self._follow_session)
+    def _on_agent_initialized(self, event: AgentInitializedEvent) -> None:
+        self._follow_session(event)
+        super()._on_agent_initialized(event)
 
     def _follow_session(self, event: AgentInitializedEvent) -> None:
         """After the session manager restored the agent: the archive takes the session's id (and content).
@@ -328,25 +361,6 @@ class SemanticSummarizingConversationManager(_SummaryRestore, _Adapter):
             if removed:
                 archive.write(RemovedMessages(messages=removed, reason="restored", shape=shape))
                 log.info("archive of session %r rebuilt from its message log: %d message(s)", session_id, len(removed))
-        self._archive_dropped_front(event.agent, repository, session_id)
-
-    def _archive_dropped_front(self, agent: Any, repository: Any, session_id: str) -> None:
-        """Messages kept pinned before the summary, which a session does not reload: archived from its log.
-
-        A session reloads the window from ``removed_message_count`` on, without them (as the SDK's manager
-        leaves them); archived at their places, recall still finds them.
-        """
-        positions = self.core._front_positions
-        if not positions or self.core._layout(agent.messages).front >= len(positions):
-            return
-        archive = self.core.archive
-        missing = [p for p in positions if not archive.get(p, p)]
-        found = [(p, record.to_message()) for p in missing
-                 for record in repository.list_messages(session_id, agent.agent_id, offset=p, limit=1)]
-        if found:
-            shape, dropped = self.core._parse_at([raw for _, raw in found], [p for p, _ in found])
-            archive.write(RemovedMessages(messages=dropped, reason="restored", shape=shape))
-            log.info("%d pinned message(s) the session did not reload archived from its log", len(dropped))
 
     def recall(self, query: str, **options: Any) -> _archive.Recall:
         """Archived messages relevant to ``query`` with their neighbours, never repeating the window."""

@@ -68,7 +68,8 @@ class SlidingWindowConversationManager(ConversationManager):
         self._pin_first_applied = False
 
     def get_state(self) -> dict[str, Any]:
-        return {**super().get_state(), "window_size": self.window_size, "pin_first_applied": self._pin_first_applied}
+        return {**super().get_state(), "window_size": self.window_size, "pin_first_applied": self._pin_first_applied,
+                "front_positions": list(self._front_positions)}
 
     def restore_from_state(self, state: dict[str, Any] | None) -> None:
         super().restore_from_state(state)
