@@ -114,7 +114,7 @@ class _Adapter(_StrandsConversationManager):
         Only when the restored window does not hold them; they no longer count as held at the front.
         """
         positions, self._unreloaded_front = self._unreloaded_front, []
-        session = getattr(agent, "_session_manager", None)
+        session: Any = getattr(agent, "_session_manager", None)
         repository = getattr(session, "session_repository", None)
         if not positions or repository is None or leading_pinned(agent.messages) >= len(positions):
             return
