@@ -94,6 +94,20 @@ def test_duplicates_merge_by_normalized_text_and_similarity(facts):
     assert facts.remember("My city is Lyon").id == facts.remember("my city is lyon").id
 
 
+def test_the_same_words_typed_composed_or_decomposed_are_one_fact(facts):
+    """"Zürich" with ü as one character or as u and a combining mark (a Mac keyboard, a copied text), or a
+    word in full-width letters, is the same word: a repeat of the fact, not a new value replacing it."""
+    import unicodedata
+
+    composed = facts.remember("My city is Zürich")
+    decomposed = facts.remember(unicodedata.normalize("NFD", "My city is Zürich"))
+    assert decomposed.id == composed.id and facts.get(composed.id).mentions == 2
+    assert [(f.value, f.valid_to) for f in facts.history()] == [("Zürich", None)]
+    plain = facts.remember("I play the piano on Sundays")
+    assert facts.remember("I play the piano on Ｓｕｎｄａｙｓ").id == plain.id
+    assert facts.remember("My city is Zurich").id != composed.id  # another spelling is another value
+
+
 def test_an_attribute_fact_without_a_value_is_compared_by_its_words(store_url, default_embedder):
     """``remember(text, attribute=...)`` with no value (the service's remember allows it): a new statement of the
     attribute supersedes the current one, it is not merged into it as if both had the same (empty) value.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import unicodedata
 from collections.abc import Hashable, Mapping
 from typing import Any, NamedTuple, cast
 
@@ -28,8 +29,10 @@ USER = "user"  # a fact's subject when it names none (the user)
 
 @functools.lru_cache(maxsize=65_536)
 def normalize(text: str) -> str:
-    """Lower case, words only, single spaces: how duplicates are recognized."""
-    return " ".join(re.findall(r"\w+", text.lower()))
+    """Case folded, compatibility-composed (NFKC: "Zürich" typed with a combining mark, or in full-width
+    letters, is "zürich"), words only, single spaces: how duplicates are recognized.
+    """
+    return " ".join(re.findall(r"\w+", unicodedata.normalize("NFKC", text).casefold()))
 
 
 def holds(record: Record, when: float) -> bool:

@@ -8,7 +8,8 @@ words once case and punctuation are set aside ("-5" and "5", "C++" and "C#").
 A text's words are its parts between spaces, each without the punctuation around it (``. , ; : ! ?``,
 quotes, brackets, dashes). A word **carries a value** when it holds a digit, a capital letter (a name, a
 code; the pronoun "I" aside) or a sign other than a letter, an apostrophe or a hyphen ("-5", "C++",
-"ann@example.com", "🍕"). A text with no word left ("???") is a value itself. Two texts **agree** when each
+"ann@example.com", "🍕"). Texts are compared composed (NFKC): "Zürich" typed with a combining mark, or in full-width
+letters, is the same word. A text with no word left ("???") is a value itself. Two texts **agree** when each
 one's value words are words of the other, case aside: "On Tuesday I met Anna" agrees with "I met Anna on
 Tuesday", "I like jazz" with "I love jazz"; "Flight LH 402" does not with "Flight LH 404".
 """
@@ -16,6 +17,7 @@ Tuesday", "I like jazz" with "I love jazz"; "Flight LH 402" does not with "Fligh
 from __future__ import annotations
 
 import functools
+import unicodedata
 
 _AROUND = "\"'`.,;:!?()[]{}<>«»“”‘’„…–—"  # punctuation around a word, not part of it
 _WITHIN = "'’-"  # signs a plain word may hold: don't, well-known
@@ -29,7 +31,8 @@ def _carries(word: str) -> bool:
 
 @functools.lru_cache(maxsize=65_536)
 def _words(text: str) -> tuple[frozenset[str], frozenset[str]]:
-    """(the text's words, those that carry a value), case folded."""
+    """(the text's words, those that carry a value), case folded, compatibility-composed (NFKC)."""
+    text = unicodedata.normalize("NFKC", text)
     words = [w for w in (part.strip(_AROUND) for part in text.split()) if w] or [text.strip()]
     return frozenset(w.casefold() for w in words), frozenset(w.casefold() for w in words if _carries(w))
 
