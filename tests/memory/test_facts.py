@@ -162,8 +162,13 @@ def test_a_negated_statement_is_no_fact_of_its_negation():
     """"my city is not Paris" was kept as the fact city = "not Paris", which then superseded the real city."""
     for text in ("My city is not Paris.", "my city is NOT Paris", "My city isn't Paris.", "My kids aren't at home.",
                  "My city is no longer Paris.", "My city is still not Paris!", "My car is never clean.",
-                 "My city is not Paris it is Lyon.", "My city is no more Paris."):
+                 "My city is not Paris it is Lyon.", "My city is no more Paris.", "My city is sadly not Paris.",
+                 "My flight is unfortunately no longer on time."):
         assert extract_facts(text) == [], text
+    for text in ("I love it.", "I like that!", "I really enjoy them", "I love it all."):  # a pronoun names nothing
+        assert extract_facts(text) == [], text
+    assert extract_facts("My name is Holly. I love Italian food.") == [
+        ("name", "Holly", "My name is Holly."), (None, "Italian food", "I love Italian food.")]
     assert extract_facts("Remember that my city is not Paris.") == [(None, None, "my city is not Paris.")]
     assert extract_facts("My city is not Paris. My city is Lyon. My answer is no. My knot is nothing.") == [
         ("city", "Lyon", "My city is Lyon."), ("answer", "no", "My answer is no."),

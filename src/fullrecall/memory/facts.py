@@ -103,8 +103,11 @@ _RULES: list[tuple[re.Pattern[str], str | None]] = [
     (re.compile(r"^i (?:really )?(?:like|love|prefer|enjoy) (?P<value>.+?)" + _END, re.IGNORECASE), ""),
 ]
 # "my city is not Paris", "... is no longer ...", "... isn't ...": a statement of what is not so, no value
-_NEGATED_VALUE = re.compile(r"^(?:(?:still|also|really|actually|definitely|certainly|surely) )?"
-                            r"(?:not|never|no longer|no more)\b", re.IGNORECASE)
+_NEGATED_VALUE = re.compile(r"^(?:(?:still|also|really|actually|definitely|certainly|surely|\w+ly) )?"
+                            r"(?:not|never|no longer|no more)\b", re.IGNORECASE)  # "... is sadly not Paris"
+# "I love it", "I like that": a pronoun names nothing the memory could keep
+_PRONOUN_VALUE = re.compile(r"^(?:it|this|that|these|those|them|him|her|you|one|so|too|it all|them all)$",
+                            re.IGNORECASE)
 _NEGATED_ATTR = re.compile(r"\b(?:not|never|no longer)\b|n't\b", re.IGNORECASE)
 _REMEMBER = re.compile(r"^(?:please )?remember(?: that)?,? (?P<inner>.+)$", re.IGNORECASE)
 
@@ -117,7 +120,8 @@ def extract_facts(text: str) -> list[tuple[str | None, str | None, str]]:
     supersedes the old one); "I live in <value>" ("lives in"); "I work at/for <value>"
     ("works at"); "I am <n> years old" ("age"); "I like/love/prefer/enjoy <value>" (no
     attribute: several can hold at once). A negated "my <attribute> is/are" ("is not", "isn't",
-    "is never", "is no longer") states no value: no fact; nor does a question (a sentence ending in "?").
+    "is never", "is no longer", "is sadly not") states no value: no fact; nor does a value that is only a
+    pronoun ("I love it"), nor a question (a sentence ending in "?").
     Runs of spaces count as one. "Remember (that) ..." applies the rules to
     the rest, and is kept as a fact of its own when none matches.
     """
@@ -143,6 +147,8 @@ def _match_rule(sentence: str) -> tuple[str | None, str | None, str] | None:
         if m:
             if attribute is None and (_NEGATED_VALUE.match(m.group("value")) or _NEGATED_ATTR.search(m.group("attr"))):
                 return None  # what the attribute is not: the sentence gives no value
+            if _PRONOUN_VALUE.match(m.group("value").strip()):
+                return None
             attr = (m.group("attr").strip().lower() if attribute is None else attribute) or None
             return attr, m.group("value").strip(), sentence
     return None
