@@ -254,6 +254,7 @@ BAD_OPS = [
     (PutOp(("a",), "k", ["not", "a", "mapping"]), ItemError, "mapping"),  # type: ignore[arg-type]
     (PutOp(("a",), "k", {"x": (1, 2)}), ItemError, "tuple"),  # stored, it would come back a list
     (PutOp(("a",), "k", {"x": _nested(100)}), ItemError, "nested"),
+    (PutOp(("a",), "k", _nested(63)), ItemError, "nested"),  # at the limit itself, one too deep in its record
     (PutOp(("a",), "k\ud800", {"x": 1}), ItemError, "key is not valid Unicode"),
     (PutOp(("a", "b\udc80"), "k", {"x": 1}), ItemError, "label"),
     (PutOp(("a" * 120, "b" * 120), "k", {"x": 1}), ItemError, "too long"),
@@ -300,6 +301,9 @@ def test_reads_and_deletes_where_nothing_can_be_put_find_nothing(lg_store: Fullr
         with pytest.raises((InvalidNamespaceError, ItemError)):
             lg_store.put(namespace, key, {"x": 1})
     assert lg_store.search(("a", "\ud800")) == []
+    assert lg_store.search(("l" * 300,)) == [] and lg_store.search(("a",) * 130) == []  # longer than any put's
+    assert lg_store.list_namespaces(prefix=("l" * 300,)) == []
+    assert lg_store.batch([SearchOp(("l" * 300,)), GetOp(("a",), "k")])[0] == []
     assert lg_store.list_namespaces(prefix=("a", "\ud800")) == []
     assert lg_store.list_namespaces(suffix=("\udc80",)) == []
     assert lg_store.batch([SearchOp(("\ud800",)), GetOp(("a",), "k")])[0] == []

@@ -196,6 +196,51 @@ def test_reads_refresh_the_ttl_unless_asked_not_to(make_store, clock: Clock) -> 
     assert lazy.get(("lazy",), "k") is None
 
 
+def test_an_item_expired_without_a_ttl_config_is_hidden_from_every_read(make_store, clock: Clock) -> None:
+    """A put with its own ``ttl`` on a store given no ``ttl=`` config: expired, it is hidden from get, search and
+    list_namespaces at once (the listing still showed its namespace)."""
+    store = make_store(clock=clock)
+    store.put(("a", "b"), "k", {"v": 1}, ttl=1)
+    clock.advance(2)
+    assert store.get(("a", "b"), "k") is None and store.search(("a",)) == []
+    assert store.list_namespaces() == []
+
+
+def test_a_refresh_or_sweep_never_undoes_another_writers_put_or_delete(make_store, clock: Clock) -> None:
+    """A read that refreshes a TTL, and a sweep, change only the record as they read it: a put or a delete by
+    another writer between the read and the write stands (the refresh wrote the old value back, the sweep
+    deleted a fresh put)."""
+    reader = make_store(ttl={"default_ttl": 60, "refresh_on_read": True}, clock=clock)
+    other = make_store(ttl={"default_ttl": 60}, clock=clock)
+    reads = reader.store.get_records
+    between: list = []
+
+    def get_records(scope, namespace):
+        found = reads(scope, namespace)
+        while between and namespace.startswith("langgraph:"):  # a namespace's items, not the listing
+            between.pop()()  # the other writer acts after the read, before the refresh or the sweep's delete
+        return found
+
+    reader.store.get_records = get_records  # type: ignore[method-assign]
+    reader.put(("prefs", "ann"), "drink", {"v": "coffee"})
+    between.append(lambda: other.put(("prefs", "ann"), "drink", {"v": "green tea"}))
+    assert reader.get(("prefs", "ann"), "drink").value == {"v": "coffee"}  # as read
+    assert other.get(("prefs", "ann"), "drink").value == {"v": "green tea"}
+    reader.put(("prefs", "bob"), "secret", {"v": "pin 1234"})
+    between.append(lambda: other.delete(("prefs", "bob"), "secret"))
+    assert [i.key for i in reader.search(("prefs", "bob"))] == ["secret"]
+    assert other.get(("prefs", "bob"), "secret") is None
+    reader.put(("s",), "k", {"v": "old"}, ttl=1)
+    clock.advance(2)
+    between.append(lambda: other.put(("s",), "k", {"v": "new"}, ttl=60))
+    assert reader.sweep_ttl() == 0
+    assert other.get(("s",), "k").value == {"v": "new"}
+    reader.store.get_records = reads  # type: ignore[method-assign]
+    reader.put(("t",), "k", {"v": 1}, ttl=1)
+    clock.advance(2)
+    assert reader.sweep_ttl() == 1 and other.get(("t",), "k") is None
+
+
 def test_expired_items_never_fill_a_page(make_store, clock: Clock) -> None:
     store = make_store(ttl={"default_ttl": 10}, clock=clock)
     for key in ("c", "b", "expired", "a"):

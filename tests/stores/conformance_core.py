@@ -206,6 +206,13 @@ class CoreConformance:
         assert held() == [("c", 3)]
         store.delete_record(owner, "facts", "r")
         assert put("e", expected=0) == 1  # made again: a new record
+        assert put("f") == 2
+        assert store.delete_record(owner, "facts", "r", expected=1) is False  # read at 1, rewritten since: it stays
+        assert held() == [("f", 2)]
+        with pytest.raises(InvalidInput, match="expected"):
+            store.delete_record(owner, "facts", "r", expected=-1)
+        assert store.delete_record(owner, "facts", "r", expected=2) is True and held() == []
+        assert store.delete_record(owner, "facts", "r", expected=2) is False
 
     def test_get_record_reads_one_record_by_id(self, store: Store, scope: Scope) -> None:
         """One record by its id, as ``put_record`` wrote it for the scope (a session's own first, then its owner's),

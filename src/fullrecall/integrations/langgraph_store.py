@@ -40,7 +40,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -67,7 +67,7 @@ from langgraph.store.base import (
 
 from .._json import check_json_value
 from ..embeddings import Embedder, l2_normalize, load_embedder
-from ..errors import EmbeddingError, FullRecallError, InvalidInput
+from ..errors import EmbeddingError, FullRecallError, InvalidInput, StateConflict
 from ..stores import open_store
 from ..stores._validate import MAX_ID_BYTES, check_owner, check_text
 from ..stores.base import DEFAULT_TENANT, Record, Scope, Store
@@ -255,11 +255,22 @@ def _unstorable(i: int, namespace: tuple[str, ...], key: str) -> str | None:
     bad = _bad_labels(i, namespace)
     if bad:
         return bad
-    size = len((INDEX_PREFIX + ".".join(namespace)).encode("utf-8"))
-    if size > MAX_ID_BYTES:
+    if _too_long(namespace):
+        size = len((INDEX_PREFIX + ".".join(namespace)).encode("utf-8"))
         return (f"op {i}: namespace {namespace} is too long: its labels and dots take "
                 f"{size - len(INDEX_PREFIX)} bytes, at most {MAX_ID_BYTES - len(INDEX_PREFIX)}")
     return None
+
+
+def _too_long(labels: tuple[str, ...]) -> bool:
+    """Whether these labels name an index bucket longer than a record's name can be (no put lists one there)."""
+    return len((INDEX_PREFIX + ".".join(labels)).encode("utf-8", "surrogatepass")) > MAX_ID_BYTES
+
+
+def _literal(path: Iterable[str]) -> tuple[str, ...]:
+    """A match condition's labels up to its first wildcard: the prefix every namespace it matches starts with."""
+    labels = tuple(path)
+    return labels[: labels.index("*")] if "*" in labels else labels
 
 
 def _path_matches(namespace: tuple[str, ...], condition: MatchCondition) -> bool:
@@ -374,7 +385,7 @@ class FullrecallStore(BaseStore):
                     raise ItemError(f"op {i}: filter must be a dict, got {type(op.filter).__name__}")
                 _check_filter(op.filter or {}, f"op {i}: filter")
                 self._check_paging(i, op.limit, op.offset)
-                if _bad_labels(i, op.namespace_prefix):
+                if _bad_labels(i, op.namespace_prefix) or _too_long(tuple(op.namespace_prefix)):
                     void.add(i)
             else:
                 self._check_paging(i, op.limit, op.offset)
@@ -382,7 +393,8 @@ class FullrecallStore(BaseStore):
                     raise ItemError(f"op {i}: max_depth must be at least 1, got {op.max_depth}")
                 for condition in op.match_conditions or ():
                     _path_matches((), condition)  # the match type is checked here
-                    if _bad_labels(i, condition.path):
+                    if _bad_labels(i, condition.path) or (
+                            condition.match_type == "prefix" and _too_long(_literal(condition.path))):
                         void.add(i)
         return void
 
@@ -411,8 +423,8 @@ class FullrecallStore(BaseStore):
             json.dumps(dict(op.value), allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ItemError(f"op {i}: value of key {op.key!r} is not JSON-serialisable: {exc}") from exc
-        try:
-            check_json_value(dict(op.value), f"op {i}: value of key {op.key!r}")
+        try:  # as its record holds it: one level down, under "value"
+            check_json_value({"value": dict(op.value)}, f"op {i}: key {op.key!r}")
         except InvalidInput as exc:
             raise ItemError(str(exc)) from None
 
@@ -505,8 +517,13 @@ class FullrecallStore(BaseStore):
         for record in records:
             ttl = record.data.get("ttl")
             if ttl is not None and not self._past(record, now):
-                record.data["expires_at"] = now + ttl * 60
-                self.store.put_record(self.scope, record)
+                # only the record as read: a put or delete by another writer since stands (no older value back)
+                refreshed = replace(record, data={**record.data, "expires_at": now + ttl * 60})
+                try:
+                    record.version = self.store.put_record(self.scope, refreshed, expected=record.version or None)
+                except StateConflict:
+                    continue
+                record.data = refreshed.data
 
     def _get(self, batch: _Batch, op: GetOp) -> Item | None:
         record = self._records(batch, ITEM_PREFIX + ".".join(op.namespace)).get(op.key)
@@ -542,7 +559,7 @@ class FullrecallStore(BaseStore):
             created_at=existing.created_at if existing is not None else now,
             updated_at=now,
         )
-        self.store.put_record(self.scope, record)
+        record.version = self.store.put_record(self.scope, record)
         records[op.key] = record
         batch.emptied.discard(name)
 
@@ -577,13 +594,12 @@ class FullrecallStore(BaseStore):
         prefix: tuple[str, ...] = ()
         for condition in op.match_conditions or ():
             if condition.match_type == "prefix":  # its labels up to the first wildcard narrow what is read
-                literal = tuple(condition.path)
-                literal = literal[: literal.index("*")] if "*" in literal else literal
+                literal = _literal(condition.path)
                 prefix = literal if len(literal) > len(prefix) else prefix
         namespaces = [
             ns for ns in self._namespaces(batch, prefix) if all(_path_matches(ns, c) for c in op.match_conditions or ())
         ]
-        if self.ttl_config and self.ttl_config.get("omit_expired", True):
+        if (self.ttl_config or {}).get("omit_expired", True):  # as get and search hide them
             now = self._clock()
             namespaces = [
                 ns
@@ -636,7 +652,9 @@ class FullrecallStore(BaseStore):
             name = ITEM_PREFIX + ".".join(namespace)
             records = self._records(batch, name)
             for key, record in list(records.items()):
-                if self._past(record, now) and self.store.delete_record(self.scope, name, record.id):
+                # only the record as read: one another writer put again since, fresh, stays
+                if self._past(record, now) and self.store.delete_record(self.scope, name, record.id,
+                                                                        expected=record.version or None):
                     swept += 1
                     del records[key]
             if not records:

@@ -392,12 +392,13 @@ class SqlStore(StoreBase):
         )
         return C.record_from_row({**dict(rows[0]), "text": self.sql.text_out(rows[0]["text"])}) if rows else None
 
-    def _delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
+    def _delete_record(self, scope: Scope, namespace: str, record_id: str, expected: int | None) -> bool:
         where, params = self.sql.record_where(scope)
         ph = self.sql.ph
+        version = "" if expected is None else f" AND version = {ph}"
         with self._write_one() as conn:
             n = conn.execute(
-                f"DELETE FROM {self.sql.t('records')} AS r WHERE {where} AND namespace = {ph} AND id = {ph}",
-                [*params, namespace, record_id],
+                f"DELETE FROM {self.sql.t('records')} AS r WHERE {where} AND namespace = {ph} AND id = {ph}{version}",
+                [*params, namespace, record_id, *([] if expected is None else [expected])],
             ).rowcount
         return bool(n > 0)

@@ -78,8 +78,10 @@ class StoreBase:
         """The records of a valid ``namespace`` that ``scope`` sees, by (created_at, id)."""
         raise NotImplementedError
 
-    def _delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
-        """Delete the record ``record_id`` (valid, as ``namespace`` is) that ``scope`` sees; whether one went."""
+    def _delete_record(self, scope: Scope, namespace: str, record_id: str, expected: int | None) -> bool:
+        """Delete the record ``record_id`` (valid, as ``namespace`` is) that ``scope`` sees, if at version
+        ``expected`` (None: any); whether one went.
+        """
         raise NotImplementedError
 
     def put_state(self, scope: Scope, key: str, value: dict[str, Any], expected: int | None = None) -> int:
@@ -136,12 +138,13 @@ class StoreBase:
         """The records of ``namespace`` that ``scope`` sees (see :class:`Store`)."""
         return self._get_records(scope, V.check_id(namespace, "get_records: 'namespace'"))
 
-    def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
-        """Delete one record by id; whether it was there. A name that no record could have is refused (InvalidInput),
-        the same on every backend, as ``put_record`` refuses it.
+    def delete_record(self, scope: Scope, namespace: str, record_id: str, expected: int | None = None) -> bool:
+        """Delete one record by id; whether it was there (see :class:`Store`). A name that no record could have is
+        refused (InvalidInput), the same on every backend, as ``put_record`` refuses it.
         """
         V.check_id(namespace, "delete_record: 'namespace'")
-        return self._delete_record(scope, namespace, V.check_id(record_id, "delete_record: 'record_id'"))
+        C.check_version(record_id, expected, "record")
+        return self._delete_record(scope, namespace, V.check_id(record_id, "delete_record: 'record_id'"), expected)
 
     def get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
         """(document or None, its version: 0 when there is none). A key ``put_state`` would refuse is refused here

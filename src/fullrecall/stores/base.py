@@ -399,7 +399,10 @@ class Store(Protocol):
         """
         ...
 
-    def delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
+    def delete_record(self, scope: Scope, namespace: str, record_id: str, expected: int | None = None) -> bool:
+        """Delete one record by id; whether it went. With ``expected``, only if its stored version is
+        ``expected`` (a record rewritten since it was read stays; False).
+        """
         ...
 
     def batch(self) -> AbstractContextManager[None]:

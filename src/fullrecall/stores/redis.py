@@ -81,7 +81,7 @@ _PERSISTING = ("aof_rewrite_in_progress", "aof_rewrite_scheduled", "rdb_bgsave_i
 # The Lua scripts, one a file in ``lua/`` (package data); the write scripts run after ``_prelude.lua``,
 # which documents the KEYS and ARGV they share.
 _WRITE_SCRIPTS = ("append", "set_vectors", "delete", "put_state", "set_ttl", "recount")
-_OWN_SCRIPTS = ("ranges", "additions", "forget_session", "put_record")  # standalone: their KEYS differ
+_OWN_SCRIPTS = ("ranges", "additions", "forget_session", "put_record", "delete_record")  # standalone: their KEYS differ
 
 
 @functools.cache
@@ -693,9 +693,11 @@ class RedisStore(StoreBase):
         raw = next((f for f in cast("list[bytes | None]", found) if f is not None), None)
         return C.record_from_row(json.loads(raw)) if raw is not None else None
 
-    def _delete_record(self, scope: Scope, namespace: str, record_id: str) -> bool:
+    def _delete_record(self, scope: Scope, namespace: str, record_id: str, expected: int | None) -> bool:
         with self._errors("write to"):
             hits = [(k, f) for k, f, d in self._record_fields(scope, namespace, exact=False) if d["id"] == record_id]
+            if expected is not None:
+                return sum(int(self._scripts["delete_record"](keys=[k], args=[f, expected])) for k, f in hits) > 0
             return sum(self._r.hdel(k, f) for k, f in hits) > 0
 
     # -- housekeeping ------------------------------------------------------------------------------
