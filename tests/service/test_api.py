@@ -522,3 +522,17 @@ def test_on_a_store_whose_data_expires_keys_and_conversations_in_use_stay(store_
             listed = client.get("/v1/inspector/conversations", headers=auth)
             assert [c["conversation_id"] for c in listed.json()["conversations"]] == ["c"], listed.text
             time.sleep(0.5)
+
+
+def test_no_answer_of_the_api_may_be_kept_by_a_browser_or_proxy(api):
+    """Every answer under /v1 says ``Cache-Control: no-store`` (the inspector's pages of a forgotten conversation
+    stayed in the browser's disk cache), refusals too; the inspector's static files may be cached."""
+    _append(api, "cached", [{"role": "user", "content": "my bank PIN is platypus7731"}])
+    answers = [api.client.get("/v1/conversations/cached/messages", headers=api.a),
+               api.client.get("/v1/inspector/conversations/cached/archive?offset=0&limit=100", headers=api.a),
+               api.client.get("/v1/conversations/cached/messages"),  # no key: 401
+               api.client.get("/v1/conversations/%FF/messages", headers=api.a),  # 422 before any route
+               api.client.post("/v1/conversations/cached/messages", headers=api.a, content=b"x" * (17 << 20))]
+    assert [a.status_code for a in answers] == [200, 200, 401, 422, 413]
+    assert all(a.headers.get("cache-control") == "no-store" for a in answers)
+    assert api.client.get("/ui/").headers.get("cache-control") != "no-store"

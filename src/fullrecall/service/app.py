@@ -197,6 +197,29 @@ class Utf8Url:
         await self.app(scope, receive, send)
 
 
+class NoStore:
+    """ASGI middleware: every API answer (``/v1``, ``/mcp``) says ``Cache-Control: no-store``, so no browser or
+    proxy keeps a copy of memory on disk (the inspector's pages of a conversation outlived its forget there).
+    """
+
+    PATHS = ("/v1", "/mcp")
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not str(scope.get("path", "")).startswith(self.PATHS):
+            return await self.app(scope, receive, send)
+
+        async def send_no_store(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"cache-control"]
+                message = {**message, "headers": [*headers, (b"cache-control", b"no-store")]}
+            await send(message)
+
+        await self.app(scope, receive, send_no_store)
+
+
 def _not_utf8(raw_path: bytes, query: bytes) -> str | None:
     """``"path"``, or the name of the query parameter (``"query"`` when that is not UTF-8 either), whose
     percent-decoded bytes are no UTF-8; None when all are.
@@ -257,6 +280,7 @@ def create_app(settings: Settings | None = None, *, store: Any = None, embedder:
     mount_ui(app)  # the inspector at /ui
     app.add_middleware(Utf8Url)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(NoStore)  # added later, so it wraps them: their own answers (413, 422) are not kept either
     app.add_middleware(Measure, metrics=service.metrics)
     return app
 
