@@ -146,3 +146,40 @@ def test_a_writer_killed_after_its_background_writes_returned_loses_nothing_nor_
         pass
     assert set(archive.store.get_vectors(scope, mine + theirs)) == set(mine + theirs)
     assert archive.get_memory_usage_stats()["unindexed_count"] == 0
+
+
+class _StartedEmbedder(GatedEmbedder):
+    """Says when an embedding began, then waits for the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = threading.Event()
+
+    def embed(self, texts: Any) -> Any:
+        self.started.set()
+        return super().embed(texts)
+
+
+def test_a_forget_while_the_worker_embeds_leaves_no_forgotten_vector_on_the_conversation_begun_again(store_url):
+    """The worker embeds a conversation's messages; meanwhile it is forgotten and begun again under the same
+    session id, with new messages under the same ids (m0, m1, ...): the forgotten words' vectors must not go to
+    the new messages (they did: a question about the forgotten words found the new ones by vector)."""
+    import numpy as np
+
+    slow, plain = _StartedEmbedder(), HashEmbedder()
+    scope = Scope(user_id="alice", session_id="again")
+    old = Archive(store_url, scope, embedding_model=slow, background_indexing=True)
+    try:
+        old.write(removed(["my bank PIN is 4921", "I live at 12 Elm street"], 0))
+        assert slow.started.wait(30)  # the worker is embedding the first conversation's words
+        assert old.store.forget(Scope(user_id="alice"))["messages"] == 2
+        new = Archive(old.store, scope, embedding_model=plain)
+        new.write(removed(["let us talk about the weather", "sunny today"], 0))
+        own = new.store.get_vectors(scope, ["m0", "m1"])  # embedded as it was written
+        assert set(own) == {"m0", "m1"}
+        slow.gate.set()
+        assert old.flush(timeout=30)
+        held = new.store.get_vectors(scope, ["m0", "m1"])
+        assert all(np.array_equal(held[i], own[i]) for i in ("m0", "m1"))
+    finally:
+        old.close()

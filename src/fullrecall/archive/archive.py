@@ -343,9 +343,14 @@ class Archive:
         return archived_summaries(self.store, self.scope)
 
     # -- indexing -------------------------------------------------------------------------------
-    def _embed(self, messages: Sequence[StoredMessage]) -> list[StoredMessage]:
+    def _embed(self, messages: Sequence[StoredMessage], recheck: bool = False) -> list[StoredMessage]:
         """Embed ``messages`` in one batch and store the vectors; those left without them (logged): none, all,
         or, when the model refused the batch's input, the texts it refuses alone (see :meth:`_embed_apart`).
+
+        ``recheck`` (off the writer's path: the background worker, a catch-up): once embedded, the messages are
+        read again and only those the store still holds as they were embedded get vectors. Embedding takes long
+        enough for a forget, and the conversation begun again under the same ids, to land meanwhile: the
+        forgotten words' vectors must not go to the new messages.
         """
         if not messages:
             return []
@@ -356,11 +361,17 @@ class Archive:
             vectors = as_matrix(engine.embedder.embed([m.text for m in messages]), len(messages))
         except Exception as exc:  # noqa: BLE001 - the text is committed; only vectors are late
             if getattr(exc, "rejected", False) and len(messages) > 1:
-                return self._embed_apart(messages)
+                return self._embed_apart(messages, recheck)
             log.warning("archived %d message(s) but could not embed them (%s: %s); they are kept, found by "
                         "keyword search, and embedded later", len(messages), type(exc).__name__, exc)
             return list(messages)
         ids = [m.id for m in messages]
+        if recheck:
+            held = {m.id: m for m in self.store.get(self.scope, ids)}
+            keep = [i for i, m in enumerate(messages) if _same_message(held.get(m.id), m)]
+            if not keep:
+                return []
+            ids, vectors = [ids[i] for i in keep], vectors[keep]
         while True:
             try:
                 self.store.set_vectors(self.scope, ids, vectors, engine.embedder.name)
@@ -375,12 +386,12 @@ class Archive:
                 # another writer may evict more before this try: each try has fewer ids, so this ends
                 ids, vectors = [ids[i] for i in keep], vectors[keep]
 
-    def _embed_apart(self, messages: Sequence[StoredMessage]) -> list[StoredMessage]:
+    def _embed_apart(self, messages: Sequence[StoredMessage], recheck: bool = False) -> list[StoredMessage]:
         """Embed a batch the model refused in halves, down to single messages, so that one text it always
         refuses (one over its length limit) leaves only itself without vectors; those left without them.
         """
         half = len(messages) // 2
-        return self._embed(messages[:half]) + self._embed(messages[half:])
+        return self._embed(messages[:half], recheck) + self._embed(messages[half:], recheck)
 
     def _wait_for_vectors(self, messages: Sequence[StoredMessage]) -> str:
         """Record one batch as waiting for its vectors (a new record: nothing is rewritten); its id."""
@@ -393,7 +404,7 @@ class Archive:
 
     def _index_jobs(self, jobs: list[Job]) -> None:
         """The background worker's step: embed the queued batches at once, then catch up if due."""
-        if not self._embed([m for _, batch in jobs for m in batch]):
+        if not self._embed([m for _, batch in jobs for m in batch], recheck=True):
             for batch_id, _ in jobs:
                 self.store.delete_record(self.scope, UNEMBEDDED, batch_id)
             if time.monotonic() >= self._next_catch_up:
@@ -427,7 +438,7 @@ class Archive:
         ids = list(dict.fromkeys(ids))
         have = self.store.get_vectors(self.scope, ids) if ids else {}
         todo = [m for m in self.store.get(self.scope, [i for i in ids if i not in have])]
-        left = self._embed(todo)
+        left = self._embed(todo, recheck=True)
         if left:
             self._next_catch_up = time.monotonic() + BACKLOG_RECHECK_S
             if len(left) < len(ids):  # some were embedded (apart, or before) or forgotten: one record for the rest
@@ -788,3 +799,9 @@ def _position(message: StoredMessage) -> int:
     """The position of a message read from the store (a store always sets it)."""
     assert message.position is not None
     return message.position
+
+
+def _same_message(held: StoredMessage | None, embedded: StoredMessage) -> bool:
+    """Whether the store still holds ``embedded`` as it was embedded (not another message under its id)."""
+    return held is not None and held.text == embedded.text and (
+        held.key is None or embedded.key is None or held.key == embedded.key)
