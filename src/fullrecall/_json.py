@@ -83,6 +83,10 @@ def parse(text: str) -> Any:
         return json.loads(text)
     except RecursionError:
         raise json.JSONDecodeError("nested too deep", text, 0) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # an integer of more digits than Python converts (4,300)
+        raise json.JSONDecodeError("a number too long (over 4,300 digits)", text, 0) from None
 
 
 def check_json(value: Any, where: str, *, limit: int = MAX_FIELD_BYTES, tuples: bool = False) -> str:
@@ -100,18 +104,26 @@ def check_json_value(value: Any, where: str, *, limit: int = MAX_FIELD_BYTES, tu
     The pass needs no recursion (a value nested 5,000 levels deep is a clear error, not a
     RecursionError); only a value that fails it is walked again to name the offending path.
     """
-    bound = _plain_json_bound(value, tuples)
-    if bound is None:
-        _find_fault(value, where, tuples)
-    elif bound <= limit:
-        return
-    text = dumps(value)
+    try:
+        bound = _plain_json_bound(value, tuples)
+        if bound is None:
+            _find_fault(value, where, tuples)
+        elif bound <= limit:
+            return
+        text = dumps(value)
+    except ValueError as exc:  # an integer of more digits than Python converts (4,300)
+        if isinstance(exc, InvalidInput):
+            raise
+        raise InvalidInput(f"{where} holds an integer too long to write (over 4,300 digits)") from None
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
         raise InvalidInput(f"{_at(where, _surrogate_path(value))} is not valid Unicode (a lone surrogate)") from None
     if size > limit:
         raise InvalidInput(f"{where} is {size:,} bytes as JSON, over the {limit:,}-byte limit")
+
+
+_BIG = 10**30
 
 
 def _plain_json_bound(value: Any, tuples: bool) -> int | None:
@@ -128,7 +140,10 @@ def _plain_json_bound(value: Any, tuples: bool) -> int | None:
             if not v.isascii() and not _valid(v):
                 return None
             chars += len(v)
-        elif t is int or t is bool or v is None:
+        elif t is int:
+            if not -_BIG < v < _BIG:  # over 30 digits: its size is not bounded here (nor written past 4,300)
+                return None
+        elif t is bool or v is None:
             pass
         elif t is bytes:  # base64 in a tagged object (see dumps)
             chars += (len(v) + 2) // 3 * 4 + 40

@@ -55,6 +55,7 @@ BAD: list[tuple[list[str], str]] = [  # (lines 3 on, what the refusal says)
      r"^line 4: 'vector' holds NaN or infinity$"),
     ([line(1, vector=_vector([float("inf")]))], r"^line 3: 'vector' holds NaN or infinity$"),
     ([line(1, vector=_vector([]))], r"^line 3: 'vector' is malformed$"),
+    ([line(1), line(2)[:-2] + ', "n": ' + "9" * 5000 + "}}"], r"^line 4: not valid JSON \(a number too long"),
 ]
 
 

@@ -47,6 +47,7 @@ BAD_MESSAGES: list[tuple[dict[str, Any], str]] = [
     ({"data": {"deep": _deep(5000)}}, "message 1: 'data.deep" + "[0]" * 18 + "...' is nested more than 64 levels deep"),
     ({"data": {"when": {1, 2}}}, "message 1: 'data.when' is a set, not a JSON value"),
     ({"data": ["not", "an", "object"]}, "message 1: 'data' must be a dict (a JSON object), got list"),
+    ({"data": {"n": 10**5000}}, "message 1: 'data' holds an integer too long to write (over 4,300 digits)"),
     ({"metadata": {"score": math.inf}}, "message 1: 'metadata.score' is inf; JSON has no NaN or infinity"),
     ({"metadata": {3: "x"}}, "message 1: 'metadata' has a key 3 of type int; JSON keys are strings"),
     ({"metadata": {"f": object()}}, "message 1: 'metadata.f' is a object, not a JSON value"),
