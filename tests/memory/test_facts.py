@@ -167,6 +167,7 @@ def test_a_negated_statement_is_no_fact_of_its_negation():
         assert extract_facts(text) == [], text
     for text in ("I love it.", "I like that!", "I really enjoy them", "I love it all."):  # a pronoun names nothing
         assert extract_facts(text) == [], text
+    assert extract_facts("My number is one.") == [("number", "one", "My number is one.")]  # a word, no pronoun
     assert extract_facts("My name is Holly. I love Italian food.") == [
         ("name", "Holly", "My name is Holly."), (None, "Italian food", "I love Italian food.")]
     assert extract_facts("Remember that my city is not Paris.") == [(None, None, "my city is not Paris.")]

@@ -106,7 +106,7 @@ _RULES: list[tuple[re.Pattern[str], str | None]] = [
 _NEGATED_VALUE = re.compile(r"^(?:(?:still|also|really|actually|definitely|certainly|surely|\w+ly) )?"
                             r"(?:not|never|no longer|no more)\b", re.IGNORECASE)  # "... is sadly not Paris"
 # "I love it", "I like that": a pronoun names nothing the memory could keep
-_PRONOUN_VALUE = re.compile(r"^(?:it|this|that|these|those|them|him|her|you|one|so|too|it all|them all)$",
+_PRONOUN_VALUE = re.compile(r"^(?:it|this|that|these|those|them|him|her|you|it all|them all)$",
                             re.IGNORECASE)
 _NEGATED_ATTR = re.compile(r"\b(?:not|never|no longer)\b|n't\b", re.IGNORECASE)
 _REMEMBER = re.compile(r"^(?:please )?remember(?: that)?,? (?P<inner>.+)$", re.IGNORECASE)
