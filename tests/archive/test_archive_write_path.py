@@ -170,6 +170,19 @@ def test_during_an_outage_a_write_adds_one_record_and_retries_nothing(tmp_path):
     assert archive.get_memory_usage_stats()["unindexed_count"] == 22 - 4
 
 
+def test_while_the_embedding_service_is_down_recall_finds_archived_messages_by_keyword(store_url):
+    """The README's promise: a message archived while embeddings fail is found by keyword. The question cannot
+    be embedded either then: recall answers from the keyword side alone (it raised the embedder's error)."""
+    embedder = HashEmbedder(fail=True)
+    archive = Archive(store_url, Scope(session_id="down"), embedding_model=embedder)
+    archive.write(removed([words(i) for i in range(6)], 0))
+    assert archive.get_memory_usage_stats()["unindexed_count"] == 6
+    found = archive.recall(words(4), radius=0, top_k=1)
+    assert [h.id for h in found.hits] == ["m4"]
+    embedder.fail = False  # back: the next search uses vectors again, and finds the same
+    assert [h.id for h in archive.recall(words(4), radius=0, top_k=1).hits] == ["m4"]
+
+
 class BrokenVectorsEmbedder(HashEmbedder):
     """Answers, but with vectors no store takes (NaN, or one row short) until ``broken`` is cleared."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import threading
 import time
 import uuid
@@ -43,6 +44,8 @@ from .fusion import (
 )
 from .packing import spans_around, uncovered
 from .terms import index_text, query_terms
+
+log = logging.getLogger("fullrecall.search")
 
 T = TypeVar("T")
 
@@ -583,11 +586,15 @@ class SemanticSearch:
                                      started + READ_AHEAD_SHARE * self._embedding_s)
             if self._prepares:
                 prepared = _in_background(self.store.prepare_vector_search, scope, filters)
-            vector = self.embed_query(query)
+            try:
+                vector = self.embed_query(query)
+            except Exception as exc:  # noqa: BLE001 - the embedding service down: the keyword side answers alone
+                log.warning("search without vectors: the question could not be embedded (%s: %s)",
+                            type(exc).__name__, exc)
             self._embedding_s = time.perf_counter() - started
         embedded.set()
         with _one_blas_thread():
-            dense_hits = self._dense(scope, vector, n, filters, prepared)
+            dense_hits = self._dense(scope, vector, n, filters, prepared) if vector is not None else []
         side = keyword.result() if keyword is not None else self._lexical(scope, query, n, filters, embedded)
         facets, found = side.facets, side.found  # found: store key -> message read for this query
         carried = side.carried | _carried(dense_hits)  # hits whose messages came with them: decoded when needed
