@@ -139,6 +139,39 @@ def test_rejects_bad_input(search):
     assert search.search("   ") == [] and search.search("x", top_k=0) == []
 
 
+def test_bad_search_and_recall_arguments_are_refused_by_name(search, default_embedder):
+    """Arguments the siblings of which were checked (around=-1, top_k=1.5) were taken silently (top_k=-1,
+    min_score=nan, spread=1.5) or raised a raw error (scope='u', recall(before='3'), a term that is no str)."""
+    from fullrecall.archive import Archive
+    from fullrecall.errors import InvalidInput
+    from fullrecall.stores import Scope
+
+    search.add([f"note {i} about gardens" for i in range(6)])
+    for options, field in [({"top_k": -1}, "top_k"), ({"min_score": float("nan")}, "min_score"),
+                           ({"spread": -1}, "spread"), ({"spread": 1.5}, "spread"), ({"scope": "u"}, "scope")]:
+        with pytest.raises(InvalidInput, match=f"search: '{field}'"):
+            search.search("gardens", **options)
+    with pytest.raises(InvalidInput, match="search term 0 must be a str"):
+        search.store.search_text(search.scope, [None], 3)  # type: ignore[list-item]
+    archive = Archive(search.store, search.scope, embedding_model=default_embedder)
+    with pytest.raises(InvalidInput, match="recall: 'before'"):
+        archive.recall("gardens", before="3")  # type: ignore[arg-type]
+    assert isinstance(search.scope, Scope)
+
+
+def test_a_radius_far_larger_than_the_conversation_costs_what_the_conversation_holds(search, default_embedder):
+    """A context radius is walked over the messages read, not over its own range: around=10**30 never returned,
+    10**7 took seconds on 10 messages."""
+    from fullrecall.archive import Archive
+
+    search.add([f"message number {i} about gardens" for i in range(10)])
+    hits = search.search("gardens", top_k=3, around=10**30)
+    assert [len(h.context or []) for h in hits] == [10, 10, 10]
+    recalled = Archive(search.store, search.scope, embedding_model=default_embedder).recall(
+        "gardens", top_k=3, radius=10**30)
+    assert [[m.position for m in r.messages] for r in recalled.ranges] == [list(range(10))]
+
+
 def test_cross_encoder_rerank_and_min_score_on_logits(default_embedder, tiny_cross_encoder):
     s = SemanticSearch(default_embedder, reranker_model=str(tiny_cross_encoder))
     s.add(DOCS)

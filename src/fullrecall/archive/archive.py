@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArchiveError
+from ..errors import ArchiveError, InvalidInput
 from ..messages.formats import parse_message, render_message
 from ..messages.model import Message, TextBlock
 from ..search.terms import index_text
@@ -590,6 +590,8 @@ class Archive:
         or after it is recalled (the model already sees it).
         """
         check_filters("recall", filters)
+        if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
+            raise InvalidInput(f"recall: 'before' must be an integer position or None, got {before!r}")
         started = time.perf_counter()
         first = 0
         if self.archived_span is not None:

@@ -60,8 +60,9 @@ def fill_ranges(store: Store, scope: Scope, ranges: list[RecalledRange], hits: S
     """
     if ranges and all(h.context is not None for h in hits):
         near = {m.position: m for h in hits for m in h.context or ()}
+        held = sorted(p for p in near if p is not None)  # not range(): a radius may be far larger than what it read
         for r in ranges:
-            r.messages = [near[p] for p in range(max(r.start, first), r.end + 1) if p in near]
+            r.messages = [near[p] for p in held if max(r.start, first) <= p <= r.end]
     elif ranges:
         for r, messages in zip(ranges, store.ranges(scope, [(max(r.start, first), r.end) for r in ranges])):
             r.messages = messages

@@ -152,11 +152,11 @@ def pack(
         hit_positions.append(at)
         extra = paying_neighbours(hit, around) if pair_questions else []
         if i < radius_hits and radius > 0:
-            near = sorted(
-                (p for p in range(at - radius, at + radius + 1) if p != at),
+            near = sorted(  # of the neighbours read, not range(): a radius may be far larger than the read
+                (p for p in around if p != at and abs(p - at) <= radius),
                 key=lambda p: (abs(p - at), p),
             )
-            extra += [around[p] for p in near if p in around]
+            extra += [around[p] for p in near]
         for m in extra:
             take(m)
         if all(v <= 0 for v in left):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -568,8 +569,15 @@ class SemanticSearch:
         V.check_filters("search", filters)
         if isinstance(around, bool) or not isinstance(around, int) or around < 0:
             raise InvalidInput(f"search: 'around' must be an integer >= 0, got {around!r}")
-        if min_score is not None and (isinstance(min_score, bool) or not isinstance(min_score, (int, float))):
+        if min_score is not None and (isinstance(min_score, bool) or not isinstance(min_score, (int, float))
+                                      or math.isnan(min_score)):
             raise InvalidInput(f"search: 'min_score' must be a number or None, got {min_score!r}")
+        if top_k is not None and top_k < 0:
+            raise InvalidInput(f"search: 'top_k' must be an integer >= 0, got {top_k!r}")
+        if isinstance(spread, bool) or not isinstance(spread, int) or spread < 0:
+            raise InvalidInput(f"search: 'spread' must be an integer >= 0, got {spread!r}")
+        if scope is not None and not isinstance(scope, Scope):
+            raise InvalidInput(f"search: 'scope' must be a Scope or None, got {type(scope).__name__}")
         k = self.top_k if top_k is None else top_k
         threshold = self.min_score if min_score is None else min_score
         scope = scope or self.scope
@@ -639,9 +647,10 @@ class SemanticSearch:
                 c.id = None
         hits = [self._hit(c, found[c.id]) for c in chosen if c.id in found]  # a neighbour may be gone by now
         if spans:
+            held = sorted(q for q in near if q is not None)  # not range(): a radius may be far larger than the read
             for h in hits:
                 p = int(h.message.position or 0)
-                h.context = [near[q] for q in range(p - around, p + around + 1) if q in near]
+                h.context = [near[q] for q in held if p - around <= q <= p + around]
         if self.reranker is not None and hits:
             logits = self.reranker.score(query, [h.message.text for h in hits])
             for h, s in zip(hits, logits):

@@ -362,7 +362,10 @@ def split_terms(terms: Sequence[str]) -> list[str]:
     """Search terms that hold at least one word (as FTS5 finds words); InvalidInput for a bare string (a common slip)."""
     if isinstance(terms, str):
         raise InvalidInput("terms must be a sequence of words, not one string")
-    words = (V.check_text(str(t), f"search term {i}").replace("\x00", " ").strip() for i, t in enumerate(terms))
+    for i, t in enumerate(terms):
+        if not isinstance(t, str):
+            raise InvalidInput(f"search term {i} must be a str, got {type(t).__name__}")
+    words = (V.check_text(t, f"search term {i}").replace("\x00", " ").strip() for i, t in enumerate(terms))
     return [t for t in words if _words(t)]
 
 
