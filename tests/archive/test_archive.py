@@ -104,6 +104,12 @@ def test_enrichment_format_budget_and_history_untouched():
     # tool results and assistant turns are never enriched; nor is anything when disabled
     tool = {"role": "user", "content": [{"toolResult": {"toolUseId": "t", "status": "success", "content": [{"text": "reference number"}]}}]}
     assert hook.enrich(messages + [tool])[-1] is tool
+    # the question of a turn in its tool loop is enriched for each model call of the turn; after an answer, none
+    call = {"role": "assistant", "content": [{"toolUse": {"toolUseId": "t", "name": "lookup", "input": {}}}]}
+    looped = hook.enrich(history + [call, tool])
+    assert looped[-1] is tool and looped[-2] is call and looped[-3]["content"][0]["text"] == text
+    answer = {"role": "assistant", "content": [{"text": "It is REF-48213."}]}
+    assert hook.enrich(history + [answer])[-2] is question
     assert SemanticMemoryHook(enabled=False, manager=m).enrich(history)[-1] is question
 
 

@@ -126,6 +126,21 @@ def test_the_model_sees_the_window_and_the_state_keeps_every_message(make_window
 
 
 @pytest.mark.parametrize("build", [react_agent, middleware_agent], ids=["create_react_agent", "create_agent"])
+def test_every_model_call_of_a_turn_with_a_tool_sees_what_was_recalled_for_its_question(make_window, build) -> None:
+    """The question's turn calls a tool: the model call that answers from the tool's result sees the recalled
+    context too (only the first call of the turn did: the newest message was then the tool's result)."""
+    replies = script()[:-1] + [tool_call("lookup", {"topic": "lockers"}, "call-2"), "Your locker code is 3141."]
+    model = ScriptedChatModel(replies=replies)
+    agent = build(model, make_window())
+    converse(agent, {"configurable": {"thread_id": "t1", "user_id": "ann"}}, [SECRET, *FILLER, QUESTION])
+    first, second = model.calls[-2:]
+    assert isinstance(second[-1], ToolMessage) and "lockers" in second[-1].content
+    for call in (first, second):
+        asked = [m for m in call if isinstance(m, HumanMessage)][-1]
+        assert HEADER in asked.content and "3141" in asked.content and asked.content.endswith(QUESTION)
+
+
+@pytest.mark.parametrize("build", [react_agent, middleware_agent], ids=["create_react_agent", "create_agent"])
 def test_trim_state_makes_the_state_the_window(make_window, store, build) -> None:
     model = ScriptedChatModel(replies=script())
     agent = build(model, make_window(trim_state=True))

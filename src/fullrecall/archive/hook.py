@@ -110,12 +110,20 @@ class SemanticMemoryHook:
 
     def enrich(self, messages: Sequence[dict[str, Any]], manager: SemanticSummarizingConversationManager | None = None
                ) -> list[dict[str, Any]]:
-        """A copy of ``messages`` whose last user text message carries recalled context."""
+        """A copy of ``messages`` whose newest user text message carries recalled context: the last message, or
+        the question of a turn still in its tool loop (only tool calls and their results after it), so every
+        model call of the turn sees what was recalled for it, not the first alone.
+        """
         out = list(messages)
-        if not out:
-            return out
-        shape, (last,) = parse_messages(out[-1:])
-        if last.role != "user" or last.has_tool_result:
+        at = len(out) - 1
+        while at >= 0:
+            shape, (last,) = parse_messages(out[at:at + 1], first_index=at)
+            if last.role == "user" and not last.has_tool_result:
+                break
+            if not (last.tool_use_ids or last.has_tool_result or not any(isinstance(b, TextBlock) for b in last.content)):
+                return out  # an answer in words: the turn is over, nothing to enrich
+            at -= 1
+        if at < 0:
             return out
         index = next((i for i, b in enumerate(last.content) if isinstance(b, TextBlock)), None)
         if index is None:
@@ -127,5 +135,5 @@ class SemanticMemoryHook:
             return out
         content = list(last.content)
         content[index] = TextBlock(enriched)
-        out[-1] = render_message(last.with_content(content), shape)
+        out[at] = render_message(last.with_content(content), shape)
         return out
