@@ -362,6 +362,7 @@ def split_terms(terms: Sequence[str]) -> list[str]:
     """Search terms that hold at least one word (as FTS5 finds words); InvalidInput for a bare string (a common slip)."""
     if isinstance(terms, str):
         raise InvalidInput("terms must be a sequence of words, not one string")
+    terms = list(terms)  # read twice below: a generator is taken whole first
     for i, t in enumerate(terms):
         if not isinstance(t, str):
             raise InvalidInput(f"search term {i} must be a str, got {type(t).__name__}")
