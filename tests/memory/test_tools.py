@@ -224,6 +224,30 @@ def test_a_strands_agent_calls_the_memory_tools(tools):
     assert json.loads(result["content"][0]["text"])["results"][0]["text"] == "My city is Lyon"
 
 
+def test_the_strands_tools_refuse_a_misspelled_argument_as_the_dispatcher_does(tools):
+    """A Strands tool took only the arguments of its Python signature: ``forget`` with ``sesion_id`` (a typo)
+    dropped it and deleted the message from whichever session held the id. Now the model's input goes through
+    the dispatcher's checks: the call is an error result, and nothing is deleted."""
+    pytest.importorskip("strands")
+    from strands import Agent
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "strands"))
+    from strands_scripted import AGENT_PROMPT, ScriptedModel
+
+    remembered = tools.call("remember", {"fact": "My locker code is 4417"})["id"]
+    model = ScriptedModel([("tool", "forget", {"id": remembered, "sesion_id": "c2"}),
+                           ("tool", "search_memory", {"query": "locker", "limit": "2"}), "Done."])
+    agent = Agent(model=model, system_prompt=AGENT_PROMPT, tools=tools.strands_tools(), callback_handler=None)
+    agent("Forget my locker code from the other conversation.")
+    results = [b["toolResult"] for call in model.agent_calls for m in call["messages"][-1:] for b in m["content"]
+               if "toolResult" in b]
+    assert [r["status"] for r in results] == ["error", "error"]
+    assert json.loads(results[0]["content"][0]["text"]) == tools.call("forget", {"id": remembered, "sesion_id": "c2"})
+    assert "unknown argument 'sesion_id'" in results[0]["content"][0]["text"]
+    assert "'limit' must be a positive integer" in results[1]["content"][0]["text"]
+    assert tools.call("expand", {"id": remembered})["id"] == remembered  # still remembered
+
+
 def test_a_search_result_recorded_with_its_turn_is_never_found_as_a_new_copy(store_url, default_embedder):
     """The agent's turn, the search_memory tool result included, is recorded: the result (which quotes old
     messages) is stored verbatim, but it is not indexed as what it quotes, so a later search finds each old

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidInput
@@ -185,35 +185,27 @@ class MemoryTools:
 
     # -- Strands ------------------------------------------------------------------------------
     def strands_tools(self) -> list[Any]:
-        """The tools as Strands ``@tool`` functions (``Agent(tools=memory_tools.strands_tools())``)."""
-        from strands import tool
+        """The tools as Strands tools (``Agent(tools=memory_tools.strands_tools())``).
 
-        def spec(name: str, run: Callable[..., str]) -> Any:
+        Each takes the model's input as it is, through :meth:`call`: the same checks and answers as the
+        dispatcher, so a misspelled argument is refused, never dropped (a Python signature would drop it, and
+        ``forget`` with ``sesion_id`` would search every session).
+        """
+        from strands.tools.tools import PythonAgentTool
+
+        def made(name: str) -> Any:
             description, props, required = _SPECS[name]
             schema = {"type": "object", "properties": props, "required": required}
-            return tool(name=name, description=description, inputSchema={"json": schema})(run)
 
-        def search_memory(query: str, limit: int = 0) -> str:
-            return self._json("search_memory", {"query": query, **({"limit": limit} if limit else {})})
+            def run(tool_use: Any, **_: Any) -> dict[str, Any]:
+                answer = self.call(name, tool_use.get("input"))
+                return {"toolUseId": tool_use["toolUseId"], "status": "error" if "error" in answer else "success",
+                        "content": [{"text": json.dumps(answer, ensure_ascii=False)}]}
 
-        def expand(id: str, session_id: str = "") -> str:
-            return self._json("expand", {"id": id, **({"session_id": session_id} if session_id else {})})
+            spec = {"name": name, "description": description, "inputSchema": {"json": schema}}
+            return PythonAgentTool(name, spec, run)  # type: ignore[arg-type]  # the SDK's TypedDicts
 
-        def remember(fact: str) -> str:
-            return self._json("remember", {"fact": fact})
-
-        def forget(id: str, session_id: str = "") -> str:
-            return self._json("forget", {"id": id, **({"session_id": session_id} if session_id else {})})
-
-        def recall_patterns(task: str) -> str:
-            return self._json("recall_patterns", {"task": task})
-
-        runs: dict[str, Callable[..., str]] = {"search_memory": search_memory, "expand": expand, "remember": remember, "forget": forget,
-                "recall_patterns": recall_patterns}
-        return [spec(name, runs[name]) for name in self.names]
-
-    def _json(self, name: str, args: dict[str, Any]) -> str:
-        return json.dumps(self.call(name, args), ensure_ascii=False)
+        return [made(name) for name in self.names]
 
 
 def unknown_argument(name: str, args: Iterable[str], known: Iterable[str]) -> str | None:
