@@ -208,6 +208,25 @@ def test_system_message_is_pinned_and_summary_role_system():
     assert len(messages) == 2 + 4  # the last two turns stay, as seed 003 keeps them
 
 
+def test_a_system_summary_without_a_system_prompt_is_folded_and_never_taken_for_one():
+    """summary_role='system' in a chat-completions list that has no system prompt: the summary sits first, and
+    the next summary folds it in (one summary in the window), every removed message reported at its own place."""
+    conversation = [{"role": r, "content": f"{r} {i}"} for i in range(6) for r in ("user", "assistant")]
+    events, messages = [], []
+    manager = SummarizingConversationManager(summarizer=lambda m, p: f"S{len(events)}", max_history_turns=1,
+                                             summary_role="system", preserve_recent_messages=2,
+                                             on_remove=events.append)
+    for message in conversation:
+        messages.append(message)
+        manager.apply_management(messages)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant"]
+    removed = [m for e in events for m in e.messages]
+    assert [m.position for m in removed] == list(range(len(removed))) == list(range(len(conversation) - 2))
+    assert all(m.raw is conversation[m.position] for m in removed)
+    assert [e.replaced_summary.text if e.replaced_summary else None for e in events][1:] == \
+        [f"S{i}" for i in range(len(events) - 1)]
+
+
 def test_summary_role_system_needs_chat_completions_shape():
     manager = SummarizingConversationManager(summarizer=lambda m, p: "S", summary_role="system", preserve_recent_messages=0)
     with pytest.raises(ValueError, match="needs chat-completions"):

@@ -284,6 +284,15 @@ class SummarizingConversationManager(ConversationManager):
     def _window_start(self, messages: Sequence[dict[str, Any]]) -> int:
         return self._layout(messages).start
 
+    def _pinned_count(self, raw: Sequence[dict[str, Any]]) -> int:
+        """The caller's leading system message, never our own summary: a ``summary_role="system"`` summary first in
+        a list without a system prompt is folded into the next one, not kept as if the caller had written it.
+        """
+        summary = self._summary_message
+        if summary is not None and raw and (raw[0] is summary or raw[0] == summary):
+            return 0
+        return super()._pinned_count(raw)
+
     # -- the work --------------------------------------------------------------------------
     def _layout(self, messages: Sequence[dict[str, Any]]) -> _Layout:
         pinned = self._pinned_count(messages)
