@@ -329,6 +329,50 @@ def test_pinned_messages_survive_trimming_summarizing_and_clearing():
         assert manager.removed_message_count == 14
 
 
+@pytest.mark.parametrize("shape", ["anthropic", "openai"])
+@pytest.mark.parametrize("kind", ["sliding", "summarizing"])
+def test_pin_first_writes_nothing_into_messages_of_apis_that_refuse_unknown_fields(shape, kind):
+    """The Anthropic and OpenAI APIs reject a message's ``metadata``: pin_first holds the pinned messages itself,
+    every message stays as the caller wrote it, the window is the one the SDK's pin flag leaves; a manager restored
+    from its state keeps the pin on a window reloaded as copies."""
+    import copy
+    import json
+
+    def reply(i):
+        return {"role": "assistant", "content": [{"type": "text", "text": f"a{i}"}] if shape == "anthropic" else f"a{i}"}
+
+    def make():
+        if kind == "sliding":
+            return SlidingWindowConversationManager(window_size=4, pin_first=1)
+        return SummarizingConversationManager(summarizer=lambda m, p: "S", preserve_recent_messages=2,
+                                              max_history_turns=2, pin_first=1)
+
+    system = [{"role": "system", "content": "rules"}] if shape == "openai" else []
+    conversation = system + [m for i in range(8) for m in ({"role": "user", "content": f"q{i}"}, reply(i))]
+    written = copy.deepcopy(conversation)
+    manager, messages = make(), []
+    for message in conversation:
+        messages.append(message)
+        manager.apply_management(messages)
+    assert conversation == written  # not one key added to any message the caller gave
+    head = len(system)
+    assert messages[head] is conversation[head]  # the pinned opening stays
+    expected = [*system, conversation[head], *(conversation[-4:] if kind == "sliding" else [
+        {"role": "user", "content": "S"}, *conversation[-3:]])]
+    assert messages == expected
+    clone = make()
+    clone.restore_from_state(json.loads(json.dumps(manager.get_state())))
+    reloaded = copy.deepcopy(messages) + [{"role": "user", "content": "q8"}, reply(8)]
+    clone.apply_management(reloaded)
+    assert reloaded[head] == conversation[head] and "metadata" not in reloaded[head]
+
+
+def test_pin_first_pins_converse_messages_with_the_sdks_flag():
+    messages = chat(8)
+    SlidingWindowConversationManager(window_size=4, pin_first=1).apply_management(messages)
+    assert messages[0] == {**user("q0"), "metadata": {"custom": {"pinned": True}}} and len(messages) == 5
+
+
 def test_the_previous_summary_not_a_pinned_message_is_folded_in():
     seen, events = [], []
     manager = SummarizingConversationManager(summarizer=lambda m, p: seen.append(p) or f"S{len(seen)}",

@@ -73,6 +73,7 @@ class ConversationManager:
         self._listeners: list[RemovalListener] = [on_remove] if on_remove else []
         self._front_positions: list[int] = []  # messages a manager keeps pinned at the front: their places
         self._front_raws: list[dict[str, Any]] = []  # and the messages, as last seen in the window
+        self._held_pins: list[dict[str, Any]] = []  # messages pin_first pinned without a flag (not Converse)
         self._window_check = WindowCheck()
 
     @property
@@ -148,6 +149,7 @@ class ConversationManager:
         self._release(RemovedMessages(messages=parsed, reason="cleared", shape=shape))
         self._front_positions = [p for i, p in enumerate(positions) if i not in gone]
         self._front_raws = [m for i, m in enumerate(raws) if i not in gone]
+        self._held_pins = [h for h in self._held_pins if not any(h is raws[i] for i in gone)]
         self.removed_message_count += len(gone)
 
     # -- state -------------------------------------------------------------------------

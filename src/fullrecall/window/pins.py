@@ -1,8 +1,11 @@
 """Pinned messages: kept through trimming and summarization, as Strands pins them.
 
 A message is pinned when its ``metadata.custom.pinned`` is True (the flag the
-Strands SDK's pin API sets), or when it is the tool call or tool result next to
-a pinned partner with the same tool id, so a pinned pair is never split.
+Strands SDK's pin API sets), when it is one of the messages a manager holds
+pinned (``pin_first`` in a shape other than Converse, whose APIs refuse a field
+they do not know, so nothing is written into the caller's message), or when it
+is the tool call or tool result next to a pinned partner with the same tool id,
+so a pinned pair is never split.
 """
 
 from __future__ import annotations
@@ -10,8 +13,15 @@ from __future__ import annotations
 from collections.abc import MutableSequence, Sequence
 from typing import Any
 
+from ..messages.formats import detect_shape
 
-def _flagged(message: Any) -> bool:
+
+def _flagged(message: Any, held: Sequence[Any] = ()) -> bool:
+    """Pinned by the SDK's flag, or one of the ``held`` messages a manager pinned (the same dict, or an equal
+    one: a window reloaded from a store holds copies).
+    """
+    if any(message is h or message == h for h in held):
+        return True
     metadata = message.get("metadata") if isinstance(message, dict) else None
     custom = metadata.get("custom") if isinstance(metadata, dict) else None
     return isinstance(custom, dict) and custom.get("pinned") is True
@@ -40,15 +50,15 @@ def _tool_ids(message: Any) -> set[str]:
     return ids
 
 
-def is_pinned(messages: Sequence[Any], index: int) -> bool:
-    """True when ``messages[index]`` is pinned, or is the tool partner next to a pinned message."""
-    if _flagged(messages[index]):
+def is_pinned(messages: Sequence[Any], index: int, held: Sequence[Any] = ()) -> bool:
+    """True when ``messages[index]`` is pinned (flagged or ``held``), or is the tool partner next to a pinned message."""
+    if _flagged(messages[index], held):
         return True
     ids = _tool_ids(messages[index])
     if not ids:
         return False
     for near in (index - 1, index + 1):
-        if 0 <= near < len(messages) and _flagged(messages[near]) and ids & _tool_ids(messages[near]):
+        if 0 <= near < len(messages) and _flagged(messages[near], held) and ids & _tool_ids(messages[near]):
             return True
     return False
 
@@ -59,16 +69,23 @@ def pin(message: dict[str, Any]) -> None:
     metadata.setdefault("custom", {})["pinned"] = True
 
 
-def pin_first(messages: MutableSequence[dict[str, Any]], count: int) -> None:
-    """Pin the first ``count`` messages in place."""
-    for message in list(messages)[:count]:
-        pin(message)
+def pin_first(messages: MutableSequence[dict[str, Any]], count: int, held: list[dict[str, Any]]) -> None:
+    """Pin the first ``count`` messages: Converse messages with the SDK's flag (its pin API, which Strands reads);
+    any other shape's by adding them to ``held``, the manager's own list, leaving the caller's messages as they
+    are (the Anthropic and OpenAI APIs refuse a ``metadata`` field in a message).
+    """
+    first = list(messages)[:count]
+    if first and detect_shape(messages) == "converse":
+        for message in first:
+            pin(message)
+    else:
+        held.extend(first)
 
 
-def leading_pinned(messages: Sequence[Any], start: int = 0) -> int:
+def leading_pinned(messages: Sequence[Any], start: int = 0, held: Sequence[Any] = ()) -> int:
     """How many messages from ``start`` on are pinned, in one run."""
     end = start
-    while end < len(messages) and is_pinned(messages, end):
+    while end < len(messages) and is_pinned(messages, end, held):
         end += 1
     return end - start
 

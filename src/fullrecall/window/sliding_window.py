@@ -69,12 +69,13 @@ class SlidingWindowConversationManager(ConversationManager):
 
     def get_state(self) -> dict[str, Any]:
         return {**super().get_state(), "window_size": self.window_size, "pin_first_applied": self._pin_first_applied,
-                "front_positions": list(self._front_positions)}
+                "front_positions": list(self._front_positions), "held_pins": list(self._held_pins)}
 
     def restore_from_state(self, state: dict[str, Any] | None) -> None:
         super().restore_from_state(state)
         if state:
             self._pin_first_applied = bool(state.get("pin_first_applied", False))
+            self._held_pins = list(state.get("held_pins") or ())
             self._front_positions = []  # a session reloads the window from removed_message_count, without them
             self._front_raws = []
 
@@ -96,7 +97,7 @@ class SlidingWindowConversationManager(ConversationManager):
         self._settle_front(messages)
         system = self._pinned_count(messages)
         if self.pin_first and not self._pin_first_applied:
-            pin_first(messages[system:], self.pin_first)
+            pin_first(messages[system:], self.pin_first, self._held_pins)
             self._pin_first_applied = True
         window = messages[system:]
         shape, body = self._parse_window(window, system)
@@ -132,7 +133,7 @@ class SlidingWindowConversationManager(ConversationManager):
                 shape: str, error: BaseException | None, *, reason: str) -> MutableSequence[dict[str, Any]]:
         """Archive, then delete, the messages before ``cut`` that are not pinned."""
         window = messages[system:]
-        doomed = [i for i in range(cut) if not is_pinned(window, i)]
+        doomed = [i for i in range(cut) if not is_pinned(window, i, self._held_pins)]
         if not doomed:
             if error is not None:
                 raise ContextWindowOverflowError("cannot trim the window: every message in the trim range is pinned") from error
@@ -166,7 +167,7 @@ class SlidingWindowConversationManager(ConversationManager):
         return self._parse_at(window, [*front, *range(start, start + len(window) - len(front))], system)
 
     def _window_start(self, messages: Any) -> int:
-        return self._pinned_count(messages) + leading_pinned(messages, self._pinned_count(messages))
+        return self._pinned_count(messages) + leading_pinned(messages, self._pinned_count(messages), self._held_pins)
 
     def clear(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
         """Empty the window but for the pinned messages; every other message is reported first."""
@@ -182,7 +183,7 @@ class SlidingWindowConversationManager(ConversationManager):
     def _truncate_oldest_result(self, messages: MutableSequence[dict[str, Any]], system: int, body: list[Message], shape: str) -> bool:
         """Shorten the oldest unpinned message with tool results, as the SDK does; False when nothing changed."""
         window = messages[system:]
-        index = next((i for i, m in enumerate(body) if m.has_tool_result and not is_pinned(window, i)), None)
+        index = next((i for i, m in enumerate(body) if m.has_tool_result and not is_pinned(window, i, self._held_pins)), None)
         if index is None:
             return False
         msg = body[index]

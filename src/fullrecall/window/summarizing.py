@@ -167,7 +167,8 @@ class SummarizingConversationManager(ConversationManager):
     # -- state -----------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
         return {**super().get_state(), "summary_message": self._summary_message,
-                "pin_first_applied": self._pin_first_applied, "front_positions": list(self._front_positions)}
+                "pin_first_applied": self._pin_first_applied, "front_positions": list(self._front_positions),
+                "held_pins": list(self._held_pins)}
 
     def restore_from_state(self, state: dict[str, Any] | None) -> None:
         super().restore_from_state(state)
@@ -175,6 +176,7 @@ class SummarizingConversationManager(ConversationManager):
             self._summary_message = state.get("summary_message")
             self._pin_first_applied = bool(state.get("pin_first_applied", False))
             self._front_positions = [int(p) for p in state.get("front_positions") or ()]
+            self._held_pins = list(state.get("held_pins") or ())
             self._front_raws = []  # not in the state: seen again in the window
 
     @property
@@ -217,7 +219,7 @@ class SummarizingConversationManager(ConversationManager):
         """Pin the first ``pin_first`` messages at the first reduction, as the SDK does; True when it did now."""
         if not self.pin_first or self._pin_first_applied:
             return False
-        pin_first(messages[self._pinned_count(messages) :], self.pin_first)
+        pin_first(messages[self._pinned_count(messages) :], self.pin_first, self._held_pins)
         self._pin_first_applied = True
         return True
 
@@ -249,7 +251,7 @@ class SummarizingConversationManager(ConversationManager):
         tail = messages[layout.start :]
         shape, body = self._parse_tail(messages, layout)
         front, loose = self._front(messages, layout, reach=layout.front)
-        doomed = [i for i in range(len(tail)) if not is_pinned(tail, i)]
+        doomed = [i for i in range(len(tail)) if not is_pinned(tail, i, self._held_pins)]
         gone = [m for i, m in enumerate(front) if i in loose] + [body[i] for i in doomed]
         if gone:
             self._check_leaving(messages, [layout.pinned + i for i in sorted(loose)] + [layout.start + i for i in doomed])
@@ -301,7 +303,7 @@ class SummarizingConversationManager(ConversationManager):
         # (its tool-call partner summarized), so the summary is looked for, not assumed after pinned ones.
         at = next((i for i in range(pinned, len(messages)) if messages[i] is summary or messages[i] == summary),
                   None) if summary is not None else None
-        front = at - pinned if at is not None else leading_pinned(messages, pinned)
+        front = at - pinned if at is not None else leading_pinned(messages, pinned, self._held_pins)
         self._front_seen = front
         if at is not None and front == len(self._front_positions):
             self._front_raws = list(messages[pinned:at])
@@ -333,7 +335,7 @@ class SummarizingConversationManager(ConversationManager):
             end = layout.first_position(self)
             positions = [*positions, *range(end - (len(raw) - len(positions)), end)]
         _, front = self._parse_at(raw, positions, layout.pinned)
-        loose = {i for i in range(min(reach, len(raw))) if not is_pinned(messages, layout.pinned + i)}
+        loose = {i for i in range(min(reach, len(raw))) if not is_pinned(messages, layout.pinned + i, self._held_pins)}
         return front, loose
 
     def _summarize_head(
@@ -360,7 +362,7 @@ class SummarizingConversationManager(ConversationManager):
                 f"cannot summarize: {len(body)} message(s) in the window, {self.preserve_recent_messages} must be "
                 "preserved, and no earlier cut keeps every tool call with its result"
             ) from error
-        kept = [i for i in range(cut) if is_pinned(tail, i)]
+        kept = [i for i in range(cut) if is_pinned(tail, i, self._held_pins)]
         head = [m for i, m in enumerate(front) if i in loose] + [body[i] for i in range(cut) if i not in kept]
         if not head:
             raise ContextWindowOverflowError("cannot summarize: every message in the summarize range is pinned") from error
@@ -401,7 +403,7 @@ class SummarizingConversationManager(ConversationManager):
         if chosen is None:
             return False
         tail = messages[layout.start :]
-        doomed = [i for i in range(chosen) if not is_pinned(tail, i)]
+        doomed = [i for i in range(chosen) if not is_pinned(tail, i, self._held_pins)]
         if not doomed:
             return False
         self._check_leaving(messages, (layout.start + i for i in doomed))
