@@ -17,7 +17,7 @@ import re
 from collections import OrderedDict
 from typing import Any, Protocol, runtime_checkable
 
-from .messages.model import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from .messages.model import Message, OpaqueBlock, TextBlock, ToolResultBlock, ToolUseBlock, valid_text
 
 MESSAGE_OVERHEAD = 4  # role and separators, as in OpenAI's own accounting
 MEDIA_TOKENS = 1600  # an image or document page, roughly what providers bill for ~1 megapixel
@@ -79,7 +79,8 @@ class _MessageCounting:
 
 
 def _dumps(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    """A tool input or opaque block as the text counted (valid Unicode: decoded arguments may hold half an emoji)."""
+    return value if isinstance(value, str) else valid_text(json.dumps(value, ensure_ascii=False, default=str))
 
 
 # ids, hashes: a run of letters and digits mixing both; tried only where a run starts (from inside one, the search

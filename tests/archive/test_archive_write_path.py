@@ -509,3 +509,38 @@ def test_a_text_the_embedding_model_refuses_leaves_only_itself_without_vectors()
         assert [h.id for h in archive.search_engine.search("pasted log", top_k=1)] == ["m2"]  # by its words
     finally:
         server.close()
+
+
+# -- index text --------------------------------------------------------------------------------------
+
+HALF_EMOJI = '{"text": "great \\ud83d"}'  # arguments escaping half a surrogate pair, as a model cutting an emoji writes
+
+
+@pytest.mark.parametrize("call", [
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "post", "arguments": HALF_EMOJI}}]},
+    {"type": "function_call", "call_id": "c1", "name": "post", "arguments": HALF_EMOJI},
+], ids=["chat-completions", "responses"])
+@pytest.mark.parametrize("kind", ["sliding", "summarizing"])
+def test_a_tool_call_whose_arguments_escape_half_an_emoji_is_archived_verbatim(store_url, call, kind):
+    """The message is storable JSON; the index text decoded from its arguments holds a lone surrogate, which a
+    store refuses: that text (and an extractive summary quoting it) reads it as U+FFFD, the message is kept as given."""
+    import copy
+
+    from fullrecall.window import SlidingWindowConversationManager, SummarizingConversationManager
+
+    archive = Archive(store_url, Scope(session_id="s"), embedding_model=HashEmbedder())
+    manager = SlidingWindowConversationManager(window_size=2) if kind == "sliding" else \
+        SummarizingConversationManager(preserve_recent_messages=1, max_history_turns=1)
+    manager.add_removal_listener(archive.write)
+    result = {"role": "tool", "tool_call_id": "c1", "content": "posted"} if "role" in call else \
+        {"type": "function_call_output", "call_id": "c1", "output": "posted"}
+    messages = [{"role": "user", "content": "post it"}, call, result, {"role": "user", "content": "thanks"},
+                {"role": "assistant", "content": "done"}, {"role": "user", "content": "next"}]
+    given_call = copy.deepcopy(call)
+    manager.apply_management(messages)
+    assert len(messages) < 6 and manager.removed_message_count >= 2
+    stored = archive.get(1, 1)[0]
+    assert stored.data == given_call and "great \ufffd" in stored.text
+    if kind == "summarizing":
+        assert all(s["text"].encode("utf-8") for s in archive.summaries())

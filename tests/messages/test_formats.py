@@ -163,3 +163,20 @@ def test_massgen_mixed_shapes_are_openai_with_tool_pairs_and_text():
     for msg in parsed:
         msg.changed = True  # rendered afresh: still the same dicts
     assert render_messages(parsed, shape) == MASSGEN_MIXED
+
+
+def test_arguments_escaping_half_an_emoji_read_as_valid_text_and_render_unchanged():
+    """``"\\ud83d"`` in a tool call's JSON arguments decodes to a lone surrogate: the text search, summaries and token
+    counts read has U+FFFD there (a split pair joins again), and the message renders back as it came."""
+    from fullrecall.tokens import EstimatingTokenCounter
+
+    split = '{"text": "great \\ud83d", "pair": "\\ud83d\\ude00"}'
+    raw = [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "post", "arguments": split}}]},
+        {"type": "function_call", "call_id": "c2", "name": "post", "arguments": split}]
+    _, messages = parse_messages(raw)
+    for message, given in zip(messages, raw):
+        assert "great \ufffd" in message.text and "\U0001f600" in message.text
+        message.text.encode("utf-8")
+        assert EstimatingTokenCounter().count_message(message) > 0
+        assert render_message(message, "openai") is given

@@ -99,18 +99,37 @@ def _block_text(block: Block) -> str:
     if isinstance(block, TextBlock):
         return block.text
     if isinstance(block, ToolUseBlock):
-        return f"[tool call {block.name} {json.dumps(block.input, ensure_ascii=False, sort_keys=True, default=_opaque)}]"
+        return f"[tool call {block.name} {json_text(block.input)}]"
     if isinstance(block, ToolResultBlock):
         inner = "\n".join(p for p in (_block_text(b) for b in block.content) if p)
         inner = _recalled(inner) or inner
         flag = " error" if block.status == "error" else ""
         return f"[tool result{flag}] {inner}".rstrip()
     if block.kind == "json":
-        return json.dumps(block.data, ensure_ascii=False, sort_keys=True, default=_opaque)
+        return json_text(block.data)
     if block.kind in ("thinking", "reasoning") and isinstance(block.data, dict):  # Claude's thinking, a Responses reasoning
         said = [block.data.get("thinking")] + [p.get("text") for p in block.data.get("summary") or () if isinstance(p, dict)]
         return "\n".join([f"[{block.kind}]", *(t for t in said if isinstance(t, str) and t)])
     return f"[{block.kind}]"
+
+
+def json_text(value: Any) -> str:
+    r"""``value`` as JSON text for search and summaries, always storable.
+
+    A tool call's JSON ``arguments`` may escape half a surrogate pair (``"\ud83d"``, an emoji a model cut): the
+    message holds only ASCII there and is stored verbatim, but the decoded text would hold a lone surrogate,
+    which no store accepts. That text reads it as U+FFFD; the message itself is never changed.
+    """
+    return valid_text(json.dumps(value, ensure_ascii=False, sort_keys=True, default=_opaque))
+
+
+def valid_text(text: str) -> str:
+    """``text`` as valid Unicode: a surrogate pair split in two escapes joins again, a lone half becomes U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
 
 
 def _recalled(text: str) -> str | None:

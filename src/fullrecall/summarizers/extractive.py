@@ -11,7 +11,6 @@ and never exceeds its token budget. Same input, same output.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import re
 from collections import Counter
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from re import Pattern
 from typing import Any
 
-from ..messages.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from ..messages.model import Message, TextBlock, ToolResultBlock, ToolUseBlock, json_text
 from .base import CheckReport, Summary, as_messages, covered
 from .checks import CITATION, ExclusionPlan, Exclusions, compile_patterns, find_items, missing_items
 
@@ -178,7 +177,7 @@ class ExtractiveSummarizer:
             speaker = _speaker(msg)
             for block in msg.content:
                 if isinstance(block, ToolUseBlock):
-                    args = json.dumps(block.input, ensure_ascii=False, sort_keys=True, default=_opaque)
+                    args = json_text(block.input)
                     result = results.get(block.id, "")
                     line = f"{block.name}({_clip(args, 120)})" + (f" → {_clip(result, 200)}" if result else "")
                     units.append(_Unit(len(units), mi, None, line, tool=True, bonus=2.0))
@@ -441,7 +440,3 @@ def _first_indexes(units: list[_Unit]) -> dict[str, int]:
 def _ident(msg: Message) -> int | str:
     return msg.position if msg.position is not None else (msg.id or -1)
 
-
-def _opaque(value: object) -> str:
-    """What a tool input that JSON cannot hold (bytes of an image) reads as in text."""
-    return f"<{len(value)} bytes>" if isinstance(value, (bytes, bytearray)) else f"<{type(value).__name__}>"
