@@ -373,6 +373,27 @@ def test_pin_first_pins_converse_messages_with_the_sdks_flag():
     assert messages[0] == {**user("q0"), "metadata": {"custom": {"pinned": True}}} and len(messages) == 5
 
 
+@pytest.mark.parametrize(("preserve", "calls"), [(2, 4), (0, 1)])
+def test_calls_still_waiting_for_their_outputs_are_never_summarized_away_from_them(preserve, calls):
+    """Parallel Responses function calls, managed after each item as ConversationMemory does: a call whose output
+    has not come yet is no place to cut, so every output that arrives finds its call in the window."""
+    manager = SummarizingConversationManager(summarizer=lambda m, p: "S", preserve_recent_messages=preserve,
+                                             max_history_turns=1)
+    messages = []
+    items = [{"role": "user", "content": "earlier question"}, {"role": "assistant", "content": "earlier answer"},
+             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "weather in 4 cities?"}]},
+             *({"type": "function_call", "call_id": f"call_{k}", "name": "weather", "arguments": "{}"}
+               for k in range(calls)),
+             *({"type": "function_call_output", "call_id": f"call_{k}", "output": f"{20 + k} C"} for k in range(calls))]
+    for item in items:
+        messages.append(item)
+        manager.apply_management(messages)
+        called = [m["call_id"] for m in messages if m.get("type") == "function_call"]
+        answered = [m["call_id"] for m in messages if m.get("type") == "function_call_output"]
+        assert answered == called[: len(answered)]  # no output without its call
+    assert manager.removed_message_count >= 1  # what came before the calls was summarized
+
+
 def test_the_previous_summary_not_a_pinned_message_is_folded_in():
     seen, events = [], []
     manager = SummarizingConversationManager(summarizer=lambda m, p: seen.append(p) or f"S{len(seen)}",

@@ -33,14 +33,31 @@ def tool_pairs(messages: Sequence[Message]) -> list[tuple[int, int]]:
     return pairs
 
 
+def first_pending_call(messages: Sequence[Message]) -> int | None:
+    """Index of the first tool call still waiting for its result: unanswered, with only tool calls and results
+    after it (parallel calls whose outputs arrive one by one). A call the conversation went on past unanswered
+    is abandoned, not pending: it blocks nothing.
+    """
+    answered = {u for u, _ in tool_pairs(messages)}
+    run = len(messages)
+    while run and (messages[run - 1].tool_use_ids or messages[run - 1].has_tool_result):
+        run -= 1
+    return next((i for i in range(run, len(messages)) if messages[i].tool_use_ids and i not in answered), None)
+
+
 def clean_cuts(messages: Sequence[Message]) -> list[bool]:
-    """``out[c]`` is True when cutting before ``messages[c]`` splits no tool pair (``c`` in 0..n)."""
+    """``out[c]`` is True when cutting before ``messages[c]`` splits no tool pair (``c`` in 0..n), nor a pending call
+    from the results still to come.
+    """
     n = len(messages)
     delta = [0] * (n + 2)  # difference array: a pair (u, r) forbids every cut in (u, r]
     for u, r in tool_pairs(messages):
         if u < r:
             delta[u + 1] += 1
             delta[r + 1] -= 1
+    pending = first_pending_call(messages)
+    if pending is not None:  # its result is still to come: every cut after it would orphan that result
+        delta[pending + 1] += 1
     out, open_pairs = [], 0
     for c in range(n + 1):
         open_pairs += delta[c]
