@@ -245,6 +245,23 @@ def test_proactive_token_budget_keeps_window_under_limit():
     assert counter.count_messages(parse_messages(messages)[1]) <= 1500 and manager.removed_message_count > 0
 
 
+@pytest.mark.parametrize("preserve", [0, 1])
+def test_the_token_budget_wins_over_alternating_roles(preserve):
+    """Summarizing up to the budget's cut would put the summary before a message of its own role (or last): the
+    cut still goes no earlier, so the window fits; alternating roles is a preference, the budget is not."""
+    from fullrecall.messages import parse_messages
+    from fullrecall.tokens import EstimatingTokenCounter
+
+    counter = EstimatingTokenCounter()
+    log = "log line " + " ".join(f"entry{i} value {i * 7}" for i in range(600))
+    messages = [user("please read the log"), assistant("ok, paste it"), user(log), user("thanks")][: 3 + preserve]
+    manager = SummarizingConversationManager(summarizer=lambda m, p: "a log", max_context_tokens=300,
+                                             max_summary_tokens=100, preserve_recent_messages=preserve,
+                                             token_counter=counter)
+    manager.apply_management(messages)
+    assert counter.count_messages(parse_messages(messages)[1]) <= 300 and manager.removed_message_count == 3
+
+
 def test_long_summary_is_bounded():
     messages = chat(10)
     manager = SummarizingConversationManager(summarizer=lambda m, p: "\n".join(f"- fact {i}" for i in range(500)),

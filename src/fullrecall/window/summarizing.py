@@ -196,7 +196,7 @@ class SummarizingConversationManager(ConversationManager):
             layout = self._layout(messages)
             keep = min(keep, len(messages) - layout.start)
         try:
-            self._summarize_head(messages, layout, target=len(messages) - layout.start - keep)
+            self._summarize_head(messages, layout, target=len(messages) - layout.start - keep, at_least=True)
         except ContextWindowOverflowError as exc:
             self.last_error = exc
             log.warning("proactive summarization skipped, every message kept: %s", exc)
@@ -346,14 +346,19 @@ class SummarizingConversationManager(ConversationManager):
         target: int,
         reach: int | None = None,
         error: BaseException | None = None,
+        at_least: bool = False,
     ) -> None:
-        """Fold the oldest originals into the summary; front messages no longer pinned go with them."""
+        """Fold the oldest originals into the summary; front messages no longer pinned go with them.
+
+        ``at_least``: ``target`` is what a limit (the token budget, the turns) needs summarized, so the cut goes
+        no earlier than it where a later one is clean.
+        """
         tail = messages[layout.start :]
         shape, body = self._parse_tail(messages, layout)
         if self.summary_role == "system" and shape != "openai":
             raise ValueError(f"summary_role='system' needs chat-completions messages; these are {shape}")
         limit = len(body) - max(self.preserve_recent_messages, 0)
-        cut = self._choose_cut(body, min(target, limit), limit)
+        cut = self._choose_cut(body, min(target, limit), limit, at_least=at_least)
         front, loose = self._front(messages, layout, layout.front if reach is None else reach)
         if cut is None and loose:  # no cut after the summary keeps each tool call with its result, but messages
             cut = 0  # kept before it have lost their pins: they are summarized alone, as the SDK does
@@ -419,15 +424,19 @@ class SummarizingConversationManager(ConversationManager):
             self._front_raws = self._front_raws[: layout.front]
         return True
 
-    def _choose_cut(self, body: list[Message], target: int, limit: int) -> int | None:
-        """A clean cut near ``target`` within ``[1, limit]``; prefer one where roles alternate."""
+    def _choose_cut(self, body: list[Message], target: int, limit: int, *, at_least: bool = False) -> int | None:
+        """A clean cut near ``target`` within ``[1, limit]``; prefer one where roles alternate.
+
+        With ``at_least`` a cut before ``target`` is taken only when no later one is clean: the limit that set
+        the target wins over the preference.
+        """
         if limit < 1:
             return None
         clean = clean_cuts(body)
         target = max(1, min(target, limit))
         forward = [c for c in range(target, limit + 1) if clean[c]]
         backward = [c for c in range(target - 1, 0, -1) if clean[c]]
-        candidates = forward + backward
+        candidates = forward if at_least and forward else forward + backward
         if not candidates:
             return None
         for c in candidates[:8] if self.prefer_alternating_roles else ():  # the summary not followed by its role
