@@ -229,8 +229,28 @@ def test_a_system_summary_without_a_system_prompt_is_folded_and_never_taken_for_
 
 def test_summary_role_system_needs_chat_completions_shape():
     manager = SummarizingConversationManager(summarizer=lambda m, p: "S", summary_role="system", preserve_recent_messages=0)
-    with pytest.raises(ValueError, match="needs chat-completions"):
-        manager.reduce_context(chat(4), RuntimeError("overflow"))
+    messages = chat(4)
+    with pytest.raises(InvalidInput, match="needs chat-completions"):
+        manager.reduce_context(messages, RuntimeError("overflow"))
+    assert messages == chat(4) and manager.removed_message_count == 0
+
+
+def test_a_system_summary_goes_into_a_chat_completions_list_holding_claude_blocks():
+    """MassGen keeps Claude's tool_use / tool_result blocks in chat-completions messages: after the system prompt
+    the messages alone read as Anthropic ones, but the list is chat completions, where a system summary belongs."""
+    messages = [{"role": "system", "content": "You are helpful."}]
+    for t in range(4):
+        messages += [{"role": "user", "content": f"question {t}"},
+                     {"role": "assistant", "content": [{"type": "text", "text": "let me look"}, {
+                         "type": "tool_use", "id": f"tu_{t}", "name": "search", "input": {"q": str(t)}}]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"tu_{t}", "content": "r"}]},
+                     {"role": "assistant", "content": f"answer {t}"}]
+    given, events = list(messages), []
+    manager = SummarizingConversationManager(summarizer=lambda m, p: "S", preserve_recent_messages=2,
+                                             max_history_turns=2, summary_role="system", on_remove=events.append)
+    manager.apply_management(messages)
+    assert messages[:2] == [given[0], {"role": "system", "content": "S"}] and messages[2:] == given[-4:]
+    assert [m.position for m in events[0].messages] == list(range(1, 13))
 
 
 def test_proactive_token_budget_keeps_window_under_limit():

@@ -13,7 +13,8 @@ import re
 from collections.abc import Callable, MutableSequence, Sequence
 from typing import Any, cast
 
-from ..errors import ContextWindowOverflowError
+from ..errors import ContextWindowOverflowError, InvalidInput
+from ..messages.formats import detect_shape
 from ..messages.model import Message, TextBlock
 from ..tokens import default_token_counter
 from .base import ConversationManager, RemovalListener, RemovedMessages
@@ -356,7 +357,7 @@ class SummarizingConversationManager(ConversationManager):
         tail = messages[layout.start :]
         shape, body = self._parse_tail(messages, layout)
         if self.summary_role == "system" and shape != "openai":
-            raise ValueError(f"summary_role='system' needs chat-completions messages; these are {shape}")
+            shape = self._system_summary_shape(messages, shape)
         limit = len(body) - max(self.preserve_recent_messages, 0)
         cut = self._choose_cut(body, min(target, limit), limit, at_least=at_least)
         front, loose = self._front(messages, layout, layout.front if reach is None else reach)
@@ -423,6 +424,15 @@ class SummarizingConversationManager(ConversationManager):
             self._front_positions = self._front_positions[: layout.front]
             self._front_raws = self._front_raws[: layout.front]
         return True
+
+    @staticmethod
+    def _system_summary_shape(messages: Sequence[dict[str, Any]], shape: str) -> str:
+        """``openai`` when the whole list is chat completions, though the messages after the system prompt read as
+        Anthropic ones (MassGen keeps Claude's blocks there); else ``InvalidInput``, before anything changed.
+        """
+        if detect_shape(messages) != "openai":
+            raise InvalidInput(f"summary_role='system' needs chat-completions messages; these are {shape}")
+        return "openai"
 
     def _choose_cut(self, body: list[Message], target: int, limit: int, *, at_least: bool = False) -> int | None:
         """A clean cut near ``target`` within ``[1, limit]``; prefer one where roles alternate.
