@@ -431,6 +431,27 @@ def test_calls_still_waiting_for_their_outputs_are_never_summarized_away_from_th
     assert manager.removed_message_count >= 1  # what came before the calls was summarized
 
 
+def test_a_shortened_tool_result_keeps_its_shape_and_keys():
+    """A Responses output's parts stay Responses parts (input_text; its input_image becomes the placeholder), and an
+    Anthropic tool_result keeps its own keys and its string content: the API takes the shortened message back."""
+    big = "row " * 300
+    responses = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "q"}]},
+                 {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                 {"type": "function_call_output", "call_id": "c", "id": "o1", "output": [
+                     {"type": "input_text", "text": big}, {"type": "input_image", "image_url": "data:image/png;base64,AA"}]}]
+    SlidingWindowConversationManager(window_size=10).reduce_context(responses, RuntimeError("overflow"))
+    output = responses[-1]["output"]
+    assert responses[-1]["id"] == "o1" and [p["type"] for p in output] == ["input_text", "input_text"]
+    assert "fullrecall cut" in output[0]["text"] and output[1]["text"].startswith("[input_image removed")
+    anthropic = [{"role": "user", "content": "q"},
+                 {"role": "assistant", "content": [{"type": "tool_use", "id": "c", "name": "f", "input": {}}]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c", "content": big,
+                                               "cache_control": {"type": "ephemeral"}}]}]
+    SlidingWindowConversationManager(window_size=10).reduce_context(anthropic, RuntimeError("overflow"))
+    block = anthropic[-1]["content"][0]
+    assert block["cache_control"] == {"type": "ephemeral"} and "fullrecall cut" in block["content"]
+
+
 def test_the_previous_summary_not_a_pinned_message_is_folded_in():
     seen, events = [], []
     manager = SummarizingConversationManager(summarizer=lambda m, p: seen.append(p) or f"S{len(seen)}",

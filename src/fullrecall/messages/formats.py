@@ -492,6 +492,22 @@ def _anthropic_out(block: Block) -> Any:
     return {"type": block.kind, block.kind: block.data}
 
 
+def with_result_content(block: ToolResultBlock, parts: tuple[Block, ...]) -> ToolResultBlock:
+    """``block`` holding ``parts`` instead (a result a manager shortened), rendered as the caller wrote it.
+
+    An Anthropic ``tool_result`` keeps its own keys (``cache_control``, ...) and its content's form (a string stays
+    one); the other shapes keep a result's keys in the message (a Responses output, a ``tool`` message), or have none.
+    """
+    raw = block.raw
+    if isinstance(raw, dict) and raw.get("type") == "tool_result":
+        if isinstance(raw.get("content"), str) and all(isinstance(p, TextBlock) for p in parts):
+            content: Any = "\n".join(p.text for p in parts if isinstance(p, TextBlock))
+        else:
+            content = [_anthropic_out(p) for p in parts]
+        return ToolResultBlock(block.tool_use_id, parts, block.status, raw={**raw, "content": content})
+    return ToolResultBlock(block.tool_use_id, parts, block.status)
+
+
 def _raw_kind(raw: Any) -> str:
     """Which shape a block's raw dict belongs to (``converse`` blocks carry no ``type``)."""
     if isinstance(raw, str):

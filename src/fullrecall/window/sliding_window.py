@@ -16,6 +16,7 @@ from collections.abc import MutableSequence, Sequence
 from typing import Any
 
 from ..errors import ContextWindowOverflowError
+from ..messages.formats import with_result_content
 from ..messages.model import Block, Message, OpaqueBlock, TextBlock, ToolResultBlock
 from .base import ConversationManager, RemovalListener, RemovedMessages, log
 from .cuts import clean_cuts, is_tool_pair_start, is_window_start
@@ -27,7 +28,7 @@ _NOTICE_PREFIX = "[... fullrecall cut "
 MEDIA_PLACEHOLDER = "[{kind} removed from the window by fullrecall; the original is in the archive]"
 SDK_TRUNCATION = "{head}...\n\n... [truncated: {cut} chars removed] ...\n\n...{tail}"
 _SDK_MARKER = "... [truncated:"
-MEDIA_KINDS = ("image", "image_url", "document", "video", "file")
+MEDIA_KINDS = ("image", "image_url", "document", "video", "file", "input_image", "input_file")  # input_*: Responses
 
 
 class SlidingWindowConversationManager(ConversationManager):
@@ -201,12 +202,14 @@ class SlidingWindowConversationManager(ConversationManager):
             if isinstance(part, TextBlock):
                 parts.append(self._shorten_text(part))
             elif isinstance(part, OpaqueBlock) and self._is_media(part):
-                parts.append(TextBlock(self._media_placeholder(part)))
+                text = self._media_placeholder(part)  # a Responses output's text part is its input_text
+                parts.append(TextBlock(text, raw={"type": "input_text", "text": text} if part.kind.startswith("input_")
+                                       else None))
             else:
                 parts.append(part)
         if parts == list(result.content):
             return result
-        return ToolResultBlock(result.tool_use_id, tuple(parts), result.status)
+        return with_result_content(result, tuple(parts))
 
     def _is_media(self, part: OpaqueBlock) -> bool:
         return part.kind == "image" if self.truncation_notice == "sdk" else part.kind in MEDIA_KINDS
@@ -229,5 +232,8 @@ class SlidingWindowConversationManager(ConversationManager):
         tail = self.max_tool_result_chars - head
         cut = len(text) - head - tail
         if self.truncation_notice == "sdk":
-            return TextBlock(SDK_TRUNCATION.format(head=text[:head], cut=cut, tail=text[-tail:]))
-        return TextBlock(f"{text[:head]}\n{TRUNCATION_NOTICE.format(cut=cut)}\n{text[-tail:]}")
+            short = SDK_TRUNCATION.format(head=text[:head], cut=cut, tail=text[-tail:])
+        else:
+            short = f"{text[:head]}\n{TRUNCATION_NOTICE.format(cut=cut)}\n{text[-tail:]}"
+        # the part's own keys stay (its type: a Responses output's input_text, not chat completions' text)
+        return TextBlock(short, raw={**part.raw, "text": short} if isinstance(part.raw, dict) else None)
