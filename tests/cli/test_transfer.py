@@ -677,3 +677,44 @@ def test_openai_and_locomo_files_may_start_with_a_byte_order_mark():
         assert locomo.import_locomo(store, Scope(), io.StringIO("\ufeff" + json.dumps([sample])))["written"] == 1
     finally:
         store.close()
+
+
+def _summarized(store, user: str = "ann", session: str = "s1") -> list[dict]:
+    """A conversation whose window manager summarized it several times; its archive's summaries."""
+    from fullrecall import SyncConversationMemory
+
+    made = iter(range(100))
+    with SyncConversationMemory(store, session, user_id=user, summarizer=lambda m, p: f"summary {next(made)}",
+                                max_history_turns=2, preserve_recent_messages=2) as memory:
+        for i in range(6):
+            memory.add([{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}])
+        return memory.manager.archive.summaries()
+
+
+def test_a_conversations_archived_summaries_come_back_with_their_covers(store_url):
+    """The archive keeps each summary as a record of its conversation (namespace ``archive.summaries``): an export
+    carried the state documents alone, so an import lost every summary (``inspect`` listed none). Now each is a
+    ``summary`` line: it comes back with its covers, once however often the file is imported, on every backend.
+    """
+    from fullrecall import SyncConversationMemory
+
+    source = open_store("sqlite:///:memory:")
+    store = open_store(store_url)
+    try:
+        want = _summarized(source)
+        assert len(want) >= 2 and all(s["covers"] for s in want)
+        first = io.StringIO()
+        counts = jsonl.export_jsonl(source, Scope(user_id="ann"), first)
+        assert [line["id"] for line in _body(first) if line["type"] == "summary"] == [s["id"] for s in want]
+        assert counts["states"] == 1 + len(want)  # the end line counts summary lines with the states
+        for _ in range(2):
+            jsonl.import_jsonl(store, Scope(), io.StringIO(first.getvalue()))
+        again = io.StringIO()
+        jsonl.export_jsonl(store, Scope(user_id="ann"), again)
+        assert _body(again) == _body(first)
+        with SyncConversationMemory(store, "s1", user_id="ann") as memory:
+            assert memory.manager.archive.summaries() == want
+    finally:
+        source.close()
+        store.close()
+

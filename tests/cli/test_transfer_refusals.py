@@ -33,6 +33,12 @@ def _vector(values: list[float]) -> dict[str, Any]:
     return {"model": "m", "dim": int(raw.shape[0]), "b64": base64.b64encode(raw.tobytes()).decode()}
 
 
+def summary(**change: Any) -> str:
+    fields = {"type": "summary", "conversation_id": "b", "user_id": "ann", "id": "s1", "text": "earlier: a chat",
+              "created_at": 1.7e9, "updated_at": 1.7e9, "data": {"covers": [1, 2], "folds_id": None, "folds": None}}
+    return json.dumps({**fields, **change})
+
+
 GOOD = line(0, "a")  # line 2: a whole conversation the refusal must not leave written
 BAD: list[tuple[list[str], str]] = [  # (lines 3 on, what the refusal says)
     ([line(1), line(2, text="lone \ud800")], r"^line 4: 'text' is not valid Unicode \(a lone surrogate at character 5\)$"),
@@ -51,6 +57,14 @@ BAD: list[tuple[list[str], str]] = [  # (lines 3 on, what the refusal says)
     ([line(1), json.dumps({"type": "state", "conversation_id": "b", "user_id": "ann", "key": "window",
                            "value": {"x": float("nan")}})], r"^line 4: 'value.x' is nan; JSON has no NaN or infinity$"),
     ([line(1), line(2)[:40]], r"^line 4: not valid JSON"),
+    ([line(1), summary(data={"covers": "1-2"})], r"^line 4: 'data.covers' must be \[first, last\], two positions"),
+    ([line(1), summary(data={"covers": [2, 1]})], r"^line 4: 'data.covers' must be \[first, last\]"),
+    ([line(1), summary(data={"covers": [0, 2**53]})], r"^line 4: 'data.covers' must be \[first, last\]"),
+    ([line(1), summary(data={"covers": [0, 1], "folds_id": 3})], r"^line 4: 'data.folds_id' must be a string or null$"),
+    ([line(1), summary(id="")], r"^line 4: 'id' must be a non-empty string$"),
+    ([line(1), summary(id="x\x00y")], r"^line 4: record 'x\\x00y': 'id' contains a NUL"),
+    ([line(1), summary(text=None)], r"^line 4: 'text' must be a string$"),
+    ([line(1), summary(created_at="yesterday")], r"^line 4: 'created_at' must be a time in Unix seconds$"),
     ([line(1, vector=_vector([1.0, 2.0])), line(2, vector=_vector([float("nan"), 1.0]))],
      r"^line 4: 'vector' holds NaN or infinity$"),
     ([line(1, vector=_vector([float("inf")]))], r"^line 3: 'vector' holds NaN or infinity$"),
@@ -69,6 +83,7 @@ def test_a_bad_line_is_named_and_nothing_is_written(store_url, body, error):
         owner = Scope(user_id="ann")
         assert store.stats(owner).get("message_count") == 0
         assert store.get_state(Scope(user_id="ann", session_id="b"), "window") is None
+        assert store.get_records(Scope(user_id="ann", session_id="b"), "archive.summaries") == []
         good = "\n".join([HEADER, GOOD, line(1), line(2)])  # corrected: written once, however often it is run
         assert jsonl.import_jsonl(store, Scope(), io.StringIO(good))["written"] == 3
         assert jsonl.import_jsonl(store, Scope(), io.StringIO(good))["written"] == 0

@@ -536,3 +536,19 @@ def test_no_answer_of_the_api_may_be_kept_by_a_browser_or_proxy(api):
     assert [a.status_code for a in answers] == [200, 200, 401, 422, 413]
     assert all(a.headers.get("cache-control") == "no-store" for a in answers)
     assert api.client.get("/ui/").headers.get("cache-control") != "no-store"
+
+
+def test_an_export_carrying_archived_summaries_imports_its_messages(api):
+    """A library export carries a conversation's archived summaries (``summary`` lines): the service, which appends
+    the messages at positions of its own, skips them as it skips states (an unknown type would refuse the file).
+    """
+    conv = f"c-{uuid.uuid4().hex}"
+    body = "\n".join(json.dumps(line) for line in [
+        {"format": "fullrecall", "version": 3},
+        {"type": "message", "conversation_id": conv, "id": "m0", "message": {"role": "user", "content": "hello"}},
+        {"type": "summary", "conversation_id": conv, "id": "s1", "text": "a greeting", "created_at": 1.7e9,
+         "updated_at": 1.7e9, "data": {"covers": [0, 0], "folds_id": None, "folds": None}},
+        {"type": "end", "messages": 1, "states": 1, "records": 0}])
+    r = api.client.post("/v1/import", content=body.encode(), headers={**api.a, "content-type": "application/x-ndjson"})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"conversations": 1, "messages": 1, "written": 1}

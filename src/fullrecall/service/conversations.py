@@ -397,11 +397,11 @@ class Conversations:
                 records.setdefault(record.namespace, []).append(record)
                 continue
             kind = line.get("type", "message")
-            if kind == "state":  # the library's window state: not the service's to restore
-                continue
+            if kind in ("state", "summary"):  # the library's window state and archived summaries, of positions
+                continue                         # the service gives anew: not the service's to restore
             if kind != "message":  # a typo ("mesage") must not drop the line silently: the command refuses it too
-                raise MessageFormatError(f"line {n + 1}: unknown type {kind!r}; expected 'message', 'state' or one "
-                                         f"of {sorted(jsonl.RECORD_TYPES)}")
+                raise MessageFormatError(f"line {n + 1}: unknown type {kind!r}; expected 'message', 'state', "
+                                         f"'summary' or one of {sorted(jsonl.RECORD_TYPES)}")
             conv = jsonl.conversation_of({**line, "_line": n + 1})
             msg, mid = line.get("message"), line.get("id")
             if len(conv) > MAX_ID_LENGTH:

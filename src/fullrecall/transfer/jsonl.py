@@ -12,6 +12,10 @@ line has a ``"type"``:
 * ``"state"``: a conversation's state document (``key`` is ``window``, ``archive`` or
   ``summaries``; ``value`` the document): the window and its summaries come back as they were
   (an import writes a state the conversation does not have yet, never over a newer one);
+* ``"summary"``: one summary the conversation's archive made (a record of namespace ``archive.summaries``:
+  ``id``, ``text``, ``created_at``, ``updated_at`` and ``data`` with its ``covers``, the first and last position
+  it covers, and ``folds_id``, the earlier summary it folds in); an import writes one the conversation does not
+  hold (by id), so importing twice stores it once. The end line counts summary lines with the states;
 * ``"fact"``, ``"pattern"`` and ``"session"`` (version 2): the owner's long-term memory, one record
   a line: a :class:`~fullrecall.memory.FactMemory` fact (its validity interval, supersession and
   source messages are in ``data``), a :class:`~fullrecall.memory.ProceduralMemory` pattern (steps,
@@ -51,7 +55,8 @@ import numpy as np
 
 from .._json import dumps, dumps_text
 from .._json import parse as parse_json
-from ..errors import InvalidInput, MessageFormatError
+from ..archive.archive import SUMMARIES
+from ..errors import InvalidInput, MessageFormatError, StateConflict
 from ..memory._records import _OWNER, _VEC, EXPIRES_AT, RecordBook, owner_scope, public_data
 from ..memory.facts import NAMESPACE as FACTS
 from ..memory.persistent import _SESSIONS as SESSIONS
@@ -59,6 +64,7 @@ from ..memory.procedural import NAMESPACE as PROCEDURES
 from ..memory.procedural import check_pattern_data, owned_pattern
 from ..stores._validate import (
     MAX_DOCUMENT_BYTES,
+    MAX_POSITION,
     check_id,
     check_json_value,
     check_message,
@@ -86,7 +92,8 @@ VERSION = 3
 END_SINCE = 3  # the first version whose files end with an end line
 STATE_KEYS = ("window", "archive", "summaries")
 RECORD_TYPES = {"fact": FACTS, "pattern": PROCEDURES, "session": SESSIONS}  # line type -> record namespace
-_COUNTED = {"message": "messages", "state": "states", **dict.fromkeys(RECORD_TYPES, "records")}  # type -> count
+_COUNTED = {"message": "messages", "state": "states", "summary": "states",  # type -> the end line's count
+            **dict.fromkeys(RECORD_TYPES, "records")}
 _MESSAGE_FIELDS = ("id", "position", "role", "kind", "created_at", "archived_at", "summary_id", "metadata", "text")
 
 
@@ -137,6 +144,10 @@ def _body(store: Store, scope: Scope, vectors: bool, progress: Progress) -> Iter
             if value is not None:
                 yield {"type": "state", "conversation_id": session, "user_id": own.user_id or None,
                        "agent_id": own.agent_id or None, "key": key, "value": value}
+        for r in sorted(store.get_records(own, SUMMARIES), key=lambda r: (r.created_at, r.id)):
+            yield {"type": "summary", "conversation_id": session, "user_id": own.user_id or None,
+                   "agent_id": own.agent_id or None, "id": r.id, "text": r.text, "created_at": r.created_at,
+                   "updated_at": r.updated_at, "data": r.data}
         progress("exporting", n + 1, len(sessions))
     if not scope.session:
         yield from record_lines(store, scope)
@@ -378,6 +389,7 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
     sources: dict[tuple[str, str, str], set[str]] = {}  # the file's conversations each target gathers
     numbers: dict[tuple[str, str, str], list[int]] = {}  # the line of each message of a target
     models: dict[tuple[str, str, str], tuple[str, int, int]] = {}  # a target's vectors: (model, dim, first line)
+    summaries: dict[tuple[str, str, str], list[Record]] = {}  # a target's archived summaries
     path = getattr(fp, "name", None)
     where = name or (f"file {path!r}" if isinstance(path, str) else "the file")
     for line in read(fp, where):
@@ -413,15 +425,18 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
             except InvalidInput as exc:
                 raise MessageFormatError(str(exc)) from None
             states[line["key"]] = line["value"]
+        elif line["type"] == "summary":
+            summaries.setdefault((user, agent, conv), []).append(summary_of(line))
         else:
             raise MessageFormatError(f"line {line['_line']}: unknown type {line['type']!r}")
     targets = {key: Scope(tenant=scope.tenant, user_id=key[0], agent_id=key[1], session_id=key[2]) for key in groups}
     for key, (messages, _, states) in groups.items():  # validate everything before writing anything
         targets[key].require_session()
         if len(sources.get(key, ())) > 1:  # conversations merged into one (--session): appended in file order;
-            for m in messages:               # their positions and window states describe conversations gone
-                m.position = None
+            for m in messages:               # their positions, window states and summaries' covers describe
+                m.position = None            # conversations gone
             states.clear()
+            summaries.pop(key, None)
         _check_places(store, targets[key], messages, numbers.get(key, []))
         held = store.vector_model(targets[key]) if key in models else None
         if held is not None and tuple(held) != models[key][:2]:
@@ -450,6 +465,11 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
         for state_key, value in states.items():  # a conversation that has moved on since keeps its own
             if store.get_state(own, state_key) is None:
                 store.put_state(own, state_key, value)
+        for summary in summaries.get(key, []):  # one the conversation holds (a rerun's) stays as it is
+            try:
+                store.put_record(own, summary, expected=0)
+            except StateConflict:
+                pass
     out = _result(counts)
     out["records"] = sum(len(r) for r in records.values())
     out["records_written"] = sum(put_records(store, Scope(tenant=scope.tenant, user_id=user, agent_id=agent),
@@ -500,6 +520,47 @@ def _check_places(store: Store, own: Scope, messages: list[StoredMessage], lines
                                      f"(id {have.id!r})")
 
 
+def summary_of(line: dict[str, Any]) -> Record:
+    """The archived summary a ``"summary"`` line describes, checked: its covers are what the archive and
+    ``inspect`` read back (two positions, first to last), so a malformed one is refused naming the line.
+    """
+    where = f"line {line.get('_line', '?')}"
+    if not isinstance(line.get("id"), str) or not line["id"]:
+        raise MessageFormatError(f"{where}: 'id' must be a non-empty string")
+    if not isinstance(line.get("text"), str):
+        raise MessageFormatError(f"{where}: 'text' must be a string")
+    data = line.get("data")
+    if not isinstance(data, dict):
+        raise MessageFormatError(f"{where}: 'data' must be an object")
+    covers = data.get("covers")
+    if not (isinstance(covers, list) and len(covers) == 2 and all(_position(p) for p in covers)
+            and covers[0] <= covers[1]):
+        raise MessageFormatError(f"{where}: 'data.covers' must be [first, last], two positions (integers from 0 to "
+                                 f"{MAX_POSITION}) in order, got {covers!r}")
+    for key in ("folds_id", "folds"):
+        if not _string_or_none(data.get(key)):
+            raise MessageFormatError(f"{where}: 'data.{key}' must be a string or null")
+    record = Record(id=line["id"], namespace=SUMMARIES, text=line["text"], data=data,
+                    created_at=_line_time(line, "created_at"), updated_at=_line_time(line, "updated_at"))
+    try:
+        check_record(record)  # what the store would refuse, refused before anything is written
+    except ValueError as exc:
+        raise MessageFormatError(f"{where}: {exc}") from None
+    return record
+
+
+def _position(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_POSITION
+
+
+def _line_time(line: dict[str, Any], key: str) -> float:
+    """A record line's time (``created_at``, ``updated_at``), checked."""
+    value = line.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e11:
+        raise MessageFormatError(f"line {line.get('_line', '?')}: '{key}' must be a time in Unix seconds")
+    return float(value)
+
+
 def record_of(line: dict[str, Any]) -> Record:
     """The long-term record a ``"fact"``, ``"pattern"`` or ``"session"`` line describes, checked."""
     where = f"line {line.get('_line', '?')}"
@@ -508,13 +569,9 @@ def record_of(line: dict[str, Any]) -> Record:
             raise MessageFormatError(f"{where}: '{key}' must be a non-empty string")
     if not isinstance(line.get("data"), dict):
         raise MessageFormatError(f"{where}: 'data' must be an object")
-    for key in ("created_at", "updated_at"):
-        value = line.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e11:
-            raise MessageFormatError(f"{where}: '{key}' must be a time in Unix seconds")
     data = {k: v for k, v in line["data"].items() if k not in (_OWNER, _VEC)}
     record = Record(id=line["id"], namespace=RECORD_TYPES[line["type"]], text=line["text"], data=data,
-                    created_at=float(line["created_at"]), updated_at=float(line["updated_at"]))
+                    created_at=_line_time(line, "created_at"), updated_at=_line_time(line, "updated_at"))
     try:
         check_record(record)  # what the store would refuse, refused before anything is written
         if record.namespace == PROCEDURES:  # its id is made again for the owner it goes to (see put_records)
