@@ -718,3 +718,31 @@ def test_a_conversations_archived_summaries_come_back_with_their_covers(store_ur
         source.close()
         store.close()
 
+
+def test_reading_a_conversation_always_moves_on_past_the_last_position(tmp_path):
+    """A store written before appends were refused past the last position (2**53 - 1) may hold messages past it;
+    a read brings back its span clamped to one past the last, so the export re-read the same span forever (its
+    memory growing). Each read now moves past what it read, and the export ends.
+    """
+    import itertools
+    import sqlite3
+
+    from fullrecall.stores._validate import MAX_POSITION
+    from fullrecall.stores.base import StoredMessage
+
+    path = tmp_path / "old.db"
+    store = open_store(f"sqlite:///{path}")
+    own = Scope(user_id="ann", session_id="c1")
+    store.append(own, [StoredMessage(id=f"m{i}", role="user", text=f"t{i}", data={"role": "user", "content": f"t{i}"},
+                                     position=MAX_POSITION - 2 + i) for i in range(3)])
+    store.close()
+    with sqlite3.connect(path) as conn:  # as an older version wrote them: the last two past the last position
+        for mid in ("m2", "m1", "m0"):
+            conn.execute("UPDATE messages SET position = position + 2 WHERE id = ?", (mid,))
+    store = open_store(f"sqlite:///{path}")
+    try:
+        read = [m.id for chunk in itertools.islice(_common.chunks(store, own), 50) for m in chunk]
+        assert read == ["m0", "m1"]  # each once; one past position 2**53 no read reaches
+        assert jsonl.export_jsonl(store, Scope(user_id="ann"), io.StringIO())["messages"] == 2
+    finally:
+        store.close()

@@ -57,6 +57,8 @@ BAD: list[tuple[list[str], str]] = [  # (lines 3 on, what the refusal says)
     ([line(1), json.dumps({"type": "state", "conversation_id": "b", "user_id": "ann", "key": "window",
                            "value": {"x": float("nan")}})], r"^line 4: 'value.x' is nan; JSON has no NaN or infinity$"),
     ([line(1), line(2)[:40]], r"^line 4: not valid JSON"),
+    ([line(1, position=2**53 - 1), line(2, position=None)], r"^line 4: conversation 'b': no position is left for "
+                                                             r"message 'm2' after position 9007199254740991"),
     ([line(1), summary(data={"covers": "1-2"})], r"^line 4: 'data.covers' must be \[first, last\], two positions"),
     ([line(1), summary(data={"covers": [2, 1]})], r"^line 4: 'data.covers' must be \[first, last\]"),
     ([line(1), summary(data={"covers": [0, 2**53]})], r"^line 4: 'data.covers' must be \[first, last\]"),

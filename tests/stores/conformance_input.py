@@ -16,7 +16,7 @@ import pytest
 from fullrecall.errors import InvalidInput, StateConflict
 from fullrecall.stores import ANY, Filters, Record, Scope, Store, StoredMessage
 from fullrecall.stores._forget import COUNT_KEYS as FORGET_COUNTS
-from fullrecall.stores._validate import INDEXED_CHARS, MAX_FIELD_BYTES
+from fullrecall.stores._validate import INDEXED_CHARS, MAX_FIELD_BYTES, MAX_POSITION
 
 _MARK = "\ufdd0"  # the character PostgreSQL's NUL escaping uses: must round-trip too
 
@@ -246,6 +246,29 @@ class InputConformance:
             store.append(scope, [good(1, position=0)])
         assert str(info.value) == f"cannot append to session {scope.session_id!r}: an explicit position is already taken"
         assert [m.id for m in store.range(scope, 0, 9)] == ["m0"]
+
+    def test_an_append_past_the_last_position_is_refused_identically(self, store: Store, scope: Scope) -> None:
+        """A message at the last position (2**53 - 1) followed by messages without one: SQLite and PostgreSQL gave
+        them positions past the last (which no read reaches: an export looped forever), Redis's doubles gave two of
+        them one position. Now the append is refused naming the first message with no position left, nothing
+        written, on every backend, in a batch and in a later append alike.
+        """
+        last = MAX_POSITION
+        want = (f"message 1 (id 'm1'): no position is left for it after position {last} (2**53 - 1), the last a "
+                "conversation has; nothing was written")
+        with pytest.raises(InvalidInput) as info:
+            store.append(scope, [good(0, position=last), good(1), good(2)])
+        assert str(info.value) == want
+        assert store.count(scope) == 0 and store.stats(scope)["session_count"] == 0
+        assert store.append(scope, [good(0, position=last)]) == [last]
+        for batch in ([good(1)], [good(0), good(1)]):  # after the last one (an id held keeps its place)
+            with pytest.raises(InvalidInput) as info:
+                store.append(scope, batch)
+            assert str(info.value) == want.replace("message 1 ", f"message {len(batch) - 1} ")
+        with pytest.raises(InvalidInput):
+            store.replace(scope, ["m0"], [good(1)])
+        assert [(m.id, m.position) for m in store.range(scope, 0, 2**62)] == [("m0", last)]
+        assert store.append(scope, [good(0), good(3, position=5)]) == [last, 5]  # held, and a free place: taken
 
     def test_a_refused_write_leaves_no_session_behind(self, store: Store, scope: Scope) -> None:
         """On Redis a put_state refused for its version, or a batch naming one position twice, made its session

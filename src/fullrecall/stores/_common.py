@@ -137,19 +137,30 @@ def assign_positions(
     """Positions for an append, given the ids the session already holds (id -> position).
 
     Returns (position of each input message, the new messages with their positions, next free
-    position). An id seen before, in the session or earlier in the batch, keeps its position.
+    position). An id seen before, in the session or earlier in the batch, keeps its position. A new
+    message without a position when none is left past the last one taken is refused (:func:`no_position_left`).
     """
     known = dict(known)
     positions: list[int] = []
     new: list[tuple[StoredMessage, int]] = []
-    for m in messages:
+    for index, m in enumerate(messages):
         if m.id not in known:
+            if m.position is None and next_position > V.MAX_POSITION:
+                raise no_position_left(messages, index)
             pos = m.position if m.position is not None else next_position
             next_position = max(next_position, pos + 1)
             known[m.id] = pos
             new.append((m, pos))
         positions.append(known[m.id])
     return positions, new, next_position
+
+
+def no_position_left(messages: Sequence[StoredMessage], index: int) -> V.InvalidInput:
+    """The refusal of an append whose message ``index`` would go past the last position (``MAX_POSITION``), which
+    no read reaches and Redis's numbers do not tell from the one before: the same text on every backend.
+    """
+    return V.InvalidInput(f"message {index} (id {messages[index].id!r}): no position is left for it after position "
+                          f"{V.MAX_POSITION} (2**53 - 1), the last a conversation has; nothing was written")
 
 
 def message_from_row(

@@ -610,6 +610,8 @@ class PostgresStore(SqlStore):
                     " summary_count = t.summary_count + excluded.summary_count,"
                     " text_bytes = t.text_bytes + excluded.text_bytes, index_bytes = t.index_bytes + excluded.index_bytes,"
                     " lexemes = t.lexemes + excluded.lexemes"
+                    # none past the last position: no row, and _append_any refuses the batch naming its message
+                    f" WHERE t.next_position + excluded.next_position <= {V.MAX_POSITION + 1}"
                     " RETURNING sid, next_position - %s AS start),"
                     f" ins AS (INSERT INTO {s}.messages (sid, position, {', '.join(_APPEND_COLS)})"
                     f" SELECT sess.sid, sess.start + new.ord - 1, {', '.join('new.' + c for c in _APPEND_COLS)}"

@@ -291,6 +291,8 @@ class RedisStore(StoreBase):
         try:
             return [int(p) for p in self._run("append", scope, args)]
         except _ScriptError as exc:
+            if exc.kind == "past":  # the script's message number counts from 1
+                raise C.no_position_left(messages, int(exc.detail) - 1) from None
             if exc.kind != "position":
                 raise
             raise C.position_taken(scope) from None

@@ -217,12 +217,14 @@ def chunks(store: Store, scope: Scope) -> Iterator[list[StoredMessage]]:
     """Every message of one conversation, in order, a batch at a time (about :data:`BATCH` positions a read).
 
     Positions may have gaps (deleted messages, an import at the file's positions): an empty read is no end.
-    Past one, the span read doubles until a message or the conversation's newest position is reached.
+    Past one, the span read doubles until a message or the conversation's newest position is reached. A read
+    keeps only what lies from ``start`` on: a store brings a span past the last position back clamped (a message
+    an older version put past it, read again each time), and every read must move on.
     """
     newest = int(store.stats(scope).get("newest_position", -1))
     start, size = 0, BATCH
     while start <= newest:
-        chunk = store.range(scope, start, min(start + size - 1, END))
+        chunk = [m for m in store.range(scope, start, min(start + size - 1, END)) if int(m.position or 0) >= start]
         if chunk:
             yield chunk
             start, size = int(chunk[-1].position or 0) + 1, BATCH

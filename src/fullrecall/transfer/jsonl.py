@@ -438,6 +438,7 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
             states.clear()
             summaries.pop(key, None)
         _check_places(store, targets[key], messages, numbers.get(key, []))
+        _check_room(store, targets[key], messages, numbers.get(key, []))
         held = store.vector_model(targets[key]) if key in models else None
         if held is not None and tuple(held) != models[key][:2]:
             raise MessageFormatError(f"line {models[key][2]}: 'vector' is {models[key][0]!r} of {models[key][1]} "
@@ -518,6 +519,25 @@ def _check_places(store: Store, own: Scope, messages: list[StoredMessage], lines
             n = by_position[int(have.position or 0)]
             raise MessageFormatError(f"line {lines[n]}: {where}: position {have.position} holds another message "
                                      f"(id {have.id!r})")
+
+
+def _check_room(store: Store, own: Scope, messages: list[StoredMessage], lines: list[int]) -> None:
+    """Refuse, before anything is written, a message without a position when no position is left for it after
+    the last one (``MAX_POSITION``) the file or the conversation takes: the store would refuse it, after the
+    file's other conversations were written.
+    """
+    unplaced = list(dict.fromkeys(m.id for m in messages if m.position is None))
+    if not unplaced:
+        return
+    held = {m.id for m in store.get(own, unplaced)} if store.count(own) else set()
+    new = [mid for mid in unplaced if mid not in held]  # a held one keeps its place
+    last = max([m.position for m in messages if m.position is not None]
+               + [int(store.stats(own).get("newest_position", -1))])
+    if new and last + len(new) > MAX_POSITION:
+        mid = new[max(0, MAX_POSITION - last)]
+        n = next(i for i, m in enumerate(messages) if m.id == mid)
+        raise MessageFormatError(f"line {lines[n]}: conversation {own.session!r}: no position is left for message "
+                                 f"{mid!r} after position {MAX_POSITION} (2**53 - 1), the last a conversation has")
 
 
 def summary_of(line: dict[str, Any]) -> Record:

@@ -18,6 +18,9 @@ for i = 1, n do
   else
     if pos == '' then
       p = nxt
+      if p > 9007199254740991 then  -- past the last position (2**53 - 1): doubles tell no position from the next
+        return redis.error_reply('fullrecall:past ' .. i)
+      end
     else
       p = tonumber(pos)
       local held = redis.call('ZRANGEBYSCORE', KEYS[3], p, p, 'LIMIT', 0, 1)
