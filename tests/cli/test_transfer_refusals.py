@@ -39,6 +39,11 @@ def summary(**change: Any) -> str:
     return json.dumps({**fields, **change})
 
 
+def state(value: Any, key: str = "window") -> str:
+    return json.dumps({"type": "state", "conversation_id": "b", "user_id": "ann", "key": key, "value": value})
+
+
+MANAGER = {"__name__": "SemanticSummarizingConversationManager", "removed_message_count": 0}
 GOOD = line(0, "a")  # line 2: a whole conversation the refusal must not leave written
 BAD: list[tuple[list[str], str]] = [  # (lines 3 on, what the refusal says)
     ([line(1), line(2, text="lone \ud800")], r"^line 4: 'text' is not valid Unicode \(a lone surrogate at character 5\)$"),
@@ -57,6 +62,23 @@ BAD: list[tuple[list[str], str]] = [  # (lines 3 on, what the refusal says)
     ([line(1), json.dumps({"type": "state", "conversation_id": "b", "user_id": "ann", "key": "window",
                            "value": {"x": float("nan")}})], r"^line 4: 'value.x' is nan; JSON has no NaN or infinity$"),
     ([line(1), line(2)[:40]], r"^line 4: not valid JSON"),
+    ([line(1), state({"manager": 5})], r"^line 4: 'value.manager' must be an object or null, got 5$"),
+    ([line(1), state({"manager": {**MANAGER, "removed_message_count": "x"}})],
+     r"^line 4: 'value.manager.removed_message_count' must be an integer >= 0, got 'x'$"),
+    ([line(1), state({"manager": {**MANAGER, "removed_message_count": -3}})],
+     r"^line 4: 'value.manager.removed_message_count' must be an integer >= 0, got -3$"),
+    ([line(1), state({"manager": {**MANAGER, "summary_message": 7}})],
+     r"^line 4: 'value.manager.summary_message' must be a message \(an object\) or null, got 7$"),
+    ([line(1), state({"manager": {**MANAGER, "front_positions": ["a"]}})],
+     r"^line 4: 'value.manager.front_positions' must be a list of positions"),
+    ([line(1), state({"manager": {**MANAGER, "__name__": 3}})], r"^line 4: 'value.manager.__name__' must be a string"),
+    ([line(1), state({"replaced": [1], "version": 1})],
+     r"^line 4: 'value.replaced' must be an object of positions to messages, got \[1\]$"),
+    ([line(1), state({"replaced": {"x": {"role": "user"}}})], r"^line 4: 'value.replaced' must be an object of"),
+    ([line(1), state({"messages": "abc"})], r"^line 4: 'value.messages' must be a list of messages \(objects\)"),
+    ([line(1), state({"version": "x"})], r"^line 4: 'value.version' must be an integer >= 0, got 'x'$"),
+    ([line(1), state({"unpinned": 5})], r"^line 4: 'value.unpinned' must be a string or null, got 5$"),
+    ([line(1), state({"items": 5}, "summaries")], r"^line 4: 'value.items' must be a list of summaries"),
     ([line(1, position=2**53 - 1), line(2, position=None)], r"^line 4: conversation 'b': no position is left for "
                                                              r"message 'm2' after position 9007199254740991"),
     ([line(1), summary(data={"covers": "1-2"})], r"^line 4: 'data.covers' must be \[first, last\], two positions"),

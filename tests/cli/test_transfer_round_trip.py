@@ -55,6 +55,7 @@ SCALARS = (st.none() | st.booleans() | st.integers(min_value=-2**100, max_value=
 JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
                     max_leaves=8)
 OBJECTS = st.dictionaries(KEYS, JSON, max_size=4)
+PLAIN = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": TEXT})  # a message in a state
 
 
 @st.composite
@@ -97,7 +98,18 @@ def conversation(draw: st.DrawFn) -> tuple[list[StoredMessage], np.ndarray | Non
         dim = draw(st.integers(min_value=1, max_value=6))
         vectors = np.asarray(draw(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=n * dim,
                                            max_size=n * dim)), dtype=np.float32).reshape(n, dim)
-    states = draw(st.dictionaries(st.sampled_from(jsonl.STATE_KEYS), OBJECTS, max_size=3))
+    states = draw(st.dictionaries(st.sampled_from(("archive",)), OBJECTS, max_size=1))
+    if draw(st.booleans()):  # a window's state, of the shape its memory writes (an import checks it)
+        states["window"] = {**draw(OBJECTS.filter(lambda o: not {"manager", "replaced", "version", "unpinned",
+                                                                   "messages"} & set(o))),
+                            "manager": {"__name__": "SemanticSummarizingConversationManager",
+                                        "removed_message_count": draw(st.integers(0, 2**53 - 1)),
+                                        "summary_message": draw(st.none() | PLAIN)},
+                            "replaced": draw(st.dictionaries(st.integers(0, 2**53 - 1).map(str), PLAIN,
+                                                             max_size=2)),
+                            "version": draw(st.integers(0, 2**53 - 1))}
+    if draw(st.booleans()):
+        states["summaries"] = {"items": draw(st.lists(st.fixed_dictionaries({"id": IDS, "text": TEXT}), max_size=2))}
     return messages, vectors, states
 
 

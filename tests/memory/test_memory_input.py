@@ -85,3 +85,22 @@ def test_the_same_refusal_on_every_backend(store_url, default_embedder):
         assert memory.messages == [] and store.get_state(memory.scope, "window") is None
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("damaged", [{"manager": 5}, {"version": "x"}, {"replaced": [1]},
+                                     {"manager": {"removed_message_count": "x"}}])
+def test_a_damaged_saved_window_is_named_not_an_attribute_error(store_url, damaged):
+    """A window state no ``SyncConversationMemory`` wrote (a hand-made file imported by an older version) made
+    every read of the window fail with AttributeError or TypeError; now InvalidInput names the conversation and field.
+    """
+    from fullrecall.stores import Scope, StoredMessage
+
+    store = open_store(store_url)
+    try:
+        own = Scope(user_id="ann", session_id="c1")
+        store.append(own, [StoredMessage(id="m0", role="user", text="hi", data={"role": "user", "content": "hi"})])
+        store.put_state(own, "window", damaged)
+        with pytest.raises(InvalidInput, match=r"^conversation 'c1': the saved window state is damaged: 'window\."):
+            SyncConversationMemory(store, "c1", user_id="ann")
+    finally:
+        store.close()

@@ -364,6 +364,8 @@ class SyncConversationMemory:
     def _sync(self) -> None:
         """Rebuild the window from the store: state first, then the log from the window's start on."""
         state = self.store.get_state(self.scope, _WINDOW_KEY) or {}
+        check_window_state(state, f"conversation {self.scope.session_id!r}: the saved window state is damaged: ",
+                           _WINDOW_KEY)
         self.manager.restore_from_state(state.get("manager") or self._fresh_state)
         if "messages" in state:
             state = self._upgrade(state)
@@ -440,6 +442,58 @@ class SyncConversationMemory:
             state["unpinned"] = unpinned
         self.store.put_state(self.scope, _WINDOW_KEY, state)
         # the window is as the manager left it; the next operation reads the store again anyway
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _positions_to_messages(value: Any) -> bool:
+    return isinstance(value, dict) and all(k.isascii() and k.isdigit() and isinstance(m, dict) for k, m in value.items())
+
+
+_WINDOW_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {  # what _sync reads of the state, as _save writes it
+    "manager": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "replaced": (lambda v: v is None or _positions_to_messages(v), "an object of positions to messages"),
+    "version": (_count, "an integer >= 0"),
+    "unpinned": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "messages": (lambda v: isinstance(v, list) and all(isinstance(m, dict) for m in v),
+                 "a list of messages (objects)"),  # a window saved whole, by an early version
+}
+_MANAGER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {  # and what the managers' restore_from_state reads
+    "__name__": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "removed_message_count": (_count, "an integer >= 0"),
+    "summary_message": (lambda v: v is None or isinstance(v, dict), "a message (an object) or null"),
+    "front_positions": (lambda v: v is None or (isinstance(v, list) and all(_count(p) for p in v)),
+                        "a list of positions (integers >= 0) or null"),
+    "pinned": (_count, "an integer >= 0"),
+}
+
+
+def check_window_state(state: Any, prefix: str, path: str) -> None:
+    """Refuse, with InvalidInput naming the field (``prefix`` + ``'path.field'``), a window state this memory
+    could not read back: a field it reads, not of the type it writes. Read, such a state failed every use of the
+    conversation with AttributeError or TypeError (or put a non-message in the window); an import checks a file's
+    with this before writing anything. Keys it does not read are left alone.
+    """
+    if not isinstance(state, dict):
+        raise InvalidInput(f"{prefix}'{path}' must be an object, got {_shown(state)}")
+    _check_fields(state, _WINDOW_FIELDS, prefix, path)
+    if isinstance(state.get("manager"), dict):
+        _check_fields(state["manager"], _MANAGER_FIELDS, prefix, f"{path}.manager")
+
+
+def _check_fields(value: dict[str, Any], fields: dict[str, tuple[Callable[[Any], bool], str]], prefix: str,
+                  path: str) -> None:
+    for key, (ok, what) in fields.items():
+        if key in value and not ok(value[key]):
+            raise InvalidInput(f"{prefix}'{path}.{key}' must be {what}, got {_shown(value[key])}")
+
+
+def _shown(value: Any) -> str:
+    """``value`` as an error shows it: its repr, cut short (a file's value may be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def forget_window_words(store: Store, scope: Scope, positions: Collection[int]) -> bool:

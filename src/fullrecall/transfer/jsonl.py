@@ -58,6 +58,7 @@ from .._json import parse as parse_json
 from ..archive.archive import SUMMARIES
 from ..errors import InvalidInput, MessageFormatError, StateConflict
 from ..memory._records import _OWNER, _VEC, EXPIRES_AT, RecordBook, owner_scope, public_data
+from ..memory.conversation import check_window_state
 from ..memory.facts import NAMESPACE as FACTS
 from ..memory.persistent import _SESSIONS as SESSIONS
 from ..memory.procedural import NAMESPACE as PROCEDURES
@@ -352,6 +353,25 @@ def stored_message(line: dict[str, Any]) -> StoredMessage:
     return message
 
 
+def check_state(line: dict[str, Any]) -> None:
+    """Refuse, naming the line and field, a state document the store would refuse or its reader could not read
+    back: a window state not of the shape the conversation's memory writes
+    (:func:`~fullrecall.memory.conversation.check_window_state`), a summaries document whose ``items`` are no list
+    of summaries.
+    """
+    where, value = f"line {line['_line']}: ", line["value"]
+    try:
+        check_json_value(value, f"{where}'value'", limit=MAX_DOCUMENT_BYTES)
+        if line["key"] == "window":
+            check_window_state(value, where, "value")
+    except InvalidInput as exc:
+        raise MessageFormatError(str(exc)) from None
+    items = value.get("items") if line["key"] == "summaries" else None
+    if items is not None and not (isinstance(items, list) and all(isinstance(s, dict) and isinstance(s.get("id"), str)
+                                                                  for s in items)):
+        raise MessageFormatError(f"{where}'value.items' must be a list of summaries (objects with a string 'id')")
+
+
 def vector_of(line: dict[str, Any]) -> tuple[str, np.ndarray] | None:
     """(model, vector) of a message line, if it carries one."""
     v = line.get("vector")
@@ -420,10 +440,7 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
             if line.get("key") not in STATE_KEYS or not isinstance(line.get("value"), dict):
                 raise MessageFormatError(f"line {line['_line']}: a state needs a 'key' in {STATE_KEYS} and an "
                                          "object 'value'")
-            try:
-                check_json_value(line["value"], f"line {line['_line']}: 'value'", limit=MAX_DOCUMENT_BYTES)
-            except InvalidInput as exc:
-                raise MessageFormatError(str(exc)) from None
+            check_state(line)
             states[line["key"]] = line["value"]
         elif line["type"] == "summary":
             summaries.setdefault((user, agent, conv), []).append(summary_of(line))
