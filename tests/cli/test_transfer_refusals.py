@@ -227,3 +227,30 @@ def test_a_transcript_message_of_no_unicode_is_named_by_the_openai_import(store_
         openai.import_openai(store, Scope(user_id="ann"), io.StringIO(text))
     assert store.sessions(Scope(user_id=ANY, agent_id=ANY, session_id=ANY)) == []
     store.close()
+
+
+def test_vectors_of_another_model_than_the_imports_embedder_are_refused_before_writing(store_url, default_embedder):
+    """A conversation whose file vectors are another model's than the embedder that embeds its other messages: the
+    import wrote it, then the store refused the embedder's vectors, and every rerun failed the same way, the rest of
+    the file never written. Now it is refused, naming the line and conversation, before anything is written; the
+    same file imports without embedding (its vectors kept), and a conversation already holding another model's
+    vectors is refused the same way.
+    """
+    store = open_store(store_url)
+    try:
+        text = "\n".join([HEADER, GOOD, line(1, vector=_vector([1.0, 0.0])), line(2)])
+        for _ in range(2):
+            with pytest.raises(MessageFormatError, match=r"^line 3: conversation 'b': its vectors are 'm''s, and the "
+                                                         r"import embeds the messages that came without one with "):
+                jsonl.import_jsonl(store, Scope(), io.StringIO(text), embedder=default_embedder)
+            assert store.stats(Scope(user_id="ann")).get("message_count") == 0
+        assert jsonl.import_jsonl(store, Scope(), io.StringIO(text))["written"] == 3
+        more = "\n".join([HEADER, line(3)])
+        with pytest.raises(MessageFormatError, match=r"^line 2: conversation 'b' holds vectors of 'm', and the import "
+                                                     r"embeds the messages that came without one with "):
+            jsonl.import_jsonl(store, Scope(), io.StringIO(more), embedder=default_embedder)
+        assert store.count(Scope(user_id="ann", session_id="b")) == 2
+        good = "\n".join([HEADER, line(3, "c")])
+        assert jsonl.import_jsonl(store, Scope(), io.StringIO(good), embedder=default_embedder)["vectors"] == 1
+    finally:
+        store.close()

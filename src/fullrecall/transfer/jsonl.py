@@ -447,7 +447,7 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
         else:
             raise MessageFormatError(f"line {line['_line']}: unknown type {line['type']!r}")
     targets = {key: Scope(tenant=scope.tenant, user_id=key[0], agent_id=key[1], session_id=key[2]) for key in groups}
-    for key, (messages, _, states) in groups.items():  # validate everything before writing anything
+    for key, (messages, vectors, states) in groups.items():  # validate everything before writing anything
         targets[key].require_session()
         if len(sources.get(key, ())) > 1:  # conversations merged into one (--session): appended in file order;
             for m in messages:               # their positions, window states and summaries' covers describe
@@ -456,10 +456,13 @@ def import_jsonl(store: Store, scope: Scope, fp: IO[str] | Iterable[str], *, kee
             summaries.pop(key, None)
         _check_places(store, targets[key], messages, numbers.get(key, []))
         _check_room(store, targets[key], messages, numbers.get(key, []))
-        held = store.vector_model(targets[key]) if key in models else None
-        if held is not None and tuple(held) != models[key][:2]:
+        held = store.vector_model(targets[key]) if key in models or embedder is not None else None
+        if held is not None and key in models and tuple(held) != models[key][:2]:
             raise MessageFormatError(f"line {models[key][2]}: 'vector' is {models[key][0]!r} of {models[key][1]} "
                                      f"dimensions; conversation {key[2]!r} holds vectors of {held[0]!r} of {held[1]}")
+        if embedder is not None:
+            _check_embedder(store, targets[key], [m.id for m in messages if m.id not in vectors], models.get(key),
+                            held, embedder, numbers.get(key, [0]))
     counts = Counts(conversations=len(groups))
     total = sum(len(g[0]) for g in groups.values())
     for key, (messages, vectors, states) in groups.items():
@@ -536,6 +539,26 @@ def _check_places(store: Store, own: Scope, messages: list[StoredMessage], lines
             n = by_position[int(have.position or 0)]
             raise MessageFormatError(f"line {lines[n]}: {where}: position {have.position} holds another message "
                                      f"(id {have.id!r})")
+
+
+def _check_embedder(store: Store, own: Scope, bare: list[str], found: tuple[str, int, int] | None,
+                    held: tuple[str, int] | None, embedder: Any, lines: list[int]) -> None:
+    """Refuse, before anything is written, a conversation whose vectors (the file's, ``found``: model, dim, line; or
+    those it holds) are another model's than ``embedder``'s, which is to embed its messages ``bare`` of a vector
+    (those the conversation does not hold with one): the store would refuse those vectors after the file's messages
+    were written, at every rerun.
+    """
+    name = getattr(embedder, "name", None)
+    model = found[0] if found is not None else held[0] if held is not None else name
+    if model == name or not bare or len(store.get_vectors(own, bare)) == len(set(bare)):
+        return
+    remedy = (f"a conversation's vectors are of one model: import without embedding (keeping its vectors), or with "
+              f"the embedder of {model!r}")
+    if found is not None:
+        raise MessageFormatError(f"line {found[2]}: conversation {own.session!r}: its vectors are {model!r}'s, and "
+                                 f"the import embeds the messages that came without one with {name!r}; {remedy}")
+    raise MessageFormatError(f"line {lines[0]}: conversation {own.session!r} holds vectors of {model!r}, and the "
+                             f"import embeds the messages that came without one with {name!r}; {remedy}")
 
 
 def _check_room(store: Store, own: Scope, messages: list[StoredMessage], lines: list[int]) -> None:
