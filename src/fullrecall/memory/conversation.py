@@ -496,27 +496,40 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def forget_window_words(store: Store, scope: Scope, positions: Collection[int]) -> bool:
-    """Take the words of the messages at ``positions`` (being deleted from the conversation's log) out of its
-    saved window: its summary, when it may cover one of them (the messages it replaced stay archived, verbatim),
-    and a shortened copy of one. The next read of the window sees it so. True if the window changed.
+def forget_window_words(store: Store, scope: Scope, positions: Collection[int],
+                        messages: Sequence[dict[str, Any]] = ()) -> bool:
+    """Take the words of the messages at ``positions`` (being deleted from the conversation's log; ``messages``,
+    as stored) out of its saved window: its summary, when it may cover one of them (the messages it replaced
+    stay archived, verbatim), a shortened copy of one, and the manager's own copy of one it holds pinned
+    (``pin_first`` outside Converse). The next read of the window sees it so. True if the window changed.
     """
     state = store.get_state(scope, _WINDOW_KEY)
     if not state or not positions:
         return False
     manager, replaced = dict(state.get("manager") or {}), dict(state.get("replaced") or {})
     dropped = [replaced.pop(str(p)) for p in positions if str(p) in replaced]
+    gone = [_without_id(m) for m in messages]
+    held = list(manager.get("held_pins") or ())
+    pins = [m for m in held if not isinstance(m, dict) or _without_id(m) not in gone]
+    unpinned = len(pins) < len(held)
+    if unpinned:
+        manager["held_pins"] = pins
     # the summary covers what left the window: the positions after a pinned first message (if any) and
     # before the window's start
     summarized = manager.get("summary_message") is not None and \
         min(positions) < 1 + int(manager.get("removed_message_count") or 0)
     if summarized:
         manager["summary_message"] = None
-    if not (dropped or summarized):
+    if not (dropped or summarized or unpinned):
         return False
     store.put_state(scope, _WINDOW_KEY, {**state, "manager": manager, "replaced": replaced,
                                          "version": int(state.get("version", 0)) + 1})
     return True
+
+
+def _without_id(message: dict[str, Any]) -> dict[str, Any]:
+    """A message as compared with a copy: its ``"id"`` (the idempotency key a copy may lack) aside."""
+    return {k: v for k, v in message.items() if k != "id"}
 
 
 def message_id(raw: dict[str, Any], index: int) -> str:
