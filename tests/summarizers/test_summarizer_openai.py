@@ -118,16 +118,19 @@ def test_leaked_private_number_is_redacted(llm_server, tech_conversation, good_s
     assert_safe(summary, tech_conversation, citations)
 
 
-@pytest.mark.parametrize("written", ["ACCT 55123", "ACCT\u201155123", "acct_55123", "account number 55123"])
+@pytest.mark.parametrize("written", ["ACCT 55123", "ACCT\u201155123", "acct_55123", "account number 55123",
+                                     "account 55,123", "account 55 123", "account \uff15\uff15\uff11\uff12\uff13",
+                                     "ACCT-55\u200b123", "ACCT-\uff15\uff15123"])
 def test_a_private_id_rewritten_by_the_model_is_redacted(llm_server, tech_conversation, good_summary, citations,
                                                         written):
     """A private id the model spells its own way (a space or a non-breaking hyphen for the hyphen, the number
-    alone) is a leak too: it went into the summary, only the id as written was looked for."""
+    alone, its digits grouped, full-width or split by a zero-width space) is a leak too: it went into the
+    summary, only the id as written was looked for."""
     conversation = [{"role": "user", "content": "My account is ACCT-55123. Don't include it in any summary."},
                     *tech_conversation]
     llm_server.script(completion(good_summary + f"\n* The user's account is {written}."))
     summary = LLMSummarizer(client(llm_server)).summarize(conversation)
-    assert "55123" not in summary.text and summary.report.leaked >= 1
+    assert "55123" not in summary.text and written.split()[-1] not in summary.text and summary.report.leaked >= 1
     assert_safe(summary, conversation, citations)
 
 

@@ -286,14 +286,30 @@ class ExclusionPlan:
         return bool(self.leaks(text))
 
 
+_INVISIBLE = "[\u00ad\u200b-\u200d\u2060\ufeff]*"  # a soft hyphen, zero-width spaces and joiners
+_DIGIT_GROUP = rf"{_INVISIBLE}[,.'\u2019\u00a0\u202f ]?{_INVISIBLE}"  # 55,123 / 55 123 / 55.123 / 55'123
+
+
 def _term_pattern(term: str) -> str:
     """A private term as a regex whose words may be joined by any few separators: "ACCT-55123" is found as
-    "ACCT 55123", "ACCT\u201155123" (a non-breaking hyphen) or "ACCT_55123" too, as a model may write it.
+    "ACCT 55123", "ACCT\u201155123" (a non-breaking hyphen) or "ACCT_55123" too, as a model may write it;
+    within a word, its characters in full-width form ("５５１２３") or with invisible ones between them, and
+    its digits in groups ("55,123", "55 123").
     """
     parts = _PARTS.findall(term)
-    if len(parts) < 2 or "".join(parts) == term:
+    if not parts or (len(parts) < 2 and "".join(parts) != term):
         return re.escape(term)
-    return r"[\W_]{0,3}".join(map(re.escape, parts))
+    return r"[\W_]{0,3}".join(map(_word_pattern, parts))
+
+
+def _word_pattern(word: str) -> str:
+    out: list[str] = []
+    for i, c in enumerate(word):
+        if i:
+            out.append(_DIGIT_GROUP if c.isdigit() and word[i - 1].isdigit() else _INVISIBLE)
+        wide = chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else ""  # its full-width form
+        out.append(f"[{re.escape(c)}{wide}]" if wide else re.escape(c))
+    return "".join(out)
 
 
 def _sub_nonempty(pattern: Pattern[str], repl: str, text: str) -> tuple[str, int]:
