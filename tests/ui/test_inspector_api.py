@@ -218,3 +218,28 @@ def test_the_timeline_samples_the_messages_held_whatever_gaps_deletions_left(api
     assert positions == [7, 107, 207, 307, 407, 457, 557, 657, 757, 857, 957, 999], positions
     assert [p["archived"] for p in body["series"]] == [p + 1 for p in positions] and body["total"] == 21
     assert sum(read) <= 2 * len(positions) and len(read) <= 8, read  # a few rounds, never the spans' every message
+
+
+def test_lists_the_sessions_long_term_memory_recorded_and_forgets_them(api):
+    """``POST /v1/memories/record`` writes a session of the owner's long-term memory: it was never listed, so the
+    inspector could neither show nor forget it.
+    """
+    a = auth(api.keys["a"])
+    said = [{"role": "user", "content": "I live in Lyon"}, {"role": "assistant", "content": "Noted."}]
+    for session in ("rec1", "rec1", "rec2"):  # twice to one session: listed once
+        r = api.post("/v1/memories/record", json={"messages": said, "session_id": session, "user_id": "dora"},
+                     headers=a)
+        assert r.status_code == 201, r.text
+    r = api.post("/v1/memories/record", json={"messages": said, "user_id": "eve", "agent_id": "bot"}, headers=a)
+    assert r.status_code == 201, r.text
+    listed = api.get("/v1/inspector/conversations", headers=a).json()["conversations"]
+    owned = [(c["user_id"], c["agent_id"], c["conversation_id"], c["messages"]) for c in listed]
+    assert [c for c in owned if c[0] in ("dora", "eve")] == [
+        ("dora", None, "rec1", 4), ("dora", None, "rec2", 2), ("eve", "bot", "default", 2)]
+    assert api.get("/v1/inspector/conversations", headers=auth(api.keys["ann"])).json()["conversations"] == [
+        c for c in listed if c["user_id"] == "ann"]  # a key limited to ann still sees ann's only
+    assert api.get("/v1/inspector/conversations", headers=auth(api.keys["b"])).json()["conversations"] == []
+    # the inspector's forget takes it off the list
+    assert api.delete("/v1/conversations/rec1", params={"user_id": "dora"}, headers=a).status_code == 200
+    listed = api.get("/v1/inspector/conversations", headers=a).json()["conversations"]
+    assert [c["conversation_id"] for c in listed if c["user_id"] == "dora"] == ["rec2"]

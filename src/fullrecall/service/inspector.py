@@ -22,6 +22,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import Scope as AsgiScope
 
 from ..archive.archive import archived_summaries
+from ..memory._records import record_owner
+from ..memory.persistent import _SESSIONS as SESSIONS
 from ..stores._common import first_at_or_after
 from ..stores.base import ANY, Scope
 from .auth import Principal
@@ -58,22 +60,37 @@ def inspector_router(service: Any, key: Any) -> APIRouter:
         newest = store.stats(s).get("newest_position")
         return int(newest) if isinstance(newest, int) and newest >= 0 else count - 1
 
+    def owners_lists(tenant: str) -> dict[tuple[str, str, str], float]:
+        """``(user, agent, conversation)``: when listed, for every conversation its owner's lists name: the
+        service's conversation list (``/v1/conversations``, import, chat) and long-term memory's session list
+        (``/v1/memories/record``, which lists its session itself before writing to it, so no request pays a
+        second write for the inspector).
+        """
+        everyone = Scope(tenant=tenant, user_id=ANY, agent_id=ANY)
+        found: dict[tuple[str, str, str], float] = {}
+        for r in store.get_records(everyone, CONVERSATIONS):
+            user, agent = r.data.get("user_id"), r.data.get("agent_id")
+            if isinstance(user, str) and isinstance(agent, str):  # else registered before owners were recorded
+                found.setdefault((user, agent, r.id), r.created_at)
+        for r in store.get_records(everyone, SESSIONS):
+            owner = record_owner(r)
+            if owner is not None and owner.tenant == tenant:
+                found.setdefault((str(owner.user_id), str(owner.agent_id), r.id), r.created_at)
+        return found
+
     @router.get("/conversations")
     def conversations(p: Principal = key) -> dict:
         """The key's tenant and the conversations the key may see, each with its user, agent and message count."""
         users = set(p.users) if p.users is not None else None
         agents = set(p.agents) if p.agents is not None else None
         out = []
-        for r in store.get_records(Scope(tenant=p.tenant, user_id=ANY, agent_id=ANY), CONVERSATIONS):
-            user, agent = r.data.get("user_id"), r.data.get("agent_id")
-            if not isinstance(user, str) or not isinstance(agent, str):
-                continue  # registered before owners were recorded: not attributable, so not shown
+        for (user, agent, conversation), created in owners_lists(p.tenant).items():
             if (users is not None and user not in users) or (agents is not None and agent not in agents):
                 continue
-            count = store.count(Scope(tenant=p.tenant, user_id=user, agent_id=agent, session_id=r.id))
+            count = store.count(Scope(tenant=p.tenant, user_id=user, agent_id=agent, session_id=conversation))
             if count:
-                out.append({"conversation_id": r.id, "user_id": user or None, "agent_id": agent or None,
-                            "messages": count, "created_at": r.created_at})
+                out.append({"conversation_id": conversation, "user_id": user or None, "agent_id": agent or None,
+                            "messages": count, "created_at": created})
             if len(out) >= MAX_LISTED:
                 break
         out.sort(key=lambda c: (c["user_id"] or "", c["agent_id"] or "", c["conversation_id"]))
