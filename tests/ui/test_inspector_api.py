@@ -109,10 +109,16 @@ def check_memory_over_time(api):
     assert series[-1]["archived"] == N
     for a, b in zip(series, series[1:]):
         assert a["t"] <= b["t"] and a["archived"] < b["archived"]
-    for p in series:
+    for p in series[:-1]:
         summarized = max((s["covers"][1] + 1 for s in made if s["created_at"] <= p["t"]), default=0)
         assert p["summarized"] == summarized
         assert p["window"] == (p["archived"] - summarized + (summarized > 0) if managed else min(p["archived"], 20))
+    # the newest sample is now: every summary made (one made just after the newest message too), and the window
+    # exactly as the Active window panel shows it
+    window = api.get("/v1/conversations/long/messages", params={"user_id": "ann"},
+                     headers=auth(api.keys["a"])).json()["messages"]
+    assert series[-1]["summarized"] == max((s["covers"][1] + 1 for s in made), default=0)
+    assert series[-1]["window"] == body["window"] == len(window)
     assert (series[-1]["summarized"] > 0) == managed
 
 
@@ -203,15 +209,26 @@ def test_the_timeline_samples_the_messages_held_whatever_gaps_deletions_left(api
     kept = [p for p in range(1000) if p % 50 == 7] + [999]  # 21 of 1000; no sampled position but the last
     store.delete(own, [f"s{i}" for i in range(1000) if i not in kept])
     read: list[int] = []
-    real = store.ranges
+    real, window = store.ranges, api.service.conversations.window
+    reading_window = []
 
     def counted(scope, spans):
         found = real(scope, spans)
-        if scope.session_id == "sparse":  # the service's background work reads the seeded conversations meanwhile
+        # the service's background work reads the seeded conversations meanwhile; the active window (the
+        # newest sample's) is read as the window route reads it, its newest messages only
+        if scope.session_id == "sparse" and not reading_window:
             read.append(sum(len(f) for f in found))
         return found
 
+    def the_window(scope):
+        reading_window.append(True)
+        try:
+            return window(scope)
+        finally:
+            reading_window.pop()
+
     monkeypatch.setattr(store, "ranges", counted)
+    monkeypatch.setattr(api.service.conversations, "window", the_window)
     body = api.get("/v1/inspector/conversations/sparse/timeline", params={"user_id": "gap", "points": 12},
                    headers=auth(api.keys["a"])).json()
     positions = [p["position"] for p in body["series"]]

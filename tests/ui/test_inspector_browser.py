@@ -53,6 +53,10 @@ def test_a_person_inspects_searches_pages_and_forgets(shot, browser, served, art
         None if m["position"] is None else str(m["position"]) for m in window]
     assert window[0]["kind"] == "summary" and "summary" in shown[0].get_attribute("class")
     assert shown[-1].get_attribute("data-position") == "239"
+    wait(browser, lambda d: "in the window" in text(d, "stats"))
+    stats = text(browser, "stats").split("\n")  # the card agrees with the Active window panel
+    assert stats[stats.index("in the window") - 1] == str(len(window)), stats
+    assert text(browser, "window-count") == f"{len(window)} messages"
     assert len(rows(browser, "#chart polyline")) == 3
     browser.save_screenshot(str(artifacts / "1-conversation.png"))
 

@@ -117,9 +117,14 @@ def inspector_router(service: Any, key: Any) -> APIRouter:
 
         ``archived`` counts the messages stored by ``t``; ``summarized`` the messages covered by the summaries
         made by ``t``; ``window`` the active window then: the messages not summarized and the summary (a
-        summarizing manager), or the newest ``window_messages`` messages (a sliding window).
+        summarizing manager), or the newest ``window_messages`` messages (a sliding window). The newest sample is
+        now: every summary counts (a manager summarizes just after the messages it was given are written, so the
+        summary's time is after theirs), and its ``window`` is the active window as ``GET .../messages`` reads it
+        (a sliding window never starts inside a tool call; a managed one is what its manager kept), also given as
+        ``window`` beside the series.
         """
         s = own(p, user_id, agent_id, conversation_id)
+        in_window = len(service.conversations.window(s))  # first: reading a managed window may summarize
         count = store.count(s)
         last = last_position(s, count)
         summaries = archived_summaries(store, s)
@@ -139,10 +144,13 @@ def inspector_router(service: Any, key: Any) -> APIRouter:
             archived = position + 1
             summarized = max((c["covers"][1] + 1 for c in summaries
                               if float(c.get("created_at") or 0) <= t and c.get("covers")), default=0)
-            in_window = archived - summarized + (1 if summarized else 0) if managed else min(archived, window)
+            then = archived - summarized + (1 if summarized else 0) if managed else min(archived, window)
             series.append({"t": t, "position": position, "archived": archived, "summarized": summarized,
-                           "window": in_window})
-        return {"conversation_id": conversation_id, "total": count, "window_messages": window,
+                           "window": then})
+        if series:  # the newest message's sample: the conversation as it is now
+            series[-1]["summarized"] = max((c["covers"][1] + 1 for c in summaries if c.get("covers")), default=0)
+            series[-1]["window"] = in_window
+        return {"conversation_id": conversation_id, "total": count, "window_messages": window, "window": in_window,
                 "summaries": len(summaries), "series": series}
 
     return router

@@ -227,7 +227,7 @@ async function loadTimeline() {
   $("stats").replaceChildren(
     el("div", {}, el("b", {}, t.total.toLocaleString()), "archived messages"),
     el("div", {}, el("b", {}, t.summaries), "summaries"),
-    el("div", {}, el("b", {}, Math.min(t.total, t.window_messages)), "in the window"),
+    el("div", {}, el("b", {}, t.window), "in the window"),
     el("div", {}, el("b", {}, t.series.length ? when(t.series[0].t).slice(0, 10) : "—"), "first message"));
   drawChart(t.series);
 }
