@@ -260,3 +260,29 @@ def test_lists_the_sessions_long_term_memory_recorded_and_forgets_them(api):
     assert api.delete("/v1/conversations/rec1", params={"user_id": "dora"}, headers=a).status_code == 200
     listed = api.get("/v1/inspector/conversations", headers=a).json()["conversations"]
     assert [c["conversation_id"] for c in listed if c["user_id"] == "dora"] == ["rec2"]
+
+
+def test_the_listing_is_cut_in_order_and_says_truncated_only_when_some_were_left_out(api, monkeypatch):
+    """The listing was cut before it was sorted (the first found, not the first in order) and said ``truncated``
+    as soon as it held the limit, though none was left out.
+    """
+    from fullrecall.service import inspector
+
+    a = auth(api.keys["a"])
+    r = api.post("/v1/conversations/z/messages", params={"user_id": "aaron"},
+                 json={"messages": [{"role": "user", "content": "listed last, first in order"}]}, headers=a)
+    assert r.status_code == 201
+    everything = [("aaron", None, "z"), ("ann", None, "long"), ("ann", "helper", "short"), ("bob", None, "long")]
+
+    def listed(limit: int) -> tuple[list[tuple], bool]:
+        monkeypatch.setattr(inspector, "MAX_LISTED", limit)
+        body = api.get("/v1/inspector/conversations", headers=a).json()
+        return [(c["user_id"], c["agent_id"], c["conversation_id"]) for c in body["conversations"]], body["truncated"]
+
+    assert listed(5) == (everything, False)
+    assert listed(4) == (everything, False)  # exactly the limit: none left out
+    assert listed(3) == (everything[:3], True)
+    assert listed(1) == (everything[:1], True)
+    # a forgotten conversation leaves nothing out
+    assert api.delete("/v1/conversations/long", params={"user_id": "bob"}, headers=a).status_code == 200
+    assert listed(3) == (everything[:3], False)

@@ -198,6 +198,32 @@ def test_a_key_limited_to_a_user_sees_that_user_only(shot, browser, served, arti
     wait(browser, lambda d: [b.text for b in rows(d, "[data-conversation]")] == ["bobs-notes\n1"])
 
 
+def test_a_cut_listing_says_so(shot, browser, served, artifacts, monkeypatch):
+    """The page ignored ``truncated``: a tenant with more conversations than the listing holds looked complete."""
+    from fullrecall.service import inspector
+
+    base, service, data = served
+    whole = inspector.MAX_LISTED
+    service.conversations.append(Scope(tenant="acme", user_id="ann", session_id="a-first"),
+                                 [{"role": "user", "content": "first in order"}])
+
+    def open_with(limit: int) -> None:
+        monkeypatch.setattr(inspector, "MAX_LISTED", limit)
+        browser.get(f"{base}/ui/")
+        browser.execute_script("sessionStorage.clear()")
+        shot.open_inspector(browser, base, data["key"])
+        wait(browser, lambda d: rows(d, "[data-conversation]"))
+
+    open_with(1)
+    wait(browser, lambda d: d.find_element(_by().ID, "truncated").is_displayed())
+    assert text(browser, "truncated") == "Only the first 1 conversations are listed (by user, agent and id)."
+    assert [b.get_attribute("data-conversation") for b in rows(browser, "[data-conversation]")] == ["a-first"]
+    browser.save_screenshot(str(artifacts / "10-truncated.png"))
+    open_with(whole)
+    assert "trip-to-lisbon" in [b.get_attribute("data-conversation") for b in rows(browser, "[data-conversation]")]
+    assert not browser.find_element(_by().ID, "truncated").is_displayed()
+
+
 HOSTILE = "<img src=x onerror=\"window.pwned=1\"></script><script>window.pwned=2</script>"
 RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE: what follows it shows reversed, to the end of its paragraph
 

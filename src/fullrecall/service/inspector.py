@@ -80,21 +80,24 @@ def inspector_router(service: Any, key: Any) -> APIRouter:
 
     @router.get("/conversations")
     def conversations(p: Principal = key) -> dict:
-        """The key's tenant and the conversations the key may see, each with its user, agent and message count."""
+        """The key's tenant and the conversations the key may see, each with its user, agent and message count:
+        the first ``MAX_LISTED`` holding messages in order of user, agent and id; ``truncated`` when one more does.
+        """
         users = set(p.users) if p.users is not None else None
         agents = set(p.agents) if p.agents is not None else None
-        out = []
-        for (user, agent, conversation), created in owners_lists(p.tenant).items():
+        out: list[dict[str, Any]] = []
+        truncated = False
+        for (user, agent, conversation), created in sorted(owners_lists(p.tenant).items()):
             if (users is not None and user not in users) or (agents is not None and agent not in agents):
                 continue
             count = store.count(Scope(tenant=p.tenant, user_id=user, agent_id=agent, session_id=conversation))
+            if count and len(out) == MAX_LISTED:  # one past the limit holds messages: some are left out
+                truncated = True
+                break
             if count:
                 out.append({"conversation_id": conversation, "user_id": user or None, "agent_id": agent or None,
                             "messages": count, "created_at": created})
-            if len(out) >= MAX_LISTED:
-                break
-        out.sort(key=lambda c: (c["user_id"] or "", c["agent_id"] or "", c["conversation_id"]))
-        return {"tenant": p.tenant, "conversations": out, "truncated": len(out) >= MAX_LISTED}
+        return {"tenant": p.tenant, "conversations": out, "truncated": truncated}
 
     @router.get("/conversations/{conversation_id:path}/archive")
     def archive(conversation_id: str, p: Principal = key, user_id: str | None = User, agent_id: str | None = Agent,

@@ -139,7 +139,7 @@ const ownerLabel = (o) => (o.agent_id ? `${isolated(o.user_id || "(default user)
 async function start() {
   const listed = await api("/v1/inspector/conversations").catch((error) => { $("pick").textContent = error.message; });
   if (!listed) return;
-  const { tenant, conversations } = listed;
+  const { tenant, conversations, truncated } = listed;
   $("who").replaceChildren("tenant ", bdi(tenant));
   state.conversations = conversations;
   const owners = new Map();
@@ -149,6 +149,9 @@ async function start() {
   select.replaceChildren(...[...owners].map(([k, o]) => el("option", { value: k }, ownerLabel(o))));
   if (previous && owners.has(previous)) select.value = previous;
   $("no-conversations").hidden = conversations.length > 0;
+  $("truncated").hidden = !truncated;  // the server lists a first part only: say so, or the list looks whole
+  $("truncated").textContent = truncated
+    ? `Only the first ${conversations.length.toLocaleString()} conversations are listed (by user, agent and id).` : "";
   pickOwner();
 }
 
