@@ -303,3 +303,49 @@ def test_stored_markup_and_direction_overrides_render_as_text(shot, browser, ser
     wait(browser, lambda d: "Forgot" in text(d, "pick"))
     assert _left(browser, "pick", "Forgot") < _left(browser, "pick", "messages") < _left(browser, "pick", "vectors")
     assert browser.execute_script("return window.pwned") is None
+
+
+def test_tool_calls_show_with_their_arguments_and_images_as_a_placeholder(shot, browser, served, artifacts):
+    """An OpenAI assistant message's ``tool_calls`` were missing from the archive (shown with its text) or named
+    without their arguments (without text); an image's base64 was printed as text.
+    """
+    import base64
+    import json
+
+    base, service, _ = served
+    picture = base64.b64encode(bytes(range(256)) * 40).decode()
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "bank_transfer", "arguments": json.dumps({"to": "IBAN-DE-42", "amount": 500})}}
+    bare = {"id": "c2", "type": "function", "function": {"name": "lookup", "arguments": json.dumps({"q": "IBAN-FR-7"})}}
+    said = [
+        {"role": "user", "content": "transfer 500 EUR to Bob"},
+        {"role": "assistant", "content": "Sure, doing it now.", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "assistant", "content": None, "tool_calls": [bare]},
+        {"role": "tool", "tool_call_id": "c2", "content": "found"},
+        {"role": "user", "content": [{"type": "text", "text": "my photo"},
+                                     {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{picture}"}}]},
+        {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                  "data": picture}}]},
+    ]
+    service.conversations.append(Scope(tenant="odd", user_id="olga", session_id="tools"), said)
+    service.conversations.append(Scope(tenant="odd", user_id="olga", session_id="converse"), [
+        {"role": "user", "content": [{"text": "see"}, {"image": {"format": "png", "source": {"bytes": picture}}}]}])
+    browser.get(f"{base}/ui/")
+    browser.execute_script("sessionStorage.clear()")
+    shot.open_inspector(browser, base, service.keys.create("odd")[0])
+
+    def shown(conversation: str, count: int) -> list[str]:
+        click(browser, f"[data-conversation='{conversation}']")
+        wait(browser, lambda d: len(rows(d, "#timeline li")) == count
+             and rows(d, "#timeline li")[0].get_attribute("data-id") is not None)
+        return [r.find_element(_by().CLASS_NAME, "text").get_attribute("textContent")
+                for r in rows(browser, "#timeline li")]
+
+    tools = shown("tools", len(said))
+    assert tools[1] == 'Sure, doing it now.\n[tool call bank_transfer] {"to": "IBAN-DE-42", "amount": 500}'
+    assert tools[3] == '[tool call lookup] {"q": "IBAN-FR-7"}'
+    assert tools[5:] == ["my photo\n[image]", "[image]"]
+    assert shown("converse", 1) == ["see\n[image]"]
+    assert picture[:40] not in browser.page_source
+    browser.save_screenshot(str(artifacts / "11-tools-and-images.png"))

@@ -73,23 +73,43 @@ function status(text, error = false) {
   $("status").className = error ? "error" : "muted";
 }
 
-// The readable text of a stored message in any supported shape (OpenAI, Converse, Anthropic).
+// A binary part (an image, a document, audio) by the kind it is: its base64 is no reading matter.
+const MEDIA = { image_url: "image", input_image: "image", image: "image", input_audio: "audio", file: "file",
+  input_file: "file", document: "document" };
+const mediaOf = (b) => (b.type !== undefined ? (Object.hasOwn(MEDIA, b.type) ? MEDIA[b.type] : undefined)
+  : ["image", "document", "video"].find((k) => b[k] !== undefined));  // Converse: the part's key names it
+
+// The readable text of a content part in any supported shape (OpenAI, Converse, Anthropic).
+function partText(b) {
+  if (typeof b === "string") return b;
+  if (b === null || typeof b !== "object") return JSON.stringify(b);
+  if (b.text !== undefined) return b.text;
+  if (b.toolUse) return `[tool call ${b.toolUse.name}] ${JSON.stringify(b.toolUse.input)}`;
+  if (b.toolResult) return `[tool result] ${contentText(b.toolResult.content)}`;
+  if (b.type === "tool_use") return `[tool call ${b.name}] ${JSON.stringify(b.input)}`;
+  if (b.type === "tool_result") return `[tool result] ${contentText(b.content)}`;
+  const media = mediaOf(b);
+  return media ? `[${media}]` : JSON.stringify(b);
+}
+
+function contentText(c) {
+  if (typeof c === "string") return c;
+  return Array.isArray(c) ? c.map(partText).join("\n") : JSON.stringify(c);
+}
+
+// An OpenAI assistant message's tool calls, each with its name and arguments (a JSON text as sent).
+function callText(t) {
+  const f = (t && (t.function || t.custom)) || {};
+  const args = f.arguments ?? f.input;
+  return `[tool call ${f.name}] ${typeof args === "string" ? args : JSON.stringify(args)}`;
+}
+
+// The readable text of a stored message in any supported shape: its content, then its tool calls.
 function textOf(message) {
   const c = message && message.content;
-  if (typeof c === "string") return c;
-  if (Array.isArray(c)) {
-    return c.map((b) => {
-      if (typeof b === "string") return b;
-      if (b.text !== undefined) return b.text;
-      if (b.toolUse) return `[tool call ${b.toolUse.name}] ${JSON.stringify(b.toolUse.input)}`;
-      if (b.toolResult) return `[tool result] ${JSON.stringify(b.toolResult.content)}`;
-      if (b.type === "tool_use") return `[tool call ${b.name}] ${JSON.stringify(b.input)}`;
-      if (b.type === "tool_result") return `[tool result] ${JSON.stringify(b.content)}`;
-      return JSON.stringify(b);
-    }).join("\n");
-  }
-  if (message && message.tool_calls) return message.tool_calls.map((t) => `[tool call ${t.function && t.function.name}]`).join(" ");
-  return JSON.stringify(message);
+  const calls = message && Array.isArray(message.tool_calls) ? message.tool_calls.map(callText) : [];
+  if (c === null || c === undefined) return calls.length ? calls.join("\n") : JSON.stringify(message);
+  return [contentText(c), ...calls].filter((part) => part !== "").join("\n");
 }
 
 function messageRow(m) {
