@@ -349,3 +349,26 @@ def test_tool_calls_show_with_their_arguments_and_images_as_a_placeholder(shot, 
     assert shown("converse", 1) == ["see\n[image]"]
     assert picture[:40] not in browser.page_source
     browser.save_screenshot(str(artifacts / "11-tools-and-images.png"))
+
+
+def test_a_stored_isolate_control_cannot_close_an_owners_isolation(shot, browser, served, artifacts):
+    """An owner's label (an ``<option>``: text only, no ``<bdi>``) wraps each id in U+2068 ... U+2069; a user id
+    holding U+2069 then U+202E closed the isolation early, and the override reversed the words after it.
+    """
+    import json
+    import re
+
+    base, service, _ = served
+    user = "mallory\u2069\u202e\u2066x"
+    service.conversations.append(Scope(tenant="bidi", user_id=user, agent_id="support-bot", session_id="c"),
+                                 [{"role": "user", "content": "hi"}])
+    browser.get(f"{base}/ui/")
+    browser.execute_script("sessionStorage.clear()")
+    shot.open_inspector(browser, base, service.keys.create("bidi")[0])
+    wait(browser, lambda d: rows(d, "[data-conversation='c']"))
+    label = rows(browser, "#user option")[0].get_attribute("textContent")
+    # each id isolated whole: nothing inside the wrapper opens or closes an isolation
+    wrapped = re.fullmatch("\u2068([^\u2066-\u2069]*)\u2069 · agent \u2068([^\u2066-\u2069]*)\u2069", label)
+    assert wrapped is not None, ascii(label)
+    assert wrapped[1].startswith("mallory") and "\u202e" in wrapped[1] and wrapped[2] == "support-bot"
+    assert json.loads(rows(browser, "#user option")[0].get_attribute("value")) == [user, "support-bot"]  # as stored

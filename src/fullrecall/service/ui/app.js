@@ -152,7 +152,10 @@ function confirmed(...parts) {  // words and stored strings (bdi)
 
 // -- users and conversations -----------------------------------------------------------------
 const ownerKey = (c) => JSON.stringify([c.user_id || "", c.agent_id || ""]);
-const isolated = (s) => `\u2068${s}\u2069`;  // bdi's isolation inside an <option>, which holds text only
+// bdi's isolation inside an <option>, which holds text only; an isolate control inside the string (U+2066-U+2069)
+// would close or unbalance the wrapper, so each shows as its code point instead
+const codePoint = (c) => `<U+${c.codePointAt(0).toString(16).toUpperCase()}>`;
+const isolated = (s) => `\u2068${s.replace(/[\u2066-\u2069]/g, codePoint)}\u2069`;
 const ownerLabel = (o) => (o.agent_id ? `${isolated(o.user_id || "(default user)")} · agent ${isolated(o.agent_id)}`
   : o.user_id || "(default user)");
 
