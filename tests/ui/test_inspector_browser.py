@@ -372,3 +372,35 @@ def test_a_stored_isolate_control_cannot_close_an_owners_isolation(shot, browser
     assert wrapped is not None, ascii(label)
     assert wrapped[1].startswith("mallory") and "\u202e" in wrapped[1] and wrapped[2] == "support-bot"
     assert json.loads(rows(browser, "#user option")[0].get_attribute("value")) == [user, "support-bot"]  # as stored
+
+
+def test_a_fact_dated_in_the_future_shows_as_not_yet_current(shot, browser, served, artifacts):
+    """A fact whose ``valid_from`` is still to come was greyed and struck through as a superseded one, and read
+    "until now".
+    """
+    import time
+
+    base, service, _ = served
+    service.conversations.append(Scope(tenant="future", user_id="hana", session_id="c"),
+                                 [{"role": "user", "content": "hi"}])
+    facts = FactMemory(service.store, user_id="hana", tenant="future", embedder=service.indexer.embedder)
+    tomorrow = time.time() + 86400
+    lyon = facts.remember("My city is Lyon")
+    paris = facts.remember("My city is Paris", valid_from=tomorrow)
+    browser.get(f"{base}/ui/")
+    browser.execute_script("sessionStorage.clear()")
+    shot.open_inspector(browser, base, service.keys.create("future")[0])
+    wait(browser, lambda d: len(rows(d, "#facts tr[data-fact]")) == 2)
+
+    def cells(fact) -> tuple[str, list[str], str]:
+        row = browser.find_element(_by().CSS_SELECTOR, f"tr[data-fact='{fact.id}']")
+        tds = row.find_elements(_by().TAG_NAME, "td")
+        return row.get_attribute("class"), [td.text for td in tds[2:4]], tds[0].value_of_css_property("text-decoration")
+
+    day = time.strftime("%Y-%m-%d", time.gmtime(tomorrow))
+    kind, (since, until), line = cells(paris)
+    assert kind == "upcoming" and "line-through" not in line
+    assert since.startswith(f"from {day}") and "not yet current" in since and until == "—"
+    kind, (since, until), line = cells(lyon)
+    assert kind == "current" and until.startswith(day) and "line-through" not in line  # current until tomorrow
+    browser.save_screenshot(str(artifacts / "12-future-fact.png"))

@@ -386,9 +386,14 @@ function renderFacts(facts) {
       loadFacts();
     } }, "Forget");
     const about = f.attribute ? [bdi(f.subject), " · ", bdi(f.attribute), " = ", bdi(f.value ?? "")] : f.subject;
-    return el("tr", { class: f.current ? "current" : "superseded", "data-fact": f.id },
+    // not current: ended (superseded), or dated in the future (it holds from then on, until its end if it has one)
+    const upcoming = !f.current && f.valid.from * 1000 > Date.now();
+    const kind = f.current ? "current" : upcoming ? "upcoming" : "superseded";
+    return el("tr", { class: kind, "data-fact": f.id },
       el("td", {}, f.text), el("td", { class: "muted" }, about),
-      el("td", {}, when(f.valid.from)), el("td", {}, f.valid.to ? when(f.valid.to) : "now"),
+      el("td", {}, upcoming ? [`from ${when(f.valid.from)} `, el("span", { class: "muted" }, "(not yet current)")]
+        : when(f.valid.from)),
+      el("td", {}, f.valid.to ? when(f.valid.to) : upcoming ? "—" : "now"),
       el("td", {}, f.mentions > 1 ? `${f.mentions}×` : ""), el("td", {}, forget));
   });
   $("facts").replaceChildren(el("table", {},
