@@ -24,12 +24,15 @@ from __future__ import annotations
 
 from typing import Any, Self
 
+from .errors import InvalidInput
 from .memory.conversation import ConversationMemory
 from .memory.persistent import PersistentMemory
-from .stores._validate import check_owner, check_session_id
+from .stores._validate import MAX_ID_BYTES, check_owner, check_session_id
 from .stores.base import Store
 
 __all__ = ["ConversationMemory", "Memories", "PersistentMemory", "memories"]
+
+MEMORY_SUFFIX = "-memory"  # the long-term memory's session: the conversation's id and this
 
 
 class Memories(tuple[ConversationMemory, PersistentMemory]):
@@ -85,6 +88,11 @@ def memories(
     manager) to close a store opened here from a URL.
     """
     check_session_id(session_id, "memories: 'session_id'")  # refused before the store is opened
+    size = len(f"{session_id}{MEMORY_SUFFIX}".encode())
+    if size > MAX_ID_BYTES:  # the long-term memory's session takes the suffix: named here, by the caller's name
+        raise InvalidInput(f"memories: 'session_id' is {size - len(MEMORY_SUFFIX)} bytes long; with the "
+                           f"{MEMORY_SUFFIX!r} of the long-term memory's session it must be at most "
+                           f"{MAX_ID_BYTES - len(MEMORY_SUFFIX)}")
     check_owner(user_id, agent_id)
     owned: Store | None = None
     if isinstance(store, str):
@@ -94,7 +102,7 @@ def memories(
     try:
         conversation = ConversationMemory(store, session_id, user_id=user_id, agent_id=agent_id,
                                           **(conversation_options or {}))
-        persistent = PersistentMemory(user_id=user_id, agent_id=agent_id, session_id=f"{session_id}-memory",
+        persistent = PersistentMemory(user_id=user_id, agent_id=agent_id, session_id=f"{session_id}{MEMORY_SUFFIX}",
                                       store=store, **(persistent_options or {}))
     except BaseException:
         if owned is not None:

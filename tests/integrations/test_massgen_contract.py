@@ -280,3 +280,16 @@ def test_persistent_memory_takes_massgens_constructor_as_written(store_url, defa
     assert "4417" in run(memory.retrieve("locker code"))
     with pytest.raises(TypeError, match="embeder"):
         PersistentMemory(agent_name="agent_1", store=store_url, embeder=default_embedder)  # a typo is still one
+
+
+def test_a_session_id_too_long_for_the_long_term_memorys_session_is_refused_by_its_own_name(tmp_path):
+    """The long-term memory writes to ``session_id + "-memory"``: a 250-byte id passed the check and was refused
+    after, naming a 257-byte 'session_id' the caller never gave."""
+    from fullrecall.errors import InvalidInput
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    with pytest.raises(InvalidInput, match=r"^memories: 'session_id' is 250 bytes long; .* at most 249$"):
+        memories(url, user_id="ann", session_id="s" * 250)
+    assert not (tmp_path / "m.db").exists()  # refused before the store is opened
+    with memories(url, user_id="ann", session_id="s" * 249) as (conversation, persistent):
+        assert persistent.session_id == "s" * 249 + "-memory"
