@@ -126,12 +126,13 @@ def test_handle_passes_over_entries_that_are_no_tool_call(tools):
     assert [r["tool_call_id"] for r in replies] == ["call_7"]
 
 
-def _summarized_chat(store, embedder) -> dict:
-    """Conversation "chat" of user u and agent a, five turns, its oldest summarized: that summary."""
-    chat = SyncConversationMemory(store, "chat", user_id="u", agent_id="a", summarizer=lambda m, p: "summary",
+def _summarized_chat(store, embedder, session: str = "chat") -> dict:
+    """Conversation ``session`` of user u and agent a, five turns, its oldest summarized: that summary."""
+    chat = SyncConversationMemory(store, session, user_id="u", agent_id="a", summarizer=lambda m, p: "summary",
                                   max_history_turns=2, preserve_recent_messages=2, embedding_model=embedder)
     for i in range(5):
-        chat.add([{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}])
+        chat.add([{"role": "user", "content": f"{session} question {i}"},
+                  {"role": "assistant", "content": f"answer {i}"}])
     return chat.manager.archive.summaries()[0]
 
 
@@ -142,7 +143,21 @@ def test_expand_a_summary_gives_the_messages_it_covers(default_embedder):
     expanded = tools.call("expand", {"id": summary["id"], "session_id": "chat"})
     start, end = summary["covers"]
     assert [m["position"] for m in expanded["messages"]] == list(range(start, end + 1))
-    assert expanded["messages"][0]["message"] == {"role": "user", "content": "question 0"}
+    assert expanded["messages"][0]["message"] == {"role": "user", "content": "chat question 0"}
+
+
+def test_expand_a_summary_id_every_conversation_holds_gives_each_ones_messages(store_url, default_embedder):
+    """A window manager's summary ids repeat in every conversation (``summary-0``, ...): expand without a
+    session_id answered the first conversation's alone."""
+    store = open_store(store_url)
+    first, second = _summarized_chat(store, default_embedder, "c1"), _summarized_chat(store, default_embedder, "c2")
+    assert first["id"] == second["id"]
+    tools = MemoryTools(PersistentMemory("u", "a", store=store, embedder=default_embedder))
+    expanded = tools.call("expand", {"id": first["id"]})["messages"]
+    assert sorted({m["session_id"] for m in expanded}) == ["c1", "c2"]
+    assert [m["session_id"] for m in tools.call("expand", {"id": first["id"], "session_id": "c2"})["messages"]] == [
+        "c2"] * (second["covers"][1] - second["covers"][0] + 1)
+    store.close()
 
 
 def test_an_empty_session_id_looks_in_every_session(store_url, default_embedder):

@@ -539,8 +539,9 @@ class PersistentMemory:
         """The exact archived messages behind an id, in order: a message itself, a fact's source
         messages, or the messages a summary covers (a window manager's, in the same store and scope).
 
-        ``session_id`` narrows the look-up to one session (message ids may repeat across sessions); None or ""
-        looks in every session.
+        ``session_id`` narrows the look-up to one session (message ids may repeat across sessions, and a window
+        manager's summary ids do: ``summary-0`` in each); None or "" looks in every session and gives what each
+        holds under the id, session after session.
         """
         _session("expand: 'session_id'", session_id)
         found = self.store.get(replace(self.owner, session_id=session_id), [memory_id])
@@ -552,13 +553,15 @@ class PersistentMemory:
             for source in fact.sources:
                 by_session.setdefault(source.get("session_id") or self.session_id, []).append(source["id"])
             return [m for s, ids in by_session.items() for m in self.store.get(replace(self.owner, session_id=s), ids)]
+        covered: list[StoredMessage] = []
         for s in [session_id] if session_id else self.sessions():  # "" is every session, as in a store's scope
             scope = replace(self.owner, session_id=s)
             for summary in archived_summaries(self.store, scope):
                 if summary.get("id") == memory_id:
                     start, end = summary["covers"]
-                    return self.store.range(scope, start, end)
-        return []
+                    covered += self.store.range(scope, start, end)
+                    break
+        return covered
 
     # -- listing, clearing, export -------------------------------------------------------------
     def sessions(self) -> list[str]:
