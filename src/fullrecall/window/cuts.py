@@ -33,12 +33,12 @@ def tool_pairs(messages: Sequence[Message]) -> list[tuple[int, int]]:
     return pairs
 
 
-def first_pending_call(messages: Sequence[Message]) -> int | None:
-    """Index of the first tool call still waiting for its result: unanswered, with only tool calls and results
-    after it (parallel calls whose outputs arrive one by one). A call the conversation went on past unanswered
-    is abandoned, not pending: it blocks nothing.
+def first_pending_call(messages: Sequence[Message], pairs: Sequence[tuple[int, int]]) -> int | None:
+    """Index of the first tool call still waiting for its result (``pairs``: the list's :func:`tool_pairs`):
+    unanswered, with only tool calls and results after it (parallel calls whose outputs arrive one by one). A
+    call the conversation went on past unanswered is abandoned, not pending: it blocks nothing.
     """
-    answered = {u for u, _ in tool_pairs(messages)}
+    answered = {u for u, _ in pairs}
     run = len(messages)
     while run and (messages[run - 1].tool_use_ids or messages[run - 1].has_tool_result):
         run -= 1
@@ -51,11 +51,12 @@ def clean_cuts(messages: Sequence[Message]) -> list[bool]:
     """
     n = len(messages)
     delta = [0] * (n + 2)  # difference array: a pair (u, r) forbids every cut in (u, r]
-    for u, r in tool_pairs(messages):
+    pairs = tool_pairs(messages)
+    for u, r in pairs:
         if u < r:
             delta[u + 1] += 1
             delta[r + 1] -= 1
-    pending = first_pending_call(messages)
+    pending = first_pending_call(messages, pairs)
     if pending is not None:  # its result is still to come: every cut after it would orphan that result
         delta[pending + 1] += 1
     out, open_pairs = [], 0
