@@ -476,6 +476,12 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
         assert store.get_keys(user, [hit.key]) == []
         (again,) = store.search_text(user, ["walruses"], 5)
         assert again.key != hit.key and store.get_keys(user, [again.key])[0].text == "a new conversation about walruses"
+        # nor is one message deleted and another added under its id (an update) the same (Redis gave it the key)
+        assert store.delete(two, ["m0"]) == 1
+        store.append(two, [dataclasses.replace(msg(0, "walruses, updated"), created_at=time.time() + 1)])
+        (updated,) = store.search_text(user, ["walruses"], 5)
+        assert updated.key != again.key and store.get_keys(user, [again.key]) == []
+        assert [m.text for m in store.get_keys(user, [updated.key])] == ["walruses, updated"]
 
     # -- state and records -------------------------------------------------------------
 

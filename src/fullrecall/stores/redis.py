@@ -74,7 +74,7 @@ _FAMILIES = ("meta", "msgs", "order", "vecs", "state", "added")
 _SCAN_ABOVE = 20_000  # sessions with more messages are read for search in pages
 _SCAN_PAGE = 2_000
 _NONE = "*"  # a missing user/agent in a key (quote() never yields a bare "*")
-_KEY_SEP = "#"  # a store-global message key: session base # session birth # message id (quote() escapes "#")
+_KEY_SEP = "#"  # a store-global message key: session base # birth # created_at # message id (quote() escapes "#")
 _SCRUB_WAIT, _SCRUB_POLLS = 2.0, 100  # forget waits this long (s) for each AOF rewrite / RDB save it starts
 _PERSISTING = ("aof_rewrite_in_progress", "aof_rewrite_scheduled", "rdb_bgsave_in_progress")
 
@@ -304,10 +304,11 @@ class RedisStore(StoreBase):
         bodies, positions = pipe.execute()
         meta = session.meta
         return [
-            C.message_from_row(json.loads(body), int(pos), session.session_id, user_id=meta.get("user_id", ""),
-                               agent_id=meta.get("agent_id", ""), key=_key(session, i))
+            C.message_from_row(doc, int(pos), session.session_id, user_id=meta.get("user_id", ""),
+                               agent_id=meta.get("agent_id", ""), key=_key(session, i, doc["created_at"]))
             for i, body, pos in zip(ids, bodies, positions)
             if body is not None and pos is not None
+            for doc in (json.loads(body),)
         ]
 
     def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
@@ -322,18 +323,20 @@ class RedisStore(StoreBase):
 
     def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
         wanted: dict[tuple[str, str], list[str]] = {}
+        asked = set()
         for k in keys:
-            parts = k.split(_KEY_SEP, 2) if isinstance(k, str) else []
-            if len(parts) == 3:
-                wanted.setdefault((parts[0], parts[1]), []).append(parts[2])
+            parts = k.split(_KEY_SEP, 3) if isinstance(k, str) else []
+            if len(parts) == 4:
+                wanted.setdefault((parts[0], parts[1]), []).append(parts[3])
+                asked.add(k)
         if not wanted:
             return []
         out: list[StoredMessage] = []
         with self._errors("read from"):
             for session in self._sessions(scope):  # only sessions of the scope, as they are now, are read
                 ids = wanted.get((session.base, session.meta.get("born", "")))
-                if ids:
-                    out += self._read_messages(session, list(dict.fromkeys(ids)))
+                if ids:  # the message held under the id now, if it is the one the key names (not one added again)
+                    out += [m for m in self._read_messages(session, list(dict.fromkeys(ids))) if m.key in asked]
         return C.in_conversation_order(out)
 
     def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
@@ -350,9 +353,10 @@ class RedisStore(StoreBase):
             return [[] for _ in spans]
         session.meta["born"] = reply[0].decode()
         found = [
-            C.message_from_row(json.loads(body), int(pos), session_id, user_id=user, agent_id=agent,
-                               key=_key(session, i.decode()))
+            C.message_from_row(doc, int(pos), session_id, user_id=user, agent_id=agent,
+                               key=_key(session, i.decode(), doc["created_at"]))
             for i, pos, body in zip(reply[1::3], reply[2::3], reply[3::3])
+            for doc in (json.loads(body),)
         ]
         return C.split_spans(found, spans)
 
@@ -495,7 +499,7 @@ class RedisStore(StoreBase):
         return _Cached(hit.epoch, version, hit.logged + len(entries) // 3, lexical, block, attrs)
 
     def _lexical_row(self, session: _Session, r: dict[str, Any], position: int | None) -> B.LexicalRow:
-        return (r["id"], _key(session, r["id"]), r["role"], r["kind"], r["created_at"],
+        return (r["id"], _key(session, r["id"], r["created_at"]), r["role"], r["kind"], r["created_at"],
                 self._tokenize(V.indexed_prefix(r["text"])), position)
 
     @staticmethod
@@ -505,7 +509,7 @@ class RedisStore(StoreBase):
     ) -> Vec.VectorBlock | None:
         """``block`` (None: none yet) with ``vec_rows`` (id, float32 bytes) added."""
         owner = _owner(session)
-        rows = [(i, _key(session, i), blob, role, kind, created, owner, position)
+        rows = [(i, _key(session, i, created), blob, role, kind, created, owner, position)
                 for i, blob in vec_rows if i in attrs for role, kind, created, position in (attrs[i],)]
         if not rows:
             return block
@@ -879,12 +883,12 @@ def _owner(session: _Session) -> Vec.Owner:
     return (meta.get("user_id", ""), meta.get("agent_id", ""), meta["session_id"])
 
 
-def _key(session: _Session, message_id: str) -> str:
+def _key(session: _Session, message_id: str, created_at: float) -> str:
     """A message's store-global key: its session's key base (quoted, so free of the separator), the
     session's birth (a conversation forgotten and begun again under the same keys is another one),
-    and its id.
+    the message's creation time (one deleted and added again under its id is another one) and its id.
     """
-    return _KEY_SEP.join((session.base, session.meta.get("born", ""), message_id))
+    return _KEY_SEP.join((session.base, session.meta.get("born", ""), repr(float(created_at)), message_id))
 
 
 class _ScriptError(ValueError):
