@@ -83,6 +83,7 @@ def test_distinct_hits_before_neighbours_and_question_pairs():
     assert both.spent[1] == 2 and len(both.messages) == 2
     assert neighbour_positions([around[3]], radius=2, radius_hits=1) == [1, 2, 4, 5]
     assert neighbour_positions([around[0]]) == [1]
+    assert neighbour_positions([around[3]], radius=10**12, radius_hits=1, before=6) == [0, 1, 2, 4, 5]
 
 
 def test_query_facets_names_and_when():

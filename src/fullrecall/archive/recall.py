@@ -162,9 +162,9 @@ def pack_hits(search: Any, hits: Sequence[Any], budget: Sequence[int], cost: Any
     ``search`` is a :class:`~fullrecall.search.SemanticSearch`, ``hits`` its search hits, best first.
     """
     messages = [h.message for h in hits]
-    positions = neighbour_positions(messages, radius=radius, radius_hits=radius_hits)
+    positions = neighbour_positions(messages, radius=radius, radius_hits=radius_hits, before=before)
     known = {m.position for m in messages}
-    fetched = search.messages_at([p for p in positions if p not in known and (before is None or p < before)])
+    fetched = search.messages_at([p for p in positions if p not in known])
     around = {m.position: m for m in [*fetched, *messages] if m.position is not None}
     return pack(messages, budget, cost, around=around, before=before, radius=radius, radius_hits=radius_hits,
                 pair_questions=pair_questions)

@@ -96,14 +96,18 @@ def uncovered(spans: Sequence[tuple[int, int]], covered: Sequence[tuple[int, int
     return out
 
 
-def neighbour_positions(hits: Sequence[StoredMessage], *, radius: int = 0, radius_hits: int = 0) -> list[int]:
-    """Positions :func:`pack` may want beside ``hits``: one each side, ``radius`` around the first ``radius_hits``."""
+def neighbour_positions(hits: Sequence[StoredMessage], *, radius: int = 0, radius_hits: int = 0,
+                        before: int | None = None) -> list[int]:
+    """Positions :func:`pack` may want beside ``hits``: one each side, ``radius`` around the first ``radius_hits``;
+    none at or past ``before`` (the window's first position: a radius far larger than the archive costs what it holds).
+    """
     wanted: set[int] = set()
     for i, h in enumerate(hits):
         if h.position is None:
             continue
         r = max(1, radius if i < radius_hits else 1)
-        wanted.update(p for p in range(h.position - r, h.position + r + 1) if p >= 0 and p != h.position)
+        end = h.position + r if before is None else min(h.position + r, before - 1)
+        wanted.update(p for p in range(max(0, h.position - r), end + 1) if p != h.position)
     return sorted(wanted)
 
 
