@@ -590,3 +590,36 @@ def test_leave_reports_the_oldest_messages_before_they_leave_the_window():
     assert len(messages) == 4 and manager.removed_message_count == 2  # a failed report: nothing left
     with pytest.raises(InvalidInput, match="leave: 5 message"):
         manager.leave(messages, 0, 5, positions=range(5))
+
+
+@pytest.mark.parametrize("kind", ["sliding", "summarizing"])
+def test_a_later_message_equal_to_a_pinned_one_is_not_pinned(kind):
+    """pin_first outside Converse holds the pinned message itself, by identity: a later "ok" equal to a pinned
+    "ok" was held pinned too, and the window never shrank past it. A window restored as copies binds the pin to
+    the first equal message at its front; one the caller took out leaves no copy in the manager's state."""
+    import json
+
+    def make():
+        if kind == "sliding":
+            return SlidingWindowConversationManager(window_size=4, pin_first=1)
+        return SummarizingConversationManager(summarizer=lambda m, p: "S", preserve_recent_messages=2,
+                                              max_history_turns=2, pin_first=1)
+
+    manager, messages = make(), []
+    for i in range(8):
+        messages += [{"role": "user", "content": "ok"}, {"role": "assistant", "content": f"a{i}"}]
+        manager.apply_management(messages)
+    assert messages[0]["content"] == "ok" and len(messages) <= 5 and len(manager.get_state()["held_pins"]) == 1
+    assert sum(m["content"] == "ok" for m in messages) <= 3  # the pinned opening, and the questions kept
+    manager, messages = make(), [{"role": "user", "content": "my passport is ZX9981"}]
+    for i in range(8):
+        messages += [{"role": "assistant", "content": f"a{i}"}, {"role": "user", "content": f"q{i}"}]
+        manager.apply_management(messages)
+    clone = make()
+    clone.restore_from_state(json.loads(json.dumps(manager.get_state())))
+    copies = json.loads(json.dumps(messages))
+    clone.apply_management(copies)
+    assert len(clone.get_state()["held_pins"]) == 1  # restored as copies: still pinned
+    copies.pop(0)  # the caller takes the pinned opening out
+    clone.apply_management(copies)
+    assert "ZX9981" not in json.dumps(clone.get_state())

@@ -29,6 +29,7 @@ from ..errors import ArchiveError, ContextWindowOverflowError, InvalidInput
 from ..messages.formats import parse_messages, render_message
 from ..messages.model import Message
 from .check import WindowCheck
+from .pins import bind_held
 
 log = logging.getLogger("fullrecall.window")
 
@@ -100,6 +101,7 @@ class ConversationManager:
         messages not checked by the previous call are parsed (see :class:`~fullrecall.window.check.WindowCheck`).
         """
         self._window_check(messages)
+        self._held_pins = bind_held(messages, self._held_pins, self._pinned_count(messages))
 
     def clear(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
         """Empty the window (a pinned system message stays); every message is reported first."""

@@ -17,10 +17,10 @@ from ..messages.formats import detect_shape
 
 
 def _flagged(message: Any, held: Sequence[Any] = ()) -> bool:
-    """Pinned by the SDK's flag, or one of the ``held`` messages a manager pinned (the same dict, or an equal
-    one: a window reloaded from a store holds copies).
+    """Pinned by the SDK's flag, or one of the ``held`` messages a manager pinned (the same dict: see
+    :func:`bind_held`; a later message equal to a pinned one is not pinned).
     """
-    if any(message is h or message == h for h in held):
+    if any(message is h for h in held):
         return True
     metadata = message.get("metadata") if isinstance(message, dict) else None
     custom = metadata.get("custom") if isinstance(metadata, dict) else None
@@ -80,6 +80,23 @@ def pin_first(messages: MutableSequence[dict[str, Any]], count: int, held: list[
             pin(message)
     else:
         held.extend(first)
+
+
+def bind_held(messages: Sequence[Any], held: list[Any], start: int = 0) -> list[Any]:
+    """The ``held`` pinned messages as the very dicts of ``messages`` they are. Pinned messages stay at the
+    window's front, in order, from ``start`` (after a system message): each is the dict there, the same one, or,
+    for a window restored or rebuilt as copies, an equal one in its place. One that is not there is no longer
+    held: the caller took it out, and no copy of it stays.
+    """
+    if not held:
+        return held
+    bound: list[Any] = []
+    at = start
+    for h in held:
+        if at < len(messages) and (messages[at] is h or messages[at] == h):
+            bound.append(messages[at])
+            at += 1
+    return bound
 
 
 def leading_pinned(messages: Sequence[Any], start: int = 0, held: Sequence[Any] = ()) -> int:
