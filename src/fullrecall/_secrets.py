@@ -89,6 +89,23 @@ def shown_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
+def aws_shown(client: object, text: str, limit: int = 300) -> str:
+    """An AWS client's error text as an error or a log line may show it: the client's secret key and session token
+    masked (a server or proxy may echo the signed request's headers), cut to ``limit`` characters (an error body
+    may be megabytes).
+    """
+    credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
+    secrets: list[str] = []
+    if credentials is not None:
+        try:
+            frozen = credentials.get_frozen_credentials()
+            secrets = [s for s in (frozen.secret_key, frozen.token, frozen.access_key) if s]
+        except Exception:  # noqa: BLE001 - no credentials to read: nothing of them can be in the text
+            secrets = []
+    shown = redact(text, secrets)
+    return shown if len(shown) <= limit else shown[:limit] + "..."
+
+
 def redact(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every secret replaced by :data:`MASK`.
 

@@ -180,3 +180,47 @@ def test_bedrock_deadline_defaults_to_twice_the_timeout_and_reads_the_environmen
     assert BedrockChatModel.from_env().deadline == 42.0
     with pytest.raises(ValueError, match="deadline"):
         BedrockChatModel(deadline=-1)
+
+
+TOKEN = "IQoJb3JpZ2luX2VjEXAMPLESESSIONTOKEN0123456789abcdef"
+
+
+def _echoing(status: int, code: str, extra: str = "") -> Reply:
+    """An error whose message echoes the request's credentials, as some proxies do, and maybe ``extra`` bytes."""
+    message = f"denied; x-amz-security-token={TOKEN}; secret=test-secret-0123456789{extra}"
+    return Reply(status=status, body=json.dumps({"message": message}).encode(), headers={"x-amzn-ErrorType": code})
+
+
+def _signed_by_a_session(server: ScriptedServer):
+    """A Bedrock runtime client for ``server`` with a secret key and a session token, as a role gives them."""
+    host, port = server.httpd.server_address[:2]
+    return boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=f"http://{host}:{port}",
+                        aws_access_key_id="AKIATESTKEY", aws_secret_access_key="test-secret-0123456789",
+                        aws_session_token=TOKEN, config=Config(retries={"total_max_attempts": 1, "mode": "standard"}))
+
+
+def test_bedrock_errors_and_log_lines_never_show_the_session_token(converse_server, caplog):
+    """A Bedrock error echoing the signed request's headers put the session token into the ChatModelError and the
+    retry warning (the OpenAI clients mask their key so); a 5 MB error body went whole into both."""
+    from fullrecall.errors import EmbeddingError
+    from fullrecall.summarizers.chat_models.base import ChatModelError, ChatRequest
+
+    converse_server.script(_echoing(429, "ThrottlingException"), _echoing(403, "AccessDeniedException", "x" * 5_000_000))
+    bedrock = BedrockChatModel(client=_signed_by_a_session(converse_server), max_retries=1, backoff=0.01)
+    request = ChatRequest(system="s", messages=({"role": "user", "content": "hi"},))
+    with caplog.at_level("WARNING", logger="fullrecall.summarizers"), pytest.raises(ChatModelError) as failed:
+        bedrock.complete(request)
+    shown = str(failed.value) + caplog.text
+    assert "AccessDeniedException" in str(failed.value) and "ThrottlingException" in caplog.text
+    assert TOKEN not in shown and "test-secret-0123456789" not in shown and len(str(failed.value)) < 1000
+    embedding = ScriptedServer(path=lambda p: p.startswith("/model/") and p.endswith("/invoke"))
+    try:
+        embedding.script(_echoing(403, "AccessDeniedException", "x" * 5_000_000))
+        from fullrecall.embeddings.bedrock import TITAN_V2, BedrockEmbedder
+
+        with pytest.raises(EmbeddingError) as refused:
+            BedrockEmbedder(TITAN_V2, client=_signed_by_a_session(embedding)).embed(["hello"])
+        assert "AccessDeniedException" in str(refused.value) and len(str(refused.value)) < 1000
+        assert TOKEN not in str(refused.value) and "test-secret-0123456789" not in str(refused.value)
+    finally:
+        embedding.close()

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import _deadline
+from .._secrets import aws_shown
 from ..errors import EmbeddingError
 from .base import batched, empty, l2_normalize, remote_vectors
 
@@ -124,7 +125,7 @@ class BedrockEmbedder:
         except Exception as exc:  # botocore raises many kinds; keep the cause
             response = getattr(exc, "response", None)  # a ClientError's parsed answer (None on other errors)
             code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
-            raise EmbeddingError(f"Bedrock {self.model_id} embedding request failed: {exc}",
+            raise EmbeddingError(f"Bedrock {self.model_id} embedding request failed: {aws_shown(self._client, str(exc))}",
                                  rejected=code == "ValidationException") from exc
         try:
             return json.loads(raw)

@@ -17,6 +17,7 @@ from typing import Any
 
 from ... import _deadline
 from ..._retry import backoff_delay
+from ..._secrets import aws_shown
 from .base import ChatModelError, ChatRequest, ChatResponse
 
 logger = logging.getLogger("fullrecall.summarizers")
@@ -104,11 +105,13 @@ class BedrockChatModel:
             except ClientError as exc:
                 code = exc.response.get("Error", {}).get("Code", "ClientError")
                 status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-                error = ChatModelError(f"{self.name} failed: {code}: {exc.response.get('Error', {}).get('Message', '')}",
+                message = aws_shown(self._client, str(exc.response.get("Error", {}).get("Message", "")))
+                error = ChatModelError(f"{self.name} failed: {code}: {message}",
                                        retryable=code in _RETRY_CODES or (status or 0) >= 500, status=status)
                 error.__cause__ = exc
             except BotoCoreError as exc:  # read timeouts, connection errors
-                error = ChatModelError(f"{self.name} failed: {type(exc).__name__}: {exc}", retryable=True)
+                error = ChatModelError(f"{self.name} failed: {type(exc).__name__}: {aws_shown(self._client, str(exc))}",
+                                       retryable=True)
                 error.__cause__ = exc
             except (ResponseParserError, RecursionError) as exc:  # a body botocore cannot read (no member, too deep)
                 error = ChatModelError(f"{self.name} sent a malformed response: {exc}", retryable=True)
