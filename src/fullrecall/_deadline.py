@@ -83,9 +83,16 @@ def max_bytes(value: int | str | None) -> int:
 async def fetch(client: Any, method: str, url: str, *, limit: int, **kwargs: Any) -> Any:
     """``client``'s answer to one request (an ``httpx.Response``, body read), its body read up to ``limit`` bytes
     (decoded): past it, :class:`ResponseTooLarge`, the connection closed. ``kwargs`` are ``client.stream``'s.
+
+    A user and password in ``url`` (``http://user:pw@host/v1``) go as the request's basic auth, as httpx sends
+    them, but the URL requested is without them: httpx logs each request's URL.
     """
     import httpx
 
+    address = httpx.URL(url)
+    if address.userinfo and "auth" not in kwargs:
+        kwargs["auth"] = httpx.BasicAuth(address.username, address.password)
+        url = str(address.copy_with(username=None, password=None))
     async with client.stream(method, url, **kwargs) as response:
         declared = response.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit and "content-encoding" not in response.headers:
