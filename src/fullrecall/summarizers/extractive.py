@@ -253,14 +253,19 @@ class ExtractiveSummarizer:
         topic_cost = 14  # a topic line, paid for every four sentences
         # citations are never traded for prose: room to list every uncovered one stays reserved
         cite_cost = {k: self.counter.count(u.surface[k]) + 1 for u in units for k in u.items if CITATION.fullmatch(k)}
+        details_line = self.counter.count("* Key details: ") + 1  # the line the reserved citations are listed on
         while remaining and room > 0:
             best, best_score = None, 0.0
-            reserve = sum(c for k, c in cite_cost.items() if k not in covered_items)
+            uncovered = [c for k, c in cite_cost.items() if k not in covered_items]
+            reserve = sum(uncovered) + (details_line if uncovered else 0)
+            extra = topic_cost if len(chosen) % 4 == 0 else 0  # what the next line costs besides itself
             for unit in remaining:
                 gain = (sum(w for k, w in unit.items.items() if k not in covered_items) + unit.bonus
                         + self.word_weight * len(unit.words - covered_words))
                 freed = sum(c for k, c in cite_cost.items() if k in unit.items and k not in covered_items)
-                if gain <= 0 or unit.cost > room - reserve + freed:
+                if freed and freed == sum(uncovered):
+                    freed += details_line  # the last citations listed: no details line needed for them
+                if gain <= 0 or unit.cost + extra > room - reserve + freed:
                     continue
                 score = gain / (unit.cost + 8)  # each line has a fixed cost: prefer full sentences to fragments
                 if score > best_score:
@@ -268,7 +273,6 @@ class ExtractiveSummarizer:
             if best is None:
                 break
             remaining.remove(best)
-            extra = topic_cost if len(chosen) % 4 == 0 else 0
             if best.cost + extra > room:
                 continue
             chosen.append(best)
@@ -317,7 +321,8 @@ class ExtractiveSummarizer:
                 weights[key] = max(weights.get(key, 0.0), weight)
                 surface.setdefault(key, unit.surface[key])
                 first.setdefault(key, unit.index)
-        order = sorted(weights, key=lambda k: (-weights[k], first[k]))
+        # citations first: the budget drops details from the end, and citations are never traded for others
+        order = sorted(weights, key=lambda k: (not CITATION.fullmatch(k), -weights[k], first[k]))
         return [(k, surface[k]) for k in order]
 
     def _render(self, chosen: list[_Unit], details: list[tuple[str, str]], units: list[_Unit],
