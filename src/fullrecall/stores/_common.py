@@ -67,8 +67,11 @@ def state_json(key: str, value: Any) -> str:
 
 
 def check_version(key: str, expected: int | None, what: str = "state") -> None:
-    """InvalidInput unless ``expected`` is None or a version (an int >= 0)."""
-    if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool) or expected < 0):
+    """InvalidInput unless ``expected`` is None or a version (an int from 0 to 2**63 - 1, what every database's
+    integers hold: a larger one overflowed SQLite's driver).
+    """
+    if expected is not None and (not isinstance(expected, int) or isinstance(expected, bool)
+                                 or not 0 <= expected < 2**63):
         raise V.InvalidInput(f"{what} {key!r}: expected must be a version (an int >= 0), got {expected!r}")
 
 
