@@ -71,6 +71,8 @@ BAD: list[tuple[list[str], str]] = [  # (lines 3 on, what the refusal says)
      r"^line 4: 'value.manager.summary_message' must be a message \(an object\) or null, got 7$"),
     ([line(1), state({"manager": {**MANAGER, "front_positions": ["a"]}})],
      r"^line 4: 'value.manager.front_positions' must be a list of positions"),
+    ([line(1), state({"manager": {**MANAGER, "held_pins": 5}})],
+     r"^line 4: 'value.manager.held_pins' must be a list of messages \(objects\) or null, got 5$"),
     ([line(1), state({"manager": {**MANAGER, "__name__": 3}})], r"^line 4: 'value.manager.__name__' must be a string"),
     ([line(1), state({"replaced": [1], "version": 1})],
      r"^line 4: 'value.replaced' must be an object of positions to messages, got \[1\]$"),

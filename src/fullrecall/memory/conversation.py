@@ -467,6 +467,8 @@ _MANAGER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {  # and what th
     "front_positions": (lambda v: v is None or (isinstance(v, list) and all(_count(p) for p in v)),
                         "a list of positions (integers >= 0) or null"),
     "pinned": (_count, "an integer >= 0"),
+    "held_pins": (lambda v: v is None or (isinstance(v, list) and all(isinstance(m, dict) for m in v)),
+                  "a list of messages (objects) or null"),
 }
 
 
