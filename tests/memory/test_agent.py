@@ -413,3 +413,23 @@ def test_a_strands_model_streaming_without_end_stops_at_the_size_limit(default_e
     with pytest.raises(ChatModelError, match="over the limit of 50000 bytes"):
         chat(agent, "Tell me everything.")
     assert FloodingModel.closed and [m["role"] for m in agent.conversation.messages] == ["user"]
+
+
+def test_a_strands_answer_cut_short_or_refused_by_the_provider_is_a_model_error_and_not_recorded(default_embedder):
+    """A Strands stream that ended without its messageStop (a dropped connection) was taken as a whole answer and
+    recorded ('Your locker code is 31'); a provider's own error (throttling, a server error) came out raw."""
+    pytest.importorskip("strands")
+    from strands.types.exceptions import ModelThrottledException
+    from test_summarizer_strands import CutModel, ScriptedModel
+
+    from fullrecall.summarizers import ChatModelError
+
+    agent = MemoryAgent(CutModel("Your locker code is 31..."), store="sqlite:///:memory:", embedder=default_embedder)
+    with pytest.raises(ChatModelError, match="ended without its stop"):
+        chat(agent, "What is my locker code?")
+    assert [m["role"] for m in agent.conversation.messages] == ["user"]
+    throttled = MemoryAgent(ScriptedModel(ModelThrottledException("slow down")), store="sqlite:///:memory:",
+                            embedder=default_embedder)
+    with pytest.raises(ChatModelError, match="ModelThrottledException: slow down") as failed:
+        chat(throttled, "Hello?")
+    assert failed.value.retryable

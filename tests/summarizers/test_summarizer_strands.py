@@ -163,3 +163,28 @@ def test_a_model_streaming_without_end_stops_at_the_size_limit(monkeypatch):
     assert StrandsChatModel(flood).max_response_bytes == 32 * 2**20
     monkeypatch.setenv("FULLRECALL_LLM_MAX_RESPONSE_BYTES", "5")
     assert StrandsChatModel(flood).max_response_bytes == 5
+
+
+class CutModel(ScriptedModel):
+    """Streams the start of an answer, then its stream ends with no messageStop (the connection dropped)."""
+
+    async def stream(self, messages, tool_specs=None, system_prompt=None, **kwargs):
+        self.calls.append({"messages": messages})
+        reply = self.replies.pop(0)
+        yield {"messageStart": {"role": "assistant"}}
+        yield {"contentBlockDelta": {"delta": {"text": reply}}}
+        if not reply.endswith("..."):
+            yield {"messageStop": {"stopReason": "end_turn"}}
+
+
+def test_a_stream_cut_short_is_no_whole_answer():
+    """A stream that ended without its messageStop was taken as a whole answer ('Your locker code is 31', finish
+    'stop'): it is now an error worth a retry, and the retry's whole answer is taken."""
+    from fullrecall.summarizers.chat_models.base import ChatModelError, ChatRequest
+
+    request = ChatRequest(system="s", messages=({"role": "user", "content": "What is my locker code?"},))
+    cut = CutModel("Your locker code is 31...", "Your locker code is 3141.")
+    answer = StrandsChatModel(cut, max_retries=1, backoff=0.01).complete(request)
+    assert (answer.text, answer.finish_reason, len(cut.calls)) == ("Your locker code is 3141.", "stop", 2)
+    with pytest.raises(ChatModelError, match="ended without its stop"):
+        StrandsChatModel(CutModel("Your locker code is 31..."), max_retries=0).complete(request)

@@ -385,15 +385,26 @@ class _StrandsStream:
         events = aiter(self._inner.model.stream(messages, tool_specs=None, system_prompt=system))
         deadline, limit, size = self._inner.deadline, self._inner.max_response_bytes, 0
         end = asyncio.get_running_loop().time() + deadline
+        stopped = False
         try:
             while True:
                 try:
                     event = await asyncio.wait_for(anext(events), max(0.0, end - asyncio.get_running_loop().time()))
                 except StopAsyncIteration:
+                    if not stopped:  # the connection dropped mid-answer: what came is no whole answer
+                        raise ChatModelError(f"{self.name} failed: the answer's stream ended without its stop "
+                                             f"(cut short after {size:,} bytes)", retryable=True) from None
                     return
                 except TimeoutError:
                     raise ChatModelError(f"{self.name} timed out: no complete answer within the deadline of "
                                          f"{deadline:g} s per request", retryable=True) from None
+                except ChatModelError:
+                    raise
+                except Exception as exc:  # the provider's own errors, as the other models give them
+                    name = type(exc).__name__
+                    raise ChatModelError(f"{self.name} failed: {name}: {exc}", retryable="Throttl" in name or
+                                         isinstance(exc, ConnectionError)) from exc
+                stopped = stopped or (isinstance(event, dict) and "messageStop" in event)
                 delta = event.get("contentBlockDelta", {}).get("delta", {}) if isinstance(event, dict) else {}
                 if isinstance(delta.get("text"), str) and delta["text"]:
                     size += len(delta["text"].encode("utf-8", "surrogatepass"))

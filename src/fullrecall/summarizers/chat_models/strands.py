@@ -83,7 +83,8 @@ class StrandsChatModel:
     async def _once(self, request: ChatRequest) -> ChatResponse:
         messages = [{"role": m["role"], "content": [{"text": m["content"]}]} for m in request.messages]
         parts: list[str] = []
-        stop, size = "end_turn", 0
+        stop: str | None = None
+        size = 0
         stream = self.model.stream(messages, tool_specs=None, system_prompt=request.system)
         try:
             async for event in stream:
@@ -94,7 +95,7 @@ class StrandsChatModel:
                     if size > self.max_response_bytes:  # the same request would get the same flood: no retry
                         raise ChatModelError(f"{self.name} failed: {_deadline.ResponseTooLarge(self.max_response_bytes)}")
                 if isinstance(event, dict) and "messageStop" in event:
-                    stop = str(event["messageStop"].get("stopReason") or stop)
+                    stop = str(event["messageStop"].get("stopReason") or "end_turn")
         except ChatModelError:
             raise
         except Exception as exc:  # the provider's own errors: throttling is worth a retry
@@ -105,6 +106,9 @@ class StrandsChatModel:
             close = getattr(stream, "aclose", None)
             if close is not None:
                 await close()  # the provider's stream ends here, however this try did
+        if stop is None:  # the connection dropped mid-answer: what came is no whole answer
+            raise ChatModelError(f"{self.name} failed: the answer's stream ended without its stop (cut short after "
+                                 f"{size:,} bytes)", retryable=True)
         return ChatResponse(text="".join(parts), finish_reason=_STOP.get(stop, stop), model=self.name)
 
 
