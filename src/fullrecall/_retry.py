@@ -7,8 +7,23 @@ import time
 from collections.abc import Mapping
 from datetime import UTC
 from email.utils import parsedate_to_datetime
+from typing import Any
+
+from .errors import InvalidInput
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})  # may pass on the next try; other 4xx do not
+
+
+def checked(max_retries: Any, backoff: Any, max_backoff: Any) -> tuple[int, float, float]:
+    """A client's retry settings, or InvalidInput naming the first that is none, when the client is made (the
+    first request failed with a raw AssertionError or ValueError).
+    """
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        raise InvalidInput(f"max_retries must be a whole number >= 0, got {max_retries!r}")
+    for name, value in (("backoff", backoff), ("max_backoff", max_backoff)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            raise InvalidInput(f"{name} must be a number of seconds >= 0, got {value!r}")
+    return max_retries, float(backoff), float(max_backoff)
 
 
 def retry_after(value: str | None, now: float | None = None) -> float | None:

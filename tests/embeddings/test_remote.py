@@ -494,3 +494,29 @@ def test_a_password_in_the_base_url_goes_as_basic_auth_and_never_into_a_log_line
         assert "HTTP Request: POST" in caplog.text and "pa55w0rd" not in caplog.text
     finally:
         server.close()
+
+
+@pytest.mark.parametrize(("options", "says"), [
+    ({"max_retries": -1}, "max_retries"), ({"batch_size": 0}, "batch_size"), ({"backoff": -1}, "backoff"),
+    ({"embedding_dimensions": -5}, "embedding_dimensions"), ({"chat": True, "max_retries": -1}, "max_retries"),
+], ids=["max_retries", "batch_size", "backoff", "dimensions", "chat max_retries"])
+def test_retry_and_batch_settings_no_client_can_use_are_refused_when_it_is_made(options, says):
+    """Checked as timeout and deadline are: they failed at the first request with a raw AssertionError or
+    ValueError (max_retries=-1, batch_size=0, backoff=-1 on a retry), or every answer was refused (dimensions)."""
+    from fullrecall.embeddings.openai import OpenAIEmbedder
+    from fullrecall.errors import InvalidInput
+    from fullrecall.summarizers.chat_models import OpenAIChatModel
+
+    made = OpenAIChatModel if options.pop("chat", False) else OpenAIEmbedder
+    with pytest.raises(InvalidInput, match=f"^{says} must be"):
+        made("m", base_url="http://127.0.0.1:9/v1", **options)
+
+
+def test_the_bedrock_embedder_takes_its_region_from_aws_region(monkeypatch):
+    """As documented (and as the Bedrock chat model does): botocore alone reads AWS_DEFAULT_REGION, so a machine
+    configured by AWS_REGION got a raw NoRegionError."""
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.setenv("AWS_REGION", "eu-central-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    emb = load_embedder("bedrock:amazon.titan-embed-text-v2:0")
+    assert emb._client.meta.region_name == "eu-central-1"

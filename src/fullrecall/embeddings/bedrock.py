@@ -9,6 +9,7 @@ Cohere takes up to 96 texts a request and distinguishes documents from queries.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -70,7 +71,8 @@ class BedrockEmbedder:
             except ImportError as exc:  # pragma: no cover
                 raise EmbeddingError("Bedrock embeddings need boto3: pip install 'fullrecall[bedrock]'") from exc
             config = Config(read_timeout=timeout, connect_timeout=min(timeout, 10.0))
-            client = boto3.client("bedrock-runtime", region_name=aws_region, config=config)
+            region = aws_region or os.environ.get("AWS_REGION")  # as the docs say (botocore reads AWS_DEFAULT_REGION)
+            client = boto3.client("bedrock-runtime", region_name=region, config=config)
             _deadline.attach(client, "InvokeModel", timeout=timeout, deadline=self.deadline,
                              limit=self.max_response_bytes)
         self._client = client

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .. import _base_url, _deadline, _retry, _secrets
-from ..errors import EmbeddingError
+from ..errors import EmbeddingError, InvalidInput
 from .base import batched, empty, l2_normalize, remote_vectors
 
 log = logging.getLogger("fullrecall.embeddings")
@@ -65,12 +65,15 @@ class OpenAIEmbedder:
         self.timeout = timeout
         self.deadline = _deadline.from_env(deadline, timeout)
         self.max_response_bytes = _deadline.max_bytes(max_response_bytes)
+        if embedding_dimensions is not None and (isinstance(embedding_dimensions, bool)
+                                                 or not isinstance(embedding_dimensions, int) or embedding_dimensions < 1):
+            raise InvalidInput(f"embedding_dimensions must be a whole number >= 1 or None, got {embedding_dimensions!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidInput(f"batch_size must be a whole number >= 1, got {batch_size!r}")
         self._dimensions_arg = embedding_dimensions
         self._dimension = embedding_dimensions
         self.batch_size = batch_size
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
+        self.max_retries, self.backoff, self.max_backoff = _retry.checked(max_retries, backoff, max_backoff)
         self.name = f"openai:{model}" + (f"@{embedding_dimensions}" if embedding_dimensions else "")
 
     @property

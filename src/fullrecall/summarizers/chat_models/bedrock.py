@@ -15,7 +15,7 @@ import os
 import time
 from typing import Any
 
-from ... import _deadline
+from ... import _deadline, _retry
 from ..._retry import backoff_delay
 from ..._secrets import aws_shown
 from .base import ChatModelError, ChatRequest, ChatResponse
@@ -62,9 +62,7 @@ class BedrockChatModel:
         self.timeout = timeout
         self.deadline = _deadline.resolve(deadline, timeout)
         self.max_response_bytes = _deadline.max_bytes(max_response_bytes)
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
+        self.max_retries, self.backoff, self.max_backoff = _retry.checked(max_retries, backoff, max_backoff)
         self._client = client
         self.name = f"bedrock:{model_id}"
 

@@ -61,9 +61,7 @@ class OpenAIChatModel:
         self.timeout = timeout
         self.deadline = _deadline.resolve(deadline, timeout)
         self.max_response_bytes = _deadline.max_bytes(max_response_bytes)
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
+        self.max_retries, self.backoff, self.max_backoff = _retry.checked(max_retries, backoff, max_backoff)
         self.api_key_header = api_key_header
         self.api_version = api_version
         self.headers = _secrets.checked_headers(headers)

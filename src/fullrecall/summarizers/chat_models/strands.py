@@ -19,7 +19,7 @@ import concurrent.futures
 import logging
 from typing import Any
 
-from ... import _deadline
+from ... import _deadline, _retry
 from ..._retry import backoff_delay
 from .base import ChatModelError, ChatRequest, ChatResponse
 
@@ -45,9 +45,7 @@ class StrandsChatModel:
             self.system_prompt = prompt if isinstance(prompt, str) and prompt.strip() else None
         else:
             raise TypeError(f"expected a Strands Model or Agent, got {type(model_or_agent).__name__}")
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
+        self.max_retries, self.backoff, self.max_backoff = _retry.checked(max_retries, backoff, max_backoff)
         self.deadline = _deadline.from_env(deadline, 60.0)
         self.max_response_bytes = _deadline.max_bytes(max_response_bytes)
         self.name = f"strands:{type(self.model).__name__}"
