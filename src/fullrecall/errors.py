@@ -67,6 +67,12 @@ class EmbeddingError(FullRecallError):
         self.rejected = rejected
 
 
+EMBEDDING_OUTAGE: tuple[type[Exception], ...] = (EmbeddingError, OSError)
+"""What an embedder raises when it cannot answer now: fullrecall's embedders raise ``EmbeddingError``, and a
+custom one may let a ``ConnectionError`` or ``TimeoutError`` through. A search then answers from keywords. Any
+other exception is taken as a bug in the embedder and reaches the caller."""
+
+
 class FactExtractionError(FullRecallError):
     """Facts could not be extracted from messages: the chat model failed, or its answer was no JSON array of facts,
     or was cut short. Every word of the messages was kept.

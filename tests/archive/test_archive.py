@@ -113,19 +113,17 @@ def test_enrichment_format_budget_and_history_untouched():
     assert SemanticMemoryHook(enabled=False, manager=m).enrich(history)[-1] is question
 
 
+@pytest.mark.timeout(120)
 def test_a_context_radius_far_larger_than_the_archive_costs_what_the_archive_holds():
     """The hook's neighbours were the radius's own positions, read and packed one by one: a radius of 10**9 never
-    returned. They are now bounded by the window's first position."""
-    import time as clock
-
+    returned (the timeout fails it; it returns in well under a second). They are now bounded by the window's first
+    position."""
     m = manager(message_context_radius=10**9)
     messages = conversation()
     m.reduce_context(messages, RuntimeError("overflow"))
     hook = SemanticMemoryHook(manager=m, max_context_length=2000, radius_hits=3)
-    started = clock.perf_counter()
     text = hook.enrich_text("What was our shared reference number?")
     assert text is not None and "REF-48213" in text
-    assert clock.perf_counter() - started < 10
 
 
 def test_one_hook_recalling_for_two_owners_keeps_each_context_within_its_budget():

@@ -183,6 +183,27 @@ def test_while_the_embedding_service_is_down_recall_finds_archived_messages_by_k
     assert [h.id for h in archive.recall(words(4), radius=0, top_k=1).hits] == ["m4"]
 
 
+class BuggyQueryEmbedder(HashEmbedder):
+    """Embeds messages, but its query path has a bug (a ``TypeError``), not an outage."""
+
+    def embed_queries(self, texts: Any) -> np.ndarray:
+        raise TypeError("embed_queries() got an unexpected keyword")
+
+
+def test_a_bug_in_the_embedder_reaches_the_caller_of_search_and_an_outage_does_not(store_url):
+    """Only an outage (fullrecall's ``EmbeddingError``, or an ``OSError`` such as ``ConnectionError``) makes a
+    search answer from keywords alone. A search caught any exception there, so an embedder's bug showed only as
+    weaker results and a warning."""
+    archive = Archive(store_url, Scope(session_id="bug"), embedding_model=BuggyQueryEmbedder())
+    archive.write(removed([words(i) for i in range(6)], 0))
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        archive.recall(words(4), radius=0, top_k=1)
+    down = Archive(store_url, Scope(session_id="down"), embedding_model=HashEmbedder())
+    down.write(removed([words(i) for i in range(6)], 0))
+    down.search_engine.embedder.fail = True
+    assert [h.id for h in down.recall(words(4), radius=0, top_k=1).hits] == ["m4"]
+
+
 class BrokenVectorsEmbedder(HashEmbedder):
     """Answers, but with vectors no store takes (NaN, or one row short) until ``broken`` is cleared."""
 

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .._fork import after_fork_in_child
+from ..errors import EMBEDDING_OUTAGE as OUTAGE
 from ..errors import InvalidInput
 from ..stores import _validate as V
 from ..stores._common import filters_match
@@ -596,7 +597,7 @@ class SemanticSearch:
                 prepared = _in_background(self.store.prepare_vector_search, scope, filters)
             try:
                 vector = self.embed_query(query)
-            except Exception as exc:  # noqa: BLE001 - the embedding service down: the keyword side answers alone
+            except OUTAGE as exc:  # the embedding service down: the keyword side answers alone
                 log.warning("search without vectors: the question could not be embedded (%s: %s)",
                             type(exc).__name__, exc)
             self._embedding_s = time.perf_counter() - started
