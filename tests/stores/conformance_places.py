@@ -3,8 +3,8 @@
 Mixed into :class:`conformance.StoreConformance`, so it runs on SQLite, PostgreSQL and Redis. A backend may
 leave the fields ``None`` (the caller then reads the message to place it); when it fills them they must be
 the message's own. Every backend fills them (``_PLACED``); the test says so when a backend does not.
-A hit may also come with its message (:class:`ReadHit`, read in the search's own round trip, or kept in process
-with the scope's vectors: :class:`KeptHits`): then it is the message :meth:`Store.get_keys` reads. PostgreSQL's
+Hits may also come with their messages (:class:`KeptHits`: read in the search's own round trip, or kept in
+process with the scope's vectors): then it is the message :meth:`Store.get_keys` reads. PostgreSQL's
 hits all do, and SQLite's of a small scope (``_CARRYING``).
 """
 
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fullrecall.stores import Scope, Store, StoredMessage, open_store
-from fullrecall.stores.base import Hit, KeptHits, ReadHit
+from fullrecall.stores.base import Hit, KeptHits
 
 _PLACED = ("sqlite", "redis", "postgres")  # backends whose hits always carry their place
 _CARRYING = ("postgres", "sqlite")  # backends whose hits come with their messages (but large ones)
@@ -46,7 +46,7 @@ def _carried(hits: list[Hit], hit: Hit) -> StoredMessage | None:
     """The message ``hit`` came with, if it came with one."""
     if isinstance(hits, KeptHits):
         return hits.message(hit)
-    return hit.message() if isinstance(hit, ReadHit) else None
+    return None
 
 
 def _check_places(store: Store, scope: Scope, hits: list[Hit], expect: int, carrying: bool) -> None:

@@ -16,7 +16,7 @@ import pytest
 from conformance_core import then_forget
 
 from fullrecall.stores import Filters, Scope, StoredMessage, open_store
-from fullrecall.stores.base import KeptHits, ReadHit
+from fullrecall.stores.base import KeptHits
 
 DIM = 8
 WORDS = ["heron", "marsh", "tide", "reed", "otter", "dune", "gull", "kelp"]
@@ -52,7 +52,7 @@ def _carried(hits: list[Any], hit: Any) -> Any:
     """The message ``hit`` came with (kept with its scope's block, or read with a server search), or None."""
     if isinstance(hits, KeptHits):
         return hits.message(hit)
-    return hit.message() if isinstance(hit, ReadHit) else None
+    return None
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -28,7 +28,7 @@ from ..errors import InvalidInput
 from ..stores import _validate as V
 from ..stores._common import filters_match
 from ..stores._store import StoreBase
-from ..stores.base import Filters, Hit, KeptHits, ReadHit, Scope, Store, StoredMessage
+from ..stores.base import Filters, Hit, KeptHits, Scope, Store, StoredMessage
 from .facets import DATE_BOOST, SPEAKER_BOOST, Facets, Signals, boost, query_facets, signals
 from .fusion import (
     LEXICAL_WEIGHT,
@@ -220,11 +220,7 @@ def _carried(hits: Sequence[Hit]) -> Carried:
     if isinstance(hits, KeptHits):
         message = hits.message
         return {h.key: (h, message) for h in hits}
-    return {h.key: (h, _read_message) for h in hits if isinstance(h, ReadHit)}
-
-
-def _read_message(hit: Hit) -> StoredMessage | None:
-    return hit.message() if isinstance(hit, ReadHit) else None
+    return {}
 
 
 def _unread(keys: Sequence[str], found: dict[str | None, StoredMessage], carried: Carried) -> list[str]:

@@ -218,32 +218,11 @@ class Hit(NamedTuple):
     position: int | None = None
 
 
-class ReadHit(Hit):
-    """A :class:`Hit` whose message the store read in the search's own round trip (PostgreSQL): a caller
-    that needs the message (its text, the facets' signals) calls :meth:`message` instead of reading it.
-    It is decoded on that call, not before; the hit equals the plain one (the message is no part of its value).
-    """
-
-    _read: Callable[[], StoredMessage]
-
-    @classmethod
-    def carrying(cls, hit: Hit, read: Callable[[], StoredMessage]) -> ReadHit:
-        made = tuple.__new__(cls, hit)  # the hit's fields as they are (a search makes fifty of these)
-        made._read = read
-        return made
-
-    def message(self) -> StoredMessage:
-        return self._read()
-
-    def _replace(self, /, **changes: Any) -> ReadHit:  # the same message, whatever else a caller changes
-        return ReadHit.carrying(Hit(*self)._replace(**changes), self._read)
-
-
 class KeptHits(list[Hit]):
-    """A search's hits, from a store that keeps their messages in process (a small scope's, on SQLite and
-    PostgreSQL): a caller that needs a hit's message calls ``message(hit)`` (None: not kept) instead of reading
-    it. It is decoded on that call, not before, and nothing is made per hit until then; otherwise a plain list
-    of hits.
+    """A search's hits, from a store that has their messages at hand (kept in process for a small scope on SQLite
+    and PostgreSQL, or read in the search's own round trip on PostgreSQL): a caller that needs a hit's message
+    calls ``message(hit)`` (None: not at hand) instead of reading it. It is decoded on that call, not before, and
+    nothing is made per hit until then; otherwise a plain list of hits.
     """
 
     __slots__ = ("message",)
@@ -321,8 +300,8 @@ class Store(Protocol):
     def search_vectors(
         self, scope: Scope, vector: np.ndarray, k: int, filters: Filters | None = None
     ) -> list[Hit]:
-        """Top-k (id, cosine similarity, key), best first; a hit may come with its message (:class:`ReadHit`, or the
-        whole list as :class:`KeptHits`), the one :meth:`get_keys` reads.
+        """Top-k (id, cosine similarity, key), best first; the hits may come with their messages (the list a
+        :class:`KeptHits`), the ones :meth:`get_keys` reads.
         """
         ...
 

@@ -46,7 +46,7 @@ Design, and why:
   small enough to be searched exactly gets its sessions and that search in one statement.
 * **Reads** run in autocommit (no ``BEGIN``/``COMMIT`` round trips); ``hnsw.ef_search`` is set
   on a pooled connection only when it changes. Hits carry their owner and position, and their messages
-  (:class:`~.base.ReadHit`: both searches return their best ``k`` rows' columns, decoded when asked for), so
+  (:class:`~.base.KeptHits`: both searches return their best ``k`` rows' columns, decoded when asked for), so
   that a caller reads none of them after the search.
 * **forget** deletes, then runs ``VACUUM (ANALYZE)`` on the tables it deleted from: dead
   tuples are pruned and ``pg_stats`` no longer lists the forgotten words and user ids.
@@ -93,7 +93,7 @@ from . import _tsvector as T
 from . import _validate as V
 from . import _vectors as Vec
 from ._sql import Dialect, SqlStore, records_table
-from .base import Filters, Hit, KeptHits, ReadHit, Scope, StoredMessage
+from .base import Filters, Hit, KeptHits, Scope, StoredMessage
 
 Conn = psycopg.Connection[dict[str, Any]]
 """A connection of ours: rows come as dicts (``row_factory=dict_row``)."""
@@ -127,7 +127,7 @@ _APPEND_COLS = ("id", "role", "kind", "text", "data", "created_at", "archived_at
 _APPEND_TYPES = ("text", "text", "text", "text", "text", "float8", "float8", "text", "text", "bigint", "bigint", "tsvector")
 _APPEND_ARRAYS = ", ".join(f"%s::{t}[]" for t in _APPEND_TYPES)
 _MSG_COLS = "m.id, m.role, m.text, m.data, m.kind, m.created_at, m.archived_at, m.summary_id, m.metadata"
-# A search's hits carry their messages (ReadHit: no read of them after the search), those of at most this many
+# A search's hits carry their messages (KeptHits: no read of them after the search), those of at most this many
 # bytes of text and data: a search of k hits among large tool outputs would otherwise fetch k of them whole
 _CARRY_BYTES = 64 * 1024
 
@@ -1498,21 +1498,18 @@ def _carried(hits: list[Hit], rows: SB.Rows) -> KeptHits:
 
 def _kept_message(rows: SB.Rows, hit: Hit) -> StoredMessage | None:
     owner, row = hit.owner, rows.get(hit.key)
-    if owner is None or row is None or row["role"] is None:
+    if owner is None or row is None or row.get("role") is None:
         return None
     return _message(row, owner)
 
 
-def _hits(rows: Iterable[dict[str, Any]], owners: dict[int, tuple[str, str, str]]) -> list[Hit]:
+def _hits(rows: Iterable[dict[str, Any]], owners: dict[int, tuple[str, str, str]]) -> KeptHits:
     """Hits of rows holding ``id``, ``rid``, ``sid``, ``position`` and ``score``, each with its place, and with its
-    message when the row holds its columns (``_MSG_BODY``): decoded only if the caller asks (:class:`ReadHit`).
+    message when the row holds its columns (``_MSG_BODY``): decoded only if the caller asks (:class:`~.base.KeptHits`).
     """
-    return [_hit(r, r["id"], float(r["score"]), owners[r["sid"]]) for r in rows]
-
-
-def _hit(row: Mapping[str, Any], id: str, score: float, owner: tuple[str, str, str]) -> Hit:
-    hit = Hit(id, score, str(row["rid"]), owner, int(row["position"]))
-    return hit if row.get("role") is None else ReadHit.carrying(hit, partial(_message, row, owner))
+    rows = list(rows)
+    hits = [Hit(r["id"], float(r["score"]), str(r["rid"]), owners[r["sid"]], int(r["position"])) for r in rows]
+    return _carried(hits, {h.key: r for h, r in zip(hits, rows)})
 
 
 def _message(row: Mapping[str, Any], owner: tuple[str, str, str]) -> StoredMessage:
@@ -1557,7 +1554,9 @@ class _Lexical:
             self.store._candidate_cap,
             lambda sets, capped, exclude: self._ranked(sets, k, capped, exclude),
         )
-        return [_hit(self.rows[rid], i, s, self.owners[self.rows[rid]["sid"]]) for i, rid, s in hits]
+        rows = {str(rid): self.rows[rid] for _, rid, _ in hits}
+        return _carried([Hit(i, s, str(rid), self.owners[self.rows[rid]["sid"]], int(self.rows[rid]["position"]))
+                         for i, rid, s in hits], rows)
 
     def _tsquery(self, sets: list[tuple[int, ...]]) -> str:
         return " | ".join("(" + " & ".join(f"({self.queries[i]})" for i in s) + ")" for s in sets)
