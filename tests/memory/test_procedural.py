@@ -228,3 +228,43 @@ def test_what_a_caller_is_given_is_a_copy_and_bad_scores_and_results_are_named(s
             memory.evaluate_workflow(["t"], {"status": "error", "message": "API timeout"}, "done", 100)
     finally:
         store.close()
+
+
+def test_tool_sequences_that_differ_only_by_a_nul_are_never_one_pattern(store_url, default_embedder):
+    """A NUL in a task or tool name is refused by name. A pattern's id hashes its parts joined by NUL, so
+    ``["fetch\\x00plot"]`` and ``["fetch", "plot"]`` shared one id: the second run was merged into the first
+    pattern (its tools never stored, the other's count and average time changed).
+    """
+    memory = ProceduralMemory(store_url, embedder=default_embedder, user_id="alice")
+    try:
+        with pytest.raises(MemoryInputError, match="^pattern 'plot my weight': 'tools_used\\[0\\]' must not contain a NUL"):
+            memory.store_pattern("plot my weight", ["fetch\x00plot"], 0.9, 100)
+        with pytest.raises(MemoryInputError, match="^pattern: 'query' must not contain a NUL"):
+            memory.store_pattern("plot\x00 my weight", ["fetch"], 0.9, 100)
+        memory.store_pattern("plot my weight", ["fetch", "plot"], 0.9, 300)
+        assert [(p["tools_used"], p["success_count"]) for p in memory.patterns()] == [(["fetch", "plot"], 1)]
+    finally:
+        memory.close()
+
+
+def test_past_patterns_and_run_times_no_plan_or_score_can_use_are_named(default_embedder):
+    """A past pattern's ``success_count`` or ``similarity`` that is no number raised a plain TypeError or
+    ValueError from the planner; a negative or infinite run time scored (-5 ms had full speed credit), though the
+    docs refuse every run time that is not a finite number >= 0; a ``ttl_days`` no expiry date can hold was
+    accepted, and then every ``store_pattern`` failed on the record's ``expires_at``.
+    """
+    memory = ProceduralMemory(embedder=default_embedder)
+    for bad in ({"success_count": None}, {"success_count": "many"}, {"success_count": float("nan")},
+                {"similarity": "high"}):
+        past = [{"tools_used": ["a"], "success_score": 0.9, **bad}, {"tools_used": ["b"], "success_score": 0.9}]
+        with pytest.raises(MemoryInputError, match=f"^plan_tool_sequence: past pattern 0: '{next(iter(bad))}'"):
+            memory.plan_tool_sequence("x", past)
+    assert memory.plan_tool_sequence("x", [{"tools_used": ["a"], "success_score": 0.9, "success_count": 2.0,
+                                            "similarity": 0.5}])["suggested_tools"] == ["a"]
+    for ms in (-5, float("-inf"), float("inf")):
+        with pytest.raises(MemoryInputError, match="^evaluate_workflow: 'execution_time_ms' must be a finite number"):
+            memory.evaluate_workflow(["t"], ["ok"], True, ms)
+    with pytest.raises(MemoryInputError, match="^ProceduralMemory: 'ttl_days' must be a number > 0 and at most"):
+        ProceduralMemory(embedder=default_embedder, ttl_days=1e304)
+    longest = ProceduralMemory(embedder=default_embedder, ttl_days=1_000_000)
+    assert longest.store_pattern("book a flight", ["search"], 0.9, 10) is not None

@@ -30,6 +30,7 @@ DEFAULT_MIN_SUCCESS_SCORE = 0.7
 DEFAULT_TTL_DAYS = 210
 DEFAULT_MIN_SIMILARITY = 0.4
 FALLBACK_CONFIDENCE = 0.3
+MAX_TTL_DAYS = 1_000_000  # about 2,700 years: an expiry any date can show (None keeps a pattern for good)
 
 # evaluate_workflow: how much each check weighs (they sum to 1)
 W_TOOLS, W_NO_ERRORS, W_RESPONSE, W_SPEED = 0.2, 0.4, 0.25, 0.15
@@ -73,8 +74,8 @@ def check_pattern_data(data: dict[str, Any]) -> None:
     if not isinstance(data.get("signature"), str):
         raise MemoryInputError("a pattern's 'data.signature' must be a string (its normalized task)")
     steps = data.get("tools_used")
-    if not isinstance(steps, list) or not all(isinstance(t, str) and t for t in steps):
-        raise MemoryInputError("a pattern's 'data.tools_used' must be a list of tool names")
+    if not isinstance(steps, list) or not all(isinstance(t, str) and t and "\x00" not in t for t in steps):
+        raise MemoryInputError("a pattern's 'data.tools_used' must be a list of tool names (without NUL)")
 
 
 def owned_pattern(book: RecordBook, record: Record) -> Record:
@@ -190,15 +191,16 @@ class ProceduralMemory:
 
         A run that called no tool scores at most 0.4: there is no procedure to learn from it.
         Arguments of the wrong kind (a string of tool names, results that are not a list, a time that
-        is not a number or is NaN) raise :class:`~fullrecall.errors.MemoryInputError` naming them.
+        is not a finite number >= 0) raise :class:`~fullrecall.errors.MemoryInputError` naming them.
         """
         if isinstance(tools_used, (str, bytes)) or not isinstance(tools_used, Sequence):
             raise MemoryInputError(f"evaluate_workflow: 'tools_used' must be a list of tool names, not {tools_used!r}")
         if isinstance(tool_results, (str, bytes, Mapping)) or not isinstance(tool_results, Iterable):  # one result
             # given alone (a dict) was read as its keys: a failed run scored 1.0
             raise MemoryInputError(f"evaluate_workflow: 'tool_results' must be a list, not {tool_results!r}")
-        if not _is_number(execution_time_ms) or math.isnan(float(execution_time_ms)):
-            raise MemoryInputError(f"evaluate_workflow: 'execution_time_ms' must be a number, not {execution_time_ms!r}")
+        if not _is_number(execution_time_ms) or not 0 <= float(execution_time_ms) < math.inf:  # NaN fails too
+            raise MemoryInputError("evaluate_workflow: 'execution_time_ms' must be a finite number >= 0, not "
+                                   f"{execution_time_ms!r}")
         score = 0.0
         if tools_used:
             score += W_TOOLS
@@ -207,7 +209,7 @@ class ProceduralMemory:
             score += W_NO_ERRORS * (1.0 - failed / len(results) if results else 1.0)
         if (response_generated.strip() if isinstance(response_generated, str) else response_generated):
             score += W_RESPONSE
-        t = max(0.0, float(execution_time_ms))
+        t = float(execution_time_ms)
         fast = self.fast_execution_ms
         score += W_SPEED * (1.0 if t <= fast else max(0.0, 1.0 - (t - fast) / (2 * fast)))
         return round(min(1.0, max(0.0, score)), 6)
@@ -280,13 +282,23 @@ def _check_pattern(query: Any, tools_used: Any, success_score: Any, execution_ti
             isinstance(t, str) and t for t in tools_used):
         raise MemoryInputError(f"pattern {query!r}: 'tools_used' must be a list of tool names, not {tools_used!r}")
     check_unicode(query, "pattern: 'query'")
+    _no_nul(query, "pattern: 'query'")
     for i, tool in enumerate(tools_used):
         check_unicode(tool, f"pattern {query!r}: 'tools_used[{i}]'")
+        _no_nul(tool, f"pattern {query!r}: 'tools_used[{i}]'")
     checks = (("success_score", success_score, 1.0), ("execution_time_ms", execution_time_ms, math.inf))
     for name, value, upper in checks:
         if not _is_number(value) or not 0 <= value <= upper or not math.isfinite(float(value)):
             bound = "a number in [0, 1]" if upper == 1.0 else "a finite number >= 0"
             raise MemoryInputError(f"pattern {query!r}: {name!r} must be {bound}, not {value!r}")
+
+
+def _no_nul(value: str, where: str) -> None:
+    r"""A NUL in a pattern's task or a tool's name: refused, as the service and the MCP server refuse it. The
+    pattern's id hashes its parts joined by NUL, so ``["fetch\x00plot"]`` would be the pattern ``["fetch", "plot"]``.
+    """
+    if "\x00" in value:
+        raise MemoryInputError(f"{where} must not contain a NUL character, got {value!r}")
 
 
 def _is_number(value: Any) -> bool:
@@ -308,10 +320,11 @@ def _check_settings(**settings: Any) -> None:
     for name, value in settings.items():
         if name == "ttl_days" and value is None:
             continue
-        low, high = bounds.get(name, (0.0, math.inf))
+        low, high = bounds.get(name, (0.0, MAX_TTL_DAYS if name == "ttl_days" else math.inf))
         if not _is_number(value) or not low <= value <= high or not math.isfinite(float(value)) \
                 or (name not in bounds and value == 0):
-            bound = f"a number in [{low:g}, {high:g}]" if name in bounds else "a finite number > 0"
+            bound = f"a number in [{low:g}, {high:g}]" if name in bounds else \
+                f"a number > 0 and at most {high:,.0f}" if name == "ttl_days" else "a finite number > 0"
             raise MemoryInputError(f"ProceduralMemory: {name!r} must be {bound}"
                                    f"{' (or None)' if name == 'ttl_days' else ''}, not {value!r}")
 
@@ -328,4 +341,11 @@ def _checked_patterns(patterns: Any) -> list[dict[str, Any]]:
                 or not _is_number(score) or not 0.0 <= float(score) <= 1.0:  # NaN too: it outranked 0.95
             raise MemoryInputError(f"plan_tool_sequence: past pattern {i} must be a dict with 'tools_used' (a list of "
                                    f"tool names) and a 'success_score' in [0, 1], not {p!r}")
+        count, similarity = p.get("success_count", 1), p.get("similarity", 0.0)
+        if not _is_number(count) or not 0 <= float(count) < math.inf:
+            raise MemoryInputError(f"plan_tool_sequence: past pattern {i}: 'success_count' must be a finite number "
+                                   f">= 0, not {count!r}")
+        if not _is_number(similarity) or not math.isfinite(float(similarity)):
+            raise MemoryInputError(f"plan_tool_sequence: past pattern {i}: 'similarity' must be a finite number, "
+                                   f"not {similarity!r}")
     return checked
