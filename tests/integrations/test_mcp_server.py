@@ -470,6 +470,33 @@ def test_the_server_refuses_what_the_services_mcp_refuses(store_url: str, defaul
     assert [r.text for r in store.get_records(owner, "facts")] == ["My PIN is 1234"]
 
 
+def test_forget_and_expand_refuse_a_blank_session_id_and_take_an_empty_one_for_none(store_url: str,
+                                                                                     default_embedder: Any) -> None:
+    """A ``session_id`` of whitespace or invisible characters names no conversation (the docs refuse it on every
+    tool): ``"   "`` and a zero-width space were read as sessions' names ("nothing in memory has the id"). An empty
+    one is none, as the memory tools take it (a model fills an optional argument with ""): ``expand`` with it found
+    nothing for a message's id, though it looks in every session."""
+    store = open_store(store_url)
+    server = create_server(store, user_id="u", embedder=default_embedder)
+    badge = [{"role": "user", "content": "my badge is 88231", "id": "m1"}]
+
+    async def scenario(client: Client) -> None:
+        for session in ("c1", "c2"):
+            await call(client, "append_messages", {"session_id": session, "messages": badge})
+        for tool in ("forget", "expand"):
+            for blank in ("   ", "\u200b"):
+                text = await error(client, tool, {"id": "m1", "session_id": blank})
+                assert "'session_id'" in text and "blank" in text, (tool, blank, text)
+        whole = await call(client, "expand", {"id": "m1"})
+        assert sorted(m["session_id"] for m in whole["messages"]) == ["c1", "c2"]
+        assert await call(client, "expand", {"id": "m1", "session_id": ""}) == whole
+        assert "2 sessions" in await error(client, "forget", {"id": "m1", "session_id": ""})
+
+    run(lambda: Client(server), scenario)
+    assert [store.count(Scope(user_id="u", agent_id="", session_id=s)) for s in ("c1", "c2")] == [1, 1]
+    store.close()
+
+
 def test_an_unknown_argument_is_refused_naming_it_and_nothing_is_done(default_embedder: Any) -> None:
     """The SDK dropped an argument a tool does not take: ``forget`` with a misspelled ``sesion_id`` deleted the
     message by its id alone, ``append_messages`` with an extra argument wrote. Every tool now refuses an unknown

@@ -210,7 +210,9 @@ def create_server(
         return memories.get((tenant, user, agent), build)
 
     def memory_tool(tool: str, ctx: "Context | None", args: dict[str, Any]) -> dict[str, Any]:
-        tools, lock = memory_tools(who(ctx))
+        # a session_id given (expand, forget) is checked as every tool's is: one of whitespace or invisible
+        # characters names no session (it was read as a session's name); "" is none, as the memory tools take it
+        tools, lock = memory_tools(who(ctx, args.get("session_id") or None))
         given = checked({k: v for k, v in args.items() if v is not None})
         with lock:
             result = tools.call(tool, given)

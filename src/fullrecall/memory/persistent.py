@@ -544,7 +544,7 @@ class PersistentMemory:
         holds under the id, session after session.
         """
         _session("expand: 'session_id'", session_id)
-        found = self.store.get(replace(self.owner, session_id=session_id), [memory_id])
+        found = self.store.get(replace(self.owner, session_id=session_id or None), [memory_id])
         if found:
             return found
         fact = self.facts.get(memory_id)
