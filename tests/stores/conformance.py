@@ -483,6 +483,25 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
         assert updated.key != again.key and store.get_keys(user, [again.key]) == []
         assert [m.text for m in store.get_keys(user, [updated.key])] == ["walruses, updated"]
 
+    def test_a_message_added_again_with_its_created_at_gets_a_new_key(self, store: Store) -> None:
+        """A message deleted and added again under its id with the same ``created_at`` (an import keeps it) is
+        another message: the old key names nothing, and a search that ran before sees the new role and text.
+        """
+        scope = Scope(user_id=f"kim{uuid.uuid4().hex[:6]}", session_id="s")
+        user = Scope(user_id=scope.user_id)
+        store.append(scope, [msg(0, "walruses are big", created_at=100.0), msg(1, "nothing here", created_at=101.0)])
+        (old,) = store.search_text(user, ["walruses"], 5, Filters(roles=("user",)))
+        assert [m.role for m in store.get_keys(user, [old.key])] == ["user"]
+        assert store.delete(scope, ["m0"]) == 1
+        store.append(scope, [msg(0, "walruses updated by the assistant", role="assistant", created_at=100.0)])
+        assert store.get_keys(user, [old.key]) == []
+        assert store.search_text(user, ["walruses"], 5, Filters(roles=("user",))) == []
+        (new,) = store.search_text(user, ["walruses"], 5, Filters(roles=("assistant",)))
+        assert new.key != old.key
+        assert [(m.role, m.text) for m in store.get_keys(user, [new.key])] == [
+            ("assistant", "walruses updated by the assistant")]
+        assert [m.key for m in store.get(scope, ["m0"])] == [new.key]
+
     # -- state and records -------------------------------------------------------------
 
     def test_state_and_records(self, store: Store, scope: Scope) -> None:

@@ -224,6 +224,37 @@ def test_a_conversation_from_before_births_is_still_read(redis_url: str, prefix:
     store.close()
 
 
+def test_messages_from_before_serials_keep_their_keys(redis_url: str, prefix: str, raw: redis.Redis) -> None:
+    """A message an earlier version stored has no serial: its key holds its creation time, as the keys handed
+    out then did, and every read and search gives that key; one stored since is numbered, so added again under
+    a deleted one's id and creation time it is another message.
+    """
+    store = RedisStore(f"{redis_url}?prefix={prefix}")
+    scope = Scope(user_id="old", session_id="s")
+    store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"hello {i}", data={}, created_at=100.0 + i)
+                         for i in range(2)])
+    (meta,) = list(raw.scan_iter(f"{prefix}:*:meta"))
+    msgs = meta[: -len(b"meta")] + b"msgs"
+    for field, body in raw.hgetall(msgs).items():  # as an earlier version wrote them
+        raw.hset(msgs, field, b"{" + body.split(b",", 1)[1])
+    raw.hdel(meta, "serial")
+    base = msgs[: -len(b":msgs")].decode()
+    born = raw.hget(meta, "born").decode()
+    issued = f"{base}#{born}#100.0#m0"  # the key an earlier version handed out for m0
+    old = RedisStore(f"{redis_url}?prefix={prefix}")
+    (hit,) = old.search_text(scope, ["hello", "0"], 1)
+    assert hit.key == issued and [m.key for m in old.range(scope, 0, 0)] == [issued]
+    assert [m.text for m in old.get_keys(scope, [issued])] == ["hello 0"]
+    assert old.delete(scope, ["m0"]) == 1
+    old.append(scope, [StoredMessage(id="m0", role="assistant", text="hello again", data={}, created_at=100.0)])
+    assert old.get_keys(scope, [issued]) == []
+    (again,) = old.get(scope, ["m0"])
+    assert again.key == f"{base}#{born}#n1#m0" and [m.text for m in old.get_keys(scope, [again.key])] == ["hello again"]
+    assert [m.key for m in old.get(scope, ["m1"])] == [f"{base}#{born}#101.0#m1"]
+    old.close()
+    store.close()
+
+
 def _hgetalls(raw: redis.Redis) -> int:
     return int(raw.info("commandstats").get("cmdstat_hgetall", {}).get("calls", 0))
 

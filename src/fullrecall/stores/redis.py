@@ -3,8 +3,8 @@
 Key layout (``P`` is the prefix, ``fullrecall`` by default, ``fullrecall:tenant:{t}`` for a
 tenant other than ``default``; user/agent/session values are %-quoted, ``*`` means none)::
 
-    P:user:{u}[:agent:{a}]:session:{s}:meta    hash  scope, next position, version, born, vector model, ttl
-    ...:session:{s}:msgs                       hash  message id -> message JSON (verbatim data)
+    P:user:{u}[:agent:{a}]:session:{s}:meta    hash  scope, next position, version, born, serial, vector model, ttl
+    ...:session:{s}:msgs                       hash  message id -> message JSON (verbatim data; its serial first)
     ...:session:{s}:order                      zset  message id scored by position
     ...:session:{s}:vecs                       hash  message id -> float32 bytes
     ...:session:{s}:state                      hash  key -> JSON document, key NUL "v" -> its version
@@ -18,6 +18,8 @@ tenant other than ``default``; user/agent/session values are %-quoted, ``*`` mea
   when met. Expired data is gone from the server, not hidden.
 * **Writes are Lua scripts**, so each is atomic: positions come from the session's counter
   (``HINCRBY``-style, inside the script) and a retried append with the same ids is a no-op.
+  Each message stored is numbered by the session's ``serial`` counter, which its store-global
+  key carries: a key is never reused, not by a message added again under a deleted one's id.
 * **Search runs in process**: numpy cosine over the session's vectors and Okapi BM25 over
   its texts (stemmed with PyStemmer when installed), cached per session. When the session's
   ``version`` moves (any process's write), only the additions logged in ``added`` since the
@@ -74,7 +76,7 @@ _FAMILIES = ("meta", "msgs", "order", "vecs", "state", "added")
 _SCAN_ABOVE = 20_000  # sessions with more messages are read for search in pages
 _SCAN_PAGE = 2_000
 _NONE = "*"  # a missing user/agent in a key (quote() never yields a bare "*")
-_KEY_SEP = "#"  # a store-global message key: session base # birth # created_at # message id (quote() escapes "#")
+_KEY_SEP = "#"  # a store-global message key: session base # birth # "n" serial # message id (quote() escapes "#")
 _SCRUB_WAIT, _SCRUB_POLLS = 2.0, 100  # forget waits this long (s) for each AOF rewrite / RDB save it starts
 _PERSISTING = ("aof_rewrite_in_progress", "aof_rewrite_scheduled", "rdb_bgsave_in_progress")
 
@@ -112,6 +114,9 @@ class _Session:
         return f"{self.base}:{family}"
 
 
+_Attrs = tuple[str, str, float, int | None, str]  # a message's (role, kind, created_at, position, key)
+
+
 @dataclass
 class _Cached:
     """A session's search structures as of ``version``; ``epoch`` (birth/deletions) says whether the
@@ -123,7 +128,7 @@ class _Cached:
     logged: int
     lexical: B.LexicalIndex
     vectors: Vec.VectorBlock | None
-    attrs: dict[str, tuple[str, str, float, int | None]]  # id -> (role, kind, created_at, position), for vectors
+    attrs: dict[str, _Attrs]  # id -> (role, kind, created_at, position, key), for vectors
 
 
 def split_url(url: str) -> tuple[str, dict[str, str]]:
@@ -305,7 +310,7 @@ class RedisStore(StoreBase):
         meta = session.meta
         return [
             C.message_from_row(doc, int(pos), session.session_id, user_id=meta.get("user_id", ""),
-                               agent_id=meta.get("agent_id", ""), key=_key(session, i, doc["created_at"]))
+                               agent_id=meta.get("agent_id", ""), key=_key(session, doc))
             for i, body, pos in zip(ids, bodies, positions)
             if body is not None and pos is not None
             for doc in (json.loads(body),)
@@ -354,7 +359,7 @@ class RedisStore(StoreBase):
         session.meta["born"] = reply[0].decode()
         found = [
             C.message_from_row(doc, int(pos), session_id, user_id=user, agent_id=agent,
-                               key=_key(session, i.decode(), doc["created_at"]))
+                               key=_key(session, doc))
             for i, pos, body in zip(reply[1::3], reply[2::3], reply[3::3])
             for doc in (json.loads(body),)
         ]
@@ -467,7 +472,7 @@ class RedisStore(StoreBase):
             bodies, vecs, order, version, epoch, logged = self._snapshot(session)
         rows = [json.loads(b) for b in bodies.values()]
         positions = {i.decode(): int(p) for i, p in order}
-        attrs = {r["id"]: (r["role"], r["kind"], r["created_at"], positions.get(r["id"])) for r in rows}
+        attrs = {r["id"]: (r["role"], r["kind"], r["created_at"], positions.get(r["id"]), _key(session, r)) for r in rows}
         lexical = B.LexicalIndex.build([self._lexical_row(session, r, attrs[r["id"]][3]) for r in rows],
                                        owner=_owner(session))
         vec_rows = [(i, blob) for i, blob in ((k.decode(), v) for k, v in vecs.items()) if i in attrs]
@@ -490,7 +495,7 @@ class RedisStore(StoreBase):
             if entry[:1] == b"m":
                 row = json.loads(payload)
                 place = None if position is None else int(position)
-                attrs[row["id"]] = (row["role"], row["kind"], row["created_at"], place)
+                attrs[row["id"]] = (row["role"], row["kind"], row["created_at"], place, _key(session, row))
                 rows.append(self._lexical_row(session, row, place))
             else:
                 vec_rows.append((entry[1:].decode(), payload))
@@ -499,18 +504,18 @@ class RedisStore(StoreBase):
         return _Cached(hit.epoch, version, hit.logged + len(entries) // 3, lexical, block, attrs)
 
     def _lexical_row(self, session: _Session, r: dict[str, Any], position: int | None) -> B.LexicalRow:
-        return (r["id"], _key(session, r["id"], r["created_at"]), r["role"], r["kind"], r["created_at"],
+        return (r["id"], _key(session, r), r["role"], r["kind"], r["created_at"],
                 self._tokenize(V.indexed_prefix(r["text"])), position)
 
     @staticmethod
     def _vector_block(
-        session: _Session, vec_rows: list[tuple[str, bytes]], attrs: dict[str, tuple[str, str, float, int | None]],
+        session: _Session, vec_rows: list[tuple[str, bytes]], attrs: dict[str, _Attrs],
         block: Vec.VectorBlock | None,
     ) -> Vec.VectorBlock | None:
         """``block`` (None: none yet) with ``vec_rows`` (id, float32 bytes) added."""
         owner = _owner(session)
-        rows = [(i, _key(session, i, created), blob, role, kind, created, owner, position)
-                for i, blob in vec_rows if i in attrs for role, kind, created, position in (attrs[i],)]
+        rows = [(i, key, blob, role, kind, created, owner, position)
+                for i, blob in vec_rows if i in attrs for role, kind, created, position, key in (attrs[i],)]
         if not rows:
             return block
         new = Vec.VectorBlock.build(rows, len(rows[0][2]) // 4)
@@ -883,12 +888,18 @@ def _owner(session: _Session) -> Vec.Owner:
     return (meta.get("user_id", ""), meta.get("agent_id", ""), meta["session_id"])
 
 
-def _key(session: _Session, message_id: str, created_at: float) -> str:
-    """A message's store-global key: its session's key base (quoted, so free of the separator), the
-    session's birth (a conversation forgotten and begun again under the same keys is another one),
-    the message's creation time (one deleted and added again under its id is another one) and its id.
+def _key(session: _Session, row: dict[str, Any]) -> str:
+    """A stored message's store-global key: its session's key base (quoted, so free of the separator),
+    the session's birth (a conversation forgotten and begun again under the same keys is another one),
+    the message's serial (the append script numbers each message a session stores: one deleted and
+    added again under its id, even with its creation time, is another one) and its id.
+
+    A message stored before serials existed has none; its key holds its creation time, as it always
+    did ("n" never begins a float's repr), so the keys already handed out keep naming it.
     """
-    return _KEY_SEP.join((session.base, session.meta.get("born", ""), repr(float(created_at)), message_id))
+    serial = row.get("serial")
+    stamp = repr(float(row["created_at"])) if serial is None else f"n{serial}"
+    return _KEY_SEP.join((session.base, session.meta.get("born", ""), stamp, row["id"]))
 
 
 class _ScriptError(ValueError):

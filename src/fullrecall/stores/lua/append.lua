@@ -1,7 +1,8 @@
 -- Append a batch of messages (idempotent by id), after deleting others, in one atomic step. ARGV: 8 how many
 -- ids to delete first, then those ids; then the count of messages, then per message: id, position ('' = next),
--- body, is-summary, text bytes, index bytes. Returns each message's position, in input order. Everything is
--- checked before anything is written (a script's writes are not undone by its error).
+-- body (a JSON object; the script puts the message's serial first in it), is-summary, text bytes, index bytes.
+-- Returns each message's position, in input order. Everything is checked before anything is written (a
+-- script's writes are not undone by its error).
 local d = tonumber(ARGV[8])
 local doomed = {}
 for i = 9, 8 + d do doomed[ARGV[i]] = true end
@@ -38,8 +39,9 @@ for i = 1, n do
 end
 register()  -- only once it writes: a refused batch leaves no session behind
 if d > 0 then remove(9, 8 + d) end
-for _, m in ipairs(new) do
-  redis.call('HSET', KEYS[2], m[1], m[3])
+for _, m in ipairs(new) do  -- each body gets the session's next serial, its key's part (keys are never reused)
+  local serial = redis.call('HINCRBY', KEYS[1], 'serial', 1)
+  redis.call('HSET', KEYS[2], m[1], '{"serial":' .. serial .. ',' .. string.sub(m[3], 2))
   redis.call('ZADD', KEYS[3], m[2], m[1])
   redis.call('RPUSH', KEYS[9], 'm' .. m[1])
 end
