@@ -202,3 +202,26 @@ def test_citations_are_never_traded_for_prose():
     cited = set(re.findall(r"\[\d+\]", " ".join(m["content"] for m in data["msgs"]) + data["prev"]))
     assert any(line.startswith("  - ") for line in summary.text.splitlines())  # prose was picked
     assert cited <= set(re.findall(r"\[\d+\]", summary.text)) and summary.token_count <= 100
+
+
+_CITED_WORDS = st.sampled_from(["GPU", "Lisbon", "costs", "the", "RTX 4090", "[1]", "[2]", "[17]", "2024-05-03",
+                                "Maria", "decided", "we", "ok", "thanks", "?"])
+_CITED_SENTENCE = st.one_of(
+    st.lists(_CITED_WORDS, min_size=1, max_size=10).map(lambda ws: " ".join(ws) + "."),
+    st.sampled_from(["[1].", "[2]", "[3].", "See [4].", "ok [5].", "Thanks [6]!", "[7][8].", "(9) [9]."]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(texts=st.lists(st.lists(_CITED_SENTENCE, min_size=1, max_size=4).map(" ".join), min_size=1, max_size=8),
+       budget=st.integers(min_value=16, max_value=300))
+def test_a_summary_with_prose_holds_every_citation(texts, budget):
+    """Citations are never traded for prose: whatever sentence a citation stands in (alone, after a
+    greeting, with no word), a summary that picked any prose lists every citation of its messages.
+    """
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(texts)]
+    summary = ExtractiveSummarizer(budget, target_ratio=None, min_summary_tokens=16).summarize(msgs)
+    cited = set(re.findall(r"\[\d+\]", " ".join(texts)))
+    if any(line.startswith("  - ") for line in summary.text.splitlines()):
+        assert cited <= set(re.findall(r"\[\d+\]", summary.text)), summary.text
+    assert summary.token_count <= budget

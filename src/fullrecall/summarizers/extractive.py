@@ -77,6 +77,7 @@ class _Unit:
     words: frozenset[str] = frozenset()  # content words: topics count too, weakly
     tool: bool = False
     cost: int = 0
+    listed: bool = False  # only its facts count, under "Key details": it has no sentence to show as prose
 
 
 class ExtractiveSummarizer:
@@ -170,6 +171,7 @@ class ExtractiveSummarizer:
                 if not line or line.startswith("#") or line == WITHHELD.lstrip("* ") or _TOPIC_LINE.match(line):
                     continue  # headings and topic labels are layout, not facts
                 units.append(_Unit(len(units), -1, None, line))
+            units += _uncarried_citations(units, -1, previous_summary)
         results = _tool_results(msgs)
         for mi, msg in enumerate(msgs):
             if mi in private:
@@ -190,6 +192,7 @@ class ExtractiveSummarizer:
                         if _DECISION.search(sentence):
                             bonus += 0.5
                         units.append(_Unit(len(units), mi, speaker, sentence, bonus=bonus))
+            units += _uncarried_citations(units, mi, msg.text)
         names = _names(units)
         kept = []
         for unit in units:
@@ -260,6 +263,8 @@ class ExtractiveSummarizer:
             reserve = sum(uncovered) + (details_line if uncovered else 0)
             extra = topic_cost if len(chosen) % 4 == 0 else 0  # what the next line costs besides itself
             for unit in remaining:
+                if unit.listed:
+                    continue
                 gain = (sum(w for k, w in unit.items.items() if k not in covered_items) + unit.bonus
                         + self.word_weight * len(unit.words - covered_words))
                 freed = sum(c for k, c in cite_cost.items() if k in unit.items and k not in covered_items)
@@ -355,6 +360,20 @@ class ExtractiveSummarizer:
         while words and self.counter.count(" ".join(words)) > budget:
             words.pop()
         return " ".join(words)
+
+
+def _uncarried_citations(units: list[_Unit], message: int, text: str) -> list[_Unit]:
+    """A listed-only unit with the citations of ``text`` (message ``message``, -1: the previous summary)
+    that none of its units carries; none if they all are carried.
+
+    Citations are never traded for prose: room is reserved for listing the citations the units carry.
+    A citation in no sentence (a message that is ``[1].`` alone, one after a greeting the filler rule
+    drops, one past a tool result's clip) would not be counted, so it gets a unit of its own, listed
+    under "Key details" like any fact no chosen sentence carries.
+    """
+    carried = {c for u in units if u.message == message for c in CITATION.findall(u.text)}
+    missing = [c for c in dict.fromkeys(CITATION.findall(text)) if c not in carried]
+    return [_Unit(len(units), message, None, " ".join(missing), listed=True)] if missing else []
 
 
 def _starts_sentence(text: str, start: int) -> bool:
