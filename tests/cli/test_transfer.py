@@ -664,6 +664,29 @@ def test_an_id_no_store_keeps_is_refused_naming_its_conversation_before_anything
         store.close()
 
 
+def test_openai_records_of_one_conversation_all_land_in_file_order(store_url):
+    """Two chat records with one ``conversation_id`` (a conversation continued on a later line): a message without
+    an id took it from its place in its record, so the second record's system prompt and first question, at the
+    first record's places with the same content, were taken for the first record's and 2 of 6 were lost.
+    """
+    system, hi = {"role": "system", "content": "You are helpful."}, {"role": "user", "content": "hi"}
+    chats = "\n".join(json.dumps({"conversation_id": "c", "messages": [system, hi, {"role": "assistant", "content": a}]})
+                      for a in ("hello", "how can I help?"))
+    store = open_store(store_url)
+    try:
+        counts = openai.import_openai(store, Scope(), io.StringIO(chats))
+        assert counts["messages"] == counts["written"] == 6
+        held = store.range(Scope(session_id="c"), 0, 100)
+        assert [m.data["content"] for m in held] == [
+            "You are helpful.", "hi", "hello", "You are helpful.", "hi", "how can I help?"]
+        assert openai.import_openai(store, Scope(), io.StringIO(chats))["written"] == 0  # a retry writes nothing
+        own = [{**m, "id": f"m{i}"} for i, m in enumerate([system, hi])]  # own ids: the same message once, as ever
+        twice = "\n".join(json.dumps({"conversation_id": "d", "messages": own}) for _ in range(2))
+        assert openai.import_openai(store, Scope(), io.StringIO(twice))["written"] == 2
+    finally:
+        store.close()
+
+
 def test_openai_and_locomo_files_may_start_with_a_byte_order_mark():
     """Given on stdin (the command opens files with utf-8-sig, not stdin) or to the library."""
     from fullrecall.transfer import locomo

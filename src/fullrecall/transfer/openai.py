@@ -3,8 +3,9 @@
 Import reads any of: a JSON list of messages (one conversation); a JSON object with
 ``"messages"`` (one conversation); JSON Lines where each line is a chat record
 ``{"messages": [...]}`` (one conversation a line, named by its ``"conversation_id"`` if it
-has one, else ``<name>-<line>``) or a single message (one conversation). A message's
-own ``"id"`` is its idempotency key; without one it gets an id from its place and content.
+has one, else ``<name>-<line>``; records with one ``conversation_id`` continue it, in file order)
+or a single message (one conversation). A message's own ``"id"`` is its idempotency key; without
+one it gets an id from its place in its conversation (counted across its records) and content.
 Export writes JSON Lines: one chat record ``{"conversation_id", "messages"}`` a conversation,
 the messages in OpenAI's shape (verbatim when they were stored in it).
 """
@@ -12,6 +13,7 @@ the messages in OpenAI's shape (verbatim when they were stored in it).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import replace
 from typing import IO, Any
 
@@ -66,9 +68,14 @@ def import_openai(store: Store, scope: Scope, fp: IO[str], *, name: str = "trans
     text = fp.read().removeprefix("\ufeff")  # a byte order mark (a Windows tool's file, on stdin too) is no JSON
     found = [(conv, messages) for conv, messages in parse(text, name) if messages]  # no empty one listed
     prepared = []
+    before: Counter[str] = Counter()  # each conversation's messages in the file's earlier records
     for n, (conv, messages) in enumerate(found):
+        first, before[conv] = before[conv], before[conv] + len(messages)
+        # a message without an id takes its place in its conversation, not in its record: a record continuing a
+        # conversation repeats earlier places, and its message there with the same content would be taken for
+        # the earlier record's and dropped
         ids = [m["id"] if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]
-               else stable_id(i, m) if isinstance(m, dict) else "" for i, m in enumerate(messages)]
+               else stable_id(first + i, m) if isinstance(m, dict) else "" for i, m in enumerate(messages)]
         if scope.session and len(found) > 1:  # several records into one conversation: keep their ids apart
             ids = [f"{n}.{i}" for i in ids]
         where = f"conversation {conv!r}: " if len(found) > 1 else ""
