@@ -188,3 +188,27 @@ def test_a_stream_cut_short_is_no_whole_answer():
     assert (answer.text, answer.finish_reason, len(cut.calls)) == ("Your locker code is 3141.", "stop", 2)
     with pytest.raises(ChatModelError, match="ended without its stop"):
         StrandsChatModel(CutModel("Your locker code is 31..."), max_retries=0).complete(request)
+
+
+@pytest.mark.parametrize("where", ["plain", "inside a running loop"])
+def test_a_stalled_provider_ends_the_sync_call_at_its_deadline(aws, monkeypatch, where):
+    """Strands' Bedrock model reads its stream on a worker thread: when the provider stalled, the try timed out at
+    its deadline but ``complete`` returned only when the stalled read ended (``asyncio.run`` waited for the
+    thread; botocore's read timeout is 120 s). The sync call now raises at its deadline as the async one does."""
+    from strands.models.bedrock import BedrockModel
+    from summarizer_peers import Reply
+
+    from fullrecall.summarizers.chat_models.base import ChatModelError, ChatRequest
+
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    aws.script(Reply(delay=4.0, status=500, body=b"{}"))  # no answer for 4 s
+    model = StrandsChatModel(BedrockModel(model_id="m", region_name="us-east-1"), deadline=0.5, max_retries=0)
+    request = ChatRequest(system="s", messages=({"role": "user", "content": "hi"},))
+
+    async def inside_a_loop():
+        return model.complete(request)
+
+    started = time.monotonic()
+    with pytest.raises(ChatModelError, match="deadline of 0.5 s"):
+        model.complete(request) if where == "plain" else asyncio.run(inside_a_loop())
+    assert time.monotonic() - started < 2.0 and len(aws.requests) == 1

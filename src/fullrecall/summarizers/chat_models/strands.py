@@ -7,7 +7,8 @@ tools. Temperature and max tokens are the Strands model's own configuration;
 the summarizer still checks the answer's length. ``deadline`` bounds each try's
 whole stream (default 120 s, or ``FULLRECALL_LLM_DEADLINE``), as the other
 clients bound a request: a provider that trickles its answer cannot hold a
-summarizer; past it the try counts as a timeout and is retried. ``max_response_bytes`` bounds the
+summarizer; past it the try counts as a timeout and is retried; the sync :meth:`StrandsChatModel.complete` returns at
+the deadline too (see :func:`_run`). ``max_response_bytes`` bounds the
 answer's text (UTF-8 bytes; default 32 MiB, or ``FULLRECALL_LLM_MAX_RESPONSE_BYTES``): a stream that goes on
 past it is closed, and the call fails.
 """
@@ -17,13 +18,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from typing import Any
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from ... import _deadline, _retry
 from ..._retry import backoff_delay
 from .base import ChatModelError, ChatRequest, ChatResponse
 
 logger = logging.getLogger("fullrecall.summarizers")
+T = TypeVar("T")
 
 _STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
          "guardrail_intervened": "content_filter", "content_filtered": "content_filter"}
@@ -66,10 +70,10 @@ class StrandsChatModel:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.acomplete(request))
+            return _run(lambda: self.acomplete(request))
         # called from inside an event loop (as Strands calls managers): run on a worker's own loop
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(asyncio.run, self.acomplete(request)).result()
+            return pool.submit(_run, lambda: self.acomplete(request)).result()
 
     async def _within_deadline(self, request: ChatRequest) -> ChatResponse:
         try:
@@ -108,6 +112,50 @@ class StrandsChatModel:
             raise ChatModelError(f"{self.name} failed: the answer's stream ended without its stop (cut short after "
                                  f"{size:,} bytes)", retryable=True)
         return ChatResponse(text="".join(parts), finish_reason=_STOP.get(stop, stop), model=self.name)
+
+
+def _run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``make()`` run to its end on a new event loop, whose default executor's threads are not waited for.
+
+    A Strands model may read its provider's stream on a worker thread (``asyncio.to_thread``: Bedrock's does).
+    When the deadline cancels a try, that thread stays blocked in its read; ``asyncio.run`` would wait for it
+    on closing the loop, so a stalled provider held the sync call until the read ended (botocore's read
+    timeout: 120 s), whatever the deadline. Here the loop closes without waiting: what is left running is
+    each such thread, one per try the deadline cut, a daemon (it does not hold the process's exit); it ends
+    when its read does (the provider's own read timeout, or the provider closing the connection), its answer
+    dropped, as the loop it would report to is closed.
+    """
+    loop = asyncio.new_event_loop()
+    loop.set_default_executor(_DaemonExecutor())
+    try:
+        return loop.run_until_complete(make())
+    finally:
+        try:
+            tasks = asyncio.all_tasks(loop)  # what the call left pending (a provider's reader task) ends with it
+            if tasks:
+                for task in tasks:
+                    task.cancel()
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()  # shuts the executor down without waiting
+
+
+class _DaemonExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Runs each job on a daemon thread of its own, started for it and ending with it (see :func:`_run`)."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def work() -> None:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as exc:  # the job's outcome, whatever it is, is its future's
+                    future.set_exception(exc)
+
+        threading.Thread(target=work, name="fullrecall-strands-read", daemon=True).start()
+        return future
 
 
 def _is_agent(value: Any) -> bool:
