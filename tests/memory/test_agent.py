@@ -433,3 +433,36 @@ def test_a_strands_answer_cut_short_or_refused_by_the_provider_is_a_model_error_
     with pytest.raises(ChatModelError, match="ModelThrottledException: slow down") as failed:
         chat(throttled, "Hello?")
     assert failed.value.retryable
+
+
+def _strands_failures() -> list[Any]:
+    from strands.types.exceptions import ModelThrottledException
+
+    return [(ModelThrottledException("slow down"), True), (TimeoutError("the read timed out"), True),
+            (ConnectionResetError("reset by peer"), True), (ValueError("no such model"), False), ("cut short", True)]
+
+
+@pytest.mark.parametrize("case", range(5), ids=["throttled", "timeout", "connection", "refused", "cut short"])
+def test_a_strands_models_errors_are_the_same_on_the_agent_and_the_summarizer(case, default_embedder):
+    """The agent streaming a Strands model and the summarizer's StrandsChatModel each mapped a provider's errors
+    (and a stream cut short) with a rule of their own: a provider's TimeoutError was worth a retry to one only.
+    One rule serves both: the same error, the same ChatModelError, equally retryable."""
+    pytest.importorskip("strands")
+    from test_summarizer_strands import CutModel, ScriptedModel
+
+    from fullrecall.summarizers import ChatModelError, StrandsChatModel
+    from fullrecall.summarizers.chat_models.base import ChatRequest
+
+    error, retryable = _strands_failures()[case]
+
+    def model() -> Any:
+        return CutModel("Your locker code is 31...") if error == "cut short" else ScriptedModel(error)
+
+    request = ChatRequest(system="s", messages=({"role": "user", "content": "Hello?"},))
+    with pytest.raises(ChatModelError) as summarizing:
+        StrandsChatModel(model(), max_retries=0).complete(request)
+    agent = MemoryAgent(model(), store="sqlite:///:memory:", embedder=default_embedder)
+    with pytest.raises(ChatModelError) as chatting:
+        chat(agent, "Hello?")
+    assert (str(chatting.value), chatting.value.retryable) == (str(summarizing.value), retryable)
+    assert summarizing.value.retryable == retryable

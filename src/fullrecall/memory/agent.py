@@ -26,7 +26,6 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .._deadline import ResponseTooLarge
 from ..errors import FactExtractionError
 from ..stores import _validate as V
 from ..summarizers.base import Summary
@@ -380,41 +379,23 @@ class _StrandsStream:
         """The answer's text as it comes, the whole stream within the model's ``deadline`` and its text within its
         ``max_response_bytes`` (UTF-8; a ChatModelError past either).
         """
-        messages = [{"role": m["role"], "content": [{"text": m["content"]}]} for m in request.messages]
         system = "\n\n".join(p for p in (self._inner.system_prompt, request.system) if p) or None
-        events = aiter(self._inner.model.stream(messages, tool_specs=None, system_prompt=system))
-        deadline, limit, size = self._inner.deadline, self._inner.max_response_bytes, 0
+        events = self._inner.answer_stream(request, system)  # the summarizer's reading: the same errors, the same rule
+        deadline = self._inner.deadline
         end = asyncio.get_running_loop().time() + deadline
-        stopped = False
         try:
             while True:
                 try:
-                    event = await asyncio.wait_for(anext(events), max(0.0, end - asyncio.get_running_loop().time()))
+                    text, _ = await asyncio.wait_for(anext(events), max(0.0, end - asyncio.get_running_loop().time()))
                 except StopAsyncIteration:
-                    if not stopped:  # the connection dropped mid-answer: what came is no whole answer
-                        raise ChatModelError(f"{self.name} failed: the answer's stream ended without its stop "
-                                             f"(cut short after {size:,} bytes)", retryable=True) from None
                     return
                 except TimeoutError:
                     raise ChatModelError(f"{self.name} timed out: no complete answer within the deadline of "
                                          f"{deadline:g} s per request", retryable=True) from None
-                except ChatModelError:
-                    raise
-                except Exception as exc:  # the provider's own errors, as the other models give them
-                    name = type(exc).__name__
-                    raise ChatModelError(f"{self.name} failed: {name}: {exc}", retryable="Throttl" in name or
-                                         isinstance(exc, ConnectionError)) from exc
-                stopped = stopped or (isinstance(event, dict) and "messageStop" in event)
-                delta = event.get("contentBlockDelta", {}).get("delta", {}) if isinstance(event, dict) else {}
-                if isinstance(delta.get("text"), str) and delta["text"]:
-                    size += len(delta["text"].encode("utf-8", "surrogatepass"))
-                    if size > limit:
-                        raise ChatModelError(f"{self.name} failed: {ResponseTooLarge(limit)}")
-                    yield valid_text(delta["text"])
+                if text:
+                    yield valid_text(text)
         finally:  # the provider's stream closed whichever way this one ends (a caller may stop reading)
-            close = getattr(events, "aclose", None)
-            if close is not None:
-                await close()
+            await events.aclose()
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         return await self._inner.acomplete(request)

@@ -19,7 +19,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any, TypeVar
 
 from ... import _deadline, _retry
@@ -83,35 +83,59 @@ class StrandsChatModel:
                                  f"{self.deadline:g} s per request", retryable=True) from exc
 
     async def _once(self, request: ChatRequest) -> ChatResponse:
-        messages = [{"role": m["role"], "content": [{"text": m["content"]}]} for m in request.messages]
         parts: list[str] = []
+        finish = "stop"
+        async for text, stop in self.answer_stream(request, request.system):
+            parts.append(text)
+            finish = stop or finish
+        return ChatResponse(text="".join(parts), finish_reason=finish, model=self.name)
+
+    async def answer_stream(self, request: ChatRequest,
+                            system: str | None) -> AsyncGenerator[tuple[str, str | None], None]:
+        """One try's answer as the model streams it: each piece of text as ``(text, None)``, then ``("", finish)``.
+
+        Both users of a Strands model (:meth:`acomplete`, and the memory agent streaming its answers) read it
+        here, so a provider's failure is the same ChatModelError to both: its own errors as :func:`provider_error`
+        says, text past ``max_response_bytes`` (not retryable: the same request would get the same flood), a
+        stream that ends without its messageStop (a dropped connection: what came is no whole answer; retryable).
+        The provider's stream is closed however this one ends; the deadline is the caller's.
+        """
+        messages = [{"role": m["role"], "content": [{"text": m["content"]}]} for m in request.messages]
         stop: str | None = None
         size = 0
-        stream = self.model.stream(messages, tool_specs=None, system_prompt=request.system)
+        stream = self.model.stream(messages, tool_specs=None, system_prompt=system)
         try:
             async for event in stream:
                 delta = event.get("contentBlockDelta", {}).get("delta", {}) if isinstance(event, dict) else {}
-                if isinstance(delta.get("text"), str):
-                    parts.append(delta["text"])
+                if isinstance(delta.get("text"), str) and delta["text"]:
                     size += len(delta["text"].encode("utf-8", "surrogatepass"))
-                    if size > self.max_response_bytes:  # the same request would get the same flood: no retry
+                    if size > self.max_response_bytes:
                         raise ChatModelError(f"{self.name} failed: {_deadline.ResponseTooLarge(self.max_response_bytes)}")
+                    yield delta["text"], None
                 if isinstance(event, dict) and "messageStop" in event:
                     stop = str(event["messageStop"].get("stopReason") or "end_turn")
         except ChatModelError:
             raise
-        except Exception as exc:  # the provider's own errors: throttling is worth a retry
-            name = type(exc).__name__
-            retryable = "Throttl" in name or isinstance(exc, (TimeoutError, ConnectionError))
-            raise ChatModelError(f"{self.name} failed: {name}: {exc}", retryable=retryable) from exc
+        except Exception as exc:
+            raise provider_error(self.name, exc) from exc
         finally:
             close = getattr(stream, "aclose", None)
             if close is not None:
                 await close()  # the provider's stream ends here, however this try did
-        if stop is None:  # the connection dropped mid-answer: what came is no whole answer
+        if stop is None:
             raise ChatModelError(f"{self.name} failed: the answer's stream ended without its stop (cut short after "
                                  f"{size:,} bytes)", retryable=True)
-        return ChatResponse(text="".join(parts), finish_reason=_STOP.get(stop, stop), model=self.name)
+        yield "", _STOP.get(stop, stop)
+
+
+def provider_error(name: str, exc: Exception) -> ChatModelError:
+    """A Strands provider's own error as the ChatModelError every chat model gives: worth a retry when it is
+    throttling (Strands' ``ModelThrottledException``, any provider's ``...Throttling...``), a timeout or a
+    connection's failure, which may pass; not when the provider refused the request as it is.
+    """
+    kind = type(exc).__name__
+    retryable = "Throttl" in kind or isinstance(exc, (TimeoutError, ConnectionError))
+    return ChatModelError(f"{name} failed: {kind}: {exc}", retryable=retryable)
 
 
 def _run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
