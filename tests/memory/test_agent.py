@@ -422,27 +422,37 @@ def test_a_strands_answer_cut_short_or_refused_by_the_provider_is_a_model_error_
     from strands.types.exceptions import ModelThrottledException
     from test_summarizer_strands import CutModel, ScriptedModel
 
-    from fullrecall.summarizers import ChatModelError
+    from fullrecall.summarizers import ChatModelError, StrandsChatModel
 
     agent = MemoryAgent(CutModel("Your locker code is 31..."), store="sqlite:///:memory:", embedder=default_embedder)
     with pytest.raises(ChatModelError, match="ended without its stop"):
         chat(agent, "What is my locker code?")
     assert [m["role"] for m in agent.conversation.messages] == ["user"]
-    throttled = MemoryAgent(ScriptedModel(ModelThrottledException("slow down")), store="sqlite:///:memory:",
-                            embedder=default_embedder)
+    throttled = MemoryAgent(StrandsChatModel(ScriptedModel(ModelThrottledException("slow down")), max_retries=0),
+                            store="sqlite:///:memory:", embedder=default_embedder)
     with pytest.raises(ChatModelError, match="ModelThrottledException: slow down") as failed:
         chat(throttled, "Hello?")
     assert failed.value.retryable
 
 
 def _strands_failures() -> list[Any]:
+    """Provider errors as Strands models raise them (Strands' own, Python's, botocore's as Bedrock's model lets them
+    out), each with whether the other chat models would try again."""
+    from botocore.exceptions import ClientError, EndpointConnectionError
     from strands.types.exceptions import ModelThrottledException
 
+    def aws(code: str, status: int) -> ClientError:
+        return ClientError({"Error": {"Code": code, "Message": "try later"},
+                            "ResponseMetadata": {"HTTPStatusCode": status}}, "ConverseStream")
+
     return [(ModelThrottledException("slow down"), True), (TimeoutError("the read timed out"), True),
-            (ConnectionResetError("reset by peer"), True), (ValueError("no such model"), False), ("cut short", True)]
+            (ConnectionResetError("reset by peer"), True), (ValueError("no such model"), False), ("cut short", True),
+            (aws("InternalServerException", 500), True), (aws("ModelNotReadyException", 429), True),
+            (aws("ValidationException", 400), False), (EndpointConnectionError(endpoint_url="http://bedrock"), True)]
 
 
-@pytest.mark.parametrize("case", range(5), ids=["throttled", "timeout", "connection", "refused", "cut short"])
+@pytest.mark.parametrize("case", range(9), ids=["throttled", "timeout", "connection", "refused", "cut short",
+                                                 "aws 5xx", "aws not ready", "aws refused", "aws unreachable"])
 def test_a_strands_models_errors_are_the_same_on_the_agent_and_the_summarizer(case, default_embedder):
     """The agent streaming a Strands model and the summarizer's StrandsChatModel each mapped a provider's errors
     (and a stream cut short) with a rule of their own: a provider's TimeoutError was worth a retry to one only.
@@ -461,8 +471,40 @@ def test_a_strands_models_errors_are_the_same_on_the_agent_and_the_summarizer(ca
     request = ChatRequest(system="s", messages=({"role": "user", "content": "Hello?"},))
     with pytest.raises(ChatModelError) as summarizing:
         StrandsChatModel(model(), max_retries=0).complete(request)
-    agent = MemoryAgent(model(), store="sqlite:///:memory:", embedder=default_embedder)
+    agent = MemoryAgent(StrandsChatModel(model(), max_retries=0), store="sqlite:///:memory:",
+                        embedder=default_embedder)  # streamed, as a Strands model is, with these settings
     with pytest.raises(ChatModelError) as chatting:
         chat(agent, "Hello?")
     assert (str(chatting.value), chatting.value.retryable) == (str(summarizing.value), retryable)
     assert summarizing.value.retryable == retryable
+
+
+def test_a_strands_model_is_retried_as_the_summarizer_retries_it(default_embedder):
+    """The agent gave a Strands provider's retryable error (throttling, a timeout, a stream cut short) at once,
+    where every other chat model it takes tries again. A try that fails before any of its text reached the caller
+    is now tried again with the model's own settings (StrandsChatModel's: 2 retries, backoff 0.5 s unless given);
+    once text has gone out, a retry would repeat it, and the error is raised."""
+    pytest.importorskip("strands")
+    from strands.types.exceptions import ModelThrottledException
+    from test_summarizer_strands import CutModel, ScriptedModel
+
+    from fullrecall.summarizers import ChatModelError, StrandsChatModel
+
+    scripted = ScriptedModel(ModelThrottledException("slow down"), "Hello again!")
+    agent = MemoryAgent(scripted, store="sqlite:///:memory:", embedder=default_embedder)
+    assert "".join(chat(agent, "Hello?")) == "Hello again!" and len(scripted.calls) == 2
+    assert agent.conversation.messages[-1] == {"role": "assistant", "content": "Hello again!"}
+
+    throttled = ScriptedModel(*[TimeoutError("the read timed out")] * 3)
+    agent = MemoryAgent(StrandsChatModel(throttled, max_retries=1, backoff=0.01), store="sqlite:///:memory:",
+                        embedder=default_embedder)
+    with pytest.raises(ChatModelError, match="TimeoutError: the read timed out"):
+        chat(agent, "Hello?")
+    assert len(throttled.calls) == 2  # the settings of the model given
+
+    for model in (ScriptedModel(ValueError("no such model"), "unused"), CutModel("Your locker code is 31...", "x")):
+        agent = MemoryAgent(StrandsChatModel(model, backoff=0.01), store="sqlite:///:memory:",
+                            embedder=default_embedder)
+        with pytest.raises(ChatModelError):
+            chat(agent, "Hello?")
+        assert len(model.calls) == 1  # refused as it is; or cut short after its text went out

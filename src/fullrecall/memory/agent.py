@@ -367,18 +367,39 @@ class _CountingSummarizer(LLMSummarizer):
 
 
 class _StrandsStream:
-    """A Strands ``Model`` streamed as text chunks (and ``acomplete`` for completeness)."""
+    """A Strands ``Model`` (or ``Agent``, or a :class:`StrandsChatModel` and its settings) streamed as text chunks
+    (and ``acomplete`` for completeness).
+    """
 
     def __init__(self, model_or_agent: Any) -> None:
         from ..summarizers.chat_models.strands import StrandsChatModel
 
-        self._inner = StrandsChatModel(model_or_agent)
+        is_chat_model = isinstance(model_or_agent, StrandsChatModel)
+        self._inner = model_or_agent if is_chat_model else StrandsChatModel(model_or_agent)
         self.name = self._inner.name
 
     async def stream_text(self, request: ChatRequest) -> AsyncIterator[str]:
-        """The answer's text as it comes, the whole stream within the model's ``deadline`` and its text within its
+        """The answer's text as it comes, each try's stream within the model's ``deadline`` and its text within its
         ``max_response_bytes`` (UTF-8; a ChatModelError past either).
+
+        A try that fails before any of its text reached the caller is tried again as the summarizer's call would be
+        (the model's ``max_retries`` and backoff, a retryable error only: throttling, a timeout, a connection's
+        failure, a stream cut short); once text has gone out a retry would repeat it, so the error is raised.
         """
+        for attempt in range(self._inner.max_retries + 1):
+            sent = False
+            try:
+                async for text in self._try(request):
+                    sent = True
+                    yield text
+                return
+            except ChatModelError as error:
+                if sent:
+                    raise
+                await asyncio.sleep(self._inner.retry_delay(error, attempt))
+
+    async def _try(self, request: ChatRequest) -> AsyncIterator[str]:
+        """One try's text, its whole stream within the deadline."""
         system = "\n\n".join(p for p in (self._inner.system_prompt, request.system) if p) or None
         events = self._inner.answer_stream(request, system)  # the summarizer's reading: the same errors, the same rule
         deadline = self._inner.deadline
@@ -406,9 +427,11 @@ def _chat_model(model: Any) -> Any:
         from ..summarizers.chat_models import chat_model_from_env
 
         return chat_model_from_env()
-    if hasattr(model, "acomplete"):
+    from ..summarizers.chat_models.strands import StrandsChatModel
+
+    if hasattr(model, "acomplete") and not isinstance(model, StrandsChatModel):
         return model
-    if hasattr(model, "stream") or hasattr(model, "model"):
+    if hasattr(model, "stream") or hasattr(model, "model"):  # a StrandsChatModel's settings hold when it streams
         return _StrandsStream(model)
     raise TypeError(f"expected a chat model (with acomplete), a Strands Model or Agent, or 'env'; "
                     f"got {type(model).__name__}")

@@ -59,12 +59,19 @@ class StrandsChatModel:
             try:
                 return await self._within_deadline(request)
             except ChatModelError as error:
-                if not error.retryable or attempt == self.max_retries:
-                    raise
-                delay = backoff_delay(attempt, self.backoff, self.max_backoff)
-                logger.warning("%s; retry %d/%d in %.2f s", error, attempt + 1, self.max_retries, delay)
-                await asyncio.sleep(delay)
+                await asyncio.sleep(self.retry_delay(error, attempt))
         raise AssertionError("unreachable")
+
+    def retry_delay(self, error: ChatModelError, attempt: int) -> float:
+        """The wait before trying again after try ``attempt`` (from 0) failed in ``error``; ``error`` itself, raised,
+        when it is not worth a retry or none is left. The summarizer's calls and the memory agent's streams retry
+        by it alike.
+        """
+        if not error.retryable or attempt == self.max_retries:
+            raise error
+        delay = backoff_delay(attempt, self.backoff, self.max_backoff)
+        logger.warning("%s; retry %d/%d in %.2f s", error, attempt + 1, self.max_retries, delay)
+        return delay
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         try:
@@ -131,11 +138,31 @@ class StrandsChatModel:
 def provider_error(name: str, exc: Exception) -> ChatModelError:
     """A Strands provider's own error as the ChatModelError every chat model gives: worth a retry when it is
     throttling (Strands' ``ModelThrottledException``, any provider's ``...Throttling...``), a timeout or a
-    connection's failure, which may pass; not when the provider refused the request as it is.
+    connection's failure, or an AWS error Bedrock's own client retries (:func:`_aws_retryable`), which may pass;
+    not when the provider refused the request as it is.
     """
     kind = type(exc).__name__
-    retryable = "Throttl" in kind or isinstance(exc, (TimeoutError, ConnectionError))
+    retryable = "Throttl" in kind or isinstance(exc, (TimeoutError, ConnectionError)) or _aws_retryable(exc)
     return ChatModelError(f"{name} failed: {kind}: {exc}", retryable=retryable)
+
+
+def _aws_retryable(exc: Exception) -> bool:
+    """Whether botocore's ``exc`` (Strands' Bedrock model lets most out as they are) is one that
+    :class:`BedrockChatModel` retries: an AWS error whose code may pass (throttling, not ready, a server's fault)
+    or whose status is 5xx, or a connection that failed or broke off.
+    """
+    try:
+        from botocore.exceptions import ClientError, HTTPClientError
+        from botocore.exceptions import ConnectionError as AwsConnectionError
+    except ImportError:  # pragma: no cover - no botocore: no error of its
+        return False
+    if isinstance(exc, ClientError):
+        from .bedrock import _RETRY_CODES
+
+        code = exc.response.get("Error", {}).get("Code")
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return code in _RETRY_CODES or (status or 0) >= 500
+    return isinstance(exc, (HTTPClientError, AwsConnectionError))
 
 
 def _run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
