@@ -623,3 +623,29 @@ def test_a_later_message_equal_to_a_pinned_one_is_not_pinned(kind):
     copies.pop(0)  # the caller takes the pinned opening out
     clone.apply_management(copies)
     assert "ZX9981" not in json.dumps(clone.get_state())
+
+
+@pytest.mark.parametrize("kind", ["sliding", "summarizing"])
+def test_pinned_front_messages_a_restore_left_out_are_reported_at_their_places(kind):
+    """A session restored without the messages ``pin_first`` held at the window's front (it reloads from
+    ``removed_message_count`` on): ``release_front`` reports them to the listeners at their own places, as
+    restored, and they are no longer held at the front; with no listener nothing keeps them (None)."""
+    def manager(**kw):
+        return (SlidingWindowConversationManager(window_size=4, pin_first=1, **kw) if kind == "sliding" else
+                SummarizingConversationManager(summarizer=lambda m, p: "S", summary_ratio=0.5,
+                                               preserve_recent_messages=2, pin_first=1, **kw))
+
+    events = []
+    kept = manager(on_remove=events.append)
+    messages = chat(8)
+    kept.reduce_context(messages, RuntimeError("overflow"))
+    assert kept.pinned_front == (0,) and messages[0]["content"] == chat(8)[0]["content"]
+    before, removed = len(events), kept.removed_message_count
+    assert kept.release_front([chat(8)[0]], [0]) == 1
+    (event,) = events[before:]
+    assert (event.reason, [(m.position, m.text) for m in event.messages]) == ("restored", [(0, "q0")])
+    assert kept.pinned_front == () and kept.removed_message_count == removed
+
+    lost = manager()
+    lost.reduce_context(chat(8), RuntimeError("overflow"))
+    assert lost.release_front([chat(8)[0]], [0]) is None and lost.pinned_front == ()

@@ -118,16 +118,14 @@ class _Adapter(_StrandsConversationManager):
         repository = getattr(session, "session_repository", None)
         if not positions or repository is None or leading_pinned(agent.messages) >= len(positions):
             return
-        self.core._front_positions, self.core._front_raws = [], []
         found = [(p, record.to_message()) for p in positions
                  for record in repository.list_messages(session.session_id, agent.agent_id, offset=p, limit=1)]
-        if not self.core._listeners:
+        reported = self.core.release_front([raw for _, raw in found], [p for p, _ in found], reason="restored")
+        if reported is None:
             log.warning("%d pinned message(s) not reloaded by the session leave the window; no on_remove keeps "
                         "them", len(found))
-        elif found:
-            shape, dropped = self.core._parse_at([raw for _, raw in found], [p for p, _ in found])
-            self.core._release(RemovedMessages(messages=dropped, reason="restored", shape=shape))
-            log.info("%d pinned message(s) the session did not reload archived from its log", len(dropped))
+        elif reported:
+            log.info("%d pinned message(s) the session did not reload archived from its log", reported)
 
     def __getattr__(self, name: str) -> Any:  # settings and helpers of the core (window_size, summary_ratio, ...)
         if name == "core":

@@ -154,6 +154,23 @@ class ConversationManager:
         self._held_pins = [h for h in self._held_pins if not any(h is raws[i] for i in gone)]
         self.removed_message_count += len(gone)
 
+    def release_front(self, raws: Sequence[dict[str, Any]], positions: Sequence[int], *,
+                      reason: str = "restored") -> int | None:
+        """The messages ``pin_first`` held at the window's front are no longer in it (a session restored the window
+        without them: it reloads from ``removed_message_count`` on): ``raws``, at ``positions`` in the conversation,
+        are reported to the listeners at those places with ``reason``, and nothing is held at the front any more.
+
+        Returns how many were reported, or None when no listener keeps removed messages (the caller may say they
+        are lost). They do not count as removed: their places are below ``removed_message_count`` already.
+        """
+        self._front_positions, self._front_raws = [], []
+        if not self._listeners:
+            return None
+        if raws:
+            shape, parsed = self._parse_at(raws, positions)
+            self._release(RemovedMessages(messages=parsed, reason=reason, shape=shape))
+        return len(raws)
+
     # -- state -------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
         """JSON-serializable state; ``restore_from_state`` takes it back."""
