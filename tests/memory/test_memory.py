@@ -171,3 +171,112 @@ def test_deleting_a_message_keeps_the_summary_a_summary(store_url):
     memory.delete(len(memory.messages) - 1)
     assert memory.manager.summary_message == summary and memory.messages[0] == summary
     assert "Earlier: a chat." not in [m.data.get("content") for m in memory.store.range(memory.scope, 0, 100)]
+
+
+def _pin_first_managers(on_remove=None):
+    from fullrecall.window import SlidingWindowConversationManager, SummarizingConversationManager
+
+    return {
+        "summarizing": lambda: SummarizingConversationManager(summarizer=lambda m, p: "Earlier: weather talk.",
+                                                              pin_first=1, max_history_turns=2,
+                                                              preserve_recent_messages=2, on_remove=on_remove),
+        "sliding": lambda: SlidingWindowConversationManager(window_size=3, pin_first=1, on_remove=on_remove),
+    }
+
+
+@pytest.mark.parametrize("kind", ["summarizing", "sliding", "default"])
+@pytest.mark.parametrize("system", [False, True])
+def test_pin_first_keeps_the_pinned_message_at_the_front_as_the_manager_does(store_url, kind, system):
+    """With ``pin_first`` the window lost the pinned first message and showed the summary twice (the window was
+    rebuilt from the log without the messages the manager keeps at its front, then one of them replaced by the
+    summary); a trimmed window showed the pinned message in place of a later one, which was neither in the window
+    nor archived. The memory's window is the manager's on a plain list, after a restart too, and the archive holds
+    exactly what left it."""
+    from fullrecall import ConversationMemory
+
+    opening = [{"role": "system", "content": "rules", "id": "s"}] if system else []
+    said = opening + [{"role": ("user", "assistant")[i % 2], "content": f"message {i} passport ZX{i}", "id": f"m{i}"}
+                      for i in range(9)]
+    if kind == "default":
+        factory = _pin_first_managers()["summarizing"]
+        options = {"summarizer": lambda m, p: "Earlier: weather talk.", "pin_first": 1, "max_history_turns": 2,
+                   "preserve_recent_messages": 2}
+    else:
+        factory = _pin_first_managers(on_remove=lambda event: reported.extend(event.messages))[kind]
+        options = {}
+    reported: list = []  # what the memory's manager said left the window, at which place
+
+    def memory():
+        return SyncConversationMemory(store_url, "s1", user_id="u", **({"manager": factory()} if kind != "default"
+                                                                         else options))
+
+    mem, plain, manager = memory(), [], _pin_first_managers()["sliding" if kind == "sliding" else "summarizing"]()
+    for message in said:
+        mem.add(message)
+        plain.append(dict(message))
+        manager.apply_management(plain)
+    pinned = said[len(opening)]
+    assert manager.removed_message_count > 0 and plain[len(opening)] == pinned  # the premise: pinned, some left
+    assert mem.messages == plain
+    assert mem.model_input()[:len(opening) + 1] == opening + [pinned]
+    again = memory()
+    assert again.messages == plain
+    reopened = ConversationMemory(store_url, "s1", user_id="u", **({"manager": factory()} if kind != "default"
+                                                                   else options))
+    assert reopened.messages == plain
+    again.add({"role": "user", "content": "one more", "id": "m9"})
+    plain.append({"role": "user", "content": "one more", "id": "m9"})
+    manager.apply_management(plain)
+    assert again.messages == plain and memory().messages == plain
+    summary = getattr(manager, "summary_message", None)
+    assert sum(m == summary for m in again.messages) == (summary is not None)
+    assert [summary if row is None else row.data for row in again.window_rows()] == plain  # each from its own row
+    shown = [m for m in plain if m != summary]
+    left = [m for m in said + [plain[-1]] if m not in shown]
+    archive = getattr(again.manager, "archive", None)
+    if archive is not None:
+        assert [m.data for m in archive.get(0, 10**9)] == left
+    else:
+        stored = {m.position: m.data for m in again.store.range(again.scope, 0, 10**9)}
+        assert reported and all(stored[m.position] == m.raw for m in reported)
+        assert sorted(stored[m.position]["id"] for m in reported) == sorted(m["id"] for m in left)
+    for m in (mem, again, reopened):
+        m.close()
+
+
+@pytest.mark.parametrize("how", ["delete", "clear_by_id"])
+def test_a_deleted_pin_first_message_leaves_the_window_and_no_place_behind(store_url, how):
+    """Deleting the message ``pin_first`` keeps at the window's front (from the window, or by id from the store)
+    takes it out of the window and the saved state, the summary stays, and every other message keeps its place."""
+    import json
+
+    from fullrecall import PersistentMemory
+
+    def memory():
+        return SyncConversationMemory(store_url, "s1", user_id="u", summarizer=lambda m, p: "Earlier: a chat.",
+                                      pin_first=1, max_history_turns=2, preserve_recent_messages=2)
+
+    mem = memory()
+    mem.add({"role": "system", "content": "rules", "id": "s"})
+    for i in range(7):
+        mem.add({"role": ("user", "assistant")[i % 2], "content": f"message {i} passport ZX{i}", "id": f"m{i}"})
+    summary = mem.manager.summary_message
+    assert mem.messages[:3] == [{"role": "system", "content": "rules", "id": "s"},
+                                {"role": "user", "content": "message 0 passport ZX0", "id": "m0"}, summary]
+    rest = mem.messages[3:]
+    if how == "delete":
+        mem.delete(1)
+    else:
+        PersistentMemory(user_id="u", store=mem.store, extract_facts=False).clear(ids=["m0"], session_id="s1")
+    again = memory()
+    for m in (mem, again):
+        assert m.messages == [{"role": "system", "content": "rules", "id": "s"}, summary, *rest]
+        assert [summary if row is None else row.data for row in m.window_rows()] == m.messages
+    assert "ZX0" not in json.dumps(mem.store.get_state(mem.scope, "window"))
+    again.add({"role": "user", "content": "one more", "id": "m7"})
+    assert [m.data["id"] for m in again.manager.archive.get(0, 10**9)][:2] == ["m1", "m2"]
+    window = again.messages
+    summary = again.manager.summary_message
+    assert [summary if row is None else row.data for row in again.window_rows()] == window
+    mem.close()
+    again.close()

@@ -9,7 +9,8 @@ atomic, idempotent append (the store assigns its position, so writers in any
 number of processes each land, in one order). The window is not saved whole:
 it is *derived* from the log, as
 
-    the pinned system message (position 0, if it is one) + the manager's summary
+    the pinned system message (position 0, if it is one) + the messages the manager keeps
+    pinned at the window's front (``pin_first``: at their own positions) + the manager's summary
     + every message from the first position still in the window on.
 
 The state document holds only what is small and bounded: the manager's state
@@ -95,7 +96,8 @@ class SyncConversationMemory:
         self._fresh_state = self.manager.get_state()  # what the manager starts from (and returns to after forget)
         self._messages: list[dict[str, Any]] = []
         self._head: StoredMessage | None = None  # the pinned row at position 0
-        self._rows: list[StoredMessage] = []  # the window's originals as stored
+        self._front: list[StoredMessage] = []  # the rows the manager keeps pinned at the window's front
+        self._rows: list[StoredMessage] = []  # the window's other originals as stored
         self._pinned = 0
         self._version = 0
         self._first_key: str | None = None  # the store key of the log's first row (position 0), if any
@@ -176,8 +178,11 @@ class SyncConversationMemory:
             log.warning("messages stored, but the window could not be managed (it stays as it is): %s", exc)
 
     def _cleared(self) -> bool:
-        """The window holds only the pinned message, the rest having left it (as after ``clear``)."""
-        return self._head is not None and self._messages == [self._head.data] and self.manager.removed_message_count > 0
+        """The window holds only the pinned message (and those the manager keeps pinned after it), the rest having
+        left it (as after ``clear``).
+        """
+        return self._head is not None and self._messages[:1] == [self._head.data] and \
+            len(self._messages) == 1 + len(self._front) and self.manager.removed_message_count > 0
 
     def _repin(self, record: StoredMessage) -> None:
         """``record`` becomes the pinned message at position 0; the one pinned before leaves for the archive.
@@ -274,7 +279,8 @@ class SyncConversationMemory:
     def leave(self, indexes: Iterable[int]) -> None:
         """The window's messages at ``indexes`` leave it for the archive (recallable, never deleted); the rest stay.
 
-        They no longer count toward the budget. A pinned system message stays (as with :meth:`clear`); the
+        They no longer count toward the budget. A pinned system message stays, and so do the messages the
+        manager keeps pinned after it (``pin_first``), as with :meth:`clear`; the
         summary, if named, is dropped (what it summarized is archived). The oldest messages leave as a trim's
         do; any others by a rebuild (see :meth:`_rebuild`).
         """
@@ -283,7 +289,7 @@ class SyncConversationMemory:
         bad = [i for i in wanted if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self._messages)]
         if bad:
             raise IndexError(f"leave: no message at {bad} (the window holds {len(self._messages)})")
-        gone = {i for i in wanted if i >= self._pinned}
+        gone = {i for i in wanted if i >= self._pinned + len(self._front)}  # pinned messages stay
         if not gone:
             return
         lead = len(self._messages) - len(self._rows)  # the pinned message and the summary come before the log rows
@@ -327,7 +333,8 @@ class SyncConversationMemory:
         its store id, position and data as recorded (a window message the manager shortened differs from its row).
         """
         summary = getattr(self.manager, "summary_message", None)
-        return ([self._head] if self._pinned else []) + ([None] if summary is not None else []) + list(self._rows)
+        return ([self._head] if self._pinned else []) + list(self._front) + ([None] if summary is not None else []) \
+            + list(self._rows)
 
     def _rebuild(self, kept: list[dict[str, Any]], doomed: Sequence[StoredMessage] = ()) -> None:
         """Make the window ``kept`` (in order), deleting the ``doomed`` rows from the store.
@@ -342,12 +349,18 @@ class SyncConversationMemory:
         self._manage(self.manager.clear)
         if doomed:
             head = self._head
-            if head is not None and any(row.id == head.id for row in doomed):
+            ids = {row.id for row in doomed}
+            front = [int(row.position or 0) for row in self._front if row.id in ids]
+            if front and isinstance(self.manager, ConversationManager):
+                self.manager.drop_front(front)  # saved with the state below, before the rows are deleted
+            if head is not None and head.id in ids:
                 # Position 0 is no longer pinned: it counts as gone. The window state saying so (and naming the
                 # pinned row, which _sync then skips) is written first, in one write: killed before the row's
                 # delete, the window is already right, and the next _sync deletes the row.
                 self.manager.removed_message_count += 1
                 self._save(unpinned=head.key)
+            elif front:
+                self._save()
             self.store.delete(self.scope, [row.id for row in doomed])
             self._sync()
         if summary is not None and summary in kept:
@@ -358,8 +371,16 @@ class SyncConversationMemory:
         self._append(missing, [_derived_key(str(raw.get("id", "m")), uuid.uuid4().hex) for raw in missing])
 
     def _archived_span(self) -> tuple[int, int]:
-        """Positions ``[first, end)`` that have left the window (as of the last read of the store)."""
-        return self._pinned, self._pinned + self.manager.removed_message_count
+        """Positions ``[first, end)`` that have left the window (as of the last read of the store).
+
+        The messages the manager keeps pinned at the front are not among them: ``pin_first`` pins the first
+        ones, so they come before ``first``.
+        """
+        front = _front_positions(self.manager)
+        first = self._pinned
+        while first - self._pinned < len(front) and front[first - self._pinned] == first:
+            first += 1
+        return first, self._pinned + self.manager.removed_message_count + len(front)
 
     def _sync(self) -> None:
         """Rebuild the window from the store: state first, then the log from the window's start on."""
@@ -378,12 +399,14 @@ class SyncConversationMemory:
         pinned = [head[0].data] if head and head[0].data.get("role") in _PINNED_ROLES else []
         self._pinned = len(pinned)
         self._head = head[0] if pinned else None
-        start = self._pinned + self.manager.removed_message_count
+        front = _front_positions(self.manager)
+        self._front = [row for span in self.store.ranges(self.scope, [(p, p) for p in front]) for row in span]
+        start = self._pinned + self.manager.removed_message_count + len(front)
         self._rows = self.store.range(self.scope, start, END)
         replaced = state.get("replaced") or {}
         summary = getattr(self.manager, "summary_message", None)
-        self._messages = pinned + ([summary] if summary is not None else []) + [
-            replaced.get(str(row.position), row.data) for row in self._rows]
+        self._messages = pinned + [replaced.get(str(row.position), row.data) for row in self._front] + (
+            [summary] if summary is not None else []) + [replaced.get(str(row.position), row.data) for row in self._rows]
 
     def _upgrade(self, state: dict[str, Any]) -> dict[str, Any]:
         """A window saved whole (by fullrecall before the log was the truth): its messages join the log.
@@ -432,16 +455,27 @@ class SyncConversationMemory:
         if forgotten or (version != self._version and theirs >= removed):
             self._sync()
             return
-        start = self._pinned + removed
+        front = _front_positions(self.manager)
+        start = self._pinned + removed + len(front)
         kept = [row for row in self._rows if row.position is not None and row.position >= start]
         body = self._messages[len(self._messages) - len(kept):] if kept else []
-        replaced = {str(row.position): raw for row, raw in zip(kept, body) if raw != row.data}
+        held = {row.position: row for row in self._front + self._rows}  # a front message was one or the other
+        pairs = [*zip([held.get(p) for p in front], self._messages[self._pinned:self._pinned + len(front)]),
+                 *zip(kept, body)]
+        replaced = {str(row.position): raw for row, raw in pairs if row is not None and raw != row.data}
         self._version = max(version, self._version) + 1
         state: dict[str, Any] = {"manager": self.manager.get_state(), "replaced": replaced, "version": self._version}
         if unpinned is not None:
             state["unpinned"] = unpinned
         self.store.put_state(self.scope, _WINDOW_KEY, state)
         # the window is as the manager left it; the next operation reads the store again anyway
+
+
+def _front_positions(manager: Any) -> list[int]:
+    """The positions of the messages ``manager`` keeps pinned at the window's front, after a system message (none
+    for a manager that pins none, or a caller's own that does not say).
+    """
+    return [int(p) for p in getattr(manager, "pinned_front", ())]
 
 
 def _count(value: Any) -> bool:
@@ -513,13 +547,18 @@ def forget_window_words(store: Store, scope: Scope, positions: Collection[int],
     gone = [_without_id(m) for m in messages]
     held = list(manager.get("held_pins") or ())
     pins = [m for m in held if not isinstance(m, dict) or _without_id(m) not in gone]
-    unpinned = len(pins) < len(held)
-    if unpinned:
+    removed = int(manager.get("removed_message_count") or 0)
+    front = [int(p) for p in manager.get("front_positions") or ()]
+    kept_front = [p for p in front if p not in positions]
+    unpinned = len(pins) < len(held) or len(kept_front) < len(front)
+    if unpinned:  # a message deleted from the front counts as removed: no later one takes its place
         manager["held_pins"] = pins
+        manager["front_positions"] = kept_front
+        manager["removed_message_count"] = removed + len(front) - len(kept_front)
     # the summary covers what left the window: the positions after a pinned first message (if any) and
-    # before the window's start
+    # before the window's start, but for those kept pinned at the front
     summarized = manager.get("summary_message") is not None and \
-        min(positions) < 1 + int(manager.get("removed_message_count") or 0)
+        any(p not in front and p < 1 + removed + len(front) for p in positions)
     if summarized:
         manager["summary_message"] = None
     if not (dropped or summarized or unpinned):

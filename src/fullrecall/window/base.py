@@ -171,6 +171,21 @@ class ConversationManager:
             self._release(RemovedMessages(messages=parsed, reason=reason, shape=shape))
         return len(raws)
 
+    def drop_front(self, positions: Iterable[int]) -> None:
+        """The pinned front messages at ``positions`` were deleted from the conversation by the caller (a memory
+        deleting them from its log: nothing to archive). They are no longer held at the front and count as removed,
+        so no later message takes a place one of them held.
+        """
+        doomed = set(positions)
+        gone = [i for i, p in enumerate(self._front_positions) if p in doomed]
+        if not gone:
+            return
+        if len(self._front_raws) == len(self._front_positions):
+            self._held_pins = [h for h in self._held_pins if not any(h is self._front_raws[i] for i in gone)]
+            self._front_raws = [m for i, m in enumerate(self._front_raws) if i not in gone]
+        self._front_positions = [p for i, p in enumerate(self._front_positions) if i not in gone]
+        self.removed_message_count += len(gone)
+
     # -- state -------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
         """JSON-serializable state; ``restore_from_state`` takes it back."""

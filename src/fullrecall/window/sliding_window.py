@@ -77,8 +77,9 @@ class SlidingWindowConversationManager(ConversationManager):
         if state:
             self._pin_first_applied = bool(state.get("pin_first_applied", False))
             self._held_pins = list(state.get("held_pins") or ())
-            self._front_positions = []  # a session reloads the window from removed_message_count, without them
-            self._front_raws = []
+            # a memory reloads them at their places (a Strands session does not: its manager reports them)
+            self._front_positions = [int(p) for p in state.get("front_positions") or ()]
+            self._front_raws = []  # not in the state: seen again in the window
 
     def apply_management(self, messages: MutableSequence[dict[str, Any]]) -> MutableSequence[dict[str, Any]]:
         self._check_input(messages)
