@@ -88,7 +88,10 @@ def test_the_same_refusal_on_every_backend(store_url, default_embedder):
 
 
 @pytest.mark.parametrize("damaged", [{"manager": 5}, {"version": "x"}, {"replaced": [1]},
-                                     {"manager": {"removed_message_count": "x"}}])
+                                     {"manager": {"removed_message_count": "x"}},
+                                     {"manager": {"removed_message_count": 10**30}},
+                                     {"manager": {"summary_message": {}}},
+                                     {"replaced": {"0": {"role": "user", "content": 5}}}])
 def test_a_damaged_saved_window_is_named_not_an_attribute_error(store_url, damaged):
     """A window state no ``SyncConversationMemory`` wrote (a hand-made file imported by an older version) made
     every read of the window fail with AttributeError or TypeError; now InvalidInput names the conversation and field.
@@ -102,5 +105,26 @@ def test_a_damaged_saved_window_is_named_not_an_attribute_error(store_url, damag
         store.put_state(own, "window", damaged)
         with pytest.raises(InvalidInput, match=r"^conversation 'c1': the saved window state is damaged: 'window\."):
             SyncConversationMemory(store, "c1", user_id="ann")
+    finally:
+        store.close()
+
+
+def test_a_window_state_of_another_manager_is_named_not_a_value_error(store_url):
+    """A saved window state another manager wrote (imported, or the conversation opened with another manager than
+    before) failed every use of the conversation with a raw ValueError; now InvalidInput names the conversation, the
+    field and both managers, and the state is left as it was."""
+    from fullrecall.stores import Scope, StoredMessage
+
+    store = open_store(store_url)
+    try:
+        own = Scope(user_id="ann", session_id="c1")
+        store.append(own, [StoredMessage(id="m0", role="user", text="hi", data={"role": "user", "content": "hi"})])
+        saved = {"manager": {"__name__": "SlidingWindowConversationManager", "removed_message_count": 0}, "version": 1}
+        store.put_state(own, "window", saved)
+        with pytest.raises(InvalidInput, match=r"^conversation 'c1': the saved window state belongs to "
+                                               r"SlidingWindowConversationManager, not "
+                                               r"SemanticSummarizingConversationManager \('window.manager.__name__'\)"):
+            SyncConversationMemory(store, "c1", user_id="ann")
+        assert store.get_state(own, "window") == saved
     finally:
         store.close()

@@ -387,6 +387,7 @@ class SyncConversationMemory:
         state = self.store.get_state(self.scope, _WINDOW_KEY) or {}
         check_window_state(state, f"conversation {self.scope.session_id!r}: the saved window state is damaged: ",
                            _WINDOW_KEY)
+        self._check_owner(state)
         self.manager.restore_from_state(state.get("manager") or self._fresh_state)
         if "messages" in state:
             state = self._upgrade(state)
@@ -407,6 +408,16 @@ class SyncConversationMemory:
         summary = getattr(self.manager, "summary_message", None)
         self._messages = pinned + [replaced.get(str(row.position), row.data) for row in self._front] + (
             [summary] if summary is not None else []) + [replaced.get(str(row.position), row.data) for row in self._rows]
+
+    def _check_owner(self, state: dict[str, Any]) -> None:
+        """InvalidInput naming both managers when the saved state is another manager's (one this memory's could
+        only refuse with a raw ValueError at every read): the conversation was managed, or imported, so.
+        """
+        name = (state.get("manager") or {}).get("__name__")
+        own = (self._fresh_state or {}).get("__name__") if isinstance(self._fresh_state, dict) else None
+        if name is not None and own is not None and name != own:
+            raise InvalidInput(f"conversation {self.scope.session_id!r}: the saved window state belongs to {name}, "
+                               f"not {own} ('{_WINDOW_KEY}.manager.__name__'): open it with that manager")
 
     def _upgrade(self, state: dict[str, Any]) -> dict[str, Any]:
         """A window saved whole (by fullrecall before the log was the truth): its messages join the log.
@@ -482,6 +493,11 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _position(value: Any) -> bool:
+    """A count or a position a store can hold (a larger one overflowed a driver at the next read of the log)."""
+    return _count(value) and value <= V.MAX_POSITION
+
+
 def _positions_to_messages(value: Any) -> bool:
     return isinstance(value, dict) and all(k.isascii() and k.isdigit() and isinstance(m, dict) for k, m in value.items())
 
@@ -496,11 +512,11 @@ _WINDOW_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {  # what _sync r
 }
 _MANAGER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {  # and what the managers' restore_from_state reads
     "__name__": (lambda v: v is None or isinstance(v, str), "a string or null"),
-    "removed_message_count": (_count, "an integer >= 0"),
+    "removed_message_count": (_position, f"an integer from 0 to {V.MAX_POSITION}"),
     "summary_message": (lambda v: v is None or isinstance(v, dict), "a message (an object) or null"),
-    "front_positions": (lambda v: v is None or (isinstance(v, list) and all(_count(p) for p in v)),
-                        "a list of positions (integers >= 0) or null"),
-    "pinned": (_count, "an integer >= 0"),
+    "front_positions": (lambda v: v is None or (isinstance(v, list) and all(_position(p) for p in v)),
+                        f"a list of positions (integers from 0 to {V.MAX_POSITION}) or null"),
+    "pinned": (_position, f"an integer from 0 to {V.MAX_POSITION}"),
     "held_pins": (lambda v: v is None or (isinstance(v, list) and all(isinstance(m, dict) for m in v)),
                   "a list of messages (objects) or null"),
 }
@@ -515,8 +531,43 @@ def check_window_state(state: Any, prefix: str, path: str) -> None:
     if not isinstance(state, dict):
         raise InvalidInput(f"{prefix}'{path}' must be an object, got {_shown(state)}")
     _check_fields(state, _WINDOW_FIELDS, prefix, path)
-    if isinstance(state.get("manager"), dict):
-        _check_fields(state["manager"], _MANAGER_FIELDS, prefix, f"{path}.manager")
+    manager = state.get("manager") or {}
+    if isinstance(manager, dict):
+        _check_fields(manager, _MANAGER_FIELDS, prefix, f"{path}.manager")
+    held = [(f"{path}.manager.summary_message", manager.get("summary_message"))] + \
+        [(f"{path}.manager.held_pins[{i}]", m) for i, m in enumerate(manager.get("held_pins") or ())] + \
+        [(f"{path}.replaced.{k}", m) for k, m in (state.get("replaced") or {}).items()] + \
+        [(f"{path}.messages[{i}]", m) for i, m in enumerate(state.get("messages") or ())]
+    for where, message in held:  # each goes into the window as it is: one a model API would refuse, refused here
+        if message is not None:
+            try:
+                parse_messages([message])
+            except MessageFormatError as exc:
+                raise InvalidInput(f"{prefix}'{where}' is not a message: {str(exc).removeprefix('message 0: ')}") \
+                    from None
+
+
+def check_manager_name(state: dict[str, Any], prefix: str, path: str) -> None:
+    """Refuse a checked window state (see :func:`check_window_state`) whose manager's ``__name__`` names no window
+    manager this process knows (fullrecall's, or a subclass of :class:`~fullrecall.window.ConversationManager`
+    imported): no memory could open the conversation. Which one a memory opens it with is its caller's choice, so
+    another known manager's state is left for the memory to name (see :meth:`SyncConversationMemory._check_owner`).
+    """
+    name = (state.get("manager") or {}).get("__name__")
+    if name is not None and name not in _manager_names():
+        raise InvalidInput(f"{prefix}'{path}.manager.__name__' names no window manager: {_shown(name)}")
+
+
+def _manager_names() -> set[str]:
+    """The class names of every window manager loaded: fullrecall's own and any subclass a caller imported."""
+    from ..archive import SemanticSummarizingConversationManager  # noqa: F401  # loaded, so it is found
+
+    names, todo = set(), [ConversationManager]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return names
 
 
 def _check_fields(value: dict[str, Any], fields: dict[str, tuple[Callable[[Any], bool], str]], prefix: str,
