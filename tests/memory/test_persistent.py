@@ -1055,6 +1055,40 @@ def test_a_cleared_message_leaves_no_summary_or_window_repeating_its_words(store
     store.close()
 
 
+@pytest.mark.parametrize("how", ["roles", "ids"])
+def test_clearing_the_pinned_system_message_keeps_the_window_and_its_summaries(store_url, default_embedder, how):
+    """Clearing a conversation's system message (position 0, pinned in its window) moved the window's start one
+    place early: a question already summarized out of the window came back into it, and every summary was deleted,
+    the window's too, though none covers the system message. Now the window is what it was without the system
+    message, and the summaries stay."""
+    from fullrecall import SyncConversationMemory
+    from fullrecall.archive.archive import archived_summaries
+    from fullrecall.summarizers import ExtractiveSummarizer
+
+    store = open_store(store_url)
+    opts = {"user_id": "u", "agent_id": "a", "summarizer": ExtractiveSummarizer(), "max_history_turns": 3,
+            "preserve_recent_messages": 2}
+    window = SyncConversationMemory(store, "c1", **opts)
+    window.add([{"role": "system", "content": "You are terse.", "id": "sys"}])
+    for i in range(6):
+        window.add([{"role": "user", "content": f"question {i} about walruses", "id": f"q{i}"},
+                    {"role": "assistant", "content": f"answer {i} about seals", "id": f"a{i}"}])
+    before = window.messages
+    summaries = archived_summaries(store, window.scope)
+    assert before[0]["role"] == "system" and summaries  # the premise: a summary in the window, others archived
+    mem = memory(store, default_embedder, user_id="u", agent_id="a", session_id="other")
+    counts = mem.clear(roles=["system"]) if how == "roles" else mem.clear(ids=["sys"], session_id="c1")
+    assert counts["messages"] == 1 and counts["summaries"] == 0
+    assert archived_summaries(store, window.scope) == summaries
+    for reader in (window, SyncConversationMemory(open_store(store_url), "c1", **opts)):
+        assert reader.messages == before[1:]
+    window.add({"role": "user", "content": "one more", "id": "m9"})
+    assert window.messages[-1]["content"] == "one more" and "question 0 about walruses" not in json.dumps(
+        window.messages)
+    window.close()
+    store.close()
+
+
 def test_a_cleared_pinned_message_leaves_no_copy_in_the_saved_window(store_url, default_embedder):
     """With ``pin_first`` on chat-completions messages the manager holds the pinned message itself: its saved
     state keeps a copy (nothing may be written into the caller's message). Clearing that message by id leaves no

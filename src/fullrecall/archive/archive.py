@@ -714,13 +714,18 @@ def archived_summaries(store: Store, scope: Scope) -> list[dict[str, Any]]:
 
 def forget_summaries(store: Store, scope: Scope, positions: Collection[int]) -> int:
     """Delete the archived summaries of one conversation that may hold words of the messages at ``positions``
-    (being deleted): each one covering a position from the first of them on, since a summary folds in the one
-    before it. The messages a summary covered stay archived, verbatim. How many went.
+    (being deleted): from the first summary covering one of them on, since a summary folds in the one before it
+    (and one that does not say what it covers). A position no summary covers (a pinned system message, one still
+    in the window, one a sliding window archived) is in none of them. The messages a summary covered stay
+    archived, verbatim. How many went.
     """
     if not positions:
         return 0
-    first = min(positions)
-    gone = {s["id"] for s in archived_summaries(store, scope) if (s.get("covers") or [first])[-1] >= first}
+    summaries = archived_summaries(store, scope)
+    covered = [p for p in positions for s in summaries if (c := s.get("covers")) and c[0] <= p <= c[-1]]
+    first = min(covered, default=None)
+    gone = {s["id"] for s in summaries
+            if not s.get("covers") or (first is not None and s["covers"][-1] >= first)}
     legacy = (store.get_state(scope, "summaries") or {}).get("items") or []
     if any(isinstance(s, dict) and s.get("id") in gone for s in legacy):  # the document older versions kept
         store.put_state(scope, "summaries", {"items": [s for s in legacy if not (isinstance(s, dict) and s.get("id")

@@ -33,7 +33,7 @@ import hashlib
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -583,33 +583,35 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def forget_window_words(store: Store, scope: Scope, positions: Collection[int],
-                        messages: Sequence[dict[str, Any]] = ()) -> bool:
-    """Take the words of the messages at ``positions`` (being deleted from the conversation's log; ``messages``,
-    as stored) out of its saved window: its summary, when it may cover one of them (the messages it replaced
-    stay archived, verbatim), a shortened copy of one, and the manager's own copy of one it holds pinned
-    (``pin_first`` outside Converse). The next read of the window sees it so. True if the window changed.
+def forget_window_words(store: Store, scope: Scope, deleted: Sequence[StoredMessage]) -> bool:
+    """Take the words of the ``deleted`` messages (being deleted from the conversation's log, as stored) out of
+    its saved window: its summary, when it may cover one of them (the messages it replaced stay archived,
+    verbatim), a shortened copy of one, and the manager's own copy of one it holds pinned (``pin_first`` outside
+    Converse). A pinned system message deleted (position 0) counts as removed, as :meth:`SyncConversationMemory.delete`
+    counts it: the window keeps its start. The next read of the window sees it so. True if the window changed.
     """
+    positions = {m.position for m in deleted if m.position is not None}
     state = store.get_state(scope, _WINDOW_KEY)
     if not state or not positions:
         return False
     manager, replaced = dict(state.get("manager") or {}), dict(state.get("replaced") or {})
     dropped = [replaced.pop(str(p)) for p in positions if str(p) in replaced]
-    gone = [_without_id(m) for m in messages]
+    gone = [_without_id(m.data) for m in deleted]
     held = list(manager.get("held_pins") or ())
     pins = [m for m in held if not isinstance(m, dict) or _without_id(m) not in gone]
     removed = int(manager.get("removed_message_count") or 0)
     front = [int(p) for p in manager.get("front_positions") or ()]
     kept_front = [p for p in front if p not in positions]
-    unpinned = len(pins) < len(held) or len(kept_front) < len(front)
+    head = any(m.position == 0 and m.role in _PINNED_ROLES for m in deleted)  # the window's pinned system message
+    unpinned = len(pins) < len(held) or len(kept_front) < len(front) or head
     if unpinned:  # a message deleted from the front counts as removed: no later one takes its place
         manager["held_pins"] = pins
         manager["front_positions"] = kept_front
-        manager["removed_message_count"] = removed + len(front) - len(kept_front)
+        manager["removed_message_count"] = removed + len(front) - len(kept_front) + head
     # the summary covers what left the window: the positions after a pinned first message (if any) and
     # before the window's start, but for those kept pinned at the front
     summarized = manager.get("summary_message") is not None and \
-        any(p not in front and p < 1 + removed + len(front) for p in positions)
+        any(p not in front and p < 1 + removed + len(front) and not (p == 0 and head) for p in positions)
     if summarized:
         manager["summary_message"] = None
     if not (dropped or summarized or unpinned):

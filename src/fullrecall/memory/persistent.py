@@ -641,7 +641,7 @@ class PersistentMemory:
             # conversation's window, when its summary or a shortened copy holds them
             positions = {m.position for m in gone if m.position is not None}
             counts["summaries"] += forget_summaries(self.store, scope, positions)
-            forget_window_words(self.store, scope, positions, [m.data for m in gone])
+            forget_window_words(self.store, scope, gone)
             if not self.store.count(scope):
                 self._mark_emptied(s)
         if ids is not None and roles is None and since is None and until is None and session_id is None:
