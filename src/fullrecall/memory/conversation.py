@@ -547,29 +547,6 @@ def check_window_state(state: Any, prefix: str, path: str) -> None:
                     from None
 
 
-def check_manager_name(state: dict[str, Any], prefix: str, path: str) -> None:
-    """Refuse a checked window state (see :func:`check_window_state`) whose manager's ``__name__`` names no window
-    manager this process knows (fullrecall's, or a subclass of :class:`~fullrecall.window.ConversationManager`
-    imported): no memory could open the conversation. Which one a memory opens it with is its caller's choice, so
-    another known manager's state is left for the memory to name (see :meth:`SyncConversationMemory._check_owner`).
-    """
-    name = (state.get("manager") or {}).get("__name__")
-    if name is not None and name not in _manager_names():
-        raise InvalidInput(f"{prefix}'{path}.manager.__name__' names no window manager: {_shown(name)}")
-
-
-def _manager_names() -> set[str]:
-    """The class names of every window manager loaded: fullrecall's own and any subclass a caller imported."""
-    from ..archive import SemanticSummarizingConversationManager  # noqa: F401  # loaded, so it is found
-
-    names, todo = set(), [ConversationManager]
-    while todo:
-        cls = todo.pop()
-        names.add(cls.__name__)
-        todo.extend(cls.__subclasses__())
-    return names
-
-
 def _check_fields(value: dict[str, Any], fields: dict[str, tuple[Callable[[Any], bool], str]], prefix: str,
                   path: str) -> None:
     for key, (ok, what) in fields.items():

@@ -58,7 +58,7 @@ from .._json import parse as parse_json
 from ..archive.archive import SUMMARIES
 from ..errors import InvalidInput, MessageFormatError, StateConflict
 from ..memory._records import _OWNER, _VEC, EXPIRES_AT, RecordBook, owner_scope, public_data
-from ..memory.conversation import check_manager_name, check_window_state
+from ..memory.conversation import check_window_state
 from ..memory.facts import NAMESPACE as FACTS
 from ..memory.persistent import _SESSIONS as SESSIONS
 from ..memory.procedural import NAMESPACE as PROCEDURES
@@ -363,8 +363,7 @@ def check_state(line: dict[str, Any]) -> None:
     try:
         check_json_value(value, f"{where}'value'", limit=MAX_DOCUMENT_BYTES)
         if line["key"] == "window":
-            check_window_state(value, where, "value")
-            check_manager_name(value, where, "value")
+            check_window_state(value, where, "value")  # its manager's name: the memory that opens it checks it
     except InvalidInput as exc:
         raise MessageFormatError(str(exc)) from None
     items = value.get("items") if line["key"] == "summaries" else None
