@@ -838,6 +838,22 @@ def test_a_refused_tenant_user_or_session_leaves_no_store_behind(tmp_path):
         assert not (tmp_path / "m.db").exists(), args
 
 
+def test_a_reserved_or_blank_tenant_is_refused_by_every_memory_command(tmp_path):
+    """Tenants starting with ``__`` are the service's own (its API keys are records of ``__keys__``): ``keys create``
+    refused one, but the memory commands took it, and ``forget --tenant __keys__ --user '' --yes`` erased every
+    tenant's keys. They are refused now, as a blank tenant is, and the keys stay."""
+    store = f"sqlite:///{tmp_path / 'k.db'}"
+    made = out("keys", "create", "--tenant", "acme", "--store", store, cwd=tmp_path)
+    (tmp_path / "t.json").write_text(json.dumps([{"role": "user", "content": "hello"}]))
+    runs = [("forget", "--tenant", "__keys__", "--user", "", "--yes"), ("stats", "--tenant", "__keys__"),
+            ("import", "t.json", "--no-embed", "--tenant", "__keys__"), ("search", "hello", "--tenant", "__x"),
+            ("export", "-", "--tenant", "__keys__"), ("stats", "--tenant", " \u200b")]
+    for i, args in enumerate(runs):
+        done = (fr if i == 0 else inproc)(*args, "--store", store, cwd=tmp_path, ok=False)
+        assert done.returncode == 2 and done.stderr.startswith("error: --tenant ") and done.stdout == "", (args, done)
+    assert [k["id"] for k in again("keys", "list", "--store", store, cwd=tmp_path)] == [made["id"]]
+
+
 def test_an_import_naming_a_blank_or_reserved_conversation_is_refused(tmp_path):
     """A JSONL line of conversation ``" "`` or ``_log.facts`` (long-term memory's change log) was written: the
     library names no conversation so (``ConversationMemory`` refuses both); the import now refuses the file, naming
