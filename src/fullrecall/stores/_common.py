@@ -8,6 +8,8 @@ Kept here so the three backends agree on the details that the conformance suite 
 
 from __future__ import annotations
 
+import contextlib
+import math
 import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -321,6 +323,28 @@ def split_url(url: str, schemes: Sequence[str], own_options: Sequence[str], sche
     own = {k: v for k, v in query if k in own_options}
     rest = urlencode([(k, v) for k, v in query if k not in own_options])
     return urlunsplit((scheme or parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), own
+
+
+MAX_OPTION = 2**53 - 1
+"""The largest number an option takes: exact as a float, so as a Lua number and a JSON number."""
+
+
+def number_option(name: str, value: Any, *, whole: bool, least: float, most: float = MAX_OPTION) -> Any:
+    """A store's numeric option (a URL query string or a keyword's number) checked: a ValueError naming it and
+    the range it takes, worded alike on every backend, rather than a driver's words, an OverflowError, or a
+    negative size quietly taken.
+    """
+    number: Any = None
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            number = int(value) if whole else float(value)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        number = value
+    if (number is None or (whole and not isinstance(number, int)) or not math.isfinite(number)
+            or not least <= number <= most):
+        kind = "an integer" if whole else "a number"
+        raise ValueError(f"store option {name} must be {kind} from {least} to {most}, got {value!r}")
+    return number
 
 
 def record_from_row(row: Any) -> Record:

@@ -75,6 +75,7 @@ from collections import ChainMap, Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, cast
+from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import psycopg
@@ -295,6 +296,25 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     return C.split_url(url, ("postgresql", "postgres"), _OWN_OPTIONS, scheme="postgresql")
 
 
+def _whole(opts: dict[str, str], name: str, default: int, *, least: int) -> int:
+    """The integer option ``name``: from the URL when given there, else the keyword's ``default``."""
+    return int(C.number_option(name, opts.get(name, default), whole=True, least=least))
+
+
+def _pool_sizes(least: int | str, most: int | str) -> tuple[int, int]:
+    """(pool_min, pool_max) checked here, naming the option, rather than in the pool's own words."""
+    lo = int(C.number_option("pool_min", least, whole=True, least=0))
+    return lo, int(C.number_option("pool_max", most, whole=True, least=max(1, lo)))
+
+
+def _check_libpq_options(conninfo: str) -> None:
+    """Refuse a bad ``connect_timeout`` for libpq (a documented option) on reading the URL: libpq would refuse it
+    on every connection attempt, each logged, until the pool gives up.
+    """
+    for given in parse_qs(urlsplit(conninfo).query, keep_blank_values=True).get("connect_timeout", []):
+        C.number_option("connect_timeout", given.strip(), whole=True, least=0)
+
+
 def _to_numpy(value: Any) -> np.ndarray:
     """Pgvector returns numpy arrays or ``Vector`` objects depending on its version and the protocol."""
     return np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
@@ -350,16 +370,17 @@ class PostgresStore(SqlStore):
             raise ValueError(f"schema name {self.schema!r} must match {_SCHEMA_NAME.pattern}")
         self.sql = Dialect("%s", schema=self.schema, text_in=_pg_text, text_out=_py_text, lock=" FOR UPDATE")
         self._conninfo = conninfo
-        self._pool_sizes = (int(opts.get("pool_min", pool_min)), int(opts.get("pool_max", pool_max)))
-        self._exact_limit = int(opts.get("exact_limit", exact_limit))
-        self._ef_search = int(opts.get("ef_search", ef_search))
-        self._hnsw_min_rows = int(opts.get("hnsw_min_rows", hnsw_min_rows or _HNSW_MIN_ROWS))
+        self._pool_sizes = _pool_sizes(opts.get("pool_min", pool_min), opts.get("pool_max", pool_max))
+        self._exact_limit = _whole(opts, "exact_limit", exact_limit, least=0)
+        self._ef_search = _whole(opts, "ef_search", ef_search, least=1)
+        self._hnsw_min_rows = _whole(opts, "hnsw_min_rows", hnsw_min_rows or _HNSW_MIN_ROWS, least=0)
+        _check_libpq_options(conninfo)
         # an HNSW build that fits in maintenance_work_mem is many times faster (1M x 384-d needs ~2-3 GB)
         self._index_build_memory = str(opts.get("index_build_memory", index_build_memory))
         if not re.fullmatch(r"\d+\s*(kB|MB|GB)", self._index_build_memory):
             raise ValueError(f"index_build_memory must look like '512MB' or '4GB', got {self._index_build_memory!r}")
-        self._lexical_budget = int(opts.get("lexical_budget", lexical_budget))
-        self._candidate_cap = int(opts.get("candidate_cap", candidate_cap))
+        self._lexical_budget = _whole(opts, "lexical_budget", lexical_budget, least=0)
+        self._candidate_cap = _whole(opts, "candidate_cap", candidate_cap, least=1)
         self._forget_vacuum = str(opts.get("forget_vacuum", forget_vacuum)).lower()
         if self._forget_vacuum not in ("plain", "full"):
             raise ValueError(f"forget_vacuum must be 'plain' or 'full', got {self._forget_vacuum!r}")
@@ -372,8 +393,9 @@ class PostgresStore(SqlStore):
         self._build_tried: dict[int, float] = {}  # dim -> when a search last asked for its index
         self._build_conns: set[Conn] = set()  # cancelled by close()
         self._conn_ef: weakref.WeakKeyDictionary[Conn, int] = weakref.WeakKeyDictionary()  # hnsw.ef_search set
-        self._cache_bytes = int(float(opts.get("vector_cache_mb", vector_cache_mb)) * 2**20)
-        self._in_process_rows = int(opts.get("lexical_in_process", lexical_in_process))
+        cache_mb = C.number_option("vector_cache_mb", opts.get("vector_cache_mb", vector_cache_mb), whole=False, least=0)
+        self._cache_bytes = int(cache_mb * 2**20)
+        self._in_process_rows = _whole(opts, "lexical_in_process", lexical_in_process, least=0)
         self._timeout = connect_timeout
         self._tokenize = B.Tokenizer()
         if not self._tokenize.stems:  # the index it writes would not be the one FTS5 and queries with stems read

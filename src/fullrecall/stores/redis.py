@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 import threading
 from collections import Counter, OrderedDict
@@ -53,7 +54,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, cast
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import numpy as np
 import redis as redis_lib
@@ -135,6 +136,42 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     return C.split_url(url, ("redis", "rediss"), _OWN_OPTIONS)
 
 
+def _url_ttl(opts: dict[str, str]) -> int | None:
+    """The URL's ``ttl_seconds`` or ``ttl_days`` (in seconds), None when it gives neither; both is refused, as
+    one would silently win.
+    """
+    if "ttl_seconds" in opts and "ttl_days" in opts:
+        raise ValueError("store options ttl_days and ttl_seconds both given: give one")
+    if "ttl_days" in opts:
+        days = C.number_option("ttl_days", opts["ttl_days"], whole=False, least=1 / 86400,
+                               most=_MAX_TTL_SECONDS / 86400)
+        return max(1, round(days * 86400))
+    if "ttl_seconds" in opts:
+        return int(C.number_option("ttl_seconds", opts["ttl_seconds"], whole=True, least=1, most=_MAX_TTL_SECONDS))
+    return None
+
+
+def _check_client_options(conn_url: str) -> None:
+    """Refuse, naming it, a query option neither ours nor redis-py's (a misspelt ``prefx``): redis-py hands every
+    option to its connection, which raises TypeError on the first command.
+    """
+    parts = urlsplit(conn_url)
+    connection = redis_lib.connection.SSLConnection if parts.scheme == "rediss" else redis_lib.connection.Connection
+    taken = _keywords(connection) | _keywords(redis_lib.connection.ConnectionPool)
+    unknown = sorted({k for k, _ in parse_qsl(parts.query, keep_blank_values=True)} - taken)
+    if unknown:
+        raise ValueError(f"redis URL: unknown option(s) {', '.join(unknown)}; the options are "
+                         f"{', '.join(_OWN_OPTIONS)} and redis-py's connection keywords (socket_timeout, db, ...)")
+
+
+@functools.cache
+def _keywords(cls: type) -> frozenset[str]:
+    """The keywords ``cls`` and the classes it builds on take when made."""
+    inits = (k.__dict__["__init__"] for k in cls.__mro__ if "__init__" in k.__dict__)
+    return frozenset(p.name for init in inits for p in inspect.signature(init).parameters.values()
+                     if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self")
+
+
 def _check_ttl(seconds: int, name: str) -> int:
     """``seconds`` if it is a whole number of seconds Redis can expire keys after; else InvalidInput."""
     if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 < seconds <= _MAX_TTL_SECONDS:
@@ -155,16 +192,16 @@ class RedisStore(StoreBase):
         cache_sessions: int = 10_000,
     ) -> None:
         conn_url, opts = split_url(url)
-        if "ttl_days" in opts:
-            ttl_seconds = int(float(opts["ttl_days"]) * 86400)
-        ttl_seconds = _check_ttl(int(opts.get("ttl_seconds", ttl_seconds)), "ttl_seconds")
+        _check_client_options(conn_url)
+        ttl_seconds = _check_ttl(_url_ttl(opts) or ttl_seconds, "ttl_seconds")
         self.url = url
         self.prefix = opts.get("prefix", prefix)
         self.ttl_seconds = ttl_seconds
         self._r = redis_lib.Redis.from_url(conn_url, socket_timeout=socket_timeout, socket_connect_timeout=5)
         self._scripts = {name: self._r.register_script(src) for name, src in _lua_sources().items()}
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
-        self._cache_sessions = int(opts.get("cache_sessions", cache_sessions))
+        self._cache_sessions = int(C.number_option(
+            "cache_sessions", opts.get("cache_sessions", cache_sessions), whole=True, least=0))
         self._lock = threading.Lock()
         self._forgets = 0  # forgets so far: what a search read before one is not cached
         self._tokenize = B.Tokenizer()

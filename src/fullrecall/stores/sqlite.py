@@ -237,7 +237,7 @@ def parse_url(url: str) -> tuple[str, dict[str, str]]:
         raise ValueError(f"sqlite URL {url!r} has a host; use sqlite:///relative.db or sqlite:////absolute.db")
     if not path:
         raise ValueError(f"sqlite URL {url!r} names no file; use sqlite:///:memory: for a throwaway store")
-    options = dict(parse_qsl(parts.query))
+    options = dict(parse_qsl(parts.query, keep_blank_values=True))  # "?synchronus" is a misspelt option too
     unknown = sorted(options.keys() - _URL_OPTIONS)
     if unknown:  # a misspelt option is refused, as the same misspelt keyword is
         raise ValueError(f"sqlite URL {url!r}: unknown option(s) {', '.join(unknown)}; the options are "
@@ -248,6 +248,7 @@ def parse_url(url: str) -> tuple[str, dict[str, str]]:
 # the sessions' columns a keyword search reads, and those its in-process indexes need besides
 _TEXT_SESSION_COLS = "sid, fts_scope, next_position, user_id, agent_id, session_id"
 _INDEXED_SESSION_COLS = ", message_count, vec_epoch, created_at, tenant"
+_MAX_BUSY_MS = 2**31 - 1  # sqlite3_busy_timeout takes a C int
 _URL_OPTIONS = frozenset({"synchronous", "busy_timeout", "vector_cache_mb", "fts_batch", "lexical_in_process"})
 
 
@@ -280,13 +281,17 @@ class SQLiteStore(SqlStore):
         url: str | None = None,
     ) -> None:
         path = os.fspath(path)
+        opts: dict[str, str] = {}
         if path.startswith("sqlite:"):
             path, opts = parse_url(path)
             synchronous = opts.get("synchronous", synchronous)
-            busy_timeout = float(opts.get("busy_timeout", busy_timeout))
-            vector_cache_mb = float(opts.get("vector_cache_mb", vector_cache_mb))
-            fts_batch = int(opts.get("fts_batch", fts_batch))
-            lexical_in_process = int(opts.get("lexical_in_process", lexical_in_process))
+        number = C.number_option
+        busy_timeout = number("busy_timeout", opts.get("busy_timeout", busy_timeout), whole=False, least=0,
+                              most=_MAX_BUSY_MS)
+        vector_cache_mb = number("vector_cache_mb", opts.get("vector_cache_mb", vector_cache_mb), whole=False, least=0)
+        fts_batch = number("fts_batch", opts.get("fts_batch", fts_batch), whole=True, least=1)
+        lexical_in_process = number("lexical_in_process", opts.get("lexical_in_process", lexical_in_process),
+                                    whole=True, least=0)
         synchronous = str(synchronous).upper()
         if synchronous not in _SYNC_MODES:
             raise ValueError(f"synchronous must be one of {_SYNC_MODES}, got {synchronous!r}")
@@ -295,7 +300,7 @@ class SQLiteStore(SqlStore):
         self._synchronous = synchronous
         self._busy_ms = int(busy_timeout)
         self._cache_budget = int(vector_cache_mb * 2**20)
-        self._fts_batch = max(1, int(fts_batch))
+        self._fts_batch = fts_batch
         self._forgets = 0  # forgets and deletes so far: a block read before one is not cached (see warm)
         self._tokenize = B.Tokenizer()
         self._in_process_rows = int(lexical_in_process)

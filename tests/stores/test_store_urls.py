@@ -1,0 +1,70 @@
+"""Store URLs on every backend: a bad or unknown option is refused at once, naming it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fullrecall.stores import open_store
+
+BAD_OPTIONS = {  # backend -> (query, the option the error must name)
+    "sqlite": [
+        ("busy_timeout=inf", "busy_timeout"), ("busy_timeout=abc", "busy_timeout"), ("busy_timeout=-1", "busy_timeout"),
+        ("vector_cache_mb=nan", "vector_cache_mb"), ("vector_cache_mb=-1", "vector_cache_mb"),
+        ("fts_batch=1.5", "fts_batch"), ("fts_batch=0", "fts_batch"),
+        ("lexical_in_process=-1", "lexical_in_process"), ("lexical_in_process=abc", "lexical_in_process"),
+        ("synchronus", "synchronus"), ("synchronus=", "synchronus"), ("bogus=", "bogus"), ("synchronous=", "synchronous"),
+    ],
+    "postgres": [
+        ("pool_max=abc", "pool_max"), ("pool_max=0", "pool_max"), ("pool_min=-1", "pool_min"),
+        ("pool_min=5&pool_max=2", "pool_max"), ("ef_search=-1", "ef_search"), ("exact_limit=abc", "exact_limit"),
+        ("hnsw_min_rows=-5", "hnsw_min_rows"), ("lexical_budget=x", "lexical_budget"), ("candidate_cap=1.5", "candidate_cap"),
+        ("vector_cache_mb=nan", "vector_cache_mb"), ("lexical_in_process=-1", "lexical_in_process"),
+        ("connect_timeout=abc", "connect_timeout"), ("connect_timeout=-3", "connect_timeout"),
+    ],
+    "redis": [
+        ("prefx=x", "prefx"), ("ttl_day=3", "ttl_day"), ("ttl_days=abc", "ttl_days"), ("ttl_days=-1", "ttl_days"),
+        ("ttl_seconds=abc", "ttl_seconds"), ("cache_sessions=abc", "cache_sessions"),
+        ("cache_sessions=-1", "cache_sessions"), ("ttl_days=1&ttl_seconds=5", "ttl_days and ttl_seconds"),
+    ],
+}
+
+
+def _url(backend: str, service_urls: dict[str, Callable[[], str]], tmp_path: Path, query: str) -> str:
+    base = f"sqlite:///{tmp_path / 'x.db'}" if backend == "sqlite" else service_urls[backend]()
+    return f"{base}{'&' if '?' in base else '?'}{query}"
+
+
+@pytest.mark.parametrize(("backend", "query", "option"),
+                         [(b, q, o) for b, cases in BAD_OPTIONS.items() for q, o in cases])
+def test_a_bad_store_url_option_is_refused_at_once_naming_it(
+    backend: str, query: str, option: str, service_urls: dict[str, Callable[[], str]], tmp_path: Path
+) -> None:
+    url = _url(backend, service_urls, tmp_path, query)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=option) as refused:
+        open_store(url).close()
+    assert type(refused.value) is ValueError  # not a driver's TypeError, OverflowError or pool error
+    assert time.monotonic() - started < 5  # refused on reading the URL, not after connection attempts
+    assert not (tmp_path / "x.db").exists()  # nothing made
+
+
+@pytest.mark.parametrize(("query", "words"), [
+    ("vector_cache_mb=nan", "store option vector_cache_mb must be a number from 0 to 9007199254740991, got 'nan'"),
+    ("lexical_in_process=-1", "store option lexical_in_process must be an integer from 0 to 9007199254740991, got '-1'"),
+])
+def test_a_bad_option_is_worded_alike_on_every_backend(
+    query: str, words: str, service_urls: dict[str, Callable[[], str]], tmp_path: Path
+) -> None:
+    for backend in ("sqlite", "postgres"):
+        with pytest.raises(ValueError) as refused:
+            open_store(_url(backend, service_urls, tmp_path, query)).close()
+        assert str(refused.value) == words
+
+
+def test_a_sqlite_option_given_empty_is_refused_not_read_as_its_default(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="synchronous"):
+        open_store(f"sqlite:///{tmp_path / 'x.db'}?synchronous=")
