@@ -1,4 +1,4 @@
-"""Store URLs on every backend: a bad or unknown option is refused at once, naming it."""
+"""Store URLs on every backend: a bad or unknown option is refused at once, naming it; the scheme takes any case."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fullrecall.stores import open_store
+from fullrecall.stores import Scope, StoredMessage, open_store
 
 BAD_OPTIONS = {  # backend -> (query, the option the error must name)
     "sqlite": [
@@ -63,6 +63,23 @@ def test_a_bad_option_is_worded_alike_on_every_backend(
         with pytest.raises(ValueError) as refused:
             open_store(_url(backend, service_urls, tmp_path, query)).close()
         assert str(refused.value) == words
+
+
+def test_the_url_scheme_takes_any_case(store_url: str) -> None:
+    scheme, rest = store_url.split(":", 1)
+    scope = Scope(user_id="u", agent_id="a", session_id="s")
+    with open_store(store_url) as store:
+        store.append(scope, [StoredMessage("m0", "user", "hello", {"text": "hello"})])
+    for shown in (scheme.upper(), scheme.capitalize()):
+        with open_store(f"{shown}:{rest}") as store:
+            assert [m.id for m in store.get(scope, ["m0"])] == ["m0"]
+
+
+def test_a_mixed_case_sqlite_url_reads_its_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with open_store("SQLite:///x.db?synchronous=FULL") as store:
+        assert store._conn().execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("x.db-")] == ["x.db"]
 
 
 def test_a_sqlite_option_given_empty_is_refused_not_read_as_its_default(tmp_path: Path) -> None:

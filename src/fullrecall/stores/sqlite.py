@@ -282,7 +282,7 @@ class SQLiteStore(SqlStore):
     ) -> None:
         path = os.fspath(path)
         opts: dict[str, str] = {}
-        if path.startswith("sqlite:"):
+        if path[:7].lower() == "sqlite:":  # a scheme takes any case
             path, opts = parse_url(path)
             synchronous = opts.get("synchronous", synchronous)
         number = C.number_option
