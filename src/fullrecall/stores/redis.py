@@ -143,9 +143,10 @@ def _url_ttl(opts: dict[str, str]) -> int | None:
     if "ttl_seconds" in opts and "ttl_days" in opts:
         raise ValueError("store options ttl_days and ttl_seconds both given: give one")
     if "ttl_days" in opts:
-        days = C.number_option("ttl_days", opts["ttl_days"], whole=False, least=1 / 86400,
-                               most=_MAX_TTL_SECONDS / 86400)
-        return max(1, round(days * 86400))
+        days = C.number_option("ttl_days", opts["ttl_days"], whole=False, least=0, most=_MAX_TTL_SECONDS // 86400)
+        if days * 86400 < 1:  # a key's TTL is whole seconds
+            raise ValueError(f"store option ttl_days must be at least a second (1/86400), got {opts['ttl_days']!r}")
+        return round(days * 86400)
     if "ttl_seconds" in opts:
         return int(C.number_option("ttl_seconds", opts["ttl_seconds"], whole=True, least=1, most=_MAX_TTL_SECONDS))
     return None
