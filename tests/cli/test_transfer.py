@@ -215,7 +215,8 @@ def test_a_pattern_line_without_its_steps_is_refused_before_anything_is_written(
     # a pattern procedural memory cannot read back (no score, a count that is no number) failed every plan of its
     # owner once imported
     for bad, named in (({"tools_used": "book"}, "tools_used"), ({"tools_used": None}, "tools_used"),
-                       ({"signature": 3}, "signature"), ({"success_score": "high"}, "success_score"),
+                       ({"signature": 3}, "signature"), ({"signature": "book\x00a"}, "signature"),
+                       ({"tools_used": ["a\x00b"]}, "tools_used"), ({"success_score": "high"}, "success_score"),
                        ({"success_count": "x"}, "success_count"), ({"avg_execution_time_ms": None},
                                                                     "avg_execution_time_ms")):
         lines = [json.dumps(pattern | {"id": "p0"}), json.dumps(pattern | {"data": pattern["data"] | bad})]

@@ -71,8 +71,8 @@ def pattern_id(book: RecordBook, signature: str, steps: Sequence[str]) -> str:
 
 def check_pattern_data(data: dict[str, Any]) -> None:
     """Refuse a pattern record's data (e.g. an imported line's) without its task signature and steps."""
-    if not isinstance(data.get("signature"), str):
-        raise MemoryInputError("a pattern's 'data.signature' must be a string (its normalized task)")
+    if not isinstance(data.get("signature"), str) or "\x00" in data["signature"]:  # NUL joins an id's parts
+        raise MemoryInputError("a pattern's 'data.signature' must be a string (its normalized task, without NUL)")
     steps = data.get("tools_used")
     if not isinstance(steps, list) or not all(isinstance(t, str) and t and "\x00" not in t for t in steps):
         raise MemoryInputError("a pattern's 'data.tools_used' must be a list of tool names (without NUL)")
