@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -56,6 +57,8 @@ class Settings:
         for f in fields(cls):
             if f.name in values:
                 settings = replace(settings, **{f.name: _convert(f.name, values[f.name], getattr(cls(), f.name))})
+        for name, least in _LEAST.items():
+            _check_range(name, getattr(settings, name), least)
         for rate, burst in (("rate_limit", "burst"), ("failed_auth_limit", "failed_auth_burst")):
             if getattr(settings, rate) > 0 and getattr(settings, burst) < 1:  # no token ever: every request refused
                 raise ValueError(f"setting {burst!r}: expected at least 1 while {rate!r} is on, got "
@@ -63,6 +66,23 @@ class Settings:
         if not 1 <= settings.port <= 65535:  # the socket layer would take it modulo 65536, another port than announced
             raise ValueError(f"setting 'port': expected a port from 1 to 65535, got {settings.port}")
         return settings
+
+
+# The smallest value each numeric setting accepts (``port`` has its own range): below it the service starts and then
+# fails every request or never works (``embedding_batch = 0``: nothing is ever embedded, and the drain on SIGTERM never
+# ends; ``max_body_bytes = -1``: every request is answered 413), so it is refused at start instead.
+_LEAST: dict[str, int] = {
+    "workers": 1, "keep_alive_seconds": 0, "rate_limit": 0, "burst": 0, "failed_auth_limit": 0, "failed_auth_burst": 0,
+    "max_body_bytes": 1, "search_threads": 1, "window_messages": 1, "window_tokens": 1, "embedding_batch": 1,
+    "embedding_backlog": 0, "key_cache_seconds": 0,
+}
+
+
+def _check_range(name: str, value: float, least: int) -> None:
+    """A ValueError naming the setting and its range when ``value`` is below ``least`` (or, a float, not finite)."""
+    if not (math.isfinite(value) and value >= least):
+        kind = "a finite number" if isinstance(value, float) else "an integer"
+        raise ValueError(f"setting {name!r}: expected {kind}, at least {least}, got {value}")
 
 
 def _convert(name: str, value: Any, default: Any) -> Any:
