@@ -34,15 +34,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from . import count, counts
+
 WARM_QUESTIONS = 300
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--archive", action="store_true",
                         help="measure the archive's write and recall path against its embedder instead of the stores")
-    parser.add_argument("--archive-writes", type=int, default=2_000, help="messages archived for the write ratios")
-    parser.add_argument("--archive-batch", type=int, default=32, help="messages per Archive.write")
-    parser.add_argument("--archive-sizes", default="10000,100000", help="archived messages to measure recall at")
+    parser.add_argument("--archive-writes", type=count, default=2_000, help="messages archived for the write ratios")
+    parser.add_argument("--archive-batch", type=count, default=32, help="messages per Archive.write")
+    parser.add_argument("--archive-sizes", type=counts, default="10000,100000", help="archived messages to measure recall at")
     parser.add_argument("--embedding-model", default=None, help="embedder (default: the shipped MiniLM)")
     parser.add_argument("--archive-backend", choices=("sqlite", "postgres"), default="sqlite",
                         help="the store the recall figures are taken on (PostgreSQL: a private server, HNSW index)")
@@ -110,7 +112,7 @@ def run(args: argparse.Namespace, corpus: Any) -> int:
 
     embedder = load_embedder(args.embedding_model)
     embedder.embed(["warm up"])
-    sizes = sorted(int(s) for s in args.archive_sizes.split(",") if s)
+    sizes = sorted(args.archive_sizes)
     with tempfile.TemporaryDirectory(prefix="fullrecall-bench-archive-") as tmp, contextlib.ExitStack() as stack:
         report = _writes(embedder, corpus, args.archive_writes, args.archive_batch, tmp)
         recall_url = _recall_urls(args.archive_backend, args.archive_keep or tmp, stack)

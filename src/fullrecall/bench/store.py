@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from . import count, counts
+
 DIM = 384
 SINGLE_APPENDS = 2_000
 BATCH = 100
@@ -31,13 +33,13 @@ BATCH = 100
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backends", default="sqlite,postgres,redis", help="comma-separated: sqlite,postgres,redis")
     parser.add_argument(
-        "--sizes", default="1000,10000,100000", help="stored messages to measure at (add 1000000 for 1M)"
+        "--sizes", type=counts, default="1000,10000,100000", help="stored messages to measure at (add 1000000 for 1M)"
     )
     parser.add_argument("--layouts", default="one,many", help="one: one conversation; many: spread over conversations")
     parser.add_argument(
         "--conversations", type=int, default=10_000, help="conversations in the 'many' layout (at most size/10)"
     )
-    parser.add_argument("--queries", type=int, default=50, help="hybrid queries per measurement")
+    parser.add_argument("--queries", type=count, default=50, help="hybrid queries per measurement")
     parser.add_argument("--postgres-url", default=os.environ.get("FULLRECALL_TEST_POSTGRES_URL"))
     parser.add_argument("--redis-url", default=os.environ.get("FULLRECALL_TEST_REDIS_URL"))
     parser.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
@@ -67,12 +69,12 @@ class Row:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    sizes = sorted(int(s) for s in args.sizes.split(",") if s)
+    sizes = sorted(args.sizes)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     layouts = [layout.strip() for layout in args.layouts.split(",") if layout.strip()]
     unknown = set(backends) - {"sqlite", "postgres", "redis"} or set(layouts) - {"one", "many"}
     if unknown:
-        raise SystemExit(f"unknown backend or layout: {sorted(unknown)}")
+        raise ValueError(f"unknown backend or layout: {sorted(unknown)}")
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so the servers we started get stopped
     rng = np.random.default_rng(args.seed)
     corpus = _Corpus(rng)

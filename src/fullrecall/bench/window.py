@@ -17,9 +17,11 @@ import sys
 import time
 from typing import Any
 
+from . import count
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", type=int, default=10_000, help="conversation length (default 10,000)")
+    parser.add_argument("--messages", type=count, default=10_000, help="conversation length (default 10,000)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
