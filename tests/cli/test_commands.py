@@ -762,6 +762,25 @@ def test_forget_asks_about_what_it_then_reports_forgotten(tmp_path, store_url, d
     assert f": {done['messages']} messages, {records} long-term records (" in asked, (asked, done)
 
 
+@pytest.mark.parametrize("session", ["s", "notes"])
+def test_forget_of_one_conversation_asks_about_and_reports_the_list_entries_it_deletes(tmp_path, store_url,
+                                                                                       default_embedder, session):
+    """``forget --session`` also deleted the owner's record listing the conversation (the conversation list's, or
+    long-term memory's session list's), counted neither in the question nor in the report: the owner's
+    ``record_count`` dropped by one more than the user was told."""
+    _ann_remembers(store_url, default_embedder)  # "notes": on long-term memory's session list
+    (tmp_path / "s.json").write_text(json.dumps([{"role": "user", "content": "my pin is 0042"}]))
+    again("import", "s.json", "--store", store_url, "--user", "ann", "--no-embed", cwd=tmp_path)  # the conversation list
+    before = again("stats", "--user", "ann", "--store", store_url, cwd=tmp_path)["record_count"]
+    asked = inproc("forget", "--user", "ann", "--session", session, "--store", store_url, cwd=tmp_path, stdin="n\n",
+                   ok=False).stderr
+    done = again("forget", "--user", "ann", "--session", session, "--yes", "--store", store_url, cwd=tmp_path)
+    after = again("stats", "--user", "ann", "--store", store_url, cwd=tmp_path)["record_count"]
+    records = sum(done[k] for k in ("summaries", "facts", "patterns", "records"))
+    assert done["records"] >= 1 and before - after == records, (before, after, done)
+    assert f": {done['messages']} messages, {records} long-term records (" in asked, (asked, done)
+
+
 def test_stats_counts_what_forget_then_reports_forgotten(tmp_path, store_url, default_embedder):
     """``stats`` counted long-term memory's change logs as messages and sessions ("message_count": 6 of a user with
     2 messages), where ``forget`` counts them among long-term records: the two commands disagreed about one user."""

@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from ..stores.base import ANY
-    from ..transfer._common import unlist
+    from ..transfer._common import listings, unlist
 
     with opened_store(args, create=False) as store:
         own = scope(args)
@@ -35,15 +35,17 @@ def run(args: argparse.Namespace) -> int:
             raise not_found(own)
         if not args.yes:
             logs = change_logs(store, own)[0]  # long-term memory's bookkeeping: records, as forget counts them
+            listed = listings(store, own) if own.session_id else 0  # the owners' list records naming it
+            records = held.get("record_count", 0) + logs + listed
             print(f"Forget {what} in tenant {own.tenant!r}: {held['message_count'] - logs:,} messages, "
-                  f"{held.get('record_count', 0) + logs:,} long-term records (summaries, facts, patterns, lists, "
+                  f"{records:,} long-term records (summaries, facts, patterns, lists, "
                   "bookkeeping)? This cannot be undone. [y/N] ", end="", file=sys.stderr, flush=True)
             answer = sys.stdin.readline().strip().lower()
             if answer not in ("y", "yes"):
                 raise CommandError("nothing forgotten (not confirmed; --yes skips the question)")
         counts = store.forget(own)
         if own.session_id:  # no list of the owner (of any agent's, without --agent) names it now
-            unlist(store, own)
+            counts["records"] = counts.get("records", 0) + unlist(store, own)
         kinds = {k: v for k, v in counts.items() if k != "remaining"}
         text = f"forgot {what}: " + ", ".join(f"{v:,} {k}" for k, v in kinds.items())
         for r in counts.get("remaining") or []:

@@ -73,16 +73,30 @@ def register(store: Store, scope: Scope) -> None:
                                                              data=owner))
 
 
-def unlist(store: Store, scope: Scope) -> None:
+def unlist(store: Store, scope: Scope) -> int:
     """Take the conversation of ``scope`` out of its owners' lists (``scope``'s agent may be
     :data:`~fullrecall.stores.base.ANY`: every agent's): the conversation list, and the session list of
     long-term memory with the change-log events that name it (so no memory that holds it cached lists it).
+    How many list records it deleted: long-term records, which ``forget`` reports with the rest.
     """
     from ..memory.persistent import unlist_session
 
     session = str(scope.session_id)
-    store.delete_record(replace(scope, session_id=None), CONVERSATIONS, session)
-    unlist_session(store, scope)
+    owners = replace(scope, session_id=None)
+    listed = sum(r.id == session for r in store.get_records(owners, CONVERSATIONS))  # one an agent, without agent
+    store.delete_record(owners, CONVERSATIONS, session)
+    return listed + unlist_session(store, scope)
+
+
+def listings(store: Store, scope: Scope) -> int:
+    """How many list records name the conversation of ``scope`` (see :func:`unlist`, which deletes them): what
+    ``forget``'s question counts among long-term records before it asks.
+    """
+    from ..memory.persistent import _SESSIONS
+
+    session = str(scope.session_id)
+    owners = replace(scope, session_id=None)
+    return sum(r.id == session for namespace in (CONVERSATIONS, _SESSIONS) for r in store.get_records(owners, namespace))
 
 
 def records_for(raws: Sequence[dict[str, Any]], ids: Sequence[str], *, speakers: Sequence[str | None] | None = None,
