@@ -73,3 +73,14 @@ def test_made_up_keys_never_push_a_valid_key_out_of_the_cache(tmp_path):
     assert keys.cached(key) == principal  # still cached: the refused keys took no place
     assert all(keys.cached(k) is None for k in made_up[:50])
     store.close()
+
+
+@pytest.mark.parametrize("action", [["list"], ["revoke", "abc"]])
+def test_keys_list_and_revoke_refuse_a_store_that_does_not_exist(tmp_path, capsys, action):
+    """``keys list --store`` with a typo made an empty SQLite file and listed no keys from it (``keys revoke`` too),
+    where the other commands that only read refuse a missing file."""
+    missing = tmp_path / "kyes.db"
+    assert main(["keys", *action, "--store", f"sqlite:///{missing}"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: no store at ") and repr(str(missing)) in err, err
+    assert not missing.exists()

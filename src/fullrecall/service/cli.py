@@ -93,6 +93,8 @@ class Keys:
             except ValueError as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
+        if args.action != "create":  # list and revoke only read: a mistyped SQLite path is refused, not made
+            _refuse_missing_sqlite(settings.store)
         store = open_store(settings.store)
         try:
             keys = KeyStore(store)
@@ -126,3 +128,20 @@ class Keys:
         finally:
             store.close()
         return 0
+
+
+def _refuse_missing_sqlite(url: str) -> None:
+    """A CommandError when ``url`` names a SQLite file that does not exist, as the CLI's reading commands say
+    (:func:`fullrecall.cli.common.opened_store`): opening it would make an empty store and answer from it.
+    """
+    import os
+
+    from ..cli.common import CommandError
+
+    if url.lower().startswith("sqlite:"):
+        from ..stores.sqlite import parse_url
+
+        path = parse_url(url)[0]
+        if path != ":memory:" and not os.path.exists(path):
+            raise CommandError(f"no store at {url}: {path!r} does not exist (import, chat, serve and mcp make a "
+                               "new store)")
