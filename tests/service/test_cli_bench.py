@@ -84,3 +84,14 @@ def test_keys_list_and_revoke_refuse_a_store_that_does_not_exist(tmp_path, capsy
     err = capsys.readouterr().err
     assert err.startswith("error: no store at ") and repr(str(missing)) in err, err
     assert not missing.exists()
+
+
+@pytest.mark.parametrize("tenant", [" ", "\u200b", "\t \u00a0"])
+def test_keys_create_refuses_a_blank_tenant(tmp_path, capsys, tenant):
+    """A tenant of only whitespace or invisible characters got a key, where a blank user is refused: a tenant
+    nobody can see or type back."""
+    url = tmp_path / "k.db"
+    assert main(["keys", "create", "--tenant", tenant, "--store", f"sqlite:///{url}"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: 'tenant' {tenant!r} is blank (whitespace or invisible characters only): name a tenant\n"
+    assert not url.exists()

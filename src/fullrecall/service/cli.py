@@ -82,7 +82,9 @@ class Keys:
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
+        from ..errors import FullRecallError
         from ..stores import open_store
+        from ..stores._validate import _check_shows as check_shows
         from .auth import KeyStore, check_tenant
         from .config import Settings
 
@@ -90,7 +92,8 @@ class Keys:
         if args.action == "create":  # a refused tenant opens (and makes) no store
             try:
                 check_tenant(args.tenant)
-            except ValueError as exc:
+                check_shows(args.tenant, "'tenant'", "name a tenant")  # in the words a blank user gets
+            except (ValueError, FullRecallError) as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
         if args.action != "create":  # list and revoke only read: a mistyped SQLite path is refused, not made
