@@ -505,3 +505,38 @@ def test_writes_find_their_messages_by_id_in_any_plan(
             conn.rollback()
     finally:
         store.close()
+
+
+def test_a_search_beside_the_first_vectors_of_a_dimension_never_meets_a_table_not_yet_made(
+    service_urls: dict[str, Callable[[], str]],
+) -> None:
+    """The first vectors of a dimension make its table in a transaction; the handle listed the dimension as one
+    whose table exists before that transaction committed, so a search on another thread meanwhile failed with
+    'relation "vectors_8" does not exist' (a service's context request beside its indexer's first write)."""
+    import threading
+
+    store = open_store(_url(service_urls) + "&vector_cache_mb=0")  # every search on the server
+    scope = Scope(user_id="u", session_id="a")
+    store.append(scope, [StoredMessage(id=f"m{i}", role="user", text=f"heron {i}", data={}) for i in range(3)])
+    listed, errors = store._dims, []
+
+    def search() -> None:
+        try:
+            store.search_vectors(Scope(user_id="u"), np.ones(DIM, np.float32), 3)
+        except Exception as exc:  # noqa: BLE001 - what the search met, reported below
+            errors.append(exc)
+
+    def listing_then_search(conn: Any) -> list[int]:
+        dims = listed(conn)
+        beside = threading.Thread(target=search)
+        beside.start()
+        beside.join()
+        return dims
+
+    store._dims = listing_then_search
+    try:
+        store.set_vectors(scope, ["m0", "m1", "m2"], np.eye(3, DIM, dtype=np.float32), "m")
+        assert errors == []
+        assert len(store.search_vectors(Scope(user_id="u"), np.ones(DIM, np.float32), 3)) == 3
+    finally:
+        store.close()

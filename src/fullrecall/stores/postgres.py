@@ -886,6 +886,7 @@ class PostgresStore(SqlStore):
                 # before its session's row, so the session's row is locked second here too (no deadlock)
                 self._vector_table(conn, dim)
                 self._vector_targets(conn, scope, ids, model, dim)
+            with self._read() as conn:  # once committed: a search on another thread takes the list as tables that exist
                 self._dims(conn)
         last = {i: n for n, i in enumerate(ids)}  # an id given twice: its last vector (as upserts in turn would)
         where, params = self.sql.scope_where(scope)
