@@ -253,6 +253,17 @@ def test_a_conversation_whose_id_holds_a_slash_is_read_and_forgotten(api):
     assert api.store.count(Scope(tenant="tenant-a", session_id="team/42")) == 0
 
 
+def test_deleting_a_conversation_reports_every_record_it_deletes(api):
+    """The conversation list's record naming a deleted conversation went, but ``deleted.records`` left it out: the
+    owner's ``record_count`` dropped by one more than reported."""
+    _append(api, "c", [{"role": "user", "content": "one"}, {"role": "user", "content": "two"}])
+    _append(api, "d", [{"role": "user", "content": "three"}])
+    before = api.client.get("/v1/stats", headers=api.a).json()["store"]["record_count"]
+    deleted = api.client.delete("/v1/conversations/c", headers=api.a).json()["deleted"]
+    after = api.client.get("/v1/stats", headers=api.a).json()["store"]["record_count"]
+    assert deleted["records"] >= 1 and before - after == deleted["records"], (before, after, deleted)
+
+
 def test_forget_stats_and_metrics(make_api):
     api = make_api(rate_limit=5, burst=5)
     admin, _ = api.service.keys.create("admin")

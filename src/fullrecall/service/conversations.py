@@ -324,7 +324,7 @@ class Conversations:
             counts = self.windows.forget(scope, lambda: self.store.forget(scope))
         else:
             counts = self.store.forget(scope)
-        unlist(self.store, scope)
+        counts["records"] = counts.get("records", 0) + unlist(self.store, scope)  # the list records naming it too
         self._registered.pop((scope.tenant, scope.user_id, scope.agent_id, scope.session_id), None)
         if self.store.count(scope):  # another process appended between the deletion and the unlisting
             self._register(scope, again=True)
