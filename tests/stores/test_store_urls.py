@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import socket
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from fullrecall.errors import StoreError
 from fullrecall.stores import Scope, StoredMessage, open_store
+from fullrecall.stores._servers import drop_namespace
 
 BAD_OPTIONS = {  # backend -> (query, the option the error must name)
     "sqlite": [
@@ -23,7 +27,8 @@ BAD_OPTIONS = {  # backend -> (query, the option the error must name)
         ("pool_min=5&pool_max=2", "pool_max"), ("ef_search=-1", "ef_search"), ("exact_limit=abc", "exact_limit"),
         ("hnsw_min_rows=-5", "hnsw_min_rows"), ("lexical_budget=x", "lexical_budget"), ("candidate_cap=1.5", "candidate_cap"),
         ("vector_cache_mb=nan", "vector_cache_mb"), ("lexical_in_process=-1", "lexical_in_process"),
-        ("connect_timeout=abc", "connect_timeout"), ("connect_timeout=-3", "connect_timeout"),
+        ("connect_timeout=abc", "connect_timeout"), ("connect_timeout=nan", "connect_timeout"),
+        ("connect_timeout=inf", "connect_timeout"), ("connect_timeout=", "connect_timeout"),
     ],
     "redis": [
         ("prefx=x", "prefx"), ("ttl_day=3", "ttl_day"), ("ttl_days=abc", "ttl_days"), ("ttl_days=-1", "ttl_days"),
@@ -50,6 +55,57 @@ def test_a_bad_store_url_option_is_refused_at_once_naming_it(
     assert type(refused.value) is ValueError  # not a driver's TypeError, OverflowError or pool error
     assert time.monotonic() - started < 5  # refused on reading the URL, not after connection attempts
     assert not (tmp_path / "x.db").exists()  # nothing made
+
+
+BAD_KEYWORDS = [  # (backend, keyword options, the option the error must name)
+    ("postgres", {"connect_timeout": float("nan")}, "connect_timeout"), ("postgres", {"connect_timeout": "abc"}, "connect_timeout"),
+    ("postgres", {"connect_timeout": float("inf")}, "connect_timeout"),
+]
+
+
+@pytest.mark.parametrize(("backend", "options", "option"), BAD_KEYWORDS)
+def test_a_bad_store_keyword_option_is_refused_as_its_url_form_is(
+    backend: str, options: dict[str, object], option: str, store_url: str
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=f"^store option {option} must be a number from") as refused:
+        open_store(store_url, **options).close()
+    assert type(refused.value) is ValueError  # not a driver's TypeError, ProgrammingError or socket words
+    assert time.monotonic() - started < 5
+
+
+@pytest.fixture
+def pg_url(service_urls: dict[str, Callable[[], str]]) -> Iterator[str]:
+    """A PostgreSQL store URL of its own schema, dropped afterwards."""
+    base, name = service_urls["postgres"](), f"t{uuid.uuid4().hex[:10]}"
+    yield f"{base}{'&' if '?' in base else '?'}schema={name}"
+    drop_namespace("postgres", base, name)
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", "2.5", "%205", "30"])
+def test_a_connect_timeout_psycopg_takes_opens_the_store(pg_url: str, timeout: str) -> None:
+    """psycopg reads ``int(float(value))``, 0 or less as its default (130 s): every such value opens the store,
+    given in the URL or as a keyword.
+    """
+    scope = Scope(user_id="u", agent_id="a", session_id="s")
+    with open_store(f"{pg_url}&connect_timeout={timeout}") as store:
+        store.append(scope, [StoredMessage("m0", "user", "hello", {"text": "hello"})])
+    keyword = float(timeout.replace("%20", ""))
+    with open_store(pg_url, connect_timeout=keyword) as store:
+        assert [m.id for m in store.get(scope, ["m0"])] == ["m0"]
+
+
+def test_the_urls_connect_timeout_bounds_the_first_connection() -> None:
+    """A server that takes the TCP connection and never answers: the URL's connect_timeout (2 s) gives up, not
+    the keyword's default (10 s).
+    """
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="PostgreSQL"):
+            open_store(f"postgresql://u@127.0.0.1:{silent.getsockname()[1]}/db?connect_timeout=2")
+        assert time.monotonic() - started < 6
 
 
 @pytest.mark.parametrize(("query", "words"), [

@@ -79,6 +79,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import psycopg
+from psycopg.conninfo import timeout_from_conninfo
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -307,12 +308,15 @@ def _pool_sizes(least: int | str, most: int | str) -> tuple[int, int]:
     return lo, int(C.number_option("pool_max", most, whole=True, least=max(1, lo)))
 
 
-def _check_libpq_options(conninfo: str) -> None:
-    """Refuse a bad ``connect_timeout`` for libpq (a documented option) on reading the URL: libpq would refuse it
-    on every connection attempt, each logged, until the pool gives up.
+def _connect_timeout(conninfo: str, keyword: Any) -> Any:
+    """The ``connect_timeout`` of every connection: the URL's when it gives one (it wins, as every option does),
+    else the keyword's. Any number libpq's integers hold is taken, as psycopg reads it (whole seconds, at least
+    2; 0 or less: its default, 130 s); anything else is refused naming it, here rather than by psycopg on every
+    connection attempt, each logged, until the pool gives up.
     """
-    for given in parse_qs(urlsplit(conninfo).query, keep_blank_values=True).get("connect_timeout", []):
-        C.number_option("connect_timeout", given.strip(), whole=True, least=0)
+    given = parse_qs(urlsplit(conninfo).query, keep_blank_values=True).get("connect_timeout", [keyword])
+    return [C.number_option("connect_timeout", value, whole=False, least=-2**31, most=2**31 - 1)
+            for value in given][-1]
 
 
 def _to_numpy(value: Any) -> np.ndarray:
@@ -374,7 +378,8 @@ class PostgresStore(SqlStore):
         self._exact_limit = _whole(opts, "exact_limit", exact_limit, least=0)
         self._ef_search = _whole(opts, "ef_search", ef_search, least=1)
         self._hnsw_min_rows = _whole(opts, "hnsw_min_rows", hnsw_min_rows or _HNSW_MIN_ROWS, least=0)
-        _check_libpq_options(conninfo)
+        self._timeout = _connect_timeout(conninfo, connect_timeout)
+        self._wait = timeout_from_conninfo({"connect_timeout": str(self._timeout)})  # for a pooled connection
         # an HNSW build that fits in maintenance_work_mem is many times faster (1M x 384-d needs ~2-3 GB)
         self._index_build_memory = str(opts.get("index_build_memory", index_build_memory))
         if not re.fullmatch(r"\d+\s*(kB|MB|GB)", self._index_build_memory):
@@ -396,7 +401,6 @@ class PostgresStore(SqlStore):
         cache_mb = C.number_option("vector_cache_mb", opts.get("vector_cache_mb", vector_cache_mb), whole=False, least=0)
         self._cache_bytes = int(cache_mb * 2**20)
         self._in_process_rows = _whole(opts, "lexical_in_process", lexical_in_process, least=0)
-        self._timeout = connect_timeout
         self._tokenize = B.Tokenizer()
         if not self._tokenize.stems:  # the index it writes would not be the one FTS5 and queries with stems read
             raise StoreError("the PostgreSQL store stems words with PyStemmer, which is not installed:"
@@ -432,7 +436,7 @@ class PostgresStore(SqlStore):
         """Create the extension and schema, and run pending migrations, once per process start."""
         s = self.schema
         try:
-            with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=int(self._timeout)) as conn:
+            with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=self._timeout) as conn:
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(hashtext('fullrecall.migrate'))")
                     try:
@@ -478,8 +482,8 @@ class PostgresStore(SqlStore):
                 max_size=hi,
                 configure=configure,
                 open=True,
-                kwargs={"autocommit": True, "row_factory": dict_row},
-                timeout=self._timeout,
+                kwargs={"autocommit": True, "row_factory": dict_row, "connect_timeout": self._timeout},
+                timeout=self._wait,
                 name=f"fullrecall-{self.schema}",
             )
             self._pid = os.getpid()
@@ -839,7 +843,7 @@ class PostgresStore(SqlStore):
             # Its own connection (autocommit: CONCURRENTLY cannot run in a transaction), so a build of
             # minutes holds no pooled connection; close() cancels it.
             with psycopg.connect(self._conninfo, autocommit=True, row_factory=dict_row,
-                                 connect_timeout=int(self._timeout)) as conn:
+                                 connect_timeout=self._timeout) as conn:
                 self._build_conns.add(conn)
                 try:
                     if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s)) AS ok", (lock,)).fetchone()["ok"]:
