@@ -394,3 +394,21 @@ def test_a_conversation_read_while_its_user_is_forgotten_is_not_cached(redis_url
         assert store.search_text(Scope(user_id="u", agent_id="a"), ["hello"], 5) == []
     finally:
         store.close()
+
+
+def test_ttl_days_and_ttl_seconds_are_one_option_as_keyword_or_in_the_url(redis_url: str, prefix: str) -> None:
+    """Keywords and URL options are one set: ``ttl_days`` as a keyword too, and both ttl options given anywhere
+    refused (a URL's ttl_days silently won over a keyword's ttl_seconds).
+    """
+    url = f"{redis_url}{'&' if '?' in redis_url else '?'}prefix={prefix}"
+    with open_store(url, ttl_days=30) as store:
+        assert store.ttl_seconds == 30 * 86400
+    with open_store(f"{url}&ttl_seconds=60", ttl_seconds=1000) as store:  # the URL wins, as for every option
+        assert store.ttl_seconds == 60
+    for query, options in (("&ttl_days=1", {"ttl_seconds": 60}), ("&ttl_seconds=60", {"ttl_days": 1}),
+                           ("", {"ttl_days": 1, "ttl_seconds": 60})):
+        with pytest.raises(ValueError, match="^store options ttl_days and ttl_seconds both given"):
+            open_store(url + query, **options)
+    for options in ({"ttl_days": -1}, {"ttl_days": float("nan")}, {"ttl_days": "abc"}, {"ttl_seconds": 1.5}):
+        with pytest.raises(ValueError, match=f"^store option {next(iter(options))} must"):
+            open_store(url, **options)

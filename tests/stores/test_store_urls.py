@@ -34,6 +34,8 @@ BAD_OPTIONS = {  # backend -> (query, the option the error must name)
         ("prefx=x", "prefx"), ("ttl_day=3", "ttl_day"), ("ttl_days=abc", "ttl_days"), ("ttl_days=-1", "ttl_days"),
         ("ttl_seconds=abc", "ttl_seconds"), ("cache_sessions=abc", "cache_sessions"),
         ("cache_sessions=-1", "cache_sessions"), ("ttl_days=1&ttl_seconds=5", "ttl_days and ttl_seconds"),
+        ("socket_timeout=abc", "socket_timeout"), ("socket_timeout=nan", "socket_timeout"),
+        ("socket_timeout=-1", "socket_timeout"), ("socket_timeout=0", "socket_timeout"),
     ],
 }
 
@@ -60,6 +62,8 @@ def test_a_bad_store_url_option_is_refused_at_once_naming_it(
 BAD_KEYWORDS = [  # (backend, keyword options, the option the error must name)
     ("postgres", {"connect_timeout": float("nan")}, "connect_timeout"), ("postgres", {"connect_timeout": "abc"}, "connect_timeout"),
     ("postgres", {"connect_timeout": float("inf")}, "connect_timeout"),
+    ("redis", {"socket_timeout": -1}, "socket_timeout"), ("redis", {"socket_timeout": "abc"}, "socket_timeout"),
+    ("redis", {"socket_timeout": float("nan")}, "socket_timeout"),
 ]
 
 

@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, cast
-from urllib.parse import parse_qsl, quote, urlsplit
+from urllib.parse import parse_qs, parse_qsl, quote, urlsplit
 
 import numpy as np
 import redis as redis_lib
@@ -136,9 +136,9 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
     return C.split_url(url, ("redis", "rediss"), _OWN_OPTIONS)
 
 
-def _url_ttl(opts: dict[str, str]) -> int | None:
-    """The URL's ``ttl_seconds`` or ``ttl_days`` (in seconds), None when it gives neither; both is refused, as
-    one would silently win.
+def _ttl(opts: dict[str, Any]) -> int | None:
+    """The ``ttl_seconds`` or ``ttl_days`` given (in seconds), in the URL or as a keyword: one set of options, the
+    same checks; None when neither is given. Both is refused, as one would silently win.
     """
     if "ttl_seconds" in opts and "ttl_days" in opts:
         raise ValueError("store options ttl_days and ttl_seconds both given: give one")
@@ -150,6 +150,16 @@ def _url_ttl(opts: dict[str, str]) -> int | None:
     if "ttl_seconds" in opts:
         return int(C.number_option("ttl_seconds", opts["ttl_seconds"], whole=True, least=1, most=_MAX_TTL_SECONDS))
     return None
+
+
+def _socket_timeout(conn_url: str, keyword: Any) -> None:
+    """Refuse a ``socket_timeout`` (redis-py's: the URL's wins over the keyword) that is no number of seconds a
+    socket can wait, naming it, rather than redis-py's or the socket's words on the first command; the keyword's
+    None (no timeout) is redis-py's to take.
+    """
+    for value in parse_qs(urlsplit(conn_url).query, keep_blank_values=True).get("socket_timeout", [keyword]):
+        if value is not None:
+            C.number_option("socket_timeout", value, whole=False, least=0.001, most=2**31 - 1)
 
 
 def _check_client_options(conn_url: str) -> None:
@@ -188,13 +198,16 @@ class RedisStore(StoreBase):
         url: str = "redis://127.0.0.1:6379/0",
         *,
         prefix: str = "fullrecall",
-        ttl_seconds: int = DEFAULT_TTL_SECONDS,
-        socket_timeout: float = 10.0,
+        ttl_seconds: int | None = None,
+        ttl_days: float | None = None,
+        socket_timeout: float | None = 10.0,
         cache_sessions: int = 10_000,
     ) -> None:
         conn_url, opts = split_url(url)
         _check_client_options(conn_url)
-        ttl_seconds = _check_ttl(_url_ttl(opts) or ttl_seconds, "ttl_seconds")
+        _socket_timeout(conn_url, socket_timeout)
+        keywords = {k: v for k, v in (("ttl_seconds", ttl_seconds), ("ttl_days", ttl_days)) if v is not None}
+        ttl_seconds = _ttl({**keywords, **opts}) or DEFAULT_TTL_SECONDS  # the URL's win, as every option's
         self.url = url
         self.prefix = opts.get("prefix", prefix)
         self.ttl_seconds = ttl_seconds
