@@ -112,6 +112,13 @@ def test_the_urls_connect_timeout_bounds_the_first_connection() -> None:
         assert time.monotonic() - started < 6
 
 
+def test_a_libpq_option_with_a_space_reaches_the_server_as_given(pg_url: str) -> None:
+    url = f"{pg_url}&application_name=my%20app&options=-c%20statement_timeout%3D5000"
+    with open_store(url) as store, store._pool().connection() as conn:
+        assert conn.execute("SHOW application_name").fetchone()["application_name"] == "my app"
+        assert conn.execute("SHOW statement_timeout").fetchone()["statement_timeout"] == "5s"
+
+
 @pytest.mark.parametrize(("query", "words"), [
     ("vector_cache_mb=nan", "store option vector_cache_mb must be a number from 0 to 9007199254740991, got 'nan'"),
     ("lexical_in_process=-1", "store option lexical_in_process must be an integer from 0 to 9007199254740991, got '-1'"),

@@ -13,7 +13,7 @@ import math
 import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from ..errors import InvalidInput, StateConflict
 from . import _validate as V
@@ -315,13 +315,15 @@ def int_keys(keys: Iterable[str]) -> list[int]:
 
 def split_url(url: str, schemes: Sequence[str], own_options: Sequence[str], scheme: str | None = None
               ) -> tuple[str, dict[str, str]]:
-    """(the client's URL, fullrecall's own options) from a store URL: our options leave the query string."""
+    """(the client's URL, fullrecall's own options) from a store URL: our options leave the query string. The rest
+    is encoded again with ``%20`` for a space: libpq does not read ``+`` as one.
+    """
     parts = urlsplit(url)
     if parts.scheme not in schemes:
         raise ValueError(f"not a {' or '.join(schemes)} URL: {url!r}")
     query = parse_qsl(parts.query, keep_blank_values=True)
     own = {k: v for k, v in query if k in own_options}
-    rest = urlencode([(k, v) for k, v in query if k not in own_options])
+    rest = urlencode([(k, v) for k, v in query if k not in own_options], quote_via=quote)
     return urlunsplit((scheme or parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), own
 
 
