@@ -280,3 +280,37 @@ def test_a_deleted_pin_first_message_leaves_the_window_and_no_place_behind(store
     assert [summary if row is None else row.data for row in again.window_rows()] == window
     mem.close()
     again.close()
+
+
+@pytest.mark.parametrize("doomed", [1, 2])
+def test_deleting_one_of_several_pin_first_messages_leaves_none_of_its_words(store_url, doomed):
+    """With ``pin_first=2``, deleting the first pinned message left its words in the window at the other's place
+    (the saved 'replaced' paired the remaining pinned place with the window as it was before the delete), and the
+    other pinned message was added again after the summary. The window is now the rest, in order, after a reopen
+    too, and the saved state holds none of the deleted words."""
+    import json
+
+    def memory():
+        return SyncConversationMemory(store_url, "s1", user_id="u", summarizer=lambda m, p: "Earlier: a chat.",
+                                      pin_first=2, max_history_turns=2, preserve_recent_messages=2)
+
+    mem = memory()
+    mem.add({"role": "system", "content": "rules", "id": "s"})
+    mem.add({"role": "user", "content": "my card is 4111-SECRET", "id": "m0"})
+    mem.add({"role": "assistant", "content": "pinned answer", "id": "m1"})
+    for i in range(2, 12):
+        mem.add({"role": ("user", "assistant")[i % 2], "content": f"turn {i}", "id": f"m{i}"})
+    before = mem.messages
+    assert [m.get("content") for m in before[1:4]] == ["my card is 4111-SECRET", "pinned answer", "Earlier: a chat."]
+    gone = before[doomed]
+    mem.delete(doomed)
+    expected = [m for m in before if m != gone]
+    for m in (mem, memory()):
+        assert m.messages == expected
+        assert [m.manager.summary_message if row is None else row.data for row in m.window_rows()] == expected
+    assert gone["content"] not in json.dumps(mem.store.get_state(mem.scope, "window"))
+    again = memory()
+    again.add({"role": "user", "content": "one more", "id": "m12"})
+    assert gone not in again.messages and again.messages[1] == expected[1]
+    mem.close()
+    again.close()

@@ -350,8 +350,12 @@ class SyncConversationMemory:
         if doomed:
             head = self._head
             ids = {row.id for row in doomed}
-            front = [int(row.position or 0) for row in self._front if row.id in ids]
+            kept_front = _front_positions(self.manager)  # the cleared window holds these after the pinned message
+            front = [int(row.position or 0) for row in self._front if row.id in ids and row.position in kept_front]
             if front and isinstance(self.manager, ConversationManager):
+                # the window loses them too, or the state saved below pairs the places left with their words
+                cut = {self._pinned + i for i, p in enumerate(kept_front) if p in front}
+                self._messages = [m for i, m in enumerate(self._messages) if i not in cut]
                 self.manager.drop_front(front)  # saved with the state below, before the rows are deleted
             if head is not None and head.id in ids:
                 # Position 0 is no longer pinned: it counts as gone. The window state saying so (and naming the
