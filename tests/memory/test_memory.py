@@ -314,3 +314,33 @@ def test_deleting_one_of_several_pin_first_messages_leaves_none_of_its_words(sto
     assert gone not in again.messages and again.messages[1] == expected[1]
     mem.close()
     again.close()
+
+
+def test_a_message_pinned_in_the_middle_is_never_recalled_while_in_the_window(store_url):
+    """A Converse message flagged pinned after others (kept in the window at its own place, past the first archived
+    one) was returned by ``recall`` and ``archive.get``, counted as archived and deleted by the archive's limit while
+    in the window: only a leading run of pinned places was taken as outside the archive. Recall never returns a
+    message still in the window, and a limit evicts only archived ones."""
+    def memory():
+        return SyncConversationMemory(store_url, "s1", user_id="u", summarizer=lambda m, p: "Earlier: a chat.",
+                                      max_history_turns=2, preserve_recent_messages=2,
+                                      max_num_archived_messages=3)
+
+    mem = memory()
+    for i in range(12):
+        text = "the launch code is PELICAN" if i == 4 else f"turn {i} zebra"
+        message = {"role": ("user", "assistant")[i % 2], "content": [{"text": text}]}
+        if i == 4:
+            message["metadata"] = {"custom": {"pinned": True}}
+        mem.add(message)
+    assert any("PELICAN" in str(m) for m in mem.messages)  # the premise: pinned, in the window, others archived
+    archive = mem.manager.archive
+    assert mem.manager.pinned_front == (4,)
+    assert all("PELICAN" not in str(m.data) for m in archive.get(0, 10**9))
+    assert all("PELICAN" not in str(m.data) for r in mem.recall("launch code pelican").ranges for m in r.messages)
+    assert "PELICAN" not in str(mem.model_input()[-1])
+    stats = archive.get_memory_usage_stats()
+    assert stats["message_count"] == len(archive.get(0, 10**9)) <= 3  # the limit evicted archived ones only
+    assert any("PELICAN" in str(m) for m in memory().messages)
+    assert any("PELICAN" in str(m.data) for m in mem.store.range(mem.scope, 4, 4))
+    mem.close()

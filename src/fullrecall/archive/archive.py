@@ -10,7 +10,8 @@ the vectors.
 
 When ``archived_span`` is set (:class:`~fullrecall.memory.SyncConversationMemory` sets
 it) every message is in the store from the moment it was added, and
-``archived_span()`` says which positions ``[first, end)`` have left the window.
+``archived_span()`` says which positions ``[first, end)`` have left the window, but for those
+``in_window()`` names (messages a manager keeps pinned in the window at their own places).
 Archiving a removed message is then only indexing it: ``write`` appends nothing,
 and a position missing from the store was forgotten, not lost (it is never
 written back); ``get`` and ``recall`` return only archived positions.
@@ -36,7 +37,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -135,6 +136,7 @@ class Archive:
         self._search_args = dict(embedding_model=embedding_model, reranker_model=reranker_model, aws_region=aws_region,
                                  embedding_dimensions=embedding_dimensions, **search_options)
         self.archived_span = archived_span
+        self.in_window: Callable[[], Iterable[int]] | None = None  # positions in the span still in the window
         self.catch_up_batch = catch_up_batch
         self.external_indexing = external_indexing
         self._search: Any = None
@@ -483,6 +485,12 @@ class Archive:
         first, end = self.archived_span()
         return first, max(end, self._writing + 1) if self._writing is not None else end
 
+    def _held(self) -> set[int]:
+        """The positions inside the archived span that are still in the window (never recalled nor evicted): a
+        message kept pinned after others that left it.
+        """
+        return set(self.in_window()) if self.in_window is not None else set()
+
     def _first(self) -> int:
         """The first position that can be archived (a logged conversation's pinned message is not)."""
         if self.archived_span is not None:
@@ -512,7 +520,8 @@ class Archive:
         """
         first = self._first()
         hint = max(first, self._oldest if self._oldest is not None else first)
-        head = self.store.range(self.scope, first, hint)
+        held = self._held()
+        head = [m for m in self.store.range(self.scope, first, hint) if m.position not in held]
         if head:
             self._oldest = _position(head[0])
             return self._oldest
@@ -521,7 +530,7 @@ class Archive:
         while lo <= newest:
             if not self.logged and not self.store.count(self.scope):
                 return None
-            chunk = self.store.range(self.scope, lo, min(newest, lo + step - 1))
+            chunk = [m for m in self.store.range(self.scope, lo, min(newest, lo + step - 1)) if m.position not in held]
             if chunk:
                 self._oldest = _position(chunk[0])
                 return self._oldest
@@ -532,7 +541,7 @@ class Archive:
         """Archived positions up to the newest that are no longer stored (when none is, before the last evicted)."""
         first = self._first()
         if newest is not None:
-            return max(0, newest - first + 1 - count)
+            return max(0, newest - first + 1 - count - sum(first <= p <= newest for p in self._held()))
         return max(0, self._oldest - first) if self._oldest is not None else 0
 
     def _archived_count(self) -> int:
@@ -544,7 +553,9 @@ class Archive:
             return count
         first, end = self._span()
         before = len(self.store.range(self.scope, 0, first - 1)) if first > 0 else 0
-        return count - before - len(self.store.range(self.scope, end, END))
+        held = [(p, p) for p in self._held() if first <= p < end]
+        within = sum(len(span) for span in self.store.ranges(self.scope, held)) if held else 0
+        return count - before - within - len(self.store.range(self.scope, end, END))
 
     def _evict_oldest(self, n: int, free: tuple[float, float] | None = None) -> int:
         """Delete the ``n`` oldest archived messages (never one still in the window); how many went.
@@ -557,7 +568,8 @@ class Archive:
         if start is None or newest is None:
             return 0
         end = min(newest, start + 2 * n + PROBE)
-        victims = self.store.range(self.scope, start, end)
+        held = self._held()
+        victims = [m for m in self.store.range(self.scope, start, end) if m.position not in held]
         if free is not None:
             wanted, overhead = free
             freed, count = 0.0, 0
@@ -571,7 +583,7 @@ class Archive:
                     break
                 # the oldest are small beside what put the archive over (one huge message): read further on
                 start, end = end + 1, min(newest, end + 2 * len(victims) + PROBE)
-                victims += self.store.range(self.scope, start, end)
+                victims += [m for m in self.store.range(self.scope, start, end) if m.position not in held]
             n = count
         victims = victims[:n]
         if not victims:
@@ -593,12 +605,12 @@ class Archive:
         if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
             raise InvalidInput(f"recall: 'before' must be an integer position or None, got {before!r}")
         started = time.perf_counter()
-        first = 0
+        first, held = 0, self._held()
         if self.archived_span is not None:
             first, end = self.archived_span()
             before = end if before is None else min(before, end)
             # a logged conversation's window (and pinned message) is stored too: not candidates
-            outside = [(before, END)] + ([(0, first - 1)] if first > 0 else [])
+            outside = [(before, END)] + ([(0, first - 1)] if first > 0 else []) + [(p, p) for p in sorted(held)]
             unarchived = [m for span in self.store.ranges(self.scope, outside) for m in span]
             if unarchived:
                 filters = filters or Filters()
@@ -609,7 +621,7 @@ class Archive:
         if before is not None:
             hits = [h for h in hits if h.position is not None and first <= h.position < before]
         ranges = merge_ranges([(h.position, h.score) for h in hits if h.position is not None], radius, before=before)
-        ranges = fill_ranges(self.store, self.scope, ranges, hits, first)
+        ranges = fill_ranges(self.store, self.scope, ranges, hits, first, skip=held)
         return Recall(query, ranges, hits, (time.perf_counter() - started) * 1000)
 
     def branch(self, session_id: str, *, before: int) -> int:
@@ -654,7 +666,8 @@ class Archive:
         if self.archived_span is not None:
             first, stop = self.archived_span()
             start, end = max(start, first), min(end, stop - 1)
-        return self.store.range(self.scope, start, end) if start <= end else []
+        held = self._held()
+        return [m for m in self.store.range(self.scope, start, end) if m.position not in held] if start <= end else []
 
     def get_memory_usage_stats(self) -> dict[str, Any]:
         """Counts and bytes of this archive; no call reads the archived messages themselves."""

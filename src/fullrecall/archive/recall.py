@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,9 +54,10 @@ def merge_ranges(hits: list[tuple[int, float]], radius: int, *, before: int | No
 
 
 def fill_ranges(store: Store, scope: Scope, ranges: list[RecalledRange], hits: Sequence[Any],
-                first: int = 0) -> list[RecalledRange]:
-    """Give each range its messages (none before ``first``) and drop the empty ones: from the hits' ``context``
-    when the search read it with them (``search(..., around=radius)``), else every range in one ``ranges`` read.
+                first: int = 0, skip: Collection[int] = ()) -> list[RecalledRange]:
+    """Give each range its messages (none before ``first``, none at a position in ``skip``: still in the window)
+    and drop the empty ones: from the hits' ``context`` when the search read it with them
+    (``search(..., around=radius)``), else every range in one ``ranges`` read.
     """
     if ranges and all(h.context is not None for h in hits):
         near = {m.position: m for h in hits for m in h.context or ()}
@@ -66,6 +67,8 @@ def fill_ranges(store: Store, scope: Scope, ranges: list[RecalledRange], hits: S
     elif ranges:
         for r, messages in zip(ranges, store.ranges(scope, [(max(r.start, first), r.end) for r in ranges])):
             r.messages = messages
+    for r in ranges:
+        r.messages = [m for m in r.messages if m.position not in skip] if skip else r.messages
     return [r for r in ranges if r.messages]
 
 

@@ -92,6 +92,7 @@ class SyncConversationMemory:
         archive = getattr(self.manager, "archive", None)
         if archive is not None:
             archive.archived_span = self._archived_span  # the log holds every message: archiving is indexing
+            archive.in_window = lambda: _front_positions(self.manager)  # pinned, past what left: never recalled
         self.hook = hook or SemanticMemoryHook(manager=self.manager)
         self._fresh_state = self.manager.get_state()  # what the manager starts from (and returns to after forget)
         self._messages: list[dict[str, Any]] = []
@@ -378,7 +379,8 @@ class SyncConversationMemory:
         """Positions ``[first, end)`` that have left the window (as of the last read of the store).
 
         The messages the manager keeps pinned at the front are not among them: ``pin_first`` pins the first
-        ones, so they come before ``first``.
+        ones, so they come before ``first``; one pinned after others that left (a Converse message's flag) is
+        inside the span, and the archive skips it (its ``in_window``).
         """
         front = _front_positions(self.manager)
         first = self._pinned
