@@ -344,3 +344,34 @@ def test_a_message_pinned_in_the_middle_is_never_recalled_while_in_the_window(st
     assert any("PELICAN" in str(m) for m in memory().messages)
     assert any("PELICAN" in str(m.data) for m in mem.store.range(mem.scope, 4, 4))
     mem.close()
+
+
+@pytest.mark.parametrize("kind", ["summarizing", "sliding"])
+def test_pin_first_applied_by_a_reduction_that_changed_nothing_is_saved(store_url, kind):
+    """A reduction that pins the first messages but cannot cut anything (every message in reach pinned) changed
+    the manager's state, not the window: it was not saved, so the next read forgot the pins (the memory's window
+    then summarized a message the manager keeps, or ``clear`` dropped the pinned ones). The memory's window is the
+    same manager's on a plain list."""
+    from fullrecall.window import SlidingWindowConversationManager, SummarizingConversationManager
+
+    def manager():
+        if kind == "sliding":
+            return SlidingWindowConversationManager(window_size=4, pin_first=2)
+        return SummarizingConversationManager(summarizer=lambda m, p: "Earlier: a chat.", pin_first=3,
+                                              max_history_turns=2, preserve_recent_messages=2)
+
+    mem, plain, window = SyncConversationMemory(store_url, "s1", user_id="u", manager=manager()), manager(), []
+    said = ([{"role": "system", "content": "rules", "id": "s"}] if kind == "sliding" else []) + \
+        [{"role": ("user", "assistant")[i % 2], "content": f"message {i}", "id": f"m{i}"} for i in range(6)]
+    for message in said:
+        mem.add(dict(message))
+        window.append(dict(message))
+        plain.apply_management(window)
+        assert mem.messages == window
+    mem.clear()
+    plain.clear(window)
+    assert mem.messages == window and len(window) > 1
+    again = SyncConversationMemory(store_url, "s1", user_id="u", manager=manager())
+    assert again.messages == window
+    mem.close()
+    again.close()

@@ -447,13 +447,15 @@ class SyncConversationMemory:
         return upgraded
 
     def _manage(self, operation: Callable[[list[dict[str, Any]]], Any]) -> None:
-        """Run a manager operation on the window; save the state if the window changed."""
+        """Run a manager operation on the window; save the state if the window or the manager's state changed (a
+        reduction that cut nothing may still have pinned the first messages: ``pin_first``).
+        """
         before = list(self._messages)
-        removed_before = self.manager.removed_message_count
+        state = self.manager.get_state()
         try:
             operation(self._messages)
         finally:
-            if self._messages != before or self.manager.removed_message_count != removed_before:
+            if self._messages != before or self.manager.get_state() != state:
                 self._save()
 
     def _save(self, unpinned: str | None = None) -> None:
