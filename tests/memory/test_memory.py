@@ -375,3 +375,29 @@ def test_pin_first_applied_by_a_reduction_that_changed_nothing_is_saved(store_ur
     assert again.messages == window
     mem.close()
     again.close()
+
+
+def test_truncate_to_size_keeps_the_pin_first_messages_besides_the_newest(store_url):
+    """``truncate_to_size(n)`` keeps what ``clear`` keeps (a pinned system message and the messages ``pin_first``
+    pins) besides the newest ``n``: ``truncate_to_size(0)`` is ``clear()``. The pinned messages counted among the
+    ``n``, so a window of ``n`` messages besides them was cleared and its messages added to the log again."""
+    def memory():
+        return SyncConversationMemory(store_url, "s1", user_id="u", summarizer=lambda m, p: "Earlier: a chat.",
+                                      pin_first=2, max_history_turns=2, preserve_recent_messages=2)
+
+    mem = memory()
+    mem.add({"role": "system", "content": "rules", "id": "s"})
+    for i in range(12):
+        mem.add({"role": ("user", "assistant")[i % 2], "content": f"turn {i}", "id": f"m{i}"})
+    window, logged = mem.messages, mem.store.count(mem.scope)
+    assert [m["content"] for m in window[:4]] == ["rules", "turn 0", "turn 1", "Earlier: a chat."]
+    rest = window[3:]
+    mem.truncate_to_size(len(rest))  # as small already: nothing archived or added again
+    assert mem.messages == window and mem.store.count(mem.scope) == logged
+    mem.truncate_to_size(2)
+    assert mem.messages == window[:3] + window[-2:] == memory().messages
+    mem.truncate_to_size(0)
+    assert mem.messages == window[:3] == memory().messages
+    mem.clear()
+    assert mem.messages == window[:3]
+    mem.close()

@@ -267,13 +267,14 @@ class SyncConversationMemory:
     def truncate_to_size(self, max_messages: int) -> None:
         """Keep the newest ``max_messages`` in the window; the older ones leave it for the archive (recallable).
 
-        A pinned system message stays besides them (as with :meth:`clear`), so a window already
+        A pinned system message, and the messages the manager keeps pinned after it (``pin_first``), stay
+        besides them (as with :meth:`clear`: ``truncate_to_size(0)`` is ``clear()``), so a window already
         that small is left as it is: nothing is archived or added again.
         """
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 0:
             raise InvalidInput(f"truncate_to_size: 'max_messages' must be an integer >= 0, got {max_messages!r}")
         self._sync()
-        body = self._messages[self._pinned:]
+        body = self._messages[self._pinned + len(self._front):]
         if len(body) > max_messages:
             self._rebuild(body[len(body) - max_messages:] if max_messages else [])
 
@@ -787,7 +788,7 @@ class ConversationMemory:
 
     async def truncate_to_size(self, max_messages: int) -> None:
         """Keep the newest ``max_messages`` in the window; the older leave it for the archive (recallable).
-        A pinned system message stays besides them.
+        A pinned system message, and the messages ``pin_first`` pins, stay besides them (as with ``clear``).
         """
         await self._run(self.sync.truncate_to_size, max_messages)
 
