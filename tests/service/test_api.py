@@ -79,6 +79,22 @@ def test_window_context_and_recall(make_api, manager):
     assert 0 < len(small["messages"]) < 4
 
 
+def test_recall_never_repeats_the_pinned_system_message_the_window_holds(make_api):
+    """A hit just after the pinned system message (position 0; the summarizing window keeps it) brought it back as a
+    recalled neighbour, though the window holds it: the model was given the system prompt twice."""
+    api = make_api(window_messages=4, manager="summarizing")
+    said = [{"role": "system", "content": "You are a terse assistant."},
+            {"role": "user", "content": "my locker code is 4471 at the gym"}, {"role": "assistant", "content": "noted"}]
+    filler = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"talk about weather number {i}"}
+              for i in range(6)]
+    _append(api, "c", said + filler + [{"role": "user", "content": "what is my locker code at the gym?"}])
+    api.service.indexer.flush()
+    ctx = api.client.get("/v1/conversations/c/context", headers=api.a).json()
+    assert ctx["messages"][0]["content"] == "You are a terse assistant."
+    recalled = [m["position"] for m in ctx["recalled"]]
+    assert 1 in recalled and 0 not in recalled, recalled
+
+
 def test_context_with_a_budget_below_the_newest_message_is_refused_naming_the_budget(api):
     """Not an empty context (a model sent nothing of the conversation): an error naming ``max_tokens`` and what the
     newest message needs, as MCP's ``get_context`` answers; that budget gives the newest message."""

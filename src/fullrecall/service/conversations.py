@@ -279,7 +279,7 @@ class Conversations:
             in_window = set(positions)
             hits = [h for h in hits if h.position is not None and h.position < before and h.position not in in_window]
             ranges = fill_ranges(self.store, scope, merge_ranges([(h.position, h.score) for h in hits], 2,
-                                                                 before=before), hits)
+                                                                 before=before), hits, skip=in_window)
             recalled = [message_out(m) for r in ranges for m in r.messages]
             row = rows[last_user] if last_user is not None else None
             if last_user is not None and row is not None:
