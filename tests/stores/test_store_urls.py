@@ -21,6 +21,7 @@ BAD_OPTIONS = {  # backend -> (query, the option the error must name)
         ("fts_batch=1.5", "fts_batch"), ("fts_batch=0", "fts_batch"),
         ("lexical_in_process=-1", "lexical_in_process"), ("lexical_in_process=abc", "lexical_in_process"),
         ("synchronus", "synchronus"), ("synchronus=", "synchronus"), ("bogus=", "bogus"), ("synchronous=", "synchronous"),
+        ("busy_timeout=" + "9" * 400, "busy_timeout"), ("vector_cache_mb=" + "9" * 400, "vector_cache_mb"),
     ],
     "postgres": [
         ("pool_max=abc", "pool_max"), ("pool_max=0", "pool_max"), ("pool_min=-1", "pool_min"),
@@ -36,6 +37,7 @@ BAD_OPTIONS = {  # backend -> (query, the option the error must name)
         ("cache_sessions=-1", "cache_sessions"), ("ttl_days=1&ttl_seconds=5", "ttl_days and ttl_seconds"),
         ("socket_timeout=abc", "socket_timeout"), ("socket_timeout=nan", "socket_timeout"),
         ("socket_timeout=-1", "socket_timeout"), ("socket_timeout=0", "socket_timeout"),
+        ("cache_sessions=" + "9" * 400, "cache_sessions"),
     ],
 }
 

@@ -342,8 +342,8 @@ def number_option(name: str, value: Any, *, whole: bool, least: float, most: flo
             number = int(value) if whole else float(value)
     elif isinstance(value, int | float) and not isinstance(value, bool):
         number = value
-    if (number is None or (whole and not isinstance(number, int)) or not math.isfinite(number)
-            or not least <= number <= most):
+    finite = number is not None and (isinstance(number, int) or math.isfinite(number))  # an int of 400 digits too
+    if not finite or (whole and not isinstance(number, int)) or not least <= number <= most:
         kind = "an integer" if whole else "a number"
         raise ValueError(f"store option {name} must be {kind} from {least} to {most}, got {value!r}")
     return number
