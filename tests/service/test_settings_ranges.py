@@ -17,7 +17,8 @@ BAD = [("embedding_batch", "0", "at least 1"), ("max_body_bytes", "-1", "at leas
        ("keep_alive_seconds", "-1", "at least 0"), ("key_cache_seconds", "-0.5", "at least 0"),
        ("key_cache_seconds", "nan", "at least 0"), ("rate_limit", "-1", "at least 0"),
        ("rate_limit", "inf", "at least 0"), ("failed_auth_limit", "nan", "at least 0"), ("burst", "-1", "at least 0"),
-       ("failed_auth_burst", "-5", "at least 0")]
+       ("failed_auth_burst", "-5", "at least 0"), ("embedding_backlog", "9" * 400, "at most 9007199254740991"),
+       ("key_cache_seconds", "1e400", "at most")]
 
 
 @pytest.mark.parametrize("name, value, accepted", BAD)
@@ -51,5 +52,5 @@ def test_serve_refuses_workers_below_one_before_serving(tmp_path, workers):
                            "--workers", workers], env=dict(os.environ), capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=60)
     assert done.returncode == 2 and "serving" not in done.stdout, (done.stdout, done.stderr)
-    assert done.stderr == f"error: setting 'workers': expected an integer, at least 1, got {workers}\n"
+    assert done.stderr == f"error: setting 'workers': expected an integer, at least 1 and at most 9007199254740991, got {workers}\n"
     assert not (tmp_path / "m.db").exists()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -78,11 +77,16 @@ _LEAST: dict[str, int] = {
 }
 
 
+_MOST = 2**53 - 1  # exact as a float: a count or a size no larger than any the service can hold
+
+
 def _check_range(name: str, value: float, least: int) -> None:
-    """A ValueError naming the setting and its range when ``value`` is below ``least`` (or, a float, not finite)."""
-    if not (math.isfinite(value) and value >= least):
+    """A ValueError naming the setting and its range when ``value`` is below ``least`` or above ``_MOST`` (so, a
+    float, not finite; an integer of hundreds of digits is no count either, and made ``math.isfinite`` overflow).
+    """
+    if not least <= value <= _MOST:  # NaN compares false
         kind = "a finite number" if isinstance(value, float) else "an integer"
-        raise ValueError(f"setting {name!r}: expected {kind}, at least {least}, got {value}")
+        raise ValueError(f"setting {name!r}: expected {kind}, at least {least} and at most {_MOST}, got {value}")
 
 
 def _convert(name: str, value: Any, default: Any) -> Any:
