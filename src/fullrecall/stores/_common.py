@@ -13,7 +13,7 @@ import math
 import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from ..errors import InvalidInput, StateConflict
 from . import _validate as V
@@ -316,15 +316,20 @@ def int_keys(keys: Iterable[str]) -> list[int]:
 def split_url(url: str, schemes: Sequence[str], own_options: Sequence[str], scheme: str | None = None
               ) -> tuple[str, dict[str, str]]:
     """(the client's URL, fullrecall's own options) from a store URL: our options leave the query string. The rest
-    is encoded again with ``%20`` for a space: libpq does not read ``+`` as one.
+    stays as written, for the client to decode as it does: libpq reads ``%20`` as a space and ``+`` as a plus,
+    which a query decoded and encoded again changes (``my%20app`` arrived as ``my+app``, or ``app+1`` as ``app 1``).
     """
     parts = urlsplit(url)
     if parts.scheme not in schemes:
         raise ValueError(f"not a {' or '.join(schemes)} URL: {url!r}")
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    own = {k: v for k, v in query if k in own_options}
-    rest = urlencode([(k, v) for k, v in query if k not in own_options], quote_via=quote)
-    return urlunsplit((scheme or parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), own
+    own, rest = {}, []
+    for field in parts.query.split("&"):
+        pair = parse_qsl(field, keep_blank_values=True)  # one (key, value), or none for an empty field
+        if pair and pair[0][0] in own_options:
+            own[pair[0][0]] = pair[0][1]
+        elif field:
+            rest.append(field)
+    return urlunsplit((scheme or parts.scheme, parts.netloc, parts.path, "&".join(rest), parts.fragment)), own
 
 
 MAX_OPTION = 2**53 - 1
