@@ -32,3 +32,12 @@ def test_an_unknown_backend_is_a_bad_option(capsys):
     """--backends mysql exited 1 with the bare message (a SystemExit string), where a bad option exits 2."""
     assert main(["bench", "store", "--backends", "mysql", "--layouts", "one", "--sizes", "1000", "--queries", "5"]) == 2
     assert capsys.readouterr().err == "error: unknown backend or layout: ['mysql']\n"
+
+
+def test_a_count_is_read_as_an_integer_is_written():
+    """The first check took digits alone: ``--sizes 1_000`` (as ``int()`` reads it, and the benches did before) was
+    refused."""
+    from fullrecall.bench import count, counts
+
+    assert count("1_000") == 1000 and count(" 7 ") == 7
+    assert counts("1_000, 100_000") == [1000, 100000]
