@@ -173,6 +173,13 @@ def test_deleting_a_message_keeps_the_summary_a_summary(store_url):
     assert "Earlier: a chat." not in [m.data.get("content") for m in memory.store.range(memory.scope, 0, 100)]
 
 
+def summarized(store_url, **kw):
+    """Conversation ``s1`` of user ``u``, its window two turns besides two recent messages, the rest summarized as
+    "Earlier: a chat."."""
+    return SyncConversationMemory(store_url, "s1", user_id="u", summarizer=lambda m, p: "Earlier: a chat.",
+                                  max_history_turns=2, preserve_recent_messages=2, **kw)
+
+
 def _pin_first_managers(on_remove=None):
     from fullrecall.window import SlidingWindowConversationManager, SummarizingConversationManager
 
@@ -253,8 +260,7 @@ def test_a_deleted_pin_first_message_leaves_the_window_and_no_place_behind(store
     from fullrecall import PersistentMemory
 
     def memory():
-        return SyncConversationMemory(store_url, "s1", user_id="u", summarizer=lambda m, p: "Earlier: a chat.",
-                                      pin_first=1, max_history_turns=2, preserve_recent_messages=2)
+        return summarized(store_url, pin_first=1)
 
     mem = memory()
     mem.add({"role": "system", "content": "rules", "id": "s"})
@@ -291,8 +297,7 @@ def test_deleting_one_of_several_pin_first_messages_leaves_none_of_its_words(sto
     import json
 
     def memory():
-        return SyncConversationMemory(store_url, "s1", user_id="u", summarizer=lambda m, p: "Earlier: a chat.",
-                                      pin_first=2, max_history_turns=2, preserve_recent_messages=2)
+        return summarized(store_url, pin_first=2)
 
     mem = memory()
     mem.add({"role": "system", "content": "rules", "id": "s"})
@@ -322,9 +327,7 @@ def test_a_message_pinned_in_the_middle_is_never_recalled_while_in_the_window(st
     in the window: only a leading run of pinned places was taken as outside the archive. Recall never returns a
     message still in the window, and a limit evicts only archived ones."""
     def memory():
-        return SyncConversationMemory(store_url, "s1", user_id="u", summarizer=lambda m, p: "Earlier: a chat.",
-                                      max_history_turns=2, preserve_recent_messages=2,
-                                      max_num_archived_messages=3)
+        return summarized(store_url, max_num_archived_messages=3)
 
     mem = memory()
     for i in range(12):
@@ -382,8 +385,7 @@ def test_truncate_to_size_keeps_the_pin_first_messages_besides_the_newest(store_
     pins) besides the newest ``n``: ``truncate_to_size(0)`` is ``clear()``. The pinned messages counted among the
     ``n``, so a window of ``n`` messages besides them was cleared and its messages added to the log again."""
     def memory():
-        return SyncConversationMemory(store_url, "s1", user_id="u", summarizer=lambda m, p: "Earlier: a chat.",
-                                      pin_first=2, max_history_turns=2, preserve_recent_messages=2)
+        return summarized(store_url, pin_first=2)
 
     mem = memory()
     mem.add({"role": "system", "content": "rules", "id": "s"})

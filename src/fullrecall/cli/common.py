@@ -117,13 +117,13 @@ def scope(args: argparse.Namespace, session: str | None = None) -> Any:
     --tenant __keys__`` erased every tenant's keys), and a blank one, as a blank user is.
     """
     from ..errors import InvalidInput
-    from ..stores._validate import _check_shows, check_owner
+    from ..stores._validate import check_owner, check_shows
     from ..stores.base import Scope
 
     if args.tenant.startswith("__"):
         raise InvalidInput(f"--tenant {args.tenant!r} is reserved (names starting with '__' hold the service's own "
                            "records, such as its API keys)")
-    _check_shows(args.tenant, "--tenant", "name a tenant, or leave the option out for the default one")
+    check_shows(args.tenant, "--tenant", "name a tenant, or leave the option out for the default one")
 
     if getattr(args, "session", None) == "":
         raise InvalidInput("--session is empty: name a conversation, or leave the option out for all of them")

@@ -84,7 +84,7 @@ class Keys:
     def run(args: argparse.Namespace) -> int:
         from ..errors import FullRecallError
         from ..stores import open_store
-        from ..stores._validate import _check_shows as check_shows
+        from ..stores._validate import check_shows
         from .auth import KeyStore, check_tenant
         from .config import Settings
 

@@ -105,7 +105,7 @@ def _invisible(c: str) -> bool:
             or "\ufe00" <= c <= "\ufe0f" or "\U000e0100" <= c <= "\U000e01ef")
 
 
-def _check_shows(value: str, where: str, what: str) -> None:
+def check_shows(value: str, where: str, what: str) -> None:
     """InvalidInput unless ``value`` shows something: one of only whitespace or invisible characters cannot be told
     from another, nor typed back (``what`` says what to name instead).
     """
@@ -127,7 +127,7 @@ def check_session_id(value: Any, where: str) -> str:
     MCP tools and the CLI refuse alike.
     """
     check_id(value, where)
-    _check_shows(value, where, "name a conversation")
+    check_shows(value, where, "name a conversation")
     return check_not_change_log(value, where)
 
 
@@ -139,7 +139,7 @@ def check_owner_id(value: Any, where: str) -> str | None:
     if value is None or value == "":
         return value
     check_id(value, where)
-    _check_shows(value, where, "name an owner, or leave it out for none")
+    check_shows(value, where, "name an owner, or leave it out for none")
     return value
 
 
