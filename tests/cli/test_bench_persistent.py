@@ -62,5 +62,16 @@ def test_timed_turns_load_the_history_first_and_the_embedding_cache_keeps_its_ve
         assert set(saved["texts"].tolist()) == loaded
     before = cache.stat().st_mtime_ns
     assert main(args) == 0 and cache.stat().st_mtime_ns == before  # nothing new to embed for the load
-    with pytest.raises(SystemExit):
-        main(["bench", "persistent", "--backends", "sqlite", "--turns", "5", "--timed-turns", "6"])
+
+
+def test_bad_counts_and_backends_are_refused_naming_them(capsys):
+    """A bad option is refused as every command refuses one: exit 2 and one line naming it, no traceback."""
+    assert main(["bench", "persistent", "--backends", "sqlite", "--turns", "5", "--timed-turns", "6"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --timed-turns 6 is above --turns 5"
+    assert main(["bench", "persistent", "--backends", "sqlite,mysql"]) == 2
+    assert "unknown backend: ['mysql']" in capsys.readouterr().err
+    for option in ("--users", "--turns", "--queries", "--limit", "--timed-turns"):
+        with pytest.raises(SystemExit) as exited:  # argparse's own refusal, as for every bench's counts
+            main(["bench", "persistent", option, "0"])
+        assert exited.value.code == 2
+        assert f"argument {option}: expected a whole number, at least 1, got '0'" in capsys.readouterr().err

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from . import count
 from .locomo import CachedEmbedder
 
 TURNS_PER_SESSION = 100
@@ -51,15 +52,15 @@ _THINGS = ["budget", "deadline", "meeting", "invoice", "flight", "recipe", "repo
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backends", default="sqlite,postgres", help="comma-separated: sqlite,postgres,redis")
-    parser.add_argument("--users", type=int, default=10, help="users (the full run: 100)")
-    parser.add_argument("--turns", type=int, default=100, help="turns per user (the full run: 1000)")
-    parser.add_argument("--queries", type=int, default=100, help="retrieve calls measured per backend")
-    parser.add_argument("--limit", type=int, default=5, help="hits of each kind a retrieve returns")
+    parser.add_argument("--users", type=count, default=10, help="users (the full run: 100)")
+    parser.add_argument("--turns", type=count, default=100, help="turns per user (the full run: 1000)")
+    parser.add_argument("--queries", type=count, default=100, help="retrieve calls measured per backend")
+    parser.add_argument("--limit", type=count, default=5, help="hits of each kind a retrieve returns")
     parser.add_argument("--postgres-url", default=os.environ.get("FULLRECALL_TEST_POSTGRES_URL"))
     parser.add_argument("--redis-url", default=os.environ.get("FULLRECALL_TEST_REDIS_URL"))
     parser.add_argument("--json", action="store_true", help="print JSON instead of a markdown table")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timed-turns", type=int, default=None,
+    parser.add_argument("--timed-turns", type=count, default=None,
                         help="time only each user's last K turns; the earlier ones are loaded first, a session a call")
     parser.add_argument("--embedding-cache", type=Path, default=None,
                         help=".npz file keeping the loaded turns' vectors across runs (timed calls always embed)")
@@ -128,8 +129,10 @@ def run(args: argparse.Namespace) -> int:
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = set(backends) - {"sqlite", "postgres", "redis"}
     timed = args.turns if args.timed_turns is None else args.timed_turns
-    if unknown or args.users < 1 or args.turns < 1 or args.queries < 1 or not 1 <= timed <= args.turns:
-        raise SystemExit(f"unknown backend {sorted(unknown)}, a count below 1 or --timed-turns above --turns")
+    if unknown:
+        raise ValueError(f"unknown backend: {sorted(unknown)}; expected sqlite, postgres or redis")
+    if timed > args.turns:
+        raise ValueError(f"--timed-turns {timed} is above --turns {args.turns}")
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so the servers we started get stopped
     embedder = load_embedder()
     loader = CachedEmbedder(embedder, args.embedding_cache) if args.embedding_cache is not None else embedder
