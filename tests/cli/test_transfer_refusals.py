@@ -90,7 +90,9 @@ BAD: list[tuple[list[str], str]] = [  # (lines 3 on, what the refusal says)
      r"^line 4: 'value.replaced' must be an object of positions to messages, got \[1\]$"),
     ([line(1), state({"replaced": {"x": {"role": "user"}}})], r"^line 4: 'value.replaced' must be an object of"),
     ([line(1), state({"messages": "abc"})], r"^line 4: 'value.messages' must be a list of messages \(objects\)"),
-    ([line(1), state({"version": "x"})], r"^line 4: 'value.version' must be an integer >= 0, got 'x'$"),
+    ([line(1), state({"version": "x"})], r"^line 4: 'value.version' must be an integer from 0 to 9007199254740991, "
+                                         r"got 'x'$"),
+    ([line(1), state({"version": 10**30})], r"^line 4: 'value.version' must be an integer from 0 to 9007199254740991"),
     ([line(1), state({"unpinned": 5})], r"^line 4: 'value.unpinned' must be a string or null, got 5$"),
     ([line(1), state({"items": 5}, "summaries")], r"^line 4: 'value.items' must be a list of summaries"),
     ([line(1, position=2**53 - 1), line(2, position=None)], r"^line 4: conversation 'b': no position is left for "

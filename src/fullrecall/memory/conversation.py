@@ -514,7 +514,7 @@ def _positions_to_messages(value: Any) -> bool:
 _WINDOW_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {  # what _sync reads of the state, as _save writes it
     "manager": (lambda v: v is None or isinstance(v, dict), "an object or null"),
     "replaced": (lambda v: v is None or _positions_to_messages(v), "an object of positions to messages"),
-    "version": (_count, "an integer >= 0"),
+    "version": (_position, f"an integer from 0 to {V.MAX_POSITION}"),  # incremented by every save
     "unpinned": (lambda v: v is None or isinstance(v, str), "a string or null"),
     "messages": (lambda v: isinstance(v, list) and all(isinstance(m, dict) for m in v),
                  "a list of messages (objects)"),  # a window saved whole, by an early version
