@@ -118,8 +118,20 @@ def _apply_settings(server: Any, settings: Mapping[str, str]) -> None:
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
         for name, value in settings.items():
             conn.execute(f"ALTER SYSTEM SET {name} = '{str(value).replace(chr(39), '')}'")
-    pg_ctl(["-w", "-l", str(server.log), "restart"], pgdata=server.pgdata, user=server.system_user, timeout=120)
+    try:  # a loaded machine can take more than pg_ctl's 60 s to stop (checkpoint) and start (recovery) it
+        pg_ctl(["-w", "-t", "300", "-l", str(server.log), "restart"], pgdata=server.pgdata, user=server.system_user,
+               timeout=660)
+    except subprocess.CalledProcessError as exc:
+        raise RuntimeError(f"pg_ctl restart exited {exc.returncode}; the server's log ends:\n{_tail(server.log)}") from exc
     server._postmaster_info = PostmasterInfo.read_from_pgdata(server.pgdata)  # the new postmaster's pid
+
+
+def _tail(path: Any, lines: int = 20) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError as exc:
+        return f"(unreadable: {exc})"
 
 
 def _stop_postmaster(pgdata: str) -> None:
@@ -131,7 +143,7 @@ def _stop_postmaster(pgdata: str) -> None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGINT)  # PostgreSQL's "fast" shutdown
-        for _ in range(100):
+        for _ in range(1200):  # a minute: a fast shutdown still writes a checkpoint, killed it recovers at start
             os.kill(pid, 0)
             time.sleep(0.05)
         os.kill(pid, signal.SIGKILL)
