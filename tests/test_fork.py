@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from fullrecall import ConversationMemory, PersistentMemory
+from fullrecall.errors import StoreError
 from fullrecall.stores import open_store
 
 if sys.platform == "win32":  # pragma: no cover
@@ -226,3 +227,25 @@ def test_a_server_s_cached_objects_are_built_again_in_a_child_forked_while_a_req
 
         assert in_child(child) == ({"built": 2}, True)
     assert cache.get("ann", lambda: {"built": 3})[0] is item  # the parent's is untouched
+
+
+def test_an_in_memory_store_used_in_a_forked_child_is_refused_there(default_embedder):
+    """A child forked from the process holding ``sqlite:///:memory:`` opened a new, empty in-memory store: its
+    reads found nothing of the parent's, and what it recorded was lost with it. Now it is told so.
+    """
+    store = open_store("sqlite:///:memory:")
+    try:
+        memory = PersistentMemory("ann", "helper", "s1", store=store, embedder=default_embedder)
+        run(memory.record([{"role": "user", "content": "My locker code is 4417."}]))
+
+        def child() -> str:
+            try:
+                run(memory.record([{"role": "user", "content": "My bike lock code is 9902."}]))
+            except StoreError as exc:
+                return str(exc)
+            return "recorded"
+
+        assert "lives in the memory of process" in in_child(child)
+        assert "4417" in run(memory.retrieve("locker code"))  # the parent's store is untouched
+    finally:
+        store.close()

@@ -54,3 +54,13 @@ def test_serve_refuses_workers_below_one_before_serving(tmp_path, workers):
     assert done.returncode == 2 and "serving" not in done.stdout, (done.stdout, done.stderr)
     assert done.stderr == f"error: setting 'workers': expected an integer, at least 1 and at most 9007199254740991, got {workers}\n"
     assert not (tmp_path / "m.db").exists()
+
+
+def test_an_in_memory_store_is_refused_with_more_than_one_worker():
+    """Each worker process opened its own empty ``:memory:`` store: a conversation written through one worker
+    was missing from the next request another worker answered."""
+    with pytest.raises(ValueError, match=r"^setting 'workers': an in-memory store \(sqlite:///:memory:\) is one "
+                                         r"process's, so 2 workers would each answer from their own"):
+        Settings.load(env={}, store="sqlite:///:memory:", workers=2)
+    assert Settings.load(env={}, store="sqlite:///:memory:", workers=1).workers == 1
+    assert Settings.load(env={}, store="sqlite:///m.db", workers=2).workers == 2

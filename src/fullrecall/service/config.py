@@ -62,6 +62,10 @@ class Settings:
             if getattr(settings, rate) > 0 and getattr(settings, burst) < 1:  # no token ever: every request refused
                 raise ValueError(f"setting {burst!r}: expected at least 1 while {rate!r} is on, got "
                                  f"{getattr(settings, burst)} (set {rate!r} to 0 to turn the limit off)")
+        if settings.workers > 1 and _in_memory(settings.store):  # each worker would serve an empty store of its own
+            raise ValueError(f"setting 'workers': an in-memory store ({settings.store}) is one process's, so "
+                             f"{settings.workers} workers would each answer from their own; use a file or a server "
+                             "store, or 1 worker")
         if not 1 <= settings.port <= 65535:  # the socket layer would take it modulo 65536, another port than announced
             raise ValueError(f"setting 'port': expected a port from 1 to 65535, got {settings.port}")
         return settings
@@ -87,6 +91,15 @@ def _check_range(name: str, value: float, least: int) -> None:
     if not least <= value <= _MOST:  # NaN compares false
         kind = "a finite number" if isinstance(value, float) else "an integer"
         raise ValueError(f"setting {name!r}: expected {kind}, at least {least} and at most {_MOST}, got {value}")
+
+
+def _in_memory(store: str) -> bool:
+    from ..stores.sqlite import parse_url
+
+    try:
+        return store.lower().startswith("sqlite:") and parse_url(store)[0] == ":memory:"
+    except ValueError:  # a bad URL is refused by the store that opens it, in its own words
+        return False
 
 
 def _convert(name: str, value: Any, default: Any) -> Any:

@@ -384,6 +384,10 @@ class SQLiteStore(SqlStore):
     def _conn(self) -> sqlite3.Connection:
         if self._closed:
             raise StoreError(f"store {self.url} is closed")
+        if self._conn_obj is not None and self._pid != os.getpid() and self.path == ":memory:":
+            raise StoreError(f"store {self.url} lives in the memory of process {self._pid}, which forked this one: "
+                             "what this process wrote would go to an empty store of its own and be lost with it; "
+                             "share a file (sqlite:///path.db) or a server store between processes")
         if self._conn_obj is None or self._pid != os.getpid():
             # After a fork the inherited connection belongs to the parent: open our own
             # (never close the inherited one here, that would drop the parent's locks). Stamps (see _stamp)
