@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 
@@ -104,3 +105,23 @@ def test_a_key_limited_to_users_keeps_to_them_in_long_term_memory(api):
     assert api.client.get("/v1/facts", params={"user_id": "bob"}, headers=api.a).json()["facts"] == []
     assert [f["value"] for f in api.client.get("/v1/facts", params={"user_id": "alice"}, headers=h).json()["facts"]
             ] == ["Oslo"]
+
+
+def test_stats_count_the_change_logs_as_records_as_the_cli_does(api, store_url, capsys):
+    """A user who only stated a fact, then deleted it, holds no message: ``/v1/stats`` counted long-term memory's
+    change-log entries (bookkeeping) as messages and their log as a session, where ``fullrecall stats`` and
+    ``forget`` count them as records."""
+    from fullrecall.cli.main import main
+
+    c, h = api.client, api.a
+    fact = c.post("/v1/facts", json={"text": "My employer is Acme", "user_id": "u1"}, headers=h).json()["fact"]
+    assert c.delete(f"/v1/facts/{fact['id']}", params={"user_id": "u1"}, headers=h).json()["deleted"] is True
+    stats = c.get("/v1/stats", params={"user_id": "u1"}, headers=h).json()["store"]
+    assert (stats["message_count"], stats["session_count"]) == (0, 0)
+    assert stats["record_count"] >= 2  # the change log's two events, at least
+    tenant = c.get("/v1/stats", params={"everyone": True}, headers=h).json()["store"]
+    assert (tenant["message_count"], tenant["session_count"]) == (0, 0)
+    assert main(["stats", "--store", store_url, "--tenant", "tenant-a", "--user", "u1", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)  # what the CLI reports for the same owner
+    assert {k: cli[k] for k in ("message_count", "session_count", "record_count")} == \
+        {k: stats[k] for k in ("message_count", "session_count", "record_count")}

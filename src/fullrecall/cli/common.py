@@ -30,18 +30,6 @@ def not_found(own: Any) -> CommandError:
                         f"user {own.user_id or '(default)'!r}, {agent})")
 
 
-def change_logs(store: Any, own: Any) -> tuple[int, int]:
-    """How many entries and sessions of ``own`` are long-term memory's change logs.
-
-    The store keeps them as messages of sessions, but they are its bookkeeping: the commands count their entries
-    among long-term records, never as messages or conversations, as ``forget`` reports them.
-    """
-    from ..stores._forget import is_change_log
-
-    logs = [s for s in store.sessions(own) if is_change_log(s.session)]
-    return sum(store.count(s) for s in logs), len(logs)
-
-
 def add_store(parser: argparse.ArgumentParser, *, session: bool = True, json_flag: bool = True,
               session_help: str = "one conversation (default: all of the owner's)") -> None:
     """``--store --tenant --user --agent [--session] [--json]``."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import CommandError, change_logs, emit, not_found, opened_store, scope
+from ..stores._forget import counted_stats
+from .common import CommandError, emit, not_found, opened_store, scope
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,14 +31,13 @@ def run(args: argparse.Namespace) -> int:
             own = replace(own, agent_id=ANY)
         what = (f"conversation {own.session_id!r} of user {args.user!r}" if own.session_id
                 else f"everything of user {args.user!r}") + (f" with agent {args.agent!r}" if args.agent else "")
-        held = store.stats(own)
+        held = counted_stats(store, own)  # long-term memory's bookkeeping: records, as forget counts them
         if own.session_id and not held["session_count"]:  # as stats, inspect and export say: a typo forgets nothing
             raise not_found(own)
         if not args.yes:
-            logs = change_logs(store, own)[0]  # long-term memory's bookkeeping: records, as forget counts them
             listed = listings(store, own) if own.session_id else 0  # the owners' list records naming it
-            records = held.get("record_count", 0) + logs + listed
-            print(f"Forget {what} in tenant {own.tenant!r}: {held['message_count'] - logs:,} messages, "
+            records = held.get("record_count", 0) + listed
+            print(f"Forget {what} in tenant {own.tenant!r}: {held['message_count']:,} messages, "
                   f"{records:,} long-term records (summaries, facts, patterns, lists, "
                   "bookkeeping)? This cannot be undone. [y/N] ", end="", file=sys.stderr, flush=True)
             answer = sys.stdin.readline().strip().lower()

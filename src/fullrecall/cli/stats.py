@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_store, change_logs, emit, not_found, opened_store, scope
+from ..stores._forget import counted_stats
+from .common import add_store, emit, not_found, opened_store, scope
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,13 +23,9 @@ def run(args: argparse.Namespace) -> int:
         own = scope(args)
         if args.everyone:
             own = replace(own, user_id=ANY, agent_id=ANY)
-        stats = dict(store.stats(own))
-        if own.session_id and not stats.get("session_count"):  # as export and inspect say: a typo is no empty one
+        stats = counted_stats(store, own)  # long-term memory's bookkeeping: records, as forget counts them
+        if own.session_id and not stats["session_count"]:  # as export and inspect say: a typo is no empty one
             raise not_found(own)
-        entries, logs = change_logs(store, own)  # long-term memory's bookkeeping: records, as forget counts them
-        stats["message_count"] -= entries
-        stats["session_count"] -= logs
-        stats["record_count"] += entries
         if not args.everyone:
             stats["listed_conversations"] = len(conversations(store, replace(own, session_id=None)))
         who = "everyone" if args.everyone else f"user {own.user_id or '(default)'!r}, agent {own.agent_id or '(default)'!r}"

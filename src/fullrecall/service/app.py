@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .._json import dumps_text
 from .._json import parse as parse_json
 from ..errors import FullRecallError, InvalidInput, MemoryInputError, MessageFormatError, StoreError
+from ..stores._forget import counted_stats
 from ..stores.base import ANY, Filters, Scope
 from .auth import KeyStore, Principal
 from .config import Settings
@@ -479,7 +480,7 @@ def _routes(app: FastAPI, service: Service) -> None:
             s = Scope(tenant=p.tenant, user_id=ANY, agent_id=ANY)
         else:
             s = scope(p, user_id, agent_id, conversation_id)
-        return {"tenant": p.tenant, "store": service.store.stats(s), "embedding_queue": service.indexer.pending_of(
+        return {"tenant": p.tenant, "store": counted_stats(service.store, s), "embedding_queue": service.indexer.pending_of(
             p.tenant), "searchable_delay": service.indexer.delay_percentiles(p.tenant)}  # its own: no other's activity
 
     @app.post("/v1/export", tags=["admin"], response_class=StreamingResponse,

@@ -28,6 +28,19 @@ def is_change_log(session_id: object) -> bool:
     return isinstance(session_id, str) and session_id.startswith(LOG_PREFIX)
 
 
+def counted_stats(store: Any, scope: Any) -> dict[str, Any]:
+    """``store.stats(scope)`` with long-term memory's change logs counted as ``forget`` counts them: their entries
+    as records, never as messages, and their sessions not as sessions (what the CLI and the service report).
+    """
+    stats = dict(store.stats(scope))
+    logs = [s for s in store.sessions(scope) if is_change_log(s.session)]
+    entries = sum(store.count(s) for s in logs)
+    stats["message_count"] -= entries
+    stats["session_count"] -= len(logs)
+    stats["record_count"] += entries
+    return stats
+
+
 class Remaining(TypedDict):
     """A place that may still hold forgotten data after ``forget`` returned."""
 
