@@ -95,6 +95,24 @@ def test_recall_never_repeats_the_pinned_system_message_the_window_holds(make_ap
     assert 1 in recalled and 0 not in recalled, recalled
 
 
+def test_recall_reaches_what_left_the_window_after_a_message_pinned_in_it(make_api):
+    """A Converse message pinned by its flag stays in the window after those that left it: recall stopped at it,
+    so nothing archived after it (the locker code at position 2) could be recalled."""
+    api = make_api(window_messages=6, manager="summarizing")
+    said = [{"role": "user", "content": [{"text": "hi"}]},
+            {"role": "assistant", "content": [{"text": "hello there, I am Ann"}], "metadata": {"custom": {"pinned": True}}},
+            {"role": "user", "content": [{"text": "my locker code is 4471 at the gym"}]},
+            {"role": "assistant", "content": [{"text": "noted"}]}]
+    filler = [{"role": "user" if i % 2 == 0 else "assistant", "content": [{"text": f"talk about weather number {i}"}]}
+              for i in range(10)]
+    _append(api, "c", said + filler + [{"role": "user", "content": [{"text": "what is my locker code at the gym?"}]}])
+    api.service.indexer.flush()
+    ctx = api.client.get("/v1/conversations/c/context", headers=api.a).json()
+    assert any("I am Ann" in str(m["content"]) for m in ctx["messages"])  # the pinned message is in the window
+    recalled = [m["position"] for m in ctx["recalled"]]
+    assert 2 in recalled and 1 not in recalled, recalled
+
+
 def test_context_with_a_budget_below_the_newest_message_is_refused_naming_the_budget(api):
     """Not an empty context (a model sent nothing of the conversation): an error naming ``max_tokens`` and what the
     newest message needs, as MCP's ``get_context`` answers; that budget gives the newest message."""

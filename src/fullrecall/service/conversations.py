@@ -269,8 +269,9 @@ class Conversations:
         positions = [row.position for row in rows if row is not None and row.position is not None]
         first = positions[0] if positions else None
         newest = positions[-1] if positions else 0
-        # recall reaches what left the window: before its oldest message (a pinned one at 0 aside)
-        before = min((p for p in positions if p > 0), default=newest + 1) if positions else None
+        # recall reaches what left the window: every message before its newest but those it holds (a pinned system
+        # message, or one a Converse pin flag keeps there after others left, sits before messages that left)
+        before = newest + 1 if positions else None
         last_user = next((i for i in range(len(parsed) - 1, -1, -1)
                           if rows[i] is not None and parsed[i].role == "user" and not parsed[i].has_tool_result), None)
         question = query if query is not None else (parsed[last_user].text if last_user is not None else "")
