@@ -40,7 +40,7 @@ def test_a_value_out_of_range_is_refused_from_the_file_and_a_flag(tmp_path, name
 
 
 def test_the_limits_of_each_range_are_taken():
-    settings = Settings.load(env={}, embedding_batch=1, max_body_bytes=1, workers=1, search_threads=1,
+    settings = Settings.load(env={}, manager="sliding", embedding_batch=1, max_body_bytes=1, workers=1, search_threads=1,
                              window_messages=1, window_tokens=1, embedding_backlog=0, keep_alive_seconds=0,
                              key_cache_seconds=0, rate_limit=0, burst=0, failed_auth_limit=0, failed_auth_burst=0)
     assert (settings.embedding_batch, settings.embedding_backlog, settings.key_cache_seconds) == (1, 0, 0.0)
@@ -64,3 +64,18 @@ def test_an_in_memory_store_is_refused_with_more_than_one_worker():
         Settings.load(env={}, store="sqlite:///:memory:", workers=2)
     assert Settings.load(env={}, store="sqlite:///:memory:", workers=1).workers == 1
     assert Settings.load(env={}, store="sqlite:///m.db", workers=2).workers == 2
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"FULLRECALL_WINDOW_MESSAGES": "1"}, "setting 'window_messages': expected at least 2 with the summarizing manager"),
+    ({"FULLRECALL_MANAGER": "summarising"}, "setting 'manager' must be one of ('summarizing', 'sliding')"),
+    ({"FULLRECALL_SUMMARIZER": "gpt"}, "setting 'summarizer' must be one of ('extractive', 'llm')"),
+])
+def test_serve_refuses_a_window_the_manager_cannot_keep_before_serving(tmp_path, env, words):
+    """The summarizing manager keeps a summary beside at least one message: ``window_messages = 1`` passed the range
+    check, ``serve`` said it was serving, and only then exited naming it; so did an unknown manager or summarizer."""
+    done = subprocess.run([sys.executable, "-m", "fullrecall", "serve", "--store", f"sqlite:///{tmp_path / 'm.db'}"],
+                          env={**os.environ, **env}, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+    assert done.returncode == 2 and "serving" not in done.stdout, (done.stdout, done.stderr)
+    assert done.stderr.startswith(f"error: {words}"), done.stderr
+    assert Settings.load(env={"FULLRECALL_WINDOW_MESSAGES": "1", "FULLRECALL_MANAGER": "sliding"}).window_messages == 1

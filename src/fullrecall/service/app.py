@@ -29,7 +29,7 @@ from ..errors import FullRecallError, InvalidInput, MemoryInputError, MessageFor
 from ..stores._forget import counted_stats
 from ..stores.base import ANY, Filters, Scope
 from .auth import KeyStore, Principal
-from .config import Settings
+from .config import MANAGERS, Settings
 from .conversations import Conversations, NotFound
 from .gate import Refused, admit, authenticate, client_address
 from .indexer import Indexer
@@ -39,7 +39,7 @@ from .longterm import router as longterm_router
 from .mcp_endpoint import mount_mcp
 from .metrics import Metrics
 from .tenancy import Forbidden, InvalidName, scope_for
-from .windows import MANAGERS, ManagedWindows
+from .windows import ManagedWindows
 
 log = logging.getLogger("fullrecall.service")
 

@@ -8,6 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+MANAGERS = ("summarizing", "sliding")
+SUMMARIZERS = ("extractive", "llm")
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -62,6 +65,12 @@ class Settings:
             if getattr(settings, rate) > 0 and getattr(settings, burst) < 1:  # no token ever: every request refused
                 raise ValueError(f"setting {burst!r}: expected at least 1 while {rate!r} is on, got "
                                  f"{getattr(settings, burst)} (set {rate!r} to 0 to turn the limit off)")
+        for name, known in (("manager", MANAGERS), ("summarizer", SUMMARIZERS)):
+            if getattr(settings, name) not in known:
+                raise ValueError(f"setting {name!r} must be one of {known}, got {getattr(settings, name)!r}")
+        if settings.manager == "summarizing" and settings.window_messages < 2:
+            raise ValueError(f"setting 'window_messages': expected at least 2 with the summarizing manager (a summary "
+                             f"and the newest message), got {settings.window_messages}")
         if settings.workers > 1 and _in_memory(settings.store):  # each worker would serve an empty store of its own
             raise ValueError(f"setting 'workers': an in-memory store ({settings.store}) is one process's, so "
                              f"{settings.workers} workers would each answer from their own; use a file or a server "

@@ -29,11 +29,10 @@ from ..errors import MessageFormatError
 from ..memory._cache import LockedCache
 from ..messages.formats import detect_shape, parse_messages, shape_of, shape_signals
 from ..stores.base import Scope, Store
+from .config import SUMMARIZERS
 
 log = logging.getLogger("fullrecall.service")
 
-MANAGERS = ("summarizing", "sliding")
-SUMMARIZERS = ("extractive", "llm")
 
 
 class _CountedSummarizer:
