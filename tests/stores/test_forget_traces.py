@@ -54,6 +54,33 @@ def _file_bytes(path: Path) -> bytes:
 # -- SQLite ---------------------------------------------------------------------------------------
 
 
+def test_sqlite_a_deleted_fact_pattern_or_summary_leaves_the_files_at_once(tmp_path: Path, default_embedder) -> None:
+    """A record's delete (a fact, a pattern, the summaries a selective clear takes) left its words in the WAL and the
+    file's old pages while the process ran: only message deletes checkpointed. Now every delete does."""
+    from fullrecall import PersistentMemory, ProceduralMemory, SyncConversationMemory
+
+    path = tmp_path / "m.db"
+    memory = PersistentMemory(user_id="alice", store=f"sqlite:///{path}", embedder=default_embedder)
+    try:
+        fact = memory.remember("My favourite password is factsecret4711")
+        memory.clear(ids=[fact.id])
+        assert b"factsecret4711" not in _file_bytes(path)
+        patterns = ProceduralMemory(memory.store, user_id="alice", embedder=default_embedder)
+        pattern = patterns.store_pattern("deploy the pattsecret4711 service", ["build", "ship"], 0.9, 100.0)
+        assert patterns.delete_pattern(pattern)
+        assert b"pattsecret4711" not in _file_bytes(path)
+        talk = SyncConversationMemory(memory.store, "c1", user_id="alice", embedding_model=default_embedder,
+                                      preserve_recent_messages=2, max_history_turns=3)
+        for i in range(10):
+            talk.add({"role": "user", "content": f"msg {i}: the vault opens with sumsecret4711"} if i % 2 == 0 else
+                     {"role": "assistant", "content": f"answer {i}: the weather"})
+        assert memory.clear(roles=["user"])["summaries"] > 0
+        assert b"sumsecret4711" not in _file_bytes(path)
+        talk.close()
+    finally:
+        memory.close()
+
+
 def test_sqlite_forget_with_a_reader_in_another_process(tmp_path: Path) -> None:
     """forget returns in bounded time while a reader pins the old pages, names the WAL as
     remaining, and the store's next write removes them though the reader's connection stays open."""

@@ -636,12 +636,13 @@ class PersistentMemory:
             by_session.setdefault(m.session_id or "", []).append(m)
         for s, gone in by_session.items():
             scope = replace(self.owner, session_id=s)
-            counts["messages"] += self.store.delete(scope, [m.id for m in gone])
-            # and what repeats their words: a window manager's summaries of them (see forget_summaries), and the
-            # conversation's window, when its summary or a shortened copy holds them
+            # what repeats their words first: a window manager's summaries of them (see forget_summaries), and the
+            # conversation's window, when its summary or a shortened copy holds them; then the messages, whose
+            # delete scrubs the store's files of all of it (SQLite: the WAL's old pages)
             positions = {m.position for m in gone if m.position is not None}
             counts["summaries"] += forget_summaries(self.store, scope, positions)
             forget_window_words(self.store, scope, gone)
+            counts["messages"] += self.store.delete(scope, [m.id for m in gone])
             if not self.store.count(scope):
                 self._mark_emptied(s)
         if ids is not None and roles is None and since is None and until is None and session_id is None:

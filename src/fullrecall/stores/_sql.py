@@ -401,4 +401,9 @@ class SqlStore(StoreBase):
                 f"DELETE FROM {self.sql.t('records')} AS r WHERE {where} AND namespace = {ph} AND id = {ph}{version}",
                 [*params, namespace, record_id, *([] if expected is None else [expected])],
             ).rowcount
+        if n > 0:
+            self._after_record_delete()
         return bool(n > 0)
+
+    def _after_record_delete(self) -> None:
+        """Once a record's deletion is committed: what the backend does so that its words leave the files too."""

@@ -646,6 +646,14 @@ class SQLiteStore(SqlStore):
             self._drop_kept(sids)
             self._checkpoint(tries=1, wait_ms=0)
 
+    def _after_record_delete(self) -> None:
+        """The file scrubbed, as after a message's deletion: the WAL and the file's old page images still held the
+        deleted fact's, pattern's or summary's words until some later checkpoint (a reader in the way: later
+        writes retry).
+        """
+        with self._lock:
+            self._checkpoint(tries=1, wait_ms=0)
+
     def _drop_kept(self, sids: Iterable[int]) -> None:
         """Forget the kept blocks of any of these sessions (under ``_lock``)."""
         gone = set(sids)
