@@ -401,13 +401,16 @@ def test_a_new_memory_embeds_what_a_process_that_died_left_without_vectors(store
         assert memory(store, embedder, user_id="ann", agent_id="a", session_id="s2", warm=False).catch_up() == 0
         monkeypatch.setattr(P, "IN_FLIGHT_S", 0.0)  # as a while later
         warmed = memory(store, embedder, user_id="ann", agent_id="a", session_id="s2")  # catches up in the back
-        for _ in range(500):
-            if store.stats(scope)["vector_count"] == 2:
+        def learned() -> list:  # the catch-up writes the vectors, then the facts they state
+            return [f for f in warmed.facts.current() if f.attribute == "passport number"]
+
+        for _ in range(1000):
+            if store.stats(scope)["vector_count"] == 2 and learned():
                 break
             time.sleep(0.02)
         assert store.stats(scope)["vector_count"] == store.stats(scope)["message_count"] == 2
         assert "X9-771" in run(warmed.retrieve("travel document identifier"))
-        [fact] = [f for f in warmed.facts.current() if f.attribute == "passport number"]  # learned by the catch-up
+        [fact] = learned()  # learned by the catch-up
         [source] = fact.sources
         assert (fact.value, source["session_id"]) == ("X9-771", "s1")
         assert [m.text for m in warmed.expand(fact.id)][0].endswith("My passport number is X9-771.")
