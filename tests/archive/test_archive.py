@@ -374,9 +374,31 @@ def test_two_conversations_archiving_under_one_session_id_at_once_one_is_refused
     for t in threads:
         t.join(60)
     refused = [i for i, o in enumerate(outcomes) if isinstance(o, ArchiveError)]
-    assert len(refused) == 1 and "written at the same moment" in str(outcomes[refused[0]])
+    assert len(refused) == 1 and "written meanwhile by another conversation" in str(outcomes[refused[0]])
     kept = [m.data["content"][0]["text"] for m in store.range(scope, 0, 10)]
     assert kept == said[1 - refused[0]]
+    store.close()
+
+
+def test_a_second_conversation_writing_past_its_first_write_is_refused_where_the_other_wrote(store_url):
+    """Two conversations under one session id, both past their first writes (a second worker resumed the first's
+    saved window and went on with its own messages): the first one's next write reached past what it wrote, so
+    nothing was read, and the store took its ``m4``, ``m5`` for a rerun of the second's. Its manager counted them
+    archived: they were nowhere, and its vectors went to the other's messages. Now the store names the ids it
+    held, and only then is the write read back: an ArchiveError, its messages kept in the window.
+    """
+    store = open_store(store_url)
+    scope = Scope(session_id="shared")
+    first, second = Archive(store, scope), Archive(store, scope)
+    first.write(_removed(["A said 0", "A said 1"], 0))
+    second.write(_removed(["B said 2", "B said 3"], 2))  # its first write: read first, the places free
+    second.write(_removed(["B said 4", "B said 5"], 4))
+    with pytest.raises(ArchiveError, match=r"holds other messages at positions \[4, 5\], written meanwhile"):
+        first.write(_removed(["A said 4", "A said 5"], 4))
+    assert [m.data["content"][0]["text"] for m in store.range(scope, 0, 10)] == [
+        "A said 0", "A said 1", "B said 2", "B said 3", "B said 4", "B said 5"]
+    second.write(_removed(["B said 4", "B said 5"], 4))  # its own rerun: the same messages, nothing read refuses it
+    assert first.recall("B said 5").ranges  # nothing of the refused write's vectors replaced the store's
     store.close()
 
 

@@ -108,6 +108,16 @@ class StoreConformance(CoreConformance, InputConformance, PlacesConformance):
         store.append(scope, [changed])
         assert store.get(scope, ["m1"])[0].text == "message number 1"  # first write wins
 
+    def test_append_names_the_ids_the_session_held(self, store: Store, scope: Scope) -> None:
+        """A caller tells its rerun from another writer's message under the same id by ``held`` (nothing written)."""
+        first = store.append(scope, [msg(0), msg(1)])
+        assert first == [0, 1] and first.held == frozenset()
+        again = store.append(scope, [msg(1), msg(2), msg(2), msg(0, position=0)])
+        assert again == [1, 2, 2, 0] and again.held == {"m0", "m1"}  # m2 twice in the call: new, not held
+        assert store.append(scope, [msg(3)]).held == frozenset() and store.append(scope, []).held == frozenset()
+        swapped = store.replace(scope, ["m1"], [msg(1, "said again"), msg(2)])
+        assert swapped.held == {"m2"}  # m1 was deleted in the same write: new again
+
     def test_explicit_positions(self, store: Store, scope: Scope) -> None:
         assert store.append(scope, [msg(0, position=10)]) == [10]
         assert store.append(scope, [msg(1)]) == [11]  # continues after the highest

@@ -194,7 +194,7 @@ class Archive:
                        for m in event.messages]
             placed = self._check_places(records)
             positions = self.store.append(self.scope, records)  # raises: the manager keeps the messages
-            self._check_written(placed)
+            self._check_written(placed or self._found_held(records, positions))
             records = self._keep_reused_ids(records, positions)
         if not (self.logged and event.reason == "truncated"):  # a shortened original is still in the window
             self._note_archived([m.position for m in records if m.position is not None])
@@ -247,23 +247,33 @@ class Archive:
         return placed
 
     def _check_written(self, placed: dict[int, StoredMessage]) -> None:
-        """After a write whose places were read first: that they hold this archive's messages. Another archive
-        beginning the same session at the same moment (two agents under one session id) may have stored its own
-        there first, both having read the places free, and the store took this write of the ids it holds for a
-        rerun: an ArchiveError then, as the check before the write gives one (the manager keeps the messages in the
-        window), never messages counted archived and not kept. A write past what this archive wrote reads nothing
-        (its two round trips): the first write of two such archives meets the other's places.
+        """After a write whose places were read first, or whose places the store found held: that they hold this
+        archive's messages. Another archive writing the same session (two agents under one session id) may have
+        stored its own there first: at the same moment, both having read the places free, or since this one last
+        wrote (a write past what it wrote reads nothing first). The store took this write of the ids it holds for
+        a rerun: an ArchiveError then, as the check before the write gives one (the manager keeps the messages in
+        the window), never messages counted archived and not kept, nor this archive's vectors written for the
+        other's messages.
         """
         if not placed:
             return
         taken = self._taken(placed)
         if taken:
             raise ArchiveError(
-                f"conversation {self.scope.session_id!r} holds other messages at positions {taken}, written at the "
-                "same moment by another conversation under this session id: give each conversation its own "
-                "session id (these messages stay in the window)")
+                f"conversation {self.scope.session_id!r} holds other messages at positions {taken}, written meanwhile "
+                "by another conversation under this session id: give each conversation its own session id (these "
+                "messages stay in the window)")
         high = self._wrote_up_to()
         self._high = (self.scope, max(placed) if high is None else max(high, max(placed)))
+
+    @staticmethod
+    def _found_held(records: list[StoredMessage], positions: list[int]) -> dict[int, StoredMessage]:
+        """The records stored under their place whose id the store already held (``Appended.held``): a rerun of this
+        archive's write, or another conversation's message there, which only a read tells apart. None on the usual
+        write, so it reads nothing more.
+        """
+        held: frozenset[str] = getattr(positions, "held", frozenset())  # a store of the user's may return a list
+        return {r.position: r for r in records if r.id in held and r.position is not None and r.id == f"m{r.position}"}
 
     def _wrote_up_to(self) -> int | None:
         """The furthest place this archive wrote at in its scope (None: none yet, or the scope changed since)."""

@@ -12,9 +12,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .._secrets import shown_url
-from .base import ANY, Filters, Hit, KeptHits, Record, Scope, Store, StoredMessage
+from .base import ANY, Appended, Filters, Hit, KeptHits, Record, Scope, Store, StoredMessage
 
-__all__ = ["ANY", "Store", "Scope", "StoredMessage", "Hit", "KeptHits", "Filters", "Record", "open_store", "BACKENDS"]
+__all__ = ["ANY", "Store", "Scope", "StoredMessage", "Appended", "Hit", "KeptHits", "Filters", "Record", "open_store", "BACKENDS"]
 
 # URL scheme -> (module, class, pip extra that provides its driver)
 BACKENDS: dict[str, tuple[str, str, str | None]] = {

@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from ..errors import InvalidInput, StateConflict
 from . import _validate as V
 from ._bm25 import words as _words
-from .base import ANY, Filters, Record, Scope, Store, StoredMessage
+from .base import ANY, Appended, Filters, Record, Scope, Store, StoredMessage
 
 # -- scopes ------------------------------------------------------------------
 
@@ -138,13 +138,14 @@ def _dumps(value: Any) -> str:
 
 def assign_positions(
     messages: Sequence[StoredMessage], known: dict[str, int], next_position: int
-) -> tuple[list[int], list[tuple[StoredMessage, int]], int]:
+) -> tuple[Appended, list[tuple[StoredMessage, int]], int]:
     """Positions for an append, given the ids the session already holds (id -> position).
 
-    Returns (position of each input message, the new messages with their positions, next free
-    position). An id seen before, in the session or earlier in the batch, keeps its position. A new
+    Returns (position of each input message with the ids the session held, the new messages with their positions,
+    next free position). An id seen before, in the session or earlier in the batch, keeps its position. A new
     message without a position when none is left past the last one taken is refused (:func:`no_position_left`).
     """
+    held = [m.id for m in messages if m.id in known]
     known = dict(known)
     positions: list[int] = []
     new: list[tuple[StoredMessage, int]] = []
@@ -157,7 +158,7 @@ def assign_positions(
             known[m.id] = pos
             new.append((m, pos))
         positions.append(known[m.id])
-    return positions, new, next_position
+    return Appended(positions, held), new, next_position
 
 
 def no_position_left(messages: Sequence[StoredMessage], index: int) -> V.InvalidInput:

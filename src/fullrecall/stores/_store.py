@@ -21,7 +21,7 @@ from ..errors import InvalidInput, StateConflict
 from . import _common as C
 from . import _validate as V
 from . import _vectors as Vec
-from .base import ANY, Filters, Hit, Record, Scope, StoredMessage
+from .base import ANY, Appended, Filters, Hit, Record, Scope, StoredMessage
 
 
 class StoreBase:
@@ -38,13 +38,13 @@ class StoreBase:
 
     # -- hooks, called with checked input ---------------------------------------------------
 
-    def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
-        """Write a non-empty batch of valid messages to the session of ``scope``; their positions."""
+    def _append(self, scope: Scope, messages: list[StoredMessage]) -> Appended:
+        """Write a non-empty batch of valid messages to the session of ``scope``; their positions and the ids held."""
         raise NotImplementedError
 
-    def _replace(self, scope: Scope, ids: list[str], messages: list[StoredMessage]) -> list[int]:
+    def _replace(self, scope: Scope, ids: list[str], messages: list[StoredMessage]) -> Appended:
         """Delete the session's messages ``ids`` and append the valid ``messages`` in one atomic write; their
-        positions.
+        positions and the ids held.
         """
         raise NotImplementedError
 
@@ -89,14 +89,14 @@ class StoreBase:
 
     # -- the public methods that check input, then call a hook ---------------------------------
 
-    def append(self, scope: Scope, messages: Sequence[StoredMessage]) -> list[int]:
+    def append(self, scope: Scope, messages: Sequence[StoredMessage]) -> Appended:
         """Write messages durably; return their positions (in input order). Nothing is written if one is bad."""
         scope.require_session()
         batch = list(messages)
         C.check_messages(batch)
-        return self._append(scope, batch) if batch else []
+        return self._append(scope, batch) if batch else Appended()
 
-    def replace(self, scope: Scope, ids: Iterable[str], messages: Sequence[StoredMessage]) -> list[int]:
+    def replace(self, scope: Scope, ids: Iterable[str], messages: Sequence[StoredMessage]) -> Appended:
         """Delete messages ``ids`` and append ``messages``, atomically (see :class:`Store`). Nothing is written if
         one is bad.
         """
@@ -105,7 +105,7 @@ class StoreBase:
         batch = list(messages)
         C.check_messages(batch)
         if not doomed:
-            return self._append(scope, batch) if batch else []
+            return self._append(scope, batch) if batch else Appended()
         return self._replace(scope, doomed, batch)
 
     def set_vectors(self, scope: Scope, ids: Sequence[str], vectors: np.ndarray, model: str) -> None:

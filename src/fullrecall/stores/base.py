@@ -11,7 +11,9 @@ owner's sessions, so a search can cover all sessions of one user.
 Contract shared by every backend (checked by ``tests/stores/conformance.py``):
 
 * ``append`` is atomic and idempotent on ``StoredMessage.id``: appending the
-  same id again changes nothing and returns its existing position.
+  same id again changes nothing and returns its existing position. What it
+  returns (:class:`Appended`) also names, in ``held``, the ids the session held
+  before the call, so a caller can tell its rerun from another writer's message.
   Messages whose ``position`` is ``None`` get the next free positions of their
   session, assigned atomically (two processes appending at once never collide).
 * ``replace`` deletes messages and appends others (which may take the positions the deleted held) as one
@@ -218,6 +220,19 @@ class Hit(NamedTuple):
     position: int | None = None
 
 
+class Appended(list[int]):
+    """What ``append`` and ``replace`` return: each message's position, in input order, and ``held``, the ids the
+    session already held (nothing was written for them: a rerun of the same message, or another writer's under
+    that id; an id repeated within the call is not held unless the session held it before).
+    """
+
+    __slots__ = ("held",)
+
+    def __init__(self, positions: Iterable[int] = (), held: Iterable[str] = ()) -> None:
+        super().__init__(positions)
+        self.held = frozenset(held)
+
+
 class KeptHits(list[Hit]):
     """A search's hits, from a store that has their messages at hand (kept in process for a small scope on SQLite
     and PostgreSQL, or read in the search's own round trip on PostgreSQL): a caller that needs a hit's message
@@ -239,8 +254,8 @@ class Store(Protocol):
     url: str
 
     # -- archived messages -------------------------------------------------
-    def append(self, scope: Scope, messages: Sequence[StoredMessage]) -> list[int]:
-        """Write messages durably; return their positions (in input order)."""
+    def append(self, scope: Scope, messages: Sequence[StoredMessage]) -> Appended:
+        """Write messages durably; return their positions (in input order) and the ids already held."""
         ...
 
     def get(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
@@ -269,10 +284,10 @@ class Store(Protocol):
         """Delete messages (and their vectors) by id; return how many went."""
         ...
 
-    def replace(self, scope: Scope, ids: Iterable[str], messages: Sequence[StoredMessage]) -> list[int]:
+    def replace(self, scope: Scope, ids: Iterable[str], messages: Sequence[StoredMessage]) -> Appended:
         """Delete the session's messages ``ids`` (and their vectors) and append ``messages`` as ``append`` does
         (one may take a position a deleted message held), as one atomic write: a crash, or a refused message,
-        leaves all of it or none of it. The messages' positions, in input order.
+        leaves all of it or none of it. The messages' positions, in input order, as ``append`` returns them.
         """
         ...
 

@@ -95,7 +95,7 @@ from . import _tsvector as T
 from . import _validate as V
 from . import _vectors as Vec
 from ._sql import Dialect, SqlStore, records_table
-from .base import Filters, Hit, KeptHits, Scope, StoredMessage
+from .base import Appended, Filters, Hit, KeptHits, Scope, StoredMessage
 
 Conn = psycopg.Connection[dict[str, Any]]
 """A connection of ours: rows come as dicts (``row_factory=dict_row``)."""
@@ -596,17 +596,17 @@ class PostgresStore(SqlStore):
 
     # -- archived messages ---------------------------------------------------------
 
-    def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
+    def _append(self, scope: Scope, messages: list[StoredMessage]) -> Appended:
         if len({m.id for m in messages}) == len(messages) and all(m.position is None for m in messages):
             start = self._append_new(scope, messages)
-            if start is not None:
-                return list(range(start, start + len(messages)))
+            if start is not None:  # none of the ids was held
+                return Appended(range(start, start + len(messages)))
         return self._append_any(scope, messages)
 
-    def _replace(self, scope: Scope, ids: list[str], messages: list[StoredMessage]) -> list[int]:
+    def _replace(self, scope: Scope, ids: list[str], messages: list[StoredMessage]) -> Appended:
         with self.batch():  # one transaction: the deletion and the append commit together or not at all
             self.delete(scope, ids)
-            return self._append_any(scope, messages) if messages else []
+            return self._append_any(scope, messages) if messages else Appended()
 
     def _append_new(self, scope: Scope, messages: list[StoredMessage]) -> int | None:
         """The usual append (ids new to the session, positions from its counter) in one statement, in autocommit:
@@ -649,7 +649,7 @@ class PostgresStore(SqlStore):
                 return None
         return None if row is None else int(row["start"])
 
-    def _append_any(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
+    def _append_any(self, scope: Scope, messages: list[StoredMessage]) -> Appended:
         """Any append: ids the session holds keep their positions, explicit positions are taken as given."""
         s = self.schema
         with self._tx() as conn:  # 3 round trips: lock the session, look up ids, insert

@@ -68,7 +68,7 @@ from . import _forget as F
 from . import _validate as V
 from . import _vectors as Vec
 from ._store import StoreBase
-from .base import DEFAULT_TENANT, Filters, Hit, Record, Scope, StoredMessage
+from .base import DEFAULT_TENANT, Appended, Filters, Hit, Record, Scope, StoredMessage
 
 DEFAULT_TTL_SECONDS = 210 * 24 * 3600
 _OWN_OPTIONS = ("prefix", "ttl_seconds", "ttl_days", "cache_sessions")  # the others (socket_timeout, ...) are redis-py's
@@ -335,23 +335,24 @@ class RedisStore(StoreBase):
 
     # -- archived messages ------------------------------------------------------------
 
-    def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
+    def _append(self, scope: Scope, messages: list[StoredMessage]) -> Appended:
         return self._replace(scope, [], messages)
 
-    def _replace(self, scope: Scope, ids: list[str], messages: list[StoredMessage]) -> list[int]:
+    def _replace(self, scope: Scope, ids: list[str], messages: list[StoredMessage]) -> Appended:
         args: list[Any] = [len(ids), *ids, len(messages)]  # one script: the deletion and the append, atomically
         for m in messages:
             row = C.message_row(m)
             args += [m.id, "" if m.position is None else m.position, json.dumps(row, ensure_ascii=False),
                      int(m.kind == "summary"), row["nbytes"], row["ibytes"]]
         try:
-            return [int(p) for p in self._run("append", scope, args)]
+            positions, held = self._run("append", scope, args)
         except _ScriptError as exc:
             if exc.kind == "past":  # the script's message number counts from 1
                 raise C.no_position_left(messages, int(exc.detail) - 1) from None
             if exc.kind != "position":
                 raise
             raise C.position_taken(scope) from None
+        return Appended([int(p) for p in positions], [messages[int(i) - 1].id for i in held])
 
     def _read_messages(self, session: _Session, ids: list[str]) -> list[StoredMessage]:
         pipe = self._r.pipeline(transaction=False)

@@ -71,7 +71,7 @@ from . import _scope_blocks as SB
 from . import _validate as V
 from . import _vectors as Vec
 from ._sql import Dialect, SqlStore, records_table
-from .base import ANY, Filters, Hit, KeptHits, Scope, StoredMessage
+from .base import ANY, Appended, Filters, Hit, KeptHits, Scope, StoredMessage
 
 SCHEMA_VERSION = 4
 
@@ -527,19 +527,19 @@ class SQLiteStore(SqlStore):
 
     # -- archived messages -------------------------------------------------------
 
-    def _append(self, scope: Scope, messages: list[StoredMessage]) -> list[int]:
+    def _append(self, scope: Scope, messages: list[StoredMessage]) -> Appended:
         with self._write() as conn:
             return self._insert(conn, scope, messages)
 
-    def _replace(self, scope: Scope, ids: list[str], messages: list[StoredMessage]) -> list[int]:
+    def _replace(self, scope: Scope, ids: list[str], messages: list[StoredMessage]) -> Appended:
         with self._write() as conn:  # one transaction: the deletion and the append land together or not at all
             deleted, sids = self._remove(conn, scope, ids)
-            positions = self._insert(conn, scope, messages) if messages else []
+            positions = self._insert(conn, scope, messages) if messages else Appended()
         if deleted:
             self._after_delete(sids)
         return positions
 
-    def _insert(self, conn: sqlite3.Connection, scope: Scope, messages: list[StoredMessage]) -> list[int]:
+    def _insert(self, conn: sqlite3.Connection, scope: Scope, messages: list[StoredMessage]) -> Appended:
         """Append ``messages`` to the session of ``scope`` in the write transaction ``conn``; their positions."""
         sess = self._session_row(conn, scope)
         sid, next_pos = sess["sid"], sess["next_position"]

@@ -1,19 +1,23 @@
 -- Append a batch of messages (idempotent by id), after deleting others, in one atomic step. ARGV: 8 how many
 -- ids to delete first, then those ids; then the count of messages, then per message: id, position ('' = next),
 -- body (a JSON object; the script puts the message's serial first in it), is-summary, text bytes, index bytes.
--- Returns each message's position, in input order. Everything is checked before anything is written (a
--- script's writes are not undone by its error).
+-- Returns each message's position, in input order, then the numbers (from 1) of the messages whose id the session
+-- held before. Everything is checked before anything is written (a script's writes are not undone by its error).
 local d = tonumber(ARGV[8])
 local doomed = {}
 for i = 9, 8 + d do doomed[ARGV[i]] = true end
 local nxt = tonumber(redis.call('HGET', KEYS[1], 'next') or 0)
 local n = tonumber(ARGV[9 + d])
-local out, seen, taken, new = {}, {}, {}, {}
+local out, seen, taken, new, held = {}, {}, {}, {}, {}
 local summaries, text_bytes, index_bytes = 0, 0, 0
 for i = 1, n do
   local at = 9 + d + 6 * (i - 1)
   local id, pos, body = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
-  local p = seen[id] or (not doomed[id] and redis.call('ZSCORE', KEYS[3], id))
+  local p = seen[id]
+  if not p and not doomed[id] then
+    p = redis.call('ZSCORE', KEYS[3], id)
+    if p then held[#held + 1] = i end
+  end
   if p then
     out[i] = tonumber(p)
   else
@@ -51,4 +55,4 @@ if #new > 0 then
   count(summaries, text_bytes, index_bytes)
 end
 refresh()
-return out
+return {out, held}
