@@ -113,6 +113,84 @@ def test_delete_removes_for_good_and_bad_index_changes_nothing(store_url):
         run(memory.get_messages()))
 
 
+SECRET = "ZEBRACODE4711"
+
+
+def secret_turn(own: str = "s") -> list[dict]:
+    return [{"id": "a", "role": "user", "content": "hello there, first message about apples"},
+            {"id": own, "role": "user", "content": f"my bank pin is {SECRET} please keep it"},
+            {"id": "d", "role": "assistant", "content": "ok noted"}]
+
+
+def sync(url: str) -> SyncConversationMemory:
+    return SyncConversationMemory(url, uuid.uuid4().hex, user_id="ann", embedding_model=HashEmbedder(),
+                                  preserve_recent_messages=50)
+
+
+def where_secret(memory: SyncConversationMemory, own: str = "s") -> list[str]:
+    """Every place the conversation still shows the secret: the window, recall, or a stored row (by its id)."""
+    places = ["window"] if SECRET in str(memory.messages) else []
+    places += ["recall"] if any(SECRET in m.text for m in memory.recall(f"bank pin {SECRET}").messages) else []
+    rows = memory.store.range(memory.scope, 0, 10**9) + memory.store.get(memory.scope, [own])
+    return places + [row.id for row in rows if SECRET in str(row.data)]
+
+
+def secret_index(memory: SyncConversationMemory) -> int:
+    return next(i for i, m in enumerate(memory.messages) if SECRET in str(m.get("content")))
+
+
+@pytest.mark.parametrize(("rebuilds", "own"), [(1, "s"), (2, "s"), (1, "s" * 256)])
+def test_deleting_a_message_the_window_added_again_deletes_it_everywhere(store_url, rebuilds, own):
+    """A rebuild (any delete, truncate_to_size, leave, load_state_dict) archives the window and adds the kept
+    messages again under derived keys ('s@<hex>', the id hashed when too long); deleting such a copy deleted only
+    it, and the archived original (id 's', the same words) stayed stored and recalled. Rebuilt twice, a message
+    is three rows."""
+    memory = sync(store_url)
+    memory.add([{"id": "b", "role": "user", "content": "about pears"}] * (rebuilds - 1) + secret_turn(own))
+    for _ in range(rebuilds):
+        memory.delete(0)
+    found = where_secret(memory, own)  # the premise: shown, recalled, stored once and once a rebuild (read by id)
+    assert found[:2] == ["window", "recall"] and len(found) == 4 + rebuilds
+    memory.delete(secret_index(memory))
+    assert where_secret(memory, own) == []
+    assert [m["id"] for m in memory.messages] == ["d"]
+    memory.close()
+
+
+def test_deleting_a_message_keeps_others_sharing_its_id_or_an_id_like_its_keys(store_url):
+    """Only the same message goes: another message under the same id (stored as 's@<start>', other words) or
+    under an id of its own that looks like a derived key ('s@x') stays, and so does an allowed duplicate in the
+    window (a delete of one index deletes that one)."""
+    memory = make(store_url, uuid.uuid4().hex, preserve_recent_messages=50)
+    secret, *_ = [m for m in secret_turn() if m["id"] == "s"]
+    lemons = {"id": "s", "role": "user", "content": "another message under the same id, about lemons"}
+    mine = {"id": "s@x", "role": "user", "content": "a message of my own id about plums"}
+    run(memory.add([secret, mine]))
+    run(memory.clear())
+    run(memory.add([secret, lemons, secret], allow_duplicates=True))
+    assert run(memory.get_messages()) == [secret, lemons, secret]  # the premise: each back, as a copy
+    run(memory.delete(2))
+    assert run(memory.get_messages()) == [secret, lemons]  # the duplicate still in the window stays
+    run(memory.delete(0))
+    assert run(memory.get_messages()) == [lemons]
+    assert where_secret(memory.sync) == []
+    assert mine["content"] in [m["content"] for m in run(memory.retrieve("plums"))]
+
+
+def test_a_message_massgen_added_back_and_deleted_is_gone_everywhere(store_url):
+    """MassGen's compressor, clear() then add(kept): a kept message comes back as 's@<start>'; deleting it then
+    left the archived original recallable."""
+    memory = make(store_url, uuid.uuid4().hex, preserve_recent_messages=50)
+    _, secret, done = secret_turn()
+    run(memory.add([secret, done]))
+    run(memory.clear())
+    run(memory.add([secret, done]))
+    run(memory.delete(0))
+    assert run(memory.get_messages()) == [done]
+    assert where_secret(memory.sync) == []
+    assert not [m for m in run(memory.retrieve(f"bank pin {SECRET}")) if SECRET in m["content"]]
+
+
 def test_truncate_keeps_the_newest_and_the_rest_stays_recallable(store_url):
     memory = make(store_url, uuid.uuid4().hex)
     run(memory.add([{"role": "user", "content": "my locker code is 4417"}, {"role": "assistant", "content": "ok"},

@@ -1058,6 +1058,35 @@ def test_a_cleared_message_leaves_no_summary_or_window_repeating_its_words(store
     store.close()
 
 
+@pytest.mark.parametrize("named", ["own id", "copy's id"])
+def test_clearing_a_message_by_id_deletes_the_copies_its_window_made(store_url, default_embedder, named):
+    """A conversation's window rebuild (a delete there) adds its kept messages again under derived keys
+    ('s@<hex>'); clearing the message by id deleted only the row of exactly that id: the copy stayed in the
+    window and in search (and clearing the copy's id, as a search hit names it, left the original)."""
+    from fullrecall import SyncConversationMemory
+
+    secret = "ZEBRACODE4711"
+    store = open_store(store_url)
+    opts = {"user_id": "u", "agent_id": "a", "embedding_model": default_embedder, "preserve_recent_messages": 50}
+    window = SyncConversationMemory(store, "c1", **opts)
+    window.add([{"id": "a", "role": "user", "content": "hello there, first message about apples"},
+                {"id": "s", "role": "user", "content": f"my bank pin is {secret} please keep it"},
+                {"id": "d", "role": "assistant", "content": "ok noted"}])
+    window.delete(0)
+    copy = window.window_rows()[0]
+    assert copy is not None and copy.id.startswith("s@")  # the premise: the window holds a copy of 's'
+    mem = memory(store, default_embedder, user_id="u", agent_id="a", session_id="other")
+    counts = mem.clear(ids=["s" if named == "own id" else copy.id])
+    assert counts["messages"] == 2
+    rows = store.range(window.scope, 0, 10**9) + store.get(window.scope, ["s", copy.id])
+    shown = [json.dumps(SyncConversationMemory(store, "c1", **opts).messages), json.dumps([r.data for r in rows]),
+             json.dumps([h.text for h in mem.search(f"bank pin {secret}", limit=10)])]
+    assert not [text for text in shown if secret in text]
+    assert [m["content"] for m in window.messages] == ["ok noted"]  # nothing else went
+    window.close()
+    store.close()
+
+
 @pytest.mark.parametrize("how", ["roles", "ids"])
 def test_clearing_the_pinned_system_message_keeps_the_window_and_its_summaries(store_url, default_embedder, how):
     """Clearing a conversation's system message (position 0, pinned in its window) moved the window's start one

@@ -69,6 +69,32 @@ class CoreConformance:
         assert {m.user_id for m in got[:12]} == {f"amy{tag}"}
         assert [m.key for m in store.get_keys(everyone, [m.key for m in reversed(got) if m.key])] == [m.key for m in got]
 
+    def test_get_copies_reads_the_messages_stored_under_keys_derived_from_ids(self, store: Store, scope: Scope) -> None:
+        """``get_copies(scope, ids)``: the messages whose id is ``X@...`` for one of ``ids`` (a message a memory
+        stored again), in conversation order; never ``X`` itself, nor an id that only looks alike to a pattern
+        (glob and LIKE characters are plain characters of an id), nor one that ``X`` is a prefix of ('a' vs
+        'ab@x'). The same on every backend, across the owner's sessions as ``get`` reads."""
+        stored = ["a", "a@1", "a@x@y", "ab@x", "b@a@1", "a*@1", "ab*@1", "a?@1", "ax@1", "[a]@1", "a%@1", "abc%@1",
+                  "a_@1", "a\\@1", "a\\", "z"]
+        store.append(scope, [StoredMessage(id=i, role="user", text=f"text {n}", data={"n": n})
+                             for n, i in enumerate(stored)])
+        for names in (["a"], ["a*"], ["a?"], ["[a]"], ["a%"], ["a_"], ["a\\"], ["a@x"], ["ab", "a*"], ["z"],
+                      ["nope"], []):
+            expected = [i for i in stored if any(i.startswith(f"{n}@") for n in names)]
+            got = store.get_copies(scope, names)
+            assert [m.id for m in got] == expected, names
+            assert all(m.data == {"n": stored.index(m.id)} and m.session_id == scope.session_id for m in got)
+        other = Scope(tenant=scope.tenant, user_id=scope.user_id, agent_id=scope.agent_id, session_id="zz-other")
+        store.append(other, [note("x", "another conversation")])
+        store.append(other, [StoredMessage(id="a@2", role="user", text="copy", data={"n": 99})])
+        owner = Scope(tenant=scope.tenant, user_id=scope.user_id, agent_id=scope.agent_id)
+        assert [(m.session_id, m.id) for m in store.get_copies(owner, ["a"])] == \
+            [(scope.session_id, "a@1"), (scope.session_id, "a@x@y"), ("zz-other", "a@2")]
+        assert [m.id for m in store.get_copies(scope, ["a"])] == ["a@1", "a@x@y"]  # one session: its own
+        for bad in ("a", ["a\x00"]):  # one string, an id no message can have: refused as get refuses them
+            with pytest.raises(InvalidInput):
+                store.get_copies(scope, bad)  # type: ignore[arg-type]
+
     def test_sessions_lists_the_conversations_that_hold_messages(self, store: Store) -> None:
         """An owner's sessions (or, with ANY, every owner's), as exact scopes in ``get``'s order; a session with
         state only, one whose messages were all deleted, a forgotten one and another tenant's are not listed."""

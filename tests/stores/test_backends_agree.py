@@ -1,6 +1,6 @@
 """SQLite, PostgreSQL and Redis driven through the same random operations: the same answers, errors included.
 
-A hypothesis state machine runs each public call (``append`` of odd text and metadata, ``get``, ``range``, ``count``,
+A hypothesis state machine runs each public call (``append`` of odd text and metadata, ``get``, ``get_copies``, ``range``, ``count``,
 ``sessions``, ``search_text`` across scopes, ``delete``, ``forget`` by session, owner or tenant, ``put_state`` /
 ``get_versioned_state``, records) on the three backends, and compares what they give back: the messages in their
 order (every field but the store-global ``key``), the hits' ids, owners and positions, the counts ``forget``
@@ -37,7 +37,7 @@ json_values = st.recursive(
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(texts, inner, max_size=3)),
     max_leaves=5,
 )
-IDS = st.one_of(st.sampled_from(["m0", "m1", "m2", "m3", "ü", "\u202em", "e\u0301"]),
+IDS = st.one_of(st.sampled_from(["m0", "m1", "m2", "m3", "ü", "\u202em", "e\u0301", "m0@1", "ü@x@y", "m0@"]),
                 st.sampled_from(["", "m\x00", "\ud800", "é" * 129]))  # the second line: refused ids
 USERS = st.sampled_from(["u1", "", "ü\u202e"])
 AGENTS = st.sampled_from(["", "a1"])
@@ -120,6 +120,11 @@ class BackendsAgree(RuleBasedStateMachine):
           session=st.one_of(SESSIONS, st.none()), ids=st.lists(IDS, max_size=4))
     def get(self, user: Any, agent: Any, session: str | None, ids: list[str]) -> None:
         self.same(lambda s: s.get(self.scope(user, agent, session), ids))
+
+    @rule(user=st.one_of(USERS, st.just(ANY)), agent=st.one_of(AGENTS, st.just(ANY)),
+          session=st.one_of(SESSIONS, st.none()), ids=st.lists(IDS, max_size=4))
+    def get_copies(self, user: Any, agent: Any, session: str | None, ids: list[str]) -> None:
+        self.same(lambda s: s.get_copies(self.scope(user, agent, session), ids))
 
     @rule(user=USERS, agent=AGENTS, session=SESSIONS, start=st.integers(-1, 8), end=st.integers(-1, 8))
     def range(self, user: str, agent: str, session: str, start: int, end: int) -> None:

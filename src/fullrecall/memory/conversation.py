@@ -33,12 +33,12 @@ import hashlib
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from .._fork import renew_in_child
-from ..archive.archive import END, message_record
+from ..archive.archive import END, forget_summaries, message_record
 from ..errors import ArchiveError, InvalidInput, MessageFormatError, MessageTypeError
 from ..messages.formats import parse_messages
 from ..stores import _validate as V
@@ -250,7 +250,9 @@ class SyncConversationMemory:
 
         A bad index raises ``IndexError`` and nothing changes. The rest of the window stays, in
         order: it is cleared into the archive and what remains is added back (see :meth:`_rebuild`).
-        Deleting the summary drops it (what it summarized stays in the archive).
+        Deleting the summary drops it (what it summarized stays in the archive). The archived rows of the
+        same message go too (see :func:`copies_of`: a rebuild archived the message it added again), with the
+        summaries that may repeat them; a copy still in the window (an allowed duplicate) stays.
         """
         self._sync()
         wanted: list[Any] = list(index) if isinstance(index, Iterable) and not isinstance(index, (str, bytes)) else [index]
@@ -262,7 +264,13 @@ class SyncConversationMemory:
             return
         rows = self.window_rows()
         kept = [m for i, m in enumerate(self._messages) if i not in doomed]
-        self._rebuild(kept, [row for i in sorted(doomed) if (row := rows[i]) is not None])
+        gone = [row for i in sorted(doomed) if (row := rows[i]) is not None]
+        copies = copies_of(self.store, self.scope, gone, keep={row.id for row in rows if row is not None})
+        self._rebuild(kept, gone + copies)
+        if copies:  # archived: a summary may repeat their words
+            forget_summaries(self.store, self.scope, {row.position for row in copies if row.position is not None})
+            forget_window_words(self.store, self.scope, copies)
+            self._sync()
 
     def truncate_to_size(self, max_messages: int) -> None:
         """Keep the newest ``max_messages`` in the window; the older ones leave it for the archive (recallable).
@@ -633,6 +641,43 @@ def _derived_key(message_id: str, suffix: str) -> str:
     if len(key.encode("utf-8")) <= MAX_ID_BYTES:
         return key
     return f"{hashlib.sha256(message_id.encode('utf-8')).hexdigest()[:32]}@{suffix}"
+
+
+def copies_of(store: Store, scope: Scope, rows: Sequence[StoredMessage], keep: Collection[str] = ()
+              ) -> list[StoredMessage]:
+    """The conversation's other rows that hold the same message as one of ``rows`` (being deleted), so that a
+    deleted message leaves no copy: stored under its own ``"id"`` (or its row's id) or under a key derived from it
+    (:func:`_derived_key`: a rebuild's, a new pinned message's, a message back into the window), with the same data
+    but for ``"id"``. Another message under the same id (a caller's reuse, archived as ``id@position``) or under an
+    id of its own with an ``@`` differs in its data and stays; so do ``rows`` and the rows ``keep`` names.
+    """
+    if not rows:
+        return []
+    names = [{n for n in (row.id, _own_id(row)) if n is not None} for row in rows]
+    prefixes = [{f"{k}@" for n in ns for k in (n, hashlib.sha256(n.encode("utf-8")).hexdigest()[:32])}
+                for ns in names]
+    found = store.get(scope, sorted(set.union(*names))) + \
+        store.get_copies(scope, sorted({p[:-1] for ps in prefixes for p in ps}))
+    skip = set(keep) | {row.id for row in rows}
+    out: dict[str, StoredMessage] = {}
+    for other in found:
+        if other.id not in skip and any((other.id in ns or other.id.startswith(tuple(ps))) and
+                                        _same(other.data, row.data) for row, ns, ps in zip(rows, names, prefixes)):
+            out[other.id] = other
+    return list(out.values())
+
+
+def _own_id(row: StoredMessage) -> str | None:
+    """The message's own ``"id"`` as a store id (as :func:`message_id` reads it), or None when it has none a store
+    could hold.
+    """
+    value = row.data.get("id")
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    try:
+        return check_id(str(value), "id")
+    except InvalidInput:
+        return None
 
 
 def _same(message: dict[str, Any], other: dict[str, Any]) -> bool:

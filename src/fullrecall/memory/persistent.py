@@ -47,7 +47,7 @@ from ..stores._forget import is_change_log
 from ..stores.base import DEFAULT_TENANT, Record, Scope, Store, StoredMessage
 from ._records import RecordBook, owner_scope, record_owner
 from ._records import checked as _checked
-from .conversation import forget_window_words, message_id
+from .conversation import copies_of, forget_window_words, message_id
 from .facts import Fact, FactMemory
 
 log = logging.getLogger("fullrecall.memory")
@@ -616,7 +616,9 @@ class PersistentMemory:
         self, *, roles: Iterable[str] | None = None, since: float | None = None, until: float | None = None,
         session_id: str | None = None, ids: Iterable[str] | None = None,
     ) -> dict[str, int]:
-        """Delete the archived messages matching every given criterion (and facts among ``ids``).
+        """Delete the archived messages matching every given criterion (and facts among ``ids``), each with every
+        row of its conversation that is the same message stored again (a window's copy, see
+        :func:`~fullrecall.memory.conversation.copies_of`), counted among ``messages``.
 
         With no criterion at all, everything of this owner goes (messages, summaries, facts, patterns,
         vectors, sessions): the store's ``forget`` counts (see :meth:`fullrecall.stores.Store.forget`). An empty
@@ -636,6 +638,7 @@ class PersistentMemory:
             by_session.setdefault(m.session_id or "", []).append(m)
         for s, gone in by_session.items():
             scope = replace(self.owner, session_id=s)
+            gone += copies_of(self.store, scope, gone)  # the same messages a window stored again: they go too
             # what repeats their words first: a window manager's summaries of them (see forget_summaries), and the
             # conversation's window, when its summary or a shortened copy holds them; then the messages, whose
             # delete scrubs the store's files of all of it (SQLite: the WAL's old pages)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
@@ -216,6 +216,13 @@ def read_ids(ids: Iterable[str]) -> list[str]:
     for n, i in enumerate(out):
         V.check_id(i, f"id {n}")
     return out
+
+
+def derived_from(key: str, ids: Collection[str]) -> bool:
+    """Whether the message id ``key`` is ``X@...`` for one of ``ids`` (the key a memory stores a message under when
+    it stores it again): tested in Python, where an id's ``*``, ``%`` or ``_`` is a plain character.
+    """
+    return any(c == "@" and key[:i] in ids for i, c in enumerate(key))
 
 
 def check_spans(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -228,6 +228,15 @@ class SqlStore(StoreBase):
     def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
         return self._select_in(scope, "m.rid", C.int_keys(keys))
 
+    def _get_copies(self, scope: Scope, ids: list[str]) -> list[StoredMessage]:
+        # The scope's ids holding an '@' (an index scan of ids, no message read), matched in Python: a LIKE or
+        # a range of ids would read an id's '%' or '_' as a pattern, or depend on PostgreSQL's collation.
+        where, params = self.sql.scope_where(scope)
+        rows = self._fetch(f"SELECT m.rid, m.id FROM {self.sql.t('messages')} m JOIN {self.sql.t('sessions')} s"
+                           f" ON s.sid = m.sid WHERE {where} AND m.id LIKE {self.sql.ph}", [*params, "%@%"])
+        wanted = set(ids)
+        return self.get_keys(scope, [str(r["rid"]) for r in rows if C.derived_from(r["id"], wanted)])
+
     def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
         scope.require_session()
         spans = C.check_spans(spans)

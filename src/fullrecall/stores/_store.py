@@ -70,6 +70,12 @@ class StoreBase:
     def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
         raise NotImplementedError
 
+    def _get_copies(self, scope: Scope, ids: list[str]) -> list[StoredMessage]:
+        """The messages of ``scope`` whose id is ``X@...`` for one of the valid ``ids`` (at least one), in
+        conversation order.
+        """
+        raise NotImplementedError
+
     def _get_versioned_state(self, scope: Scope, key: str) -> tuple[dict[str, Any] | None, int]:
         """The document saved under a valid ``key`` for the session of ``scope``, and its version (0: none)."""
         raise NotImplementedError
@@ -107,6 +113,13 @@ class StoreBase:
         if not doomed:
             return self._append(scope, batch) if batch else Appended()
         return self._replace(scope, doomed, batch)
+
+    def get_copies(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
+        """The messages stored under an id derived from one of ``ids`` (see :class:`Store`); ids checked as ``get``
+        checks them.
+        """
+        names = C.read_ids(ids)
+        return self._get_copies(scope, names) if names else []
 
     def set_vectors(self, scope: Scope, ids: Sequence[str], vectors: np.ndarray, model: str) -> None:
         """Store one float32 vector per message id, tagged with the embedding model."""

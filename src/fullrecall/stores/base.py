@@ -262,6 +262,12 @@ class Store(Protocol):
         """Messages by id, in conversation order; unknown ids are skipped."""
         ...
 
+    def get_copies(self, scope: Scope, ids: Iterable[str]) -> list[StoredMessage]:
+        """The messages stored under an id derived from one of ``ids`` (``X@...`` for ``X`` one of them: a message
+        a memory stored again), in conversation order, as ``get`` reads them; ``X`` itself is not among them.
+        """
+        ...
+
     def get_keys(self, scope: Scope, keys: Iterable[str]) -> list[StoredMessage]:
         """Messages by store-global key (from a :class:`Hit` or a read), within ``scope``; unknown skipped."""
         ...

@@ -396,6 +396,19 @@ class RedisStore(StoreBase):
                     out += [m for m in self._read_messages(session, list(dict.fromkeys(ids))) if m.key in asked]
         return C.in_conversation_order(out)
 
+    def _get_copies(self, scope: Scope, ids: list[str]) -> list[StoredMessage]:
+        # Each session's ids holding an '@' (ZSCAN of its order: ids and positions, no message read), matched in
+        # Python: a glob of the id would read its '*', '?', '[' or '\\' as a pattern.
+        wanted: set[str] = set(ids)
+        out: list[StoredMessage] = []
+        with self._errors("read from"):
+            for session in self._sessions(scope):
+                held = self._r.zscan_iter(session.key("order"), match="*@*", count=_SCAN_PAGE)
+                copies = [i for i in (k.decode() for k, _ in held) if C.derived_from(i, wanted)]
+                if copies:
+                    out += self._read_messages(session, copies)
+        return C.in_conversation_order(out)
+
     def ranges(self, scope: Scope, spans: Sequence[tuple[int, int]]) -> list[list[StoredMessage]]:
         scope.require_session()
         spans = C.check_spans(spans)
