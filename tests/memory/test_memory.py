@@ -403,3 +403,38 @@ def test_truncate_to_size_keeps_the_pin_first_messages_besides_the_newest(store_
     mem.clear()
     assert mem.messages == window[:3]
     mem.close()
+
+
+def _converse(i, text=None, pinned=False):
+    """Converse message ``w{i}`` (user first), flagged pinned as the Strands SDK's pin API flags one if ``pinned``."""
+    message = {"role": ("user", "assistant")[i % 2], "content": [{"text": text or f"w{i}"}]}
+    if pinned:
+        message["metadata"] = {"custom": {"pinned": True}}
+    return message
+
+
+def test_pin_first_on_converse_messages_keeps_them_at_the_front_as_the_manager_does(store_url):
+    """``pin_first`` pins Converse messages with the SDK's flag, written into the message: in the memory that was the
+    row's own data, so the saved window held no flagged copy and the next read lost the pins (the pinned messages
+    were summarized at the next reduction, and ``clear`` left nothing). The memory's window is the same manager's on
+    a plain list at every step, after ``clear`` and a reopen too, and the log keeps each message as it was added."""
+    from fullrecall.window import SummarizingConversationManager
+
+    def memory():
+        return summarized(store_url, pin_first=2)
+
+    mem, plain = memory(), []
+    manager = SummarizingConversationManager(summarizer=lambda m, p: "Earlier: a chat.", max_history_turns=2,
+                                             preserve_recent_messages=2, pin_first=2)
+    for i in range(14):
+        mem.add(_converse(i))
+        plain.append(_converse(i))
+        manager.apply_management(plain)
+        assert mem.messages == plain, i
+    assert [m["content"][0]["text"] for m in plain[:2]] == ["w0", "w1"] and manager.removed_message_count > 2
+    assert memory().messages == plain
+    mem.clear()
+    manager.clear(plain)
+    assert mem.messages == plain == memory().messages and len(plain) == 2
+    assert [row.data for row in mem.store.range(mem.scope, 0, 1)] == [_converse(0), _converse(1)]
+    mem.close()

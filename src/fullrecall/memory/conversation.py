@@ -421,8 +421,11 @@ class SyncConversationMemory:
         self._rows = self.store.range(self.scope, start, END)
         replaced = state.get("replaced") or {}
         summary = getattr(self.manager, "summary_message", None)
-        self._messages = pinned + [replaced.get(str(row.position), row.data) for row in self._front] + (
-            [summary] if summary is not None else []) + [replaced.get(str(row.position), row.data) for row in self._rows]
+        # each its own dict, never the row's: a manager changing a window message in place (pin_first's flag on a
+        # Converse one) changes the window only, which _save compares with the row as stored, and keeps
+        pinned_front, body = ([dict(replaced.get(str(row.position), row.data)) for row in rows]
+                              for rows in (self._front, self._rows))
+        self._messages = [dict(m) for m in pinned] + pinned_front + ([summary] if summary is not None else []) + body
 
     def _check_owner(self, state: dict[str, Any]) -> None:
         """InvalidInput naming both managers when the saved state is another manager's (one this memory's could

@@ -64,9 +64,13 @@ def is_pinned(messages: Sequence[Any], index: int, held: Sequence[Any] = ()) -> 
 
 
 def pin(message: dict[str, Any]) -> None:
-    """Pin one raw message in place (``metadata.custom.pinned = True``)."""
-    metadata = message.setdefault("metadata", {})
-    metadata.setdefault("custom", {})["pinned"] = True
+    """Pin one raw message in place (``metadata.custom.pinned = True``). Its ``metadata`` and ``custom`` are new
+    dicts: one the message shared with a copy of it (a memory's stored row) is left as it was.
+    """
+    metadata = message.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    custom = metadata.get("custom")
+    message["metadata"] = {**metadata, "custom": {**(custom if isinstance(custom, dict) else {}), "pinned": True}}
 
 
 def pin_first(messages: MutableSequence[dict[str, Any]], count: int, held: list[dict[str, Any]]) -> None:
