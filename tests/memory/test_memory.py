@@ -438,3 +438,72 @@ def test_pin_first_on_converse_messages_keeps_them_at_the_front_as_the_manager_d
     assert mem.messages == plain == memory().messages and len(plain) == 2
     assert [row.data for row in mem.store.range(mem.scope, 0, 1)] == [_converse(0), _converse(1)]
     mem.close()
+
+
+def _flagged_window(store_url, session, pin_first=None):
+    """Session ``session``: Converse messages w0..w7, w6 and w7 flagged pinned; with ``pin_first`` a turn is
+    summarized away in the middle (the window's front then holds pinned messages before the summary), without it a
+    plain window of four, w2 flagged."""
+    kw = {"pin_first": pin_first} if pin_first else {}
+    mem = SyncConversationMemory(store_url, session, user_id="u", summarizer=lambda m, p: "Earlier: a chat.",
+                                 max_history_turns=2, preserve_recent_messages=2, **kw)
+    if not pin_first:
+        mem.add([_converse(i, pinned=i == 2) for i in range(4)])
+        return mem
+    mem.add([_converse(i) for i in range(3)])
+    mem.truncate_to_size(1)
+    for i in range(3, 8):
+        mem.add(_converse(i, pinned=i >= 6))
+    return mem
+
+
+def _row_words(mem):
+    """The words of the stored row behind each window message (the summary's own): each message is its own row's."""
+    summary = mem.manager.summary_message
+    return [(summary if row is None else row.data)["content"] for row in mem.window_rows()]
+
+
+@pytest.mark.parametrize("pin_first", [None, 2])
+def test_delete_keeps_the_rest_of_a_window_with_pinned_messages_in_order(store_url, pin_first):
+    """The rest of the window stays, in order, whichever message is deleted: a Converse message flagged pinned
+    after others (w2 of w0..w3: ``delete(0)`` gave w2, w1, w3), or the ``pin_first`` front before a summary and
+    flagged messages after it, was kept at the window's front by the rebuild's clear, and the other messages were
+    added back after it. After a reopen too."""
+    before = _flagged_window(store_url, "probe", pin_first).messages
+    assert any("metadata" in m for m in before[1:])  # the premise: a pinned message after an unpinned one
+    for index in range(len(before)):
+        mem = _flagged_window(store_url, f"s{index}", pin_first)
+        assert mem.messages == before
+        mem.delete(index)
+        expected = before[:index] + before[index + 1:]
+        again = SyncConversationMemory(store_url, f"s{index}", user_id="u", summarizer=lambda m, p: "Earlier: a chat.",
+                                       max_history_turns=2, preserve_recent_messages=2,
+                                       **({"pin_first": pin_first} if pin_first else {}))
+        assert mem.messages == expected == again.messages, index
+        assert _row_words(mem) == [m["content"] for m in expected], index
+        mem.close()
+        again.close()
+
+
+@pytest.mark.parametrize("pin_first", [None, 2])
+def test_truncate_and_leave_keep_a_window_with_pinned_messages_in_order(store_url, pin_first):
+    """``truncate_to_size`` and ``leave`` rebuild the window as ``delete`` does: they reordered it the same way when a
+    flagged message came after an unpinned one that stays. ``truncate_to_size(n)`` keeps, in order, the pinned
+    messages (those ``clear`` keeps) and the newest ``n``; ``leave`` keeps a pinned message it names, as ``clear``
+    does, and every other message in order."""
+    before = _flagged_window(store_url, "probe", pin_first).messages
+    front = 2 if pin_first else 0
+    pinned = [i for i, m in enumerate(before) if i < front or "metadata" in m]
+    for n in range(len(before) - front):
+        mem = _flagged_window(store_url, f"t{n}", pin_first)
+        mem.truncate_to_size(n)
+        newest = list(range(len(before) - n, len(before))) if n else []
+        assert mem.messages == [before[i] for i in sorted(set(pinned) | set(newest))], n
+        assert _row_words(mem) == [m["content"] for m in mem.messages], n
+        mem.close()
+    for index in range(front, len(before)):
+        mem = _flagged_window(store_url, f"l{index}", pin_first)
+        mem.leave([index])
+        assert mem.messages == [m for i, m in enumerate(before) if i != index or i in pinned], index
+        assert _row_words(mem) == [m["content"] for m in mem.messages], index
+        mem.close()

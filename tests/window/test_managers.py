@@ -366,6 +366,27 @@ def test_pinned_messages_survive_trimming_summarizing_and_clearing():
         assert manager.removed_message_count == 14
 
 
+@pytest.mark.parametrize("kind", ["sliding", "summarizing"])
+def test_a_flagged_message_kept_by_clear_keeps_its_place_in_the_conversation(kind):
+    """``clear`` keeps a message flagged pinned after unpinned ones; the summarizing manager did not hold it at the
+    front, so it took the place of the first removed message after it: it was reported at that place when it left,
+    and a memory showed it in place of that message's row. Each message is reported at its own place."""
+    reported = []
+    if kind == "sliding":
+        manager = SlidingWindowConversationManager(window_size=3, on_remove=lambda e: reported.extend(e.messages))
+    else:
+        manager = SummarizingConversationManager(summarizer=lambda m, p: "S", preserve_recent_messages=1,
+                                                 on_remove=lambda e: reported.extend(e.messages))
+    messages = chat(4)
+    messages[2]["metadata"] = {"custom": {"pinned": True}}
+    manager.clear(messages)
+    assert [m["content"] for m in messages] == [chat(4)[2]["content"]]
+    messages.extend(chat(8)[4:])
+    messages[0]["metadata"]["custom"]["pinned"] = False
+    manager.reduce_context(messages, RuntimeError("overflow"))
+    assert {m.position: m.text for m in reported}[2] == chat(4)[2]["content"][0]["text"]
+
+
 @pytest.mark.parametrize("shape", ["anthropic", "openai"])
 @pytest.mark.parametrize("kind", ["sliding", "summarizing"])
 def test_pin_first_writes_nothing_into_messages_of_apis_that_refuse_unknown_fields(shape, kind):

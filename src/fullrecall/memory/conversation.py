@@ -45,6 +45,7 @@ from ..stores import _validate as V
 from ..stores._validate import MAX_ID_BYTES, check_id
 from ..stores.base import DEFAULT_TENANT, Scope, Store, StoredMessage
 from ..window.base import ConversationManager
+from ..window.pins import is_pinned
 
 log = logging.getLogger("fullrecall.memory")
 
@@ -275,8 +276,8 @@ class SyncConversationMemory:
     def truncate_to_size(self, max_messages: int) -> None:
         """Keep the newest ``max_messages`` in the window; the older ones leave it for the archive (recallable).
 
-        A pinned system message, and the messages the manager keeps pinned after it (``pin_first``), stay
-        besides them (as with :meth:`clear`: ``truncate_to_size(0)`` is ``clear()``), so a window already
+        A pinned system message, and the messages the manager keeps pinned after it (``pin_first``, or flagged
+        pinned), stay besides them, in order (as with :meth:`clear`: ``truncate_to_size(0)`` is ``clear()``), so a window already
         that small is left as it is: nothing is archived or added again.
         """
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 0:
@@ -290,7 +291,7 @@ class SyncConversationMemory:
         """The window's messages at ``indexes`` leave it for the archive (recallable, never deleted); the rest stay.
 
         They no longer count toward the budget. A pinned system message stays, and so do the messages the
-        manager keeps pinned after it (``pin_first``), as with :meth:`clear`; the
+        manager keeps pinned after it (``pin_first``) and those flagged pinned, as with :meth:`clear`; the
         summary, if named, is dropped (what it summarized is archived). The oldest messages leave as a trim's
         do; any others by a rebuild (see :meth:`_rebuild`).
         """
@@ -299,7 +300,8 @@ class SyncConversationMemory:
         bad = [i for i in wanted if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self._messages)]
         if bad:
             raise IndexError(f"leave: no message at {bad} (the window holds {len(self._messages)})")
-        gone = {i for i in wanted if i >= self._pinned + len(self._front)}  # pinned messages stay
+        gone = {i for i in wanted if i >= self._pinned + len(self._front)  # pinned messages stay (as clear keeps them)
+                and not is_pinned(self._messages, i)}
         if not gone:
             return
         lead = len(self._messages) - len(self._rows)  # the pinned message and the summary come before the log rows
@@ -357,6 +359,7 @@ class SyncConversationMemory:
         """
         summary = getattr(self.manager, "summary_message", None)
         self._manage(self.manager.clear)
+        self._release_out_of_order(kept)
         if doomed:
             head = self._head
             ids = {row.id for row in doomed}
@@ -383,6 +386,21 @@ class SyncConversationMemory:
             self._sync()
         missing = _without(kept, self._messages)
         self._append(missing, [_derived_key(str(raw.get("id", "m")), uuid.uuid4().hex) for raw in missing])
+
+    def _release_out_of_order(self, kept: list[dict[str, Any]]) -> None:
+        """The pinned messages a clear kept at the window's front (a Converse message flagged pinned) that ``kept``
+        puts after a message the clear did not keep leave the window too, to be added back in order with the rest:
+        the front comes before every other message of the window.
+        """
+        if not isinstance(self.manager, ConversationManager):
+            return
+        ahead = _without(kept, self._messages[:self._pinned])
+        placed = [m for m in self._messages[self._pinned:] if m in ahead]
+        at = next((i for i, (m, k) in enumerate(zip(placed, ahead)) if m != k), len(placed))
+        if at < len(placed):
+            out = placed[at:]
+            self._messages[:] = [m for m in self._messages if not any(m is o for o in out)]
+            self._manage(self.manager.clear)  # archives them at their places (they were taken out of its front)
 
     def _archived_span(self) -> tuple[int, int]:
         """Positions ``[first, end)`` that have left the window (as of the last read of the store).

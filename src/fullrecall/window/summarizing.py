@@ -260,8 +260,10 @@ class SummarizingConversationManager(ConversationManager):
         kept_front = [i for i in range(layout.front) if i not in loose]
         kept_tail = [i for i in range(len(tail)) if i not in doomed]
         messages[layout.pinned :] = [messages[layout.pinned + i] for i in kept_front] + [tail[i] for i in kept_tail]
-        self._front_positions = [front[i].position or 0 for i in kept_front]
-        self._front_raws = list(messages[layout.pinned : layout.pinned + len(kept_front)])
+        # the pinned messages after the summary stay too, now at the front, at their own places (as a summary keeps
+        # them): the window's next original comes after every removed one
+        self._front_positions = [front[i].position or 0 for i in kept_front] + [body[i].position or 0 for i in kept_tail]
+        self._front_raws = list(messages[layout.pinned :])
         self.removed_message_count += len(gone)
         self._summary_message = None
         return messages
