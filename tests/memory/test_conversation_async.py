@@ -284,6 +284,21 @@ def test_loading_the_state_the_window_already_is_archives_nothing(store_url):
     assert run(restarted.retrieve("question 1")) == []
 
 
+def test_loading_a_window_that_holds_the_summary_keeps_it_the_summary(store_url):
+    """``load_state_dict`` gave the summary (a message without an id) a new id, so the rebuild took it for a message:
+    it was appended to the log as a user message (searchable), where the docs say a kept summary never is."""
+    memory = make(store_url, uuid.uuid4().hex, summarizer=lambda m, p: "SUMMARY of " + ",".join(x.text for x in m),
+                  max_history_turns=2, preserve_recent_messages=2)
+    for i in range(4):
+        run(memory.add(turn(i)))
+    window = run(memory.get_messages())
+    assert window[0]["content"].startswith("SUMMARY of")
+    memory.load_state_dict({"messages": window[:-1]})
+    assert run(memory.get_messages()) == window[:-1]
+    logged = memory.store.range(memory.scope, 0, 100)
+    assert not [m.position for m in logged if "SUMMARY" in str(m.data)]
+
+
 def test_the_window_is_managed_and_model_input_recalls():
     memory = make(max_history_turns=3)
     run(memory.add([{"role": "user", "content": "My locker code is 3141."}, {"role": "assistant", "content": "Noted."}]))

@@ -898,6 +898,7 @@ class ConversationMemory:
         if strict and "messages" not in state_dict:
             raise InvalidInput("load_state_dict: the state has no 'messages' (strict=True)")
         messages = [dict(m) for m in state_dict.get("messages") or [] if isinstance(m, dict)]
+        named = [index for index, message in enumerate(messages) if "id" not in message]
         for index, message in enumerate(messages):
             message.setdefault("id", f"msg_{uuid.uuid4().hex[:12]}")
             message_id(message, index)
@@ -905,13 +906,16 @@ class ConversationMemory:
             parse_messages(messages, storable=True)  # named before the window is touched
         with self._lock:
             window = self.sync.messages
+            summary = getattr(self.sync.manager, "summary_message", None)
+            for index in named:  # the window's summary (it has no id) stays the summary, never a message of the log
+                if summary is not None and _same(messages[index], summary):
+                    del messages[index]["id"]
             if messages == window:  # the window it is already (a restart loading what it saved): nothing to do
                 return
             head = window[:self.sync._pinned]  # the pinned system message stays: one shape with it
             if messages and head and head[0] not in messages:
                 parse_messages(head + messages)
-            self.sync.clear()
-            self.sync._rebuild(messages)
+            self.sync._rebuild(messages)  # clears the window into the archive, the summary kept if loaded
 
     # -- what fullrecall adds -------------------------------------------------------------------
     async def model_input(self) -> list[dict[str, Any]]:
