@@ -157,6 +157,22 @@ def test_deleting_a_message_the_window_added_again_deletes_it_everywhere(store_u
     memory.close()
 
 
+@pytest.mark.parametrize("rebuilds", [1, 2])
+def test_deleting_a_message_added_without_an_id_deletes_its_copies_too(store_url, rebuilds):
+    """A message added without an ``"id"`` is stored under a fresh key; a rebuild stored its copy as ``m@<hex>``,
+    which nothing tied to it: deleting the copy left the original archived and recalled."""
+    memory = sync(store_url)
+    memory.add([{"role": "user", "content": "about pears"}] * (rebuilds - 1) + [{k: v for k, v in m.items() if k != "id"}
+                                                                           for m in secret_turn()])
+    for _ in range(rebuilds):
+        memory.delete(0)
+    assert len(where_secret(memory)) == 3 + rebuilds  # window, recall, the original and a row per rebuild
+    memory.delete(secret_index(memory))
+    assert where_secret(memory) == []
+    assert [m["content"] for m in memory.messages] == ["ok noted"]
+    memory.close()
+
+
 def test_deleting_a_message_keeps_others_sharing_its_id_or_an_id_like_its_keys(store_url):
     """Only the same message goes: another message under the same id (stored as 's@<start>', other words) or
     under an id of its own that looks like a derived key ('s@x') stays, and so does an allowed duplicate in the

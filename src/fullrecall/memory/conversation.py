@@ -38,7 +38,7 @@ from dataclasses import replace
 from typing import Any
 
 from .._fork import renew_in_child
-from ..archive.archive import END, forget_summaries, message_record
+from ..archive.archive import END, forget_summaries, may_summarize, message_record
 from ..errors import ArchiveError, InvalidInput, MessageFormatError, MessageTypeError
 from ..messages.formats import parse_messages
 from ..stores import _validate as V
@@ -269,8 +269,8 @@ class SyncConversationMemory:
         copies = copies_of(self.store, self.scope, gone, keep={row.id for row in rows if row is not None})
         self._rebuild(kept, gone + copies)
         if copies:  # archived: a summary may repeat their words
-            forget_summaries(self.store, self.scope, {row.position for row in copies if row.position is not None})
             forget_window_words(self.store, self.scope, copies)
+            forget_summaries(self.store, self.scope, {row.position for row in copies if row.position is not None})
             self._sync()
 
     def truncate_to_size(self, max_messages: int) -> None:
@@ -358,6 +358,7 @@ class SyncConversationMemory:
         summary (never a message of the log).
         """
         summary = getattr(self.manager, "summary_message", None)
+        rows = {id(m): row for m, row in zip(self._messages, self.window_rows()) if row is not None}
         self._manage(self.manager.clear)
         self._release_out_of_order(kept)
         if doomed:
@@ -385,7 +386,7 @@ class SyncConversationMemory:
             self._save()
             self._sync()
         missing = _without(kept, self._messages)
-        self._append(missing, [_derived_key(str(raw.get("id", "m")), uuid.uuid4().hex) for raw in missing])
+        self._append(missing, [_derived_key(_root(raw, rows.get(id(raw))), uuid.uuid4().hex) for raw in missing])
 
     def _release_out_of_order(self, kept: list[dict[str, Any]]) -> None:
         """The pinned messages a clear kept at the window's front (a Converse message flagged pinned) that ``kept``
@@ -600,8 +601,9 @@ def _shown(value: Any) -> str:
 
 def forget_window_words(store: Store, scope: Scope, deleted: Sequence[StoredMessage]) -> bool:
     """Take the words of the ``deleted`` messages (being deleted from the conversation's log, as stored) out of
-    its saved window: its summary, when it may cover one of them (the messages it replaced stay archived,
-    verbatim), a shortened copy of one, and the manager's own copy of one it holds pinned (``pin_first`` outside
+    its saved window: its summary, when it may cover one of them (it left the window, and an archived summary covers
+    its place or none says what it covers: call this before :func:`forget_summaries`; the messages the summary
+    replaced stay archived, verbatim), a shortened copy of one, and the manager's own copy of one it holds pinned (``pin_first`` outside
     Converse). A pinned system message deleted (position 0) counts as removed, as :meth:`SyncConversationMemory.delete`
     counts it: the window keeps its start. The next read of the window sees it so. True if the window changed.
     """
@@ -626,7 +628,8 @@ def forget_window_words(store: Store, scope: Scope, deleted: Sequence[StoredMess
     # the summary covers what left the window: the positions after a pinned first message (if any) and
     # before the window's start, but for those kept pinned at the front
     summarized = manager.get("summary_message") is not None and \
-        any(p not in front and p < 1 + removed + len(front) and not (p == 0 and head) for p in positions)
+        any(p not in front and p < 1 + removed + len(front) and not (p == 0 and head) for p in positions) and \
+        may_summarize(store, scope, positions)  # the summaries' records say what they cover: asked before they go
     if summarized:
         manager["summary_message"] = None
     if not (dropped or summarized or unpinned):
@@ -674,7 +677,7 @@ def copies_of(store: Store, scope: Scope, rows: Sequence[StoredMessage], keep: C
     """
     if not rows:
         return []
-    names = [{n for n in (row.id, _own_id(row)) if n is not None} for row in rows]
+    names = [{n for n in (row.id, _own_id(row) or row.id.split("@", 1)[0]) if n is not None} for row in rows]
     prefixes = [{f"{k}@" for n in ns for k in (n, hashlib.sha256(n.encode("utf-8")).hexdigest()[:32])}
                 for ns in names]
     found = store.get(scope, sorted(set.union(*names))) + \
@@ -686,6 +689,15 @@ def copies_of(store: Store, scope: Scope, rows: Sequence[StoredMessage], keep: C
                                         _same(other.data, row.data) for row, ns, ps in zip(rows, names, prefixes)):
             out[other.id] = other
     return list(out.values())
+
+
+def _root(raw: dict[str, Any], row: StoredMessage | None) -> str:
+    """What a copy of ``raw`` is keyed after (``root@...``), so that :func:`copies_of` finds it: its own ``"id"``,
+    or, for a message added without one, its row's key before any ``@`` (the first row's: a fresh id).
+    """
+    if "id" in raw:
+        return str(raw["id"])
+    return row.id.split("@", 1)[0] if row is not None else "m"
 
 
 def _own_id(row: StoredMessage) -> str | None:

@@ -643,8 +643,8 @@ class PersistentMemory:
             # conversation's window, when its summary or a shortened copy holds them; then the messages, whose
             # delete scrubs the store's files of all of it (SQLite: the WAL's old pages)
             positions = {m.position for m in gone if m.position is not None}
-            counts["summaries"] += forget_summaries(self.store, scope, positions)
             forget_window_words(self.store, scope, gone)
+            counts["summaries"] += forget_summaries(self.store, scope, positions)
             counts["messages"] += self.store.delete(scope, [m.id for m in gone])
             if not self.store.count(scope):
                 self._mark_emptied(s)
