@@ -1087,6 +1087,31 @@ def test_clearing_a_message_by_id_deletes_the_copies_its_window_made(store_url, 
     store.close()
 
 
+def test_clearing_a_replaced_system_prompt_by_its_id_deletes_the_copy_that_holds_it(store_url, default_embedder):
+    """A new system prompt takes the pinned one's place at position 0; the old one lives on only as its copy
+    (``sys@unpinned-<hex>``), archived and recallable. Clearing it by its own id found no row of that id: nothing
+    was deleted, and the old prompt stayed searchable."""
+    from fullrecall import SyncConversationMemory
+
+    store = open_store(store_url)
+    opts = {"user_id": "u", "agent_id": "a", "embedding_model": default_embedder, "preserve_recent_messages": 50}
+    window = SyncConversationMemory(store, "c1", **opts)
+    window.add([{"id": "sys", "role": "system", "content": "The vault code is ZEBRACODE4711."},
+                {"id": "q", "role": "user", "content": "hello"}])
+    window.clear()
+    window.add([{"id": "sys2", "role": "system", "content": "Be brief."}, {"id": "q2", "role": "user", "content": "hi"}])
+    assert not store.get(window.scope, ["sys"])  # the premise: only the copy holds the old prompt
+    mem = memory(store, default_embedder, user_id="u", agent_id="a", session_id="other")
+    assert [m.data["content"] for m in mem.messages(ids=["sys"])] == ["The vault code is ZEBRACODE4711."]
+    assert mem.clear(ids=["sys"])["messages"] == 1
+    rows = store.range(window.scope, 0, 10**9)
+    assert not [r for r in rows if "ZEBRACODE" in json.dumps(r.data)]
+    assert not [h for h in mem.search("vault code", limit=10) if "ZEBRACODE" in h.text]
+    assert [m["content"] for m in SyncConversationMemory(store, "c1", **opts).messages] == ["Be brief.", "hi"]
+    window.close()
+    store.close()
+
+
 @pytest.mark.parametrize("how", ["roles", "ids"])
 def test_clearing_the_pinned_system_message_keeps_the_window_and_its_summaries(store_url, default_embedder, how):
     """Clearing a conversation's system message (position 0, pinned in its window) moved the window's start one

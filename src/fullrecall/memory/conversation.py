@@ -677,7 +677,7 @@ def copies_of(store: Store, scope: Scope, rows: Sequence[StoredMessage], keep: C
     """
     if not rows:
         return []
-    names = [{n for n in (row.id, _own_id(row) or row.id.split("@", 1)[0]) if n is not None} for row in rows]
+    names = [{n for n in (row.id, own_id(row) or row.id.split("@", 1)[0]) if n is not None} for row in rows]
     prefixes = [{f"{k}@" for n in ns for k in (n, hashlib.sha256(n.encode("utf-8")).hexdigest()[:32])}
                 for ns in names]
     found = store.get(scope, sorted(set.union(*names))) + \
@@ -700,7 +700,7 @@ def _root(raw: dict[str, Any], row: StoredMessage | None) -> str:
     return row.id.split("@", 1)[0] if row is not None else "m"
 
 
-def _own_id(row: StoredMessage) -> str | None:
+def own_id(row: StoredMessage) -> str | None:
     """The message's own ``"id"`` as a store id (as :func:`message_id` reads it), or None when it has none a store
     could hold.
     """

@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC
@@ -47,7 +47,7 @@ from ..stores._forget import is_change_log
 from ..stores.base import DEFAULT_TENANT, Record, Scope, Store, StoredMessage
 from ._records import RecordBook, owner_scope, record_owner
 from ._records import checked as _checked
-from .conversation import copies_of, forget_window_words, message_id
+from .conversation import copies_of, forget_window_words, message_id, own_id
 from .facts import Fact, FactMemory
 
 log = logging.getLogger("fullrecall.memory")
@@ -598,19 +598,29 @@ class PersistentMemory:
         session_id = None if session_id == "" else _session("'session_id'", session_id)
         _check_times(since=since, until=until)
         if wanted is not None and session_id is None:  # one look-up across the owner's sessions, logs aside
-            found = [(m.session_id or "", m) for m in self.store.get(self.owner, wanted)
+            found = [(m.session_id or "", m) for m in self._by_ids(self.owner, wanted)
                      if not is_change_log(m.session_id)]
         else:
             found = []
             for s in [session_id] if session_id is not None else self.sessions():
                 scope = replace(self.owner, session_id=s)
-                batch = self.store.get(scope, wanted) if wanted is not None else self.store.range(scope, 0, _EVERYTHING)
+                batch = self._by_ids(scope, wanted) if wanted is not None else self.store.range(scope, 0, _EVERYTHING)
                 found += [(s, m) for m in batch]
         return [
             replace(m, session_id=s) for s, m in found
             if (role_set is None or m.role in role_set) and (since is None or m.created_at >= since)
             and (until is None or m.created_at < until)
         ]
+
+    def _by_ids(self, scope: Scope, ids: Collection[str]) -> list[StoredMessage]:
+        """The messages stored under ``ids``, and the copies a conversation's window stored again of a message whose
+        own ``"id"`` is one of them (``X@...``: after a new pinned message took the old one's place, only its copy
+        holds it).
+        """
+        named = set(ids)
+        keys = [*named, *(hashlib.sha256(i.encode("utf-8")).hexdigest()[:32] for i in named)]  # a long id's copies
+        copies = [m for m in self.store.get_copies(scope, keys) if own_id(m) in named and m.id not in named]
+        return sorted(self.store.get(scope, named) + copies, key=lambda m: (m.session_id or "", m.position or 0))
 
     def clear(
         self, *, roles: Iterable[str] | None = None, since: float | None = None, until: float | None = None,
