@@ -193,6 +193,25 @@ def test_deleting_a_message_keeps_others_sharing_its_id_or_an_id_like_its_keys(s
     assert mine["content"] in [m["content"] for m in run(memory.retrieve("plums"))]
 
 
+@pytest.mark.parametrize("how", ["delete", "clear"])
+def test_deleting_a_message_keeps_an_archived_one_of_an_id_like_its_keys_and_the_same_words(store_url, how):
+    """A message of its own id 'a@b' with the very words of message 'a' is no copy of it (a copy keeps the own
+    id 'a'): deleting 'a' deleted it too, once it was archived."""
+    from fullrecall import PersistentMemory
+
+    memory = sync(store_url)
+    memory.add([{"role": "user", "content": "ok", "id": "a@b"}, {"role": "assistant", "content": "fine", "id": "r1"}])
+    memory.truncate_to_size(0)  # 'a@b' archived
+    memory.add([{"role": "user", "content": "ok", "id": "a"}, {"role": "assistant", "content": "fine2", "id": "r2"}])
+    if how == "delete":
+        memory.delete(0)
+    else:
+        PersistentMemory(store=memory.store, embedder=HashEmbedder(), user_id="ann").clear(ids=["a"])
+    stored = [m.data for m in memory.store.range(memory.scope, 0, 10**9)]
+    assert {"role": "user", "content": "ok", "id": "a@b"} in stored and not [m for m in stored if m.get("id") == "a"]
+    memory.close()
+
+
 def test_a_message_massgen_added_back_and_deleted_is_gone_everywhere(store_url):
     """MassGen's compressor, clear() then add(kept): a kept message comes back as 's@<start>'; deleting it then
     left the archived original recallable."""

@@ -735,15 +735,6 @@ def archived_summaries(store: Store, scope: Scope) -> list[dict[str, Any]]:
     return sorted(items.values(), key=lambda s: ((s.get("covers") or [None])[0] or 0, s.get("created_at", 0)))
 
 
-def may_summarize(store: Store, scope: Scope, positions: Collection[int]) -> bool:
-    """Whether a summary of the conversation may hold words of the messages at ``positions``: an archived summary
-    covers one of them, or does not say what it covers; with none archived, any may (a window's summary that
-    kept no record of what it covers).
-    """
-    summaries = archived_summaries(store, scope)
-    return not summaries or any(not (c := s.get("covers")) or c[0] <= p <= c[-1] for s in summaries for p in positions)
-
-
 def forget_summaries(store: Store, scope: Scope, positions: Collection[int]) -> int:
     """Delete the archived summaries of one conversation that may hold words of the messages at ``positions``
     (being deleted): from the first summary covering one of them on, since a summary folds in the one before it

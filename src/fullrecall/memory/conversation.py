@@ -38,7 +38,7 @@ from dataclasses import replace
 from typing import Any
 
 from .._fork import renew_in_child
-from ..archive.archive import END, forget_summaries, may_summarize, message_record
+from ..archive.archive import END, forget_summaries, message_record
 from ..errors import ArchiveError, InvalidInput, MessageFormatError, MessageTypeError
 from ..messages.formats import parse_messages
 from ..stores import _validate as V
@@ -601,9 +601,8 @@ def _shown(value: Any) -> str:
 
 def forget_window_words(store: Store, scope: Scope, deleted: Sequence[StoredMessage]) -> bool:
     """Take the words of the ``deleted`` messages (being deleted from the conversation's log, as stored) out of
-    its saved window: its summary, when it may cover one of them (it left the window, and an archived summary covers
-    its place or none says what it covers: call this before :func:`forget_summaries`; the messages the summary
-    replaced stay archived, verbatim), a shortened copy of one, and the manager's own copy of one it holds pinned (``pin_first`` outside
+    its saved window: its summary, when it may cover one of them (one left the window; the messages it replaced
+    stay archived, verbatim), a shortened copy of one, and the manager's own copy of one it holds pinned (``pin_first`` outside
     Converse). A pinned system message deleted (position 0) counts as removed, as :meth:`SyncConversationMemory.delete`
     counts it: the window keeps its start. The next read of the window sees it so. True if the window changed.
     """
@@ -628,8 +627,7 @@ def forget_window_words(store: Store, scope: Scope, deleted: Sequence[StoredMess
     # the summary covers what left the window: the positions after a pinned first message (if any) and
     # before the window's start, but for those kept pinned at the front
     summarized = manager.get("summary_message") is not None and \
-        any(p not in front and p < 1 + removed + len(front) and not (p == 0 and head) for p in positions) and \
-        may_summarize(store, scope, positions)  # the summaries' records say what they cover: asked before they go
+        any(p not in front and p < 1 + removed + len(front) and not (p == 0 and head) for p in positions)
     if summarized:
         manager["summary_message"] = None
     if not (dropped or summarized or unpinned):
@@ -684,9 +682,10 @@ def copies_of(store: Store, scope: Scope, rows: Sequence[StoredMessage], keep: C
         store.get_copies(scope, sorted({p[:-1] for ps in prefixes for p in ps}))
     skip = set(keep) | {row.id for row in rows}
     out: dict[str, StoredMessage] = {}
-    for other in found:
-        if other.id not in skip and any((other.id in ns or other.id.startswith(tuple(ps))) and
-                                        _same(other.data, row.data) for row, ns, ps in zip(rows, names, prefixes)):
+    for other in found:  # a copy keeps the message's own "id" (none for one added without): "a@b" of its own is no copy
+        if other.id not in skip and any(
+                (other.id in ns or (other.id.startswith(tuple(ps)) and own_id(other) == own_id(row)))
+                and _same(other.data, row.data) for row, ns, ps in zip(rows, names, prefixes)):
             out[other.id] = other
     return list(out.values())
 
