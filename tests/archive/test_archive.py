@@ -399,6 +399,11 @@ def test_a_second_conversation_writing_past_its_first_write_is_refused_where_the
         "A said 0", "A said 1", "B said 2", "B said 3", "B said 4", "B said 5"]
     second.write(_removed(["B said 4", "B said 5"], 4))  # its own rerun: the same messages, nothing read refuses it
     assert first.recall("B said 5").ranges  # nothing of the refused write's vectors replaced the store's
+    with pytest.raises(ArchiveError, match=r"positions \[4, 5\]"):  # a longer write: nothing of it stays
+        first.write(_removed(["A said 4", "A said 5", "A said 6"], 4))
+    second.write(_removed(["B said 6", "B said 7"], 6))  # so the other conversation goes on where it was
+    assert [m.data["content"][0]["text"] for m in store.range(scope, 4, 10)] == [
+        "B said 4", "B said 5", "B said 6", "B said 7"]
     store.close()
 
 

@@ -49,7 +49,7 @@ from ..messages.model import Message, TextBlock
 from ..search.terms import index_text
 from ..stores._validate import check_filters
 from ..stores._vectors import as_matrix
-from ..stores.base import Filters, Record, Scope, Store, StoredMessage
+from ..stores.base import Appended, Filters, Record, Scope, Store, StoredMessage
 from ..window.base import RemovedMessages
 from .indexer import BackgroundIndexer, Job
 from .recall import RecalledRange, fill_ranges, merge_ranges, original_question
@@ -194,7 +194,12 @@ class Archive:
                        for m in event.messages]
             placed = self._check_places(records)
             positions = self.store.append(self.scope, records)  # raises: the manager keeps the messages
-            self._check_written(placed or self._found_held(records, positions))
+            try:
+                self._check_written(placed or self._found_held(records, positions))
+            except ArchiveError:  # nothing of a refused write stays: what it stored past the other's messages goes
+                if isinstance(positions, Appended) and (ours := [r.id for r in records if r.id not in positions.held]):
+                    self.store.delete(self.scope, ours)
+                raise
             records = self._keep_reused_ids(records, positions)
         if not (self.logged and event.reason == "truncated"):  # a shortened original is still in the window
             self._note_archived([m.position for m in records if m.position is not None])
