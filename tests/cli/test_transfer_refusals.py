@@ -94,6 +94,7 @@ BAD: list[tuple[list[str], str]] = [  # (lines 3 on, what the refusal says)
                                          r"got 'x'$"),
     ([line(1), state({"version": 10**30})], r"^line 4: 'value.version' must be an integer from 0 to 9007199254740991"),
     ([line(1), state({"unpinned": 5})], r"^line 4: 'value.unpinned' must be a string or null, got 5$"),
+    ([line(1), state({"pinning": 5})], r"^line 4: 'value.pinning' must be a string or null, got 5$"),
     ([line(1), state({"items": 5}, "summaries")], r"^line 4: 'value.items' must be a list of summaries"),
     ([line(1, position=2**53 - 1), line(2, position=None)], r"^line 4: conversation 'b': no position is left for "
                                                              r"message 'm2' after position 9007199254740991"),

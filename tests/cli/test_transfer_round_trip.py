@@ -101,7 +101,7 @@ def conversation(draw: st.DrawFn) -> tuple[list[StoredMessage], np.ndarray | Non
     states = draw(st.dictionaries(st.sampled_from(("archive",)), OBJECTS, max_size=1))
     if draw(st.booleans()):  # a window's state, of the shape its memory writes (an import checks it)
         states["window"] = {**draw(OBJECTS.filter(lambda o: not {"manager", "replaced", "version", "unpinned",
-                                                                   "messages"} & set(o))),
+                                                                   "pinning", "messages"} & set(o))),
                             "manager": {"__name__": "SemanticSummarizingConversationManager",
                                         "removed_message_count": draw(st.integers(0, 2**53 - 1)),
                                         "summary_message": draw(st.none() | PLAIN)},

@@ -140,6 +140,39 @@ def test_a_crash_while_a_new_system_message_takes_the_pins_place_leaves_one_pinn
     assert each_point_of_death(store_url, "repin_worker.py", prepare, check) > 3
 
 
+def test_a_crash_while_a_system_message_takes_position_0_from_a_user_message_leaves_one_pinned_or_none(store_url):
+    """A conversation that began without a system message, cleared, then reset with one: the system message opened
+    the window at a later position, pinned by the manager but not by the memory (the window lost messages). Now it
+    takes position 0, whose message is appended again and archived first. Killed after any store write, the
+    conversation has no pinned message or the new one (never two), the old first message stays in the log, and the
+    retried reset ends as an uninterrupted one does, with no second copy of it."""
+    from fullrecall import SlidingWindowConversationManager
+
+    def memory(session):
+        return SyncConversationMemory(store_url, session, manager=SlidingWindowConversationManager(window_size=10))
+
+    def prepare(session):
+        with memory(session) as mem:
+            mem.add([{"role": "user", "content": "hello", "id": "h"}, {"role": "assistant", "content": "hi"}])
+            mem.clear()
+
+    def check(session):
+        with memory(session) as mem:
+            window = [m["content"] for m in mem.messages]
+            assert window in ([], ["hello"], ["rules v2"], ["rules v2", "after the reset"]), window
+            logged = [m.data["content"] for m in mem.store.range(mem.scope, 0, 100)]
+            assert {"hello", "hi"} <= set(logged)  # nothing lost
+            mem.add([{"role": "system", "content": "rules v2", "id": "s2"},
+                     {"role": "user", "content": "after the reset", "id": "u2"}])  # the caller retries
+            assert [m["content"] for m in mem.messages] == ["rules v2", "after the reset"]
+            logged = [m.data["content"] for m in mem.store.range(mem.scope, 0, 100)]
+            assert logged[0] == "rules v2" and sorted(logged) == ["after the reset", "hello", "hi", "rules v2"]
+            mem.add({"role": "user", "content": "next", "id": "u3"})
+            assert [m["content"] for m in memory(session).messages] == ["rules v2", "after the reset", "next"]
+
+    assert each_point_of_death(store_url, "midsys_worker.py", prepare, check) > 3
+
+
 def test_a_crash_while_the_pinned_message_is_deleted_never_shifts_the_window(store_url):
     """``delete(0)`` of the pinned system message deleted its row, then saved the window state that counts position 0
     as gone, in two store writes: a process that died between them left the window starting one position early (an

@@ -513,3 +513,117 @@ def test_truncate_and_leave_keep_a_window_with_pinned_messages_in_order(store_ur
         assert mem.messages == [m for i, m in enumerate(before) if i != index or i in pinned], index
         assert _row_words(mem) == [m["content"] for m in mem.messages], index
         mem.close()
+
+
+def _opened_midway(store_url, opening, pin_first, store=None):
+    """A conversation whose window a system message opens after ``clear()``, though position 0 is no system message:
+    one that began with a user and an assistant message (``opening="user"``), or whose system message was deleted
+    (``"deleted"``). The memory (the default manager, summarizing), the same manager's settings, and the prompt.
+    """
+    options = {"summarizer": lambda msgs, prev: f"SUMMARY({','.join(m.text for m in msgs)})",
+               "max_history_turns": 2, "preserve_recent_messages": 2, **({"pin_first": pin_first} if pin_first else {})}
+    mem = SyncConversationMemory(store or store_url, "s1", user_id="u", **options)
+    if opening == "user":
+        mem.add([{"role": "user", "content": "hello zebra", "id": "h"},
+                 {"role": "assistant", "content": "hi", "id": "hh"}])
+    else:
+        mem.add([{"role": "system", "content": "rules alpha", "id": "s0"}, {"role": "user", "content": "hello zebra",
+                                                                           "id": "h"}])
+        mem.delete(0)
+    mem.clear()
+    return mem, options, {"role": "system", "content": "You are terse.", "id": "sys"}
+
+
+def _plain_after_reset(options, prompt, said):
+    """The window the same manager keeps on a plain list that starts with ``prompt``, after each of ``said``."""
+    from fullrecall.window import SummarizingConversationManager
+
+    manager, plain, windows = SummarizingConversationManager(**options), [dict(prompt)], []
+    for message in said:
+        plain.append(dict(message))
+        manager.apply_management(plain)
+        windows.append([dict(m) for m in plain])
+    return windows
+
+
+@pytest.mark.parametrize("opening", ["user", "deleted"])
+@pytest.mark.parametrize("pin_first", [None, 2])
+def test_a_system_message_opening_the_window_after_clear_is_pinned_as_the_manager_pins_it(store_url, opening,
+                                                                                          pin_first):
+    """MassGen's ``reset_chat`` with a new prompt on an agent that had none (or whose prompt was deleted): after
+    ``clear()`` the system message opened the window but was not at position 0, so the manager pinned it and the
+    memory did not: the summary showed twice, a message was lost from the window (``pin_first``) or the prompt
+    went, and a prompt deleted by ``delete(0)`` came back. It now takes position 0 (the message there goes to the
+    archive, recallable once): the window is the manager's on a plain list, after a restart too."""
+    mem, options, prompt = _opened_midway(store_url, opening, pin_first)
+
+    def rows_of(content):
+        return [row for row in mem.store.range(mem.scope, 0, 10**6) if row.data.get("content") == content]
+
+    def recalled():
+        return [m.data["content"] for m in mem.recall("hello zebra").messages].count("hello zebra")
+
+    before, found = len(rows_of("hello zebra")), recalled()  # a delete's rebuild added the user message again
+    assert found == (1 if opening == "user" else 2)
+    mem.add(prompt)
+    said = [{"role": ("user", "assistant")[i % 2], "content": f"w{i}", "id": f"w{i}"} for i in range(6)]
+    for message, plain in zip(said, _plain_after_reset(options, prompt, said)):
+        mem.add(message)
+        assert mem.messages == plain
+    assert mem.manager.removed_message_count > 2 and mem.messages[0] == prompt  # the premise: summarized
+    again = SyncConversationMemory(store_url, "s1", user_id="u", **options)
+    assert again.messages == mem.messages
+    rows = rows_of("hello zebra")
+    assert len(rows) == before and all(row.position != 0 for row in rows)  # archived, as often as before
+    assert len(mem.store.get_vectors(mem.scope, [row.id for row in rows])) == len(rows)  # and embedded
+    assert recalled() == found
+    mem.delete(0)
+    assert prompt not in mem.messages and prompt not in again.messages
+    assert not rows_of("You are terse.")
+    for m in (mem, again):
+        m.close()
+
+
+class _ReplaceFailsOnce:
+    """The store, but its first ``replace`` raises (the process died before the write)."""
+
+    def __init__(self, store):
+        self._store, self.failed = store, False
+
+    def __getattr__(self, name):
+        attr = getattr(self._store, name)
+        if name != "replace" or self.failed:
+            return attr
+
+        def replace(*args, **kwargs):
+            self.failed = True
+            raise ConnectionError("the store went away")
+
+        return replace
+
+
+@pytest.mark.parametrize("pin_first", [None, 2])
+def test_a_system_message_opening_the_window_after_clear_survives_a_failed_swap(store_url, pin_first):
+    """Position 0's message is appended again (archived) before the system message takes its place: a swap that
+    failed after the copy leaves the conversation with no pinned message and nothing lost, and the retried reset,
+    by a new memory on the same store, appends no second copy and ends as an uninterrupted one does."""
+    from fullrecall.stores import open_store
+
+    store = open_store(store_url)
+    failing = _ReplaceFailsOnce(store)
+    mem, options, prompt = _opened_midway(store_url, "user", pin_first, store=failing)
+    with pytest.raises(ConnectionError):
+        mem.add(prompt)
+    assert failing.failed
+    again = SyncConversationMemory(store, "s1", user_id="u", **options)
+    assert all(m.get("role") != "system" for m in again.messages)
+    assert [r.data["content"] for r in store.range(again.scope, 0, 10**6)].count("hello zebra") == 2  # nothing lost
+    again.add(prompt)
+    said = [{"role": ("user", "assistant")[i % 2], "content": f"w{i}", "id": f"w{i}"} for i in range(6)]
+    for message, plain in zip(said, _plain_after_reset(options, prompt, said)):
+        again.add(message)
+        assert again.messages == plain
+    logged = [r.data["content"] for r in store.range(again.scope, 0, 10**6)]
+    assert logged.count("hello zebra") == 1 and logged.count("You are terse.") == 1 and logged.count("hi") == 1
+    assert [m.data["content"] for m in again.recall("hello zebra").messages].count("hello zebra") == 1
+    store.close()

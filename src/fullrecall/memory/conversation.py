@@ -98,6 +98,8 @@ class SyncConversationMemory:
         self._fresh_state = self.manager.get_state()  # what the manager starts from (and returns to after forget)
         self._messages: list[dict[str, Any]] = []
         self._head: StoredMessage | None = None  # the pinned row at position 0
+        self._opening: StoredMessage | None = None  # the row at position 0, pinned or not
+        self._pinning: str | None = None  # the state's "pinning": the key of the row a system message is replacing
         self._front: list[StoredMessage] = []  # the rows the manager keeps pinned at the window's front
         self._rows: list[StoredMessage] = []  # the window's other originals as stored
         self._pinned = 0
@@ -180,36 +182,62 @@ class SyncConversationMemory:
             log.warning("messages stored, but the window could not be managed (it stays as it is): %s", exc)
 
     def _cleared(self) -> bool:
-        """The window holds only the pinned message (and those the manager keeps pinned after it), the rest having
-        left it (as after ``clear``).
+        """The window holds only the pinned message (and those the manager keeps pinned after it), or nothing when no
+        message is pinned, the rest having left it (as after ``clear``): a system message added now opens it.
         """
-        return self._head is not None and self._messages[:1] == [self._head.data] and \
-            len(self._messages) == 1 + len(self._front) and self.manager.removed_message_count > 0
+        if self.manager.removed_message_count == 0:
+            return False
+        if self._head is None:
+            return not self._messages
+        return self._messages[:1] == [self._head.data] and len(self._messages) == 1 + len(self._front)
 
     def _repin(self, record: StoredMessage) -> None:
-        """``record`` becomes the pinned message at position 0; the one pinned before leaves for the archive.
+        """``record`` becomes the pinned message at position 0; the message there leaves for the archive.
 
-        The old one is appended again (its own ``"id"``, a key marked ``@unpinned-``) and leaves the window at
-        once, as a cleared message does, so it stays recallable; only then does one atomic store write
-        (``Store.replace``) delete its row at position 0 and write the new message there. Killed at any point,
-        the conversation has one pinned message, the old or the new, never both nor none, and loses nothing; a
-        copy that had not left the window yet leaves it at the next ``add`` (:meth:`_finish_repin`).
+        That message (the one pinned before, or a user's or assistant's when the conversation began without a
+        system message) is appended again (under a key derived from its own ``"id"``, marked ``@unpinned-``: a
+        rerun stores it once, and :func:`copies_of` ties it to the original) and leaves the window at once, as a
+        cleared message does, so it stays recallable; only then does one atomic store write (``Store.replace``)
+        delete its row at position 0 and write the new message there. Killed at any point, the conversation has
+        one pinned message or none (the old or the new), never two, and loses nothing; a copy that had not left
+        the window yet leaves it at the next ``add`` (:meth:`_finish_repin`).
+
+        Position 0 unpinned counts among the messages that left the window; pinned, it does not. So before such a
+        swap the window state names the row being replaced (``pinning``: its key, empty when position 0 was
+        deleted), and :meth:`_sync` counts one message fewer removed once position 0 holds another, pinned one:
+        the window's start stays where it is, whether or not the swap landed.
         """
-        head = self._head
-        assert head is not None
-        copy = replace(head, id=_derived_key(head.id, f"{_UNPINNED[1:]}{uuid.uuid4().hex}"), position=None)
-        self.store.append(self.scope, [copy])
+        first = self._opening
+        if first is not None:
+            copy = replace(first, id=self._copy_key(first), position=None)
+            self.store.append(self.scope, [copy])  # a rerun's: its key held already, nothing new stored
+            self._sync()
+            self._finish_repin()
+        counted = self._head is None  # position 0 counts among the removed until the swap
+        if counted:
+            self._pinning = (first.key or "") if first is not None else ""
+            self._save()
+        self.store.replace(self.scope, [first.id] if first is not None else [], [replace(record, position=0)])
         self._sync()
-        self._finish_repin()
-        self.store.replace(self.scope, [head.id], [replace(record, position=0)])
-        self._sync()
+        if counted:
+            self._save()  # the count as it now is, without "pinning"
+
+    def _copy_key(self, row: StoredMessage) -> str:
+        """The store key of ``row``'s copy when it leaves position 0: derived from its root, so a rerun finds the
+        copy it appended before (a message of the caller's holding that key already: a fresh one).
+        """
+        key = _derived_key(_root(row.data, row), f"{_UNPINNED[1:]}0")
+        held = self.store.get(self.scope, [key])
+        if held and not _same(held[0].data, row.data):
+            key = _derived_key(_root(row.data, row), f"{_UNPINNED[1:]}{uuid.uuid4().hex}")
+        return key
 
     def _finish_repin(self) -> None:
-        """A copy of the pinned message that :meth:`_repin` appended and that is still in the window (the newest
-        message of a cleared window) leaves it for the archive.
+        """A copy of the message at position 0 that :meth:`_repin` appended and that is still in the window (the
+        newest message of a cleared window) leaves it for the archive.
         """
-        rows = self._rows
-        if self._head is None or len(rows) != 1 or _UNPINNED not in rows[0].id or rows[0].data != self._head.data:
+        rows, first = self._rows, self._opening
+        if first is None or len(rows) != 1 or _UNPINNED not in rows[0].id or rows[0].data != first.data:
             return
         lead = len(self._messages) - 1
         self._manage(lambda window: self.manager.leave(
@@ -241,7 +269,9 @@ class SyncConversationMemory:
         """Empty the window; every message in it goes to the archive first (a pinned system message stays).
 
         A different system message opening the next ``add`` takes the pinned one's place (the old one goes
-        to the archive), as an agent reset with a new prompt expects; the same one again is kept once.
+        to the archive), as an agent reset with a new prompt expects; the same one again is kept once. With none
+        pinned, it becomes the pinned one at position 0 all the same (the message there goes to the archive), as
+        the manager pins a system message that opens the window (see :meth:`_repin`).
         """
         self._sync()
         self._manage(self.manager.clear)
@@ -431,9 +461,15 @@ class SyncConversationMemory:
             self.store.delete(self.scope, [head[0].id])
             head = []
         self._first_key = head[0].key if head else None
+        self._opening = head[0] if head else None
         pinned = [head[0].data] if head and head[0].data.get("role") in _PINNED_ROLES else []
         self._pinned = len(pinned)
         self._head = head[0] if pinned else None
+        self._pinning = state.get("pinning")
+        if self._pinning is not None and head and head[0].key != self._pinning:  # the swap _repin began landed
+            self._pinning = None
+            if pinned:  # position 0, counted removed when the state was saved, is the pinned message now
+                self.manager.removed_message_count -= 1
         front = _front_positions(self.manager)
         self._front = [row for span in self.store.ranges(self.scope, [(p, p) for p in front]) for row in span]
         start = self._pinned + self.manager.removed_message_count + len(front)
@@ -517,6 +553,8 @@ class SyncConversationMemory:
         state: dict[str, Any] = {"manager": self.manager.get_state(), "replaced": replaced, "version": self._version}
         if unpinned is not None:
             state["unpinned"] = unpinned
+        if self._pinning is not None:
+            state["pinning"] = self._pinning
         self.store.put_state(self.scope, _WINDOW_KEY, state)
         # the window is as the manager left it; the next operation reads the store again anyway
 
@@ -546,6 +584,7 @@ _WINDOW_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {  # what _sync r
     "replaced": (lambda v: v is None or _positions_to_messages(v), "an object of positions to messages"),
     "version": (_position, f"an integer from 0 to {V.MAX_POSITION}"),  # incremented by every save
     "unpinned": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "pinning": (lambda v: v is None or isinstance(v, str), "a string or null"),
     "messages": (lambda v: isinstance(v, list) and all(isinstance(m, dict) for m in v),
                  "a list of messages (objects)"),  # a window saved whole, by an early version
 }
@@ -619,11 +658,13 @@ def forget_window_words(store: Store, scope: Scope, deleted: Sequence[StoredMess
     front = [int(p) for p in manager.get("front_positions") or ()]
     kept_front = [p for p in front if p not in positions]
     head = any(m.position == 0 and m.role in _PINNED_ROLES for m in deleted)  # the window's pinned system message
+    # (one whose swap onto position 0 was cut short is counted removed already: the state still says "pinning")
+    counted = head and state.get("pinning") is None
     unpinned = len(pins) < len(held) or len(kept_front) < len(front) or head
     if unpinned:  # a message deleted from the front counts as removed: no later one takes its place
         manager["held_pins"] = pins
         manager["front_positions"] = kept_front
-        manager["removed_message_count"] = removed + len(front) - len(kept_front) + head
+        manager["removed_message_count"] = removed + len(front) - len(kept_front) + counted
     # the summary covers what left the window: the positions after a pinned first message (if any) and
     # before the window's start, but for those kept pinned at the front
     summarized = manager.get("summary_message") is not None and \
