@@ -761,6 +761,11 @@ class PostgresStore(SqlStore):
         exists = conn.execute(f"SELECT 1 FROM {s}.vector_tables WHERE dim = %s", (dim,)).fetchone()
         if exists is None:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"fullrecall.{s}.vectors",))
+            # read again once the lock is held: a table another writer made meanwhile is not touched (CREATE INDEX
+            # IF NOT EXISTS share-locks it all the same, until commit: a forget's delete then waited for this writer,
+            # while it waited for the forget's lock of its session, a deadlock)
+            exists = conn.execute(f"SELECT 1 FROM {s}.vector_tables WHERE dim = %s", (dim,)).fetchone()
+        if exists is None:
             conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {s}.{table} ("
                 f" rid BIGINT PRIMARY KEY REFERENCES {s}.messages (rid) ON DELETE CASCADE,"
@@ -1338,10 +1343,16 @@ class PostgresStore(SqlStore):
         rwhere, rparams = self.sql.record_where(scope, exact=True)
         s = self.schema
         with self._tx() as conn:
-            # Lock the sessions first (appenders take the same row lock): what is counted is what is deleted,
-            # and an append that waits for the lock lands after the forget, in a session started anew. The
-            # messages table's write lock comes before them, as in every write (see _session_row).
+            # The locks in the order writers take them: the messages table's write lock (see _session_row), the
+            # records, then the sessions (appenders take the same row lock): what is counted is what is deleted,
+            # and an append that waits for the lock lands after the forget, in a session started anew. The records
+            # table is locked against writers whole, for the forget's transaction: a long-term write holds its
+            # records (several, in any order), then the change log's session, and would wait for the forget's row
+            # locks while the forget waited for its own (a deadlock); it waits for the forget here, holding nothing.
             conn.execute(f"LOCK TABLE {s}.messages IN ROW EXCLUSIVE MODE")
+            conn.execute(f"LOCK TABLE {s}.records IN SHARE ROW EXCLUSIVE MODE")
+            namespaces = Counter(r["namespace"] for r in conn.execute(
+                f"DELETE FROM {s}.records r WHERE {rwhere} RETURNING r.namespace", rparams))
             sids = [r["sid"] for r in conn.execute(
                 f"SELECT sid FROM {s}.sessions s WHERE {where} ORDER BY sid FOR UPDATE", params)]
             kinds = {
@@ -1363,8 +1374,6 @@ class PostgresStore(SqlStore):
                                         (logs,)).fetchone()["n"]
             # Sessions cascade to messages (and so vectors) and state.
             sessions = conn.execute(f"DELETE FROM {s}.sessions WHERE sid = ANY(%s)", (sids,)).rowcount
-            namespaces = Counter(r["namespace"] for r in conn.execute(
-                f"DELETE FROM {s}.records r WHERE {rwhere} RETURNING r.namespace", rparams))
             records = sum(namespaces.values())
             xid = conn.execute("SELECT txid_current() AS x").fetchone()["x"]
         counts = {
