@@ -389,19 +389,9 @@ class Archive:
             if not keep:
                 return []
             ids, vectors = [ids[i] for i in keep], vectors[keep]
-        while True:
-            try:
-                self.store.set_vectors(self.scope, ids, vectors, engine.embedder.name)
-                return []
-            except ValueError:  # some were forgotten or evicted meanwhile: store the vectors of those still here
-                present = {m.id for m in self.store.get(self.scope, ids)}
-                keep = [i for i, mid in enumerate(ids) if mid in present]
-                if len(keep) == len(ids):  # none went: the refusal is about the vectors themselves
-                    raise
-                if not keep:
-                    return []
-                # another writer may evict more before this try: each try has fewer ids, so this ends
-                ids, vectors = [ids[i] for i in keep], vectors[keep]
+        # the vectors of messages forgotten or evicted meanwhile are dropped by the store (see Store.set_vectors)
+        self.store.set_vectors(self.scope, ids, vectors, engine.embedder.name)
+        return []
 
     def _embed_apart(self, messages: Sequence[StoredMessage], recheck: bool = False) -> list[StoredMessage]:
         """Embed a batch the model refused in halves, down to single messages, so that one text it always

@@ -193,8 +193,8 @@ class Indexer:
                     try:
                         self.store.set_vectors(scope, [todo[scope][i].id for i in kept], vectors[lo:hi][kept],
                                                self.embedder.name)
-                    except ValueError as exc:  # the conversation was forgotten meanwhile (or holds another model's
-                        # vectors): the next write to it checks again. Any other failure (the store down) reaches
+                    except ValueError as exc:  # the conversation holds another model's vectors (those of messages
+                        # forgotten meanwhile are dropped by the store): the next write to it checks again. Any other failure (the store down) reaches
                         # _run, which retries and leaves the conversation for the next write to catch up with.
                         with self._cond:
                             self._checked.pop(scope, None)

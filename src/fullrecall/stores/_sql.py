@@ -300,14 +300,16 @@ class SqlStore(StoreBase):
     def _vector_targets(
         self, conn: Any, scope: Scope, ids: list[str], model: str, dim: int
     ) -> tuple[Any, dict[str, int]]:
-        """The session's row (held until commit) and each message id's row id, for vectors of ``model``.
+        """The session's row (held until commit) and the row id of each of ``ids`` it holds, for vectors of
+        ``model``: (None, {}) when there is no session. Ids it does not hold are left out (deleted or forgotten
+        since they were appended: their vectors have nothing to attach to, see :meth:`Store.set_vectors`).
 
-        ValueError when the session has no messages, another model's vectors or lacks one of ``ids``.
+        ValueError when the session holds another model's vectors.
         """
         where, params = self.sql.scope_where(scope)
         sess = conn.execute(f"SELECT * FROM {self.sql.t('sessions')} s WHERE {where}{self.sql.lock}", params).fetchone()
         if sess is None:
-            raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first")
+            return None, {}
         if sess["vec_model"] is not None and (sess["vec_model"], sess["vec_dim"]) != (model, dim):
             raise Vec.model_mismatch((sess["vec_model"], sess["vec_dim"]), model, dim)
         rids: dict[str, int] = {}
@@ -319,9 +321,6 @@ class SqlStore(StoreBase):
                     [sess["sid"], *p],
                 )
             )
-        missing = [i for i in ids if i not in rids]
-        if missing:
-            raise ValueError(f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}")
         return sess, rids
 
     # -- state documents --------------------------------------------------------------------

@@ -306,7 +306,13 @@ class Store(Protocol):
 
     # -- vectors -------------------------------------------------------------
     def set_vectors(self, scope: Scope, ids: Sequence[str], vectors: np.ndarray, model: str) -> None:
-        """Store one float32 vector per message id, tagged with the embedding model."""
+        """Store one float32 vector per message id, tagged with the embedding model; ValueError (nothing written)
+        for another model's or dimension's vectors than the conversation holds.
+
+        A vector whose message the conversation does not hold is dropped, the others written: the message was
+        deleted or forgotten since its append (another writer, an administrator's forget, while it was being
+        embedded) and its vector has nothing to attach to; it never brings back a forgotten conversation.
+        """
         ...
 
     def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:

@@ -342,6 +342,10 @@ def _py_text(stored: str) -> str:
     return _UNESCAPE.sub(lambda m: _MARK if m.group(1) == _MARK else "\x00", stored[1:])
 
 
+class _NothingHeld(Exception):
+    """Raised to undo a transaction that found nothing to write (never leaves the store)."""
+
+
 class _Held(threading.local):
     conn: Conn | None = None
 
@@ -883,18 +887,22 @@ class PostgresStore(SqlStore):
         return dims
 
     def _set_vectors(self, scope: Scope, ids: list[str], mat: np.ndarray, model: str) -> None:
-        """One statement, one round trip: the session's row is locked, every check made, and only when they
-        all pass are the vectors written and the session's counters moved (else nothing is, and the
-        checks' findings say which ValueError to raise).
+        """One statement, one round trip: the session's row is locked, the model checked, and only when it
+        passes are the vectors of the messages the session holds written and its counters moved (else
+        nothing is, and the ValueError says why). Ids it does not hold are dropped (see :meth:`Store.set_vectors`).
         """
         dim = int(mat.shape[1])
         s = self.schema
         if dim not in self._known_dims:  # its table may not exist yet: made (once), kept only if the checks pass
-            with self._tx() as conn:
-                # the table first: its foreign key locks the messages table, which an append (one statement) locks
-                # before its session's row, so the session's row is locked second here too (no deadlock)
-                self._vector_table(conn, dim)
-                self._vector_targets(conn, scope, ids, model, dim)
+            try:
+                with self._tx() as conn:
+                    # the table first: its foreign key locks the messages table, which an append (one statement)
+                    # locks before its session's row, so the session's row is locked second here too (no deadlock)
+                    self._vector_table(conn, dim)
+                    if not self._vector_targets(conn, scope, ids, model, dim)[1]:
+                        raise _NothingHeld
+            except _NothingHeld:  # the session holds none of the messages: no vector to write, no table made for none
+                return
             with self._read() as conn:  # once committed: a search on another thread takes the list as tables that exist
                 self._dims(conn)
         last = {i: n for n, i in enumerate(ids)}  # an id given twice: its last vector (as upserts in turn would)
@@ -908,7 +916,7 @@ class PostgresStore(SqlStore):
                 # parameters that a statement prepared after a few runs gets (a write then cost O(conversation))
                 f" target AS (SELECT m.id, m.rid, m.sid, g.embedding FROM given g, sess, LATERAL (SELECT m.id, m.rid,"
                 f" m.sid FROM {s}.messages m WHERE m.sid = sess.sid AND m.id = g.id LIMIT 1) m),"
-                " checked AS (SELECT count(*) = 1 AND (SELECT count(*) FROM target) = %s AND bool_and("
+                " checked AS (SELECT count(*) = 1 AND bool_and("
                 " vec_model IS NULL OR (vec_model = %s AND vec_dim = %s)) AS ok FROM sess),"
                 f" ins AS (INSERT INTO {s}.vectors_{dim} (rid, sid, embedding) SELECT rid, sid, embedding FROM target"
                 " WHERE (SELECT ok FROM checked) ON CONFLICT (rid) DO UPDATE SET embedding = EXCLUDED.embedding"
@@ -916,21 +924,15 @@ class PostgresStore(SqlStore):
                 f" upd AS (UPDATE {s}.sessions t SET vec_model = %s, vec_dim = %s, vector_count = t.vector_count"
                 " + (SELECT count(*) FILTER (WHERE added) FROM ins),"
                 " vec_epoch = t.vec_epoch + (SELECT count(*) FILTER (WHERE NOT added) FROM ins) FROM sess WHERE t.sid = sess.sid"
-                " AND (SELECT ok FROM checked) RETURNING 1)"
+                " AND (SELECT ok FROM checked) AND EXISTS (SELECT 1 FROM target) RETURNING 1)"
                 " SELECT (SELECT ok FROM checked) AS ok, (SELECT count(*) FROM upd) AS updated,"
                 " (SELECT count(*) FROM sess) AS sessions, (SELECT vec_model FROM sess) AS vec_model,"
-                " (SELECT vec_dim FROM sess) AS vec_dim, (SELECT array_agg(id) FROM target) AS found",
-                [*params, list(last), [mat[n] for n in last.values()], len(last), model, dim, model, dim],
+                " (SELECT vec_dim FROM sess) AS vec_dim",
+                [*params, list(last), [mat[n] for n in last.values()], model, dim, model, dim],
             ).fetchone()
         assert row is not None  # a SELECT of scalars always yields its row
-        if not row["ok"]:
-            if not row["sessions"]:
-                raise ValueError(f"set_vectors: session {scope.session_id!r} has no messages; append them first")
-            if row["vec_model"] is not None and (row["vec_model"], row["vec_dim"]) != (model, dim):
-                raise Vec.model_mismatch((row["vec_model"], row["vec_dim"]), model, dim)
-            found = set(row["found"] or ())
-            missing = [i for i in ids if i not in found]
-            raise ValueError(f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}")
+        if row["sessions"] and not row["ok"]:
+            raise Vec.model_mismatch((row["vec_model"], row["vec_dim"]), model, dim)
 
     def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """One round trip: every known dimension's table read in one statement, which also says whether the

@@ -469,14 +469,7 @@ class RedisStore(StoreBase):
             if exc.kind == "model":
                 stored = json.loads(exc.detail)
                 raise Vec.model_mismatch((stored[0], int(stored[1])), model, int(mat.shape[1])) from None
-            if exc.kind == "nosession":
-                raise ValueError(
-                    f"set_vectors: session {scope.session_id!r} has no messages; append them first"
-                ) from None
-            missing = json.loads(exc.detail) if exc.kind == "missing" else []
-            raise ValueError(
-                f"set_vectors: {len(missing)} id(s) not in session {scope.session_id!r}: {missing[:5]}"
-            ) from None
+            raise
 
     def get_vectors(self, scope: Scope, ids: Sequence[str]) -> dict[str, np.ndarray]:
         ids = C.read_ids(ids)

@@ -672,11 +672,13 @@ class SQLiteStore(SqlStore):
         dim = int(mat.shape[1])
         with self._write() as conn:
             sess, rids = self._vector_targets(conn, scope, ids, model, dim)
+            if not rids:
+                return
             overwrote = sum(
                 conn.execute(f"DELETE FROM vectors WHERE {cond}", p).rowcount
                 for cond, p in SQL.in_chunks("rid", list(rids.values()))
             )
-            last = {i: n for n, i in enumerate(ids)}  # an id given twice: its last vector, as an overwrite
+            last = {i: n for n, i in enumerate(ids) if i in rids}  # an id given twice: its last vector, as an overwrite
             conn.executemany(
                 "INSERT INTO vectors (rid, sid, vec) VALUES (?, ?, ?)",
                 [(rids[i], sess["sid"], mat[n].tobytes()) for i, n in last.items()],
