@@ -540,3 +540,41 @@ def test_the_window_reads_as_massgens_messages_attribute(store_url):
     assert contents(memory.messages) == ["question 1", "answer 1"]
     with pytest.raises(AttributeError):
         memory.messages = []  # not a list to replace: load_state_dict({"messages": [...]}) does that
+
+
+class RacedStore:
+    """A real store handle on which another writer's ``add`` lands just before this writer's first lookup of
+    ``ids``: the moment after it read the window, before it asked which of its ids are logged.
+    """
+
+    def __init__(self, inner, ids: list[str], other_add) -> None:
+        self.inner, self.ids, self.other_add = inner, ids, other_add
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def get(self, scope, ids, *args, **kwargs):
+        ids = list(ids)
+        if ids == self.ids and self.other_add is not None:
+            other_add, self.other_add = self.other_add, None
+            other_add()
+        return self.inner.get(scope, ids, *args, **kwargs)
+
+
+def test_one_id_added_by_two_writers_at_once_is_stored_once(store_url):
+    """Another writer adds the id after this one read the window and before it looked the id up in the log: it is
+    the window's, so nothing new is stored (it was taken for a message back into the window and stored twice,
+    "req-1" and "req-1@0", both in the window).
+    """
+    message = {"role": "user", "content": "pay invoice 77", "id": "req-1"}
+    other = make(store_url)
+    inner = other.store
+    raced = make(RacedStore(inner, ["req-1"], lambda: run(other.add(dict(message)))))
+    try:
+        run(raced.add(dict(message)))
+        assert [row.id for row in inner.range(raced.scope, 0, 10**9)] == ["req-1"]
+        assert contents(run(raced.get_messages())) == ["pay invoice 77"]
+        assert contents(run(other.get_messages())) == ["pay invoice 77"]
+    finally:
+        raced.close()
+        other.close()

@@ -845,6 +845,11 @@ class ConversationMemory:
             message.setdefault("id", f"msg_{uuid.uuid4().hex[:12]}")
             message_id(message, index)  # a bad id is refused before anything is stored
         window = {str(m["id"]) for m in self.sync.messages if "id" in m}
+        rows = self.store.get(self.scope, list(dict.fromkeys(str(m["id"]) for m in batch))) if batch else []
+        # an id logged where the window begins or later is the window's, also when another writer's add of it
+        # landed after the window was read (taken for a message back into the window, it was stored twice)
+        end = self.sync._archived_span()[1]
+        window |= {row.id for row in rows if row.position is not None and row.position >= end}
         if not allow_duplicates:  # an id the window or an earlier message of the batch holds: skipped
             held, fresh = set(window), []
             for message in batch:
@@ -853,7 +858,7 @@ class ConversationMemory:
                     fresh.append(message)
             batch = fresh
         ids = [str(m["id"]) for m in batch]
-        logged = {row.id for row in self.store.get(self.scope, ids)} if ids else set()
+        logged = {row.id for row in rows}
         start = self.sync._pinned + self.sync.manager.removed_message_count
         keys: list[str | None] = []
         seen: set[str] = set()
