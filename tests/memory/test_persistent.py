@@ -1163,3 +1163,38 @@ def test_a_cleared_pinned_message_leaves_no_copy_in_the_saved_window(store_url, 
     assert "HUNTER2" not in json.dumps(store.get_state(window.scope, "window"))
     window.close()
     store.close()
+
+
+def test_close_stops_its_background_warm_before_the_store_is_closed(store_url, default_embedder, caplog):
+    """A memory closed while its warm is under way waits for it, and the catch-up that follows a first warm never
+    begins: nothing runs on the store once it is closed (the catch-up ran on, found the store closed and warned
+    'could not embed the messages ... left without a vector: StoreError: store ... is closed').
+    """
+    first = memory(store_url, default_embedder, user_id="ann", agent_id="bot", session_id="s", warm=False)
+    run(first.record([{"role": "user", "content": "hello there"}]))  # an owner with a session to read and catch up
+    first.close()
+    store = open_store(store_url)
+    release, started = threading.Event(), threading.Event()
+    store_warm = store.warm
+
+    def warm(scope, **kw):
+        started.set()
+        assert release.wait(30)
+        store_warm(scope, **kw)
+
+    store.warm = warm
+    try:
+        warmed = memory(store, default_embedder, user_id="ann", agent_id="bot")
+        assert started.wait(30)  # its warm is under way, held
+        closing = threading.Thread(target=warmed.close)
+        closing.start()
+        time.sleep(0.2)
+        assert closing.is_alive()  # close waits for the warm under way
+        release.set()
+        closing.join(30)
+        assert not closing.is_alive()
+    finally:
+        release.set()
+        store.close()
+    time.sleep(0.3)  # what the warming thread would still do, it would do now, on the closed store
+    assert "left without a vector" not in caplog.text

@@ -151,6 +151,7 @@ class PersistentMemory:
         # learns them even when a catch-up gave the messages their vectors meanwhile
         self._warms = warm
         self._warming = _warm_later(self) if warm else None
+        self._first_warming = self._warming  # the one followed by a catch-up, which may outlast it: see close
 
     # -- MassGen's interface: coroutines (see "Coroutines" in docs/memory.md for where their work runs) ---------
     async def record(self, messages: Any, metadata: dict[str, Any] | None = None, **kw: Any) -> list[str]:
@@ -756,7 +757,14 @@ class PersistentMemory:
         }
 
     def close(self) -> None:
-        """Close the store if this memory opened it (a store passed in is the caller's to close)."""
+        """Stop this memory's background warm, then close the store if this memory opened it (a store passed in
+        is the caller's to close): a warm or catch-up not begun never runs, one under way is waited for (it
+        would find the store closed: a warning that the owner's messages were left without a vector).
+        """
+        for warming in (self._warming, self._first_warming):  # stopping one twice is harmless
+            if warming is not None:
+                warming.stop(self)
+        self._warming = self._first_warming = None
         if self._owns_store:
             self.store.close()
 
@@ -1106,7 +1114,7 @@ class _Warming:
     of them is warmed).
     """
 
-    __slots__ = ("key", "memory", "state", "done", "pid", "first")
+    __slots__ = ("key", "memory", "state", "done", "pid", "first", "taken", "stopped", "finished")
 
     def __init__(self, memory: PersistentMemory, key: tuple[int, Scope], first: bool) -> None:
         self.key = key
@@ -1117,12 +1125,17 @@ class _Warming:
         self.state = "queued"
         self.done = threading.Event()
         self.pid = os.getpid()  # a forked child does not wait for its parent's warms (see _fork)
+        self.taken = self.stopped = False  # taken by the warming thread; stopped by its memory's close
+        self.finished = threading.Event()  # the thread is done with it: warm and catch-up
 
     def begin(self) -> tuple[PersistentMemory | None, bool]:
-        """The memory (None: it is gone) and whether to warm it now (the warming thread), or it was dropped."""
+        """The memory (None: it is gone or closed) and whether to warm it now (the warming thread), or it was
+        dropped.
+        """
         with _pool_lock:
             self._unlist()
-            memory = self.memory()
+            self.taken = True
+            memory = None if self.stopped else self.memory()
             warm = memory is not None and self.state == "queued"
             self.state = "under way" if warm else "dropped"
         if not warm:
@@ -1141,6 +1154,23 @@ class _Warming:
                 self._unlist()
                 self.done.set()
         self.done.wait()
+
+    def stop(self, memory: PersistentMemory) -> None:
+        """``memory`` closes: if this is its warm, nothing of it begins from now on, and what is under way (the
+        warm, the catch-up after it) is waited for, so that the store is not closed beneath it.
+        """
+        if self.pid != os.getpid():
+            return
+        with _pool_lock:
+            if self.memory() is not memory:  # another memory of the owner took over the queued warm
+                return
+            self.stopped = True
+            self._unlist()
+            taken = self.taken
+        if not taken:
+            self.done.set()
+            return
+        self.finished.wait()
 
     def _unlist(self) -> None:
         """No longer the owner's queued warm (under ``_pool_lock``)."""
@@ -1186,22 +1216,31 @@ def _warm_each() -> None:
     while True:
         warming = _warm_queue.get()
         memory, warm = warming.begin()
-        if memory is None:
-            continue
         try:
-            if warm:
-                memory.warm(kept_only=not warming.first)
-        except Exception:  # noqa: BLE001 - a hint: the first search reads what it needs, and reports its own failures
-            log.debug("warming the memory of %r failed", memory.owner, exc_info=True)
+            if memory is not None:
+                _warm_one(memory, warming, warm)
         finally:
-            warming.done.set()
-        try:  # a warm dropped for a search too: what a process that died left without vectors is embedded
-            if warming.first:  # this memory's own failed turns are left to its retry or its next record
-                memory._catch_up(own=False)
-        except Exception as exc:  # noqa: BLE001 - left for the next memory made, or this one's next record
-            log.warning("could not embed the messages of %r left without a vector: %s: %s", memory.owner,
-                        type(exc).__name__, exc)
-        del memory
+            del memory
+            warming.finished.set()
+
+
+def _warm_one(memory: PersistentMemory, warming: _Warming, warm: bool) -> None:
+    """The warming thread's work for one memory: its warm (unless dropped), then, after its first, its catch-up
+    (unless the memory closed meanwhile).
+    """
+    try:
+        if warm:
+            memory.warm(kept_only=not warming.first)
+    except Exception:  # noqa: BLE001 - a hint: the first search reads what it needs, and reports its own failures
+        log.debug("warming the memory of %r failed", memory.owner, exc_info=True)
+    finally:
+        warming.done.set()
+    try:  # a warm dropped for a search too: what a process that died left without vectors is embedded
+        if warming.first and not warming.stopped:  # this memory's own failed turns: left to its retry or next record
+            memory._catch_up(own=False)
+    except Exception as exc:  # noqa: BLE001 - left for the next memory made, or this one's next record
+        log.warning("could not embed the messages of %r left without a vector: %s: %s", memory.owner,
+                    type(exc).__name__, exc)
 
 
 def _words(text: str) -> str:
