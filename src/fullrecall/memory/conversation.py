@@ -711,8 +711,9 @@ def copies_of(store: Store, scope: Scope, rows: Sequence[StoredMessage], keep: C
     """The conversation's other rows that hold the same message as one of ``rows`` (being deleted), so that a
     deleted message leaves no copy: stored under its own ``"id"`` (or its row's id) or under a key derived from it
     (:func:`_derived_key`: a rebuild's, a new pinned message's, a message back into the window), with the same data
-    but for ``"id"``. Another message under the same id (a caller's reuse, archived as ``id@position``) or under an
-    id of its own with an ``@`` differs in its data and stays; so do ``rows`` and the rows ``keep`` names.
+    but for ``"id"``, a copy keeping the message's own ``"id"``. Another message under the same id (a caller's
+    reuse, archived as ``id@position``) differs in its data, one under an id of its own with an ``@`` in its own
+    ``"id"``: both stay; so do ``rows`` and the rows ``keep`` names.
     """
     if not rows:
         return []
