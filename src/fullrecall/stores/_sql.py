@@ -197,6 +197,10 @@ class SqlStore(StoreBase):
         """A connection for a write of one statement (the backend may run it as its own transaction)."""
         return self._write()
 
+    def _record_write(self) -> AbstractContextManager[Any]:
+        """A connection for a write of one long-term record (see :meth:`_write_one`)."""
+        return self._write_one()
+
     def _session_row(self, conn: Any, scope: Scope) -> Any:
         raise NotImplementedError
 
@@ -374,7 +378,7 @@ class SqlStore(StoreBase):
             statement = (f"INSERT INTO {t} AS r ({', '.join(_RECORD_COLUMNS)}, version)"
                          f" VALUES ({', '.join([ph] * len(values))}, 1) ON CONFLICT ({', '.join(_RECORD_KEY)})"
                          f" DO {'NOTHING' if expected == 0 else replace}")
-        with self._write_one() as conn:
+        with self._record_write() as conn:
             rows = conn.execute(f"{statement} RETURNING version", params).fetchall()  # all: SQLite ends it there
             if rows:
                 return int(rows[0]["version"])
@@ -404,7 +408,7 @@ class SqlStore(StoreBase):
         where, params = self.sql.record_where(scope)
         ph = self.sql.ph
         version = "" if expected is None else f" AND version = {ph}"
-        with self._write_one() as conn:
+        with self._record_write() as conn:
             n = conn.execute(
                 f"DELETE FROM {self.sql.t('records')} AS r WHERE {where} AND namespace = {ph} AND id = {ph}{version}",
                 [*params, namespace, record_id, *([] if expected is None else [expected])],

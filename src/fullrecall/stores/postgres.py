@@ -348,6 +348,7 @@ class _NothingHeld(Exception):
 
 class _Held(threading.local):
     conn: Conn | None = None
+    records: bool = False  # its transaction holds the records' shared lock (see PostgresStore._record_write)
 
 
 class PostgresStore(SqlStore):
@@ -521,7 +522,7 @@ class PostgresStore(SqlStore):
             yield
             return
         with self._mapped_errors(), self._pool().connection() as conn, conn.transaction():
-            self._held.conn = conn
+            self._held.conn, self._held.records = conn, False
             try:
                 yield
             finally:
@@ -546,6 +547,19 @@ class PostgresStore(SqlStore):
 
     _write = _tx  # rows are locked where writers must take turns
     _write_one = _read  # one statement in autocommit is its own transaction: no BEGIN and COMMIT round trips
+
+    @contextlib.contextmanager
+    def _record_write(self) -> Iterator[Conn]:
+        """A record's write; in a :meth:`batch`, its transaction first takes the records' lock that writers share
+        and a forget holds alone. A batch writes its records, then logs them in a session (long-term memory's
+        change log), holding them; a forget deletes records and sessions: without the lock, each could wait
+        for the other's rows (a deadlock). With it, the batch waits for the forget before it holds any row.
+        """
+        with self._write_one() as conn:
+            if self._held.conn is conn and not self._held.records:
+                conn.execute("SELECT pg_advisory_xact_lock_shared(hashtext(%s))", (f"fullrecall.{self.schema}.records",))
+                self._held.records = True
+            yield conn
 
     def _shown(self, exc: BaseException) -> str:
         """A driver's error as shown: the URL's password masked wherever the error quotes it."""
@@ -1345,14 +1359,14 @@ class PostgresStore(SqlStore):
         rwhere, rparams = self.sql.record_where(scope, exact=True)
         s = self.schema
         with self._tx() as conn:
-            # The locks in the order writers take them: the messages table's write lock (see _session_row), the
-            # records, then the sessions (appenders take the same row lock): what is counted is what is deleted,
-            # and an append that waits for the lock lands after the forget, in a session started anew. The records
-            # table is locked against writers whole, for the forget's transaction: a long-term write holds its
-            # records (several, in any order), then the change log's session, and would wait for the forget's row
-            # locks while the forget waited for its own (a deadlock); it waits for the forget here, holding nothing.
+            # The locks in the order writers take them: the records' lock that batches of record writes share
+            # (see _record_write: a batch holding records and waiting for its change log's session waited for
+            # the forget while the forget waited for its records, a deadlock), the messages table's write lock
+            # (see _session_row), the records, then the sessions (appenders take the same row lock): what is
+            # counted is what is deleted, and an append that waits for the lock lands after the forget, in a
+            # session started anew.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"fullrecall.{s}.records",))
             conn.execute(f"LOCK TABLE {s}.messages IN ROW EXCLUSIVE MODE")
-            conn.execute(f"LOCK TABLE {s}.records IN SHARE ROW EXCLUSIVE MODE")
             namespaces = Counter(r["namespace"] for r in conn.execute(
                 f"DELETE FROM {s}.records r WHERE {rwhere} RETURNING r.namespace", rparams))
             sids = [r["sid"] for r in conn.execute(
