@@ -1,5 +1,5 @@
-"""A worker the pin-replacement crash test runs: it resets a cleared conversation with a new system message, and
-its process ends (``os._exit``, as a kill would end it) right after its store's N-th write.
+"""A worker the pin-replacement crash tests run: it resets a cleared conversation with a new system message (one
+pinned before it, or none: the conversation began with a user message), and its process ends (``os._exit``, as a kill would end it) right after its store's N-th write.
 
 Usage: python repin_worker.py STORE_URL SESSION N
 """

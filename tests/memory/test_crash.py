@@ -170,7 +170,7 @@ def test_a_crash_while_a_system_message_takes_position_0_from_a_user_message_lea
             mem.add({"role": "user", "content": "next", "id": "u3"})
             assert [m["content"] for m in memory(session).messages] == ["rules v2", "after the reset", "next"]
 
-    assert each_point_of_death(store_url, "midsys_worker.py", prepare, check) > 3
+    assert each_point_of_death(store_url, "repin_worker.py", prepare, check) > 3
 
 
 def test_a_crash_while_the_pinned_message_is_deleted_never_shifts_the_window(store_url):
